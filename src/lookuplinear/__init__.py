@@ -1,0 +1,39 @@
+"""lookuplinear: an embedding layer is a linear layer, computed as a lookup.
+
+``LookupLinear(x)`` equals ``nn.Linear`` on the one-hot / multi-hot / sparse matrix of ``x``,
+without ever building that matrix.
+"""
+
+from .bags import Bags
+from .check import EquivalenceError, EquivalenceReport, check_equivalence
+from .errors import (
+    DeviceMismatchError,
+    InputTypeError,
+    InputValueError,
+    LookupIndexError,
+    LookupLinearError,
+)
+from .functional import lookup_linear
+from .layer import LookupLinear
+from .reference import dense_reference, densify
+from .vocab import Vocab
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bags",
+    "DeviceMismatchError",
+    "EquivalenceError",
+    "EquivalenceReport",
+    "InputTypeError",
+    "InputValueError",
+    "LookupIndexError",
+    "LookupLinear",
+    "LookupLinearError",
+    "Vocab",
+    "__version__",
+    "check_equivalence",
+    "dense_reference",
+    "densify",
+    "lookup_linear",
+]

@@ -1,0 +1,215 @@
+"""``check_equivalence``: prove on your own data that the lookup equals ``nn.Linear``."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .bags import Bags
+from .errors import LookupLinearError
+from .layer import LookupLinear
+from .reference import dense_reference
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "Comparison",
+    "EquivalenceError",
+    "EquivalenceReport",
+    "check_equivalence",
+]
+
+#: ``(rtol, atol)`` per dtype of the layer. The reference is computed in float64, so these bound
+#: the layer's own rounding: a different summation order than the matmul, in the layer's dtype.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+class EquivalenceError(LookupLinearError, AssertionError):
+    """The layer and its dense reference differ beyond tolerance."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One quantity compared: the layer's value against the dense reference's."""
+
+    name: str
+    max_abs_diff: float
+    max_rel_diff: float
+    rtol: float
+    atol: float
+    ok: bool
+
+    def __str__(self) -> str:
+        verdict = "ok  " if self.ok else "FAIL"
+        return (
+            f"{verdict} {self.name:<14} max|diff|={self.max_abs_diff:.3g}  "
+            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g})"
+        )
+
+
+@dataclass(frozen=True)
+class EquivalenceReport:
+    """What :func:`check_equivalence` compared, and whether every comparison passed."""
+
+    input_form: str
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every quantity is within tolerance."""
+        return all(c.ok for c in self.comparisons)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`EquivalenceError` listing the failed quantities."""
+        if not self.ok:
+            raise EquivalenceError(str(self))
+
+    def __str__(self) -> str:
+        head = f"LookupLinear vs nn.Linear on the dense input ({self.input_form}): " + (
+            "EQUIVALENT" if self.ok else "DIFFERENT"
+        )
+        return "\n".join([head, *(f"  {c}" for c in self.comparisons)])
+
+
+def _compare(
+    name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float
+) -> Comparison:
+    got = (got.to_dense() if got.is_sparse else got).detach().double()
+    ref = ref.detach().double()
+    if got.shape != ref.shape:
+        return Comparison(name, float("inf"), float("inf"), rtol, atol, False)
+    if got.numel() == 0:
+        return Comparison(name, 0.0, 0.0, rtol, atol, True)
+    diff = (got - ref).abs()
+    ok = bool((diff <= atol + rtol * ref.abs()).all()) and bool(torch.isfinite(got).all())
+    rel = diff / ref.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, Bags):
+        return f"Bags, {len(x)} bags, {x.nnz} entries"
+    if isinstance(x, torch.Tensor):
+        kind = "index" if not (x.dtype.is_floating_point or x.dtype == torch.bool) else "dense"
+        if x.layout != torch.strided:
+            kind = f"torch {str(x.layout).removeprefix('torch.')}"
+        return f"{kind} tensor of shape {tuple(x.shape)}"
+    return (
+        f"{type(x).__module__.split('.')[0]}.{type(x).__name__} of shape {getattr(x, 'shape', '?')}"
+    )
+
+
+def _value_leaf(x: Any) -> torch.Tensor | None:
+    """The input's own differentiable values, if the user asked for their gradient."""
+    if isinstance(x, Bags) and x.weights is not None and x.weights.requires_grad:
+        return x.weights
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.requires_grad:
+        return x
+    return None
+
+
+def _with_values(x: Any, values: torch.Tensor) -> Any:
+    return Bags(x.indices, x.offsets, values) if isinstance(x, Bags) else values
+
+
+def check_equivalence(
+    layer: LookupLinear,
+    x: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+) -> EquivalenceReport:
+    """Run ``x`` through ``layer`` and through its dense reference; compare forward and backward.
+
+    The reference is ``layer.to_linear()`` in float64 applied to the densified ``x``
+    (:func:`lookuplinear.densify`: one-hot / multi-hot rows, padding column dropped, rows scaled
+    by ``mode``; for ``mode="max"`` the max over present rows). Both are back-propagated with the
+    same random upstream gradient. Compared: ``output``, ``weight.grad``, ``bias.grad`` and, when
+    ``x``'s values (``Bags.weights`` or a dense ``x``) require grad, ``input.grad``. The layer's
+    own ``.grad`` fields are left untouched.
+
+    Parameters
+    ----------
+    layer : LookupLinear
+    x : any input form the layer accepts
+    rtol, atol : float, optional
+        Tolerances of ``|got - ref| <= atol + rtol * |ref|``; defaults per dtype in
+        :data:`DEFAULT_TOLERANCES`.
+    seed : int
+        Seed of the upstream gradient.
+
+    Returns
+    -------
+    EquivalenceReport
+        ``report.ok``, ``report.raise_if_failed()``, one :class:`Comparison` per quantity.
+
+    Examples
+    --------
+    >>> layer = LookupLinear(1000, 8, mode="mean")
+    >>> report = check_equivalence(layer, Bags.from_lists([[1, 5, 5], [], [999]]))
+    >>> report.ok
+    True
+    >>> [c.name for c in report.comparisons]
+    ['output', 'weight.grad', 'bias.grad']
+    """
+    with torch.enable_grad():  # the check needs gradients even when called under no_grad
+        return _check(layer, x, rtol, atol, seed)
+
+
+def _check(
+    layer: LookupLinear, x: Any, rtol: float | None, atol: float | None, seed: int
+) -> EquivalenceReport:
+    default_rtol, default_atol = DEFAULT_TOLERANCES.get(layer.weight.dtype, (1e-5, 1e-5))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+
+    params = [p for p in (layer.weight, layer.bias) if p is not None]
+    leaf = _value_leaf(x)
+    out = layer(x)
+    gen = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    inputs = params + ([leaf] if leaf is not None else [])
+    grads = torch.autograd.grad(
+        out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
+    )
+
+    lin = copy.deepcopy(layer.to_linear(strict=False)).double().cpu()
+    ref_leaf = None
+    x_ref = x
+    if leaf is not None:
+        ref_leaf = leaf.detach().double().cpu().requires_grad_(True)
+        x_ref = _with_values(x, ref_leaf)
+        if isinstance(x, Bags):
+            x_ref = Bags(x.indices.cpu(), x.offsets.cpu(), ref_leaf)
+    elif isinstance(x, Bags | torch.Tensor):
+        x_ref = x.to("cpu")
+    ref = dense_reference(layer, x_ref, linear=lin)
+    ref_inputs = [lin.weight] + ([lin.bias] if lin.bias is not None else [])
+    ref_inputs += [ref_leaf] if ref_leaf is not None else []
+    ref_grads = torch.autograd.grad(ref, ref_inputs, upstream, allow_unused=True)
+
+    comparisons = [_compare("output", out.cpu(), ref, rtol, atol)]
+    names = ["weight.grad", "bias.grad"][: len(params)] + (
+        ["input.grad"] if leaf is not None else []
+    )
+    for i, name in enumerate(names):
+        got, want = grads[i], ref_grads[i]
+        if name == "weight.grad" and want is not None:
+            want = want.T
+        got = torch.zeros(inputs[i].shape) if got is None else got.cpu()
+        want = (
+            torch.zeros(ref_inputs[i].shape).T
+            if want is None and name == "weight.grad"
+            else (torch.zeros(ref_inputs[i].shape) if want is None else want)
+        )
+        comparisons.append(_compare(name, got, want, rtol, atol))
+    return EquivalenceReport(_describe(x), comparisons)

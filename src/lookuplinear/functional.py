@@ -1,0 +1,299 @@
+"""The stateless kernel: ``nn.Linear`` on one-hot / multi-hot / sparse input, as a lookup.
+
+``lookup_linear(x, W, b)`` computes ``densify(x) @ W + b`` for ``W`` of shape
+``(in_features, out_features)`` (the embedding layout, i.e. ``nn.Linear``'s weight transposed)
+without building ``densify(x)``: index input goes to ``F.embedding``, bags and sparse matrices to
+``F.embedding_bag`` with CSR offsets and per-sample weights, dense input to ``addmm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, cast, get_args
+
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from .bags import Bags, check_index_range
+from .errors import DeviceMismatchError, InputTypeError, InputValueError
+
+__all__ = ["MODES", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
+
+Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+def check_mode(mode: str) -> None:
+    """Raise ``InputValueError`` unless ``mode`` is one of :data:`MODES`."""
+    if mode not in MODES:
+        raise InputValueError(
+            f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}."
+        )
+
+
+def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | None:
+    """``padding_idx`` in ``[0, in_features)``; negative counts from the end, as in PyTorch."""
+    if padding_idx is None:
+        return None
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, int):
+        raise InputTypeError(f"padding_idx must be an int or None, got {padding_idx!r}.")
+    if not -in_features <= padding_idx < in_features:
+        raise InputValueError(
+            f"padding_idx must be within [-{in_features}, {in_features - 1}] for "
+            f"in_features={in_features}, got {padding_idx}."
+        )
+    return padding_idx % in_features
+
+
+def lookup_linear(
+    input: Any,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    mode: str = "sum",
+    padding_idx: int | None = None,
+    offsets: torch.Tensor | None = None,
+    per_sample_weights: torch.Tensor | None = None,
+    sparse: bool = False,
+) -> torch.Tensor:
+    """Apply ``nn.Linear`` to the dense equivalent of ``input``, computed as a lookup.
+
+    Dense equivalent: ``F.linear(densify(input), weight.T, bias)``, where ``densify`` gives the
+    one-hot (index input) or multi-hot / weighted (matrix input) representation, with
+    ``padding_idx`` entries dropped and, for matrix input, each row scaled by ``mode``.
+
+    Parameters
+    ----------
+    input : Tensor, Bags or scipy.sparse matrix
+        * integer tensor of any shape ``S``: one index per position; returns ``S + (out,)``.
+        * floating (or bool) tensor of shape ``(..., in_features)``: dense rows.
+        * ``Bags``, a scipy.sparse matrix/array or a torch sparse COO/CSR tensor of shape
+          ``(N, in_features)``: entries with values as per-entry weights; returns ``(N, out)``.
+        * a 1-D index tensor together with ``offsets`` (and ``per_sample_weights``): bags.
+    weight : Tensor of shape (in_features, out_features)
+        Row ``i`` is the output of the one-hot vector ``e_i``.
+    bias : Tensor of shape (out_features,), optional
+    mode : {"sum", "mean", "sqrtn", "max"}
+        How each matrix row is reduced: ``sum`` is ``X @ W``; ``mean`` divides the row by the sum
+        of its entries' weights; ``sqrtn`` by the square root of the sum of their squares
+        (TensorFlow's combiner); ``max`` takes the element-wise max of the present rows of ``W``
+        (entries must have weight 1). An empty row gives ``bias`` (or zeros), never NaN.
+        Index input is one entry per position, so every mode gives the lookup.
+    padding_idx : int, optional
+        Entries equal to it contribute nothing and give ``weight[padding_idx]`` no gradient.
+    offsets, per_sample_weights : Tensor, optional
+        CSR offsets (``N + 1`` entries) and per-entry weights for a 1-D index ``input``.
+    sparse : bool
+        Make the gradient of ``weight`` a sparse COO tensor (index and bag input).
+
+    Returns
+    -------
+    Tensor of shape ``S + (out_features,)`` or ``(N, out_features)``, dtype of ``weight``.
+
+    Raises
+    ------
+    LookupIndexError
+        An index is outside ``[0, in_features)``.
+    InputValueError
+        Wrong number of columns, bad offsets or weights, unknown mode, non-unit weights with
+        ``mode="max"``; ``DeviceMismatchError`` when input and weight are on different devices.
+    InputTypeError
+        An input type that is none of the above.
+
+    Examples
+    --------
+    >>> W = torch.arange(12.0).reshape(4, 3)       # (in_features=4, out_features=3)
+    >>> lookup_linear(torch.tensor([2, 0]), W)     # == F.one_hot(x, 4).float() @ W
+    tensor([[6., 7., 8.],
+            [0., 1., 2.]])
+    >>> lookup_linear(Bags.from_lists([[1, 3], []]), W)   # multi-hot rows [0,1,0,1], [0,0,0,0]
+    tensor([[12., 14., 16.],
+            [ 0.,  0.,  0.]])
+    """
+    check_mode(mode)
+    if weight.dim() != 2:
+        raise InputValueError(
+            f"weight must have shape (in_features, out_features), got {tuple(weight.shape)}."
+        )
+    in_features = weight.shape[0]
+    padding_idx = normalize_padding_idx(padding_idx, in_features)
+    if offsets is not None:
+        if not isinstance(input, torch.Tensor) or input.dim() != 1:
+            raise InputValueError(
+                "offsets given, so input must be a 1-D index tensor (the bags' entries), got "
+                f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}."
+            )
+        input = Bags(input, offsets, per_sample_weights)
+    elif per_sample_weights is not None:
+        raise InputValueError(
+            "per_sample_weights needs offsets: pass offsets= (CSR form, N + 1 entries) too."
+        )
+
+    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+        _check_device(input.device, weight)
+        if input.dtype.is_floating_point or input.dtype == torch.bool:
+            return _dense_forward(input, weight, bias, mode, padding_idx)
+        if input.dtype.is_complex:
+            raise InputTypeError(
+                "input must be an integer index tensor or a real floating tensor, got complex."
+            )
+        return _index_forward(input, weight, bias, padding_idx, sparse)
+
+    bags = _as_bags(input, in_features)
+    if bags.device != weight.device:
+        if not isinstance(input, Bags | torch.Tensor):  # host data from scipy: move it
+            bags = bags.to(weight.device)
+        else:
+            _check_device(bags.device, weight)
+    return _bags_forward(bags, weight, bias, mode, padding_idx, sparse)
+
+
+def _check_device(device: torch.device, weight: torch.Tensor) -> None:
+    if device != weight.device:
+        raise DeviceMismatchError(
+            f"input is on {device} but the weight is on {weight.device}; move the input with "
+            f".to({str(weight.device)!r}) (or the layer with .to({str(device)!r}))."
+        )
+
+
+def _as_bags(input: Any, in_features: int) -> Bags:
+    """Turn a matrix-shaped sparse input into ``Bags``, checking its number of columns."""
+    if isinstance(input, Bags):
+        return input
+    if sp.issparse(input):
+        _check_columns(tuple(cast(Any, input).shape), in_features, "scipy.sparse matrix")
+        return Bags.from_scipy(input)
+    if isinstance(input, torch.Tensor) and input.layout in (torch.sparse_coo, torch.sparse_csr):
+        _check_columns(tuple(input.shape), in_features, "torch sparse tensor")
+        return Bags.from_torch_sparse(input)
+    raise InputTypeError(
+        "input must be an integer index tensor, a floating tensor of shape (..., in_features), "
+        "lookuplinear.Bags, a scipy.sparse matrix or a torch sparse COO/CSR tensor; got "
+        f"{type(input).__name__}. Convert lists with Bags.from_lists(...) or torch.tensor(...)."
+    )
+
+
+def _check_columns(shape: tuple[int, ...], in_features: int, what: str) -> None:
+    if len(shape) != 2 or shape[1] != in_features:
+        raise InputValueError(
+            f"{what} must have shape (N, in_features={in_features}), got shape {shape}. "
+            "Build the vectorizer/matrix with the layer's vocabulary size, or the layer with "
+            f"in_features={shape[-1] if shape else '?'}."
+        )
+
+
+def _index_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding_idx: int | None,
+    sparse: bool,
+) -> torch.Tensor:
+    if x.dtype not in (torch.int32, torch.int64):
+        x = x.long()
+    check_index_range(x, weight.shape[0], where="input")
+    out = F.embedding(x, weight, padding_idx=padding_idx, sparse=sparse)
+    if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
+        out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
+    return out if bias is None else out.add_(bias)
+
+
+def _dense_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    mode: str,
+    padding_idx: int | None,
+) -> torch.Tensor:
+    in_features = weight.shape[0]
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise InputValueError(
+            f"a floating input is read as dense rows of shape (..., in_features={in_features}), "
+            f"got shape {tuple(x.shape)}. For indices pass an integer tensor (x.long())."
+        )
+    x = x.to(weight.dtype)
+    if padding_idx is not None:
+        x = x.index_fill(-1, torch.tensor([padding_idx], device=x.device), 0)
+    lead = x.shape[:-1]
+    rows = x.reshape(-1, in_features)  # (N, in)
+    if mode == "max":
+        out = _bags_forward(Bags.from_dense(rows), weight, bias, mode, None, False)
+        return out.reshape(*lead, -1)
+    if mode == "sum":
+        out = rows @ weight if bias is None else torch.addmm(bias, rows, weight)
+    else:
+        vals = rows if mode == "mean" else rows * rows
+        out = (rows @ weight) * _safe_inverse(vals.sum(1), sqrt=mode == "sqrtn").unsqueeze(1)
+        if bias is not None:
+            out = out + bias
+    return out.reshape(*lead, -1)
+
+
+def _bags_forward(
+    bags: Bags,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    mode: str,
+    padding_idx: int | None,
+    sparse: bool,
+) -> torch.Tensor:
+    check_index_range(bags.indices, weight.shape[0], where="indices")
+    w = bags.weights
+    if w is not None and w.dtype != weight.dtype:
+        w = w.to(weight.dtype)
+    kwargs: dict[str, Any] = {
+        "include_last_offset": True,
+        "padding_idx": padding_idx,
+        "sparse": sparse,
+    }
+    if mode == "max":
+        if w is not None and bool((w != 1).any()):
+            k = int(torch.nonzero(w != 1)[0, 0])
+            raise InputValueError(
+                f'mode="max" takes the max over the rows present in a bag, so every entry must '
+                f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
+                "pass the matrix with its values set to 1 (X.data[:] = 1)."
+            )
+        out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="max", **kwargs)
+    elif mode == "mean" and w is None:
+        out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="mean", **kwargs)
+    else:
+        out = F.embedding_bag(
+            bags.indices, weight, bags.offsets, mode="sum", per_sample_weights=w, **kwargs
+        )
+        if mode != "sum":
+            out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
+    return out if bias is None else out + bias
+
+
+def row_scale(
+    bags: Bags, mode: str, padding_idx: int | None, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Per-bag factor that turns the weighted sum into ``mode``'s reduction, shape ``(N,)``.
+
+    ``sum``: 1; ``mean``: ``1 / sum(w)``; ``sqrtn``: ``1 / sqrt(sum(w**2))``, over the bag's
+    non-padding entries (``w = 1`` when unweighted), and 0 for a bag whose denominator is 0.
+    """
+    n = len(bags)
+    if mode == "sum" or mode == "max":
+        return torch.ones(n, dtype=dtype, device=bags.device)
+    w = bags.weights
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    if w is None and padding_idx is None:
+        denom = bags.lengths().to(acc)
+    else:
+        vals = torch.ones(bags.nnz, dtype=acc, device=bags.device) if w is None else w.to(acc)
+        if mode == "sqrtn":
+            vals = vals * vals
+        if padding_idx is not None:
+            vals = vals.masked_fill(bags.indices == padding_idx, 0)
+        denom = torch.zeros(n, dtype=acc, device=bags.device).index_add(0, bags.bag_ids(), vals)
+    return _safe_inverse(denom, sqrt=mode == "sqrtn").to(dtype)
+
+
+def _safe_inverse(denom: torch.Tensor, *, sqrt: bool) -> torch.Tensor:
+    """``1 / denom`` (or ``1 / sqrt(denom)``) where ``denom != 0``, else 0; NaN-free gradients."""
+    nonzero = denom != 0
+    safe = torch.where(nonzero, denom, torch.ones_like(denom))
+    inv = safe.rsqrt() if sqrt else safe.reciprocal()
+    return torch.where(nonzero, inv, torch.zeros_like(inv))

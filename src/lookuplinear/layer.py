@@ -1,0 +1,349 @@
+"""``LookupLinear``: ``nn.Linear`` on one-hot / multi-hot / sparse input, computed as a lookup."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InputTypeError, InputValueError
+from .functional import check_mode, lookup_linear, normalize_padding_idx
+
+__all__ = ["LookupLinear"]
+
+Init = str | Callable[[torch.Tensor], Any]
+
+
+class LookupLinear(nn.Module):
+    r"""A linear layer whose input is categorical or sparse: ``y = densify(x) @ weight + bias``.
+
+    Dense equivalent: ``nn.Linear(in_features, out_features)`` with ``linear.weight ==
+    self.weight.T``, applied to ``F.one_hot(x, in_features)`` for index input or to the
+    multi-hot / weighted rows for matrix input. It is computed as a lookup: only the rows of
+    ``weight`` that the input names are read, the dense input is never built.
+
+    ================================  ==========================================================
+    input                              equals
+    ================================  ==========================================================
+    integer tensor, shape ``S``        ``linear(one_hot(x, in_features).float())``, shape
+                                       ``S + (out_features,)`` (``nn.Embedding`` plus bias)
+    ``Bags`` / scipy.sparse / torch    ``linear(X_dense)`` with ``mode="sum"``, the values as
+    sparse, shape ``(N, in)``          per-entry weights; shape ``(N, out_features)``
+    float tensor ``(..., in)``         ``linear(X)`` (``addmm``)
+    ================================  ==========================================================
+
+    Parameters
+    ----------
+    in_features : int
+        Size of the one-hot / vocabulary dimension (``num_embeddings``).
+    out_features : int
+        Size of each output row (``embedding_dim``).
+    bias : bool, default True
+        Add a learnable bias of shape ``(out_features,)``, initialised to zero for
+        ``init="normal"``.
+    mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
+        Row reduction for matrix input, see :func:`lookuplinear.functional.lookup_linear`.
+    padding_idx : int, optional
+        Entries equal to it contribute nothing and get no gradient; an index position equal to it
+        outputs the bias. Its weight row starts at zero, as in ``nn.Embedding``.
+    init : {"normal", "linear"} or callable, default "normal"
+        ``"normal"`` draws ``weight`` as ``nn.Embedding`` does (standard normal, same RNG calls);
+        ``"linear"`` gives the values ``nn.Linear(in_features, out_features)`` would get under the
+        same seed (weight transposed, bias included); a callable is called on ``weight`` in place.
+    sparse : bool, default False
+        Gradient of ``weight`` as a sparse COO tensor (for ``lookuplinear.optim``).
+    device, dtype
+        As for any ``nn.Module`` factory.
+
+    Attributes
+    ----------
+    weight : Parameter of shape (in_features, out_features)
+        The embedding layout: row ``i`` is what the one-hot vector ``e_i`` produces.
+    bias : Parameter of shape (out_features,) or None
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(123)
+    >>> layer = LookupLinear(4, 5, bias=False)
+    >>> layer.weight[0]
+    tensor([ 0.3374, -0.1778, -0.3035, -0.5880,  1.5810], grad_fn=<SelectBackward0>)
+    >>> x = torch.tensor([2, 3, 1])
+    >>> torch.equal(layer(x), layer.to_linear()(F.one_hot(x, 4).float()))
+    True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = True,
+        mode: str = "sum",
+        padding_idx: int | None = None,
+        init: Init = "normal",
+        sparse: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputValueError(f"{name} must be a positive int, got {value!r}.")
+        check_mode(mode)
+        if not (init in ("normal", "linear") or callable(init)):
+            raise InputValueError(
+                f"init must be 'normal', 'linear' or a callable taking the weight, got {init!r}."
+            )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.mode = mode
+        self.padding_idx = normalize_padding_idx(padding_idx, in_features)
+        self.init = init
+        self.sparse = sparse
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(in_features, out_features, **factory))
+        self.bias: nn.Parameter | None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed."""
+        with torch.no_grad():
+            if self.init == "linear":
+                # nn.Linear.reset_parameters on a (out, in) tensor, then transposed
+                w_t = self.weight.new_empty(self.out_features, self.in_features)
+                nn.init.kaiming_uniform_(w_t, a=math.sqrt(5))
+                self.weight.copy_(w_t.T)
+                if self.bias is not None:
+                    bound = 1 / math.sqrt(self.in_features)
+                    nn.init.uniform_(self.bias, -bound, bound)
+            else:
+                if callable(self.init):
+                    self.init(self.weight)
+                else:
+                    nn.init.normal_(self.weight)
+                if self.bias is not None:
+                    nn.init.zeros_(self.bias)
+            if self.padding_idx is not None:
+                self.weight[self.padding_idx].fill_(0)
+
+    def forward(
+        self,
+        input: Any,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Compute ``densify(input) @ weight + bias``; see :func:`~lookuplinear.lookup_linear`."""
+        return lookup_linear(
+            input,
+            self.weight,
+            self.bias,
+            mode=self.mode,
+            padding_idx=self.padding_idx,
+            offsets=offsets,
+            per_sample_weights=per_sample_weights,
+            sparse=self.sparse,
+        )
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+        if self.mode != "sum":
+            s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.sparse:
+            s += ", sparse=True"
+        return s
+
+    # ------------------------------------------------------------------ conversions in
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, *, mode: str = "sum", sparse: bool = False
+    ) -> LookupLinear:
+        """A ``LookupLinear`` with ``weight = linear.weight.T`` and the same bias (copies).
+
+        Examples
+        --------
+        >>> lin = nn.Linear(4, 3)
+        >>> layer = LookupLinear.from_linear(lin)
+        >>> x = torch.tensor([3, 0])
+        >>> torch.allclose(layer(x), lin(F.one_hot(x, 4).float()))
+        True
+        """
+        if not isinstance(linear, nn.Linear):
+            raise InputTypeError(f"from_linear expects nn.Linear, got {type(linear).__name__}.")
+        w = linear.weight
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            mode=mode,
+            sparse=sparse,
+            device=w.device,
+            dtype=w.dtype,
+        )
+        with torch.no_grad():
+            layer.weight.copy_(w.T)
+            if linear.bias is not None and layer.bias is not None:
+                layer.bias.copy_(linear.bias)
+        return layer
+
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding | nn.EmbeddingBag) -> LookupLinear:
+        """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode`` and
+        ``sparse`` (copies).
+
+        Raises
+        ------
+        InputValueError
+            ``max_norm`` or ``scale_grad_by_freq`` is set (a linear layer has neither), or an
+            ``nn.Embedding``'s padding row is non-zero (it would output that row; the layer
+            outputs zero there).
+
+        Examples
+        --------
+        >>> emb = nn.EmbeddingBag(10, 3, mode="mean")
+        >>> layer = LookupLinear.from_embedding(emb)
+        >>> layer
+        LookupLinear(10, 3, bias=False, mode='mean')
+        """
+        if not isinstance(embedding, nn.Embedding | nn.EmbeddingBag):
+            raise InputTypeError(
+                "from_embedding expects nn.Embedding or nn.EmbeddingBag, got "
+                f"{type(embedding).__name__}."
+            )
+        name = type(embedding).__name__
+        if embedding.max_norm is not None or embedding.scale_grad_by_freq:
+            raise InputValueError(
+                f"{name} has max_norm={embedding.max_norm}, "
+                f"scale_grad_by_freq={embedding.scale_grad_by_freq}; these rewrite the table or "
+                "the gradient, which a linear layer cannot represent. Build it without them."
+            )
+        mode = embedding.mode if isinstance(embedding, nn.EmbeddingBag) else "sum"
+        w = embedding.weight
+        pad = embedding.padding_idx
+        if isinstance(embedding, nn.Embedding) and pad is not None and bool(w[pad].any()):
+            raise InputValueError(
+                f"nn.Embedding's padding row {pad} is non-zero, so the embedding outputs it at "
+                "padding positions while LookupLinear drops padding entries. Zero it first "
+                f"(emb.weight.data[{pad}] = 0) or build the embedding without padding_idx."
+            )
+        layer = cls(
+            embedding.num_embeddings,
+            embedding.embedding_dim,
+            bias=False,
+            mode=mode,
+            padding_idx=pad,
+            sparse=embedding.sparse,
+            device=w.device,
+            dtype=w.dtype,
+        )
+        with torch.no_grad():
+            layer.weight.copy_(w)
+            if pad is not None:  # the bag drops padding whatever the row holds
+                layer.weight[pad].fill_(0)
+        return layer
+
+    # ------------------------------------------------------------------ conversions out
+    def to_linear(self, *, strict: bool = True) -> nn.Linear:
+        """An ``nn.Linear`` with ``weight = self.weight.T`` (a copy) and the same bias.
+
+        With ``mode="sum"`` it is a drop-in: ``layer(x) == to_linear()(densify(x))``. For
+        ``mean``/``sqrtn`` the mode is a per-row scaling of the input that ``nn.Linear`` cannot
+        hold; ``strict=False`` returns the linear map anyway, which then equals the layer on
+        :func:`lookuplinear.densify` 's scaled rows. The padding column is zero.
+
+        Raises
+        ------
+        InputValueError
+            ``strict`` and ``mode != "sum"``.
+        """
+        if strict and self.mode != "sum":
+            raise InputValueError(
+                f"mode={self.mode!r} scales or maxes each input row, which nn.Linear cannot do. "
+                "Call to_linear(strict=False) for the linear map; it equals this layer on "
+                "lookuplinear.densify(x, layer) (mode 'max' has no linear equivalent)."
+            )
+        w = self.weight.detach()
+        lin = nn.Linear(
+            self.in_features,
+            self.out_features,
+            bias=self.bias is not None,
+            device=w.device,
+            dtype=w.dtype,
+        )
+        with torch.no_grad():
+            lin.weight.copy_(w.T)
+            if self.padding_idx is not None:
+                lin.weight[:, self.padding_idx].fill_(0)
+            if self.bias is not None:
+                lin.bias.copy_(self.bias)
+        return lin
+
+    def to_embedding(self) -> nn.Embedding:
+        """An ``nn.Embedding`` with the same table and ``padding_idx`` (a copy).
+
+        Equal to the layer on index input (any mode: one entry per position).
+
+        Raises
+        ------
+        InputValueError
+            The layer has a bias, which ``nn.Embedding`` cannot hold.
+        """
+        self._refuse_bias("nn.Embedding")
+        emb = nn.Embedding(
+            self.in_features,
+            self.out_features,
+            padding_idx=self.padding_idx,
+            sparse=self.sparse,
+            device=self.weight.device,
+            dtype=self.weight.dtype,
+        )
+        self._copy_table(emb.weight)
+        return emb
+
+    def to_embedding_bag(self) -> nn.EmbeddingBag:
+        """An ``nn.EmbeddingBag`` with the same table, ``mode`` and ``padding_idx`` (a copy).
+
+        Raises
+        ------
+        InputValueError
+            The layer has a bias, or ``mode="sqrtn"`` (``nn.EmbeddingBag`` has no such mode).
+        """
+        self._refuse_bias("nn.EmbeddingBag")
+        if self.mode == "sqrtn":
+            raise InputValueError(
+                "nn.EmbeddingBag has modes 'sum', 'mean' and 'max', not 'sqrtn'; convert a "
+                "layer with another mode or keep LookupLinear."
+            )
+        bag = nn.EmbeddingBag(
+            self.in_features,
+            self.out_features,
+            mode=self.mode,
+            padding_idx=self.padding_idx,
+            sparse=self.sparse,
+            include_last_offset=True,
+            device=self.weight.device,
+            dtype=self.weight.dtype,
+        )
+        self._copy_table(bag.weight)
+        return bag
+
+    def _refuse_bias(self, target: str) -> None:
+        if self.bias is not None:
+            raise InputValueError(
+                f"{target} has no bias but this layer has one; dropping it would change the "
+                "output. Build the layer with bias=False, or use to_linear()."
+            )
+
+    def _copy_table(self, target: torch.Tensor) -> None:
+        with torch.no_grad():
+            target.copy_(self.weight)
+            if self.padding_idx is not None:
+                target[self.padding_idx].fill_(0)

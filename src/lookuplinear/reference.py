@@ -1,0 +1,113 @@
+"""The dense path every result is checked against: build the one-hot / multi-hot matrix, then
+``nn.Linear``. This is the slow, obviously-right definition; it allocates ``N x in_features``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .bags import Bags
+from .errors import InputValueError
+from .functional import _as_bags
+from .layer import LookupLinear
+
+__all__ = ["dense_reference", "densify"]
+
+
+def _rows(x: Any, in_features: int, dtype: torch.dtype) -> tuple[torch.Tensor, Bags | None]:
+    """The dense matrix of ``x`` (one-hot for index tensors) and its entries as ``Bags``."""
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+        if x.dtype.is_floating_point or x.dtype == torch.bool:
+            return x.to(dtype), None
+        return F.one_hot(x.long(), in_features).to(dtype), None
+    bags = _as_bags(x, in_features)
+    return bags.to_dense(in_features, dtype=dtype), bags
+
+
+def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The dense input ``X`` with ``layer(x) == layer.to_linear(strict=False)(X)``.
+
+    One-hot rows for index input, the multi-hot / weighted matrix for matrix input; the
+    ``padding_idx`` column is zeroed, and for ``mode="mean"`` (``"sqrtn"``) each row is divided by
+    the sum of its entries' weights (the square root of the sum of their squares).
+
+    Raises
+    ------
+    InputValueError
+        ``mode="max"`` on matrix input: a max has no linear equivalent.
+
+    Examples
+    --------
+    >>> layer = LookupLinear(4, 2, mode="mean")
+    >>> densify(Bags.from_lists([[0, 2, 2], []]), layer)
+    tensor([[0.3333, 0.0000, 0.6667, 0.0000],
+            [0.0000, 0.0000, 0.0000, 0.0000]])
+    """
+    dtype = dtype or layer.weight.dtype
+    n = layer.in_features
+    X, bags = _rows(x, n, dtype)
+    pad = layer.padding_idx
+    if pad is not None:
+        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
+    per_element = (
+        isinstance(x, torch.Tensor)
+        and x.layout == torch.strided
+        and not (x.dtype.is_floating_point or x.dtype == torch.bool)
+    )
+    if per_element or layer.mode == "sum":
+        return X
+    if layer.mode == "max":
+        raise InputValueError(
+            "mode='max' has no linear equivalent, so there is no dense input to give; "
+            "use dense_reference(layer, x) for the reference output."
+        )
+    if layer.mode == "mean":
+        denom = X.sum(-1)
+    elif bags is None:  # dense rows: the entries are the non-zeros
+        denom = (X * X).sum(-1).sqrt()
+    else:  # entries as given (duplicates counted one by one, like TensorFlow's sqrtn)
+        w = torch.ones(bags.nnz, dtype=dtype) if bags.weights is None else bags.weights.to(dtype)
+        sq = Bags(bags.indices, bags.offsets, w * w).to_dense(n, dtype=dtype)
+        if pad is not None:
+            sq[:, pad] = 0
+        denom = sq.sum(-1).sqrt()
+    scale = torch.where(denom != 0, 1 / torch.where(denom != 0, denom, 1), 0)
+    return X * scale.unsqueeze(-1)
+
+
+def dense_reference(
+    layer: LookupLinear, x: Any, *, linear: nn.Linear | None = None
+) -> torch.Tensor:
+    """``layer(x)`` computed the dense way: ``linear(densify(x, layer))``.
+
+    ``linear`` defaults to ``layer.to_linear(strict=False)``; pass your own (e.g. a float64 copy)
+    to take gradients through it. For ``mode="max"`` on matrix input the output is the
+    element-wise max of ``linear.weight.T``'s rows present in each row (0 for an empty row),
+    plus the bias.
+    """
+    lin = linear if linear is not None else layer.to_linear(strict=False)
+    dtype = lin.weight.dtype
+    is_index = (
+        isinstance(x, torch.Tensor)
+        and x.layout == torch.strided
+        and not (x.dtype.is_floating_point or x.dtype == torch.bool)
+    )
+    if layer.mode != "max" or is_index:
+        return lin(densify(x, layer, dtype=dtype))
+    X, bags = _rows(x, layer.in_features, dtype)
+    present = (
+        X != 0
+        if bags is None
+        else Bags(bags.indices, bags.offsets).to_dense(layer.in_features, dtype=dtype) != 0
+    )
+    if layer.padding_idx is not None:
+        present[..., layer.padding_idx] = False
+    W = lin.weight.T  # (in, out)
+    masked = torch.where(present.unsqueeze(-1), W, torch.tensor(float("-inf"), dtype=dtype))
+    out = masked.amax(-2)
+    out = torch.where(present.any(-1, keepdim=True), out, torch.zeros((), dtype=dtype))
+    return out if lin.bias is None else out + lin.bias
