@@ -106,7 +106,8 @@ class Bags:
                 "Bags: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
                 "empty tensor. An empty batch has offsets=[0]."
             )
-        first, last = int(off[0]), int(off[-1])
+        meta = off.device.type == "meta"  # meta tensors have no values to check
+        first, last = (0, idx.numel()) if meta else (int(off[0]), int(off[-1]))
         if first != 0:
             raise InputValueError(
                 f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
@@ -118,13 +119,14 @@ class Bags:
                 f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
                 "offsets, append len(indices)."
             )
-        if off.numel() > 1:
+        if off.numel() > 1 and not meta:
             steps = off[1:] - off[:-1]
             if bool((steps < 0).any()):
                 bag = int(torch.nonzero(steps < 0)[0, 0])
                 raise InputValueError(
                     f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
-                    f"{int(off[bag + 1])} < offsets[{bag}]={int(off[bag])}."
+                    f"{int(off[bag + 1])} < offsets[{bag}]={int(off[bag])}. Build them as 0 "
+                    "followed by the cumulative sum of the bag lengths."
                 )
         w: torch.Tensor | None = None
         if weights is not None:
@@ -141,7 +143,7 @@ class Bags:
             if w.shape != idx.shape:
                 raise InputValueError(
                     f"Bags: weights must have one value per index, shape {tuple(idx.shape)}, "
-                    f"got shape {tuple(w.shape)}."
+                    f"got shape {tuple(w.shape)}. Pass a 1-D weight for every entry of indices."
                 )
             if w.device != idx.device:
                 raise InputValueError(
@@ -373,8 +375,9 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str) ->
     bad = (indices < 0) | (indices >= in_features)
     pos = tuple(int(p) for p in torch.nonzero(bad)[0])
     value = int(indices[pos])
+    at = f"{where}[{', '.join(map(str, pos))}]" if pos else where
     raise LookupIndexError(
-        f"index {value} at {where}[{', '.join(map(str, pos))}] is out of range for "
+        f"index {value} at {at} is out of range for "
         f"in_features={in_features}: every index must be in [0, {in_features - 1}]. "
         "Check the vocabulary size, or map unknown tokens to a reserved index."
     )

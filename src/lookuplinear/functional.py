@@ -27,7 +27,8 @@ def check_mode(mode: str) -> None:
     """Raise ``InputValueError`` unless ``mode`` is one of :data:`MODES`."""
     if mode not in MODES:
         raise InputValueError(
-            f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}."
+            f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}. "
+            "Pass one of those (PyTorch's EmbeddingBag modes plus TensorFlow's 'sqrtn')."
         )
 
 
@@ -36,11 +37,14 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | No
     if padding_idx is None:
         return None
     if isinstance(padding_idx, bool) or not isinstance(padding_idx, int):
-        raise InputTypeError(f"padding_idx must be an int or None, got {padding_idx!r}.")
+        raise InputTypeError(
+            f"padding_idx must be an int or None, got {padding_idx!r}. Pass int(padding_idx)."
+        )
     if not -in_features <= padding_idx < in_features:
         raise InputValueError(
             f"padding_idx must be within [-{in_features}, {in_features - 1}] for "
-            f"in_features={in_features}, got {padding_idx}."
+            f"in_features={in_features}, got {padding_idx}. Pass an index of the table (-1 is "
+            "the last row) or None."
         )
     return padding_idx % in_features
 
@@ -129,22 +133,26 @@ def lookup_linear(
             "per_sample_weights needs offsets: pass offsets= (CSR form, N + 1 entries) too."
         )
 
-    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+    if isinstance(input, Bags | torch.Tensor):  # before any work on the input's device
         _check_device(input.device, weight)
+    if isinstance(input, torch.Tensor) and input.is_nested:
+        raise InputTypeError(
+            "input must be a regular tensor, got a nested tensor. Pass its rows as "
+            "Bags.from_lists([t.tolist() for t in x.unbind()])."
+        )
+    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
         if input.dtype.is_floating_point or input.dtype == torch.bool:
             return _dense_forward(input, weight, bias, mode, padding_idx)
         if input.dtype.is_complex:
             raise InputTypeError(
-                "input must be an integer index tensor or a real floating tensor, got complex."
+                "input must be an integer index tensor or a real floating tensor, got dtype "
+                f"{input.dtype}. Pass x.real (or x.abs()) for dense rows."
             )
         return _index_forward(input, weight, bias, padding_idx, sparse)
 
     bags = _as_bags(input, in_features)
-    if bags.device != weight.device:
-        if not isinstance(input, Bags | torch.Tensor):  # host data from scipy: move it
-            bags = bags.to(weight.device)
-        else:
-            _check_device(bags.device, weight)
+    if bags.device != weight.device:  # host data from scipy: move it
+        bags = bags.to(weight.device)
     return _bags_forward(bags, weight, bias, mode, padding_idx, sparse)
 
 
@@ -166,6 +174,11 @@ def _as_bags(input: Any, in_features: int) -> Bags:
     if isinstance(input, torch.Tensor) and input.layout in (torch.sparse_coo, torch.sparse_csr):
         _check_columns(tuple(input.shape), in_features, "torch sparse tensor")
         return Bags.from_torch_sparse(input)
+    if isinstance(input, torch.Tensor):
+        raise InputTypeError(
+            f"a torch sparse input must have layout sparse_coo or sparse_csr, got {input.layout}. "
+            "Convert it with x.to_sparse_csr() (or x.to_sparse() for COO)."
+        )
     raise InputTypeError(
         "input must be an integer index tensor, a floating tensor of shape (..., in_features), "
         "lookuplinear.Bags, a scipy.sparse matrix or a torch sparse COO/CSR tensor; got "
@@ -247,8 +260,11 @@ def _bags_forward(
         "sparse": sparse,
     }
     if mode == "max":
-        if w is not None and bool((w != 1).any()):
-            k = int(torch.nonzero(w != 1)[0, 0])
+        bad = None if w is None else w != 1
+        if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
+            bad &= bags.indices != padding_idx
+        if bad is not None and bool(bad.any()):
+            k = int(torch.nonzero(bad)[0, 0])
             raise InputValueError(
                 f'mode="max" takes the max over the rows present in a bag, so every entry must '
                 f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
