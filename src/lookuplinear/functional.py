@@ -263,7 +263,7 @@ def _bags_forward(
         bad = None if w is None else w != 1
         if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
             bad &= bags.indices != padding_idx
-        if bad is not None and bool(bad.any()):
+        if w is not None and bad is not None and bool(bad.any()):
             k = int(torch.nonzero(bad)[0, 0])
             raise InputValueError(
                 f'mode="max" takes the max over the rows present in a bag, so every entry must '
