@@ -250,14 +250,13 @@ class Bags:
                 "Bags.from_torch_sparse: expected a 2-D sparse matrix with scalar values, got "
                 f"shape {tuple(t.shape)} with {t.dense_dim()} dense dims."
             )
+        if t.layout == torch.sparse_coo and not t.is_coalesced():
+            t = t.coalesce()  # sorts entries by row and adds up duplicates (values() needs it)
         values = t.values()
         if not values.dtype.is_floating_point:
             values = values.float()
         if t.layout == torch.sparse_csr:
             return cls(t.col_indices(), t.crow_indices(), values)
-        if not t.is_coalesced():  # sorts entries by row and adds up duplicates
-            t = t.coalesce()
-            values = t.values() if t.values().dtype.is_floating_point else t.values().float()
         rows, cols = t.indices()
         offsets = torch.zeros(t.shape[0] + 1, dtype=torch.long, device=t.device)
         torch.cumsum(torch.bincount(rows, minlength=t.shape[0]), 0, out=offsets[1:])

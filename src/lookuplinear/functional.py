@@ -260,6 +260,11 @@ def _bags_forward(
         "sparse": sparse,
     }
     if mode == "max":
+        if sparse:
+            raise InputValueError(
+                'mode="max" with sparse=True on bags or matrix input: F.embedding_bag has no '
+                "sparse gradient for max. Use sparse=False, or another mode."
+            )
         bad = None if w is None else w != 1
         if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
             bad &= bags.indices != padding_idx
