@@ -231,7 +231,7 @@ def _dense_forward(
     rows = x.reshape(-1, in_features)  # (N, in)
     if mode == "max":
         out = _bags_forward(Bags.from_dense(rows), weight, bias, mode, None, False)
-        return out.reshape(*lead, -1)
+        return out.reshape(*lead, weight.shape[1])
     if mode == "sum":
         out = rows @ weight if bias is None else torch.addmm(bias, rows, weight)
     else:
@@ -239,7 +239,7 @@ def _dense_forward(
         out = (rows @ weight) * _safe_inverse(vals.sum(1), sqrt=mode == "sqrtn").unsqueeze(1)
         if bias is not None:
             out = out + bias
-    return out.reshape(*lead, -1)
+    return out.reshape(*lead, weight.shape[1])
 
 
 def _bags_forward(

@@ -1,0 +1,201 @@
+"""Random bags (hypothesis) against the dense reference; ``Bags`` adapters; huge indices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from forms import (
+    MODES,
+    Batch,
+    assert_close,
+    make_case,
+    reference_bags,
+    reference_index,
+    reference_linear,
+)
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, lookup_linear
+
+#: Weights exact in bfloat16 and float32, so sums are exact and "sums to 0" really is 0.
+DYADIC = [-2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0]
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Batch, int | None]:
+    """A batch of 0-5 bags of 0-6 indices (duplicates likely), weighted or not, and a
+    padding_idx (None, or any index, negative included)."""
+    in_features = draw(st.integers(1, 12))
+    lists = draw(st.lists(st.lists(st.integers(0, in_features - 1), max_size=6), max_size=5))
+    weights = None
+    if draw(st.booleans()):
+        weights = [[draw(st.sampled_from(DYADIC)) for _ in bag] for bag in lists]
+    padding = draw(st.none() | st.integers(-in_features, in_features - 1))
+    return Batch(lists, weights, in_features), padding
+
+
+EDGES = {
+    "zero-sized batch": (Batch([], None, 4), None),
+    "all-empty batch": (Batch([[], [], []], None, 4), 0),
+    "batch of one": (Batch([[2]], [[1.5]], 3), None),
+    "only padding": (Batch([[1, 1], [1]], None, 3), 1),
+    "duplicates": (Batch([[0, 0, 0], [2, 0, 2]], None, 3), None),
+    "weights sum to 0": (Batch([[0, 1], [1, 1]], [[1.0, -1.0], [0.5, -0.5]], 2), -1),
+}
+
+
+def _with_edges(test: Any) -> Any:
+    for name, (batch, pad) in EDGES.items():
+        test = example(data=(batch, pad), mode="mean", form="bags").via(name)(test)
+    return test
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=batches(),
+    mode=st.sampled_from(MODES),
+    form=st.sampled_from(["bags", "offsets", "scipy_csr", "torch_coo", "dense"]),
+)
+@_with_edges
+def test_random_bags_equal_dense_linear(data: tuple[Batch, int | None], mode: str, form: str) -> None:
+    batch, padding_idx = data
+    if mode == "max":
+        batch = Batch(batch.lists, None, batch.in_features)
+    torch.manual_seed(0)
+    layer = LookupLinear(batch.in_features, 3, mode=mode, padding_idx=padding_idx)
+    with torch.no_grad():
+        assert layer.bias is not None
+        layer.bias.normal_()
+    case = make_case(form, batch, requires_grad=mode != "max" and form != "scipy_csr")
+    pad = layer.padding_idx
+    if mode == "max" and case.merges and batch.has_duplicates(pad):
+        with pytest.raises(InputValueError, match="weight 1"):
+            layer(case.input, **case.kwargs)
+        return
+    lin = reference_linear(layer)
+    leaf_ref = None if case.leaf is None else case.leaf.detach().double().requires_grad_(True)
+    ref = reference_bags(
+        lin, case.entries(leaf_ref), batch.n, mode=mode, padding_idx=pad, merges=case.merges
+    )
+    out = layer(case.input, **case.kwargs)
+    assert out.shape == (batch.n, 3)
+    assert_close(out, ref, torch.float32)  # never NaN: assert_close checks finiteness too
+
+    # rows with nothing left after padding give exactly the bias
+    kept = [[i for i in bag if i != pad] for bag in batch.lists]
+    for b, bag in enumerate(kept):
+        if not bag:
+            assert torch.equal(out[b], layer.bias.detach())
+
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    inputs = [layer.weight, layer.bias] + ([case.leaf] if case.leaf is not None else [])
+    ref_inputs = [lin.weight, lin.bias] + ([leaf_ref] if leaf_ref is not None else [])
+    grads = torch.autograd.grad(out, inputs, g.float(), allow_unused=True)
+    ref_grads = torch.autograd.grad(ref, ref_inputs, g, allow_unused=True)
+    assert_close(grads[0], ref_grads[0].T, torch.float32)
+    assert_close(grads[1], ref_grads[1], torch.float32)
+    if case.leaf is not None:
+        got = torch.zeros_like(case.leaf) if grads[2] is None else grads[2]
+        want = torch.zeros_like(leaf_ref) if ref_grads[2] is None else ref_grads[2]
+        assert_close(got, want, torch.float32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=batches())
+def test_bags_round_trip_through_scipy_and_dense(data: tuple[Batch, int | None]) -> None:
+    batch, _ = data
+    bags = make_case("bags", batch).input
+    rows, cols, vals, _ = batch.flat()
+    want = np.zeros((batch.n, batch.in_features))
+    np.add.at(want, (rows, cols), vals)
+
+    dense = bags.to_dense(batch.in_features, dtype=torch.float64)
+    np.testing.assert_array_equal(dense.numpy(), want)
+    np.testing.assert_array_equal(bags.to_scipy(batch.in_features).toarray(), want)
+    back = Bags.from_scipy(bags.to_scipy(batch.in_features))
+    np.testing.assert_array_equal(back.to_dense(batch.in_features).numpy(), want)
+    from_dense = Bags.from_dense(dense)
+    np.testing.assert_array_equal(
+        from_dense.to_dense(batch.in_features, dtype=torch.float64).numpy(), want
+    )
+    assert len(bags) == batch.n
+    assert bags.lengths().tolist() == [len(b) for b in batch.lists]
+    assert bags.bag_ids().tolist() == rows.tolist()
+    assert bags.nnz == len(cols)
+
+
+def test_from_padded_drops_padding() -> None:
+    x = torch.tensor([[3, 1, 0], [0, 0, 0], [2, 2, 5]])
+    bags = Bags.from_padded(x, padding_idx=0)
+    assert bags.offsets.tolist() == [0, 2, 2, 5]
+    assert bags.indices.tolist() == [3, 1, 2, 2, 5]
+    layer = LookupLinear(6, 2, padding_idx=0)
+    # the padded index tensor summed over L equals the bags (padding outputs the bias, so
+    # subtract it for each padded position: L * bias in the index path, bias once in the bags)
+    per_position = layer(x) - layer.bias
+    torch.testing.assert_close(per_position.sum(1) + layer.bias, layer(bags))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("kind", [sp.csr_matrix, sp.csr_array])
+def test_from_scipy_csr_shares_memory(kind: Any, index_dtype: Any) -> None:
+    m = kind(sp.random(5, 50, density=0.2, format="csr", dtype=np.float32, random_state=0))
+    m.indices = m.indices.astype(index_dtype)
+    m.indptr = m.indptr.astype(index_dtype)
+    bags = Bags.from_scipy(m)
+    assert bags.indices.dtype == torch.from_numpy(np.zeros(1, index_dtype)).dtype
+    assert np.shares_memory(bags.indices.numpy(), m.indices)
+    assert np.shares_memory(bags.offsets.numpy(), m.indptr)
+    assert bags.weights is not None
+    assert np.shares_memory(bags.weights.numpy(), m.data)
+    layer = LookupLinear(50, 3)
+    torch.testing.assert_close(layer(m), layer(torch.from_numpy(m.toarray())))
+
+
+def test_scipy_coo_duplicates_add_up() -> None:
+    coo = sp.coo_matrix(
+        (np.array([1.0, 2.0, 0.5]), (np.array([0, 0, 1]), np.array([3, 3, 1]))), shape=(2, 5)
+    )
+    layer = LookupLinear(5, 2, bias=False)
+    W = layer.weight.detach()
+    torch.testing.assert_close(layer(coo), torch.stack([3.0 * W[3], 0.5 * W[1]]))
+
+
+def test_huge_in_features_index_lookup() -> None:
+    """in_features = 2**31 + 5 does not fit int32 and its table (8 GiB) cannot be allocated here,
+    so the weight is one row expanded with stride 0: every row holds the same values, which
+    checks that indices above 2**31 pass the range check un-truncated and index the table, and
+    that 2**31 + 5 is refused naming the right in_features."""
+    n = 2**31 + 5
+    row = torch.tensor([[1.0, -2.0, 3.0]])
+    W = row.expand(n, 3)
+    x = torch.tensor([[n - 1, 2**31], [0, 7]])
+    out = lookup_linear(x, W, torch.tensor([0.5, 0.5, 0.5]))
+    assert out.shape == (2, 2, 3)
+    torch.testing.assert_close(out, (row + 0.5).expand(2, 2, 3))
+    padded = lookup_linear(x, W, padding_idx=-1)  # -1 is index 2**31 + 4
+    assert not padded[0, 0].any() and torch.equal(padded[0, 1], row[0])
+    with pytest.raises(LookupIndexError, match=f"index {n} at input\\[1\\] .* in_features={n}"):
+        lookup_linear(torch.tensor([0, n]), W)
+
+
+def test_huge_index_values_in_bags_are_refused_not_wrapped() -> None:
+    """An int64 index that would wrap to a valid one in int32 (2**32 + 3 -> 3) is refused."""
+    layer = LookupLinear(10, 2)
+    with pytest.raises(LookupIndexError, match=f"index {2**32 + 3}"):
+        layer(Bags(torch.tensor([1, 2**32 + 3]), torch.tensor([0, 2])))
+    with pytest.raises(LookupIndexError, match=f"index {2**32 + 3}"):
+        layer(torch.tensor([2**32 + 3]))
+
+
+def test_index_lookup_reference_matches_embedding() -> None:
+    """The helper reference itself is what nn.Embedding plus bias computes (a check on the test)."""
+    layer = LookupLinear(6, 3, padding_idx=None)
+    x = torch.tensor([[5, 0], [2, 2]])
+    emb = torch.nn.functional.embedding(x, layer.weight.detach()) + layer.bias.detach()
+    torch.testing.assert_close(reference_index(reference_linear(layer), x, None).float(), emb)
