@@ -68,14 +68,16 @@ def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) ->
     if layer.mode == "mean":
         denom = X.sum(-1)
     elif bags is None:  # dense rows: the entries are the non-zeros
-        denom = (X * X).sum(-1).sqrt()
+        denom = (X * X).sum(-1)
     else:  # entries as given (duplicates counted one by one, like TensorFlow's sqrtn)
         w = torch.ones(bags.nnz, dtype=dtype) if bags.weights is None else bags.weights.to(dtype)
         sq = Bags(bags.indices, bags.offsets, w * w).to_dense(n, dtype=dtype)
         if pad is not None:
             sq[:, pad] = 0
-        denom = sq.sum(-1).sqrt()
-    scale = torch.where(denom != 0, 1 / torch.where(denom != 0, denom, 1), 0)
+        denom = sq.sum(-1)
+    nonzero = denom != 0
+    safe = torch.where(nonzero, denom, 1)  # no sqrt(0) or 1/0: gradients stay finite
+    scale = torch.where(nonzero, 1 / (safe.sqrt() if layer.mode == "sqrtn" else safe), 0)
     return X * scale.unsqueeze(-1)
 
 

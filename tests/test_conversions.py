@@ -1,0 +1,181 @@
+"""from_linear / from_embedding / to_linear / to_embedding / to_embedding_bag."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lookuplinear import Bags, InputTypeError, InputValueError, LookupLinear, check_equivalence
+
+X_IDX = torch.tensor([[3, 0, 7], [9, 9, 2]])
+BAGS = Bags.from_lists([[3, 1, 3], [], [2, 2], [0, 5, 9]])
+FLAT, OFFSETS = BAGS.indices, BAGS.offsets  # CSR offsets: [0, 3, 3, 5, 8]
+
+
+def test_from_linear_equals_linear_on_one_hot_and_multi_hot() -> None:
+    torch.manual_seed(0)
+    lin = nn.Linear(10, 4)
+    layer = LookupLinear.from_linear(lin)
+    assert torch.equal(layer.weight.detach(), lin.weight.detach().T)
+    assert layer.bias is not None and torch.equal(layer.bias.detach(), lin.bias.detach())
+    torch.testing.assert_close(layer(X_IDX), lin(F.one_hot(X_IDX, 10).float()))
+    torch.testing.assert_close(layer(BAGS), lin(BAGS.to_dense(10)))
+    assert check_equivalence(layer, BAGS).ok
+
+
+def test_from_linear_copies() -> None:
+    lin = nn.Linear(5, 2)
+    layer = LookupLinear.from_linear(lin, mode="mean", sparse=True)
+    with torch.no_grad():
+        lin.weight.zero_()
+    assert layer.weight.abs().sum() > 0
+    assert layer.mode == "mean" and layer.sparse
+
+
+def test_from_linear_without_bias_and_float64() -> None:
+    lin = nn.Linear(6, 3, bias=False, dtype=torch.float64)
+    layer = LookupLinear.from_linear(lin)
+    assert layer.bias is None and layer.weight.dtype == torch.float64
+    x = torch.tensor([5, 1])
+    assert torch.equal(layer(x), lin(F.one_hot(x, 6).double()))
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_from_embedding_equals_embedding(padding_idx: int | None, sparse: bool) -> None:
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 4, padding_idx=padding_idx, sparse=sparse)
+    layer = LookupLinear.from_embedding(emb)
+    assert layer.bias is None
+    assert layer.padding_idx == padding_idx and layer.sparse == sparse
+    assert torch.equal(layer(X_IDX), emb(X_IDX))
+    x = torch.tensor([2, 2, 5])
+    assert torch.equal(layer(x), emb(x))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2, -1])
+def test_from_embedding_bag_equals_embedding_bag(mode: str, padding_idx: int | None) -> None:
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(10, 4, mode=mode, padding_idx=padding_idx)
+    layer = LookupLinear.from_embedding(bag)
+    assert layer.mode == mode and layer.bias is None
+    assert layer.padding_idx == (None if padding_idx is None else padding_idx % 10)
+    # nn.EmbeddingBag takes start offsets (N entries); the layer takes CSR offsets (N + 1)
+    want = bag(FLAT, OFFSETS[:-1])
+    torch.testing.assert_close(layer(FLAT, offsets=OFFSETS), want)
+    torch.testing.assert_close(layer(BAGS), want)
+
+
+def test_from_embedding_bag_with_non_zero_padding_row_is_still_equal() -> None:
+    bag = nn.EmbeddingBag(10, 4, mode="sum", padding_idx=1)
+    with torch.no_grad():
+        bag.weight[1] = 5.0  # EmbeddingBag skips padding entries whatever the row holds
+    layer = LookupLinear.from_embedding(bag)
+    torch.testing.assert_close(layer(FLAT, offsets=OFFSETS), bag(FLAT, OFFSETS[:-1]))
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: nn.Embedding(10, 4, max_norm=1.0), "max_norm"),
+        (lambda: nn.EmbeddingBag(10, 4, max_norm=1.0), "max_norm"),
+        (lambda: nn.Embedding(10, 4, scale_grad_by_freq=True), "scale_grad_by_freq"),
+    ],
+    ids=["embedding-max-norm", "bag-max-norm", "scale-grad-by-freq"],
+)
+def test_from_embedding_refuses_what_a_linear_layer_cannot_hold(make, match: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputValueError, match=match):
+        LookupLinear.from_embedding(make())
+
+
+def test_from_embedding_refuses_non_zero_padding_row() -> None:
+    emb = nn.Embedding(10, 4, padding_idx=3)
+    with torch.no_grad():
+        emb.weight[3] = 1.0
+    with pytest.raises(InputValueError, match=r"padding row 3 is non-zero.*weight.data\[3\] = 0"):
+        LookupLinear.from_embedding(emb)
+
+
+def test_from_wrong_module_types() -> None:
+    with pytest.raises(InputTypeError, match="nn.Linear"):
+        LookupLinear.from_linear(nn.Embedding(3, 2))  # type: ignore[arg-type]
+    with pytest.raises(InputTypeError, match="nn.Embedding"):
+        LookupLinear.from_embedding(nn.Linear(3, 2))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_to_linear_is_a_drop_in_for_sum(padding_idx: int | None) -> None:
+    layer = LookupLinear(10, 4, padding_idx=padding_idx, init="linear")
+    lin = layer.to_linear()
+    assert isinstance(lin, nn.Linear)
+    assert lin.weight.shape == (4, 10)
+    X = BAGS.to_dense(10)
+    torch.testing.assert_close(layer(BAGS), lin(X))
+    torch.testing.assert_close(layer(X_IDX), lin(F.one_hot(X_IDX, 10).float()))
+    if padding_idx is not None:
+        assert not lin.weight[:, padding_idx].any()
+    # a copy: training the linear layer leaves the lookup layer alone
+    with torch.no_grad():
+        lin.weight.add_(1.0)
+    assert not torch.allclose(layer.weight.T, lin.weight)
+
+
+@pytest.mark.parametrize("mode", ["mean", "sqrtn", "max"])
+def test_to_linear_strict_refuses_other_modes(mode: str) -> None:
+    layer = LookupLinear(10, 4, mode=mode)
+    with pytest.raises(InputValueError, match="strict=False"):
+        layer.to_linear()
+    assert layer.to_linear(strict=False).weight.shape == (4, 10)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_to_embedding_round_trip(padding_idx: int | None) -> None:
+    layer = LookupLinear(10, 4, bias=False, padding_idx=padding_idx, sparse=True)
+    emb = layer.to_embedding()
+    assert isinstance(emb, nn.Embedding)
+    assert emb.padding_idx == padding_idx and emb.sparse
+    assert torch.equal(emb(X_IDX), layer(X_IDX))
+    back = LookupLinear.from_embedding(emb)
+    assert torch.equal(back(X_IDX), layer(X_IDX))
+    assert torch.equal(back(BAGS), layer(BAGS))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_to_embedding_bag_round_trip(mode: str, padding_idx: int | None) -> None:
+    layer = LookupLinear(10, 4, bias=False, mode=mode, padding_idx=padding_idx)
+    bag = layer.to_embedding_bag()
+    assert isinstance(bag, nn.EmbeddingBag)
+    assert bag.mode == mode and bag.padding_idx == padding_idx and bag.include_last_offset
+    torch.testing.assert_close(bag(FLAT, OFFSETS), layer(BAGS))  # include_last_offset: CSR
+    back = LookupLinear.from_embedding(bag)
+    assert torch.equal(back(BAGS), layer(BAGS))
+    assert torch.equal(back.weight, layer.weight)
+
+
+def test_linear_round_trip_is_identical() -> None:
+    layer = LookupLinear(10, 4, init="linear")
+    back = LookupLinear.from_linear(layer.to_linear())
+    for x in (X_IDX, BAGS, BAGS.to_dense(10)):
+        assert torch.equal(back(x), layer(x))
+
+
+@pytest.mark.parametrize("target", ["to_embedding", "to_embedding_bag"])
+def test_bias_cannot_be_dropped(target: str) -> None:
+    layer = LookupLinear(10, 4)
+    with pytest.raises(InputValueError, match="bias=False"):
+        getattr(layer, target)()
+
+
+def test_sqrtn_has_no_embedding_bag() -> None:
+    with pytest.raises(InputValueError, match="'sqrtn'"):
+        LookupLinear(10, 4, bias=False, mode="sqrtn").to_embedding_bag()
+
+
+def test_converted_layers_pass_check_equivalence() -> None:
+    bag = nn.EmbeddingBag(10, 4, mode="mean", padding_idx=0)
+    assert check_equivalence(LookupLinear.from_embedding(bag), BAGS).ok
+    assert check_equivalence(LookupLinear.from_linear(nn.Linear(10, 4)), X_IDX).ok
