@@ -76,7 +76,14 @@ class Batch:
 #: entries equal to the last index (padding_idx=-1), and weights that sum to 0 in bag 4.
 BATCH = Batch(
     lists=[[3, 1, 3, 9], [], [2, 2], [0, 5, 2, 9, 7], [4, 6], [8]],
-    weights=[[0.5, -1.25, 2.0, 1.0], [], [0.75, 1.5], [1.0, -0.5, 0.25, 2.0, 1.5], [1.5, -1.5], [2]],
+    weights=[
+        [0.5, -1.25, 2.0, 1.0],
+        [],
+        [0.75, 1.5],
+        [1.0, -0.5, 0.25, 2.0, 1.5],
+        [1.5, -1.5],
+        [2],
+    ],
     in_features=10,
 )
 UNWEIGHTED = Batch(BATCH.lists, None, BATCH.in_features)
@@ -258,4 +265,6 @@ def assert_close(got: torch.Tensor | None, want: torch.Tensor | None, dtype: tor
     # a float32 input's gradient carries float32 rounding even when the layer is float64
     rtol, atol = max(TOLERANCES[dtype], TOLERANCES.get(got.dtype, (0.0, 0.0)))
     assert torch.isfinite(got).all()
-    torch.testing.assert_close(got.detach().cpu().double(), want.detach().double(), rtol=rtol, atol=atol)
+    torch.testing.assert_close(
+        got.detach().cpu().double(), want.detach().double(), rtol=rtol, atol=atol
+    )

@@ -62,7 +62,9 @@ def _with_edges(test: Any) -> Any:
     form=st.sampled_from(["bags", "offsets", "scipy_csr", "torch_coo", "dense"]),
 )
 @_with_edges
-def test_random_bags_equal_dense_linear(data: tuple[Batch, int | None], mode: str, form: str) -> None:
+def test_random_bags_equal_dense_linear(
+    data: tuple[Batch, int | None], mode: str, form: str
+) -> None:
     batch, padding_idx = data
     if mode == "max":
         batch = Batch(batch.lists, None, batch.in_features)

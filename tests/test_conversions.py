@@ -100,9 +100,9 @@ def test_from_embedding_refuses_non_zero_padding_row() -> None:
 
 
 def test_from_wrong_module_types() -> None:
-    with pytest.raises(InputTypeError, match="nn.Linear"):
+    with pytest.raises(InputTypeError, match=r"nn\.Linear"):
         LookupLinear.from_linear(nn.Embedding(3, 2))  # type: ignore[arg-type]
-    with pytest.raises(InputTypeError, match="nn.Embedding"):
+    with pytest.raises(InputTypeError, match=r"nn\.Embedding"):
         LookupLinear.from_embedding(nn.Linear(3, 2))  # type: ignore[arg-type]
 
 

@@ -228,7 +228,7 @@ def test_bad_arguments_raise_value_error(make: Callable[[], Any], words: list[st
 
 
 def test_padding_idx_of_the_wrong_type_is_a_type_error() -> None:
-    with pytest.raises(InputTypeError, match="int or None, got 1.5"):
+    with pytest.raises(InputTypeError, match=r"int or None, got 1\.5"):
         LookupLinear(IN, 3, padding_idx=1.5)  # type: ignore[arg-type]
     with pytest.raises(InputTypeError):
         lookup_linear(torch.tensor([1]), torch.ones(IN, 3), padding_idx=True)  # type: ignore[arg-type]
@@ -263,7 +263,7 @@ def test_bags_constructor_errors() -> None:
         Bags([1, 2], np.array([0.0, np.inf, 2.0]))
     with pytest.raises(InputValueError, match="offsets are on meta"):
         Bags(torch.tensor([1]), torch.tensor([0, 1], device="meta"))
-    with pytest.raises(InputTypeError, match="scipy.sparse"):
+    with pytest.raises(InputTypeError, match=r"scipy\.sparse"):
         Bags.from_scipy(np.eye(3))
     with pytest.raises(InputTypeError, match="sparse COO or CSR"):
         Bags.from_torch_sparse(torch.eye(3))

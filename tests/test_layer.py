@@ -57,7 +57,9 @@ def test_reset_parameters_redraws_under_the_same_seed() -> None:
 def test_extra_repr() -> None:
     assert repr(LookupLinear(10, 3)) == "LookupLinear(10, 3, bias=True)"
     layer = LookupLinear(10, 3, bias=False, mode="sqrtn", padding_idx=-1, sparse=True)
-    assert repr(layer) == "LookupLinear(10, 3, bias=False, mode='sqrtn', padding_idx=9, sparse=True)"
+    assert (
+        repr(layer) == "LookupLinear(10, 3, bias=False, mode='sqrtn', padding_idx=9, sparse=True)"
+    )
 
 
 def test_state_dict_round_trip_and_weights_only_load() -> None:
@@ -106,7 +108,7 @@ def test_torch_compile_index_and_bags() -> None:
     polymorphic forward or a graph break would fail) without Inductor's C++ code generation,
     which takes 15 s cold on 2 cores; Inductor gives the same results (see docs/layer.md)."""
     try:
-        import torch._dynamo  # noqa: F401
+        import torch._dynamo
     except ImportError as exc:  # pragma: no cover - torch built without dynamo
         pytest.skip(f"torch.compile unavailable: {exc}")
     torch._dynamo.reset()
