@@ -46,13 +46,12 @@ def _upstream(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).double()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("padding_idx", [None, 2, -1])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("form", MATRIX_FORMS)
 def test_matrix_form_equals_dense_linear(
-    form: str, mode: str, padding_idx: int | None, dtype: torch.dtype, device: str
+    form: str, mode: str, padding_idx: int | None, dtype: torch.dtype, device: str = "cpu"
 ) -> None:
     batch = UNWEIGHTED if mode == "max" or form == "bool" else BATCH
     grad = form in GRAD_FORMS and mode != "max"
@@ -90,7 +89,6 @@ def test_matrix_form_equals_dense_linear(
         assert_close(grads[2], ref_grads[2], dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("padding_idx", [None, 2, -1])
 @pytest.mark.parametrize("mode", MODES)
@@ -102,7 +100,7 @@ def test_index_tensor_equals_linear_on_one_hot(
     mode: str,
     padding_idx: int | None,
     dtype: torch.dtype,
-    device: str,
+    device: str = "cpu",
 ) -> None:
     gen = torch.Generator().manual_seed(len(shape))
     x = torch.randint(0, 10, shape, generator=gen)
@@ -122,6 +120,26 @@ def test_index_tensor_equals_linear_on_one_hot(
     ref_grads = torch.autograd.grad(ref, [lin.weight, lin.bias], g)
     assert_close(grads[0], ref_grads[0].T, dtype)
     assert_close(grads[1], ref_grads[1], dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("form", MATRIX_FORMS)
+def test_matrix_form_on_device(form: str, mode: str, device: str) -> None:
+    """The matrix-form test above on every device (float32 and bfloat16, padding_idx=2)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        test_matrix_form_equals_dense_linear(form, mode, 2, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("mode", MODES)
+def test_index_tensor_on_device(mode: str, padding_idx: int | None, device: str) -> None:
+    """The index test above on every device (float32, int64 and int32 indices)."""
+    for int_dtype in (torch.int64, torch.int32):
+        test_index_tensor_equals_linear_on_one_hot(
+            (3, 4), int_dtype, mode, padding_idx, torch.float32, device
+        )
 
 
 @pytest.mark.parametrize("mode", MODES)
