@@ -300,11 +300,23 @@ class Bags:
         return self.indices.device
 
     def lengths(self) -> torch.Tensor:
-        """Number of entries in each bag, shape ``(N,)``."""
+        """Number of entries in each bag, shape ``(N,)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).lengths()
+        tensor([2, 0, 3])
+        """
         return self.offsets[1:] - self.offsets[:-1]
 
     def bag_ids(self) -> torch.Tensor:
-        """The bag of every entry, shape ``(nnz,)``: ``[0, 0, 2, 2, 2]`` for the class example."""
+        """The bag of every entry, shape ``(nnz,)``: the row index of each CSR entry.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).bag_ids()
+        tensor([0, 0, 2, 2, 2])
+        """
         n = len(self)
         return torch.repeat_interleave(
             torch.arange(n, device=self.device), self.lengths().long(), output_size=self.nnz
@@ -316,7 +328,16 @@ class Bags:
         return self.indices.numel()
 
     def to(self, device: torch.device | str) -> Bags:
-        """Return the same bags on ``device`` (this object if nothing moves)."""
+        """Return the same bags on ``device`` (this object if nothing moves).
+
+        Examples
+        --------
+        >>> bags = Bags.from_lists([[3, 1], []])
+        >>> bags.to("cpu") is bags
+        True
+        >>> bags.to("meta").device
+        device(type='meta')
+        """
         device = torch.device(device)
         if self.indices.device == device:
             return self
@@ -324,13 +345,26 @@ class Bags:
         return Bags(self.indices.to(device), self.offsets.to(device), w)
 
     def check_indices(self, in_features: int) -> None:
-        """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``."""
+        """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [7]]).check_indices(5)
+        Traceback (most recent call last):
+            ...
+        lookuplinear.errors.LookupIndexError: index 7 at Bags.indices[2] is out of range ...
+        """
         check_index_range(self.indices, in_features, where="Bags.indices")
 
     def to_dense(self, in_features: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The dense ``(N, in_features)`` matrix these bags stand for (duplicates add up).
 
         This is the reference path: it allocates ``N x in_features`` values.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[0, 2, 2]], weights=[[0.5, 1.0, 1.0]]).to_dense(4)
+        tensor([[0.5000, 0.0000, 2.0000, 0.0000]])
         """
         self.check_indices(in_features)
         if dtype is None:
@@ -344,7 +378,15 @@ class Bags:
         return out.index_put((self.bag_ids(), self.indices.long()), vals, accumulate=True)
 
     def to_scipy(self, in_features: int) -> sp.csr_matrix:
-        """The same batch as a ``scipy.sparse.csr_matrix`` of shape ``(N, in_features)``."""
+        """The same batch as a ``scipy.sparse.csr_matrix`` of shape ``(N, in_features)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2]]).to_scipy(4).toarray()
+        array([[0., 1., 0., 1.],
+               [0., 0., 0., 0.],
+               [0., 0., 1., 0.]], dtype=float32)
+        """
         self.check_indices(in_features)
         vals = (
             np.ones(self.nnz, dtype=np.float32)

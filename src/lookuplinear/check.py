@@ -56,7 +56,18 @@ class Comparison:
 
 @dataclass(frozen=True)
 class EquivalenceReport:
-    """What :func:`check_equivalence` compared, and whether every comparison passed."""
+    """What :func:`check_equivalence` compared, and whether every comparison passed.
+
+    Examples
+    --------
+    >>> report = check_equivalence(LookupLinear(5, 2), torch.tensor([4, 0]))
+    >>> print(report)  # doctest: +ELLIPSIS
+    LookupLinear vs nn.Linear on the dense input (index tensor of shape (2,)): EQUIVALENT
+      ok   output         max|diff|=...
+      ok   weight.grad    max|diff|=...
+      ok   bias.grad      max|diff|=...
+    >>> report.raise_if_failed()  # nothing to raise
+    """
 
     input_form: str
     comparisons: list[Comparison] = field(default_factory=list)

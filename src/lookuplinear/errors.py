@@ -2,6 +2,20 @@
 
 Each class is also the built-in exception a Python user would catch for that kind of mistake
 (``IndexError``, ``ValueError``, ``TypeError``), so ``except ValueError`` keeps working.
+
+Examples
+--------
+>>> from lookuplinear import LookupLinear
+>>> layer = LookupLinear(10, 3)
+>>> try:
+...     layer(torch.tensor([4, 12]))
+... except IndexError as e:                    # also a LookupLinearError
+...     print(type(e).__name__, "-", e)
+LookupIndexError - index 12 at input[1] is out of range for in_features=10: ...
+>>> layer(torch.ones(2, 7))
+Traceback (most recent call last):
+    ...
+lookuplinear.errors.InputValueError: a floating input is read as dense rows of shape ... (2, 7). ...
 """
 
 from __future__ import annotations

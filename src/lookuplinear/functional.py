@@ -33,7 +33,13 @@ def check_mode(mode: str) -> None:
 
 
 def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | None:
-    """``padding_idx`` in ``[0, in_features)``; negative counts from the end, as in PyTorch."""
+    """``padding_idx`` in ``[0, in_features)``; negative counts from the end, as in PyTorch.
+
+    Examples
+    --------
+    >>> normalize_padding_idx(-1, 10), normalize_padding_idx(None, 10)
+    (9, None)
+    """
     if padding_idx is None:
         return None
     if isinstance(padding_idx, bool) or not isinstance(padding_idx, int):
@@ -294,6 +300,14 @@ def row_scale(
 
     ``sum``: 1; ``mean``: ``1 / sum(w)``; ``sqrtn``: ``1 / sqrt(sum(w**2))``, over the bag's
     non-padding entries (``w = 1`` when unweighted), and 0 for a bag whose denominator is 0.
+
+    Examples
+    --------
+    >>> bags = Bags.from_lists([[1, 1, 2], [], [0]], weights=[[3.0, 4.0, 0.0], [], [2.0]])
+    >>> row_scale(bags, "mean", None)          # 1 / (3 + 4 + 0), empty bag -> 0, 1 / 2
+    tensor([0.1429, 0.0000, 0.5000])
+    >>> row_scale(bags, "sqrtn", None)         # 1 / sqrt(9 + 16), 0, 1 / sqrt(4)
+    tensor([0.2000, 0.0000, 0.5000])
     """
     n = len(bags)
     if mode == "sum" or mode == "max":

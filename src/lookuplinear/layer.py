@@ -113,7 +113,16 @@ class LookupLinear(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed."""
+        """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed.
+
+        Examples
+        --------
+        >>> layer = LookupLinear(4, 2, padding_idx=0)
+        >>> _ = torch.manual_seed(0)
+        >>> layer.reset_parameters()
+        >>> layer.weight[0]
+        tensor([0., 0.], grad_fn=<SelectBackward0>)
+        """
         with torch.no_grad():
             if self.init == "linear":
                 # nn.Linear.reset_parameters on a (out, in) tensor, then transposed
@@ -263,6 +272,17 @@ class LookupLinear(nn.Module):
         ------
         InputValueError
             ``strict`` and ``mode != "sum"``.
+
+        Examples
+        --------
+        >>> layer = LookupLinear(4, 3)
+        >>> lin = layer.to_linear()
+        >>> lin
+        Linear(in_features=4, out_features=3, bias=True)
+        >>> from lookuplinear import Bags
+        >>> bags = Bags.from_lists([[1, 3], [2]])
+        >>> torch.allclose(layer(bags), lin(bags.to_dense(4)))
+        True
         """
         if strict and self.mode != "sum":
             raise InputValueError(
@@ -295,6 +315,16 @@ class LookupLinear(nn.Module):
         ------
         InputValueError
             The layer has a bias, which ``nn.Embedding`` cannot hold.
+
+        Examples
+        --------
+        >>> layer = LookupLinear(4, 3, bias=False, padding_idx=0)
+        >>> emb = layer.to_embedding()
+        >>> emb
+        Embedding(4, 3, padding_idx=0)
+        >>> x = torch.tensor([[0, 2], [3, 1]])
+        >>> torch.equal(emb(x), layer(x))
+        True
         """
         self._refuse_bias("nn.Embedding")
         emb = nn.Embedding(
@@ -315,6 +345,15 @@ class LookupLinear(nn.Module):
         ------
         InputValueError
             The layer has a bias, or ``mode="sqrtn"`` (``nn.EmbeddingBag`` has no such mode).
+
+        Examples
+        --------
+        >>> layer = LookupLinear(4, 3, bias=False, mode="mean")
+        >>> bag = layer.to_embedding_bag()           # include_last_offset: CSR offsets
+        >>> from lookuplinear import Bags
+        >>> bags = Bags.from_lists([[1, 3], [], [2]])
+        >>> torch.allclose(bag(bags.indices, bags.offsets), layer(bags))
+        True
         """
         self._refuse_bias("nn.EmbeddingBag")
         if self.mode == "sqrtn":

@@ -90,6 +90,14 @@ def dense_reference(
     to take gradients through it. For ``mode="max"`` on matrix input the output is the
     element-wise max of ``linear.weight.T``'s rows present in each row (0 for an empty row),
     plus the bias.
+
+    Examples
+    --------
+    >>> layer = LookupLinear(4, 2, mode="max", bias=False)
+    >>> bags = Bags.from_lists([[0, 3], []])
+    >>> W = layer.weight.detach()
+    >>> torch.equal(dense_reference(layer, bags)[0], torch.maximum(W[0], W[3]))
+    True
     """
     lin = linear if linear is not None else layer.to_linear(strict=False)
     dtype = lin.weight.dtype

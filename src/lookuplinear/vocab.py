@@ -64,7 +64,13 @@ class Vocab:
 
     @classmethod
     def characters(cls) -> Vocab:
-        """The 100 characters of ``string.printable``, in order (index = position)."""
+        """The 100 characters of ``string.printable``, in order (index = position).
+
+        Examples
+        --------
+        >>> Vocab.characters().encode("hi!")
+        tensor([17, 18, 62])
+        """
         return cls(string.printable)
 
     def __len__(self) -> int:
@@ -85,11 +91,23 @@ class Vocab:
         )
 
     def encode(self, tokens: str | Sequence[Hashable]) -> torch.Tensor:
-        """Indices of ``tokens`` (a string is a sequence of characters), as a LongTensor."""
+        """Indices of ``tokens`` (a string is a sequence of characters), as a LongTensor.
+
+        Examples
+        --------
+        >>> Vocab(["the", "cat"], unknown="<unk>").encode(["the", "dog", "cat"])
+        tensor([0, 2, 1])
+        """
         return torch.tensor([self[t] for t in tokens], dtype=torch.long)
 
     def decode(self, indices: torch.Tensor | Sequence[int]) -> str | list[Hashable]:
-        """Tokens of ``indices``; joined into a string when every token is a one-character str."""
+        """Tokens of ``indices``; joined into a string when every token is a one-character str.
+
+        Examples
+        --------
+        >>> Vocab(["the", "cat"]).decode([1, 0])
+        ['cat', 'the']
+        """
         flat = indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
         if any(isinstance(i, list) for i in flat):
             raise InputValueError(
