@@ -201,3 +201,28 @@ def test_index_lookup_reference_matches_embedding() -> None:
     x = torch.tensor([[5, 0], [2, 2]])
     emb = torch.nn.functional.embedding(x, layer.weight.detach()) + layer.bias.detach()
     torch.testing.assert_close(reference_index(reference_linear(layer), x, None).float(), emb)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lists=st.lists(st.lists(st.integers(0, 9), max_size=4), min_size=1, max_size=4),
+    bad=st.integers(-(2**63), -1) | st.integers(10, 2**63 - 1),
+    where=st.integers(0, 15),
+)
+def test_any_out_of_range_value_is_named_with_its_position(
+    lists: list[list[int]], bad: int, where: int
+) -> None:
+    """Any int64 value outside [0, 10), negative or huge, is refused naming the value, its
+    position and in_features, in the Bags and the index-tensor forms."""
+    flat = [i for bag in lists for i in bag]
+    pos = where % (len(flat) + 1)
+    flat.insert(pos, bad)
+    lists = [*lists[:-1], lists[-1] + [0]]  # one more entry, so the offsets still add up
+    bags = Bags(torch.tensor(flat), Bags.from_lists(lists).offsets)
+    layer = LookupLinear(10, 2)
+    with pytest.raises(LookupIndexError) as info:
+        layer(bags)
+    assert f"index {bad} at indices[{pos}]" in str(info.value)
+    assert "in_features=10" in str(info.value)
+    with pytest.raises(LookupIndexError, match=f"index {bad} at input\\[{pos}\\]"):
+        layer(torch.tensor(flat))

@@ -1,0 +1,46 @@
+"""Vocab: tokens to indices and back, and its indices in the layer."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+import torch
+
+from lookuplinear import InputValueError, LookupIndexError, LookupLinear, Vocab
+
+
+def test_characters_are_string_printable_in_order() -> None:
+    v = Vocab.characters()
+    assert len(v) == 100
+    assert [v[c] for c in string.printable] == list(range(100))
+    text = "WTF does nn.Embedding do?"
+    x = v.encode(text)
+    assert x.dtype == torch.long and x.shape == (25,)
+    assert v.decode(x) == text
+    assert LookupLinear(len(v), 10)(x.unsqueeze(0)).shape == (1, 25, 10)  # seed 004
+
+
+def test_repeats_keep_their_first_index_and_special_tokens() -> None:
+    v = Vocab(["a", "b", "a", "c"], unknown="<unk>", padding="<pad>")
+    assert len(v) == 5
+    assert (v["a"], v["b"], v["c"]) == (0, 1, 2)
+    assert (v.unknown_idx, v.padding_idx) == (3, 4)
+    assert v["never seen"] == 3
+    assert "a" in v and "z" not in v
+    assert v.decode([0, 4, 3]) == ["a", "<pad>", "<unk>"]
+    layer = LookupLinear(len(v), 2, padding_idx=v.padding_idx, bias=False)
+    assert not layer(v.encode(["<pad>"])).any()
+
+
+def test_unknown_token_without_unknown_entry_raises_key_error() -> None:
+    with pytest.raises(KeyError, match="unknown='<unk>'"):
+        Vocab(["a"]).encode(["b"])
+
+
+def test_decode_errors() -> None:
+    v = Vocab(["a", "b"])
+    with pytest.raises(LookupIndexError, match=r"index 2 is outside the vocabulary \[0, 1\]"):
+        v.decode([0, 2])
+    with pytest.raises(InputValueError, match="1-D"):
+        v.decode(torch.tensor([[0, 1]]))
