@@ -92,8 +92,8 @@ class EquivalenceReport:
 def _compare(
     name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float
 ) -> Comparison:
-    got = (got.to_dense() if got.is_sparse else got).detach().double()
-    ref = ref.detach().double()
+    got = (got.to_dense() if got.layout != torch.strided else got).detach().double()
+    ref = (ref.to_dense() if ref.layout != torch.strided else ref).detach().double()
     if got.shape != ref.shape:
         return Comparison(name, float("inf"), float("inf"), rtol, atol, False)
     if got.numel() == 0:
@@ -122,7 +122,7 @@ def _value_leaf(x: Any) -> torch.Tensor | None:
     """The input's own differentiable values, if the user asked for their gradient."""
     if isinstance(x, Bags) and x.weights is not None and x.weights.requires_grad:
         return x.weights
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.requires_grad:
+    if isinstance(x, torch.Tensor) and x.requires_grad:  # dense, or torch sparse values
         return x
     return None
 
@@ -145,8 +145,8 @@ def check_equivalence(
     (:func:`lookuplinear.densify`: one-hot / multi-hot rows, padding column dropped, rows scaled
     by ``mode``; for ``mode="max"`` the max over present rows). Both are back-propagated with the
     same random upstream gradient. Compared: ``output``, ``weight.grad``, ``bias.grad`` and, when
-    ``x``'s values (``Bags.weights`` or a dense ``x``) require grad, ``input.grad``. The layer's
-    own ``.grad`` fields are left untouched.
+    ``x``'s values (``Bags.weights``, a dense ``x`` or a torch sparse ``x``) require grad,
+    ``input.grad``. The layer's own ``.grad`` fields are left untouched.
 
     Parameters
     ----------
