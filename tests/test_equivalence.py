@@ -206,3 +206,15 @@ def test_sqrtn_counts_duplicate_entries_one_by_one() -> None:
     torch.testing.assert_close(layer(Bags.from_lists([[3, 3]]))[0], 2 * w3 / 2**0.5 + b)
     dense = torch.tensor([[0.0, 0.0, 0.0, 2.0, 0.0]])
     torch.testing.assert_close(layer(dense)[0], 2 * w3 / 2 + b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dense_input_with_leading_dims_is_row_by_row(mode: str) -> None:
+    """A dense ``(..., in_features)`` input is reduced row by row, like nn.Linear."""
+    layer = _layer(6, mode=mode, padding_idx=0)
+    X = (torch.rand(2, 3, 6) < 0.5).float()
+    X[0, 1] = 0  # an empty row
+    out = layer(X)
+    assert out.shape == (2, 3, 4)
+    torch.testing.assert_close(out.reshape(6, 4), layer(X.reshape(6, 6)))
+    torch.testing.assert_close(out[0, 1], layer.bias.detach())
