@@ -84,7 +84,7 @@ CASES: list[tuple[str, dict[str, Any], Any, dict[str, Any], type, type, list[str
     ("torch-csr-wrong-columns", {}, torch.zeros(2, 9).to_sparse_csr(), {}, InputValueError,
      ValueError, ["(N, in_features=10)", "(2, 9)"]),
     ("torch-sparse-3d", {}, torch.zeros(2, 2, IN).to_sparse(), {}, InputValueError, ValueError,
-     ["(N, in_features=10)", "(2, 2, 10)"]),
+     ["(N, in_features=10)", "(2, 2, 10)", "2-D"]),
     # ---- offsets and weights
     ("offsets-not-from-0", {}, torch.tensor([1, 2]), {"offsets": torch.tensor([1, 2])},
      InputValueError, ValueError, ["start at 0", "offsets[0]=1", "Prepend 0"]),
@@ -102,7 +102,7 @@ CASES: list[tuple[str, dict[str, Any], Any, dict[str, Any], type, type, list[str
      {"offsets": torch.tensor([0.0, float("nan"), 2.0])}, InputTypeError, TypeError,
      ["integer", "offsets.long()"]),
     ("offsets-with-2d-input", {}, torch.tensor([[1, 2]]), {"offsets": torch.tensor([0, 2])},
-     InputValueError, ValueError, ["1-D index tensor", "(1, 2)"]),
+     InputValueError, ValueError, ["1-D index tensor", "(1, 2)", "flattened"]),
     ("weights-wrong-length", {}, torch.tensor([1, 2]),
      {"offsets": torch.tensor([0, 2]), "per_sample_weights": torch.ones(3)},
      InputValueError, ValueError, ["one value per index", "(2,)", "(3,)"]),

@@ -131,7 +131,8 @@ def lookup_linear(
         if not isinstance(input, torch.Tensor) or input.dim() != 1:
             raise InputValueError(
                 "offsets given, so input must be a 1-D index tensor (the bags' entries), got "
-                f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}."
+                f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}. Pass the "
+                "bags' indices flattened, or drop offsets= for a per-element lookup."
             )
         input = Bags(input, offsets, per_sample_weights)
     elif per_sample_weights is not None:
@@ -193,11 +194,16 @@ def _as_bags(input: Any, in_features: int) -> Bags:
 
 
 def _check_columns(shape: tuple[int, ...], in_features: int, what: str) -> None:
-    if len(shape) != 2 or shape[1] != in_features:
+    if len(shape) != 2:
+        raise InputValueError(
+            f"{what} must have shape (N, in_features={in_features}), got shape {shape}. "
+            "Reshape it to 2-D (one row per sample)."
+        )
+    if shape[1] != in_features:
         raise InputValueError(
             f"{what} must have shape (N, in_features={in_features}), got shape {shape}. "
             "Build the vectorizer/matrix with the layer's vocabulary size, or the layer with "
-            f"in_features={shape[-1] if shape else '?'}."
+            f"in_features={shape[1]}."
         )
 
 
