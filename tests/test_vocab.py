@@ -7,7 +7,14 @@ import string
 import pytest
 import torch
 
-from lookuplinear import InputValueError, LookupIndexError, LookupLinear, Vocab
+from lookuplinear import (
+    InputValueError,
+    LookupIndexError,
+    LookupLinear,
+    LookupLinearError,
+    UnknownTokenError,
+    Vocab,
+)
 
 
 def test_characters_are_string_printable_in_order() -> None:
@@ -34,8 +41,9 @@ def test_repeats_keep_their_first_index_and_special_tokens() -> None:
 
 
 def test_unknown_token_without_unknown_entry_raises_key_error() -> None:
-    with pytest.raises(KeyError, match="unknown='<unk>'"):
+    with pytest.raises(UnknownTokenError, match="unknown='<unk>'") as info:
         Vocab(["a"]).encode(["b"])
+    assert isinstance(info.value, KeyError) and isinstance(info.value, LookupLinearError)
 
 
 def test_decode_errors() -> None:

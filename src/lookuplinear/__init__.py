@@ -12,6 +12,7 @@ from .errors import (
     InputValueError,
     LookupIndexError,
     LookupLinearError,
+    UnknownTokenError,
 )
 from .functional import lookup_linear
 from .layer import LookupLinear
@@ -30,6 +31,7 @@ __all__ = [
     "LookupIndexError",
     "LookupLinear",
     "LookupLinearError",
+    "UnknownTokenError",
     "Vocab",
     "__version__",
     "check_equivalence",

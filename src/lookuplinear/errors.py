@@ -26,6 +26,7 @@ __all__ = [
     "InputValueError",
     "LookupIndexError",
     "LookupLinearError",
+    "UnknownTokenError",
 ]
 
 
@@ -47,3 +48,7 @@ class InputTypeError(LookupLinearError, TypeError):
 
 class DeviceMismatchError(InputValueError):
     """The input lives on another device than the layer's weight."""
+
+
+class UnknownTokenError(LookupLinearError, KeyError):
+    """A token is not in the ``Vocab`` and the vocabulary has no ``unknown`` entry."""

@@ -7,7 +7,7 @@ from collections.abc import Hashable, Iterable, Sequence
 
 import torch
 
-from .errors import InputValueError, LookupIndexError
+from .errors import InputValueError, LookupIndexError, UnknownTokenError
 
 __all__ = ["Vocab"]
 
@@ -24,7 +24,7 @@ class Vocab:
         Tokens in index order; repeats keep their first index.
     unknown : hashable, optional
         A token added (if absent) whose index every unseen token gets; without it, an unseen
-        token raises ``KeyError``.
+        token raises ``UnknownTokenError`` (a ``KeyError``).
     padding : hashable, optional
         A token added (if absent); ``vocab.padding_idx`` is its index, for ``padding_idx=``.
 
@@ -85,7 +85,7 @@ class Vocab:
             return idx
         if self.unknown_idx is not None:
             return self.unknown_idx
-        raise KeyError(
+        raise UnknownTokenError(
             f"token {token!r} is not in the vocabulary ({len(self)} tokens) and no unknown token "
             "was set; build the Vocab with unknown='<unk>' to map unseen tokens."
         )
