@@ -58,6 +58,7 @@ def bench(args: argparse.Namespace, *, title: str = "bench") -> tuple[dict[str, 
     """Run the matrix the arguments describe; write its files; return (document, json path)."""
     import dataclasses
     import json
+    import os
     import time
     import warnings
 
@@ -94,6 +95,7 @@ def bench(args: argparse.Namespace, *, title: str = "bench") -> tuple[dict[str, 
     elapsed = time.perf_counter() - start
     settings = {
         "elapsed_s": round(elapsed, 1),
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "quick": bool(args.quick),
         "device": args.device,
         "max_memory_bytes": max_memory,

@@ -236,10 +236,10 @@ def _train_case(
     base = dict(form="bags", dist="uniform", in_features=n, out_features=d, batch=batch,
                 bag_size=grid.bag_size, nnz=int(x.nnz), phase="train")
     results: list[BenchResult] = []
-    runnable: dict[str, Callable[[], None]] = {}
-    rows: dict[str, BenchResult] = {}
-    used = 0
-    for opt_name in OPTIMIZERS:
+    for opt_name in OPTIMIZERS:  # one pair of models alive at a time, timed side by side
+        runnable: dict[str, Callable[[], None]] = {}
+        rows: dict[str, BenchResult] = {}
+        used = 0
         for method, source, sparse in (
             ("LookupLinear (sparse grad)", "lookuplinear.optim", True),
             ("nn.EmbeddingBag (dense grad)", "torch.optim", False),
@@ -254,10 +254,11 @@ def _train_case(
             if cls is None:
                 row.status, row.reason = "skipped", why
                 continue
-            if used + est > max_memory:  # every model is alive at once: rounds interleave
+            if used + est > max_memory:
                 row.status = "skipped"
-                row.reason = (f"needs ~{_gib(est)} (table + gradient + optimizer state); with the "
-                              f"other optimizers' copies ({_gib(used)}) over --max-memory")
+                row.reason = (f"needs ~{_gib(est)} (table + gradient + optimizer state"
+                              + (f", plus {_gib(used)} for the model timed beside it"
+                                 if used else "") + "), over --max-memory")
                 continue
             try:
                 fn = _train_step(cls, init, bags, target, sparse)
@@ -266,17 +267,16 @@ def _train_case(
                 row.status, row.reason = "failed", f"{type(e).__name__}: {e}"[:300]
                 continue
             used += est
-            key = f"{method} {source}.{opt_name}"
-            runnable[key] = fn
-            rows[key] = row
-    times = _timed_rounds(runnable, grid, device)
-    for key, fn in runnable.items():
-        row = rows[key]
-        row.times_s = times[key]
-        row.median_s = statistics.median(times[key])
-        row.min_s = min(times[key])
-        row.throughput_rows_per_s = batch / row.median_s if row.median_s > 0 else None
-        row.peak_bytes = measure_peak(fn, device)
+            runnable[method] = fn
+            rows[method] = row
+        times = _timed_rounds(runnable, grid, device)
+        for key, fn in runnable.items():
+            row = rows[key]
+            row.times_s = times[key]
+            row.median_s = statistics.median(times[key])
+            row.min_s = min(times[key])
+            row.throughput_rows_per_s = batch / row.median_s if row.median_s > 0 else None
+            row.peak_bytes = measure_peak(fn, device)
     return results
 
 

@@ -70,6 +70,10 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "scipy": scipy.__version__,
         "device": device,
     }
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]  # others' work: noise
+    except OSError:
+        info["load_average"] = None
     if device == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
@@ -80,6 +84,8 @@ def format_machine(info: dict[str, Any]) -> str:
     mem = info.get("memory_bytes")
     mem_s = f", {mem / 2**30:.0f} GiB RAM" if mem else ""
     gpu = f", GPU {info['gpu']}" if info.get("gpu") else ""
+    load = info.get("load_average")
+    gpu += f", load average {load[0]:.1f} at the start" if load else ""
     return (
         f"{info['cpu_model']}, {info['cpu_count']} cores ({info['torch_threads']} torch threads)"
         f"{mem_s}{gpu}; torch {info['torch']}, numpy {info['numpy']}, scipy {info['scipy']}, "
