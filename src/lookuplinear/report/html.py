@@ -47,6 +47,7 @@ class Section:
     body: list[str] = field(default_factory=list)
     figures: list[tuple[Path, str]] = field(default_factory=list)
     anchor: str = ""
+    figures_first: bool = False
 
 
 def verdict(ok: bool, yes: str = "EQUIVALENT", no: str = "DIFFERENT") -> str:
@@ -114,20 +115,21 @@ def markdown_table_html(text: str) -> str:
     return "".join(out)
 
 
-def render_html(title: str, subtitle: str, sections: list[Section]) -> str:
-    """The whole page as one string."""
+def render_html(
+    title: str, subtitle: str, sections: list[Section], intro: str = ""
+) -> str:
+    """The whole page as one string; ``intro`` (trusted HTML) comes before the contents."""
     toc = "".join(f'<li><a href="#{s.anchor or i}">{html.escape(s.title)}</a></li>'
                   for i, s in enumerate(sections))
     body = []
     for i, s in enumerate(sections):
         body.append(f'<h2 id="{s.anchor or i}">{html.escape(s.title)}</h2>')
-        body.extend(s.body)
         figs = [f"<figure>{image_tag(p, cap)}<figcaption>{html.escape(cap)}</figcaption>"
                 "</figure>" for p, cap in s.figures]
-        body.extend(figs)
+        body.extend(figs + s.body if s.figures_first else s.body + figs)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><p class=\"sub\">{subtitle}</p>"
-        f"<ol>{toc}</ol>" + "\n".join(body) + "</body></html>\n"
+        f"{intro}<ol>{toc}</ol>" + "\n".join(body) + "</body></html>\n"
     )

@@ -5,7 +5,8 @@
 * ``memory_vs_in_features.png``: the memory a method needs (its input representation plus the
   peak it allocates) against ``in_features``; skipped dense cases drawn at their estimate;
 * ``crossover.png``: ``nn.Linear`` time divided by the lookup's time; above 1 the lookup wins;
-* ``train_step.png``: one train step per optimizer, sparse lookup against dense ``EmbeddingBag``.
+* ``train_step.png``: one train step per optimizer, sparse lookup against dense ``EmbeddingBag``;
+* ``readme.png``: a small panel for the README, bags forward+backward.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "plot_big_vocab",
     "plot_crossover",
     "plot_memory",
+    "plot_readme",
     "plot_side_by_side",
     "plot_time",
     "plot_train",
@@ -215,6 +217,8 @@ def plot_all(doc: dict[str, Any], out: Path) -> list[Path]:
     ]
     if any(r["phase"] == "train" for r in rows):
         paths.append(plot_train(rows, out / "train_step.png"))
+    if any(r["form"] == "bags" and r["phase"] == "forward+backward" for r in rows):
+        paths.append(plot_readme(rows, out / "readme.png"))
     return paths
 
 
@@ -258,5 +262,41 @@ def plot_big_vocab(run: Any, path: Path) -> Path:
         f"in_features = {run.in_features:,}: held-out accuracy {run.accuracy_before:.1%} -> "
         f"{run.accuracy_after:.1%}; the dense batch would need "
         f"{run.dense_batch_bytes / 2**30:.0f} GiB", fontsize=10)
+    fig.savefig(path, dpi=80)
+    return path
+
+
+def plot_readme(rows: Sequence[Row], path: Path, form: str = "bags") -> Path:
+    """One small panel for the README: forward+backward time of one input form vs in_features,
+    with the sizes where the dense input did not fit marked on the ``nn.Linear`` line."""
+    ref = _reference(rows)
+    sub = _slice(rows, form=form, phase="forward+backward", **ref)
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for method in sorted({r["method"] for r in sub}):
+        if method in ("scipy CSR @ numpy", "torch.sparse.mm (CSR)"):
+            continue
+        pts = sorted((r["in_features"], r["median_s"] * 1e3) for r in sub
+                     if r["method"] == method and r["status"] == "ok")
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, label=method, **_style(method))
+    top = max((r["median_s"] * 1e3 for r in sub if r["status"] == "ok"), default=1.0)
+    for r in sub:
+        if r["method"] == "nn.Linear (dense input)" and r["status"] == "skipped":
+            ax.plot([r["in_features"]], [top * 3], marker="x", color="black", markersize=8)
+            ax.annotate(f"dense input\n{r['input_bytes'] / 2**30:.1f} GiB:\nskipped",
+                        (r["in_features"], top * 3), textcoords="offset points", xytext=(0, 7),
+                        ha="center", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    low = min((r["median_s"] * 1e3 for r in sub if r["status"] == "ok"), default=0.1)
+    ax.set_ylim(low / 2, top * 40)
+    ax.set_xlabel("in_features (vocabulary size)")
+    ax.set_ylabel("forward + backward (ms)")
+    ax.grid(True, which="major", alpha=0.3)
+    _legend(ax, fontsize=7, loc="upper left")
+    ax.set_title(f"{ref['batch']} bags of 20 indices -> out_features={ref['out_features']}",
+                 fontsize=10)
     fig.savefig(path, dpi=80)
     return path
