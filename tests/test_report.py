@@ -178,6 +178,27 @@ def test_bench_skips_what_does_not_fit_and_says_why(tmp_path: Path) -> None:
     assert any(r["status"] == "ok" and r["method"] == "LookupLinear" for r in doc["results"])
 
 
+def test_bench_with_nothing_that_fits_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the 100_000 x 2 table (800 kB) is over 2 x --max-memory (200 kB): nothing can run
+    code = main(["bench", "--in-features", "100000", "--out-features", "2", "--batch", "4",
+                 "--train-in-features", "--repeats", "1", "--max-memory", "0.0001",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    assert "nothing was measured" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "results.json").read_text())
+    rows = [(r["method"], r["status"]) for r in doc["results"]]
+    assert rows and set(rows) == {("*", "skipped")}
+
+
+def test_explain_refuses_a_one_hot_matrix_too_large_to_print(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["explain", "--in-features", "1e7", "--indices", "1", "2", "3"]) == 2
+    assert "one-hot matrix would have 3 x 10000000 entries" in capsys.readouterr().err
+
+
 # --- training -------------------------------------------------------------------------------
 
 

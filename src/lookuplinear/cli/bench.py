@@ -133,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
     for r in failed:
         print(f"failed: {r['method']} {r['phase']} {r['form']} in={r['in_features']}: "
               f"{r['reason']}", file=sys.stderr)
+    if not any(r["status"] == "ok" for r in doc["results"]):
+        reasons = sorted({str(r["reason"]) for r in doc["results"]})
+        print("lookuplinear bench: error: nothing was measured, every case was skipped: "
+              + "; ".join(reasons[:3]) + ". Raise --max-memory or pass smaller --in-features.",
+              file=sys.stderr)
+        return 1
     print(f"\nbench matrix ran in {doc['settings']['elapsed_s']:.0f} s")
     print(f"results written to {path} (and results.csv, plots) in {args.out}")
     return 1 if failed else 0

@@ -335,7 +335,7 @@ def run_matrix(
 
     from .machine import available_memory
 
-    table_limit = available_memory() // 2
+    table_limit = min(available_memory() // 2, 2 * max_memory)
 
     results: list[BenchResult] = []
     cases = list(_cases(grid))
@@ -349,8 +349,8 @@ def run_matrix(
         if n * d * 4 > table_limit:
             results.append(BenchResult(
                 form, dist, n, d, batch, grid.bag_size, 0, "*", "*", status="skipped",
-                reason=f"the weight table alone needs {_gib(n * d * 4)}, over half the "
-                "available memory",
+                reason=f"the weight table alone needs {_gib(n * d * 4)}, over "
+                f"{_gib(table_limit)} (2 x --max-memory, at most half the available memory)",
                 estimated_bytes=n * d * 4))
             bar.update()
             continue

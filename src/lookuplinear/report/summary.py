@@ -22,11 +22,12 @@ Row = dict[str, Any]
 def _ms(r: Row | None) -> str:
     if r is None:
         return ""
-    if r["status"] != "ok":
-        est = r.get("estimated_bytes") or 0
-        return f"skipped ({est / 2**30:.1f} GiB)" if r["status"] == "skipped" and est else (
-            r["status"])
-    return f"{r['median_s'] * 1e3:.3g}"
+    if r["status"] == "ok":
+        return f"{r['median_s'] * 1e3:.3g}"
+    est = r.get("estimated_bytes") or 0
+    if r["status"] == "skipped" and est:
+        return f"skipped ({est / 2**30:.1f} GiB)"
+    return str(r["status"])
 
 
 def _ref(rows: list[Row]) -> tuple[int, int]:
