@@ -7,6 +7,7 @@ matrix, ``X @ W.T`` through ``nn.Linear``, the lookup through ``LookupLinear``, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,10 @@ from .check import EquivalenceReport, check_equivalence
 from .layer import LookupLinear
 from .vocab import Vocab
 
-__all__ = ["Step", "render_markdown", "seed_walkthrough"]
+__all__ = ["SEED_INDICES", "Step", "custom_walkthrough", "render_markdown", "seed_walkthrough"]
+
+#: the seeds' example: ``nn.Embedding(4, 5)`` after ``torch.manual_seed(123)``, ``idx = [2, 3, 1]``
+SEED_IN_FEATURES, SEED_OUT_FEATURES, SEED_INDICES, SEED = 4, 5, (2, 3, 1), 123
 
 
 @dataclass
@@ -39,7 +43,7 @@ class Step:
         return all(c.ok for c in self.checks) and all(self.equal.values())
 
 
-def _seeded_table(seed: int = 123) -> LookupLinear:
+def _seeded_table(seed: int = SEED) -> LookupLinear:
     torch.manual_seed(seed)
     return LookupLinear(4, 5, bias=False)
 
@@ -164,6 +168,102 @@ def seed_walkthrough() -> list[Step]:
             )
         )
     return steps
+
+
+def custom_walkthrough(
+    in_features: int = SEED_IN_FEATURES,
+    out_features: int = SEED_OUT_FEATURES,
+    indices: Sequence[int] = SEED_INDICES,
+    seed: int = SEED,
+) -> list[Step]:
+    """The walkthrough on any sizes: the lookup and a weighted CSR row against ``nn.Linear``.
+
+    The table is ``LookupLinear(in_features, out_features, bias=False)`` drawn after
+    ``torch.manual_seed(seed)`` (the same table as ``nn.Embedding``). Step 1 looks up
+    ``indices`` and compares with ``nn.Linear`` on ``one_hot(indices)``; step 2 puts the same
+    indices into one CSR row twice, once with values 1 (multi-hot counts) and once with random
+    positive values, and compares with ``nn.Linear`` on the dense rows.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        Table shape ``(in_features, out_features)``; ``nn.Linear(in_features, out_features)``.
+    indices : sequence of int
+        Rows to look up, each in ``[0, in_features)``.
+    seed : int
+        Seed of the table and of the CSR values.
+
+    Returns
+    -------
+    list of Step
+        Two steps, each with its tensors, its ``check_equivalence`` reports and stated equalities.
+
+    Raises
+    ------
+    LookupIndexError
+        An index outside ``[0, in_features)``.
+
+    Examples
+    --------
+    >>> steps = custom_walkthrough(10, 3, [7, 7, 0], seed=1)
+    >>> [s.ok for s in steps]
+    [True, True]
+    """
+    torch.manual_seed(seed)
+    layer = LookupLinear(in_features, out_features, bias=False)
+    linear = layer.to_linear()
+    idx = torch.as_tensor(list(indices), dtype=torch.long)
+    with torch.no_grad():
+        lookup = layer(idx)  # raises LookupIndexError before any dense matrix is built
+        onehot = F.one_hot(idx, in_features)
+        product = linear(onehot.float())
+    step1 = Step(
+        f"The lookup of {len(idx)} rows is nn.Linear on their one-hot rows",
+        f"After torch.manual_seed({seed}), LookupLinear({in_features}, {out_features}, "
+        "bias=False) draws the same table as nn.Embedding. Row k of one_hot(idx) has a single 1 "
+        "in column idx[k], so X @ W.T (nn.Linear, weight = table.T) selects row idx[k] of the "
+        "table: the lookup.",
+        {
+            f"weight ({in_features} x {out_features})": layer.weight.detach(),
+            "idx": idx,
+            "one_hot(idx)": onehot,
+            "nn.Linear(one_hot(idx))  [X @ W.T]": product,
+            "LookupLinear(idx)  [lookup]": lookup,
+        },
+        [check_equivalence(layer, idx)],
+        {"lookup == linear(one_hot)": torch.equal(lookup, product)},
+    )
+
+    rng = np.random.default_rng(seed)
+    n = len(idx)
+    values = np.concatenate([np.ones(n), rng.uniform(0.25, 2.0, n).round(2)])
+    cols = np.concatenate([idx.numpy(), idx.numpy()])
+    csr = sp.csr_matrix((values, cols, np.array([0, n, 2 * n])), shape=(2, in_features))
+    csr.sum_duplicates()
+    with torch.no_grad():
+        dense = torch.tensor(csr.toarray(), dtype=torch.float32)
+        bags = Bags.from_scipy(csr)
+        w = (bags.weights if bags.weights is not None else torch.ones(bags.nnz)).float()
+        weighted_rows = w[:, None] * layer.weight[bags.indices]  # (nnz, out)
+        row1 = weighted_rows[bags.offsets[1] :].sum(0)
+        out = layer(csr)
+        step2 = Step(
+            "A CSR row is a bag: the weighted rows of the table, summed",
+            "Row 0 holds the indices with value 1 (a multi-hot row; a repeated index counts "
+            "twice), row 1 the same indices with other values. The layer looks up the stored "
+            "columns and sums the rows weighted by the stored values, which is nn.Linear on the "
+            "dense rows.",
+            {
+                "CSR indices per row": bags.indices,
+                "CSR values per row": w,
+                "X (CSR, dense view)": dense,
+                "nn.Linear(X)": linear(dense),
+                "LookupLinear(X)": out,
+            },
+            [check_equivalence(layer, csr)],
+            {"row 1 == sum of value * weight[index]": torch.allclose(out[1], row1, atol=1e-5)},
+        )
+    return [step1, step2]
 
 
 def _fmt(t: torch.Tensor) -> str:

@@ -17,6 +17,8 @@ __all__ = ["COMMANDS", "main"]
 #: subcommand name -> module (under lookuplinear.cli) that implements it
 COMMANDS: dict[str, str] = {
     "report": "report",
+    "explain": "explain",
+    "bench": "bench",
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

@@ -1,0 +1,263 @@
+"""The explain / bench / report subcommands on tiny sizes, the results schema, the HTML page."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lookuplinear.cli import main
+from lookuplinear.report.bench import BenchResult
+from lookuplinear.report.methods import FORMS, make_input, methods_for
+from lookuplinear.report.training import train_side_by_side
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "report.md"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY_BENCH = ["--in-features", "100", "1000", "--out-features", "4", "--batch", "8",
+              "--train-in-features", "100", "--repeats", "1"]
+
+
+# --- explain -------------------------------------------------------------------------------
+
+
+def test_explain_defaults_reproduce_the_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain"]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: all equivalent** (4 steps)" in out
+    assert "0.3374" in out  # seed 001's first table entry
+
+
+def test_explain_any_size_draws_three_pictures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["explain", "--in-features", "1000", "--out-features", "3",
+                 "--indices", "7", "999", "7", "--seed", "5", "--png", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Verdict: all equivalent** (2 steps)" in out
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert [p.name for p in pngs] == [
+        "explain_csr_sum.png", "explain_lookup.png", "explain_onehot_product.png"]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in pngs)
+
+
+def test_explain_index_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--in-features", "10", "--indices", "3", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "[10]" in err and "[0, 10)" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["explain", "--in-features", "0"], "positive integer"),
+        (["explain", "--indices", "x"], "integer index"),
+        (["bench", "--max-memory", "-1"], "positive number"),
+        (["bench", "--device", "tpu"], "invalid choice"),
+        (["report", "--big-vocab", "ten"], "positive integer"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["explain", "bench", "report"])
+def test_help_on_each_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    assert f"usage: lookuplinear {command}" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_bench_cuda_without_a_gpu_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "cuda" in capsys.readouterr().err
+
+
+# --- the methods compute the same thing -----------------------------------------------------
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_bench_method_equals_the_dense_path(form: str) -> None:
+    x = make_input(form, "zipf", 50, 6, 4, seed=1)
+    W = torch.randn(50, 3, dtype=torch.float32, requires_grad=True)
+    ref = torch.from_numpy(x.toarray()) @ W.detach()  # nn.Linear on the dense rows
+    for m in methods_for(form, x, W, "cpu"):
+        if m.build is not None:
+            m.build()
+        got = m.run()
+        got = torch.as_tensor(np.asarray(got.detach() if isinstance(got, torch.Tensor) else got))
+        torch.testing.assert_close(got.float(), ref, atol=1e-5, rtol=1e-5, msg=m.name)
+
+
+# --- bench and its schema -------------------------------------------------------------------
+
+
+def _documented_fields() -> dict[str, str]:
+    """The results.json row fields and types in docs/report.md's schema table."""
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("### Result rows", 1)[1].split("\n### ", 1)[0]
+    return dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, flags=re.M))
+
+
+TYPES = {"str": str, "int": int, "float": float, "list[float]": list}
+
+
+def _check_row(row: dict, documented: dict[str, str]) -> None:
+    assert set(row) == set(documented)
+    for key, kind in documented.items():
+        value = row[key]
+        allowed = tuple(TYPES[k.strip()] for k in kind.replace(" or null", "").split(" or "))
+        assert value is None if value is None else isinstance(value, allowed), (key, value)
+        if value is None:
+            assert "null" in kind, key
+    assert row["status"] in ("ok", "skipped", "failed")
+    if row["status"] == "ok":
+        assert row["median_s"] > 0 and len(row["times_s"]) >= 1
+    else:
+        assert row["reason"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    return main(["bench", *TINY_BENCH, "--out", str(out)]), out
+
+
+def test_bench_writes_results_csv_and_plots(tiny_bench: tuple[int, Path]) -> None:
+    code, out = tiny_bench
+    assert code == 0
+    for name in ("results.json", "results.csv", "time_vs_in_features.png",
+                 "memory_vs_in_features.png", "crossover.png", "train_step.png"):
+        assert (out / name).is_file(), name
+    lines = (out / "results.csv").read_text().splitlines()
+    doc = json.loads((out / "results.json").read_text())
+    assert len(lines) == len(doc["results"]) + 1
+
+
+def test_results_json_follows_the_documented_schema(tiny_bench: tuple[int, Path]) -> None:
+    documented = _documented_fields()
+    assert set(documented) == set(BenchResult.__dataclass_fields__)
+    doc = json.loads((tiny_bench[1] / "results.json").read_text())
+    assert doc["schema_version"] == 1
+    assert {"cpu_model", "cpu_count", "torch_threads", "torch"} <= set(doc["machine"])
+    assert {"quick", "device", "max_memory_bytes", "grid", "elapsed_s"} <= set(doc["settings"])
+    for row in doc["results"]:
+        _check_row(row, documented)
+    forms = {r["form"] for r in doc["results"]}
+    phases = {r["phase"] for r in doc["results"]}
+    assert forms == set(FORMS) and phases == {"forward", "forward+backward", "train"}
+    assert {c["form"] for c in doc["crossovers"]} == set(FORMS)
+
+
+def test_bench_skips_what_does_not_fit_and_says_why(tmp_path: Path) -> None:
+    # 0.000_1 GB = 100 kB: the dense 8 x 10_000 float input (320 kB) does not fit
+    code = main(["bench", "--in-features", "10000", "--out-features", "2", "--batch", "8",
+                 "--train-in-features", "--repeats", "1", "--max-memory", "0.0001",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    dense = [r for r in doc["results"] if r["method"] == "nn.Linear (dense input)"]
+    assert dense and all(r["status"] == "skipped" for r in dense)
+    assert all("over --max-memory" in r["reason"] for r in dense)
+    assert any(r["status"] == "ok" and r["method"] == "LookupLinear" for r in doc["results"])
+
+
+def test_bench_with_nothing_that_fits_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the 100_000 x 2 table (800 kB) is over 2 x --max-memory (200 kB): nothing can run
+    code = main(["bench", "--in-features", "100000", "--out-features", "2", "--batch", "4",
+                 "--train-in-features", "--repeats", "1", "--max-memory", "0.0001",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    assert "nothing was measured" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "results.json").read_text())
+    rows = [(r["method"], r["status"]) for r in doc["results"]]
+    assert rows and set(rows) == {("*", "skipped")}
+
+
+def test_explain_refuses_a_one_hot_matrix_too_large_to_print(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["explain", "--in-features", "1e7", "--indices", "1", "2", "3"]) == 2
+    assert "one-hot matrix would have 3 x 10000000 entries" in capsys.readouterr().err
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+def test_side_by_side_training_gives_the_same_curve() -> None:
+    run = train_side_by_side(40, 3, batch=16, steps=10)
+    assert run.ok
+    assert run.loss_lookup[-1] < run.loss_lookup[0]  # it trained
+    assert run.max_abs_diff <= 1e-5 and run.weight_max_abs_diff <= 1e-5
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("report")
+    code = main(["report", "--out", str(out), "--bench-in-features", "100", "1000",
+                 "--train-in-features", "100", "--repeats", "1", "--big-vocab", "100000",
+                 "--big-steps", "40"])
+    return code, out
+
+
+def test_report_html_is_self_contained_with_figures_and_verdicts(
+    tiny_report: tuple[int, Path],
+) -> None:
+    code, out = tiny_report
+    assert code == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 9  # 3 walkthrough, 4 bench, 2 training
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    assert page.count('class="ok">EQUIVALENT') >= 4  # every seed step
+    assert "ALL CHECKS PASSED" in page and 'class="ok">SAME' in page
+    assert 'class="fail"' not in page
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "All checks passed" in md and "same loss curve" in md
+
+
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium")
+def test_report_renders_in_headless_chromium(
+    tiny_report: tuple[int, Path], tmp_path: Path
+) -> None:
+    _, out = tiny_report
+    shot = tmp_path / "report.png"
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+           "--window-size=1200,2400", f"--screenshot={shot}",
+           (out / "report.html").resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1200, 2400)
+    keep = Path("out/test-screenshots")
+    keep.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, keep / "report.png")  # for a look by eye
