@@ -4,6 +4,7 @@
 without ever building that matrix.
 """
 
+from . import optim
 from .bags import Bags
 from .check import EquivalenceError, EquivalenceReport, check_equivalence
 from .errors import (
@@ -38,4 +39,5 @@ __all__ = [
     "dense_reference",
     "densify",
     "lookup_linear",
+    "optim",
 ]

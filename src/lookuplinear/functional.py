@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .bags import Bags, check_index_range
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
+from .rowgrad import bag_lookup
 
 __all__ = ["MODES", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
 
@@ -94,7 +95,8 @@ def lookup_linear(
     offsets, per_sample_weights : Tensor, optional
         CSR offsets (``N + 1`` entries) and per-entry weights for a 1-D index ``input``.
     sparse : bool
-        Make the gradient of ``weight`` a sparse COO tensor (index and bag input).
+        Make the gradient of ``weight`` a coalesced sparse COO tensor with one row per unique
+        index the input names (index and matrix input; see :mod:`lookuplinear.rowgrad`).
 
     Returns
     -------
@@ -217,7 +219,10 @@ def _index_forward(
     if x.dtype not in (torch.int32, torch.int64):
         x = x.long()
     check_index_range(x, weight.shape[0], where="input")
-    out = F.embedding(x, weight, padding_idx=padding_idx, sparse=sparse)
+    if sparse:  # coalesced row-sparse gradient: one row per unique index
+        out = bag_lookup(weight, x, None, None, padding_idx)
+    else:
+        out = F.embedding(x, weight, padding_idx=padding_idx)
     if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
         out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
     return out if bias is None else out.add_(bias)
@@ -288,6 +293,10 @@ def _bags_forward(
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
         out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="max", **kwargs)
+    elif sparse:  # coalesced row-sparse gradient: one row per unique index
+        out = bag_lookup(weight, bags.indices, bags.offsets, w, padding_idx)
+        if mode != "sum":
+            out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
     elif mode == "mean" and w is None:
         out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="mean", **kwargs)
     else:

@@ -1,0 +1,338 @@
+"""One training step per optimizer on one big table: lookuplinear.optim vs torch and FBGEMM.
+
+    flock /tmp/ll-cpu.lock .venv-bench/bin/python benchmarks/bench_optim.py
+
+A step is forward (sum of each bag's rows), an MSE loss, backward and the optimizer update;
+FBGEMM fuses the update into its backward. Every method trains its own copy of the same table
+on the same batch; the methods run interleaved, round after round, and each round times
+``--steps`` steps of each. Printed: medians per step, ratios to the anchors, the bytes each
+step must move (touched rows of the table and of the optimizer state) per second next to a
+plain memory copy of as many bytes, and the optimizer state each adds. FBGEMM
+(``fbgemm-gpu-cpu``, installed in the benchmark environment only) is measured when importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lookuplinear import LookupLinear, optim
+
+Step = Callable[[], None]
+LR = 0.01
+
+
+@dataclass
+class Case:
+    """One method: its step and what it moves per step."""
+
+    name: str
+    step: Step
+    anchor: str | None = None  # the method its goal compares it with
+    goal: float | None = None  # at most this many times the anchor's step
+    state_per_row: float = 0.0  # optimizer state values per table row
+    times: list[float] = field(default_factory=list)
+
+
+def draw(dist: str, rows: int, n: int, rng: np.random.Generator) -> torch.Tensor:
+    """``n`` indices in ``[0, rows)``: uniform, or Zipf with exponent 1.05 (0 most frequent)."""
+    if dist == "uniform":
+        return torch.from_numpy(rng.integers(0, rows, n))
+    return torch.from_numpy((rng.zipf(1.05, n) - 1) % rows)
+
+
+def lookup_case(name: str, init: torch.Tensor, batch: tuple[Any, ...], **kw: Any) -> Step:
+    idx, offsets, target = batch
+    layer = LookupLinear(init.shape[0], init.shape[1], bias=False, sparse=True,
+                         init=lambda w: w.copy_(init))
+    opt = getattr(optim, name)(layer.parameters(), lr=LR, **kw)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(layer(idx, offsets=offsets), target).backward()
+        opt.step()
+
+    return step
+
+
+def torch_case(cls: type, init: torch.Tensor, batch: tuple[Any, ...], sparse: bool) -> Step:
+    idx, offsets, target = batch
+    emb = nn.EmbeddingBag(init.shape[0], init.shape[1], mode="sum", sparse=sparse,
+                          include_last_offset=True, _weight=init.clone())
+    opt = cls(emb.parameters(), lr=LR)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(emb(idx, offsets), target).backward()
+        opt.step()
+
+    return step
+
+
+def fbgemm_case(kind: str, init: torch.Tensor, batch: tuple[Any, ...]) -> Step | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fbgemm_gpu.split_embedding_configs import EmbOptimType
+            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+                EmbeddingLocation,
+                PoolingMode,
+            )
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+                ComputeDevice,
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
+    except ImportError:
+        return None
+    idx, offsets, target = batch
+    emb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(init.shape[0], init.shape[1], EmbeddingLocation.HOST, ComputeDevice.CPU)],
+        optimizer=getattr(EmbOptimType, kind), learning_rate=LR,
+        pooling_mode=PoolingMode.SUM,
+    )
+    with torch.no_grad():
+        emb.split_embedding_weights()[0].copy_(init)
+
+    def step() -> None:
+        F.mse_loss(emb(idx, offsets), target).backward()  # the update is fused in backward
+
+    return step
+
+
+def copy_time(nbytes: int, repeats: int) -> float:
+    """Median seconds of ``dst.copy_(src)`` moving ``nbytes`` (half read, half written)."""
+    n = max(nbytes // 8, 1)  # float32 elements per side
+    src, dst = torch.randn(n), torch.empty(n)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
+    """Max |w_ours - w_fbgemm| after 5 identical steps on a 1000 x 16 table, per optimizer."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fbgemm_gpu.split_embedding_configs import EmbOptimType
+            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+                EmbeddingLocation,
+                PoolingMode,
+            )
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+                ComputeDevice,
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
+    except ImportError:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    rows, dim, bag = 1000, 16, 8
+    init = torch.randn(rows, dim, generator=g)
+    idx = torch.randint(0, rows, (64 * bag,), generator=g)
+    offsets = torch.arange(0, idx.numel() + 1, bag)
+    target = torch.randn(64, dim, generator=g)
+    result = {}
+    for ours, kind in (("RowWiseAdagrad", "EXACT_ROWWISE_ADAGRAD"), ("SGD", "EXACT_SGD"),
+                       ("Adagrad", "EXACT_ADAGRAD")):
+        emb = SplitTableBatchedEmbeddingBagsCodegen(
+            [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+            optimizer=getattr(EmbOptimType, kind), learning_rate=LR, eps=1e-8,
+            pooling_mode=PoolingMode.SUM,
+        )
+        with torch.no_grad():
+            emb.split_embedding_weights()[0].copy_(init)
+        layer = LookupLinear(rows, dim, bias=False, sparse=True, init=lambda w: w.copy_(init))
+        kw = {"eps": 1e-8} if ours != "SGD" else {}
+        opt = getattr(optim, ours)(layer.parameters(), lr=LR, **kw)
+        for _ in range(5):
+            F.mse_loss(emb(idx, offsets), target).backward()
+            opt.zero_grad()
+            F.mse_loss(layer(idx, offsets=offsets), target).backward()
+            opt.step()
+        diff = (emb.split_embedding_weights()[0] - layer.weight).abs().max()
+        result[f"{ours} vs FBGEMM {kind}"] = float(diff)
+    return result
+
+
+def build_cases(init: torch.Tensor, batch: tuple[Any, ...], dense_adam: bool) -> list[Case]:
+    cases: list[Case] = []
+    for kind in ("EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD"):
+        step = fbgemm_case(kind, init, batch)
+        if step is not None:
+            cases.append(Case(f"FBGEMM fused {kind}", step))
+    fb = {c.name for c in cases}
+    rowwise = "FBGEMM fused EXACT_ROWWISE_ADAGRAD"
+
+    def anchor(name: str) -> str | None:
+        return name if name in fb else None
+
+    sparse = "nn.EmbeddingBag(sparse=True)"
+    cases += [
+        Case(f"{sparse} + torch.optim.SGD", torch_case(torch.optim.SGD, init, batch, True)),
+        Case(f"{sparse} + torch.optim.Adagrad",
+             torch_case(torch.optim.Adagrad, init, batch, True)),
+        Case(f"{sparse} + torch.optim.SparseAdam",
+             torch_case(torch.optim.SparseAdam, init, batch, True)),
+    ]
+    if dense_adam:
+        cases.append(Case("nn.EmbeddingBag (dense grad) + torch.optim.Adam",
+                          torch_case(torch.optim.Adam, init, batch, False)))
+    cases += [
+        Case("lookuplinear.optim.SGD", lookup_case("SGD", init, batch),
+             anchor("FBGEMM fused EXACT_SGD"), 1.0, 0),
+        Case("lookuplinear.optim.Adagrad", lookup_case("Adagrad", init, batch),
+             anchor("FBGEMM fused EXACT_ADAGRAD"), 1.0, init.shape[1]),
+        Case("lookuplinear.optim.RowWiseAdagrad", lookup_case("RowWiseAdagrad", init, batch),
+             anchor(rowwise), 1.0, 1),
+        Case("lookuplinear.optim.Adam", lookup_case("Adam", init, batch),
+             anchor(rowwise), 2.0, 2 * init.shape[1]),
+        Case("lookuplinear.optim.AdamW", lookup_case("AdamW", init, batch),
+             anchor(rowwise), 2.0, 2 * init.shape[1]),
+    ]
+    return cases
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    init = torch.randn(args.rows, args.dim)
+    report: dict[str, Any] = {
+        "command": "python benchmarks/bench_optim.py " + " ".join(args.argv),
+        "machine": machine(),
+        "shape": {"rows": args.rows, "dim": args.dim, "batch": args.batch, "bag": args.bag},
+        "fbgemm_agreement": fbgemm_agreement(),
+        "dists": {},
+    }
+    for dist in args.dists.split(","):
+        idx = draw(dist, args.rows, args.batch * args.bag, rng)
+        offsets = torch.arange(0, idx.numel() + 1, args.bag)
+        target = torch.randn(args.batch, args.dim)
+        batch = (idx, offsets, target)
+        unique = int(torch.unique(idx).numel())
+        cases = build_cases(init, batch, dense_adam=args.dense_adam)
+        for c in cases:  # warm-up: compile kernels, allocate state
+            for _ in range(2):
+                c.step()
+        load0 = os.getloadavg()[0]
+        for _ in range(args.repeats):
+            for c in cases:
+                steps = 1 if "dense grad" in c.name else args.steps
+                t = time.perf_counter()
+                for _ in range(steps):
+                    c.step()
+                c.times.append((time.perf_counter() - t) / steps)
+        medians = {c.name: statistics.median(c.times) for c in cases}
+        torch_sgd = medians["nn.EmbeddingBag(sparse=True) + torch.optim.SGD"]
+        rows_out = []
+        for c in cases:
+            m = medians[c.name]
+            row: dict[str, Any] = {"method": c.name, "median_ms": m * 1e3,
+                                   "vs_torch_sparse_sgd": m / torch_sgd,
+                                   "times_ms": [t * 1e3 for t in c.times]}
+            if c.name.startswith("lookuplinear"):
+                # touched rows of the table (read + write) and of the state (read + write)
+                nbytes = 2 * unique * (args.dim + c.state_per_row) * 4
+                row["bytes_moved"] = nbytes
+                row["step_GBps"] = nbytes / m / 1e9
+                row["copy_GBps"] = nbytes / copy_time(nbytes, 31) / 1e9
+                row["state_values_per_row"] = c.state_per_row
+                for other in ("nn.EmbeddingBag(sparse=True) + torch.optim.SparseAdam",
+                              "nn.EmbeddingBag (dense grad) + torch.optim.Adam"):
+                    if other in medians:
+                        row[f"speedup_vs {other}"] = medians[other] / m
+                if c.anchor is not None:
+                    ratio = m / medians[c.anchor]
+                    row.update(anchor=c.anchor, vs_anchor=ratio, goal=c.goal,
+                               met=bool(c.goal is not None and ratio <= c.goal))
+            rows_out.append(row)
+        report["dists"][dist] = {"unique_rows": unique, "nnz": idx.numel(), "rows": rows_out,
+                                 "load_average": [load0, os.getloadavg()[0]]}
+    return report
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def print_report(report: dict[str, Any]) -> None:
+    m = report["machine"]
+    print(f"{m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch "
+          f"{m['torch']}, Python {m['python']}")
+    s = report["shape"]
+    print(f"table {s['rows']:,} x {s['dim']}, batch {s['batch']:,} bags x {s['bag']} indices")
+    if report["fbgemm_agreement"]:
+        for k, v in report["fbgemm_agreement"].items():
+            print(f"  agreement after 5 steps, {k}: max |dw| = {v:.2e}")
+    for dist, d in report["dists"].items():
+        print(f"\n{dist} indices: {d['nnz']:,} entries, {d['unique_rows']:,} unique rows; "
+              f"load average {d['load_average'][0]:.1f} -> {d['load_average'][1]:.1f}")
+        print(f"{'method':55s} {'median ms':>10s} {'vs torch SGD':>12s}  goal")
+        for r in d["rows"]:
+            goal = ""
+            if "vs_anchor" in r:
+                goal = (f"{r['vs_anchor']:.2f}x {r['anchor'].replace('FBGEMM fused ', '')} "
+                        f"(goal <= {r['goal']:.1f}x: {'met' if r['met'] else 'MISSED'})")
+            print(f"{r['method']:55s} {r['median_ms']:10.3f} {r['vs_torch_sparse_sgd']:11.2f}x"
+                  f"  {goal}")
+        print(f"\n{'lookuplinear.optim':30s} {'MB moved':>9s} {'step GB/s':>10s} "
+              f"{'copy GB/s':>10s} {'state/row':>9s}  speedups")
+        for r in d["rows"]:
+            if "bytes_moved" not in r:
+                continue
+            ups = ", ".join(f"{v:.0f}x vs {k.split('+ ')[-1]}" for k, v in r.items()
+                            if k.startswith("speedup_vs"))
+            print(f"{r['method'].split('.')[-1]:30s} {r['bytes_moved'] / 1e6:9.1f} "
+                  f"{r['step_GBps']:10.2f} {r['copy_GBps']:10.2f} "
+                  f"{r['state_values_per_row']:9.0f}  {ups}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--bag", type=int, default=20)
+    p.add_argument("--dists", default="uniform,zipf")
+    p.add_argument("--repeats", type=int, default=9, help="interleaved rounds (>= 7)")
+    p.add_argument("--steps", type=int, default=5, help="steps per method per round")
+    p.add_argument("--no-dense-adam", dest="dense_adam", action="store_false",
+                   help="skip dense torch.optim.Adam (one full-table pass per step)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's choice, one per core)")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    args.argv = argv if argv is not None else __import__("sys").argv[1:]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = run(args)
+    print_report(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

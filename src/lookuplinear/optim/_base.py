@@ -1,0 +1,177 @@
+"""The shared step of the row-wise optimizers: sparse gradients update only their rows.
+
+A parameter whose ``.grad`` is a sparse COO tensor (``LookupLinear(sparse=True)``,
+``nn.Embedding(sparse=True)``) is updated row by row: only the rows the gradient names, and
+only those rows of the optimizer state, are read and written, in one pass (numba on CPU, torch
+ops elsewhere). Any other parameter gets the dense update of the ``torch.optim`` optimizer of the
+same name, so one optimizer serves a whole model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .. import rowgrad
+from ..errors import InputValueError
+
+__all__ = ["RowSparseOptimizer", "row_sparse_parts", "scalars"]
+
+Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
+
+
+def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
+
+    A gradient whose rows are already strictly increasing (``LookupLinear``'s backward) is used
+    as it is; any other is coalesced first (duplicates summed).
+
+    Examples
+    --------
+    >>> g = torch.sparse_coo_tensor(torch.tensor([[3, 1, 3]]), torch.ones(3, 2), (5, 2))
+    >>> row_sparse_parts(g)
+    (tensor([1, 3]), tensor([[1., 1.],
+            [2., 2.]]))
+    """
+    if grad.sparse_dim() != 1:
+        raise InputValueError(
+            f"lookuplinear.optim updates row-sparse gradients (sparse_dim=1, one value row per "
+            f"index, as LookupLinear/nn.Embedding(sparse=True) produce); got sparse_dim="
+            f"{grad.sparse_dim()} for a gradient of shape {tuple(grad.shape)}. Convert it with "
+            "grad.to_dense(), or use a layer with sparse=True."
+        )
+    if not grad.is_coalesced():
+        rows = grad._indices()[0]
+        if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            grad = grad.coalesce()
+    return grad._indices()[0], grad._values()
+
+
+def scalars(w: Any, *values: float) -> tuple[Any, ...]:
+    """``values`` as scalars of the numpy array ``w``'s dtype (float32 math for float32)."""
+    cast = w.dtype.type
+    return tuple(cast(v) for v in values)
+
+
+def _bump_version(t: torch.Tensor) -> None:
+    """Tell autograd ``t`` changed in place (numba writes through a numpy view)."""
+    increment = getattr(torch.autograd.graph, "increment_version", None)
+    if increment is not None:
+        increment(t)
+
+
+class RowSparseOptimizer(torch.optim.Optimizer):
+    """Base class: ``step`` sends each parameter to ``_sparse_update`` or ``_dense_update``.
+
+    Subclasses define ``_init_state(p, state, group)``, ``_dense_update(p, grad, state,
+    group)`` (the ``torch.optim`` formula), ``_rows_numba(w, rows, values, state, group)`` (the
+    row kernel on numpy views) and ``_rows_torch(w, rows, values, state, group)`` (the same
+    with torch ops on gathered rows, for other devices and dtypes).
+    """
+
+    def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
+        for key, value in defaults.items():
+            if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise InputValueError(
+                    f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
+                )
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    self._init_state(p, state, group)
+                if grad.is_sparse:
+                    rows, values = row_sparse_parts(grad)
+                    self._sparse_update(p, rows, values, state, group)
+                else:
+                    self._dense_update(p, grad, state, group)
+        return loss
+
+    def _sparse_update(
+        self,
+        p: torch.Tensor,
+        rows: torch.Tensor,
+        values: torch.Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+    ) -> None:
+        state["step"] += 1
+        if rows.numel() == 0:
+            return
+        if p.dim() < 2:
+            raise InputValueError(
+                f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
+                f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
+            )
+        w = p.view(p.shape[0], -1)
+        values = values.reshape(values.shape[0], -1).to(p.dtype)
+        tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
+        if _numba_ok(tensors):
+            arrays = {
+                k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)
+            }
+            self._rows_numba(
+                w.detach().numpy(), rows.long().numpy(), values.contiguous().numpy(), arrays, group,
+                state["step"],
+            )
+            _bump_version(p)
+        else:
+            self._rows_torch(w, rows.long(), values, state, group, state["step"])
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _dense_update(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        raise NotImplementedError
+
+    def _rows_numba(
+        self,
+        w: Any,
+        rows: Any,
+        values: Any,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+    ) -> None:
+        raise NotImplementedError
+
+    def _rows_torch(
+        self,
+        w: torch.Tensor,
+        rows: torch.Tensor,
+        values: torch.Tensor,
+        state: dict[str, Any],
+        group: dict[str, Any],
+        step: int,
+    ) -> None:
+        raise NotImplementedError
+
+
+def _numba_ok(tensors: list[torch.Tensor]) -> bool:
+    return (
+        rowgrad.USE_NUMBA
+        and all(
+            t.device.type == "cpu"
+            and t.dtype in (torch.float32, torch.float64)
+            and t.is_contiguous()
+            for t in tensors
+        )
+    )

@@ -1,0 +1,164 @@
+"""``Adagrad`` (per element) and ``RowWiseAdagrad`` (one state value per row, FBGEMM's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._base import Params, RowSparseOptimizer, scalars
+
+__all__ = ["Adagrad", "RowWiseAdagrad"]
+
+
+class Adagrad(RowSparseOptimizer):
+    r"""Adagrad, row-sparse where gradients are: ``torch.optim.Adagrad``'s formula.
+
+    .. code-block:: text
+
+        clr = lr / (1 + (step - 1) * lr_decay)
+        g = grad[i] + weight_decay * w[i]                   for each touched row i
+        s[i] += g * g
+        w[i] -= clr * g / (sqrt(s[i]) + eps)
+
+    With sparse gradients it gives what ``torch.optim.Adagrad`` gives on the same sparse
+    gradients (which it also updates row by row), in one pass over the touched rows instead of
+    a coalesce, a ``sparse_mask`` and three sparse additions; a dense gradient gets
+    ``torch.optim.Adagrad``'s dense update. ``weight_decay`` on sparse gradients (which
+    ``torch.optim.Adagrad`` refuses) decays the touched rows only.
+
+    State per parameter: ``sum`` of the parameter's shape (one value per element), ``step``.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(1_000, 4, sparse=True)
+    >>> opt = Adagrad(layer.parameters(), lr=0.1)
+    >>> layer(torch.tensor([3, 7])).sum().backward()
+    >>> opt.step()
+    >>> opt.state[layer.weight]["sum"].count_nonzero().item()   # 2 rows x 4
+    8
+    """
+
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+    ) -> None:
+        defaults = {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
+                    "initial_accumulator_value": initial_accumulator_value, "eps": eps}
+        super().__init__(params, defaults)
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["step"] = 0
+        state["sum"] = torch.full_like(
+            p, group["initial_accumulator_value"], memory_format=torch.contiguous_format
+        )
+
+    @staticmethod
+    def _clr(group: dict[str, Any], step: int) -> float:
+        return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))
+
+    def _dense_update(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        state["step"] += 1
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        state["sum"].addcmul_(grad, grad, value=1)
+        std = state["sum"].sqrt().add_(group["eps"])
+        p.addcdiv_(grad, std, value=-self._clr(group, state["step"]))
+
+    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
+                    group: dict[str, Any], step: int) -> None:
+        from .. import _numba
+
+        _numba.over_rows(_numba.adagrad_rows, w, rows, values, state["sum"].reshape(w.shape),
+                            *scalars(w, self._clr(group, step), group["eps"],
+                                     group["weight_decay"]))
+
+    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
+                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
+        g = values
+        if group["weight_decay"] != 0:
+            g = g + group["weight_decay"] * w.index_select(0, rows)
+        s_all = state["sum"].view(w.shape)
+        s = s_all.index_select(0, rows) + g * g
+        s_all.index_copy_(0, rows, s)
+        w.index_add_(0, rows, g / (s.sqrt() + group["eps"]), alpha=-self._clr(group, step))
+
+
+class RowWiseAdagrad(RowSparseOptimizer):
+    r"""Row-wise Adagrad: one accumulator per row, FBGEMM's ``EXACT_ROWWISE_ADAGRAD``.
+
+    .. code-block:: text
+
+        g = grad[i] + weight_decay * w[i]                   for each touched row i
+        s[i] += mean(g * g)                                 (mean over the row's elements)
+        w[i] -= lr / (sqrt(s[i]) + eps) * g
+
+    The state is one float per row (``in_features`` values for a ``LookupLinear`` table, where
+    ``Adagrad`` keeps ``in_features x out_features``), which is why recommender systems train
+    their tables with it. A dense gradient is the same formula on every row; a 1-D parameter
+    (a bias) is one row.
+
+    State per parameter: ``sum`` of shape ``(rows,)``, ``step``.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(1_000, 4, bias=False, sparse=True)
+    >>> opt = RowWiseAdagrad(layer.parameters(), lr=0.1)
+    >>> layer(torch.tensor([3, 7])).sum().backward()
+    >>> opt.step()
+    >>> opt.state[layer.weight]["sum"].shape, opt.state[layer.weight]["sum"][3].item()
+    (torch.Size([1000]), 1.0)
+    """
+
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-2,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay})
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["step"] = 0
+        n_rows = p.shape[0] if p.dim() > 1 else 1
+        state["sum"] = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+
+    def _dense_update(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        state["step"] += 1
+        w = p.view(state["sum"].shape[0], -1)
+        g = grad.reshape(w.shape)
+        if group["weight_decay"] != 0:
+            g = g + group["weight_decay"] * w
+        s = state["sum"].add_((g * g).mean(1))
+        w.sub_(g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1))
+
+    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
+                    group: dict[str, Any], step: int) -> None:
+        from .. import _numba
+
+        _numba.over_rows(
+            _numba.rowwise_adagrad_rows, w, rows, values, state["sum"],
+            *scalars(w, group["lr"], group["eps"], group["weight_decay"], 1 / w.shape[1]),
+        )
+
+    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
+                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
+        g = values
+        if group["weight_decay"] != 0:
+            g = g + group["weight_decay"] * w.index_select(0, rows)
+        s = state["sum"].index_select(0, rows) + (g * g).mean(1)
+        state["sum"].index_copy_(0, rows, s)
+        w.index_add_(0, rows, g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1),
+                     alpha=-1.0)

@@ -1,0 +1,151 @@
+"""``Adam`` and ``AdamW``, lazy on sparse gradients: only touched rows and their moments move."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ._base import Params, RowSparseOptimizer, scalars
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(RowSparseOptimizer):
+    r"""Adam, lazy on row-sparse gradients: ``torch.optim.SparseAdam``'s update, one pass.
+
+    For a sparse gradient (``LookupLinear(sparse=True)``), on each touched row ``i`` only:
+
+    .. code-block:: text
+
+        g = grad[i] + weight_decay * w[i]        (L2; AdamW decays w[i] instead)
+        m[i] = beta1 * m[i] + (1 - beta1) * g
+        v[i] = beta2 * v[i] + (1 - beta2) * g * g
+        w[i] -= lr * sqrt(1 - beta2**t) / (1 - beta1**t) * m[i] / (sqrt(v[i]) + eps)
+
+    with ``t`` the parameter's step count. That is ``torch.optim.SparseAdam`` exactly (which
+    has no weight decay), computed in one pass over the touched rows. A dense gradient gets
+    ``torch.optim.Adam``'s update, so one optimizer serves the table and the dense layers.
+
+    Lazy vs dense: dense ``torch.optim.Adam`` keeps moving a row the batch did not touch (its
+    momentum ``m`` decays towards 0 but is not 0, so ``w`` keeps changing), which costs a pass
+    over the whole table every step. Here untouched rows and their moments stay as they are.
+    TensorFlow's ``LazyAdam`` makes the same choice with the same formula.
+
+    State per parameter: ``exp_avg`` and ``exp_avg_sq`` of the parameter's shape (two values
+    per element), ``step``.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> model = nn.Sequential(LookupLinear(1_000, 8, sparse=True), nn.ReLU(), nn.Linear(8, 2))
+    >>> opt = Adam(model.parameters(), lr=1e-3)
+    >>> model(torch.tensor([3, 7])).sum().backward()
+    >>> opt.step()
+    >>> opt.state[model[0].weight]["exp_avg"].count_nonzero(1).nonzero().flatten()
+    tensor([3, 7])
+    """
+
+    _decoupled = False
+
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}.")
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+
+    def _dense_update(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        state["step"] += 1
+        step = state["step"]
+        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        if self._decoupled:
+            p.mul_(1 - lr * wd)
+        elif wd != 0:
+            grad = grad.add(p, alpha=wd)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(group["eps"])
+        p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+
+    def _coefficients(self, group: dict[str, Any], step: int) -> tuple[float, float, float]:
+        """``(step_size, l2, decay)``: SparseAdam's step size, L2 factor, AdamW's row decay."""
+        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+        if self._decoupled:
+            return step_size, 0.0, 1 - lr * wd
+        return step_size, wd, 1.0
+
+    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
+                    group: dict[str, Any], step: int) -> None:
+        from .. import _numba
+
+        step_size, l2, decay = self._coefficients(group, step)
+        beta1, beta2 = group["betas"]
+        _numba.over_rows(
+            _numba.adam_rows, w, rows, values, state["exp_avg"].reshape(w.shape),
+            state["exp_avg_sq"].reshape(w.shape),
+            *scalars(w, beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay),
+        )
+
+    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
+                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
+        step_size, l2, decay = self._coefficients(group, step)
+        beta1, beta2 = group["betas"]
+        wr = w.index_select(0, rows) * decay
+        g = values + l2 * wr if l2 != 0 else values
+        m_all, v_all = state["exp_avg"].view(w.shape), state["exp_avg_sq"].view(w.shape)
+        m = beta1 * m_all.index_select(0, rows) + (1 - beta1) * g
+        v = beta2 * v_all.index_select(0, rows) + (1 - beta2) * g * g
+        m_all.index_copy_(0, rows, m)
+        v_all.index_copy_(0, rows, v)
+        w.index_copy_(0, rows, wr - step_size * m / (v.sqrt() + group["eps"]))
+
+
+class AdamW(Adam):
+    r"""AdamW (decoupled weight decay), lazy on row-sparse gradients.
+
+    As :class:`Adam`, with ``w[i] *= 1 - lr * weight_decay`` on each *touched* row before the
+    update instead of the L2 term (``torch.optim.AdamW`` for dense gradients). Rows a batch
+    does not touch are not decayed: dense AdamW shrinks every row every step, lazy AdamW only
+    the rows that are trained, which is what keeps a step's cost to the batch.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(1_000, 4, bias=False, sparse=True)
+    >>> opt = AdamW(layer.parameters(), lr=1e-2, weight_decay=0.1)
+    >>> w0 = layer.weight.detach().clone()
+    >>> layer(torch.tensor([5])).sum().backward()
+    >>> opt.step()
+    >>> (layer.weight != w0).any(1).nonzero().flatten()
+    tensor([5])
+    """
+
+    _decoupled = True
+
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)

@@ -1,0 +1,114 @@
+"""``SGD`` with lazy momentum: sparse gradients move only the rows they name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._base import Params, RowSparseOptimizer, scalars
+
+__all__ = ["SGD"]
+
+
+class SGD(RowSparseOptimizer):
+    r"""Stochastic gradient descent (optionally with momentum), row-sparse where gradients are.
+
+    Dense equivalent: ``torch.optim.SGD``. For a dense gradient it is that formula exactly; for
+    a sparse gradient (``LookupLinear(sparse=True)``) only the touched rows change:
+
+    .. code-block:: text
+
+        g = grad[i] + weight_decay * w[i]                   for each touched row i
+        b[i] = momentum * b[i] + (1 - dampening) * g        (momentum > 0)
+        w[i] -= lr * (g + momentum * b[i] if nesterov else b[i])
+
+    Without momentum and weight decay this gives the same weights as ``torch.optim.SGD`` on the
+    dense gradient (untouched rows have a zero gradient there). With momentum it is *lazy*: a
+    row's buffer decays only when the row is touched, while dense momentum keeps moving every
+    row. Buffers start at zero, so with ``dampening > 0`` a row's first step is
+    ``(1 - dampening) * g`` where ``torch.optim.SGD`` takes ``g``.
+
+    Parameters
+    ----------
+    params : iterable of Tensor or dict
+        Parameters or parameter groups, as for any ``torch.optim.Optimizer``.
+    lr : float, default 1e-3
+    momentum, dampening, weight_decay : float, default 0
+    nesterov : bool, default False
+
+    State per parameter: ``momentum_buffer`` of the parameter's shape when ``momentum > 0``.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(1_000, 4, sparse=True)
+    >>> opt = SGD(layer.parameters(), lr=0.1)
+    >>> before = layer.weight.detach().clone()
+    >>> layer(torch.tensor([3, 3, 7])).sum().backward()
+    >>> opt.step()
+    >>> changed = (layer.weight != before).any(1).nonzero().flatten()
+    >>> changed
+    tensor([3, 7])
+    """
+
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        *,
+        nesterov: bool = False,
+    ) -> None:
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening = 0.")
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
+                    "weight_decay": weight_decay, "nesterov": nesterov}
+        super().__init__(params, defaults)
+
+    def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        state["step"] = 0
+        if group["momentum"] != 0:
+            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+
+    def _dense_update(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> None:
+        state["step"] += 1
+        momentum, wd = group["momentum"], group["weight_decay"]
+        d_p = grad if wd == 0 else grad.add(p, alpha=wd)
+        if momentum != 0:
+            buf = state["momentum_buffer"]
+            if state["step"] == 1:  # torch.optim.SGD: the first buffer is the gradient
+                buf.copy_(d_p)
+            else:
+                buf.mul_(momentum).add_(d_p, alpha=1 - group["dampening"])
+            d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+        p.add_(d_p, alpha=-group["lr"])
+
+    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
+                    group: dict[str, Any], step: int) -> None:
+        from .. import _numba
+
+        buf = state.get("momentum_buffer")
+        _numba.over_rows(
+            _numba.sgd_rows, w, rows, values, w if buf is None else buf.reshape(w.shape),
+            *scalars(w, group["lr"], group["weight_decay"], group["momentum"],
+                     1 - group["dampening"]),
+            group["nesterov"],
+        )
+
+    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
+                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
+        momentum, wd = group["momentum"], group["weight_decay"]
+        g = values
+        if wd != 0:
+            g = g + wd * w.index_select(0, rows)
+        if momentum != 0:
+            buf = state["momentum_buffer"].view(w.shape)
+            b = momentum * buf.index_select(0, rows) + (1 - group["dampening"]) * g
+            buf.index_copy_(0, rows, b)
+            g = g + momentum * b if group["nesterov"] else b
+        w.index_add_(0, rows, g, alpha=-group["lr"])

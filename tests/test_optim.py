@@ -1,0 +1,371 @@
+"""lookuplinear.optim over several steps against torch.optim and the documented formulas.
+
+Every run trains a small model (a ``LookupLinear(sparse=True)`` table, a ReLU, a dense head) on
+batches with duplicates, padding entries and empty bags, and compares all its weights with the
+reference after each step.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from forms import DEVICES
+from torch import nn
+
+from lookuplinear import Bags, LookupLinear, optim, rowgrad
+from lookuplinear.errors import InputValueError
+
+V, D, C, PAD = 40, 6, 3, 0
+STEPS = 6
+OPTIMIZERS = ["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"]
+
+
+def batches(seed: int = 0, steps: int = STEPS) -> list[tuple[Bags, torch.Tensor]]:
+    """Bags with duplicates, the padding index and an empty bag; a class label per bag."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        lists = [torch.randint(0, 12, (int(n),), generator=g).tolist()
+                 for n in torch.randint(0, 6, (8,), generator=g)]
+        lists[0] = [3, 3, PAD, 5]  # a duplicate and the padding index
+        lists[1] = []  # an empty bag
+        out.append((Bags.from_lists(lists), torch.randint(0, C, (8,), generator=g)))
+    return out
+
+
+class Model(nn.Module):
+    """Table -> ReLU -> dense head: sparse and dense parameters in one optimizer."""
+
+    def __init__(self, table: nn.Module) -> None:
+        super().__init__()
+        self.table = table
+        self.head = nn.Linear(D, C)
+
+    def forward(self, bags: Bags) -> torch.Tensor:
+        if isinstance(self.table, LookupLinear):
+            h = self.table(bags)
+        elif isinstance(self.table, nn.EmbeddingBag):
+            h = self.table(bags.indices, bags.offsets)
+        else:  # nn.Linear on the densified input
+            dense = bags.to_dense(V)
+            dense[:, PAD] = 0
+            h = self.table(dense)
+        return self.head(F.relu(h))
+
+
+def lookup_model(dtype: torch.dtype = torch.float32, device: str = "cpu") -> Model:
+    torch.manual_seed(0)
+    m = Model(LookupLinear(V, D, bias=False, padding_idx=PAD, sparse=True))
+    return m.to(device=device, dtype=dtype)
+
+
+def bag_model(dtype: torch.dtype = torch.float32) -> Model:
+    """The same weights as nn.EmbeddingBag(sparse=True) + head."""
+    ours = lookup_model(dtype)
+    bag = nn.EmbeddingBag(V, D, mode="sum", sparse=True, padding_idx=PAD,
+                          include_last_offset=True, dtype=dtype)
+    m = Model(bag).to(dtype)
+    with torch.no_grad():
+        bag.weight.copy_(ours.table.weight)
+        m.head.load_state_dict(ours.head.state_dict())
+    return m
+
+
+def train(model: Model, opts: list[Any], data: list[tuple[Bags, torch.Tensor]],
+          check: Callable[[int], None] | None = None) -> list[float]:
+    losses = []
+    for step, (bags, y) in enumerate(data):
+        for o in opts:
+            o.zero_grad()
+        loss = F.cross_entropy(model(bags), y)
+        loss.backward()
+        for o in opts:
+            o.step()
+        losses.append(loss.item())
+        if check is not None:
+            check(step)
+    return losses
+
+
+def table(m: Model) -> torch.Tensor:
+    return m.table.weight.detach()
+
+
+def assert_same_model(a: Model, b: Model, **tol: float) -> None:
+    torch.testing.assert_close(table(a), table(b), **tol)
+    torch.testing.assert_close(a.head.weight, b.head.weight, **tol)
+    torch.testing.assert_close(a.head.bias, b.head.bias, **tol)
+
+
+# ---------------------------------------------------------------- against torch.optim
+
+
+def test_sgd_equals_torch_sgd_on_the_dense_gradient() -> None:
+    """Plain SGD: the same weights as nn.Linear on the densified input + torch.optim.SGD."""
+    ours = lookup_model()
+    dense = Model(nn.Linear(V, D, bias=False))
+    with torch.no_grad():
+        dense.table.weight.copy_(table(ours).T)
+        dense.head.load_state_dict(ours.head.state_dict())
+    a = optim.SGD(ours.parameters(), lr=0.5)
+    b = torch.optim.SGD(dense.parameters(), lr=0.5)
+    data = batches()
+
+    def check(step: int) -> None:
+        torch.testing.assert_close(table(ours), dense.table.weight.detach().T)
+
+    train(ours, [a], data)
+    train(dense, [b], data)
+    check(0)
+    torch.testing.assert_close(ours.head.weight, dense.head.weight)
+    assert not torch.equal(table(ours), table(lookup_model()))  # it did train
+
+
+@pytest.mark.parametrize(
+    ("name", "ref"),
+    [
+        ("SGD", lambda m: [torch.optim.SGD(m.parameters(), lr=0.3)]),
+        ("Adagrad", lambda m: [torch.optim.Adagrad(m.parameters(), lr=0.3, lr_decay=0.01)]),
+        ("Adam", lambda m: [torch.optim.SparseAdam([m.table.weight], lr=0.05),
+                            torch.optim.Adam(m.head.parameters(), lr=0.05)]),
+    ],
+)
+def test_sparse_update_equals_torch_optim(name: str, ref: Callable[[Model], list[Any]]) -> None:
+    """SGD and Adagrad as torch.optim's sparse updates; Adam as SparseAdam on the table and
+    torch.optim.Adam on the dense head, in one optimizer."""
+    kw: dict[str, Any] = {"SGD": {"lr": 0.3}, "Adagrad": {"lr": 0.3, "lr_decay": 0.01},
+                          "Adam": {"lr": 0.05}}[name]
+    ours, theirs = lookup_model(), bag_model()
+    data = batches()
+    train(ours, [getattr(optim, name)(ours.parameters(), **kw)], data)
+    train(theirs, ref(theirs), data)
+    assert_same_model(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert not table(ours)[PAD].any()  # the padding row never moves
+
+
+def test_dense_parameters_follow_torch_adamw_and_momentum_sgd() -> None:
+    """Dense gradients get torch.optim's own update (AdamW, SGD with momentum and nesterov)."""
+    for ours_cls, theirs_cls, kw in (
+        (optim.AdamW, torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.1}),
+        (optim.SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True,
+                                      "weight_decay": 0.01}),
+        (optim.Adam, torch.optim.Adam, {"lr": 0.05, "weight_decay": 0.1}),
+        (optim.Adagrad, torch.optim.Adagrad, {"lr": 0.1, "weight_decay": 0.1}),
+    ):
+        torch.manual_seed(1)
+        a, b = nn.Linear(5, 3), nn.Linear(5, 3)
+        b.load_state_dict(a.state_dict())
+        oa, ob = ours_cls(a.parameters(), **kw), theirs_cls(b.parameters(), **kw)
+        for step in range(5):
+            x = torch.randn(4, 5, generator=torch.Generator().manual_seed(step))
+            for m, o in ((a, oa), (b, ob)):
+                o.zero_grad()
+                m(x).pow(2).sum().backward()
+                o.step()
+        torch.testing.assert_close(a.weight, b.weight, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(a.bias, b.bias, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------- the documented formulas
+
+
+def touched_rows(bags: Bags) -> torch.Tensor:
+    rows = torch.unique(bags.indices)
+    return rows[rows != PAD]
+
+
+def replay(data: list[tuple[Bags, torch.Tensor]], update: Callable[..., None]) -> Model:
+    """Train a twin whose table follows ``update(weight, grad, rows, step)`` by hand."""
+    ref = lookup_model()
+    ref.table.sparse = False
+    head = torch.optim.SGD(ref.head.parameters(), lr=0.0)  # the head is checked elsewhere
+    for step, (bags, y) in enumerate(data, start=1):
+        head.zero_grad()
+        ref.table.weight.grad = None
+        F.cross_entropy(ref(bags), y).backward()
+        with torch.no_grad():
+            update(ref.table.weight, ref.table.weight.grad, touched_rows(bags), step)
+    return ref
+
+
+def test_rowwise_adagrad_follows_its_formula() -> None:
+    """s[i] += mean(g[i]**2); w[i] -= lr / (sqrt(s[i]) + eps) * g[i], touched rows only."""
+    lr, eps = 0.2, 1e-8
+    state = torch.zeros(V)
+
+    def update(w: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, step: int) -> None:
+        state[rows] += g[rows].pow(2).mean(1)
+        w[rows] -= (lr / (state[rows].sqrt() + eps)).unsqueeze(1) * g[rows]
+
+    data = batches()
+    ref = replay(data, update)
+    ours = lookup_model()
+    opt = optim.RowWiseAdagrad([ours.table.weight], lr=lr, eps=eps)
+    train(ours, [opt], data)
+    torch.testing.assert_close(table(ours), table(ref), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(opt.state[ours.table.weight]["sum"], state)
+    assert opt.state[ours.table.weight]["sum"].shape == (V,)  # one value per row
+
+
+def test_adamw_is_lazy_untouched_rows_and_state_do_not_move() -> None:
+    lr, wd, (b1, b2), eps = 0.05, 0.1, (0.9, 0.999), 1e-8
+    m, v = torch.zeros(V, D), torch.zeros(V, D)
+
+    def update(w: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, step: int) -> None:
+        w[rows] *= 1 - lr * wd
+        m[rows] = b1 * m[rows] + (1 - b1) * g[rows]
+        v[rows] = b2 * v[rows] + (1 - b2) * g[rows] ** 2
+        size = lr * (1 - b2**step) ** 0.5 / (1 - b1**step)
+        w[rows] -= size * m[rows] / (v[rows].sqrt() + eps)
+
+    data = batches()
+    ref = replay(data, update)
+    ours = lookup_model()
+    opt = optim.AdamW([ours.table.weight], lr=lr, weight_decay=wd)
+    start = table(ours).clone()
+    train(ours, [opt], data)
+    torch.testing.assert_close(table(ours), table(ref), rtol=1e-5, atol=1e-6)
+    never = torch.ones(V, dtype=torch.bool)
+    for bags, _ in data:
+        never[touched_rows(bags)] = False
+    assert never.sum() > 10
+    assert torch.equal(table(ours)[never], start[never])
+    state = opt.state[ours.table.weight]
+    assert not state["exp_avg"][never].any() and not state["exp_avg_sq"][never].any()
+
+
+def test_momentum_sgd_is_lazy() -> None:
+    lr, mu = 0.1, 0.9
+    buf = torch.zeros(V, D)
+
+    def update(w: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, step: int) -> None:
+        buf[rows] = mu * buf[rows] + g[rows]
+        w[rows] -= lr * buf[rows]
+
+    data = batches()
+    ref = replay(data, update)
+    ours = lookup_model()
+    opt = optim.SGD([ours.table.weight], lr=lr, momentum=mu)
+    train(ours, [opt], data)
+    torch.testing.assert_close(table(ours), table(ref), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(opt.state[ours.table.weight]["momentum_buffer"], buf)
+
+
+# ---------------------------------------------------------------- kernels, state, API
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_numba_kernels_equal_torch_ops(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.01}
+    if name == "SGD":
+        kw.update(momentum=0.5, nesterov=True)
+    runs = []
+    for use_numba in (True, False):
+        monkeypatch.setattr(rowgrad, "USE_NUMBA", use_numba)
+        model = lookup_model(torch.float64)
+        train(model, [getattr(optim, name)(model.parameters(), **kw)], batches())
+        runs.append(model)
+    assert_same_model(runs[0], runs[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_state_dict_resumes_bit_identically(name: str) -> None:
+    data = batches(steps=8)
+    a = lookup_model()
+    opt_a = getattr(optim, name)(a.parameters(), lr=0.1)
+    train(a, [opt_a], data[:4])
+    buf = io.BytesIO()
+    torch.save({"model": a.state_dict(), "opt": opt_a.state_dict()}, buf)
+    train(a, [opt_a], data[4:])
+
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    b = lookup_model()
+    b.load_state_dict(saved["model"])
+    opt_b = getattr(optim, name)(b.parameters(), lr=0.1)
+    opt_b.load_state_dict(saved["opt"])
+    train(b, [opt_b], data[4:])
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_lr_scheduler_and_param_groups() -> None:
+    """Schedulers move group["lr"]; groups keep their own settings."""
+    ours, theirs = lookup_model(), bag_model()
+    oa = optim.SGD([{"params": [ours.table.weight], "lr": 1.0},
+                    {"params": ours.head.parameters()}], lr=0.1)
+    ob = torch.optim.SGD([{"params": [theirs.table.weight], "lr": 1.0},
+                          {"params": theirs.head.parameters()}], lr=0.1)
+    sa = torch.optim.lr_scheduler.StepLR(oa, step_size=1, gamma=0.5)
+    sb = torch.optim.lr_scheduler.StepLR(ob, step_size=1, gamma=0.5)
+    for bags, y in batches():
+        for model, o, s in ((ours, oa, sa), (theirs, ob, sb)):
+            o.zero_grad()
+            F.cross_entropy(model(bags), y).backward()
+            o.step()
+            s.step()
+    assert oa.param_groups[0]["lr"] == pytest.approx(0.5**STEPS)
+    assert_same_model(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_accumulated_gradients_are_coalesced_before_the_update() -> None:
+    """Two backward passes without zero_grad: the summed sparse gradient repeats rows."""
+    ours, theirs = lookup_model(), bag_model()
+    oa, ob = optim.Adagrad(ours.parameters(), lr=0.3), torch.optim.Adagrad(theirs.parameters(),
+                                                                           lr=0.3)
+    (b1, y1), (b2, y2) = batches()[:2]
+    for model, o in ((ours, oa), (theirs, ob)):
+        o.zero_grad()
+        F.cross_entropy(model(b1), y1).backward()
+        F.cross_entropy(model(b2), y2).backward()
+        o.step()
+    assert_same_model(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_step_takes_a_closure_and_skips_parameters_without_gradient() -> None:
+    model = lookup_model()
+    frozen = nn.Parameter(torch.ones(3))
+    opt = optim.Adam([*model.parameters(), frozen], lr=0.1)
+    bags, y = batches()[0]
+
+    def closure() -> float:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(bags), y)
+        loss.backward()
+        return loss.item()
+
+    assert isinstance(opt.step(closure), float)
+    assert torch.equal(frozen, torch.ones(3)) and frozen not in opt.state
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_optimizer_trains_on_device(name: str, device: str) -> None:
+    model = lookup_model(device=device)
+    opt = getattr(optim, name)(model.parameters(), lr=0.05)
+    data = [(b.to(device), y.to(device)) for b, y in batches(steps=30)] * 3
+    losses = train(model, [opt], data[:1] * 40)
+    assert losses[-1] < losses[0]
+
+
+def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
+    w = nn.Parameter(torch.zeros(4, 2))
+    with pytest.raises(InputValueError, match="lr must be a number >= 0"):
+        optim.Adam([w], lr=-1.0)
+    with pytest.raises(ValueError, match="betas"):
+        optim.Adam([w], betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="nesterov"):
+        optim.SGD([w], nesterov=True)
+    opt = optim.SGD([w], lr=0.1)
+    w.grad = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (4, 2))
+    with pytest.raises(InputValueError, match="sparse_dim=2"):
+        opt.step()
+    b = nn.Parameter(torch.zeros(4))
+    b.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (4,))
+    with pytest.raises(InputValueError, match="rows"):
+        optim.SGD([b], lr=0.1).step()

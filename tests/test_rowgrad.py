@@ -1,0 +1,119 @@
+"""The row-sparse backward: one gradient row per unique index, equal to the dense gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from forms import BATCH, DEVICES, make_case
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import Bags, LookupLinear, rowgrad
+from lookuplinear.rowgrad import _group_rows_torch, bag_lookup, group_rows
+
+
+@st.composite
+def bag_batches(draw: st.DrawFn) -> tuple[int, list[list[int]], bool, int | None]:
+    in_features = draw(st.sampled_from([1, 2, 7, 300, 5000, 3_000_000]))
+    idx = st.integers(0, in_features - 1)
+    lists = draw(st.lists(st.lists(idx, max_size=6), min_size=1, max_size=8))
+    weighted = draw(st.booleans())
+    padding = draw(st.none() | idx)
+    return in_features, lists, weighted, padding
+
+
+@settings(max_examples=60, deadline=None)
+@given(bag_batches(), st.sampled_from([torch.float32, torch.float64]))
+def test_group_rows_equals_dense_gradient(
+    case: tuple[int, list[list[int]], bool, int | None], dtype: torch.dtype
+) -> None:
+    """``(rows, values)`` is the non-zero rows of ``densify(x).T @ g``: numba and torch ops."""
+    in_features, lists, weighted, padding = case
+    g = torch.Generator().manual_seed(len(lists))
+    ws = [[float(torch.rand((), generator=g)) - 0.5 for _ in b] for b in lists]
+    bags = Bags.from_lists(lists, weights=ws if weighted else None)
+    grad_out = torch.randn(len(lists), 3, generator=g, dtype=dtype)
+    dense = bags.to_dense(in_features, dtype=dtype)
+    if padding is not None:
+        dense[:, padding] = 0
+    expected = dense.T @ grad_out  # (in_features, 3)
+    for fn in (group_rows, _group_rows_torch):
+        args = (bags.indices, bags.offsets, bags.weights, grad_out, padding)
+        rows, values = fn(*args, in_features) if fn is group_rows else fn(*args)
+        assert rows.dtype == torch.long
+        assert bool((rows[1:] > rows[:-1]).all())  # sorted and unique
+        touched = sorted({i for b in lists for i in b} - {padding})
+        assert rows.tolist() == touched
+        got = torch.zeros_like(expected).index_add_(0, rows, values)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_index_input_groups_one_entry_per_position() -> None:
+    W = torch.randn(10, 4, requires_grad=True)
+    x = torch.tensor([[3, 1], [3, 3]])
+    g = torch.randn(2, 2, 4)
+    bag_lookup(W, x).backward(g)
+    assert W.grad is not None
+    rows, values = W.grad._indices()[0], W.grad._values()
+    assert rows.tolist() == [1, 3]
+    torch.testing.assert_close(values[1], g[0, 0] + g[1, 0] + g[1, 1])
+    torch.testing.assert_close(values[0], g[0, 1])
+
+
+@pytest.mark.parametrize("form", ["bags", "offsets", "torch_coo"])
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+def test_sparse_true_input_values_get_the_dense_gradient(form: str, mode: str) -> None:
+    """Gradients flow to the input's values through the row-sparse path too."""
+    grads = []
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(BATCH.in_features, 3, mode=mode, padding_idx=2, sparse=sparse)
+        case = make_case(form, BATCH, requires_grad=True)
+        layer(case.input, **case.kwargs).pow(2).sum().backward()
+        assert case.leaf is not None and case.leaf.grad is not None
+        grads.append((case.leaf.grad.clone(), layer.weight.grad))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    assert grads[1][1] is not None and grads[0][1] is not None
+    torch.testing.assert_close(grads[1][1].to_dense(), grads[0][1])
+
+
+def test_numba_and_torch_paths_give_the_same_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    layer = LookupLinear(1000, 8, sparse=True, padding_idx=0)
+    bags = Bags.from_lists([[5, 5, 0, 999], [], [7, 5]], weights=[[1, 2, 3, 4], [], [0.5, 1]])
+    layer(bags).pow(2).sum().backward()
+    assert layer.weight.grad is not None
+    numba_grad = layer.weight.grad.coalesce()
+    layer.weight.grad = None
+    monkeypatch.setattr(rowgrad, "USE_NUMBA", False)
+    layer(bags).pow(2).sum().backward()
+    assert layer.weight.grad is not None
+    torch_grad = layer.weight.grad.coalesce()
+    assert torch.equal(numba_grad.indices(), torch_grad.indices())
+    torch.testing.assert_close(numba_grad.values(), torch_grad.values())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparse_gradient_on_device(device: str) -> None:
+    layer = LookupLinear(50, 4, sparse=True, device=device)
+    x = torch.tensor([[1, 4, 4], [0, 49, 1]], device=device)
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.is_sparse
+    dense = torch.zeros(50, 4, device=device)
+    dense[[1, 4, 0, 49]] = torch.tensor([2.0, 2.0, 1.0, 1.0], device=device).unsqueeze(1)
+    torch.testing.assert_close(layer.weight.grad.to_dense(), dense)
+
+
+def test_bfloat16_table_uses_torch_ops_and_matches_float32() -> None:
+    torch.manual_seed(0)
+    layer = LookupLinear(100, 4, sparse=True, dtype=torch.bfloat16)
+    ref = LookupLinear(100, 4, sparse=True)
+    with torch.no_grad():
+        ref.weight.copy_(layer.weight.float())
+    x = torch.tensor([[3, 3, 50], [1, 2, 3]])
+    for m in (layer, ref):
+        m(x).float().sum().backward()
+    assert layer.weight.grad is not None and ref.weight.grad is not None
+    torch.testing.assert_close(
+        layer.weight.grad.to_dense().float(), ref.weight.grad.to_dense(), rtol=1e-2, atol=1e-2
+    )
