@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lookuplinear import LookupLinear, optim
+from lookuplinear import LookupLinear, optim, rowgrad
 
 Step = Callable[[], None]
 LR = 0.01
@@ -54,16 +54,23 @@ def draw(dist: str, rows: int, n: int, rng: np.random.Generator) -> torch.Tensor
     return torch.from_numpy((rng.zipf(1.05, n) - 1) % rows)
 
 
-def lookup_case(name: str, init: torch.Tensor, batch: tuple[Any, ...], **kw: Any) -> Step:
+def lookup_case(
+    name: str, init: torch.Tensor, batch: tuple[Any, ...], *, numba: bool = True
+) -> Step:
+    """``numba=False``: the torch-op twins of the kernels (what CUDA runs), for the record."""
     idx, offsets, target = batch
     layer = LookupLinear(init.shape[0], init.shape[1], bias=False, sparse=True,
                          init=lambda w: w.copy_(init))
-    opt = getattr(optim, name)(layer.parameters(), lr=LR, **kw)
+    opt = getattr(optim, name)(layer.parameters(), lr=LR)
 
     def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        F.mse_loss(layer(idx, offsets=offsets), target).backward()
-        opt.step()
+        rowgrad.USE_NUMBA = numba
+        try:
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(layer(idx, offsets=offsets), target).backward()
+            opt.step()
+        finally:
+            rowgrad.USE_NUMBA = True
 
     return step
 
@@ -169,7 +176,9 @@ def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
     return result
 
 
-def build_cases(init: torch.Tensor, batch: tuple[Any, ...], dense_adam: bool) -> list[Case]:
+def build_cases(
+    init: torch.Tensor, batch: tuple[Any, ...], dense_adam: bool, torch_ops: bool
+) -> list[Case]:
     cases: list[Case] = []
     for kind in ("EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD"):
         step = fbgemm_case(kind, init, batch)
@@ -204,6 +213,10 @@ def build_cases(init: torch.Tensor, batch: tuple[Any, ...], dense_adam: bool) ->
         Case("lookuplinear.optim.AdamW", lookup_case("AdamW", init, batch),
              anchor(rowwise), 2.0, 2 * init.shape[1]),
     ]
+    if torch_ops:
+        cases += [Case(f"lookuplinear.optim.{n} (torch ops, no numba)",
+                       lookup_case(n, init, batch, numba=False))
+                  for n in ("SGD", "RowWiseAdagrad", "Adam")]
     return cases
 
 
@@ -224,7 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         target = torch.randn(args.batch, args.dim)
         batch = (idx, offsets, target)
         unique = int(torch.unique(idx).numel())
-        cases = build_cases(init, batch, dense_adam=args.dense_adam)
+        cases = build_cases(init, batch, dense_adam=args.dense_adam, torch_ops=args.torch_ops)
         for c in cases:  # warm-up: compile kernels, allocate state
             for _ in range(2):
                 c.step()
@@ -244,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any] = {"method": c.name, "median_ms": m * 1e3,
                                    "vs_torch_sparse_sgd": m / torch_sgd,
                                    "times_ms": [t * 1e3 for t in c.times]}
-            if c.name.startswith("lookuplinear"):
+            if c.name.startswith("lookuplinear") and "torch ops" not in c.name:
                 # touched rows of the table (read + write) and of the state (read + write)
                 nbytes = 2 * unique * (args.dim + c.state_per_row) * 4
                 row["bytes_moved"] = nbytes
@@ -319,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=5, help="steps per method per round")
     p.add_argument("--no-dense-adam", dest="dense_adam", action="store_false",
                    help="skip dense torch.optim.Adam (one full-table pass per step)")
+    p.add_argument("--torch-ops", action="store_true",
+                   help="also time the kernels' torch-op twins (the CUDA path) on CPU")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice, one per core)")
     p.add_argument("--json", help="write the results here")
