@@ -41,36 +41,62 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def over_rows(kernel: Callable[..., None], weight: Any, rows: Any, values: Any, *rest: Any) -> None:
-    """Run a row kernel ``kernel(weight, rows, values, *rest)`` on ``torch.get_num_threads()``
-    threads, each on a contiguous slice of the (unique) rows: rows are independent, so the
-    result is the same bit for bit. The kernels release the GIL (``nogil``); a plain thread
-    pool avoids a second OpenMP runtime spinning against PyTorch's.
+def _in_parts(n: int, call: Callable[[int, int], None]) -> None:
+    """``call(a, b)`` over contiguous parts of ``range(n)`` on ``torch.get_num_threads()``
+    threads (at least ``MIN_ROWS_PER_THREAD`` each). The kernels release the GIL (``nogil``);
+    a plain thread pool avoids a second OpenMP runtime spinning against PyTorch's.
     """
     global _pool
-    n = rows.shape[0]
     parts = min(torch.get_num_threads(), n // MIN_ROWS_PER_THREAD)
     if parts <= 1:
-        kernel(weight, rows, values, *rest)
+        call(0, n)
         return
     with _pool_lock:
         if _pool is None or _pool._max_workers < parts:
             _pool = ThreadPoolExecutor(max_workers=parts, thread_name_prefix="lookuplinear")
         pool = _pool
     bounds = [n * k // parts for k in range(parts + 1)]
-    futures = [
-        pool.submit(kernel, weight, rows[a:b], values[a:b], *rest)
-        for a, b in itertools.pairwise(bounds[1:])
-    ]
-    kernel(weight, rows[: bounds[1]], values[: bounds[1]], *rest)
+    futures = [pool.submit(call, a, b) for a, b in itertools.pairwise(bounds[1:])]
+    call(0, bounds[1])
     for f in futures:
         f.result()
+
+
+def over_rows(kernel: Callable[..., None], weight: Any, rows: Any, values: Any, *rest: Any) -> None:
+    """Run a row kernel ``kernel(weight, rows, values, *rest)`` in threads, each on a
+    contiguous slice of the (unique) rows: rows are independent, so the result is the same bit
+    for bit whatever the split."""
+    _in_parts(rows.shape[0], lambda a, b: kernel(weight, rows[a:b], values[a:b], *rest))
+
+
+def group_rows(
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    grad_out: np.ndarray,
+    padding_idx: int,
+    in_features: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weight gradient of a bag lookup, one row per unique index: ``(rows, values)``.
+
+    ``values[j] = sum(weights[k] * grad_out[bag(k)] for k if indices[k] == rows[j])``, i.e.
+    the non-zero rows of ``densify(x).T @ grad_out``, with ``rows`` sorted ascending.
+    ``offsets`` empty means one bag per entry (index input); ``weights`` empty means 1;
+    entries equal to ``padding_idx`` (-1 for none) are left out. :func:`_sort_entries` groups
+    the entries, then each thread sums a slice of the rows (:func:`_sum_rows`).
+    """
+    rows, starts, ent, bag = _sort_entries(indices, offsets, padding_idx, in_features)
+    values = np.empty((rows.size, grad_out.shape[1]), grad_out.dtype)
+    _in_parts(rows.size, lambda a, b: _sum_rows(values, starts, ent, bag, weights, grad_out, a, b))
+    return rows, values
 
 
 _RADIX_BITS = 11
 _RADIX = 1 << _RADIX_BITS
 #: rows ahead whose cache lines are requested before they are read
 _PREFETCH = 16
+#: fastmath flags of the kernels (see the note above ``sgd_rows``)
+_FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
 def _prefetch_intrinsic(typingctx: Any, arr: Any, row: Any) -> Any:
@@ -107,21 +133,14 @@ _prefetch: Any = intrinsic(_prefetch_intrinsic)
 
 
 @njit(cache=True, nogil=True)
-def group_rows(
-    indices: np.ndarray,
-    offsets: np.ndarray,
-    weights: np.ndarray,
-    grad_out: np.ndarray,
-    padding_idx: int,
-    in_features: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The weight gradient of a bag lookup, one row per unique index: ``(rows, values)``.
+def _sort_entries(
+    indices: np.ndarray, offsets: np.ndarray, padding_idx: int, in_features: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, starts, ent, bag)``: the unique indices sorted, and for row ``j`` the entries
+    ``ent[starts[j]:starts[j + 1]]`` naming it; ``bag[k]`` is entry ``k``'s output row.
 
-    ``values[j] = sum(weights[k] * grad_out[bag(k)] for k if indices[k] == rows[j])``, i.e.
-    the non-zero rows of ``densify(x).T @ grad_out``, with ``rows`` sorted ascending.
-    ``offsets`` empty means one bag per entry (index input); ``weights`` empty means 1;
-    entries equal to ``padding_idx`` (-1 for none) are left out. A stable LSD radix sort on
-    11-bit digits groups the entries: O(nnz) per pass, ``ceil(log2(in_features) / 11)`` passes.
+    A stable LSD radix sort on 11-bit digits: O(nnz) per pass, ``ceil(log2(in_features) / 11)``
+    passes (two for a million rows), no O(in_features) scratch.
     """
     n = indices.size
     bag = np.empty(n, np.int64)
@@ -174,10 +193,27 @@ def group_rows(
             rows[j] = keys[i]
             starts[j] = i
     starts[n_unique] = m
+    return rows, starts, ent, bag
+
+
+@njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
+def _sum_rows(
+    values: np.ndarray,
+    starts: np.ndarray,
+    ent: np.ndarray,
+    bag: np.ndarray,
+    weights: np.ndarray,
+    grad_out: np.ndarray,
+    first: int,
+    stop: int,
+) -> None:
+    """``values[j] = sum(w[k] * grad_out[bag[k]] for k in the entries of row j)``, j in
+    ``[first, stop)``; entries in index order, so the sum is the same for any split."""
     dim = grad_out.shape[1]
-    values = np.zeros((n_unique, dim), grad_out.dtype)
     weighted = weights.size > 0
-    for r in range(n_unique):
+    for r in range(first, stop):
+        for d in range(dim):
+            values[r, d] = 0
         for i in range(starts[r], starts[r + 1]):
             k = ent[i]
             b = bag[k]
@@ -188,15 +224,13 @@ def group_rows(
             else:
                 for d in range(dim):
                     values[r, d] += grad_out[b, d]
-    return rows, values
 
 
-# The update kernels take their scalars already cast to the table's dtype (``_scalars`` in
+# The update kernels take their scalars already cast to the table's dtype (``scalars`` in
 # lookuplinear.optim), so float32 tables are updated in float32 arithmetic that vectorises: a
 # Python float would promote every element to float64. fastmath lets the row reductions
 # vectorise; NaN and infinity keep their meaning. error_model="numpy": a float division by zero
 # gives inf as in torch instead of a per-element Python check that stops vectorisation.
-_FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
 @njit(cache=True, nogil=True, fastmath=_FAST, error_model="numpy")
