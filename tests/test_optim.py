@@ -8,6 +8,7 @@ reference after each step.
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -369,3 +370,47 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
     b.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (4,))
     with pytest.raises(InputValueError, match="rows"):
         optim.SGD([b], lr=0.1).step()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("RowWiseAdagrad", "EXACT_ROWWISE_ADAGRAD"), ("SGD", "EXACT_SGD"),
+     ("Adagrad", "EXACT_ADAGRAD")],
+)
+def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
+    """FBGEMM's fused CPU optimizers, 5 steps from the same table (benchmark environment)."""
+    with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
+        warnings.simplefilter("ignore")
+        pytest.importorskip("fbgemm_gpu", reason="fbgemm-gpu-cpu is installed for benchmarks only")
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            EmbeddingLocation,
+            PoolingMode,
+        )
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+
+    g = torch.Generator().manual_seed(0)
+    rows, dim, lr, eps = 500, 8, 0.05, 1e-8
+    init = torch.randn(rows, dim, generator=g)
+    emb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+        optimizer=getattr(EmbOptimType, kind), learning_rate=lr, eps=eps,
+        pooling_mode=PoolingMode.SUM,
+    )
+    with torch.no_grad():
+        emb.split_embedding_weights()[0].copy_(init)
+    layer = LookupLinear(rows, dim, bias=False, sparse=True, init=lambda w: w.copy_(init))
+    opt = getattr(optim, name)([layer.weight], lr=lr, **({} if name == "SGD" else {"eps": eps}))
+    for _ in range(5):
+        idx = torch.randint(0, 50, (32 * 6,), generator=g)  # many duplicates
+        offsets = torch.arange(0, idx.numel() + 1, 6)
+        target = torch.randn(32, dim, generator=g)
+        F.mse_loss(emb(idx, offsets), target).backward()
+        opt.zero_grad()
+        F.mse_loss(layer(idx, offsets=offsets), target).backward()
+        opt.step()
+    torch.testing.assert_close(layer.weight.detach(), emb.split_embedding_weights()[0],
+                               rtol=1e-5, atol=1e-6)
