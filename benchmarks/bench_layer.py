@@ -188,13 +188,14 @@ def time_interleaved(
 
     The warm-up rounds also calibrate ``inner``: a sample runs a function ``inner`` times in a
     row so that it lasts about ``target_s`` (the clock and Python noise stay small beside it).
-    The order of the functions rotates from round to round.
+    The order of the functions alternates from round to round (forward, then reversed), so that
+    the methods compared with each other, listed next to each other, run next to each other.
     """
     inner = dict.fromkeys(fns, 1)
     times: dict[str, list[float]] = {k: [] for k in fns}
     names = list(fns)
     for r in range(warmup + repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names if r % 2 == 0 else names[::-1]
         for name in order:
             fn, k = fns[name], inner[name]
             t0 = time.perf_counter()
@@ -234,22 +235,37 @@ def run_timing(
     d: Data, repeats: int, warmup: int = 2, target_s: float = 0.02
 ) -> dict[str, dict[str, float]]:
     """Median seconds per call, per phase and method, measured side by side."""
-    medians: dict[str, dict[str, float]] = {}
+    return {phase: {name: statistics.median(ts) for name, ts in times.items()}
+            for phase, times in run_rounds(d, repeats, warmup, target_s).items()}
+
+
+def run_rounds(
+    d: Data, repeats: int, warmup: int = 2, target_s: float = 0.02
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per call in every timed round, per phase and method."""
+    rounds: dict[str, dict[str, list[float]]] = {}
     for phase in PHASES:
         fns = {name: phase_fn(run, params, phase) for name, (run, params) in methods(d).items()}
-        times = time_interleaved(fns, repeats=repeats, warmup=warmup, target_s=target_s)
-        medians[phase] = {name: statistics.median(ts) for name, ts in times.items()}
-    return medians
+        rounds[phase] = time_interleaved(fns, repeats=repeats, warmup=warmup, target_s=target_s)
+    return rounds
 
 
-def ratios(medians: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
-    """The goals' ratios in each phase, with pass/fail."""
+def ratios(
+    medians: dict[str, dict[str, float]],
+    rounds: dict[str, dict[str, list[float]]] | None = None,
+) -> list[dict[str, Any]]:
+    """The goals' ratios in each phase (ratio of the medians), with pass/fail; with the rounds,
+    also the median of the per-round ratios (each round's two samples ran close in time)."""
     rows = []
     for phase, m in medians.items():
         for label, num, den, goal, kind in RATIOS:
             r = m[num] / m[den]
+            paired = None
+            if rounds is not None:
+                a, b = rounds[phase][num], rounds[phase][den]
+                paired = statistics.median(x / y for x, y in zip(a, b, strict=True))
             ok = None if kind == "info" else (r >= goal if kind == "min" else r <= goal)
-            rows.append({"phase": phase, "ratio": label, "value": r,
+            rows.append({"phase": phase, "ratio": label, "value": r, "paired": paired,
                          "goal": None if kind == "info" else f"{'>=' if kind == 'min' else '<='}"
                          f" {goal:g}", "ok": ok})
     return rows
@@ -313,11 +329,13 @@ def report(medians: dict[str, dict[str, float]], rows: list[dict[str, Any]]) -> 
     for name in medians["forward"]:
         lines.append(f"| {name} | {_ms(medians['forward'][name])} | "
                      f"{_ms(medians['forward+backward'][name])} |")
-    lines += ["", "| ratio | phase | value | goal | |", "|---|---|---|---|---|"]
+    lines += ["", "| ratio | phase | ratio of medians | median of per-round ratios | goal | |",
+              "|---|---|---|---|---|---|"]
     for r in rows:
         mark = "" if r["ok"] is None else ("PASS" if r["ok"] else "FAIL")
-        lines.append(f"| {r['ratio']} | {r['phase']} | {r['value']:.2f}x | {r['goal'] or ''} "
-                     f"| {mark} |")
+        paired = "" if r.get("paired") is None else f"{r['paired']:.2f}x"
+        lines.append(f"| {r['ratio']} | {r['phase']} | {r['value']:.2f}x | {paired} | "
+                     f"{r['goal'] or ''} | {mark} |")
     return "\n".join(lines)
 
 
@@ -374,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     worst = check_outputs(d)
     print(f"outputs: every method agrees with nn.Linear on the dense input (max |diff| "
           f"{worst:.2e})")
-    medians = run_timing(d, args.repeats, args.warmup, args.sample_ms / 1e3)
-    rows = ratios(medians)
+    rounds = run_rounds(d, args.repeats, args.warmup, args.sample_ms / 1e3)
+    medians = {phase: {name: statistics.median(ts) for name, ts in times.items()}
+               for phase, times in rounds.items()}
+    rows = ratios(medians, rounds)
     print(report(medians, rows))
     del d
     mem = None
@@ -386,9 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     load = [round(x, 2) for x in os.getloadavg()]
     print(f"load average at the end: {load}; took {time.perf_counter() - t0:.0f} s")
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"machine": info, "load_average_end": load, "args": vars(args),
-                       "max_abs_diff": worst, "medians_s": medians, "ratios": rows,
+                       "max_abs_diff": worst, "medians_s": medians, "rounds_s": rounds,
+                       "ratios": rows,
                        "memory": mem}, f, indent=2)
     return 0
 
