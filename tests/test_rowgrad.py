@@ -117,3 +117,13 @@ def test_bfloat16_table_uses_torch_ops_and_matches_float32() -> None:
     torch.testing.assert_close(
         layer.weight.grad.to_dense().float(), ref.weight.grad.to_dense(), rtol=1e-2, atol=1e-2
     )
+
+
+@pytest.mark.parametrize("x", [torch.tensor([1, 10]), torch.tensor([-1, 2]),
+                               Bags.from_lists([[1], [12, 3]])])
+def test_sparse_true_names_an_out_of_range_index(x: object) -> None:
+    """The row-sparse forward relies on the lookup kernel's check; the error is still named."""
+    from lookuplinear import LookupIndexError
+
+    with pytest.raises(LookupIndexError, match="out of range for in_features=10"):
+        LookupLinear(10, 3, sparse=True)(x)
