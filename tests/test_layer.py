@@ -130,3 +130,17 @@ def test_torchscript_is_not_supported_but_the_error_is_pytorchs() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         with pytest.raises(torch.jit.frontend.NotSupportedError):
             torch.jit.script(LookupLinear(10, 3))
+
+
+def test_hugepages_empty_is_an_ordinary_tensor() -> None:
+    """The huge-page hint changes nothing a user can see: shape, dtype, device, values."""
+    from lookuplinear import hugepages
+
+    for size in ((3, 4), (2048, 1024 + 7)):  # small, and large enough to be advised
+        t = hugepages.empty(*size, dtype=torch.float64)
+        assert t.shape == size and t.dtype == torch.float64 and t.is_contiguous()
+        t.fill_(1.5)
+        assert bool((t == 1.5).all())
+    assert hugepages.empty(4, 4, device="meta").device.type == "meta"
+    layer = LookupLinear(1 << 16, 64)  # a 16 MiB table
+    assert layer.weight.is_contiguous() and torch.isfinite(layer.weight).all()

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import hugepages
 from .errors import InputTypeError, InputValueError
 from .functional import check_mode, lookup_linear, normalize_padding_idx
 
@@ -104,7 +105,8 @@ class LookupLinear(nn.Module):
         self.init = init
         self.sparse = sparse
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(in_features, out_features, **factory))
+        # huge pages where the system allows: fewer TLB misses when rows are read scattered
+        self.weight = nn.Parameter(hugepages.empty(in_features, out_features, **factory))
         self.bias: nn.Parameter | None
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features, **factory))

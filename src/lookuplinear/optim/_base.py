@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from .. import rowgrad
+from .. import hugepages, rowgrad
 from ..errors import InputValueError
 
-__all__ = ["RowSparseOptimizer", "row_sparse_parts", "scalars"]
+__all__ = ["RowSparseOptimizer", "row_sparse_parts", "scalars", "zeros_like"]
 
 Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
 
@@ -47,6 +47,12 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
             grad = grad.coalesce()
     return grad._indices()[0], grad._values()
+
+
+def zeros_like(p: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """A contiguous state tensor like ``p`` filled with ``fill``, on huge pages when large
+    (:mod:`lookuplinear.hugepages`: the update reads its rows scattered, as it reads ``p``'s)."""
+    return hugepages.empty(*p.shape, dtype=p.dtype, device=p.device).fill_(fill)
 
 
 def scalars(w: Any, *values: float) -> tuple[Any, ...]:

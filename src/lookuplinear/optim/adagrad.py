@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ._base import Params, RowSparseOptimizer, scalars
+from ._base import Params, RowSparseOptimizer, scalars, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
 
@@ -55,9 +55,7 @@ class Adagrad(RowSparseOptimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
-        state["sum"] = torch.full_like(
-            p, group["initial_accumulator_value"], memory_format=torch.contiguous_format
-        )
+        state["sum"] = zeros_like(p, group["initial_accumulator_value"])
 
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:

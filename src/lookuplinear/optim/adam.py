@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ._base import Params, RowSparseOptimizer, scalars
+from ._base import Params, RowSparseOptimizer, scalars, zeros_like
 
 __all__ = ["Adam", "AdamW"]
 
@@ -64,8 +64,8 @@ class Adam(RowSparseOptimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        state["exp_avg"] = zeros_like(p)
+        state["exp_avg_sq"] = zeros_like(p)
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]

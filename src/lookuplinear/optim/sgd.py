@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ._base import Params, RowSparseOptimizer, scalars
+from ._base import Params, RowSparseOptimizer, scalars, zeros_like
 
 __all__ = ["SGD"]
 
@@ -71,7 +71,7 @@ class SGD(RowSparseOptimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         if group["momentum"] != 0:
-            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            state["momentum_buffer"] = zeros_like(p)
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
