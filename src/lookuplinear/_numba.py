@@ -314,7 +314,7 @@ def rowwise_adagrad_rows(
             _prefetch(weight, rows[r + _PREFETCH])
             _prefetch(state_sum, rows[r + _PREFETCH])
         i = rows[r]
-        sq = inv_dim * 0  # zero of the table's dtype
+        sq = inv_dim - inv_dim  # a zero of the table's dtype (a literal 0 would be int64)
         if weight_decay == 0:
             for d in range(dim):
                 sq += values[r, d] * values[r, d]
