@@ -72,6 +72,18 @@ def lookup_case(
         finally:
             rowgrad.USE_NUMBA = True
 
+    def phases() -> tuple[float, float, float]:
+        """Seconds of (forward + loss, backward, optimizer step) of one step."""
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(layer(idx, offsets=offsets), target)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        return t1 - t0, t2 - t1, time.perf_counter() - t2
+
+    step.phases = phases  # type: ignore[attr-defined]
     return step
 
 
@@ -250,6 +262,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     c.step()
                 c.times.append((time.perf_counter() - t) / steps)
         medians = {c.name: statistics.median(c.times) for c in cases}
+        breakdown = {}
+        for c in cases:  # where a lookuplinear step's time goes, after the timed rounds
+            if hasattr(c.step, "phases"):
+                parts = [c.step.phases() for _ in range(args.repeats * args.steps)]
+                breakdown[c.name] = [statistics.median(p) * 1e3 for p in zip(*parts, strict=True)]
         torch_sgd = medians["nn.EmbeddingBag(sparse=True) + torch.optim.SGD"]
         rows_out = []
         for c in cases:
@@ -257,6 +274,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any] = {"method": c.name, "median_ms": m * 1e3,
                                    "vs_torch_sparse_sgd": m / torch_sgd,
                                    "times_ms": [t * 1e3 for t in c.times]}
+            if c.name in breakdown:
+                row["phases_ms"] = dict(zip(("forward", "backward", "step"), breakdown[c.name],
+                                            strict=True))
             if c.name.startswith("lookuplinear") and "torch ops" not in c.name:
                 # touched rows of the table (read + write) and of the state (read + write)
                 nbytes = 2 * unique * (args.dim + c.state_per_row) * 4
@@ -309,6 +329,12 @@ def print_report(report: dict[str, Any]) -> None:
                         f"(goal <= {r['goal']:.1f}x: {'met' if r['met'] else 'MISSED'})")
             print(f"{r['method']:55s} {r['median_ms']:10.3f} {r['vs_torch_sparse_sgd']:11.2f}x"
                   f"  {goal}")
+        print(f"\n{'phases, median ms':55s} {'fwd+loss':>9s} {'backward':>9s} {'opt.step':>9s}")
+        for r in d["rows"]:
+            if "phases_ms" in r:
+                ph = r["phases_ms"]
+                print(f"{r['method']:55s} {ph['forward']:9.3f} {ph['backward']:9.3f} "
+                      f"{ph['step']:9.3f}")
         print(f"\n{'lookuplinear.optim':30s} {'MB moved':>9s} {'step GB/s':>10s} "
               f"{'copy GB/s':>10s} {'state/row':>9s}  speedups")
         for r in d["rows"]:
