@@ -12,6 +12,8 @@ from .errors import (
     InputValueError,
     LookupIndexError,
     LookupLinearError,
+    ModelFileError,
+    TrainingDivergedError,
     UnknownTokenError,
 )
 from .functional import lookup_linear
@@ -31,6 +33,8 @@ __all__ = [
     "LookupIndexError",
     "LookupLinear",
     "LookupLinearError",
+    "ModelFileError",
+    "TrainingDivergedError",
     "UnknownTokenError",
     "Vocab",
     "__version__",
