@@ -30,8 +30,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=100, help="embedding size (default 100)")
     p.add_argument("--epoch", type=int, default=5, help="passes over the data (default 5)")
     p.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: 0.05 for adam/adamw, 0.5 for sgd/adagrad)")
-    p.add_argument("--optimizer", default="adam",
+                   help="learning rate of the batch mean loss (default: 0.5 for sgd/adagrad, "
+                        "0.05 for adam/adamw)")
+    p.add_argument("--optimizer", default="adagrad",
                    choices=["adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"])
     p.add_argument("--lr-schedule", default="linear", choices=["linear", "constant"],
                    help="linear decay to zero, as fastText (default), or constant")
@@ -40,7 +41,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--maxn", type=int, default=0, help="max char n-gram length (0: none)")
     p.add_argument("--bucket", type=int, default=2_000_000, help="n-gram hash buckets")
     p.add_argument("--minCount", type=int, default=1, help="min word count")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per step")
+    p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--loss", default="auto", choices=["auto", "softmax", "ova"],
                    help="softmax (one label per line), ova (one-vs-all, multilabel); auto "
