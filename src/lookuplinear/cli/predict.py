@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from ._textinput import add_input_options, read_input
@@ -54,5 +56,9 @@ def run(args: argparse.Namespace) -> int:
             lines.append(" ".join(f"{model.labels[j]} {row[j]:.5f}" for j in kept))
         else:
             lines.append(" ".join(model.labels[j] for j in kept))
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `lookuplinear predict ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
