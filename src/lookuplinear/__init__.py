@@ -13,6 +13,8 @@ from .errors import (
     InputValueError,
     LookupIndexError,
     LookupLinearError,
+    ModelFileError,
+    TrainingDivergedError,
     UnknownTokenError,
 )
 from .functional import lookup_linear
@@ -32,6 +34,8 @@ __all__ = [
     "LookupIndexError",
     "LookupLinear",
     "LookupLinearError",
+    "ModelFileError",
+    "TrainingDivergedError",
     "UnknownTokenError",
     "Vocab",
     "__version__",

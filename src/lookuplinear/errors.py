@@ -26,6 +26,8 @@ __all__ = [
     "InputValueError",
     "LookupIndexError",
     "LookupLinearError",
+    "ModelFileError",
+    "TrainingDivergedError",
     "UnknownTokenError",
 ]
 
@@ -52,3 +54,11 @@ class DeviceMismatchError(InputValueError):
 
 class UnknownTokenError(LookupLinearError, KeyError):
     """A token is not in the ``Vocab`` and the vocabulary has no ``unknown`` entry."""
+
+
+class ModelFileError(LookupLinearError, ValueError):
+    """A model file is not a lookuplinear model: corrupt, truncated, or of another format."""
+
+
+class TrainingDivergedError(LookupLinearError, FloatingPointError):
+    """The training loss became NaN or infinite (the learning rate is too high for the data)."""

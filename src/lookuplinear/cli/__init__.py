@@ -19,6 +19,9 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "explain": "explain",
     "bench": "bench",
+    "train": "train",
+    "predict": "predict",
+    "test": "test",
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

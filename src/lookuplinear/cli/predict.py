@@ -1,0 +1,64 @@
+"""``lookuplinear predict``: the k most likely labels of each line, as fastText prints them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ._textinput import add_input_options, read_input
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "predict",
+        help="print the k most likely labels of each example of a text file",
+        description=(
+            "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
+            "with --text-column) print its K most likely labels on one line, best first; with "
+            "--prob each label is followed by its probability (fastText's predict-prob)."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
+    p.add_argument("input", metavar="INPUT", help="texts ('-' for stdin)")
+    p.add_argument("-k", type=int, default=1, help="labels per example (default 1)")
+    p.add_argument("--prob", action="store_true", help="print probabilities too")
+    p.add_argument("--threshold", type=float, default=0.0,
+                   help="print only labels with probability >= THRESHOLD")
+    add_input_options(p, labels=False)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..errors import InputValueError
+    from ..modelfile import load_model
+
+    if args.k < 1:
+        raise InputValueError(f"-k must be >= 1, got {args.k}.")
+    model = load_model(args.model)
+    if model.vectorizer is None or not model.labels:
+        raise InputValueError(
+            f"{args.model} holds an estimator without a text vectorizer and labels; predict "
+            "needs a model written by `lookuplinear train`."
+        )
+    data = read_input(args, need_labels=False)
+    scores = model.scores(data.texts)
+    top = np.argsort(-scores, axis=1, kind="stable")[:, : args.k]
+    lines = []
+    for row, best in zip(scores, top, strict=True):
+        kept = [j for j in best if row[j] >= args.threshold]
+        if args.prob:
+            lines.append(" ".join(f"{model.labels[j]} {row[j]:.5f}" for j in kept))
+        else:
+            lines.append(" ".join(model.labels[j] for j in kept))
+    try:
+        print("\n".join(lines))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `lookuplinear predict ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0

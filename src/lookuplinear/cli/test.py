@@ -1,0 +1,49 @@
+"""``lookuplinear test``: N, P@k and R@k of a model on a labelled file, as fastText prints."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._textinput import add_input_options, read_input
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "test",
+        help="precision and recall at k of a model on a labelled text file",
+        description=(
+            "Print the number of examples N, precision at k (correct labels among the k "
+            "predicted per example, over all predictions) and recall at k (over all true "
+            "labels), as `fasttext test` does."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
+    p.add_argument("input", metavar="INPUT", help="labelled test file ('-' for stdin)")
+    p.add_argument("-k", type=int, default=1, help="labels predicted per example (default 1)")
+    add_input_options(p, labels=True)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InputValueError
+    from ..modelfile import load_model
+    from ..textdata import precision_recall_at_k
+
+    if args.k < 1:
+        raise InputValueError(f"-k must be >= 1, got {args.k}.")
+    model = load_model(args.model)
+    if model.vectorizer is None or not model.labels:
+        raise InputValueError(
+            f"{args.model} holds an estimator without a text vectorizer and labels; test "
+            "needs a model written by `lookuplinear train`."
+        )
+    data = read_input(args, need_labels=True)
+    column = {name: j for j, name in enumerate(model.labels)}
+    # a label the model never saw counts as a true label it cannot predict (as in fastText)
+    truth = [[column.get(lab, -1) for lab in labels] for labels in data.labels]
+    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.k)
+    print(f"N\t{len(data)}\nP@{args.k}\t{p:.3f}\nR@{args.k}\t{r:.3f}")
+    return 0

@@ -1,0 +1,114 @@
+"""``lookuplinear train``: a fastText-style text classifier from a labelled file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._textinput import add_input_options, read_input
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "train",
+        help="train a fastText-style text classifier (safetensors model file)",
+        description=(
+            "Train FastTextVectorizer -> LookupClassifier(mode='mean', hidden=DIM) on INPUT "
+            "(fastText lines '__label__x some text', or CSV/TSV with --text-column and "
+            "--label-column) and write one model file: safetensors weights with the vectorizer "
+            "and labels as JSON. Lines with several labels train one-vs-all (multilabel)."
+        ),
+    )
+    p.add_argument("input", metavar="INPUT", help="training file ('-' for stdin)")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="MODEL",
+                   help="model file to write")
+    p.add_argument("--dim", type=int, default=100, help="embedding size (default 100)")
+    p.add_argument("--epoch", type=int, default=5, help="passes over the data (default 5)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate of the batch mean loss (default: 0.5 for sgd/adagrad, "
+                        "0.05 for adam/adamw)")
+    p.add_argument("--optimizer", default="adagrad",
+                   choices=["adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"])
+    p.add_argument("--lr-schedule", default="linear", choices=["linear", "constant"],
+                   help="linear decay to zero, as fastText (default), or constant")
+    p.add_argument("--wordNgrams", type=int, default=1, help="max word n-gram length")
+    p.add_argument("--minn", type=int, default=0, help="min char n-gram length (0: none)")
+    p.add_argument("--maxn", type=int, default=0, help="max char n-gram length (0: none)")
+    p.add_argument("--bucket", type=int, default=2_000_000, help="n-gram hash buckets")
+    p.add_argument("--minCount", type=int, default=1, help="min word count")
+    p.add_argument("--batch-size", type=int, default=256, help="examples per step")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--loss", default="auto", choices=["auto", "softmax", "ova"],
+                   help="softmax (one label per line), ova (one-vs-all, multilabel); auto "
+                        "picks ova when some line has several labels")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same model)")
+    p.add_argument("--thread", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_input_options(p, labels=True)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InputValueError
+    from ..modelfile import save_model
+
+    for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
+        if getattr(args, name) < 1:
+            raise InputValueError(f"--{name.replace('_', '-')} must be >= 1, got "
+                                  f"{getattr(args, name)}.")
+    data = read_input(args, need_labels=True)
+    t0 = time.perf_counter()
+    vec, clf, labels, X, _y = fit_text_classifier(data.texts, data.labels, args)
+    elapsed = time.perf_counter() - t0
+    save_model(args.output, clf, vectorizer=vec, labels=labels)
+    if not args.quiet:
+        print(f"Read {len(data)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
+              f"{X.shape[1]} features. Trained in {elapsed:.2f} s "
+              f"({len(data) * args.epoch / max(elapsed, 1e-9):,.0f} examples/s), final loss "
+              f"{clf.loss_curve_[-1]:.4f}.", file=sys.stderr)
+        print(f"model written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def fit_text_classifier(
+    texts: list[str], label_lists: list[list[str]], args: argparse.Namespace
+) -> tuple[Any, Any, list[str], Any, Any]:
+    """(vectorizer, classifier, label names, X, y) trained as the options say."""
+    import numpy as np
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    from ..sklearn import LookupClassifier
+    from ..text import FastTextVectorizer
+
+    ova = args.loss == "ova" or (args.loss == "auto" and any(len(ls) > 1 for ls in label_lists))
+    if ova:
+        mlb = MultiLabelBinarizer()
+        y = mlb.fit_transform(label_lists)
+        labels = [str(x) for x in mlb.classes_]
+    else:
+        y = np.asarray([ls[0] for ls in label_lists])  # softmax: the first label of a line
+        labels = sorted(set(y.tolist()))
+    vec = FastTextVectorizer(word_ngrams=args.wordNgrams, minn=args.minn, maxn=args.maxn,
+                             bucket=args.bucket, min_count=args.minCount)
+    X = vec.fit_transform(texts)
+    lr = args.lr if args.lr is not None else (0.05 if args.optimizer.startswith("adam") else 0.5)
+    clf = LookupClassifier(
+        hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
+        learning_rate=args.lr_schedule, epochs=args.epoch, batch_size=args.batch_size,
+        weight_decay=args.weight_decay, random_state=args.seed, verbose=0 if args.quiet else 1,
+        device=args.device, n_threads=args.thread,
+    )
+    if not ova and len(labels) < 2:
+        from ..errors import InputValueError
+
+        raise InputValueError(
+            f"INPUT has a single label ({labels[0]!r}); a classifier needs at least 2."
+        )
+    clf.fit(X, y)
+    return vec, clf, labels, X, y

@@ -1,0 +1,185 @@
+"""Model files: the weights as safetensors, the configuration as JSON in the same file.
+
+One file holds a fitted :class:`~lookuplinear.sklearn.LookupClassifier` or
+:class:`~lookuplinear.sklearn.LookupRegressor` and, optionally, the
+:class:`~lookuplinear.text.FastTextVectorizer` and label names it was trained with::
+
+    safetensors header  {"lookup.weight": f32 (n_features, hidden), "output.weight": ..., ...,
+                         "__metadata__": {"format": "lookuplinear-model", "version": "1",
+                                          "config": "<JSON: estimator, params, labels, ...>"}}
+    data                the tensors, raw little-endian
+
+Loading reads that header and the raw tensors only: nothing in the file is executed (no pickle).
+A file that is corrupt, truncated or not a lookuplinear model raises
+:class:`~lookuplinear.errors.ModelFileError`.
+
+Requires the ``[sklearn]`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ModelFileError
+
+__all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
+
+FORMAT = "lookuplinear-model"
+VERSION = "1"
+
+
+@dataclass
+class TextModel:
+    """A fitted estimator with the vectorizer and label names of its training data.
+
+    ``labels[j]`` names column ``j`` of ``estimator.predict_proba``; without a vectorizer the
+    estimator takes feature matrices directly.
+    """
+
+    estimator: Any
+    vectorizer: Any = None
+    labels: list[str] = field(default_factory=list)
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        """Label probabilities of each text, shape (n_texts, len(labels))."""
+        return np.asarray(self.estimator.predict_proba(self.vectorizer.transform(texts)))
+
+
+def save_model(
+    path: str | Path, estimator: Any, *, vectorizer: Any = None, labels: list[str] | None = None
+) -> Path:
+    """Write ``estimator`` (fitted), and optionally its vectorizer and label names, to ``path``.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from lookuplinear.sklearn import LookupClassifier
+    >>> clf = LookupClassifier(hidden=4, epochs=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    >>> path = save_model(os.path.join(tempfile.mkdtemp(), "m.ll"), clf)
+    >>> loaded = load_model(path).estimator
+    >>> np.allclose(loaded.decision_function([[0, 1]]), clf.decision_function([[0, 1]]))
+    True
+    """
+    from safetensors.torch import save_file
+
+    est = estimator
+    if not hasattr(est, "model_"):
+        raise ModelFileError(
+            f"{type(est).__name__} is not fitted; call fit before save_model."
+        )
+    params = {k: v for k, v in est.get_params().items() if k not in ("random_state", "device")}
+    config: dict[str, Any] = {
+        "estimator": type(est).__name__,
+        "params": params,
+        "random_state": est.random_state if isinstance(est.random_state, int) else None,
+        "n_features_in": int(est.n_features_in_),
+        "n_outputs": int(est._n_outputs()),
+        "loss_curve": [float(x) for x in est.loss_curve_],
+        "n_iter": int(est.n_iter_),
+        "labels": list(labels) if labels is not None else None,
+        "vectorizer": None if vectorizer is None else vectorizer.get_config(),
+    }
+    if type(est).__name__ == "LookupClassifier":
+        config["classes"] = est.classes_.tolist()
+        config["multilabel"] = bool(est.multilabel_)
+        config["y_dtype"] = str(est._y_dtype) if est.multilabel_ else None
+    else:
+        config["y_2d"] = bool(est._y_2d)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
+    meta = {"format": FORMAT, "version": VERSION, "config": json.dumps(config)}
+    out = Path(path)
+    save_file(tensors, str(out), metadata=meta)
+    return out
+
+
+def load_model(path: str | Path) -> TextModel:
+    """Read a model file written by :func:`save_model`; never executes anything from it.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ModelFileError
+        The file is corrupt, truncated, not a lookuplinear model, or of a newer version.
+    """
+    from safetensors import safe_open
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no model file at {p}; train one with `lookuplinear train`.")
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+    except Exception as e:  # safetensors raises its own error type for every malformed file
+        raise ModelFileError(
+            f"{p} is not a readable safetensors file ({e}). It is corrupt or truncated; "
+            "train it again or copy it again."
+        ) from None
+    if meta.get("format") != FORMAT:
+        raise ModelFileError(
+            f"{p} is a safetensors file but not a lookuplinear model (metadata format="
+            f"{meta.get('format')!r}, expected {FORMAT!r})."
+        )
+    if meta.get("version") != VERSION:
+        raise ModelFileError(
+            f"{p} has model format version {meta.get('version')!r}; this lookuplinear reads "
+            f"version {VERSION}. Upgrade lookuplinear or retrain the model."
+        )
+    try:
+        config = json.loads(meta["config"])
+        return _build(config, tensors)
+    except ModelFileError:
+        raise
+    except Exception as e:  # a well-formed header with inconsistent content
+        raise ModelFileError(
+            f"{p} has an invalid configuration ({type(e).__name__}: {e}); the file was "
+            "damaged or written by another program. Train it again."
+        ) from None
+
+
+def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
+    from .sklearn import LookupClassifier, LookupNet, LookupRegressor
+    from .sklearn._optim import make_optimizers
+    from .text import FastTextVectorizer
+
+    kinds = {"LookupClassifier": LookupClassifier, "LookupRegressor": LookupRegressor}
+    name = config["estimator"]
+    if name not in kinds:
+        raise ModelFileError(f"unknown estimator {name!r}; expected one of {sorted(kinds)}.")
+    est: Any = kinds[name](**config["params"], random_state=config["random_state"])
+    est.n_features_in_ = int(config["n_features_in"])
+    net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
+                    mode=est.mode)
+    try:
+        net.load_state_dict(tensors, strict=True)
+    except RuntimeError as e:
+        raise ModelFileError(
+            f"the weights do not match the configuration: {str(e).splitlines()[0]} ... "
+            "The file was damaged or edited; train it again."
+        ) from None
+    est.model_ = net.eval()
+    est.loss_curve_ = list(config["loss_curve"])
+    est.n_iter_ = int(config["n_iter"])
+    est.validation_scores_ = []
+    est._seed_ = est._seed()
+    est._optimizers = make_optimizers(est.solver, net.sparse_parameters(),
+                                      net.dense_parameters(), lr=est.learning_rate_init,
+                                      weight_decay=est.weight_decay)
+    if name == "LookupClassifier":
+        est.classes_ = np.asarray(config["classes"])
+        est.multilabel_ = bool(config["multilabel"])
+        if est.multilabel_:
+            est._y_dtype = np.dtype(config["y_dtype"])
+    else:
+        est._y_2d = bool(config["y_2d"])
+    vec = config.get("vectorizer")
+    vectorizer = None if vec is None else FastTextVectorizer.from_config(vec)
+    labels = config.get("labels") or []
+    return TextModel(est, vectorizer, [str(x) for x in labels])

@@ -1,0 +1,327 @@
+"""What the classifier and the regressor share: input handling, the training loop, prediction."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from numbers import Integral, Real
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..bags import Bags
+from ..errors import TrainingDivergedError
+from ..functional import MODES
+from ._model import LookupNet
+from ._optim import SOLVERS, make_optimizers, make_schedulers
+
+__all__ = ["LookupEstimator"]
+
+#: rows per forward pass at prediction time
+PREDICT_BATCH = 8192
+
+
+def _is_token_lists(X: Any) -> bool:
+    """A Python list/tuple whose rows are lists/tuples of Python ints: fastText-style token ids."""
+    if not isinstance(X, list | tuple) or len(X) == 0:
+        return False
+    rows = X[: min(len(X), 20)]
+    return all(
+        isinstance(r, list | tuple)
+        and all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in r)
+        for r in rows
+    ) and any(len(r) for r in X)
+
+
+class _CSRBatches:
+    """A CSR matrix as torch tensors, cut into ``Bags`` of consecutive rows.
+
+    Rows ``a:b`` are ``Bags(indices[indptr[a]:indptr[b]], indptr[a:b+1] - indptr[a], data[...])``:
+    a view, no copy, nothing densified.
+    """
+
+    def __init__(self, X: sp.csr_matrix) -> None:
+        self.n = X.shape[0]
+        self.indptr = torch.from_numpy(np.asarray(X.indptr, dtype=np.int64))
+        self.indices = torch.from_numpy(np.asarray(X.indices, dtype=np.int64))
+        self.data = torch.from_numpy(np.asarray(X.data, dtype=np.float32))
+
+    def rows(self, a: int, b: int) -> Bags:
+        s, e = int(self.indptr[a]), int(self.indptr[b])
+        return Bags(self.indices[s:e], self.indptr[a : b + 1] - s, self.data[s:e])
+
+    def batches(self, size: int) -> Iterator[tuple[int, int, Bags]]:
+        for a in range(0, self.n, size):
+            b = min(a + size, self.n)
+            yield a, b, self.rows(a, b)
+
+
+class LookupEstimator(BaseEstimator):
+    """Base class: an ``X -> LookupNet -> outputs`` model trained by minibatch optimisation.
+
+    Subclasses define ``__init__`` (the parameters), ``_encode_targets`` and ``_loss``.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "hidden": [Interval(Integral, 1, None, closed="left"), None],
+        "mode": [StrOptions(set(MODES))],
+        "solver": [StrOptions(set(SOLVERS))],
+        "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [StrOptions({"constant", "linear"})],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+        "device": [str, torch.device],
+        "n_threads": [Interval(Integral, 1, None, closed="left"), None],
+    }
+
+    # set by subclasses' __init__
+    hidden: int | None
+    mode: str
+    solver: str
+    learning_rate_init: float
+    learning_rate: str
+    epochs: int
+    batch_size: int
+    weight_decay: float
+    early_stopping: bool
+    validation_fraction: float
+    n_iter_no_change: int
+    tol: float
+    random_state: Any
+    verbose: int
+    device: str | torch.device
+    n_threads: int | None
+
+    # ------------------------------------------------------------------ input
+    def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:
+        """``X`` as a float32 CSR matrix; sets or checks ``n_features_in_``."""
+        if isinstance(X, Bags) or _is_token_lists(X):
+            bags = X if isinstance(X, Bags) else Bags.from_lists(X)
+            if reset:
+                top = int(bags.indices.max()) + 1 if bags.nnz else 1
+                self.n_features_in_ = top
+                if hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
+            else:
+                check_is_fitted(self)
+            return bags.to_scipy(self.n_features_in_)
+        X = validate_data(
+            self, _csr_first(X), accept_sparse=True, dtype=[np.float32, np.float64], reset=reset
+        )
+        return _to_csr(X)
+
+    def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
+        if isinstance(X, Bags) or _is_token_lists(X):
+            Xc = self._prepare_x(X, reset=reset)
+            y = np.asarray(y)
+            if y.shape[0] != Xc.shape[0]:
+                raise ValueError(
+                    f"X has {Xc.shape[0]} rows (token lists) but y has {y.shape[0]} entries; "
+                    "pass one target per row."
+                )
+            return Xc, y
+        X, y = validate_data(
+            self, _csr_first(X), y, accept_sparse=True, dtype=[np.float32, np.float64],
+            multi_output=True, reset=reset,
+        )
+        return _to_csr(X), y
+
+    # ------------------------------------------------------------------ model and training
+    def _seed(self) -> int:
+        return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+
+    def _init_model(self, n_outputs: int, seed: int) -> None:
+        """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=self.mode)
+        self.model_ = net.to(self.device)
+        self._optimizers = make_optimizers(
+            self.solver,
+            self.model_.sparse_parameters(),
+            self.model_.dense_parameters(),
+            lr=self.learning_rate_init,
+            weight_decay=self.weight_decay,
+        )
+        self.loss_curve_: list[float] = []
+        self.n_iter_ = 0
+
+    def _loss(
+        self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _run_epochs(
+        self,
+        X: sp.csr_matrix,
+        target: torch.Tensor,
+        weight: torch.Tensor | None,
+        *,
+        epochs: int,
+        seed: int,
+        schedule: str,
+        validation: tuple[Any, Any] | None = None,
+    ) -> None:
+        """Minibatch training: shuffle rows with a seeded generator, step on each batch."""
+        with torch_threads(self.n_threads):
+            self._epochs(X, target, weight, epochs=epochs, seed=seed, schedule=schedule,
+                         validation=validation)
+
+    def _epochs(
+        self,
+        X: sp.csr_matrix,
+        target: torch.Tensor,
+        weight: torch.Tensor | None,
+        *,
+        epochs: int,
+        seed: int,
+        schedule: str,
+        validation: tuple[Any, Any] | None,
+    ) -> None:
+        n = X.shape[0]
+        gen = torch.Generator().manual_seed(seed)
+        per_epoch = -(-n // self.batch_size)
+        schedulers = make_schedulers(self._optimizers, schedule, epochs * per_epoch)
+        bar = _progress(self.verbose, total=epochs * n)
+        best, best_state, no_change = -np.inf, None, 0
+        model, device = self.model_, torch.device(self.device)
+        model.train()
+        for epoch in range(epochs):
+            perm = torch.randperm(n, generator=gen)
+            batches = _CSRBatches(X[perm.numpy()])
+            t_epoch, w_epoch = target[perm].to(device), None if weight is None else weight[perm]
+            total, seen = 0.0, 0
+            for a, b, bags in batches.batches(self.batch_size):
+                w = None if w_epoch is None else w_epoch[a:b].to(device)
+                loss = self._loss(model(bags.to(device)), t_epoch[a:b], w)
+                for opt in self._optimizers:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self._decay_table()
+                for opt in self._optimizers:
+                    opt.step()
+                for sched in schedulers:
+                    sched.step()
+                total += float(loss.detach()) * (b - a)
+                seen += b - a
+                if bar is not None:
+                    bar.update(b - a)
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{total / seen:.4f}")
+            epoch_loss = total / max(seen, 1)
+            if not np.isfinite(epoch_loss):
+                raise TrainingDivergedError(
+                    f"the training loss became {epoch_loss} in epoch {epoch + 1}: the optimizer "
+                    f"diverged. Lower learning_rate_init (now {self.learning_rate_init}) or scale "
+                    "the features/targets."
+                )
+            self.loss_curve_.append(epoch_loss)
+            self.n_iter_ += 1
+            if validation is not None:
+                score = float(self.score(*validation))
+                model.train()
+                self.validation_scores_.append(score)
+                if score > best + self.tol:
+                    best, no_change = score, 0
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                else:
+                    no_change += 1
+                if no_change >= self.n_iter_no_change:
+                    break
+        if bar is not None:
+            bar.close()
+        if validation is not None and best_state is not None:
+            model.load_state_dict(best_state)
+            self.best_validation_score_ = best
+        model.eval()
+
+    def _decay_table(self) -> None:
+        """Lazy L2 on the table: ``grad[rows] += weight_decay * W[rows]`` for the batch's rows."""
+        if not self.weight_decay:
+            return
+        w = self.model_.lookup.weight
+        if w.grad is None:
+            return
+        g = w.grad.coalesce()
+        rows = g.indices()[0]
+        values = g.values() + self.weight_decay * w.detach()[rows]
+        w.grad = torch.sparse_coo_tensor(
+            g.indices(), values, g.shape, is_coalesced=True, check_invariants=False
+        )
+
+    # ------------------------------------------------------------------ prediction
+    def _raw_output(self, X: Any) -> np.ndarray:
+        """``model_(X)`` as float64 numpy of shape (n_samples, n_outputs), in batches."""
+        check_is_fitted(self, "model_")
+        Xc = self._prepare_x(X, reset=False)
+        model, device = self.model_, torch.device(self.device)
+        model.eval()
+        outs = [np.zeros((0, self._n_outputs()), dtype=np.float64)]
+        with torch.no_grad(), torch_threads(self.n_threads):
+            for _, _, bags in _CSRBatches(Xc).batches(PREDICT_BATCH):
+                outs.append(model.predict(bags.to(device)).cpu().numpy())
+        return np.concatenate(outs)
+
+    def _n_outputs(self) -> int:
+        out = self.model_.output
+        return self.model_.lookup.out_features if out is None else out.out_features
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.target_tags.multi_output = True
+        return tags
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` inside the block, the previous setting after it.
+
+    Minibatch steps on sparse rows are a few small kernels each; on a small or shared machine
+    intra-op threads only add synchronisation, so the estimators default to one thread.
+    """
+    if n is None or n == torch.get_num_threads():
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _csr_first(X: Any) -> Any:
+    """Sparse input in CSR before validation (scikit-learn cannot check DOK/LIL for NaN)."""
+    if not sp.issparse(X):
+        return X
+    m: Any = X  # issparse narrows to an ABC without the matrix API
+    return m if m.format in ("csr", "csc", "coo") else m.tocsr()
+
+
+def _to_csr(X: Any) -> sp.csr_matrix:
+    if sp.issparse(X):
+        m: Any = X
+        return sp.csr_matrix(m, dtype=np.float32)
+    return sp.csr_matrix(np.asarray(X, dtype=np.float32))
+
+
+def _progress(verbose: int, *, total: int) -> Any:
+    if not verbose:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="ex", unit_scale=True, file=sys.stderr, leave=True)

@@ -1,0 +1,307 @@
+"""``LookupClassifier``: logistic regression / fastText on sparse input, scikit-learn API."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.special import expit, softmax
+from sklearn.base import ClassifierMixin
+from sklearn.model_selection import train_test_split
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.validation import column_or_1d
+
+from ..errors import InputValueError
+from ._base import LookupEstimator
+
+__all__ = ["LookupClassifier"]
+
+
+class LookupClassifier(ClassifierMixin, LookupEstimator):
+    """A classifier on sparse rows: ``softmax(linear(densify(X) @ E))``, fastText's model.
+
+    Dense equivalent: with ``hidden=None`` it is multinomial logistic regression (one sigmoid
+    output for two classes), ``nn.Linear(n_features, n_classes)`` on ``X``; with ``hidden=h`` it
+    is ``nn.Linear(h, n_classes)(nn.Linear(n_features, h, bias=False)(X))``, fastText's
+    architecture when ``mode="mean"`` and ``X`` holds token counts. The first layer is a
+    :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` (scipy.sparse of any format,
+    a dense array, or a list of token-id lists) is never densified.
+
+    Parameters
+    ----------
+    hidden : int or None, default None
+        Embedding size (fastText's ``dim``, typically 10-100); ``None`` for a linear model.
+    mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
+        How each row of ``X`` is reduced; ``"sum"`` is exactly ``X @ W``, ``"mean"`` divides a row
+        by the sum of its values (fastText's average of word vectors).
+    solver : {"adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"}, default "adam"
+        Optimizer, from ``lookuplinear.optim`` when available, else ``torch.optim`` (see
+        :mod:`lookuplinear.sklearn._optim`).
+    learning_rate_init : float, default 0.01
+        Initial learning rate.
+    learning_rate : {"constant", "linear"}, default "constant"
+        ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
+    epochs : int, default 10
+        Passes over the training data in ``fit`` (``partial_fit`` makes one).
+    batch_size : int, default 64
+        Rows per gradient step.
+    weight_decay : float, default 0.0
+        L2 penalty; on the table it is applied to the rows each batch touches.
+    early_stopping : bool, default False
+        Hold out ``validation_fraction`` of the data (stratified) and stop when its accuracy has
+        not improved by ``tol`` for ``n_iter_no_change`` epochs; the best epoch's weights are kept.
+    validation_fraction : float, default 0.1
+    n_iter_no_change : int, default 5
+    tol : float, default 1e-4
+    class_weight : dict, "balanced" or None, default None
+        Weights of the classes in the loss, as in scikit-learn's linear models.
+    random_state : int, RandomState instance or None, default None
+        Seeds weight initialisation and shuffling: the same seed gives the same model.
+    verbose : int, default 0
+        A progress bar (examples/s, loss) on stderr when > 0.
+    device : str or torch.device, default "cpu"
+    n_threads : int or None, default 1
+        ``torch.set_num_threads`` while training and predicting (restored afterwards); ``None``
+        keeps torch's setting. One thread is fastest for minibatches of sparse rows on CPU.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The labels (for multilabel ``y``: ``arange(n_labels)``).
+    n_features_in_ : int
+    model_ : LookupNet
+        The trained ``torch.nn.Module``.
+    loss_curve_ : list of float
+        Mean training loss of each epoch.
+    n_iter_ : int
+        Epochs run.
+    validation_scores_ : list of float
+        With ``early_stopping``: the held-out accuracy after each epoch.
+    best_validation_score_ : float
+        With ``early_stopping``: the best of ``validation_scores_``.
+
+    Raises
+    ------
+    InputValueError
+        ``y`` holds a single class, or a multi-output multiclass target.
+
+    Examples
+    --------
+    >>> from sklearn.feature_extraction.text import TfidfVectorizer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from lookuplinear.sklearn import LookupClassifier
+    >>> texts = ["good movie", "great film", "bad movie", "awful film"] * 10
+    >>> labels = ["pos", "pos", "neg", "neg"] * 10
+    >>> clf = make_pipeline(TfidfVectorizer(), LookupClassifier(epochs=20, random_state=0))
+    >>> clf.fit(texts, labels).predict(["a great movie", "an awful movie"])
+    array(['pos', 'neg'], dtype='<U3')
+    """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        **LookupEstimator._parameter_constraints,
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
+
+    def __init__(
+        self,
+        *,
+        hidden: int | None = None,
+        mode: str = "sum",
+        solver: str = "adam",
+        learning_rate_init: float = 0.01,
+        learning_rate: str = "constant",
+        epochs: int = 10,
+        batch_size: int = 64,
+        weight_decay: float = 0.0,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 5,
+        tol: float = 1e-4,
+        class_weight: dict[Any, float] | str | None = None,
+        random_state: Any = None,
+        verbose: int = 0,
+        device: str | torch.device = "cpu",
+        n_threads: int | None = 1,
+    ) -> None:
+        self.hidden = hidden
+        self.mode = mode
+        self.solver = solver
+        self.learning_rate_init = learning_rate_init
+        self.learning_rate = learning_rate
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.weight_decay = weight_decay
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.class_weight = class_weight
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+        self.n_threads = n_threads
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X: Any, y: Any) -> LookupClassifier:
+        """Train from scratch for ``epochs`` passes.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), or list of token-id lists
+        y : array-like of shape (n_samples,) or (n_samples, n_labels)
+            Class labels, or a 0/1 indicator matrix for multilabel (one-vs-all sigmoid outputs).
+
+        Returns
+        -------
+        self : LookupClassifier
+        """
+        self._validate_params()
+        Xc, y = self._prepare_xy(X, y, reset=True)
+        y = self._set_classes(y)
+        seed = self._seed_ = self._seed()
+        validation = None
+        self.validation_scores_: list[float] = []
+        if self.early_stopping:
+            strat = y if y.ndim == 1 else None
+            Xc, X_val, y, y_val = train_test_split(
+                Xc, y, test_size=self.validation_fraction, random_state=seed, stratify=strat
+            )
+            validation = (X_val, self.classes_[y_val] if y.ndim == 1 else y_val)
+        self._init_model(self._n_model_outputs(), seed)
+        target, weight = self._targets(y)
+        self._run_epochs(Xc, target, weight, epochs=self.epochs, seed=seed,
+                         schedule=self.learning_rate, validation=validation)
+        return self
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> LookupClassifier:
+        """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call.
+
+        ``classes`` (all labels that will ever appear) is required on the first call, as in
+        scikit-learn's ``SGDClassifier.partial_fit``; not for a multilabel indicator ``y``.
+        """
+        first = not hasattr(self, "model_")
+        if first:
+            self._validate_params()
+        Xc, y = self._prepare_xy(X, y, reset=first)
+        if first:
+            if classes is None and type_of_target(y) != "multilabel-indicator":
+                raise InputValueError(
+                    "partial_fit needs classes= (every label that can appear) on its first call, "
+                    "got classes=None. Pass classes=np.unique(y_all)."
+                )
+            y = self._set_classes(y, classes)
+            self.validation_scores_ = []
+            self._seed_ = self._seed()
+            self._init_model(self._n_model_outputs(), self._seed_)
+        else:
+            y = self._encode(y)
+        target, weight = self._targets(y)
+        self._run_epochs(Xc, target, weight, epochs=1, seed=self._seed_ + self.n_iter_,
+                         schedule="constant")
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The logits ``model_(X)``: shape (n_samples,) for two classes, else (n_samples, n_out)."""
+        out = self._raw_output(X)
+        return out.ravel() if self._binary() else out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, shape (n_samples, n_classes); per-label sigmoids for multilabel."""
+        out = self._raw_output(X).astype(np.float64)
+        if self._binary():
+            p = expit(out.ravel())
+            return np.column_stack([1 - p, p])
+        return expit(out) if self.multilabel_ else softmax(out, axis=1)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """``log(predict_proba(X))``."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most likely class; for multilabel, the 0/1 matrix of labels with logit > 0."""
+        out = self._raw_output(X)
+        if self.multilabel_:
+            return (out > 0).astype(self._y_dtype)
+        idx = (out.ravel() > 0).astype(int) if self._binary() else out.argmax(axis=1)
+        return self.classes_[idx]
+
+    # ------------------------------------------------------------------ helpers
+    def _set_classes(self, y: np.ndarray, classes: Any = None) -> np.ndarray:
+        """Set ``classes_``/``multilabel_`` and return ``y`` encoded as class indices."""
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        kind = type_of_target(y)
+        self.multilabel_ = kind == "multilabel-indicator"
+        if self.multilabel_:
+            self._y_dtype = y.dtype
+            self.classes_ = np.arange(y.shape[1])
+            return np.asarray(y)
+        if y.ndim != 1:
+            raise InputValueError(
+                f"y must be 1-D labels or a multilabel 0/1 indicator matrix, got {kind} of "
+                f"shape {y.shape}. Train one classifier per output for multi-output multiclass."
+            )
+        self.classes_ = np.unique(y) if classes is None else np.unique(np.asarray(classes))
+        if len(self.classes_) < 2:
+            raise InputValueError(
+                f"LookupClassifier needs at least 2 classes in y, got 1 class "
+                f"({self.classes_[0]!r}). Add examples of another class."
+            )
+        return self._encode(y)
+
+    def _encode(self, y: np.ndarray) -> np.ndarray:
+        if self.multilabel_:
+            return np.asarray(y)
+        y = column_or_1d(y, warn=True)
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        bad = self.classes_[idx] != y
+        if bad.any():
+            raise InputValueError(
+                f"y holds labels not in classes_ {self.classes_.tolist()}: "
+                f"{np.unique(y[bad]).tolist()}. Pass every label in classes= on the first "
+                "partial_fit call."
+            )
+        return idx
+
+    def _binary(self) -> bool:
+        return not self.multilabel_ and len(self.classes_) == 2
+
+    def _n_model_outputs(self) -> int:
+        return 1 if self._binary() else len(self.classes_)
+
+    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The loss's target tensor and the per-row class weights (or None)."""
+        weight = None
+        if self.class_weight is not None and not self.multilabel_:
+            cw = compute_class_weight(
+                self.class_weight, classes=self.classes_, y=self.classes_[y]
+            )
+            weight = torch.as_tensor(cw[y], dtype=torch.float32)
+        if self.multilabel_ or self._binary():
+            target = torch.as_tensor(np.asarray(y, dtype=np.float32))
+            return (target if self.multilabel_ else target.reshape(-1, 1)), weight
+        return torch.as_tensor(np.asarray(y, dtype=np.int64)), weight
+
+    def _loss(
+        self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
+    ) -> torch.Tensor:
+        if target.dtype == torch.int64:
+            per_row = F.cross_entropy(out, target, reduction="none")
+        else:
+            per_row = F.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)
+        if weight is None:
+            return per_row.mean()
+        return (per_row * weight).mean()  # scikit-learn's meaning of a sample weight
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags

@@ -1,0 +1,173 @@
+"""fastText-style text features as a thin layer over scikit-learn's vectorizers.
+
+fastText represents a text as the bag of its words plus hashed word n-grams and character
+n-grams; :class:`FastTextVectorizer` builds that bag as a scipy.sparse count matrix from
+scikit-learn's own tokenizer and hashing, so ``LookupClassifier(mode="mean", hidden=dim)`` on it
+is fastText's supervised model::
+
+    columns  [0, n_words)                  words seen at least min_count times (CountVectorizer)
+             [n_words, n_words + bucket)   word 2..word_ngrams-grams and char minn..maxn-grams,
+                                           hashed into one shared space (HashingVectorizer)
+
+Requires the ``[sklearn]`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
+from sklearn.utils.validation import check_is_fitted
+
+from .errors import InputValueError
+
+__all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
+
+#: fastText splits on whitespace only: every run of non-space characters is a token
+TOKEN_PATTERN = r"\S+"
+
+
+class FastTextVectorizer(TransformerMixin, BaseEstimator):
+    """Texts to fastText's bag of words + hashed n-grams, a CSR count matrix.
+
+    Dense equivalent: row ``i`` counts, for text ``i``, each vocabulary word and each hash bucket
+    of its word n-grams (``2..word_ngrams``) and character n-grams (``minn..maxn`` within each
+    word; fastText marks word ends with ``<`` ``>``, scikit-learn's ``char_wb`` analyzer with
+    spaces). Tokens are whitespace-separated, case kept, as in fastText.
+
+    Parameters
+    ----------
+    word_ngrams : int, default 1
+        Longest word n-gram (fastText's ``-wordNgrams``); 1 means words only.
+    minn, maxn : int, default 0
+        Character n-gram lengths (fastText's ``-minn``/``-maxn``); 0 turns them off.
+    bucket : int, default 2_000_000
+        Hash buckets shared by word and character n-grams (fastText's ``-bucket``); used only
+        when ``word_ngrams > 1`` or ``maxn > 0``.
+    min_count : int, default 1
+        Minimum total count of a word in the training texts (fastText's ``-minCount``).
+    lowercase : bool, default False
+        Lower-case texts first (fastText does not).
+
+    Attributes
+    ----------
+    vocabulary_ : dict of str to int
+        Word -> column.
+    n_features_out_ : int
+        ``len(vocabulary_)`` plus ``bucket`` when n-grams are on.
+
+    Raises
+    ------
+    InputValueError
+        A parameter out of range, or no word reaches ``min_count``.
+
+    Examples
+    --------
+    >>> vec = FastTextVectorizer(word_ngrams=2, bucket=1000)
+    >>> X = vec.fit_transform(["the cat sat", "the dog sat"])
+    >>> X.shape, sorted(vec.vocabulary_)
+    ((2, 1004), ['cat', 'dog', 'sat', 'the'])
+    >>> X[0, :4].toarray()                       # cat dog sat the
+    array([[1., 0., 1., 1.]], dtype=float32)
+    >>> int(X[0, 4:].sum())                      # "the cat", "cat sat"
+    2
+    """
+
+    def __init__(
+        self,
+        *,
+        word_ngrams: int = 1,
+        minn: int = 0,
+        maxn: int = 0,
+        bucket: int = 2_000_000,
+        min_count: int = 1,
+        lowercase: bool = False,
+    ) -> None:
+        self.word_ngrams = word_ngrams
+        self.minn = minn
+        self.maxn = maxn
+        self.bucket = bucket
+        self.min_count = min_count
+        self.lowercase = lowercase
+
+    def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
+        """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
+        self._check_params()
+        docs = list(raw_documents)
+        counter = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
+        counts = counter.fit_transform(docs)
+        totals = np.asarray(counts.sum(axis=0)).ravel()
+        words = counter.get_feature_names_out()[totals >= self.min_count]
+        if len(words) == 0:
+            raise InputValueError(
+                f"no word occurs at least min_count={self.min_count} times in the "
+                f"{len(docs)} training texts. Lower min_count or pass more text."
+            )
+        self.vocabulary_: dict[str, int] = {str(w): i for i, w in enumerate(words)}
+        self.n_features_out_ = len(words) + (self.bucket if self._hashed() else 0)
+        return self
+
+    def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
+        """The count matrix, shape (n_texts, n_features_out_), float32 CSR."""
+        check_is_fitted(self, "vocabulary_")
+        docs = list(raw_documents)
+        blocks = [self._words().transform(docs)]
+        if self._hashed():
+            hashed = [h.transform(docs) for h in self._hashers()]
+            blocks.append(sum(hashed[1:], hashed[0]))
+        return sp.hstack(blocks, format="csr", dtype=np.float32)
+
+    def get_config(self) -> dict[str, Any]:
+        """Everything needed to rebuild the fitted vectorizer, as JSON-compatible values."""
+        check_is_fitted(self, "vocabulary_")
+        words = sorted(self.vocabulary_, key=self.vocabulary_.__getitem__)
+        return {**self.get_params(), "vocabulary": words}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> FastTextVectorizer:
+        """The fitted vectorizer that :meth:`get_config` describes."""
+        params = {k: config[k] for k in cls().get_params()}
+        vec = cls(**params)
+        vec._check_params()
+        vec.vocabulary_ = {str(w): i for i, w in enumerate(config["vocabulary"])}
+        vec.n_features_out_ = len(vec.vocabulary_) + (vec.bucket if vec._hashed() else 0)
+        return vec
+
+    # ------------------------------------------------------------------ helpers
+    def _check_params(self) -> None:
+        for name, low in (("word_ngrams", 1), ("bucket", 1), ("min_count", 1),
+                          ("minn", 0), ("maxn", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+                raise InputValueError(
+                    f"FastTextVectorizer: {name} must be an int >= {low}, got {value!r}."
+                )
+        if self.maxn and not 1 <= self.minn <= self.maxn:
+            raise InputValueError(
+                f"FastTextVectorizer: character n-grams need 1 <= minn <= maxn, got "
+                f"minn={self.minn}, maxn={self.maxn}. Set maxn=0 to turn them off."
+            )
+
+    def _hashed(self) -> bool:
+        return self.word_ngrams > 1 or self.maxn > 0
+
+    def _words(self) -> CountVectorizer:
+        return CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase,
+                               vocabulary=self.vocabulary_, dtype=np.float32)
+
+    def _hashers(self) -> list[HashingVectorizer]:
+        common: dict[str, Any] = {"n_features": self.bucket, "alternate_sign": False,
+                                  "norm": None, "lowercase": self.lowercase,
+                                  "dtype": np.float32}
+        out = []
+        if self.word_ngrams > 1:
+            out.append(HashingVectorizer(token_pattern=TOKEN_PATTERN,
+                                         ngram_range=(2, self.word_ngrams), **common))
+        if self.maxn > 0:
+            out.append(HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
+                                         **common))
+        return out

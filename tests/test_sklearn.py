@@ -1,0 +1,224 @@
+"""The scikit-learn estimators: the API contract (``parametrize_with_checks``), every input form
+giving the same model, determinism, pipelines, search, pickling, multilabel, partial_fit."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+pytest.importorskip("sklearn")
+
+from sklearn.base import clone
+from sklearn.datasets import make_multilabel_classification
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from lookuplinear import (
+    InputValueError,
+    LookupIndexError,
+    LookupLinearError,
+    TrainingDivergedError,
+)
+from lookuplinear.sklearn import LookupClassifier, LookupRegressor
+from lookuplinear.sklearn._optim import make_schedulers
+
+FAST = {"epochs": 30, "learning_rate_init": 0.05, "random_state": 0}
+
+
+def _expected_failures(estimator: Any) -> dict[str, str]:
+    if isinstance(estimator, LookupClassifier) and estimator.hidden is not None:
+        return {
+            "check_classifier_multioutput": (
+                "the check ranks predict_proba against decision_function; the hidden-layer "
+                "network reaches multilabel logits above 37, where the sigmoid is exactly 1.0 "
+                "in float64, so probabilities tie where logits do not"
+            ),
+        }
+    return {}
+
+
+@parametrize_with_checks(
+    [
+        LookupClassifier(**FAST),
+        LookupClassifier(hidden=8, **FAST),
+        LookupRegressor(epochs=50, learning_rate_init=0.05, random_state=0),
+    ],
+    expected_failed_checks=_expected_failures,
+)
+def test_sklearn_api_contract(estimator: Any, check: Any) -> None:
+    check(estimator)
+
+
+def _data(n: int = 300, n_features: int = 40, n_classes: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Word counts: each class prefers its own slice of the vocabulary (dense float32)."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, n_classes, n)
+    X = np.zeros((n, n_features), dtype=np.float32)
+    span = n_features // n_classes
+    for i, c in enumerate(y):
+        own = rng.integers(c * span, (c + 1) * span, 4)
+        np.add.at(X[i], np.concatenate([own, rng.integers(0, n_features, 4)]), 1.0)
+    return X, y
+
+
+@pytest.mark.parametrize("hidden", [None, 8])
+def test_every_input_form_gives_the_same_model(hidden: int | None) -> None:
+    X, y = _data()
+    ref = LookupClassifier(hidden=hidden, **FAST).fit(X, y).decision_function(X)
+    for form in (sp.csr_matrix, sp.csc_matrix, sp.coo_matrix, sp.csr_array):
+        got = LookupClassifier(hidden=hidden, **FAST).fit(form(X), y).decision_function(form(X))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_token_lists_equal_their_count_matrix() -> None:
+    rng = np.random.default_rng(0)
+    lists = [rng.integers(0, 50, rng.integers(1, 8)).tolist() for _ in range(200)]
+    lists[0].append(49)  # n_features_in_ = 50
+    y = np.array([int(49 in b or 7 in b) for b in lists])
+    counts = sp.csr_matrix(
+        (np.ones(sum(map(len, lists)), np.float32),
+         np.concatenate(lists), np.cumsum([0] + [len(b) for b in lists])),
+        shape=(200, 50),
+    )
+    a = LookupClassifier(mode="mean", **FAST).fit(lists, y)
+    b = LookupClassifier(mode="mean", **FAST).fit(counts, y)
+    assert a.n_features_in_ == 50
+    np.testing.assert_allclose(a.decision_function(lists), b.decision_function(counts), atol=1e-6)
+    with pytest.raises(LookupIndexError, match="out of range for in_features=50"):
+        a.predict([[3, 50]])
+
+
+def test_same_seed_same_model_and_global_rng_untouched() -> None:
+    X, y = _data()
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    a = LookupClassifier(hidden=8, solver="sgd", **FAST).fit(X, y)
+    assert torch.equal(torch.get_rng_state(), before)
+    b = LookupClassifier(hidden=8, solver="sgd", **FAST).fit(X, y)
+    c = LookupClassifier(hidden=8, solver="sgd", **{**FAST, "random_state": 1}).fit(X, y)
+    wa, wb, wc = (m.model_.lookup.weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.equal(wa, wc)
+    assert a.loss_curve_ == b.loss_curve_
+
+
+@pytest.mark.parametrize("solver", ["sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"])
+def test_every_solver_learns(solver: str) -> None:
+    X, y = _data()
+    lr = 0.1 if solver == "sgd" else 0.05
+    clf = LookupClassifier(hidden=16, solver=solver, weight_decay=1e-5,
+                           **{**FAST, "learning_rate_init": lr}).fit(X, y)
+    assert clf.loss_curve_[-1] < clf.loss_curve_[0]
+    assert clf.score(X, y) > 0.6
+
+
+def test_linear_learning_rate_decays_to_zero() -> None:
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1)
+    (sched,) = make_schedulers([opt], "linear", total_steps=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    np.testing.assert_allclose(lrs, np.linspace(0.1, 0.01, 10))
+    assert opt.param_groups[0]["lr"] == 0.0
+    X, y = _data()
+    LookupClassifier(learning_rate="linear", **FAST).fit(X, y)  # runs with every optimizer kind
+
+
+def test_pipeline_with_tfidf_grid_search_pickle_clone() -> None:
+    words = ["good", "great", "fine", "bad", "awful", "poor"]
+    rng = np.random.default_rng(0)
+    texts, labels = [], []
+    for _ in range(120):
+        pos = rng.random() < 0.5
+        pool = words[:3] if pos else words[3:]
+        texts.append(" ".join(rng.choice([*pool, "movie", "film", "the"], 5)))
+        labels.append("pos" if pos else "neg")
+    pipe = make_pipeline(TfidfVectorizer(), LookupClassifier(**FAST))
+    search = GridSearchCV(pipe, {"lookupclassifier__hidden": [None, 4]}, cv=2).fit(texts, labels)
+    assert search.best_score_ > 0.9
+    model = search.best_estimator_
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again.predict(texts), model.predict(texts))
+    fresh = clone(model.steps[-1][1])
+    assert fresh.get_params() == model.steps[-1][1].get_params()
+    assert not hasattr(fresh, "model_")
+
+
+def test_multilabel_one_vs_all() -> None:
+    X, Y = make_multilabel_classification(200, 20, n_classes=4, random_state=0)
+    clf = LookupClassifier(**FAST).fit(X, Y)
+    assert clf.predict(X).shape == Y.shape
+    proba = clf.predict_proba(X)
+    assert proba.shape == Y.shape and ((proba >= 0) & (proba <= 1)).all()
+    assert (clf.predict(X) == Y).mean() > 0.8
+
+
+def test_partial_fit_continues_and_needs_classes() -> None:
+    X, y = _data()
+    clf = LookupClassifier(**FAST)
+    with pytest.raises(InputValueError, match="classes="):
+        clf.partial_fit(X, y)
+    clf = LookupClassifier(**FAST)
+    for _ in range(20):
+        clf.partial_fit(X[:150], y[:150], classes=[0, 1, 2])
+        clf.partial_fit(X[150:], y[150:])
+    assert clf.n_iter_ == 40 and clf.score(X, y) > 0.6
+    with pytest.raises(InputValueError, match="not in classes_"):
+        clf.partial_fit(X[:3], [0, 1, 7])
+
+
+def test_early_stopping_keeps_the_best_epoch() -> None:
+    X, y = _data()
+    clf = LookupClassifier(early_stopping=True, n_iter_no_change=2, tol=0.5,
+                           **{**FAST, "epochs": 50}).fit(X, y)
+    assert clf.n_iter_ == 3  # tol=0.5: no later epoch counts as better
+    assert len(clf.validation_scores_) == 3
+    assert clf.best_validation_score_ == clf.validation_scores_[0]
+
+
+def test_class_weight_balanced_shifts_predictions() -> None:
+    X, y = _data(n_classes=2)
+    keep = (y == 1) | (np.arange(len(y)) % 5 == 0)  # class 0 rare
+    X, y = X[keep], y[keep]
+    plain = LookupClassifier(**FAST).fit(X, y).predict(X)
+    balanced = LookupClassifier(class_weight="balanced", **FAST).fit(X, y).predict(X)
+    assert (balanced == 0).sum() >= (plain == 0).sum()
+
+
+def test_regressor_learns_a_sparse_linear_map_and_multioutput() -> None:
+    X = sp.random(400, 60, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    W = np.random.default_rng(0).normal(size=(60, 2))
+    Y = X @ W
+    reg = LookupRegressor(epochs=100, learning_rate_init=0.05, random_state=0).fit(X, Y)
+    assert reg.predict(X).shape == (400, 2) and reg.score(X, Y) > 0.9
+    assert reg.fit(X, Y[:, 0]).predict(X).shape == (400,)
+
+
+def test_errors_say_what_and_how() -> None:
+    X, y = _data()
+    with pytest.raises(InputValueError, match="at least 2 classes") as e:
+        LookupClassifier().fit(X, np.zeros(len(y)))
+    assert isinstance(e.value, LookupLinearError) and isinstance(e.value, ValueError)
+    with pytest.raises(InputValueError, match="multi-output multiclass"):
+        LookupClassifier().fit(X, np.column_stack([y, y]))
+    with pytest.raises(ValueError, match="solver"):
+        LookupClassifier(solver="lbfgs").fit(X, y)
+    with pytest.raises(TrainingDivergedError, match="Lower learning_rate_init"):
+        LookupRegressor(learning_rate_init=1e6, solver="sgd", epochs=3).fit(X * 1e3, y * 1e6)
+
+
+def test_verbose_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    X, y = _data()
+    LookupClassifier(verbose=1, epochs=2, random_state=0).fit(X, y)
+    err = capsys.readouterr().err
+    assert "ex/s" in err and "loss=" in err

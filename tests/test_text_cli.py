@@ -1,0 +1,201 @@
+"""fastText-style features, labelled text files, P@k/R@k, model files and the train / predict /
+test commands, on small files the tests write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytest.importorskip("sklearn")
+pytest.importorskip("safetensors")
+
+from lookuplinear import InputValueError, LookupLinearError, ModelFileError
+from lookuplinear.cli import main
+from lookuplinear.modelfile import load_model, save_model
+from lookuplinear.sklearn import LookupClassifier, LookupRegressor
+from lookuplinear.text import FastTextVectorizer
+from lookuplinear.textdata import precision_recall_at_k, read_fasttext, read_table
+
+LINES = [
+    "__label__pos a great film , truly great",
+    "__label__neg an awful film , truly bad",
+    "__label__pos great acting and a fine story",
+    "__label__neg bad acting and an awful story",
+    "__label__pos a fine and great story",
+    "__label__neg bad and boring",
+]
+
+
+@pytest.fixture
+def ft_file(tmp_path: Path) -> Path:
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(LINES * 5) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def csv_file(tmp_path: Path) -> Path:
+    path = tmp_path / "train.csv"
+    rows = ["id,review,sentiment"]
+    for i, line in enumerate(LINES * 5):
+        label, text = line.split(" ", 1)
+        rows.append(f'{i},"{text}",{label.removeprefix("__label__")}')
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------- features
+def test_vectorizer_counts_words_and_hashed_ngrams() -> None:
+    vec = FastTextVectorizer(word_ngrams=2, bucket=64)
+    X = vec.fit_transform(["b a b", "a c"])
+    assert X.shape == (2, 3 + 64) and X.dtype == np.float32 and sp.issparse(X)
+    a, b = vec.vocabulary_["a"], vec.vocabulary_["b"]
+    assert X[0, a] == 1 and X[0, b] == 2
+    assert X[0, 3:].sum() == 2 and X[1, 3:].sum() == 1  # "b a", "a b" / "a c"
+    words_only = FastTextVectorizer().fit(["b a b", "a c"])
+    assert words_only.n_features_out_ == 3
+
+
+def test_vectorizer_min_count_char_ngrams_and_config_round_trip() -> None:
+    texts = ["the cat", "the dog", "the cat sat"]
+    vec = FastTextVectorizer(min_count=2, minn=2, maxn=3, bucket=128).fit(texts)
+    assert sorted(vec.vocabulary_) == ["cat", "the"]
+    again = FastTextVectorizer.from_config(json.loads(json.dumps(vec.get_config())))
+    diff = again.transform([*texts, "unseen words"]) - vec.transform([*texts, "unseen words"])
+    assert diff.nnz == 0
+    assert vec.transform(["zzz"])[0, :2].sum() == 0  # unknown word: only its char n-grams
+    with pytest.raises(InputValueError, match="min_count"):
+        FastTextVectorizer(min_count=10).fit(texts)
+    with pytest.raises(InputValueError, match="minn <= maxn"):
+        FastTextVectorizer(minn=4, maxn=2).fit(texts)
+
+
+# ---------------------------------------------------------------------- files and metrics
+def test_precision_recall_at_k_by_hand() -> None:
+    # example 0: truth {0},    top-2 = [2, 0]  -> 1 hit
+    # example 1: truth {1, 2}, top-2 = [1, 0]  -> 1 hit
+    # example 2: truth {1},    top-2 = [0, 2]  -> 0 hits
+    scores = np.array([[0.3, 0.1, 0.6], [0.3, 0.6, 0.1], [0.5, 0.2, 0.3]])
+    truth = [[0], [1, 2], [1]]
+    assert precision_recall_at_k(truth, scores, k=2) == pytest.approx((2 / 6, 2 / 4))
+    assert precision_recall_at_k(truth, scores, k=1) == pytest.approx((1 / 3, 1 / 4))
+    assert precision_recall_at_k(truth, scores, k=5) == pytest.approx((4 / 9, 4 / 4))
+
+
+def test_readers(ft_file: Path, csv_file: Path) -> None:
+    ft = read_fasttext(ft_file)
+    assert len(ft) == 30 and ft.labels[0] == ["__label__pos"]
+    assert ft.texts[0] == "a great film , truly great"
+    table = read_table(csv_file, text_column="review", label_column="2")
+    assert table.texts == ft.texts and table.labels[1] == ["neg"]
+    with pytest.raises(InputValueError, match="is not a column"):
+        read_table(csv_file, text_column="body", label_column=None)
+
+
+# ---------------------------------------------------------------------- model files
+def test_model_file_round_trip(tmp_path: Path) -> None:
+    texts = [line.split(" ", 1)[1] for line in LINES] * 5
+    y = [line.split(" ", 1)[0] for line in LINES] * 5
+    vec = FastTextVectorizer(word_ngrams=2, bucket=256)
+    X = vec.fit_transform(texts)
+    clf = LookupClassifier(hidden=4, mode="mean", epochs=5, random_state=0).fit(X, y)
+    path = save_model(tmp_path / "m.ll", clf, vectorizer=vec, labels=clf.classes_.tolist())
+    model = load_model(path)
+    np.testing.assert_array_equal(model.scores(texts), clf.predict_proba(X))
+    assert model.labels == ["__label__neg", "__label__pos"]
+    assert model.estimator.get_params() == clf.get_params()
+    model.estimator.partial_fit(X, y)  # a loaded model trains on
+
+    reg = LookupRegressor(epochs=2, random_state=0).fit(X, np.arange(len(texts), dtype=float))
+    reg_model = load_model(save_model(tmp_path / "r.ll", reg))
+    np.testing.assert_array_equal(reg_model.estimator.predict(X), reg.predict(X))
+    assert reg_model.vectorizer is None
+
+
+def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    clf = LookupClassifier(epochs=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    path = save_model(tmp_path / "m.ll", clf)
+    data = path.read_bytes()
+    cases = {
+        "truncated": data[: len(data) - 7],
+        "header cut": data[:40],
+        "garbage": b"\x00" * 5 + b"not a model",
+        "empty": b"",
+    }
+    for name, content in cases.items():
+        bad = tmp_path / f"{name}.ll"
+        bad.write_bytes(content)
+        with pytest.raises(ModelFileError, match="corrupt or truncated") as e:
+            load_model(bad)
+        assert isinstance(e.value, LookupLinearError) and isinstance(e.value, ValueError)
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": torch.zeros(2)}, str(foreign))
+    with pytest.raises(ModelFileError, match="not a lookuplinear model"):
+        load_model(foreign)
+    # a valid file whose tensors do not fit its configuration
+    header_len = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_len])
+    config = json.loads(header["__metadata__"]["config"])
+    config["n_features_in"] = 99
+    header["__metadata__"]["config"] = json.dumps(config)
+    raw = json.dumps(header).encode()
+    edited = tmp_path / "edited.ll"
+    edited.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + header_len :])
+    with pytest.raises(ModelFileError, match="do not match the configuration"):
+        load_model(edited)
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.ll")
+
+
+# ---------------------------------------------------------------------- the commands
+def test_train_predict_test_on_fasttext_lines(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "--dim", "8", "--epoch", "20",
+                 "--wordNgrams", "2", "--bucket", "1000"]) == 0
+    err = capsys.readouterr().err
+    assert "ex/s" in err and "loss" in err and "model written to" in err
+    assert main(["predict", str(model), str(ft_file), "-k", "2", "--prob"]) == 0
+    first = capsys.readouterr().out.splitlines()[0].split()
+    assert first[0] == "__label__pos" and len(first) == 4
+    assert main(["test", str(model), str(ft_file)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "N\t30" and out[1] == "P@1\t1.000" and out[2] == "R@1\t1.000"
+
+
+def test_train_and_test_on_csv(
+    csv_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.ll"
+    cols = ["--text-column", "review", "--label-column", "sentiment"]
+    assert main(["train", str(csv_file), "-o", str(model), "--dim", "4", "--epoch", "10",
+                 "-q", *cols]) == 0
+    assert main(["test", str(model), str(csv_file), "-k", "2", *cols]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["N\t30", "P@2\t0.500", "R@2\t1.000"]  # 2 labels: top-2 always holds the truth
+
+
+def test_command_errors(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.ll"
+    unlabelled = tmp_path / "u.txt"
+    unlabelled.write_text("__label__a some text\nno label here\n", encoding="utf-8")
+    assert main(["train", str(unlabelled), "-o", str(model), "-q"]) == 1
+    assert "have no label (first: line 2)" in capsys.readouterr().err
+    assert main(["train", str(ft_file), "-o", str(model), "--label-column", "x", "-q"]) == 1
+    assert "--label-column needs --text-column" in capsys.readouterr().err
+    broken = tmp_path / "broken.ll"
+    broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    assert main(["test", str(broken), str(ft_file)]) == 1
+    assert "corrupt or truncated" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "none.ll"), str(ft_file)]) == 1
+    assert "no model file" in capsys.readouterr().err
