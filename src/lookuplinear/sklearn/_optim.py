@@ -1,18 +1,8 @@
-"""The estimators' optimizers: ``lookuplinear.optim`` when it is there, ``torch.optim`` if not.
+"""The estimators' optimizers: one ``lookuplinear.optim`` optimizer for the whole model.
 
-The sparse table of ``LookupLinear(sparse=True)`` gets sparse COO gradients. The optimizers of
-``lookuplinear.optim`` take those and dense parameters in one optimizer. Without that module the
-fallback is ``torch.optim``:
-
-==================  ===========================================================================
-solver              torch fallback
-==================  ===========================================================================
-``sgd``             ``SGD`` (takes sparse gradients)
-``adagrad``         ``Adagrad`` (takes sparse gradients)
-``rowwise_adagrad`` ``Adagrad`` (element-wise: torch has no row-wise Adagrad)
-``adam``            ``SparseAdam`` for the table + ``Adam`` for the dense parameters
-``adamw``           ``SparseAdam`` for the table + ``AdamW`` for the dense parameters
-==================  ===========================================================================
+The sparse table of ``LookupLinear(sparse=True)`` gets row-sparse gradients; the optimizers of
+:mod:`lookuplinear.optim` update only the rows a batch touches and give the dense parameters
+the ``torch.optim`` update of the same name.
 
 Weight decay of the table is applied lazily by the estimator (an L2 term on the rows a batch
 touches, added to the sparse gradient); the dense parameters get the optimizer's
@@ -21,7 +11,6 @@ touches, added to the sparse gradient); the dense parameters get the optimizer's
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +20,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 __all__ = ["SOLVERS", "make_optimizers", "make_schedulers", "optimizer_class"]
 
-#: solver name -> class name in lookuplinear.optim and torch.optim
+#: solver name -> class name in lookuplinear.optim
 SOLVERS: dict[str, str] = {
     "sgd": "SGD",
     "adagrad": "Adagrad",
@@ -40,23 +29,18 @@ SOLVERS: dict[str, str] = {
     "adamw": "AdamW",
 }
 
-_TORCH_FALLBACK: dict[str, str] = {"rowwise_adagrad": "Adagrad"}
-
-
-def optimizer_class(solver: str) -> type[Optimizer] | None:
-    """``lookuplinear.optim.<Class>`` for ``solver`` if that module exists and has it, else None.
+def optimizer_class(solver: str) -> type[Optimizer]:
+    """``lookuplinear.optim.<Class>`` for ``solver``.
 
     Examples
     --------
-    >>> optimizer_class("sgd") is None or issubclass(optimizer_class("sgd"), Optimizer)
-    True
+    >>> optimizer_class("rowwise_adagrad").__name__
+    'RowWiseAdagrad'
     """
-    try:
-        module = importlib.import_module("lookuplinear.optim")
-    except ImportError:
-        return None
-    cls = getattr(module, SOLVERS[solver], None)
-    return cls if isinstance(cls, type) and issubclass(cls, Optimizer) else None
+    from .. import optim
+
+    cls: type[Optimizer] = getattr(optim, SOLVERS[solver])
+    return cls
 
 
 def make_optimizers(
@@ -81,18 +65,8 @@ def make_optimizers(
     sparse, dense = list(sparse_params), list(dense_params)
     groups = [g for g in ({"params": sparse, "weight_decay": 0.0},
                           {"params": dense, "weight_decay": weight_decay}) if g["params"]]
-    cls: Any = optimizer_class(solver)  # torch's constructor signature (params, lr=...)
-    if cls is not None:
-        return [cls(groups, lr=lr)]
-    name = _TORCH_FALLBACK.get(solver, SOLVERS[solver])
-    if name in ("Adam", "AdamW"):
-        opts: list[Optimizer] = []
-        if sparse:
-            opts.append(torch.optim.SparseAdam(sparse, lr=lr))
-        if dense:
-            opts.append(getattr(torch.optim, name)(dense, lr=lr, weight_decay=weight_decay))
-        return opts
-    return [getattr(torch.optim, name)(groups, lr=lr)]
+    cls: Any = optimizer_class(solver)
+    return [cls(groups, lr=lr)]
 
 
 def make_schedulers(
