@@ -101,9 +101,11 @@ def torch_case(cls: type, init: torch.Tensor, batch: tuple[Any, ...], sparse: bo
     return step
 
 
-def fbgemm_case(kind: str, init: torch.Tensor, batch: tuple[Any, ...]) -> Step | None:
+def fbgemm_table(rows: int, dim: int, kind: str, init: torch.Tensor) -> Any:
+    """FBGEMM's CPU table-batched embedding (one table, sum pooling, fused ``kind`` optimizer)
+    holding ``init``; None when ``fbgemm_gpu`` is not importable."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
             warnings.simplefilter("ignore")
             from fbgemm_gpu.split_embedding_configs import EmbOptimType
             from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
@@ -116,14 +118,21 @@ def fbgemm_case(kind: str, init: torch.Tensor, batch: tuple[Any, ...]) -> Step |
             )
     except ImportError:
         return None
-    idx, offsets, target = batch
     emb = SplitTableBatchedEmbeddingBagsCodegen(
-        [(init.shape[0], init.shape[1], EmbeddingLocation.HOST, ComputeDevice.CPU)],
-        optimizer=getattr(EmbOptimType, kind), learning_rate=LR,
+        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+        optimizer=getattr(EmbOptimType, kind), learning_rate=LR, eps=1e-8,
         pooling_mode=PoolingMode.SUM,
     )
     with torch.no_grad():
         emb.split_embedding_weights()[0].copy_(init)
+    return emb
+
+
+def fbgemm_case(kind: str, init: torch.Tensor, batch: tuple[Any, ...]) -> Step | None:
+    emb = fbgemm_table(init.shape[0], init.shape[1], kind, init)
+    if emb is None:
+        return None
+    idx, offsets, target = batch
 
     def step() -> None:
         F.mse_loss(emb(idx, offsets), target).backward()  # the update is fused in backward
@@ -145,20 +154,6 @@ def copy_time(nbytes: int, repeats: int) -> float:
 
 def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
     """Max |w_ours - w_fbgemm| after 5 identical steps on a 1000 x 16 table, per optimizer."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from fbgemm_gpu.split_embedding_configs import EmbOptimType
-            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-                EmbeddingLocation,
-                PoolingMode,
-            )
-            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-                ComputeDevice,
-                SplitTableBatchedEmbeddingBagsCodegen,
-            )
-    except ImportError:
-        return None
     g = torch.Generator().manual_seed(seed)
     rows, dim, bag = 1000, 16, 8
     init = torch.randn(rows, dim, generator=g)
@@ -168,13 +163,9 @@ def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
     result = {}
     for ours, kind in (("RowWiseAdagrad", "EXACT_ROWWISE_ADAGRAD"), ("SGD", "EXACT_SGD"),
                        ("Adagrad", "EXACT_ADAGRAD")):
-        emb = SplitTableBatchedEmbeddingBagsCodegen(
-            [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
-            optimizer=getattr(EmbOptimType, kind), learning_rate=LR, eps=1e-8,
-            pooling_mode=PoolingMode.SUM,
-        )
-        with torch.no_grad():
-            emb.split_embedding_weights()[0].copy_(init)
+        emb = fbgemm_table(rows, dim, kind, init)
+        if emb is None:
+            return None
         layer = LookupLinear(rows, dim, bias=False, sparse=True, init=lambda w: w.copy_(init))
         kw = {"eps": 1e-8} if ours != "SGD" else {}
         opt = getattr(optim, ours)(layer.parameters(), lr=LR, **kw)
@@ -183,7 +174,7 @@ def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
             opt.zero_grad()
             F.mse_loss(layer(idx, offsets=offsets), target).backward()
             opt.step()
-        diff = (emb.split_embedding_weights()[0] - layer.weight).abs().max()
+        diff = (emb.split_embedding_weights()[0] - layer.weight.detach()).abs().max()
         result[f"{ours} vs FBGEMM {kind}"] = float(diff)
     return result
 
