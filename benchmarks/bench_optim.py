@@ -55,13 +55,15 @@ def draw(dist: str, rows: int, n: int, rng: np.random.Generator) -> torch.Tensor
 
 
 def lookup_case(
-    name: str, init: torch.Tensor, batch: tuple[Any, ...], *, numba: bool = True
+    name: str, init: torch.Tensor, batch: tuple[Any, ...], *, numba: bool = True,
+    fused: bool = False,
 ) -> Step:
-    """``numba=False``: the torch-op twins of the kernels (what CUDA runs), for the record."""
+    """``numba=False``: the torch-op twins of the kernels (what CUDA runs), for the record;
+    ``fused=True``: the update applied inside backward."""
     idx, offsets, target = batch
     layer = LookupLinear(init.shape[0], init.shape[1], bias=False, sparse=True,
                          init=lambda w: w.copy_(init))
-    opt = getattr(optim, name)(layer.parameters(), lr=LR)
+    opt = getattr(optim, name)(layer.parameters(), lr=LR, fused=fused)
 
     def step() -> None:
         rowgrad.USE_NUMBA = numba
@@ -204,18 +206,17 @@ def build_cases(
     if dense_adam:
         cases.append(Case("nn.EmbeddingBag (dense grad) + torch.optim.Adam",
                           torch_case(torch.optim.Adam, init, batch, False)))
-    cases += [
-        Case("lookuplinear.optim.SGD", lookup_case("SGD", init, batch),
-             anchor("FBGEMM fused EXACT_SGD"), 1.0, 0),
-        Case("lookuplinear.optim.Adagrad", lookup_case("Adagrad", init, batch),
-             anchor("FBGEMM fused EXACT_ADAGRAD"), 1.0, init.shape[1]),
-        Case("lookuplinear.optim.RowWiseAdagrad", lookup_case("RowWiseAdagrad", init, batch),
-             anchor(rowwise), 1.0, 1),
-        Case("lookuplinear.optim.Adam", lookup_case("Adam", init, batch),
-             anchor(rowwise), 2.0, 2 * init.shape[1]),
-        Case("lookuplinear.optim.AdamW", lookup_case("AdamW", init, batch),
-             anchor(rowwise), 2.0, 2 * init.shape[1]),
-    ]
+    goals = {  # name -> (anchor, goal, state values per row)
+        "SGD": (anchor("FBGEMM fused EXACT_SGD"), 1.0, 0),
+        "Adagrad": (anchor("FBGEMM fused EXACT_ADAGRAD"), 1.0, init.shape[1]),
+        "RowWiseAdagrad": (anchor(rowwise), 1.0, 1),
+        "Adam": (anchor(rowwise), 2.0, 2 * init.shape[1]),
+        "AdamW": (anchor(rowwise), 2.0, 2 * init.shape[1]),
+    }
+    for fused in (False, True):
+        cases += [Case(f"lookuplinear.optim.{n}" + (" (fused)" if fused else ""),
+                       lookup_case(n, init, batch, fused=fused), *goal)
+                  for n, goal in goals.items()]
     if torch_ops:
         cases += [Case(f"lookuplinear.optim.{n} (torch ops, no numba)",
                        lookup_case(n, init, batch, numba=False))
@@ -326,14 +327,14 @@ def print_report(report: dict[str, Any]) -> None:
                 ph = r["phases_ms"]
                 print(f"{r['method']:55s} {ph['forward']:9.3f} {ph['backward']:9.3f} "
                       f"{ph['step']:9.3f}")
-        print(f"\n{'lookuplinear.optim':30s} {'MB moved':>9s} {'step GB/s':>10s} "
+        print(f"\n{'lookuplinear.optim':40s} {'MB moved':>9s} {'step GB/s':>10s} "
               f"{'copy GB/s':>10s} {'state/row':>9s}  speedups")
         for r in d["rows"]:
             if "bytes_moved" not in r:
                 continue
             ups = ", ".join(f"{v:.0f}x vs {k.split('+ ')[-1]}" for k, v in r.items()
                             if k.startswith("speedup_vs"))
-            print(f"{r['method'].split('.')[-1]:30s} {r['bytes_moved'] / 1e6:9.1f} "
+            print(f"{r['method'].split('optim.')[-1]:40s} {r['bytes_moved'] / 1e6:9.1f} "
                   f"{r['step_GBps']:10.2f} {r['copy_GBps']:10.2f} "
                   f"{r['state_values_per_row']:9.0f}  {ups}")
 

@@ -414,3 +414,61 @@ def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
         opt.step()
     torch.testing.assert_close(layer.weight.detach(), emb.split_embedding_weights()[0],
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_fused_update_in_backward_gives_the_same_weights(name: str) -> None:
+    """fused=True updates the table inside backward (no gradient stored): same result."""
+    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.01}
+    if name == "SGD":
+        kw.update(momentum=0.5)
+    runs, opts = [], []
+    for fused in (False, True):
+        model = lookup_model()
+        opt = getattr(optim, name)(model.parameters(), fused=fused, **kw)
+        data = batches()
+
+        def check(step: int, model: Model = model, fused: bool = fused) -> None:
+            assert (model.table.weight.grad is None) == fused  # nothing stored when fused
+            assert model.head.weight.grad is not None
+
+        train(model, [opt], data, check)
+        runs.append(model)
+        opts.append(opt)
+    for pa, pb in zip(runs[0].parameters(), runs[1].parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    sa, sb = (o.state[m.table.weight] for o, m in zip(opts, runs, strict=True))
+    assert sa["step"] == sb["step"] == STEPS
+    for key, value in sa.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, sb[key]), key
+
+
+def test_fused_keeps_the_input_values_gradient() -> None:
+    """The gradient of weighted entries is computed before the fused update moves the table."""
+    grads = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, sparse=True)
+        opt = optim.Adam(layer.parameters(), lr=0.1, fused=fused)
+        vals = torch.tensor([0.5, 2.0, 1.0, -1.0], requires_grad=True)
+        bags = Bags(torch.tensor([3, 3, 7, 1]), torch.tensor([0, 2, 4]), vals)
+        opt.zero_grad()
+        layer(bags).pow(2).sum().backward()
+        opt.step()
+        assert vals.grad is not None
+        grads.append((vals.grad.clone(), layer.weight.detach().clone()))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert torch.equal(grads[0][1], grads[1][1])
+
+
+def test_fused_falls_back_to_a_stored_gradient_where_it_cannot_apply() -> None:
+    """A bfloat16 table (torch-op path) keeps its gradient and is updated by step()."""
+    torch.manual_seed(0)
+    layer = LookupLinear(V, D, sparse=True, dtype=torch.bfloat16)
+    opt = optim.SGD(layer.parameters(), lr=0.5, fused=True)
+    before = layer.weight.detach().clone()
+    layer(torch.tensor([[1, 2], [2, 5]])).float().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.is_sparse
+    opt.step()
+    assert not torch.equal(layer.weight.detach(), before)

@@ -21,8 +21,10 @@ import numpy as np
 import torch
 
 __all__ = [
+    "FUSED_CHUNK_BYTES",
     "adagrad_rows",
     "adam_rows",
+    "fused_rows",
     "group_rows",
     "over_rows",
     "rowwise_adagrad_rows",
@@ -87,8 +89,46 @@ def group_rows(
     """
     rows, starts, ent, bag = _sort_entries(indices, offsets, padding_idx, in_features)
     values = np.empty((rows.size, grad_out.shape[1]), grad_out.dtype)
-    _in_parts(rows.size, lambda a, b: _sum_rows(values, starts, ent, bag, weights, grad_out, a, b))
+    _in_parts(
+        rows.size, lambda a, b: _sum_rows(values, starts, ent, bag, weights, grad_out, a, b, 0)
+    )
     return rows, values
+
+
+#: rows whose gradient a fused step holds at a time (about 1 MiB at out_features=64)
+FUSED_CHUNK_BYTES = 1 << 20
+
+
+def fused_rows(
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    grad_out: np.ndarray,
+    padding_idx: int,
+    in_features: int,
+    kernel: Callable[..., None],
+    weight: np.ndarray,
+    *rest: Any,
+) -> int:
+    """The row-wise update ``kernel(weight, rows, values, *rest)`` applied straight from a bag
+    lookup's ``grad_out``, without the full gradient: the rows are grouped as in
+    :func:`group_rows`, then each thread sums a chunk of rows into a small buffer and updates
+    them. Same sums, same kernel, so the same result as ``group_rows`` then ``over_rows``.
+    Returns the number of rows updated.
+    """
+    rows, starts, ent, bag = _sort_entries(indices, offsets, padding_idx, in_features)
+    dim = grad_out.shape[1]
+    chunk = max(64, FUSED_CHUNK_BYTES // max(1, dim * grad_out.itemsize))
+
+    def part(a: int, b: int) -> None:
+        buf = np.empty((min(chunk, b - a), dim), grad_out.dtype)
+        for c0 in range(a, b, chunk):
+            c1 = min(c0 + chunk, b)
+            _sum_rows(buf, starts, ent, bag, weights, grad_out, c0, c1, c0)
+            kernel(weight, rows[c0:c1], buf[: c1 - c0], *rest)
+
+    _in_parts(rows.size, part)
+    return int(rows.size)
 
 
 _RADIX_BITS = 11
@@ -206,24 +246,26 @@ def _sum_rows(
     grad_out: np.ndarray,
     first: int,
     stop: int,
+    base: int,
 ) -> None:
-    """``values[j] = sum(w[k] * grad_out[bag[k]] for k in the entries of row j)``, j in
+    """``values[j - base] = sum(w[k] * grad_out[bag[k]] for k in the entries of row j)``, j in
     ``[first, stop)``; entries in index order, so the sum is the same for any split."""
     dim = grad_out.shape[1]
     weighted = weights.size > 0
     for r in range(first, stop):
+        o = r - base
         for d in range(dim):
-            values[r, d] = 0
+            values[o, d] = 0
         for i in range(starts[r], starts[r + 1]):
             k = ent[i]
             b = bag[k]
             if weighted:
                 w = weights[k]
                 for d in range(dim):
-                    values[r, d] += w * grad_out[b, d]
+                    values[o, d] += w * grad_out[b, d]
             else:
                 for d in range(dim):
-                    values[r, d] += grad_out[b, d]
+                    values[o, d] += grad_out[b, d]
 
 
 # The update kernels take their scalars already cast to the table's dtype (``scalars`` in

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["bag_lookup", "group_rows", "row_sparse_grad"]
+__all__ = ["bag_lookup", "group_rows", "numpy_inputs", "row_sparse_grad"]
 
 #: set to False to force the torch-op path on CPU too (tests compare both)
 USE_NUMBA = True
@@ -47,24 +47,34 @@ def group_rows(
     if _use_numba(grad_out):
         from . import _numba
 
-        rows, values = _numba.group_rows(
-            indices.detach().long().contiguous().numpy(),
-            _empty_long() if offsets is None else offsets.long().contiguous().numpy(),
-            (
-                torch.empty(0, dtype=grad_out.dtype)
-                if weights is None
-                else weights.detach().to(grad_out.dtype).contiguous()
-            ).numpy(),
-            grad_out.detach().numpy(),
-            -1 if padding_idx is None else padding_idx,
-            in_features,
-        )
+        args = numpy_inputs(indices, offsets, weights, grad_out, padding_idx)
+        rows, values = _numba.group_rows(*args, in_features)
         return torch.from_numpy(rows), torch.from_numpy(values)
     return _group_rows_torch(indices, offsets, weights, grad_out, padding_idx)
 
 
-def _empty_long() -> Any:
-    return torch.empty(0, dtype=torch.long).numpy()
+def numpy_inputs(
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    grad_out: torch.Tensor,
+    padding_idx: int | None,
+) -> tuple[Any, Any, Any, Any, int]:
+    """The numba kernels' view of a lookup's backward: int64 indices and offsets (empty: one
+    entry per output row), weights in ``grad_out``'s dtype (empty: all 1), ``-1`` for no
+    padding index."""
+    empty = torch.empty(0, dtype=torch.long)
+    return (
+        indices.detach().long().contiguous().numpy(),
+        (empty if offsets is None else offsets.long().contiguous()).numpy(),
+        (
+            torch.empty(0, dtype=grad_out.dtype)
+            if weights is None
+            else weights.detach().to(grad_out.dtype).contiguous()
+        ).numpy(),
+        grad_out.detach().contiguous().numpy(),
+        -1 if padding_idx is None else padding_idx,
+    )
 
 
 def _use_numba(t: torch.Tensor) -> bool:
@@ -132,6 +142,7 @@ class _BagLookup(torch.autograd.Function):
             )
         ctx.save_for_backward(weight, indices, offsets, weights)
         ctx.padding_idx = padding_idx
+        ctx.param = weight  # the Parameter itself: a fused optimizer registers on it
         return out
 
     @staticmethod
@@ -139,19 +150,37 @@ class _BagLookup(torch.autograd.Function):
         weight, indices, offsets, weights = ctx.saved_tensors
         g = grad_out.reshape(-1, weight.shape[1])
         grad_weight = grad_weights = None
-        if ctx.needs_input_grad[0]:
-            rows, values = group_rows(
-                indices.reshape(-1), offsets, weights, g, ctx.padding_idx, weight.shape[0]
-            )
-            grad_weight = row_sparse_grad(rows, values.to(weight.dtype), tuple(weight.shape))
-        if weights is not None and ctx.needs_input_grad[3]:
+        if weights is not None and ctx.needs_input_grad[3]:  # before a fused update moves weight
             lengths = offsets[1:] - offsets[:-1]
             bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=g.device), lengths)
             grad_weights = (g.index_select(0, bag) * weight.index_select(0, indices)).sum(1)
             if ctx.padding_idx is not None:
                 grad_weights = grad_weights.masked_fill(indices == ctx.padding_idx, 0)
             grad_weights = grad_weights.to(weights.dtype)
+        if ctx.needs_input_grad[0] and not _fused_update(
+            ctx.param, indices.reshape(-1), offsets, weights, g, ctx.padding_idx
+        ):
+            rows, values = group_rows(
+                indices.reshape(-1), offsets, weights, g, ctx.padding_idx, weight.shape[0]
+            )
+            grad_weight = row_sparse_grad(rows, values.to(weight.dtype), tuple(weight.shape))
         return grad_weight, None, None, grad_weights, None
+
+
+def _fused_update(
+    param: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    grad_out: torch.Tensor,
+    padding_idx: int | None,
+) -> bool:
+    """Let a ``fused=True`` optimizer of ``param`` update it now; False if there is none."""
+    ref = getattr(param, "_lookuplinear_fused", None)
+    opt = ref() if ref is not None else None
+    if opt is None or not opt.fused or torch.is_grad_enabled():  # create_graph: keep the grad
+        return False
+    return bool(opt.fused_backward(param, indices, offsets, weights, grad_out, padding_idx))
 
 
 def bag_lookup(

@@ -9,6 +9,7 @@ same name, so one optimizer serves a whole model.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,12 +73,19 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     """Base class: ``step`` sends each parameter to ``_sparse_update`` or ``_dense_update``.
 
     Subclasses define ``_init_state(p, state, group)``, ``_dense_update(p, grad, state,
-    group)`` (the ``torch.optim`` formula), ``_rows_numba(w, rows, values, state, group)`` (the
-    row kernel on numpy views) and ``_rows_torch(w, rows, values, state, group)`` (the same
-    with torch ops on gathered rows, for other devices and dtypes).
+    group)`` (the ``torch.optim`` formula), ``_row_kernel(w, state, group, step)`` (the numba
+    row kernel and its arguments after ``(weight, rows, values)``, on numpy views) and
+    ``_rows_torch(w, rows, values, state, group, step)`` (the same with torch ops on gathered
+    rows, for other devices and dtypes).
+
+    ``fused=True``: a ``LookupLinear(sparse=True)`` table updates itself inside ``backward``
+    (:meth:`fused_backward`): its rows are summed chunk by chunk and updated at once, no
+    gradient is stored and ``step`` has nothing left to do for it. Same sums, same kernels:
+    the same weights as ``fused=False``. Other parameters are stepped as usual.
     """
 
-    def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
+        self.fused = bool(fused)
         for key, value in defaults.items():
             if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
                 isinstance(value, bool) or not isinstance(value, int | float) or value < 0
@@ -86,6 +94,54 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
         super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """As ``torch.optim.Optimizer.add_param_group``; with ``fused=True`` the group's tables
+        learn that this optimizer updates them in their backward."""
+        super().add_param_group(param_group)
+        if self.fused:
+            me = weakref.ref(self)
+            for p in self.param_groups[-1]["params"]:
+                if p.dim() >= 2:
+                    p._lookuplinear_fused = me
+
+    @torch.no_grad()
+    def fused_backward(
+        self,
+        p: torch.Tensor,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None,
+        weights: torch.Tensor | None,
+        grad_out: torch.Tensor,
+        padding_idx: int | None,
+    ) -> bool:
+        """Apply this step's update to ``p`` straight from a bag lookup's ``grad_out``.
+
+        Called by ``LookupLinear``'s backward when ``fused=True``; returns False (and does
+        nothing) where the fused path does not apply (not a CPU float32/float64 table, or the
+        parameter is not in this optimizer), and the gradient is then stored as usual.
+        """
+        from .. import _numba
+
+        group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
+        state = self.state[p]
+        if group is None:
+            return False
+        if not state:
+            self._init_state(p, state, group)
+        w = p.view(p.shape[0], -1)
+        tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
+        if not (_numba_ok(tensors) and grad_out.dtype == p.dtype):
+            return False
+        state["step"] += 1
+        arrays = {k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)}
+        kernel, rest = self._row_kernel(w.detach().numpy(), arrays, group, state["step"])
+        _numba.fused_rows(
+            *rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx),
+            p.shape[0], kernel, w.detach().numpy(), *rest,
+        )
+        _bump_version(p)
+        return True
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -129,13 +185,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         values = values.reshape(values.shape[0], -1).to(p.dtype)
         tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
         if _numba_ok(tensors):
+            from .. import _numba
+
             arrays = {
                 k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)
             }
-            self._rows_numba(
-                w.detach().numpy(), rows.long().numpy(), values.contiguous().numpy(), arrays, group,
-                state["step"],
-            )
+            wn = w.detach().numpy()
+            kernel, rest = self._row_kernel(wn, arrays, group, state["step"])
+            _numba.over_rows(kernel, wn, rows.long().numpy(), values.contiguous().numpy(), *rest)
             _bump_version(p)
         else:
             self._rows_torch(w, rows.long(), values, state, group, state["step"])
@@ -148,15 +205,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     ) -> None:
         raise NotImplementedError
 
-    def _rows_numba(
-        self,
-        w: Any,
-        rows: Any,
-        values: Any,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-    ) -> None:
+    def _row_kernel(
+        self, w: Any, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> tuple[Any, tuple[Any, ...]]:
         raise NotImplementedError
 
     def _rows_torch(

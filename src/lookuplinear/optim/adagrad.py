@@ -48,10 +48,12 @@ class Adagrad(RowSparseOptimizer):
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
+        *,
+        fused: bool = False,
     ) -> None:
         defaults = {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
                     "initial_accumulator_value": initial_accumulator_value, "eps": eps}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
@@ -71,13 +73,14 @@ class Adagrad(RowSparseOptimizer):
         std = state["sum"].sqrt().add_(group["eps"])
         p.addcdiv_(grad, std, value=-self._clr(group, state["step"]))
 
-    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
-                    group: dict[str, Any], step: int) -> None:
+    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
+                    step: int) -> tuple[Any, tuple[Any, ...]]:
         from .. import _numba
 
-        _numba.over_rows(_numba.adagrad_rows, w, rows, values, state["sum"].reshape(w.shape),
-                            *scalars(w, self._clr(group, step), group["eps"],
-                                     group["weight_decay"]))
+        return _numba.adagrad_rows, (
+            state["sum"].reshape(w.shape),
+            *scalars(w, self._clr(group, step), group["eps"], group["weight_decay"]),
+        )
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:
@@ -123,8 +126,11 @@ class RowWiseAdagrad(RowSparseOptimizer):
         lr: float = 1e-2,
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        *,
+        fused: bool = False,
     ) -> None:
-        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay})
+        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay},
+                         fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
@@ -142,12 +148,12 @@ class RowWiseAdagrad(RowSparseOptimizer):
         s = state["sum"].add_((g * g).mean(1))
         w.sub_(g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1))
 
-    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
-                    group: dict[str, Any], step: int) -> None:
+    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
+                    step: int) -> tuple[Any, tuple[Any, ...]]:
         from .. import _numba
 
-        _numba.over_rows(
-            _numba.rowwise_adagrad_rows, w, rows, values, state["sum"],
+        return _numba.rowwise_adagrad_rows, (
+            state["sum"],
             *scalars(w, group["lr"], group["eps"], group["weight_decay"], 1 / w.shape[1]),
         )
 

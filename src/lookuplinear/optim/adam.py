@@ -56,11 +56,13 @@ class Adam(RowSparseOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        *,
+        fused: bool = False,
     ) -> None:
         if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}.")
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
@@ -92,14 +94,14 @@ class Adam(RowSparseOptimizer):
             return step_size, 0.0, 1 - lr * wd
         return step_size, wd, 1.0
 
-    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
-                    group: dict[str, Any], step: int) -> None:
+    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
+                    step: int) -> tuple[Any, tuple[Any, ...]]:
         from .. import _numba
 
         step_size, l2, decay = self._coefficients(group, step)
         beta1, beta2 = group["betas"]
-        _numba.over_rows(
-            _numba.adam_rows, w, rows, values, state["exp_avg"].reshape(w.shape),
+        return _numba.adam_rows, (
+            state["exp_avg"].reshape(w.shape),
             state["exp_avg_sq"].reshape(w.shape),
             *scalars(w, beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay),
         )
@@ -147,5 +149,8 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        *,
+        fused: bool = False,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         fused=fused)

@@ -61,12 +61,13 @@ class SGD(RowSparseOptimizer):
         weight_decay: float = 0.0,
         *,
         nesterov: bool = False,
+        fused: bool = False,
     ) -> None:
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("SGD: nesterov needs momentum > 0 and dampening = 0.")
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
@@ -88,13 +89,13 @@ class SGD(RowSparseOptimizer):
             d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(d_p, alpha=-group["lr"])
 
-    def _rows_numba(self, w: Any, rows: Any, values: Any, state: dict[str, Any],
-                    group: dict[str, Any], step: int) -> None:
+    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
+                    step: int) -> tuple[Any, tuple[Any, ...]]:
         from .. import _numba
 
         buf = state.get("momentum_buffer")
-        _numba.over_rows(
-            _numba.sgd_rows, w, rows, values, w if buf is None else buf.reshape(w.shape),
+        return _numba.sgd_rows, (
+            w if buf is None else buf.reshape(w.shape),
             *scalars(w, group["lr"], group["weight_decay"], group["momentum"],
                      1 - group["dampening"]),
             group["nesterov"],
