@@ -472,3 +472,19 @@ def test_fused_falls_back_to_a_stored_gradient_where_it_cannot_apply() -> None:
     assert layer.weight.grad is not None and layer.weight.grad.is_sparse
     opt.step()
     assert not torch.equal(layer.weight.detach(), before)
+
+
+def test_fused_optimizer_and_model_pickle_together() -> None:
+    """Unpickled, a fused optimizer registers on the unpickled table again: same next step."""
+    import pickle
+
+    model = lookup_model()
+    opt = optim.RowWiseAdagrad(model.parameters(), lr=0.1, fused=True)
+    data = batches()
+    train(model, [opt], data[:2])
+    model2, opt2 = pickle.loads(pickle.dumps((model, opt)))
+    train(model, [opt], data[2:])
+    train(model2, [opt2], data[2:])
+    assert model2.table.weight.grad is None  # updated inside backward
+    for pa, pb in zip(model.parameters(), model2.parameters(), strict=True):
+        assert torch.equal(pa, pb)

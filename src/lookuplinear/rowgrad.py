@@ -12,15 +12,34 @@ contributions summed, so an optimizer step reads each touched row once::
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["bag_lookup", "group_rows", "numpy_inputs", "row_sparse_grad"]
+__all__ = [
+    "FUSED",
+    "bag_lookup",
+    "group_rows",
+    "numpy_inputs",
+    "register_fused",
+    "row_sparse_grad",
+]
 
 #: set to False to force the torch-op path on CPU too (tests compare both)
 USE_NUMBA = True
+
+#: id(parameter) -> (weak reference to it, weak reference to the ``fused=True`` optimizer that
+#: updates it in its backward): a registry beside the parameter, so that parameters and models
+#: pickle as before (tensors compare element-wise, so they cannot key a WeakKeyDictionary)
+FUSED: dict[int, tuple[Any, Any]] = {}
+
+
+def register_fused(param: torch.Tensor, optimizer: Any) -> None:
+    """Let ``optimizer`` update ``param`` inside the backward of a row-sparse lookup."""
+    key = id(param)
+    FUSED[key] = (weakref.ref(param, lambda _: FUSED.pop(key, None)), weakref.ref(optimizer))
 
 
 def group_rows(
@@ -176,9 +195,11 @@ def _fused_update(
     padding_idx: int | None,
 ) -> bool:
     """Let a ``fused=True`` optimizer of ``param`` update it now; False if there is none."""
-    ref = getattr(param, "_lookuplinear_fused", None)
-    opt = ref() if ref is not None else None
-    if opt is None or not opt.fused or torch.is_grad_enabled():  # create_graph: keep the grad
+    entry = FUSED.get(id(param))
+    if entry is None or entry[0]() is not param:
+        return False
+    opt = entry[1]()
+    if opt is None or torch.is_grad_enabled():  # create_graph=True: keep the gradient
         return False
     return bool(opt.fused_backward(param, indices, offsets, weights, grad_out, padding_idx))
 

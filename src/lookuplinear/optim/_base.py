@@ -9,7 +9,6 @@ same name, so one optimizer serves a whole model.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -85,7 +84,6 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
-        self.fused = bool(fused)
         for key, value in defaults.items():
             if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
                 isinstance(value, bool) or not isinstance(value, int | float) or value < 0
@@ -93,17 +91,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
-        super().__init__(params, defaults)
+        super().__init__(params, {**defaults, "fused": bool(fused)})
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As ``torch.optim.Optimizer.add_param_group``; with ``fused=True`` the group's tables
         learn that this optimizer updates them in their backward."""
         super().add_param_group(param_group)
-        if self.fused:
-            me = weakref.ref(self)
-            for p in self.param_groups[-1]["params"]:
+        self._register_fused(self.param_groups[-1])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # unpickled: tell the tables again
+            self._register_fused(group)
+
+    def _register_fused(self, group: dict[str, Any]) -> None:
+        if group.get("fused"):
+            for p in group["params"]:
                 if p.dim() >= 2:
-                    p._lookuplinear_fused = me
+                    rowgrad.register_fused(p, self)
 
     @torch.no_grad()
     def fused_backward(
@@ -124,9 +129,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         from .. import _numba
 
         group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
-        state = self.state[p]
-        if group is None:
+        if group is None or not group.get("fused"):
             return False
+        state = self.state[p]
         if not state:
             self._init_state(p, state, group)
         w = p.view(p.shape[0], -1)

@@ -210,8 +210,7 @@ class LookupEstimator(BaseEstimator):
                 loss = self._loss(model(bags.to(device)), t_epoch[a:b], w)
                 for opt in self._optimizers:
                     opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self._decay_table()
+                loss.backward()  # the fused optimizer updates the table here
                 for opt in self._optimizers:
                     opt.step()
                 for sched in schedulers:
@@ -247,20 +246,6 @@ class LookupEstimator(BaseEstimator):
             model.load_state_dict(best_state)
             self.best_validation_score_ = best
         model.eval()
-
-    def _decay_table(self) -> None:
-        """Lazy L2 on the table: ``grad[rows] += weight_decay * W[rows]`` for the batch's rows."""
-        if not self.weight_decay:
-            return
-        w = self.model_.lookup.weight
-        if w.grad is None:
-            return
-        g = w.grad.coalesce()
-        rows = g.indices()[0]
-        values = g.values() + self.weight_decay * w.detach()[rows]
-        w.grad = torch.sparse_coo_tensor(
-            g.indices(), values, g.shape, is_coalesced=True, check_invariants=False
-        )
 
     # ------------------------------------------------------------------ prediction
     def _raw_output(self, X: Any) -> np.ndarray:

@@ -4,9 +4,9 @@ The sparse table of ``LookupLinear(sparse=True)`` gets row-sparse gradients; the
 :mod:`lookuplinear.optim` update only the rows a batch touches and give the dense parameters
 the ``torch.optim`` update of the same name.
 
-Weight decay of the table is applied lazily by the estimator (an L2 term on the rows a batch
-touches, added to the sparse gradient); the dense parameters get the optimizer's
-``weight_decay``.
+The optimizer is ``fused``: the table is updated inside ``backward`` (no gradient stored, the
+same weights as an unfused step). ``weight_decay`` is the optimizer's, on the table lazily (the
+rows a batch touches) and on the dense parameters every step.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def make_optimizers(
 ) -> list[Optimizer]:
     """The optimizers that together update ``sparse_params`` (sparse gradients) and the rest.
 
-    ``weight_decay`` goes to the dense parameters only; see the module docstring.
+    One fused ``lookuplinear.optim`` optimizer; see the module docstring.
 
     Examples
     --------
@@ -63,10 +63,9 @@ def make_optimizers(
     ['Adagrad']
     """
     sparse, dense = list(sparse_params), list(dense_params)
-    groups = [g for g in ({"params": sparse, "weight_decay": 0.0},
-                          {"params": dense, "weight_decay": weight_decay}) if g["params"]]
+    groups = [{"params": p} for p in (sparse, dense) if p]
     cls: Any = optimizer_class(solver)
-    return [cls(groups, lr=lr)]
+    return [cls(groups, lr=lr, weight_decay=weight_decay, fused=True)]
 
 
 def make_schedulers(
