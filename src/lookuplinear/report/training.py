@@ -5,23 +5,21 @@ for the dense path.
    rows, from the same initial weights (``init="linear"`` under the same seed), on the same
    batches with the same optimizer: the two loss curves agree step for step.
 2. :func:`train_big_vocab`: a hashed-feature classifier on a vocabulary of tens of millions of
-   rows with ``sparse=True`` gradients (``lookuplinear.optim.SGD`` when importable, else
-   ``torch.optim.SGD``): its dense path would need one ``batch x in_features`` float matrix per
-   step, far more than the machine's memory.
+   rows with ``sparse=True`` gradients and ``lookuplinear.optim.SGD``: its dense path would
+   need one ``batch x in_features`` float matrix per step, far more than the machine's memory.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import optim
 from ..bags import Bags
 from ..layer import LookupLinear
 from .memory import measure_peak
@@ -137,14 +135,6 @@ def _bags(
     return Bags(torch.from_numpy(cols), offsets), torch.from_numpy(y), total
 
 
-def _sgd() -> tuple[Any, str]:
-    try:
-        module = importlib.import_module("lookuplinear.optim")
-        return module.SGD, "lookuplinear.optim.SGD"
-    except (ImportError, AttributeError):
-        return torch.optim.SGD, "torch.optim.SGD"
-
-
 def train_big_vocab(
     in_features: int = 20_000_000,
     out_features: int = 2,
@@ -171,7 +161,7 @@ def train_big_vocab(
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     model = LookupLinear(in_features, out_features, sparse=True, init=nn.init.zeros_)
-    cls, name = _sgd()
+    cls, name = optim.SGD, "lookuplinear.optim.SGD"
     opt = cls(model.parameters(), lr=lr)
     threshold = float(np.median(_bags(rng, in_features, 8192, bag_size)[2]))  # balanced labels
     test_x, test_y, _ = _bags(rng, in_features, 4096, bag_size, threshold)
