@@ -1,0 +1,122 @@
+"""The kernel choices of lookuplinear._numba, measured: each against the variant it replaced.
+
+    flock /tmp/ll-cpu.lock .venv/bin/python benchmarks/bench_kernels.py
+
+On a 1,000,000 x 64 float32 table and the ~20,000 sorted unique rows of 20,480 uniform draws
+(the issue 3 batch), interleaved rounds (the order reversed every other round), medians, one
+thread:
+
+- the SGD row update with the 16-rows-ahead prefetch (the library's ``sgd_rows``) against the
+  same loop without it (the rows are scattered over far more memory than the TLB covers);
+- the per-row gradient sums with one loop nest per case (the library's ``_sum_rows``) against
+  the same sums with the weighted/unweighted test inside the loop over entries;
+- the whole row-sparse gradient (``group_rows``) against ``torch.unique`` + ``index_add_`` (the
+  torch-op path that CUDA runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from numba import njit
+
+from lookuplinear import _numba as K
+from lookuplinear import hugepages
+from lookuplinear.rowgrad import _group_rows_torch
+
+
+@njit(cache=True, nogil=True, fastmath=K._FAST, error_model="numpy")
+def sgd_rows_no_prefetch(weight: np.ndarray, rows: np.ndarray, values: np.ndarray,
+                         lr: float) -> None:
+    """``sgd_rows`` without the prefetch (and without momentum or decay)."""
+    for r in range(rows.size):
+        i = rows[r]
+        for d in range(weight.shape[1]):
+            weight[i, d] -= lr * values[r, d]
+
+
+@njit(cache=True, nogil=True, fastmath=K._FAST, error_model="numpy")
+def sum_rows_branch_inside(values: np.ndarray, starts: np.ndarray, ent: np.ndarray,
+                           bag: np.ndarray, weights: np.ndarray, grad_out: np.ndarray) -> None:
+    """``_sum_rows`` with the weighted/unweighted test inside the loop over entries."""
+    dim = grad_out.shape[1]
+    weighted = weights.size > 0
+    for r in range(starts.size - 1):
+        for d in range(dim):
+            values[r, d] = 0
+        for i in range(starts[r], starts[r + 1]):
+            k = ent[i]
+            b = bag[k]
+            if weighted:
+                w = weights[k]
+                for d in range(dim):
+                    values[r, d] += w * grad_out[b, d]
+            else:
+                for d in range(dim):
+                    values[r, d] += grad_out[b, d]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--entries", type=int, default=20_480)
+    p.add_argument("--repeats", type=int, default=31)
+    p.add_argument("--no-hugepages", dest="huge", action="store_false",
+                   help="the table on ordinary 4 KiB pages (as a system without THP has it)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    alloc = hugepages.empty if args.huge else torch.empty
+    table = alloc(args.rows, args.dim).normal_()
+    w = table.numpy()
+    idx = rng.integers(0, args.rows, args.entries)
+    offsets = np.arange(0, args.entries + 1, 20)
+    grad_out = rng.standard_normal((offsets.size - 1, args.dim)).astype(np.float32)
+    empty = np.empty(0, np.float32)
+    rows, starts, ent, bag = K._sort_entries(idx, offsets, -1, args.rows)
+    values = np.empty((rows.size, args.dim), np.float32)
+    lr = np.float32(1e-3)
+    zero, one = np.float32(0), np.float32(1)
+    it, ot, gt = torch.from_numpy(idx), torch.from_numpy(offsets), torch.from_numpy(grad_out)
+    cases: dict[str, Callable[[], object]] = {
+        "SGD row update, prefetch (library)": lambda: K.sgd_rows(
+            w, rows, values, w, lr, zero, zero, one, False),
+        "SGD row update, no prefetch": lambda: sgd_rows_no_prefetch(w, rows, values, lr),
+        "row sums, one loop nest per case (library)": lambda: K._sum_rows(
+            values, starts, ent, bag, empty, grad_out, 0, rows.size, 0),
+        "row sums, test inside the loop": lambda: sum_rows_branch_inside(
+            values, starts, ent, bag, empty, grad_out),
+        "group_rows, numba (library)": lambda: K.group_rows(
+            idx, offsets, empty, grad_out, -1, args.rows),
+        "group_rows, torch.unique + index_add_": lambda: _group_rows_torch(
+            it, ot, None, gt, None),
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for f in cases.values():
+        f()
+    items = list(cases.items())
+    for round_ in range(args.repeats):  # the order reversed every other round: no case always
+        for k, f in items if round_ % 2 == 0 else items[::-1]:  # runs after the same one
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    print(f"table {args.rows:,} x {args.dim}, {args.entries:,} entries, {rows.size:,} unique "
+          f"rows; medians of {args.repeats} interleaved rounds, 1 thread; table on "
+          f"{'huge pages (where granted)' if args.huge else '4 KiB pages'}")
+    for k, m in med.items():
+        print(f"  {k:40s} {m:8.3f} ms")
+    names = list(med)
+    for fast, slow in zip(names[::2], names[1::2], strict=True):
+        print(f"  {fast} is {med[slow] / med[fast]:.1f}x faster than: {slow}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
