@@ -8,8 +8,6 @@ thread:
 
 - the SGD row update with the 16-rows-ahead prefetch (the library's ``sgd_rows``) against the
   same loop without it (the rows are scattered over far more memory than the TLB covers);
-- the per-row gradient sums with one loop nest per case (the library's ``_sum_rows``) against
-  the same sums with the weighted/unweighted test inside the loop over entries;
 - the whole row-sparse gradient (``group_rows``) against ``torch.unique`` + ``index_add_`` (the
   torch-op path that CUDA runs).
 """
@@ -40,27 +38,6 @@ def sgd_rows_no_prefetch(weight: np.ndarray, rows: np.ndarray, values: np.ndarra
             weight[i, d] -= lr * values[r, d]
 
 
-@njit(cache=True, nogil=True, fastmath=K._FAST, error_model="numpy")
-def sum_rows_branch_inside(values: np.ndarray, starts: np.ndarray, ent: np.ndarray,
-                           bag: np.ndarray, weights: np.ndarray, grad_out: np.ndarray) -> None:
-    """``_sum_rows`` with the weighted/unweighted test inside the loop over entries."""
-    dim = grad_out.shape[1]
-    weighted = weights.size > 0
-    for r in range(starts.size - 1):
-        for d in range(dim):
-            values[r, d] = 0
-        for i in range(starts[r], starts[r + 1]):
-            k = ent[i]
-            b = bag[k]
-            if weighted:
-                w = weights[k]
-                for d in range(dim):
-                    values[r, d] += w * grad_out[b, d]
-            else:
-                for d in range(dim):
-                    values[r, d] += grad_out[b, d]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -79,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     offsets = np.arange(0, args.entries + 1, 20)
     grad_out = rng.standard_normal((offsets.size - 1, args.dim)).astype(np.float32)
     empty = np.empty(0, np.float32)
-    rows, starts, ent, bag = K._sort_entries(idx, offsets, -1, args.rows)
+    rows = K._sort_entries(idx, offsets, -1, args.rows)[0]
     values = np.empty((rows.size, args.dim), np.float32)
     lr = np.float32(1e-3)
     zero, one = np.float32(0), np.float32(1)
@@ -88,10 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         "SGD row update, prefetch (library)": lambda: K.sgd_rows(
             w, rows, values, w, lr, zero, zero, one, False),
         "SGD row update, no prefetch": lambda: sgd_rows_no_prefetch(w, rows, values, lr),
-        "row sums, one loop nest per case (library)": lambda: K._sum_rows(
-            values, starts, ent, bag, empty, grad_out, 0, rows.size, 0),
-        "row sums, test inside the loop": lambda: sum_rows_branch_inside(
-            values, starts, ent, bag, empty, grad_out),
         "group_rows, numba (library)": lambda: K.group_rows(
             idx, offsets, empty, grad_out, -1, args.rows),
         "group_rows, torch.unique + index_add_": lambda: _group_rows_torch(

@@ -143,8 +143,9 @@ def _prefetch_intrinsic(typingctx: Any, arr: Any, row: Any) -> Any:
     """Ask the CPU to bring ``arr[row, 0]``'s cache line in (``llvm.prefetch``, for write).
 
     The rows an update touches are scattered over a table much larger than the TLB reaches;
-    without prefetching, each row costs a page walk and a memory round trip in sequence (about
-    7x slower here). FBGEMM's and PyTorch's embedding kernels prefetch the same way.
+    without prefetching, each row costs a page walk and a memory round trip in sequence (the
+    SGD row update 1.3-2.0x slower here: benchmarks/bench_kernels.py, docs/benchmarks.md).
+    FBGEMM's and PyTorch's embedding kernels prefetch the same way.
     """
     sig = types.void(arr, row)
 
@@ -251,26 +252,21 @@ def _sum_rows(
     """``values[j - base] = sum(w[k] * grad_out[bag[k]] for k in the entries of row j)``, j in
     ``[first, stop)``; entries in index order, so the sum is the same for any split."""
     dim = grad_out.shape[1]
-    if weights.size == 0:  # one loop nest per case: no branch inside the loops
-        for r in range(first, stop):
-            o = r - base
-            for d in range(dim):
-                values[o, d] = 0
-            for i in range(starts[r], starts[r + 1]):
-                b = bag[ent[i]]
-                for d in range(dim):
-                    values[o, d] += grad_out[b, d]
-    else:
-        for r in range(first, stop):
-            o = r - base
-            for d in range(dim):
-                values[o, d] = 0
-            for i in range(starts[r], starts[r + 1]):
-                k = ent[i]
-                b = bag[k]
+    weighted = weights.size > 0
+    for r in range(first, stop):
+        o = r - base
+        for d in range(dim):
+            values[o, d] = 0
+        for i in range(starts[r], starts[r + 1]):
+            k = ent[i]
+            b = bag[k]
+            if weighted:
                 w = weights[k]
                 for d in range(dim):
                     values[o, d] += w * grad_out[b, d]
+            else:
+                for d in range(dim):
+                    values[o, d] += grad_out[b, d]
 
 
 # The update kernels take their scalars already cast to the table's dtype (``scalars`` in
