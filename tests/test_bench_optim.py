@@ -35,3 +35,16 @@ def test_bench_optim_runs_and_reports_every_optimizer(
     assert "nn.EmbeddingBag (dense grad) + torch.optim.Adam" in rows
     assert "lookuplinear.optim.Adam (torch ops, no numba)" in rows
     assert "table 500 x 4" in capsys.readouterr().out
+
+
+def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    path = BENCH.parent / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_kernels"] = module
+    spec.loader.exec_module(module)
+    assert module.main(["--rows", "5000", "--dim", "8", "--entries", "200", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "faster than: SGD row update, no prefetch" in out
+    assert "faster than: group_rows, torch.unique + index_add_" in out
