@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InputValueError
 from ._base import Params, RowSparseOptimizer, scalars, zeros_like
 
 __all__ = ["Adam", "AdamW"]
@@ -60,7 +61,10 @@ class Adam(RowSparseOptimizer):
         fused: bool = False,
     ) -> None:
         if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {betas}.")
+            raise InputValueError(
+                f"{type(self).__name__}: betas must both be in [0, 1), got {betas}. "
+                "Pass e.g. betas=(0.9, 0.999)."
+            )
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults, fused=fused)
 

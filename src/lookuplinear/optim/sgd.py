@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InputValueError
 from ._base import Params, RowSparseOptimizer, scalars, zeros_like
 
 __all__ = ["SGD"]
@@ -64,7 +65,10 @@ class SGD(RowSparseOptimizer):
         fused: bool = False,
     ) -> None:
         if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("SGD: nesterov needs momentum > 0 and dampening = 0.")
+            raise InputValueError(
+                f"SGD: nesterov needs momentum > 0 and dampening = 0, got momentum={momentum}, "
+                f"dampening={dampening}. Set momentum (e.g. 0.9), or nesterov=False."
+            )
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov}
         super().__init__(params, defaults, fused=fused)
