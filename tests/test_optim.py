@@ -488,3 +488,39 @@ def test_fused_optimizer_and_model_pickle_together() -> None:
     assert model2.table.weight.grad is None  # updated inside backward
     for pa, pb in zip(model.parameters(), model2.parameters(), strict=True):
         assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("name", ["SGD", "RowWiseAdagrad", "Adam"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_kernels_split_over_threads_give_the_same_weights(
+    name: str, fused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are independent: splitting the kernels over threads changes no bit."""
+    from lookuplinear import _numba
+
+    monkeypatch.setattr(_numba, "MIN_ROWS_PER_THREAD", 2)
+    monkeypatch.setattr(_numba, "_pool", None)
+    runs = []
+    for threads in (1, 2):
+        monkeypatch.setattr(_numba, "KERNEL_THREADS", threads)
+        with torch_threads(2):
+            model = lookup_model()
+            train(model, [getattr(optim, name)(model.parameters(), lr=0.1, fused=fused)],
+                  batches())
+        runs.append(model)
+        assert (_numba._pool is not None) == (threads == 2)  # the split did happen
+    for pa, pb in zip(runs[0].parameters(), runs[1].parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+class torch_threads:  # noqa: N801 - a context manager used like a function
+    """Set torch's thread count inside the block."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.old = n, torch.get_num_threads()
+
+    def __enter__(self) -> None:
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_num_threads(self.old)

@@ -22,6 +22,7 @@ import torch
 
 __all__ = [
     "FUSED_CHUNK_BYTES",
+    "KERNEL_THREADS",
     "adagrad_rows",
     "adam_rows",
     "fused_rows",
@@ -37,19 +38,23 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-#: below this many rows one thread does the update (a thread hand-off costs ~20-50 us)
+#: threads a row kernel may use. 1 by default: split over a thread pool, the kernels measured
+#: slower on this 2-core machine (docs/benchmarks.md), because PyTorch's OpenMP workers keep
+#: spinning on the cores for a while after each parallel region. Raise it where cores are free.
+KERNEL_THREADS = 1
+#: below this many rows per thread a kernel is not split
 MIN_ROWS_PER_THREAD = 2048
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
 def _in_parts(n: int, call: Callable[[int, int], None]) -> None:
-    """``call(a, b)`` over contiguous parts of ``range(n)`` on ``torch.get_num_threads()``
-    threads (at least ``MIN_ROWS_PER_THREAD`` each). The kernels release the GIL (``nogil``);
-    a plain thread pool avoids a second OpenMP runtime spinning against PyTorch's.
+    """``call(a, b)`` over contiguous parts of ``range(n)`` on up to ``KERNEL_THREADS`` threads
+    (and ``torch.get_num_threads()``), at least ``MIN_ROWS_PER_THREAD`` rows each. The kernels
+    release the GIL (``nogil``); a plain thread pool avoids a second OpenMP runtime.
     """
     global _pool
-    parts = min(torch.get_num_threads(), n // MIN_ROWS_PER_THREAD)
+    parts = min(KERNEL_THREADS, torch.get_num_threads(), n // MIN_ROWS_PER_THREAD)
     if parts <= 1:
         call(0, n)
         return
