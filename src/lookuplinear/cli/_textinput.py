@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_input_options", "read_input"]
+__all__ = ["add_input_options", "load_text_model", "read_input"]
 
 
 def add_input_options(p: argparse.ArgumentParser, *, labels: bool) -> None:
@@ -55,3 +55,20 @@ def read_input(args: argparse.Namespace, *, need_labels: bool) -> Any:
                 "non-empty --label-column."
             )
     return data
+
+
+def load_text_model(args: argparse.Namespace, command: str) -> Any:
+    """The model of ``args.model`` for ``predict``/``test``, after checking ``-k``; raises
+    ``InputValueError`` when ``-k < 1`` or the file holds no text vectorizer and labels."""
+    from ..errors import InputValueError
+    from ..modelfile import load_model
+
+    if args.k < 1:
+        raise InputValueError(f"-k must be >= 1, got {args.k}.")
+    model = load_model(args.model)
+    if model.vectorizer is None or not model.labels:
+        raise InputValueError(
+            f"{args.model} holds an estimator without a text vectorizer and labels; {command} "
+            "needs a model written by `lookuplinear train`."
+        )
+    return model

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from ._textinput import add_input_options, read_input
+from ._textinput import add_input_options, load_text_model, read_input
 
 __all__ = ["add_parser", "run"]
 
@@ -35,17 +35,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..errors import InputValueError
-    from ..modelfile import load_model
 
-    if args.k < 1:
-        raise InputValueError(f"-k must be >= 1, got {args.k}.")
-    model = load_model(args.model)
-    if model.vectorizer is None or not model.labels:
-        raise InputValueError(
-            f"{args.model} holds an estimator without a text vectorizer and labels; predict "
-            "needs a model written by `lookuplinear train`."
-        )
+    model = load_text_model(args, "predict")
     data = read_input(args, need_labels=False)
     scores = model.scores(data.texts)
     top = np.argsort(-scores, axis=1, kind="stable")[:, : args.k]

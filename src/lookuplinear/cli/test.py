@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._textinput import add_input_options, read_input
+from ._textinput import add_input_options, load_text_model, read_input
 
 __all__ = ["add_parser", "run"]
 
@@ -28,18 +28,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import InputValueError
-    from ..modelfile import load_model
     from ..textdata import precision_recall_at_k
 
-    if args.k < 1:
-        raise InputValueError(f"-k must be >= 1, got {args.k}.")
-    model = load_model(args.model)
-    if model.vectorizer is None or not model.labels:
-        raise InputValueError(
-            f"{args.model} holds an estimator without a text vectorizer and labels; test "
-            "needs a model written by `lookuplinear train`."
-        )
+    model = load_text_model(args, "test")
     data = read_input(args, need_labels=True)
     column = {name: j for j, name in enumerate(model.labels)}
     # a label the model never saw counts as a true label it cannot predict (as in fastText)

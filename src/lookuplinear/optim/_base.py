@@ -135,15 +135,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         if not state:
             self._init_state(p, state, group)
         w = p.view(p.shape[0], -1)
-        tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
-        if not (_numba_ok(tensors) and grad_out.dtype == p.dtype):
+        if not (_numba_ok(w, state) and grad_out.dtype == p.dtype):
             return False
         state["step"] += 1
-        arrays = {k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)}
-        kernel, rest = self._row_kernel(w.detach().numpy(), arrays, group, state["step"])
+        wn, kernel, rest = self._numba_kernel(w, state, group)
         _numba.fused_rows(
             *rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx),
-            p.shape[0], kernel, w.detach().numpy(), *rest,
+            p.shape[0], kernel, wn, *rest,
         )
         _bump_version(p)
         return True
@@ -188,19 +186,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             )
         w = p.view(p.shape[0], -1)
         values = values.reshape(values.shape[0], -1).to(p.dtype)
-        tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
-        if _numba_ok(tensors):
+        if _numba_ok(w, state):
             from .. import _numba
 
-            arrays = {
-                k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)
-            }
-            wn = w.detach().numpy()
-            kernel, rest = self._row_kernel(wn, arrays, group, state["step"])
+            wn, kernel, rest = self._numba_kernel(w, state, group)
             _numba.over_rows(kernel, wn, rows.long().numpy(), values.contiguous().numpy(), *rest)
             _bump_version(p)
         else:
             self._rows_torch(w, rows.long(), values, state, group, state["step"])
+
+    def _numba_kernel(
+        self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[Any, Any, tuple[Any, ...]]:
+        """``(w as numpy, row kernel, its arguments after (weight, rows, values))`` for this
+        step, on numpy views of ``w`` and of the state (no copies)."""
+        wn = w.detach().numpy()
+        arrays = {k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)}
+        kernel, rest = self._row_kernel(wn, arrays, group, state["step"])
+        return wn, kernel, rest
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -227,13 +230,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-def _numba_ok(tensors: list[torch.Tensor]) -> bool:
-    return (
-        rowgrad.USE_NUMBA
-        and all(
-            t.device.type == "cpu"
-            and t.dtype in (torch.float32, torch.float64)
-            and t.is_contiguous()
-            for t in tensors
-        )
+def _numba_ok(w: torch.Tensor, state: dict[str, Any]) -> bool:
+    """Whether the numba kernels can update ``w`` and its state in place (CPU, float32/64,
+    contiguous)."""
+    tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
+    return rowgrad.USE_NUMBA and all(
+        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
+        for t in tensors
     )
