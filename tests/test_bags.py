@@ -226,3 +226,29 @@ def test_any_out_of_range_value_is_named_with_its_position(
     assert "in_features=10" in str(info.value)
     with pytest.raises(LookupIndexError, match=f"index {bad} at input\\[{pos}\\]"):
         layer(torch.tensor(flat))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offsets=st.lists(st.integers(-3, 12), min_size=1, max_size=8),
+    nnz=st.integers(0, 12),
+    dtype=st.sampled_from([np.int32, np.int64]),
+)
+@example(offsets=[0], nnz=0, dtype=np.int64)  # an empty batch
+@example(offsets=[0, 2, 2, 5], nnz=5, dtype=np.int32)  # an empty bag in the middle
+@example(offsets=[0, 3, 2, 5], nnz=5, dtype=np.int64)  # one decrease
+def test_compiled_offsets_check_equals_its_definition(
+    offsets: list[int], nnz: int, dtype: Any
+) -> None:
+    from lookuplinear._checks import csr_offsets_ok
+
+    o = np.array(offsets, dtype=dtype)
+    expected = o[0] == 0 and o[-1] == nnz and bool(np.all(np.diff(o) >= 0))
+    assert csr_offsets_ok(o, nnz) is bool(expected)
+    strided = np.repeat(o, 2)[::2]  # the same values through a non-contiguous view
+    assert csr_offsets_ok(strided, nnz) is bool(expected)
+    if expected:
+        Bags(torch.zeros(nnz, dtype=torch.long), torch.from_numpy(strided))
+    else:
+        with pytest.raises(InputValueError, match="offsets must"):
+            Bags(torch.zeros(nnz, dtype=torch.long), torch.from_numpy(strided))

@@ -43,6 +43,17 @@ def _csr_unchecked(col: int) -> sp.csr_matrix:
     return m
 
 
+def _csr_corrupt(indptr: list[int], nnz: int = 2, n_data: int = 2) -> sp.csr_matrix:
+    """A CSR matrix whose arrays were changed after scipy built it (scipy checks on request)."""
+    m = sp.csr_matrix((len(indptr) - 1, IN), dtype=np.float32)
+    m.indices, m.indptr, m.data = (
+        np.arange(nnz, dtype=np.int32),
+        np.array(indptr, dtype=np.int32),
+        np.ones(n_data, dtype=np.float32),
+    )
+    return m
+
+
 # (id, layer kwargs, input, forward kwargs, error class, builtin, words the message must contain)
 CASES: list[tuple[str, dict[str, Any], Any, dict[str, Any], type, type, list[str]]] = [
     # ---- index out of range, in every input form: value, position, in_features
@@ -96,6 +107,14 @@ CASES: list[tuple[str, dict[str, Any], Any, dict[str, Any], type, type, list[str
      InputValueError, ValueError, ["N + 1", "offsets[-1]=1", "append len(indices)"]),
     ("offsets-empty", {}, torch.tensor([1]), {"offsets": torch.tensor([], dtype=torch.long)},
      InputValueError, ValueError, ["N + 1", "offsets=[0]"]),
+    ("scipy-indptr-decreasing", {}, _csr_corrupt([0, 2, 1, 2]), {}, InputValueError,
+     ValueError, ["non-decreasing", "offsets[2]=1 < offsets[1]=2"]),
+    ("scipy-indptr-overrun", {}, _csr_corrupt([0, 1, 3]), {}, InputValueError, ValueError,
+     ["len(indices)=2", "offsets[-1]=3"]),
+    ("scipy-indptr-not-from-0", {}, _csr_corrupt([1, 2]), {}, InputValueError, ValueError,
+     ["start at 0", "offsets[0]=1"]),
+    ("scipy-data-wrong-length", {}, _csr_corrupt([0, 1, 2], n_data=3), {}, InputValueError,
+     ValueError, ["not a valid CSR matrix", "data of shape (3,)", "check_format"]),
     ("offsets-float", {}, torch.tensor([1, 2]), {"offsets": torch.tensor([0.0, 2.0])},
      InputTypeError, TypeError, ["integer", "float32", "offsets.long()"]),
     ("offsets-non-finite", {}, torch.tensor([1, 2]),

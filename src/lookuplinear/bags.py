@@ -34,6 +34,8 @@ __all__ = ["Bags"]
 
 def _as_int_tensor(name: str, value: Any) -> torch.Tensor:
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
+        return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise InputTypeError(
             f"Bags: {name} must be an integer tensor, got dtype {t.dtype}. "
@@ -106,31 +108,13 @@ class Bags:
                 "Bags: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
                 "empty tensor. An empty batch has offsets=[0]."
             )
-        meta = off.device.type == "meta"  # meta tensors have no values to check
-        # CPU offsets are read through numpy: the same checks for about a third of the cost of
-        # the tensor ops (which took ~10% of a 1024 x 20 bag lookup; docs/benchmarks.md)
-        vals: Any = (
-            off.numpy() if off.device.type == "cpu" and not torch.compiler.is_compiling() else off
-        )
-        first, last = (0, idx.numel()) if meta else (int(vals[0]), int(vals[-1]))
-        if first != 0:
-            raise InputValueError(
-                f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
-                "Prepend 0 to EmbeddingBag-style offsets."
-            )
-        if last != idx.numel():
-            raise InputValueError(
-                f"Bags: offsets must end at len(indices)={idx.numel()} (CSR form, "
-                f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
-                "offsets, append len(indices)."
-            )
-        if off.numel() > 1 and not meta and bool((vals[1:] < vals[:-1]).any()):
-            bag = int(torch.nonzero(off[1:] < off[:-1])[0, 0])
-            raise InputValueError(
-                f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
-                f"{int(off[bag + 1])} < offsets[{bag}]={int(off[bag])}. Build them as 0 "
-                "followed by the cumulative sum of the bag lengths."
-            )
+        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
+            _check_offsets(off, idx.numel())
+        elif not off.is_meta:  # meta tensors have no values to check
+            # one compiled pass: numpy ops here slowed the next lookup by 10-25% (_checks.py)
+            host = off.numpy() if off.is_cpu else off.cpu().numpy()
+            if not _csr_offsets_ok()(host, idx.numel()):
+                _check_offsets(host, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:
             w = (
@@ -225,13 +209,26 @@ class Bags:
         if mat.ndim != 2:
             raise InputValueError(f"Bags.from_scipy: expected a 2-D matrix, got {mat.ndim}-D.")
         csr = mat if mat.format == "csr" else mat.tocsr()
-        indices, indptr = csr.indices, csr.indptr
-        if indices.dtype != indptr.dtype:
+        indices, indptr, data = csr.indices, csr.indptr, csr.data
+        if indices.dtype != indptr.dtype or indices.dtype.kind != "i":
             indices, indptr = indices.astype(np.int64), indptr.astype(np.int64)
-        data = csr.data
         if data.dtype.kind != "f":  # np.issubdtype(dtype, np.floating), at a tenth of the cost
             data = data.astype(np.float32)
-        return cls(_from_numpy(indices), _from_numpy(indptr), _from_numpy(data))
+        nnz = indices.shape[0]
+        if indices.ndim != 1 or data.shape != (nnz,) or indptr.ndim != 1 or indptr.size == 0:
+            raise InputValueError(
+                f"Bags.from_scipy: not a valid CSR matrix: indices of shape {indices.shape}, data "
+                f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
+                "its check_format(full_check=True) to see what is wrong."
+            )
+        if not _csr_offsets_ok()(indptr, nnz):  # scipy checks its indptr only on request
+            _check_offsets(indptr, nnz)
+        # the types, shapes and offsets are checked: skip Bags.__init__'s checks (issue 2's
+        # per-call budget, docs/benchmarks.md)
+        bags = cls.__new__(cls)
+        bags.indices, bags.offsets = _from_numpy(indices), _from_numpy(indptr)
+        bags.weights = _from_numpy(data)
+        return bags
 
     @classmethod
     def from_torch_sparse(cls, t: torch.Tensor) -> Bags:
@@ -399,6 +396,44 @@ class Bags:
         return sp.csr_matrix(
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features),
+        )
+
+
+_offsets_ok: Any = None
+
+
+def _csr_offsets_ok() -> Any:
+    """The compiled offsets check, imported on first use (numba loads with it)."""
+    global _offsets_ok
+    if _offsets_ok is None:
+        from ._checks import csr_offsets_ok
+
+        _offsets_ok = csr_offsets_ok
+    return _offsets_ok
+
+
+def _check_offsets(vals: Any, nnz: int) -> None:
+    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
+    offsets of ``nnz`` entries; return if they are fine."""
+    first, last = int(vals[0]), int(vals[-1])
+    if first != 0:
+        raise InputValueError(
+            f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
+            "Prepend 0 to EmbeddingBag-style offsets."
+        )
+    if last != nnz:
+        raise InputValueError(
+            f"Bags: offsets must end at len(indices)={nnz} (CSR form, "
+            f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
+            "offsets, append len(indices)."
+        )
+    decreasing = vals[1:] < vals[:-1]
+    if bool(decreasing.any()):
+        bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
+        raise InputValueError(
+            f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
+            f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
+            "followed by the cumulative sum of the bag lengths."
         )
 
 

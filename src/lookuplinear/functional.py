@@ -13,7 +13,6 @@ from typing import Any, Literal, TypeAlias, cast, get_args
 
 import scipy.sparse as sp
 import torch
-import torch.nn.functional as F
 
 from .bags import Bags, check_index_range
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
@@ -123,13 +122,15 @@ def lookup_linear(
     tensor([[12., 14., 16.],
             [ 0.,  0.,  0.]])
     """
-    check_mode(mode)
+    if mode not in MODES:
+        check_mode(mode)
     if weight.dim() != 2:
         raise InputValueError(
             f"weight must have shape (in_features, out_features), got {tuple(weight.shape)}."
         )
     in_features = weight.shape[0]
-    padding_idx = normalize_padding_idx(padding_idx, in_features)
+    if padding_idx is not None:
+        padding_idx = normalize_padding_idx(padding_idx, in_features)
     if offsets is not None:
         if not isinstance(input, torch.Tensor) or input.dim() != 1:
             raise InputValueError(
@@ -143,31 +144,36 @@ def lookup_linear(
             "per_sample_weights needs offsets: pass offsets= (CSR form, N + 1 entries) too."
         )
 
-    if isinstance(input, Bags | torch.Tensor):  # before any work on the input's device
-        _check_device(input.device, weight)
-    if isinstance(input, torch.Tensor) and input.is_nested:
-        raise InputTypeError(
-            "input must be a regular tensor, got a nested tensor. Pass its rows as "
-            "Bags.from_lists([t.tolist() for t in x.unbind()])."
-        )
-    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
-        if input.dtype.is_floating_point or input.dtype == torch.bool:
+    if isinstance(input, Bags):  # the common case first: every check here costs (issue 2)
+        bags = input
+        _check_device(bags.indices.device, weight)
+    elif isinstance(input, torch.Tensor):
+        _check_device(input.device, weight)  # before any work on the input's device
+        if input.is_nested:
+            raise InputTypeError(
+                "input must be a regular tensor, got a nested tensor. Pass its rows as "
+                "Bags.from_lists([t.tolist() for t in x.unbind()])."
+            )
+        if input.layout != torch.strided:
+            bags = _as_bags(input, in_features)
+        elif input.dtype.is_floating_point or input.dtype == torch.bool:
             return _dense_forward(input, weight, bias, mode, padding_idx)
-        if input.dtype.is_complex:
+        elif input.dtype.is_complex:
             raise InputTypeError(
                 "input must be an integer index tensor or a real floating tensor, got dtype "
                 f"{input.dtype}. Pass x.real (or x.abs()) for dense rows."
             )
-        return _range_checked(
-            lambda: _index_forward(input, weight, bias, padding_idx, sparse),
-            input,
-            in_features,
-            "input",
-        )
-
-    bags = _as_bags(input, in_features)
-    if bags.device != weight.device:  # host data from scipy: move it
-        bags = bags.to(weight.device)
+        else:
+            return _range_checked(
+                lambda: _index_forward(input, weight, bias, padding_idx, sparse),
+                input,
+                in_features,
+                "input",
+            )
+    else:
+        bags = _as_bags(input, in_features)
+        if bags.indices.device != weight.device:  # host data from scipy: move it
+            bags = bags.to(weight.device)
     return _range_checked(
         lambda: _bags_forward(bags, weight, bias, mode, padding_idx, sparse),
         bags.indices,
@@ -253,7 +259,8 @@ def _index_forward(
     if sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, x, None, None, padding_idx)
     else:
-        out = F.embedding(x, weight, padding_idx=padding_idx)
+        # ATen's op: F.embedding's Python checks cost a few us per call (docs/benchmarks.md)
+        out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
     if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
         out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
     return out if bias is None else out.add_(bias)
@@ -301,11 +308,6 @@ def _bags_forward(
     w = bags.weights  # indices: range-checked by the caller, _range_checked
     if w is not None and w.dtype != weight.dtype:
         w = w.to(weight.dtype)
-    kwargs: dict[str, Any] = {
-        "include_last_offset": True,
-        "padding_idx": padding_idx,
-        "sparse": sparse,
-    }
     if mode == "max":
         if sparse:
             raise InputValueError(
@@ -322,20 +324,39 @@ def _bags_forward(
                 f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
-        out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="max", **kwargs)
+        out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
     elif sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
             out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
     elif mode == "mean" and w is None:
-        out = F.embedding_bag(bags.indices, weight, bags.offsets, mode="mean", **kwargs)
+        out = _embedding_bag(bags, weight, None, _MEAN, padding_idx)
     else:
-        out = F.embedding_bag(
-            bags.indices, weight, bags.offsets, mode="sum", per_sample_weights=w, **kwargs
-        )
+        out = _embedding_bag(bags, weight, w, _SUM, padding_idx)
         if mode != "sum":
             out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
     return out if bias is None else out + bias
+
+
+_SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
+
+
+def _embedding_bag(
+    bags: Bags,
+    weight: torch.Tensor,
+    per_sample_weights: torch.Tensor | None,
+    mode: int,
+    padding_idx: int | None,
+) -> torch.Tensor:
+    """``F.embedding_bag(bags.indices, weight, bags.offsets, include_last_offset=True, ...)``.
+
+    ATen's op is called directly: ``F.embedding_bag``'s own Python checks repeat what ``Bags``
+    has checked, and cost a few microseconds per call (docs/benchmarks.md, issue 2).
+    """
+    return torch.embedding_bag(
+        weight, bags.indices, bags.offsets, False, mode, False, per_sample_weights, True,
+        padding_idx,
+    )[0]
 
 
 def row_scale(
