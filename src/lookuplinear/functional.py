@@ -192,7 +192,7 @@ def _range_checked(
     pass over the indices and two syncs, a tenth of a 1024 x 20 bag lookup). On other devices
     (a CUDA kernel asserts on a bad index) the indices are checked first.
     """
-    if indices.device.type != "cpu":
+    if not indices.is_cpu:
         check_index_range(indices, in_features, where=where)
         return forward()
     try:
