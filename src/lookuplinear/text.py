@@ -158,10 +158,14 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         return self.word_ngrams > 1 or self.maxn > 0
 
     def _tokenize(self, docs: Iterable[str]) -> list[list[str]]:
-        """Each text's words, by scikit-learn's analyzer (its preprocessor and tokenizer)."""
-        analyze = CountVectorizer(token_pattern=TOKEN_PATTERN,
-                                  lowercase=self.lowercase).build_analyzer()
-        return list(map(analyze, docs))
+        """Each text's words: scikit-learn's decoder, preprocessor and tokenizer (its word
+        analyzer without the n-gram step, which only copies the list for unigrams)."""
+        words = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
+        decode, tokenize = words.decode, words.build_tokenizer()
+        if not self.lowercase:  # the preprocessor is the identity
+            return [tokenize(decode(doc)) for doc in docs]
+        preprocess = words.build_preprocessor()
+        return [tokenize(preprocess(decode(doc))) for doc in docs]
 
     def _fit_tokens(self, tokens: list[list[str]]) -> None:
         counts = Counter(chain.from_iterable(tokens))
