@@ -27,6 +27,8 @@ from lookuplinear import (
     TrainingDivergedError,
 )
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
+from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
+from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
 
 FAST = {"epochs": 30, "learning_rate_init": 0.05, "random_state": 0}
@@ -75,6 +77,20 @@ def test_every_input_form_gives_the_same_model(hidden: int | None) -> None:
     for form in (sp.csr_matrix, sp.csc_matrix, sp.coo_matrix, sp.csr_array):
         got = LookupClassifier(hidden=hidden, **FAST).fit(form(X), y).decision_function(form(X))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_mode_folded_into_the_rows_gives_the_same_lookup() -> None:
+    """Training folds "mean"/"sqrtn" scaling into X once; a "sum" lookup of the folded rows is
+    the mode's lookup of X (empty rows included)."""
+    X = sp.random(40, 30, density=0.2, format="csr", dtype=np.float32, random_state=0)
+    X = sp.vstack([X, sp.csr_matrix((1, 30), dtype=np.float32)], format="csr")  # an empty row
+    for hidden, mode in ((None, "mean"), (6, "mean"), (6, "sqrtn")):
+        net = LookupNet(30, 3, hidden=hidden, mode=mode)
+        torch.nn.init.normal_(net.lookup.weight)
+        if net.output is not None:
+            torch.nn.init.normal_(net.output.weight)
+        folded = _CSRBatches(_fold_mode(X, mode)).rows(0, 41)
+        torch.testing.assert_close(net(folded, prescaled=True), net(X), rtol=1e-5, atol=1e-6)
 
 
 def test_token_lists_equal_their_count_matrix() -> None:

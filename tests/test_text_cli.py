@@ -74,6 +74,50 @@ def test_vectorizer_min_count_char_ngrams_and_config_round_trip() -> None:
         FastTextVectorizer(minn=4, maxn=2).fit(texts)
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"word_ngrams": 1},
+        {"word_ngrams": 2, "bucket": 97},
+        {"word_ngrams": 3, "minn": 2, "maxn": 4, "bucket": 1000, "min_count": 2,
+         "lowercase": True},
+    ],
+)
+def test_vectorizer_equals_scikit_learns_vectorizers(params: dict[str, int]) -> None:
+    """One tokenizing pass gives what CountVectorizer + HashingVectorizer give with theirs."""
+    from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
+
+    rng = np.random.default_rng(0)
+    words = ["a", "B", "cat", "Cat", "dog,", "été", "x-y", "42"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(0, 9))) + rng.choice(["", "\t z"])
+             for _ in range(60)]
+    train, test = texts[:40], [*texts[40:], "", "unseen words only"]
+    vec = FastTextVectorizer(**params)
+    X = vec.fit_transform(train)
+    assert abs(X - vec.fit(train).transform(train)).max() == 0
+    lower = params.get("lowercase", False)
+    words = CountVectorizer(token_pattern=r"\S+", lowercase=lower)
+    totals = np.asarray(words.fit_transform(train).sum(0)).ravel()
+    kept = words.get_feature_names_out()[totals >= params.get("min_count", 1)]
+    assert list(vec.vocabulary_) == kept.tolist()
+    common = {"n_features": params.get("bucket", 2_000_000), "alternate_sign": False,
+              "norm": None, "lowercase": lower}
+    for docs in (train, test):
+        expect = [CountVectorizer(token_pattern=r"\S+", lowercase=lower,
+                                  vocabulary=vec.vocabulary_).transform(docs)]
+        if params["word_ngrams"] > 1:
+            ngrams = HashingVectorizer(token_pattern=r"\S+",
+                                       ngram_range=(2, params["word_ngrams"]), **common)
+            hashed = ngrams.transform(docs)
+            if params.get("maxn"):
+                hashed = hashed + HashingVectorizer(
+                    analyzer="char_wb", ngram_range=(params["minn"], params["maxn"]), **common
+                ).transform(docs)
+            expect.append(hashed)
+        got = vec.transform(docs)
+        assert got.shape == (len(docs), vec.n_features_out_) and got.dtype == np.float32
+        assert abs(got - sp.hstack(expect)).max() == 0
+
 # ---------------------------------------------------------------------- files and metrics
 def test_precision_recall_at_k_by_hand() -> None:
     # example 0: truth {0},    top-2 = [2, 0]  -> 1 hit

@@ -9,17 +9,26 @@ is fastText's supervised model::
              [n_words, n_words + bucket)   word 2..word_ngrams-grams and char minn..maxn-grams,
                                            hashed into one shared space (HashingVectorizer)
 
+Each text is tokenized once, by scikit-learn's analyzer; the words are counted against the
+vocabulary and the n-grams hashed by scikit-learn's ``FeatureHasher``, the hashing inside
+``HashingVectorizer``: the matrix equals that of ``CountVectorizer(vocabulary=...)`` next to
+``HashingVectorizer(ngram_range=(2, word_ngrams), alternate_sign=False, norm=None)`` (plus the
+``char_wb`` one), which tokenize the texts again each (tests/test_text_cli.py compares them).
+
 Requires the ``[sklearn]`` extra.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
@@ -97,29 +106,22 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
         self._check_params()
-        docs = list(raw_documents)
-        counter = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
-        counts = counter.fit_transform(docs)
-        totals = np.asarray(counts.sum(axis=0)).ravel()
-        words = counter.get_feature_names_out()[totals >= self.min_count]
-        if len(words) == 0:
-            raise InputValueError(
-                f"no word occurs at least min_count={self.min_count} times in the "
-                f"{len(docs)} training texts. Lower min_count or pass more text."
-            )
-        self.vocabulary_: dict[str, int] = {str(w): i for i, w in enumerate(words)}
-        self.n_features_out_ = len(words) + (self.bucket if self._hashed() else 0)
+        self._fit_tokens(self._tokenize(raw_documents))
         return self
+
+    def fit_transform(self, raw_documents: Iterable[str], y: Any = None) -> sp.csr_matrix:
+        """``fit(raw_documents).transform(raw_documents)``, tokenizing each text once."""
+        self._check_params()
+        docs = list(raw_documents)
+        tokens = self._tokenize(docs)
+        self._fit_tokens(tokens)
+        return self._features(docs, tokens)
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
         """The count matrix, shape (n_texts, n_features_out_), float32 CSR."""
         check_is_fitted(self, "vocabulary_")
         docs = list(raw_documents)
-        blocks = [self._words().transform(docs)]
-        if self._hashed():
-            hashed = [h.transform(docs) for h in self._hashers()]
-            blocks.append(sum(hashed[1:], hashed[0]))
-        return sp.hstack(blocks, format="csr", dtype=np.float32)
+        return self._features(docs, self._tokenize(docs))
 
     def get_config(self) -> dict[str, Any]:
         """Everything needed to rebuild the fitted vectorizer, as JSON-compatible values."""
@@ -155,19 +157,67 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def _hashed(self) -> bool:
         return self.word_ngrams > 1 or self.maxn > 0
 
-    def _words(self) -> CountVectorizer:
-        return CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase,
-                               vocabulary=self.vocabulary_, dtype=np.float32)
+    def _tokenize(self, docs: Iterable[str]) -> list[list[str]]:
+        """Each text's words: scikit-learn's decoder, preprocessor and tokenizer (its word
+        analyzer without the n-gram step, which only copies the list for unigrams)."""
+        words = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
+        decode, tokenize = words.decode, words.build_tokenizer()
+        if not self.lowercase:  # the preprocessor is the identity
+            return [tokenize(decode(doc)) for doc in docs]
+        preprocess = words.build_preprocessor()
+        return [tokenize(preprocess(decode(doc))) for doc in docs]
 
-    def _hashers(self) -> list[HashingVectorizer]:
-        common: dict[str, Any] = {"n_features": self.bucket, "alternate_sign": False,
-                                  "norm": None, "lowercase": self.lowercase,
-                                  "dtype": np.float32}
-        out = []
-        if self.word_ngrams > 1:
-            out.append(HashingVectorizer(token_pattern=TOKEN_PATTERN,
-                                         ngram_range=(2, self.word_ngrams), **common))
+    def _fit_tokens(self, tokens: list[list[str]]) -> None:
+        counts = Counter(chain.from_iterable(tokens))
+        words = sorted(w for w, c in counts.items() if c >= self.min_count)
+        if len(words) == 0:
+            raise InputValueError(
+                f"no word occurs at least min_count={self.min_count} times in the "
+                f"{len(tokens)} training texts. Lower min_count or pass more text."
+            )
+        self.vocabulary_: dict[str, int] = {w: i for i, w in enumerate(words)}
+        self.n_features_out_ = len(words) + (self.bucket if self._hashed() else 0)
+
+    def _features(self, docs: list[str], tokens: list[list[str]]) -> sp.csr_matrix:
+        """Word counts, then the hashed n-gram counts: ``[words | buckets]``."""
+        blocks = [self._word_counts(tokens)]
+        if self._hashed():
+            blocks.append(self._hasher().transform(self._ngrams(docs, tokens)))
+        return sp.hstack(blocks, format="csr", dtype=np.float32)
+
+    def _word_counts(self, tokens: list[list[str]]) -> sp.csr_matrix:
+        """``CountVectorizer(vocabulary=vocabulary_).transform`` of the tokenized texts."""
+        vocab = self.vocabulary_
+        flat = list(chain.from_iterable(tokens))
+        ids = np.fromiter(map(vocab.get, flat, repeat(-1)), np.int64, len(flat))
+        known = ids >= 0
+        rows = np.repeat(np.arange(len(tokens)), np.fromiter(map(len, tokens), np.int64,
+                                                             len(tokens)))
+        indptr = np.zeros(len(tokens) + 1, np.int64)
+        np.cumsum(np.bincount(rows[known], minlength=len(tokens)), out=indptr[1:])
+        ids = ids[known]
+        X = sp.csr_matrix((np.ones(ids.size, np.float32), ids, indptr),
+                          shape=(len(tokens), len(vocab)))
+        X.sum_duplicates()  # a word's entries -> its count, indices sorted
+        return X
+
+    def _ngrams(self, docs: list[str], tokens: list[list[str]]) -> Iterator[list[str]]:
+        """Each text's word 2..word_ngrams-grams (joined with a space, as scikit-learn's word
+        analyzer joins them) and its character n-grams (scikit-learn's ``char_wb`` analyzer)."""
+        chars = None
         if self.maxn > 0:
-            out.append(HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
-                                         **common))
-        return out
+            chars = HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
+                                      lowercase=self.lowercase).build_analyzer()
+        for doc, words in zip(docs, tokens, strict=True):
+            out: list[str] = []
+            for n in range(2, self.word_ngrams + 1):
+                out += map(" ".join, zip(*(words[i:] for i in range(n)), strict=False))
+            if chars is not None:
+                out += chars(doc)
+            yield out
+
+    def _hasher(self) -> FeatureHasher:
+        """The hashing of ``HashingVectorizer(alternate_sign=False, norm=None)``: n-gram ->
+        ``murmurhash3_32(n-gram) % bucket``, counts summed."""
+        return FeatureHasher(n_features=self.bucket, input_type="string",
+                             alternate_sign=False, dtype=np.float32)

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..bags import Bags
 from ..errors import TrainingDivergedError
-from ..functional import MODES
+from ..functional import MODES, row_scale
 from ._model import LookupNet
 from ._optim import SOLVERS, make_optimizers, make_schedulers
 
@@ -61,6 +61,15 @@ class _CSRBatches:
         for a in range(0, self.n, size):
             b = min(a + size, self.n)
             yield a, b, self.rows(a, b)
+
+
+def _fold_mode(X: sp.csr_matrix, mode: str) -> sp.csr_matrix:
+    """``X`` with ``mode``'s row scaling folded into its values (``"mean"``: each row divided
+    by its sum; ``row_scale``'s factors), so that a ``"sum"`` lookup of it is a ``mode`` lookup
+    of ``X``: computed once per ``fit`` instead of at every step."""
+    scale = row_scale(Bags.from_scipy(X), mode, None).numpy()  # (N,)
+    data = X.data * np.repeat(scale, np.diff(X.indptr))
+    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
 
 
 class LookupEstimator(BaseEstimator):
@@ -200,6 +209,9 @@ class LookupEstimator(BaseEstimator):
         best, best_state, no_change = -np.inf, None, 0
         model, device = self.model_, torch.device(self.device)
         model.train()
+        prescaled = model.lookup.mode in ("mean", "sqrtn")
+        if prescaled:
+            X = _fold_mode(X, model.lookup.mode)
         for epoch in range(epochs):
             perm = torch.randperm(n, generator=gen)
             batches = _CSRBatches(X[perm.numpy()])
@@ -207,7 +219,7 @@ class LookupEstimator(BaseEstimator):
             total, seen = 0.0, 0
             for a, b, bags in batches.batches(self.batch_size):
                 w = None if w_epoch is None else w_epoch[a:b].to(device)
-                loss = self._loss(model(bags.to(device)), t_epoch[a:b], w)
+                loss = self._loss(model(bags.to(device), prescaled=prescaled), t_epoch[a:b], w)
                 for opt in self._optimizers:
                     opt.zero_grad(set_to_none=True)
                 loss.backward()  # the fused optimizer updates the table here

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..functional import lookup_linear
 from ..layer import LookupLinear
 
 __all__ = ["LookupNet"]
@@ -63,8 +64,18 @@ class LookupNet(nn.Module):
             nn.init.zeros_(self.output.weight)
             nn.init.zeros_(self.output.bias)
 
-    def forward(self, x: Any) -> torch.Tensor:
-        h = self.lookup(x)  # (B, hidden or n_outputs)
+    def forward(self, x: Any, *, prescaled: bool = False) -> torch.Tensor:
+        """The logits / outputs, shape (B, n_outputs).
+
+        ``prescaled=True``: the rows of ``x`` already carry ``mode``'s scaling in their values
+        (a ``"mean"`` row divided by its sum), so the lookup is a plain sum; the estimators fold
+        the scaling in once per ``fit`` instead of at every step.
+        """
+        if prescaled:
+            lk = self.lookup
+            h = lookup_linear(x, lk.weight, lk.bias, mode="sum", sparse=lk.sparse)
+        else:
+            h = self.lookup(x)  # (B, hidden or n_outputs)
         return h if self.output is None else self.output(h)  # (B, n_outputs)
 
     def predict(self, x: Any) -> torch.Tensor:
