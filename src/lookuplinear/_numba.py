@@ -144,15 +144,20 @@ _PREFETCH = 16
 _FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 
-def _prefetch_intrinsic(typingctx: Any, arr: Any, row: Any) -> Any:
-    """Ask the CPU to bring ``arr[row, 0]``'s cache line in (``llvm.prefetch``, for write).
+#: bytes per cache line: a row of 64 float32 spans four
+_LINE = 64
+
+
+def _prefetch_intrinsic(typingctx: Any, arr: Any, row: Any, offset: Any) -> Any:
+    """Ask the CPU to bring the cache line ``offset`` bytes into ``arr[row]`` in
+    (``llvm.prefetch``, for write).
 
     The rows an update touches are scattered over a table much larger than the TLB reaches;
     without prefetching, each row costs a page walk and a memory round trip in sequence (the
     SGD row update 1.3-2.0x slower here: benchmarks/bench_kernels.py, docs/benchmarks.md).
     FBGEMM's and PyTorch's embedding kernels prefetch the same way.
     """
-    sig = types.void(arr, row)
+    sig = types.void(arr, row, offset)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         aryty = signature.args[0]
@@ -165,17 +170,28 @@ def _prefetch_intrinsic(typingctx: Any, arr: Any, row: Any) -> Any:
         )
         i8p = _ir.IntType(8).as_pointer()
         i32 = _ir.IntType(32)
+        line = builder.gep(builder.bitcast(ptr, i8p), [args[2]])
         name = "llvm.prefetch.p0" if _llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
         fn = cgutils.get_or_insert_function(
             builder.module, _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]), name
         )
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        builder.call(fn, [line, i32(1), i32(3), i32(1)])
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 _prefetch: Any = intrinsic(_prefetch_intrinsic)
+
+
+@njit(inline="always")
+def _prefetch_row(arr: np.ndarray, row: int) -> None:
+    """Prefetch every cache line of ``arr[row]`` (a C-contiguous array of 2 or more
+    dimensions), not only its first: a row of 64 float32 is four lines, and the first alone
+    left the row-wise Adagrad update 1.35x slower (docs/benchmarks.md)."""
+    nbytes = arr.size // max(arr.shape[0], 1) * arr.itemsize
+    for offset in range(0, nbytes, _LINE):
+        _prefetch(arr, row, offset)
 
 
 @njit(cache=True, nogil=True)
@@ -299,9 +315,9 @@ def sgd_rows(
     n = rows.size
     for r in range(n):
         if r + _PREFETCH < n:
-            _prefetch(weight, rows[r + _PREFETCH])
+            _prefetch_row(weight, rows[r + _PREFETCH])
             if momentum != 0:
-                _prefetch(buf, rows[r + _PREFETCH])
+                _prefetch_row(buf, rows[r + _PREFETCH])
         i = rows[r]
         if momentum == 0 and weight_decay == 0:
             for d in range(dim):
@@ -332,8 +348,8 @@ def adagrad_rows(
     n = rows.size
     for r in range(n):
         if r + _PREFETCH < n:
-            _prefetch(weight, rows[r + _PREFETCH])
-            _prefetch(state_sum, rows[r + _PREFETCH])
+            _prefetch_row(weight, rows[r + _PREFETCH])
+            _prefetch_row(state_sum, rows[r + _PREFETCH])
         i = rows[r]
         for d in range(dim):
             g = values[r, d] + weight_decay * weight[i, d]
@@ -359,8 +375,8 @@ def rowwise_adagrad_rows(
     n = rows.size
     for r in range(n):
         if r + _PREFETCH < n:
-            _prefetch(weight, rows[r + _PREFETCH])
-            _prefetch(state_sum, rows[r + _PREFETCH])
+            _prefetch_row(weight, rows[r + _PREFETCH])
+            _prefetch(state_sum, rows[r + _PREFETCH], 0)
         i = rows[r]
         sq = inv_dim - inv_dim  # a zero of the table's dtype (a literal 0 would be int64)
         if weight_decay == 0:
@@ -406,9 +422,9 @@ def adam_rows(
     n = rows.size
     for r in range(n):
         if r + _PREFETCH < n:
-            _prefetch(weight, rows[r + _PREFETCH])
-            _prefetch(exp_avg, rows[r + _PREFETCH])
-            _prefetch(exp_avg_sq, rows[r + _PREFETCH])
+            _prefetch_row(weight, rows[r + _PREFETCH])
+            _prefetch_row(exp_avg, rows[r + _PREFETCH])
+            _prefetch_row(exp_avg_sq, rows[r + _PREFETCH])
         i = rows[r]
         for d in range(dim):
             w = weight[i, d] * decay
