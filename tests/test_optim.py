@@ -295,6 +295,37 @@ def test_state_dict_resumes_bit_identically(name: str) -> None:
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_adam_moments_paired_and_repaired(fused: bool) -> None:
+    """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded
+    with them apart (plain tensors) is paired again and resumes bit-identically."""
+    data = batches(steps=8)
+    a = lookup_model()
+    opt_a = optim.Adam(a.parameters(), lr=0.1, fused=fused)
+    train(a, [opt_a], data[:4])
+    state = opt_a.state[a.table.weight]
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    assert v.data_ptr() - m.data_ptr() == D * m.element_size() and m.stride() == (2 * D, 1)
+    assert opt_a.state[a.head.weight]["exp_avg"].is_contiguous()  # dense: torch.optim's layout
+    saved = {"model": {k: t.clone() for k, t in a.state_dict().items()},
+             "opt": opt_a.state_dict()}
+    saved["opt"]["state"] = {k: {n: t.clone() if isinstance(t, torch.Tensor) else t
+                                 for n, t in st.items()}
+                             for k, st in saved["opt"]["state"].items()}  # apart, contiguous
+    train(a, [opt_a], data[4:])
+
+    b = lookup_model()
+    b.load_state_dict(saved["model"])
+    opt_b = optim.Adam(b.parameters(), lr=0.1, fused=fused)
+    opt_b.load_state_dict(saved["opt"])
+    assert opt_b.state[b.table.weight]["exp_avg"].is_contiguous()
+    train(b, [opt_b], data[4:])
+    m, v = opt_b.state[b.table.weight]["exp_avg"], opt_b.state[b.table.weight]["exp_avg_sq"]
+    assert v.data_ptr() - m.data_ptr() == D * m.element_size()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
 def test_lr_scheduler_and_param_groups() -> None:
     """Schedulers move group["lr"]; groups keep their own settings."""
     ours, theirs = lookup_model(), bag_model()

@@ -413,8 +413,7 @@ def adam_rows(
     weight: np.ndarray,
     rows: np.ndarray,
     values: np.ndarray,
-    exp_avg: np.ndarray,
-    exp_avg_sq: np.ndarray,
+    moments: np.ndarray,
     beta1: float,
     one_minus_beta1: float,
     beta2: float,
@@ -424,7 +423,8 @@ def adam_rows(
     weight_decay: float,
     decay: float,
 ) -> None:
-    """Lazy Adam(W) on the touched rows, ``torch.optim.SparseAdam``'s formula:
+    """Lazy Adam(W) on the touched rows, ``torch.optim.SparseAdam``'s formula, with
+    ``m = moments[:, 0]`` and ``v = moments[:, 1]`` (a row's two moments adjacent):
     ``w *= decay`` (AdamW's ``1 - lr * wd``); ``g += wd * w`` (Adam's L2);
     ``m = b1 m + (1 - b1) g``; ``v = b2 v + (1 - b2) g**2``;
     ``w -= step_size * m / (sqrt(v) + eps)`` with ``step_size = lr sqrt(1 - b2^t) / (1 - b1^t)``.
@@ -434,14 +434,14 @@ def adam_rows(
     for r in range(n):
         if r + _PREFETCH < n:
             _prefetch_row(weight, rows[r + _PREFETCH])
-            _prefetch_row(exp_avg, rows[r + _PREFETCH])
-            _prefetch_row(exp_avg_sq, rows[r + _PREFETCH])
+            _prefetch_row(moments, rows[r + _PREFETCH])
         i = rows[r]
+        w_row, m_row, v_row, g_row = weight[i], moments[i, 0], moments[i, 1], values[r]
         for d in range(dim):
-            w = weight[i, d] * decay
-            g = values[r, d] + weight_decay * w
-            m = beta1 * exp_avg[i, d] + one_minus_beta1 * g
-            v = beta2 * exp_avg_sq[i, d] + one_minus_beta2 * g * g
-            exp_avg[i, d] = m
-            exp_avg_sq[i, d] = v
-            weight[i, d] = w - step_size * m / (np.sqrt(v) + eps)
+            w = w_row[d] * decay
+            g = g_row[d] + weight_decay * w
+            m = beta1 * m_row[d] + one_minus_beta1 * g
+            v = beta2 * v_row[d] + one_minus_beta2 * g * g
+            m_row[d] = m
+            v_row[d] = v
+            w_row[d] = w - step_size * m / (np.sqrt(v) + eps)

@@ -134,6 +134,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state = self.state[p]
         if not state:
             self._init_state(p, state, group)
+        self._prepare_state(p, state)
         w = p.view(p.shape[0], -1)
         if not (_numba_ok(w, state) and grad_out.dtype == p.dtype):
             return False
@@ -184,6 +185,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
+        self._prepare_state(p, state)
         w = p.view(p.shape[0], -1)
         values = values.reshape(values.shape[0], -1).to(p.dtype)
         if _numba_ok(w, state):
@@ -207,6 +209,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        """Bring ``p``'s state into the layout the row-wise update expects (a no-op here)."""
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
@@ -232,9 +237,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
 def _numba_ok(w: torch.Tensor, state: dict[str, Any]) -> bool:
     """Whether the numba kernels can update ``w`` and its state in place (CPU, float32/64,
-    contiguous)."""
+    ``w`` contiguous, each state row contiguous: ``Adam``'s two moments are views into one
+    block, a row of each next to each other)."""
     tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
-    return rowgrad.USE_NUMBA and all(
-        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
-        for t in tensors
+    return (
+        rowgrad.USE_NUMBA
+        and w.is_contiguous()
+        and all(
+            t.device.type == "cpu"
+            and t.dtype in (torch.float32, torch.float64)
+            and (t.is_contiguous() or (t.dim() >= 2 and t.shape[0] > 0 and t[0].is_contiguous()))
+            for t in tensors
+        )
     )
