@@ -154,9 +154,13 @@ class Adam(RowSparseOptimizer):
 
         step_size, l2, decay = self._coefficients(group, step)
         beta1, beta2 = group["betas"]
-        m = state["exp_avg"]  # paired (_prepare_state): the (rows, 2, n) block starts at m
-        rows, n, size = w.shape[0], w.shape[1], m.itemsize
-        moments = np.lib.stride_tricks.as_strided(m, (rows, 2, n), (2 * n * size, n * size, size))
+        moments = state.get("moments")  # kept with the views (_numpy_views)
+        if moments is None:  # paired (_prepare_state): the (rows, 2, n) block starts at m
+            m = state["exp_avg"]
+            rows, n, size = w.shape[0], w.shape[1], m.itemsize
+            moments = state["moments"] = np.lib.stride_tricks.as_strided(
+                m, (rows, 2, n), (2 * n * size, n * size, size)
+            )
         return _numba.adam_rows, (
             moments,
             *scalars(w, beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay),
