@@ -188,7 +188,7 @@ _prefetch: Any = intrinsic(_prefetch_intrinsic)
 def _prefetch_row(arr: np.ndarray, row: int) -> None:
     """Prefetch every cache line of ``arr[row]`` (a C-contiguous array of 2 or more
     dimensions), not only its first: a row of 64 float32 is four lines, and the first alone
-    left the row-wise Adagrad update 1.35x slower (docs/benchmarks.md)."""
+    left the row-wise Adagrad update 1.1-1.3x slower (docs/benchmarks.md)."""
     nbytes = arr.size // max(arr.shape[0], 1) * arr.itemsize
     for offset in range(0, nbytes, _LINE):
         _prefetch(arr, row, offset)
