@@ -326,6 +326,27 @@ def test_adam_moments_paired_and_repaired(fused: bool) -> None:
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_new_storage_or_state_between_steps(name: str, fused: bool) -> None:
+    """The kernels' numpy views follow ``p.data = ...`` and a replaced state tensor."""
+    data = batches()
+    a, b = lookup_model(), lookup_model()
+    opt_a = getattr(optim, name)(a.parameters(), lr=0.1, fused=fused)
+    opt_b = getattr(optim, name)(b.parameters(), lr=0.1, fused=fused)
+    train(a, [opt_a], data[:2])
+    train(b, [opt_b], data[:2])
+    b.table.weight.data = b.table.weight.data.clone()  # new storage, same values
+    state = opt_b.state[b.table.weight]
+    for key, t in list(state.items()):
+        if isinstance(t, torch.Tensor) and t.dim() > 0:
+            state[key] = t.clone()  # apart from the old views
+    train(a, [opt_a], data[2:])
+    train(b, [opt_b], data[2:])
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
 def test_lr_scheduler_and_param_groups() -> None:
     """Schedulers move group["lr"]; groups keep their own settings."""
     ours, theirs = lookup_model(), bag_model()

@@ -100,6 +100,12 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         self._register_fused(self.param_groups[-1])
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As ``torch.optim.Optimizer.load_state_dict``; the numpy views kept from the old
+        state (:meth:`_numpy_views`) are dropped with it."""
+        self._views.clear()
+        super().load_state_dict(state_dict)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._views = {}
