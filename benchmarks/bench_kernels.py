@@ -9,7 +9,11 @@ thread:
 - the SGD row update with the 16-rows-ahead prefetch (the library's ``sgd_rows``) against the
   same loop without it (the rows are scattered over far more memory than the TLB covers);
 - the whole row-sparse gradient (``group_rows``) against ``torch.unique`` + ``index_add_`` (the
-  torch-op path that CUDA runs).
+  torch-op path that CUDA runs);
+- the row-wise Adagrad update prefetching every cache line of a row (the library) against
+  prefetching only its first line;
+- the Adam update with a row's two moments adjacent in one ``(rows, 2, dim)`` block (the
+  library) against two separate ``(rows, dim)`` arrays.
 """
 
 from __future__ import annotations
@@ -38,6 +42,49 @@ def sgd_rows_no_prefetch(weight: np.ndarray, rows: np.ndarray, values: np.ndarra
             weight[i, d] -= lr * values[r, d]
 
 
+@njit(cache=True, nogil=True, fastmath=K._FAST, error_model="numpy")
+def rowwise_adagrad_first_line(weight: np.ndarray, rows: np.ndarray, values: np.ndarray,
+                               state_sum: np.ndarray, lr: float, eps: float,
+                               inv_dim: float) -> None:
+    """``rowwise_adagrad_rows`` (no weight decay) prefetching only a row's first cache line."""
+    n = rows.size
+    for r in range(n):
+        if r + K._PREFETCH < n:
+            K._prefetch(weight, rows[r + K._PREFETCH], 0)
+            K._prefetch(state_sum, rows[r + K._PREFETCH], 0)
+        i = rows[r]
+        sq = inv_dim - inv_dim
+        for d in range(weight.shape[1]):
+            sq += values[r, d] * values[r, d]
+        s = state_sum[i] + sq * inv_dim
+        state_sum[i] = s
+        mult = lr / (np.sqrt(s) + eps)
+        for d in range(weight.shape[1]):
+            weight[i, d] -= mult * values[r, d]
+
+
+@njit(cache=True, nogil=True, fastmath=K._FAST, error_model="numpy")
+def adam_separate(weight: np.ndarray, rows: np.ndarray, values: np.ndarray, m: np.ndarray,
+                  v: np.ndarray, beta1: float, one_minus_beta1: float, beta2: float,
+                  one_minus_beta2: float, eps: float, step_size: float) -> None:
+    """``adam_rows`` (no weight decay) with the moments in two separate arrays."""
+    n = rows.size
+    for r in range(n):
+        if r + K._PREFETCH < n:
+            K._prefetch_row(weight, rows[r + K._PREFETCH])
+            K._prefetch_row(m, rows[r + K._PREFETCH])
+            K._prefetch_row(v, rows[r + K._PREFETCH])
+        i = rows[r]
+        w_row, m_row, v_row, g_row = weight[i], m[i], v[i], values[r]
+        for d in range(weight.shape[1]):
+            g = g_row[d]
+            mm = beta1 * m_row[d] + one_minus_beta1 * g
+            vv = beta2 * v_row[d] + one_minus_beta2 * g * g
+            m_row[d] = mm
+            v_row[d] = vv
+            w_row[d] = w_row[d] - step_size * mm / (np.sqrt(vv) + eps)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -57,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     grad_out = rng.standard_normal((offsets.size - 1, args.dim)).astype(np.float32)
     empty = np.empty(0, np.float32)
     rows = K._sort_entries(idx, offsets, -1, args.rows)[0]
-    values = np.empty((rows.size, args.dim), np.float32)
+    values = (rng.standard_normal((rows.size, args.dim)) * 1e-3).astype(np.float32)
     lr = np.float32(1e-3)
     zero, one = np.float32(0), np.float32(1)
     it, ot, gt = torch.from_numpy(idx), torch.from_numpy(offsets), torch.from_numpy(grad_out)
+    state_sum = alloc(args.rows).zero_().numpy()
+    moments = alloc(args.rows, 2, args.dim).zero_().numpy()
+    m_sep, v_sep = (alloc(args.rows, args.dim).zero_().numpy() for _ in range(2))
+    eps, inv_dim, step = np.float32(1e-8), np.float32(1 / args.dim), np.float32(1e-3)
+    b = (np.float32(0.9), np.float32(0.1), np.float32(0.999), np.float32(0.001))
     cases: dict[str, Callable[[], object]] = {
         "SGD row update, prefetch (library)": lambda: K.sgd_rows(
             w, rows, values, w, lr, zero, zero, one, False),
@@ -69,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             idx, offsets, empty, grad_out, -1, args.rows),
         "group_rows, torch.unique + index_add_": lambda: _group_rows_torch(
             it, ot, None, gt, None),
+        "row-wise Adagrad, whole-row prefetch (library)": lambda: K.rowwise_adagrad_rows(
+            w, rows, values, state_sum, lr, eps, zero, inv_dim),
+        "row-wise Adagrad, first-line prefetch": lambda: rowwise_adagrad_first_line(
+            w, rows, values, state_sum, lr, eps, inv_dim),
+        "Adam, paired moments (library)": lambda: K.adam_rows(
+            w, rows, values, moments, *b, eps, step, zero, one),
+        "Adam, separate moments": lambda: adam_separate(
+            w, rows, values, m_sep, v_sep, *b, eps, step),
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
     for f in cases.values():
@@ -84,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
           f"rows; medians of {args.repeats} interleaved rounds, 1 thread; table on "
           f"{'huge pages (where granted)' if args.huge else '4 KiB pages'}")
     for k, m in med.items():
-        print(f"  {k:40s} {m:8.3f} ms")
+        print(f"  {k:48s} {m:8.3f} ms")
     names = list(med)
     for fast, slow in zip(names[::2], names[1::2], strict=True):
         print(f"  {fast} is {med[slow] / med[fast]:.1f}x faster than: {slow}")

@@ -295,6 +295,58 @@ def test_state_dict_resumes_bit_identically(name: str) -> None:
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_adam_moments_paired_and_repaired(fused: bool) -> None:
+    """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded
+    with them apart (plain tensors) is paired again and resumes bit-identically."""
+    data = batches(steps=8)
+    a = lookup_model()
+    opt_a = optim.Adam(a.parameters(), lr=0.1, fused=fused)
+    train(a, [opt_a], data[:4])
+    state = opt_a.state[a.table.weight]
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    assert v.data_ptr() - m.data_ptr() == D * m.element_size() and m.stride() == (2 * D, 1)
+    assert opt_a.state[a.head.weight]["exp_avg"].is_contiguous()  # dense: torch.optim's layout
+    saved = {"model": {k: t.clone() for k, t in a.state_dict().items()},
+             "opt": opt_a.state_dict()}
+    saved["opt"]["state"] = {k: {n: t.clone() if isinstance(t, torch.Tensor) else t
+                                 for n, t in st.items()}
+                             for k, st in saved["opt"]["state"].items()}  # apart, contiguous
+    train(a, [opt_a], data[4:])
+
+    b = lookup_model()
+    b.load_state_dict(saved["model"])
+    opt_b = optim.Adam(b.parameters(), lr=0.1, fused=fused)
+    opt_b.load_state_dict(saved["opt"])
+    assert opt_b.state[b.table.weight]["exp_avg"].is_contiguous()
+    train(b, [opt_b], data[4:])
+    m, v = opt_b.state[b.table.weight]["exp_avg"], opt_b.state[b.table.weight]["exp_avg_sq"]
+    assert v.data_ptr() - m.data_ptr() == D * m.element_size()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_new_storage_or_state_between_steps(name: str, fused: bool) -> None:
+    """The kernels' numpy views follow ``p.data = ...`` and a replaced state tensor."""
+    data = batches()
+    a, b = lookup_model(), lookup_model()
+    opt_a = getattr(optim, name)(a.parameters(), lr=0.1, fused=fused)
+    opt_b = getattr(optim, name)(b.parameters(), lr=0.1, fused=fused)
+    train(a, [opt_a], data[:2])
+    train(b, [opt_b], data[:2])
+    b.table.weight.data = b.table.weight.data.clone()  # new storage, same values
+    state = opt_b.state[b.table.weight]
+    for key, t in list(state.items()):
+        if isinstance(t, torch.Tensor) and t.dim() > 0:
+            state[key] = t.clone()  # apart from the old views
+    train(a, [opt_a], data[2:])
+    train(b, [opt_b], data[2:])
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
 def test_lr_scheduler_and_param_groups() -> None:
     """Schedulers move group["lr"]; groups keep their own settings."""
     ours, theirs = lookup_model(), bag_model()

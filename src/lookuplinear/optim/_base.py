@@ -91,6 +91,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
+        self._views: dict[int, tuple[Any, ...]] = {}
         super().__init__(params, {**defaults, "fused": bool(fused)})
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -99,8 +100,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         self._register_fused(self.param_groups[-1])
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As ``torch.optim.Optimizer.load_state_dict``; the numpy views kept from the old
+        state (:meth:`_numpy_views`) are dropped with it."""
+        self._views.clear()
+        super().load_state_dict(state_dict)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
+        self._views = {}
         for group in self.param_groups:  # unpickled: tell the tables again
             self._register_fused(group)
 
@@ -134,11 +142,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state = self.state[p]
         if not state:
             self._init_state(p, state, group)
-        w = p.view(p.shape[0], -1)
-        if not (_numba_ok(w, state) and grad_out.dtype == p.dtype):
+        views = self._numpy_views(p, state) if rowgrad.USE_NUMBA else None
+        if views is None or grad_out.dtype != p.dtype:
             return False
         state["step"] += 1
-        wn, kernel, rest = self._numba_kernel(w, state, group)
+        wn, kernel, rest = self._numba_kernel(views, state, group)
         _numba.fused_rows(
             *rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx),
             p.shape[0], kernel, wn, *rest,
@@ -184,29 +192,64 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
-        w = p.view(p.shape[0], -1)
         values = values.reshape(values.shape[0], -1).to(p.dtype)
-        if _numba_ok(w, state):
+        views = self._numpy_views(p, state) if rowgrad.USE_NUMBA else None
+        if views is not None:
             from .. import _numba
 
-            wn, kernel, rest = self._numba_kernel(w, state, group)
+            wn, kernel, rest = self._numba_kernel(views, state, group)
             _numba.over_rows(kernel, wn, rows.long().numpy(), values.contiguous().numpy(), *rest)
             _bump_version(p)
         else:
-            self._rows_torch(w, rows.long(), values, state, group, state["step"])
+            self._rows_torch(
+                p.view(p.shape[0], -1), rows.long(), values, state, group, state["step"]
+            )
+
+    def _numpy_views(
+        self, p: torch.Tensor, state: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """``(p as rows, {state name: array})``, numpy views (no copies) the numba kernels
+        update in place, or None where they cannot (:func:`_numba_ok`).
+
+        Built once per parameter and kept while ``p``'s storage and its state tensors stay
+        the same (a loaded state or ``p.data = ...`` builds them again): the checks and the
+        conversions cost 10-40 microseconds a step otherwise.
+        """
+        tensors = [t for t in state.values() if isinstance(t, torch.Tensor)]
+        hit = self._views.get(id(p))
+        if (
+            hit is not None
+            and hit[0] is p
+            and hit[1] == p.data_ptr()
+            and len(hit[2]) == len(tensors)
+            and all(a is b for a, b in zip(hit[2], tensors, strict=True))
+        ):
+            return hit[3]
+        self._prepare_state(p, state)
+        tensors = [t for t in state.values() if isinstance(t, torch.Tensor)]
+        w = p.view(p.shape[0], -1)
+        views = None
+        if _numba_ok(w, state):
+            arrays = {k: t.detach().numpy() for k, t in state.items()
+                      if isinstance(t, torch.Tensor)}
+            views = (w.detach().numpy(), arrays)
+        self._views[id(p)] = (p, p.data_ptr(), tensors, views)
+        return views
 
     def _numba_kernel(
-        self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+        self, views: tuple[Any, dict[str, Any]], state: dict[str, Any], group: dict[str, Any]
     ) -> tuple[Any, Any, tuple[Any, ...]]:
         """``(w as numpy, row kernel, its arguments after (weight, rows, values))`` for this
-        step, on numpy views of ``w`` and of the state (no copies)."""
-        wn = w.detach().numpy()
-        arrays = {k: t.detach().numpy() for k, t in state.items() if isinstance(t, torch.Tensor)}
+        step, on the numpy views of :meth:`_numpy_views`."""
+        wn, arrays = views
         kernel, rest = self._row_kernel(wn, arrays, group, state["step"])
         return wn, kernel, rest
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        """Bring ``p``'s state into the layout the row-wise update expects (a no-op here)."""
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
@@ -232,9 +275,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
 def _numba_ok(w: torch.Tensor, state: dict[str, Any]) -> bool:
     """Whether the numba kernels can update ``w`` and its state in place (CPU, float32/64,
-    contiguous)."""
+    ``w`` contiguous, each state row contiguous: ``Adam``'s two moments are views into one
+    block, a row of each next to each other)."""
     tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
-    return rowgrad.USE_NUMBA and all(
-        t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and t.is_contiguous()
-        for t in tensors
+    return (
+        w.is_contiguous()
+        and all(
+            t.device.type == "cpu"
+            and t.dtype in (torch.float32, torch.float64)
+            and (t.is_contiguous() or (t.dim() >= 2 and t.shape[0] > 0 and t[0].is_contiguous()))
+            for t in tensors
+        )
     )
