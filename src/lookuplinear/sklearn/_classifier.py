@@ -313,7 +313,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
 
 def _row_scale(out: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """d loss / d per-row loss: ``1 / B`` (the mean), times the row's weight."""
-    inv = torch.full((out.shape[0],), 1.0 / out.shape[0], dtype=out.dtype)
+    inv = torch.full((out.shape[0],), 1.0 / out.shape[0], dtype=out.dtype, device=out.device)
     return inv if weight is None else inv * weight
 
 
