@@ -16,9 +16,8 @@ from typing import Any
 
 import torch
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-__all__ = ["SOLVERS", "make_optimizers", "make_schedulers", "optimizer_class"]
+__all__ = ["SOLVERS", "LinearDecay", "make_optimizers", "make_schedulers", "optimizer_class"]
 
 #: solver name -> class name in lookuplinear.optim
 SOLVERS: dict[str, str] = {
@@ -68,9 +67,32 @@ def make_optimizers(
     return [cls(groups, lr=lr, weight_decay=weight_decay, fused=True)]
 
 
+class LinearDecay:
+    """fastText's learning rate: ``lr_t = lr_0 * max(0, 1 - t / total_steps)`` after ``t`` steps.
+
+    The values of ``LambdaLR(optimizer, lambda t: max(0.0, 1.0 - t / total_steps))``, written
+    into the parameter groups directly: ``step`` is one float write per group, without an
+    ``LRScheduler``'s per-step bookkeeping (and its warning when the estimators' fused step
+    updates the parameters without calling ``optimizer.step``).
+    """
+
+    def __init__(self, optimizer: Optimizer, total_steps: int) -> None:
+        self.groups = optimizer.param_groups
+        self.base = [float(g["lr"]) for g in self.groups]
+        self.total_steps = max(1, total_steps)
+        self.t = 0
+
+    def step(self) -> None:
+        """Advance one step and set every group's ``lr``."""
+        self.t += 1
+        factor = max(0.0, 1.0 - self.t / self.total_steps)
+        for g, base in zip(self.groups, self.base, strict=True):
+            g["lr"] = base * factor
+
+
 def make_schedulers(
     optimizers: Sequence[Optimizer], schedule: str, total_steps: int
-) -> list[LRScheduler]:
+) -> list[LinearDecay]:
     """fastText's linear decay to zero over ``total_steps`` (``"linear"``), or none.
 
     Examples
@@ -85,5 +107,4 @@ def make_schedulers(
     """
     if schedule != "linear":
         return []
-    steps = max(1, total_steps)
-    return [LambdaLR(o, lambda t: max(0.0, 1.0 - t / steps)) for o in optimizers]
+    return [LinearDecay(o, total_steps) for o in optimizers]
