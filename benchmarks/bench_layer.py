@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear
+from lookuplinear._checks import csr_offsets_ok
 from lookuplinear.report.machine import format_machine, machine_info
 from lookuplinear.report.memory import measure_peak
 
@@ -120,10 +121,25 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
         return F.embedding_bag(d.indices, weight, d.offsets, mode="sum",
                                include_last_offset=True, sparse=sparse)
 
+    nnz = d.indices.numel()
+
+    def after_numpy_check() -> torch.Tensor:  # what Bags checked per call before f452345
+        o = d.offsets.numpy()
+        if o[0] != 0 or o[-1] != nnz or bool((o[1:] < o[:-1]).any()):
+            raise AssertionError("bad offsets")
+        return raw_bag(W)
+
+    def after_compiled_check() -> torch.Tensor:  # what Bags checks per call now
+        if not csr_offsets_ok(d.offsets.numpy(), nnz):
+            raise AssertionError("bad offsets")
+        return raw_bag(W)
+
     return {
         "LookupLinear(Bags)": (lambda: d.layer(d.bags), [W]),
         "LookupLinear(indices, offsets)": (lambda: d.layer(d.indices, d.offsets), [W]),
         "F.embedding_bag": (lambda: raw_bag(W), [W]),
+        "F.embedding_bag after a numpy offsets check": (after_numpy_check, [W]),
+        "F.embedding_bag after the compiled offsets check": (after_compiled_check, [W]),
         "LookupLinear(Bags), bias=True": (lambda: d.layer_bias(d.bags), [Wb, b]),
         "F.embedding_bag + bias": (lambda: raw_bag(Wb) + b, [Wb, b]),
         "LookupLinear(Bags), sparse=True": (lambda: d.layer_sparse(d.bags), [Ws]),
@@ -152,6 +168,10 @@ RATIOS: tuple[tuple[str, str, str, float, str], ...] = (
      1.2, "max"),
     ("layer on index (N, L) / F.embedding", "LookupLinear(index (N, L))", "F.embedding",
      1.2, "max"),
+    ("numpy offsets check + F.embedding_bag / F.embedding_bag",
+     "F.embedding_bag after a numpy offsets check", "F.embedding_bag", math.nan, "info"),
+    ("compiled offsets check + F.embedding_bag / F.embedding_bag",
+     "F.embedding_bag after the compiled offsets check", "F.embedding_bag", math.nan, "info"),
     ("layer bias=True / F.embedding_bag + bias", "LookupLinear(Bags), bias=True",
      "F.embedding_bag + bias", math.nan, "info"),
     ("layer sparse=True / F.embedding_bag sparse=True", "LookupLinear(Bags), sparse=True",
