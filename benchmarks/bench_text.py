@@ -303,6 +303,40 @@ def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
             "n_test": len(te)}
 
 
+def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    """``LookupClassifier.fit`` alone on fastText's count features, the fused training step
+    (``lookuplinear.sklearn._fused``) against autograd, interleaved: what the fused step saves."""
+    from sklearn.model_selection import train_test_split
+
+    from lookuplinear.sklearn import LookupClassifier, _fused
+    from lookuplinear.text import FastTextVectorizer
+
+    texts, y = DATASETS[name]()
+    tr, _, ytr, _ = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    C = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket).fit_transform(tr)
+    times: dict[str, list[float]] = {"fused step": [], "autograd": []}
+    losses: dict[str, float] = {}
+    for r in range(s.repeats + 1):  # the first round warms up
+        order = list(times) if r % 2 == 0 else list(times)[::-1]
+        for variant in order:
+            _fused.USE_FUSED_STEP = variant == "fused step"
+            model = LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch, **s.text_params)
+            t0 = time.perf_counter()
+            model.fit(C, ytr)
+            if r > 0:
+                times[variant].append(time.perf_counter() - t0)
+            losses[variant] = float(model.loss_curve_[-1])
+    _fused.USE_FUSED_STEP = True
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\n## {name}: LookupClassifier.fit alone on {C.shape[0]} x {C.shape[1]:,} counts, "
+          f"{s.repeats} interleaved rounds after a warm-up\n")
+    print("| variant | median s | min s | final loss |\n|---|---|---|---|")
+    for k, v in times.items():
+        print(f"| {k} | {med[k]:.3f} | {min(v):.3f} | {losses[k]:.6f} |")
+    print(f"\nautograd / fused step: {med['autograd'] / med['fused step']:.2f}x", flush=True)
+    return {"seconds": times, "final_loss": losses}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -312,6 +346,9 @@ def main() -> None:
     p.add_argument("--wordNgrams", type=int, default=2)
     p.add_argument("--bucket", type=int, default=2_000_000)
     p.add_argument("--out", type=Path, default=Path("out/bench-text"))
+    p.add_argument("--fit-only", action="store_true",
+                   help="only time LookupClassifier.fit on the count features, the fused "
+                   "training step against autograd")
     s = p.parse_args()
     s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
                        "epochs": 5, "random_state": 0}
@@ -327,7 +364,7 @@ def main() -> None:
           f"{s.repeats} interleaved runs after a warm-up.", flush=True)
     results = {"settings": {k: v for k, v in vars(s).items() if k != "out"} | {"out": str(s.out)}}
     for name in s.datasets:
-        results[name] = run_dataset(name, s)
+        results[name] = fit_only(name, s) if s.fit_only else run_dataset(name, s)
     results["fasttext_nan_retries"] = NAN_RETRIES
     print(f"\nfastText 'Encountered NaN.' retries (threads -> count): {NAN_RETRIES}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
