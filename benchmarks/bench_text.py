@@ -337,6 +337,46 @@ def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
     return {"seconds": times, "final_loss": losses}
 
 
+def validation(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    """Accuracy on a validation split of the training split (80/20, seed 1; the test split is
+    not touched): ``LookupClassifier`` at the benchmark's settings against the scikit-learn
+    models, on TF-IDF and on fastText's count features, for two seeds of our model."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression, SGDClassifier
+    from sklearn.model_selection import train_test_split
+
+    from lookuplinear.sklearn import LookupClassifier
+    from lookuplinear.text import FastTextVectorizer
+
+    texts, y = DATASETS[name]()
+    tr, _, ytr, _ = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    fit_t, val_t, fit_y, val_y = train_test_split(tr, ytr, test_size=0.2, random_state=1,
+                                                  stratify=ytr)
+    out: dict[str, Any] = {}
+    tfidf = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    counts = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket)
+    for feats, vec in (("TF-IDF", tfidf), ("counts", counts)):
+        X, Xv = vec.fit_transform(fit_t), vec.transform(val_t)
+        models: dict[str, Callable[[], Any]] = {
+            "SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss", random_state=0),
+            "SGDClassifier(hinge)": lambda: SGDClassifier(loss="hinge", random_state=0),
+        }
+        if feats == "TF-IDF":  # lbfgs on the 2M-column counts does not finish (see above)
+            models["LogisticRegression"] = lambda: LogisticRegression(max_iter=1000)
+        for seed in (0, 1):
+            params = (s.linear_params if feats == "TF-IDF" else
+                      {"hidden": s.dim, "mode": "mean", "epochs": s.epoch, **s.text_params})
+            models[f"LookupClassifier, seed {seed}"] = (
+                lambda p=params, seed=seed: LookupClassifier(**(p | {"random_state": seed})))
+        print(f"\n## {name}, {feats}: validation accuracy ({len(fit_t)} fit / {len(val_t)} "
+              "validation texts of the training split)\n\n| model | accuracy |\n|---|---|")
+        for label, make in models.items():
+            acc = float(np.mean(make().fit(X, fit_y).predict(Xv) == val_y))
+            out[f"{feats}: {label}"] = acc
+            print(f"| {label} | {acc:.4f} |", flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -349,6 +389,8 @@ def main() -> None:
     p.add_argument("--fit-only", action="store_true",
                    help="only time LookupClassifier.fit on the count features, the fused "
                    "training step against autograd")
+    p.add_argument("--validation", action="store_true",
+                   help="only the accuracies on a validation split of the training split")
     s = p.parse_args()
     s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
                        "epochs": 5, "random_state": 0}
@@ -364,7 +406,8 @@ def main() -> None:
           f"{s.repeats} interleaved runs after a warm-up.", flush=True)
     results = {"settings": {k: v for k, v in vars(s).items() if k != "out"} | {"out": str(s.out)}}
     for name in s.datasets:
-        results[name] = fit_only(name, s) if s.fit_only else run_dataset(name, s)
+        run = fit_only if s.fit_only else validation if s.validation else run_dataset
+        results[name] = run(name, s)
     results["fasttext_nan_retries"] = NAN_RETRIES
     print(f"\nfastText 'Encountered NaN.' retries (threads -> count): {NAN_RETRIES}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
