@@ -122,8 +122,7 @@ def lookup_linear(
     tensor([[12., 14., 16.],
             [ 0.,  0.,  0.]])
     """
-    if mode not in MODES:
-        check_mode(mode)
+    check_mode(mode)
     if weight.dim() != 2:
         raise InputValueError(
             f"weight must have shape (in_features, out_features), got {tuple(weight.shape)}."
