@@ -244,23 +244,37 @@ def time_vectorizer(texts: list[str], s: argparse.Namespace) -> float:
     return statistics.median(times[1:])
 
 
-def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression, SGDClassifier
+def split(name: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """The dataset's 80/20 stratified train / test split (seed 0) that every comparison uses."""
     from sklearn.model_selection import train_test_split
-
-    from lookuplinear.text import FastTextVectorizer
 
     texts, y = DATASETS[name]()
     tr, te, ytr, yte = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
-    print(f"\n## {name}: {len(tr)} train / {len(te)} test texts, {len(set(y))} classes "
-          f"(majority class {np.mean(yte == max(set(y), key=list(y).count)):.3f} of test)",
-          flush=True)
-    sk = {
+    return tr, te, ytr, yte
+
+
+def sklearn_models() -> dict[str, Callable[[], Any]]:
+    """The scikit-learn linear models compared with, at their defaults."""
+    from sklearn.linear_model import LogisticRegression, SGDClassifier
+
+    return {
         "SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss", random_state=0),
         "SGDClassifier(hinge)": lambda: SGDClassifier(loss="hinge", random_state=0),
         "LogisticRegression": lambda: LogisticRegression(max_iter=1000),
     }
+
+
+def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from lookuplinear.text import FastTextVectorizer
+
+    tr, te, ytr, yte = split(name)
+    y = np.concatenate([ytr, yte])
+    print(f"\n## {name}: {len(tr)} train / {len(te)} test texts, {len(set(y))} classes "
+          f"(majority class {np.mean(yte == max(set(y), key=list(y).count)):.3f} of test)",
+          flush=True)
+    sk = sklearn_models()
     # 1. TF-IDF: the linear models
     t0 = time.perf_counter()
     tfidf = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
@@ -306,13 +320,10 @@ def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
 def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
     """``LookupClassifier.fit`` alone on fastText's count features, the fused training step
     (``lookuplinear.sklearn._fused``) against autograd, interleaved: what the fused step saves."""
-    from sklearn.model_selection import train_test_split
-
     from lookuplinear.sklearn import LookupClassifier, _fused
     from lookuplinear.text import FastTextVectorizer
 
-    texts, y = DATASETS[name]()
-    tr, _, ytr, _ = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    tr, _, ytr, _ = split(name)
     C = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket).fit_transform(tr)
     times: dict[str, list[float]] = {"fused step": [], "autograd": []}
     losses: dict[str, float] = {}
@@ -342,14 +353,12 @@ def validation(name: str, s: argparse.Namespace) -> dict[str, Any]:
     not touched): ``LookupClassifier`` at the benchmark's settings against the scikit-learn
     models, on TF-IDF and on fastText's count features, for two seeds of our model."""
     from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression, SGDClassifier
     from sklearn.model_selection import train_test_split
 
     from lookuplinear.sklearn import LookupClassifier
     from lookuplinear.text import FastTextVectorizer
 
-    texts, y = DATASETS[name]()
-    tr, _, ytr, _ = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    tr, _, ytr, _ = split(name)
     fit_t, val_t, fit_y, val_y = train_test_split(tr, ytr, test_size=0.2, random_state=1,
                                                   stratify=ytr)
     out: dict[str, Any] = {}
@@ -357,12 +366,9 @@ def validation(name: str, s: argparse.Namespace) -> dict[str, Any]:
     counts = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket)
     for feats, vec in (("TF-IDF", tfidf), ("counts", counts)):
         X, Xv = vec.fit_transform(fit_t), vec.transform(val_t)
-        models: dict[str, Callable[[], Any]] = {
-            "SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss", random_state=0),
-            "SGDClassifier(hinge)": lambda: SGDClassifier(loss="hinge", random_state=0),
-        }
-        if feats == "TF-IDF":  # lbfgs on the 2M-column counts does not finish (see above)
-            models["LogisticRegression"] = lambda: LogisticRegression(max_iter=1000)
+        # lbfgs on the 2M-column counts does not finish (see run_dataset): TF-IDF only
+        models = {k: v for k, v in sklearn_models().items()
+                  if feats == "TF-IDF" or k != "LogisticRegression"}
         for seed in (0, 1):
             params = (s.linear_params if feats == "TF-IDF" else
                       {"hidden": s.dim, "mode": "mean", "epochs": s.epoch, **s.text_params})
