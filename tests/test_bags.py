@@ -252,3 +252,60 @@ def test_compiled_offsets_check_equals_its_definition(
     else:
         with pytest.raises(InputValueError, match="offsets must"):
             Bags(torch.zeros(nnz, dtype=torch.long), torch.from_numpy(strided))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=batches(), value=st.integers(0, 11), int32=st.booleans())
+@example(data=(Batch([[1, 1], [1]], [[0.5, 2.0], [1.0]], 3), None), value=1, int32=False)
+@example(data=(Batch([[0, 2], []], None, 3), None), value=1, int32=True)  # nothing to drop
+def test_drop_index_zeroes_that_column_and_keeps_the_weights_graph(
+    data: tuple[Batch, int | None], value: int, int32: bool
+) -> None:
+    from lookuplinear.bags import _kept_entries
+
+    batch = data[0]
+    bags = Bags.from_lists(batch.lists, batch.weights)
+    if int32:
+        bags = Bags(bags.indices.int(), bags.offsets.int(), bags.weights)
+    if bags.weights is not None:
+        bags.weights.requires_grad_(True)
+    dropped = bags.drop_index(value)
+
+    expected = bags.to_dense(max(batch.in_features, value + 1)).detach()
+    expected[:, value] = 0
+    assert torch.equal(dropped.to_dense(expected.shape[1]), expected)
+    assert dropped.indices.dtype == dropped.offsets.dtype == bags.indices.dtype
+    assert value not in dropped.indices.tolist()
+    if value not in bags.indices.tolist():
+        assert dropped is bags
+        return
+    # the compiled pass (CPU) and the torch ops (other devices) agree
+    kept_torch, offsets_torch = _kept_entries(bags.indices, bags.offsets, value)  # type: ignore[misc]
+    assert torch.equal(dropped.indices, bags.indices[kept_torch])
+    assert torch.equal(dropped.offsets, offsets_torch)
+    if bags.weights is not None:
+        assert dropped.weights is not None
+        (grad,) = torch.autograd.grad(dropped.weights.sum(), bags.weights)
+        assert torch.equal(grad, (bags.indices != value).to(grad.dtype))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=batches(), sqrt=st.booleans(), dtype=st.sampled_from([np.float32, np.float64]))
+@example(data=(Batch([[0, 1], [], [2]], [[1.0, -1.0], [], [0.0]], 3), None), sqrt=False,
+         dtype=np.float32)  # a zero sum, an empty bag, a zero weight
+def test_compiled_mode_weights_equal_their_definition(
+    data: tuple[Batch, int | None], sqrt: bool, dtype: Any
+) -> None:
+    from lookuplinear._checks import mode_weights
+
+    batch = data[0]
+    bags = Bags.from_lists(batch.lists, batch.weights)
+    w = None if bags.weights is None else bags.weights.numpy().astype(dtype)
+    got = mode_weights(bags.offsets.numpy(), w, sqrt, np.dtype(dtype))
+    assert got.dtype == dtype and got.shape == (bags.nnz,)
+    for b, bag in enumerate(batch.lists):
+        lo = int(bags.offsets[b])
+        vals = np.ones(len(bag)) if w is None else w[lo : lo + len(bag)].astype(np.float64)
+        denom = np.sqrt((vals * vals).sum()) if sqrt else vals.sum()
+        want = vals / denom if denom != 0 else np.zeros_like(vals)
+        np.testing.assert_allclose(got[lo : lo + len(bag)], want, rtol=1e-6)

@@ -113,7 +113,7 @@ class Bags:
         elif not off.is_meta:  # meta tensors have no values to check
             # one compiled pass: numpy ops here slowed the next lookup by 10-25% (_checks.py)
             host = off.numpy() if off.is_cpu else off.cpu().numpy()
-            if not _csr_offsets_ok()(host, idx.numel()):
+            if not compiled("csr_offsets_ok")(host, idx.numel()):
                 _check_offsets(host, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:
@@ -221,7 +221,7 @@ class Bags:
                 f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
                 "its check_format(full_check=True) to see what is wrong."
             )
-        if not _csr_offsets_ok()(indptr, nnz):  # scipy checks its indptr only on request
+        if not compiled("csr_offsets_ok")(indptr, nnz):  # scipy checks its indptr only on request
             _check_offsets(indptr, nnz)
         # the types, shapes and offsets are checked: skip Bags.__init__'s checks (issue 2's
         # per-call budget, docs/benchmarks.md)
@@ -344,6 +344,34 @@ class Bags:
         w = None if self.weights is None else self.weights.to(device)
         return Bags(self.indices.to(device), self.offsets.to(device), w)
 
+    def drop_index(self, index: int) -> Bags:
+        """The same bags without their entries equal to ``index`` (this object if there are none).
+
+        The dense equivalent is ``to_dense`` with column ``index`` set to zero. Weights that
+        require grad keep their graph (the dropped entries get a zero gradient).
+
+        Examples
+        --------
+        >>> bags = Bags.from_lists([[3, 0, 1], [0], [2, 2]]).drop_index(0)
+        >>> bags.indices, bags.offsets
+        (tensor([3, 1, 2, 2]), tensor([0, 2, 2, 4]))
+        """
+        if self.indices.is_cpu:  # one compiled pass; boolean-mask indexing costs 10x more
+            dropped = compiled("drop_entries")(self.indices.numpy(), self.offsets.numpy(), index)
+            if dropped is None:
+                return self
+            kept, indices, offsets = (torch.from_numpy(a) for a in dropped)
+        else:
+            found = _kept_entries(self.indices, self.offsets, index)
+            if found is None:
+                return self
+            kept, offsets = found
+            indices = self.indices.index_select(0, kept)
+        bags = Bags.__new__(Bags)  # a subset of checked bags: nothing to check again
+        bags.indices, bags.offsets = indices, offsets
+        bags.weights = None if self.weights is None else self.weights.index_select(0, kept)
+        return bags
+
     def check_indices(self, in_features: int) -> None:
         """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.
 
@@ -399,17 +427,31 @@ class Bags:
         )
 
 
-_offsets_ok: Any = None
+def _kept_entries(
+    indices: torch.Tensor, offsets: torch.Tensor, value: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Torch ops for any device: the positions of the entries not equal to ``value`` and the
+    offsets without them, or ``None`` if none equals it (``_checks.drop_entries`` on the CPU)."""
+    keep = indices != value
+    if bool(keep.all()):
+        return None
+    counts = torch.zeros(indices.numel() + 1, dtype=offsets.dtype, device=indices.device)
+    torch.cumsum(keep, 0, dtype=offsets.dtype, out=counts[1:])  # entries kept before k
+    return torch.nonzero(keep).squeeze(1), counts[offsets]
 
 
-def _csr_offsets_ok() -> Any:
-    """The compiled offsets check, imported on first use (numba loads with it)."""
-    global _offsets_ok
-    if _offsets_ok is None:
-        from ._checks import csr_offsets_ok
+_COMPILED: dict[str, Any] = {}
 
-        _offsets_ok = csr_offsets_ok
-    return _offsets_ok
+
+def compiled(name: str) -> Any:
+    """The function ``name`` of :mod:`lookuplinear._checks`, imported on first use (numba
+    loads with it, so ``import lookuplinear`` does not)."""
+    fn = _COMPILED.get(name)
+    if fn is None:
+        from . import _checks
+
+        fn = _COMPILED[name] = getattr(_checks, name)
+    return fn
 
 
 def _check_offsets(vals: Any, nnz: int) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias, cast, get_args
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .bags import Bags, check_index_range
+from .bags import Bags, check_index_range, compiled
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
 from .rowgrad import bag_lookup
 
@@ -304,6 +305,10 @@ def _bags_forward(
     padding_idx: int | None,
     sparse: bool,
 ) -> torch.Tensor:
+    if padding_idx is not None and bags.indices.is_cpu and not torch.compiler.is_compiling():
+        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (20-40x
+        # slower, docs/benchmarks.md): drop the padding entries and look up the rest.
+        bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, _range_checked
     if w is not None and w.dtype != weight.dtype:
         w = w.to(weight.dtype)
@@ -324,6 +329,20 @@ def _bags_forward(
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
         out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
+    elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
+        # the mode's per-bag factor folded into per-entry weights by one compiled pass: then
+        # one weighted-sum lookup (2x faster than the sum, the factor and the product apart on
+        # weighted rows, and faster than ATen's own mean; docs/benchmarks.md)
+        host = None if w is None else w.numpy()
+        psw = torch.from_numpy(
+            compiled("mode_weights")(
+                bags.offsets.numpy(), host, mode == "sqrtn", _NUMPY_DTYPE[weight.dtype]
+            )
+        )
+        if sparse:
+            out = bag_lookup(weight, bags.indices, bags.offsets, psw, None)
+        else:
+            out = _embedding_bag(bags, weight, psw, _SUM, None)
     elif sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
@@ -338,6 +357,22 @@ def _bags_forward(
 
 
 _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
+_NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _folds_mode(
+    bags: Bags, weight: torch.Tensor, w: torch.Tensor | None, padding_idx: int | None
+) -> bool:
+    """Whether ``mean``/``sqrtn`` can be computed as a weighted sum with compiled per-entry
+    weights: CPU float32/float64 tables, padding already dropped, and weights that need no
+    gradient (the per-entry weights carry none); otherwise ``row_scale`` with torch ops."""
+    return (
+        padding_idx is None
+        and bags.indices.is_cpu
+        and weight.dtype in _NUMPY_DTYPE
+        and (w is None or not w.requires_grad)
+        and not torch.compiler.is_compiling()
+    )
 
 
 def _embedding_bag(
