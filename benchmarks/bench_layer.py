@@ -14,6 +14,14 @@ so that one sample takes a few milliseconds). Goals, as ratios measured side by 
   converted before timing);
 * the layer on a ``(1024, 20)`` index tensor / raw ``F.embedding`` <= 1.2.
 
+One more pair (no goal): the same bags with every fifth entry set to ``padding_idx=0``, through
+the layer with ``padding_idx=0`` and through ``F.embedding_bag(..., padding_idx=0)`` (what
+``nn.EmbeddingBag(padding_idx=0)`` calls): PyTorch's CPU kernel leaves its fast path whenever
+``padding_idx`` is set, and the layer drops the padding entries instead. And two with
+``mode="mean"``: the layer on ``Bags`` against ``F.embedding_bag(mode="mean")``, and on the
+weighted CSR (each row divided by the sum of its values, which ``F.embedding_bag`` cannot do
+with ``per_sample_weights``) against the raw weighted sum.
+
 The layers have ``bias=False`` so that they compute what the raw op computes (one extra row
 shows the default ``bias=True`` against the raw op plus the bias).
 
@@ -58,10 +66,13 @@ class Data:
     layer: LookupLinear  # bias=False, sparse=False
     layer_bias: LookupLinear  # bias=True, the same weight
     layer_sparse: LookupLinear  # sparse=True, the same weight
+    layer_padding: LookupLinear  # padding_idx=0, the same weight
+    layer_mean: LookupLinear  # mode="mean", the same weight
     linear: nn.Linear  # weight = layer.weight.T, bias=False
     indices: torch.Tensor  # (nnz,) int64
     offsets: torch.Tensor  # (N + 1,) int64, CSR form
     bags: Bags
+    padded: Bags  # the same bags with every fifth entry set to the padding index 0
     index_2d: torch.Tensor  # (N, L) int64: the same indices, one lookup per position
     dense: torch.Tensor  # (N, in_features) float32 multi-hot
     csr: sp.csr_matrix  # (N, in_features) float32, weighted, int32 indices (scipy's own)
@@ -79,16 +90,22 @@ def make_data(
     layer = LookupLinear(in_features, out_features, bias=False)
     layer_bias = LookupLinear(in_features, out_features)
     layer_sparse = LookupLinear(in_features, out_features, bias=False, sparse=True)
+    layer_padding = LookupLinear(in_features, out_features, bias=False, padding_idx=0)
+    layer_mean = LookupLinear(in_features, out_features, bias=False, mode="mean")
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
         layer_bias.weight.copy_(layer.weight)
         layer_bias.bias.uniform_(-1, 1)  # type: ignore[union-attr]
         layer_sparse.weight.copy_(layer.weight)
+        layer_padding.weight.copy_(layer.weight)  # its padding row too: the kernel skips it
+        layer_mean.weight.copy_(layer.weight)
         linear.weight.copy_(layer.weight.T)
     nnz = n_bags * bag_size
     indices = torch.randint(0, in_features, (nnz,))
     offsets = torch.arange(0, nnz + 1, bag_size)
     bags = Bags(indices, offsets)
+    padded = indices.clone()
+    padded[::5] = 0
     # weighted CSR: scipy's int32 indices, float32 values in [0.1, 1) (TF-IDF-like)
     rng = np.random.default_rng(seed)
     values = rng.uniform(0.1, 1.0, nnz).astype(np.float32)
@@ -98,8 +115,10 @@ def make_data(
     )
     csr_indices, csr_offsets, csr_weights = _raw_csr_tensors(csr)
     return Data(
-        layer=layer, layer_bias=layer_bias, layer_sparse=layer_sparse, linear=linear,
-        indices=indices, offsets=offsets, bags=bags, index_2d=indices.view(n_bags, bag_size),
+        layer=layer, layer_bias=layer_bias, layer_sparse=layer_sparse,
+        layer_padding=layer_padding, layer_mean=layer_mean, linear=linear, indices=indices,
+        offsets=offsets, bags=bags,
+        padded=Bags(padded, offsets), index_2d=indices.view(n_bags, bag_size),
         dense=bags.to_dense(in_features), csr=csr, csr_indices=csr_indices,
         csr_offsets=csr_offsets, csr_weights=csr_weights,
     )
@@ -114,6 +133,7 @@ def _raw_csr_tensors(csr: sp.csr_matrix) -> tuple[torch.Tensor, torch.Tensor, to
 def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]]]:
     """Every timed method: a call returning the output, and the parameters it differentiates."""
     W, Wb, Ws = d.layer.weight, d.layer_bias.weight, d.layer_sparse.weight
+    Wp, Wm = d.layer_padding.weight, d.layer_mean.weight
     b = d.layer_bias.bias
     assert b is not None
 
@@ -153,6 +173,26 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
         ),
         "LookupLinear(index (N, L))": (lambda: d.layer(d.index_2d), [W]),
         "F.embedding": (lambda: F.embedding(d.index_2d, W), [W]),
+        "LookupLinear(Bags with padding), padding_idx=0": (
+            lambda: d.layer_padding(d.padded), [Wp]
+        ),
+        "F.embedding_bag(padding_idx=0)": (
+            lambda: F.embedding_bag(d.padded.indices, Wp, d.padded.offsets, mode="sum",
+                                    include_last_offset=True, padding_idx=0),
+            [Wp],
+        ),
+        'LookupLinear(Bags), mode="mean"': (lambda: d.layer_mean(d.bags), [Wm]),
+        'F.embedding_bag(mode="mean")': (
+            lambda: F.embedding_bag(d.indices, Wm, d.offsets, mode="mean",
+                                    include_last_offset=True),
+            [Wm],
+        ),
+        'LookupLinear(scipy CSR), mode="mean"': (lambda: d.layer_mean(d.csr), [Wm]),
+        "F.embedding_bag(per_sample_weights), sum, for mean": (
+            lambda: F.embedding_bag(d.csr_indices, Wm, d.csr_offsets, mode="sum",
+                                    include_last_offset=True, per_sample_weights=d.csr_weights),
+            [Wm],
+        ),
     }
 
 
@@ -176,6 +216,14 @@ RATIOS: tuple[tuple[str, str, str, float, str], ...] = (
      "F.embedding_bag + bias", math.nan, "info"),
     ("layer sparse=True / F.embedding_bag sparse=True", "LookupLinear(Bags), sparse=True",
      "F.embedding_bag, sparse=True", math.nan, "info"),
+    ("layer padding_idx=0 / F.embedding_bag padding_idx=0",
+     "LookupLinear(Bags with padding), padding_idx=0", "F.embedding_bag(padding_idx=0)",
+     math.nan, "info"),
+    ('layer mode="mean" on Bags / F.embedding_bag(mode="mean")', 'LookupLinear(Bags), mode="mean"',
+     'F.embedding_bag(mode="mean")', math.nan, "info"),
+    ('layer mode="mean" on weighted CSR / F.embedding_bag(per_sample_weights), sum',
+     'LookupLinear(scipy CSR), mode="mean"', "F.embedding_bag(per_sample_weights), sum, for mean",
+     math.nan, "info"),
 )
 
 
@@ -236,11 +284,22 @@ def check_outputs(d: Data) -> float:
         ref = outs["nn.Linear(dense multi-hot)"]
         ref_csr = torch.from_numpy(d.csr @ d.layer.weight.numpy())
         ref_bias = ref + d.layer_bias.bias  # type: ignore[operator]
+        padded_dense = d.padded.to_dense(d.layer.in_features)
+        padded_dense[:, 0] = 0  # padding_idx=0: the column contributes nothing
+        ref_padded = d.linear(padded_dense)
+        del padded_dense
         worst = 0.0
         for name, out in outs.items():
             if "(N, L)" in name or name == "F.embedding":
                 want = F.embedding(d.index_2d, d.layer.weight)
                 got = out
+            elif "padding" in name:
+                want, got = ref_padded, out
+            elif name == 'LookupLinear(scipy CSR), mode="mean"':  # undo the mean: x row sums
+                row_sums = torch.from_numpy(np.asarray(d.csr.sum(axis=1)).ravel())
+                want, got = ref_csr, out * row_sums.unsqueeze(1)
+            elif 'mode="mean"' in name:  # undo the mean: x bag lengths
+                want, got = ref, out * (d.offsets[1:] - d.offsets[:-1]).unsqueeze(1)
             else:
                 want = ref_csr if "CSR" in name or "per_sample" in name else ref
                 want = ref_bias if "bias" in name else want
