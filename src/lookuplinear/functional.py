@@ -306,7 +306,7 @@ def _bags_forward(
     sparse: bool,
 ) -> torch.Tensor:
     if padding_idx is not None and bags.indices.is_cpu and not torch.compiler.is_compiling():
-        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (20-40x
+        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (14-18x
         # slower, docs/benchmarks.md): drop the padding entries and look up the rest.
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, _range_checked
@@ -330,9 +330,9 @@ def _bags_forward(
             )
         out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
     elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
-        # the mode's per-bag factor folded into per-entry weights by one compiled pass: then
-        # one weighted-sum lookup (2x faster than the sum, the factor and the product apart on
-        # weighted rows, and faster than ATen's own mean; docs/benchmarks.md)
+        # the mode's per-bag factor folded into per-entry weights by one compiled pass, then
+        # one weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
+        # product apart; unweighted, as fast as ATen's own mean (docs/benchmarks.md, issue 2)
         host = None if w is None else w.numpy()
         psw = torch.from_numpy(
             compiled("mode_weights")(
