@@ -306,7 +306,7 @@ def _bags_forward(
     sparse: bool,
 ) -> torch.Tensor:
     if padding_idx is not None and bags.indices.is_cpu and not torch.compiler.is_compiling():
-        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (14-18x
+        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (19-38x
         # slower, docs/benchmarks.md): drop the padding entries and look up the rest.
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, _range_checked
