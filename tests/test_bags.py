@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 from forms import (
     MODES,
     Batch,
@@ -309,3 +310,34 @@ def test_compiled_mode_weights_equal_their_definition(
         denom = np.sqrt((vals * vals).sum()) if sqrt else vals.sum()
         want = vals / denom if denom != 0 else np.zeros_like(vals)
         np.testing.assert_allclose(got[lo : lo + len(bag)], want, rtol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=batches(), dtype=st.sampled_from([torch.float32, torch.float64]))
+@example(data=(Batch([[1, 1], [], [0, 2, 0]], None, 3), None), dtype=torch.float32)  # duplicates
+def test_compiled_max_equals_atens_max_forward_and_backward(
+    data: tuple[Batch, int | None], dtype: torch.dtype
+) -> None:
+    from lookuplinear._bagmax import bag_max
+
+    batch = data[0]
+    bags = Bags.from_lists(batch.lists)
+    gen = torch.Generator().manual_seed(0)
+    W = torch.randn(batch.in_features, 5, generator=gen, dtype=dtype)
+    if batch.in_features > 1:
+        W[0] = W[1]  # a tie between two rows: both kernels keep the first entry
+    W.requires_grad_(True)
+    out = bag_max(W, bags.indices, bags.offsets)
+    ref = F.embedding_bag(bags.indices, W, bags.offsets, mode="max", include_last_offset=True)
+    assert torch.equal(out, ref)
+    g = torch.randn(out.shape, generator=gen, dtype=dtype)
+    (grad,) = torch.autograd.grad(out, W, g)
+    (grad_ref,) = torch.autograd.grad(ref, W, g)
+    torch.testing.assert_close(grad, grad_ref)
+
+
+@pytest.mark.parametrize("bad", [-1, 10])
+def test_max_mode_names_an_index_out_of_range(bad: int) -> None:
+    layer = LookupLinear(10, 3, mode="max")
+    with pytest.raises(LookupIndexError, match=f"index {bad} at indices\\[2\\]"):
+        layer(Bags.from_lists([[1, 2], [bad, 3]]))

@@ -328,7 +328,12 @@ def _bags_forward(
                 f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
-        out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
+        if _compiled_ok(bags, weight, padding_idx):  # ATen's CPU max is far off its fast path
+            from ._bagmax import bag_max
+
+            out = bag_max(weight, bags.indices, bags.offsets)
+        else:
+            out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
     elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
         # the mode's per-bag factor folded into per-entry weights by one compiled pass, then
         # one weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
@@ -360,19 +365,24 @@ _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _folds_mode(
-    bags: Bags, weight: torch.Tensor, w: torch.Tensor | None, padding_idx: int | None
-) -> bool:
-    """Whether ``mean``/``sqrtn`` can be computed as a weighted sum with compiled per-entry
-    weights: CPU float32/float64 tables, padding already dropped, and weights that need no
-    gradient (the per-entry weights carry none); otherwise ``row_scale`` with torch ops."""
+def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> bool:
+    """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
+    already dropped, and not inside ``torch.compile`` (which traces ATen's ops instead)."""
     return (
         padding_idx is None
         and bags.indices.is_cpu
         and weight.dtype in _NUMPY_DTYPE
-        and (w is None or not w.requires_grad)
         and not torch.compiler.is_compiling()
     )
+
+
+def _folds_mode(
+    bags: Bags, weight: torch.Tensor, w: torch.Tensor | None, padding_idx: int | None
+) -> bool:
+    """Whether ``mean``/``sqrtn`` can be computed as a weighted sum with compiled per-entry
+    weights (:func:`_compiled_ok`, and weights that need no gradient: the per-entry weights
+    carry none); otherwise ``row_scale`` with torch ops."""
+    return (w is None or not w.requires_grad) and _compiled_ok(bags, weight, padding_idx)
 
 
 def _embedding_bag(
