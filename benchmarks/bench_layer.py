@@ -20,7 +20,8 @@ the layer with ``padding_idx=0`` and through ``F.embedding_bag(..., padding_idx=
 ``padding_idx`` is set, and the layer drops the padding entries instead. And two with
 ``mode="mean"``: the layer on ``Bags`` against ``F.embedding_bag(mode="mean")``, and on the
 weighted CSR (each row divided by the sum of its values, which ``F.embedding_bag`` cannot do
-with ``per_sample_weights``) against the raw weighted sum.
+with ``per_sample_weights``) against the raw weighted sum. And ``mode="max"`` on ``Bags``
+against ``F.embedding_bag(mode="max")``.
 
 The layers have ``bias=False`` so that they compute what the raw op computes (one extra row
 shows the default ``bias=True`` against the raw op plus the bias).
@@ -68,6 +69,7 @@ class Data:
     layer_sparse: LookupLinear  # sparse=True, the same weight
     layer_padding: LookupLinear  # padding_idx=0, the same weight
     layer_mean: LookupLinear  # mode="mean", the same weight
+    layer_max: LookupLinear  # mode="max", the same weight
     linear: nn.Linear  # weight = layer.weight.T, bias=False
     indices: torch.Tensor  # (nnz,) int64
     offsets: torch.Tensor  # (N + 1,) int64, CSR form
@@ -92,6 +94,7 @@ def make_data(
     layer_sparse = LookupLinear(in_features, out_features, bias=False, sparse=True)
     layer_padding = LookupLinear(in_features, out_features, bias=False, padding_idx=0)
     layer_mean = LookupLinear(in_features, out_features, bias=False, mode="mean")
+    layer_max = LookupLinear(in_features, out_features, bias=False, mode="max")
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
         layer_bias.weight.copy_(layer.weight)
@@ -99,6 +102,7 @@ def make_data(
         layer_sparse.weight.copy_(layer.weight)
         layer_padding.weight.copy_(layer.weight)  # its padding row too: the kernel skips it
         layer_mean.weight.copy_(layer.weight)
+        layer_max.weight.copy_(layer.weight)
         linear.weight.copy_(layer.weight.T)
     nnz = n_bags * bag_size
     indices = torch.randint(0, in_features, (nnz,))
@@ -116,7 +120,8 @@ def make_data(
     csr_indices, csr_offsets, csr_weights = _raw_csr_tensors(csr)
     return Data(
         layer=layer, layer_bias=layer_bias, layer_sparse=layer_sparse,
-        layer_padding=layer_padding, layer_mean=layer_mean, linear=linear, indices=indices,
+        layer_padding=layer_padding, layer_mean=layer_mean, layer_max=layer_max,
+        linear=linear, indices=indices,
         offsets=offsets, bags=bags,
         padded=Bags(padded, offsets), index_2d=indices.view(n_bags, bag_size),
         dense=bags.to_dense(in_features), csr=csr, csr_indices=csr_indices,
@@ -133,7 +138,7 @@ def _raw_csr_tensors(csr: sp.csr_matrix) -> tuple[torch.Tensor, torch.Tensor, to
 def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]]]:
     """Every timed method: a call returning the output, and the parameters it differentiates."""
     W, Wb, Ws = d.layer.weight, d.layer_bias.weight, d.layer_sparse.weight
-    Wp, Wm = d.layer_padding.weight, d.layer_mean.weight
+    Wp, Wm, Wx = d.layer_padding.weight, d.layer_mean.weight, d.layer_max.weight
     b = d.layer_bias.bias
     assert b is not None
 
@@ -193,6 +198,12 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
                                     include_last_offset=True, per_sample_weights=d.csr_weights),
             [Wm],
         ),
+        'LookupLinear(Bags), mode="max"': (lambda: d.layer_max(d.bags), [Wx]),
+        'F.embedding_bag(mode="max")': (
+            lambda: F.embedding_bag(d.indices, Wx, d.offsets, mode="max",
+                                    include_last_offset=True),
+            [Wx],
+        ),
     }
 
 
@@ -224,6 +235,8 @@ RATIOS: tuple[tuple[str, str, str, float, str], ...] = (
     ('layer mode="mean" on weighted CSR / F.embedding_bag(per_sample_weights), sum',
      'LookupLinear(scipy CSR), mode="mean"', "F.embedding_bag(per_sample_weights), sum, for mean",
      math.nan, "info"),
+    ('layer mode="max" on Bags / F.embedding_bag(mode="max")', 'LookupLinear(Bags), mode="max"',
+     'F.embedding_bag(mode="max")', math.nan, "info"),
 )
 
 
@@ -298,6 +311,10 @@ def check_outputs(d: Data) -> float:
             elif name == 'LookupLinear(scipy CSR), mode="mean"':  # undo the mean: x row sums
                 row_sums = torch.from_numpy(np.asarray(d.csr.sum(axis=1)).ravel())
                 want, got = ref_csr, out * row_sums.unsqueeze(1)
+            elif 'mode="max"' in name:  # no linear equivalent: PyTorch's max is the reference
+                want = F.embedding_bag(d.indices, d.layer.weight, d.offsets, mode="max",
+                                       include_last_offset=True)
+                got = out
             elif 'mode="mean"' in name:  # undo the mean: x bag lengths
                 want, got = ref, out * (d.offsets[1:] - d.offsets[:-1]).unsqueeze(1)
             else:
