@@ -4,8 +4,8 @@ ATen's CPU ``embedding_bag`` computes ``max`` outside its fast kernel, about 80x
 ``sum`` on the same bags. This is the same computation in one compiled pass, 10x faster than
 ATen's (docs/benchmarks.md, issue 2): ``out[b, j] = max(W[i, j] for i in bag b)``, 0 for an
 empty bag, and the row that gave each maximum kept for the backward, which adds
-``grad_out[b, j]`` to ``W.grad[row, j]``. Ties keep the first entry, NaN is never taken over a
-number, as in ATen.
+``grad_out[b, j]`` to ``W.grad[row, j]``. As in ATen, a bag's first entry is taken as it is
+and a later one only where it is strictly greater: ties keep the first, a later NaN never wins.
 
 Imported on first use by :mod:`lookuplinear.functional` (numba loads with it).
 """
@@ -59,7 +59,7 @@ def _max_forward(
             else:
                 for j in range(dim):
                     v = weight[r, j]
-                    take = v > cur[j]  # strict: ties keep the first entry, NaN never wins
+                    take = v > cur[j]  # strict: ties keep the first entry, a later NaN never wins
                     cur[j] = v if take else cur[j]
                     cur_arg[j] = r if take else cur_arg[j]
         out[b, :] = cur
