@@ -90,19 +90,22 @@ def make_data(
     """Build the layers and every input form of ``n_bags`` bags of ``bag_size`` uniform indices."""
     torch.manual_seed(seed)
     layer = LookupLinear(in_features, out_features, bias=False)
-    layer_bias = LookupLinear(in_features, out_features)
-    layer_sparse = LookupLinear(in_features, out_features, bias=False, sparse=True)
-    layer_padding = LookupLinear(in_features, out_features, bias=False, padding_idx=0)
-    layer_mean = LookupLinear(in_features, out_features, bias=False, mode="mean")
-    layer_max = LookupLinear(in_features, out_features, bias=False, mode="max")
+
+    def same_weight(**kwargs: Any) -> LookupLinear:
+        """Another layer with ``layer``'s weight (the padding row too: the kernel skips it)."""
+        twin = LookupLinear(in_features, out_features, **kwargs)
+        with torch.no_grad():
+            twin.weight.copy_(layer.weight)
+        return twin
+
+    layer_bias = same_weight()
+    layer_sparse = same_weight(bias=False, sparse=True)
+    layer_padding = same_weight(bias=False, padding_idx=0)
+    layer_mean = same_weight(bias=False, mode="mean")
+    layer_max = same_weight(bias=False, mode="max")
     linear = nn.Linear(in_features, out_features, bias=False)
     with torch.no_grad():
-        layer_bias.weight.copy_(layer.weight)
         layer_bias.bias.uniform_(-1, 1)  # type: ignore[union-attr]
-        layer_sparse.weight.copy_(layer.weight)
-        layer_padding.weight.copy_(layer.weight)  # its padding row too: the kernel skips it
-        layer_mean.weight.copy_(layer.weight)
-        layer_max.weight.copy_(layer.weight)
         linear.weight.copy_(layer.weight.T)
     nnz = n_bags * bag_size
     indices = torch.randint(0, in_features, (nnz,))
@@ -142,9 +145,15 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
     b = d.layer_bias.bias
     assert b is not None
 
-    def raw_bag(weight: torch.Tensor, sparse: bool = False) -> torch.Tensor:
-        return F.embedding_bag(d.indices, weight, d.offsets, mode="sum",
-                               include_last_offset=True, sparse=sparse)
+    def raw_bag(  # mode="sum" given: F.embedding_bag's default is "mean"
+        weight: torch.Tensor, bags: Bags = d.bags, mode: str = "sum", **kwargs: Any
+    ) -> torch.Tensor:
+        return F.embedding_bag(bags.indices, weight, bags.offsets, mode=mode,
+                               include_last_offset=True, **kwargs)
+
+    def raw_csr(weight: torch.Tensor) -> torch.Tensor:  # the CSR's values as per-entry weights
+        return F.embedding_bag(d.csr_indices, weight, d.csr_offsets, mode="sum",
+                               include_last_offset=True, per_sample_weights=d.csr_weights)
 
     nnz = d.indices.numel()
 
@@ -171,39 +180,19 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
         "F.embedding_bag, sparse=True": (lambda: raw_bag(Ws, sparse=True), [Ws]),
         "nn.Linear(dense multi-hot)": (lambda: d.linear(d.dense), [d.linear.weight]),
         "LookupLinear(scipy CSR), conversion timed": (lambda: d.layer(d.csr), [W]),
-        "F.embedding_bag(per_sample_weights)": (
-            lambda: F.embedding_bag(d.csr_indices, W, d.csr_offsets, mode="sum",
-                                    include_last_offset=True, per_sample_weights=d.csr_weights),
-            [W],
-        ),
+        "F.embedding_bag(per_sample_weights)": (lambda: raw_csr(W), [W]),
         "LookupLinear(index (N, L))": (lambda: d.layer(d.index_2d), [W]),
         "F.embedding": (lambda: F.embedding(d.index_2d, W), [W]),
         "LookupLinear(Bags with padding), padding_idx=0": (
             lambda: d.layer_padding(d.padded), [Wp]
         ),
-        "F.embedding_bag(padding_idx=0)": (
-            lambda: F.embedding_bag(d.padded.indices, Wp, d.padded.offsets, mode="sum",
-                                    include_last_offset=True, padding_idx=0),
-            [Wp],
-        ),
+        "F.embedding_bag(padding_idx=0)": (lambda: raw_bag(Wp, d.padded, padding_idx=0), [Wp]),
         'LookupLinear(Bags), mode="mean"': (lambda: d.layer_mean(d.bags), [Wm]),
-        'F.embedding_bag(mode="mean")': (
-            lambda: F.embedding_bag(d.indices, Wm, d.offsets, mode="mean",
-                                    include_last_offset=True),
-            [Wm],
-        ),
+        'F.embedding_bag(mode="mean")': (lambda: raw_bag(Wm, mode="mean"), [Wm]),
         'LookupLinear(scipy CSR), mode="mean"': (lambda: d.layer_mean(d.csr), [Wm]),
-        "F.embedding_bag(per_sample_weights), sum, for mean": (
-            lambda: F.embedding_bag(d.csr_indices, Wm, d.csr_offsets, mode="sum",
-                                    include_last_offset=True, per_sample_weights=d.csr_weights),
-            [Wm],
-        ),
+        "F.embedding_bag(per_sample_weights), sum, for mean": (lambda: raw_csr(Wm), [Wm]),
         'LookupLinear(Bags), mode="max"': (lambda: d.layer_max(d.bags), [Wx]),
-        'F.embedding_bag(mode="max")': (
-            lambda: F.embedding_bag(d.indices, Wx, d.offsets, mode="max",
-                                    include_last_offset=True),
-            [Wx],
-        ),
+        'F.embedding_bag(mode="max")': (lambda: raw_bag(Wx, mode="max"), [Wx]),
     }
 
 

@@ -90,7 +90,7 @@ def _mode_weights(offsets: np.ndarray, weights: np.ndarray, sqrt: bool, out: np.
     unweighted = weights.shape[0] == 0
     for b in range(offsets.shape[0] - 1):
         lo, hi = offsets[b], offsets[b + 1]
-        total = 0.0  # float64, whatever the weights' dtype; one loop per case (no branches)
+        total = 0.0  # float64, whatever the weights' dtype; one loop per case, none branching
         if unweighted:
             total = float(hi - lo)  # every weight is 1, and so is its square
         elif sqrt:

@@ -35,7 +35,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-
     model = load_text_model(args, "predict")
     data = read_input(args, need_labels=False)
     scores = model.scores(data.texts)
