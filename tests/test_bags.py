@@ -227,6 +227,9 @@ def test_any_out_of_range_value_is_named_with_its_position(
     assert "in_features=10" in str(info.value)
     with pytest.raises(LookupIndexError, match=f"index {bad} at input\\[{pos}\\]"):
         layer(torch.tensor(flat))
+    for psw in (None, torch.ones(len(flat))):  # (indices, offsets) take a path of their own
+        with pytest.raises(LookupIndexError, match=f"index {bad} at indices\\[{pos}\\]"):
+            layer(torch.tensor(flat), bags.offsets, psw)
 
 
 @settings(max_examples=200, deadline=None)
@@ -241,13 +244,17 @@ def test_any_out_of_range_value_is_named_with_its_position(
 def test_compiled_offsets_check_equals_its_definition(
     offsets: list[int], nnz: int, dtype: Any
 ) -> None:
-    from lookuplinear._checks import csr_offsets_ok
+    from lookuplinear._checks import csr_offsets_ok, tensor_offsets_ok
 
     o = np.array(offsets, dtype=dtype)
     expected = o[0] == 0 and o[-1] == nnz and bool(np.all(np.diff(o) >= 0))
     assert csr_offsets_ok(o, nnz) is bool(expected)
     strided = np.repeat(o, 2)[::2]  # the same values through a non-contiguous view
     assert csr_offsets_ok(strided, nnz) is bool(expected)
+    # the tensor twin: read through the address when contiguous, through numpy otherwise
+    assert tensor_offsets_ok(torch.from_numpy(o), nnz) is bool(expected)
+    assert tensor_offsets_ok(torch.from_numpy(o).repeat_interleave(2)[::2], nnz) is bool(expected)
+    assert tensor_offsets_ok(torch.from_numpy(np.repeat(o, 3))[1::3], nnz) is bool(expected)
     if expected:
         Bags(torch.zeros(nnz, dtype=torch.long), torch.from_numpy(strided))
     else:

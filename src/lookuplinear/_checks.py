@@ -11,10 +11,15 @@ Compiled on first use and cached on disk (``cache=True``), like :mod:`lookupline
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+from typing import Any
 
-__all__ = ["csr_offsets_ok", "drop_entries", "mode_weights"]
+import numpy as np
+import torch
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["csr_offsets_ok", "drop_entries", "mode_weights", "tensor_offsets_ok"]
 
 
 @njit(cache=True, nogil=True)
@@ -22,10 +27,10 @@ def _offsets_ok(offsets: np.ndarray, nnz: int) -> bool:
     n = offsets.shape[0]
     if n == 0 or offsets[0] != 0 or offsets[n - 1] != nnz:
         return False
-    for k in range(1, n):  # noqa: SIM110 - numba compiles no generator inside all()
-        if offsets[k] < offsets[k - 1]:
-            return False
-    return True
+    bad = False
+    for k in range(1, n):  # no early exit: the loop vectorizes (0.1 us for 1025 offsets, not 1)
+        bad |= offsets[k] < offsets[k - 1]
+    return not bad
 
 
 def csr_offsets_ok(offsets: np.ndarray, nnz: int) -> bool:
@@ -40,6 +45,48 @@ def csr_offsets_ok(offsets: np.ndarray, nnz: int) -> bool:
     (True, False)
     """
     return bool(_offsets_ok(offsets, nnz))
+
+
+def _void_pointer_intrinsic(typingctx: Any, address: Any) -> Any:
+    """The integer ``address`` (a tensor's ``data_ptr()``) as a ``void*``."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(address), codegen
+
+
+_void_pointer: Any = intrinsic(_void_pointer_intrinsic)
+
+
+@njit(cache=True, nogil=True)
+def _offsets_ok_at64(address: int, n: int, nnz: int) -> bool:
+    return _offsets_ok(carray(_void_pointer(address), (n,), np.int64), nnz)
+
+
+@njit(cache=True, nogil=True)
+def _offsets_ok_at32(address: int, n: int, nnz: int) -> bool:
+    return _offsets_ok(carray(_void_pointer(address), (n,), np.int32), nnz)
+
+
+def tensor_offsets_ok(offsets: torch.Tensor, nnz: int) -> bool:
+    """:func:`csr_offsets_ok` of a CPU int32/int64 tensor (any strides), read in place.
+
+    A contiguous tensor is read through its address: ``Tensor.numpy()`` alone costs more than
+    the check (1.5 against 0.3 us for 1025 offsets).
+
+    Examples
+    --------
+    >>> ok, bad = torch.tensor([0, 2, 2, 5]), torch.tensor([0, 3, 2, 5])
+    >>> tensor_offsets_ok(ok, 5), tensor_offsets_ok(bad, 5)
+    (True, False)
+    """
+    if not offsets.is_contiguous() or offsets.numel() == 0:
+        return csr_offsets_ok(offsets.numpy(), nnz)
+    at = _offsets_ok_at64 if offsets.dtype is torch.int64 else _offsets_ok_at32
+    return bool(at(offsets.data_ptr(), offsets.shape[0], nnz))
 
 
 @njit(cache=True, nogil=True)

@@ -112,8 +112,8 @@ class Bags:
             _check_offsets(off, idx.numel())
         elif not off.is_meta:  # meta tensors have no values to check
             # one compiled pass: numpy ops here slowed the next lookup by 10-25% (_checks.py)
-            host = off.numpy() if off.is_cpu else off.cpu().numpy()
-            if not compiled("csr_offsets_ok")(host, idx.numel()):
+            host = off if off.is_cpu else off.cpu()
+            if not compiled("tensor_offsets_ok")(host, idx.numel()):
                 _check_offsets(host, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:

@@ -123,6 +123,27 @@ def lookup_linear(
     tensor([[12., 14., 16.],
             [ 0.,  0.,  0.]])
     """
+    if (
+        mode == "sum"
+        and padding_idx is None
+        and not sparse
+        and weight.is_cpu
+        and weight.dim() == 2
+        and not torch.compiler.is_compiling()
+    ):  # the common case in one place: its Python costs beside a 100 us lookup (issue 2)
+        operands = _cpu_sum_operands(input, offsets, per_sample_weights, weight)
+        if operands is not None:
+            indices, bag_offsets, w = operands
+            try:
+                out = torch.embedding_bag(
+                    weight, indices, bag_offsets, False, _SUM, False, w, True, None
+                )[0]
+            except (IndexError, RuntimeError) as exc:  # see _range_checked
+                failure = exc
+            else:
+                return out if bias is None else out + bias
+            check_index_range(indices, weight.shape[0], where="indices")
+            raise failure
     check_mode(mode)
     if weight.dim() != 2:
         raise InputValueError(
@@ -180,6 +201,56 @@ def lookup_linear(
         in_features,
         "indices",
     )
+
+
+def _cpu_sum_operands(
+    input: Any, offsets: torch.Tensor | None, per_sample_weights: Any, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """Checked ``(indices, offsets, per-entry weights)`` of the common CPU bag forms, for a sum
+    with ATen's kernel on the CPU ``weight``; ``None`` for anything else (the general path
+    then takes it, and raises its errors).
+
+    The common forms: ``Bags`` and scipy.sparse input (checked on construction), and a 1-D index
+    tensor with ``offsets`` (and ``per_sample_weights``) of the same integer dtype, checked here
+    in one compiled pass over the offsets instead of building ``Bags``.
+    """
+    if offsets is not None:
+        if (
+            type(input) is torch.Tensor
+            and type(offsets) is torch.Tensor
+            and input.dtype is offsets.dtype
+            and (input.dtype is torch.int64 or input.dtype is torch.int32)
+            and input.dim() == 1
+            and offsets.dim() == 1
+            and input.is_cpu
+            and offsets.is_cpu
+            and offsets.numel() > 0
+            and (
+                per_sample_weights is None
+                or (
+                    type(per_sample_weights) is torch.Tensor
+                    and per_sample_weights.dtype is weight.dtype
+                    and per_sample_weights.shape == input.shape
+                    and per_sample_weights.is_cpu
+                )
+            )
+            and compiled("tensor_offsets_ok")(offsets, input.numel())
+        ):
+            return input, offsets, per_sample_weights
+        return None
+    if type(input) is Bags:
+        bags = input
+    elif sp.issparse(input):
+        _check_columns(cast(Any, input).shape, weight.shape[0], "scipy.sparse matrix")
+        bags = Bags.from_scipy(input)
+    else:
+        return None
+    if not bags.indices.is_cpu:
+        return None
+    w = bags.weights
+    if w is not None and w.dtype is not weight.dtype:
+        w = w.to(weight.dtype)
+    return bags.indices, bags.offsets, w
 
 
 def _range_checked(
