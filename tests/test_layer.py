@@ -103,6 +103,39 @@ def test_module_forward_is_the_functional() -> None:
     assert torch.equal(layer(BAGS), want)
 
 
+class _Double(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 2 * w
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_uses_a_replaced_weight(bias: bool) -> None:
+    """forward reads its parameters from ``_parameters`` (issue 2's per-call budget); a weight
+    that is parametrized, weight-normed or swapped by ``functional_call`` is the one used."""
+    from torch.func import functional_call
+    from torch.nn.utils import parametrize
+
+    torch.manual_seed(0)
+    layer = LookupLinear(10, 3, bias=bias)
+    w = layer.weight.detach().clone()
+    b = None if layer.bias is None else layer.bias.detach()
+    for x in (BAGS, X):
+        swapped = {"weight": 3 * w}
+        assert torch.equal(functional_call(layer, swapped, (x,)), lookup_linear(x, 3 * w, b))
+        assert torch.equal(layer(x), lookup_linear(x, w, b))  # and back afterwards
+    parametrize.register_parametrization(layer, "weight", _Double())
+    for x in (BAGS, X):
+        assert torch.equal(layer(x), lookup_linear(x, 2 * w, b))
+    with warnings.catch_warnings():  # the old hook-based weight_norm, deprecated but in use
+        warnings.simplefilter("ignore", FutureWarning)
+        normed = torch.nn.utils.weight_norm(LookupLinear(10, 3, bias=bias), dim=0)
+    with torch.no_grad():
+        expected = lookup_linear(BAGS, normed.weight_g * normed.weight_v / normed.weight_v.norm(
+            dim=1, keepdim=True), normed.bias)
+        torch.testing.assert_close(normed(BAGS), expected)
+        assert "weight" not in normed._parameters
+
+
 def test_torch_compile_index_and_bags() -> None:
     """One small compiled run. backend="aot_eager" traces with Dynamo and AOTAutograd (where a
     polymorphic forward or a graph break would fail) without Inductor's C++ code generation,
@@ -123,12 +156,13 @@ def test_torch_compile_index_and_bags() -> None:
 
 
 def test_torchscript_is_not_supported_but_the_error_is_pytorchs() -> None:
-    """The forward takes an index tensor, Bags, scipy or sparse input (typed Any) and keyword-only
-    arguments, which TorchScript cannot compile; PyTorch 2.13 deprecates TorchScript for
-    torch.compile / torch.export. What works: torch.compile (above)."""
+    """The forward takes an index tensor, Bags, scipy or sparse input (typed Any), reads the
+    module's parameter dict and calls a function with keyword-only arguments, none of which
+    TorchScript compiles; PyTorch 2.13 deprecates TorchScript for torch.compile / torch.export.
+    What works: torch.compile (above)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(torch.jit.frontend.NotSupportedError):
+        with pytest.raises(RuntimeError, match="has no attribute '_parameters'"):
             torch.jit.script(LookupLinear(10, 3))
 
 
