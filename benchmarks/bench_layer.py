@@ -2,6 +2,15 @@
 
     flock /tmp/ll-cpu.lock .venv/bin/python benchmarks/bench_layer.py --repeats 31
 
+With ``sparse=False`` every backward allocates a fresh dense weight gradient (25.6 MB here).
+glibc hands blocks that large back to the kernel when they are freed, so each call pays the page
+faults of a new mapping, more or fewer depending on what ran before it in the round: the
+forward+backward medians then swing by 1.5x between runs. Keeping freed memory mapped,
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296
+
+in front of the command, takes that noise out of both sides of every pair (docs/benchmarks.md).
+
 Timing (1024 bags x 20 uniform indices, ``in_features=100_000``, ``out_features=64``, seed 0),
 forward (under ``torch.no_grad``) and forward+backward (the weight gradient, upstream gradient
 of ones): every method runs once per round, in a rotating order, after warm-up rounds; a

@@ -5,9 +5,12 @@
 A step is forward (sum of each bag's rows), an MSE loss, backward and the optimizer update;
 FBGEMM fuses the update into its backward. Every method trains its own copy of the same table
 on the same batch; the methods run interleaved, round after round, and each round times
-``--steps`` steps of each. Printed: medians per step, ratios to the anchors, the bytes each
-step must move (touched rows of the table and of the optimizer state) per second next to a
-plain memory copy of as many bytes, and the optimizer state each adds. FBGEMM
+``--steps`` steps of each, in an order shuffled anew every round (seeded): the first step of a
+method after dense ``torch.optim.Adam``, which sweeps the whole table and its state, starts with
+cold caches and TLB, and in a fixed order the same method would always pay for it. Printed:
+medians per step, ratios to the anchors, the bytes each step must move (touched rows of the
+table and of the optimizer state) per second next to a plain memory copy of as many bytes, and
+the optimizer state each adds. FBGEMM
 (``fbgemm-gpu-cpu``, installed in the benchmark environment only) is measured when importable.
 """
 
@@ -246,8 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(2):
                 c.step()
         load0 = os.getloadavg()[0]
+        order = np.random.default_rng(1)
         for _ in range(args.repeats):
-            for c in cases:
+            for k in order.permutation(len(cases)):
+                c = cases[k]
                 steps = 1 if "dense grad" in c.name else args.steps
                 t = time.perf_counter()
                 for _ in range(steps):
