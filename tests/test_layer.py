@@ -1,4 +1,4 @@
-"""The module: initialisation, state, copies, dtype moves, torch.compile, TorchScript."""
+"""The module: initialisation, state, copies, dtype moves, no_grad, torch.compile, TorchScript."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from forms import BATCH, MATRIX_FORMS, UNWEIGHTED, make_case
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear, lookup_linear
@@ -178,3 +179,45 @@ def test_hugepages_empty_is_an_ordinary_tensor() -> None:
     assert hugepages.empty(4, 4, device="meta").device.type == "meta"
     layer = LookupLinear(1 << 16, 64)  # a 16 MiB table
     assert layer.weight.is_contiguous() and torch.isfinite(layer.weight).all()
+
+
+#: every matrix form with every mode, except max on forms that add the batch's duplicates up to a
+#: value of 2, which max rejects (tests/test_errors.py)
+NO_GRAD_CASES = [
+    (form, mode)
+    for form in MATRIX_FORMS
+    for mode in ("sum", "mean", "sqrtn", "max")
+    if not (mode == "max" and form != "bool" and make_case(form, UNWEIGHTED).merges)
+]
+
+
+@pytest.mark.parametrize(("form", "mode"), NO_GRAD_CASES)
+def test_no_grad_forward_gives_the_same_values(form: str, mode: str) -> None:
+    """Under no_grad the lookup runs ATen's forward-only kernel (weight detached): same bits."""
+    batch = UNWEIGHTED if mode == "max" else BATCH
+    torch.manual_seed(0)
+    layer = LookupLinear(batch.in_features, 4, mode=mode)
+    case = make_case(form, batch)
+    with_grad = layer(case.input, **case.kwargs)
+    assert with_grad.requires_grad
+    with torch.no_grad():
+        without = layer(case.input, **case.kwargs)
+    assert not without.requires_grad
+    assert torch.equal(without, with_grad.detach())
+
+
+def test_no_grad_does_not_drop_a_forward_mode_tangent() -> None:
+    """Under no_grad with a forward-mode AD level open the weight is not detached: the tangent
+    is not dropped silently, and ATen answers as for F.embedding_bag (it has no forward AD)."""
+    from torch.autograd import forward_ad
+
+    torch.manual_seed(0)
+    weight = torch.randn(10, 3)
+    bags = Bags.from_lists([[3, 1, 3], [], [2, 7]])
+    with torch.no_grad(), forward_ad.dual_level():
+        dual = forward_ad.make_dual(weight, torch.randn(10, 3))
+        with pytest.raises(NotImplementedError, match="forward AD"):
+            torch.nn.functional.embedding_bag(bags.indices, dual, bags.offsets, mode="sum",
+                                              include_last_offset=True)
+        with pytest.raises(NotImplementedError, match="forward AD"):
+            lookup_linear(bags, dual)

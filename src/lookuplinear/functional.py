@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeAlias, cast, get_args
 import numpy as np
 import scipy.sparse as sp
 import torch
+from torch.autograd import forward_ad
 
 from .bags import Bags, check_index_range, compiled
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
@@ -136,7 +137,8 @@ def lookup_linear(
             indices, bag_offsets, w = operands
             try:
                 out = torch.embedding_bag(
-                    weight, indices, bag_offsets, False, _SUM, False, w, True, None
+                    _forward_only(weight), indices, bag_offsets, False, _SUM, False, w, True,
+                    None,
                 )[0]
             except (IndexError, RuntimeError) as exc:  # see _range_checked
                 failure = exc
@@ -469,9 +471,23 @@ def _embedding_bag(
     has checked, and cost a few microseconds per call (docs/benchmarks.md, issue 2).
     """
     return torch.embedding_bag(
-        weight, bags.indices, bags.offsets, False, mode, False, per_sample_weights, True,
-        padding_idx,
+        _forward_only(weight), bags.indices, bags.offsets, False, mode, False,
+        per_sample_weights, True, padding_idx,
     )[0]
+
+
+def _forward_only(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` detached where no gradient can be taken (under ``torch.no_grad`` with no
+    forward-mode AD level open), else ``weight`` itself.
+
+    ATen's ``embedding_bag`` picks its kernel by ``weight.requires_grad``, not by grad mode: on a
+    parameter under ``no_grad`` it still builds what its backward would need (``offset2bag``,
+    bag sizes), about a tenth of a 1024 x 20 bag lookup; on a detached weight it runs
+    ``_embedding_bag_forward_only``. Same values either way (tests/test_layer.py).
+    """
+    if torch.is_grad_enabled() or getattr(forward_ad, "_current_level", 0) >= 0:
+        return weight
+    return weight.detach()
 
 
 def row_scale(
