@@ -26,6 +26,12 @@ so that one sample takes a few milliseconds). Goals, as ratios measured side by 
   converted before timing);
 * the layer on a ``(1024, 20)`` index tensor / raw ``F.embedding`` <= 1.2.
 
+The raw ops run on the layer's weight, a parameter, as ``F.embedding_bag`` on an
+``nn.EmbeddingBag``'s weight would. Under ``torch.no_grad`` ATen still runs its
+backward-ready kernel for a weight that requires grad, while the layer passes a detached view
+and gets the forward-only kernel (docs/layer.md); two info rows time the raw op on that
+detached view too.
+
 One more pair (no goal): the same bags with every fifth entry set to ``padding_idx=0``, through
 the layer with ``padding_idx=0`` and through ``F.embedding_bag(..., padding_idx=0)`` (what
 ``nn.EmbeddingBag(padding_idx=0)`` calls): PyTorch's CPU kernel leaves its fast path whenever
@@ -180,6 +186,10 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
             raise AssertionError("bad offsets")
         return raw_bag(W)
 
+    def forward_only(weight: torch.Tensor) -> torch.Tensor:
+        """``weight`` detached under no_grad: ATen's forward-only kernel, as the layer uses."""
+        return weight if torch.is_grad_enabled() else weight.detach()
+
     return {
         "LookupLinear(Bags)": (lambda: d.layer(d.bags), [W]),
         "LookupLinear(indices, offsets)": (lambda: d.layer(d.indices, d.offsets), [W]),
@@ -193,6 +203,12 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
         "nn.Linear(dense multi-hot)": (lambda: d.linear(d.dense), [d.linear.weight]),
         "LookupLinear(scipy CSR), conversion timed": (lambda: d.layer(d.csr), [W]),
         "F.embedding_bag(per_sample_weights)": (lambda: raw_csr(W), [W]),
+        "F.embedding_bag, weight detached under no_grad": (
+            lambda: raw_bag(forward_only(W)), [W]
+        ),
+        "F.embedding_bag(per_sample_weights), weight detached under no_grad": (
+            lambda: raw_csr(forward_only(W)), [W]
+        ),
         "LookupLinear(index (N, L))": (lambda: d.layer(d.index_2d), [W]),
         "F.embedding": (lambda: F.embedding(d.index_2d, W), [W]),
         "LookupLinear(Bags with padding), padding_idx=0": (
@@ -222,6 +238,11 @@ RATIOS: tuple[tuple[str, str, str, float, str], ...] = (
      1.2, "max"),
     ("layer on index (N, L) / F.embedding", "LookupLinear(index (N, L))", "F.embedding",
      1.2, "max"),
+    ("layer on Bags / F.embedding_bag, weight detached under no_grad", "LookupLinear(Bags)",
+     "F.embedding_bag, weight detached under no_grad", math.nan, "info"),
+    ("layer on scipy CSR / F.embedding_bag(per_sample_weights), weight detached under no_grad",
+     "LookupLinear(scipy CSR), conversion timed",
+     "F.embedding_bag(per_sample_weights), weight detached under no_grad", math.nan, "info"),
     ("numpy offsets check + F.embedding_bag / F.embedding_bag",
      "F.embedding_bag after a numpy offsets check", "F.embedding_bag", math.nan, "info"),
     ("compiled offsets check + F.embedding_bag / F.embedding_bag",
