@@ -154,9 +154,9 @@ class _BagLookup(torch.autograd.Function):
     ) -> torch.Tensor:
         if offsets is None:
             out = F.embedding(indices, weight, padding_idx=padding_idx)
-        else:
+        else:  # detached: ATen's forward-only kernel (the backward below is this class's own)
             out = F.embedding_bag(
-                indices, weight, offsets, mode="sum", per_sample_weights=weights,
+                indices, weight.detach(), offsets, mode="sum", per_sample_weights=weights,
                 include_last_offset=True, padding_idx=padding_idx,
             )
         ctx.save_for_backward(weight, indices, offsets, weights)

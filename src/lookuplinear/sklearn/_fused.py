@@ -78,7 +78,8 @@ class FusedStep:
         ``indices``/``values``: the batch's entries; ``offsets``: CSR, ``B + 1`` entries from 0.
         """
         E, W, b = self.table, self.W, self.b
-        h = F.embedding_bag(indices, E, offsets, mode="sum", per_sample_weights=values,
+        # E detached: ATen's forward-only kernel (it picks by requires_grad, not grad mode)
+        h = F.embedding_bag(indices, E.detach(), offsets, mode="sum", per_sample_weights=values,
                             include_last_offset=True)  # (B, hidden)
         out = F.linear(h, W, b)  # (B, n_outputs)
         loss, g = self.loss_grad(out, target, weight)
