@@ -249,9 +249,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(2):
                 c.step()
         load0 = os.getloadavg()[0]
-        order = np.random.default_rng(1)
+        shuffle = np.random.default_rng(1)
         for _ in range(args.repeats):
-            for k in order.permutation(len(cases)):
+            for k in shuffle.permutation(len(cases)):
                 c = cases[k]
                 steps = 1 if "dense grad" in c.name else args.steps
                 t = time.perf_counter()
