@@ -192,6 +192,8 @@ def _prefetch_row(arr: np.ndarray, row: int) -> None:
     nbytes = arr.size // max(arr.shape[0], 1) * arr.itemsize
     for offset in range(0, nbytes, _LINE):
         _prefetch(arr, row, offset)
+    if nbytes % _LINE:  # a row that is not whole lines may end in one more
+        _prefetch(arr, row, nbytes - 1)
 
 
 @njit(cache=True, nogil=True)
