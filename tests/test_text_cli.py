@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
-from lookuplinear import InputValueError, LookupLinearError, ModelFileError
+from lookuplinear import InputValueError, LookupLinearError, ModelFileError, _ngrams
 from lookuplinear.cli import main
 from lookuplinear.modelfile import load_model, save_model
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
@@ -72,6 +74,66 @@ def test_vectorizer_min_count_char_ngrams_and_config_round_trip() -> None:
         FastTextVectorizer(min_count=10).fit(texts)
     with pytest.raises(InputValueError, match="minn <= maxn"):
         FastTextVectorizer(minn=4, maxn=2).fit(texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+@example(b"")
+@example(b"\xff\xfe\xfd")  # bytes >= 0x80 in the tail
+def test_murmurhash_equals_scikit_learns(data: bytes) -> None:
+    from sklearn.utils import murmurhash3_32
+
+    assert _ngrams._murmur(np.frombuffer(data, np.uint8)) == murmurhash3_32(data, seed=0)
+
+
+@pytest.mark.parametrize("bucket", [1, 2, 7, 1000, 2_000_000, 2**31 - 1])
+def test_bucket_of_every_hash_as_feature_hasher_defines_it(bucket: int) -> None:
+    """``abs(h) % bucket``, and ``abs(-2**31)`` taken as ``2**31`` (scikit-learn's
+    ``_hashing_fast``); -2**31 is hard to reach through a string, so it is checked here."""
+    for h in (0, 1, -1, 12345, -12345, 2**31 - 1, -(2**31) + 1):
+        assert _ngrams._bucket(h, bucket) == abs(h) % bucket
+    assert _ngrams._bucket(-(2**31), bucket) == (2**31) % bucket
+
+
+WORDS = st.text(st.characters(blacklist_categories=["Zs", "Zl", "Zp", "Cc", "Cs"]),
+                min_size=1, max_size=6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    texts=st.lists(st.lists(st.sampled_from(["a", "b", "été", "日本", "🙂x"]) | WORDS,
+                            max_size=8).map(" ".join), min_size=1, max_size=8),
+    word_ngrams=st.integers(1, 4),
+    bucket=st.sampled_from([1, 3, 64, 2_000_000]),
+)
+def test_vectorizer_equals_scikit_learn_on_any_text(texts: list[str], word_ngrams: int,
+                                                    bucket: int) -> None:
+    """Any words (multi-byte UTF-8, repeats, empty texts, one bucket for every n-gram): the
+    words' counts equal CountVectorizer's and the n-grams' HashingVectorizer's, canonical CSR."""
+    from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
+
+    vec = FastTextVectorizer(word_ngrams=word_ngrams, bucket=bucket)
+    try:
+        X = vec.fit_transform(texts)
+    except InputValueError:  # every text empty: no vocabulary, as CountVectorizer says
+        assert not "".join(texts).split()
+        return
+    assert X.has_canonical_format and X.dtype == np.float32
+    expect = [CountVectorizer(token_pattern=r"\S+", lowercase=False,
+                              vocabulary=vec.vocabulary_).transform(texts)]
+    if word_ngrams > 1:
+        expect.append(HashingVectorizer(token_pattern=r"\S+", lowercase=False, norm=None,
+                                        ngram_range=(2, word_ngrams), n_features=bucket,
+                                        alternate_sign=False).transform(texts))
+    assert X.shape == (len(texts), vec.n_features_out_)
+    assert abs(X - sp.hstack(expect)).max() == 0
+    words = [w for t in texts for w in t.split()]
+    assert sorted(vec.vocabulary_) == sorted(set(words)) == list(vec.vocabulary_)
+    for text in texts[:2]:  # one n-gram's bucket, by itself
+        w = text.split()
+        if word_ngrams > 1 and len(w) >= 2:
+            column = len(vec.vocabulary_) + _ngrams.ngram_column(w[:2], bucket)
+            assert X[texts.index(text), column] >= 1
 
 
 @pytest.mark.parametrize(

@@ -2,27 +2,29 @@
 
 fastText represents a text as the bag of its words plus hashed word n-grams and character
 n-grams; :class:`FastTextVectorizer` builds that bag as a scipy.sparse count matrix from
-scikit-learn's own tokenizer and hashing, so ``LookupClassifier(mode="mean", hidden=dim)`` on it
+scikit-learn's own tokenizer and hash function, so ``LookupClassifier(mode="mean", hidden=dim)`` on it
 is fastText's supervised model::
 
     columns  [0, n_words)                  words seen at least min_count times (CountVectorizer)
              [n_words, n_words + bucket)   word 2..word_ngrams-grams and char minn..maxn-grams,
                                            hashed into one shared space (HashingVectorizer)
 
-Each text is tokenized once, by scikit-learn's analyzer; the words are counted against the
-vocabulary and the n-grams hashed by scikit-learn's ``FeatureHasher``, the hashing inside
-``HashingVectorizer``: the matrix equals that of ``CountVectorizer(vocabulary=...)`` next to
-``HashingVectorizer(ngram_range=(2, word_ngrams), alternate_sign=False, norm=None)`` (plus the
-``char_wb`` one), which tokenize the texts again each (tests/test_text_cli.py compares them).
+Each text is tokenized once, by scikit-learn's tokenizer; the words are counted against the
+vocabulary and the word n-grams hashed with the hashing inside ``HashingVectorizer``
+(scikit-learn's MurmurHash3 of the space-joined n-gram, streamed through a compiled kernel
+without building the string, :mod:`lookuplinear._ngrams`), the character n-grams by
+scikit-learn's ``FeatureHasher``: the matrix equals that of ``CountVectorizer(vocabulary=...)``
+next to ``HashingVectorizer(ngram_range=(2, word_ngrams), alternate_sign=False, norm=None)``
+(plus the ``char_wb`` one), which tokenize the texts again each (tests/test_text_cli.py compares
+them).
 
 Requires the ``[sklearn]`` extra.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Iterator
-from itertools import chain, repeat
+from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
+from ._ngrams import Tokens, count_matrix, token_ids
 from .errors import InputValueError
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
@@ -106,22 +109,24 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
         self._check_params()
-        self._fit_tokens(self._tokenize(raw_documents))
+        self._fit_tokens(token_ids(self._tokenize(raw_documents)))
         return self
 
     def fit_transform(self, raw_documents: Iterable[str], y: Any = None) -> sp.csr_matrix:
         """``fit(raw_documents).transform(raw_documents)``, tokenizing each text once."""
         self._check_params()
         docs = list(raw_documents)
-        tokens = self._tokenize(docs)
-        self._fit_tokens(tokens)
-        return self._features(docs, tokens)
+        tokens = token_ids(self._tokenize(docs))
+        return self._features(docs, tokens, self._fit_tokens(tokens))
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
         """The count matrix, shape (n_texts, n_features_out_), float32 CSR."""
         check_is_fitted(self, "vocabulary_")
         docs = list(raw_documents)
-        return self._features(docs, self._tokenize(docs))
+        tokens = token_ids(self._tokenize(docs))
+        column = np.fromiter(map(self.vocabulary_.get, tokens.unique, repeat(-1)), np.int64,
+                             len(tokens.unique))
+        return self._features(docs, tokens, column)
 
     def get_config(self) -> dict[str, Any]:
         """Everything needed to rebuild the fitted vectorizer, as JSON-compatible values."""
@@ -167,54 +172,35 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         preprocess = words.build_preprocessor()
         return [tokenize(preprocess(decode(doc))) for doc in docs]
 
-    def _fit_tokens(self, tokens: list[list[str]]) -> None:
-        counts = Counter(chain.from_iterable(tokens))
-        words = sorted(w for w, c in counts.items() if c >= self.min_count)
-        if len(words) == 0:
+    def _fit_tokens(self, tokens: Tokens) -> np.ndarray:
+        """Set the vocabulary: the tokens counted at least ``min_count`` times, sorted as
+        ``CountVectorizer`` sorts them. Returns each of ``tokens.unique``'s column, or -1."""
+        counts = np.bincount(tokens.ids, minlength=len(tokens.unique))
+        kept = sorted(np.flatnonzero(counts >= self.min_count).tolist(),
+                      key=tokens.unique.__getitem__)
+        if len(kept) == 0:
             raise InputValueError(
                 f"no word occurs at least min_count={self.min_count} times in the "
-                f"{len(tokens)} training texts. Lower min_count or pass more text."
+                f"{len(tokens.doc_ptr) - 1} training texts. Lower min_count or pass more text."
             )
-        self.vocabulary_: dict[str, int] = {w: i for i, w in enumerate(words)}
-        self.n_features_out_ = len(words) + (self.bucket if self._hashed() else 0)
+        self.vocabulary_: dict[str, int] = {tokens.unique[t]: i for i, t in enumerate(kept)}
+        self.n_features_out_ = len(kept) + (self.bucket if self._hashed() else 0)
+        column = np.full(len(tokens.unique), -1, np.int64)
+        column[kept] = np.arange(len(kept))
+        return column
 
-    def _features(self, docs: list[str], tokens: list[list[str]]) -> sp.csr_matrix:
-        """Word counts, then the hashed n-gram counts: ``[words | buckets]``."""
-        blocks = [self._word_counts(tokens)]
-        if self._hashed():
-            blocks.append(self._hasher().transform(self._ngrams(docs, tokens)))
-        return sp.hstack(blocks, format="csr", dtype=np.float32)
-
-    def _word_counts(self, tokens: list[list[str]]) -> sp.csr_matrix:
-        """``CountVectorizer(vocabulary=vocabulary_).transform`` of the tokenized texts."""
-        vocab = self.vocabulary_
-        flat = list(chain.from_iterable(tokens))
-        ids = np.fromiter(map(vocab.get, flat, repeat(-1)), np.int64, len(flat))
-        known = ids >= 0
-        rows = np.repeat(np.arange(len(tokens)), np.fromiter(map(len, tokens), np.int64,
-                                                             len(tokens)))
-        indptr = np.zeros(len(tokens) + 1, np.int64)
-        np.cumsum(np.bincount(rows[known], minlength=len(tokens)), out=indptr[1:])
-        ids = ids[known]
-        X = sp.csr_matrix((np.ones(ids.size, np.float32), ids, indptr),
-                          shape=(len(tokens), len(vocab)))
-        X.sum_duplicates()  # a word's entries -> its count, indices sorted
-        return X
-
-    def _ngrams(self, docs: list[str], tokens: list[list[str]]) -> Iterator[list[str]]:
-        """Each text's word 2..word_ngrams-grams (joined with a space, as scikit-learn's word
-        analyzer joins them) and its character n-grams (scikit-learn's ``char_wb`` analyzer)."""
-        chars = None
+    def _features(self, docs: list[str], tokens: Tokens, column: np.ndarray) -> sp.csr_matrix:
+        """Word and word n-gram counts, plus the hashed character n-grams: ``[words | buckets]``.
+        """
+        n_words = len(self.vocabulary_)
+        X = count_matrix(tokens, column, self.word_ngrams, self.bucket, n_words,
+                         self.n_features_out_)
         if self.maxn > 0:
             chars = HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
                                       lowercase=self.lowercase).build_analyzer()
-        for doc, words in zip(docs, tokens, strict=True):
-            out: list[str] = []
-            for n in range(2, self.word_ngrams + 1):
-                out += map(" ".join, zip(*(words[i:] for i in range(n)), strict=False))
-            if chars is not None:
-                out += chars(doc)
-            yield out
+            C = self._hasher().transform(map(chars, docs))  # (n_texts, bucket)
+            X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
+        return X.astype(np.float32, copy=False)
 
     def _hasher(self) -> FeatureHasher:
         """The hashing of ``HashingVectorizer(alternate_sign=False, norm=None)``: n-gram ->
