@@ -14,6 +14,7 @@ The kernel is compiled by numba on first use and cached on disk, as :mod:`lookup
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from itertools import chain, count
 from typing import NamedTuple
 
@@ -35,20 +36,28 @@ class Tokens(NamedTuple):
     unique: list[str]  # each distinct token once, in order of first occurrence
 
 
-def token_ids(tokens: list[list[str]]) -> Tokens:
-    """The :class:`Tokens` of a list of token lists.
+def token_ids(tokens: Iterable[list[str]]) -> Tokens:
+    """The :class:`Tokens` of each text's token list, taken one at a time.
 
     One pass of dict lookups in C: ``setdefault`` gives each token the position of its first
-    occurrence, which numpy then renumbers ``0, 1, ...`` in the same order.
+    occurrence, which numpy then renumbers ``0, 1, ...`` in the same order. Each list is
+    dropped once read, so a generator of them keeps one text's tokens alive at a time (and
+    does not wake Python's garbage collector, which a list of every text's list did, at up
+    to 0.25 s a full pass inside a larger program: docs/benchmarks.md).
     """
-    lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    doc_ptr = np.zeros(len(tokens) + 1, np.int64)
-    np.cumsum(lengths, out=doc_ptr[1:])
-    n = int(doc_ptr[-1])
+    lengths: list[int] = []
+
+    def each() -> Iterator[list[str]]:
+        for words in tokens:
+            lengths.append(len(words))
+            yield words
+
     first: dict[str, int] = {}
-    ids = np.fromiter(map(first.setdefault, chain.from_iterable(tokens), count()), np.int64, n)
-    renumber = np.empty(n, np.int64)
-    renumber[np.flatnonzero(ids == np.arange(n))] = np.arange(len(first))
+    ids = np.fromiter(map(first.setdefault, chain.from_iterable(each()), count()), np.int64)
+    doc_ptr = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=doc_ptr[1:])
+    renumber = np.empty(ids.size, np.int64)
+    renumber[np.flatnonzero(ids == np.arange(ids.size))] = np.arange(len(first))
     return Tokens(renumber[ids], doc_ptr, list(first))
 
 

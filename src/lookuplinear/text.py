@@ -2,8 +2,8 @@
 
 fastText represents a text as the bag of its words plus hashed word n-grams and character
 n-grams; :class:`FastTextVectorizer` builds that bag as a scipy.sparse count matrix from
-scikit-learn's own tokenizer and hash function, so ``LookupClassifier(mode="mean", hidden=dim)`` on it
-is fastText's supervised model::
+scikit-learn's own tokenizer and hash function, so ``LookupClassifier(mode="mean",
+hidden=dim)`` on it is fastText's supervised model::
 
     columns  [0, n_words)                  words seen at least min_count times (CountVectorizer)
              [n_words, n_words + bucket)   word 2..word_ngrams-grams and char minn..maxn-grams,
@@ -23,7 +23,7 @@ Requires the ``[sklearn]`` extra.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from itertools import repeat
 from typing import Any
 
@@ -162,15 +162,16 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def _hashed(self) -> bool:
         return self.word_ngrams > 1 or self.maxn > 0
 
-    def _tokenize(self, docs: Iterable[str]) -> list[list[str]]:
-        """Each text's words: scikit-learn's decoder, preprocessor and tokenizer (its word
-        analyzer without the n-gram step, which only copies the list for unigrams)."""
+    def _tokenize(self, docs: Iterable[str]) -> Iterator[list[str]]:
+        """Each text's words, one list at a time: scikit-learn's decoder, preprocessor and
+        tokenizer (its word analyzer without the n-gram step, which only copies the list for
+        unigrams)."""
         words = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
         decode, tokenize = words.decode, words.build_tokenizer()
         if not self.lowercase:  # the preprocessor is the identity
-            return [tokenize(decode(doc)) for doc in docs]
+            return (tokenize(decode(doc)) for doc in docs)
         preprocess = words.build_preprocessor()
-        return [tokenize(preprocess(decode(doc))) for doc in docs]
+        return (tokenize(preprocess(decode(doc))) for doc in docs)
 
     def _fit_tokens(self, tokens: Tokens) -> np.ndarray:
         """Set the vocabulary: the tokens counted at least ``min_count`` times, sorted as
