@@ -136,6 +136,15 @@ def test_vectorizer_equals_scikit_learn_on_any_text(texts: list[str], word_ngram
             assert X[texts.index(text), column] >= 1
 
 
+def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
+    """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
+    vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)
+    X = vec.fit_transform(["b a b", "a"])
+    assert X.indices.dtype == np.int64 and X.shape == (2, 2 + 2**31 + 5)
+    want = sorted(2 + _ngrams.ngram_column(g.split(), 2**31 + 5) for g in ("b a", "a b"))
+    assert X[0].indices.tolist() == [0, 1, *want] and X[0].data.tolist() == [1, 2, 1, 1]
+
+
 @pytest.mark.parametrize(
     "params",
     [

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import chain, count
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -54,11 +54,10 @@ def token_ids(tokens: Iterable[list[str]]) -> Tokens:
 
     first: dict[str, int] = {}
     ids = np.fromiter(map(first.setdefault, chain.from_iterable(each()), count()), np.int64)
+    _renumber(ids)
     doc_ptr = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=doc_ptr[1:])
-    renumber = np.empty(ids.size, np.int64)
-    renumber[np.flatnonzero(ids == np.arange(ids.size))] = np.arange(len(first))
-    return Tokens(renumber[ids], doc_ptr, list(first))
+    return Tokens(ids, doc_ptr, list(first))
 
 
 def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: int,
@@ -89,9 +88,15 @@ def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: i
     starts = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=starts[1:])
     text = np.frombuffer(b"".join(encoded), np.uint8)
-    indptr, indices, data = _count_rows(tokens.ids, tokens.doc_ptr, column, text, starts,
-                                        word_ngrams, bucket, n_words)
-    return sp.csr_matrix((data, indices, indptr), shape=(len(tokens.doc_ptr) - 1, n_columns))
+    size = tokens.ids.size * max(word_ngrams, 1)  # at most one word and n-1 n-grams a token
+    index_dtype = np.int32 if n_columns <= np.iinfo(np.int32).max else np.int64
+    indices: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = np.empty(size, index_dtype)
+    data = np.empty(size, np.float32)
+    indptr = np.empty(len(tokens.doc_ptr), np.int64)
+    nnz = _count_rows(tokens.ids, tokens.doc_ptr, column, text, starts, word_ngrams, bucket,
+                      n_words, indptr, indices, data)
+    return sp.csr_matrix((data[:nnz], indices[:nnz], indptr),
+                         shape=(len(tokens.doc_ptr) - 1, n_columns))
 
 
 def ngram_column(words: list[str], bucket: int) -> int:
@@ -150,6 +155,19 @@ def _murmur(data: np.ndarray) -> int:
 
 
 @njit(cache=True, nogil=True)
+def _renumber(ids: np.ndarray) -> None:
+    """``ids[k]``, the position of the first occurrence of token ``k``'s string, becomes that
+    string's number in order of first occurrence, in place (``ids[k] <= k``: one pass)."""
+    number = np.empty(ids.size, np.int64)
+    n = 0
+    for k in range(ids.size):
+        if ids[k] == k:
+            number[k] = n
+            n += 1
+        ids[k] = number[ids[k]]
+
+
+@njit(cache=True, nogil=True)
 def _count_rows(
     ids: np.ndarray,
     doc_ptr: np.ndarray,
@@ -159,13 +177,15 @@ def _count_rows(
     word_ngrams: int,
     bucket: int,
     n_words: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR ``(indptr, indices, data)`` of :func:`count_matrix`; each row's columns sorted and
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+) -> int:
+    """The CSR arrays of :func:`count_matrix` written into ``indptr``, ``indices`` and
+    ``data`` (long enough); returns the number of entries. Each row's columns are sorted and
     counted once. Token ``t``'s UTF-8 bytes are ``text[starts[t]:starts[t + 1]]``."""
     n_docs = doc_ptr.size - 1
-    indices = np.empty(ids.size * max(word_ngrams, 1), np.int64)
-    data = np.empty(indices.size, np.float32)
-    indptr = np.zeros(n_docs + 1, np.int64)
+    indptr[0] = 0
     pos = 0
     for d in range(n_docs):
         a, b, first = doc_ptr[d], doc_ptr[d + 1], pos
@@ -201,4 +221,4 @@ def _count_rows(
                 out += 1
         pos = out
         indptr[d + 1] = pos
-    return indptr, indices[:pos], data[:pos]
+    return pos
