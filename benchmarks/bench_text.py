@@ -383,6 +383,50 @@ def validation(name: str, s: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def solver_choice(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    """Validation accuracy (the split of :func:`validation`) of the fastText-model
+    LookupClassifier on the count features, for each ``--solvers`` ``solver:lr``, 3 seeds: how
+    the benchmark's (and the command line's) default optimizer was chosen."""
+    from sklearn.model_selection import train_test_split
+
+    from lookuplinear.sklearn import LookupClassifier
+    from lookuplinear.text import FastTextVectorizer
+
+    tr, _, ytr, _ = split(name)
+    fit_t, val_t, fit_y, val_y = train_test_split(tr, ytr, test_size=0.2, random_state=1,
+                                                  stratify=ytr)
+    vec = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket)
+    X, Xv = vec.fit_transform(fit_t), vec.transform(val_t)
+    print(f"\n## {name}, counts, dim={s.dim}: validation accuracy by optimizer ({len(fit_t)} fit "
+          f"/ {len(val_t)} validation texts)\n\n| solver | lr | seeds 0, 1, 2 | mean |\n"
+          "|---|---|---|---|")
+    out: dict[str, Any] = {}
+    for choice in s.solvers:
+        solver, lr = choice.split(":")
+        params = s.text_params | {"solver": solver, "learning_rate_init": float(lr)}
+        accs = [float(np.mean(LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch,
+                                               **(params | {"random_state": seed}))
+                              .fit(X, fit_y).predict(Xv) == val_y)) for seed in (0, 1, 2)]
+        out[choice] = accs
+        print(f"| {solver} | {lr} | {', '.join(f'{a:.4f}' for a in accs)} | "
+              f"{statistics.mean(accs):.4f} |", flush=True)
+    return out
+
+
+def write_split(name: str, s: argparse.Namespace) -> dict[str, Any]:
+    """The dataset's train / test split as fastText-format files ``<out>/<name>.train`` and
+    ``<out>/<name>.test``, for ``lookuplinear train`` / ``test`` and ``fasttext`` by hand."""
+    tr, te, ytr, yte = split(name)
+    s.out.mkdir(parents=True, exist_ok=True)
+    for part, texts, labels in (("train", tr, ytr), ("test", te, yte)):
+        path = s.out / f"{name}.{part}"
+        path.write_text("".join(f"__label__{y} {t}\n" for t, y in zip(texts, labels,
+                                                                          strict=True)),
+                        encoding="utf-8")
+        print(f"wrote {path} ({len(texts)} lines)")
+    return {"train": len(tr), "test": len(te)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -397,6 +441,12 @@ def main() -> None:
                    "training step against autograd")
     p.add_argument("--validation", action="store_true",
                    help="only the accuracies on a validation split of the training split")
+    p.add_argument("--write-split", action="store_true",
+                   help="only write each dataset's train / test split in fastText's format "
+                   "to --out")
+    p.add_argument("--solvers", nargs="+", metavar="SOLVER:LR",
+                   help="only the validation accuracy of LookupClassifier at fastText's "
+                   "settings for each optimizer and learning rate, e.g. adagrad:0.5")
     s = p.parse_args()
     s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
                        "epochs": 5, "random_state": 0}
@@ -415,7 +465,8 @@ def main() -> None:
           f"{s.repeats} interleaved runs after a warm-up.", flush=True)
     results = {"settings": {k: v for k, v in vars(s).items() if k != "out"} | {"out": str(s.out)}}
     for name in s.datasets:
-        run = fit_only if s.fit_only else validation if s.validation else run_dataset
+        run = (fit_only if s.fit_only else validation if s.validation else
+               solver_choice if s.solvers else write_split if s.write_split else run_dataset)
         results[name] = run(name, s)
     results["fasttext_nan_retries"] = NAN_RETRIES
     print(f"\nfastText 'Encountered NaN.' retries (threads -> count): {NAN_RETRIES}")
