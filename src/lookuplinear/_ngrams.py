@@ -40,10 +40,10 @@ def token_ids(tokens: Iterable[list[str]]) -> Tokens:
     """The :class:`Tokens` of each text's token list, taken one at a time.
 
     One pass of dict lookups in C: ``setdefault`` gives each token the position of its first
-    occurrence, which numpy then renumbers ``0, 1, ...`` in the same order. Each list is
-    dropped once read, so a generator of them keeps one text's tokens alive at a time (and
-    does not wake Python's garbage collector, which a list of every text's list did, at up
-    to 0.25 s a full pass inside a larger program: docs/benchmarks.md).
+    occurrence, which :func:`_renumber` turns into ``0, 1, ...`` in the same order. Each list
+    is dropped once read, so a generator of them keeps one text's tokens alive at a time and
+    does not wake Python's garbage collector, as a list of every text's list did: a full
+    collection inside a larger program was a large part of the time (docs/benchmarks.md).
     """
     lengths: list[int] = []
 
