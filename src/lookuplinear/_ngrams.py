@@ -107,12 +107,17 @@ def ngram_column(words: list[str], bucket: int) -> int:
 
 # ---------------------------------------------------------------------- kernels
 @njit(inline="always")
-def _block(h: int, k: int) -> int:
-    """MurmurHash3_x86_32's step for one little-endian 4-byte block ``k``."""
+def _scramble(k: int) -> int:
+    """MurmurHash3_x86_32's mix of one 4-byte block (or the tail) before it enters the hash."""
     k = (k * 0xCC9E2D51) & _MASK
     k = ((k << 15) | (k >> 17)) & _MASK
-    k = (k * 0x1B873593) & _MASK
-    h ^= k
+    return (k * 0x1B873593) & _MASK
+
+
+@njit(inline="always")
+def _block(h: int, k: int) -> int:
+    """MurmurHash3_x86_32's step for one little-endian 4-byte block ``k``."""
+    h ^= _scramble(k)
     h = ((h << 13) | (h >> 19)) & _MASK
     return (h * 5 + 0xE6546B64) & _MASK
 
@@ -121,9 +126,7 @@ def _block(h: int, k: int) -> int:
 def _finish(h: int, tail: int, n_tail: int, length: int) -> int:
     """The tail (``n_tail`` < 4 bytes in ``tail``) and the final mix: the signed 32-bit hash."""
     if n_tail > 0:
-        k = (tail * 0xCC9E2D51) & _MASK
-        k = ((k << 15) | (k >> 17)) & _MASK
-        h ^= (k * 0x1B873593) & _MASK
+        h ^= _scramble(tail)
     h ^= length
     h ^= h >> 16
     h = (h * 0x85EBCA6B) & _MASK

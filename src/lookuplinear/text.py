@@ -201,7 +201,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
                                       lowercase=self.lowercase).build_analyzer()
             C = self._hasher().transform(map(chars, docs))  # (n_texts, bucket)
             X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
-        return X.astype(np.float32, copy=False)
+        return X
 
     def _hasher(self) -> FeatureHasher:
         """The hashing of ``HashingVectorizer(alternate_sign=False, norm=None)``: n-gram ->
