@@ -548,8 +548,9 @@ def test_kernels_split_over_threads_give_the_same_weights(
     name: str, fused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows are independent: splitting the kernels over threads changes no bit."""
-    from lookuplinear import _numba
+    from lookuplinear import _native, _numba
 
+    monkeypatch.setattr(_native, "ENABLED", False)  # the C kernels run on one thread
     monkeypatch.setattr(_numba, "MIN_ROWS_PER_THREAD", 2)
     monkeypatch.setattr(_numba, "_pool", None)
     runs = []

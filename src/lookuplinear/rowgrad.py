@@ -27,7 +27,9 @@ __all__ = [
     "row_sparse_grad",
 ]
 
-#: set to False to force the torch-op path on CPU too (tests compare both)
+#: set to False to force the torch-op path on CPU too (tests compare both); where True, CPU
+#: float32/float64 runs the C kernels of :mod:`lookuplinear._native` where they are built,
+#: else numba's
 USE_NUMBA = True
 
 #: id(parameter) -> (weak reference to it, weak reference to the ``fused=True`` optimizer that
@@ -64,11 +66,15 @@ def group_rows(
     """
     grad_out = grad_out.contiguous()
     if _use_numba(grad_out):
-        from . import _numba
+        from . import _native
 
         args = numpy_inputs(indices, offsets, weights, grad_out, padding_idx)
-        rows, values = _numba.group_rows(*args, in_features)
-        return torch.from_numpy(rows), torch.from_numpy(values)
+        parts = _native.group_rows(*args, in_features)
+        if parts is None:
+            from . import _numba
+
+            parts = _numba.group_rows(*args, in_features)
+        return torch.from_numpy(parts[0]), torch.from_numpy(parts[1])
     return _group_rows_torch(indices, offsets, weights, grad_out, padding_idx)
 
 

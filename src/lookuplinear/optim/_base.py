@@ -134,7 +134,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         nothing) where the fused path does not apply (not a CPU float32/float64 table, or the
         parameter is not in this optimizer), and the gradient is then stored as usual.
         """
-        from .. import _numba
+        from .. import _native, _numba
 
         group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
         if group is None or not group.get("fused"):
@@ -147,10 +147,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             return False
         state["step"] += 1
         wn, kernel, rest = self._numba_kernel(views, state, group)
-        _numba.fused_rows(
-            *rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx),
-            p.shape[0], kernel, wn, *rest,
-        )
+        args = rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx)
+        if _native.fused_update(*args, p.shape[0], kernel, wn, *rest) is None:
+            _numba.fused_rows(*args, p.shape[0], kernel, wn, *rest)
         _bump_version(p)
         return True
 
@@ -195,10 +194,12 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         values = values.reshape(values.shape[0], -1).to(p.dtype)
         views = self._numpy_views(p, state) if rowgrad.USE_NUMBA else None
         if views is not None:
-            from .. import _numba
+            from .. import _native, _numba
 
             wn, kernel, rest = self._numba_kernel(views, state, group)
-            _numba.over_rows(kernel, wn, rows.long().numpy(), values.contiguous().numpy(), *rest)
+            rn, vn = rows.long().numpy(), values.contiguous().numpy()
+            if not _native.update(kernel, wn, rn, vn, *rest):
+                _numba.over_rows(kernel, wn, rn, vn, *rest)
             _bump_version(p)
         else:
             self._rows_torch(

@@ -1,0 +1,120 @@
+/* Row-wise backward and optimizer kernels in C, built by the package's install (setup.py) and
+ * loaded with ctypes by lookuplinear/_native.py; the numba kernels of lookuplinear/_numba.py
+ * compute the same thing and are used where this library was not built.
+ *
+ * The dense equivalent of every kernel: the weight gradient of a bag lookup is
+ * densify(x).T @ grad_out, whose non-zero rows are the unique indices of the batch; an update
+ * changes only those rows of the table and of the optimizer state.
+ *
+ * Why C (docs/benchmarks.md, "Kernel choices"): for a table of 64 float32 columns the compiler
+ * keeps a row's gradient in four vector registers when the width is a compile-time constant,
+ * which numba does not, and the sort packs (row, entry) into one 64-bit key. The fused
+ * row-wise Adagrad backward took 0.58-0.60x the time of the numba one on the same batches.
+ *
+ * Determinism: built without -ffast-math and with -ffp-contract=off, and the one reduction
+ * (row-wise Adagrad's mean of squares) sums 16 fixed lanes, so that the fused kernels (gradient
+ * in registers) and the unfused ones (gradient in memory) give the same bits.
+ */
+#ifdef LL_PYTHON_MODULE /* built by setup.py as lookuplinear._rowkernels */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#endif
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(LL_NO_CLONES)
+/* one copy of each entry point per instruction set, chosen at load time (no -march=native, so
+ * a build runs on any x86-64 machine) */
+#define LL_EXPORT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LL_EXPORT
+#endif
+#define LL_INLINE static inline __attribute__((always_inline))
+
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, PREFETCH = 16, LINE = 64, LANES = 16 };
+
+LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
+    const char *c = (const char *)p;
+    for (int64_t o = 0; o < nbytes; o += LINE) __builtin_prefetch(c + o, 1, 3);
+    if (nbytes % LINE) __builtin_prefetch(c + nbytes - 1, 1, 3); /* a row may end in one more */
+}
+
+/* The entries of a batch grouped by row: ``keys[i] = row << 32 | entry``, sorted by row and,
+ * within a row, by entry (a stable LSD radix sort on 11-bit digits, as many passes as the
+ * largest row needs); padding entries are left out. ``bag[entry]`` is the entry's output row.
+ * Returns the number of keys, or -1 when out of memory; ``*keys`` must then be freed. */
+static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets,
+                            int64_t n_bags, int64_t padding_idx, uint64_t **keys,
+                            int32_t **bag) {
+    uint64_t *a = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    uint64_t *b = malloc(sizeof(uint64_t) * (size_t)(n + 1));
+    int32_t *g = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    int64_t count[RADIX + 1];
+    *keys = NULL;
+    *bag = g;
+    if (!a || !b || !g) {
+        free(a);
+        free(b);
+        return -1;
+    }
+    if (n_bags < 0) {
+        for (int64_t k = 0; k < n; k++) g[k] = (int32_t)k;
+    } else {
+        for (int64_t q = 0; q < n_bags; q++)
+            for (int64_t k = offsets[q]; k < offsets[q + 1]; k++) g[k] = (int32_t)q;
+    }
+    int64_t m = 0;
+    uint64_t top = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t v = idx[k];
+        if (v == padding_idx) continue;
+        a[m++] = ((uint64_t)v << 32) | (uint64_t)k;
+        top |= (uint64_t)v;
+    }
+    for (int shift = 32; (top >> (shift - 32)) > 0 && shift < 64; shift += RADIX_BITS) {
+        memset(count, 0, sizeof(count));
+        for (int64_t i = 0; i < m; i++) count[((a[i] >> shift) & (RADIX - 1)) + 1]++;
+        for (int d = 0; d < RADIX; d++) count[d + 1] += count[d];
+        for (int64_t i = 0; i < m; i++) {
+            uint64_t x = a[i];
+            b[count[(x >> shift) & (RADIX - 1)]++] = x;
+        }
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    free(b);
+    *keys = a;
+    return m;
+}
+
+#define T float
+#define SFX(name) name##_f32
+#define SQRT sqrtf
+#include "_rowkernels_impl.h"
+#undef T
+#undef SFX
+#undef SQRT
+
+#define T double
+#define SFX(name) name##_f64
+#define SQRT sqrt
+#include "_rowkernels_impl.h"
+#undef T
+#undef SFX
+#undef SQRT
+
+/* ABI version: lookuplinear/_native.py loads a library whose version equals its own */
+int64_t ll_version(void) { return 1; }
+
+#ifdef LL_PYTHON_MODULE
+/* an importable module, so that the import system finds the file; it defines no Python
+ * functions, the kernels are called through ctypes */
+static struct PyModuleDef ll_module = {
+    PyModuleDef_HEAD_INIT, "_rowkernels",
+    "C row kernels; called through ctypes by lookuplinear._native.", -1, NULL,
+    NULL, NULL, NULL, NULL};
+PyMODINIT_FUNC PyInit__rowkernels(void) { return PyModule_Create(&ll_module); }
+#endif

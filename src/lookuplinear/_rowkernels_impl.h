@@ -1,0 +1,276 @@
+/* The kernels of _rowkernels.c for one element type: included once with T = float and
+ * SFX(x) = x_f32, once with T = double and SFX(x) = x_f64.
+ *
+ * Exported, per optimizer OPT in sgd, adagrad, rowwise_adagrad, adam:
+ *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of rows[r] by the gradient
+ *       row values[r] (unique rows), lookuplinear.optim's step on a stored row-sparse gradient;
+ *   ll_fused_OPT_f32(idx, n, offsets, n_bags, padding_idx, weights, grad_out, dim, w, s,
+ *       params): the same update straight from a bag lookup's grad_out (fused=True);
+ * and ll_group_rows_f32(...): the row-sparse gradient itself, rows sorted. ``params`` are the
+ * optimizer's scalars in the order of the numba kernel of the same name (lookuplinear/_numba.py);
+ * ``s`` is its state: the momentum buffer or the squared sums (one row per table row), the
+ * row-wise sums (one value per row), or Adam's moments (m and v of a row next to each other).
+ */
+
+/* ---- one row of each optimizer; ``g`` is the row's gradient, ``dim`` its width ---- */
+
+LL_INLINE void SFX(sgd_row)(T *restrict w, T *restrict buf, const T *restrict g,
+                            const int64_t dim, const T *p) {
+    const T lr = p[0], wd = p[1], mom = p[2], omd = p[3];
+    if (mom == 0 && wd == 0) {
+        for (int64_t d = 0; d < dim; d++) w[d] -= lr * g[d];
+        return;
+    }
+    for (int64_t d = 0; d < dim; d++) {
+        T x = g[d] + wd * w[d];
+        if (mom != 0) {
+            T b = mom * buf[d] + omd * x;
+            buf[d] = b;
+            x = p[4] != 0 ? x + mom * b : b;
+        }
+        w[d] -= lr * x;
+    }
+}
+
+LL_INLINE void SFX(adagrad_row)(T *restrict w, T *restrict sum, const T *restrict g,
+                                const int64_t dim, const T *p) {
+    const T clr = p[0], eps = p[1], wd = p[2];
+    for (int64_t d = 0; d < dim; d++) {
+        T x = g[d] + wd * w[d];
+        T s = sum[d] + x * x;
+        sum[d] = s;
+        w[d] -= clr * x / (SQRT(s) + eps);
+    }
+}
+
+/* vectors of 16, 8, 4 and 2 elements (GCC and clang vector extensions; split or scalarised where
+ * the machine's vectors are shorter) */
+typedef T SFX(v16) __attribute__((vector_size(16 * sizeof(T))));
+typedef T SFX(v8) __attribute__((vector_size(8 * sizeof(T))));
+typedef T SFX(v4) __attribute__((vector_size(4 * sizeof(T))));
+typedef T SFX(v2) __attribute__((vector_size(2 * sizeof(T))));
+
+/* the two halves of a vector, added: the order of the sum is fixed by the code */
+#define LL_FOLD(HALF, x)                                             \
+    ({                                                               \
+        HALF lo_, hi_;                                               \
+        memcpy(&lo_, &(x), sizeof lo_);                              \
+        memcpy(&hi_, (const char *)&(x) + sizeof lo_, sizeof hi_);   \
+        lo_ + hi_;                                                   \
+    })
+
+/* sum((g + wd * w)**2) over a row, in 16 lanes (element d in lane d % 16) added in a fixed
+ * order: the same bits whether ``g`` is in registers or in memory */
+LL_INLINE T SFX(sum_of_squares)(const T *restrict g, const T *restrict w, const T wd,
+                                const int64_t dim) {
+    SFX(v16) acc = {0}, x, y;
+    int64_t d0 = 0;
+    for (; d0 + 16 <= dim; d0 += 16) {
+        memcpy(&x, g + d0, sizeof x);
+        if (wd != 0) {
+            memcpy(&y, w + d0, sizeof y);
+            x += wd * y;
+        }
+        acc += x * x;
+    }
+    if (d0 < dim) {
+        T tail[16] = {0};
+        for (int64_t d = d0; d < dim; d++) {
+            T e = wd != 0 ? g[d] + wd * w[d] : g[d];
+            tail[d - d0] = e * e;
+        }
+        memcpy(&x, tail, sizeof x);
+        acc += x;
+    }
+    SFX(v8) a8 = LL_FOLD(SFX(v8), acc);
+    SFX(v4) a4 = LL_FOLD(SFX(v4), a8);
+    SFX(v2) a2 = LL_FOLD(SFX(v2), a4);
+    return a2[0] + a2[1];
+}
+
+LL_INLINE void SFX(rowwise_adagrad_row)(T *restrict w, T *restrict sum, const T *restrict g,
+                                        const int64_t dim, const T *p) {
+    const T lr = p[0], eps = p[1], wd = p[2], inv_dim = p[3];
+    T s = sum[0] + SFX(sum_of_squares)(g, w, wd, dim) * inv_dim;
+    sum[0] = s;
+    T mult = lr / (SQRT(s) + eps);
+    if (wd == 0) {
+        for (int64_t d = 0; d < dim; d++) w[d] -= mult * g[d];
+    } else {
+        for (int64_t d = 0; d < dim; d++) w[d] -= mult * (g[d] + wd * w[d]);
+    }
+}
+
+LL_INLINE void SFX(adam_row)(T *restrict w, T *restrict mv, const T *restrict g,
+                             const int64_t dim, const T *p) {
+    const T b1 = p[0], omb1 = p[1], b2 = p[2], omb2 = p[3], eps = p[4], step = p[5], wd = p[6],
+            decay = p[7];
+    T *restrict m = mv;
+    T *restrict v = mv + dim;
+    for (int64_t d = 0; d < dim; d++) {
+        T x = w[d] * decay;
+        T y = g[d] + wd * x;
+        T mm = b1 * m[d] + omb1 * y;
+        T vv = b2 * v[d] + omb2 * y * y;
+        m[d] = mm;
+        v[d] = vv;
+        w[d] = x - step * mm / (SQRT(vv) + eps);
+    }
+}
+
+/* where row i's state starts, and how many bytes of it a step touches */
+#define SGD_STATE(s, i, dim) ((s) + (i) * (dim))
+#define ADAGRAD_STATE(s, i, dim) ((s) + (i) * (dim))
+#define ROWWISE_ADAGRAD_STATE(s, i, dim) ((s) + (i))
+#define ADAM_STATE(s, i, dim) ((s) + (i) * 2 * (dim))
+
+/* ---- the gradient of one row: the sum of its entries' grad_out rows, in entry order ---- */
+
+LL_INLINE void SFX(sum_entries)(T *restrict acc, const uint64_t *keys, int64_t a, int64_t b,
+                                const int32_t *bag, const T *weights,
+                                const T *restrict grad_out, const int64_t dim) {
+    uint32_t k = (uint32_t)keys[a];
+    const T *src = grad_out + (int64_t)bag[k] * dim;
+    if (weights) {
+        T wk = weights[k];
+        for (int64_t d = 0; d < dim; d++) acc[d] = wk * src[d];
+        for (int64_t i = a + 1; i < b; i++) {
+            k = (uint32_t)keys[i];
+            src = grad_out + (int64_t)bag[k] * dim;
+            wk = weights[k];
+            for (int64_t d = 0; d < dim; d++) acc[d] += wk * src[d];
+        }
+    } else {
+        for (int64_t d = 0; d < dim; d++) acc[d] = src[d];
+        for (int64_t i = a + 1; i < b; i++) {
+            src = grad_out + (int64_t)bag[(uint32_t)keys[i]] * dim;
+            for (int64_t d = 0; d < dim; d++) acc[d] += src[d];
+        }
+    }
+}
+
+/* F(..., dim) with the widths below compiled for a constant (the loops unrolled, a row held in
+ * registers), any other width as it comes */
+#define LL_BY_DIM(F, ...)                                \
+    switch (dim) {                                       \
+    case 16: F(__VA_ARGS__, 16); break;                  \
+    case 32: F(__VA_ARGS__, 32); break;                  \
+    case 64: F(__VA_ARGS__, 64); break;                  \
+    case 128: F(__VA_ARGS__, 128); break;                \
+    default: F(__VA_ARGS__, dim); break;                 \
+    }
+
+/* widths up to this are summed in a buffer on the stack */
+#ifndef LL_STACK_DIM
+#define LL_STACK_DIM 512
+#endif
+
+LL_INLINE int64_t SFX(group_dim)(const uint64_t *keys, int64_t m, const int32_t *bag,
+                                 const T *weights, const T *grad_out, int64_t *rows_out,
+                                 T *values_out, const int64_t dim) {
+    int64_t j = 0;
+    for (int64_t i = 0; i < m; j++) {
+        int64_t a = i;
+        uint64_t row = keys[i] >> 32;
+        while (i < m && keys[i] >> 32 == row) i++;
+        rows_out[j] = (int64_t)row;
+        SFX(sum_entries)(values_out + j * dim, keys, a, i, bag, weights, grad_out, dim);
+    }
+    return j;
+}
+
+LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_t *offsets,
+                                     int64_t n_bags, int64_t padding_idx, const T *weights,
+                                     const T *grad_out, int64_t dim, int64_t *rows_out,
+                                     T *values_out) {
+    uint64_t *keys;
+    int32_t *bag;
+    int64_t m = sort_entries(idx, n, offsets, n_bags, padding_idx, &keys, &bag);
+    int64_t j = -1;
+    if (m >= 0) {
+        LL_BY_DIM(j = SFX(group_dim), keys, m, bag, weights, grad_out, rows_out, values_out)
+    }
+    free(keys);
+    free(bag);
+    return j;
+}
+
+/* ll_rows_OPT and ll_fused_OPT for one optimizer: STATE(s, i, dim) is where row i's state
+ * starts, STATE_BYTES how many bytes of it a step touches */
+#define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
+    LL_INLINE void SFX(OPT##_rows_dim)(T *w, T *s, const int64_t *rows, int64_t n,            \
+                                       const T *values, const T *p, const int64_t dim) {      \
+        for (int64_t r = 0; r < n; r++) {                                                     \
+            if (r + PREFETCH < n) {                                                           \
+                int64_t ahead = rows[r + PREFETCH];                                           \
+                prefetch_bytes(w + ahead * dim, dim * (int64_t)sizeof(T));                    \
+                prefetch_bytes(STATE(s, ahead, dim), (STATE_BYTES));                          \
+            }                                                                                 \
+            int64_t i = rows[r];                                                              \
+            SFX(OPT##_row)(w + i * dim, STATE(s, i, dim), values + r * dim, dim, p);          \
+        }                                                                                     \
+    }                                                                                         \
+    LL_EXPORT int64_t SFX(ll_rows_##OPT)(T *w, T *s, const int64_t *rows, int64_t n,          \
+                                         const T *values, int64_t dim,                        \
+                                         const double *params) {                              \
+        T p[8];                                                                               \
+        for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
+        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, p)                              \
+        return n;                                                                             \
+    }                                                                                         \
+    LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const uint64_t *keys, int64_t m,       \
+                                           const int32_t *bag, const T *weights,              \
+                                           const T *grad_out, T *heap, const T *p,            \
+                                           const int64_t dim) {                               \
+        T stack[dim <= LL_STACK_DIM ? dim : 1];                                               \
+        T *acc = dim <= LL_STACK_DIM ? stack : heap;                                          \
+        int64_t ahead = 0, pending = 0, groups = 0;                                           \
+        for (int64_t i = 0; i < m; groups++) {                                                \
+            for (; ahead < m && pending < PREFETCH; pending++) { /* rows of groups ahead */   \
+                int64_t next = (int64_t)(keys[ahead] >> 32);                                  \
+                prefetch_bytes(w + next * dim, dim * (int64_t)sizeof(T));                     \
+                prefetch_bytes(STATE(s, next, dim), (STATE_BYTES));                           \
+                while (ahead < m && (int64_t)(keys[ahead] >> 32) == next) ahead++;            \
+            }                                                                                 \
+            int64_t a = i;                                                                    \
+            int64_t row = (int64_t)(keys[i] >> 32);                                           \
+            while (i < m && (int64_t)(keys[i] >> 32) == row) i++;                             \
+            const T *g = grad_out + (int64_t)bag[(uint32_t)keys[a]] * dim;                    \
+            if (i > a + 1 || weights) { /* else the row's gradient is one grad_out row */     \
+                SFX(sum_entries)(acc, keys, a, i, bag, weights, grad_out, dim);               \
+                g = acc;                                                                      \
+            }                                                                                 \
+            SFX(OPT##_row)(w + row * dim, STATE(s, row, dim), g, dim, p);                     \
+            pending--;                                                                        \
+        }                                                                                     \
+        return groups;                                                                        \
+    }                                                                                         \
+    LL_EXPORT int64_t SFX(ll_fused_##OPT)(const int64_t *idx, int64_t n,                      \
+                                          const int64_t *offsets, int64_t n_bags,             \
+                                          int64_t padding_idx, const T *weights,              \
+                                          const T *grad_out, int64_t dim, T *w, T *s,         \
+                                          const double *params) {                             \
+        T p[8];                                                                               \
+        for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
+        uint64_t *keys;                                                                       \
+        int32_t *bag;                                                                         \
+        int64_t m = sort_entries(idx, n, offsets, n_bags, padding_idx, &keys, &bag);          \
+        T *heap = dim > LL_STACK_DIM ? malloc(sizeof(T) * (size_t)dim) : NULL;                \
+        int64_t groups = -1;                                                                  \
+        if (m >= 0 && (dim <= LL_STACK_DIM || heap)) {                                        \
+            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, keys, m, bag, weights, grad_out,   \
+                      heap, p)                                                                \
+        }                                                                                     \
+        free(keys);                                                                           \
+        free(bag);                                                                            \
+        free(heap);                                                                           \
+        return groups;                                                                        \
+    }
+
+LL_OPTIMIZER(sgd, SGD_STATE, p[2] != 0 ? dim * (int64_t)sizeof(T) : 0)
+LL_OPTIMIZER(adagrad, ADAGRAD_STATE, dim * (int64_t)sizeof(T))
+LL_OPTIMIZER(rowwise_adagrad, ROWWISE_ADAGRAD_STATE, (int64_t)sizeof(T))
+LL_OPTIMIZER(adam, ADAM_STATE, 2 * dim * (int64_t)sizeof(T))
+
+#undef LL_OPTIMIZER
+#undef LL_BY_DIM
