@@ -1,4 +1,5 @@
-"""The kernel choices of lookuplinear._numba, measured: each against the variant it replaced.
+"""The kernel choices of lookuplinear._native and ._numba, measured: each against the variant it
+replaced.
 
     flock /tmp/ll-cpu.lock .venv/bin/python benchmarks/bench_kernels.py
 
@@ -13,7 +14,11 @@ thread:
 - the row-wise Adagrad update prefetching every cache line of a row (the library) against
   prefetching only its first line;
 - the Adam update with a row's two moments adjacent in one ``(rows, 2, dim)`` block (the
-  library) against two separate ``(rows, dim)`` arrays.
+  library) against two separate ``(rows, dim)`` arrays;
+- the C kernels (``lookuplinear._native``, what the library runs where its install built them)
+  against the numba kernels (the fallback): the row-sparse gradient, and the row-wise Adagrad
+  and Adam updates fused into the backward (grouping, sums and update: ``fused=True``'s work).
+The numba pairs above compare the fallback's choices.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import numpy as np
 import torch
 from numba import njit
 
+from lookuplinear import _native, hugepages
 from lookuplinear import _numba as K
-from lookuplinear import hugepages
 from lookuplinear.rowgrad import _group_rows_torch
 
 
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "SGD row update, prefetch (library)": lambda: K.sgd_rows(
             w, rows, values, w, lr, zero, zero, one, False),
         "SGD row update, no prefetch": lambda: sgd_rows_no_prefetch(w, rows, values, lr),
-        "group_rows, numba (library)": lambda: K.group_rows(
+        "group_rows, numba (fallback)": lambda: K.group_rows(
             idx, offsets, empty, grad_out, -1, args.rows),
         "group_rows, torch.unique + index_add_": lambda: _group_rows_torch(
             it, ot, None, gt, None),
@@ -130,6 +135,24 @@ def main(argv: list[str] | None = None) -> int:
         "Adam, separate moments": lambda: adam_separate(
             w, rows, values, m_sep, v_sep, *b, eps, step),
     }
+    if _native.available():
+        fused_rowwise = (idx, offsets, empty, grad_out, -1, args.rows, K.rowwise_adagrad_rows,
+                         w, state_sum, lr, eps, zero, inv_dim)
+        fused_adam = (idx, offsets, empty, grad_out, -1, args.rows, K.adam_rows, w, moments,
+                      *b, eps, step, zero, one)
+        cases.update({
+            "group_rows, C (library)": lambda: _native.group_rows(
+                idx, offsets, empty, grad_out, -1, args.rows),
+            "group_rows, numba": lambda: K.group_rows(
+                idx, offsets, empty, grad_out, -1, args.rows),
+            "fused row-wise Adagrad backward, C (library)": lambda: _native.fused_update(
+                *fused_rowwise),
+            "fused row-wise Adagrad backward, numba": lambda: K.fused_rows(*fused_rowwise),
+            "fused Adam backward, C (library)": lambda: _native.fused_update(*fused_adam),
+            "fused Adam backward, numba": lambda: K.fused_rows(*fused_adam),
+        })
+    else:
+        print("the C kernels are not built: only the numba pairs are measured")
     times: dict[str, list[float]] = {k: [] for k in cases}
     for f in cases.values():
         f()
@@ -144,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
           f"rows; medians of {args.repeats} interleaved rounds, 1 thread; table on "
           f"{'huge pages (where granted)' if args.huge else '4 KiB pages'}")
     for k, m in med.items():
-        print(f"  {k:48s} {m:8.3f} ms")
+        print(f"  {k:50s} {m:8.3f} ms")
     names = list(med)
     for fast, slow in zip(names[::2], names[1::2], strict=True):
         print(f"  {fast} is {med[slow] / med[fast]:.1f}x faster than: {slow}")
