@@ -4,7 +4,7 @@ replaced.
     flock /tmp/ll-cpu.lock .venv/bin/python benchmarks/bench_kernels.py
 
 On a 1,000,000 x 64 float32 table and the ~20,000 sorted unique rows of 20,480 uniform draws
-(the issue 3 batch), interleaved rounds (the order reversed every other round), medians, one
+(the issue 3 batch), interleaved rounds (in an order drawn anew every round), medians, one
 thread:
 
 - the SGD row update with the 16-rows-ahead prefetch (the library's ``sgd_rows``) against the
@@ -157,14 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     for f in cases.values():
         f()
     items = list(cases.items())
-    for round_ in range(args.repeats):  # the order reversed every other round: no case always
-        for k, f in items if round_ % 2 == 0 else items[::-1]:  # runs after the same one
+    order = np.random.default_rng(1)
+    for _ in range(args.repeats):  # a new order every round: no case always runs after the
+        for j in order.permutation(len(items)):  # same one (Adam sweeps the most memory)
+            k, f = items[j]
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     print(f"table {args.rows:,} x {args.dim}, {args.entries:,} entries, {rows.size:,} unique "
-          f"rows; medians of {args.repeats} interleaved rounds, 1 thread; table on "
+          f"rows; medians of {args.repeats} rounds in shuffled order, 1 thread; table on "
           f"{'huge pages (where granted)' if args.huge else '4 KiB pages'}")
     for k, m in med.items():
         print(f"  {k:50s} {m:8.3f} ms")
