@@ -76,8 +76,8 @@ def run(name: str, width: int, dtype: torch.dtype, *, c: bool, fused: bool,
 def test_c_equals_numba_and_fused_equals_unfused(
     name: str, width: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Same weights and state as the numba kernels (to rounding: numba may fuse a multiply and
-    an add, the C build does not); fused and unfused C steps agree to the bit."""
+    """Same weights and state as the numba kernels (to rounding: numba reassociates the row-wise
+    mean of squares, the C build does not); fused and unfused C steps agree to the bit."""
     w_numba, s_numba = run(name, width, dtype, c=False, fused=False, monkeypatch=monkeypatch)
     w_c, s_c = run(name, width, dtype, c=True, fused=False, monkeypatch=monkeypatch)
     w_fused, s_fused = run(name, width, dtype, c=True, fused=True, monkeypatch=monkeypatch)

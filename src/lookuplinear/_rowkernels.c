@@ -8,12 +8,14 @@
  *
  * Why C (docs/benchmarks.md, "Kernel choices"): for a table of 64 float32 columns the compiler
  * keeps a row's gradient in four vector registers when the width is a compile-time constant,
- * which numba does not, and the sort packs (row, entry) into one 64-bit key. The fused
- * row-wise Adagrad backward took 0.58-0.60x the time of the numba one on the same batches.
+ * which numba does not, and the sort packs (row, entry) into one 64-bit key
+ * (benchmarks/bench_kernels.py times each kernel against its numba twin).
  *
- * Determinism: built without -ffast-math and with -ffp-contract=off, and the one reduction
- * (row-wise Adagrad's mean of squares) sums 16 fixed lanes, so that the fused kernels (gradient
- * in registers) and the unfused ones (gradient in memory) give the same bits.
+ * Determinism: built without -ffast-math (no reassociation), and the one reduction (row-wise
+ * Adagrad's mean of squares) adds 16 fixed lanes in a fixed order, so that the fused kernels
+ * (gradient in registers) and the unfused ones (gradient in memory) give the same bits.
+ * Multiply-adds are fused where the CPU has FMA (-ffp-contract=fast), as numba's kernels and
+ * PyTorch's dense backward do: the weighted sums then equal the dense gradient to the bit.
  */
 #ifdef LL_PYTHON_MODULE /* built by setup.py as lookuplinear._rowkernels */
 #define PY_SSIZE_T_CLEAN
