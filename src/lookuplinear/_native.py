@@ -12,14 +12,16 @@ ctypes releases the GIL for the call.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import numpy as np
 
 __all__ = ["ENABLED", "available", "fused_update", "group_rows", "update"]
 
-#: set to False to run the numba kernels even where the C ones are built (tests compare them)
-ENABLED = True
+#: set to False to run the numba kernels even where the C ones are built (tests compare them);
+#: the environment variable ``LOOKUPLINEAR_NO_C=1`` starts a process with it False
+ENABLED = not os.environ.get("LOOKUPLINEAR_NO_C")
 
 _VERSION = 1
 #: the numba kernel -> the name of its C twin (same state, same scalars in the same order)
