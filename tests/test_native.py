@@ -158,3 +158,16 @@ def test_the_extension_is_loaded_through_ctypes_only() -> None:
     from lookuplinear import _rowkernels  # type: ignore[attr-defined]
 
     assert not [n for n in dir(_rowkernels) if not n.startswith("__")]
+
+
+def test_the_environment_turns_the_c_kernels_off() -> None:
+    """``LOOKUPLINEAR_NO_C=1`` makes a process run the numba kernels."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from lookuplinear import _native; print(_native.available())"
+    env = {**os.environ, "LOOKUPLINEAR_NO_C": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
