@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from lookuplinear import Bags, LookupLinear, _native, _numba, optim
 
-WIDTHS = [1, 6, 16, 64, 128, 600]
+WIDTHS = [1, 6, 10, 16, 24, 64, 128, 600]
 PAD = 0
 
 

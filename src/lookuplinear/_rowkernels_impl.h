@@ -59,33 +59,34 @@ typedef T SFX(v2) __attribute__((vector_size(2 * sizeof(T))));
         lo_ + hi_;                                                   \
     })
 
-/* sum((g + wd * w)**2) over a row, in 16 lanes (element d in lane d % 16) added in a fixed
- * order: the same bits whether ``g`` is in registers or in memory */
+/* sum((g + wd * w)**2) over a row: its first 16k elements in 16 lanes (element d in lane
+ * d % 16) folded in halves, then the rest one by one. The order is fixed by the code, so a row
+ * gives the same bits whether ``g`` is in registers or in memory. (Adding the rest through a
+ * 16-lane buffer instead stalled every row of a narrow table on a store-to-load forward.) */
 LL_INLINE T SFX(sum_of_squares)(const T *restrict g, const T *restrict w, const T wd,
                                 const int64_t dim) {
-    SFX(v16) acc = {0}, x, y;
+    T total = 0;
     int64_t d0 = 0;
-    for (; d0 + 16 <= dim; d0 += 16) {
-        memcpy(&x, g + d0, sizeof x);
-        if (wd != 0) {
-            memcpy(&y, w + d0, sizeof y);
-            x += wd * y;
+    if (dim >= 16) {
+        SFX(v16) acc = {0}, x, y;
+        for (; d0 + 16 <= dim; d0 += 16) {
+            memcpy(&x, g + d0, sizeof x);
+            if (wd != 0) {
+                memcpy(&y, w + d0, sizeof y);
+                x += wd * y;
+            }
+            acc += x * x;
         }
-        acc += x * x;
+        SFX(v8) a8 = LL_FOLD(SFX(v8), acc);
+        SFX(v4) a4 = LL_FOLD(SFX(v4), a8);
+        SFX(v2) a2 = LL_FOLD(SFX(v2), a4);
+        total = a2[0] + a2[1];
     }
-    if (d0 < dim) {
-        T tail[16] = {0};
-        for (int64_t d = d0; d < dim; d++) {
-            T e = wd != 0 ? g[d] + wd * w[d] : g[d];
-            tail[d - d0] = e * e;
-        }
-        memcpy(&x, tail, sizeof x);
-        acc += x;
+    for (int64_t d = d0; d < dim; d++) {
+        T e = wd != 0 ? g[d] + wd * w[d] : g[d];
+        total += e * e;
     }
-    SFX(v8) a8 = LL_FOLD(SFX(v8), acc);
-    SFX(v4) a4 = LL_FOLD(SFX(v4), a8);
-    SFX(v2) a2 = LL_FOLD(SFX(v2), a4);
-    return a2[0] + a2[1];
+    return total;
 }
 
 LL_INLINE void SFX(rowwise_adagrad_row)(T *restrict w, T *restrict sum, const T *restrict g,
