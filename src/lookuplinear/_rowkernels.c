@@ -35,7 +35,7 @@
 #endif
 #define LL_INLINE static inline __attribute__((always_inline))
 
-enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, PREFETCH = 16, LINE = 64, LANES = 16 };
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, LINE = 64 };
 
 LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
     const char *c = (const char *)p;

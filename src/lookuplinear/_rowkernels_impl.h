@@ -196,14 +196,25 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
     return j;
 }
 
+/* how many rows ahead the updates prefetch: about LINES_AHEAD cache lines of table and state
+ * (a row, its state and one line for a row that straddles lines), between 4 and 64 rows. A
+ * fixed 16 rows left the row-wise Adagrad kernel (6 lines a row) 1.1-1.2x slower and Adam's
+ * (13 lines a row) no faster (docs/benchmarks.md, "Kernel choices"). */
+LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) {
+    int64_t lines = (dim * (int64_t)sizeof(T) + state_bytes + LINE - 1) / LINE + 1;
+    int64_t d = LINES_AHEAD / lines;
+    return d < 4 ? 4 : d > 64 ? 64 : d;
+}
+
 /* ll_rows_OPT and ll_fused_OPT for one optimizer: STATE(s, i, dim) is where row i's state
  * starts, STATE_BYTES how many bytes of it a step touches */
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
     LL_INLINE void SFX(OPT##_rows_dim)(T *w, T *s, const int64_t *rows, int64_t n,            \
                                        const T *values, const T *p, const int64_t dim) {      \
+        const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
         for (int64_t r = 0; r < n; r++) {                                                     \
-            if (r + PREFETCH < n) {                                                           \
-                int64_t ahead = rows[r + PREFETCH];                                           \
+            if (r + dist < n) {                                                               \
+                int64_t ahead = rows[r + dist];                                               \
                 prefetch_bytes(w + ahead * dim, dim * (int64_t)sizeof(T));                    \
                 prefetch_bytes(STATE(s, ahead, dim), (STATE_BYTES));                          \
             }                                                                                 \
@@ -225,9 +236,10 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
                                            const int64_t dim) {                               \
         T stack[dim <= LL_STACK_DIM ? dim : 1];                                               \
         T *acc = dim <= LL_STACK_DIM ? stack : heap;                                          \
+        const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
         int64_t ahead = 0, pending = 0, groups = 0;                                           \
         for (int64_t i = 0; i < m; groups++) {                                                \
-            for (; ahead < m && pending < PREFETCH; pending++) { /* rows of groups ahead */   \
+            for (; ahead < m && pending < dist; pending++) { /* rows of groups ahead */   \
                 int64_t next = (int64_t)(keys[ahead] >> 32);                                  \
                 prefetch_bytes(w + next * dim, dim * (int64_t)sizeof(T));                     \
                 prefetch_bytes(STATE(s, next, dim), (STATE_BYTES));                           \
