@@ -1,8 +1,8 @@
 """The C row kernels (``lookuplinear._native``) against the numba kernels and the dense path.
 
 The C kernels are compiled for widths 16, 32, 64 and 128 with a constant and for any other
-width as it comes; rows of more than 512 values are summed in a heap buffer. Every test runs
-over widths of each kind.
+width as it comes; row-wise Adagrad sums a row's squares 16 at a time, then the rest one by one.
+Every test runs over widths of each kind.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def test_group_rows_equals_numba(in_features: int, data: st.DataObject, width: i
 
 @needs_c
 def test_index_input_and_wide_rows_match_the_dense_gradient() -> None:
-    """2-D index input (one lookup per position, no offsets) with a row wider than the stack
-    buffer: the gradient of the dense path, ``one_hot(x).T @ grad_out`` over the positions."""
+    """2-D index input (one lookup per position, no offsets) with a wide row: the gradient of
+    the dense path, ``one_hot(x).T @ grad_out`` over the positions."""
     torch.manual_seed(0)
     layer = LookupLinear(20, 700, bias=False, sparse=True)
     x = torch.tensor([[3, 3], [19, 0], [3, 7]])

@@ -12,6 +12,7 @@ ctypes releases the GIL for the call.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from typing import Any
 
@@ -36,16 +37,10 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_ENTRIES = 2**31 - 1
 _MAX_ROWS = 2**32
 
-_lib: Any = None
-_loaded = False
 
-
+@functools.cache
 def _load() -> Any:
     """The ctypes library, or None where the extension was not built or does not match."""
-    global _lib, _loaded
-    if _loaded:
-        return _lib
-    _loaded = True
     try:
         from . import _rowkernels  # type: ignore[attr-defined]
 
@@ -64,13 +59,17 @@ def _load() -> Any:
             fn.restype, fn.argtypes = i64, [p, p, p, i64, p, i64, p]
             fn = getattr(lib, f"ll_fused_{name}_{sfx}")
             fn.restype, fn.argtypes = i64, [p, i64, p, i64, i64, p, p, i64, p, p, p]
-    _lib = lib
     return lib
+
+
+def _enabled() -> Any:
+    """The library where it is built and :data:`ENABLED`, else None."""
+    return _load() if ENABLED else None
 
 
 def available() -> bool:
     """Whether the C kernels are built and enabled."""
-    return ENABLED and _load() is not None
+    return _enabled() is not None
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -79,10 +78,11 @@ def _ptr(a: np.ndarray) -> int:
 
 def _entries(
     indices: np.ndarray, offsets: np.ndarray, weights: np.ndarray, grad_out: np.ndarray,
-    in_features: int,
-) -> tuple[int, int, int, int, int | None] | None:
-    """The common arguments of a lookup's backward (see :func:`lookuplinear.rowgrad.numpy_inputs`
-    for their form), or None where the C kernels do not take them."""
+    padding_idx: int, in_features: int,
+) -> tuple[int, int, int, int, int, int | None, int] | None:
+    """The leading arguments of the grouping and fused kernels, ``(indices, n, offsets,
+    n_bags, padding_idx, weights, grad_out)``, from a lookup's backward in the form of
+    :func:`lookuplinear.rowgrad.numpy_inputs`; None where the C kernels do not take them."""
     if (
         grad_out.dtype not in _SUFFIX
         or grad_out.ndim != 2
@@ -94,8 +94,8 @@ def _entries(
     ):
         return None
     n_bags = offsets.size - 1 if offsets.size else -1
-    return (_ptr(indices), indices.size, _ptr(offsets), n_bags,
-            _ptr(weights) if weights.size else None)
+    return (_ptr(indices), indices.size, _ptr(offsets), n_bags, padding_idx,
+            _ptr(weights) if weights.size else None, _ptr(grad_out))
 
 
 def group_rows(
@@ -104,15 +104,15 @@ def group_rows(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(rows, values)`` as :func:`lookuplinear._numba.group_rows` (the same sums, in the same
     order), or None where the C kernels do not apply."""
-    lib = _load() if ENABLED else None
-    args = lib and _entries(indices, offsets, weights, grad_out, in_features)
+    lib = _enabled()
+    args = lib and _entries(indices, offsets, weights, grad_out, padding_idx, in_features)
     if not args:
         return None
     dim = grad_out.shape[1]
     rows = np.empty(indices.size, np.int64)  # at most one row per entry
     values = np.empty((indices.size, dim), grad_out.dtype)
     fn = getattr(lib, f"ll_group_rows_{_SUFFIX[grad_out.dtype]}")
-    n = fn(*args[:4], padding_idx, args[4], _ptr(grad_out), dim, _ptr(rows), _ptr(values))
+    n = fn(*args, dim, _ptr(rows), _ptr(values))
     if n < 0:
         raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
     return rows[:n], values[:n]
@@ -154,7 +154,7 @@ def update(
 ) -> bool:
     """``kernel(weight, rows, values, state, *scalars)`` (a numba row kernel) by its C twin;
     False (nothing done) where that does not apply."""
-    lib = _load() if ENABLED else None
+    lib = _enabled()
     name = lib and _state(kernel, weight, state)
     if (
         not name
@@ -179,14 +179,13 @@ def fused_update(
     """:func:`lookuplinear._numba.fused_rows` by the C kernels: the rows grouped and each
     updated as soon as its gradient is summed. Returns the number of rows updated, or None
     (nothing done) where the C kernels do not apply."""
-    lib = _load() if ENABLED else None
+    lib = _enabled()
     name = lib and _state(kernel, weight, state)
-    args = name and _entries(indices, offsets, weights, grad_out, in_features)
+    args = name and _entries(indices, offsets, weights, grad_out, padding_idx, in_features)
     if not args or grad_out.dtype != weight.dtype or grad_out.shape[1] != weight.shape[1]:
         return None
     n = getattr(lib, f"ll_fused_{name}")(
-        *args[:4], padding_idx, args[4], _ptr(grad_out), weight.shape[1], _ptr(weight),
-        _ptr(state), _params(scalars),
+        *args, weight.shape[1], _ptr(weight), _ptr(state), _params(scalars),
     )
     if n < 0:
         raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")

@@ -46,7 +46,8 @@ LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
 /* The entries of a batch grouped by row: ``keys[i] = row << 32 | entry``, sorted by row and,
  * within a row, by entry (a stable LSD radix sort on 11-bit digits, as many passes as the
  * largest row needs); padding entries are left out. ``bag[entry]`` is the entry's output row.
- * Returns the number of keys, or -1 when out of memory; ``*keys`` must then be freed. */
+ * Returns the number of keys, or -1 when out of memory; the caller frees ``*keys`` and ``*bag``
+ * either way. */
 static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets,
                             int64_t n_bags, int64_t padding_idx, uint64_t **keys,
                             int32_t **bag) {
@@ -91,6 +92,33 @@ static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offset
     *keys = a;
     return m;
 }
+
+/* the two halves of a vector, added: the order of the sum is fixed by the code */
+#define LL_FOLD(HALF, x)                                             \
+    ({                                                               \
+        HALF lo_, hi_;                                               \
+        memcpy(&lo_, &(x), sizeof lo_);                              \
+        memcpy(&hi_, (const char *)&(x) + sizeof lo_, sizeof hi_);   \
+        lo_ + hi_;                                                   \
+    })
+
+/* where row i's state starts (STATE_BYTES in _rowkernels_impl.h: how many bytes of it a step
+ * touches) */
+#define SGD_STATE(s, i, dim) ((s) + (i) * (dim))
+#define ADAGRAD_STATE(s, i, dim) ((s) + (i) * (dim))
+#define ROWWISE_ADAGRAD_STATE(s, i, dim) ((s) + (i))
+#define ADAM_STATE(s, i, dim) ((s) + (i) * 2 * (dim))
+
+/* F(..., dim) with the widths below compiled for a constant (the loops unrolled, a row held in
+ * registers), any other width as it comes */
+#define LL_BY_DIM(F, ...)                                \
+    switch (dim) {                                       \
+    case 16: F(__VA_ARGS__, 16); break;                  \
+    case 32: F(__VA_ARGS__, 32); break;                  \
+    case 64: F(__VA_ARGS__, 64); break;                  \
+    case 128: F(__VA_ARGS__, 128); break;                \
+    default: F(__VA_ARGS__, dim); break;                 \
+    }
 
 #define T float
 #define SFX(name) name##_f32

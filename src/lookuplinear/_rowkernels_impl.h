@@ -50,15 +50,6 @@ typedef T SFX(v8) __attribute__((vector_size(8 * sizeof(T))));
 typedef T SFX(v4) __attribute__((vector_size(4 * sizeof(T))));
 typedef T SFX(v2) __attribute__((vector_size(2 * sizeof(T))));
 
-/* the two halves of a vector, added: the order of the sum is fixed by the code */
-#define LL_FOLD(HALF, x)                                             \
-    ({                                                               \
-        HALF lo_, hi_;                                               \
-        memcpy(&lo_, &(x), sizeof lo_);                              \
-        memcpy(&hi_, (const char *)&(x) + sizeof lo_, sizeof hi_);   \
-        lo_ + hi_;                                                   \
-    })
-
 /* sum((g + wd * w)**2) over a row: its first 16k elements in 16 lanes (element d in lane
  * d % 16) folded in halves, then the rest one by one. The order is fixed by the code, so a row
  * gives the same bits whether ``g`` is in registers or in memory. (Adding the rest through a
@@ -119,12 +110,6 @@ LL_INLINE void SFX(adam_row)(T *restrict w, T *restrict mv, const T *restrict g,
     }
 }
 
-/* where row i's state starts, and how many bytes of it a step touches */
-#define SGD_STATE(s, i, dim) ((s) + (i) * (dim))
-#define ADAGRAD_STATE(s, i, dim) ((s) + (i) * (dim))
-#define ROWWISE_ADAGRAD_STATE(s, i, dim) ((s) + (i))
-#define ADAM_STATE(s, i, dim) ((s) + (i) * 2 * (dim))
-
 /* ---- the gradient of one row: the sum of its entries' grad_out rows, in entry order ---- */
 
 LL_INLINE void SFX(sum_entries)(T *restrict acc, const uint64_t *keys, int64_t a, int64_t b,
@@ -149,22 +134,6 @@ LL_INLINE void SFX(sum_entries)(T *restrict acc, const uint64_t *keys, int64_t a
         }
     }
 }
-
-/* F(..., dim) with the widths below compiled for a constant (the loops unrolled, a row held in
- * registers), any other width as it comes */
-#define LL_BY_DIM(F, ...)                                \
-    switch (dim) {                                       \
-    case 16: F(__VA_ARGS__, 16); break;                  \
-    case 32: F(__VA_ARGS__, 32); break;                  \
-    case 64: F(__VA_ARGS__, 64); break;                  \
-    case 128: F(__VA_ARGS__, 128); break;                \
-    default: F(__VA_ARGS__, dim); break;                 \
-    }
-
-/* widths up to this are summed in a buffer on the stack */
-#ifndef LL_STACK_DIM
-#define LL_STACK_DIM 512
-#endif
 
 LL_INLINE int64_t SFX(group_dim)(const uint64_t *keys, int64_t m, const int32_t *bag,
                                  const T *weights, const T *grad_out, int64_t *rows_out,
@@ -232,10 +201,8 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
     }                                                                                         \
     LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const uint64_t *keys, int64_t m,       \
                                            const int32_t *bag, const T *weights,              \
-                                           const T *grad_out, T *heap, const T *p,            \
+                                           const T *grad_out, T *restrict acc, const T *p,    \
                                            const int64_t dim) {                               \
-        T stack[dim <= LL_STACK_DIM ? dim : 1];                                               \
-        T *acc = dim <= LL_STACK_DIM ? stack : heap;                                          \
         const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
         int64_t ahead = 0, pending = 0, groups = 0;                                           \
         for (int64_t i = 0; i < m; groups++) {                                                \
@@ -268,15 +235,15 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         uint64_t *keys;                                                                       \
         int32_t *bag;                                                                         \
         int64_t m = sort_entries(idx, n, offsets, n_bags, padding_idx, &keys, &bag);          \
-        T *heap = dim > LL_STACK_DIM ? malloc(sizeof(T) * (size_t)dim) : NULL;                \
+        T *acc = malloc(sizeof(T) * (size_t)(dim + 1)); /* a row's summed gradient */         \
         int64_t groups = -1;                                                                  \
-        if (m >= 0 && (dim <= LL_STACK_DIM || heap)) {                                        \
+        if (m >= 0 && acc) {                                                                  \
             LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, keys, m, bag, weights, grad_out,   \
-                      heap, p)                                                                \
+                      acc, p)                                                                 \
         }                                                                                     \
         free(keys);                                                                           \
         free(bag);                                                                            \
-        free(heap);                                                                           \
+        free(acc);                                                                            \
         return groups;                                                                        \
     }
 
@@ -286,4 +253,3 @@ LL_OPTIMIZER(rowwise_adagrad, ROWWISE_ADAGRAD_STATE, (int64_t)sizeof(T))
 LL_OPTIMIZER(adam, ADAM_STATE, 2 * dim * (int64_t)sizeof(T))
 
 #undef LL_OPTIMIZER
-#undef LL_BY_DIM
