@@ -8,7 +8,7 @@ OUT    ?= out/report
 .PHONY: test report lint typecheck pytest bench clean
 
 # setup.py and the C sources: a change rebuilds the C row kernels (pip install -e . compiles them)
-$(STAMP): pyproject.toml constraints.txt setup.py src/lookuplinear/_rowkernels.c src/lookuplinear/_rowkernels_impl.h
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard src/lookuplinear/_kernels/c/*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)

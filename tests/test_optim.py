@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from forms import DEVICES
 from torch import nn
 
-from lookuplinear import Bags, LookupLinear, optim, rowgrad
+from lookuplinear import Bags, LookupLinear, optim
+from lookuplinear._kernels import use_backend
 from lookuplinear.errors import InputValueError
 
 V, D, C, PAD = 40, 6, 3, 0
@@ -260,16 +261,18 @@ def test_momentum_sgd_is_lazy() -> None:
 # ---------------------------------------------------------------- kernels, state, API
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("name", OPTIMIZERS)
-def test_numba_kernels_equal_torch_ops(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.01}
+def test_c_kernels_equal_torch_ops(name: str, fused: bool) -> None:
+    """The two backends of the row updates (C where built, torch ops) give the same weights."""
+    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.01, "fused": fused}
     if name == "SGD":
         kw.update(momentum=0.5, nesterov=True)
     runs = []
-    for use_numba in (True, False):
-        monkeypatch.setattr(rowgrad, "USE_NUMBA", use_numba)
-        model = lookup_model(torch.float64)
-        train(model, [getattr(optim, name)(model.parameters(), **kw)], batches())
+    for backend in ("auto", "torch"):
+        with use_backend(backend):
+            model = lookup_model(torch.float64)
+            train(model, [getattr(optim, name)(model.parameters(), **kw)], batches())
         runs.append(model)
     assert_same_model(runs[0], runs[1], rtol=1e-12, atol=1e-12)
 
@@ -514,16 +517,20 @@ def test_fused_keeps_the_input_values_gradient() -> None:
     assert torch.equal(grads[0][1], grads[1][1])
 
 
-def test_fused_falls_back_to_a_stored_gradient_where_it_cannot_apply() -> None:
-    """A bfloat16 table (torch-op path) keeps its gradient and is updated by step()."""
-    torch.manual_seed(0)
-    layer = LookupLinear(V, D, sparse=True, dtype=torch.bfloat16)
-    opt = optim.SGD(layer.parameters(), lr=0.5, fused=True)
-    before = layer.weight.detach().clone()
-    layer(torch.tensor([[1, 2], [2, 5]])).float().sum().backward()
-    assert layer.weight.grad is not None and layer.weight.grad.is_sparse
-    opt.step()
-    assert not torch.equal(layer.weight.detach(), before)
+def test_fused_works_on_the_torch_op_path_too() -> None:
+    """A bfloat16 table (no C kernel) is updated in backward too, as the unfused step does."""
+    runs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, sparse=True, dtype=torch.bfloat16)
+        opt = optim.SGD(layer.parameters(), lr=0.5, fused=fused)
+        before = layer.weight.detach().clone()
+        layer(torch.tensor([[1, 2], [2, 5]])).float().sum().backward()
+        assert (layer.weight.grad is None) == fused
+        opt.step()
+        assert not torch.equal(layer.weight.detach(), before)
+        runs.append(layer.weight.detach())
+    assert torch.equal(runs[0], runs[1])
 
 
 def test_fused_optimizer_and_model_pickle_together() -> None:
@@ -542,38 +549,169 @@ def test_fused_optimizer_and_model_pickle_together() -> None:
         assert torch.equal(pa, pb)
 
 
-@pytest.mark.parametrize("name", ["SGD", "RowWiseAdagrad", "Adam"])
-@pytest.mark.parametrize("fused", [False, True])
-def test_kernels_split_over_threads_give_the_same_weights(
-    name: str, fused: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Rows are independent: splitting the kernels over threads changes no bit."""
-    from lookuplinear import _native, _numba
+# ---------------------------------------------------------------- fusion: binding and sharing
 
-    monkeypatch.setattr(_native, "ENABLED", False)  # the C kernels run on one thread
-    monkeypatch.setattr(_numba, "MIN_ROWS_PER_THREAD", 2)
-    monkeypatch.setattr(_numba, "_pool", None)
+
+class SharedItems(nn.Module):
+    """A recommender's usual model: one item table for the candidate and the history bag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items = LookupLinear(V, D, bias=False, sparse=True)
+        self.head = nn.Linear(2 * D, 1)
+
+    def forward(self, candidate: torch.Tensor, history: Bags) -> torch.Tensor:
+        both = torch.cat([self.items(candidate), self.items(history)], dim=1)  # (B, 2D)
+        return self.head(both).squeeze(1)
+
+
+def shared_batches() -> list[tuple[torch.Tensor, Bags, torch.Tensor]]:
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for _ in range(5):
+        cand = torch.randint(0, V, (6,), generator=g)
+        hist = Bags.from_lists([torch.randint(0, V, (3,), generator=g).tolist() + [int(c)]
+                                for c in cand])  # the candidate is in its own history too
+        out.append((cand, hist, torch.randn(6, generator=g)))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_fused_table_used_twice_trains_as_unfused(name: str, backend: str) -> None:
+    """Both uses' gradients are summed and the table updated once, after the whole backward:
+    the same weights and state as ``fused=False``, to the bit."""
     runs = []
-    for threads in (1, 2):
-        monkeypatch.setattr(_numba, "KERNEL_THREADS", threads)
-        with torch_threads(2):
-            model = lookup_model()
-            train(model, [getattr(optim, name)(model.parameters(), lr=0.1, fused=fused)],
-                  batches())
-        runs.append(model)
-        assert (_numba._pool is not None) == (threads == 2)  # the split did happen
-    for pa, pb in zip(runs[0].parameters(), runs[1].parameters(), strict=True):
+    with use_backend(backend):
+        for fused in (False, True):
+            torch.manual_seed(0)
+            model = SharedItems()
+            opt = getattr(optim, name)(model.parameters(), lr=0.1, fused=fused)
+            for cand, hist, target in shared_batches():
+                opt.zero_grad()
+                F.mse_loss(model(cand, hist), target).backward()
+                opt.step()
+            assert model.items.weight.grad is None or not fused
+            runs.append((model, opt.state[model.items.weight]))
+    (a, sa), (b, sb) = runs
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
+    for key in sa:
+        assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
 
 
-class torch_threads:  # noqa: N801 - a context manager used like a function
-    """Set torch's thread count inside the block."""
+def test_nothing_is_updated_when_the_backward_fails() -> None:
+    """A backward that raises after the table's own backward ran leaves the table and the
+    optimizer state as they were; the next backward updates from its own gradient only."""
 
-    def __init__(self, n: int) -> None:
-        self.n, self.old = n, torch.get_num_threads()
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
 
-    def __enter__(self) -> None:
-        torch.set_num_threads(self.n)
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("boom")
 
-    def __exit__(self, *exc: object) -> None:
-        torch.set_num_threads(self.old)
+    torch.manual_seed(0)
+    layer = LookupLinear(V, D, bias=False, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    x = torch.tensor([1, 2, 3])
+    before = layer.weight.detach().clone()
+    other = torch.ones(3, D, requires_grad=True)
+    loss = layer(x).sum() + Boom.apply(other).sum()
+    with pytest.raises(RuntimeError, match="boom"):
+        loss.backward()
+    assert torch.equal(layer.weight.detach(), before)
+    assert not opt.state[layer.weight]
+    ref = LookupLinear(V, D, bias=False, sparse=True)
+    with torch.no_grad():
+        ref.weight.copy_(before)
+    ref_opt = optim.Adam(ref.parameters(), lr=0.1)
+    for m, o in ((layer, opt), (ref, ref_opt)):
+        m(x).pow(2).sum().backward()
+        o.step()
+    assert torch.equal(layer.weight, ref.weight)
+
+
+def test_the_binding_lives_with_the_parameter() -> None:
+    """Two models in one process each update through their own optimizer; a deep copy of a
+    model is not bound to the original's optimizer, a copy of both together is bound to its
+    own copy; state_dict round trips are untouched."""
+    import copy
+
+    torch.manual_seed(0)
+    a, b = LookupLinear(V, D, sparse=True), LookupLinear(V, D, sparse=True)
+    opt_a = optim.SGD(a.parameters(), lr=1.0, fused=True)
+    opt_b = optim.SGD(b.parameters(), lr=1.0, fused=True)
+    x = torch.tensor([4])
+    wa, wb = a.weight.detach().clone(), b.weight.detach().clone()
+    a(x).sum().backward()
+    assert torch.equal(b.weight, wb) and not torch.equal(a.weight, wa)
+    assert not opt_b.state[b.weight]
+
+    lone = copy.deepcopy(a)
+    lone(x).sum().backward()  # no optimizer: the gradient is stored
+    assert lone.weight.grad is not None
+    model2, opt2 = copy.deepcopy((a, opt_a))
+    w2 = model2.weight.detach().clone()
+    model2(x).sum().backward()
+    assert model2.weight.grad is None and not torch.equal(model2.weight, w2)
+    assert opt2.state[model2.weight]["step"] == 2 and opt_a.state[a.weight]["step"] == 1
+
+    state = a.state_dict()
+    c = LookupLinear(V, D, sparse=True)
+    c.load_state_dict(state)
+    assert torch.equal(c.weight, a.weight)
+
+
+def test_check_equivalence_leaves_a_fused_layer_and_its_optimizer_alone() -> None:
+    from lookuplinear import check_equivalence
+
+    torch.manual_seed(0)
+    layer = LookupLinear(V, D, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    before = [p.detach().clone() for p in layer.parameters()]
+    report = check_equivalence(layer, Bags.from_lists([[1, 2, 2], [], [7]]))
+    assert report.ok, str(report)
+    for p, q in zip(layer.parameters(), before, strict=True):
+        assert torch.equal(p, q) and p.grad is None
+    assert not opt.state[layer.weight]
+
+
+def test_double_backward_through_a_sparse_table() -> None:
+    """``create_graph=True``: the row-sparse gradient keeps its graph, as
+    ``nn.Embedding(sparse=True)``'s does, so a gradient penalty gets the same gradient."""
+    torch.manual_seed(0)
+    layer = LookupLinear(V, D, bias=False, sparse=True)
+    emb = nn.Embedding(V, D, sparse=True)
+    with torch.no_grad():
+        emb.weight.copy_(layer.weight)
+    x = torch.tensor([[1, 2, 2], [3, 1, 0]])
+    penalties = []
+    for m in (layer, emb):
+        (g,) = torch.autograd.grad(m(x).pow(2).sum(), m.weight, create_graph=True)
+        assert g.requires_grad
+        penalty = torch.sparse.sum(g * g)
+        penalty.backward()
+        penalties.append((penalty.detach(), m.weight.grad))
+    torch.testing.assert_close(penalties[0][0], penalties[1][0])
+    assert penalties[0][1] is not None and penalties[1][1] is not None
+    torch.testing.assert_close(penalties[0][1].to_dense(), penalties[1][1].to_dense())
+
+
+def test_a_fused_gradient_penalty_trains_as_unfused() -> None:
+    """With a fused optimizer the penalty's backward updates the table, as ``step`` after an
+    unfused backward does."""
+    x = torch.tensor([[1, 2, 2], [3, 1, 0]])
+    weights = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, bias=False, sparse=True)
+        opt = optim.SGD(layer.parameters(), lr=0.1, fused=fused)
+        (g,) = torch.autograd.grad(layer(x).pow(2).sum(), layer.weight, create_graph=True)
+        torch.sparse.sum(g * g).backward()
+        assert (layer.weight.grad is None) == fused
+        opt.step()
+        weights.append(layer.weight.detach())
+    assert torch.equal(weights[0], weights[1])

@@ -8,8 +8,9 @@ from forms import BATCH, DEVICES, make_case
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookuplinear import Bags, LookupLinear, rowgrad
-from lookuplinear.rowgrad import _group_rows_torch, bag_lookup, group_rows
+from lookuplinear import Bags, LookupLinear
+from lookuplinear._kernels import Lookup, c_available, group_rows, use_backend
+from lookuplinear.rowgrad import bag_lookup
 
 
 @st.composite
@@ -27,7 +28,7 @@ def bag_batches(draw: st.DrawFn) -> tuple[int, list[list[int]], bool, int | None
 def test_group_rows_equals_dense_gradient(
     case: tuple[int, list[list[int]], bool, int | None], dtype: torch.dtype
 ) -> None:
-    """``(rows, values)`` is the non-zero rows of ``densify(x).T @ g``: numba and torch ops."""
+    """``(rows, values)`` is the non-zero rows of ``densify(x).T @ g``: C and torch ops."""
     in_features, lists, weighted, padding = case
     g = torch.Generator().manual_seed(len(lists))
     ws = [[float(torch.rand((), generator=g)) - 0.5 for _ in b] for b in lists]
@@ -37,9 +38,10 @@ def test_group_rows_equals_dense_gradient(
     if padding is not None:
         dense[:, padding] = 0
     expected = dense.T @ grad_out  # (in_features, 3)
-    for fn in (group_rows, _group_rows_torch):
-        args = (bags.indices, bags.offsets, bags.weights, grad_out, padding)
-        rows, values = fn(*args, in_features) if fn is group_rows else fn(*args)
+    for backend in ("c", "torch") if c_available() else ("torch",):
+        with use_backend(backend):
+            lk = Lookup(bags.indices, bags.offsets, bags.weights, padding)
+            rows, values = group_rows(lk, grad_out, in_features)
         assert rows.dtype == torch.long
         assert bool((rows[1:] > rows[:-1]).all())  # sorted and unique
         touched = sorted({i for b in lists for i in b} - {padding})
@@ -77,20 +79,20 @@ def test_sparse_true_input_values_get_the_dense_gradient(form: str, mode: str) -
     torch.testing.assert_close(grads[1][1].to_dense(), grads[0][1])
 
 
-def test_numba_and_torch_paths_give_the_same_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_c_and_torch_paths_give_the_same_gradient() -> None:
     torch.manual_seed(0)
     layer = LookupLinear(1000, 8, sparse=True, padding_idx=0)
     bags = Bags.from_lists([[5, 5, 0, 999], [], [7, 5]], weights=[[1, 2, 3, 4], [], [0.5, 1]])
     layer(bags).pow(2).sum().backward()
     assert layer.weight.grad is not None
-    numba_grad = layer.weight.grad.coalesce()
+    c_grad = layer.weight.grad.coalesce()
     layer.weight.grad = None
-    monkeypatch.setattr(rowgrad, "USE_NUMBA", False)
-    layer(bags).pow(2).sum().backward()
+    with use_backend("torch"):
+        layer(bags).pow(2).sum().backward()
     assert layer.weight.grad is not None
     torch_grad = layer.weight.grad.coalesce()
-    assert torch.equal(numba_grad.indices(), torch_grad.indices())
-    torch.testing.assert_close(numba_grad.values(), torch_grad.values())
+    assert torch.equal(c_grad.indices(), torch_grad.indices())
+    torch.testing.assert_close(c_grad.values(), torch_grad.values())
 
 
 @pytest.mark.parametrize("device", DEVICES)

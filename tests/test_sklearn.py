@@ -26,7 +26,8 @@ from lookuplinear import (
     LookupLinearError,
     TrainingDivergedError,
 )
-from lookuplinear.sklearn import LookupClassifier, LookupRegressor, _fused
+from lookuplinear._kernels import use_backend
+from lookuplinear.sklearn import LookupClassifier, LookupRegressor
 from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
 from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
@@ -96,11 +97,11 @@ def test_mode_folded_into_the_rows_gives_the_same_lookup() -> None:
 @pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel", "class_weight"])
 @pytest.mark.parametrize(("solver", "mode"), [("adagrad", "mean"), ("sgd", "mean"),
                                               ("adam", "mean"), ("adagrad", "sum")])
-def test_fused_step_equals_the_autograd_step(
-    target: str, solver: str, mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """fastText's case (hidden, mode="mean") trains without autograd (_fused.py): the same
-    model, to float32 rounding, as loss.backward() + optimizer.step() on the module."""
+def test_fit_is_the_module_step_on_either_kernel_backend(target: str, solver: str,
+                                                         mode: str) -> None:
+    """``fit`` trains through the layer and its fused optimizer (forward, ``loss.backward()``,
+    ``step()``): the C kernels and the torch-op fallback give the same model, to float32
+    rounding."""
     X, y = _data(n_features=60)
     if target == "binary":
         y = y % 2
@@ -109,37 +110,14 @@ def test_fused_step_equals_the_autograd_step(
     kw = {"class_weight": "balanced"} if target == "class_weight" else {}
     params = {"hidden": 8, "mode": mode, "solver": solver, "learning_rate": "linear",
               "epochs": 3, "batch_size": 32, "learning_rate_init": 0.2, "random_state": 0, **kw}
-    fused = LookupClassifier(**params).fit(X, y)
-    net = fused.model_
-    steps = _fused.fused_step(net, fused._optimizers, fused._loss_grad(torch.zeros(0)),
-                              mode == "mean")
-    assert steps is not None  # the fused path applies to this model
-    monkeypatch.setattr(_fused, "USE_FUSED_STEP", False)
-    ref = LookupClassifier(**params).fit(X, y)
-    for a, b in zip(net.parameters(), ref.model_.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(fused.loss_curve_, ref.loss_curve_, rtol=1e-5)
-    np.testing.assert_allclose(fused.decision_function(X), ref.decision_function(X),
-                               rtol=1e-4, atol=1e-5)
-
-
-def test_fused_step_without_numba_equals_the_autograd_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Where the optimizer's fused row update does not apply (here: the numba kernels turned
-    off, as on other devices), the fused step updates the table through group_rows and the
-    optimizer's torch row update: the same model again."""
-    from lookuplinear import rowgrad
-
-    monkeypatch.setattr(rowgrad, "USE_NUMBA", False)
-    X, y = _data(n_features=60)
-    params = {"hidden": 8, "mode": "mean", "solver": "adagrad", "epochs": 3, "batch_size": 32,
-              "learning_rate_init": 0.2, "random_state": 0}
-    fused = LookupClassifier(**params).fit(X, y)
-    monkeypatch.setattr(_fused, "USE_FUSED_STEP", False)
-    ref = LookupClassifier(**params).fit(X, y)
-    for a, b in zip(fused.model_.parameters(), ref.model_.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    fits = []
+    for backend in ("auto", "torch"):
+        with use_backend(backend):
+            fits.append(LookupClassifier(**params).fit(X, y))
+    a, b = fits
+    for pa, pb in zip(a.model_.parameters(), b.model_.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-5)
 
 
 def test_token_lists_equal_their_count_matrix() -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from .bags import Bags
 from .errors import LookupLinearError
@@ -176,6 +177,18 @@ def check_equivalence(
         return _check(layer, x, rtol, atol, seed)
 
 
+def _probe(layer: LookupLinear) -> LookupLinear:
+    """A shallow copy of ``layer`` whose parameters are new leaves on the same storage: its
+    backward reaches neither the layer's ``.grad`` nor a ``fused=True`` optimizer bound to the
+    layer's parameters, so checking never changes the layer or an optimizer's state."""
+    probe = copy.copy(layer)
+    probe._parameters = {
+        name: None if p is None else nn.Parameter(p.detach(), requires_grad=True)
+        for name, p in layer._parameters.items()
+    }
+    return probe
+
+
 def _check(
     layer: LookupLinear, x: Any, rtol: float | None, atol: float | None, seed: int
 ) -> EquivalenceReport:
@@ -183,9 +196,10 @@ def _check(
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
-    params = [p for p in (layer.weight, layer.bias) if p is not None]
+    probe = _probe(layer)
+    params = [p for p in (probe.weight, probe.bias) if p is not None]
     leaf = _value_leaf(x)
-    out = layer(x)
+    out = probe(x)
     gen = torch.Generator().manual_seed(seed)
     upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     inputs = params + ([leaf] if leaf is not None else [])

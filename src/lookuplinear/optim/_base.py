@@ -2,9 +2,14 @@
 
 A parameter whose ``.grad`` is a sparse COO tensor (``LookupLinear(sparse=True)``,
 ``nn.Embedding(sparse=True)``) is updated row by row: only the rows the gradient names, and
-only those rows of the optimizer state, are read and written, in one pass (numba on CPU, torch
-ops elsewhere). Any other parameter gets the dense update of the ``torch.optim`` optimizer of the
-same name, so one optimizer serves a whole model.
+only those rows of the optimizer state, are read and written, in one pass (the C kernels on
+CPU, torch ops elsewhere). Any other parameter gets the dense update of the ``torch.optim``
+optimizer of the same name, so one optimizer serves a whole model.
+
+Each optimizer states its update once, its variants side by side (as ``torch.optim.adam`` keeps
+its single-tensor, multi-tensor and fused variants together): ``_dense_update`` (the
+``torch.optim`` formula), ``_kernel`` and ``_kernel_args`` (its C entry point and operands) and
+``_rows_torch`` (the same row update in torch ops).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from typing import Any
 
 import torch
 
-from .. import hugepages, rowgrad
+from .. import hugepages
+from .._fusion import bind
+from .._kernels import Lookup, fused_rows, group_rows, update_rows, use_c
 from ..errors import InputValueError
+from ..rowgrad import row_sparse_grad
 
-__all__ = ["RowSparseOptimizer", "row_sparse_parts", "scalars", "zeros_like"]
+__all__ = ["RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
 
 Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
 
@@ -50,38 +58,33 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    """A contiguous state tensor like ``p`` filled with ``fill``, on huge pages when large
+    """A contiguous state tensor like ``p`` filled with ``fill``, placed as the table is
     (:mod:`lookuplinear.hugepages`: the update reads its rows scattered, as it reads ``p``'s)."""
     return hugepages.empty(*p.shape, dtype=p.dtype, device=p.device).fill_(fill)
 
 
-def scalars(w: Any, *values: float) -> tuple[Any, ...]:
-    """``values`` as scalars of the numpy array ``w``'s dtype (float32 math for float32)."""
-    cast = w.dtype.type
-    return tuple(cast(v) for v in values)
-
-
 def _bump_version(t: torch.Tensor) -> None:
-    """Tell autograd ``t`` changed in place (numba writes through a numpy view)."""
-    increment = getattr(torch.autograd.graph, "increment_version", None)
-    if increment is not None:
-        increment(t)
+    """Tell autograd ``t`` changed in place (the C kernels write through its pointer)."""
+    torch.autograd.graph.increment_version(t)
 
 
 class RowSparseOptimizer(torch.optim.Optimizer):
     """Base class: ``step`` sends each parameter to ``_sparse_update`` or ``_dense_update``.
 
     Subclasses define ``_init_state(p, state, group)``, ``_dense_update(p, grad, state,
-    group)`` (the ``torch.optim`` formula), ``_row_kernel(w, state, group, step)`` (the numba
-    row kernel and its arguments after ``(weight, rows, values)``, on numpy views) and
-    ``_rows_torch(w, rows, values, state, group, step)`` (the same with torch ops on gathered
-    rows, for other devices and dtypes).
+    group)`` (the ``torch.optim`` formula), ``_kernel`` (the name of the C row kernel,
+    ``lookuplinear._kernels.KERNELS``), ``_kernel_args(w, state, group, step)`` (its state
+    tensor and scalars, or None where the state's layout is not the kernel's) and
+    ``_rows_torch(w, rows, values, state, group, step)`` (the same update with torch ops).
 
-    ``fused=True``: a ``LookupLinear(sparse=True)`` table updates itself inside ``backward``
-    (:meth:`fused_backward`): its rows are summed chunk by chunk and updated at once, no
-    gradient is stored and ``step`` has nothing left to do for it. Same sums, same kernels:
-    the same weights as ``fused=False``. Other parameters are stepped as usual.
+    ``fused=True``: a ``LookupLinear(sparse=True)`` table is bound to the optimizer
+    (:mod:`lookuplinear._fusion`) and updated at the end of ``backward``: no gradient is
+    stored and ``step`` has nothing left to do for it. Same sums, same kernels: the same
+    weights as ``fused=False``. A table used several times in one forward is updated once,
+    with the summed gradient. Other parameters are stepped as usual.
     """
+
+    _kernel = ""
 
     def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
         for key, value in defaults.items():
@@ -91,67 +94,75 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
-        self._views: dict[int, tuple[Any, ...]] = {}
         super().__init__(params, {**defaults, "fused": bool(fused)})
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As ``torch.optim.Optimizer.add_param_group``; with ``fused=True`` the group's tables
-        learn that this optimizer updates them in their backward."""
+        are bound to this optimizer, which updates them in their backward."""
         super().add_param_group(param_group)
-        self._register_fused(self.param_groups[-1])
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """As ``torch.optim.Optimizer.load_state_dict``; the numpy views kept from the old
-        state (:meth:`_numpy_views`) are dropped with it."""
-        self._views.clear()
-        super().load_state_dict(state_dict)
+        self._bind(self.param_groups[-1])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self._views = {}
-        for group in self.param_groups:  # unpickled: tell the tables again
-            self._register_fused(group)
+        for group in self.param_groups:  # copied or unpickled: bind the tables again
+            self._bind(group)
 
-    def _register_fused(self, group: dict[str, Any]) -> None:
+    def _bind(self, group: dict[str, Any]) -> None:
         if group.get("fused"):
             for p in group["params"]:
                 if p.dim() >= 2:
-                    rowgrad.register_fused(p, self)
+                    bind(p, self)
 
-    @torch.no_grad()
-    def fused_backward(
-        self,
-        p: torch.Tensor,
-        indices: torch.Tensor,
-        offsets: torch.Tensor | None,
-        weights: torch.Tensor | None,
-        grad_out: torch.Tensor,
-        padding_idx: int | None,
-    ) -> bool:
-        """Apply this step's update to ``p`` straight from a bag lookup's ``grad_out``.
+    def _group(self, p: torch.Tensor) -> dict[str, Any] | None:
+        return next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
 
-        Called by ``LookupLinear``'s backward when ``fused=True``; returns False (and does
-        nothing) where the fused path does not apply (not a CPU float32/float64 table, or the
-        parameter is not in this optimizer), and the gradient is then stored as usual.
-        """
-        from .. import _native, _numba
-
-        group = next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
-        if group is None or not group.get("fused"):
-            return False
-        state = self.state[p]
+    def _state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
-        views = self._numpy_views(p, state) if rowgrad.USE_NUMBA else None
-        if views is None or grad_out.dtype != p.dtype:
-            return False
-        state["step"] += 1
-        wn, kernel, rest = self._numba_kernel(views, state, group)
-        args = rowgrad.numpy_inputs(indices, offsets, weights, grad_out, padding_idx)
-        if _native.fused_update(*args, p.shape[0], kernel, wn, *rest) is None:
-            _numba.fused_rows(*args, p.shape[0], kernel, wn, *rest)
-        _bump_version(p)
-        return True
+        return state
+
+    @torch.no_grad()
+    def _apply_fused(self, p: torch.Tensor, pending: list[tuple[Lookup, torch.Tensor]]) -> None:
+        """Update ``p`` from the ``(lookup, grad_out)`` of every use of it in one backward.
+
+        One use: the C kernel groups the rows and updates each as soon as its gradient is
+        summed. Several uses: each use's row-sparse gradient, summed as autograd would sum
+        them, then the stored-gradient update. Either way the weights ``fused=False`` gives.
+        """
+        group = self._group(p)
+        if group is None or not group.get("fused"):  # unbound since: store the gradient
+            grad = self._summed_grad(p, pending)
+            p.grad = grad if p.grad is None else p.grad + grad
+            return
+        state = self._state(p, group)
+        if len(pending) == 1:
+            lk, g = pending[0]
+            args = self._c_args(p, state, group, state["step"] + 1)
+            if args is not None and fused_rows(self._kernel, lk, g, p, *args):
+                state["step"] += 1
+                _bump_version(p)
+                return
+        rows, values = row_sparse_parts(self._summed_grad(p, pending))
+        self._sparse_update(p, rows, values, state, group)
+
+    @staticmethod
+    def _summed_grad(p: torch.Tensor, pending: list[tuple[Lookup, torch.Tensor]]) -> torch.Tensor:
+        total: torch.Tensor | None = None
+        for lk, g in pending:
+            rows, values = group_rows(lk, g, p.shape[0])
+            grad = row_sparse_grad(rows, values.to(p.dtype), tuple(p.shape))
+            total = grad if total is None else total + grad
+        assert total is not None
+        return total
+
+    def _c_args(
+        self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+        """The C kernel's ``(state, scalars)`` for ``p``, or None where it cannot run."""
+        if not (use_c(p) and p.dim() == 2 and p.is_contiguous()):
+            return None
+        return self._kernel_args(p, state, group, step)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -165,9 +176,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 grad = p.grad
                 if grad is None:
                     continue
-                state = self.state[p]
-                if not state:
-                    self._init_state(p, state, group)
+                state = self._state(p, group)
                 if grad.is_sparse:
                     rows, values = row_sparse_parts(grad)
                     self._sparse_update(p, rows, values, state, group)
@@ -192,74 +201,25 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
         values = values.reshape(values.shape[0], -1).to(p.dtype)
-        views = self._numpy_views(p, state) if rowgrad.USE_NUMBA else None
-        if views is not None:
-            from .. import _native, _numba
-
-            wn, kernel, rest = self._numba_kernel(views, state, group)
-            rn, vn = rows.long().numpy(), values.contiguous().numpy()
-            if not _native.update(kernel, wn, rn, vn, *rest):
-                _numba.over_rows(kernel, wn, rn, vn, *rest)
+        args = self._c_args(p, state, group, state["step"])
+        if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             _bump_version(p)
         else:
             self._rows_torch(
                 p.view(p.shape[0], -1), rows.long(), values, state, group, state["step"]
             )
 
-    def _numpy_views(
-        self, p: torch.Tensor, state: dict[str, Any]
-    ) -> tuple[Any, dict[str, Any]] | None:
-        """``(p as rows, {state name: array})``, numpy views (no copies) the numba kernels
-        update in place, or None where they cannot (:func:`_numba_ok`).
-
-        Built once per parameter and kept while ``p``'s storage and its state tensors stay
-        the same (a loaded state or ``p.data = ...`` builds them again): the checks and the
-        conversions cost 10-40 microseconds a step otherwise.
-        """
-        tensors = [t for t in state.values() if isinstance(t, torch.Tensor)]
-        hit = self._views.get(id(p))
-        if (
-            hit is not None
-            and hit[0] is p
-            and hit[1] == p.data_ptr()
-            and len(hit[2]) == len(tensors)
-            and all(a is b for a, b in zip(hit[2], tensors, strict=True))
-        ):
-            return hit[3]
-        self._prepare_state(p, state)
-        tensors = [t for t in state.values() if isinstance(t, torch.Tensor)]
-        w = p.view(p.shape[0], -1)
-        views = None
-        if _numba_ok(w, state):
-            arrays = {k: t.detach().numpy() for k, t in state.items()
-                      if isinstance(t, torch.Tensor)}
-            views = (w.detach().numpy(), arrays)
-        self._views[id(p)] = (p, p.data_ptr(), tensors, views)
-        return views
-
-    def _numba_kernel(
-        self, views: tuple[Any, dict[str, Any]], state: dict[str, Any], group: dict[str, Any]
-    ) -> tuple[Any, Any, tuple[Any, ...]]:
-        """``(w as numpy, row kernel, its arguments after (weight, rows, values))`` for this
-        step, on the numpy views of :meth:`_numpy_views`."""
-        wn, arrays = views
-        kernel, rest = self._row_kernel(wn, arrays, group, state["step"])
-        return wn, kernel, rest
-
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
-
-    def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
-        """Bring ``p``'s state into the layout the row-wise update expects (a no-op here)."""
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
     ) -> None:
         raise NotImplementedError
 
-    def _row_kernel(
-        self, w: Any, state: dict[str, Any], group: dict[str, Any], step: int
-    ) -> tuple[Any, tuple[Any, ...]]:
+    def _kernel_args(
+        self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
+    ) -> tuple[torch.Tensor, tuple[float, ...]] | None:
         raise NotImplementedError
 
     def _rows_torch(
@@ -272,19 +232,3 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         step: int,
     ) -> None:
         raise NotImplementedError
-
-
-def _numba_ok(w: torch.Tensor, state: dict[str, Any]) -> bool:
-    """Whether the numba kernels can update ``w`` and its state in place (CPU, float32/64,
-    ``w`` contiguous, each state row contiguous: ``Adam``'s two moments are views into one
-    block, a row of each next to each other)."""
-    tensors = [w, *(t for t in state.values() if isinstance(t, torch.Tensor))]
-    return (
-        w.is_contiguous()
-        and all(
-            t.device.type == "cpu"
-            and t.dtype in (torch.float32, torch.float64)
-            and (t.is_contiguous() or (t.dim() >= 2 and t.shape[0] > 0 and t[0].is_contiguous()))
-            for t in tensors
-        )
-    )

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ._base import Params, RowSparseOptimizer, scalars, zeros_like
+from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
 
@@ -73,14 +73,14 @@ class Adagrad(RowSparseOptimizer):
         std = state["sum"].sqrt().add_(group["eps"])
         p.addcdiv_(grad, std, value=-self._clr(group, state["step"]))
 
-    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
-                    step: int) -> tuple[Any, tuple[Any, ...]]:
-        from .. import _numba
+    _kernel = "adagrad"
 
-        return _numba.adagrad_rows, (
-            state["sum"].reshape(w.shape),
-            *scalars(w, self._clr(group, step), group["eps"], group["weight_decay"]),
-        )
+    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
+                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+        s = state["sum"]
+        if not (s.is_contiguous() and s.shape == w.shape):
+            return None
+        return s, (self._clr(group, step), group["eps"], group["weight_decay"])
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:
@@ -148,14 +148,14 @@ class RowWiseAdagrad(RowSparseOptimizer):
         s = state["sum"].add_((g * g).mean(1))
         w.sub_(g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1))
 
-    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
-                    step: int) -> tuple[Any, tuple[Any, ...]]:
-        from .. import _numba
+    _kernel = "rowwise_adagrad"
 
-        return _numba.rowwise_adagrad_rows, (
-            state["sum"],
-            *scalars(w, group["lr"], group["eps"], group["weight_decay"], 1 / w.shape[1]),
-        )
+    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
+                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+        s = state["sum"]
+        if not (s.is_contiguous() and s.shape == w.shape[:1]):
+            return None
+        return s, (group["lr"], group["eps"], group["weight_decay"], 1 / w.shape[1])
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import hugepages
 from ..errors import InputValueError
-from ._base import Params, RowSparseOptimizer, scalars, zeros_like
+from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adam", "AdamW", "paired_moments"]
 
@@ -21,8 +20,8 @@ def paired_moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     A row-wise step reads and writes a touched row's ``m`` and ``v`` together; adjacent, they
     are one contiguous read (512 B at 64 float32 per row) instead of two scattered ones, and
-    the Adam row update ran 1.1-1.2x faster (docs/benchmarks.md). Each view holds the values
-    ``torch.optim.Adam``'s state of that name would hold.
+    the Adam row update ran 1.1-1.2x faster (benchmarks/bench_kernels.py). Each view holds the
+    values ``torch.optim.Adam``'s state of that name would hold.
 
     Examples
     --------
@@ -148,22 +147,17 @@ class Adam(RowSparseOptimizer):
             return step_size, 0.0, 1 - lr * wd
         return step_size, wd, 1.0
 
-    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
-                    step: int) -> tuple[Any, tuple[Any, ...]]:
-        from .. import _numba
+    _kernel = "adam"
 
+    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
+                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+        self._prepare_state(w, state)
+        if not _is_paired(state["exp_avg"], state["exp_avg_sq"]):
+            return None  # the kernel reads a row's m and v as one (2, n) block from m's start
         step_size, l2, decay = self._coefficients(group, step)
         beta1, beta2 = group["betas"]
-        moments = state.get("moments")  # kept with the views (_numpy_views)
-        if moments is None:  # paired (_prepare_state): the (rows, 2, n) block starts at m
-            m = state["exp_avg"]
-            rows, n, size = w.shape[0], w.shape[1], m.itemsize
-            moments = state["moments"] = np.lib.stride_tricks.as_strided(
-                m, (rows, 2, n), (2 * n * size, n * size, size)
-            )
-        return _numba.adam_rows, (
-            moments,
-            *scalars(w, beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay),
+        return state["exp_avg"], (
+            beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay,
         )
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,

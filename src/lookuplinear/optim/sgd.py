@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..errors import InputValueError
-from ._base import Params, RowSparseOptimizer, scalars, zeros_like
+from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["SGD"]
 
@@ -93,16 +93,16 @@ class SGD(RowSparseOptimizer):
             d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
         p.add_(d_p, alpha=-group["lr"])
 
-    def _row_kernel(self, w: Any, state: dict[str, Any], group: dict[str, Any],
-                    step: int) -> tuple[Any, tuple[Any, ...]]:
-        from .. import _numba
+    _kernel = "sgd"
 
+    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
+                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
         buf = state.get("momentum_buffer")
-        return _numba.sgd_rows, (
-            w if buf is None else buf.reshape(w.shape),
-            *scalars(w, group["lr"], group["weight_decay"], group["momentum"],
-                     1 - group["dampening"]),
-            group["nesterov"],
+        if buf is not None and not (buf.is_contiguous() and buf.shape == w.shape):
+            return None
+        return w if buf is None else buf, (
+            group["lr"], group["weight_decay"], group["momentum"], 1 - group["dampening"],
+            float(group["nesterov"]),
         )
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,

@@ -19,7 +19,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..bags import Bags
 from ..errors import TrainingDivergedError
 from ..functional import MODES, row_scale
-from ._fused import LossGrad, fused_step
 from ._model import LookupNet
 from ._optim import SOLVERS, make_optimizers, make_schedulers
 
@@ -57,15 +56,6 @@ class _CSRBatches:
     def rows(self, a: int, b: int) -> Bags:
         s, e = int(self.indptr[a]), int(self.indptr[b])
         return Bags(self.indices[s:e], self.indptr[a : b + 1] - s, self.data[s:e])
-
-    def slices(
-        self, a: int, b: int, device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rows ``a:b`` as ``(indices, offsets, values)`` on ``device``, without ``Bags``' checks
-        (the rows of a CSR matrix are valid bags)."""
-        s, e = int(self.indptr[a]), int(self.indptr[b])
-        return (self.indices[s:e].to(device), (self.indptr[a : b + 1] - s).to(device),
-                self.data[s:e].to(device))
 
     def bounds(self, size: int) -> Iterator[tuple[int, int]]:
         """``(a, b)`` of each batch of ``size`` consecutive rows."""
@@ -188,10 +178,6 @@ class LookupEstimator(BaseEstimator):
     ) -> torch.Tensor:
         raise NotImplementedError
 
-    def _loss_grad(self, target: torch.Tensor) -> LossGrad | None:
-        """``_loss`` and its gradient without autograd, for the fused step; None: no fused step."""
-        return None
-
     def _run_epochs(
         self,
         X: sp.csr_matrix,
@@ -230,7 +216,6 @@ class LookupEstimator(BaseEstimator):
         prescaled = model.lookup.mode in ("mean", "sqrtn")
         if prescaled:
             X = _fold_mode(X, model.lookup.mode)
-        fused = fused_step(model, self._optimizers, self._loss_grad(target), prescaled)
         for epoch in range(epochs):
             perm = torch.randperm(n, generator=gen)
             batches = _CSRBatches(X[perm.numpy()])
@@ -238,16 +223,13 @@ class LookupEstimator(BaseEstimator):
             total, seen = 0.0, 0
             for a, b in batches.bounds(self.batch_size):
                 w = None if w_epoch is None else w_epoch[a:b].to(device)
-                if fused is not None:  # the same step without autograd (_fused.py)
-                    loss = fused(*batches.slices(a, b, device), t_epoch[a:b], w)
-                else:
-                    bags = batches.rows(a, b).to(device)
-                    loss = self._loss(model(bags, prescaled=prescaled), t_epoch[a:b], w)
-                    for opt in self._optimizers:
-                        opt.zero_grad(set_to_none=True)
-                    loss.backward()  # the fused optimizer updates the table here
-                    for opt in self._optimizers:
-                        opt.step()
+                bags = batches.rows(a, b).to(device)
+                loss = self._loss(model(bags, prescaled=prescaled), t_epoch[a:b], w)
+                for opt in self._optimizers:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()  # the fused optimizer updates the table here
+                for opt in self._optimizers:
+                    opt.step()
                 for sched in schedulers:
                     sched.step()
                 total += float(loss.detach()) * (b - a)

@@ -17,7 +17,6 @@ from sklearn.utils.validation import column_or_1d
 
 from ..errors import InputValueError
 from ._base import LookupEstimator
-from ._fused import LossGrad
 
 __all__ = ["LookupClassifier"]
 
@@ -302,41 +301,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
             return per_row.mean()
         return (per_row * weight).mean()  # scikit-learn's meaning of a sample weight
 
-    def _loss_grad(self, target: torch.Tensor) -> LossGrad | None:
-        return _cross_entropy_grad if target.dtype == torch.int64 else _bce_grad
-
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_label = True
         return tags
-
-
-def _row_scale(out: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    """d loss / d per-row loss: ``1 / B`` (the mean), times the row's weight."""
-    inv = torch.full((out.shape[0],), 1.0 / out.shape[0], dtype=out.dtype, device=out.device)
-    return inv if weight is None else inv * weight
-
-
-def _cross_entropy_grad(
-    out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``LookupClassifier._loss`` for class indices and its gradient ``(softmax(out) - onehot)
-    * scale``, scale as :func:`_row_scale`, as ``F.cross_entropy``'s backward computes it."""
-    logp = out.log_softmax(1)  # (B, C)
-    per_row = -logp.gather(1, target.unsqueeze(1)).squeeze(1)  # (B,)
-    scale = _row_scale(out, weight)
-    loss = per_row.mean() if weight is None else (per_row * weight).mean()
-    g = logp.exp_().mul_(scale.unsqueeze(1))
-    g.scatter_add_(1, target.unsqueeze(1), -scale.unsqueeze(1))
-    return loss, g
-
-
-def _bce_grad(
-    out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``LookupClassifier._loss`` for 0/1 targets (the mean over outputs of the logistic loss)
-    and its gradient ``(sigmoid(out) - target) * scale / n_outputs``."""
-    per_row = F.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)
-    loss = per_row.mean() if weight is None else (per_row * weight).mean()
-    scale = _row_scale(out, weight) / out.shape[1]
-    return loss, (torch.sigmoid(out) - target).mul_(scale.unsqueeze(1))

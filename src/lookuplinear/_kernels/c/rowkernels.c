@@ -1,39 +1,22 @@
 /* Row-wise backward and optimizer kernels in C, built by the package's install (setup.py) and
- * loaded with ctypes by lookuplinear/_native.py; the numba kernels of lookuplinear/_numba.py
- * compute the same thing and are used where this library was not built.
+ * loaded with ctypes by lookuplinear/_kernels/_clib.py; torch ops compute the same thing
+ * where this library was not built (lookuplinear/_kernels).
  *
  * The dense equivalent of every kernel: the weight gradient of a bag lookup is
  * densify(x).T @ grad_out, whose non-zero rows are the unique indices of the batch; an update
  * changes only those rows of the table and of the optimizer state.
  *
- * Why C (docs/benchmarks.md, "Kernel choices"): for a table of 64 float32 columns the compiler
- * keeps a row's gradient in four vector registers when the width is a compile-time constant,
- * which numba does not, and the sort packs (row, entry) into one 64-bit key
- * (benchmarks/bench_kernels.py times each kernel against its numba twin).
+ * Why C: for a table of 64 float32 columns the compiler keeps a row's gradient in four vector
+ * registers when the width is a compile-time constant, and the sort packs (row, entry) into one
+ * 64-bit key (benchmarks/bench_kernels.py times each kernel against the torch-op path).
  *
  * Determinism: built without -ffast-math (no reassociation), and the one reduction (row-wise
  * Adagrad's mean of squares) adds 16 fixed lanes in a fixed order, so that the fused kernels
  * (gradient in registers) and the unfused ones (gradient in memory) give the same bits.
- * Multiply-adds are fused where the CPU has FMA (-ffp-contract=fast), as numba's kernels and
- * PyTorch's dense backward do: the weighted sums then equal the dense gradient to the bit.
+ * Multiply-adds are fused where the CPU has FMA (-ffp-contract=fast), as PyTorch's dense
+ * backward does: the weighted sums then equal the dense gradient to the bit.
  */
-#ifdef LL_PYTHON_MODULE /* built by setup.py as lookuplinear._rowkernels */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#endif
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(LL_NO_CLONES)
-/* one copy of each entry point per instruction set, chosen at load time (no -march=native, so
- * a build runs on any x86-64 machine) */
-#define LL_EXPORT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LL_EXPORT
-#endif
-#define LL_INLINE static inline __attribute__((always_inline))
+#include "common.h"
 
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, LINE = 64 };
 
@@ -123,7 +106,7 @@ static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offset
 #define T float
 #define SFX(name) name##_f32
 #define SQRT sqrtf
-#include "_rowkernels_impl.h"
+#include "rowkernels_impl.h"
 #undef T
 #undef SFX
 #undef SQRT
@@ -131,20 +114,7 @@ static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offset
 #define T double
 #define SFX(name) name##_f64
 #define SQRT sqrt
-#include "_rowkernels_impl.h"
+#include "rowkernels_impl.h"
 #undef T
 #undef SFX
 #undef SQRT
-
-/* ABI version: lookuplinear/_native.py loads a library whose version equals its own */
-int64_t ll_version(void) { return 1; }
-
-#ifdef LL_PYTHON_MODULE
-/* an importable module, so that the import system finds the file; it defines no Python
- * functions, the kernels are called through ctypes */
-static struct PyModuleDef ll_module = {
-    PyModuleDef_HEAD_INIT, "_rowkernels",
-    "C row kernels; called through ctypes by lookuplinear._native.", -1, NULL,
-    NULL, NULL, NULL, NULL};
-PyMODINIT_FUNC PyInit__rowkernels(void) { return PyModule_Create(&ll_module); }
-#endif

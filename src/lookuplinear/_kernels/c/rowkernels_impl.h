@@ -7,7 +7,7 @@
  *   ll_fused_OPT_f32(idx, n, offsets, n_bags, padding_idx, weights, grad_out, dim, w, s,
  *       params): the same update straight from a bag lookup's grad_out (fused=True);
  * and ll_group_rows_f32(...): the row-sparse gradient itself, rows sorted. ``params`` are the
- * optimizer's scalars in the order of the numba kernel of the same name (lookuplinear/_numba.py);
+ * optimizer's scalars in the order its ``_kernel_args`` gives them (lookuplinear/optim);
  * ``s`` is its state: the momentum buffer or the squared sums (one row per table row), the
  * row-wise sums (one value per row), or Adam's moments (m and v of a row next to each other).
  */
@@ -168,7 +168,7 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
 /* how many rows ahead the updates prefetch: about LINES_AHEAD cache lines of table and state
  * (a row, its state and one line for a row that straddles lines), between 4 and 64 rows. A
  * fixed 16 rows left the row-wise Adagrad kernel (6 lines a row) 1.1-1.2x slower and Adam's
- * (13 lines a row) no faster (docs/benchmarks.md, "Kernel choices"). */
+ * (13 lines a row) no faster (benchmarks/bench_kernels.py). */
 LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) {
     int64_t lines = (dim * (int64_t)sizeof(T) + state_bytes + LINE - 1) / LINE + 1;
     int64_t d = LINES_AHEAD / lines;

@@ -1,0 +1,93 @@
+"""Which implementation of the kernels runs: the C library, or torch ops.
+
+``LOOKUPLINEAR_BACKEND`` picks it when the process starts:
+
+* ``auto`` (the default): the C kernels for CPU tensors where the install built them, torch ops
+  for everything else (CUDA, other dtypes, inside ``torch.compile``, no C library);
+* ``torch``: torch ops everywhere (to compare, or to debug);
+* ``c``: as ``auto``, but the first kernel call raises if the C library is not built (for CI).
+
+:func:`use_backend` changes it for a block of code (the tests run one body on both).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from ..errors import InputValueError
+from ._clib import load
+
+__all__ = ["BACKENDS", "backend", "c_available", "use_backend", "use_c"]
+
+BACKENDS = ("auto", "c", "torch")
+
+
+def _checked(name: str, where: str) -> str:
+    if name not in BACKENDS:
+        raise InputValueError(
+            f"{where} must be one of {', '.join(BACKENDS)}, got {name!r}. Use 'auto' (C where "
+            "built, torch ops elsewhere) unless you are comparing or debugging the kernels."
+        )
+    return name
+
+
+_chosen = _checked(os.environ.get("LOOKUPLINEAR_BACKEND", "auto") or "auto", "LOOKUPLINEAR_BACKEND")
+
+
+def c_available() -> bool:
+    """Whether the install built the C kernels (and this process can load them)."""
+    return load() is not None
+
+
+def backend() -> str:
+    """The backend in force: ``"c"`` or ``"torch"`` (``auto`` resolved).
+
+    Raises
+    ------
+    RuntimeError
+        ``LOOKUPLINEAR_BACKEND=c`` but the C kernels were not built.
+    """
+    if _chosen == "torch":
+        return "torch"
+    if load() is None:
+        if _chosen == "c":
+            raise RuntimeError(
+                "LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels were not built (no C "
+                "compiler at install time, or LOOKUPLINEAR_NO_C=1). Reinstall with a C compiler "
+                "(pip install --force-reinstall --no-binary lookuplinear lookuplinear), or set "
+                "LOOKUPLINEAR_BACKEND=auto to run torch ops."
+            )
+        return "torch"
+    return "c"
+
+
+def use_c(*tensors: torch.Tensor | None) -> bool:
+    """Whether the C kernels take these tensors: backend ``c``, all on the CPU, not traced."""
+    return (
+        backend() == "c"
+        and all(t is None or t.device.type == "cpu" for t in tensors)
+        and not torch.compiler.is_compiling()
+    )
+
+
+@contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Run the block with backend ``name`` (``auto``, ``c`` or ``torch``), then restore it.
+
+    Examples
+    --------
+    >>> from lookuplinear._kernels import backend, use_backend
+    >>> with use_backend("torch"):
+    ...     backend()
+    'torch'
+    """
+    global _chosen
+    previous, _chosen = _chosen, _checked(name, "backend")
+    try:
+        yield
+    finally:
+        _chosen = previous

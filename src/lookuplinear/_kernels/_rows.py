@@ -1,0 +1,197 @@
+"""The row kernels: the row-sparse gradient of a lookup, and the row-wise optimizer updates.
+
+The weight gradient of ``densify(x) @ W`` is ``densify(x).T @ grad_out``: non-zero only in the
+rows ``x`` names. :func:`group_rows` returns those rows, sorted and unique, with their summed
+gradient::
+
+    indices = [3, 1, 3]        rows   = [1, 3]
+    offsets = [0, 2, 3]   ->   values = [g[0], g[0] + g[1]]     (g = grad_out)
+
+:func:`update_rows` applies an optimizer's update to such rows, :func:`fused_rows` the same
+update straight from a lookup's ``grad_out`` (grouped and updated row after row, the gradient
+never stored). Both run the C kernels (``c/rowkernels_impl.h``) and return False where those do
+not apply; the optimizer then runs its torch-op twin on :func:`group_rows`' result, which gives
+the same bits (tests/test_kernels.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple
+
+import torch
+
+from ._backend import use_c
+from ._clib import function, ptr, suffix
+
+__all__ = ["Lookup", "fused_rows", "group_rows", "update_rows"]
+
+#: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
+_MAX_ENTRIES = 2**31 - 1
+_MAX_ROWS = 2**32
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+#: the optimizers' C entry points (``ll_rows_<name>_f32``, ``ll_fused_<name>_f32``, ...)
+KERNELS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+
+
+class Lookup(NamedTuple):
+    """What the backward of one lookup needs of its input.
+
+    ``indices``: ``(nnz,)`` integer, the entries; ``offsets``: CSR ``(N + 1,)``, bag ``b`` is
+    ``indices[offsets[b]:offsets[b + 1]]``, or None for one entry per output row (index
+    input); ``weights``: ``(nnz,)`` per-entry weights or None (all 1); ``padding_idx``: entries
+    equal to it are left out.
+    """
+
+    indices: torch.Tensor
+    offsets: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+    padding_idx: int | None = None
+
+
+def _c_operands(
+    lk: Lookup, grad_out: torch.Tensor, num_rows: int
+) -> tuple[torch.Tensor, torch.Tensor | None, int, torch.Tensor | None] | None:
+    """``(indices, offsets, n_bags, weights)`` as the C kernels read them (int64, contiguous,
+    weights in ``grad_out``'s dtype; ``n_bags = -1``: one entry per row), or None where the C
+    kernels do not take this lookup."""
+    if (
+        not use_c(lk.indices, grad_out)
+        or suffix(grad_out.dtype) not in ("f32", "f64")
+        or grad_out.dim() != 2
+        or lk.indices.numel() > _MAX_ENTRIES
+        or grad_out.shape[0] > _MAX_ENTRIES
+        or num_rows > _MAX_ROWS
+    ):
+        return None
+    idx = lk.indices.detach().reshape(-1).to(torch.int64).contiguous()
+    off = None if lk.offsets is None else lk.offsets.to(torch.int64).contiguous()
+    w = None if lk.weights is None else lk.weights.detach().to(grad_out.dtype).contiguous()
+    return idx, off, -1 if off is None else off.numel() - 1, w
+
+
+def group_rows(
+    lk: Lookup, grad_out: torch.Tensor, num_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)``: the non-zero rows of ``densify(x).T @ grad_out``, rows sorted.
+
+    ``grad_out`` has one row per bag (or per entry, ``offsets is None``); ``num_rows`` is the
+    table's number of rows. Values are summed in entry order, in ``grad_out``'s dtype.
+
+    Examples
+    --------
+    >>> g = torch.tensor([[1.0, 2.0], [10.0, 20.0]])
+    >>> group_rows(Lookup(torch.tensor([3, 1, 3]), torch.tensor([0, 2, 3])), g, 4)
+    (tensor([1, 3]), tensor([[ 1.,  2.],
+            [11., 22.]]))
+    """
+    grad_out = grad_out.detach().contiguous()
+    c = _c_operands(lk, grad_out, num_rows)
+    if c is None:
+        return _group_rows_torch(lk, grad_out)
+    idx, off, n_bags, w = c
+    n, dim = idx.numel(), grad_out.shape[1]
+    rows = torch.empty(n, dtype=torch.int64)  # at most one row per entry
+    values = torch.empty(n, dim, dtype=grad_out.dtype)
+    fn = function(f"ll_group_rows_{suffix(grad_out.dtype)}", _I64,
+                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P)
+    m = fn(ptr(idx), n, ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out), dim, ptr(rows),
+           ptr(values))
+    if m < 0:
+        raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
+    return rows[:m], values[:m]
+
+
+def _pad(lk: Lookup) -> int:
+    return -1 if lk.padding_idx is None else lk.padding_idx
+
+
+def _group_rows_torch(lk: Lookup, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`group_rows` with torch ops, on any device and dtype."""
+    idx = lk.indices.detach().reshape(-1).long()
+    if lk.offsets is None:
+        bag = torch.arange(idx.numel(), device=idx.device)
+    else:
+        lengths = lk.offsets[1:] - lk.offsets[:-1]
+        bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=idx.device), lengths)
+    contrib = grad_out.index_select(0, bag)  # (nnz, out)
+    if lk.weights is not None:
+        contrib = contrib * lk.weights.detach().to(grad_out.dtype).unsqueeze(1)
+    if lk.padding_idx is not None:
+        keep = idx != lk.padding_idx
+        idx, contrib = idx[keep], contrib[keep]
+    rows, inverse = torch.unique(idx, sorted=True, return_inverse=True)
+    acc = torch.float32 if grad_out.dtype in (torch.float16, torch.bfloat16) else grad_out.dtype
+    values = torch.zeros(rows.numel(), grad_out.shape[1], dtype=acc, device=grad_out.device)
+    values.index_add_(0, inverse, contrib.to(acc))
+    return rows, values.to(grad_out.dtype)
+
+
+def _params(scalars: tuple[float, ...]) -> ctypes.Array[ctypes.c_double]:
+    """An optimizer's scalars as the C kernels read them: 8 doubles (a float32 scalar is exact
+    as a double, and converted to float32 in C)."""
+    return (ctypes.c_double * 8)(*(float(v) for v in scalars))
+
+
+def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
+    return (
+        weight.dim() == 2
+        and suffix(weight.dtype) in ("f32", "f64")
+        and weight.is_contiguous()
+        and state.dtype == weight.dtype
+        and state.device.type == "cpu"
+        and use_c(weight)
+    )
+
+
+def update_rows(
+    kernel: str,
+    weight: torch.Tensor,
+    state: torch.Tensor,
+    rows: torch.Tensor,
+    values: torch.Tensor,
+    scalars: tuple[float, ...],
+) -> bool:
+    """Update ``weight``'s ``rows`` (unique) by the gradient rows ``values`` with the C kernel
+    ``kernel`` (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
+
+    ``state`` is the optimizer state the kernel reads at its first element (its layout is the
+    optimizer's to check), ``scalars`` the kernel's parameters in its order.
+    """
+    if not _table_ok(weight, state) or rows.device.type != "cpu":
+        return False
+    rows = rows.to(torch.int64).contiguous()
+    values = values.to(weight.dtype).contiguous()
+    if values.shape != (rows.numel(), weight.shape[1]):
+        return False
+    fn = function(f"ll_rows_{kernel}_{suffix(weight.dtype)}", _I64, _P, _P, _P, _I64, _P, _I64, _P)
+    fn(ptr(weight), ptr(state), ptr(rows), rows.numel(), ptr(values), weight.shape[1],
+       _params(scalars))
+    return True
+
+
+def fused_rows(
+    kernel: str,
+    lk: Lookup,
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    state: torch.Tensor,
+    scalars: tuple[float, ...],
+) -> bool:
+    """:func:`group_rows` then :func:`update_rows` in one C pass: each row is updated as soon as
+    its gradient is summed (the same sums, the same update, so the same bits). False (nothing
+    done) where the C kernels do not apply."""
+    grad_out = grad_out.detach().contiguous()
+    if not _table_ok(weight, state) or grad_out.dtype != weight.dtype:
+        return False
+    c = _c_operands(lk, grad_out, weight.shape[0])
+    if c is None or grad_out.shape[1] != weight.shape[1]:
+        return False
+    idx, off, n_bags, w = c
+    fn = function(f"ll_fused_{kernel}_{suffix(weight.dtype)}", _I64,
+                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P)
+    n = fn(ptr(idx), idx.numel(), ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out),
+           weight.shape[1], ptr(weight), ptr(state), _params(scalars))
+    if n < 0:
+        raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
+    return True

@@ -1,0 +1,206 @@
+"""The row kernels of both backends (C where built, torch ops) against each other and the
+dense path; fused equals unfused to the bit on each backend.
+
+The C kernels are compiled for widths 16, 32, 64 and 128 with a constant and for any other
+width as it comes; row-wise Adagrad sums a row's squares 16 at a time, then the rest one by one.
+Every test runs over widths of each kind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import Bags, InputValueError, LookupLinear, optim
+from lookuplinear._kernels import (
+    Lookup,
+    backend,
+    c_available,
+    group_rows,
+    update_rows,
+    use_backend,
+)
+
+WIDTHS = [1, 6, 10, 16, 24, 64, 128, 600]
+PAD = 0
+BACKENDS = ["c", "torch"]
+
+
+def test_built_where_a_compiler_is() -> None:
+    """``pip install`` builds the extension wherever it finds the C compiler Python was built
+    with; a failed build would otherwise pass unnoticed behind the torch-op fallback."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler {cc!r}: the install runs torch ops")
+    assert c_available()
+
+
+needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
+
+
+def in_backend(name: str) -> Any:
+    if name == "c" and not c_available():
+        pytest.skip("the C kernels are not built")
+    return use_backend(name)
+
+
+def batches(width: int, dtype: torch.dtype, steps: int = 4) -> list[tuple[Bags, torch.Tensor]]:
+    """Bags with duplicates, the padding index, an empty bag and per-entry weights."""
+    g = torch.Generator().manual_seed(width)
+    out = []
+    for _ in range(steps):
+        lists = [torch.randint(0, 30, (int(n),), generator=g).tolist()
+                 for n in torch.randint(0, 7, (9,), generator=g)]
+        lists[0] = [3, 3, PAD, 5, 3]
+        lists[1] = []
+        ws = [[float(torch.rand((), generator=g)) + 0.5 for _ in b] for b in lists]
+        target = torch.randn(len(lists), width, generator=g, dtype=dtype)
+        out.append((Bags.from_lists(lists, weights=ws), target))
+    return out
+
+
+def run(name: str, width: int, dtype: torch.dtype, *, fused: bool
+        ) -> tuple[torch.Tensor, dict[str, Any]]:
+    torch.manual_seed(0)
+    layer = LookupLinear(50, width, bias=False, padding_idx=PAD, sparse=True, dtype=dtype)
+    kw: dict[str, Any] = {"lr": 0.05, "weight_decay": 0.01}
+    if name == "SGD":
+        kw.update(momentum=0.5, nesterov=True)
+    opt = getattr(optim, name)(layer.parameters(), fused=fused, **kw)
+    for bags, target in batches(width, dtype):
+        opt.zero_grad()
+        F.mse_loss(layer(bags), target).backward()
+        opt.step()
+    state = {k: v.clone() for k, v in opt.state[layer.weight].items()
+             if isinstance(v, torch.Tensor)}
+    return layer.weight.detach().clone(), state
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_c_equals_torch_ops_and_fused_equals_unfused(
+    name: str, width: int, dtype: torch.dtype
+) -> None:
+    """Same weights and state from both backends (to rounding: the C build fuses multiply-adds,
+    torch ops may not); on each backend fused and unfused steps agree to the bit."""
+    results = {}
+    for b in BACKENDS if c_available() else ["torch"]:
+        with use_backend(b):
+            results[b] = [run(name, width, dtype, fused=fused) for fused in (False, True)]
+        (w, s), (w_fused, s_fused) = results[b]
+        assert torch.equal(w_fused, w), b
+        for key in s:
+            assert torch.equal(s_fused[key], s[key]), (b, key)
+    if "c" in results:
+        tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {}
+        (w_c, s_c), (w_t, s_t) = results["c"][0], results["torch"][0]
+        torch.testing.assert_close(w_c, w_t, **tol)
+        assert s_c.keys() == s_t.keys()
+        for key in s_c:
+            torch.testing.assert_close(s_c[key], s_t[key], **tol)
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([1, 2, 7, 2048, 3_000_000]),
+    st.data(),
+    st.sampled_from(WIDTHS),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+def test_group_rows_c_equals_torch_ops(in_features: int, data: st.DataObject, width: int,
+                                       dtype: torch.dtype) -> None:
+    """The C grouping returns the torch-op rows and sums: empty batches, all padding, one bag,
+    duplicates, index input (no offsets), with and without weights."""
+    idx = data.draw(st.lists(st.integers(0, in_features - 1), max_size=40))
+    n = len(idx)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=6)))
+    offsets = torch.tensor([0, *cuts, n]) if data.draw(st.booleans()) else None
+    n_out = n if offsets is None else offsets.numel() - 1
+    g = torch.Generator().manual_seed(n)
+    weights = torch.randn(n, generator=g, dtype=dtype) if data.draw(st.booleans()) else None
+    grad_out = torch.randn(n_out, width, generator=g, dtype=dtype)
+    padding = data.draw(st.sampled_from([None, *idx[:1]]))
+    lk = Lookup(torch.tensor(idx, dtype=torch.int64), offsets, weights, padding)
+    with use_backend("c"):
+        rows, values = group_rows(lk, grad_out, in_features)
+    with use_backend("torch"):
+        want_rows, want_values = group_rows(lk, grad_out, in_features)
+    assert torch.equal(rows, want_rows)
+    torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("b", BACKENDS)
+def test_index_input_and_wide_rows_match_the_dense_gradient(b: str) -> None:
+    """2-D index input (one lookup per position, no offsets) with a wide row: the gradient of
+    the dense path, ``one_hot(x).T @ grad_out`` over the positions."""
+    with in_backend(b):
+        torch.manual_seed(0)
+        layer = LookupLinear(20, 700, bias=False, sparse=True)
+        x = torch.tensor([[3, 3], [19, 0], [3, 7]])
+        out = layer(x)
+        g = torch.randn_like(out)
+        out.backward(g)
+    assert layer.weight.grad is not None
+    dense = F.one_hot(x, 20).reshape(-1, 20).to(g.dtype)  # (positions, in_features)
+    torch.testing.assert_close(layer.weight.grad.to_dense(), dense.T @ g.reshape(-1, 700))
+
+
+@needs_c
+def test_layouts_the_c_kernels_do_not_take_are_declined() -> None:
+    """A non-contiguous table, a state of another dtype: False, nothing done, so that the
+    optimizer runs its torch ops."""
+    w = torch.zeros(10, 8)
+    rows = torch.tensor([1, 2])
+    values = torch.ones(2, 4)
+    s = torch.zeros(10)
+    params = (0.1, 0.0, 0.0, 0.25)
+    assert not update_rows("rowwise_adagrad", w[:, ::2], s, rows, values, params)
+    assert not update_rows("rowwise_adagrad", w[:, :4], s.double(), rows, values, params)
+    assert not w.any() and not s.any()
+    assert update_rows("rowwise_adagrad", w[:, :4].contiguous(), s, rows, values, params)
+
+
+@needs_c
+def test_the_extension_is_loaded_through_ctypes_only() -> None:
+    """The module defines no Python functions: the kernels are reached through ctypes."""
+    from lookuplinear._kernels import _lib  # type: ignore[attr-defined]
+
+    assert not [n for n in dir(_lib) if not n.startswith("__")]
+
+
+def _backend_in_a_process(value: str) -> subprocess.CompletedProcess[str]:
+    code = "from lookuplinear._kernels import backend; print(backend())"
+    env = {**os.environ, "LOOKUPLINEAR_BACKEND": value}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def test_the_environment_picks_the_backend() -> None:
+    """``LOOKUPLINEAR_BACKEND=torch`` makes a process run torch ops; a wrong name is refused
+    with the names that are right."""
+    assert _backend_in_a_process("torch").stdout.strip() == "torch"
+    want = "c" if c_available() else "torch"
+    assert _backend_in_a_process("auto").stdout.strip() == want
+    bad = _backend_in_a_process("numba")
+    assert bad.returncode != 0 and "must be one of auto, c, torch" in bad.stderr
+
+
+def test_use_backend_restores_and_refuses_unknown_names() -> None:
+    before = backend()
+    with use_backend("torch"):
+        assert backend() == "torch"
+    assert backend() == before
+    with pytest.raises(InputValueError, match="must be one of auto, c, torch"), \
+            use_backend("numba"):
+        pass
