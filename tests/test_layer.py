@@ -221,3 +221,31 @@ def test_no_grad_does_not_drop_a_forward_mode_tangent() -> None:
                                               include_last_offset=True)
         with pytest.raises(NotImplementedError, match="forward AD"):
             lookup_linear(bags, dual)
+
+
+def test_the_huge_page_policy_follows_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table allocated, moved, loaded with ``assign=True`` or unpickled goes through the same
+    policy; ``set_enabled(False)`` turns it off; values never change."""
+    import pickle
+
+    from lookuplinear import hugepages
+
+    calls: list[int] = []  # the lengths madvise was asked for
+    monkeypatch.setattr(hugepages, "_madvise", lambda: lambda start, n, advice: calls.append(n))
+    big = hugepages.MIN_BYTES // 4 // 8 + 1  # rows of 8 float32: just above the threshold
+    layer = LookupLinear(big, 8, bias=False)
+    assert len(calls) == 1
+    moved = layer.double()
+    assert len(calls) == 2 and moved.weight.dtype == torch.float64
+    other = LookupLinear(big, 8, bias=False, dtype=torch.float64)
+    calls.clear()
+    other.load_state_dict(layer.state_dict(), assign=True)
+    assert len(calls) == 1 and torch.equal(other.weight, layer.weight)
+    back = pickle.loads(pickle.dumps(layer))
+    assert len(calls) == 2 and torch.equal(back.weight, layer.weight)
+    hugepages.set_enabled(False)
+    try:
+        LookupLinear(big, 8, bias=False).double()
+    finally:
+        hugepages.set_enabled(True)
+    assert len(calls) == 2

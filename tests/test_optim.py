@@ -570,7 +570,7 @@ def shared_batches() -> list[tuple[torch.Tensor, Bags, torch.Tensor]]:
     out = []
     for _ in range(5):
         cand = torch.randint(0, V, (6,), generator=g)
-        hist = Bags.from_lists([torch.randint(0, V, (3,), generator=g).tolist() + [int(c)]
+        hist = Bags.from_lists([[*torch.randint(0, V, (3,), generator=g).tolist(), int(c)]
                                 for c in cand])  # the candidate is in its own history too
         out.append((cand, hist, torch.randn(6, generator=g)))
     return out

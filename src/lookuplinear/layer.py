@@ -105,8 +105,10 @@ class LookupLinear(nn.Module):
         self.init = init
         self.sparse = sparse
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        # huge pages where the system allows: fewer TLB misses when rows are read scattered
+        # huge pages (lookuplinear.hugepages): fewer TLB misses when rows are read scattered
         self.weight = nn.Parameter(hugepages.empty(in_features, out_features, **factory))
+        self._placed = self.weight.data_ptr()  # the table memory the policy has seen
+        self.register_load_state_dict_post_hook(_place_after_load)
         self.bias: nn.Parameter | None
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features, **factory))
@@ -167,6 +169,26 @@ class LookupLinear(nn.Module):
             per_sample_weights=per_sample_weights,
             sparse=self.sparse,
         )
+
+    def _place_table(self) -> None:
+        """Apply the huge-page policy to a table that arrived from elsewhere (moved, loaded with
+        ``assign=True``, unpickled): one copy into huge-page memory (:func:`hugepages.place`)."""
+        w = self._parameters.get("weight")
+        if w is None or w.data_ptr() == getattr(self, "_placed", None):
+            return
+        placed = hugepages.place(w.data)
+        if placed is not w.data:
+            w.data = placed
+        self._placed = w.data_ptr()
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        out = super()._apply(fn, recurse)
+        self._place_table()
+        return out
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._place_table()
 
     def extra_repr(self) -> str:
         s = f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
@@ -394,3 +416,9 @@ class LookupLinear(nn.Module):
             target.copy_(self.weight)
             if self.padding_idx is not None:
                 target[self.padding_idx].fill_(0)
+
+
+def _place_after_load(module: nn.Module, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook: an ``assign=True`` load brings a new table."""
+    if isinstance(module, LookupLinear):
+        module._place_table()

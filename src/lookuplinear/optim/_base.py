@@ -102,6 +102,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         self._bind(self.param_groups[-1])
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As ``torch.optim.Optimizer.load_state_dict``; large CPU state tensors are placed as
+        the state this optimizer allocates (:func:`lookuplinear.hugepages.place`)."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    state[key] = hugepages.place(value)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         for group in self.param_groups:  # copied or unpickled: bind the tables again
