@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .explain import _positive_int
+from ._args import positive_int
 
 __all__ = ["add_parser", "bench", "run"]
 
@@ -41,15 +41,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-memory", type=_gigabytes, default=None, metavar="GB",
                    help="skip a method that would need more than this many GB beyond the weight "
                    "table (its input, output and gradient); default 0.5 with --quick, else 4")
-    p.add_argument("--in-features", type=_positive_int, nargs="+", default=None, metavar="N",
+    p.add_argument("--in-features", type=positive_int, nargs="+", default=None, metavar="N",
                    help="override the in_features grid")
-    p.add_argument("--out-features", type=_positive_int, nargs="+", default=None, metavar="D",
+    p.add_argument("--out-features", type=positive_int, nargs="+", default=None, metavar="D",
                    help="override the out_features grid")
-    p.add_argument("--batch", type=_positive_int, nargs="+", default=None, metavar="B",
+    p.add_argument("--batch", type=positive_int, nargs="+", default=None, metavar="B",
                    help="override the batch sizes")
-    p.add_argument("--train-in-features", type=_positive_int, nargs="*", default=None,
+    p.add_argument("--train-in-features", type=positive_int, nargs="*", default=None,
                    metavar="N", help="override the train-step sizes (none: no train steps)")
-    p.add_argument("--repeats", type=_positive_int, default=None, metavar="R",
+    p.add_argument("--repeats", type=positive_int, default=None, metavar="R",
                    help="timed rounds per case (default 7)")
     return p
 

@@ -7,20 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ._args import positive_int
+
 __all__ = ["add_parser", "run"]
 
 #: refuse to print a one-hot matrix with more entries than this
 MAX_DENSE_ENTRIES = 20_000_000
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(float(text)) if "e" in text.lower() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _index(text: str) -> int:
@@ -40,9 +32,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "reproduces the seed notebooks (4 x 5 table, torch.manual_seed(123), idx = 2 3 1)."
         ),
     )
-    p.add_argument("--in-features", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--in-features", type=positive_int, default=None, metavar="N",
                    help="rows of the table (vocabulary size); default 4, the seeds'")
-    p.add_argument("--out-features", type=_positive_int, default=None, metavar="D",
+    p.add_argument("--out-features", type=positive_int, default=None, metavar="D",
                    help="columns of the table; default 5, the seeds'")
     p.add_argument("--indices", type=_index, nargs="+", default=None, metavar="I",
                    help="rows to look up; default 2 3 1 (the seeds'), or 3 random rows")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .explain import _positive_int
+from ._args import positive_int
 
 __all__ = ["add_parser", "run"]
 
@@ -29,15 +29,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=Path("out/report"), metavar="DIR",
                    help="output folder (default out/report)")
-    p.add_argument("--bench-in-features", type=_positive_int, nargs="+", default=None,
+    p.add_argument("--bench-in-features", type=positive_int, nargs="+", default=None,
                    metavar="N", help="override the bench in_features grid (for a smaller run)")
-    p.add_argument("--train-in-features", type=_positive_int, nargs="*", default=None,
+    p.add_argument("--train-in-features", type=positive_int, nargs="*", default=None,
                    metavar="N", help="override the bench train-step sizes")
-    p.add_argument("--repeats", type=_positive_int, default=None, metavar="R",
+    p.add_argument("--repeats", type=positive_int, default=None, metavar="R",
                    help="timed rounds per bench case (default 7)")
-    p.add_argument("--big-vocab", type=_positive_int, default=BIG_VOCAB, metavar="N",
+    p.add_argument("--big-vocab", type=positive_int, default=BIG_VOCAB, metavar="N",
                    help=f"in_features of the large-vocabulary training (default {BIG_VOCAB:,})")
-    p.add_argument("--big-steps", type=_positive_int, default=300, metavar="S",
+    p.add_argument("--big-steps", type=positive_int, default=300, metavar="S",
                    help="training steps of the large-vocabulary run (default 300)")
     return p
 
