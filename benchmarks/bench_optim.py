@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lookuplinear import LookupLinear, optim, rowgrad
+from lookuplinear import LookupLinear, optim
+from lookuplinear._kernels import use_backend
 
 Step = Callable[[], None]
 LR = 0.01
@@ -58,10 +59,10 @@ def draw(dist: str, rows: int, n: int, rng: np.random.Generator) -> torch.Tensor
 
 
 def lookup_case(
-    name: str, init: torch.Tensor, batch: tuple[Any, ...], *, numba: bool = True,
+    name: str, init: torch.Tensor, batch: tuple[Any, ...], *, backend: str = "auto",
     fused: bool = False,
 ) -> Step:
-    """``numba=False``: the torch-op twins of the kernels (what CUDA runs), for the record;
+    """``backend="torch"``: the torch-op twins of the C kernels (what CUDA runs), for the record;
     ``fused=True``: the update applied inside backward."""
     idx, offsets, target = batch
     layer = LookupLinear(init.shape[0], init.shape[1], bias=False, sparse=True,
@@ -69,13 +70,10 @@ def lookup_case(
     opt = getattr(optim, name)(layer.parameters(), lr=LR, fused=fused)
 
     def step() -> None:
-        rowgrad.USE_NUMBA = numba
-        try:
+        with use_backend(backend):
             opt.zero_grad(set_to_none=True)
             F.mse_loss(layer(idx, offsets=offsets), target).backward()
             opt.step()
-        finally:
-            rowgrad.USE_NUMBA = True
 
     def phases() -> tuple[float, float, float]:
         """Seconds of (forward + loss, backward, optimizer step) of one step."""
@@ -221,8 +219,8 @@ def build_cases(
                        lookup_case(n, init, batch, fused=fused), *goal)
                   for n, goal in goals.items()]
     if torch_ops:
-        cases += [Case(f"lookuplinear.optim.{n} (torch ops, no numba)",
-                       lookup_case(n, init, batch, numba=False))
+        cases += [Case(f"lookuplinear.optim.{n} (torch ops, no C kernels)",
+                       lookup_case(n, init, batch, backend="torch"))
                   for n in ("SGD", "RowWiseAdagrad", "Adam")]
     return cases
 

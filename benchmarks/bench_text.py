@@ -318,26 +318,27 @@ def run_dataset(name: str, s: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
-    """``LookupClassifier.fit`` alone on fastText's count features, the fused training step
-    (``lookuplinear.sklearn._fused``) against autograd, interleaved: what the fused step saves."""
-    from lookuplinear.sklearn import LookupClassifier, _fused
+    """``LookupClassifier.fit`` alone on fastText's count features, on the C kernels and on
+    their torch-op fallback (``LOOKUPLINEAR_BACKEND=torch``), interleaved: what the C kernels
+    save in a whole training run."""
+    from lookuplinear._kernels import use_backend
+    from lookuplinear.sklearn import LookupClassifier
     from lookuplinear.text import FastTextVectorizer
 
     tr, _, ytr, _ = split(name)
     C = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket).fit_transform(tr)
-    times: dict[str, list[float]] = {"fused step": [], "autograd": []}
+    times: dict[str, list[float]] = {"C kernels": [], "torch ops": []}
     losses: dict[str, float] = {}
     for r in range(s.repeats + 1):  # the first round warms up
         order = list(times) if r % 2 == 0 else list(times)[::-1]
         for variant in order:
-            _fused.USE_FUSED_STEP = variant == "fused step"
             model = LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch, **s.text_params)
-            t0 = time.perf_counter()
-            model.fit(C, ytr)
+            with use_backend("auto" if variant == "C kernels" else "torch"):
+                t0 = time.perf_counter()
+                model.fit(C, ytr)
             if r > 0:
                 times[variant].append(time.perf_counter() - t0)
             losses[variant] = float(model.loss_curve_[-1])
-    _fused.USE_FUSED_STEP = True
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"\n## {name}: LookupClassifier.fit alone on {C.shape[0]} x {C.shape[1]:,} counts, "
           f"{s.repeats} interleaved rounds after a warm-up\n")
