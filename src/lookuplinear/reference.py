@@ -12,7 +12,6 @@ from torch import nn
 
 from .bags import Bags
 from .errors import InputValueError
-from .functional import _as_bags
 from .layer import LookupLinear
 
 __all__ = ["dense_reference", "densify"]
@@ -24,7 +23,14 @@ def _rows(x: Any, in_features: int, dtype: torch.dtype) -> tuple[torch.Tensor, B
         if x.dtype.is_floating_point or x.dtype == torch.bool:
             return x.to(dtype), None
         return F.one_hot(x.long(), in_features).to(dtype), None
-    bags = _as_bags(x, in_features)
+    if isinstance(x, Bags):
+        bags = x
+    else:  # a torch sparse COO / CSR tensor or a scipy.sparse matrix of shape (N, in_features)
+        if tuple(x.shape)[1:] != (in_features,):
+            raise InputValueError(
+                f"x must have shape (N, in_features={in_features}), got {tuple(x.shape)}."
+            )
+        bags = Bags.from_torch_sparse(x) if isinstance(x, torch.Tensor) else Bags.from_scipy(x)
     return bags.to_dense(in_features, dtype=dtype), bags
 
 
