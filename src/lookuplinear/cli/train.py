@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_LR", "add_parser", "run"]
 
 #: ``--lr`` when not given, per ``--optimizer``. Row-wise Adagrad at 0.2 (the default) was more
 #: accurate than Adagrad at 0.5 on the validation splits of both benchmark datasets, at dim 10
-#: and at dim 100, with one state value per row instead of one per weight (docs/benchmarks.md)
+#: and at dim 100, with one state value per row instead of one per weight (docs/performance.md)
 DEFAULT_LR = {"rowwise_adagrad": 0.2, "adagrad": 0.5, "sgd": 0.5, "adam": 0.05, "adamw": 0.05}
 
 
