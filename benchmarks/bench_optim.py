@@ -1,6 +1,8 @@
 """One training step per optimizer on one big table: lookuplinear.optim vs torch and FBGEMM.
 
-    flock /tmp/ll-cpu.lock .venv-bench/bin/python benchmarks/bench_optim.py
+Run from the repository root, in the benchmark environment (docs/performance.md, Setup):
+
+    .venv-bench/bin/python benchmarks/bench_optim.py
 
 A step is forward (sum of each bag's rows), an MSE loss, backward and the optimizer update;
 FBGEMM fuses the update into its backward. Every method trains its own copy of the same table

@@ -1,8 +1,10 @@
 """Text classification: LookupClassifier against scikit-learn's linear models and fastText.
 
-    flock /tmp/ll-cpu.lock .venv-bench/bin/python benchmarks/bench_text.py --repeats 3
+Run from the repository root:
 
-Needs the benchmark environment (never the repository's .venv), see docs/benchmarks.md:
+    .venv-bench/bin/python benchmarks/bench_text.py --repeats 5
+
+Needs the benchmark environment (never the repository's .venv), see docs/performance.md:
 
     python3 -m venv .venv-bench
     .venv-bench/bin/pip install -c constraints.txt -e '.[dev]'
@@ -452,7 +454,7 @@ def main() -> None:
     s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
                        "epochs": 5, "random_state": 0}
     # row-wise Adagrad, lr 0.2: chosen over Adagrad lr 0.5 (and row-wise lr 0.1 / 0.5) on the
-    # validation split of the training split, 3 seeds (docs/benchmarks.md); one state value per
+    # validation split of the training split, 3 seeds (docs/performance.md); one state value per
     # row instead of per element, so 8 MB of state instead of 80 MB at 2M rows x dim 10
     s.text_params = {"solver": "rowwise_adagrad", "learning_rate_init": 0.2, "batch_size": 256,
                      "learning_rate": "linear", "random_state": 0}
