@@ -70,7 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear
-from lookuplinear._checks import tensor_offsets_ok
+from lookuplinear._kernels import offsets_ok
 from lookuplinear.report.machine import format_machine, machine_info
 from lookuplinear.report.memory import measure_peak
 
@@ -182,7 +182,7 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
         return raw_bag(W)
 
     def after_compiled_check() -> torch.Tensor:  # what the layer checks per call now
-        if not tensor_offsets_ok(d.offsets, nnz):
+        if not offsets_ok(d.offsets, nnz):
             raise AssertionError("bad offsets")
         return raw_bag(W)
 

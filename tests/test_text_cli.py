@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
-from lookuplinear import InputValueError, LookupLinearError, ModelFileError, _ngrams
+from lookuplinear import InputValueError, LookupLinearError, ModelFileError
+from lookuplinear._kernels import _ngrams
 from lookuplinear.cli import main
 from lookuplinear.modelfile import load_model, save_model
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
@@ -83,7 +84,7 @@ def test_vectorizer_min_count_char_ngrams_and_config_round_trip() -> None:
 def test_murmurhash_equals_scikit_learns(data: bytes) -> None:
     from sklearn.utils import murmurhash3_32
 
-    assert _ngrams._murmur(np.frombuffer(data, np.uint8)) == murmurhash3_32(data, seed=0)
+    assert _ngrams.murmur(data) == murmurhash3_32(data, seed=0)
 
 
 @pytest.mark.parametrize("bucket", [1, 2, 7, 1000, 2_000_000, 2**31 - 1])
@@ -91,8 +92,8 @@ def test_bucket_of_every_hash_as_feature_hasher_defines_it(bucket: int) -> None:
     """``abs(h) % bucket``, and ``abs(-2**31)`` taken as ``2**31`` (scikit-learn's
     ``_hashing_fast``); -2**31 is hard to reach through a string, so it is checked here."""
     for h in (0, 1, -1, 12345, -12345, 2**31 - 1, -(2**31) + 1):
-        assert _ngrams._bucket(h, bucket) == abs(h) % bucket
-    assert _ngrams._bucket(-(2**31), bucket) == (2**31) % bucket
+        assert _ngrams.bucket(h, bucket) == abs(h) % bucket
+    assert _ngrams.bucket(-(2**31), bucket) == (2**31) % bucket
 
 
 WORDS = st.text(st.characters(blacklist_categories=["Zs", "Zl", "Zp", "Cc", "Cs"]),

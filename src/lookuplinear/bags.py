@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ._kernels import drop_entries, offsets_ok
 from .errors import InputTypeError, InputValueError, LookupIndexError
 
 __all__ = ["Bags"]
@@ -111,9 +112,9 @@ class Bags:
         if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
             _check_offsets(off, idx.numel())
         elif not off.is_meta:  # meta tensors have no values to check
-            # one compiled pass: numpy ops here slowed the next lookup by 10-25% (_checks.py)
+            # one C pass: numpy ops here slowed the next lookup by 10-25% (_kernels/_inputs.py)
             host = off if off.is_cpu else off.cpu()
-            if not compiled("tensor_offsets_ok")(host, idx.numel()):
+            if not offsets_ok(host, idx.numel()):
                 _check_offsets(host, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:
@@ -221,10 +222,10 @@ class Bags:
                 f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
                 "its check_format(full_check=True) to see what is wrong."
             )
-        if not compiled("csr_offsets_ok")(indptr, nnz):  # scipy checks its indptr only on request
+        if not offsets_ok(indptr, nnz):  # scipy checks its indptr only on request
             _check_offsets(indptr, nnz)
-        # the types, shapes and offsets are checked: skip Bags.__init__'s checks (issue 2's
-        # per-call budget, docs/benchmarks.md)
+        # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
+        # run again on every call; benchmarks/bench_layer.py times the per-call cost)
         bags = cls.__new__(cls)
         bags.indices, bags.offsets = _from_numpy(indices), _from_numpy(indptr)
         bags.weights = _from_numpy(data)
@@ -356,17 +357,11 @@ class Bags:
         >>> bags.indices, bags.offsets
         (tensor([3, 1, 2, 2]), tensor([0, 2, 2, 4]))
         """
-        if self.indices.is_cpu:  # one compiled pass; boolean-mask indexing costs 10x more
-            dropped = compiled("drop_entries")(self.indices.numpy(), self.offsets.numpy(), index)
-            if dropped is None:
-                return self
-            kept, indices, offsets = (torch.from_numpy(a) for a in dropped)
-        else:
-            found = _kept_entries(self.indices, self.offsets, index)
-            if found is None:
-                return self
-            kept, offsets = found
-            indices = self.indices.index_select(0, kept)
+        # one C pass on the CPU (boolean-mask indexing costs 10x more), torch ops elsewhere
+        dropped = drop_entries(self.indices, self.offsets, index)
+        if dropped is None:
+            return self
+        kept, indices, offsets = dropped
         bags = Bags.__new__(Bags)  # a subset of checked bags: nothing to check again
         bags.indices, bags.offsets = indices, offsets
         bags.weights = None if self.weights is None else self.weights.index_select(0, kept)
@@ -425,33 +420,6 @@ class Bags:
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features),
         )
-
-
-def _kept_entries(
-    indices: torch.Tensor, offsets: torch.Tensor, value: int
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Torch ops for any device: the positions of the entries not equal to ``value`` and the
-    offsets without them, or ``None`` if none equals it (``_checks.drop_entries`` on the CPU)."""
-    keep = indices != value
-    if bool(keep.all()):
-        return None
-    counts = torch.zeros(indices.numel() + 1, dtype=offsets.dtype, device=indices.device)
-    torch.cumsum(keep, 0, dtype=offsets.dtype, out=counts[1:])  # entries kept before k
-    return torch.nonzero(keep).squeeze(1), counts[offsets]
-
-
-_COMPILED: dict[str, Any] = {}
-
-
-def compiled(name: str) -> Any:
-    """The function ``name`` of :mod:`lookuplinear._checks`, imported on first use (numba
-    loads with it, so ``import lookuplinear`` does not)."""
-    fn = _COMPILED.get(name)
-    if fn is None:
-        from . import _checks
-
-        fn = _COMPILED[name] = getattr(_checks, name)
-    return fn
 
 
 def _check_offsets(vals: Any, nnz: int) -> None:

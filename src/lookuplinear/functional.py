@@ -16,7 +16,8 @@ import scipy.sparse as sp
 import torch
 from torch.autograd import forward_ad
 
-from .bags import Bags, check_index_range, compiled
+from ._kernels import bag_max, mode_weights, offsets_ok
+from .bags import Bags, check_index_range
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
 from .rowgrad import bag_lookup
 
@@ -236,7 +237,7 @@ def _cpu_sum_operands(
                     and per_sample_weights.is_cpu
                 )
             )
-            and compiled("tensor_offsets_ok")(offsets, input.numel())
+            and offsets_ok(offsets, input.numel())
         ):
             return input, offsets, per_sample_weights
         return None
@@ -401,22 +402,15 @@ def _bags_forward(
                 f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
+        c_max = None
         if _compiled_ok(bags, weight, padding_idx):  # ATen's CPU max is far off its fast path
-            from ._bagmax import bag_max
-
-            out = bag_max(weight, bags.indices, bags.offsets)
-        else:
-            out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
+            c_max = bag_max(weight, bags.indices, bags.offsets)  # None where C does not apply
+        out = _embedding_bag(bags, weight, None, _MAX, padding_idx) if c_max is None else c_max
     elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
-        # the mode's per-bag factor folded into per-entry weights by one compiled pass, then
-        # one weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
-        # product apart; unweighted, as fast as ATen's own mean (docs/benchmarks.md, issue 2)
-        host = None if w is None else w.numpy()
-        psw = torch.from_numpy(
-            compiled("mode_weights")(
-                bags.offsets.numpy(), host, mode == "sqrtn", _NUMPY_DTYPE[weight.dtype]
-            )
-        )
+        # the mode's per-bag factor folded into per-entry weights by one C pass, then one
+        # weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
+        # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
+        psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype)
         if sparse:
             out = bag_lookup(weight, bags.indices, bags.offsets, psw, None)
         else:

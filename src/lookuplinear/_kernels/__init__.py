@@ -1,0 +1,35 @@
+"""The kernel layer: every loop over a batch's entries or a table's rows that torch has no op for.
+
+One interface, two implementations: C (``c/*.c``, compiled by the package's install, called
+through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, inside
+``torch.compile``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
+``c``, ``torch``) picks between them (:mod:`._backend`). Whichever runs, the results are
+the same (tests/test_kernels.py holds them to each other and to the dense path).
+"""
+
+from ._backend import BACKENDS, backend, c_available, use_backend, use_c
+from ._bagmax import bag_max
+from ._inputs import drop_entries, mode_weights, offsets_ok
+from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
+from ._rows import KERNELS, Lookup, fused_rows, group_rows, update_rows
+
+__all__ = [
+    "BACKENDS",
+    "KERNELS",
+    "Lookup",
+    "Tokens",
+    "backend",
+    "bag_max",
+    "c_available",
+    "count_matrix",
+    "drop_entries",
+    "fused_rows",
+    "group_rows",
+    "mode_weights",
+    "ngram_column",
+    "offsets_ok",
+    "token_ids",
+    "update_rows",
+    "use_backend",
+    "use_c",
+]

@@ -1,0 +1,294 @@
+"""Per-call input checks and input preparation of a bag lookup: C for CPU input, torch ops
+elsewhere.
+
+For CSR offsets (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``):
+
+* :func:`offsets_ok`: ``offsets[0] == 0``, never decreasing, ``offsets[-1] == nnz``;
+* :func:`drop_entries`: the bags without their entries equal to one index (``padding_idx``);
+* :func:`mode_weights`: per-entry weights that turn a weighted sum into ``mean`` or ``sqrtn``.
+
+:func:`offsets_ok` runs on every forward call, next to a lookup of about 100 us for 1024 bags
+of 20 entries. With torch ops it costs tens of microseconds, with numpy several, and running
+their dispatch machinery between two lookups slows the lookup that follows (its data and code
+are evicted from the core's caches; benchmarks/bench_layer.py measures the lookup after each
+check). The C loop (``c/inputs.c``) reads the offsets once without temporaries: about 0.2 us
+for 1025 offsets, the rest of the call being ctypes' and the tensor's attribute reads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._backend import backend, use_c
+from ._clib import function, ptr, suffix
+
+__all__ = ["drop_entries", "mode_weights", "offsets_ok"]
+
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_is_compiling = torch.compiler.is_compiling
+
+#: tensor dtype (and numpy dtype) -> its ``ll_offsets_ok`` entry point, filled on the first call
+#: that runs C. :func:`offsets_ok` runs on every forward call: it looks its entry point up in one
+#: dict, and tests the tensor itself rather than calling ``use_c`` (a generator and
+#: ``Tensor.device``), which together cost more than the C loop.
+_OFFSETS_OK: dict[torch.dtype, Any] = {}
+_NUMPY_OFFSETS_OK: dict[np.dtype[Any], Any] = {}
+
+
+def _fill_offsets_ok() -> None:
+    """Fill :data:`_OFFSETS_OK` and :data:`_NUMPY_OFFSETS_OK` (the C library must load)."""
+    for dtype, numpy_dtype, sfx in ((torch.int32, np.int32, "i32"), (torch.int64, np.int64, "i64")):
+        fn = function(f"ll_offsets_ok_{sfx}", _I64, _P, _I64, _I64, _I64)
+        _OFFSETS_OK[dtype] = _NUMPY_OFFSETS_OK[np.dtype(numpy_dtype)] = fn
+
+
+def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True) -> bool:
+    """Whether ``offsets`` are valid offsets of ``nnz`` entries.
+
+    True when ``offsets[0] == 0``, the offsets never decrease and ``offsets[-1] == nnz``
+    (``include_last=True``: the ``N + 1`` CSR offsets, a scipy ``indptr``) or
+    ``offsets[-1] <= nnz`` (``include_last=False``: the ``N`` start offsets of PyTorch's
+    ``EmbeddingBag``). Empty offsets are never valid (there is no first offset to be 0).
+
+    Parameters
+    ----------
+    offsets : torch.Tensor or numpy.ndarray
+        1-D integer offsets: a tensor on any device, or a numpy array (a scipy ``indptr``).
+    nnz : int
+        The number of entries they index.
+    include_last : bool, default True
+        Whether the last offset is the end of the last bag (CSR) or its start.
+
+    Returns
+    -------
+    bool
+
+    Notes
+    -----
+    Contiguous CPU int32/int64 offsets are read in place by one C loop (``ll_offsets_ok_i32``,
+    ``ll_offsets_ok_i64``); anything else, or the ``torch`` backend, runs torch (or numpy) ops.
+
+    Examples
+    --------
+    >>> ok, bad = torch.tensor([0, 2, 2, 5]), torch.tensor([0, 3, 2, 5])
+    >>> offsets_ok(ok, 5), offsets_ok(bad, 5), offsets_ok(ok[:-1], 5, include_last=False)
+    (True, False, True)
+    """
+    if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
+        _fill_offsets_ok()
+    if isinstance(offsets, np.ndarray):
+        fn = _NUMPY_OFFSETS_OK.get(offsets.dtype)
+        if (
+            fn is not None
+            and offsets.ndim == 1
+            and offsets.size > 0  # an empty buffer has no address to take
+            and offsets.flags.c_contiguous
+            and backend() == "c"
+            and not _is_compiling()
+        ):
+            return bool(fn(_address(offsets), offsets.size, nnz, include_last))
+        return _numpy_offsets_ok(offsets, nnz, include_last)
+    fn = _OFFSETS_OK.get(offsets.dtype)
+    if (
+        fn is not None
+        and offsets.is_cpu
+        and offsets.is_contiguous()
+        and backend() == "c"
+        and not _is_compiling()
+    ):
+        return bool(fn(offsets.data_ptr(), offsets.numel(), nnz, include_last))
+    return _torch_offsets_ok(offsets, nnz, include_last)
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of a non-empty C-contiguous array's first element: through the buffer
+    protocol where the array is writable (a third of the cost of ``__array_interface__``)."""
+    if a.flags.writeable:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
+    address: int = a.__array_interface__["data"][0]
+    return address
+
+
+def _torch_offsets_ok(offsets: torch.Tensor, nnz: int, include_last: bool) -> bool:
+    """:func:`offsets_ok` with torch ops, for any device and strides."""
+    o = offsets.reshape(-1)
+    if o.numel() == 0:
+        return False
+    first, last = int(o[0]), int(o[-1])  # Python ints: nnz may not fit the offsets' dtype
+    ends_ok = last == nnz if include_last else last <= nnz
+    return first == 0 and ends_ok and bool((o[1:] >= o[:-1]).all())
+
+
+def _numpy_offsets_ok(offsets: np.ndarray, nnz: int, include_last: bool) -> bool:
+    """:func:`offsets_ok` of a numpy array with numpy ops, for any dtype and strides."""
+    o = offsets.reshape(-1)
+    if o.size == 0:
+        return False
+    last = int(o[-1])
+    ends_ok = last == nnz if include_last else last <= nnz
+    return bool(int(o[0]) == 0 and ends_ok and (o[1:] >= o[:-1]).all())
+
+
+def drop_entries(
+    indices: torch.Tensor, offsets: torch.Tensor, value: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The entries not equal to ``value``: their positions, their indices and the new offsets.
+
+    Parameters
+    ----------
+    indices : torch.Tensor
+        ``(nnz,)`` integer entries.
+    offsets : torch.Tensor
+        ``(N + 1,)`` CSR offsets of ``indices``, already checked (:func:`offsets_ok`).
+    value : int
+        The index to drop (a ``padding_idx``).
+
+    Returns
+    -------
+    tuple of torch.Tensor, or None
+        ``(kept, new_indices, new_offsets)``: ``kept`` int64 positions of the entries kept (to
+        select their weights), ``new_indices = indices[kept]`` and the bags' offsets without the
+        dropped entries, in the input dtypes; None when no entry equals ``value``.
+
+    Notes
+    -----
+    CPU int32/int64 input of one dtype runs C: a count of the entries to drop
+    (``ll_count_equal_<i32|i64>``), then, if any, one pass that copies the others
+    (``ll_drop_entries_<i32|i64>``); boolean-mask indexing with torch ops costs several times
+    more. Other input, or the ``torch`` backend, runs torch ops on its own device.
+
+    Examples
+    --------
+    >>> kept, indices, offsets = drop_entries(torch.tensor([3, 0, 1, 0, 2]),
+    ...                                       torch.tensor([0, 3, 4, 5]), 0)
+    >>> kept.tolist(), indices.tolist(), offsets.tolist()
+    ([0, 2, 4], [3, 1, 2], [0, 2, 2, 3])
+    """
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        return None  # no integer entry can equal it
+    sfx = _INT_SUFFIX.get(indices.dtype)
+    if (
+        sfx is not None
+        and offsets.dtype == indices.dtype
+        and offsets.numel() > 0
+        and indices.is_cpu  # use_c(indices, offsets), at a third of its cost (every forward)
+        and offsets.is_cpu
+        and backend() == "c"
+        and not _is_compiling()
+    ):
+        idx, off = indices.contiguous(), offsets.contiguous()
+        n = idx.numel()
+        # counted first: nothing allocated when nothing is dropped, the outputs sized exactly
+        # (slicing a larger buffer cost more than this pass)
+        dropped = function(f"ll_count_equal_{sfx}", _I64, _P, _I64, _I64)(ptr(idx), n, value)
+        if dropped == 0:
+            return None
+        kept = torch.empty(n - dropped, dtype=torch.int64)
+        new_indices = torch.empty(n - dropped, dtype=idx.dtype)
+        new_offsets = torch.empty(off.numel(), dtype=off.dtype)
+        fn = function(f"ll_drop_entries_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
+        fn(ptr(idx), ptr(off), off.numel() - 1, value, ptr(kept), ptr(new_indices),
+           ptr(new_offsets))
+        return kept, new_indices, new_offsets
+    return _torch_drop_entries(indices, offsets, value)
+
+
+def _torch_drop_entries(
+    indices: torch.Tensor, offsets: torch.Tensor, value: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """:func:`drop_entries` with torch ops, on the input's device."""
+    keep = indices != value
+    if bool(keep.all()):
+        return None
+    counts = torch.zeros(indices.numel() + 1, dtype=offsets.dtype, device=indices.device)
+    torch.cumsum(keep, 0, dtype=offsets.dtype, out=counts[1:])  # entries kept before k
+    kept = torch.nonzero(keep).squeeze(1)
+    return kept, indices.index_select(0, kept), counts[offsets]
+
+
+def mode_weights(
+    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype
+) -> torch.Tensor:
+    """Per-entry weights that turn a bag's weighted sum into its mean (or sqrtn) reduction.
+
+    Entry ``k`` of bag ``b`` gets ``w[k] / sum(w)`` (``sqrt``: ``w[k] / sqrt(sum(w**2))``),
+    the sum over the bag's entries, with ``w = 1`` when ``weights`` is None, and 0 where the
+    denominator is 0 (an empty bag gives the bias, never NaN). Sums in float64.
+
+    Parameters
+    ----------
+    offsets : torch.Tensor
+        ``(N + 1,)`` CSR offsets, already checked (:func:`offsets_ok`).
+    weights : torch.Tensor or None
+        ``(offsets[-1],)`` per-entry weights, or None (all 1). Read, not differentiated.
+    sqrt : bool
+        ``sqrtn`` rather than ``mean``.
+    dtype : torch.dtype
+        The result's dtype.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(offsets[-1],)`` weights of ``dtype`` on ``offsets``' device.
+
+    Notes
+    -----
+    CPU float32/float64 results with weights of the same dtype (or none) run one C pass
+    (``ll_mode_weights_<f32|f64>_<i32|i64>``); anything else, or the ``torch`` backend, runs
+    torch ops, whose sums may differ from C's in the last bit (C fuses a multiply-add where the
+    CPU has one).
+
+    Examples
+    --------
+    >>> mode_weights(torch.tensor([0, 2, 2, 3]), torch.tensor([1.0, 3.0, 2.0]), False,
+    ...              torch.float32)
+    tensor([0.2500, 0.7500, 1.0000])
+    """
+    if weights is not None:
+        weights = weights.detach()
+    sfx = suffix(dtype)
+    isfx = _INT_SUFFIX.get(offsets.dtype)
+    if (
+        sfx in ("f32", "f64")
+        and isfx is not None
+        and (weights is None or weights.dtype == dtype)
+        and offsets.numel() > 0
+        and use_c(offsets, weights)
+    ):
+        off = offsets.contiguous()
+        w = None if weights is None else weights.contiguous()
+        out = torch.empty(int(off[-1]), dtype=dtype)
+        fn = function(f"ll_mode_weights_{sfx}_{isfx}", None, _P, _I64, _P, _I64, _P)
+        fn(ptr(off), off.numel() - 1, ptr(w), sqrt, ptr(out))
+        return out
+    return _torch_mode_weights(offsets, weights, sqrt, dtype)
+
+
+def _torch_mode_weights(
+    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`mode_weights` with torch ops, on ``offsets``' device."""
+    device = offsets.device
+    if offsets.numel() == 0:
+        return torch.empty(0, dtype=dtype, device=device)
+    lengths = (offsets[1:] - offsets[:-1]).long()
+    n_bags = lengths.numel()
+    if weights is None:
+        total = lengths.double()
+    else:
+        bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths)
+        vals = weights.double()
+        total = torch.zeros(n_bags, dtype=torch.float64, device=device)
+        total.index_add_(0, bag, vals * vals if sqrt else vals)
+    if sqrt:
+        total = total.sqrt()
+    inv = torch.where(total == 0, torch.zeros_like(total), 1.0 / total)
+    if weights is None:
+        return torch.repeat_interleave(inv, lengths).to(dtype)
+    return (vals * inv.index_select(0, bag)).to(dtype)
