@@ -1,6 +1,8 @@
-"""Issue 2's performance goals: ``LookupLinear`` against the raw PyTorch ops and ``nn.Linear``.
+"""The layer's performance goals: ``LookupLinear`` against the raw PyTorch ops and ``nn.Linear``.
 
-    flock /tmp/ll-cpu.lock .venv/bin/python benchmarks/bench_layer.py --repeats 31
+Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_layer.py --repeats 31
 
 With ``sparse=False`` every backward allocates a fresh dense weight gradient (25.6 MB here).
 glibc hands blocks that large back to the kernel when they are freed, so each call pays the page
@@ -9,7 +11,7 @@ forward+backward medians then swing by 1.5x between runs. Keeping freed memory m
 
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296
 
-in front of the command, takes that noise out of both sides of every pair (docs/benchmarks.md).
+in front of the command, takes that noise out of both sides of every pair (docs/performance.md).
 
 Timing (1024 bags x 20 uniform indices, ``in_features=100_000``, ``out_features=64``, seed 0),
 forward (under ``torch.no_grad``) and forward+backward (the weight gradient, upstream gradient
@@ -174,14 +176,15 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
                                include_last_offset=True, per_sample_weights=d.csr_weights)
 
     nnz = d.indices.numel()
+    starts = d.offsets[:-1]  # nn.EmbeddingBag's N start offsets, the layer's default
 
-    def after_numpy_check() -> torch.Tensor:  # what Bags checked per call before f452345
+    def after_numpy_check() -> torch.Tensor:  # the offsets check written with numpy ops
         o = d.offsets.numpy()
         if o[0] != 0 or o[-1] != nnz or bool((o[1:] < o[:-1]).any()):
             raise AssertionError("bad offsets")
         return raw_bag(W)
 
-    def after_compiled_check() -> torch.Tensor:  # what the layer checks per call now
+    def after_compiled_check() -> torch.Tensor:  # the C check the layer runs per call
         if not offsets_ok(d.offsets, nnz):
             raise AssertionError("bad offsets")
         return raw_bag(W)
@@ -192,7 +195,7 @@ def methods(d: Data) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.T
 
     return {
         "LookupLinear(Bags)": (lambda: d.layer(d.bags), [W]),
-        "LookupLinear(indices, offsets)": (lambda: d.layer(d.indices, d.offsets), [W]),
+        "LookupLinear(indices, offsets)": (lambda: d.layer(d.indices, starts), [W]),
         "F.embedding_bag": (lambda: raw_bag(W), [W]),
         "F.embedding_bag after a numpy offsets check": (after_numpy_check, [W]),
         "F.embedding_bag after the compiled offsets check": (after_compiled_check, [W]),

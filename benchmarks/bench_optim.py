@@ -68,6 +68,7 @@ def lookup_case(
     ``fused=True``: the update applied inside backward."""
     idx, offsets, target = batch
     layer = LookupLinear(init.shape[0], init.shape[1], bias=False, sparse=True,
+                         include_last_offset=True,
                          init=lambda w: w.copy_(init))
     opt = getattr(optim, name)(layer.parameters(), lr=LR, fused=fused)
 
@@ -171,7 +172,8 @@ def fbgemm_agreement(seed: int = 0) -> dict[str, float] | None:
         emb = fbgemm_table(rows, dim, kind, init)
         if emb is None:
             return None
-        layer = LookupLinear(rows, dim, bias=False, sparse=True, init=lambda w: w.copy_(init))
+        layer = LookupLinear(rows, dim, bias=False, sparse=True, include_last_offset=True,
+                             init=lambda w: w.copy_(init))
         kw = {"eps": 1e-8} if ours != "SGD" else {}
         opt = getattr(optim, ours)(layer.parameters(), lr=LR, **kw)
         for _ in range(5):

@@ -121,12 +121,12 @@ def make_case(form: str, batch: Batch, *, requires_grad: bool = False) -> Case:
         x = Bags(c, torch.from_numpy(indptr), v if weighted else None)
         return Case(x, {}, leaf, raw, merges=False)
     if form == "offsets":
-        kw = {"offsets": torch.from_numpy(indptr)}
+        kw = {"offsets": torch.from_numpy(indptr[:-1])}  # N start offsets, as nn.EmbeddingBag
         if weighted:
             kw["per_sample_weights"] = v
         return Case(c, kw, leaf, raw, merges=False)
     if form == "offsets_int32":
-        kw = {"offsets": torch.from_numpy(indptr).int()}
+        kw = {"offsets": torch.from_numpy(indptr[:-1]).int()}
         if weighted:
             kw["per_sample_weights"] = v
         return Case(c.int(), kw, leaf, raw, merges=False)

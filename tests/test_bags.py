@@ -357,3 +357,23 @@ def test_max_mode_names_an_index_out_of_range(bad: int) -> None:
     layer = LookupLinear(10, 3, mode="max")
     with pytest.raises(LookupIndexError, match=f"index {bad} at indices\\[2\\]"):
         layer(Bags.from_lists([[1, 2], [bad, 3]]))
+
+
+def test_from_padded_without_a_padding_index_keeps_every_entry() -> None:
+    x = torch.tensor([[3, 1, 0], [0, 0, 0]])
+    bags = Bags.from_padded(x, padding_idx=None)
+    assert bags.offsets.tolist() == [0, 3, 6] and torch.equal(bags.indices, x.reshape(-1))
+    assert torch.equal(bags.to_dense(4), F.one_hot(x, 4).sum(1).float())
+    assert len(Bags.from_padded(torch.zeros(2, 0, dtype=torch.long), padding_idx=None)) == 2
+
+
+def test_empty_start_offsets_are_an_empty_batch() -> None:
+    """As ``nn.EmbeddingBag``: no offsets and no entries give 0 rows; entries without a bag are
+    refused (``nn.EmbeddingBag`` drops them silently)."""
+    from lookuplinear import InputValueError, LookupLinear
+
+    layer = LookupLinear(5, 2)
+    empty = torch.tensor([], dtype=torch.long)
+    assert layer(empty, empty).shape == (0, 2)
+    with pytest.raises(InputValueError, match="one start offset per bag"):
+        layer(torch.tensor([1, 2]), empty)

@@ -63,9 +63,8 @@ def test_from_embedding_bag_equals_embedding_bag(mode: str, padding_idx: int | N
     layer = LookupLinear.from_embedding(bag)
     assert layer.mode == mode and layer.bias is None
     assert layer.padding_idx == (None if padding_idx is None else padding_idx % 10)
-    # nn.EmbeddingBag takes start offsets (N entries); the layer takes CSR offsets (N + 1)
-    want = bag(FLAT, OFFSETS[:-1])
-    torch.testing.assert_close(layer(FLAT, offsets=OFFSETS), want)
+    want = bag(FLAT, OFFSETS[:-1])  # N start offsets, called as the embedding is
+    torch.testing.assert_close(layer(FLAT, OFFSETS[:-1]), want)
     torch.testing.assert_close(layer(BAGS), want)
 
 
@@ -74,7 +73,7 @@ def test_from_embedding_bag_with_non_zero_padding_row_is_still_equal() -> None:
     with torch.no_grad():
         bag.weight[1] = 5.0  # EmbeddingBag skips padding entries whatever the row holds
     layer = LookupLinear.from_embedding(bag)
-    torch.testing.assert_close(layer(FLAT, offsets=OFFSETS), bag(FLAT, OFFSETS[:-1]))
+    torch.testing.assert_close(layer(FLAT, OFFSETS[:-1]), bag(FLAT, OFFSETS[:-1]))
 
 
 @pytest.mark.parametrize(
@@ -149,8 +148,9 @@ def test_to_embedding_bag_round_trip(mode: str, padding_idx: int | None) -> None
     layer = LookupLinear(10, 4, bias=False, mode=mode, padding_idx=padding_idx)
     bag = layer.to_embedding_bag()
     assert isinstance(bag, nn.EmbeddingBag)
-    assert bag.mode == mode and bag.padding_idx == padding_idx and bag.include_last_offset
-    torch.testing.assert_close(bag(FLAT, OFFSETS), layer(BAGS))  # include_last_offset: CSR
+    assert bag.mode == mode and bag.padding_idx == padding_idx and not bag.include_last_offset
+    torch.testing.assert_close(bag(FLAT, OFFSETS[:-1]), layer(FLAT, OFFSETS[:-1]))
+    torch.testing.assert_close(bag(FLAT, OFFSETS[:-1]), layer(BAGS))
     back = LookupLinear.from_embedding(bag)
     assert torch.equal(back(BAGS), layer(BAGS))
     assert torch.equal(back.weight, layer.weight)
@@ -179,3 +179,60 @@ def test_converted_layers_pass_check_equivalence() -> None:
     bag = nn.EmbeddingBag(10, 4, mode="mean", padding_idx=0)
     assert check_equivalence(LookupLinear.from_embedding(bag), BAGS).ok
     assert check_equivalence(LookupLinear.from_linear(nn.Linear(10, 4)), X_IDX).ok
+
+
+def test_dlrm_call_reads_start_offsets_as_embedding_bag_does() -> None:
+    """``E(indices, offsets)`` with N start offsets: N bags, the last one empty here (its start
+    equals len(indices), which also reads as valid CSR offsets of N - 1 bags)."""
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(10, 2, mode="sum")
+    layer = LookupLinear.from_embedding(bag)
+    idx, starts = torch.tensor([5, 7, 9]), torch.tensor([0, 2, 3])
+    want = bag(idx, starts)
+    assert want.shape == (3, 2)
+    torch.testing.assert_close(layer(idx, starts), want)
+    ones = torch.tensor([0, 1, 2])
+    torch.testing.assert_close(layer(idx, ones), bag(idx, ones))
+
+
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_round_trips_behave_as_the_original(include_last_offset: bool,
+                                                          mode: str) -> None:
+    """nn.EmbeddingBag -> from_embedding -> to_embedding_bag, each called as the original."""
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(10, 3, mode=mode, include_last_offset=include_last_offset)
+    offsets = OFFSETS if include_last_offset else OFFSETS[:-1]
+    layer = LookupLinear.from_embedding(bag)
+    assert layer.include_last_offset == include_last_offset
+    back = layer.to_embedding_bag()
+    assert back.include_last_offset == include_last_offset
+    want = bag(FLAT, offsets)
+    torch.testing.assert_close(layer(FLAT, offsets), want)
+    torch.testing.assert_close(back(FLAT, offsets), want)
+    torch.testing.assert_close(layer(BAGS), want)  # Bags always hold CSR offsets
+
+
+def test_csr_offsets_need_include_last_offset() -> None:
+    from lookuplinear import InputValueError
+
+    layer = LookupLinear(10, 3, bias=False, include_last_offset=True)
+    torch.testing.assert_close(layer(FLAT, OFFSETS), layer(BAGS))
+    with pytest.raises(InputValueError, match="end at len"):
+        layer(FLAT, OFFSETS[:-1])  # start offsets to a CSR layer: the last bag has no end
+    plain = LookupLinear(10, 3, bias=False)
+    with pytest.raises(InputValueError, match="include_last_offset=True"):
+        plain(FLAT, torch.tensor([0, 3, 3, 5, 9]))  # past len(indices): not start offsets
+
+
+def test_from_embedding_keeps_freeze_and_refuses_integer_tables() -> None:
+    from lookuplinear import InputTypeError
+
+    table = torch.randn(6, 3)
+    frozen = LookupLinear.from_embedding(nn.Embedding.from_pretrained(table, freeze=True))
+    assert not frozen.weight.requires_grad
+    assert not frozen.to_embedding().weight.requires_grad
+    trainable = LookupLinear.from_embedding(nn.Embedding.from_pretrained(table, freeze=False))
+    assert trainable.weight.requires_grad
+    with pytest.raises(InputTypeError, match="floating point"):
+        LookupLinear.from_embedding(nn.Embedding.from_pretrained(torch.arange(6).view(3, 2)))

@@ -457,7 +457,8 @@ def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
     )
     with torch.no_grad():
         emb.split_embedding_weights()[0].copy_(init)
-    layer = LookupLinear(rows, dim, bias=False, sparse=True, init=lambda w: w.copy_(init))
+    layer = LookupLinear(rows, dim, bias=False, sparse=True, include_last_offset=True,
+                         init=lambda w: w.copy_(init))  # FBGEMM's CSR offsets
     opt = getattr(optim, name)([layer.weight], lr=lr, **({} if name == "SGD" else {"eps": eps}))
     for _ in range(5):
         idx = torch.randint(0, 50, (32 * 6,), generator=g)  # many duplicates

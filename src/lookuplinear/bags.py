@@ -171,19 +171,25 @@ class Bags:
         return cls(torch.from_numpy(flat), torch.from_numpy(offsets), w)
 
     @classmethod
-    def from_padded(cls, x: torch.Tensor, padding_idx: int) -> Bags:
-        """Build from a ``(N, L)`` index tensor, dropping every entry equal to ``padding_idx``.
+    def from_padded(cls, x: torch.Tensor, padding_idx: int | None) -> Bags:
+        """Build from a ``(N, L)`` index tensor: bag ``b`` is row ``b`` without the entries equal
+        to ``padding_idx`` (``None``: every entry is kept, ``N`` bags of ``L``).
 
         Examples
         --------
         >>> Bags.from_padded(torch.tensor([[3, 1, 0], [0, 0, 0], [2, 2, 5]]), padding_idx=0)
         Bags(n_bags=3, nnz=5, weighted=False)
+        >>> Bags.from_padded(torch.tensor([[3, 1, 0], [0, 0, 0]]), padding_idx=None)
+        Bags(n_bags=2, nnz=6, weighted=False)
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             raise InputValueError(
                 "Bags.from_padded: x must be a 2-D index tensor of shape (N, L), got "
                 f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}."
             )
+        if padding_idx is None:
+            n, length = x.shape
+            return cls(x.reshape(-1), torch.arange(n + 1, device=x.device) * length)
         keep = x != padding_idx
         offsets = torch.zeros(x.shape[0] + 1, dtype=torch.long, device=x.device)
         torch.cumsum(keep.sum(1), 0, out=offsets[1:])

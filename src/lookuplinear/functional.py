@@ -69,6 +69,7 @@ def lookup_linear(
     offsets: torch.Tensor | None = None,
     per_sample_weights: torch.Tensor | None = None,
     sparse: bool = False,
+    include_last_offset: bool = False,
 ) -> torch.Tensor:
     """Apply ``nn.Linear`` to the dense equivalent of ``input``, computed as a lookup.
 
@@ -96,7 +97,12 @@ def lookup_linear(
     padding_idx : int, optional
         Entries equal to it contribute nothing and give ``weight[padding_idx]`` no gradient.
     offsets, per_sample_weights : Tensor, optional
-        CSR offsets (``N + 1`` entries) and per-entry weights for a 1-D index ``input``.
+        The bags of a 1-D index ``input`` and per-entry weights, as ``F.embedding_bag`` takes
+        them: ``N`` start offsets (bag ``b`` is ``input[offsets[b]:offsets[b + 1]]``, the last
+        bag runs to the end of ``input``), or, with ``include_last_offset=True``, ``N + 1``
+        CSR offsets ending at ``len(input)``.
+    include_last_offset : bool, default False
+        As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
         Make the gradient of ``weight`` a coalesced sparse COO tensor with one row per unique
         index the input names (index and matrix input; see :mod:`lookuplinear.rowgrad`).
@@ -132,13 +138,15 @@ def lookup_linear(
         and weight.is_cpu
         and weight.dim() == 2
         and not torch.compiler.is_compiling()
-    ):  # the common case in one place: its Python costs beside a 100 us lookup (issue 2)
-        operands = _cpu_sum_operands(input, offsets, per_sample_weights, weight)
+    ):  # the common case in one place: its Python costs beside a 100 us lookup
+        operands = _cpu_sum_operands(
+            input, offsets, per_sample_weights, weight, include_last_offset
+        )
         if operands is not None:
-            indices, bag_offsets, w = operands
+            indices, bag_offsets, w, csr = operands
             try:
                 out = torch.embedding_bag(
-                    _forward_only(weight), indices, bag_offsets, False, _SUM, False, w, True,
+                    _forward_only(weight), indices, bag_offsets, False, _SUM, False, w, csr,
                     None,
                 )[0]
             except (IndexError, RuntimeError) as exc:  # see _range_checked
@@ -162,13 +170,14 @@ def lookup_linear(
                 f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}. Pass the "
                 "bags' indices flattened, or drop offsets= for a per-element lookup."
             )
-        input = Bags(input, offsets, per_sample_weights)
+        input = Bags(input, _csr_offsets(input, offsets, include_last_offset), per_sample_weights)
     elif per_sample_weights is not None:
         raise InputValueError(
-            "per_sample_weights needs offsets: pass offsets= (CSR form, N + 1 entries) too."
+            "per_sample_weights needs offsets: pass offsets= (the bags' start offsets, as for "
+            "nn.EmbeddingBag) too."
         )
 
-    if isinstance(input, Bags):  # the common case first: every check here costs (issue 2)
+    if isinstance(input, Bags):  # the common case first: every check here costs
         bags = input
         _check_device(bags.indices.device, weight)
     elif isinstance(input, torch.Tensor):
@@ -206,12 +215,51 @@ def lookup_linear(
     )
 
 
+def _csr_offsets(
+    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool
+) -> torch.Tensor:
+    """The CSR offsets (``N + 1`` entries) of ``F.embedding_bag``-style ``offsets``: ``N`` start
+    offsets with ``len(indices)`` appended, or the CSR offsets themselves
+    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong."""
+    if (
+        include_last_offset
+        or not isinstance(offsets, torch.Tensor)
+        or offsets.dim() != 1
+        or offsets.is_meta
+        or offsets.dtype not in (torch.int32, torch.int64)
+    ):
+        return offsets  # CSR, or a tensor Bags refuses with its own message
+    nnz = indices.numel()
+    if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
+        raise InputValueError(
+            f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
+            f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
+            "(N + 1 entries) need include_last_offset=True."
+        )
+    host = offsets if offsets.is_cpu else offsets.cpu()
+    if host.numel() and not offsets_ok(host, nnz, include_last=False) and int(host[0]) == 0:
+        past = host > nnz
+        if bool(past.any()):
+            k = int(past.nonzero()[0, 0])
+            raise InputValueError(
+                f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
+                "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
+                "len(indices)) build the layer with include_last_offset=True, or pass "
+                "Bags(indices, offsets)."
+            )
+    return torch.cat([offsets, offsets.new_tensor([nnz])])
+
+
 def _cpu_sum_operands(
-    input: Any, offsets: torch.Tensor | None, per_sample_weights: Any, weight: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
-    """Checked ``(indices, offsets, per-entry weights)`` of the common CPU bag forms, for a sum
-    with ATen's kernel on the CPU ``weight``; ``None`` for anything else (the general path
-    then takes it, and raises its errors).
+    input: Any,
+    offsets: torch.Tensor | None,
+    per_sample_weights: Any,
+    weight: torch.Tensor,
+    include_last_offset: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool] | None:
+    """Checked ``(indices, offsets, per-entry weights, include_last_offset)`` of the common CPU
+    bag forms, for a sum with ATen's kernel on the CPU ``weight``; ``None`` for anything else
+    (the general path then takes it, and raises its errors).
 
     The common forms: ``Bags`` and scipy.sparse input (checked on construction), and a 1-D index
     tensor with ``offsets`` (and ``per_sample_weights``) of the same integer dtype, checked here
@@ -237,9 +285,9 @@ def _cpu_sum_operands(
                     and per_sample_weights.is_cpu
                 )
             )
-            and offsets_ok(offsets, input.numel())
+            and offsets_ok(offsets, input.numel(), include_last=include_last_offset)
         ):
-            return input, offsets, per_sample_weights
+            return input, offsets, per_sample_weights, include_last_offset
         return None
     if type(input) is Bags:
         bags = input
@@ -253,7 +301,7 @@ def _cpu_sum_operands(
     w = bags.weights
     if w is not None and w.dtype is not weight.dtype:
         w = w.to(weight.dtype)
-    return bags.indices, bags.offsets, w
+    return bags.indices, bags.offsets, w, True
 
 
 def _range_checked(
@@ -333,7 +381,7 @@ def _index_forward(
     if sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, x, None, None, padding_idx)
     else:
-        # ATen's op: F.embedding's Python checks cost a few us per call (docs/benchmarks.md)
+        # ATen's op: F.embedding's Python checks cost a few us per call (benchmarks/bench_layer.py)
         out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
     if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
         out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
@@ -381,7 +429,7 @@ def _bags_forward(
 ) -> torch.Tensor:
     if padding_idx is not None and bags.indices.is_cpu and not torch.compiler.is_compiling():
         # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (19-38x
-        # slower, docs/benchmarks.md): drop the padding entries and look up the rest.
+        # slower, docs/performance.md): drop the padding entries and look up the rest.
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, _range_checked
     if w is not None and w.dtype != weight.dtype:
@@ -462,7 +510,7 @@ def _embedding_bag(
     """``F.embedding_bag(bags.indices, weight, bags.offsets, include_last_offset=True, ...)``.
 
     ATen's op is called directly: ``F.embedding_bag``'s own Python checks repeat what ``Bags``
-    has checked, and cost a few microseconds per call (docs/benchmarks.md, issue 2).
+    has checked, and cost a few microseconds per call (benchmarks/bench_layer.py).
     """
     return torch.embedding_bag(
         _forward_only(weight), bags.indices, bags.offsets, False, mode, False,
@@ -477,7 +525,7 @@ def _forward_only(weight: torch.Tensor) -> torch.Tensor:
     ATen's ``embedding_bag`` picks its kernel by ``weight.requires_grad``, not by grad mode: on a
     parameter under ``no_grad`` it still builds what its backward would need (``offset2bag``,
     bag sizes); on a detached weight it runs ``_embedding_bag_forward_only``, 7-9% faster on a
-    1024 x 20 lookup (docs/benchmarks.md, issue 2). Same values either way (tests/test_layer.py).
+    1024 x 20 lookup (benchmarks/bench_layer.py). Same values either way (tests/test_layer.py).
     """
     if torch.is_grad_enabled() or getattr(forward_ad, "_current_level", 0) >= 0:
         return weight

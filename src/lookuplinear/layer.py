@@ -56,6 +56,9 @@ class LookupLinear(nn.Module):
         same seed (weight transposed, bias included); a callable is called on ``weight`` in place.
     sparse : bool, default False
         Gradient of ``weight`` as a sparse COO tensor (for ``lookuplinear.optim``).
+    include_last_offset : bool, default False
+        How ``layer(indices, offsets)`` reads ``offsets``, as ``nn.EmbeddingBag`` does: ``N``
+        start offsets (the default), or ``N + 1`` CSR offsets ending at ``len(indices)``.
     device, dtype
         As for any ``nn.Module`` factory.
 
@@ -86,6 +89,7 @@ class LookupLinear(nn.Module):
         padding_idx: int | None = None,
         init: Init = "normal",
         sparse: bool = False,
+        include_last_offset: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -104,6 +108,7 @@ class LookupLinear(nn.Module):
         self.padding_idx = normalize_padding_idx(padding_idx, in_features)
         self.init = init
         self.sparse = sparse
+        self.include_last_offset = include_last_offset
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         # huge pages (lookuplinear.hugepages): fewer TLB misses when rows are read scattered
         self.weight = nn.Parameter(hugepages.empty(in_features, out_features, **factory))
@@ -168,6 +173,7 @@ class LookupLinear(nn.Module):
             offsets=offsets,
             per_sample_weights=per_sample_weights,
             sparse=self.sparse,
+            include_last_offset=self.include_last_offset,
         )
 
     def _place_table(self) -> None:
@@ -198,6 +204,8 @@ class LookupLinear(nn.Module):
             s += f", padding_idx={self.padding_idx}"
         if self.sparse:
             s += ", sparse=True"
+        if self.include_last_offset:
+            s += ", include_last_offset=True"
         return s
 
     # ------------------------------------------------------------------ conversions in
@@ -235,11 +243,15 @@ class LookupLinear(nn.Module):
 
     @classmethod
     def from_embedding(cls, embedding: nn.Embedding | nn.EmbeddingBag) -> LookupLinear:
-        """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode`` and
-        ``sparse`` (copies).
+        """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode``,
+        ``sparse``, ``include_last_offset`` and ``freeze`` (the table's ``requires_grad``), copied.
+
+        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output.
 
         Raises
         ------
+        InputTypeError
+            The table is not floating point (an integer table has no linear layer).
         InputValueError
             ``max_norm`` or ``scale_grad_by_freq`` is set (a linear layer has neither), or an
             ``nn.Embedding``'s padding row is non-zero (it would output that row; the layer
@@ -264,8 +276,15 @@ class LookupLinear(nn.Module):
                 f"scale_grad_by_freq={embedding.scale_grad_by_freq}; these rewrite the table or "
                 "the gradient, which a linear layer cannot represent. Build it without them."
             )
+        is_bag = isinstance(embedding, nn.EmbeddingBag)
         mode = embedding.mode if isinstance(embedding, nn.EmbeddingBag) else "sum"
         w = embedding.weight
+        if not w.dtype.is_floating_point:
+            raise InputTypeError(
+                f"{name}'s table has dtype {w.dtype}; LookupLinear's weight must be floating "
+                "point (it is nn.Linear's weight). Convert it first: "
+                "nn.Embedding.from_pretrained(table.float())."
+            )
         pad = embedding.padding_idx
         if isinstance(embedding, nn.Embedding) and pad is not None and bool(w[pad].any()):
             raise InputValueError(
@@ -280,6 +299,7 @@ class LookupLinear(nn.Module):
             mode=mode,
             padding_idx=pad,
             sparse=embedding.sparse,
+            include_last_offset=bool(is_bag and embedding.include_last_offset),
             device=w.device,
             dtype=w.dtype,
         )
@@ -287,6 +307,7 @@ class LookupLinear(nn.Module):
             layer.weight.copy_(w)
             if pad is not None:  # the bag drops padding whatever the row holds
                 layer.weight[pad].fill_(0)
+        layer.weight.requires_grad_(w.requires_grad)  # from_pretrained(..., freeze=True)
         return layer
 
     # ------------------------------------------------------------------ conversions out
@@ -369,7 +390,8 @@ class LookupLinear(nn.Module):
         return emb
 
     def to_embedding_bag(self) -> nn.EmbeddingBag:
-        """An ``nn.EmbeddingBag`` with the same table, ``mode`` and ``padding_idx`` (a copy).
+        """An ``nn.EmbeddingBag`` with the same table, ``mode``, ``padding_idx``, ``sparse`` and
+        ``include_last_offset`` (a copy): called as the layer is, it gives the same output.
 
         Raises
         ------
@@ -379,10 +401,9 @@ class LookupLinear(nn.Module):
         Examples
         --------
         >>> layer = LookupLinear(4, 3, bias=False, mode="mean")
-        >>> bag = layer.to_embedding_bag()           # include_last_offset: CSR offsets
-        >>> from lookuplinear import Bags
-        >>> bags = Bags.from_lists([[1, 3], [], [2]])
-        >>> torch.allclose(bag(bags.indices, bags.offsets), layer(bags))
+        >>> bag = layer.to_embedding_bag()
+        >>> indices, offsets = torch.tensor([1, 3, 2]), torch.tensor([0, 2, 2])  # 3 bags
+        >>> torch.allclose(bag(indices, offsets), layer(indices, offsets))
         True
         """
         self._refuse_bias("nn.EmbeddingBag")
@@ -397,7 +418,7 @@ class LookupLinear(nn.Module):
             mode=self.mode,
             padding_idx=self.padding_idx,
             sparse=self.sparse,
-            include_last_offset=True,
+            include_last_offset=self.include_last_offset,
             device=self.weight.device,
             dtype=self.weight.dtype,
         )
@@ -416,6 +437,7 @@ class LookupLinear(nn.Module):
             target.copy_(self.weight)
             if self.padding_idx is not None:
                 target[self.padding_idx].fill_(0)
+        target.requires_grad_(self.weight.requires_grad)  # a frozen table stays frozen
 
 
 def _place_after_load(module: nn.Module, incompatible_keys: Any) -> None:
