@@ -124,8 +124,7 @@ def sklearn_method(make: Callable[[], Any], X: Any, y: np.ndarray, Xt: Any) -> F
 
 
 def lookup_linear_method(X: Any, y: np.ndarray, Xt: Any, params: dict[str, Any]) -> Fit:
-    from lookuplinear.modelfile import save_model
-    from lookuplinear.sklearn import LookupClassifier
+    from lookuplinear.sklearn import LookupClassifier, save_model
 
     def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
         model = LookupClassifier(**params).fit(X, y)
@@ -136,8 +135,7 @@ def lookup_linear_method(X: Any, y: np.ndarray, Xt: Any, params: dict[str, Any])
 
 def lookup_text_method(texts: list[str], y: np.ndarray, test: list[str], s: argparse.Namespace,
                        params: dict[str, Any]) -> Fit:
-    from lookuplinear.modelfile import save_model
-    from lookuplinear.sklearn import LookupClassifier
+    from lookuplinear.sklearn import LookupClassifier, save_model
     from lookuplinear.text import FastTextVectorizer
 
     def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from lookuplinear import Bags, LookupLinear
 from lookuplinear._kernels import Lookup, c_available, group_rows, use_backend
-from lookuplinear.rowgrad import bag_lookup
+from lookuplinear._rowgrad import bag_lookup
 
 
 @st.composite

@@ -18,10 +18,8 @@ pytest.importorskip("safetensors")
 from lookuplinear import InputValueError, LookupLinearError, ModelFileError
 from lookuplinear._kernels import _ngrams
 from lookuplinear.cli import main
-from lookuplinear.modelfile import load_model, save_model
-from lookuplinear.sklearn import LookupClassifier, LookupRegressor
-from lookuplinear.text import FastTextVectorizer
-from lookuplinear.textdata import precision_recall_at_k, read_fasttext, read_table
+from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
+from lookuplinear.text import FastTextVectorizer, precision_recall_at_k, read_fasttext, read_table
 
 LINES = [
     "__label__pos a great film , truly great",

@@ -5,8 +5,10 @@ without ever building that matrix.
 """
 
 from . import optim
-from .bags import Bags
-from .check import EquivalenceError, EquivalenceReport, check_equivalence
+from ._bags import Bags
+from ._check import EquivalenceError, EquivalenceReport, check_equivalence
+from ._layer import LookupLinear
+from ._vocab import Vocab
 from .errors import (
     DeviceMismatchError,
     InputTypeError,
@@ -18,9 +20,7 @@ from .errors import (
     UnknownTokenError,
 )
 from .functional import lookup_linear
-from .layer import LookupLinear
 from .reference import dense_reference, densify
-from .vocab import Vocab
 
 __version__ = "0.1.0"
 

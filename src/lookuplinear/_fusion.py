@@ -2,7 +2,7 @@
 
 The binding lives with the parameter (as TorchRec's ``apply_optimizer_in_backward`` marks its
 parameters): :func:`bind` sets it, and the row-sparse backward of a lookup
-(:mod:`lookuplinear.rowgrad`) asks it to take the gradient instead of storing it. The update is
+(:mod:`lookuplinear._rowgrad`) asks it to take the gradient instead of storing it. The update is
 deferred to the end of the backward pass (``queue_callback`` on autograd's engine), so that
 
 * a table used several times in one forward is updated once, with the summed gradient, after

@@ -16,10 +16,10 @@ import scipy.sparse as sp
 import torch
 from torch.autograd import forward_ad
 
+from ._bags import Bags, check_index_range
 from ._kernels import bag_max, mode_weights, offsets_ok
-from .bags import Bags, check_index_range
+from ._rowgrad import bag_lookup
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
-from .rowgrad import bag_lookup
 
 __all__ = ["MODES", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
 
@@ -105,7 +105,7 @@ def lookup_linear(
         As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
         Make the gradient of ``weight`` a coalesced sparse COO tensor with one row per unique
-        index the input names (index and matrix input; see :mod:`lookuplinear.rowgrad`).
+        index the input names (index and matrix input; see :mod:`lookuplinear._rowgrad`).
 
     Returns
     -------

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bags import Bags
+from ._bags import Bags
+from ._layer import LookupLinear
 from .errors import InputValueError
-from .layer import LookupLinear
 
 __all__ = ["dense_reference", "densify"]
 

@@ -26,7 +26,7 @@ def add_input_options(p: argparse.ArgumentParser, *, labels: bool) -> None:
 def read_input(args: argparse.Namespace, *, need_labels: bool) -> Any:
     """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage."""
     from ..errors import InputValueError
-    from ..textdata import read_fasttext, read_table
+    from ..text import read_fasttext, read_table
 
     label_column = getattr(args, "label_column", None)
     if args.text_column is None:
@@ -61,7 +61,7 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
     """The model of ``args.model`` for ``predict``/``test``, after checking ``-k``; raises
     ``InputValueError`` when ``-k < 1`` or the file holds no text vectorizer and labels."""
     from ..errors import InputValueError
-    from ..modelfile import load_model
+    from ..sklearn import load_model
 
     if args.k < 1:
         raise InputValueError(f"-k must be >= 1, got {args.k}.")

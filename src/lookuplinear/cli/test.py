@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..textdata import precision_recall_at_k
+    from ..text import precision_recall_at_k
 
     model = load_text_model(args, "test")
     data = read_input(args, need_labels=True)

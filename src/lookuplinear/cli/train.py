@@ -62,7 +62,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
-    from ..modelfile import save_model
+    from ..sklearn import save_model
 
     for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
         if getattr(args, name) < 1:

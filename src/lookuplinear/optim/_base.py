@@ -22,8 +22,8 @@ import torch
 from .. import hugepages
 from .._fusion import bind
 from .._kernels import Lookup, fused_rows, group_rows, update_rows, use_c
+from .._rowgrad import row_sparse_grad
 from ..errors import InputValueError
-from ..rowgrad import row_sparse_grad
 
 __all__ = ["RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
 

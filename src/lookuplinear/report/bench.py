@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..bags import Bags
-from ..layer import LookupLinear
+from .._bags import Bags
+from .._layer import LookupLinear
 from .memory import measure_peak
 from .methods import FORMS, LINEAR, LOOKUP_OF_FORM, Method, make_input, methods_for
 

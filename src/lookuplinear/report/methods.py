@@ -28,7 +28,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from ..bags import Bags
+from .._bags import Bags
 from ..functional import lookup_linear
 
 __all__ = [

@@ -1,12 +1,15 @@
-"""scikit-learn estimators on ``LookupLinear`` (the ``[sklearn]`` extra).
+"""scikit-learn estimators on ``LookupLinear`` (the ``[sklearn]`` extra), and their model files.
 
 ``LookupClassifier`` and ``LookupRegressor`` train ``X -> LookupLinear -> [nn.Linear]`` straight
 from scipy.sparse rows (``CountVectorizer`` / ``TfidfVectorizer`` output), dense arrays or lists
-of token ids, without densifying. See ``docs/sklearn.md``.
+of token ids, without densifying. ``save_model`` / ``load_model`` write and read an estimator
+with its text vectorizer as safetensors + JSON. See ``docs/sklearn.md``.
 """
 
 from ._classifier import LookupClassifier
 from ._model import LookupNet
+from ._modelfile import TextModel, load_model, save_model
 from ._regressor import LookupRegressor
 
-__all__ = ["LookupClassifier", "LookupNet", "LookupRegressor"]
+__all__ = ["LookupClassifier", "LookupNet", "LookupRegressor", "TextModel", "load_model",
+           "save_model"]

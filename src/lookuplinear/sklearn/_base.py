@@ -16,7 +16,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..bags import Bags
+from .._bags import Bags
 from ..errors import TrainingDivergedError
 from ..functional import MODES, row_scale
 from ._model import LookupNet

@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bags import Bags
-from .check import EquivalenceReport, check_equivalence
-from .layer import LookupLinear
-from .vocab import Vocab
+from ._bags import Bags
+from ._check import EquivalenceReport, check_equivalence
+from ._layer import LookupLinear
+from ._vocab import Vocab
 
 __all__ = ["SEED_INDICES", "Step", "custom_walkthrough", "render_markdown", "seed_walkthrough"]
 

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .bags import Bags
+from ._bags import Bags
+from ._layer import LookupLinear
 from .errors import LookupLinearError
-from .layer import LookupLinear
 from .reference import dense_reference
 
 __all__ = [

@@ -34,8 +34,8 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
-from ._kernels import Tokens, count_matrix, token_ids
-from .errors import InputValueError
+from .._kernels import Tokens, count_matrix, token_ids
+from ..errors import InputValueError
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 
 __all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
 
@@ -145,9 +145,11 @@ def load_model(path: str | Path) -> TextModel:
 
 
 def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
-    from .sklearn import LookupClassifier, LookupNet, LookupRegressor
-    from .sklearn._optim import make_optimizers
-    from .text import FastTextVectorizer
+    from ..text import FastTextVectorizer
+    from ._classifier import LookupClassifier
+    from ._model import LookupNet
+    from ._optim import make_optimizers
+    from ._regressor import LookupRegressor
 
     kinds = {"LookupClassifier": LookupClassifier, "LookupRegressor": LookupRegressor}
     name = config["estimator"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputValueError
+from ..errors import InputValueError
 
 __all__ = ["LABEL_PREFIX", "LabelledTexts", "precision_recall_at_k", "read_fasttext",
            "read_table"]
