@@ -20,17 +20,27 @@ up, an entry's weight (1 when ``weights is None``) is its value::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from ._kernels import drop_entries, offsets_ok
 from .errors import InputTypeError, InputValueError, LookupIndexError
 
-__all__ = ["Bags"]
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+__all__ = ["Bags", "is_scipy_sparse"]
+
+
+def is_scipy_sparse(x: Any) -> bool:
+    """``scipy.sparse.issparse(x)``, without importing scipy (0.2-0.4 s) when nothing has: a
+    scipy matrix can only exist once ``scipy.sparse`` is imported."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and bool(sp.issparse(x))
 
 
 def _as_int_tensor(name: str, value: Any) -> torch.Tensor:
@@ -208,7 +218,7 @@ class Bags:
         >>> Bags.from_scipy(sp.csr_matrix([[1.0, 0.0, 0.5], [0.0, 0.0, 0.0]]))
         Bags(n_bags=2, nnz=2, weighted=True)
         """
-        if not sp.issparse(m):  # narrowing by issparse hides the matrix API from mypy
+        if not is_scipy_sparse(m):
             raise InputTypeError(
                 f"Bags.from_scipy: expected a scipy.sparse matrix or array, got {type(m).__name__}."
             )
@@ -422,6 +432,8 @@ class Bags:
             if self.weights is None
             else self.weights.detach().cpu().float().numpy()
         )
+        import scipy.sparse as sp
+
         return sp.csr_matrix(
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features),

@@ -11,7 +11,7 @@ from torch import nn
 
 from . import hugepages
 from .errors import InputTypeError, InputValueError
-from .functional import check_mode, lookup_linear, normalize_padding_idx
+from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
 __all__ = ["LookupLinear"]
 
@@ -85,7 +85,7 @@ class LookupLinear(nn.Module):
         out_features: int,
         *,
         bias: bool = True,
-        mode: str = "sum",
+        mode: Mode = "sum",
         padding_idx: int | None = None,
         init: Init = "normal",
         sparse: bool = False,
@@ -153,7 +153,7 @@ class LookupLinear(nn.Module):
 
     def forward(
         self,
-        input: Any,
+        input: LookupInput,
         offsets: torch.Tensor | None = None,
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -211,7 +211,7 @@ class LookupLinear(nn.Module):
     # ------------------------------------------------------------------ conversions in
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, *, mode: str = "sum", sparse: bool = False
+        cls, linear: nn.Linear, *, mode: Mode = "sum", sparse: bool = False
     ) -> LookupLinear:
         """A ``LookupLinear`` with ``weight = linear.weight.T`` and the same bias (copies).
 
@@ -277,7 +277,7 @@ class LookupLinear(nn.Module):
                 "the gradient, which a linear layer cannot represent. Build it without them."
             )
         is_bag = isinstance(embedding, nn.EmbeddingBag)
-        mode = embedding.mode if isinstance(embedding, nn.EmbeddingBag) else "sum"
+        mode = cast(Mode, embedding.mode if isinstance(embedding, nn.EmbeddingBag) else "sum")
         w = embedding.weight
         if not w.dtype.is_floating_point:
             raise InputTypeError(

@@ -9,22 +9,28 @@ without building ``densify(x)``: index input goes to ``F.embedding``, bags and s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_args
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch.autograd import forward_ad
 
-from ._bags import Bags, check_index_range
+from ._bags import Bags, check_index_range, is_scipy_sparse
 from ._kernels import bag_max, mode_weights, offsets_ok
 from ._rowgrad import bag_lookup
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
 
-__all__ = ["MODES", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
+__all__ = ["MODES", "LookupInput", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
+
+#: how a row of matrix input is reduced: PyTorch's EmbeddingBag modes plus TensorFlow's sqrtn
 Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
 MODES: tuple[str, ...] = get_args(Mode)
+#: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
+#: scipy.sparse matrices and arrays
+LookupInput: TypeAlias = "torch.Tensor | Bags | sp.spmatrix | sp.sparray"
 
 
 def check_mode(mode: str) -> None:
@@ -60,11 +66,11 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | No
 
 
 def lookup_linear(
-    input: Any,
+    input: LookupInput,
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    mode: str = "sum",
+    mode: Mode = "sum",
     padding_idx: int | None = None,
     offsets: torch.Tensor | None = None,
     per_sample_weights: torch.Tensor | None = None,
@@ -291,7 +297,7 @@ def _cpu_sum_operands(
         return None
     if type(input) is Bags:
         bags = input
-    elif sp.issparse(input):
+    elif is_scipy_sparse(input):
         _check_columns(cast(Any, input).shape, weight.shape[0], "scipy.sparse matrix")
         bags = Bags.from_scipy(input)
     else:
@@ -337,7 +343,7 @@ def _as_bags(input: Any, in_features: int) -> Bags:
     """Turn a matrix-shaped sparse input into ``Bags``, checking its number of columns."""
     if isinstance(input, Bags):
         return input
-    if sp.issparse(input):
+    if is_scipy_sparse(input):
         _check_columns(tuple(cast(Any, input).shape), in_features, "scipy.sparse matrix")
         return Bags.from_scipy(input)
     if isinstance(input, torch.Tensor) and input.layout in (torch.sparse_coo, torch.sparse_csr):

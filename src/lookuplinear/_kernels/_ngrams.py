@@ -18,13 +18,15 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterable, Iterator
 from itertools import chain, count
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._backend import use_c
 from ._clib import function
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["Tokens", "bucket", "count_matrix", "murmur", "ngram_column", "token_ids"]
 
@@ -145,6 +147,8 @@ def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: i
     else:
         nnz = _count_rows_python(tokens, column, word_ngrams, bucket, n_words, indptr, indices,
                                  data)
+    import scipy.sparse as sp
+
     return sp.csr_matrix((data[:nnz], indices[:nnz], indptr),
                          shape=(len(tokens.doc_ptr) - 1, n_columns))
 

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from numbers import Integral, Real
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._bags import Bags
 from ..errors import TrainingDivergedError
-from ..functional import MODES, row_scale
+from ..functional import MODES, Mode, row_scale
 from ._model import LookupNet
 from ._optim import SOLVERS, make_optimizers, make_schedulers
 
@@ -161,7 +161,8 @@ class LookupEstimator(BaseEstimator):
         """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=self.mode)
+            mode = cast(Mode, self.mode)  # validated by fit against MODES
+            net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=mode)
         self.model_ = net.to(self.device)
         self._optimizers = make_optimizers(
             self.solver,

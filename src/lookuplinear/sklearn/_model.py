@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .._layer import LookupLinear
-from ..functional import lookup_linear
+from ..functional import Mode, lookup_linear
 
 __all__ = ["LookupNet"]
 
@@ -45,7 +45,7 @@ class LookupNet(nn.Module):
     torch.Size([4, 3])
     """
 
-    def __init__(self, n_features: int, n_outputs: int, *, hidden: int | None, mode: str) -> None:
+    def __init__(self, n_features: int, n_outputs: int, *, hidden: int | None, mode: Mode) -> None:
         super().__init__()
         self.hidden = hidden
         self.output: nn.Linear | None
