@@ -63,6 +63,13 @@ def zeros_like(p: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
     return hugepages.empty(*p.shape, dtype=p.dtype, device=p.device).fill_(fill)
 
 
+def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.optim.Optimizer``'s own ``method`` without its ``torch._disable_dynamo`` wrapper,
+    which imports ``torch._dynamo`` on its first call: 1-3 s of a command line's start, for an
+    optimizer whose steps are not traced (its kernels are C or eager torch ops)."""
+    return getattr(method, "__wrapped__", method)
+
+
 def _bump_version(t: torch.Tensor) -> None:
     """Tell autograd ``t`` changed in place (the C kernels write through its pointer)."""
     torch.autograd.graph.increment_version(t)
@@ -99,8 +106,12 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As ``torch.optim.Optimizer.add_param_group``; with ``fused=True`` the group's tables
         are bound to this optimizer, which updates them in their backward."""
-        super().add_param_group(param_group)
+        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
         self._bind(self.param_groups[-1])
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """As ``torch.optim.Optimizer.zero_grad``."""
+        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As ``torch.optim.Optimizer.load_state_dict``; large CPU state tensors are placed as
