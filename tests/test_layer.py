@@ -164,7 +164,7 @@ def test_torchscript_is_not_supported_but_the_error_is_pytorchs() -> None:
     torch.compile / torch.export. What works: torch.compile (above)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(RuntimeError, match="LookupInput|_parameters"):
+        with pytest.raises(RuntimeError, match=r"LookupInput|_parameters"):
             torch.jit.script(LookupLinear(10, 3))
 
 
