@@ -24,7 +24,7 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr, suffix
 
-__all__ = ["Lookup", "fused_rows", "group_rows", "update_rows"]
+__all__ = ["KERNELS", "Lookup", "fused_rows", "group_rows", "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
