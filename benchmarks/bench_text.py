@@ -140,7 +140,7 @@ def lookup_text_method(texts: list[str], y: np.ndarray, test: list[str], s: argp
 
     def fit() -> tuple[Callable[[], np.ndarray], Callable[[], int]]:
         vec = FastTextVectorizer(word_ngrams=s.wordNgrams, bucket=s.bucket, min_count=1)
-        model = LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch, **params)
+        model = LookupClassifier(hidden=s.dim, mode="mean", max_iter=s.epoch, **params)
         model.fit(vec.fit_transform(texts), y)
 
         def size() -> int:
@@ -332,7 +332,7 @@ def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
     for r in range(s.repeats + 1):  # the first round warms up
         order = list(times) if r % 2 == 0 else list(times)[::-1]
         for variant in order:
-            model = LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch, **s.text_params)
+            model = LookupClassifier(hidden=s.dim, mode="mean", max_iter=s.epoch, **s.text_params)
             with use_backend("auto" if variant == "C kernels" else "torch"):
                 t0 = time.perf_counter()
                 model.fit(C, ytr)
@@ -345,7 +345,7 @@ def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
     print("| variant | median s | min s | final loss |\n|---|---|---|---|")
     for k, v in times.items():
         print(f"| {k} | {med[k]:.3f} | {min(v):.3f} | {losses[k]:.6f} |")
-    print(f"\nautograd / fused step: {med['autograd'] / med['fused step']:.2f}x", flush=True)
+    print(f"\ntorch ops / C kernels: {med['torch ops'] / med['C kernels']:.2f}x", flush=True)
     return {"seconds": times, "final_loss": losses}
 
 
@@ -372,7 +372,7 @@ def validation(name: str, s: argparse.Namespace) -> dict[str, Any]:
                   if feats == "TF-IDF" or k != "LogisticRegression"}
         for seed in (0, 1):
             params = (s.linear_params if feats == "TF-IDF" else
-                      {"hidden": s.dim, "mode": "mean", "epochs": s.epoch, **s.text_params})
+                      {"hidden": s.dim, "mode": "mean", "max_iter": s.epoch, **s.text_params})
             models[f"LookupClassifier, seed {seed}"] = (
                 lambda p=params, seed=seed: LookupClassifier(**(p | {"random_state": seed})))
         print(f"\n## {name}, {feats}: validation accuracy ({len(fit_t)} fit / {len(val_t)} "
@@ -405,7 +405,7 @@ def solver_choice(name: str, s: argparse.Namespace) -> dict[str, Any]:
     for choice in s.solvers:
         solver, lr = choice.split(":")
         params = s.text_params | {"solver": solver, "learning_rate_init": float(lr)}
-        accs = [float(np.mean(LookupClassifier(hidden=s.dim, mode="mean", epochs=s.epoch,
+        accs = [float(np.mean(LookupClassifier(hidden=s.dim, mode="mean", max_iter=s.epoch,
                                                **(params | {"random_state": seed}))
                               .fit(X, fit_y).predict(Xv) == val_y)) for seed in (0, 1, 2)]
         out[choice] = accs
@@ -450,7 +450,7 @@ def main() -> None:
                    "settings for each optimizer and learning rate, e.g. adagrad:0.5")
     s = p.parse_args()
     s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
-                       "epochs": 5, "random_state": 0}
+                       "max_iter": 5, "random_state": 0}
     # row-wise Adagrad, lr 0.2: chosen over Adagrad lr 0.5 (and row-wise lr 0.1 / 0.5) on the
     # validation split of the training split, 3 seeds (docs/performance.md); one state value per
     # row instead of per element, so 8 MB of state instead of 80 MB at 2M rows x dim 10
@@ -461,7 +461,7 @@ def main() -> None:
 
     print(f"# Text classification benchmark\n\nMachine: {platform.processor() or 'CPU'}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; torch "
-          f"{torch.__version__} (LookupClassifier n_threads=1), scikit-learn "
+          f"{torch.__version__} (LookupClassifier n_jobs=1), scikit-learn "
           f"{sklearn.__version__}, Python {platform.python_version()}. Medians of "
           f"{s.repeats} interleaved runs after a warm-up.", flush=True)
     results = {"settings": {k: v for k, v in vars(s).items() if k != "out"} | {"out": str(s.out)}}

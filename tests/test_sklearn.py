@@ -32,7 +32,7 @@ from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
 from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
 
-FAST = {"epochs": 30, "learning_rate_init": 0.05, "random_state": 0}
+FAST = {"max_iter": 30, "learning_rate_init": 0.05, "random_state": 0}
 
 
 def _expected_failures(estimator: Any) -> dict[str, str]:
@@ -51,7 +51,7 @@ def _expected_failures(estimator: Any) -> dict[str, str]:
     [
         LookupClassifier(**FAST),
         LookupClassifier(hidden=8, **FAST),
-        LookupRegressor(epochs=50, learning_rate_init=0.05, random_state=0),
+        LookupRegressor(max_iter=50, learning_rate_init=0.05, random_state=0),
     ],
     expected_failed_checks=_expected_failures,
 )
@@ -109,7 +109,7 @@ def test_fit_is_the_module_step_on_either_kernel_backend(target: str, solver: st
         y = np.stack([y == 0, y == 1, X[:, 0] > 0], axis=1).astype(int)
     kw = {"class_weight": "balanced"} if target == "class_weight" else {}
     params = {"hidden": 8, "mode": mode, "solver": solver, "learning_rate": "linear",
-              "epochs": 3, "batch_size": 32, "learning_rate_init": 0.2, "random_state": 0, **kw}
+              "max_iter": 3, "batch_size": 32, "learning_rate_init": 0.2, "random_state": 0, **kw}
     fits = []
     for backend in ("auto", "torch"):
         with use_backend(backend):
@@ -156,7 +156,7 @@ def test_same_seed_same_model_and_global_rng_untouched() -> None:
 def test_every_solver_learns(solver: str) -> None:
     X, y = _data()
     lr = 0.1 if solver == "sgd" else 0.05
-    clf = LookupClassifier(hidden=16, solver=solver, weight_decay=1e-5,
+    clf = LookupClassifier(hidden=16, solver=solver, alpha=1e-5,
                            **{**FAST, "learning_rate_init": lr}).fit(X, y)
     assert clf.loss_curve_[-1] < clf.loss_curve_[0]
     assert clf.score(X, y) > 0.6
@@ -223,7 +223,7 @@ def test_partial_fit_continues_and_needs_classes() -> None:
 def test_early_stopping_keeps_the_best_epoch() -> None:
     X, y = _data()
     clf = LookupClassifier(early_stopping=True, n_iter_no_change=2, tol=0.5,
-                           **{**FAST, "epochs": 50}).fit(X, y)
+                           **{**FAST, "max_iter": 50}).fit(X, y)
     assert clf.n_iter_ == 3  # tol=0.5: no later epoch counts as better
     assert len(clf.validation_scores_) == 3
     assert clf.best_validation_score_ == clf.validation_scores_[0]
@@ -242,7 +242,7 @@ def test_regressor_learns_a_sparse_linear_map_and_multioutput() -> None:
     X = sp.random(400, 60, density=0.1, format="csr", random_state=0, dtype=np.float32)
     W = np.random.default_rng(0).normal(size=(60, 2))
     Y = X @ W
-    reg = LookupRegressor(epochs=100, learning_rate_init=0.05, random_state=0).fit(X, Y)
+    reg = LookupRegressor(max_iter=100, learning_rate_init=0.05, random_state=0).fit(X, Y)
     assert reg.predict(X).shape == (400, 2) and reg.score(X, Y) > 0.9
     assert reg.fit(X, Y[:, 0]).predict(X).shape == (400,)
 
@@ -257,11 +257,11 @@ def test_errors_say_what_and_how() -> None:
     with pytest.raises(ValueError, match="solver"):
         LookupClassifier(solver="lbfgs").fit(X, y)
     with pytest.raises(TrainingDivergedError, match="Lower learning_rate_init"):
-        LookupRegressor(learning_rate_init=1e6, solver="sgd", epochs=3).fit(X * 1e3, y * 1e6)
+        LookupRegressor(learning_rate_init=1e6, solver="sgd", max_iter=3).fit(X * 1e3, y * 1e6)
 
 
 def test_verbose_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     X, y = _data()
-    LookupClassifier(verbose=1, epochs=2, random_state=0).fit(X, y)
+    LookupClassifier(verbose=1, max_iter=2, random_state=0).fit(X, y)
     err = capsys.readouterr().err
     assert "ex/s" in err and "loss=" in err

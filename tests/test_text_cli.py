@@ -216,7 +216,7 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     y = [line.split(" ", 1)[0] for line in LINES] * 5
     vec = FastTextVectorizer(word_ngrams=2, bucket=256)
     X = vec.fit_transform(texts)
-    clf = LookupClassifier(hidden=4, mode="mean", epochs=5, random_state=0).fit(X, y)
+    clf = LookupClassifier(hidden=4, mode="mean", max_iter=5, random_state=0).fit(X, y)
     path = save_model(tmp_path / "m.ll", clf, vectorizer=vec, labels=clf.classes_.tolist())
     model = load_model(path)
     np.testing.assert_array_equal(model.scores(texts), clf.predict_proba(X))
@@ -224,7 +224,7 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     assert model.estimator.get_params() == clf.get_params()
     model.estimator.partial_fit(X, y)  # a loaded model trains on
 
-    reg = LookupRegressor(epochs=2, random_state=0).fit(X, np.arange(len(texts), dtype=float))
+    reg = LookupRegressor(max_iter=2, random_state=0).fit(X, np.arange(len(texts), dtype=float))
     reg_model = load_model(save_model(tmp_path / "r.ll", reg))
     np.testing.assert_array_equal(reg_model.estimator.predict(X), reg.predict(X))
     assert reg_model.vectorizer is None
@@ -234,7 +234,7 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    clf = LookupClassifier(epochs=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    clf = LookupClassifier(max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
     path = save_model(tmp_path / "m.ll", clf)
     data = path.read_bytes()
     cases = {

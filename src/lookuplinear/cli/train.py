@@ -106,9 +106,9 @@ def fit_text_classifier(
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     clf = LookupClassifier(
         hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
-        learning_rate=args.lr_schedule, epochs=args.epoch, batch_size=args.batch_size,
-        weight_decay=args.weight_decay, random_state=args.seed, verbose=0 if args.quiet else 1,
-        device=args.device, n_threads=args.thread,
+        learning_rate=args.lr_schedule, max_iter=args.epoch, batch_size=args.batch_size,
+        alpha=args.weight_decay, random_state=args.seed, verbose=0 if args.quiet else 1,
+        device=args.device, n_jobs=args.thread,
     )
     if not ova and len(labels) < 2:
         from ..errors import InputValueError

@@ -88,9 +88,9 @@ class LookupEstimator(BaseEstimator):
         "solver": [StrOptions(set(SOLVERS))],
         "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
         "learning_rate": [StrOptions({"constant", "linear"})],
-        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
@@ -98,7 +98,7 @@ class LookupEstimator(BaseEstimator):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "device": [str, torch.device],
-        "n_threads": [Interval(Integral, 1, None, closed="left"), None],
+        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
     }
 
     # set by subclasses' __init__
@@ -107,9 +107,9 @@ class LookupEstimator(BaseEstimator):
     solver: str
     learning_rate_init: float
     learning_rate: str
-    epochs: int
+    max_iter: int
     batch_size: int
-    weight_decay: float
+    alpha: float
     early_stopping: bool
     validation_fraction: float
     n_iter_no_change: int
@@ -117,7 +117,7 @@ class LookupEstimator(BaseEstimator):
     random_state: Any
     verbose: int
     device: str | torch.device
-    n_threads: int | None
+    n_jobs: int | None
 
     # ------------------------------------------------------------------ input
     def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:
@@ -169,7 +169,7 @@ class LookupEstimator(BaseEstimator):
             self.model_.sparse_parameters(),
             self.model_.dense_parameters(),
             lr=self.learning_rate_init,
-            weight_decay=self.weight_decay,
+            weight_decay=self.alpha,
         )
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
@@ -191,7 +191,7 @@ class LookupEstimator(BaseEstimator):
         validation: tuple[Any, Any] | None = None,
     ) -> None:
         """Minibatch training: shuffle rows with a seeded generator, step on each batch."""
-        with torch_threads(self.n_threads):
+        with torch_threads(self.n_jobs):
             self._epochs(X, target, weight, epochs=epochs, seed=seed, schedule=schedule,
                          validation=validation)
 
@@ -273,7 +273,7 @@ class LookupEstimator(BaseEstimator):
         model, device = self.model_, torch.device(self.device)
         model.eval()
         outs = [np.zeros((0, self._n_outputs()), dtype=np.float64)]
-        with torch.no_grad(), torch_threads(self.n_threads):
+        with torch.no_grad(), torch_threads(self.n_jobs):
             for _, _, bags in _CSRBatches(Xc).batches(PREDICT_BATCH):
                 outs.append(model.predict(bags.to(device)).cpu().numpy())
         return np.concatenate(outs)

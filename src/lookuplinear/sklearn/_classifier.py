@@ -45,12 +45,12 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         Initial learning rate.
     learning_rate : {"constant", "linear"}, default "constant"
         ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
-    epochs : int, default 10
-        Passes over the training data in ``fit`` (``partial_fit`` makes one).
+    max_iter : int, default 10
+        Passes over the training data (epochs) in ``fit`` (``partial_fit`` makes one).
     batch_size : int, default 64
         Rows per gradient step.
-    weight_decay : float, default 0.0
-        L2 penalty; on the table it is applied to the rows each batch touches.
+    alpha : float, default 0.0
+        L2 penalty (the optimizer's ``weight_decay``); on the table it is applied to the rows each batch touches.
     early_stopping : bool, default False
         Hold out ``validation_fraction`` of the data (stratified) and stop when its accuracy has
         not improved by ``tol`` for ``n_iter_no_change`` epochs; the best epoch's weights are kept.
@@ -64,7 +64,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     verbose : int, default 0
         A progress bar (examples/s, loss) on stderr when > 0.
     device : str or torch.device, default "cpu"
-    n_threads : int or None, default 1
+    n_jobs : int or None, default 1
         ``torch.set_num_threads`` while training and predicting (restored afterwards); ``None``
         keeps torch's setting. One thread is fastest for minibatches of sparse rows on CPU.
 
@@ -96,7 +96,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     >>> from lookuplinear.sklearn import LookupClassifier
     >>> texts = ["good movie", "great film", "bad movie", "awful film"] * 10
     >>> labels = ["pos", "pos", "neg", "neg"] * 10
-    >>> clf = make_pipeline(TfidfVectorizer(), LookupClassifier(epochs=20, random_state=0))
+    >>> clf = make_pipeline(TfidfVectorizer(), LookupClassifier(max_iter=20, random_state=0))
     >>> clf.fit(texts, labels).predict(["a great movie", "an awful movie"])
     array(['pos', 'neg'], dtype='<U3')
     """
@@ -114,9 +114,9 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         solver: str = "adam",
         learning_rate_init: float = 0.01,
         learning_rate: str = "constant",
-        epochs: int = 10,
+        max_iter: int = 10,
         batch_size: int = 64,
-        weight_decay: float = 0.0,
+        alpha: float = 0.0,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 5,
@@ -125,16 +125,16 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         random_state: Any = None,
         verbose: int = 0,
         device: str | torch.device = "cpu",
-        n_threads: int | None = 1,
+        n_jobs: int | None = 1,
     ) -> None:
         self.hidden = hidden
         self.mode = mode
         self.solver = solver
         self.learning_rate_init = learning_rate_init
         self.learning_rate = learning_rate
-        self.epochs = epochs
+        self.max_iter = max_iter
         self.batch_size = batch_size
-        self.weight_decay = weight_decay
+        self.alpha = alpha
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
@@ -143,11 +143,11 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
-        self.n_threads = n_threads
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any) -> LookupClassifier:
-        """Train from scratch for ``epochs`` passes.
+        """Train from scratch for ``max_iter`` passes (epochs).
 
         Parameters
         ----------
@@ -173,7 +173,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
             validation = (X_val, self.classes_[y_val] if y.ndim == 1 else y_val)
         self._init_model(self._n_model_outputs(), seed)
         target, weight = self._targets(y)
-        self._run_epochs(Xc, target, weight, epochs=self.epochs, seed=seed,
+        self._run_epochs(Xc, target, weight, epochs=self.max_iter, seed=seed,
                          schedule=self.learning_rate, validation=validation)
         return self
 

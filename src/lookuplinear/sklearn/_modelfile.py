@@ -30,6 +30,9 @@ from ..errors import ModelFileError
 
 __all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
 
+#: estimator parameters renamed to scikit-learn's names: a file written before reads the same
+_RENAMED = {"epochs": "max_iter", "weight_decay": "alpha", "n_threads": "n_jobs"}
+
 FORMAT = "lookuplinear-model"
 VERSION = "1"
 
@@ -60,7 +63,7 @@ def save_model(
     --------
     >>> import tempfile, os
     >>> from lookuplinear.sklearn import LookupClassifier
-    >>> clf = LookupClassifier(hidden=4, epochs=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    >>> clf = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
     >>> path = save_model(os.path.join(tempfile.mkdtemp(), "m.ll"), clf)
     >>> loaded = load_model(path).estimator
     >>> np.allclose(loaded.decision_function([[0, 1]]), clf.decision_function([[0, 1]]))
@@ -155,7 +158,8 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     name = config["estimator"]
     if name not in kinds:
         raise ModelFileError(f"unknown estimator {name!r}; expected one of {sorted(kinds)}.")
-    est: Any = kinds[name](**config["params"], random_state=config["random_state"])
+    params = {_RENAMED.get(k, k): v for k, v in config["params"].items()}
+    est: Any = kinds[name](**params, random_state=config["random_state"])
     est.n_features_in_ = int(config["n_features_in"])
     net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
                     mode=est.mode)
@@ -173,7 +177,7 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     est._seed_ = est._seed()
     est._optimizers = make_optimizers(est.solver, net.sparse_parameters(),
                                       net.dense_parameters(), lr=est.learning_rate_init,
-                                      weight_decay=est.weight_decay)
+                                      weight_decay=est.alpha)
     if name == "LookupClassifier":
         est.classes_ = np.asarray(config["classes"])
         est.multilabel_ = bool(config["multilabel"])

@@ -19,15 +19,15 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     """A regressor on sparse rows: ``linear(densify(X) @ E)`` trained on the squared error.
 
     Dense equivalent: with ``hidden=None`` it is linear regression, ``nn.Linear(n_features,
-    n_targets)`` on ``X`` (ridge with ``weight_decay``); with ``hidden=h`` it is
+    n_targets)`` on ``X`` (ridge with ``alpha``); with ``hidden=h`` it is
     ``nn.Linear(h, n_targets)(nn.Linear(n_features, h, bias=False)(X))``. The first layer is a
     :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` is never densified.
 
     Parameters
     ----------
-    hidden, mode, solver, learning_rate_init, learning_rate, epochs, batch_size, weight_decay,
+    hidden, mode, solver, learning_rate_init, learning_rate, max_iter, batch_size, alpha,
     early_stopping, validation_fraction, n_iter_no_change, tol, random_state, verbose, device,
-    n_threads
+    n_jobs
         As for :class:`~lookuplinear.sklearn.LookupClassifier`; early stopping watches the
         held-out R^2.
 
@@ -47,7 +47,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     >>> from lookuplinear.sklearn import LookupRegressor
     >>> X = sp.random(200, 50, density=0.2, format="csr", random_state=0)
     >>> y = X @ np.arange(50.0) / 50
-    >>> reg = LookupRegressor(epochs=100, learning_rate_init=0.05, random_state=0).fit(X, y)
+    >>> reg = LookupRegressor(max_iter=100, learning_rate_init=0.05, random_state=0).fit(X, y)
     >>> reg.score(X, y) > 0.9
     True
     """
@@ -60,9 +60,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         solver: str = "adam",
         learning_rate_init: float = 0.01,
         learning_rate: str = "constant",
-        epochs: int = 10,
+        max_iter: int = 10,
         batch_size: int = 64,
-        weight_decay: float = 0.0,
+        alpha: float = 0.0,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 5,
@@ -70,16 +70,16 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         random_state: Any = None,
         verbose: int = 0,
         device: str | torch.device = "cpu",
-        n_threads: int | None = 1,
+        n_jobs: int | None = 1,
     ) -> None:
         self.hidden = hidden
         self.mode = mode
         self.solver = solver
         self.learning_rate_init = learning_rate_init
         self.learning_rate = learning_rate
-        self.epochs = epochs
+        self.max_iter = max_iter
         self.batch_size = batch_size
-        self.weight_decay = weight_decay
+        self.alpha = alpha
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
@@ -87,10 +87,10 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
-        self.n_threads = n_threads
+        self.n_jobs = n_jobs
 
     def fit(self, X: Any, y: Any) -> LookupRegressor:
-        """Train from scratch for ``epochs`` passes.
+        """Train from scratch for ``max_iter`` passes (epochs).
 
         Parameters
         ----------
@@ -113,7 +113,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
             )
             validation = (X_val, y_val if self._y_2d else y_val.ravel())
         self._init_model(y.shape[1], seed)
-        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self.epochs, seed=seed,
+        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self.max_iter, seed=seed,
                          schedule=self.learning_rate, validation=validation)
         return self
 
