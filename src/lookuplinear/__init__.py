@@ -7,6 +7,8 @@ without ever building that matrix.
 from . import optim
 from ._bags import Bags
 from ._check import EquivalenceError, EquivalenceReport, check_equivalence
+from ._collection import LookupCollection, TableConfig
+from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
 from ._vocab import Vocab
 from .errors import (
@@ -31,10 +33,14 @@ __all__ = [
     "EquivalenceReport",
     "InputTypeError",
     "InputValueError",
+    "KeyedBags",
+    "KeyedTensor",
+    "LookupCollection",
     "LookupIndexError",
     "LookupLinear",
     "LookupLinearError",
     "ModelFileError",
+    "TableConfig",
     "TrainingDivergedError",
     "UnknownTokenError",
     "Vocab",

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ._bags import Bags
+from ._collection import LookupCollection
+from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
-from .errors import LookupLinearError
+from .errors import InputTypeError, LookupLinearError
 from .reference import dense_reference
 
 __all__ = [
@@ -133,7 +135,7 @@ def _with_values(x: Any, values: torch.Tensor) -> Any:
 
 
 def check_equivalence(
-    layer: LookupLinear,
+    layer: LookupLinear | LookupCollection,
     x: Any,
     *,
     rtol: float | None = None,
@@ -151,7 +153,11 @@ def check_equivalence(
 
     Parameters
     ----------
-    layer : LookupLinear
+    layer : LookupLinear or LookupCollection
+        For a collection, ``x`` is a :class:`~lookuplinear.KeyedBags`; the reference is each
+        feature's table as ``nn.Linear`` on its multi-hot rows, ``output`` is the collection's
+        ``(N, sum of dims)`` values and there is one ``<table>.weight.grad`` per table (the sum
+        over the features that read it).
     x : any input form the layer accepts
     rtol, atol : float, optional
         Tolerances of ``|got - ref| <= atol + rtol * |ref|``; defaults per dtype in
@@ -174,6 +180,8 @@ def check_equivalence(
     ['output', 'weight.grad', 'bias.grad']
     """
     with torch.enable_grad():  # the check needs gradients even when called under no_grad
+        if isinstance(layer, LookupCollection):
+            return _check_collection(layer, x, rtol, atol, seed)
         return _check(layer, x, rtol, atol, seed)
 
 
@@ -238,3 +246,45 @@ def _check(
         )
         comparisons.append(_compare(name, got, want, rtol, atol))
     return EquivalenceReport(_describe(x), comparisons)
+
+
+def _check_collection(
+    collection: LookupCollection, kb: Any, rtol: float | None, atol: float | None, seed: int
+) -> EquivalenceReport:
+    if not isinstance(kb, KeyedBags):
+        raise InputTypeError(
+            f"check_equivalence of a LookupCollection takes a KeyedBags, got "
+            f"{type(kb).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
+        )
+    dtype = next(collection.parameters()).dtype
+    default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-5))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+
+    probe = copy.copy(collection)  # fresh leaves on the tables' storage, as _probe for a layer
+    probe._modules = dict(collection._modules)
+    names = list(collection.embedding_bags)
+    probes = {n: _probe(collection[n]) for n in names}
+    probe.embedding_bags = nn.ModuleDict(probes)
+    params = [probes[n].weight for n in names]
+    out = cast(KeyedTensor, probe(kb)).values()
+    gen = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    grads = torch.autograd.grad(out, params, upstream.to(out.dtype).to(out.device),
+                                allow_unused=True)
+
+    lins = {n: copy.deepcopy(collection[n].to_linear(strict=False)).double().cpu()
+            for n in names}
+    kb_cpu = kb.to("cpu")
+    refs = [dense_reference(collection.table_of(f), kb_cpu[f],
+                            linear=lins[collection._table_of[f]])
+            for f in collection.feature_names]
+    ref = torch.cat(refs, dim=1)
+    ref_grads = torch.autograd.grad(ref, [lins[n].weight for n in names], upstream,
+                                    allow_unused=True)
+    comparisons = [_compare("output", out.detach().cpu(), ref, rtol, atol)]
+    for n, p, got, want in zip(names, params, grads, ref_grads, strict=True):
+        got = torch.zeros(p.shape) if got is None else got.cpu()
+        want = torch.zeros(p.shape) if want is None else want.T
+        comparisons.append(_compare(f"{n}.weight.grad", got, want, rtol, atol))
+    return EquivalenceReport(repr(kb), comparisons)

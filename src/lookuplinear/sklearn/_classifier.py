@@ -50,7 +50,8 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     batch_size : int, default 64
         Rows per gradient step.
     alpha : float, default 0.0
-        L2 penalty (the optimizer's ``weight_decay``); on the table it is applied to the rows each batch touches.
+        L2 penalty (the optimizer's ``weight_decay``); on the table it is applied to the rows
+        each batch touches.
     early_stopping : bool, default False
         Hold out ``validation_fraction`` of the data (stratified) and stop when its accuracy has
         not improved by ``tol`` for ``n_iter_no_change`` epochs; the best epoch's weights are kept.

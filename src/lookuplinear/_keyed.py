@@ -1,0 +1,332 @@
+"""``KeyedBags``: several features' bags for the same examples, and ``KeyedTensor``, their output.
+
+A keyed batch is TorchRec's ``KeyedJaggedTensor``: one flat ``values`` tensor holding, feature
+after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
+
+    KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []]})
+
+    keys    = ["user", "item"]                 # F = 2 features, N = 2 examples
+    values  = [3, 1, 4,   7, 7, 2]             # user's bags, then item's
+    lengths = [1, 2,      3, 0]                # F * N bag lengths, feature-major
+    offsets = [0, 1, 3,   6, 6]                # CSR offsets of the F * N bags
+
+    # 'user' bags are values[0:1], values[1:3]; 'item' bags are values[3:6], values[6:6]
+
+``kb["item"]`` is that feature's :class:`~lookuplinear.Bags` (a view, no copy), so everything a
+``LookupLinear`` takes per bag batch, a keyed batch gives per feature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._bags import Bags, _as_int_tensor
+from ._kernels import offsets_ok
+from .errors import InputTypeError, InputValueError
+
+__all__ = ["KeyedBags", "KeyedTensor"]
+
+
+class KeyedBags:
+    """A keyed jagged batch: ``F`` features' bags of indices for the same ``N`` examples.
+
+    The dense equivalent of feature ``k`` is ``kb[k].to_dense(n)``, the ``(N, n)`` multi-hot
+    (weighted) matrix of its bags, as for :class:`~lookuplinear.Bags`. The layout is TorchRec's
+    ``KeyedJaggedTensor`` (feature-major; see the module docstring for a drawn batch).
+
+    Parameters
+    ----------
+    keys : sequence of str
+        The feature names, distinct, in the order their bags appear in ``values``.
+    values : Tensor of shape (nnz,), integer
+        Every feature's indices, feature after feature, bag after bag.
+    lengths : Tensor of shape (F * N,), integer, optional
+        The number of entries of every bag, feature-major. Give ``lengths`` or ``offsets``.
+    offsets : Tensor of shape (F * N + 1,), integer, optional
+        CSR offsets of the ``F * N`` bags (``offsets[0] == 0``, ``offsets[-1] == nnz``).
+    weights : Tensor of shape (nnz,), floating, optional
+        One weight per entry (``None`` means 1).
+
+    Raises
+    ------
+    InputValueError
+        Keys repeated or not strings, lengths negative or not summing to ``len(values)``,
+        a number of bags that is not a multiple of the number of keys, bad offsets, weights of
+        the wrong length.
+    InputTypeError
+        Integer tensors that are not integers, weights that are not floating point.
+
+    Examples
+    --------
+    >>> kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 4, 7, 7, 2]),
+    ...                lengths=torch.tensor([1, 2, 3, 0]))
+    >>> kb
+    KeyedBags(keys=['user', 'item'], batch_size=2, nnz=6, weighted=False)
+    >>> kb["item"].indices, kb["item"].offsets
+    (tensor([7, 7, 2]), tensor([0, 3, 3]))
+    """
+
+    __slots__ = ("_keys", "_position", "offsets", "values", "weights")
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        values: torch.Tensor | Sequence[int] | np.ndarray,
+        lengths: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        offsets: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        keys = list(keys)
+        if not all(isinstance(k, str) for k in keys):
+            raise InputValueError(
+                f"KeyedBags: keys must be strings (feature names), got {keys!r}."
+            )
+        if len(set(keys)) != len(keys):
+            repeated = sorted({k for k in keys if keys.count(k) > 1})
+            raise InputValueError(
+                f"KeyedBags: keys must be distinct, got {repeated} more than once. Give each "
+                "feature one name (features may share a table through TableConfig)."
+            )
+        vals = _as_int_tensor("values", values)
+        if (lengths is None) == (offsets is None):
+            raise InputValueError(
+                "KeyedBags: give exactly one of lengths= (F * N bag lengths) and offsets= "
+                f"(F * N + 1 CSR offsets), got lengths={'None' if lengths is None else '...'} and "
+                f"offsets={'None' if offsets is None else '...'}."
+            )
+        if lengths is not None:
+            lens = _as_int_tensor("lengths", lengths).to(vals.device)
+            if lens.dim() != 1:
+                raise InputValueError(
+                    f"KeyedBags: lengths must be 1-D (F * N values), got shape "
+                    f"{tuple(lens.shape)}."
+                )
+            if lens.numel() and int(lens.min()) < 0:
+                bad = int(torch.nonzero(lens < 0)[0, 0])
+                raise InputValueError(
+                    f"KeyedBags: lengths must be >= 0, got lengths[{bad}] = {int(lens[bad])}."
+                )
+            total = int(lens.sum())
+            if total != vals.numel():
+                raise InputValueError(
+                    f"KeyedBags: lengths sum to {total} but values holds {vals.numel()} "
+                    "entries; lengths must give every entry of values to one bag."
+                )
+            off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
+            torch.cumsum(lens, 0, out=off[1:])
+        else:
+            off = _as_int_tensor("offsets", offsets).long().to(vals.device)
+            host = off if off.is_cpu else off.cpu()
+            if off.numel() == 0 or not offsets_ok(host, vals.numel()):
+                raise InputValueError(
+                    "KeyedBags: offsets must be CSR offsets of the F * N bags: start at 0, "
+                    f"never decrease and end at len(values) = {vals.numel()}; got "
+                    f"{host.tolist()[:12]}{'...' if host.numel() > 12 else ''}."
+                )
+        n_bags = off.numel() - 1
+        if keys and n_bags % len(keys):
+            raise InputValueError(
+                f"KeyedBags: {n_bags} bags for {len(keys)} keys; the bags must be N per key "
+                "(feature-major), so their number is a multiple of the number of keys."
+            )
+        if not keys and n_bags:
+            raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
+        w: torch.Tensor | None = None
+        if weights is not None:
+            w = (
+                weights
+                if isinstance(weights, torch.Tensor)
+                else torch.as_tensor(np.asarray(weights, dtype=np.float32))
+            )
+            if not w.dtype.is_floating_point:
+                raise InputTypeError(
+                    f"KeyedBags: weights must be floating point, got dtype {w.dtype}; "
+                    "convert with weights.float()."
+                )
+            if w.shape != vals.shape:
+                raise InputValueError(
+                    f"KeyedBags: weights must have one value per entry of values, shape "
+                    f"{tuple(vals.shape)}, got shape {tuple(w.shape)}."
+                )
+        self._keys = keys
+        self._position = {k: i for i, k in enumerate(keys)}
+        self.values = vals
+        self.offsets = off if vals.dtype == off.dtype else off.to(vals.dtype)
+        self.weights = w
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_dict(cls, features: Mapping[str, Bags | Sequence[Sequence[int]]]) -> KeyedBags:
+        """Build from ``{key: Bags or list of index lists}``, every feature with ``N`` bags.
+
+        Weights are kept when every feature has them (a feature without weights gets 1s when
+        another has them).
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []]})
+        >>> kb.values, kb.lengths()
+        (tensor([3, 1, 4, 7, 7, 2]), tensor([1, 2, 3, 0]))
+        """
+        if not features:
+            raise InputValueError("KeyedBags.from_dict: got no features; pass {name: bags}.")
+        bags = {k: v if isinstance(v, Bags) else Bags.from_lists(v) for k, v in features.items()}
+        sizes = {k: len(b) for k, b in bags.items()}
+        if len(set(sizes.values())) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_dict: every feature needs one bag per example, got {sizes} "
+                "bags per feature."
+            )
+        devices = {b.device for b in bags.values()}
+        if len(devices) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_dict: features on different devices {sorted(map(str, devices))};"
+                " move them to one device."
+            )
+        values = torch.cat([b.indices.long() for b in bags.values()])
+        lengths = torch.cat([b.lengths().long() for b in bags.values()])
+        weights = None
+        if any(b.weights is not None for b in bags.values()):
+            dtype = next(b.weights.dtype for b in bags.values() if b.weights is not None)
+            weights = torch.cat([
+                b.weights.to(dtype) if b.weights is not None
+                else torch.ones(b.nnz, dtype=dtype, device=b.device)
+                for b in bags.values()
+            ])
+        return cls(list(bags), values, lengths=lengths, weights=weights)
+
+    @classmethod
+    def from_kjt(cls, kjt: Any) -> KeyedBags:
+        """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared)."""
+        w = kjt.weights_or_none()
+        return cls(list(kjt.keys()), kjt.values(), lengths=kjt.lengths(), weights=w)
+
+    def to_kjt(self) -> Any:
+        """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package)."""
+        try:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        except ImportError as exc:  # an optional dependency
+            raise ImportError(
+                "KeyedBags.to_kjt needs TorchRec; install it (see docs/collection.md)."
+            ) from exc
+        return KeyedJaggedTensor(
+            keys=self.keys(), values=self.values, lengths=self.lengths(), weights=self.weights
+        )
+
+    # ------------------------------------------------------------------ views
+    def keys(self) -> list[str]:
+        """The feature names, in the order of ``values``."""
+        return list(self._keys)
+
+    @property
+    def batch_size(self) -> int:
+        """``N``, the number of examples (bags per feature)."""
+        return (self.offsets.numel() - 1) // len(self._keys) if self._keys else 0
+
+    def __len__(self) -> int:
+        """The number of examples ``N``, as ``len(Bags)`` is its number of bags."""
+        return self.batch_size
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._position
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def lengths(self) -> torch.Tensor:
+        """The ``F * N`` bag lengths, feature-major."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def __getitem__(self, key: str) -> Bags:
+        """Feature ``key``'s ``N`` bags (views of ``values``, ``weights``; offsets from 0)."""
+        pos = self._position.get(key)
+        if pos is None:
+            raise KeyError(
+                f"KeyedBags has no feature {key!r}; its keys are {self._keys}."
+            )
+        n = self.batch_size
+        off = self.offsets[pos * n : (pos + 1) * n + 1]
+        start, end = int(off[0]), int(off[-1])
+        bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
+        bags.indices = self.values[start:end]
+        bags.offsets = off - start
+        bags.weights = None if self.weights is None else self.weights[start:end]
+        return bags
+
+    def to_dict(self) -> dict[str, Bags]:
+        """``{key: kb[key]}`` for every feature."""
+        return {k: self[k] for k in self._keys}
+
+    def to(self, device: torch.device | str) -> KeyedBags:
+        """The same batch on ``device`` (this object if nothing moves)."""
+        device = torch.device(device)
+        if self.values.device == device:
+            return self
+        moved = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
+        moved._keys, moved._position = self._keys, self._position
+        moved.values, moved.offsets = self.values.to(device), self.offsets.to(device)
+        moved.weights = None if self.weights is None else self.weights.to(device)
+        return moved
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedBags(keys={self._keys}, batch_size={self.batch_size}, "
+            f"nnz={self.values.numel()}, weighted={self.weights is not None})"
+        )
+
+
+class KeyedTensor:
+    """The pooled outputs of several features side by side: TorchRec's ``KeyedTensor``.
+
+    ``values()`` is one ``(N, sum of dims)`` tensor, the features' outputs concatenated in
+    ``keys()`` order; ``kt[key]`` is a feature's ``(N, dim)`` slice (a view) and ``to_dict()``
+    all of them.
+
+    Examples
+    --------
+    >>> kt = KeyedTensor(["a", "b"], [2, 1], torch.arange(6.0).reshape(2, 3))
+    >>> kt["b"]
+    tensor([[2.],
+            [5.]])
+    """
+
+    __slots__ = ("_keys", "_lengths", "_starts", "_values")
+
+    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int],
+                 values: torch.Tensor) -> None:
+        self._keys = list(keys)
+        self._lengths = [int(n) for n in length_per_key]
+        starts = np.concatenate([[0], np.cumsum(self._lengths)]).astype(int).tolist()
+        self._starts = {k: (starts[i], starts[i + 1]) for i, k in enumerate(self._keys)}
+        self._values = values
+
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def values(self) -> torch.Tensor:
+        """The ``(N, sum of dims)`` tensor."""
+        return self._values
+
+    def length_per_key(self) -> list[int]:
+        """Each feature's output width (its table's ``embedding_dim``)."""
+        return list(self._lengths)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._starts:
+            raise KeyError(f"KeyedTensor has no key {key!r}; its keys are {self._keys}.")
+        a, b = self._starts[key]
+        return self._values[:, a:b]
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        return {k: self[k] for k in self._keys}
+
+    def __repr__(self) -> str:
+        return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"

@@ -1,0 +1,283 @@
+"""KeyedBags, TableConfig and LookupCollection against the dense reference."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import (
+    Bags,
+    InputTypeError,
+    InputValueError,
+    KeyedBags,
+    KeyedTensor,
+    LookupCollection,
+    LookupLinear,
+    TableConfig,
+    check_equivalence,
+    densify,
+    optim,
+)
+from lookuplinear._kernels import use_backend
+
+MODES = ["sum", "mean", "sqrtn", "max"]
+
+
+def _batch(weighted: bool = False) -> KeyedBags:
+    feats = {
+        "user": [[3], [1, 4], [], [9, 9]],
+        "item": [[7, 7, 2], [], [0], [5]],
+        "last_item": [[5], [6], [6, 1], []],
+    }
+    if not weighted:
+        return KeyedBags.from_dict(feats)
+    gen = torch.Generator().manual_seed(0)
+    return KeyedBags.from_dict({
+        k: Bags.from_lists(v, [torch.rand(len(b), generator=gen).tolist() for b in v])
+        for k, v in feats.items()
+    })
+
+
+def _collection(mode: str = "sum", sparse: bool = False, dtype: torch.dtype | None = None,
+                padding_idx: int | None = None) -> LookupCollection:
+    torch.manual_seed(0)
+    return LookupCollection(
+        [TableConfig("user", 10, 4, ["user"], mode=mode, dtype=dtype),  # type: ignore[arg-type]
+         TableConfig("item", 8, 3, ["item", "last_item"], mode=mode,  # type: ignore[arg-type]
+                     padding_idx=padding_idx, dtype=dtype)],
+        sparse=sparse,
+    )
+
+
+def _dense_out(col: LookupCollection, kb: KeyedBags) -> torch.Tensor:
+    """Per feature, nn.Linear (no bias) of its table on the densified bags, side by side."""
+    outs = []
+    for f, table in col.features():
+        if table.mode == "max":
+            outs.append(_max_reference(table, kb[f]))
+        else:
+            x = densify(kb[f], table).to(table.weight.dtype)
+            outs.append(table.to_linear(strict=False)(x))
+    return torch.cat(outs, 1)
+
+
+def _max_reference(table: LookupLinear, bags: Bags) -> torch.Tensor:
+    rows = []
+    for b in range(len(bags)):
+        idx = bags.indices[bags.offsets[b]:bags.offsets[b + 1]]
+        if table.padding_idx is not None:
+            idx = idx[idx != table.padding_idx]
+        rows.append(table.weight[idx].max(0).values if idx.numel() else
+                    torch.zeros(table.out_features, dtype=table.weight.dtype))
+    return torch.stack(rows)
+
+
+# ---------------------------------------------------------------------- KeyedBags
+def test_keyed_bags_layout_is_feature_major():
+    kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 4, 7, 7, 2]),
+                   lengths=torch.tensor([1, 2, 3, 0]))
+    assert kb.keys() == ["user", "item"] and len(kb) == 2 and kb.batch_size == 2
+    assert kb["user"].indices.tolist() == [3, 1, 4] and kb["user"].offsets.tolist() == [0, 1, 3]
+    assert kb["item"].indices.tolist() == [7, 7, 2] and kb["item"].offsets.tolist() == [0, 3, 3]
+    same = KeyedBags(["user", "item"], kb.values, offsets=torch.tensor([0, 1, 3, 6, 6]))
+    assert torch.equal(same.lengths(), kb.lengths())
+    assert torch.equal(kb["item"].to_dense(8), Bags.from_lists([[7, 7, 2], []]).to_dense(8))
+
+
+def test_keyed_bags_from_dict_and_weights():
+    kb = KeyedBags.from_dict({"a": Bags.from_lists([[1], [2, 3]], [[0.5], [2.0, 3.0]]),
+                              "b": [[4], []]})
+    assert kb.weights is not None
+    assert kb["a"].weights.tolist() == [0.5, 2.0, 3.0]
+    assert kb["b"].weights.tolist() == [1.0]  # the unweighted feature gets 1s
+    assert set(kb.to_dict()) == {"a", "b"} and "a" in kb and list(kb) == ["a", "b"]
+    assert kb.to("meta").device.type == "meta" and kb.to("cpu") is kb
+    assert "batch_size=2" in repr(kb)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"keys": ["a", "b"], "values": [1, 2], "lengths": [1, 2, 0, 0]}, "sum to 3"),
+        ({"keys": ["a", "b"], "values": [1, 2], "lengths": [3, -1, 0, 0]}, r"lengths\[1\] = -1"),
+        ({"keys": ["a", "a"], "values": [1, 2], "lengths": [1, 1]}, "distinct"),
+        ({"keys": ["a", "b"], "values": [1, 2], "lengths": [1, 1, 0]}, "multiple"),
+        ({"keys": ["a"], "values": [1, 2], "lengths": [1, 1], "weights": [1.0]},
+         "one value per entry"),
+        ({"keys": ["a"], "values": [1, 2], "offsets": [0, 3]}, "CSR offsets"),
+        ({"keys": ["a"], "values": [1, 2]}, "exactly one of"),
+        ({"keys": [1], "values": [1], "lengths": [1]}, "strings"),
+    ],
+)
+def test_keyed_bags_errors(kwargs, match):
+    with pytest.raises(InputValueError, match=match):
+        KeyedBags(**kwargs)
+
+
+def test_keyed_bags_errors_types_and_keys():
+    with pytest.raises(InputTypeError, match="floating"):
+        KeyedBags(["a"], [1], lengths=[1], weights=torch.tensor([1]))
+    with pytest.raises(InputValueError, match="one bag per example"):
+        KeyedBags.from_dict({"a": [[1]], "b": [[1], [2]]})
+    with pytest.raises(KeyError, match="no feature 'c'"):
+        _batch()["c"]
+
+
+def test_keyed_tensor():
+    kt = KeyedTensor(["a", "b"], [2, 1], torch.arange(6.0).reshape(2, 3))
+    assert kt.keys() == ["a", "b"] and kt.length_per_key() == [2, 1]
+    assert kt["a"].tolist() == [[0.0, 1.0], [3.0, 4.0]]
+    assert set(kt.to_dict()) == {"a", "b"}
+    with pytest.raises(KeyError):
+        kt["c"]
+
+
+# ---------------------------------------------------------------------- LookupCollection
+@pytest.mark.parametrize(
+    ("mode", "weighted"), [(m, w) for m in MODES for w in (False, True) if (m, w) != ("max", True)]
+)
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_forward_and_gradients_equal_dense(mode, weighted, backend):
+    col, kb = _collection(mode, dtype=torch.float64), _batch(weighted)
+    with use_backend(backend):
+        out = col(kb)
+        assert isinstance(out, KeyedTensor)
+        assert out.keys() == ["user", "item", "last_item"] and out.length_per_key() == [4, 3, 3]
+        torch.testing.assert_close(out.values(), _dense_out(col, kb), rtol=1e-12, atol=1e-12)
+        report = check_equivalence(col, kb)
+    assert report.ok, str(report)
+    assert [c.name for c in report.comparisons] == ["output", "user.weight.grad",
+                                                    "item.weight.grad"]
+
+
+@pytest.mark.parametrize("padding_idx", [None, 6])
+def test_shared_table_gradient_is_the_sum(padding_idx):
+    col, kb = _collection("sum", sparse=True, padding_idx=padding_idx), _batch()
+    col(kb).values().sum().backward()
+    grad = col["item"].weight.grad.to_dense()
+    want = (kb["item"].to_dense(8) + kb["last_item"].to_dense(8)).sum(0)
+    if padding_idx is not None:
+        want[padding_idx] = 0
+    torch.testing.assert_close(grad, want.unsqueeze(1).expand(8, 3))
+
+
+def test_unpooled_dict_input():
+    col = _collection()
+    out = col({"user": torch.tensor([[1, 2], [3, 4]]), "last_item": torch.tensor([5])})
+    assert isinstance(out, dict)
+    assert out["user"].shape == (2, 2, 4) and out["last_item"].shape == (1, 3)
+    torch.testing.assert_close(out["last_item"], col["item"].weight[[5]])
+
+
+def test_collection_errors():
+    with pytest.raises(InputValueError, match="no feature"):
+        _collection()(KeyedBags.from_dict({"user": [[1]], "item": [[1]]}))
+    with pytest.raises(InputValueError, match="in tables 'a' and 'b'"):
+        LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x"])])
+    with pytest.raises(InputValueError, match="distinct"):
+        LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])])
+    with pytest.raises(InputValueError, match="hashing"):
+        TableConfig("a", 3, 2, ["x"], hashing="mod")
+    with pytest.raises(InputValueError, match="mode"):
+        TableConfig("a", 3, 2, ["x"], mode="median")  # type: ignore[arg-type]
+    with pytest.raises(InputTypeError, match="KeyedBags"):
+        _collection()(torch.tensor([1]))  # type: ignore[arg-type]
+    with pytest.raises(InputValueError, match="no table reads"):
+        _collection()({"nope": torch.tensor([1])})
+    with pytest.raises(InputTypeError, match="KeyedBags"):
+        check_equivalence(_collection(), Bags.from_lists([[1]]))
+    with pytest.raises(KeyError, match="no table 'x'"):
+        _collection()["x"]
+
+
+def test_from_layers_shares_storage_and_state_dict_keys():
+    user, item = LookupLinear(10, 3, bias=False), LookupLinear(5, 2, mode="mean")
+    col = LookupCollection.from_layers({"user": user, "item": item})
+    assert col["user"] is user and col["item"].weight is item.weight
+    assert set(col.state_dict()) == {"embedding_bags.user.weight", "embedding_bags.item.weight",
+                                     "embedding_bags.item.bias"}
+    kb = KeyedBags.from_dict({"user": [[1, 2], []], "item": [[4], [0, 0]]})
+    torch.testing.assert_close(col(kb)["item"], item(kb["item"]))
+    with pytest.raises(InputTypeError, match="LookupLinear"):
+        LookupCollection.from_layers({"x": torch.nn.Embedding(3, 2)})  # type: ignore[dict-item]
+
+
+def test_check_equivalence_changes_nothing():
+    col, kb = _collection(sparse=True), _batch()
+    opt = optim.Adam(col.parameters(), lr=0.1, fused=True)
+    before = copy.deepcopy(col.state_dict())
+    assert check_equivalence(col, kb).ok
+    for k, v in col.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert all(p.grad is None for p in col.parameters()) and not opt.state
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_fused_equals_unfused_to_the_bit(opt_name, backend):
+    cls = getattr(optim, opt_name)
+    kbs = [_batch(), _batch(weighted=True)] * 2
+    weights = []
+    with use_backend(backend):
+        for fused in (False, True):
+            col = _collection("mean", sparse=True)
+            opt = cls(col.parameters(), lr=0.05, fused=fused)
+            for kb in kbs:
+                opt.zero_grad()
+                col(kb).values().pow(2).sum().backward()
+                opt.step()
+            weights.append([p.detach().clone() for p in col.parameters()])
+    for a, b in zip(*weights, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_sgd_equals_torch_sgd_on_the_dense_path():
+    col, kb = _collection("sum", sparse=True, dtype=torch.float64), _batch(weighted=True)
+    linears = {n: t.to_linear(strict=False) for n, t in col.embedding_bags.items()}
+    ours = optim.SGD(col.parameters(), lr=0.1, momentum=0.0)
+    ref = torch.optim.SGD([lin.weight for lin in linears.values()], lr=0.1)
+    for _ in range(3):
+        ours.zero_grad(), ref.zero_grad()
+        col(kb).values().pow(2).sum().backward()
+        dense = torch.cat([linears[col._table_of[f]](densify(kb[f], t).double())
+                           for f, t in col.features()], 1)
+        dense.pow(2).sum().backward()
+        ours.step(), ref.step()
+    for n, lin in linears.items():
+        torch.testing.assert_close(col[n].weight, lin.weight.T, rtol=1e-12, atol=1e-12)
+
+
+def test_deepcopy_and_pickle():
+    col, kb = _collection(), _batch()
+    for other in (copy.deepcopy(col), pickle.loads(pickle.dumps(col))):
+        torch.testing.assert_close(other(kb).values(), col(kb).values())
+        assert other["user"].weight.data_ptr() != col["user"].weight.data_ptr()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 5),
+    mode=st.sampled_from(MODES),
+)
+def test_random_batches_equal_dense(data, n, mode):
+    """Empty bags, duplicates, a batch of one, the last row of each table."""
+    sizes = {"user": 7, "item": 3}
+    feats = {
+        f: data.draw(st.lists(st.lists(st.integers(0, sizes["item" if f != "user" else "user"]
+                                                    - 1), max_size=4),
+                              min_size=n, max_size=n))
+        for f in ("user", "item", "last_item")
+    }
+    col = LookupCollection(
+        [TableConfig("user", 7, 2, ["user"], mode=mode, dtype=torch.float64),
+         TableConfig("item", 3, 3, ["item", "last_item"], mode=mode, dtype=torch.float64)],
+        sparse=mode != "max",
+    )
+    report = check_equivalence(col, KeyedBags.from_dict(feats))
+    assert report.ok, str(report)
