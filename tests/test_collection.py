@@ -182,7 +182,7 @@ def test_collection_errors():
     with pytest.raises(InputValueError, match="distinct"):
         LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])])
     with pytest.raises(InputValueError, match="hashing"):
-        TableConfig("a", 3, 2, ["x"], hashing="mod")
+        TableConfig("a", 3, 2, ["x"], hashing="murmur")
     with pytest.raises(InputValueError, match="mode"):
         TableConfig("a", 3, 2, ["x"], mode="median")  # type: ignore[arg-type]
     with pytest.raises(InputTypeError, match="KeyedBags"):
@@ -281,3 +281,51 @@ def test_random_batches_equal_dense(data, n, mode):
     )
     report = check_equivalence(col, KeyedBags.from_dict(feats))
     assert report.ok, str(report)
+
+
+# ---------------------------------------------------------------------- hashing
+def test_hash_ids_is_scikit_learns_murmurhash():
+    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.utils import murmurhash3_32
+
+    from lookuplinear import hash_ids
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.cat([torch.randint(-(2**62), 2**62, (2000,), generator=gen),
+                     torch.tensor([0, -1, 2**31, -(2**31), 2**63 - 1, -(2**63)])])
+    want = [abs(murmurhash3_32(int(i).to_bytes(8, "little", signed=True), seed=0)) % 997
+            for i in ids]
+    assert hash_ids(ids, 997).tolist() == want
+    assert hash_ids(ids.numpy(), 997).tolist() == want
+    assert hash_ids(ids.reshape(2, -1), 997).shape == (2, 1003)
+    tokens = ["user42", "café", "a b", ""]
+    hv = HashingVectorizer(n_features=997, alternate_sign=False, norm=None,
+                           analyzer=lambda doc: [doc])
+    assert hash_ids(tokens, 997).tolist() == hv.transform(tokens).indices.tolist()
+    with pytest.raises(InputTypeError, match="integer"):
+        hash_ids(torch.tensor([1.0]), 10)
+    with pytest.raises(InputTypeError, match="str"):
+        hash_ids(["a", 1], 10)  # type: ignore[list-item]
+    with pytest.raises(InputValueError, match="num_rows"):
+        hash_ids(torch.tensor([1]), 0)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_mod_hashing_equals_linear_on_the_hashed_one_hot(mode):
+    from sklearn.utils import murmurhash3_32
+
+    col = LookupCollection([TableConfig("q", 13, 3, ["query"], mode=mode, hashing="mod",
+                                        dtype=torch.float64)], sparse=mode != "max")
+    raw = [[10**12, -5, 10**12], [], [7]]
+    kb = KeyedBags.from_dict({"query": raw})
+    report = check_equivalence(col, kb)
+    assert report.ok, str(report)
+    # an independent hashing matrix H: row of each ID by scikit-learn's murmurhash
+    rows = [[abs(murmurhash3_32(i.to_bytes(8, "little", signed=True), seed=0)) % 13 for i in b]
+            for b in raw]
+    torch.testing.assert_close(col(kb)["query"],
+                               col["q"](Bags.from_lists(rows)), rtol=0, atol=0)
+    assert torch.equal(col({"query": torch.tensor([[10**12]])})["query"],
+                       col["q"].weight[[rows[0][0]]].unsqueeze(0))
+    with pytest.raises(InputValueError, match="hashing"):
+        TableConfig("a", 3, 2, ["x"], hashing="qr")

@@ -8,6 +8,7 @@ from . import optim
 from ._bags import Bags
 from ._check import EquivalenceError, EquivalenceReport, check_equivalence
 from ._collection import LookupCollection, TableConfig
+from ._hashing import hash_ids
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
 from ._vocab import Vocab
@@ -48,6 +49,7 @@ __all__ = [
     "check_equivalence",
     "dense_reference",
     "densify",
+    "hash_ids",
     "lookup_linear",
     "optim",
 ]

@@ -276,7 +276,7 @@ def _check_collection(
     lins = {n: copy.deepcopy(collection[n].to_linear(strict=False)).double().cpu()
             for n in names}
     kb_cpu = kb.to("cpu")
-    refs = [dense_reference(collection.table_of(f), kb_cpu[f],
+    refs = [dense_reference(collection.table_of(f), collection.rows(kb_cpu, f),
                             linear=lins[collection._table_of[f]])
             for f in collection.feature_names]
     ref = torch.cat(refs, dim=1)

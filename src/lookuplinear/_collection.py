@@ -9,6 +9,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from ._bags import Bags
+from ._hashing import hash_ids
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
 from .errors import InputTypeError, InputValueError
@@ -41,8 +43,11 @@ class TableConfig:
         An index that contributes nothing and gets no gradient.
     init : {"normal", "linear"} or callable, default "normal"
         As :class:`~lookuplinear.LookupLinear`'s ``init``; ``"normal"`` is ``nn.Embedding``'s.
-    hashing : None
-        Only ``None`` (IDs are row indices) is available.
+    hashing : {None, "mod"}, default None
+        ``None``: IDs are row indices, each in ``[0, num_embeddings)``. ``"mod"``: any int64 ID
+        (negative or huge too) reads row :func:`~lookuplinear.hash_ids` ``(id,
+        num_embeddings)``, MurmurHash3 as scikit-learn's ``HashingVectorizer``; the dense
+        equivalent is ``nn.Linear`` on the hashed one-hot ``one_hot(id) @ H``.
     dtype : torch.dtype, optional
         The table's dtype (default: torch's default dtype).
 
@@ -76,10 +81,10 @@ class TableConfig:
             )
         object.__setattr__(self, "feature_names", names)
         check_mode(self.mode)
-        if self.hashing is not None:
+        if self.hashing not in (None, "mod"):
             raise InputValueError(
-                f"TableConfig {self.name!r}: hashing={self.hashing!r} is not available; pass "
-                "hashing=None and map IDs to rows below num_embeddings."
+                f"TableConfig {self.name!r}: hashing must be None or 'mod', got "
+                f"{self.hashing!r}."
             )
 
 
@@ -168,6 +173,7 @@ class LookupCollection(nn.Module):
                     )
                 owner[f] = t.name
         self._table_of = owner
+        self._hashed = {t.name for t in tables if t.hashing == "mod"}
         self.feature_names = list(owner)
 
     @classmethod
@@ -214,6 +220,19 @@ class LookupCollection(nn.Module):
         """The table that ``feature`` reads."""
         return self[self._table_of[feature]]
 
+    def rows(self, features: KeyedBags, feature: str) -> Bags:
+        """``feature``'s bags as its table reads them: the IDs hashed to rows where the table
+        hashes (:func:`~lookuplinear.hash_ids`), else ``features[feature]`` itself."""
+        bags = features[feature]
+        table = self._table_of[feature]
+        if table not in self._hashed:
+            return bags
+        return Bags(hash_ids(bags.indices, self[table].in_features), bags.offsets, bags.weights)
+
+    def _ids(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        table = self._table_of[feature]
+        return hash_ids(x, self[table].in_features) if table in self._hashed else x
+
     def forward(
         self, features: KeyedBags | Mapping[str, torch.Tensor]
     ) -> KeyedTensor | dict[str, torch.Tensor]:
@@ -232,7 +251,7 @@ class LookupCollection(nn.Module):
                     f"LookupCollection: the batch has no feature {missing} (its keys are "
                     f"{features.keys()}); every feature of the tables must be in it."
                 )
-            outs = [self.table_of(f)(features[f]) for f in self.feature_names]
+            outs = [self.table_of(f)(self.rows(features, f)) for f in self.feature_names]
             dims = [o.shape[1] for o in outs]
             return KeyedTensor(self.feature_names, dims, torch.cat(outs, dim=1))
         if isinstance(features, Mapping):
@@ -242,7 +261,7 @@ class LookupCollection(nn.Module):
                     f"LookupCollection: no table reads feature(s) {unknown}; the features are "
                     f"{self.feature_names}."
                 )
-            return {f: self.table_of(f)(x) for f, x in features.items()}
+            return {f: self.table_of(f)(self._ids(f, x)) for f, x in features.items()}
         raise InputTypeError(
             "LookupCollection takes a KeyedBags or a {feature: index tensor} dict, got "
             f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
