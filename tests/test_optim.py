@@ -150,8 +150,15 @@ def test_sparse_update_equals_torch_optim(name: str, ref: Callable[[Model], list
     assert not table(ours)[PAD].any()  # the padding row never moves
 
 
-def test_dense_parameters_follow_torch_adamw_and_momentum_sgd() -> None:
-    """Dense gradients get torch.optim's own update (AdamW, SGD with momentum and nesterov)."""
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_dense_parameters_follow_torch_adamw_and_momentum_sgd(backend: str) -> None:
+    """Dense gradients get torch.optim's own update (AdamW, SGD with momentum and nesterov),
+    whether the C row kernel runs on every row or the torch ops."""
+    with use_backend(backend):
+        _dense_parameters_follow_torch()
+
+
+def _dense_parameters_follow_torch() -> None:
     for ours_cls, theirs_cls, kw in (
         (optim.AdamW, torch.optim.AdamW, {"lr": 0.05, "weight_decay": 0.1}),
         (optim.SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True,
@@ -171,6 +178,28 @@ def test_dense_parameters_follow_torch_adamw_and_momentum_sgd() -> None:
                 o.step()
         torch.testing.assert_close(a.weight, b.weight, rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(a.bias, b.bias, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "RowWiseAdagrad", "Adam", "AdamW", "SGD"])
+def test_dense_update_by_the_row_kernel_equals_the_torch_ops(name: str) -> None:
+    """A dense parameter (2-D and 1-D) trained on the C backend ends where the torch ops put it,
+    float64 to 1e-12."""
+    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.05}
+    ends = []
+    for backend in ("c", "torch"):
+        torch.manual_seed(3)
+        m = nn.Linear(6, 4).double()
+        opt = getattr(optim, name)(m.parameters(), **kw)
+        with use_backend(backend):
+            for step in range(6):
+                x = torch.randn(5, 6, dtype=torch.float64,
+                                generator=torch.Generator().manual_seed(step))
+                opt.zero_grad()
+                m(x).pow(2).sum().backward()
+                opt.step()
+        ends.append([p.detach().clone() for p in m.parameters()])
+    for a, b in zip(*ends, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------- the documented formulas

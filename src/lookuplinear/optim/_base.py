@@ -14,6 +14,7 @@ its single-tensor, multi-tensor and fused variants together): ``_dense_update`` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -200,9 +201,38 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 if grad.is_sparse:
                     rows, values = row_sparse_parts(grad)
                     self._sparse_update(p, rows, values, state, group)
-                else:
+                elif not self._dense_rows(p, grad, state, group):
                     self._dense_update(p, grad, state, group)
         return loss
+
+    #: whether the row kernel on every row is the dense update (SGD's first momentum step is
+    #: not: torch.optim.SGD starts its buffer at the gradient, undamped)
+    _dense_by_rows = True
+
+    def _rows_view(self, p: torch.Tensor) -> torch.Tensor | None:
+        """``p`` as the kernel's ``(rows, dim)`` table for a dense update, or None."""
+        return p if p.dim() == 2 else None
+
+    def _dense_rows(
+        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+    ) -> bool:
+        """The dense update as the C row kernel on every row: one call where ``_dense_update``
+        makes five to ten small torch ops (most of a small parameter's step). False (nothing
+        done) where the kernel does not apply."""
+        if not self._dense_by_rows or grad.layout != torch.strided:
+            return False
+        w = self._rows_view(p)
+        if w is None:
+            return False
+        args = self._c_args(w, state, group, state["step"] + 1)
+        if args is None:
+            return False
+        g = grad if grad.shape == w.shape else grad.reshape(w.shape)
+        if not update_rows(self._kernel, w, args[0], _all_rows(w.shape[0]), g, args[1]):
+            return False
+        state["step"] += 1
+        _bump_version(p)
+        return True
 
     def _sparse_update(
         self,
@@ -252,3 +282,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         step: int,
     ) -> None:
         raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=64)
+def _all_rows(n: int) -> torch.Tensor:
+    """``arange(n)`` (int64, CPU), made once per size: the rows of a dense update."""
+    return torch.arange(n)

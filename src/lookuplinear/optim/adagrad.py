@@ -150,6 +150,11 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     _kernel = "rowwise_adagrad"
 
+    def _rows_view(self, p: torch.Tensor) -> torch.Tensor | None:
+        if not p.is_contiguous():
+            return None
+        return p.view(p.shape[0] if p.dim() > 1 else 1, -1)  # a 1-D parameter is one row
+
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
         s = state["sum"]

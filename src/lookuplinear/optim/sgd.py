@@ -94,6 +94,7 @@ class SGD(RowSparseOptimizer):
         p.add_(d_p, alpha=-group["lr"])
 
     _kernel = "sgd"
+    _dense_by_rows = False
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
