@@ -17,6 +17,7 @@ from lookuplinear import (
     KeyedBags,
     KeyedTensor,
     LookupCollection,
+    LookupIndexError,
     LookupLinear,
     TableConfig,
     check_equivalence,
@@ -159,7 +160,7 @@ def test_forward_and_gradients_equal_dense(mode, weighted, backend):
 def test_shared_table_gradient_is_the_sum(padding_idx):
     col, kb = _collection("sum", sparse=True, padding_idx=padding_idx), _batch()
     col(kb).values().sum().backward()
-    grad = col["item"].weight.grad.to_dense()
+    grad = col.weights[1].grad.to_dense()  # the item table alone in its group (dim 3)
     want = (kb["item"].to_dense(8) + kb["last_item"].to_dense(8)).sum(0)
     if padding_idx is not None:
         want[padding_idx] = 0
@@ -195,16 +196,55 @@ def test_collection_errors():
         _collection()["x"]
 
 
-def test_from_layers_shares_storage_and_state_dict_keys():
-    user, item = LookupLinear(10, 3, bias=False), LookupLinear(5, 2, mode="mean")
+def test_from_layers_tables_and_state_dict_keys():
+    user, item = LookupLinear(10, 3, bias=False), LookupLinear(5, 3, bias=False, mode="mean")
     col = LookupCollection.from_layers({"user": user, "item": item})
-    assert col["user"] is user and col["item"].weight is item.weight
-    assert set(col.state_dict()) == {"embedding_bags.user.weight", "embedding_bags.item.weight",
-                                     "embedding_bags.item.bias"}
+    assert len(col.weights) == 1 and col.weights[0].shape == (15, 3)  # one parameter, 2 tables
+    assert torch.equal(col["user"].weight, user.weight)
+    assert torch.equal(col["item"].weight, item.weight)
+    assert set(col.state_dict()) == {"embedding_bags.user.weight", "embedding_bags.item.weight"}
     kb = KeyedBags.from_dict({"user": [[1, 2], []], "item": [[4], [0, 0]]})
     torch.testing.assert_close(col(kb)["item"], item(kb["item"]))
+    torch.testing.assert_close(col(kb)["user"], user(kb["user"]))
+    with torch.no_grad():  # a table's module shares the collection's memory
+        col["user"].weight[1].fill_(7.0)
+    assert (col.state_dict()["embedding_bags.user.weight"][1] == 7.0).all()
     with pytest.raises(InputTypeError, match="LookupLinear"):
         LookupCollection.from_layers({"x": torch.nn.Embedding(3, 2)})  # type: ignore[dict-item]
+    with pytest.raises(InputValueError, match="bias"):
+        LookupCollection.from_layers({"x": LookupLinear(3, 2)})
+
+
+def test_state_dict_round_trip_and_groups():
+    col = _collection("sum")  # dims 4 and 3: two parameters
+    assert [tuple(p.shape) for p in col.weights] == [(10, 4), (8, 3)]
+    other = _collection("sum")
+    with torch.no_grad():
+        for p in other.weights:
+            p.add_(1.0)
+    other.load_state_dict(col.state_dict())
+    kb = _batch()
+    torch.testing.assert_close(other(kb).values(), col(kb).values())
+    with pytest.raises(RuntimeError, match="Missing key"):
+        other.load_state_dict({"embedding_bags.user.weight": torch.zeros(10, 4)})
+
+
+def test_same_values_as_separate_layers_made_in_order():
+    """Table after table, the init draws what separate LookupLinear layers would."""
+    torch.manual_seed(5)
+    col = LookupCollection([TableConfig("a", 6, 3, ["a"]), TableConfig("b", 4, 3, ["b"])])
+    torch.manual_seed(5)
+    a, b = LookupLinear(6, 3, bias=False), LookupLinear(4, 3, bias=False)
+    assert torch.equal(col["a"].weight, a.weight) and torch.equal(col["b"].weight, b.weight)
+
+
+def test_index_of_another_table_is_an_error():
+    """Tables share one parameter: an index past a table must not read the next table."""
+    col = _collection()
+    with pytest.raises(LookupIndexError, match="kb\\['user'\\]"):
+        col(KeyedBags.from_dict({"user": [[10]], "item": [[0]], "last_item": [[0]]}))
+    with pytest.raises(LookupIndexError):
+        col({"user": torch.tensor([-1])})
 
 
 def test_check_equivalence_changes_nothing():
@@ -238,7 +278,7 @@ def test_fused_equals_unfused_to_the_bit(opt_name, backend):
 
 def test_sgd_equals_torch_sgd_on_the_dense_path():
     col, kb = _collection("sum", sparse=True, dtype=torch.float64), _batch(weighted=True)
-    linears = {n: t.to_linear(strict=False) for n, t in col.embedding_bags.items()}
+    linears = {t.name: copy.deepcopy(col[t.name].to_linear(strict=False)) for t in col.tables}
     ours = optim.SGD(col.parameters(), lr=0.1, momentum=0.0)
     ref = torch.optim.SGD([lin.weight for lin in linears.values()], lr=0.1)
     for _ in range(3):
@@ -256,7 +296,7 @@ def test_deepcopy_and_pickle():
     col, kb = _collection(), _batch()
     for other in (copy.deepcopy(col), pickle.loads(pickle.dumps(col))):
         torch.testing.assert_close(other(kb).values(), col(kb).values())
-        assert other["user"].weight.data_ptr() != col["user"].weight.data_ptr()
+        assert other.weights[0].data_ptr() != col.weights[0].data_ptr()
 
 
 @settings(max_examples=40, deadline=None)

@@ -256,35 +256,39 @@ def _check_collection(
             f"check_equivalence of a LookupCollection takes a KeyedBags, got "
             f"{type(kb).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
-    dtype = next(collection.parameters()).dtype
+    dtype = collection.weights[0].dtype
     default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-5))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
-    probe = copy.copy(collection)  # fresh leaves on the tables' storage, as _probe for a layer
+    # fresh leaves on the tables' storage (as _probe for a layer): nothing reaches the
+    # collection's .grad or a fused optimizer bound to its parameters
+    probe = copy.copy(collection)
     probe._modules = dict(collection._modules)
-    names = list(collection.embedding_bags)
-    probes = {n: _probe(collection[n]) for n in names}
-    probe.embedding_bags = nn.ModuleDict(probes)
-    params = [probes[n].weight for n in names]
+    leaves = [nn.Parameter(p.detach(), requires_grad=True) for p in collection.weights]
+    probe.weights = nn.ParameterList(leaves)
     out = cast(KeyedTensor, probe(kb)).values()
     gen = torch.Generator().manual_seed(seed)
     upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-    grads = torch.autograd.grad(out, params, upstream.to(out.dtype).to(out.device),
+    grads = torch.autograd.grad(out, leaves, upstream.to(out.dtype).to(out.device),
                                 allow_unused=True)
 
-    lins = {n: copy.deepcopy(collection[n].to_linear(strict=False)).double().cpu()
-            for n in names}
+    names = [t.name for t in collection.tables]
+    tables = {n: collection[n] for n in names}
+    lins = {n: copy.deepcopy(tables[n].to_linear(strict=False)).double().cpu() for n in names}
     kb_cpu = kb.to("cpu")
-    refs = [dense_reference(collection.table_of(f), collection.rows(kb_cpu, f),
-                            linear=lins[collection._table_of[f]])
-            for f in collection.feature_names]
+    refs = [dense_reference(tables[t], collection.rows(kb_cpu, f), linear=lins[t])
+            for f, t in ((f, collection._table_of[f]) for f in collection.feature_names)]
     ref = torch.cat(refs, dim=1)
     ref_grads = torch.autograd.grad(ref, [lins[n].weight for n in names], upstream,
                                     allow_unused=True)
     comparisons = [_compare("output", out.detach().cpu(), ref, rtol, atol)]
-    for n, p, got, want in zip(names, params, grads, ref_grads, strict=True):
-        got = torch.zeros(p.shape) if got is None else got.cpu()
-        want = torch.zeros(p.shape) if want is None else want.T
+    for n, want in zip(names, ref_grads, strict=True):
+        g, off, cfg = collection._places[n]
+        rows = cfg.num_embeddings
+        got_all = grads[g]
+        got = (torch.zeros(rows, cfg.embedding_dim) if got_all is None else
+               got_all.cpu().to_dense()[off : off + rows])
+        want = torch.zeros(rows, cfg.embedding_dim) if want is None else want.T
         comparisons.append(_compare(f"{n}.weight.grad", got, want, rtol, atol))
     return EquivalenceReport(repr(kb), comparisons)

@@ -1,20 +1,37 @@
-"""``TableConfig`` and ``LookupCollection``: many categorical features, each through its table."""
+"""``TableConfig`` and ``LookupCollection``: many categorical features, all tables in one lookup.
+
+The tables of one width and dtype live in one ``(total rows, dim)`` parameter, table after
+table, as FBGEMM's table-batched embedding keeps them::
+
+    tables  user (4 rows), item (3 rows), both dim 2
+    weights [u0, u1, u2, u3, i0, i1, i2]       # one Parameter, row offsets user 0, item 4
+
+    batch   user: [[3], [1, 2]]   item: [[0, 0], []]
+    lookup  bags [[3], [1, 2], [4, 4], []]     # item's indices shifted by its offset 4
+    output  (N=2, 4): [user's 2 columns | item's 2 columns]
+
+so a batch of all features is one ``embedding_bag`` call forward, one row-sparse gradient (or
+one fused optimizer pass) backward, whatever the number of tables. ``state_dict`` keeps one key
+per table (``embedding_bags.<table>.weight``, TorchRec's names).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from ._bags import Bags
+from . import hugepages
+from ._bags import Bags, check_index_range
 from ._hashing import hash_ids
+from ._kernels import mode_weights
 from ._keyed import KeyedBags, KeyedTensor
-from ._layer import LookupLinear
+from ._layer import LookupLinear, init_weight_
 from .errors import InputTypeError, InputValueError
-from .functional import Mode, check_mode
+from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
 __all__ = ["LookupCollection", "TableConfig"]
 
@@ -23,7 +40,7 @@ __all__ = ["LookupCollection", "TableConfig"]
 class TableConfig:
     """One table of a :class:`LookupCollection` and the features that look it up.
 
-    TorchRec's ``EmbeddingBagConfig`` under lookuplinear's names: the table is a
+    TorchRec's ``EmbeddingBagConfig`` under lookuplinear's names: the table behaves as a
     ``LookupLinear(num_embeddings, embedding_dim, bias=False, mode=mode, ...)``.
 
     Parameters
@@ -40,7 +57,7 @@ class TableConfig:
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
         How each bag is pooled.
     padding_idx : int, optional
-        An index that contributes nothing and gets no gradient.
+        An index that contributes nothing and gets no gradient (its row starts at zero).
     init : {"normal", "linear"} or callable, default "normal"
         As :class:`~lookuplinear.LookupLinear`'s ``init``; ``"normal"`` is ``nn.Embedding``'s.
     hashing : {None, "mod"}, default None
@@ -72,6 +89,12 @@ class TableConfig:
             raise InputValueError(
                 f"TableConfig: name must be a non-empty string without '.', got {self.name!r}."
             )
+        for key in ("num_embeddings", "embedding_dim"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputValueError(
+                    f"TableConfig {self.name!r}: {key} must be a positive int, got {value!r}."
+                )
         names = (self.feature_names,) if isinstance(self.feature_names, str) else tuple(
             self.feature_names)
         if not names or not all(isinstance(f, str) for f in names):
@@ -81,6 +104,13 @@ class TableConfig:
             )
         object.__setattr__(self, "feature_names", names)
         check_mode(self.mode)
+        object.__setattr__(self, "padding_idx",
+                           normalize_padding_idx(self.padding_idx, self.num_embeddings))
+        if not (self.init in ("normal", "linear") or callable(self.init)):
+            raise InputValueError(
+                f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "
+                f"got {self.init!r}."
+            )
         if self.hashing not in (None, "mod"):
             raise InputValueError(
                 f"TableConfig {self.name!r}: hashing must be None or 'mod', got "
@@ -88,15 +118,25 @@ class TableConfig:
             )
 
 
+class _Place(NamedTuple):
+    """Where a table lives: its parameter (``weights[group]``) and its first row there."""
+
+    group: int
+    offset: int
+    config: TableConfig
+
+
 class LookupCollection(nn.Module):
     """Many categorical features in one module: each feature's bags pooled through its table.
 
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
-    t.embedding_dim, bias=False)`` (``linear.weight == table.weight.T``) applied to ``f``'s
+    t.embedding_dim, bias=False)`` (``linear.weight == table.T``) applied to ``f``'s
     multi-hot rows (``kb[f].to_dense(t.num_embeddings)``, scaled by ``t.mode``); the outputs
     side by side in feature order. Features sharing a table share its ``nn.Linear``, so the
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
-    TorchRec's ``EmbeddingBagCollection`` with a ``KeyedJaggedTensor``, as a lookup.
+    TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``, as one lookup: the
+    tables of one width and dtype are one parameter (module docstring), so a batch is one
+    kernel call forward and one backward (``mode="max"`` tables are looked up on their own).
 
     Parameters
     ----------
@@ -108,8 +148,9 @@ class LookupCollection(nn.Module):
 
     Attributes
     ----------
-    embedding_bags : nn.ModuleDict
-        ``{table name: LookupLinear}``; ``collection[name]`` is the same module.
+    weights : nn.ParameterList
+        One ``(total rows, dim)`` parameter per group of tables (what an optimizer is given,
+        through ``parameters()``).
     tables : tuple of TableConfig
     feature_names : list of str
         The output order: every table's features, table after table.
@@ -124,12 +165,12 @@ class LookupCollection(nn.Module):
     --------
     >>> _ = torch.manual_seed(0)
     >>> ebc = LookupCollection([TableConfig("user", 100, 4, ["user"]),
-    ...                         TableConfig("item", 50, 2, ["item", "last_item"], mode="mean")])
+    ...                         TableConfig("item", 50, 4, ["item", "last_item"], mode="mean")])
     >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []],
     ...                           "last_item": [[5], [6]]})
     >>> out = ebc(kb)
     >>> out.values().shape, out["item"].shape
-    (torch.Size([2, 8]), torch.Size([2, 2]))
+    (torch.Size([2, 12]), torch.Size([2, 4]))
     >>> from lookuplinear import check_equivalence
     >>> check_equivalence(ebc, kb).ok
     True
@@ -143,51 +184,91 @@ class LookupCollection(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        tables = tuple(tables)
-        if not all(isinstance(t, TableConfig) for t in tables):
-            raise InputTypeError(
-                "LookupCollection: tables must be TableConfig objects, got "
-                f"{[type(t).__name__ for t in tables]}."
-            )
-        layers = {
-            t.name: LookupLinear(
-                t.num_embeddings, t.embedding_dim, bias=False, mode=t.mode,
-                padding_idx=t.padding_idx, init=t.init, sparse=sparse, device=device,
-                dtype=t.dtype,
-            )
-            for t in _distinct(tables)
-        }
-        self._setup(tables, layers)
-
-    def _setup(self, tables: tuple[TableConfig, ...], layers: Mapping[str, LookupLinear]) -> None:
+        tables = _distinct(tuple(tables))
         self.tables = tables
-        self.embedding_bags = nn.ModuleDict(dict(layers))
+        self.sparse = sparse
         owner: dict[str, str] = {}
         for t in tables:
             for f in t.feature_names:
                 if f in owner:
                     raise InputValueError(
                         f"LookupCollection: feature {f!r} is in tables {owner[f]!r} and "
-                        f"{t.name!r}; a feature reads one table (tables may share features' "
-                        "names only once)."
+                        f"{t.name!r}; a feature reads one table."
                     )
                 owner[f] = t.name
         self._table_of = owner
-        self._hashed = {t.name for t in tables if t.hashing == "mod"}
         self.feature_names = list(owner)
+        dtype_of = {t.name: t.dtype or torch.get_default_dtype() for t in tables}
+        keys: dict[tuple[Any, ...], int] = {}
+        places: dict[str, _Place] = {}
+        sizes: list[tuple[int, int, torch.dtype]] = []
+        for t in tables:  # group by (dim, dtype); a max table alone (it has no sparse grad)
+            key = (t.embedding_dim, dtype_of[t.name], t.name if t.mode == "max" else None)
+            if key not in keys:
+                keys[key] = len(sizes)
+                sizes.append((0, t.embedding_dim, dtype_of[t.name]))
+            g = keys[key]
+            rows, dim, dt = sizes[g]
+            places[t.name] = _Place(g, rows, t)
+            sizes[g] = (rows + t.num_embeddings, dim, dt)
+        self._places = places
+        self.weights = nn.ParameterList(
+            nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
+            for rows, dim, dt in sizes
+        )
+        self.reset_parameters()
+        self._register_state_dict_hook(_tables_state_dict)
+        self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
+
+    def reset_parameters(self) -> None:
+        """Draw every table as its ``init`` says, table after table (the values separate
+        ``LookupLinear`` layers made in that order under the same seed would get)."""
+        for name in self._places:
+            init_weight_(self._rows(name), self._places[name].config.init,
+                         self._places[name].config.padding_idx)
+
+    # ------------------------------------------------------------------ tables
+    def _rows(self, name: str) -> torch.Tensor:
+        """Table ``name``: a differentiable view of its rows in its group's parameter."""
+        g, off, cfg = self._places[name]
+        return self.weights[g][off : off + cfg.num_embeddings]
+
+    def __getitem__(self, name: str) -> LookupLinear:
+        """Table ``name`` as a :class:`~lookuplinear.LookupLinear` on the same memory (a new
+        module each call: updating it updates the collection)."""
+        if name not in self._places:
+            raise KeyError(
+                f"LookupCollection has no table {name!r}; its tables are {list(self._places)}."
+            )
+        g, _, cfg = self._places[name]
+        layer = LookupLinear(cfg.num_embeddings, cfg.embedding_dim, bias=False, mode=cfg.mode,
+                             padding_idx=cfg.padding_idx, init=cfg.init, sparse=self.sparse,
+                             device="meta", dtype=cfg.dtype)
+        rows = self._rows(name).detach()
+        layer.weight = nn.Parameter(rows, requires_grad=self.weights[g].requires_grad)
+        layer._placed = rows.data_ptr()
+        return layer
+
+    def table_of(self, feature: str) -> LookupLinear:
+        """The table that ``feature`` reads."""
+        return self[self._table_of[feature]]
+
+    def features(self) -> Iterator[tuple[str, LookupLinear]]:
+        """``(feature, table)`` pairs in output order."""
+        for f in self.feature_names:
+            yield f, self.table_of(f)
 
     @classmethod
-    def from_layers(cls, layers: Mapping[str, LookupLinear]) -> LookupCollection:
-        """A collection of existing layers, one table and one feature per key (shared, no copy).
-
-        A layer with a bias keeps it (its features' dense equivalent is then ``nn.Linear`` with
-        that bias).
+    def from_layers(cls, layers: Mapping[str, LookupLinear], *,
+                    sparse: bool | None = None) -> LookupCollection:
+        """A collection with one table and one feature per key, holding copies of the layers'
+        weights (same mode, padding, dtype, device; ``sparse`` defaults to the layers').
 
         Examples
         --------
         >>> user = LookupLinear(10, 3, bias=False)
         >>> ebc = LookupCollection.from_layers({"user": user})
-        >>> ebc["user"] is user
+        >>> torch.equal(ebc["user"].weight, user.weight)
         True
         """
         for k, layer in layers.items():
@@ -196,42 +277,37 @@ class LookupCollection(nn.Module):
                     f"LookupCollection.from_layers: {k!r} must be a LookupLinear, got "
                     f"{type(layer).__name__}. Convert it first (LookupLinear.from_embedding)."
                 )
-        tables = _distinct(tuple(
-            TableConfig(k, layer.in_features, layer.out_features, [k], mode=layer.mode,
-                        padding_idx=layer.padding_idx, init=layer.init,
-                        dtype=layer.weight.dtype)
-            for k, layer in layers.items()
-        ))
-        collection = cls.__new__(cls)
-        nn.Module.__init__(collection)
-        collection._setup(tables, layers)
+            if layer.bias is not None:
+                raise InputValueError(
+                    f"LookupCollection.from_layers: {k!r} has a bias, and the tables of a "
+                    "collection have none (as TorchRec's). Build it with bias=False, or add the "
+                    "bias to the collection's output."
+                )
+        if not layers:
+            raise InputValueError("LookupCollection.from_layers: got no layers.")
+        first = next(iter(layers.values()))
+        collection = cls(
+            [TableConfig(k, layer.in_features, layer.out_features, [k], mode=layer.mode,
+                         padding_idx=layer.padding_idx, init=layer.init,
+                         dtype=layer.weight.dtype)
+             for k, layer in layers.items()],
+            sparse=first.sparse if sparse is None else sparse,
+            device=first.weight.device,
+        )
+        with torch.no_grad():
+            for k, layer in layers.items():
+                collection._rows(k).copy_(layer.weight)
         return collection
 
-    def __getitem__(self, name: str) -> LookupLinear:
-        """The table ``name`` (a :class:`~lookuplinear.LookupLinear`, shared, not a copy)."""
-        if name not in self.embedding_bags:
-            raise KeyError(
-                f"LookupCollection has no table {name!r}; its tables are "
-                f"{list(self.embedding_bags)}."
-            )
-        return cast(LookupLinear, self.embedding_bags[name])
-
-    def table_of(self, feature: str) -> LookupLinear:
-        """The table that ``feature`` reads."""
-        return self[self._table_of[feature]]
-
+    # ------------------------------------------------------------------ forward
     def rows(self, features: KeyedBags, feature: str) -> Bags:
         """``feature``'s bags as its table reads them: the IDs hashed to rows where the table
         hashes (:func:`~lookuplinear.hash_ids`), else ``features[feature]`` itself."""
         bags = features[feature]
-        table = self._table_of[feature]
-        if table not in self._hashed:
+        cfg = self._places[self._table_of[feature]].config
+        if cfg.hashing is None:
             return bags
-        return Bags(hash_ids(bags.indices, self[table].in_features), bags.offsets, bags.weights)
-
-    def _ids(self, feature: str, x: torch.Tensor) -> torch.Tensor:
-        table = self._table_of[feature]
-        return hash_ids(x, self[table].in_features) if table in self._hashed else x
+        return Bags(hash_ids(bags.indices, cfg.num_embeddings), bags.offsets, bags.weights)
 
     def forward(
         self, features: KeyedBags | Mapping[str, torch.Tensor]
@@ -245,15 +321,7 @@ class LookupCollection(nn.Module):
         batch that no table reads are ignored.
         """
         if isinstance(features, KeyedBags):
-            missing = [f for f in self.feature_names if f not in features]
-            if missing:
-                raise InputValueError(
-                    f"LookupCollection: the batch has no feature {missing} (its keys are "
-                    f"{features.keys()}); every feature of the tables must be in it."
-                )
-            outs = [self.table_of(f)(self.rows(features, f)) for f in self.feature_names]
-            dims = [o.shape[1] for o in outs]
-            return KeyedTensor(self.feature_names, dims, torch.cat(outs, dim=1))
+            return self._pooled(features)
         if isinstance(features, Mapping):
             unknown = [f for f in features if f not in self._table_of]
             if unknown:
@@ -261,28 +329,131 @@ class LookupCollection(nn.Module):
                     f"LookupCollection: no table reads feature(s) {unknown}; the features are "
                     f"{self.feature_names}."
                 )
-            return {f: self.table_of(f)(self._ids(f, x)) for f, x in features.items()}
+            return {f: self._unpooled(f, x) for f, x in features.items()}
         raise InputTypeError(
             "LookupCollection takes a KeyedBags or a {feature: index tensor} dict, got "
             f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
 
-    def features(self) -> Iterator[tuple[str, LookupLinear]]:
-        """``(feature, table)`` pairs in output order."""
+    def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        g, off, cfg = self._places[self._table_of[feature]]
+        if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise InputTypeError(
+                f"LookupCollection: feature {feature!r} needs an integer index tensor, got "
+                f"{getattr(x, 'dtype', type(x).__name__)}."
+            )
+        ids = hash_ids(x, cfg.num_embeddings) if cfg.hashing == "mod" else x
+        if cfg.hashing is None:
+            check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
+        pad = None if cfg.padding_idx is None else off + cfg.padding_idx
+        return lookup_linear(ids + off, self.weights[g], None, padding_idx=pad,
+                             sparse=self.sparse)
+
+    def _pooled(self, kb: KeyedBags) -> KeyedTensor:
+        missing = [f for f in self.feature_names if f not in kb]
+        if missing:
+            raise InputValueError(
+                f"LookupCollection: the batch has no feature {missing} (its keys are "
+                f"{kb.keys()}); every feature of the tables must be in it."
+            )
+        by_group: dict[int, list[str]] = {}
         for f in self.feature_names:
-            yield f, self.table_of(f)
+            by_group.setdefault(self._places[self._table_of[f]].group, []).append(f)
+        outs: dict[str, torch.Tensor] = {}
+        n = kb.batch_size
+        weights_need_grad = kb.weights is not None and kb.weights.requires_grad
+        for g, feats in by_group.items():
+            if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
+                for f in feats:  # per feature: a max, or weights that need their gradient
+                    cfg = self._places[self._table_of[f]].config
+                    outs[f] = lookup_linear(self._checked(kb, f), self._rows(cfg.name), None,
+                                            mode=cfg.mode, padding_idx=cfg.padding_idx,
+                                            sparse=self.sparse)
+                continue
+            bags = self._group_bags(kb, feats)
+            flat = lookup_linear(bags, self.weights[g], None, sparse=self.sparse)  # (F*N, dim)
+            per_feature = flat.view(len(feats), n, -1)
+            for i, f in enumerate(feats):
+                outs[f] = per_feature[i]
+        values = torch.cat([outs[f] for f in self.feature_names], dim=1)
+        dims = [self._places[self._table_of[f]].config.embedding_dim for f in self.feature_names]
+        return KeyedTensor(self.feature_names, dims, values)
+
+    def _checked(self, kb: KeyedBags, feature: str) -> Bags:
+        """``rows(kb, feature)`` with every index checked against its table's rows."""
+        bags = self.rows(kb, feature)
+        cfg = self._places[self._table_of[feature]].config
+        if cfg.hashing is None:
+            check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{feature!r}]")
+        return bags
+
+    def _group_bags(self, kb: KeyedBags, feats: list[str]) -> Bags:
+        """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
+        shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
+        per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
+        indices, lengths, weights = [], [], []
+        dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
+        any_weights = kb.weights is not None or any(
+            self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
+        for f in feats:
+            _, off, cfg = self._places[self._table_of[f]]
+            bags = self._checked(kb, f)
+            if cfg.padding_idx is not None:
+                bags = bags.drop_index(cfg.padding_idx)
+            indices.append(bags.indices.long() + off if off else bags.indices.long())
+            lengths.append(bags.lengths())
+            if any_weights:
+                if cfg.mode in ("mean", "sqrtn"):
+                    weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
+                                                dtype))
+                elif bags.weights is not None:
+                    weights.append(bags.weights.to(dtype))
+                else:
+                    weights.append(torch.ones(bags.nnz, dtype=dtype, device=bags.device))
+        offsets = torch.zeros(sum(x.numel() for x in lengths) + 1, dtype=torch.long,
+                              device=kb.device)
+        torch.cumsum(torch.cat(lengths), 0, out=offsets[1:])
+        out = Bags.__new__(Bags)  # checked feature by feature: nothing to check again
+        out.indices = torch.cat(indices)
+        out.offsets = offsets
+        out.weights = torch.cat(weights) if any_weights else None
+        return out
 
     def extra_repr(self) -> str:
-        return f"features={self.feature_names}"
+        return f"features={self.feature_names}, groups={len(self.weights)}"
 
 
 def _distinct(tables: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
+    if not tables:
+        raise InputValueError("LookupCollection: needs at least one TableConfig.")
+    if not all(isinstance(t, TableConfig) for t in tables):
+        raise InputTypeError(
+            "LookupCollection: tables must be TableConfig objects, got "
+            f"{[type(t).__name__ for t in tables]}."
+        )
     names = [t.name for t in tables]
     if len(set(names)) != len(names):
         repeated = sorted({n for n in names if names.count(n) > 1})
         raise InputValueError(
             f"LookupCollection: table names must be distinct, got {repeated} more than once."
         )
-    if not tables:
-        raise InputValueError("LookupCollection: needs at least one TableConfig.")
     return tables
+
+
+def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
+                       local_metadata: Any) -> None:
+    """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views)."""
+    groups = [state.pop(f"{prefix}weights.{g}") for g in range(len(module.weights))]
+    for name, (g, off, cfg) in module._places.items():
+        state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.num_embeddings]
+
+
+def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
+                            *args: Any) -> None:
+    """Per-table entries -> the group parameters they live in (missing tables: left missing)."""
+    keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
+    if not all(k in state for k in keys.values()):
+        return  # strict loading reports the missing keys (weights.<g>)
+    for g in range(len(module.weights)):
+        names = [n for n, p in module._places.items() if p.group == g]
+        state[f"{prefix}weights.{g}"] = torch.cat([state.pop(keys[n]) for n in names])

@@ -13,9 +13,30 @@ from . import hugepages
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
-__all__ = ["LookupLinear"]
+__all__ = ["LookupLinear", "init_weight_"]
 
 Init = str | Callable[[torch.Tensor], Any]
+
+
+def init_weight_(weight: torch.Tensor, init: Init, padding_idx: int | None) -> None:
+    """Draw a ``(in_features, out_features)`` table in place as ``LookupLinear``'s ``init`` says.
+
+    ``"normal"``: ``nn.Embedding``'s standard normal; ``"linear"``: ``nn.Linear``'s weight under
+    the same RNG calls, transposed; a callable: called on ``weight``. The ``padding_idx`` row is
+    zeroed.
+    """
+    with torch.no_grad():
+        if init == "linear":
+            # nn.Linear.reset_parameters on a (out, in) tensor, then transposed
+            w_t = weight.new_empty(weight.shape[1], weight.shape[0])
+            nn.init.kaiming_uniform_(w_t, a=math.sqrt(5))
+            weight.copy_(w_t.T)
+        elif callable(init):
+            init(weight)
+        else:
+            nn.init.normal_(weight)
+        if padding_idx is not None:
+            weight[padding_idx].fill_(0)
 
 
 class LookupLinear(nn.Module):
@@ -133,23 +154,13 @@ class LookupLinear(nn.Module):
         tensor([0., 0.], grad_fn=<SelectBackward0>)
         """
         with torch.no_grad():
-            if self.init == "linear":
-                # nn.Linear.reset_parameters on a (out, in) tensor, then transposed
-                w_t = self.weight.new_empty(self.out_features, self.in_features)
-                nn.init.kaiming_uniform_(w_t, a=math.sqrt(5))
-                self.weight.copy_(w_t.T)
-                if self.bias is not None:
+            init_weight_(self.weight, self.init, self.padding_idx)
+            if self.bias is not None:
+                if self.init == "linear":
                     bound = 1 / math.sqrt(self.in_features)
                     nn.init.uniform_(self.bias, -bound, bound)
-            else:
-                if callable(self.init):
-                    self.init(self.weight)
                 else:
-                    nn.init.normal_(self.weight)
-                if self.bias is not None:
                     nn.init.zeros_(self.bias)
-            if self.padding_idx is not None:
-                self.weight[self.padding_idx].fill_(0)
 
     def forward(
         self,
