@@ -245,6 +245,15 @@ def test_index_of_another_table_is_an_error():
         col(KeyedBags.from_dict({"user": [[10]], "item": [[0]], "last_item": [[0]]}))
     with pytest.raises(LookupIndexError):
         col({"user": torch.tensor([-1])})
+    # one group, the batch's keys in the group's order: the vectorized path checks too
+    one = LookupCollection([TableConfig("a", 4, 2, ["a"]), TableConfig("b", 3, 2, ["b"])])
+    ok = KeyedBags.from_dict({"a": [[3], [0, 1]], "b": [[2], []]})
+    assert check_equivalence(one, ok).ok
+    for bad, where in (({"a": [[3], [0, 1]], "b": [[2], [3]]}, "b"),
+                       ({"a": [[4], [0, 1]], "b": [[2], []]}, "a"),
+                       ({"a": [[3], [0, -1]], "b": [[2], []]}, "a")):
+        with pytest.raises(LookupIndexError, match=f"kb\\['{where}'\\]"):
+            one(KeyedBags.from_dict(bad))
 
 
 def test_check_equivalence_changes_nothing():
@@ -304,8 +313,9 @@ def test_deepcopy_and_pickle():
     data=st.data(),
     n=st.integers(1, 5),
     mode=st.sampled_from(MODES),
+    item_dim=st.sampled_from([2, 3]),
 )
-def test_random_batches_equal_dense(data, n, mode):
+def test_random_batches_equal_dense(data, n, mode, item_dim):
     """Empty bags, duplicates, a batch of one, the last row of each table."""
     sizes = {"user": 7, "item": 3}
     feats = {
@@ -316,7 +326,8 @@ def test_random_batches_equal_dense(data, n, mode):
     }
     col = LookupCollection(
         [TableConfig("user", 7, 2, ["user"], mode=mode, dtype=torch.float64),
-         TableConfig("item", 3, 3, ["item", "last_item"], mode=mode, dtype=torch.float64)],
+         TableConfig("item", 3, item_dim, ["item", "last_item"], mode=mode,
+                     dtype=torch.float64)],  # dim 2: one parameter for both tables
         sparse=mode != "max",
     )
     report = check_equivalence(col, KeyedBags.from_dict(feats))

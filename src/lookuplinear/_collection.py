@@ -212,6 +212,7 @@ class LookupCollection(nn.Module):
             places[t.name] = _Place(g, rows, t)
             sizes[g] = (rows + t.num_embeddings, dim, dt)
         self._places = places
+        self._plan()
         self.weights = nn.ParameterList(
             nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
             for rows, dim, dt in sizes
@@ -219,6 +220,25 @@ class LookupCollection(nn.Module):
         self.reset_parameters()
         self._register_state_dict_hook(_tables_state_dict)
         self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
+
+    def _plan(self) -> None:
+        """The features of each group, and the column order that puts the groups' outputs
+        back in feature order (None when they already are)."""
+        groups: dict[int, list[str]] = {}
+        for f in self.feature_names:
+            groups.setdefault(self._places[self._table_of[f]].group, []).append(f)
+        self._groups = list(groups.items())
+        self._dims = [self._places[self._table_of[f]].config.embedding_dim
+                      for f in self.feature_names]
+        start, col = {}, 0
+        for _, feats in self._groups:
+            for f in feats:
+                start[f] = col
+                col += self._places[self._table_of[f]].config.embedding_dim
+        order = [start[f] + d for f, dim in zip(self.feature_names, self._dims, strict=True)
+                 for d in range(dim)]
+        self._columns = (None if order == list(range(col)) else
+                         torch.tensor(order, dtype=torch.long))
 
     def reset_parameters(self) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
@@ -356,28 +376,25 @@ class LookupCollection(nn.Module):
                 f"LookupCollection: the batch has no feature {missing} (its keys are "
                 f"{kb.keys()}); every feature of the tables must be in it."
             )
-        by_group: dict[int, list[str]] = {}
-        for f in self.feature_names:
-            by_group.setdefault(self._places[self._table_of[f]].group, []).append(f)
-        outs: dict[str, torch.Tensor] = {}
-        n = kb.batch_size
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
-        for g, feats in by_group.items():
+        n = kb.batch_size
+        blocks = []
+        for g, feats in self._groups:
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
-                for f in feats:  # per feature: a max, or weights that need their gradient
-                    cfg = self._places[self._table_of[f]].config
-                    outs[f] = lookup_linear(self._checked(kb, f), self._rows(cfg.name), None,
-                                            mode=cfg.mode, padding_idx=cfg.padding_idx,
-                                            sparse=self.sparse)
+                # one feature at a time: a max, or weights that need their gradient
+                blocks += [lookup_linear(self._checked(kb, f), self._rows(self._table_of[f]),
+                                         None, mode=self._places[self._table_of[f]].config.mode,
+                                         padding_idx=self._places[self._table_of[f]].config
+                                         .padding_idx, sparse=self.sparse) for f in feats]
                 continue
-            bags = self._group_bags(kb, feats)
-            flat = lookup_linear(bags, self.weights[g], None, sparse=self.sparse)  # (F*N, dim)
-            per_feature = flat.view(len(feats), n, -1)
-            for i, f in enumerate(feats):
-                outs[f] = per_feature[i]
-        values = torch.cat([outs[f] for f in self.feature_names], dim=1)
-        dims = [self._places[self._table_of[f]].config.embedding_dim for f in self.feature_names]
-        return KeyedTensor(self.feature_names, dims, values)
+            flat = lookup_linear(self._group_bags(kb, feats), self.weights[g], None,
+                                 sparse=self.sparse)  # (F * N, dim), feature-major
+            # (N, F * dim): one copy, whose backward is one copy too
+            blocks.append(flat.view(len(feats), n, -1).transpose(0, 1).reshape(n, -1))
+        values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
+        if self._columns is not None:  # groups interleave in feature order: one gather
+            values = values.index_select(1, self._columns.to(values.device))
+        return KeyedTensor(self.feature_names, self._dims, values)
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
         """``rows(kb, feature)`` with every index checked against its table's rows."""
@@ -391,6 +408,11 @@ class LookupCollection(nn.Module):
         """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
         shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
         per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
+        cfgs = [self._places[self._table_of[f]].config for f in feats]
+        if kb.keys() == feats and all(
+            c.mode == "sum" and c.padding_idx is None and c.hashing is None for c in cfgs
+        ):
+            return self._shifted(kb, feats)
         indices, lengths, weights = [], [], []
         dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
         any_weights = kb.weights is not None or any(
@@ -417,6 +439,26 @@ class LookupCollection(nn.Module):
         out.indices = torch.cat(indices)
         out.offsets = offsets
         out.weights = torch.cat(weights) if any_weights else None
+        return out
+
+    def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
+        """The batch itself, each entry shifted by its table's first row, in a few vectorized
+        passes (plain sum tables, the batch's keys exactly the group's features)."""
+        n, lengths = kb.batch_size, kb.lengths()
+        places = [self._places[self._table_of[f]] for f in feats]
+        per_bag = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
+                               device=kb.device).repeat_interleave(n, dim=0)  # (F * N, 2)
+        shift, limit = torch.repeat_interleave(per_bag, lengths, dim=0,
+                                               output_size=kb.values.numel()).unbind(1)
+        idx = kb.values.long()
+        bad = (idx < 0) | (idx >= limit)
+        if bool(bad.any()):
+            entry = int(torch.nonzero(bad)[0, 0])
+            bag = int(torch.searchsorted(kb.offsets, entry, right=True)) - 1
+            f = feats[bag // n]
+            self._checked(kb, f)  # raises, naming the feature and the index
+        out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
+        out.indices, out.offsets, out.weights = idx + shift, kb.offsets, kb.weights
         return out
 
     def extra_repr(self) -> str:

@@ -1,0 +1,225 @@
+"""Many tables in one step: LookupCollection against FBGEMM's table-batched module and torch.
+
+Run from the repository root, in the benchmark environment (docs/performance.md, Setup), with
+the same huge-page setting for every method (FBGEMM's tables come from torch's allocator):
+
+    THP_MEM_ALLOC_ENABLE=1 .venv-bench/bin/python benchmarks/bench_collection.py
+
+The 26 categorical features of Criteo's display-ads data with the Kaggle set's cardinalities
+(as DLRM uses them: 1460 to 10,131,227 rows, 33.8M in all), dim 16, batch 2048, IDs drawn from
+a Zipf law (exponent 1.05) per feature. Two batches: one ID per feature per example
+(``one-hot``) and bags of 1 to 20 IDs (``multi-hot``). A step is forward (every feature's
+pooled rows, ``(2048, 26 * 16)``), an MSE loss, backward and the optimizer's update:
+
+* RowWiseAdagrad, fused into backward: ``LookupCollection`` of the 26 tables; one
+  ``LookupLinear`` holding all 33.8M rows looked up at the same (shifted) IDs (the cost of one
+  table); FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` of the 26 tables
+  (``EXACT_ROWWISE_ADAGRAD``, HOST/CPU), when ``fbgemm-gpu-cpu`` is installed.
+* Adam (``--adam``; another 13 GB): ``LookupCollection`` with fused ``lookuplinear.optim.Adam``
+  against 26 ``nn.EmbeddingBag(sparse=True)`` with ``torch.optim.SparseAdam``, the alternative a
+  user has (FBGEMM offers no Adam on the CPU).
+
+Each method trains its own tables. Methods of a group run interleaved, ``--steps`` steps each
+per round, in an order shuffled anew each round (seeded); printed: median ms per step and the
+ratios the goals name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lookuplinear import KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
+
+#: the Criteo Kaggle features' cardinalities, as DLRM's data loader counts them
+CRITEO = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+          27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
+LR = 0.01
+Step = Callable[[], None]
+
+
+def batch(rows: list[int], n: int, multi: bool, rng: np.random.Generator
+          ) -> tuple[KeyedBags, torch.Tensor]:
+    """Feature-major IDs (Zipf per feature) and the ``(n, 26 * dim)`` target's ``n``."""
+    lengths = rng.integers(1, 21, (len(rows), n)) if multi else np.ones((len(rows), n), int)
+    values = np.concatenate([(rng.zipf(1.05, int(lengths[t].sum())) - 1) % r
+                             for t, r in enumerate(rows)])
+    kb = KeyedBags([f"f{t}" for t in range(len(rows))], torch.from_numpy(values),
+                   lengths=torch.from_numpy(lengths.reshape(-1)))
+    return kb, torch.from_numpy(lengths.reshape(-1))
+
+
+def collection_step(rows: list[int], dim: int, kb: KeyedBags, target: torch.Tensor,
+                    opt_name: str) -> Step:
+    model = LookupCollection([TableConfig(f"t{t}", r, dim, [f"f{t}"]) for t, r in
+                              enumerate(rows)], sparse=True)
+    opt = getattr(optim, opt_name)(model.parameters(), lr=LR, fused=True)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(kb).values(), target).backward()
+        opt.step()
+
+    return step
+
+
+def one_table_step(rows: list[int], dim: int, kb: KeyedBags, target: torch.Tensor) -> Step:
+    """All rows in one LookupLinear, the features' IDs shifted to their table's rows."""
+    shift = torch.tensor(np.concatenate([[0], np.cumsum(rows)[:-1]]))
+    per_entry = torch.repeat_interleave(
+        shift.repeat_interleave(kb.batch_size), kb.lengths())
+    idx, offsets = kb.values + per_entry, kb.offsets
+    layer = LookupLinear(sum(rows), dim, bias=False, sparse=True, include_last_offset=True)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=LR, fused=True)
+    n, t = kb.batch_size, len(rows)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        out = layer(idx, offsets).view(t, n, dim).transpose(0, 1).reshape(n, t * dim)
+        F.mse_loss(out, target).backward()
+        opt.step()
+
+    return step
+
+
+def fbgemm_step(rows: list[int], dim: int, kb: KeyedBags, target: torch.Tensor) -> Step | None:
+    try:
+        with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
+            warnings.simplefilter("ignore")
+            from fbgemm_gpu.split_embedding_configs import EmbOptimType
+            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+                EmbeddingLocation,
+                PoolingMode,
+            )
+            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+                ComputeDevice,
+                SplitTableBatchedEmbeddingBagsCodegen,
+            )
+    except ImportError:
+        return None
+    emb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(r, dim, EmbeddingLocation.HOST, ComputeDevice.CPU) for r in rows],
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=LR, eps=1e-8,
+        pooling_mode=PoolingMode.SUM,
+    )
+    idx, offsets = kb.values, kb.offsets
+
+    def step() -> None:
+        F.mse_loss(emb(idx, offsets), target).backward()  # the update is fused in backward
+
+    return step
+
+
+def torch_adam_step(rows: list[int], dim: int, kb: KeyedBags, target: torch.Tensor) -> Step:
+    bags = nn.ModuleList(nn.EmbeddingBag(r, dim, mode="sum", sparse=True,
+                                         include_last_offset=True) for r in rows)
+    opt = torch.optim.SparseAdam(bags.parameters(), lr=LR)
+    feats = [kb[k] for k in kb]
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        out = torch.cat([e(b.indices, b.offsets) for e, b in zip(bags, feats, strict=True)], 1)
+        F.mse_loss(out, target).backward()
+        opt.step()
+
+    return step
+
+
+def measure(cases: dict[str, Step], repeats: int, steps: int) -> dict[str, float]:
+    for step in cases.values():  # warm-up: allocate state, touch pages
+        for _ in range(2):
+            step()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    order = np.random.default_rng(1)
+    names = list(cases)
+    for _ in range(repeats):
+        for i in order.permutation(len(names)):
+            t = time.perf_counter()
+            for _ in range(steps):
+                cases[names[i]]()
+            times[names[i]].append((time.perf_counter() - t) / steps)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every cardinality (a smaller run for a smaller machine)")
+    p.add_argument("--adam", action="store_true",
+                   help="also fused Adam against nn.EmbeddingBag + SparseAdam (13 GB more)")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    rows = [max(1, int(r * args.scale)) for r in CRITEO]
+    rng = np.random.default_rng(0)
+    with open("/proc/cpuinfo") as info:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info if "model name" in ln),
+                   platform.processor())
+    print(f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} "
+          f"threads), THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}; "
+          f"26 tables, {sum(rows):,} rows x {args.dim}, batch {args.batch}")
+    report: dict[str, Any] = {"rows": rows, "dim": args.dim, "batch": args.batch, "results": {}}
+    for kind in ("one-hot", "multi-hot"):
+        torch.manual_seed(0)
+        kb, _ = batch(rows, args.batch, kind == "multi-hot", rng)
+        target = torch.randn(args.batch, len(rows) * args.dim)
+        cases: dict[str, Step] = {
+            "LookupCollection + RowWiseAdagrad (fused)":
+                collection_step(rows, args.dim, kb, target, "RowWiseAdagrad"),
+            "one LookupLinear of all rows + RowWiseAdagrad (fused)":
+                one_table_step(rows, args.dim, kb, target),
+        }
+        fb = fbgemm_step(rows, args.dim, kb, target)
+        if fb is not None:
+            cases["FBGEMM table-batched, EXACT_ROWWISE_ADAGRAD"] = fb
+        res = measure(cases, args.repeats, args.steps)
+        has_fbgemm = fb is not None
+        del cases, fb
+        gc.collect()
+        if args.adam:
+            adam = {"LookupCollection + Adam (fused)":
+                    collection_step(rows, args.dim, kb, target, "Adam"),
+                    "26 nn.EmbeddingBag(sparse=True) + torch.optim.SparseAdam":
+                    torch_adam_step(rows, args.dim, kb, target)}
+            res.update(measure(adam, args.repeats, max(1, args.steps // 2)))
+            del adam
+            gc.collect()
+        report["results"][kind] = res
+        print(f"\n{kind}: {kb.values.numel():,} IDs per step\n\n| method | ms per step |\n"
+              "|---|---|")
+        for k, v in res.items():
+            print(f"| {k} | {v:.2f} |")
+        ours = res["LookupCollection + RowWiseAdagrad (fused)"]
+        print(f"\ncollection / one table: {ours / res[next(k for k in res if 'one ' in k)]:.2f}x"
+              " (goal <= 1.1x)")
+        if has_fbgemm:
+            print(f"collection / FBGEMM: {ours / res[next(k for k in res if 'FBGEMM' in k)]:.2f}x"
+                  " (goal <= 0.5x)")
+        if args.adam:
+            print(f"SparseAdam / collection Adam: "
+                  f"{res[next(k for k in res if 'SparseAdam' in k)] / res['LookupCollection + Adam (fused)']:.1f}x"  # noqa: E501
+                  " (goal >= 4x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
