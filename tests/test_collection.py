@@ -378,5 +378,48 @@ def test_mod_hashing_equals_linear_on_the_hashed_one_hot(mode):
                                col["q"](Bags.from_lists(rows)), rtol=0, atol=0)
     assert torch.equal(col({"query": torch.tensor([[10**12]])})["query"],
                        col["q"].weight[[rows[0][0]]].unsqueeze(0))
-    with pytest.raises(InputValueError, match="hashing"):
-        TableConfig("a", 3, 2, ["x"], hashing="qr")
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_qr_hashing_equals_linear_on_the_composed_table(mode, weighted):
+    """Row h of a qr table is Q[h // m] + R[h % m]; built here from scikit-learn's hash."""
+    from sklearn.utils import murmurhash3_32
+
+    n, m, dim = 50, 7, 3
+    col = LookupCollection([TableConfig("q", n, dim, ["query"], mode=mode, hashing="qr",
+                                        qr_buckets=m, dtype=torch.float64),
+                            TableConfig("plain", 5, dim, ["plain"], dtype=torch.float64)],
+                           sparse=True)
+    stored = col["q"].weight.detach()
+    n_q = -(-n // m)
+    assert stored.shape == (n_q + m, dim) == (TableConfig("x", n, dim, ["x"], hashing="qr",
+                                                          qr_buckets=m).stored_rows, dim)
+    composed = torch.stack([stored[h // m] + stored[n_q + h % m] for h in range(n)])  # (n, dim)
+    raw = [[10**12, -5, 10**12], [], [7, 8]]
+    w = [[0.5, 2.0, 1.0], [], [3.0, 1.0]] if weighted else None
+    kb = KeyedBags.from_dict({"query": Bags.from_lists(raw, w),
+                              "plain": Bags.from_lists([[1], [4], []], [[1.0], [1.0], []]
+                                                       if weighted else None)})
+    report = check_equivalence(col, kb)
+    assert report.ok, str(report)
+    hashed = [[abs(murmurhash3_32(i.to_bytes(8, "little", signed=True), seed=0)) % n
+               for i in b] for b in raw]
+    ref_layer = LookupLinear(n, dim, bias=False, mode=mode, dtype=torch.float64,
+                             init=lambda t: t.copy_(composed))
+    want = ref_layer(Bags.from_lists(hashed, w))
+    torch.testing.assert_close(col(kb)["query"], want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(col({"query": torch.tensor([10**12])})["query"],
+                               composed[[hashed[0][0]]], rtol=1e-12, atol=1e-12)
+
+
+def test_qr_config_errors_and_memory():
+    assert TableConfig("a", 10_000_000, 16, ["a"], hashing="qr").stored_rows == 6325
+    with pytest.raises(InputValueError, match="max"):
+        TableConfig("a", 100, 2, ["a"], hashing="qr", mode="max")
+    with pytest.raises(InputValueError, match="padding_idx"):
+        TableConfig("a", 100, 2, ["a"], hashing="mod", padding_idx=0)
+    with pytest.raises(InputValueError, match="qr_buckets"):
+        TableConfig("a", 100, 2, ["a"], hashing="qr", qr_buckets=0)
+    with pytest.raises(InputValueError, match="qr_buckets is for"):
+        TableConfig("a", 100, 2, ["a"], qr_buckets=10)

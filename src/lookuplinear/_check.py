@@ -285,7 +285,7 @@ def _check_collection(
     comparisons = [_compare("output", out.detach().cpu(), ref, rtol, atol)]
     for n, want in zip(names, ref_grads, strict=True):
         g, off, cfg = collection._places[n]
-        rows = cfg.num_embeddings
+        rows = cfg.stored_rows
         got_all = grads[g]
         got = (torch.zeros(rows, cfg.embedding_dim) if got_all is None else
                got_all.cpu().to_dense()[off : off + rows])

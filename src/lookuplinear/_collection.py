@@ -17,6 +17,7 @@ per table (``embedding_bags.<table>.weight``, TorchRec's names).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -60,11 +61,19 @@ class TableConfig:
         An index that contributes nothing and gets no gradient (its row starts at zero).
     init : {"normal", "linear"} or callable, default "normal"
         As :class:`~lookuplinear.LookupLinear`'s ``init``; ``"normal"`` is ``nn.Embedding``'s.
-    hashing : {None, "mod"}, default None
+    hashing : {None, "mod", "qr"}, default None
         ``None``: IDs are row indices, each in ``[0, num_embeddings)``. ``"mod"``: any int64 ID
-        (negative or huge too) reads row :func:`~lookuplinear.hash_ids` ``(id,
-        num_embeddings)``, MurmurHash3 as scikit-learn's ``HashingVectorizer``; the dense
-        equivalent is ``nn.Linear`` on the hashed one-hot ``one_hot(id) @ H``.
+        (negative or huge too) reads row ``h = hash_ids(id, num_embeddings)``
+        (:func:`~lookuplinear.hash_ids`, MurmurHash3 as scikit-learn's ``HashingVectorizer``);
+        the dense equivalent is ``nn.Linear`` on the hashed one-hot ``one_hot(id) @ H``.
+        ``"qr"``: the quotient-remainder trick (Shi et al., KDD 2020): row ``h`` is
+        ``Q[h // m] + R[h % m]`` with ``m = qr_buckets`` remainder rows and
+        ``ceil(num_embeddings / m)`` quotient rows, stored one after the other: about
+        ``2 * sqrt(num_embeddings)`` rows instead of ``num_embeddings``. Its dense equivalent is
+        ``nn.Linear`` on the multi-hot of each ID's two stored rows. No ``padding_idx`` with
+        hashing, and no ``mode="max"`` with ``"qr"``.
+    qr_buckets : int, optional
+        ``m``, the remainder rows of ``hashing="qr"`` (default ``ceil(sqrt(num_embeddings))``).
     dtype : torch.dtype, optional
         The table's dtype (default: torch's default dtype).
 
@@ -83,6 +92,7 @@ class TableConfig:
     init: str | Callable[[torch.Tensor], Any] = field(default="normal", compare=False)
     hashing: str | None = None
     dtype: torch.dtype | None = None
+    qr_buckets: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "." in self.name:
@@ -111,11 +121,50 @@ class TableConfig:
                 f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "
                 f"got {self.init!r}."
             )
-        if self.hashing not in (None, "mod"):
+        if self.hashing not in (None, "mod", "qr"):
             raise InputValueError(
-                f"TableConfig {self.name!r}: hashing must be None or 'mod', got "
+                f"TableConfig {self.name!r}: hashing must be None, 'mod' or 'qr', got "
                 f"{self.hashing!r}."
             )
+        if self.hashing is not None and self.padding_idx is not None:
+            raise InputValueError(
+                f"TableConfig {self.name!r}: padding_idx={self.padding_idx} with "
+                f"hashing={self.hashing!r}: any ID may hash to that row. Drop the padding IDs "
+                "from the batch instead (or hashing=None)."
+            )
+        if self.hashing == "qr":
+            if self.mode == "max":
+                raise InputValueError(
+                    f"TableConfig {self.name!r}: hashing='qr' sums two rows per ID, which a "
+                    "max over rows cannot express; use mode 'sum', 'mean' or 'sqrtn'."
+                )
+            m = self.qr_buckets
+            if m is None:
+                object.__setattr__(self, "qr_buckets", math.isqrt(self.num_embeddings - 1) + 1)
+            elif isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise InputValueError(
+                    f"TableConfig {self.name!r}: qr_buckets must be a positive int, got {m!r}."
+                )
+        elif self.qr_buckets is not None:
+            raise InputValueError(
+                f"TableConfig {self.name!r}: qr_buckets is for hashing='qr', got "
+                f"hashing={self.hashing!r}."
+            )
+
+    @property
+    def stored_rows(self) -> int:
+        """The rows the table holds: ``num_embeddings``, or with ``hashing="qr"`` the
+        quotient rows plus ``qr_buckets`` remainder rows.
+
+        Examples
+        --------
+        >>> TableConfig("ids", 1_000_000, 16, ["user"], hashing="qr").stored_rows
+        2000
+        """
+        if self.hashing != "qr":
+            return self.num_embeddings
+        m = int(self.qr_buckets or 1)
+        return -(-self.num_embeddings // m) + m
 
 
 class _Place(NamedTuple):
@@ -210,7 +259,7 @@ class LookupCollection(nn.Module):
             g = keys[key]
             rows, dim, dt = sizes[g]
             places[t.name] = _Place(g, rows, t)
-            sizes[g] = (rows + t.num_embeddings, dim, dt)
+            sizes[g] = (rows + t.stored_rows, dim, dt)
         self._places = places
         self._plan()
         self.weights = nn.ParameterList(
@@ -251,7 +300,7 @@ class LookupCollection(nn.Module):
     def _rows(self, name: str) -> torch.Tensor:
         """Table ``name``: a differentiable view of its rows in its group's parameter."""
         g, off, cfg = self._places[name]
-        return self.weights[g][off : off + cfg.num_embeddings]
+        return self.weights[g][off : off + cfg.stored_rows]
 
     def __getitem__(self, name: str) -> LookupLinear:
         """Table ``name`` as a :class:`~lookuplinear.LookupLinear` on the same memory (a new
@@ -261,7 +310,8 @@ class LookupCollection(nn.Module):
                 f"LookupCollection has no table {name!r}; its tables are {list(self._places)}."
             )
         g, _, cfg = self._places[name]
-        layer = LookupLinear(cfg.num_embeddings, cfg.embedding_dim, bias=False, mode=cfg.mode,
+        mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folds the mode for qr
+        layer = LookupLinear(cfg.stored_rows, cfg.embedding_dim, bias=False, mode=mode,
                              padding_idx=cfg.padding_idx, init=cfg.init, sparse=self.sparse,
                              device="meta", dtype=cfg.dtype)
         rows = self._rows(name).detach()
@@ -327,7 +377,25 @@ class LookupCollection(nn.Module):
         cfg = self._places[self._table_of[feature]].config
         if cfg.hashing is None:
             return bags
-        return Bags(hash_ids(bags.indices, cfg.num_embeddings), bags.offsets, bags.weights)
+        h = hash_ids(bags.indices, cfg.num_embeddings)
+        if cfg.hashing == "mod":
+            return Bags(h, bags.offsets, bags.weights)
+        # qr: each ID becomes two entries, its quotient row and its remainder row, with the
+        # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
+        m = int(cfg.qr_buckets or 1)
+        n_q = -(-cfg.num_embeddings // m)
+        two = torch.stack([h // m, n_q + h % m], dim=1).reshape(-1)
+        dtype = self.weights[self._places[cfg.name].group].dtype
+        w = bags.weights
+        if cfg.mode in ("mean", "sqrtn"):
+            if w is not None and w.requires_grad:
+                raise InputValueError(
+                    f"LookupCollection: feature {feature!r} has weights that require grad, and "
+                    f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
+                    "into them without a gradient. Use mode='sum', or detach the weights."
+                )
+            w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
+        return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
 
     def forward(
         self, features: KeyedBags | Mapping[str, torch.Tensor]
@@ -362,9 +430,15 @@ class LookupCollection(nn.Module):
                 f"LookupCollection: feature {feature!r} needs an integer index tensor, got "
                 f"{getattr(x, 'dtype', type(x).__name__)}."
             )
-        ids = hash_ids(x, cfg.num_embeddings) if cfg.hashing == "mod" else x
+        ids = x if cfg.hashing is None else hash_ids(x, cfg.num_embeddings)
         if cfg.hashing is None:
             check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
+        if cfg.hashing == "qr":
+            m = int(cfg.qr_buckets or 1)
+            n_q = -(-cfg.num_embeddings // m)
+            w = self.weights[g]
+            return (lookup_linear(ids // m + off, w, None, sparse=self.sparse)
+                    + lookup_linear(ids % m + (off + n_q), w, None, sparse=self.sparse))
         pad = None if cfg.padding_idx is None else off + cfg.padding_idx
         return lookup_linear(ids + off, self.weights[g], None, padding_idx=pad,
                              sparse=self.sparse)
@@ -382,10 +456,12 @@ class LookupCollection(nn.Module):
         for g, feats in self._groups:
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
                 # one feature at a time: a max, or weights that need their gradient
-                blocks += [lookup_linear(self._checked(kb, f), self._rows(self._table_of[f]),
-                                         None, mode=self._places[self._table_of[f]].config.mode,
-                                         padding_idx=self._places[self._table_of[f]].config
-                                         .padding_idx, sparse=self.sparse) for f in feats]
+                for f in feats:
+                    cfg = self._places[self._table_of[f]].config
+                    mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
+                    blocks.append(lookup_linear(self._checked(kb, f), self._rows(cfg.name), None,
+                                                mode=mode, padding_idx=cfg.padding_idx,
+                                                sparse=self.sparse))
                 continue
             flat = lookup_linear(self._group_bags(kb, feats), self.weights[g], None,
                                  sparse=self.sparse)  # (F * N, dim), feature-major
@@ -425,7 +501,7 @@ class LookupCollection(nn.Module):
             indices.append(bags.indices.long() + off if off else bags.indices.long())
             lengths.append(bags.lengths())
             if any_weights:
-                if cfg.mode in ("mean", "sqrtn"):
+                if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
                     weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
                                                 dtype))
                 elif bags.weights is not None:
@@ -487,7 +563,7 @@ def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: 
     """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views)."""
     groups = [state.pop(f"{prefix}weights.{g}") for g in range(len(module.weights))]
     for name, (g, off, cfg) in module._places.items():
-        state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.num_embeddings]
+        state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.stored_rows]
 
 
 def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
