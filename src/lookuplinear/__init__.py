@@ -9,6 +9,7 @@ from ._bags import Bags
 from ._check import EquivalenceError, EquivalenceReport, check_equivalence
 from ._collection import LookupCollection, TableConfig
 from ._hashing import hash_ids
+from ._idmap import IdMap
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
 from ._vocab import Vocab
@@ -32,6 +33,7 @@ __all__ = [
     "DeviceMismatchError",
     "EquivalenceError",
     "EquivalenceReport",
+    "IdMap",
     "InputTypeError",
     "InputValueError",
     "KeyedBags",

@@ -261,6 +261,20 @@ def _check_collection(
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
 
+    maps = list(collection.id_maps.values())
+    modes = [m.training for m in maps]
+    for m in maps:  # ID maps look up only: the check adds no ID
+        m.eval()
+    try:
+        return _compare_collection(collection, kb, rtol, atol, seed)
+    finally:
+        for m, training in zip(maps, modes, strict=True):
+            m.train(training)
+
+
+def _compare_collection(
+    collection: LookupCollection, kb: KeyedBags, rtol: float, atol: float, seed: int
+) -> EquivalenceReport:
     # fresh leaves on the tables' storage (as _probe for a layer): nothing reaches the
     # collection's .grad or a fused optimizer bound to its parameters
     probe = copy.copy(collection)

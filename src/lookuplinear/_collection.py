@@ -20,14 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import nn
 
 from . import hugepages
 from ._bags import Bags, check_index_range
+from ._fusion import reset_rows
 from ._hashing import hash_ids
+from ._idmap import IdMap
 from ._kernels import mode_weights
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
@@ -74,6 +76,13 @@ class TableConfig:
         hashing, and no ``mode="max"`` with ``"qr"``.
     qr_buckets : int, optional
         ``m``, the remainder rows of ``hashing="qr"`` (default ``ceil(sqrt(num_embeddings))``).
+    fallback_rows, admit_after : int, optional
+        ``hashing="map"``: a managed, collision-free :class:`~lookuplinear.IdMap` gives each
+        int64 ID its own row on first sight (after ``admit_after`` sightings, default 1), up
+        to ``num_embeddings - fallback_rows`` IDs (``fallback_rows`` default 1), then takes the
+        least recently used ID's row, re-drawn as ``init`` says and with fresh optimizer state
+        (:mod:`lookuplinear.optim`); IDs without a row share the fallback rows. The map is in
+        the collection's ``state_dict``. In eval mode nothing is added.
     dtype : torch.dtype, optional
         The table's dtype (default: torch's default dtype).
 
@@ -93,6 +102,8 @@ class TableConfig:
     hashing: str | None = None
     dtype: torch.dtype | None = None
     qr_buckets: int | None = None
+    fallback_rows: int | None = None
+    admit_after: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "." in self.name:
@@ -121,10 +132,15 @@ class TableConfig:
                 f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "
                 f"got {self.init!r}."
             )
-        if self.hashing not in (None, "mod", "qr"):
+        if self.hashing not in (None, "mod", "qr", "map"):
             raise InputValueError(
-                f"TableConfig {self.name!r}: hashing must be None, 'mod' or 'qr', got "
+                f"TableConfig {self.name!r}: hashing must be None, 'mod', 'qr' or 'map', got "
                 f"{self.hashing!r}."
+            )
+        if self.hashing != "map" and (self.fallback_rows, self.admit_after) != (None, None):
+            raise InputValueError(
+                f"TableConfig {self.name!r}: fallback_rows and admit_after are for "
+                f"hashing='map', got hashing={self.hashing!r}."
             )
         if self.hashing is not None and self.padding_idx is not None:
             raise InputValueError(
@@ -262,6 +278,12 @@ class LookupCollection(nn.Module):
             sizes[g] = (rows + t.stored_rows, dim, dt)
         self._places = places
         self._plan()
+        self.id_maps = nn.ModuleDict({
+            t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
+                          admit_after=t.admit_after or 1)
+            for t in tables if t.hashing == "map"
+        })
+        self._mapped: dict[str, torch.Tensor] | None = None
         self.weights = nn.ParameterList(
             nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
             for rows, dim, dt in sizes
@@ -377,6 +399,16 @@ class LookupCollection(nn.Module):
         cfg = self._places[self._table_of[feature]].config
         if cfg.hashing is None:
             return bags
+        if cfg.hashing == "map":
+            if self._mapped is not None:  # inside forward: mapped once per table
+                return Bags(self._mapped[feature], bags.offsets, bags.weights)
+            id_map = cast(IdMap, self.id_maps[cfg.name])
+            training = id_map.training
+            id_map.eval()  # outside forward: look up only, change nothing
+            try:
+                return Bags(id_map(bags.indices), bags.offsets, bags.weights)
+            finally:
+                id_map.train(training)
         h = hash_ids(bags.indices, cfg.num_embeddings)
         if cfg.hashing == "mod":
             return Bags(h, bags.offsets, bags.weights)
@@ -430,7 +462,13 @@ class LookupCollection(nn.Module):
                 f"LookupCollection: feature {feature!r} needs an integer index tensor, got "
                 f"{getattr(x, 'dtype', type(x).__name__)}."
             )
-        ids = x if cfg.hashing is None else hash_ids(x, cfg.num_embeddings)
+        if cfg.hashing == "map":
+            id_map = cast(IdMap, self.id_maps[cfg.name])
+            ids = id_map(x)
+            if id_map.evicted.numel():
+                self._renew(cfg.name, id_map.evicted)
+        else:
+            ids = x if cfg.hashing is None else hash_ids(x, cfg.num_embeddings)
         if cfg.hashing is None:
             check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
         if cfg.hashing == "qr":
@@ -450,6 +488,40 @@ class LookupCollection(nn.Module):
                 f"LookupCollection: the batch has no feature {missing} (its keys are "
                 f"{kb.keys()}); every feature of the tables must be in it."
             )
+        self._mapped = self._map_ids(kb) if len(self.id_maps) else None
+        try:
+            return self._lookup(kb)
+        finally:
+            self._mapped = None
+
+    def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
+        """The rows of every feature of a ``hashing="map"`` table: one map call per table (its
+        features' IDs together, so that no feature takes a row another reads in this batch);
+        rows given to new IDs are re-drawn and their optimizer state marked for a fresh start."""
+        mapped: dict[str, torch.Tensor] = {}
+        for name, module in self.id_maps.items():
+            id_map = cast(IdMap, module)
+            feats = [f for f in self.feature_names if self._table_of[f] == name]
+            ids = [kb[f].indices for f in feats]
+            rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
+            mapped.update(zip(feats, rows, strict=True))
+            if id_map.evicted.numel():
+                self._renew(name, id_map.evicted)
+        return mapped
+
+    @torch.no_grad()
+    def _renew(self, name: str, rows: torch.Tensor) -> None:
+        """Re-draw ``rows`` of table ``name`` (as its ``init`` draws a table) and mark their
+        optimizer state for a fresh start (:func:`lookuplinear._fusion.reset_rows`)."""
+        g, off, cfg = self._places[name]
+        weight = self.weights[g]
+        fresh = weight.new_empty(rows.numel(), cfg.embedding_dim)
+        init_weight_(fresh, "normal" if cfg.init == "linear" else cfg.init, None)
+        at = rows.to(weight.device) + off
+        weight.index_copy_(0, at, fresh)
+        reset_rows(weight, at)
+
+    def _lookup(self, kb: KeyedBags) -> KeyedTensor:
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
         blocks = []

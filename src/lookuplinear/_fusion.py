@@ -21,9 +21,20 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["FusedBinding", "FusedOptimizer", "bind", "binding"]
+__all__ = ["RESET_ROWS", "FusedBinding", "FusedOptimizer", "bind", "binding", "reset_rows"]
 
 _ATTR = "_lookuplinear_fused"
+
+#: attribute of a table parameter: rows re-initialised (given to a new ID by an ``IdMap``)
+#: whose optimizer state the next ``lookuplinear.optim`` update of the table starts afresh
+RESET_ROWS = "_lookuplinear_reset_rows"
+
+
+def reset_rows(param: torch.Tensor, rows: torch.Tensor) -> None:
+    """Mark ``rows`` of ``param`` as new: the next update by a :mod:`lookuplinear.optim`
+    optimizer zeroes their state (momentum, squared sums, moments) before it reads it."""
+    old = param.__dict__.get(RESET_ROWS)
+    param.__dict__[RESET_ROWS] = rows if old is None else torch.cat([old, rows])
 
 
 class FusedOptimizer(Protocol):

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import hugepages
-from .._fusion import bind
+from .._fusion import RESET_ROWS, bind
 from .._kernels import Lookup, fused_rows, group_rows, update_rows, use_c
 from .._rowgrad import row_sparse_grad
 from ..errors import InputValueError
@@ -141,6 +141,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
+        rows = p.__dict__.pop(RESET_ROWS, None)
+        if rows is not None:  # rows re-initialised since the last update: fresh state there
+            for value in state.values():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == len(p):
+                    value[rows.to(value.device)] = 0
         return state
 
     @torch.no_grad()

@@ -1,0 +1,135 @@
+"""IdMap: collision-free rows for unbounded IDs, admission, LRU eviction, state, backends."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import (
+    IdMap,
+    InputTypeError,
+    InputValueError,
+    KeyedBags,
+    LookupCollection,
+    TableConfig,
+    check_equivalence,
+    hash_ids,
+    optim,
+)
+from lookuplinear._kernels import use_backend
+
+IDS = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stream=st.lists(st.lists(IDS, max_size=30), min_size=1, max_size=6))
+def test_no_collisions_below_capacity(stream):
+    distinct = {i for batch in stream for i in batch}
+    m = IdMap(len(distinct) + 4, fallback_rows=3)  # one row to spare
+    seen: dict[int, int] = {}
+    for batch in stream:
+        rows = m(torch.tensor(batch, dtype=torch.int64)).tolist()
+        for i, r in zip(batch, rows, strict=True):
+            assert 3 <= r < m.num_embeddings
+            assert seen.setdefault(i, r) == r  # an ID keeps its row
+    assert len(set(seen.values())) == len(seen) == len(m)  # no two IDs share a row
+    assert m.evicted.numel() == 0
+
+
+def test_admission_after_k_sightings():
+    m = IdMap(10, fallback_rows=2, admit_after=3)
+    x = torch.tensor([42, 42, 7])
+    fallback = hash_ids(torch.tensor([42, 7]), 2).tolist()
+    assert m(x).tolist() == [fallback[0], fallback[0], fallback[1]]  # 42 seen twice, 7 once
+    assert m(torch.tensor([42])).tolist() == [2] and len(m) == 1   # the third sighting
+    assert m(torch.tensor([7, 7])).tolist() == [3, 3]              # 1 + 2 sightings
+    assert m(torch.tensor([8])).tolist() == hash_ids(torch.tensor([8]), 2).tolist()
+
+
+def test_lru_eviction_is_deterministic_and_spares_rows_in_use():
+    m = IdMap(4, fallback_rows=1)                  # 3 rows for IDs: table rows 1, 2, 3
+    assert m(torch.tensor([10, 20, 30])).tolist() == [1, 2, 3]
+    assert m(torch.tensor([20])).tolist() == [2]   # 10 and 30 are older; 10 the lower row
+    assert m(torch.tensor([30, 40])).tolist() == [3, 1]  # 40 takes 10's row (least recent)
+    assert m.evicted.tolist() == [1]
+    assert m(torch.tensor([10, 20, 30, 40])).tolist()[1:] == [2, 3, 1]
+    # every row was read in that call: 10 could take none and read a fallback row
+    assert m(torch.tensor([10, 20, 30, 40])).tolist()[0] == 0
+    twin = IdMap(4, fallback_rows=1)
+    for batch in ([10, 20, 30], [20], [30, 40], [10, 20, 30, 40], [10, 20, 30, 40]):
+        twin(torch.tensor(batch))
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, twin.state_dict()[k]), k
+
+
+def test_eval_mode_changes_nothing_and_state_dict_round_trip():
+    m = IdMap(8, fallback_rows=2)
+    m(torch.tensor([5, -5, 2**40]))
+    before = copy.deepcopy(m.state_dict())
+    m.eval()
+    rows = m(torch.tensor([5, 99]))
+    assert rows[0] == 2 and rows[1] == hash_ids(torch.tensor([99]), 2)[0]
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, before[k])
+    other = IdMap(8, fallback_rows=2)
+    other.load_state_dict(m.state_dict())
+    other.eval()
+    assert torch.equal(other(torch.tensor([2**40, -5, 5])), m(torch.tensor([2**40, -5, 5])))
+
+
+def test_backends_build_the_same_table():
+    states = []
+    for backend in ("c", "torch"):
+        with use_backend(backend):
+            m = IdMap(6, fallback_rows=1, admit_after=2)
+            for batch in ([1, 2, 2, 3], [3, 4, 1], [5, 6, 7, 1, 3, 5, 6], [8, 8, 9, 9, 2]):
+                m(torch.tensor(batch))
+            states.append(m.state_dict())
+    for k, v in states[0].items():
+        assert torch.equal(v, states[1][k]), k
+
+
+def test_errors():
+    with pytest.raises(InputValueError, match="no row for IDs"):
+        IdMap(3, fallback_rows=3)
+    with pytest.raises(InputValueError, match="admit_after"):
+        IdMap(3, admit_after=0)
+    with pytest.raises(InputTypeError, match="integer"):
+        IdMap(3)(torch.tensor([1.0]))
+    with pytest.raises(InputValueError, match="for hashing='map'"):
+        TableConfig("t", 10, 2, ["f"], admit_after=2)
+
+
+def test_map_table_in_a_collection():
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 4, 3, ["user", "friend"], hashing="map",
+                                        dtype=torch.float64)], sparse=True)
+    kb = KeyedBags.from_dict({"user": [[10**15], [-3, 10**15]], "friend": [[7], []]})
+    assert check_equivalence(col, kb).ok  # looks up only: nothing is added
+    assert len(col.id_maps["user"]) == 0
+    out = col(kb)["user"]  # 3 IDs get rows 1, 2, 3 (row 0 is the fallback)
+    w = col["user"].weight
+    torch.testing.assert_close(out, torch.stack([w[1], w[2] + w[1]]))
+    assert check_equivalence(col, kb).ok
+    assert set(col.state_dict()) >= {"embedding_bags.user.weight", "id_maps.user.table"}
+    # a fourth ID takes the least recently used row: re-drawn, and its optimizer state fresh
+    opt = optim.RowWiseAdagrad(col.parameters(), lr=0.1)
+    for batch in (kb, KeyedBags.from_dict({"user": [[-3], [10**15]], "friend": [[-3], []]})):
+        opt.zero_grad()
+        col(batch).values().pow(2).sum().backward()
+        opt.step()
+    old = col["user"].weight[3].clone()  # row of 7, used least recently
+    new = KeyedBags.from_dict({"user": [[99]], "friend": [[]]})
+    opt.zero_grad()
+    col(new).values().pow(2).sum().backward()
+    assert col.id_maps["user"].evicted.tolist() == [3]
+    assert not torch.equal(col["user"].weight[3], old)
+    g = col.weights[0].grad.coalesce()
+    g3 = g.values()[g.indices()[0].tolist().index(3)]
+    opt.step()
+    state = opt.state[col.weights[0]]["sum"]
+    torch.testing.assert_close(state[3], g3.pow(2).mean())  # not the old ID's sum plus it
