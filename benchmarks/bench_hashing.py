@@ -12,7 +12,7 @@ Run from the repository root, in the benchmark environment (docs/performance.md,
    ``hashing="mod"`` with 1/4 and 1/16 as many rows as IDs, and ``hashing="qr"`` (as many
    IDs as the table has, but ``qr_buckets`` chosen so it stores about 1/4 and 1/16 as many
    rows). Split by time (the last 20% of each user's ratings are the test set), dim 16,
-   ``Adam(fused=True)`` with lr 0.01, batch 256, 10 epochs; test accuracy and log-loss,
+   ``Adam(fused=True)`` with lr 0.01, batch 256, 3 epochs; test accuracy and log-loss,
    mean of ``--seeds`` seeds.
 2. **Speed of the ID map** against what a Python user has: a map of 10 million distinct random
    int64 IDs, built in 10 calls of 1M new IDs, then 1M IDs drawn from a Zipf law looked up
@@ -147,7 +147,7 @@ def idmap_speed(rounds: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
