@@ -423,3 +423,24 @@ def test_qr_config_errors_and_memory():
         TableConfig("a", 100, 2, ["a"], hashing="qr", qr_buckets=0)
     with pytest.raises(InputValueError, match="qr_buckets is for"):
         TableConfig("a", 100, 2, ["a"], qr_buckets=10)
+
+
+# ---------------------------------------------------------------------- TorchRec
+def test_torchrec_round_trip():
+    torchrec = pytest.importorskip("torchrec")
+    col = LookupCollection([TableConfig("user", 10, 4, ["user"]),
+                            TableConfig("item", 8, 4, ["item", "last_item"], mode="mean")])
+    kb = _batch(weighted=False)
+    ebc = col.to_torchrec()
+    assert isinstance(ebc, torchrec.EmbeddingBagCollection)
+    kjt = kb.to_kjt()
+    assert isinstance(kjt, torchrec.KeyedJaggedTensor)
+    theirs = ebc(kjt)
+    assert theirs.keys() == col(kb).keys()
+    torch.testing.assert_close(theirs.values(), col(kb).values())
+    back = LookupCollection.from_torchrec(ebc, sparse=True)
+    torch.testing.assert_close(back(KeyedBags.from_kjt(kjt)).values(), col(kb).values())
+    again = LookupCollection.from_torchrec(ebc, state_dict=col.state_dict())
+    torch.testing.assert_close(again(kb).values(), col(kb).values())
+    with pytest.raises(InputValueError, match="no TorchRec equivalent"):
+        _collection("sqrtn").to_torchrec()

@@ -17,6 +17,7 @@ per table (``embedding_bags.<table>.weight``, TorchRec's names).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -389,6 +390,63 @@ class LookupCollection(nn.Module):
         with torch.no_grad():
             for k, layer in layers.items():
                 collection._rows(k).copy_(layer.weight)
+        return collection
+
+    def to_torchrec(self) -> Any:
+        """TorchRec's ``EmbeddingBagCollection`` with these tables, features and weights (needs
+        ``torchrec``; see docs/collection.md). Tables with ``mode`` sum or mean, no hashing, no
+        padding: what TorchRec's pooled tables express; anything else raises
+        ``InputValueError``."""
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+        from torchrec.types import DataType
+
+        pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+        dtypes = {torch.float32: DataType.FP32, torch.float16: DataType.FP16}
+        configs = []
+        for t in self.tables:
+            dtype = self.weights[self._places[t.name].group].dtype
+            if t.mode not in pooling or t.hashing or t.padding_idx is not None or (
+                dtype not in dtypes
+            ):
+                raise InputValueError(
+                    f"to_torchrec: table {t.name!r} (mode={t.mode!r}, hashing={t.hashing!r}, "
+                    f"padding_idx={t.padding_idx}, {dtype}) has no TorchRec equivalent: its "
+                    "pooled tables are sum or mean, float32 or float16, without hashing or "
+                    "padding."
+                )
+            configs.append(EmbeddingBagConfig(
+                num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=t.name,
+                feature_names=list(t.feature_names), pooling=pooling[t.mode],
+                data_type=dtypes[dtype]))
+        ebc = EmbeddingBagCollection(tables=configs, device=self.weights[0].device)
+        with torch.no_grad():
+            for t in self.tables:
+                ebc.embedding_bags[t.name].weight.copy_(self._rows(t.name))
+        return ebc
+
+    @classmethod
+    def from_torchrec(cls, ebc: Any, *, state_dict: Mapping[str, torch.Tensor] | None = None,
+                      sparse: bool = False) -> LookupCollection:
+        """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables,
+        features, pooling and weights. ``state_dict``: the weights to take instead of
+        ``ebc``'s (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
+        modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
+        tables = []
+        for c in ebc.embedding_bag_configs():
+            if c.pooling.name not in modes:
+                raise InputValueError(
+                    f"from_torchrec: table {c.name!r} pools with {c.pooling.name}; "
+                    "LookupCollection takes SUM and MEAN."
+                )
+            tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
+                                      list(c.feature_names), mode=modes[c.pooling.name]))
+        weights = ebc.state_dict() if state_dict is None else state_dict
+        some = next(iter(weights.values()))
+        collection = cls([dataclasses.replace(t, dtype=some.dtype) for t in tables],
+                         sparse=sparse, device=some.device)
+        with torch.no_grad():
+            for t in tables:
+                collection._rows(t.name).copy_(weights[f"embedding_bags.{t.name}.weight"])
         return collection
 
     # ------------------------------------------------------------------ forward
