@@ -444,3 +444,29 @@ def test_torchrec_round_trip():
     torch.testing.assert_close(again(kb).values(), col(kb).values())
     with pytest.raises(InputValueError, match="no TorchRec equivalent"):
         _collection("sqrtn").to_torchrec()
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "RowWiseAdagrad", "Adam"])
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_one_id_per_feature(opt_name, backend):
+    """The usual categorical batch (one ID per feature, keys in table order) is looked up as
+    an (N, F) index tensor: equal to the dense path, checked, fused equal to unfused."""
+    kb = KeyedBags.from_dict({"a": [[3], [0], [1]], "b": [[2], [2], [0]], "c": [[2], [1], [0]]})
+    tables = [TableConfig("a", 4, 2, ["a"], dtype=torch.float64),
+              TableConfig("b", 3, 2, ["b", "c"], dtype=torch.float64)]
+    with use_backend(backend):
+        assert check_equivalence(LookupCollection(tables), kb).ok
+        ends = []
+        for fused in (False, True):
+            torch.manual_seed(0)
+            col = LookupCollection(tables, sparse=True)
+            opt = getattr(optim, opt_name)(col.parameters(), lr=0.1, fused=fused)
+            for _ in range(3):
+                opt.zero_grad()
+                col(kb).values().pow(2).sum().backward()
+                opt.step()
+            ends.append(col.weights[0].detach().clone())
+        assert torch.equal(*ends)
+        with pytest.raises(LookupIndexError, match="kb\\['c'\\]"):
+            col(KeyedBags.from_dict({"a": [[3]], "b": [[2]], "c": [[3]]}))
+

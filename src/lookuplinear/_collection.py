@@ -593,6 +593,11 @@ class LookupCollection(nn.Module):
                                                 mode=mode, padding_idx=cfg.padding_idx,
                                                 sparse=self.sparse))
                 continue
+            one_hot = self._one_hot(kb, feats)
+            if one_hot is not None:  # (N, F) rows: one lookup straight into (N, F, dim)
+                out = lookup_linear(one_hot, self.weights[g], None, sparse=self.sparse)
+                blocks.append(out.reshape(n, -1))
+                continue
             flat = lookup_linear(self._group_bags(kb, feats), self.weights[g], None,
                                  sparse=self.sparse)  # (F * N, dim), feature-major
             # (N, F * dim): one copy, whose backward is one copy too
@@ -646,6 +651,28 @@ class LookupCollection(nn.Module):
         out.offsets = offsets
         out.weights = torch.cat(weights) if any_weights else None
         return out
+
+    def _one_hot(self, kb: KeyedBags, feats: list[str]) -> torch.Tensor | None:
+        """``(N, F)`` rows of the group's parameter when every bag holds exactly one unweighted
+        ID of a plain sum table and the batch's keys are the group's features (the usual
+        categorical batch), else None. Looked up as index input, the output is ``(N, F, dim)``
+        in example order already: no copy to reorder it, forward or backward."""
+        n_bags = len(feats) * kb.batch_size
+        if (kb.weights is not None or kb.values.numel() != n_bags or kb.keys() != feats
+                or not all(self._places[self._table_of[f]].config.mode == "sum"
+                           and self._places[self._table_of[f]].config.padding_idx is None
+                           and self._places[self._table_of[f]].config.hashing is None
+                           for f in feats)
+                or not bool((kb.offsets[1:] - kb.offsets[:-1]).eq(1).all())):
+            return None
+        places = [self._places[self._table_of[f]] for f in feats]
+        shift, limit = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
+                                    device=kb.device).unbind(1)
+        ids = kb.values.long().view(len(feats), kb.batch_size)  # (F, N)
+        bad = (ids < 0) | (ids >= limit.unsqueeze(1))
+        if bool(bad.any()):
+            self._checked(kb, feats[int(torch.nonzero(bad)[0, 0])])  # raises, naming it
+        return (ids + shift.unsqueeze(1)).t()  # (N, F)
 
     def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
         """The batch itself, each entry shifted by its table's first row, in a few vectorized
