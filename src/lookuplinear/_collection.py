@@ -677,21 +677,19 @@ class LookupCollection(nn.Module):
     def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
         """The batch itself, each entry shifted by its table's first row, in a few vectorized
         passes (plain sum tables, the batch's keys exactly the group's features)."""
-        n, lengths = kb.batch_size, kb.lengths()
+        n = kb.batch_size
         places = [self._places[self._table_of[f]] for f in feats]
-        per_bag = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
-                               device=kb.device).repeat_interleave(n, dim=0)  # (F * N, 2)
-        shift, limit = torch.repeat_interleave(per_bag, lengths, dim=0,
-                                               output_size=kb.values.numel()).unbind(1)
-        idx = kb.values.long()
-        bad = (idx < 0) | (idx >= limit)
-        if bool(bad.any()):
-            entry = int(torch.nonzero(bad)[0, 0])
-            bag = int(torch.searchsorted(kb.offsets, entry, right=True)) - 1
-            f = feats[bag // n]
-            self._checked(kb, f)  # raises, naming the feature and the index
+        starts = kb.offsets[::n].tolist() if n else [0] * (len(feats) + 1)  # each feature's
+        idx = kb.values.to(torch.long, copy=True)
+        for f, p, a, b in zip(feats, places, starts, starts[1:], strict=False):
+            if b > a:  # one min/max per feature: its IDs must be rows of its table
+                lo, hi = torch.aminmax(idx[a:b])
+                if int(lo) < 0 or int(hi) >= p.config.num_embeddings:
+                    self._checked(kb, f)  # raises, naming the feature and the index
+                if p.offset:
+                    idx[a:b] += p.offset
         out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
-        out.indices, out.offsets, out.weights = idx + shift, kb.offsets, kb.weights
+        out.indices, out.offsets, out.weights = idx, kb.offsets, kb.weights
         return out
 
     def extra_repr(self) -> str:
