@@ -52,6 +52,8 @@ def _expected_failures(estimator: Any) -> dict[str, str]:
         LookupClassifier(**FAST),
         LookupClassifier(hidden=8, **FAST),
         LookupRegressor(max_iter=50, learning_rate_init=0.05, random_state=0),
+        LookupClassifier(),  # the defaults, as a user gets them
+        LookupRegressor(),
     ],
     expected_failed_checks=_expected_failures,
 )
@@ -265,3 +267,29 @@ def test_verbose_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     LookupClassifier(verbose=1, max_iter=2, random_state=0).fit(X, y)
     err = capsys.readouterr().err
     assert "ex/s" in err and "loss=" in err
+
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_warm_start_continues_from_the_fitted_model(cls: Any) -> None:
+    rng = np.random.default_rng(0)
+    X = sp.random(80, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    y = rng.integers(0, 3, 80) if cls is LookupClassifier else rng.normal(size=80)
+    kw = {"max_iter": 2, "learning_rate_init": 0.05, "random_state": 0}
+    warm = cls(warm_start=True, **kw).fit(X, y)
+    table = warm.model_.lookup.weight.detach().clone()
+    model = warm.model_
+    warm.fit(X, y)
+    assert warm.model_ is model and warm.n_iter_ == 4  # the same network, trained further
+    assert not torch.equal(warm.model_.lookup.weight, table)
+    cold = cls(**kw).fit(X, y)
+    first = cold.model_.lookup.weight.detach().clone()
+    cold.fit(X, y)  # without warm_start: a new model, the same as the first fit
+    assert cold.n_iter_ == 2 and torch.equal(cold.model_.lookup.weight, first)
+    if cls is LookupClassifier:
+        with pytest.raises(InputValueError, match="not in classes_"):
+            warm.fit(X, np.full(80, 7))
+    else:
+        with pytest.raises(InputValueError, match="targets"):
+            warm.fit(X, np.zeros((80, 2)))
+

@@ -99,6 +99,7 @@ class LookupEstimator(BaseEstimator):
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "warm_start": ["boolean"],
     }
 
     # set by subclasses' __init__
@@ -118,6 +119,8 @@ class LookupEstimator(BaseEstimator):
     verbose: int
     device: str | torch.device
     n_jobs: int | None
+    warm_start: bool
+    _seed_: int  # the seed fit drew: partial_fit and warm starts continue from it
 
     # ------------------------------------------------------------------ input
     def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:

@@ -65,6 +65,9 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     verbose : int, default 0
         A progress bar (examples/s, loss) on stderr when > 0.
     device : str or torch.device, default "cpu"
+    warm_start : bool, default False
+        ``fit`` continues from the fitted model (and its optimizer state) instead of starting
+        anew: ``max_iter`` more passes; the labels must be among ``classes_``.
     n_jobs : int or None, default 1
         ``torch.set_num_threads`` while training and predicting (restored afterwards); ``None``
         keeps torch's setting. One thread is fastest for minibatches of sparse rows on CPU.
@@ -127,6 +130,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         verbose: int = 0,
         device: str | torch.device = "cpu",
         n_jobs: int | None = 1,
+        warm_start: bool = False,
     ) -> None:
         self.hidden = hidden
         self.mode = mode
@@ -145,6 +149,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         self.verbose = verbose
         self.device = device
         self.n_jobs = n_jobs
+        self.warm_start = warm_start
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any) -> LookupClassifier:
@@ -161,9 +166,14 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         self : LookupClassifier
         """
         self._validate_params()
-        Xc, y = self._prepare_xy(X, y, reset=True)
-        y = self._set_classes(y)
-        seed = self._seed_ = self._seed()
+        warm = self.warm_start and hasattr(self, "model_")
+        Xc, y = self._prepare_xy(X, y, reset=not warm)
+        if warm:  # continue from the fitted model: same features, labels among classes_
+            y = self._encode(y)
+            seed = self._seed_ + self.n_iter_
+        else:
+            y = self._set_classes(y)
+            seed = self._seed_ = self._seed()
         validation = None
         self.validation_scores_: list[float] = []
         if self.early_stopping:
@@ -172,7 +182,8 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
                 Xc, y, test_size=self.validation_fraction, random_state=seed, stratify=strat
             )
             validation = (X_val, self.classes_[y_val] if y.ndim == 1 else y_val)
-        self._init_model(self._n_model_outputs(), seed)
+        if not warm:
+            self._init_model(self._n_model_outputs(), seed)
         target, weight = self._targets(y)
         self._run_epochs(Xc, target, weight, epochs=self.max_iter, seed=seed,
                          schedule=self.learning_rate, validation=validation)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from sklearn.base import RegressorMixin
 from sklearn.model_selection import train_test_split
 
+from ..errors import InputValueError
 from ._base import LookupEstimator
 
 __all__ = ["LookupRegressor"]
@@ -27,7 +28,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     ----------
     hidden, mode, solver, learning_rate_init, learning_rate, max_iter, batch_size, alpha,
     early_stopping, validation_fraction, n_iter_no_change, tol, random_state, verbose, device,
-    n_jobs
+    n_jobs, warm_start
         As for :class:`~lookuplinear.sklearn.LookupClassifier`; early stopping watches the
         held-out R^2.
 
@@ -71,6 +72,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         verbose: int = 0,
         device: str | torch.device = "cpu",
         n_jobs: int | None = 1,
+        warm_start: bool = False,
     ) -> None:
         self.hidden = hidden
         self.mode = mode
@@ -88,6 +90,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self.verbose = verbose
         self.device = device
         self.n_jobs = n_jobs
+        self.warm_start = warm_start
 
     def fit(self, X: Any, y: Any) -> LookupRegressor:
         """Train from scratch for ``max_iter`` passes (epochs).
@@ -102,9 +105,19 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self : LookupRegressor
         """
         self._validate_params()
-        Xc, y = self._prepare_xy(X, y, reset=True)
-        y = self._set_outputs(y)
-        seed = self._seed_ = self._seed()
+        warm = self.warm_start and hasattr(self, "model_")
+        Xc, y = self._prepare_xy(X, y, reset=not warm)
+        if warm:  # continue from the fitted model: same features and number of targets
+            y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
+            if y.shape[1] != self._n_outputs():
+                raise InputValueError(
+                    f"warm_start: y has {y.shape[1]} targets but the fitted model has "
+                    f"{self._n_outputs()}; set warm_start=False to fit a new model."
+                )
+            seed = self._seed_ + self.n_iter_
+        else:
+            y = self._set_outputs(y)
+            seed = self._seed_ = self._seed()
         validation = None
         self.validation_scores_: list[float] = []
         if self.early_stopping:
@@ -112,7 +125,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
                 Xc, y, test_size=self.validation_fraction, random_state=seed
             )
             validation = (X_val, y_val if self._y_2d else y_val.ravel())
-        self._init_model(y.shape[1], seed)
+        if not warm:
+            self._init_model(y.shape[1], seed)
         self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self.max_iter, seed=seed,
                          schedule=self.learning_rate, validation=validation)
         return self
