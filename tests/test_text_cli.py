@@ -3,6 +3,7 @@ test commands, on small files the tests write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -240,8 +241,6 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
     cases = {
         "truncated": data[: len(data) - 7],
         "header cut": data[:40],
-        "garbage": b"\x00" * 5 + b"not a model",
-        "empty": b"",
     }
     for name, content in cases.items():
         bad = tmp_path / f"{name}.ll"
@@ -249,21 +248,48 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
         with pytest.raises(ModelFileError, match="corrupt or truncated") as e:
             load_model(bad)
         assert isinstance(e.value, LookupLinearError) and isinstance(e.value, ValueError)
+    for name, content in {"text": b"__label__a good movie\n", "garbage": b"\x00" * 5 + b"x",
+                          "empty": b""}.items():
+        bad = tmp_path / f"{name}.ll"
+        bad.write_bytes(content)
+        with pytest.raises(ModelFileError, match=r"are MODEL and INPUT swapped\?"):
+            load_model(bad)
     foreign = tmp_path / "foreign.safetensors"
     save_file({"w": torch.zeros(2)}, str(foreign))
     with pytest.raises(ModelFileError, match="not a lookuplinear model"):
         load_model(foreign)
-    # a valid file whose tensors do not fit its configuration
+    # one flipped byte anywhere in the weights: the checksum names the tensor
     header_len = int.from_bytes(data[:8], "little")
+    for at in (8 + header_len, len(data) - 1):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        bad = tmp_path / "flipped.ll"
+        bad.write_bytes(bytes(flipped))
+        with pytest.raises(ModelFileError, match="fails its checksum"):
+            load_model(bad)
+    # a valid file whose tensors do not fit its configuration (checksums rewritten to match)
     header = json.loads(data[8 : 8 + header_len])
-    config = json.loads(header["__metadata__"]["config"])
+    meta = header["__metadata__"]
+    config = json.loads(meta["config"])
     config["n_features_in"] = 99
-    header["__metadata__"]["config"] = json.dumps(config)
+    meta["config"] = json.dumps(config)
+    sums = json.loads(meta["sha256"])
+    sums["config"] = hashlib.sha256(meta["config"].encode()).hexdigest()
+    meta["sha256"] = json.dumps(sums)
     raw = json.dumps(header).encode()
     edited = tmp_path / "edited.ll"
     edited.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + header_len :])
     with pytest.raises(ModelFileError, match="do not match the configuration"):
         load_model(edited)
+    # a file of the first version (no checksums) still loads
+    del meta["sha256"]
+    meta["version"] = "1"
+    meta["config"] = json.dumps(json.loads(json.loads(data[8 : 8 + header_len])
+                                           ["__metadata__"]["config"]))
+    raw = json.dumps(header).encode()
+    old = tmp_path / "v1.ll"
+    old.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + header_len :])
+    assert load_model(old).estimator.n_features_in_ == clf.n_features_in_
     with pytest.raises(FileNotFoundError):
         load_model(tmp_path / "missing.ll")
 

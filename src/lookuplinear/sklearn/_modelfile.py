@@ -18,6 +18,7 @@ Requires the ``[sklearn]`` extra.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,9 @@ __all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
 _RENAMED = {"epochs": "max_iter", "weight_decay": "alpha", "n_threads": "n_jobs"}
 
 FORMAT = "lookuplinear-model"
-VERSION = "1"
+VERSION = "2"
+#: versions this loader reads: 1 wrote no checksums
+READS = ("1", "2")
 
 
 @dataclass
@@ -95,7 +98,11 @@ def save_model(
     else:
         config["y_2d"] = bool(est._y_2d)
     tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
-    meta = {"format": FORMAT, "version": VERSION, "config": json.dumps(config)}
+    text = json.dumps(config)
+    sums = {k: _sha256(v) for k, v in tensors.items()}
+    sums["config"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    meta = {"format": FORMAT, "version": VERSION, "config": text,
+            "sha256": json.dumps(sums, sort_keys=True)}
     out = Path(path)
     save_file(tensors, str(out), metadata=meta)
     return out
@@ -116,6 +123,7 @@ def load_model(path: str | Path) -> TextModel:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no model file at {p}; train one with `lookuplinear train`.")
+    _check_header(p)
     try:
         with safe_open(str(p), framework="pt") as f:
             meta = f.metadata() or {}
@@ -130,11 +138,13 @@ def load_model(path: str | Path) -> TextModel:
             f"{p} is a safetensors file but not a lookuplinear model (metadata format="
             f"{meta.get('format')!r}, expected {FORMAT!r})."
         )
-    if meta.get("version") != VERSION:
+    if meta.get("version") not in READS:
         raise ModelFileError(
             f"{p} has model format version {meta.get('version')!r}; this lookuplinear reads "
-            f"version {VERSION}. Upgrade lookuplinear or retrain the model."
+            f"versions {', '.join(READS)}. Upgrade lookuplinear or retrain the model."
         )
+    if meta.get("version") != "1":  # version 1 files carry no checksums
+        _verify(p, meta, tensors)
     try:
         config = json.loads(meta["config"])
         return _build(config, tensors)
@@ -145,6 +155,50 @@ def load_model(path: str | Path) -> TextModel:
             f"{p} has an invalid configuration ({type(e).__name__}: {e}); the file was "
             "damaged or written by another program. Train it again."
         ) from None
+
+
+def _sha256(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's bytes (C order), its dtype and shape."""
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _verify(p: Path, meta: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
+    """Every tensor and the configuration against the checksums written with them."""
+    try:
+        sums = json.loads(meta["sha256"])
+    except (KeyError, ValueError):
+        raise ModelFileError(
+            f"{p} has no readable checksums; the file was damaged. Train it again."
+        ) from None
+    names = set(tensors) | {"config"}
+    if set(sums) != names:
+        raise ModelFileError(
+            f"{p} holds tensors {sorted(names - {'config'})} but its checksums name "
+            f"{sorted(set(sums) - {'config'})}; the file was damaged. Train it again."
+        )
+    got = {k: _sha256(v) for k, v in tensors.items()}
+    got["config"] = hashlib.sha256(meta["config"].encode("utf-8")).hexdigest()
+    bad = sorted(k for k in names if got[k] != sums[k])
+    if bad:
+        raise ModelFileError(
+            f"{p} fails its checksum for {bad}: the bytes changed after it was written "
+            "(a damaged copy or disk). Copy it again or train it again."
+        )
+
+
+def _check_header(p: Path) -> None:
+    """A file that cannot be a safetensors file at all (a text file, most often the INPUT
+    given in MODEL's place) says so, before safetensors reports a malformed header."""
+    with open(p, "rb") as f:
+        head = f.read(9)
+    n = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+    if len(head) < 9 or n <= 0 or head[8:9] != b"{":  # a short file reads as truncated
+        raise ModelFileError(
+            f"{p} is not a lookuplinear model file (are MODEL and INPUT swapped?): it does not "
+            "start with a safetensors header. Give the file `lookuplinear train -o` wrote."
+        )
 
 
 def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
