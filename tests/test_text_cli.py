@@ -339,3 +339,118 @@ def test_command_errors(
     assert "corrupt or truncated" in capsys.readouterr().err
     assert main(["predict", str(tmp_path / "none.ll"), str(ft_file)]) == 1
     assert "no model file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- fastText's ways, safe files
+def test_fasttext_spellings_and_positional_k(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "r52"
+    assert main(["train", "-input", str(ft_file), "-output", str(model), "-dim", "8",
+                 "-epoch", "20", "-lr", "0.2", "-wordNgrams", "2", "-minCount", "1",
+                 "-bucket", "1000", "-minn", "0", "-maxn", "0", "-loss", "softmax",
+                 "-thread", "1", "-verbose", "0"]) == 0
+    assert model.is_file() and not (tmp_path / "utput").exists()
+    assert capsys.readouterr().err == ""  # -verbose 0 is quiet
+    assert main(["test", str(model), str(ft_file), "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    assert main(["predict", str(model), str(ft_file), "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()[0].split()) == 2
+    assert main(["predict-prob", str(model), str(ft_file), "1"]) == 0
+    label, prob = capsys.readouterr().out.splitlines()[0].split()
+    assert label == "__label__pos" and 0.5 < float(prob) <= 1.0
+    assert main(["test", str(model), str(ft_file), "2", "-k", "3"]) == 1
+    assert "k given twice" in capsys.readouterr().err
+
+
+def test_usage_errors_name_the_subcommand(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(ft_file), "-o", str(tmp_path / "m"), "-nonsense", "3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: lookuplinear train")
+    assert "unrecognized arguments: -nonsense" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lr", "-1"], "--lr must be > 0, got -1.0"),
+        (["--epoch", "0"], "--epoch must be >= 1, got 0"),
+        (["--device", "gpu"], "--device 'gpu' is not a device"),
+        (["--device", "meta"], "train runs on cpu or cuda"),
+    ],
+)
+def test_bad_values_are_one_line_errors(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+    message: str,
+) -> None:
+    model = tmp_path / "m.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "-q", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lookuplinear train: error: ") and message in err
+    assert err.count("\n") == 1 and not model.exists()
+
+
+def test_cuda_without_cuda_is_an_error(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["train", str(ft_file), "-o", str(tmp_path / "m"), "--device", "cuda"]) == 1
+    assert "sees no CUDA device" in capsys.readouterr().err
+
+
+def test_output_is_checked_before_training_and_written_whole(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    data = ft_file.read_bytes()
+    assert main(["train", str(ft_file), "-o", str(ft_file), "-q"]) == 1
+    assert "is the training file itself" in capsys.readouterr().err
+    assert ft_file.read_bytes() == data  # the data is untouched
+    assert main(["train", str(ft_file), "-o", str(tmp_path), "-q"]) == 1
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["train", str(ft_file), "-o", str(tmp_path / "no" / "m.ll"), "-q"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    old = os.umask(0o022)
+    try:
+        assert main(["train", str(ft_file), "-o", str(tmp_path / "m.ll"), "-q"]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.ll").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_labels_the_model_never_saw(
+    ft_file: Path, csv_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "m.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "-q", "--epoch", "1"]) == 0
+    cols = ["--text-column", "review", "--label-column", "sentiment"]
+    assert main(["test", str(model), str(csv_file), *cols]) == 1  # labels without the prefix
+    err = capsys.readouterr().err
+    assert "none of the 2 labels" in err and "['neg', 'pos']" in err
+    assert "'__label__neg', '__label__pos'" in err and "prefix '__label__'" in err
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("__label__pos great\n__label__meh fine\n", encoding="utf-8")
+    assert main(["test", str(model), str(mixed)]) == 0
+    captured = capsys.readouterr()
+    assert "1 of the input's 2 labels are unknown to the model" in captured.err
+    assert "__label__meh" in captured.err and captured.out.startswith("N\t2")
+
+
+def test_help_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, lookuplinear.cli as c; c.build_parser(); "
+            "print('torch' in sys.modules, 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "False"]

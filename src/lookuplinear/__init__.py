@@ -4,27 +4,75 @@
 without ever building that matrix.
 """
 
-from . import optim
-from ._bags import Bags
-from ._check import EquivalenceError, EquivalenceReport, check_equivalence
-from ._collection import LookupCollection, TableConfig
-from ._hashing import hash_ids
-from ._idmap import IdMap
-from ._keyed import KeyedBags, KeyedTensor
-from ._layer import LookupLinear
-from ._vocab import Vocab
-from .errors import (
-    DeviceMismatchError,
-    InputTypeError,
-    InputValueError,
-    LookupIndexError,
-    LookupLinearError,
-    ModelFileError,
-    TrainingDivergedError,
-    UnknownTokenError,
-)
-from .functional import lookup_linear
-from .reference import dense_reference, densify
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads on first use
+    from . import optim
+    from ._bags import Bags
+    from ._check import EquivalenceError, EquivalenceReport, check_equivalence
+    from ._collection import LookupCollection, TableConfig
+    from ._hashing import hash_ids
+    from ._idmap import IdMap
+    from ._keyed import KeyedBags, KeyedTensor
+    from ._layer import LookupLinear
+    from ._vocab import Vocab
+    from .errors import (
+        DeviceMismatchError,
+        InputTypeError,
+        InputValueError,
+        LookupIndexError,
+        LookupLinearError,
+        ModelFileError,
+        TrainingDivergedError,
+        UnknownTokenError,
+    )
+    from .functional import lookup_linear
+    from .reference import dense_reference, densify
+
+#: public name -> the module that defines it. ``import lookuplinear`` loads none of them (nor
+#: torch): the command line's ``--help`` and the names a program never uses cost nothing
+_EXPORTS: dict[str, str] = {
+    "Bags": "._bags",
+    "DeviceMismatchError": ".errors",
+    "EquivalenceError": "._check",
+    "EquivalenceReport": "._check",
+    "IdMap": "._idmap",
+    "InputTypeError": ".errors",
+    "InputValueError": ".errors",
+    "KeyedBags": "._keyed",
+    "KeyedTensor": "._keyed",
+    "LookupCollection": "._collection",
+    "LookupIndexError": ".errors",
+    "LookupLinear": "._layer",
+    "LookupLinearError": ".errors",
+    "ModelFileError": ".errors",
+    "TableConfig": "._collection",
+    "TrainingDivergedError": ".errors",
+    "UnknownTokenError": ".errors",
+    "Vocab": "._vocab",
+    "check_equivalence": "._check",
+    "dense_reference": ".reference",
+    "densify": ".reference",
+    "hash_ids": "._hashing",
+    "lookup_linear": ".functional",
+    "optim": ".optim",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lookuplinear' has no attribute {name!r}")
+    loaded = importlib.import_module(module, __name__)
+    value = loaded if name == "optim" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench",
     "train": "train",
     "predict": "predict",
+    "predict-prob": "predict",
     "test": "test",
 }
 
@@ -34,10 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="An embedding layer is a linear layer: show it, measure it, train with it.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS.values():
+    for name, module in COMMANDS.items():
         mod = importlib.import_module(f"{__name__}.{module}")
-        p = mod.add_parser(sub)
-        p.set_defaults(_run=mod.run)
+        p = mod.add_parser(sub, name) if name != module else mod.add_parser(sub)
+        p.set_defaults(_run=mod.run, _parser=p)
     return parser
 
 
@@ -46,9 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..errors import LookupLinearError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the subcommand's usage, not the top level's, names what it takes
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args))
-    except (LookupLinearError, FileNotFoundError, PermissionError) as e:
+    except (LookupLinearError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
         print(f"lookuplinear {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -5,7 +5,41 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_input_options", "load_text_model", "read_input"]
+__all__ = ["add_input_options", "add_k", "check_labels", "load_text_model", "read_input"]
+
+
+def add_k(p: argparse.ArgumentParser, what: str) -> None:
+    """``k`` as fastText takes it, positional after INPUT, or ``-k K``."""
+    p.add_argument("k_pos", nargs="?", type=int, default=None, metavar="K",
+                   help=f"{what} (default 1; also -k K)")
+    p.add_argument("-k", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def check_labels(known: list[str], labels: list[list[str]], args: argparse.Namespace) -> None:
+    """Stop when the input's labels share none with the model's; say which are unseen."""
+    import sys
+
+    from ..errors import InputValueError
+
+    seen = {lab for ls in labels for lab in ls}
+    unseen = sorted(seen - set(known))
+    if seen and len(unseen) == len(seen):
+        prefix = args.label
+        hint = (
+            f"the model's labels carry the prefix '{prefix}' and the input's do not: add it "
+            "(or --label PREFIX) or give the right --label-column"
+            if any(k.startswith(prefix) for k in known)
+            and any(f"{prefix}{u}" in known for u in unseen)
+            else "check --label, --label-column, or that MODEL was trained on these labels"
+        )
+        raise InputValueError(
+            f"none of the {len(seen)} labels of {args.input} is a label of the model: the "
+            f"input has {unseen[:3]}, the model {sorted(known)[:3]}. Likely fix: {hint}."
+        )
+    if unseen:
+        shown = ", ".join(unseen[:10]) + (", ..." if len(unseen) > 10 else "")
+        print(f"lookuplinear {args.command}: {len(unseen)} of the input's {len(seen)} labels "
+              f"are unknown to the model and count as missed: {shown}", file=sys.stderr)
 
 
 def add_input_options(p: argparse.ArgumentParser, *, labels: bool) -> None:
@@ -63,8 +97,11 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
     from ..errors import InputValueError
     from ..sklearn import load_model
 
+    if args.k is not None and args.k_pos is not None and args.k != args.k_pos:
+        raise InputValueError(f"k given twice, {args.k_pos} and -k {args.k}; give it once.")
+    args.k = args.k if args.k is not None else (args.k_pos if args.k_pos is not None else 1)
     if args.k < 1:
-        raise InputValueError(f"-k must be >= 1, got {args.k}.")
+        raise InputValueError(f"k must be >= 1, got {args.k}.")
     model = load_model(args.model)
     if model.vectorizer is None or not model.labels:
         raise InputValueError(

@@ -7,15 +7,17 @@ import os
 import sys
 from typing import Any
 
-from ._textinput import add_input_options, load_text_model, read_input
+from ._textinput import add_input_options, add_k, load_text_model, read_input
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
+    """``predict``, or ``predict-prob`` (``predict --prob``, as fastText names it)."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "predict",
-        help="print the k most likely labels of each example of a text file",
+        name,
+        help="print the k most likely labels of each example of a text file"
+        + (" with their probabilities" if name == "predict-prob" else ""),
         description=(
             "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
             "with --text-column) print its K most likely labels on one line, best first; with "
@@ -24,8 +26,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="texts ('-' for stdin)")
-    p.add_argument("-k", type=int, default=1, help="labels per example (default 1)")
-    p.add_argument("--prob", action="store_true", help="print probabilities too")
+    add_k(p, "labels per example")
+    if name == "predict-prob":
+        p.set_defaults(prob=True)
+    else:
+        p.add_argument("--prob", action="store_true", help="print probabilities too")
     p.add_argument("--threshold", type=float, default=0.0,
                    help="print only labels with probability >= THRESHOLD")
     add_input_options(p, labels=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._textinput import add_input_options, load_text_model, read_input
+from ._textinput import add_input_options, add_k, check_labels, load_text_model, read_input
 
 __all__ = ["add_parser", "run"]
 
@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="labelled test file ('-' for stdin)")
-    p.add_argument("-k", type=int, default=1, help="labels predicted per example (default 1)")
+    add_k(p, "labels predicted per example")
     add_input_options(p, labels=True)
     return p
 
@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_text_model(args, "test")
     data = read_input(args, need_labels=True)
+    check_labels(model.labels, data.labels, args)
     column = {name: j for j, name in enumerate(model.labels)}
     # a label the model never saw counts as a true label it cannot predict (as in fastText)
     truth = [[column.get(lab, -1) for lab in labels] for labels in data.labels]

@@ -29,12 +29,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "and labels as JSON. Lines with several labels train one-vs-all (multilabel)."
         ),
     )
-    p.add_argument("input", metavar="INPUT", help="training file ('-' for stdin)")
-    p.add_argument("-o", "--output", required=True, type=Path, metavar="MODEL",
+    # fastText's own spellings (-input, -output, -dim, ...) work beside the double-dash ones
+    p.add_argument("input", metavar="INPUT", nargs="?", default=None,
+                   help="training file ('-' for stdin); or -input INPUT")
+    p.add_argument("-input", dest="input_opt", metavar="INPUT", help=argparse.SUPPRESS)
+    p.add_argument("-o", "-output", "--output", required=True, type=Path, metavar="MODEL",
                    help="model file to write")
-    p.add_argument("--dim", type=int, default=100, help="embedding size (default 100)")
-    p.add_argument("--epoch", type=int, default=5, help="passes over the data (default 5)")
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--dim", "-dim", type=int, default=100, help="embedding size (default 100)")
+    p.add_argument("--epoch", "-epoch", type=int, default=5,
+                   help="passes over the data (default 5)")
+    p.add_argument("--lr", "-lr", type=float, default=None,
                    help="learning rate of the batch mean loss (default: 0.2 for "
                         "rowwise_adagrad, 0.5 for sgd/adagrad, 0.05 for adam/adamw)")
     p.add_argument("--optimizer", default="rowwise_adagrad",
@@ -42,41 +46,111 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="default rowwise_adagrad: one state value per table row")
     p.add_argument("--lr-schedule", default="linear", choices=["linear", "constant"],
                    help="linear decay to zero, as fastText (default), or constant")
-    p.add_argument("--wordNgrams", type=int, default=1, help="max word n-gram length")
-    p.add_argument("--minn", type=int, default=0, help="min char n-gram length (0: none)")
-    p.add_argument("--maxn", type=int, default=0, help="max char n-gram length (0: none)")
-    p.add_argument("--bucket", type=int, default=2_000_000, help="n-gram hash buckets")
-    p.add_argument("--minCount", type=int, default=1, help="min word count")
+    p.add_argument("--wordNgrams", "-wordNgrams", type=int, default=1,
+                   help="max word n-gram length")
+    p.add_argument("--minn", "-minn", type=int, default=0,
+                   help="min char n-gram length (0: none)")
+    p.add_argument("--maxn", "-maxn", type=int, default=0,
+                   help="max char n-gram length (0: none)")
+    p.add_argument("--bucket", "-bucket", type=int, default=2_000_000,
+                   help="n-gram hash buckets")
+    p.add_argument("--minCount", "-minCount", type=int, default=1, help="min word count")
     p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--loss", default="auto", choices=["auto", "softmax", "ova"],
+    p.add_argument("--loss", "-loss", default="auto", choices=["auto", "softmax", "ova"],
                    help="softmax (one label per line), ova (one-vs-all, multilabel); auto "
                         "picks ova when some line has several labels")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same model)")
-    p.add_argument("--thread", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--thread", "-thread", type=int, default=1,
+                   help="torch threads (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", "-verbose", type=int, default=None, metavar="LEVEL",
+                   help="fastText's verbosity: 0 is --quiet")
     add_input_options(p, labels=True)
     return p
 
 
-def run(args: argparse.Namespace) -> int:
+def check_args(args: argparse.Namespace) -> None:
+    """Every value the user typed, before anything is read or trained: one error naming the
+    option (``InputValueError``)."""
     from ..errors import InputValueError
-    from ..sklearn import save_model
 
+    if (args.input is None) == (args.input_opt is None):
+        raise InputValueError(
+            "give the training file once: INPUT or -input INPUT, got "
+            f"{'neither' if args.input is None else 'both'}."
+        )
+    args.input = args.input if args.input is not None else args.input_opt
+    if args.verbose is not None:
+        args.quiet = args.quiet or args.verbose <= 0
     for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
         if getattr(args, name) < 1:
             raise InputValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                   f"{getattr(args, name)}.")
-    data = read_input(args, need_labels=True)
+    for name in ("minn", "maxn"):
+        if getattr(args, name) < 0:
+            raise InputValueError(f"--{name} must be >= 0, got {getattr(args, name)}.")
+    if args.lr is not None and not args.lr > 0:
+        raise InputValueError(f"--lr must be > 0, got {args.lr}.")
+    if args.weight_decay < 0:
+        raise InputValueError(f"--weight-decay must be >= 0, got {args.weight_decay}.")
+    check_device(args.device)
+    check_output(Path(args.output), args.input)
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    from ..errors import InputValueError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise InputValueError(
+            f"--device {device!r} is not a device; use cpu, cuda or cuda:N."
+        ) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputValueError(
+            f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; "
+            "use --device cpu."
+        )
+    if dev.type not in ("cpu", "cuda"):
+        raise InputValueError(f"--device {device!r}: train runs on cpu or cuda.")
+
+
+def check_output(output: Path, input_path: str) -> None:
+    """Refuse an output that would destroy the input, is a directory, or cannot be created."""
+    from ..errors import InputValueError
+
+    if output.is_dir():
+        raise InputValueError(f"-o {output} is a directory; give a file name for the model.")
+    if not output.parent.is_dir():
+        raise InputValueError(
+            f"-o {output}: the directory {output.parent} does not exist; create it first."
+        )
+    if input_path != "-" and output.exists() and Path(input_path).exists() and (
+        output.samefile(input_path)
+    ):
+        raise InputValueError(
+            f"-o {output} is the training file itself; writing the model there would destroy "
+            "the data. Choose another name."
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sklearn import save_model
+
+    check_args(args)
     t0 = time.perf_counter()
-    vec, clf, labels, X, _y = fit_text_classifier(data.texts, data.labels, args)
-    elapsed = time.perf_counter() - t0
+    data = read_input(args, need_labels=True)
+    vec, clf, labels, X, _y, train_s = fit_text_classifier(data.texts, data.labels, args)
+    setup_s = time.perf_counter() - t0 - train_s
     save_model(args.output, clf, vectorizer=vec, labels=labels)
     if not args.quiet:
         print(f"Read {len(data)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
-              f"{X.shape[1]} features. Trained in {elapsed:.2f} s "
-              f"({len(data) * args.epoch / max(elapsed, 1e-9):,.0f} examples/s), final loss "
+              f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
+              f"({len(data) * args.epoch / max(train_s, 1e-9):,.0f} examples/s), final loss "
               f"{clf.loss_curve_[-1]:.4f}.", file=sys.stderr)
         print(f"model written to {args.output}", file=sys.stderr)
     return 0
@@ -84,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
 
 def fit_text_classifier(
     texts: list[str], label_lists: list[list[str]], args: argparse.Namespace
-) -> tuple[Any, Any, list[str], Any, Any]:
-    """(vectorizer, classifier, label names, X, y) trained as the options say."""
+) -> tuple[Any, Any, list[str], Any, Any, float]:
+    """(vectorizer, classifier, label names, X, y, seconds of ``fit``) trained as the options
+    say."""
     import numpy as np
     from sklearn.preprocessing import MultiLabelBinarizer
 
@@ -116,5 +191,6 @@ def fit_text_classifier(
         raise InputValueError(
             f"INPUT has a single label ({labels[0]!r}); a classifier needs at least 2."
         )
+    t0 = time.perf_counter()
     clf.fit(X, y)
-    return vec, clf, labels, X, y
+    return vec, clf, labels, X, y, time.perf_counter() - t0

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,7 +106,19 @@ def save_model(
     meta = {"format": FORMAT, "version": VERSION, "config": text,
             "sha256": json.dumps(sums, sort_keys=True)}
     out = Path(path)
-    save_file(tensors, str(out), metadata=meta)
+    # atomic: a reader (or a crash) never sees half a file, and an old model stays whole until
+    # the new one is complete; the file gets the mode the umask gives a new file
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return out
 
 
