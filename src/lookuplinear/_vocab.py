@@ -63,15 +63,21 @@ class Vocab:
         return self._index[token]
 
     @classmethod
-    def characters(cls) -> Vocab:
-        """The 100 characters of ``string.printable``, in order (index = position).
+    def characters(
+        cls, *, unknown: Hashable | None = None, padding: Hashable | None = None
+    ) -> Vocab:
+        """The 100 characters of ``string.printable``, in order (index = position), then
+        ``unknown`` and ``padding`` when given (as for the constructor).
 
         Examples
         --------
         >>> Vocab.characters().encode("hi!")
         tensor([17, 18, 62])
+        >>> chars = Vocab.characters(unknown="<unk>", padding="<pad>")
+        >>> chars.encode("café"), chars.padding_idx
+        (tensor([ 12,  10,  15, 100]), 101)
         """
-        return cls(string.printable)
+        return cls(string.printable, unknown=unknown, padding=padding)
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -87,7 +93,8 @@ class Vocab:
             return self.unknown_idx
         raise UnknownTokenError(
             f"token {token!r} is not in the vocabulary ({len(self)} tokens) and no unknown token "
-            "was set; build the Vocab with unknown='<unk>' to map unseen tokens."
+            "was set; build the Vocab with unknown='<unk>' (Vocab(tokens, unknown=...) or "
+            "Vocab.characters(unknown=...)) to map unseen tokens."
         )
 
     def encode(self, tokens: str | Sequence[Hashable]) -> torch.Tensor:
