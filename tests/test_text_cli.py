@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -454,3 +455,34 @@ def test_help_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_model_file_size_follows_the_data(tmp_path: Path) -> None:
+    """Only the rows training touched are stored: the size does not grow with bucket, and the
+    loaded model predicts as the fitted one, also on n-grams training never saw."""
+    texts = [line.split(" ", 1)[1] for line in LINES] * 5
+    y = [line.split(" ", 1)[0] for line in LINES] * 5
+    unseen = ["an unseen pair of words", "great boring story fine"]
+    sizes = []
+    for bucket in (1_000, 200_000):
+        vec = FastTextVectorizer(word_ngrams=2, bucket=bucket)
+        X = vec.fit_transform(texts)
+        clf = LookupClassifier(hidden=8, mode="mean", max_iter=3, random_state=0).fit(X, y)
+        table = clf.model_.lookup.weight.detach()
+        touched = np.unique(X.indices)
+        assert not table[np.setdiff1d(np.arange(X.shape[1]), touched)].any()
+        assert table[touched].any(dim=1).all()
+        path = save_model(tmp_path / f"m{bucket}.ll", clf, vectorizer=vec, labels=["a", "b"])
+        sizes.append(path.stat().st_size)
+        loaded = load_model(path)
+        np.testing.assert_array_equal(loaded.scores(texts + unseen),
+                                      clf.predict_proba(vec.transform(texts + unseen)))
+        assert torch.equal(loaded.estimator.model_.lookup.weight, clf.model_.lookup.weight)
+    assert abs(sizes[1] - sizes[0]) < 0.1 * sizes[0]  # 200x the buckets, the same file
+    # partial_fit: rows touched by any call so far stay
+    clf = LookupClassifier(hidden=4, random_state=0)
+    X = sp.csr_matrix(np.eye(6, dtype=np.float32))
+    clf.partial_fit(X[:3], [0, 1, 0], classes=[0, 1])
+    clf.partial_fit(X[3:5], [1, 0])
+    rows = clf.model_.lookup.weight.detach().any(dim=1).tolist()
+    assert rows == [True] * 5 + [False]

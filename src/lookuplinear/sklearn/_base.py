@@ -197,6 +197,24 @@ class LookupEstimator(BaseEstimator):
         with torch_threads(self.n_jobs):
             self._epochs(X, target, weight, epochs=epochs, seed=seed, schedule=schedule,
                          validation=validation)
+        self._clear_untouched(X)
+
+    @torch.no_grad()
+    def _clear_untouched(self, X: sp.csr_matrix) -> None:
+        """Zero the table rows of columns that no training row has had (over every ``fit`` /
+        ``partial_fit`` call so far). They hold only their random start, which training never
+        moved; zero, a test row's unseen hashed n-gram adds nothing instead of noise, and a
+        model file stores only the rows training touched (its size follows the data, not
+        ``bucket``)."""
+        touched = getattr(self, "_touched", None)
+        if touched is None or touched.shape[0] != X.shape[1]:
+            touched = np.zeros(X.shape[1], dtype=bool)
+        touched[X.indices] = True
+        self._touched = touched
+        weight = self.model_.lookup.weight
+        if not touched.all():
+            untouched = torch.from_numpy(np.flatnonzero(~touched)).to(weight.device)
+            weight.index_fill_(0, untouched, 0.0)
 
     def _epochs(
         self,

@@ -100,6 +100,12 @@ def save_model(
     else:
         config["y_2d"] = bool(est._y_2d)
     tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
+    table = tensors["lookup.weight"]
+    rows = torch.nonzero(table.any(dim=1)).flatten()
+    if rows.numel() < table.shape[0] // 2:  # most rows zero (never touched): store the others
+        tensors["lookup.weight"] = table.index_select(0, rows).contiguous()
+        tensors["lookup.weight.rows"] = rows
+        config["compact"] = {"lookup.weight": list(table.shape)}
     text = json.dumps(config)
     sums = {k: _sha256(v) for k, v in tensors.items()}
     sums["config"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -229,16 +235,23 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     params = {_RENAMED.get(k, k): v for k, v in config["params"].items()}
     est: Any = kinds[name](**params, random_state=config["random_state"])
     est.n_features_in_ = int(config["n_features_in"])
-    net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
-                    mode=est.mode)
+    with torch.device("meta"):  # no memory, no random draw: the file's weights are assigned
+        net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
+                        mode=est.mode)
+    tensors = dict(tensors)
+    for key, shape in (config.get("compact") or {}).items():  # rows stored, the rest zero
+        full = torch.zeros(*shape, dtype=tensors[key].dtype)
+        full.index_copy_(0, tensors.pop(f"{key}.rows"), tensors[key])
+        tensors[key] = full
     try:
-        net.load_state_dict(tensors, strict=True)
+        net.load_state_dict(tensors, strict=True, assign=True)
     except RuntimeError as e:
         raise ModelFileError(
             f"the weights do not match the configuration: {str(e).splitlines()[0]} ... "
             "The file was damaged or edited; train it again."
         ) from None
     est.model_ = net.eval()
+    est._touched = net.lookup.weight.detach().any(dim=1).numpy()
     est.loss_curve_ = list(config["loss_curve"])
     est.n_iter_ = int(config["n_iter"])
     est.validation_scores_ = []
