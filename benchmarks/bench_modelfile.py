@@ -39,7 +39,8 @@ def main() -> int:
             tr, _, ytr, _ = bench_text.split(name)
             vec = FastTextVectorizer(word_ngrams=2, bucket=2_000_000)
             X = vec.fit_transform(tr)
-            clf = LookupClassifier(hidden=10, mode="mean", max_iter=5, solver="rowwise_adagrad",
+            clf = LookupClassifier(loss="log_loss", hidden=10, mode="mean", max_iter=5,
+                                   solver="rowwise_adagrad",
                                    learning_rate_init=0.2, learning_rate="linear", batch_size=256,
                                    random_state=0).fit(X, ytr)
             ours = save_model(Path(tmp) / f"{name}.ll", clf, vectorizer=vec,

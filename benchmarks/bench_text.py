@@ -449,13 +449,13 @@ def main() -> None:
                    help="only the validation accuracy of LookupClassifier at fastText's "
                    "settings for each optimizer and learning rate, e.g. adagrad:0.5")
     s = p.parse_args()
-    s.linear_params = {"solver": "adam", "learning_rate_init": 0.01, "batch_size": 64,
-                       "max_iter": 5, "random_state": 0}
+    s.linear_params = {"loss": "log_loss", "solver": "adam", "learning_rate_init": 0.01,
+                       "batch_size": 64, "max_iter": 5, "random_state": 0}
     # row-wise Adagrad, lr 0.2: chosen over Adagrad lr 0.5 (and row-wise lr 0.1 / 0.5) on the
     # validation split of the training split, 3 seeds (docs/performance.md); one state value per
     # row instead of per element, so 8 MB of state instead of 80 MB at 2M rows x dim 10
-    s.text_params = {"solver": "rowwise_adagrad", "learning_rate_init": 0.2, "batch_size": 256,
-                     "learning_rate": "linear", "random_state": 0}
+    s.text_params = {"loss": "log_loss", "solver": "rowwise_adagrad", "learning_rate_init": 0.2,
+                     "batch_size": 256, "learning_rate": "linear", "random_state": 0}
     import sklearn
     import torch
 

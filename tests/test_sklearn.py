@@ -36,7 +36,8 @@ FAST = {"max_iter": 30, "learning_rate_init": 0.05, "random_state": 0}
 
 
 def _expected_failures(estimator: Any) -> dict[str, str]:
-    if isinstance(estimator, LookupClassifier) and estimator.hidden is not None:
+    if (isinstance(estimator, LookupClassifier) and estimator.hidden is not None
+            and estimator.loss == "log_loss"):
         return {
             "check_classifier_multioutput": (
                 "the check ranks predict_proba against decision_function; the hidden-layer "
@@ -50,7 +51,9 @@ def _expected_failures(estimator: Any) -> dict[str, str]:
 @parametrize_with_checks(
     [
         LookupClassifier(**FAST),
+        LookupClassifier(loss="log_loss", **FAST),
         LookupClassifier(hidden=8, **FAST),
+        LookupClassifier(loss="log_loss", hidden=8, **FAST),
         LookupRegressor(max_iter=50, learning_rate_init=0.05, random_state=0),
         LookupClassifier(),  # the defaults, as a user gets them
         LookupRegressor(),
@@ -201,11 +204,28 @@ def test_pipeline_with_tfidf_grid_search_pickle_clone() -> None:
 
 def test_multilabel_one_vs_all() -> None:
     X, Y = make_multilabel_classification(200, 20, n_classes=4, random_state=0)
-    clf = LookupClassifier(**FAST).fit(X, Y)
-    assert clf.predict(X).shape == Y.shape
+    for loss in ("squared_hinge", "log_loss"):
+        clf = LookupClassifier(loss=loss, **FAST).fit(X, Y)
+        assert clf.predict(X).shape == Y.shape
+        assert (clf.predict(X) == Y).mean() > 0.8
     proba = clf.predict_proba(X)
     assert proba.shape == Y.shape and ((proba >= 0) & (proba <= 1)).all()
-    assert (clf.predict(X) == Y).mean() > 0.8
+    assert not hasattr(LookupClassifier(), "predict_proba")  # the squared hinge has none
+
+
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel"])
+def test_squared_hinge_is_linearsvcs_loss(kind: str) -> None:
+    """The loss is LinearSVC's squared hinge, one-vs-rest: sum_k max(0, 1 - t_k out_k)^2."""
+    out = torch.tensor([[0.5, -2.0, 1.5], [-0.3, 0.2, 3.0]])
+    clf = LookupClassifier()
+    if kind == "multiclass":
+        target, t = torch.tensor([2, 0]), torch.tensor([[-1.0, -1, 1], [1, -1, -1]])
+    else:
+        out = out if kind == "multilabel" else out[:, :1]
+        t = torch.tensor([[1.0, -1, 1], [-1, -1, 1]])[:, : out.shape[1]]
+        target = (t + 1) / 2
+    want = torch.clamp(1 - t * out, min=0).pow(2).sum(1).mean()
+    torch.testing.assert_close(clf._loss(out, target, None), want)
 
 
 def test_partial_fit_continues_and_needs_classes() -> None:

@@ -218,7 +218,8 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     y = [line.split(" ", 1)[0] for line in LINES] * 5
     vec = FastTextVectorizer(word_ngrams=2, bucket=256)
     X = vec.fit_transform(texts)
-    clf = LookupClassifier(hidden=4, mode="mean", max_iter=5, random_state=0).fit(X, y)
+    clf = LookupClassifier(loss="log_loss", hidden=4, mode="mean", max_iter=5,
+                           random_state=0).fit(X, y)
     path = save_model(tmp_path / "m.ll", clf, vectorizer=vec, labels=clf.classes_.tolist())
     model = load_model(path)
     np.testing.assert_array_equal(model.scores(texts), clf.predict_proba(X))
@@ -467,7 +468,8 @@ def test_model_file_size_follows_the_data(tmp_path: Path) -> None:
     for bucket in (1_000, 200_000):
         vec = FastTextVectorizer(word_ngrams=2, bucket=bucket)
         X = vec.fit_transform(texts)
-        clf = LookupClassifier(hidden=8, mode="mean", max_iter=3, random_state=0).fit(X, y)
+        clf = LookupClassifier(loss="log_loss", hidden=8, mode="mean", max_iter=3,
+                               random_state=0).fit(X, y)
         table = clf.model_.lookup.weight.detach()
         touched = np.unique(X.indices)
         assert not table[np.setdiff1d(np.arange(X.shape[1]), touched)].any()

@@ -180,7 +180,7 @@ def fit_text_classifier(
     X = vec.fit_transform(texts)
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     clf = LookupClassifier(
-        hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
+        loss="log_loss", hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
         learning_rate=args.lr_schedule, max_iter=args.epoch, batch_size=args.batch_size,
         alpha=args.weight_decay, random_state=args.seed, verbose=0 if args.quiet else 1,
         device=args.device, n_jobs=args.thread,

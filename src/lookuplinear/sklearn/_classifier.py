@@ -1,4 +1,4 @@
-"""``LookupClassifier``: logistic regression / fastText on sparse input, scikit-learn API."""
+"""``LookupClassifier``: a linear SVM, logistic regression or fastText on sparse input."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.model_selection import train_test_split
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import column_or_1d
 
@@ -22,10 +23,11 @@ __all__ = ["LookupClassifier"]
 
 
 class LookupClassifier(ClassifierMixin, LookupEstimator):
-    """A classifier on sparse rows: ``softmax(linear(densify(X) @ E))``, fastText's model.
+    """A classifier on sparse rows: ``linear(densify(X) @ E)`` scored per class, as LinearSVC.
 
-    Dense equivalent: with ``hidden=None`` it is multinomial logistic regression (one sigmoid
-    output for two classes), ``nn.Linear(n_features, n_classes)`` on ``X``; with ``hidden=h`` it
+    Dense equivalent: with ``hidden=None`` it is ``nn.Linear(n_features, n_classes)`` on ``X``
+    (one output for two classes), trained as ``LinearSVC`` (``loss="squared_hinge"``, the
+    default) or as multinomial logistic regression (``loss="log_loss"``); with ``hidden=h`` it
     is ``nn.Linear(h, n_classes)(nn.Linear(n_features, h, bias=False)(X))``, fastText's
     architecture when ``mode="mean"`` and ``X`` holds token counts. The first layer is a
     :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` (scipy.sparse of any format,
@@ -33,6 +35,12 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
 
     Parameters
     ----------
+    loss : {"squared_hinge", "log_loss"}, default "squared_hinge"
+        ``"squared_hinge"``: ``sum_k max(0, 1 - t_k * out_k) ** 2`` with ``t_k = +1`` for the
+        true class (label) and ``-1`` for the others, one-vs-rest as ``LinearSVC``'s default
+        (no ``predict_proba``, as for ``SGDClassifier(loss="hinge")``). ``"log_loss"``:
+        softmax cross-entropy (a sigmoid per output for two classes or multilabel), with
+        ``predict_proba``; fastText's loss.
     hidden : int or None, default None
         Embedding size (fastText's ``dim``, typically 10-100); ``None`` for a linear model.
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
@@ -45,9 +53,9 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         Initial learning rate.
     learning_rate : {"constant", "linear"}, default "constant"
         ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
-    max_iter : int, default 10
+    max_iter : int, default 5
         Passes over the training data (epochs) in ``fit`` (``partial_fit`` makes one).
-    batch_size : int, default 64
+    batch_size : int, default 128
         Rows per gradient step.
     alpha : float, default 0.0
         L2 penalty (the optimizer's ``weight_decay``); on the table it is applied to the rows
@@ -108,18 +116,20 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **LookupEstimator._parameter_constraints,
         "class_weight": [dict, StrOptions({"balanced"}), None],
+        "loss": [StrOptions({"squared_hinge", "log_loss"})],
     }
 
     def __init__(
         self,
         *,
+        loss: str = "squared_hinge",
         hidden: int | None = None,
         mode: str = "sum",
         solver: str = "adam",
         learning_rate_init: float = 0.01,
         learning_rate: str = "constant",
-        max_iter: int = 10,
-        batch_size: int = 64,
+        max_iter: int = 5,
+        batch_size: int = 128,
         alpha: float = 0.0,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
@@ -132,6 +142,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         n_jobs: int | None = 1,
         warm_start: bool = False,
     ) -> None:
+        self.loss = loss
         self.hidden = hidden
         self.mode = mode
         self.solver = solver
@@ -222,6 +233,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         out = self._raw_output(X)
         return out.ravel() if self._binary() else out
 
+    @available_if(lambda self: self.loss == "log_loss")
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, shape (n_samples, n_classes); per-label sigmoids for multilabel."""
         out = self._raw_output(X).astype(np.float64)
@@ -230,6 +242,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
             return np.column_stack([1 - p, p])
         return expit(out) if self.multilabel_ else softmax(out, axis=1)
 
+    @available_if(lambda self: self.loss == "log_loss")
     def predict_log_proba(self, X: Any) -> np.ndarray:
         """``log(predict_proba(X))``."""
         with np.errstate(divide="ignore"):
@@ -305,7 +318,13 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
     ) -> torch.Tensor:
-        if target.dtype == torch.int64:
+        if self.loss == "squared_hinge":  # LinearSVC's: one +-1 margin per class (or label)
+            if target.dtype == torch.int64:
+                sign = torch.full_like(out, -1.0).scatter_(1, target.unsqueeze(1), 1.0)
+            else:
+                sign = target * 2 - 1
+            per_row = F.relu(1 - sign * out).pow(2).sum(1)
+        elif target.dtype == torch.int64:
             per_row = F.cross_entropy(out, target, reduction="none")
         else:
             per_row = F.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)

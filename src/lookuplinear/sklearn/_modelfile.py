@@ -55,8 +55,13 @@ class TextModel:
     labels: list[str] = field(default_factory=list)
 
     def scores(self, texts: list[str]) -> np.ndarray:
-        """Label probabilities of each text, shape (n_texts, len(labels))."""
-        return np.asarray(self.estimator.predict_proba(self.vectorizer.transform(texts)))
+        """Label probabilities of each text, shape (n_texts, len(labels)); the decision values
+        for a model without probabilities (``loss="squared_hinge"``): the same ranking."""
+        X = self.vectorizer.transform(texts)
+        if hasattr(self.estimator, "predict_proba"):
+            return np.asarray(self.estimator.predict_proba(X))
+        d = np.asarray(self.estimator.decision_function(X))
+        return d if d.ndim == 2 else np.column_stack([-d, d])
 
 
 def save_model(
@@ -233,6 +238,8 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     if name not in kinds:
         raise ModelFileError(f"unknown estimator {name!r}; expected one of {sorted(kinds)}.")
     params = {_RENAMED.get(k, k): v for k, v in config["params"].items()}
+    if name == "LookupClassifier":
+        params.setdefault("loss", "log_loss")  # what files without the parameter trained with
     est: Any = kinds[name](**params, random_state=config["random_state"])
     est.n_features_in_ = int(config["n_features_in"])
     with torch.device("meta"):  # no memory, no random draw: the file's weights are assigned
