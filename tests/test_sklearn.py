@@ -313,3 +313,12 @@ def test_warm_start_continues_from_the_fitted_model(cls: Any) -> None:
         with pytest.raises(InputValueError, match="targets"):
             warm.fit(X, np.zeros((80, 2)))
 
+
+
+@pytest.mark.parametrize("hidden", [None, 4])
+def test_regressor_starts_at_the_targets_mean(hidden: int | None) -> None:
+    X = sp.random(50, 10, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    y = np.column_stack([np.full(50, 100.0), np.linspace(-3, 1, 50)])
+    reg = LookupRegressor(hidden=hidden, learning_rate_init=1e-9, max_iter=1,
+                          random_state=0).fit(X, y)
+    np.testing.assert_allclose(reg.predict(X).mean(0), y.mean(0), rtol=1e-3, atol=1e-3)
