@@ -596,12 +596,14 @@ class LookupCollection(nn.Module):
             one_hot = self._one_hot(kb, feats)
             if one_hot is not None:  # (N, F) rows: one lookup straight into (N, F, dim)
                 out = lookup_linear(one_hot, self.weights[g], None, sparse=self.sparse)
-                blocks.append(out.reshape(n, -1))
+                blocks.append(out.reshape(n, len(feats) * self.weights[g].shape[1]))
                 continue
             flat = lookup_linear(self._group_bags(kb, feats), self.weights[g], None,
                                  sparse=self.sparse)  # (F * N, dim), feature-major
             # (N, F * dim): one copy, whose backward is one copy too
-            blocks.append(flat.view(len(feats), n, -1).transpose(0, 1).reshape(n, -1))
+            dim = self.weights[g].shape[1]
+            blocks.append(flat.view(len(feats), n, dim).transpose(0, 1)
+                          .reshape(n, len(feats) * dim))
         values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
         if self._columns is not None:  # groups interleave in feature order: one gather
             values = values.index_select(1, self._columns.to(values.device))
