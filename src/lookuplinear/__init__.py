@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._idmap import IdMap
     from ._keyed import KeyedBags, KeyedTensor
     from ._layer import LookupLinear
+    from ._quantized import QuantizedLookupLinear
     from ._vocab import Vocab
     from .errors import (
         DeviceMismatchError,
@@ -47,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "LookupLinear": "._layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
+    "QuantizedLookupLinear": "._quantized",
     "TableConfig": "._collection",
     "TrainingDivergedError": ".errors",
     "UnknownTokenError": ".errors",
@@ -91,6 +93,7 @@ __all__ = [
     "LookupLinear",
     "LookupLinearError",
     "ModelFileError",
+    "QuantizedLookupLinear",
     "TableConfig",
     "TrainingDivergedError",
     "UnknownTokenError",

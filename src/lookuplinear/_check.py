@@ -135,7 +135,7 @@ def _with_values(x: Any, values: torch.Tensor) -> Any:
 
 
 def check_equivalence(
-    layer: LookupLinear | LookupCollection,
+    layer: LookupLinear | LookupCollection | Any,
     x: Any,
     *,
     rtol: float | None = None,
@@ -179,6 +179,14 @@ def check_equivalence(
     >>> [c.name for c in report.comparisons]
     ['output', 'weight.grad', 'bias.grad']
     """
+    from ._quantized import QuantizedLookupLinear
+
+    if isinstance(layer, QuantizedLookupLinear):  # inference only: the forward is compared
+        rtol = 1e-5 if rtol is None else rtol
+        atol = 1e-5 if atol is None else atol
+        got = layer(x)
+        ref = dense_reference(layer.dequantize(), x.to("cpu") if isinstance(x, Bags) else x)
+        return EquivalenceReport(_describe(x), [_compare("output", got, ref, rtol, atol)])
     with torch.enable_grad():  # the check needs gradients even when called under no_grad
         if isinstance(layer, LookupCollection):
             return _check_collection(layer, x, rtol, atol, seed)

@@ -322,6 +322,22 @@ class LookupLinear(nn.Module):
         return layer
 
     # ------------------------------------------------------------------ conversions out
+    def quantize(self, dtype: str = "int8") -> Any:
+        """An inference copy with the table quantized row by row: ``"int8"``, ``"int4"``
+        (FBGEMM's fused row-wise formats, PyTorch's quantized embedding-bag kernels) or
+        ``"float16"``; see :class:`~lookuplinear.QuantizedLookupLinear`. Each value moves by at
+        most half its row's quantization step.
+
+        Examples
+        --------
+        >>> q = LookupLinear(10_000, 64).quantize("int4")
+        >>> q.packed.shape, q.packed.dtype       # 32 bytes of values + 4 of scale and offset
+        (torch.Size([10000, 36]), torch.uint8)
+        """
+        from ._quantized import QuantizedLookupLinear
+
+        return QuantizedLookupLinear(self, dtype)
+
     def to_linear(self, *, strict: bool = True) -> nn.Linear:
         """An ``nn.Linear`` with ``weight = self.weight.T`` (a copy) and the same bias.
 

@@ -1,0 +1,94 @@
+"""QuantizedLookupLinear: every input form and mode against nn.Linear on the dequantized table,
+the per-row error bound against the float table, and no training."""
+
+from __future__ import annotations
+
+import pytest
+import scipy.sparse as sp
+import torch
+
+from lookuplinear import (
+    Bags,
+    InputValueError,
+    LookupIndexError,
+    LookupLinear,
+    QuantizedLookupLinear,
+    check_equivalence,
+)
+
+DTYPES = ["int8", "int4", "float16"]
+MODES = ["sum", "mean", "sqrtn", "max"]
+
+
+def _layer(mode: str = "sum", padding_idx: int | None = None, bias: bool = True) -> LookupLinear:
+    torch.manual_seed(0)
+    layer = LookupLinear(50, 8, mode=mode, padding_idx=padding_idx, bias=bias)  # type: ignore
+    with torch.no_grad():
+        if layer.bias is not None:
+            layer.bias.uniform_()
+    return layer
+
+
+def _inputs(mode: str) -> list[object]:
+    lists = [[1, 5, 5], [], [49, 0, 7, 7, 7], [3]]
+    weighted = Bags.from_lists(lists, [[0.5, 2.0, 1.0], [], [1.0, 3.0, 0.5, 0.5, 1.0], [2.0]])
+    forms: list[object] = [Bags.from_lists(lists), torch.tensor([[1, 5], [49, 0]])]
+    if mode != "max":
+        forms += [weighted, sp.csr_matrix(weighted.to_dense(50).numpy())]
+    return forms
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("padding_idx", [None, 7])
+def test_forward_equals_linear_on_the_dequantized_table(dtype, mode, padding_idx):
+    q = _layer(mode, padding_idx).quantize(dtype)
+    assert isinstance(q, QuantizedLookupLinear)
+    for x in _inputs(mode):
+        report = check_equivalence(q, x)
+        assert report.ok, (type(x).__name__, str(report))
+    # nn.EmbeddingBag's call: N start offsets
+    idx, offsets = torch.tensor([1, 5, 49, 3]), torch.tensor([0, 2, 3])
+    want = q(Bags(idx, torch.tensor([0, 2, 3, 4])))
+    torch.testing.assert_close(q(idx, offsets), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_error_bound_per_row(dtype):
+    layer = _layer()
+    q = layer.quantize(dtype)
+    w = layer.weight.detach()
+    deq = q.dequantize().weight.detach()
+    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
+    if dtype == "float16":
+        bound = w.abs() * 2.0**-11  # half a float16 ulp, relative
+    else:
+        step = (hi - lo) / (2 ** {"int8": 8, "int4": 4}[dtype] - 1)
+        # half a step; int4 keeps its scale and offset in float16: their rounding on top
+        bound = step / 2 + (0 if dtype == "int8" else 1e-3 * (hi.abs() + step * 16))
+    assert ((deq - w).abs() <= bound + 1e-7).all()
+    x = Bags.from_lists([[1, 5, 5], [49]])
+    assert (q(x) - layer(x)).abs().max() > 0 or dtype == "float16"
+
+
+def test_inference_only_and_errors():
+    q = _layer().quantize("int8")
+    with pytest.raises(InputValueError, match="for inference"):
+        q.train()
+    q.eval()  # allowed
+    with torch.enable_grad():
+        assert not q(Bags.from_lists([[1]])).requires_grad
+    with pytest.raises(InputValueError, match="dtype must be"):
+        _layer().quantize("int2")
+    with pytest.raises(LookupIndexError):
+        q(Bags.from_lists([[50]]))
+    with pytest.raises(LookupIndexError):
+        q(torch.tensor([-1]))
+    assert q.packed.dtype == torch.uint8 and q.packed.shape == (50, 8 + 8)
+
+
+def test_dense_rows_and_no_bias():
+    q = _layer(bias=False).quantize("int4")
+    x = torch.rand(3, 50)
+    assert check_equivalence(q, x).ok
+    assert q.bias is None
