@@ -488,3 +488,29 @@ def test_model_file_size_follows_the_data(tmp_path: Path) -> None:
     clf.partial_fit(X[3:5], [1, 0])
     rows = clf.model_.lookup.weight.detach().any(dim=1).tolist()
     assert rows == [True] * 5 + [False]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4", "float16"])
+def test_quantized_models_save_load_and_run(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: str
+) -> None:
+    model, small = tmp_path / "m.ll", tmp_path / f"m.{dtype}.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "--dim", "8", "--epoch", "20",
+                 "--wordNgrams", "2", "--bucket", "100000", "-q"]) == 0
+    assert main(["quantize", str(model), "-o", str(small), "--dtype", dtype]) == 0
+    assert "MB" in capsys.readouterr().err
+    assert small.stat().st_size < model.stat().st_size
+    assert main(["test", str(small), str(ft_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1.000"
+    float_model, q = load_model(model), load_model(small)
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    diff = np.abs(q.scores(texts) - float_model.scores(texts)).max()
+    assert 0 <= diff < (0.05 if dtype == "int4" else 0.01)
+    direct = float_model.estimator.quantize(dtype)  # the same bytes as the file's
+    np.testing.assert_array_equal(direct.predict_proba(float_model.vectorizer.transform(texts)),
+                                  q.scores(texts))
+    with pytest.raises(InputValueError, match="quantized for inference"):
+        q.estimator.partial_fit(float_model.vectorizer.transform(texts),
+                                [line.split(" ", 1)[0] for line in LINES])
+    assert main(["quantize", str(small), "-o", str(tmp_path / "again.ll")]) == 1
+    assert "quantized already" in capsys.readouterr().err

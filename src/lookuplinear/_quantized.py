@@ -75,13 +75,43 @@ class QuantizedLookupLinear(nn.Module):
         self.include_last_offset = layer.include_last_offset
         self.dtype = dtype
         w = weight.float().contiguous()
-        pack = (lambda t: t.half()) if dtype == "float16" else getattr(
-            torch.ops.quantized, _OPS[dtype][0])
-        packed = pack(w)
+        packed = self.pack(w, dtype)
         self.register_buffer("packed", packed)
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self.register_buffer("bias", bias)
         self.training = False
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, dtype: str, *, in_features: int,
+                    out_features: int, bias: torch.Tensor | None, mode: str,
+                    padding_idx: int | None, include_last_offset: bool = False
+                    ) -> QuantizedLookupLinear:
+        """A layer around a table packed already (as a model file stores it)."""
+        if dtype not in DTYPES:
+            raise InputValueError(
+                f"quantized table: dtype must be one of {sorted(DTYPES)}, got {dtype!r}."
+            )
+        q = cls.__new__(cls)
+        nn.Module.__init__(q)
+        q.in_features, q.out_features = in_features, out_features
+        q.mode, q.padding_idx, q.include_last_offset = mode, padding_idx, include_last_offset
+        q.dtype = dtype
+        q.register_buffer("packed", packed)
+        q.register_buffer("bias", bias)
+        q.training = False
+        if q.rows(torch.zeros(1, dtype=torch.long)).shape != (1, out_features):
+            raise InputValueError(
+                f"quantized table: {tuple(packed.shape)} {packed.dtype} is not a {dtype} table "
+                f"of {out_features} columns."
+            )
+        return q
+
+    @staticmethod
+    def pack(rows: torch.Tensor, dtype: str) -> torch.Tensor:
+        """``rows`` (float, ``(n, out_features)``) in the storage of ``dtype``."""
+        if dtype == "float16":
+            return rows.half()
+        return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
 
     def train(self, mode: bool = True) -> QuantizedLookupLinear:
         if mode:

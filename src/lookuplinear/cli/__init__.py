@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "predict": "predict",
     "predict-prob": "predict",
     "test": "test",
+    "quantize": "quantize",
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

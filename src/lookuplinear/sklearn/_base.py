@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._bags import Bags
-from ..errors import TrainingDivergedError
+from ..errors import InputValueError, TrainingDivergedError
 from ..functional import MODES, Mode, row_scale
 from ._model import LookupNet
 from ._optim import SOLVERS, make_optimizers, make_schedulers
@@ -194,10 +194,40 @@ class LookupEstimator(BaseEstimator):
         validation: tuple[Any, Any] | None = None,
     ) -> None:
         """Minibatch training: shuffle rows with a seeded generator, step on each batch."""
+        self._check_trainable()
         with torch_threads(self.n_jobs):
             self._epochs(X, target, weight, epochs=epochs, seed=seed, schedule=schedule,
                          validation=validation)
         self._clear_untouched(X)
+
+    def quantize(self, dtype: str = "int8") -> Any:
+        """Quantize the fitted table for inference (``LookupLinear.quantize``): ``"int8"``,
+        ``"int4"`` or ``"float16"``; returns ``self``. Predictions move by the quantization
+        error; ``partial_fit`` and warm-started ``fit`` raise afterwards (``fit`` trains a
+        new float model).
+
+        Examples
+        --------
+        >>> from lookuplinear.sklearn import LookupClassifier
+        >>> clf = LookupClassifier(random_state=0).fit([[0, 1], [2], [1, 2]], [0, 1, 1])
+        >>> clf.quantize("int8").predict([[0, 1], [2]])
+        array([0, 1])
+        """
+        from .._quantized import QuantizedLookupLinear
+
+        check_is_fitted(self, "model_")
+        if not isinstance(self.model_.lookup, QuantizedLookupLinear):
+            self.model_.lookup = self.model_.lookup.cpu().quantize(dtype)
+        return self
+
+    def _check_trainable(self) -> None:
+        from .._quantized import QuantizedLookupLinear
+
+        if hasattr(self, "model_") and isinstance(self.model_.lookup, QuantizedLookupLinear):
+            raise InputValueError(
+                f"this {type(self).__name__} was quantized for inference; fit a new estimator "
+                "(or quantize after training)."
+            )
 
     @torch.no_grad()
     def _clear_untouched(self, X: sp.csr_matrix) -> None:

@@ -24,7 +24,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -105,12 +105,22 @@ def save_model(
     else:
         config["y_2d"] = bool(est._y_2d)
     tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
-    table = tensors["lookup.weight"]
-    rows = torch.nonzero(table.any(dim=1)).flatten()
+    lookup = est.model_.lookup
+    quantized = getattr(lookup, "dtype", None) if hasattr(lookup, "packed") else None
+    name = "lookup.packed" if quantized else "lookup.weight"
+    table = tensors[name]
+    touched = getattr(est, "_touched", None)
+    rows = (torch.nonzero(table.any(dim=1)).flatten() if not quantized else
+            torch.arange(table.shape[0]) if touched is None or len(touched) != table.shape[0]
+            else torch.from_numpy(np.flatnonzero(touched)))
     if rows.numel() < table.shape[0] // 2:  # most rows zero (never touched): store the others
-        tensors["lookup.weight"] = table.index_select(0, rows).contiguous()
-        tensors["lookup.weight.rows"] = rows
-        config["compact"] = {"lookup.weight": list(table.shape)}
+        tensors[name] = table.index_select(0, rows).contiguous()
+        tensors[f"{name}.rows"] = rows
+        config["compact"] = {name: list(table.shape)}
+    if quantized:
+        config["quantized"] = {"dtype": quantized, "mode": lookup.mode,
+                               "padding_idx": lookup.padding_idx,
+                               "out_features": lookup.out_features}
     text = json.dumps(config)
     sums = {k: _sha256(v) for k, v in tensors.items()}
     sums["config"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -227,6 +237,7 @@ def _check_header(p: Path) -> None:
 
 
 def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
+    from .._quantized import QuantizedLookupLinear
     from ..text import FastTextVectorizer
     from ._classifier import LookupClassifier
     from ._model import LookupNet
@@ -246,10 +257,20 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
         net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
                         mode=est.mode)
     tensors = dict(tensors)
+    quantized = config.get("quantized")
     for key, shape in (config.get("compact") or {}).items():  # rows stored, the rest zero
         full = torch.zeros(*shape, dtype=tensors[key].dtype)
+        if quantized:  # a zero row in the quantized format
+            zero = torch.zeros(1, int(quantized["out_features"]))
+            full[:] = QuantizedLookupLinear.pack(zero, quantized["dtype"])
         full.index_copy_(0, tensors.pop(f"{key}.rows"), tensors[key])
         tensors[key] = full
+    if quantized:  # the table as stored; the rest of the network loads as usual
+        net.lookup = cast(Any, QuantizedLookupLinear.from_packed(
+            tensors["lookup.packed"], quantized["dtype"], in_features=est.n_features_in_,
+            out_features=int(quantized["out_features"]), bias=tensors.get("lookup.bias"),
+            mode=quantized["mode"],
+            padding_idx=quantized["padding_idx"]))
     try:
         net.load_state_dict(tensors, strict=True, assign=True)
     except RuntimeError as e:
@@ -258,14 +279,15 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
             "The file was damaged or edited; train it again."
         ) from None
     est.model_ = net.eval()
-    est._touched = net.lookup.weight.detach().any(dim=1).numpy()
+    if not quantized:
+        est._touched = net.lookup.weight.detach().any(dim=1).numpy()
     est.loss_curve_ = list(config["loss_curve"])
     est.n_iter_ = int(config["n_iter"])
     est.validation_scores_ = []
     est._seed_ = est._seed()
-    est._optimizers = make_optimizers(est.solver, net.sparse_parameters(),
-                                      net.dense_parameters(), lr=est.learning_rate_init,
-                                      weight_decay=est.alpha)
+    est._optimizers = [] if quantized else make_optimizers(
+        est.solver, net.sparse_parameters(), net.dense_parameters(),
+        lr=est.learning_rate_init, weight_decay=est.alpha)
     if name == "LookupClassifier":
         est.classes_ = np.asarray(config["classes"])
         est.multilabel_ = bool(config["multilabel"])
