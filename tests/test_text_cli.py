@@ -296,6 +296,19 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
         load_model(tmp_path / "missing.ll")
 
 
+def test_model_file_of_a_newer_version_is_refused(tmp_path: Path) -> None:
+    clf = LookupClassifier(max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    data = save_model(tmp_path / "m.ll", clf).read_bytes()
+    header_len = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_len])
+    header["__metadata__"]["version"] = "99"
+    raw = json.dumps(header).encode()
+    newer = tmp_path / "v99.ll"
+    newer.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + header_len :])
+    with pytest.raises(ModelFileError, match=r"version '99'.*reads versions 1, 2\. Upgrade"):
+        load_model(newer)
+
+
 # ---------------------------------------------------------------------- the commands
 def test_train_predict_test_on_fasttext_lines(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

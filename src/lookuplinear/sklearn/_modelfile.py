@@ -4,13 +4,34 @@ One file holds a fitted :class:`~lookuplinear.sklearn.LookupClassifier` or
 :class:`~lookuplinear.sklearn.LookupRegressor` and, optionally, the
 :class:`~lookuplinear.text.FastTextVectorizer` and label names it was trained with::
 
-    safetensors header  {"lookup.weight": f32 (n_features, hidden), "output.weight": ..., ...,
-                         "__metadata__": {"format": "lookuplinear-model", "version": "1",
-                                          "config": "<JSON: estimator, params, labels, ...>"}}
+    safetensors header  {"lookup.weight": f32 (n_kept, hidden),
+                         "lookup.weight.rows": i64 (n_kept,),   # compact tables only
+                         "output.weight": ..., ...,
+                         "__metadata__": {"format": "lookuplinear-model", "version": "2",
+                                          "config": "<JSON: estimator, params, labels, ...>",
+                                          "sha256": "<JSON: {tensor name or 'config': hex}>"}}
     data                the tensors, raw little-endian
 
+Format version 2 (written now; version 1 files, which have no checksums, still load):
+
+- ``sha256`` holds the SHA-256 of every tensor (of its dtype, shape and C-order bytes) and of
+  the ``config`` text. Loading recomputes each one and refuses a file where one differs, or
+  where the names differ from the tensors stored.
+- Compact tables: when fewer than half the rows of the table are kept, only those are stored,
+  with their row numbers as ``"<name>.rows"`` (int64); ``config["compact"]`` maps the table's
+  name to its full shape, and loading puts the stored rows back among zero rows. A float table
+  keeps its nonzero rows (the rows training never touched are zero); a quantized table keeps
+  the rows training touched.
+- Quantized tables (the estimators' ``quantize(dtype)``): the table is stored as
+  ``"lookup.packed"`` instead of ``"lookup.weight"``, in the row-wise format of
+  :class:`~lookuplinear.QuantizedLookupLinear` (``uint8`` rows for ``int8`` and ``int4``,
+  ``float16`` rows for ``float16``; the rows left out of a compact one are quantized zeros),
+  and ``config["quantized"]`` holds its ``dtype``, ``mode``, ``padding_idx`` and
+  ``out_features``. Such a model predicts but does not train on.
+
 Loading reads that header and the raw tensors only: nothing in the file is executed (no pickle).
-A file that is corrupt, truncated or not a lookuplinear model raises
+A file that is corrupt, truncated, fails a checksum, is not a lookuplinear model, or has a
+format version this loader does not read (a newer one) raises
 :class:`~lookuplinear.errors.ModelFileError`.
 
 Requires the ``[sklearn]`` extra.
