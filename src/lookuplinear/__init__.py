@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._keyed import KeyedBags, KeyedTensor
     from ._layer import LookupLinear
     from ._quantized import QuantizedLookupLinear
+    from ._quantized_collection import QuantizedLookupCollection
     from ._vocab import Vocab
     from .errors import (
         DeviceMismatchError,
@@ -48,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "LookupLinear": "._layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
+    "QuantizedLookupCollection": "._quantized_collection",
     "QuantizedLookupLinear": "._quantized",
     "TableConfig": "._collection",
     "TrainingDivergedError": ".errors",
@@ -93,6 +95,7 @@ __all__ = [
     "LookupLinear",
     "LookupLinearError",
     "ModelFileError",
+    "QuantizedLookupCollection",
     "QuantizedLookupLinear",
     "TableConfig",
     "TrainingDivergedError",

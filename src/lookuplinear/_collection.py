@@ -449,43 +449,37 @@ class LookupCollection(nn.Module):
                 collection._rows(t.name).copy_(weights[f"embedding_bags.{t.name}.weight"])
         return collection
 
+    def quantize(self, dtype: str | Mapping[str, str] = "int8") -> Any:
+        """An inference copy with every table quantized row by row, as
+        :meth:`LookupLinear.quantize <lookuplinear.LookupLinear.quantize>` quantizes one:
+        ``"int8"``, ``"int4"`` or ``"float16"`` for all tables, or ``{table: dtype}`` for some
+        (the others stay float, frozen copies). See
+        :class:`~lookuplinear.QuantizedLookupCollection`.
+
+        Examples
+        --------
+        >>> ebc = LookupCollection([TableConfig("user", 1000, 8, ["user"]),
+        ...                         TableConfig("item", 50, 8, ["item"])])
+        >>> q = ebc.quantize({"user": "int4"})
+        >>> q.dtypes
+        {'user': 'int4', 'item': None}
+        """
+        from ._quantized_collection import QuantizedLookupCollection
+
+        return QuantizedLookupCollection(self, dtype)
+
     # ------------------------------------------------------------------ forward
     def rows(self, features: KeyedBags, feature: str) -> Bags:
         """``feature``'s bags as its table reads them: the IDs hashed to rows where the table
         hashes (:func:`~lookuplinear.hash_ids`), else ``features[feature]`` itself."""
-        bags = features[feature]
         cfg = self._places[self._table_of[feature]].config
-        if cfg.hashing is None:
-            return bags
-        if cfg.hashing == "map":
-            if self._mapped is not None:  # inside forward: mapped once per table
-                return Bags(self._mapped[feature], bags.offsets, bags.weights)
-            id_map = cast(IdMap, self.id_maps[cfg.name])
-            training = id_map.training
-            id_map.eval()  # outside forward: look up only, change nothing
-            try:
-                return Bags(id_map(bags.indices), bags.offsets, bags.weights)
-            finally:
-                id_map.train(training)
-        h = hash_ids(bags.indices, cfg.num_embeddings)
-        if cfg.hashing == "mod":
-            return Bags(h, bags.offsets, bags.weights)
-        # qr: each ID becomes two entries, its quotient row and its remainder row, with the
-        # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
-        m = int(cfg.qr_buckets or 1)
-        n_q = -(-cfg.num_embeddings // m)
-        two = torch.stack([h // m, n_q + h % m], dim=1).reshape(-1)
-        dtype = self.weights[self._places[cfg.name].group].dtype
-        w = bags.weights
-        if cfg.mode in ("mean", "sqrtn"):
-            if w is not None and w.requires_grad:
-                raise InputValueError(
-                    f"LookupCollection: feature {feature!r} has weights that require grad, and "
-                    f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
-                    "into them without a gradient. Use mode='sum', or detach the weights."
-                )
-            w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
-        return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
+        if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
+            bags = features[feature]
+            return Bags(self._mapped[feature], bags.offsets, bags.weights)
+        id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
+        return table_bags(cfg, features[feature], id_map=id_map,
+                          dtype=self.weights[self._places[cfg.name].group].dtype,
+                          feature=feature)
 
     def forward(
         self, features: KeyedBags | Mapping[str, torch.Tensor]
@@ -696,6 +690,42 @@ class LookupCollection(nn.Module):
 
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
+
+
+def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: torch.dtype,
+               feature: str) -> Bags:
+    """``bags`` (feature ``feature``'s) as table ``cfg`` reads them: the IDs themselves, hashed
+    (``"mod"``), mapped by ``id_map`` in eval mode (``"map"``: nothing added), or for ``"qr"``
+    two entries per ID, its quotient row and its remainder row, with the ID's weight times the
+    mode's (in ``dtype``), read by a ``sum`` over the stored rows."""
+    if cfg.hashing is None:
+        return bags
+    if cfg.hashing == "map":
+        assert id_map is not None
+        training = id_map.training
+        id_map.eval()  # look up only, change nothing
+        try:
+            return Bags(id_map(bags.indices), bags.offsets, bags.weights)
+        finally:
+            id_map.train(training)
+    h = hash_ids(bags.indices, cfg.num_embeddings)
+    if cfg.hashing == "mod":
+        return Bags(h, bags.offsets, bags.weights)
+    # qr: each ID becomes two entries, its quotient row and its remainder row, with the
+    # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
+    m = int(cfg.qr_buckets or 1)
+    n_q = -(-cfg.num_embeddings // m)
+    two = torch.stack([h // m, n_q + h % m], dim=1).reshape(-1)
+    w = bags.weights
+    if cfg.mode in ("mean", "sqrtn"):
+        if w is not None and w.requires_grad:
+            raise InputValueError(
+                f"LookupCollection: feature {feature!r} has weights that require grad, and "
+                f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
+                "into them without a gradient. Use mode='sum', or detach the weights."
+            )
+        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
+    return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
 
 
 def _distinct(tables: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:

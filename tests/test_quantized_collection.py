@@ -1,0 +1,167 @@
+"""QuantizedLookupCollection against the float collection on the dequantized tables, and against
+each table's own quantized layer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lookuplinear import (
+    Bags,
+    InputTypeError,
+    InputValueError,
+    KeyedBags,
+    LookupCollection,
+    LookupIndexError,
+    LookupLinear,
+    QuantizedLookupCollection,
+    QuantizedLookupLinear,
+    TableConfig,
+)
+
+DTYPES = ["int8", "int4", "float16"]
+MODES = ["sum", "mean", "sqrtn", "max"]
+FEATS = {
+    "user": [[3], [1, 4], [], [9, 9]],
+    "item": [[7, 7, 2], [], [0], [5]],
+    "last_item": [[5], [6], [6, 1], []],
+}
+
+
+def _batch(weighted: bool, big_ids: bool = False) -> KeyedBags:
+    feats = dict(FEATS)
+    if big_ids:  # IDs that only a hashed table reads
+        feats["user"] = [[2**40 + 3], [-1, 4], [], [10**12, 10**12]]
+    if not weighted:
+        return KeyedBags.from_dict(feats)
+    gen = torch.Generator().manual_seed(0)
+    return KeyedBags.from_dict({
+        k: Bags.from_lists(v, [torch.rand(len(b), generator=gen).tolist() for b in v])
+        for k, v in feats.items()
+    })
+
+
+def _collection(mode: str, user_hashing: str | None = None) -> LookupCollection:
+    torch.manual_seed(0)
+    return LookupCollection([
+        TableConfig("user", 10, 4, ["user"], mode=mode,  # type: ignore[arg-type]
+                    hashing=user_hashing),
+        TableConfig("item", 8, 6, ["item", "last_item"], mode=mode,  # type: ignore[arg-type]
+                    padding_idx=None if mode == "max" else 7),
+    ])
+
+
+def _dequantized(col: LookupCollection, q: QuantizedLookupCollection) -> LookupCollection:
+    """The float collection with each quantized table replaced by its dequantized values."""
+    ref = copy.deepcopy(col).eval()
+    with torch.no_grad():
+        for name, layer in q.layers.items():
+            if isinstance(layer, QuantizedLookupLinear):
+                ref[name].weight.copy_(layer.dequantize().weight)  # a view: writes the table
+    return ref
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("mode", "weighted"), [(m, w) for m in MODES for w in (False, True) if (m, w) != ("max", True)]
+)
+@pytest.mark.parametrize("hashing", [None, "mod"])
+def test_pooled_equals_float_collection_on_dequantized_tables(dtype, mode, weighted, hashing):
+    col = _collection(mode, hashing)
+    q = col.quantize(dtype)
+    assert isinstance(q, QuantizedLookupCollection) and not q.training
+    assert q.dtypes == {"user": dtype, "item": dtype}
+    kb = _batch(weighted, big_ids=hashing is not None)
+    out, want = q(kb), _dequantized(col, q)(kb)
+    assert out.keys() == want.keys() == ["user", "item", "last_item"]
+    torch.testing.assert_close(out.values(), want.values())
+    # every feature: its table's own quantized layer on the rows the float collection reads
+    for f in col.feature_names:
+        table = col._table_of[f]
+        layer = col[table].quantize(dtype)
+        assert torch.equal(out[f], layer(col.rows(kb, f)))
+    # within half a quantization step of the float collection itself (wide for int4)
+    assert (out.values() - col(kb).values()).abs().max() < (0.5 if dtype == "int4" else 0.05)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hashing", ["qr", "map"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_qr_and_id_map_tables(dtype, hashing, mode):
+    torch.manual_seed(0)
+    col = LookupCollection([
+        TableConfig("user", 1000, 4, ["user"], mode=mode, hashing=hashing),  # type: ignore
+        TableConfig("item", 8, 2, ["item", "last_item"], mode=mode),  # type: ignore
+    ])
+    col(_batch(False, big_ids=True))  # a map learns these 4 IDs (training mode)
+    q = col.quantize(dtype)
+    kb = _batch(True, big_ids=True)
+    unseen = KeyedBags.from_dict({**FEATS, "user": [[123456789], [], [5], [2**50]]})
+    ref = _dequantized(col, q)
+    for batch in (kb, unseen):
+        torch.testing.assert_close(q(batch).values(), ref(batch).values())
+    if hashing == "map":  # the copy only looks up, and the collection's map is untouched
+        assert len(q.id_maps["user"]) == len(col.id_maps["user"]) == 4
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unpooled_dict_input(dtype):
+    col = _collection("sum", "mod")
+    q = col.quantize(dtype)
+    x = {"user": torch.tensor([[2**40, -5], [3, 3]]), "item": torch.tensor([7, 0, 2])}
+    out, want = q(x), _dequantized(col, q)(x)
+    assert out.keys() == want.keys()
+    for f in x:
+        assert out[f].shape == (*x[f].shape, col[col._table_of[f]].out_features)
+        torch.testing.assert_close(out[f], want[f])
+
+
+def test_dict_dtype_quantizes_the_named_tables_and_copies_the_others():
+    col = _collection("mean")
+    q = col.quantize({"user": "int4"})
+    assert q.dtypes == {"user": "int4", "item": None}
+    assert isinstance(q.layers["user"], QuantizedLookupLinear)
+    item = q.layers["item"]
+    assert isinstance(item, LookupLinear) and not item.weight.requires_grad
+    kb = _batch(True)
+    out, want = q(kb), _dequantized(col, q)(kb)
+    torch.testing.assert_close(out.values(), want.values())
+    assert torch.equal(out["item"], col.eval()(kb)["item"])  # float: the same table
+    with torch.no_grad():  # a copy: training the collection on does not change it
+        col["item"].weight.add_(1.0)
+    assert torch.equal(q(kb)["item"], out["item"])
+
+
+def test_errors():
+    col = _collection("sum")
+    with pytest.raises(InputValueError, match=r"must be one of \['float16', 'int4', 'int8'\], "
+                       "got 'int2'"):
+        col.quantize("int2")
+    with pytest.raises(InputValueError, match="table 'item' must be one of"):
+        col.quantize({"user": "int8", "item": "uint8"})
+    with pytest.raises(InputValueError, match=r"names table\(s\) \['items'\].*tables are "
+                       r"\['user', 'item'\]"):
+        col.quantize({"items": "int8"})
+    with pytest.raises(InputTypeError, match=r"a string or a \{table: dtype\} dict"):
+        col.quantize(["int8"])  # type: ignore[arg-type]
+    odd = LookupCollection([TableConfig("user", 10, 3, ["user"])])
+    with pytest.raises(InputValueError, match=r"embedding_dim 3, and int4 .* even width"):
+        odd.quantize("int4")
+    with pytest.raises(InputTypeError, match="takes a LookupCollection"):
+        QuantizedLookupCollection(LookupLinear(4, 2))  # type: ignore[arg-type]
+    q = col.quantize("int8")
+    with pytest.raises(InputValueError, match="for inference"):
+        q.train()
+    assert q.eval() is q and not q.training
+    with pytest.raises(InputValueError, match=r"no feature \['last_item'\]"):
+        q(KeyedBags.from_dict({"user": [[1]], "item": [[2]]}))
+    with pytest.raises(InputValueError, match="no table reads"):
+        q({"song": torch.tensor([1])})
+    with pytest.raises(InputTypeError, match="KeyedBags"):
+        q(torch.tensor([1]))  # type: ignore[arg-type]
+    with pytest.raises(LookupIndexError, match=r"index 8 at kb\['item'\]"):
+        q(KeyedBags.from_dict({**FEATS, "item": [[8], [], [], []]}))
+    with pytest.raises(LookupIndexError, match="index 10"):
+        q({"user": torch.tensor([10])})
