@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._layer import LookupLinear
     from ._quantized import QuantizedLookupLinear
     from ._quantized_collection import QuantizedLookupCollection
+    from ._storage import TableStorage
     from ._vocab import Vocab
     from .errors import (
         DeviceMismatchError,
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "QuantizedLookupCollection": "._quantized_collection",
     "QuantizedLookupLinear": "._quantized",
     "TableConfig": "._collection",
+    "TableStorage": "._storage",
     "TrainingDivergedError": ".errors",
     "UnknownTokenError": ".errors",
     "Vocab": "._vocab",
@@ -98,6 +100,7 @@ __all__ = [
     "QuantizedLookupCollection",
     "QuantizedLookupLinear",
     "TableConfig",
+    "TableStorage",
     "TrainingDivergedError",
     "UnknownTokenError",
     "Vocab",

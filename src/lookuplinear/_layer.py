@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from . import hugepages
+from ._storage import TableStorage, attach, lookup_rows
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -82,6 +84,15 @@ class LookupLinear(nn.Module):
         start offsets (the default), or ``N + 1`` CSR offsets ending at ``len(indices)``.
     device, dtype
         As for any ``nn.Module`` factory.
+    storage : path, optional
+        Keep the table, the bias and the optimizer state in memory-mapped files of a new
+        directory at this path (:class:`~lookuplinear.TableStorage`): a table larger than memory
+        trains as one that fits. Rows are drawn lazily, on their first lookup, from ``(seed,
+        row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution); CPU only; the input must
+        name rows (index, bags or sparse input, not dense rows). Reopen it with :meth:`open`.
+    seed : int, optional
+        The seed of a ``storage`` table's rows; by default drawn from PyTorch's generator (so
+        ``torch.manual_seed`` fixes it, as it fixes an in-memory table).
 
     Attributes
     ----------
@@ -113,6 +124,8 @@ class LookupLinear(nn.Module):
         include_last_offset: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        storage: str | os.PathLike[str] | TableStorage | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("in_features", in_features), ("out_features", out_features)):
@@ -131,6 +144,10 @@ class LookupLinear(nn.Module):
         self.sparse = sparse
         self.include_last_offset = include_last_offset
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.storage: TableStorage | None = None
+        if storage is not None:
+            self._init_storage(storage, bias, seed, factory)
+            return
         # huge pages (lookuplinear.hugepages): fewer TLB misses when rows are read scattered
         self.weight = nn.Parameter(hugepages.empty(in_features, out_features, **factory))
         self._placed = self.weight.data_ptr()  # the table memory the policy has seen
@@ -141,6 +158,73 @@ class LookupLinear(nn.Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+
+    def _init_storage(self, storage: str | os.PathLike[str] | TableStorage, bias: bool,
+                      seed: int | None, factory: dict[str, Any]) -> None:
+        if torch.device(factory["device"] or "cpu").type != "cpu":
+            raise InputValueError(
+                f"storage= keeps the table in a memory-mapped file, which is CPU memory; got "
+                f"device={factory['device']!r}. Drop device=, or drop storage= for a GPU table."
+            )
+        if self.init not in ("normal", "linear"):
+            raise InputValueError(
+                "storage= draws each row on its first lookup from (seed, row), so init must be "
+                f"'normal' or 'linear', got {self.init!r}."
+            )
+        if not isinstance(storage, TableStorage):
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, ()))
+            layer = {"bias": bias, "mode": self.mode, "padding_idx": self.padding_idx,
+                     "sparse": self.sparse, "include_last_offset": self.include_last_offset}
+            storage = TableStorage.create(
+                storage, self.in_features, self.out_features,
+                dtype=factory["dtype"] or torch.get_default_dtype(), init=str(self.init),
+                seed=seed, layer=layer)
+            if bias and self.init == "linear":
+                bound = 1 / math.sqrt(self.in_features)
+                assert storage.bias is not None
+                nn.init.uniform_(storage.bias, -bound, bound)
+        self.storage = storage
+        self.weight = nn.Parameter(storage.weight, requires_grad=storage.writable)
+        attach(self.weight, storage)
+        self._placed = self.weight.data_ptr()
+        if storage.bias is not None:
+            self.bias = nn.Parameter(storage.bias, requires_grad=storage.writable)
+        else:
+            self.register_parameter("bias", None)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = False) -> LookupLinear:
+        """The layer whose table lives at ``path`` (made by ``LookupLinear(..., storage=path)``).
+
+        Read-only by default, for serving: the files are mapped copy-on-write (``MAP_PRIVATE``),
+        so opening takes the same time whatever the table's size, processes share the pages, and
+        the parameters do not require gradients. ``writable=True`` maps them shared, to go on
+        training (after a crash, restore a :class:`~lookuplinear.Checkpoint` instead: the files
+        then hold a mix of steps).
+
+        Raises
+        ------
+        ModelFileError
+            ``path`` is not a table directory, or a file in it is missing or of the wrong size.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "table"
+        >>> layer = LookupLinear(1_000_000, 8, storage=path, seed=0)
+        >>> y = layer(torch.tensor([5, 999_999]))
+        >>> layer.storage.flush()
+        >>> served = LookupLinear.open(path)
+        >>> torch.equal(served(torch.tensor([5, 999_999])), y)
+        True
+        """
+        storage = TableStorage.open(path, writable=writable)
+        m = storage.meta
+        return cls(m["rows"], m["dim"], bias=m["bias"], mode=m["mode"],
+                   padding_idx=m["padding_idx"], init=m["init"], sparse=m["sparse"],
+                   include_last_offset=m["include_last_offset"], dtype=storage.dtype,
+                   storage=storage)
 
     def reset_parameters(self) -> None:
         """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed.
@@ -154,7 +238,10 @@ class LookupLinear(nn.Module):
         tensor([0., 0.], grad_fn=<SelectBackward0>)
         """
         with torch.no_grad():
-            init_weight_(self.weight, self.init, self.padding_idx)
+            if self.storage is not None:  # rows drawn again from (seed, row) on first lookup
+                self.storage.clear()
+            else:
+                init_weight_(self.weight, self.init, self.padding_idx)
             if self.bias is not None:
                 if self.init == "linear":
                     bound = 1 / math.sqrt(self.in_features)
@@ -175,6 +262,12 @@ class LookupLinear(nn.Module):
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        if self.storage is not None:  # draw the rows this input reads for the first time
+            if offsets is not None:
+                self.storage.materialize(cast(torch.Tensor, input))
+            else:
+                input, rows = lookup_rows(input, self.in_features)
+                self.storage.materialize(rows)
         return lookup_linear(
             input,
             cast(torch.Tensor, weight),
@@ -204,6 +297,7 @@ class LookupLinear(nn.Module):
         return out
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("storage", None)
         super().__setstate__(state)
         self._place_table()
 
@@ -217,6 +311,8 @@ class LookupLinear(nn.Module):
             s += ", sparse=True"
         if self.include_last_offset:
             s += ", include_last_offset=True"
+        if self.storage is not None:
+            s += f", storage={str(self.storage.path)!r}"
         return s
 
     # ------------------------------------------------------------------ conversions in

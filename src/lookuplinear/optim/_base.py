@@ -24,6 +24,7 @@ from .. import hugepages
 from .._fusion import RESET_ROWS, bind
 from .._kernels import Lookup, fused_rows, group_rows, update_rows, use_c
 from .._rowgrad import row_sparse_grad
+from .._storage import storage_of
 from ..errors import InputValueError
 
 __all__ = ["RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
@@ -58,9 +59,14 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return grad._indices()[0], grad._values()
 
 
-def zeros_like(p: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:
     """A contiguous state tensor like ``p`` filled with ``fill``, placed as the table is
-    (:mod:`lookuplinear.hugepages`: the update reads its rows scattered, as it reads ``p``'s)."""
+    (:mod:`lookuplinear.hugepages`: the update reads its rows scattered, as it reads ``p``'s;
+    a table in a file, :class:`lookuplinear.TableStorage`: a file ``state-<name>.bin`` beside
+    it)."""
+    storage = storage_of(p)
+    if storage is not None:
+        return storage.state(name, tuple(p.shape), fill)
     return hugepages.empty(*p.shape, dtype=p.dtype, device=p.device).fill_(fill)
 
 

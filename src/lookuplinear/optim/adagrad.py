@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .._storage import storage_of
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
@@ -57,7 +58,7 @@ class Adagrad(RowSparseOptimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
-        state["sum"] = zeros_like(p, group["initial_accumulator_value"])
+        state["sum"] = zeros_like(p, group["initial_accumulator_value"], name="sum")
 
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:
@@ -135,7 +136,11 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         n_rows = p.shape[0] if p.dim() > 1 else 1
-        state["sum"] = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+        storage = storage_of(p)
+        if storage is not None:  # a table in a file: its sums in a file beside it
+            state["sum"] = storage.state("rowwise_sum", (n_rows,))
+        else:
+            state["sum"] = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .. import hugepages
+from .._storage import storage_of
 from ..errors import InputValueError
 from ._base import Params, RowSparseOptimizer, zeros_like
 
@@ -31,7 +32,11 @@ def paired_moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     rows = p.shape[0]
     n = p[0].numel() if rows else 0
-    block = hugepages.empty(rows, 2, n, dtype=p.dtype, device=p.device).zero_()
+    storage = storage_of(p)
+    if storage is not None:  # a table in a file: its moments in a file beside it
+        block = storage.state("moments", (rows, 2, n))
+    else:
+        block = hugepages.empty(rows, 2, n, dtype=p.dtype, device=p.device).zero_()
     return block[:, 0].view(p.shape), block[:, 1].view(p.shape)
 
 
@@ -112,8 +117,8 @@ class Adam(RowSparseOptimizer):
         if _row_wise(p):
             state["exp_avg"], state["exp_avg_sq"] = paired_moments(p)
         else:
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
+            state["exp_avg"] = zeros_like(p, name="exp_avg")
+            state["exp_avg_sq"] = zeros_like(p, name="exp_avg_sq")
 
     def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
         m, v = state["exp_avg"], state["exp_avg_sq"]

@@ -76,7 +76,7 @@ class SGD(RowSparseOptimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         if group["momentum"] != 0:
-            state["momentum_buffer"] = zeros_like(p)
+            state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]

@@ -1,0 +1,335 @@
+"""Tables in files: a ``LookupLinear`` table and its optimizer state memory-mapped from disk.
+
+A table of ``rows x dim`` values lives in a directory::
+
+    table/
+      meta.json         # shape, dtype, init, seed, the layer's settings
+      weight.bin        # rows * dim values, row-major (sparse: undrawn rows take no disk)
+      drawn.bin         # one byte per row: 1 once the row holds its initial value or more
+      bias.bin          # the bias, when the layer has one
+      state-<name>.bin  # an optimizer's row state (Adam's moments, Adagrad's sums), same rows
+
+Each file is mapped with ``mmap`` (``MAP_SHARED``, ``MADV_RANDOM``): the operating system keeps
+the rows in use in memory and writes changed pages back, so a table larger than the machine's
+memory trains as one that fits, and nothing reads the whole table.
+
+**Lazy initialisation.** A row's initial value depends only on ``(seed, row)``: it is drawn the
+first time a lookup names the row (:meth:`TableStorage.materialize`), so creating a 50 GB table
+writes nothing. ``init="normal"`` draws a standard normal (``nn.Embedding``'s distribution),
+``init="linear"`` a uniform on ``[-1/sqrt(in_features), 1/sqrt(in_features)]``
+(``nn.Linear``'s), from a counter-based generator: SplitMix64 of ``(seed, row, column pair)``,
+two 32-bit uniforms per hash, Box-Muller for the normal. The values follow the distribution of
+an in-memory table's, not its exact numbers (PyTorch's generator draws a whole table in one
+sequence). Reading ``weight`` directly shows zeros for rows never looked up.
+
+**Serving.** :meth:`TableStorage.open` maps an existing table read-only (``MAP_PRIVATE``): opening
+costs the same for 1 MB or 50 GB, processes that open the same file share its pages, and rows
+drawn while serving stay private to the process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._bags import Bags, check_index_range
+from .errors import InputTypeError, InputValueError, ModelFileError
+from .functional import _as_bags
+
+__all__ = ["FORMAT", "TableStorage", "attach", "draw_rows", "lookup_rows", "storage_of"]
+
+FORMAT = "lookuplinear-table"
+_VERSION = 1
+_ATTR = "_lookuplinear_storage"
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+#: Linux's MAP_NORESERVE (Python's mmap module names it only from 3.13 on)
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (a bijection of uint64)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def draw_rows(
+    rows: torch.Tensor, dim: int, *, seed: int, init: str, in_features: int,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The initial values of ``rows`` of a lazily initialised table, shape ``(len(rows), dim)``.
+
+    Row ``r``'s values depend only on ``(seed, r)``: the same in every process and call.
+
+    Examples
+    --------
+    >>> a = draw_rows(torch.tensor([7, 3]), 4, seed=1, init="normal", in_features=10)
+    >>> b = draw_rows(torch.tensor([3]), 4, seed=1, init="normal", in_features=10)
+    >>> torch.equal(a[1], b[0])
+    True
+    """
+    pairs = (dim + 1) // 2
+    r = rows.reshape(-1, 1).to(torch.int64).numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        key = r * np.uint64(pairs) + np.arange(pairs, dtype=np.uint64)  # (k, pairs)
+        salt = _mix64(np.array([seed], dtype=np.uint64) * _GOLDEN + _GOLDEN)
+        h = _mix64((key ^ salt) + _GOLDEN)
+    u1 = ((h >> np.uint64(32)).astype(np.float64) + 0.5) / 2.0**32  # in (0, 1)
+    u2 = ((h & np.uint64(0xFFFFFFFF)).astype(np.float64) + 0.5) / 2.0**32
+    if init == "linear":
+        bound = 1.0 / math.sqrt(in_features)
+        a, b = (2 * u1 - 1) * bound, (2 * u2 - 1) * bound
+    else:
+        radius = np.sqrt(-2.0 * np.log(u1))
+        a, b = radius * np.cos(2 * np.pi * u2), radius * np.sin(2 * np.pi * u2)
+    out = np.stack([a, b], axis=2).reshape(len(r), 2 * pairs)[:, :dim]
+    return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
+
+
+def _map(path: Path, shape: tuple[int, ...], dtype: torch.dtype, *, writable: bool,
+         create: bool) -> tuple[torch.Tensor, mmap.mmap]:
+    """``path`` as a tensor of ``shape`` (a new sparse file of zeros when ``create``)."""
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if create:
+        tmp = path.with_name(path.name + ".new")
+        with open(tmp, "wb") as f:
+            f.truncate(nbytes)  # a hole: reads as zeros, takes no disk until written
+        os.replace(tmp, path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ModelFileError(f"{path} is missing: the table directory is incomplete.") from None
+    if size != nbytes:
+        raise ModelFileError(
+            f"{path} holds {size} bytes; a {shape} {dtype} table needs {nbytes}. The table "
+            "directory is damaged or from another table."
+        )
+    fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    try:
+        if writable:
+            mm = mmap.mmap(fd, nbytes, access=mmap.ACCESS_WRITE)
+        else:  # copy-on-write, and no memory reserved for copies of pages never written
+            mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE | _MAP_NORESERVE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    if hasattr(mm, "madvise"):
+        mm.madvise(mmap.MADV_RANDOM)  # rows are read scattered: no read-ahead around them
+    return torch.frombuffer(mm, dtype=dtype).view(shape), mm
+
+
+def _zero(t: torch.Tensor, mm: mmap.mmap) -> None:
+    """Set a mapped file to zeros, giving its blocks back to the file system where it can."""
+    try:
+        mm.madvise(mmap.MADV_REMOVE)  # punches a hole: zeros without writing them
+    except (AttributeError, OSError, ValueError):
+        flat = t.data.view(-1)
+        for start in range(0, flat.numel(), 1 << 24):
+            flat[start:start + (1 << 24)].zero_()
+
+
+class TableStorage:
+    """A table, its bias and its optimizer state in memory-mapped files of one directory.
+
+    Create one through ``LookupLinear(..., storage=path)``, open one with
+    :meth:`LookupLinear.open <lookuplinear.LookupLinear.open>`. See the module's description
+    for the layout, the lazy initialisation and read-only serving.
+
+    Attributes
+    ----------
+    path : Path
+    weight : Tensor of shape (rows, dim), memory-mapped
+    drawn : uint8 Tensor of shape (rows,): 1 where the row has been drawn
+    bias : Tensor of shape (dim,) or None
+    writable : bool
+    """
+
+    def __init__(self, path: Path, meta: dict[str, Any], *, writable: bool, create: bool) -> None:
+        self.path = path
+        self.meta = meta
+        self.writable = writable
+        rows, dim = meta["rows"], meta["dim"]
+        self.dtype = _DTYPES[meta["dtype"]]
+        self._maps: dict[str, tuple[torch.Tensor, mmap.mmap]] = {}
+        self.weight = self._file("weight", (rows, dim), self.dtype, create)
+        self.drawn = self._file("drawn", (rows,), torch.uint8, create)
+        self.bias = self._file("bias", (dim,), self.dtype, create) if meta["bias"] else None
+        if create and meta["padding_idx"] is not None:
+            self.drawn[meta["padding_idx"]] = 1  # the padding row stays zero
+
+    def _file(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+              create: bool) -> torch.Tensor:
+        t, mm = _map(self.path / f"{name}.bin", shape, dtype, writable=self.writable,
+                     create=create)
+        self._maps[name] = (t, mm)
+        return t
+
+    # ------------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], rows: int, dim: int, *, dtype: torch.dtype,
+               init: str, seed: int, layer: dict[str, Any]) -> TableStorage:
+        """A new table directory at ``path`` (which must not exist; its parent must)."""
+        path = Path(path)
+        name = next((k for k, v in _DTYPES.items() if v == dtype), None)
+        if name is None:
+            raise InputTypeError(
+                f"a table in a file takes dtype {', '.join(_DTYPES)}, got {dtype}."
+            )
+        if path.exists():
+            raise InputValueError(
+                f"storage={str(path)!r} exists. A new table needs a new path (nothing is "
+                "overwritten): open the existing one with LookupLinear.open(path), restore a "
+                "lookuplinear.Checkpoint into it, or remove it first."
+            )
+        if not path.parent.is_dir():
+            raise InputValueError(
+                f"storage={str(path)!r}: the directory {str(path.parent)!r} does not exist. "
+                "Create it first."
+            )
+        meta = {"format": FORMAT, "version": _VERSION, "rows": rows, "dim": dim, "dtype": name,
+                "init": init, "seed": seed, **layer}
+        tmp = path.with_name(path.name + ".new")
+        if tmp.is_dir():  # left by a process killed while creating this table
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        storage = cls(tmp, meta, writable=True, create=True)
+        os.replace(tmp, path)  # the directory appears whole
+        storage.path = path
+        return storage
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = False) -> TableStorage:
+        """Map the table directory at ``path``; read-only (``MAP_PRIVATE``) unless ``writable``.
+
+        Raises
+        ------
+        ModelFileError
+            ``path`` is not a lookuplinear table directory, or its files are damaged.
+        """
+        path = Path(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+        except FileNotFoundError:
+            raise ModelFileError(
+                f"{str(path)!r} is not a lookuplinear table directory (no meta.json). Create "
+                "one with LookupLinear(..., storage=path)."
+            ) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelFileError(f"{path / 'meta.json'} is damaged: {exc}.") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ModelFileError(f"{path} is not a lookuplinear table directory.")
+        if meta.get("version") != _VERSION:
+            raise ModelFileError(
+                f"{path} is table format version {meta.get('version')!r}; this lookuplinear "
+                f"reads version {_VERSION}. Upgrade lookuplinear."
+            )
+        return cls(path, meta, writable=writable, create=False)
+
+    # ------------------------------------------------------------------ rows
+    def materialize(self, rows: torch.Tensor) -> None:
+        """Draw the initial values of the ``rows`` never drawn (indices outside the table
+        raise ``LookupIndexError``, as the lookup would)."""
+        rows = rows.reshape(-1)
+        if rows.numel() == 0:
+            return
+        if rows.dtype != torch.int64:
+            rows = rows.long()
+        check_index_range(rows, self.meta["rows"], where="indices")
+        drawn = self.drawn.data
+        fresh = rows[drawn[rows] == 0]
+        if fresh.numel() == 0:
+            return
+        fresh = torch.unique(fresh)
+        values = draw_rows(fresh, self.meta["dim"], seed=self.meta["seed"],
+                           init=self.meta["init"], in_features=self.meta["rows"],
+                           dtype=self.dtype)
+        # ``.data``: no version bump; no graph has read these rows (they were never drawn)
+        self.weight.data[fresh] = values
+        drawn[fresh] = 1
+
+    def materialize_all(self) -> None:
+        """Draw every row never drawn (writes the whole table)."""
+        for start in range(0, self.meta["rows"], 1 << 16):
+            self.materialize(torch.arange(start, min(start + (1 << 16), self.meta["rows"])))
+
+    def state(self, name: str, shape: tuple[int, ...], fill: float = 0.0) -> torch.Tensor:
+        """A new optimizer-state file ``state-<name>.bin`` of ``shape``, filled with ``fill``
+        (zeros cost nothing; another fill writes the whole file)."""
+        if not self.writable:
+            raise InputValueError(
+                f"the table at {self.path} is open read-only, for serving; an optimizer cannot "
+                "keep state beside it. Open it with LookupLinear.open(path, writable=True)."
+            )
+        t = self._file(f"state-{name}", shape, self.dtype, create=True)
+        if fill != 0:
+            t.fill_(fill)
+        return t
+
+    def clear(self) -> None:
+        """Every row undrawn and every optimizer state zero, as when created (the bias too)."""
+        for t, mm in self._maps.values():
+            _zero(t, mm)
+        if self.meta["padding_idx"] is not None:
+            self.drawn[self.meta["padding_idx"]] = 1
+
+    def flush(self) -> None:
+        """Write the changed pages to disk now (``msync``); the OS does it anyway, later."""
+        if self.writable:
+            for _, mm in self._maps.values():
+                mm.flush()
+
+    def __repr__(self) -> str:
+        m = self.meta
+        mode = "r+" if self.writable else "r"
+        return f"TableStorage({str(self.path)!r}, {m['rows']}x{m['dim']} {m['dtype']}, {mode})"
+
+
+def storage_of(param: torch.Tensor) -> TableStorage | None:
+    """The :class:`TableStorage` a table parameter lives in, if any."""
+    found: TableStorage | None = param.__dict__.get(_ATTR)
+    return found
+
+
+def attach(param: torch.Tensor, storage: TableStorage) -> None:
+    """Mark ``param`` as living in ``storage`` (its optimizer state goes there too)."""
+    param.__dict__[_ATTR] = storage
+
+
+def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:
+    """``(input, rows)``: the rows of the table a lookup of ``input`` reads (matrix input
+    converted to ``Bags`` once, so the lookup does not convert it again).
+
+    Raises
+    ------
+    InputValueError
+        Dense floating rows: they read every row of the table.
+    """
+    if isinstance(input, Bags):
+        return input, input.indices
+    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+        if input.dtype.is_floating_point or input.dtype == torch.bool:
+            raise InputValueError(
+                "a table in a file takes index, bag or sparse input; dense rows of shape "
+                f"(..., in_features) (got {input.dtype} of shape {tuple(input.shape)}) would "
+                "read every row. Pass Bags.from_dense(x) or x.to_sparse_csr()."
+            )
+        return input, input
+    bags = _as_bags(input, in_features)
+    return bags, bags.indices

@@ -1,0 +1,186 @@
+"""Tables in files: the memory-mapped table against an in-memory one holding the same rows
+(same steps, same bits), the lazy initialisation, read-only serving, and the errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import scipy.sparse as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import (
+    Bags,
+    InputValueError,
+    LookupIndexError,
+    LookupLinear,
+    ModelFileError,
+    TableStorage,
+    optim,
+)
+from lookuplinear._storage import draw_rows
+
+OPTIMIZERS = {
+    "adam": lambda ps, fused: optim.Adam(ps, lr=0.05, fused=fused),
+    "adagrad": lambda ps, fused: optim.Adagrad(ps, lr=0.1, fused=fused),
+    "sgd-momentum": lambda ps, fused: optim.SGD(ps, lr=0.1, momentum=0.9, fused=fused),
+    "rowwise-adagrad": lambda ps, fused: optim.RowWiseAdagrad(ps, lr=0.1, fused=fused),
+}
+
+
+def _twin(layer: LookupLinear) -> LookupLinear:
+    """An in-memory layer holding the file table's lazy initial values."""
+    twin = LookupLinear(layer.in_features, layer.out_features, mode=layer.mode,
+                        bias=layer.bias is not None, padding_idx=layer.padding_idx,
+                        sparse=layer.sparse)
+    assert layer.storage is not None
+    meta = layer.storage.meta
+    with torch.no_grad():
+        twin.weight.copy_(draw_rows(torch.arange(layer.in_features), layer.out_features,
+                                    seed=meta["seed"], init=meta["init"],
+                                    in_features=layer.in_features))
+        if layer.padding_idx is not None:
+            twin.weight[layer.padding_idx] = 0
+        if layer.bias is not None and twin.bias is not None:
+            twin.bias.copy_(layer.bias)
+    return twin
+
+
+def _batches(n: int, rows: int, steps: int) -> list[Bags]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(steps):
+        lengths = torch.randint(0, 5, (n,), generator=g)
+        idx = torch.randint(0, rows, (int(lengths.sum()),), generator=g)
+        out.append(Bags(idx, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_trains_as_the_in_memory_table(tmp_path: Path, name: str, fused: bool, mode: str) -> None:
+    layer = LookupLinear(200, 6, mode=mode, sparse=True, storage=tmp_path / "t", seed=3,  # type: ignore
+                         padding_idx=0)
+    twin = _twin(layer)
+    opt_a = OPTIMIZERS[name](layer.parameters(), fused)
+    opt_b = OPTIMIZERS[name](twin.parameters(), fused)
+    target = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    for bags in _batches(16, 200, 12):
+        for model, opt in ((layer, opt_a), (twin, opt_b)):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(bags), target).backward()
+            opt.step()
+    assert layer.storage is not None
+    drawn = layer.storage.drawn.bool()
+    assert torch.equal(layer.weight[drawn], twin.weight[drawn])  # same steps, same bits
+    assert not layer.weight[~drawn].any()  # rows never looked up were never written
+    assert torch.equal(layer.bias, twin.bias)
+    state_files = sorted(p.name for p in (tmp_path / "t").glob("state-*.bin"))
+    assert state_files  # the optimizer's row state lives beside the table
+
+
+@pytest.mark.parametrize("form", ["index", "offsets", "bags", "scipy", "torch-csr"])
+def test_every_input_form_draws_its_rows(tmp_path: Path, form: str) -> None:
+    layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0)
+    lists = [[1, 5, 5], [], [99, 7]]
+    bags = Bags.from_lists(lists)
+    dense = bags.to_dense(100)
+    x: object = {
+        "index": torch.tensor([1, 5, 99, 7]),
+        "bags": bags,
+        "scipy": sp.csr_matrix(dense.numpy()),
+        "torch-csr": dense.to_sparse_csr(),
+        "offsets": None,
+    }[form]
+    out = layer(bags.indices, bags.offsets[:-1]) if x is None else layer(x)
+    assert layer.storage is not None
+    assert layer.storage.drawn.nonzero().squeeze(1).tolist() == [1, 5, 7, 99]
+    ref = layer.to_linear()(dense) if form != "index" else layer.to_linear()(
+        torch.nn.functional.one_hot(torch.tensor([1, 5, 99, 7]), 100).float())
+    torch.testing.assert_close(out, ref)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 10**9 - 1), min_size=1, max_size=20), st.integers(0, 2**40))
+def test_a_rows_value_depends_only_on_seed_and_row(rows: list[int], seed: int) -> None:
+    t = torch.tensor(rows)
+    once = draw_rows(t, 5, seed=seed, init="normal", in_features=10**9)
+    alone = torch.cat([draw_rows(t[i:i + 1], 5, seed=seed, init="normal", in_features=10**9)
+                       for i in range(len(rows))])
+    assert torch.equal(once, alone)
+    assert torch.isfinite(once).all()
+
+
+def test_lazy_rows_follow_the_in_memory_distributions() -> None:
+    rows = torch.arange(20_000)
+    normal = draw_rows(rows, 16, seed=0, init="normal", in_features=20_000)
+    assert abs(float(normal.mean())) < 0.01 and abs(float(normal.std()) - 1) < 0.01
+    linear = draw_rows(rows, 16, seed=0, init="linear", in_features=400)
+    assert float(linear.abs().max()) <= 1 / 20 and float(linear.std()) > 0.9 / (20 * 3**0.5)
+    assert not torch.equal(draw_rows(rows[:3], 16, seed=1, init="normal", in_features=3),
+                           normal[:3])
+
+
+def test_creating_a_huge_table_writes_nothing(tmp_path: Path) -> None:
+    layer = LookupLinear(10**9, 64, storage=tmp_path / "t", bias=False, seed=0)  # 256 GB
+    layer(torch.tensor([0, 10**9 - 1]))
+    assert (tmp_path / "t" / "weight.bin").stat().st_size == 10**9 * 64 * 4
+    used = sum(p.stat().st_blocks * 512 for p in (tmp_path / "t").iterdir())
+    assert used < 1 << 20
+
+
+def test_serving_read_only_shares_the_file_and_keeps_its_writes(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    layer = LookupLinear(1000, 4, storage=tmp_path / "t", mode="mean")
+    x = Bags.from_lists([[1, 2], [3]])
+    y = layer(x)
+    assert layer.storage is not None
+    layer.storage.flush()
+    before = (tmp_path / "t" / "weight.bin").read_bytes()
+    served = LookupLinear.open(tmp_path / "t")
+    assert served.mode == "mean" and not served.weight.requires_grad
+    assert torch.equal(served(x), y)
+    served(torch.tensor([500]))  # drawn in the serving process only
+    assert (tmp_path / "t" / "weight.bin").read_bytes() == before
+    assert served.storage is not None and not served.storage.writable
+    with pytest.raises(InputValueError, match="read-only"):
+        served.storage.state("exp_avg", (1000, 4))
+    again = LookupLinear.open(tmp_path / "t", writable=True)
+    assert torch.equal(again(torch.tensor([500])), served(torch.tensor([500])))
+
+
+def test_reset_parameters_undraws_every_row(tmp_path: Path) -> None:
+    layer = LookupLinear(50, 3, storage=tmp_path / "t", seed=5, padding_idx=2)
+    first = layer(torch.tensor([4, 7])).detach()
+    layer.reset_parameters()
+    assert layer.storage is not None
+    assert layer.storage.drawn.nonzero().squeeze(1).tolist() == [2]  # the padding row only
+    assert torch.equal(layer(torch.tensor([4, 7])), first)
+
+
+def test_errors(tmp_path: Path) -> None:
+    LookupLinear(10, 2, storage=tmp_path / "t")
+    with pytest.raises(InputValueError, match="exists"):
+        LookupLinear(10, 2, storage=tmp_path / "t")
+    with pytest.raises(InputValueError, match="does not exist"):
+        LookupLinear(10, 2, storage=tmp_path / "missing" / "t")
+    with pytest.raises(InputValueError, match="init"):
+        LookupLinear(10, 2, storage=tmp_path / "u", init=torch.nn.init.zeros_)
+    with pytest.raises(InputValueError, match="CPU"):
+        LookupLinear(10, 2, storage=tmp_path / "u", device="meta")
+    layer = LookupLinear(10, 2, storage=tmp_path / "v")
+    with pytest.raises(InputValueError, match="dense rows"):
+        layer(torch.randn(3, 10))
+    with pytest.raises(LookupIndexError):
+        layer(torch.tensor([10]))
+    with pytest.raises(ModelFileError, match="not a lookuplinear table"):
+        LookupLinear.open(tmp_path)
+    os.truncate(tmp_path / "t" / "weight.bin", 7)
+    with pytest.raises(ModelFileError, match="bytes"):
+        LookupLinear.open(tmp_path / "t")
+    assert "storage=" in repr(layer) and "TableStorage(" in repr(layer.storage)
+    assert isinstance(layer.storage, TableStorage)
