@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from . import optim
     from ._bags import Bags
     from ._check import EquivalenceError, EquivalenceReport, check_equivalence
+    from ._checkpoint import Checkpoint
     from ._collection import LookupCollection, TableConfig
     from ._hashing import hash_ids
     from ._idmap import IdMap
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
 #: torch): the command line's ``--help`` and the names a program never uses cost nothing
 _EXPORTS: dict[str, str] = {
     "Bags": "._bags",
+    "Checkpoint": "._checkpoint",
     "DeviceMismatchError": ".errors",
     "EquivalenceError": "._check",
     "EquivalenceReport": "._check",
@@ -84,6 +86,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bags",
+    "Checkpoint",
     "DeviceMismatchError",
     "EquivalenceError",
     "EquivalenceReport",

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ._fusion import binding
 from ._kernels import Lookup, group_rows
+from ._rowwatch import notify
 
 __all__ = ["bag_lookup", "row_sparse_grad"]
 
@@ -92,6 +93,7 @@ class _BagLookup(torch.autograd.Function):
                 grad_weights = grad_weights.masked_fill(lk.indices == ctx.padding_idx, 0)
             grad_weights = grad_weights.to(weights.dtype)
         if ctx.needs_input_grad[0]:
+            notify(ctx.param, lk.indices)  # a checkpoint hears which rows change
             shape = tuple(weight.shape)
             fused = binding(ctx.param)
             if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated

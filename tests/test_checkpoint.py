@@ -1,0 +1,260 @@
+"""Checkpoint: restore gives the last completed save bit for bit (tables in memory and in files,
+every optimizer, collections), saves cost the rows that changed, damaged files are refused, and
+a run killed at random instants always reopens at its last completed checkpoint."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from lookuplinear import (
+    Checkpoint,
+    InputValueError,
+    KeyedBags,
+    LookupCollection,
+    LookupLinear,
+    ModelFileError,
+    TableConfig,
+    optim,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+import crash_child
+
+OPTIMIZERS = {
+    "adam": lambda ps, fused: optim.Adam(ps, lr=0.05, fused=fused),
+    "adagrad": lambda ps, fused: optim.Adagrad(ps, lr=0.1, initial_accumulator_value=0.1,
+                                               fused=fused),
+    "sgd-momentum": lambda ps, fused: optim.SGD(ps, lr=0.1, momentum=0.9, fused=fused),
+    "rowwise-adagrad": lambda ps, fused: optim.RowWiseAdagrad(ps, lr=0.1, fused=fused),
+}
+
+
+class Model(nn.Module):
+    """A table with row-sparse gradients and a dense layer above it."""
+
+    def __init__(self, storage: Path | None = None) -> None:
+        super().__init__()
+        self.table = LookupLinear(500, 6, mode="mean", sparse=True, storage=storage, seed=1)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.table(x)))
+
+
+def _step(model: nn.Module, opts: list[torch.optim.Optimizer], step: int) -> None:
+    g = torch.Generator().manual_seed(step)
+    x = torch.randint(0, 40 + 20 * step, (8, 3), generator=g).clamp_(max=499)
+    y = torch.randn(8, 3, 2, generator=g)
+    for opt in opts:
+        opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    for opt in opts:
+        opt.step()
+
+
+def _bits(model: nn.Module, opts: list[torch.optim.Optimizer]) -> dict[str, torch.Tensor]:
+    out = {f"p.{n}": p.detach().clone() for n, p in model.named_parameters()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for i, opt in enumerate(opts):
+        for p, state in opt.state.items():
+            for key, value in state.items():
+                out[f"o{i}.{names[id(p)]}.{key}"] = (
+                    value.clone() if isinstance(value, torch.Tensor) else torch.tensor(value))
+    return out
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("in_file", [False, True])
+def test_restore_is_the_last_save_bit_for_bit(tmp_path: Path, name: str, fused: bool,
+                                              in_file: bool) -> None:
+    torch.manual_seed(0)
+    model = Model(tmp_path / "table" if in_file else None)
+    opt = OPTIMIZERS[name](model.table.parameters(), fused)
+    head_opt = torch.optim.Adam(model.head.parameters(), lr=0.01)  # PyTorch's, saved whole
+    opts = [opt, head_opt]
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    for step in range(3):
+        _step(model, opts, step)
+    ckpt.save(step=2)
+    for step in range(3, 6):
+        _step(model, opts, step)
+        ckpt.save(step=step)
+    saved = _bits(model, opts)
+    lr = opt.param_groups[0]["lr"]
+    for step in range(6, 9):  # then the run goes on, and the process dies
+        _step(model, opts, step)
+    opt.param_groups[0]["lr"] = 123.0
+    assert ckpt.restore() == {"step": 5}
+    assert opt.param_groups[0]["lr"] == lr
+    _assert_same(_bits(model, opts), saved)
+    # a new process: a new model and optimizers restore the same bits, and go on as the first
+    for step in range(6, 9):
+        _step(model, opts, step)
+    after = _bits(model, opts)
+    if in_file:
+        del model, opt, head_opt, opts, ckpt
+        fresh = Model.__new__(Model)
+        nn.Module.__init__(fresh)
+        fresh.table = LookupLinear.open(tmp_path / "table", writable=True)
+        fresh.head = nn.Linear(6, 2)
+    else:
+        fresh = Model()
+    fresh_opt = OPTIMIZERS[name](fresh.table.parameters(), fused)
+    fresh_opts = [fresh_opt, torch.optim.Adam(fresh.head.parameters(), lr=0.01)]
+    assert Checkpoint(tmp_path / "ckpt", fresh, fresh_opts).restore() == {"step": 5}
+    _assert_same(_bits(fresh, fresh_opts), saved)
+    for step in range(6, 9):
+        _step(fresh, fresh_opts, step)
+    _assert_same(_bits(fresh, fresh_opts), after)
+
+
+def test_a_save_costs_the_rows_that_changed(tmp_path: Path) -> None:
+    layer = LookupLinear(100_000, 16, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    layer(torch.tensor([1, 2, 3])).sum().backward()
+    ckpt.save()
+    base = max((tmp_path / "ckpt").glob("seg-*"), key=lambda p: p.stat().st_mtime_ns)
+    layer(torch.tensor([5, 3])).sum().backward()
+    ckpt.save()
+    manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
+    sizes = [s["bytes"] for s in manifest["segments"]]
+    assert len(sizes) == 2 and sizes[0] == base.stat().st_size
+    # all rows and moments, then rows 3 and 5 (and the 5 KB random generator state)
+    assert sizes[0] > 3 * 100_000 * 16 * 4 and sizes[1] < 8192
+
+
+def test_compaction_bounds_the_chain(tmp_path: Path) -> None:
+    layer = LookupLinear(1000, 4, sparse=True)
+    opt = optim.SGD(layer.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt, compact_ratio=1.5)
+    for step in range(60):
+        layer(torch.tensor([step % 7, 500 + step % 3])).sum().backward()
+        ckpt.save(step=step)
+        manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
+        listed = {s["file"] for s in manifest["segments"]}
+        on_disk = {p.name for p in (tmp_path / "ckpt").glob("seg-*")}
+        assert listed == on_disk  # replaced segments are deleted
+        assert sum(s["bytes"] for s in manifest["segments"]) < 1.5 * 1000 * 4 * 4 + 20_000
+    saved = layer.weight.detach().clone()
+    layer(torch.tensor([1])).sum().backward()
+    assert ckpt.restore() == {"step": 59}
+    assert torch.equal(layer.weight, saved)
+
+
+def test_a_collection_saves_its_tables_by_rows(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    tables = [TableConfig("user", 300, 4, ["u"]), TableConfig("item", 200, 4, ["item"]),
+              TableConfig("ids", 50, 4, ["ids"], hashing="map")]
+    coll = LookupCollection(tables, sparse=True)
+    opt = optim.Adam(coll.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", coll, opt)
+    assert set(ckpt.tables) == {n for n, _ in coll.named_parameters()}
+
+    def step(i: int) -> None:
+        kb = KeyedBags.from_dict({"u": [[i, i + 1], [7]], "item": [[i * 3 % 200], []],
+                                  "ids": [[10**12 + i], [i * 999]]})
+        coll(kb).values().pow(2).sum().backward()
+
+    step(0)
+    ckpt.save(step=0)
+    step(1)
+    ckpt.save(step=1)
+    saved = _bits(coll, [opt])
+    step(2)
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(coll, [opt]), saved)
+
+
+def test_damaged_checkpoints_are_refused(tmp_path: Path) -> None:
+    layer = LookupLinear(100, 4, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    with pytest.raises(FileNotFoundError, match="no completed checkpoint"):
+        ckpt.restore()
+    ckpt.save()
+    seg = next((tmp_path / "ckpt").glob("seg-*"))
+    good = seg.read_bytes()
+    for bad in (good[:-10], good[:200] + bytes([good[200] ^ 1]) + good[201:]):
+        seg.write_bytes(bad)
+        with pytest.raises(ModelFileError, match="torn or damaged"):
+            ckpt.restore()
+    seg.unlink()
+    with pytest.raises(ModelFileError, match="missing"):
+        ckpt.restore()
+    seg.write_bytes(good)
+    other = LookupLinear(100, 5, sparse=True)
+    with pytest.raises(ModelFileError, match="another model"):
+        Checkpoint(tmp_path / "ckpt", other).restore()
+    (tmp_path / "ckpt" / "MANIFEST.json").write_text("{")
+    with pytest.raises(ModelFileError, match="damaged"):
+        Checkpoint(tmp_path / "ckpt", layer)
+    with pytest.raises(InputValueError, match="JSON"):
+        Checkpoint(tmp_path / "c2", layer).save(when=object())
+    with pytest.raises(InputValueError, match="not in the module"):
+        Checkpoint(tmp_path / "c3", LookupLinear(3, 2), opt)
+    with pytest.raises(InputValueError, match="does not exist"):
+        Checkpoint(tmp_path / "no" / "ckpt", layer)
+
+
+def test_killed_at_random_instants_reopens_at_the_last_completed_checkpoint(
+        tmp_path: Path) -> None:
+    steps, every, kills = 400, 4, 20
+    refs: dict[int, dict[str, torch.Tensor]] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (tmp_path / "ref").mkdir()
+        crash_child.train(tmp_path / "ref", steps, every,
+                          lambda g, m, o: refs.__setitem__(g, crash_child.snapshot(m, o)))
+    finally:
+        torch.set_num_threads(threads)
+    run = tmp_path / "run"
+    run.mkdir()
+    rng = random.Random(0)
+    child = [sys.executable, crash_child.__file__, str(run), str(steps), str(every)]
+    reopened = []
+    last = 0
+    for kill in range(kills + 1):
+        with subprocess.Popen(child, stdout=subprocess.PIPE, text=True) as proc:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+            if kill < kills:
+                time.sleep(rng.uniform(0.0, 0.06))
+                proc.send_signal(signal.SIGKILL)
+            out = proc.stdout.read()
+            assert proc.wait() in (0, -signal.SIGKILL)
+        logged = [int(line.split()[1]) for line in out.splitlines() if line.startswith("saved")]
+        expected = logged[-1] if logged else last
+        model, opt, ckpt = crash_child.build(run)
+        if expected:
+            ckpt.restore()
+        # the last save that printed, or one that completed just before the kill
+        assert ckpt.generation in (expected, expected + 1)
+        if ckpt.generation:
+            got = crash_child.snapshot(model, opt)
+            _assert_same(got, refs[ckpt.generation])
+        last = ckpt.generation
+        reopened.append(last)
+        ckpt.close()
+        del model, opt, ckpt
+    print("reopened at generations", reopened)
+    assert reopened[-1] == max(refs)  # the last run resumed and finished as the reference
+    assert len(set(reopened)) > 5  # the kills landed at many points of the run
