@@ -92,3 +92,9 @@ def test_dense_rows_and_no_bias():
     x = torch.rand(3, 50)
     assert check_equivalence(q, x).ok
     assert q.bias is None
+
+
+def test_int4_needs_an_even_number_of_columns() -> None:
+    with pytest.raises(InputValueError, match="even"):
+        LookupLinear(10, 7).quantize("int4")
+    assert LookupLinear(10, 7).quantize("int8").out_features == 7

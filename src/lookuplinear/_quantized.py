@@ -70,6 +70,11 @@ class QuantizedLookupLinear(nn.Module):
                 f"quantize: the table is on {weight.device}; PyTorch's quantized embedding-bag "
                 "kernels run on the CPU. Call layer.cpu().quantize(...)."
             )
+        if dtype == "int4" and layer.out_features % 2:
+            raise InputValueError(
+                f"quantize('int4') packs two values a byte, so out_features must be even, got "
+                f"{layer.out_features}. Use 'int8' or 'float16' for this layer."
+            )
         self.in_features, self.out_features = layer.in_features, layer.out_features
         self.mode, self.padding_idx = layer.mode, layer.padding_idx
         self.include_last_offset = layer.include_last_offset
