@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import hugepages
 from ._bags import Bags, check_index_range
 from .errors import InputTypeError, InputValueError, ModelFileError
 from .functional import _as_bags
@@ -90,16 +91,18 @@ def draw_rows(
         key = r * np.uint64(pairs) + np.arange(pairs, dtype=np.uint64)  # (k, pairs)
         salt = _mix64(np.array([seed], dtype=np.uint64) * _GOLDEN + _GOLDEN)
         h = _mix64((key ^ salt) + _GOLDEN)
-    u1 = ((h >> np.uint64(32)).astype(np.float64) + 0.5) / 2.0**32  # in (0, 1)
-    u2 = ((h & np.uint64(0xFFFFFFFF)).astype(np.float64) + 0.5) / 2.0**32
+    # each hash: two 32-bit uniforms in (0, 1), low word then high word (little-endian)
+    u = torch.from_numpy(h.view(np.uint32).astype(np.float64)).add_(0.5).mul_(2.0**-32)
+    u = u.view(len(r), pairs, 2)
+    lo, hi = u[..., 0], u[..., 1]
     if init == "linear":
         bound = 1.0 / math.sqrt(in_features)
-        a, b = (2 * u1 - 1) * bound, (2 * u2 - 1) * bound
-    else:
-        radius = np.sqrt(-2.0 * np.log(u1))
-        a, b = radius * np.cos(2 * np.pi * u2), radius * np.sin(2 * np.pi * u2)
-    out = np.stack([a, b], axis=2).reshape(len(r), 2 * pairs)[:, :dim]
-    return torch.from_numpy(np.ascontiguousarray(out)).to(dtype)
+        out = torch.stack([hi, lo], dim=2).mul_(2).sub_(1).mul_(bound)
+    else:  # Box-Muller: two independent standard normals per pair of uniforms
+        radius = hi.log().mul_(-2).sqrt_()
+        angle = lo.mul(2 * math.pi)
+        out = torch.stack([radius * angle.cos(), radius * angle.sin()], dim=2)
+    return out.view(len(r), 2 * pairs)[:, :dim].to(dtype).contiguous()
 
 
 def _map(path: Path, shape: tuple[int, ...], dtype: torch.dtype, *, writable: bool,
@@ -170,8 +173,16 @@ class TableStorage:
         self.weight = self._file("weight", (rows, dim), self.dtype, create)
         self.drawn = self._file("drawn", (rows,), torch.uint8, create)
         self.bias = self._file("bias", (dim,), self.dtype, create) if meta["bias"] else None
+        # a training process reads the flags from a copy in memory (huge pages where the
+        # system gives them): one flag a lookup, scattered over a mapping of 4 KiB pages, cost a
+        # TLB miss each; the file keeps them for the next process
+        self._seen = self.drawn
+        if writable:
+            self._seen = hugepages.empty(rows, dtype=torch.uint8)
+            for start in range(0, rows, 1 << 24):
+                self._seen[start:start + (1 << 24)] = self.drawn[start:start + (1 << 24)]
         if create and meta["padding_idx"] is not None:
-            self.drawn[meta["padding_idx"]] = 1  # the padding row stays zero
+            self.mark_drawn(torch.tensor([meta["padding_idx"]]))  # the padding row stays zero
 
     def _file(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
               create: bool) -> torch.Tensor:
@@ -252,8 +263,7 @@ class TableStorage:
         if rows.dtype != torch.int64:
             rows = rows.long()
         check_index_range(rows, self.meta["rows"], where="indices")
-        drawn = self.drawn.data
-        fresh = rows[drawn[rows] == 0]
+        fresh = rows[self._seen[rows] == 0]
         if fresh.numel() == 0:
             return
         fresh = torch.unique(fresh)
@@ -262,7 +272,13 @@ class TableStorage:
                            dtype=self.dtype)
         # ``.data``: no version bump; no graph has read these rows (they were never drawn)
         self.weight.data[fresh] = values
-        drawn[fresh] = 1
+        self.mark_drawn(fresh)
+
+    def mark_drawn(self, rows: torch.Tensor) -> None:
+        """Record ``rows`` as holding values (drawn, or written by a checkpoint's restore)."""
+        self.drawn.data[rows] = 1
+        if self._seen is not self.drawn:
+            self._seen[rows] = 1
 
     def materialize_all(self) -> None:
         """Draw every row never drawn (writes the whole table)."""
@@ -286,8 +302,9 @@ class TableStorage:
         """Every row undrawn and every optimizer state zero, as when created (the bias too)."""
         for t, mm in self._maps.values():
             _zero(t, mm)
+        self._seen.zero_()
         if self.meta["padding_idx"] is not None:
-            self.drawn[self.meta["padding_idx"]] = 1
+            self.mark_drawn(torch.tensor([self.meta["padding_idx"]]))
 
     def flush(self) -> None:
         """Write the changed pages to disk now (``msync``); the OS does it anyway, later."""
