@@ -8,7 +8,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads on first use
-    from . import optim
+    from . import optim, parallel
     from ._bags import Bags
     from ._check import EquivalenceError, EquivalenceReport, check_equivalence
     from ._checkpoint import Checkpoint
@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "hash_ids": "._hashing",
     "lookup_linear": ".functional",
     "optim": ".optim",
+    "parallel": ".parallel",
 }
 
 
@@ -73,7 +74,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'lookuplinear' has no attribute {name!r}")
     loaded = importlib.import_module(module, __name__)
-    value = loaded if name == "optim" else getattr(loaded, name)
+    value = loaded if name in ("optim", "parallel") else getattr(loaded, name)
     globals()[name] = value
     return value
 
@@ -114,4 +115,5 @@ __all__ = [
     "hash_ids",
     "lookup_linear",
     "optim",
+    "parallel",
 ]

@@ -21,13 +21,21 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["RESET_ROWS", "FusedBinding", "FusedOptimizer", "bind", "binding", "reset_rows"]
+from .errors import InputValueError
+
+__all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "bind", "binding",
+           "reset_rows"]
 
 _ATTR = "_lookuplinear_fused"
 
 #: attribute of a table parameter: rows re-initialised (given to a new ID by an ``IdMap``)
 #: whose optimizer state the next ``lookuplinear.optim`` update of the table starts afresh
 RESET_ROWS = "_lookuplinear_reset_rows"
+
+
+#: attribute of a table parameter whose gradients ``lookuplinear.parallel`` reduces across
+#: processes: an update inside its backward would come before the other processes' gradients
+DISTRIBUTED = "_lookuplinear_distributed"
 
 
 def reset_rows(param: torch.Tensor, rows: torch.Tensor) -> None:
@@ -85,6 +93,13 @@ def bind(param: torch.Tensor, optimizer: FusedOptimizer | None) -> None:
     """Make ``optimizer`` update ``param`` in its backward (``None``: unbind)."""
     if optimizer is None:
         param.__dict__.pop(_ATTR, None)
+    elif param.__dict__.get(DISTRIBUTED):
+        raise InputValueError(
+            "this table trains under lookuplinear.parallel.DistributedDataParallel, whose "
+            "gradients are all-reduced at the end of the backward; a fused=True optimizer would "
+            "update it inside the backward, before the other processes' gradients arrive. "
+            "Build the optimizer with fused=False."
+        )
     else:
         setattr(param, _ATTR, FusedBinding(param, optimizer))
 

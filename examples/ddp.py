@@ -1,0 +1,94 @@
+"""Data-parallel training of a lookuplinear model, equal to one process on the whole batch.
+
+    torchrun --standalone --nproc_per_node 2 examples/ddp.py [--steps 50] [--dtype float64]
+
+A ``LookupLinear(sparse=True)`` table under a dense layer, trained by ``lookuplinear.optim.Adam``
+in every process on its half of each global batch (bags with duplicates, empty bags, IDs shared
+by both halves), wrapped in ``lookuplinear.parallel.DistributedDataParallel``. Rank 0 then
+trains the same model alone on the whole batches and prints the largest difference between the
+two: DDP averages the processes' gradients, one process averages the loss over the whole batch,
+so the two are equal up to rounding. ``--save PATH`` writes rank 0's final state (safetensors).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lookuplinear import Bags, LookupLinear, optim
+from lookuplinear.parallel import DistributedDataParallel
+
+VOCAB, DIM, BATCH = 1000, 8, 16  # BATCH bags per process and step
+
+
+class Model(nn.Module):
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.table = LookupLinear(VOCAB, DIM, mode="mean", sparse=True, dtype=dtype)
+        self.head = nn.Linear(DIM, 2, dtype=dtype)
+
+    def forward(self, x: Bags) -> torch.Tensor:
+        return self.head(torch.relu(self.table(x)))
+
+
+def global_batch(step: int, world: int, dtype: torch.dtype) -> tuple[list[list[int]], torch.Tensor]:
+    """``world * BATCH`` bags: some empty, with repeated IDs, many IDs in every process's half."""
+    g = torch.Generator().manual_seed(step)
+    lengths = torch.randint(0, 6, (world * BATCH,), generator=g)
+    ids = torch.randint(0, 60, (int(lengths.sum()),), generator=g) ** 2 % VOCAB
+    bags = [t.tolist() for t in torch.split(ids, lengths.tolist())]
+    return bags, torch.randn(world * BATCH, 2, generator=g, dtype=dtype)
+
+
+def train(model: nn.Module, steps: int, world: int, rank: int, dtype: torch.dtype,
+          shard: bool) -> None:
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    for step in range(steps):
+        bags, y = global_batch(step, world, dtype)
+        if shard:  # this process's half
+            bags, y = bags[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH]
+        opt.zero_grad()
+        nn.functional.mse_loss(model(Bags.from_lists(bags)), y).backward()
+        opt.step()
+
+
+def state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
+    p.add_argument("--save", default=None)
+    args = p.parse_args()
+    dtype = getattr(torch, args.dtype)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = Model(dtype)
+    start = state(model)
+    ddp = DistributedDataParallel(model)
+    train(ddp, args.steps, world, rank, dtype, shard=True)
+    if rank == 0:
+        alone = Model(dtype)
+        alone.load_state_dict(start)
+        train(alone, args.steps, world, rank, dtype, shard=False)
+        diff = max(float((a - b).abs().max()) for a, b in
+                   zip(state(model).values(), state(alone).values(), strict=True))
+        print(f"{world} processes x {args.steps} steps, {args.dtype}: largest difference from "
+              f"one process on the whole batches {diff:.3g}")
+        if args.save:
+            from safetensors.torch import save_file
+
+            save_file({**{f"ddp.{k}": v for k, v in state(model).items()},
+                       **{f"one.{k}": v for k, v in state(alone).items()}}, args.save)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

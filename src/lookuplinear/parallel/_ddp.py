@@ -1,0 +1,135 @@
+"""``DistributedDataParallel`` for models with row-sparse lookuplinear tables.
+
+PyTorch's ``DistributedDataParallel`` reduces gradients in buckets; it expects a sparse gradient
+only from ``nn.Embedding`` / ``nn.EmbeddingBag(sparse=True)`` (``_build_params_for_reducer``
+checks the module's type), and a sparse gradient from any other module ends its first step in
+``NotImplementedError: Cannot access storage of SparseTensorImpl``. This subclass is PyTorch's
+class with one change: the tables of ``LookupLinear(sparse=True)`` and
+``LookupCollection(sparse=True)`` are left out of its buckets and reduced here instead. At the
+end of each backward their row-sparse gradients are all-reduced, in a fixed order, on a process
+group of their own (rows merged across processes, duplicates summed), and divided by the world
+size as DDP divides its buckets; every other parameter goes through PyTorch's reducer as usual.
+Table weights are broadcast from rank 0 at construction, as DDP broadcasts the others.
+
+So after ``loss.backward()`` every process holds the same gradients, the ones one process would
+compute on the concatenated batches (with a loss averaged over the batch), and any optimizer
+steps on them: ``lookuplinear.optim`` row by row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .._fusion import DISTRIBUTED, binding
+from ..errors import InputValueError
+
+__all__ = ["DistributedDataParallel", "sparse_tables"]
+
+
+def sparse_tables(module: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters of ``module``'s row-sparse lookuplinear tables, by qualified name."""
+    from .._collection import LookupCollection
+    from .._layer import LookupLinear
+
+    out: dict[str, nn.Parameter] = {}
+    for prefix, m in module.named_modules():
+        if isinstance(m, LookupLinear | LookupCollection) and m.sparse:
+            for name, p in m.named_parameters():
+                if p.requires_grad and p.dim() == 2 and p.layout == torch.strided:
+                    out[f"{prefix}.{name}" if prefix else name] = p
+    return out
+
+
+class DistributedDataParallel(nn.parallel.DistributedDataParallel):
+    """``torch.nn.parallel.DistributedDataParallel`` that also reduces the row-sparse gradients
+    of lookuplinear tables; every argument is PyTorch's.
+
+    Dense equivalent: one process training on the concatenation of every process's batch,
+    with the loss averaged over the batch (DDP's gradient averaging).
+
+    Raises
+    ------
+    InputValueError
+        No default process group (call ``torch.distributed.init_process_group`` first), or a
+        table is bound to a ``fused=True`` optimizer: it would update the table inside the
+        backward, before the other processes' gradients arrive. Use ``fused=False``.
+
+    Examples
+    --------
+    Under ``torchrun --nproc_per_node 2 train.py``::
+
+        dist.init_process_group("gloo")
+        model = nn.Sequential(LookupLinear(1_000_000, 64, sparse=True), nn.ReLU(), nn.Linear(64, 2))
+        ddp = lookuplinear.parallel.DistributedDataParallel(model)
+        opt = lookuplinear.optim.Adam(ddp.parameters(), lr=1e-3)
+        loss_fn(ddp(x), y).backward(); opt.step()      # the same model in every process
+    """
+
+    def __init__(self, module: nn.Module, *args: Any, **kwargs: Any) -> None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise InputValueError(
+                "DistributedDataParallel needs the default process group: call "
+                "torch.distributed.init_process_group('gloo') (or 'nccl' on GPUs) first, in "
+                "every process (torchrun sets the environment it reads)."
+            )
+        tables = sparse_tables(module)
+        for name, p in tables.items():
+            if binding(p) is not None:
+                raise InputValueError(
+                    f"the table {name} is bound to a fused=True optimizer, which updates it "
+                    "inside the backward, before the other processes' gradients arrive. Build "
+                    "the optimizer with fused=False for data-parallel training."
+                )
+        # DDP names a parameter of the root module ".weight" when it checks this list
+        ignored = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ())) | set(tables)
+        ignored |= {f".{name}" for name in tables if "." not in name}
+        nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            module, sorted(ignored)
+        )
+        super().__init__(module, *args, **kwargs)
+        group = kwargs.get("process_group")
+        ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+        # a group of their own: these reductions never interleave with the buckets' ones
+        self._table_group = dist.new_group(ranks=ranks)
+        self._tables = [tables[name] for name in sorted(tables)]
+        self._table_task = -1
+        with torch.no_grad():
+            for p in self._tables:
+                dist.broadcast(p.data, src=ranks[0], group=self._table_group)
+        for p in self._tables:
+            p.__dict__[DISTRIBUTED] = True  # a fused optimizer made later refuses it
+            p.register_post_accumulate_grad_hook(self._table_grad_ready)
+
+    def _table_grad_ready(self, param: torch.Tensor) -> None:
+        task = torch._C._current_graph_task_id()
+        if task == self._table_task or not self.require_backward_grad_sync:
+            return
+        self._table_task = task
+        torch.autograd.Variable._execution_engine.queue_callback(self._reduce_tables)
+
+    @torch.no_grad()
+    def _reduce_tables(self) -> None:
+        """All-reduce every table's gradient (an empty one where this process has none)."""
+        self._table_task = -1
+        world = dist.get_world_size(self._table_group)
+        for p in self._tables:
+            g = p.grad
+            if g is None:
+                g = torch.sparse_coo_tensor(
+                    torch.zeros(1, 0, dtype=torch.long, device=p.device),
+                    torch.zeros(0, *p.shape[1:], dtype=p.dtype, device=p.device), p.shape,
+                    check_invariants=False)
+            elif not g.is_sparse:
+                raise InputValueError(
+                    "a row-sparse table got a dense gradient (dense rows of shape (..., "
+                    "in_features) give one); under DistributedDataParallel pass index, bag or "
+                    "sparse input to sparse=True tables."
+                )
+            dist.all_reduce(g, group=self._table_group)
+            g = g.coalesce()
+            p.grad = torch.sparse_coo_tensor(g.indices(), g.values() / world, p.shape,
+                                             is_coalesced=True, check_invariants=False)

@@ -1,0 +1,73 @@
+"""lookuplinear.parallel.DistributedDataParallel: two processes (gloo, torchrun) end equal to one
+process on the whole batches, in float64 and float32; the errors it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from lookuplinear import InputValueError, LookupLinear, optim
+from lookuplinear.parallel import DistributedDataParallel, sparse_tables
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp.py"
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [("float64", 1e-12), ("float32", 1e-5)])
+def test_two_processes_equal_one_on_the_whole_batches(tmp_path: Path, dtype: str,
+                                                      tol: float) -> None:
+    out = tmp_path / "state.safetensors"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", str(EXAMPLE), "--steps", "50", "--dtype", dtype, "--save", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    state = load_file(str(out))
+    keys = [k[len("ddp."):] for k in state if k.startswith("ddp.")]
+    assert sorted(keys) == ["head.bias", "head.weight", "table.bias", "table.weight"]
+    for key in keys:
+        ddp, one = state[f"ddp.{key}"], state[f"one.{key}"]
+        assert ddp.dtype == getattr(torch, dtype)
+        scale = 1.0 if dtype == "float64" else float(one.abs().max())
+        assert float((ddp - one).abs().max()) <= tol * scale, key
+    start = LookupLinear(1000, 8, dtype=getattr(torch, dtype))
+    assert not torch.equal(state["ddp.table.weight"][:60], start.weight.detach()[:60])
+
+
+def test_the_tables_it_reduces() -> None:
+    model = torch.nn.Sequential(LookupLinear(10, 3, sparse=True), LookupLinear(10, 3),
+                                torch.nn.Linear(3, 1))
+    assert list(sparse_tables(model)) == ["0.weight"]
+
+
+def test_errors(tmp_path: Path) -> None:
+    model = LookupLinear(10, 3, sparse=True)
+    if not dist.is_initialized():
+        with pytest.raises(InputValueError, match="init_process_group"):
+            DistributedDataParallel(model)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        opt = optim.Adam(model.parameters(), lr=0.1, fused=True)
+        with pytest.raises(InputValueError, match="fused=False"):
+            DistributedDataParallel(model)
+        del opt
+        fresh = LookupLinear(10, 3, sparse=True)
+        ddp = DistributedDataParallel(fresh)
+        with pytest.raises(InputValueError, match="fused=False"):
+            optim.Adam(ddp.parameters(), lr=0.1, fused=True)
+        unfused = optim.Adam(ddp.parameters(), lr=0.1)
+        ddp(torch.tensor([1, 2, 2])).sum().backward()
+        grad = fresh.weight.grad
+        assert grad is not None and grad.is_sparse
+        assert grad.coalesce().indices().tolist() == [[1, 2]]
+        unfused.step()
+        with pytest.raises(InputValueError, match="dense gradient"):
+            ddp(torch.randn(2, 10)).sum().backward()
+    finally:
+        dist.destroy_process_group()
+
