@@ -11,6 +11,8 @@ OUT    ?= out/report
 $(STAMP): pyproject.toml constraints.txt setup.py $(wildcard src/lookuplinear/_kernels/c/*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	# TorchRec without its requirements, which name FBGEMM's CUDA build (docs/distributed.md)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt --no-deps torchrec==1.8.0
 	touch $(STAMP)
 
 test: lint typecheck pytest

@@ -71,3 +71,44 @@ def test_errors(tmp_path: Path) -> None:
     finally:
         dist.destroy_process_group()
 
+
+TORCHREC_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "torchrec_sharded.py"
+
+
+def test_torchrec_table_wise_equals_one_process_and_comes_back(tmp_path: Path) -> None:
+    pytest.importorskip("torchrec")
+    out = tmp_path / "tables.safetensors"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", str(TORCHREC_EXAMPLE), "--steps", "20", "--save", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    state = load_file(str(out))
+    keys = sorted(k[len("one."):] for k in state if k.startswith("one."))
+    assert keys == ["embedding_bags.item.weight", "embedding_bags.user.weight"]
+    for key in keys:
+        sharded, one = state[f"torchrec.{key}"], state[f"one.{key}"]
+        torch.testing.assert_close(sharded, one, rtol=1e-5, atol=1e-5)
+    assert "largest difference" in run.stdout
+
+
+def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrec = pytest.importorskip("torchrec")
+    from lookuplinear import LookupCollection, TableConfig
+    from lookuplinear.parallel import require_torchrec, shard_collection
+
+    coll = LookupCollection([TableConfig("t", 10, 4, ["f"])])
+    if not dist.is_initialized():
+        with pytest.raises(InputValueError, match="init_process_group"):
+            shard_collection(coll)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with pytest.raises(InputValueError, match="GPUs only"):
+            shard_collection(coll, sharding="row_wise")
+        with pytest.raises(InputValueError, match="optimizer"):
+            shard_collection(coll, optimizer="adam")
+    finally:
+        dist.destroy_process_group()
+    monkeypatch.setattr(torchrec, "__version__", "0.9.0")
+    with pytest.raises(ImportError, match=r"tested with torchrec 1\.8"):
+        require_torchrec()

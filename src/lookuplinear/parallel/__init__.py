@@ -9,8 +9,13 @@ see docs/distributed.md.
 """
 
 from ._ddp import DistributedDataParallel, sparse_tables
+from ._torchrec import TESTED_TORCHREC, gather_collection, require_torchrec, shard_collection
 
 __all__ = [
+    "TESTED_TORCHREC",
     "DistributedDataParallel",
+    "gather_collection",
+    "require_torchrec",
+    "shard_collection",
     "sparse_tables",
 ]
