@@ -112,3 +112,22 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(torchrec, "__version__", "0.9.0")
     with pytest.raises(ImportError, match=r"tested with torchrec 1\.8"):
         require_torchrec()
+
+
+def test_a_model_of_tables_only(tmp_path: Path) -> None:
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        table = LookupLinear(10, 3, sparse=True, bias=False)
+        ddp = DistributedDataParallel(table)  # PyTorch's class refuses a model without dense params
+        opt = optim.SGD(ddp.parameters(), lr=1.0)
+        before = table.weight.detach().clone()
+        with ddp.no_sync():
+            ddp(torch.tensor([4])).sum().backward()
+        ddp(torch.tensor([4, 5])).sum().backward()
+        opt.step()
+        moved = (table.weight.detach() != before).any(1).nonzero().squeeze(1).tolist()
+        assert moved == [4, 5]
+        torch.testing.assert_close(before[4] - table.weight.detach()[4], torch.full((3,), 2.0))
+    finally:
+        dist.destroy_process_group()

@@ -90,7 +90,14 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
             module, sorted(ignored)
         )
-        super().__init__(module, *args, **kwargs)
+        dense = [p for n, p in module.named_parameters() if p.requires_grad and n not in tables]
+        if dense:
+            super().__init__(module, *args, **kwargs)
+        else:  # tables only: PyTorch's reducer would have nothing to do, and refuses to start
+            nn.Module.__init__(self)
+            self.module = module
+            self.require_backward_grad_sync = True
+        self._tables_only = not dense
         group = kwargs.get("process_group")
         ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
         # a group of their own: these reductions never interleave with the buckets' ones
@@ -103,6 +110,12 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         for p in self._tables:
             p.__dict__[DISTRIBUTED] = True  # a fused optimizer made later refuses it
             p.register_post_accumulate_grad_hook(self._table_grad_ready)
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        """As PyTorch's; a model of tables only is called as it is."""
+        if self._tables_only:
+            return self.module(*inputs, **kwargs)
+        return super().forward(*inputs, **kwargs)
 
     def _table_grad_ready(self, param: torch.Tensor) -> None:
         task = torch._C._current_graph_task_id()
