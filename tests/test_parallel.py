@@ -68,6 +68,8 @@ def test_errors(tmp_path: Path) -> None:
         unfused.step()
         with pytest.raises(InputValueError, match="dense gradient"):
             ddp(torch.randn(2, 10)).sum().backward()
+        with pytest.raises(InputValueError, match="backend is 'gloo'"):
+            DistributedDataParallel(LookupLinear(10, 3, sparse=True, device="meta"))
     finally:
         dist.destroy_process_group()
 

@@ -85,6 +85,17 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                     "the optimizer with fused=False for data-parallel training."
                 )
         # DDP names a parameter of the root module ".weight" when it checks this list
+        group = kwargs.get("process_group")
+        backend = str(dist.get_backend(group))
+        wanted = {"gloo": "cpu", "nccl": "cuda"}.get(backend)
+        for name, p in tables.items():
+            if wanted is not None and p.device.type != wanted:
+                raise InputValueError(
+                    f"the table {name} is on {p.device}, but the process group's backend is "
+                    f"{backend!r}, which reduces sparse gradients of {wanted} tensors. Move the "
+                    f"model to {wanted} (model.to(...)) or use the "
+                    f"{'nccl' if wanted == 'cpu' else 'gloo'} backend."
+                )
         ignored = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ())) | set(tables)
         ignored |= {f".{name}" for name in tables if "." not in name}
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
@@ -98,7 +109,6 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
             self.module = module
             self.require_backward_grad_sync = True
         self._tables_only = not dense
-        group = kwargs.get("process_group")
         ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
         # a group of their own: these reductions never interleave with the buckets' ones
         self._table_group = dist.new_group(ranks=ranks)
