@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import hugepages
 from ._bags import Bags
 from ._kernels import mode_weights
 from .errors import InputTypeError, InputValueError
@@ -80,7 +81,9 @@ class QuantizedLookupLinear(nn.Module):
         self.include_last_offset = layer.include_last_offset
         self.dtype = dtype
         w = weight.float().contiguous()
-        packed = self.pack(w, dtype)
+        # huge pages, as the float table has (lookuplinear.hugepages): a lookup reads rows
+        # scattered over the table, a TLB miss each on 4 KiB pages
+        packed = hugepages.place(self.pack(w, dtype))
         self.register_buffer("packed", packed)
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self.register_buffer("bias", bias)
@@ -101,7 +104,7 @@ class QuantizedLookupLinear(nn.Module):
         q.in_features, q.out_features = in_features, out_features
         q.mode, q.padding_idx, q.include_last_offset = mode, padding_idx, include_last_offset
         q.dtype = dtype
-        q.register_buffer("packed", packed)
+        q.register_buffer("packed", hugepages.place(packed))
         q.register_buffer("bias", bias)
         q.training = False
         if q.rows(torch.zeros(1, dtype=torch.long)).shape != (1, out_features):
