@@ -184,3 +184,41 @@ def test_errors(tmp_path: Path) -> None:
         LookupLinear.open(tmp_path / "t")
     assert "storage=" in repr(layer) and "TableStorage(" in repr(layer.storage)
     assert isinstance(layer.storage, TableStorage)
+
+
+def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> None:
+    from lookuplinear import Checkpoint, KeyedBags, LookupCollection, TableConfig
+
+    def tables(storage: Path | None) -> list[TableConfig]:
+        return [TableConfig("user", 300, 4, ["u"], mode="mean", storage=storage),
+                TableConfig("item", 200, 4, ["i", "j"])]
+
+    torch.manual_seed(0)
+    filed = LookupCollection(tables(tmp_path / "user"), sparse=True)
+    torch.manual_seed(0)
+    memory = LookupCollection(tables(None), sparse=True)
+    storage = filed.weights[0].__dict__["_lookuplinear_storage"]
+    with torch.no_grad():  # the in-memory twin holds the file table's lazy initial values
+        memory._rows("user").copy_(draw_rows(torch.arange(300), 4, seed=storage.meta["seed"],
+                                             init="normal", in_features=300))
+        memory._rows("item").copy_(filed._rows("item"))
+    opts = [optim.Adam(c.parameters(), lr=0.1, fused=True) for c in (filed, memory)]
+    ckpt = Checkpoint(tmp_path / "ckpt", filed, opts[0])
+    for step in range(6):
+        kb = KeyedBags.from_dict({"u": [[step, 299], []], "i": [[step * 7 % 200], [3]],
+                                  "j": [[1, 1], [step]]})
+        for coll in (filed, memory):
+            coll(kb).values().pow(2).sum().backward()
+        if step == 3:
+            ckpt.save(step=step)
+            saved = filed._rows("user").detach().clone()
+    drawn = storage.drawn.bool()
+    assert drawn.nonzero().squeeze(1).tolist() == [0, 1, 2, 3, 4, 5, 299]  # the rows named
+    assert torch.equal(filed._rows("user")[drawn], memory._rows("user")[drawn])
+    assert torch.equal(filed._rows("item"), memory._rows("item"))
+    assert ckpt.restore() == {"step": 3}
+    assert torch.equal(filed._rows("user"), saved)
+    again = LookupCollection(tables(tmp_path / "user"), sparse=True)  # the path exists: opened
+    assert torch.equal(again._rows("user"), saved)
+    with pytest.raises(InputValueError, match="holds a 300 x 4"):
+        LookupCollection([TableConfig("user", 301, 4, ["u"], storage=tmp_path / "user")])

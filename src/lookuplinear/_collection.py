@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
@@ -34,6 +35,7 @@ from ._idmap import IdMap
 from ._kernels import mode_weights
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
+from ._storage import TableStorage, attach, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -86,6 +88,12 @@ class TableConfig:
         the collection's ``state_dict``. In eval mode nothing is added.
     dtype : torch.dtype, optional
         The table's dtype (default: torch's default dtype).
+    storage : path, optional
+        Keep this table and its optimizer state in memory-mapped files of a directory at this
+        path (:class:`~lookuplinear.TableStorage`, as ``LookupLinear(..., storage=)``): rows
+        drawn lazily from ``(seed, row)``, a table larger than memory. A path that holds a
+        table of this shape is opened (writable) and goes on from its values; a new path is
+        created. CPU only; ``init`` ``"normal"`` or ``"linear"``.
 
     Examples
     --------
@@ -105,6 +113,7 @@ class TableConfig:
     qr_buckets: int | None = None
     fallback_rows: int | None = None
     admit_after: int | None = None
+    storage: str | os.PathLike[str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "." in self.name:
@@ -132,6 +141,11 @@ class TableConfig:
             raise InputValueError(
                 f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "
                 f"got {self.init!r}."
+            )
+        if self.storage is not None and self.init not in ("normal", "linear"):
+            raise InputValueError(
+                f"TableConfig {self.name!r}: storage= draws each row on its first lookup from "
+                f"(seed, row), so init must be 'normal' or 'linear', got {self.init!r}."
             )
         if self.hashing not in (None, "mod", "qr", "map"):
             raise InputValueError(
@@ -268,8 +282,10 @@ class LookupCollection(nn.Module):
         keys: dict[tuple[Any, ...], int] = {}
         places: dict[str, _Place] = {}
         sizes: list[tuple[int, int, torch.dtype]] = []
-        for t in tables:  # group by (dim, dtype); a max table alone (it has no sparse grad)
-            key = (t.embedding_dim, dtype_of[t.name], t.name if t.mode == "max" else None)
+        for t in tables:  # group by (dim, dtype); a max table alone (it has no sparse grad),
+            # and a table in a file alone (its own files)
+            alone = t.mode == "max" or t.storage is not None
+            key = (t.embedding_dim, dtype_of[t.name], t.name if alone else None)
             if key not in keys:
                 keys[key] = len(sizes)
                 sizes.append((0, t.embedding_dim, dtype_of[t.name]))
@@ -285,11 +301,13 @@ class LookupCollection(nn.Module):
             for t in tables if t.hashing == "map"
         })
         self._mapped: dict[str, torch.Tensor] | None = None
+        stored = {self._places[t.name].group: t for t in tables if t.storage is not None}
         self.weights = nn.ParameterList(
+            _file_table(stored[g], dt, device) if g in stored else
             nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
-            for rows, dim, dt in sizes
+            for g, (rows, dim, dt) in enumerate(sizes)
         )
-        self.reset_parameters()
+        self.reset_parameters(fresh_only=True)
         self._register_state_dict_hook(_tables_state_dict)
         self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
 
@@ -312,12 +330,16 @@ class LookupCollection(nn.Module):
         self._columns = (None if order == list(range(col)) else
                          torch.tensor(order, dtype=torch.long))
 
-    def reset_parameters(self) -> None:
+    def reset_parameters(self, *, fresh_only: bool = False) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
-        ``LookupLinear`` layers made in that order under the same seed would get)."""
-        for name in self._places:
-            init_weight_(self._rows(name), self._places[name].config.init,
-                         self._places[name].config.padding_idx)
+        ``LookupLinear`` layers made in that order under the same seed would get); a table in
+        a file has every row undrawn again (drawn from ``(seed, row)`` on its next lookup)."""
+        for name, place in self._places.items():
+            storage = storage_of(self.weights[place.group])
+            if storage is None:
+                init_weight_(self._rows(name), place.config.init, place.config.padding_idx)
+            elif not fresh_only:
+                storage.clear()
 
     # ------------------------------------------------------------------ tables
     def _rows(self, name: str) -> torch.Tensor:
@@ -690,6 +712,36 @@ class LookupCollection(nn.Module):
 
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
+
+
+def _file_table(cfg: TableConfig, dtype: torch.dtype,
+                device: torch.device | str | None) -> nn.Parameter:
+    """The parameter of a table in a file: opened where ``cfg.storage`` holds one of this
+    shape, else created (seed drawn from PyTorch's generator)."""
+    if torch.device(device or "cpu").type != "cpu":
+        raise InputValueError(
+            f"TableConfig {cfg.name!r}: storage= keeps the table in a memory-mapped file, which "
+            f"is CPU memory; got device={device!r}."
+        )
+    path = os.fspath(cfg.storage)  # type: ignore[arg-type]
+    if os.path.exists(path):
+        storage = TableStorage.open(path, writable=True)
+        m = storage.meta
+        if (m["rows"], m["dim"], storage.dtype) != (cfg.stored_rows, cfg.embedding_dim, dtype):
+            raise InputValueError(
+                f"TableConfig {cfg.name!r}: {path} holds a {m['rows']} x {m['dim']} "
+                f"{m['dtype']} table, the config asks for {cfg.stored_rows} x "
+                f"{cfg.embedding_dim} {dtype}. Give another path, or remove it."
+            )
+    else:
+        layer = {"bias": False, "mode": cfg.mode, "padding_idx": cfg.padding_idx,
+                 "sparse": True, "include_last_offset": False}
+        storage = TableStorage.create(path, cfg.stored_rows, cfg.embedding_dim, dtype=dtype,
+                                      init=str(cfg.init), seed=int(torch.randint(0, 2**62, ())),
+                                      layer=layer)
+    param = nn.Parameter(storage.weight)
+    attach(param, storage)
+    return param
 
 
 def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: torch.dtype,

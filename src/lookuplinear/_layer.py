@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from . import hugepages
-from ._storage import TableStorage, attach, lookup_rows
+from ._storage import TableStorage, attach
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -262,12 +262,6 @@ class LookupLinear(nn.Module):
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
-        if self.storage is not None:  # draw the rows this input reads for the first time
-            if offsets is not None:
-                self.storage.materialize(cast(torch.Tensor, input))
-            else:
-                input, rows = lookup_rows(input, self.in_features)
-                self.storage.materialize(rows)
         return lookup_linear(
             input,
             cast(torch.Tensor, weight),

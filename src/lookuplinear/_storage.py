@@ -44,13 +44,14 @@ import torch
 from . import hugepages
 from ._bags import Bags, check_index_range
 from .errors import InputTypeError, InputValueError, ModelFileError
-from .functional import _as_bags
 
-__all__ = ["FORMAT", "TableStorage", "attach", "draw_rows", "lookup_rows", "storage_of"]
+__all__ = ["FORMAT", "STORAGE", "TableStorage", "attach", "draw_rows", "drawn_input", "lookup_rows",
+           "storage_of"]
 
 FORMAT = "lookuplinear-table"
 _VERSION = 1
-_ATTR = "_lookuplinear_storage"
+#: attribute of a table parameter that lives in a file: its TableStorage
+STORAGE = "_lookuplinear_storage"
 _DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
@@ -319,14 +320,30 @@ class TableStorage:
 
 
 def storage_of(param: torch.Tensor) -> TableStorage | None:
-    """The :class:`TableStorage` a table parameter lives in, if any."""
-    found: TableStorage | None = param.__dict__.get(_ATTR)
+    """The :class:`TableStorage` a table parameter (or a view of one) lives in, if any."""
+    base = param._base if param._base is not None else param
+    found: TableStorage | None = base.__dict__.get(STORAGE)
     return found
+
+
+def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
+                in_features: int) -> Any:
+    """Draw the rows of a table in a file that ``input`` reads for the first time; returns the
+    input (matrix input converted to ``Bags`` once). Any other table: nothing to do."""
+    storage = storage_of(weight)
+    if storage is None:
+        return input
+    if offsets is not None:  # a 1-D index tensor with offsets: every entry is a row
+        storage.materialize(input)
+        return input
+    input, rows = lookup_rows(input, in_features)
+    storage.materialize(rows)
+    return input
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
     """Mark ``param`` as living in ``storage`` (its optimizer state goes there too)."""
-    param.__dict__[_ATTR] = storage
+    param.__dict__[STORAGE] = storage
 
 
 def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:
@@ -348,5 +365,7 @@ def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:
                 "read every row. Pass Bags.from_dense(x) or x.to_sparse_csr()."
             )
         return input, input
+    from .functional import _as_bags  # (functional imports this module)
+
     bags = _as_bags(input, in_features)
     return bags, bags.indices
