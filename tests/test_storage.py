@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,10 @@ def test_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="bytes"):
         LookupLinear.open(tmp_path / "t")
     assert "storage=" in repr(layer) and "TableStorage(" in repr(layer.storage)
+    with pytest.raises(TypeError, match=r"LookupLinear\.open"):
+        copy.deepcopy(layer)
+    with pytest.raises(TypeError, match=r"LookupLinear\.open"):
+        pickle.dumps(layer)
     assert isinstance(layer.storage, TableStorage)
 
 

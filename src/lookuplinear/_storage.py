@@ -313,6 +313,13 @@ class TableStorage:
             for _, mm in self._maps.values():
                 mm.flush()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise InputTypeError(
+            f"a table in a file ({self.path}) cannot be pickled or deep-copied: its values live "
+            "in the file, which a copy would share. Open it again in the other process with "
+            "LookupLinear.open(path), or copy its values with layer.state_dict()."
+        )
+
     def __repr__(self) -> str:
         m = self.meta
         mode = "r+" if self.writable else "r"
