@@ -1,13 +1,16 @@
 """Data-parallel training of a lookuplinear model, equal to one process on the whole batch.
 
     torchrun --standalone --nproc_per_node 2 examples/ddp.py [--steps 50] [--dtype float64]
+                                                              [--collection]
 
 A ``LookupLinear(sparse=True)`` table under a dense layer, trained by ``lookuplinear.optim.Adam``
 in every process on its half of each global batch (bags with duplicates, empty bags, IDs shared
 by both halves), wrapped in ``lookuplinear.parallel.DistributedDataParallel``. Rank 0 then
 trains the same model alone on the whole batches and prints the largest difference between the
 two: DDP averages the processes' gradients, one process averages the loss over the whole batch,
-so the two are equal up to rounding. ``--save PATH`` writes rank 0's final state (safetensors).
+so the two are equal up to rounding. ``--collection``: two tables in a ``LookupCollection``
+instead of one ``LookupLinear``. ``--save PATH`` writes rank 0's start and final states
+(safetensors).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lookuplinear import Bags, LookupLinear, optim
+from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
 from lookuplinear.parallel import DistributedDataParallel
 
 VOCAB, DIM, BATCH = 1000, 8, 16  # BATCH bags per process and step
@@ -32,6 +35,21 @@ class Model(nn.Module):
 
     def forward(self, x: Bags) -> torch.Tensor:
         return self.head(torch.relu(self.table(x)))
+
+
+class CollectionModel(nn.Module):
+    """Two tables in a ``LookupCollection``: the bags' IDs, and the same IDs modulo 50."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.tables = LookupCollection([
+            TableConfig("ids", VOCAB, DIM, ["ids"], mode="mean", dtype=dtype),
+            TableConfig("small", 50, DIM, ["small"], dtype=dtype)], sparse=True)
+        self.head = nn.Linear(2 * DIM, 2, dtype=dtype)
+
+    def forward(self, x: Bags) -> torch.Tensor:
+        kb = KeyedBags.from_dict({"ids": x, "small": Bags(x.indices % 50, x.offsets)})
+        return self.head(torch.relu(self.tables(kb).values()))
 
 
 def global_batch(step: int, world: int, dtype: torch.dtype) -> tuple[list[list[int]], torch.Tensor]:
@@ -64,17 +82,20 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64")
     p.add_argument("--save", default=None)
+    p.add_argument("--collection", action="store_true",
+                   help="the tables in a LookupCollection instead of one LookupLinear")
     args = p.parse_args()
+    make = CollectionModel if args.collection else Model
     dtype = getattr(torch, args.dtype)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = Model(dtype)
+    model = make(dtype)
     start = state(model)
     ddp = DistributedDataParallel(model)
     train(ddp, args.steps, world, rank, dtype, shard=True)
     if rank == 0:
-        alone = Model(dtype)
+        alone = make(dtype)
         alone.load_state_dict(start)
         train(alone, args.steps, world, rank, dtype, shard=False)
         diff = max(float((a - b).abs().max()) for a, b in
@@ -85,7 +106,8 @@ def main() -> None:
             from safetensors.torch import save_file
 
             save_file({**{f"ddp.{k}": v for k, v in state(model).items()},
-                       **{f"one.{k}": v for k, v in state(alone).items()}}, args.save)
+                       **{f"one.{k}": v for k, v in state(alone).items()},
+                       **{f"start.{k}": v for k, v in start.items()}}, args.save)
     dist.barrier()
     dist.destroy_process_group()
 

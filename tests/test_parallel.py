@@ -18,24 +18,28 @@ from lookuplinear.parallel import DistributedDataParallel, sparse_tables
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp.py"
 
 
-@pytest.mark.parametrize(("dtype", "tol"), [("float64", 1e-12), ("float32", 1e-5)])
+@pytest.mark.parametrize(("dtype", "tol", "collection"), [
+    ("float64", 1e-12, False), ("float32", 1e-5, False), ("float64", 1e-12, True)])
 def test_two_processes_equal_one_on_the_whole_batches(tmp_path: Path, dtype: str,
-                                                      tol: float) -> None:
+                                                      tol: float, collection: bool) -> None:
     out = tmp_path / "state.safetensors"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", str(EXAMPLE), "--steps", "50", "--dtype", dtype, "--save", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(cmd + ["--collection"] * collection, capture_output=True, text=True,
+                         timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     state = load_file(str(out))
     keys = [k[len("ddp."):] for k in state if k.startswith("ddp.")]
-    assert sorted(keys) == ["head.bias", "head.weight", "table.bias", "table.weight"]
+    tables = (["tables.embedding_bags.ids.weight", "tables.embedding_bags.small.weight"]
+              if collection else ["table.bias", "table.weight"])
+    assert sorted(keys) == sorted(["head.bias", "head.weight", *tables])
     for key in keys:
         ddp, one = state[f"ddp.{key}"], state[f"one.{key}"]
         assert ddp.dtype == getattr(torch, dtype)
         scale = 1.0 if dtype == "float64" else float(one.abs().max())
         assert float((ddp - one).abs().max()) <= tol * scale, key
-    start = LookupLinear(1000, 8, dtype=getattr(torch, dtype))
-    assert not torch.equal(state["ddp.table.weight"][:60], start.weight.detach()[:60])
+    for key in tables:  # and the tables trained
+        assert not torch.equal(state[f"ddp.{key}"], state[f"start.{key}"]), key
 
 
 def test_the_tables_it_reduces() -> None:
