@@ -29,6 +29,7 @@ drawn while serving stay private to the process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import mmap
@@ -138,6 +139,16 @@ def _map(path: Path, shape: tuple[int, ...], dtype: torch.dtype, *, writable: bo
     return torch.frombuffer(mm, dtype=dtype).view(shape), mm
 
 
+def _anonymous_zeros(n: int) -> torch.Tensor:
+    """``n`` zero bytes of anonymous memory whose pages appear on first touch (no memset), on
+    huge pages where the system allows (:mod:`lookuplinear.hugepages`'s policy)."""
+    mm = mmap.mmap(-1, max(n, 1))
+    if hugepages.enabled() and hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):  # a hint: ordinary pages where the kernel says no
+            mm.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(mm, dtype=torch.uint8)[:n]
+
+
 def _zero(t: torch.Tensor, mm: mmap.mmap) -> None:
     """Set a mapped file to zeros, giving its blocks back to the file system where it can."""
     try:
@@ -179,9 +190,12 @@ class TableStorage:
         # TLB miss each; the file keeps them for the next process
         self._seen = self.drawn
         if writable:
-            self._seen = hugepages.empty(rows, dtype=torch.uint8)
-            for start in range(0, rows, 1 << 24):
-                self._seen[start:start + (1 << 24)] = self.drawn[start:start + (1 << 24)]
+            self._seen = _anonymous_zeros(rows)
+            if not create:  # copy the flags set; the rest stays untouched zero pages
+                for start in range(0, rows, 1 << 24):
+                    chunk = self.drawn[start:start + (1 << 24)]
+                    if bool(chunk.any()):
+                        self._seen[start:start + (1 << 24)] = chunk
         if create and meta["padding_idx"] is not None:
             self.mark_drawn(torch.tensor([meta["padding_idx"]]))  # the padding row stays zero
 
@@ -303,7 +317,8 @@ class TableStorage:
         """Every row undrawn and every optimizer state zero, as when created (the bias too)."""
         for t, mm in self._maps.values():
             _zero(t, mm)
-        self._seen.zero_()
+        if self._seen is not self.drawn:  # new zero pages, not a memset of the old ones
+            self._seen = _anonymous_zeros(self.meta["rows"])
         if self.meta["padding_idx"] is not None:
             self.mark_drawn(torch.tensor([self.meta["padding_idx"]]))
 
