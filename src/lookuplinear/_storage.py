@@ -17,8 +17,9 @@ memory trains as one that fits, and nothing reads the whole table.
 first time a lookup names the row (:meth:`TableStorage.materialize`), so creating a 50 GB table
 writes nothing. ``init="normal"`` draws a standard normal (``nn.Embedding``'s distribution),
 ``init="linear"`` a uniform on ``[-1/sqrt(in_features), 1/sqrt(in_features)]``
-(``nn.Linear``'s), from a counter-based generator: SplitMix64 of ``(seed, row, column pair)``,
-two 32-bit uniforms per hash, Box-Muller for the normal. The values follow the distribution of
+(``nn.Linear``'s), from a counter-based generator: SplitMix64 of ``(seed, row, pair)``, two
+32-bit uniforms per hash, Box-Muller for the normal (pair ``j``'s two values fill columns ``j``
+and ``pairs + j``). The values follow the distribution of
 an in-memory table's, not its exact numbers (PyTorch's generator draws a whole table in one
 sequence). Reading ``weight`` directly shows zeros for rows never looked up.
 
@@ -97,14 +98,18 @@ def draw_rows(
     u = torch.from_numpy(h.view(np.uint32).astype(np.float64)).add_(0.5).mul_(2.0**-32)
     u = u.view(len(r), pairs, 2)
     lo, hi = u[..., 0], u[..., 1]
+    # columns [0, pairs) from each pair's first value, [pairs, 2 * pairs) from its second
+    out = torch.empty(len(r), 2 * pairs, dtype=dtype)
     if init == "linear":
         bound = 1.0 / math.sqrt(in_features)
-        out = torch.stack([hi, lo], dim=2).mul_(2).sub_(1).mul_(bound)
+        torch.mul(hi.mul(2).sub_(1), bound, out=out[:, :pairs])
+        torch.mul(lo.mul(2).sub_(1), bound, out=out[:, pairs:])
     else:  # Box-Muller: two independent standard normals per pair of uniforms
         radius = hi.log().mul_(-2).sqrt_()
         angle = lo.mul(2 * math.pi)
-        out = torch.stack([radius * angle.cos(), radius * angle.sin()], dim=2)
-    return out.view(len(r), 2 * pairs)[:, :dim].to(dtype).contiguous()
+        torch.mul(radius, angle.cos(), out=out[:, :pairs])
+        torch.mul(radius, angle.sin_(), out=out[:, pairs:])
+    return out[:, :dim].contiguous() if dim < 2 * pairs else out
 
 
 def _map(path: Path, shape: tuple[int, ...], dtype: torch.dtype, *, writable: bool,
