@@ -15,7 +15,9 @@ median steps per second of each and their ratio, in two phases: **growing** (new
 round: Zipf's tail keeps bringing rows never touched, whose first touch costs page faults on
 the files) and **steady** (one round's batches again and again: every row in use has been
 touched); then the file's touched rows and disk use, and the process's peak resident memory
-(VmHWM, which counts the file's pages in memory) against the machine's.
+(VmHWM, which counts the file's pages in memory) against the machine's. ``--id-map`` puts the
+file table behind an ``IdMap`` (``TableConfig(hashing="map", storage=...)``), which gives rows
+in the order IDs are first seen: new rows land next to each other, 16 to a page.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lookuplinear import Bags, LookupLinear, optim
+from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
+from lookuplinear._storage import storage_of
 
 
 def _meminfo(key: str, path: str = "/proc/meminfo") -> int:
@@ -67,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--dir", default=tempfile.gettempdir())
+    p.add_argument("--id-map", action="store_true",
+                   help="the file table behind an IdMap (TableConfig(hashing='map', storage=)): "
+                        "rows given in first-seen order, so new rows are contiguous")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     ram = _meminfo("MemTotal")
@@ -81,15 +87,27 @@ def main(argv: list[str] | None = None) -> int:
               f"memory table {args.memory_rows:,} x {args.dim} = "
               f"{args.memory_rows * row_bytes / 2**30:.2f} GiB")
         torch.manual_seed(0)
-        models = {
-            "file": LookupLinear(file_rows, args.dim, sparse=True, storage=root / "table",
-                                 seed=0),
-            "memory": LookupLinear(args.memory_rows, args.dim, sparse=True),
-        }
-        opts = {k: optim.Adam(m.parameters(), lr=0.01, fused=True) for k, m in models.items()}
+        memory = LookupLinear(args.memory_rows, args.dim, sparse=True)
+        if args.id_map:
+            coll = LookupCollection([TableConfig("ids", file_rows, args.dim, ["ids"],
+                                                 hashing="map", storage=root / "table")],
+                                    sparse=True)
+            file_params = list(coll.parameters())
+
+            def file_model(x: Bags) -> torch.Tensor:
+                return coll(KeyedBags(["ids"], x.indices, offsets=x.offsets)).values()
+        else:
+            layer = LookupLinear(file_rows, args.dim, sparse=True, storage=root / "table",
+                                 seed=0)
+            file_params, file_model = list(layer.parameters()), layer
+        models: dict[str, Callable[[Bags], torch.Tensor]] = {"file": file_model,
+                                                             "memory": memory}
+        params = {"file": file_params, "memory": list(memory.parameters())}
+        opts = {k: optim.Adam(params[k], lr=0.01, fused=True) for k in models}
         per_round = args.steps
-        data = {k: _batches(m.in_features, (args.rounds + 1) * per_round, args.bags, args.bag,
-                            args.zipf, seed=1) for k, m in models.items()}
+        rows = {"file": file_rows, "memory": args.memory_rows}
+        data = {k: _batches(rows[k], (args.rounds + 1) * per_round, args.bags, args.bag,
+                            args.zipf, seed=1) for k in models}
         target = torch.randn(args.bags, args.dim)
         order = np.random.default_rng(0)
 
@@ -118,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         for phase, med in (("growing", growing), ("steady", steady)):
             print(f"{phase:<8} {med['file']:12.2f} {med['memory']:15.2f} "
                   f"{med['file'] / med['memory']:11.2f}x")
-        storage = models["file"].storage
+        storage = storage_of(file_params[0])
         assert storage is not None
         drawn = int(storage.drawn.sum())
         disk = sum(f.stat().st_blocks * 512 for f in (root / "table").iterdir())
