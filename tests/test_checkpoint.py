@@ -258,3 +258,22 @@ def test_killed_at_random_instants_reopens_at_the_last_completed_checkpoint(
     print("reopened at generations", reopened)
     assert reopened[-1] == max(refs)  # the last run resumed and finished as the reference
     assert len(set(reopened)) > 5  # the kills landed at many points of the run
+
+
+def test_a_billion_row_table_in_a_file_checkpoints_its_touched_rows(tmp_path: Path) -> None:
+    layer = LookupLinear(10**9, 4, storage=tmp_path / "t", bias=False, seed=0, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    layer(torch.tensor([5, 10**9 - 1])).sum().backward()
+    ckpt.save(step=0)
+    layer(torch.tensor([7, 5])).sum().backward()
+    ckpt.save(step=1)
+    kept = layer.weight[[5, 7, 10**9 - 1]].detach().clone()
+    layer(torch.tensor([8, 5])).sum().backward()
+    assert ckpt.restore() == {"step": 1}
+    assert torch.equal(layer.weight[[5, 7, 10**9 - 1]], kept)
+    assert layer.storage is not None
+    assert layer.storage.drawn_rows().tolist() == [5, 7, 10**9 - 1]  # row 8 undrawn again
+    sizes = [s["bytes"] for s in json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())[
+        "segments"]]
+    assert max(sizes) < 8192  # the rows touched, not the table's

@@ -158,11 +158,14 @@ class Checkpoint:
                             "Pass the module that holds every optimized parameter."
                         )
         self.tables = {n: p for n, p in module.named_parameters() if self._by_rows(module, p)}
-        self._dirty: dict[str, torch.Tensor] = {}
+        # the rows each table's gradients named since the last save (int64 tensors, duplicates
+        # allowed until a save sorts them out), and the rows the chain's segments hold: what a
+        # save costs follows the rows training touched, never the table's size
+        self._dirty: dict[str, list[torch.Tensor]] = {}
         self._ever: dict[str, torch.Tensor] = {}
         for name, p in self.tables.items():
-            self._dirty[name] = self._initial_rows(p)
-            self._ever[name] = torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
+            self._dirty[name] = [self._initial_rows(p)]
+            self._ever[name] = torch.zeros(0, dtype=torch.long, device=p.device)
             watch(p, self, self._watcher(name))
         self._segments: list[dict[str, Any]] = []
         self._chained = False  # whether this object's last save or restore began the chain
@@ -189,19 +192,29 @@ class Checkpoint:
         """The rows the first save must hold: all of them, or a file table's drawn rows."""
         storage = storage_of(p)
         if storage is not None:
-            return storage.drawn.data.to(torch.bool)
-        return torch.ones(p.shape[0], dtype=torch.bool, device=p.device)
+            return storage.drawn_rows().to(p.device)
+        return torch.arange(p.shape[0], device=p.device)
 
     def _watcher(self, name: str) -> Any:
-        dirty = self._dirty
+        dirty, table = self._dirty, self.tables[name]
 
         def seen(rows: torch.Tensor | None) -> None:
-            if rows is None:
-                dirty[name].fill_(True)
-            else:
-                dirty[name][rows.to(dirty[name].device)] = True
+            pending = dirty[name]
+            if rows is None:  # a dense gradient: any row may change
+                pending[:] = [torch.arange(table.shape[0], device=table.device)]
+                return
+            pending.append(rows.detach().reshape(-1).to(torch.long, copy=True))
+            if len(pending) > 64:  # many steps between saves: keep each row once
+                pending[:] = [torch.unique(torch.cat(pending))]
 
         return seen
+
+    def _touched(self, name: str) -> torch.Tensor:
+        """The rows named since the last save, sorted, once each."""
+        pending = self._dirty[name]
+        if not pending:
+            return torch.zeros(0, dtype=torch.long, device=self.tables[name].device)
+        return torch.unique(torch.cat(pending))
 
     def close(self) -> None:
         """Stop following the module's tables (the checkpoint files stay)."""
@@ -227,12 +240,12 @@ class Checkpoint:
             raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
-        delta = {n: self._dirty[n].clone() for n in self.tables}
-        union = {n: self._ever[n] | delta[n] for n in self.tables}
-        row_bytes = sum(int(union[n].sum()) * self._row_bytes(n) for n in self.tables)
+        delta = {n: self._touched(n) for n in self.tables}
+        union = {n: torch.unique(torch.cat([self._ever[n], delta[n]])) for n in self.tables}
+        row_bytes = sum(len(union[n]) * self._row_bytes(n) for n in self.tables)
         chain_bytes = sum(s["bytes"] for s in self._segments)
         compact = not self._chained or chain_bytes > self.compact_ratio * max(row_bytes, 1)
-        rows = {n: (union[n] if compact else delta[n]).nonzero().squeeze(1) for n in self.tables}
+        rows = union if compact else delta
         g = self.generation + 1
         data = self._segment_bytes(g, rows, info)
         name = f"seg-{g:08d}.safetensors"
@@ -248,7 +261,7 @@ class Checkpoint:
         self._segments, self.generation, self._chained = segments, g, True
         for n in self.tables:
             self._ever[n] = union[n]
-            self._dirty[n].zero_()
+            self._dirty[n].clear()
         self._remove_unlisted()
         return g
 
@@ -275,7 +288,7 @@ class Checkpoint:
             rows = p.__dict__.get(RESET_ROWS)
             if rows is None:
                 continue
-            self._dirty[name][rows.to(p.device)] = True
+            self._dirty[name].append(rows.to(p.device, torch.long))
             for opt in self.optimizers:
                 group = next((g for g in opt.param_groups if any(q is p for q in g["params"])),
                              None)
@@ -428,11 +441,9 @@ class Checkpoint:
                 _set_groups(opt, last_meta["optimizers"][i]["groups"])
         torch.set_rng_state(last["rng/torch"])
         for n, p in self.tables.items():
-            ever = torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
-            for _, tensors in segments:
-                ever[tensors[f"rows/{n}"].to(p.device)] = True
-            self._ever[n] = ever
-            self._dirty[n].zero_()
+            self._ever[n] = torch.unique(torch.cat(
+                [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]))
+            self._dirty[n].clear()
         self._segments = list(manifest["segments"])
         self.generation = int(manifest["generation"])
         self._chained = True

@@ -300,6 +300,15 @@ class TableStorage:
         if self._seen is not self.drawn:
             self._seen[rows] = 1
 
+    def drawn_rows(self) -> torch.Tensor:
+        """The rows drawn so far (int64, sorted), read a chunk at a time."""
+        found = []
+        for start in range(0, self.meta["rows"], 1 << 24):
+            chunk = self._seen[start:start + (1 << 24)]
+            if bool(chunk.any()):
+                found.append(chunk.nonzero().squeeze(1) + start)
+        return torch.cat(found) if found else torch.zeros(0, dtype=torch.long)
+
     def materialize_all(self) -> None:
         """Draw every row never drawn (writes the whole table)."""
         for start in range(0, self.meta["rows"], 1 << 16):
