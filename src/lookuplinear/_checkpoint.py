@@ -162,10 +162,12 @@ class Checkpoint:
         # allowed until a save sorts them out), and the rows the chain's segments hold: what a
         # save costs follows the rows training touched, never the table's size
         self._dirty: dict[str, list[torch.Tensor]] = {}
-        self._ever: dict[str, torch.Tensor] = {}
+        self._ever: dict[str, list[torch.Tensor]] = {}  # each segment's rows
+        self._base_rows: dict[str, int] = {}  # rows of the chain's first segment (distinct)
         for name, p in self.tables.items():
             self._dirty[name] = [self._initial_rows(p)]
-            self._ever[name] = torch.zeros(0, dtype=torch.long, device=p.device)
+            self._ever[name] = []
+            self._base_rows[name] = 0
             watch(p, self, self._watcher(name))
         self._segments: list[dict[str, Any]] = []
         self._chained = False  # whether this object's last save or restore began the chain
@@ -209,6 +211,10 @@ class Checkpoint:
 
         return seen
 
+    def _union(self, name: str, delta: torch.Tensor) -> torch.Tensor:
+        """Every row the chain holds or this save adds, sorted, once each."""
+        return torch.unique(torch.cat([*self._ever[name], delta]))
+
     def _touched(self, name: str) -> torch.Tensor:
         """The rows named since the last save, sorted, once each."""
         pending = self._dirty[name]
@@ -241,11 +247,18 @@ class Checkpoint:
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
         delta = {n: self._touched(n) for n in self.tables}
-        union = {n: torch.unique(torch.cat([self._ever[n], delta[n]])) for n in self.tables}
-        row_bytes = sum(len(union[n]) * self._row_bytes(n) for n in self.tables)
         chain_bytes = sum(s["bytes"] for s in self._segments)
-        compact = not self._chained or chain_bytes > self.compact_ratio * max(row_bytes, 1)
-        rows = union if compact else delta
+        # every row ever saved, once, is at least the base's rows and this delta: only when
+        # the chain outgrows that bound is the union computed (what a save costs stays the
+        # rows it saves, amortised)
+        bound = sum(max(self._base_rows[n], len(delta[n])) * self._row_bytes(n)
+                    for n in self.tables)
+        compact = not self._chained
+        if not compact and chain_bytes > self.compact_ratio * max(bound, 1):
+            union_bytes = sum(len(self._union(n, delta[n])) * self._row_bytes(n)
+                              for n in self.tables)
+            compact = chain_bytes > self.compact_ratio * max(union_bytes, 1)
+        rows = {n: self._union(n, delta[n]) for n in self.tables} if compact else delta
         g = self.generation + 1
         data = self._segment_bytes(g, rows, info)
         name = f"seg-{g:08d}.safetensors"
@@ -260,7 +273,10 @@ class Checkpoint:
         _fsync_dir(self.path)  # committed
         self._segments, self.generation, self._chained = segments, g, True
         for n in self.tables:
-            self._ever[n] = union[n]
+            if compact:
+                self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
+            else:
+                self._ever[n].append(rows[n])
             self._dirty[n].clear()
         self._remove_unlisted()
         return g
@@ -441,8 +457,8 @@ class Checkpoint:
                 _set_groups(opt, last_meta["optimizers"][i]["groups"])
         torch.set_rng_state(last["rng/torch"])
         for n, p in self.tables.items():
-            self._ever[n] = torch.unique(torch.cat(
-                [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]))
+            self._ever[n] = [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]
+            self._base_rows[n] = len(self._ever[n][0])
             self._dirty[n].clear()
         self._segments = list(manifest["segments"])
         self.generation = int(manifest["generation"])
