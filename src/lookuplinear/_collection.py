@@ -362,6 +362,10 @@ class LookupCollection(nn.Module):
         rows = self._rows(name).detach()
         layer.weight = nn.Parameter(rows, requires_grad=self.weights[g].requires_grad)
         layer._placed = rows.data_ptr()
+        storage = storage_of(self.weights[g])
+        if storage is not None:  # a table in a file (alone in its group): its rows drawn too
+            attach(layer.weight, storage)
+            layer.storage = storage
         return layer
 
     def table_of(self, feature: str) -> LookupLinear:
