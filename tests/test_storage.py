@@ -232,3 +232,18 @@ def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> Non
     assert view.storage is storage
     assert torch.equal(view(torch.tensor([150])), filed({"u": torch.tensor([150])})["u"])
     assert 150 in storage.drawn_rows().tolist()
+
+
+def test_under_torch_compile_rows_are_drawn_as_in_eager(tmp_path: Path) -> None:
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0, mode="mean")
+    compiled = torch.compile(layer, backend="eager")
+    x = Bags.from_lists([[5, 7], [9]])
+    y = compiled(x)
+    assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [5, 7, 9]
+    assert torch.equal(y, layer(x))
+    coll = LookupCollection([TableConfig("t", 100, 4, ["f"], storage=tmp_path / "c")])
+    kb = KeyedBags.from_dict({"f": [[3], [4, 3]]})
+    out = torch.compile(coll, backend="eager")(kb).values()
+    assert torch.equal(out, coll(kb).values()) and bool(out.abs().sum() > 0)

@@ -35,7 +35,7 @@ from ._idmap import IdMap
 from ._kernels import mode_weights
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
-from ._storage import TableStorage, attach, storage_of
+from ._storage import TableStorage, attach, drawn_eagerly, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -302,6 +302,7 @@ class LookupCollection(nn.Module):
         })
         self._mapped: dict[str, torch.Tensor] | None = None
         stored = {self._places[t.name].group: t for t in tables if t.storage is not None}
+        self._stored = frozenset(stored)
         self.weights = nn.ParameterList(
             _file_table(stored[g], dt, device) if g in stored else
             nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
@@ -533,6 +534,13 @@ class LookupCollection(nn.Module):
             f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
 
+    def _drawn(self, g: int, input: Any) -> Any:
+        """Group ``g``'s input with its rows drawn first if the group is a table in a file
+        (outside any compiled graph: ``lookup_linear``'s own check cannot run in one)."""
+        if g in self._stored:
+            return drawn_eagerly(self.weights[g], input)
+        return input
+
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         g, off, cfg = self._places[self._table_of[feature]]
         if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or x.dtype == torch.bool:
@@ -553,10 +561,11 @@ class LookupCollection(nn.Module):
             m = int(cfg.qr_buckets or 1)
             n_q = -(-cfg.num_embeddings // m)
             w = self.weights[g]
-            return (lookup_linear(ids // m + off, w, None, sparse=self.sparse)
-                    + lookup_linear(ids % m + (off + n_q), w, None, sparse=self.sparse))
+            return (lookup_linear(self._drawn(g, ids // m + off), w, None, sparse=self.sparse)
+                    + lookup_linear(self._drawn(g, ids % m + (off + n_q)), w, None,
+                                    sparse=self.sparse))
         pad = None if cfg.padding_idx is None else off + cfg.padding_idx
-        return lookup_linear(ids + off, self.weights[g], None, padding_idx=pad,
+        return lookup_linear(self._drawn(g, ids + off), self.weights[g], None, padding_idx=pad,
                              sparse=self.sparse)
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
@@ -609,16 +618,18 @@ class LookupCollection(nn.Module):
                 for f in feats:
                     cfg = self._places[self._table_of[f]].config
                     mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    blocks.append(lookup_linear(self._checked(kb, f), self._rows(cfg.name), None,
+                    blocks.append(lookup_linear(self._drawn(g, self._checked(kb, f)),
+                                                self._rows(cfg.name), None,
                                                 mode=mode, padding_idx=cfg.padding_idx,
                                                 sparse=self.sparse))
                 continue
             one_hot = self._one_hot(kb, feats)
             if one_hot is not None:  # (N, F) rows: one lookup straight into (N, F, dim)
-                out = lookup_linear(one_hot, self.weights[g], None, sparse=self.sparse)
+                out = lookup_linear(self._drawn(g, one_hot), self.weights[g], None,
+                                    sparse=self.sparse)
                 blocks.append(out.reshape(n, len(feats) * self.weights[g].shape[1]))
                 continue
-            flat = lookup_linear(self._group_bags(kb, feats), self.weights[g], None,
+            flat = lookup_linear(self._drawn(g, self._group_bags(kb, feats)), self.weights[g], None,
                                  sparse=self.sparse)  # (F * N, dim), feature-major
             # (N, F * dim): one copy, whose backward is one copy too
             dim = self.weights[g].shape[1]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from . import hugepages
-from ._storage import TableStorage, attach
+from ._storage import TableStorage, attach, drawn_eagerly
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -262,6 +262,8 @@ class LookupLinear(nn.Module):
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        if self.storage is not None:  # draw the rows read for the first time (also compiled)
+            input = drawn_eagerly(weight, input, offsets)
         return lookup_linear(
             input,
             cast(torch.Tensor, weight),

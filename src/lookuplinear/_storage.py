@@ -47,8 +47,17 @@ from . import hugepages
 from ._bags import Bags, check_index_range
 from .errors import InputTypeError, InputValueError, ModelFileError
 
-__all__ = ["FORMAT", "STORAGE", "TableStorage", "attach", "draw_rows", "drawn_input", "lookup_rows",
-           "storage_of"]
+__all__ = [
+    "FORMAT",
+    "STORAGE",
+    "TableStorage",
+    "attach",
+    "draw_rows",
+    "drawn_eagerly",
+    "drawn_input",
+    "lookup_rows",
+    "storage_of",
+]
 
 FORMAT = "lookuplinear-table"
 _VERSION = 1
@@ -360,6 +369,13 @@ def storage_of(param: torch.Tensor) -> TableStorage | None:
     base = param._base if param._base is not None else param
     found: TableStorage | None = base.__dict__.get(STORAGE)
     return found
+
+
+@torch.compiler.disable
+def drawn_eagerly(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None = None) -> Any:
+    """:func:`drawn_input` outside any ``torch.compile`` graph (a graph break): a compiled
+    layer or collection over a table in a file draws its rows as an eager one does."""
+    return drawn_input(weight, input, offsets, weight.shape[0])
 
 
 def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
