@@ -48,6 +48,8 @@ def train(root: Path, steps: int, every: int, on_save: OnSave | None = None) -> 
     start = 0
     if (root / "ckpt" / "MANIFEST.json").exists():
         start = int(ckpt.restore()["step"]) + 1
+    else:  # a run killed before its first save left rows in the table: start it over
+        model.reset_parameters()
     print("ready", flush=True)
     for step in range(start, steps):
         x, y = batch(step)
