@@ -39,7 +39,7 @@ from ._storage import TableStorage, attach, drawn_eagerly, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
-__all__ = ["LookupCollection", "TableConfig"]
+__all__ = ["LookupCollection", "TableConfig", "route", "table_bags"]
 
 
 @dataclass(frozen=True)
@@ -519,20 +519,7 @@ class LookupCollection(nn.Module):
         ``EmbeddingCollection``: each ``S`` index tensor gives ``S + (dim,)``). Features in the
         batch that no table reads are ignored.
         """
-        if isinstance(features, KeyedBags):
-            return self._pooled(features)
-        if isinstance(features, Mapping):
-            unknown = [f for f in features if f not in self._table_of]
-            if unknown:
-                raise InputValueError(
-                    f"LookupCollection: no table reads feature(s) {unknown}; the features are "
-                    f"{self.feature_names}."
-                )
-            return {f: self._unpooled(f, x) for f, x in features.items()}
-        raise InputTypeError(
-            "LookupCollection takes a KeyedBags or a {feature: index tensor} dict, got "
-            f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
-        )
+        return route(self, features)
 
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input with its rows drawn first if the group is a table in a file
@@ -569,12 +556,6 @@ class LookupCollection(nn.Module):
                              sparse=self.sparse)
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
-        missing = [f for f in self.feature_names if f not in kb]
-        if missing:
-            raise InputValueError(
-                f"LookupCollection: the batch has no feature {missing} (its keys are "
-                f"{kb.keys()}); every feature of the tables must be in it."
-            )
         self._mapped = self._map_ids(kb) if len(self.id_maps) else None
         try:
             return self._lookup(kb)
@@ -727,6 +708,33 @@ class LookupCollection(nn.Module):
 
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
+
+
+def route(module: Any, features: Any) -> Any:
+    """A collection's forward: a ``KeyedBags`` to ``module._pooled`` (every feature of the
+    tables must be in it), a ``{feature: index tensor}`` dict to ``module._unpooled`` feature by
+    feature; anything else, or unknown or missing features, a clear error."""
+    name = type(module).__name__
+    if isinstance(features, KeyedBags):
+        missing = [f for f in module.feature_names if f not in features]
+        if missing:
+            raise InputValueError(
+                f"{name}: the batch has no feature {missing} (its keys are "
+                f"{features.keys()}); every feature of the tables must be in it."
+            )
+        return module._pooled(features)
+    if isinstance(features, Mapping):
+        unknown = [f for f in features if f not in module._table_of]
+        if unknown:
+            raise InputValueError(
+                f"{name}: no table reads feature(s) {unknown}; the features are "
+                f"{module.feature_names}."
+            )
+        return {f: module._unpooled(f, x) for f, x in features.items()}
+    raise InputTypeError(
+        f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
+        f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
+    )
 
 
 def _file_table(cfg: TableConfig, dtype: torch.dtype,

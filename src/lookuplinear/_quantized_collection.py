@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ._bags import check_index_range
-from ._collection import LookupCollection, TableConfig, table_bags
+from ._collection import LookupCollection, TableConfig, route, table_bags
 from ._hashing import hash_ids
 from ._idmap import IdMap
 from ._keyed import KeyedBags, KeyedTensor
@@ -136,28 +136,9 @@ class QuantizedLookupCollection(nn.Module):
     ) -> KeyedTensor | dict[str, torch.Tensor]:
         """Pool every feature's bags through its quantized table, as
         ``LookupCollection.forward`` through the float one."""
-        if isinstance(features, KeyedBags):
-            return self._pooled(features)
-        if isinstance(features, Mapping):
-            unknown = [f for f in features if f not in self._table_of]
-            if unknown:
-                raise InputValueError(
-                    f"QuantizedLookupCollection: no table reads feature(s) {unknown}; the "
-                    f"features are {self.feature_names}."
-                )
-            return {f: self._unpooled(f, x) for f, x in features.items()}
-        raise InputTypeError(
-            "QuantizedLookupCollection takes a KeyedBags or a {feature: index tensor} dict, got "
-            f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
-        )
+        return cast("KeyedTensor | dict[str, torch.Tensor]", route(self, features))
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
-        missing = [f for f in self.feature_names if f not in kb]
-        if missing:
-            raise InputValueError(
-                f"QuantizedLookupCollection: the batch has no feature {missing} (its keys are "
-                f"{kb.keys()}); every feature of the tables must be in it."
-            )
         blocks = []
         for f in self.feature_names:
             cfg = self._configs[self._table_of[f]]
