@@ -522,9 +522,10 @@ class LookupCollection(nn.Module):
         return route(self, features)
 
     def _drawn(self, g: int, input: Any) -> Any:
-        """Group ``g``'s input with its rows drawn first if the group is a table in a file
-        (outside any compiled graph: ``lookup_linear``'s own check cannot run in one)."""
-        if g in self._stored:
+        """Group ``g``'s input, with its new rows drawn first when the group is a table in a
+        file and this runs inside a compiled graph, where ``lookup_linear`` cannot draw them
+        (an eager call: a graph break)."""
+        if g in self._stored and torch.compiler.is_compiling():
             return drawn_eagerly(self.weights[g], input)
         return input
 

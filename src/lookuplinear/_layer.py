@@ -262,7 +262,9 @@ class LookupLinear(nn.Module):
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
-        if self.storage is not None:  # draw the rows read for the first time (also compiled)
+        if self.storage is not None and torch.compiler.is_compiling():
+            # lookup_linear draws a table in a file's new rows, but not inside a compiled
+            # graph: there the draw is an eager call (a graph break) before the lookup
             input = drawn_eagerly(weight, input, offsets)
         return lookup_linear(
             input,

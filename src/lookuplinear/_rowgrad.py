@@ -93,12 +93,15 @@ class _BagLookup(torch.autograd.Function):
                 grad_weights = grad_weights.masked_fill(lk.indices == ctx.padding_idx, 0)
             grad_weights = grad_weights.to(weights.dtype)
         if ctx.needs_input_grad[0]:
-            notify(ctx.param, lk.indices)  # a checkpoint hears which rows change
             shape = tuple(weight.shape)
             fused = binding(ctx.param)
             if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
                 grad_weight = _differentiable_grad(lk, g, shape)
-            elif fused is None or not fused.defer(lk, g):
+            elif fused is not None and fused.defer(lk, g):
+                # no gradient is stored, so no accumulation hook fires: tell the row watchers
+                # (a checkpoint) here which rows the fused update changes
+                notify(ctx.param, lk.indices)
+            else:
                 rows, values = group_rows(lk, g, shape[0])
                 grad_weight = row_sparse_grad(rows, values.to(weight.dtype), shape)
         return grad_weight, None, None, grad_weights, None

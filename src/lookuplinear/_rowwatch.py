@@ -2,11 +2,11 @@
 
 A :class:`~lookuplinear.Checkpoint` must know which rows of a table changed since its last save,
 without reading the table. Every row-sparse update (``lookuplinear.optim``, fused or not,
-``torch.optim.SparseAdam``, sparse ``SGD``/``Adagrad``) changes exactly the rows of a gradient,
-and every row-sparse gradient of a lookuplinear table is made in one place, the lookup's
-backward (:mod:`lookuplinear._rowgrad`), which calls :func:`notify` with the rows it names. A
-dense gradient may change every row; :func:`watch` also hooks the parameter's gradient
-accumulation so that a watcher hears of it (``rows=None``: all of them).
+``torch.optim.SparseAdam``, sparse ``SGD``/``Adagrad``) changes exactly the rows of a gradient.
+A gradient that is stored reaches the parameter's gradient accumulation, which :func:`watch`
+hooks: the rows of a sparse one, ``rows=None`` (all of them) for a dense one. A gradient that a
+fused optimizer takes inside the backward is never stored; the lookup's backward
+(:mod:`lookuplinear._rowgrad`) calls :func:`notify` with its rows instead.
 
 Watchers live with the parameter (as the fused optimizer's binding does) and are dropped by
 ``deepcopy`` and pickling.
