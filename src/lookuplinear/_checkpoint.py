@@ -49,7 +49,7 @@ from torch import nn
 
 from ._fusion import RESET_ROWS, binding
 from ._rowwatch import unwatch, watch
-from ._storage import storage_of
+from ._storage import read_header, storage_of
 from .errors import InputTypeError, InputValueError, ModelFileError
 
 __all__ = ["Checkpoint"]
@@ -363,21 +363,9 @@ class Checkpoint:
     # ------------------------------------------------------------------ restore
     def _read_manifest(self) -> dict[str, Any] | None:
         try:
-            text = (self.path / _MANIFEST).read_text()
+            return read_header(self.path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
         except FileNotFoundError:
             return None
-        try:
-            manifest = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ModelFileError(f"{self.path / _MANIFEST} is damaged: {exc}.") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-            raise ModelFileError(f"{self.path} is not a lookuplinear checkpoint directory.")
-        if manifest.get("version") != _VERSION:
-            raise ModelFileError(
-                f"{self.path} is checkpoint format version {manifest.get('version')!r}; this "
-                f"lookuplinear reads version {_VERSION}. Upgrade lookuplinear."
-            )
-        return manifest
 
     def _load_segments(self, manifest: dict[str, Any]) -> list[tuple[dict[str, Any],
                                                                      dict[str, torch.Tensor]]]:

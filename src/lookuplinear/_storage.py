@@ -56,6 +56,7 @@ __all__ = [
     "drawn_eagerly",
     "drawn_input",
     "lookup_rows",
+    "read_header",
     "storage_of",
 ]
 
@@ -265,21 +266,12 @@ class TableStorage:
         """
         path = Path(path)
         try:
-            meta = json.loads((path / "meta.json").read_text())
+            meta = read_header(path / "meta.json", FORMAT, _VERSION, "table")
         except FileNotFoundError:
             raise ModelFileError(
                 f"{str(path)!r} is not a lookuplinear table directory (no meta.json). Create "
                 "one with LookupLinear(..., storage=path)."
             ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelFileError(f"{path / 'meta.json'} is damaged: {exc}.") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ModelFileError(f"{path} is not a lookuplinear table directory.")
-        if meta.get("version") != _VERSION:
-            raise ModelFileError(
-                f"{path} is table format version {meta.get('version')!r}; this lookuplinear "
-                f"reads version {_VERSION}. Upgrade lookuplinear."
-            )
         return cls(path, meta, writable=writable, create=False)
 
     # ------------------------------------------------------------------ rows
@@ -362,6 +354,32 @@ class TableStorage:
         m = self.meta
         mode = "r+" if self.writable else "r"
         return f"TableStorage({str(self.path)!r}, {m['rows']}x{m['dim']} {m['dtype']}, {mode})"
+
+
+def read_header(file: Path, fmt: str, version: int, kind: str) -> dict[str, Any]:
+    """The JSON header of a lookuplinear directory (a table's ``meta.json``, a checkpoint's
+    ``MANIFEST.json``), checked: its format and version.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``file`` is missing (the caller says what that means).
+    ModelFileError
+        It is damaged, of another format, or of another version.
+    """
+    text = file.read_bytes()
+    try:
+        header = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{file} is damaged: {exc}.") from None
+    if not isinstance(header, dict) or header.get("format") != fmt:
+        raise ModelFileError(f"{file.parent} is not a lookuplinear {kind} directory.")
+    if header.get("version") != version:
+        raise ModelFileError(
+            f"{file.parent} is {kind} format version {header.get('version')!r}; this "
+            f"lookuplinear reads version {version}. Upgrade lookuplinear."
+        )
+    return header
 
 
 def storage_of(param: torch.Tensor) -> TableStorage | None:
