@@ -3,8 +3,10 @@ process on the whole batches, in float64 and float32; the errors it promises."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,17 @@ from lookuplinear import InputValueError, LookupLinear, optim
 from lookuplinear.parallel import DistributedDataParallel, sparse_tables
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp.py"
+
+
+@contextlib.contextmanager
+def _one_process(tmp_path: Path) -> Iterator[None]:
+    """A default process group of this one process (gloo), destroyed afterwards."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(("dtype", "tol", "collection"), [
@@ -53,9 +66,7 @@ def test_errors(tmp_path: Path) -> None:
     if not dist.is_initialized():
         with pytest.raises(InputValueError, match="init_process_group"):
             DistributedDataParallel(model)
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
+    with _one_process(tmp_path):
         opt = optim.Adam(model.parameters(), lr=0.1, fused=True)
         with pytest.raises(InputValueError, match="fused=False"):
             DistributedDataParallel(model)
@@ -74,8 +85,6 @@ def test_errors(tmp_path: Path) -> None:
             ddp(torch.randn(2, 10)).sum().backward()
         with pytest.raises(InputValueError, match="backend is 'gloo'"):
             DistributedDataParallel(LookupLinear(10, 3, sparse=True, device="meta"))
-    finally:
-        dist.destroy_process_group()
 
 
 TORCHREC_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "torchrec_sharded.py"
@@ -106,24 +115,18 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     if not dist.is_initialized():
         with pytest.raises(InputValueError, match="init_process_group"):
             shard_collection(coll)
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
+    with _one_process(tmp_path):
         with pytest.raises(InputValueError, match="GPUs only"):
             shard_collection(coll, sharding="row_wise")
         with pytest.raises(InputValueError, match="optimizer"):
             shard_collection(coll, optimizer="adam")
-    finally:
-        dist.destroy_process_group()
     monkeypatch.setattr(torchrec, "__version__", "0.9.0")
     with pytest.raises(ImportError, match=r"tested with torchrec 1\.8"):
         require_torchrec()
 
 
 def test_a_model_of_tables_only(tmp_path: Path) -> None:
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
+    with _one_process(tmp_path):
         table = LookupLinear(10, 3, sparse=True, bias=False)
         ddp = DistributedDataParallel(table)  # PyTorch's class refuses a model without dense params
         opt = optim.SGD(ddp.parameters(), lr=1.0)
@@ -135,5 +138,3 @@ def test_a_model_of_tables_only(tmp_path: Path) -> None:
         moved = (table.weight.detach() != before).any(1).nonzero().squeeze(1).tolist()
         assert moved == [4, 5]
         torch.testing.assert_close(before[4] - table.weight.detach()[4], torch.full((3,), 2.0))
-    finally:
-        dist.destroy_process_group()
