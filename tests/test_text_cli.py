@@ -227,7 +227,7 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     assert model.estimator.get_params() == clf.get_params()
     model.estimator.partial_fit(X, y)  # a loaded model trains on
 
-    reg = LookupRegressor(max_iter=2, random_state=0).fit(X, np.arange(len(texts), dtype=float))
+    reg = LookupRegressor(random_state=0).fit(X, np.arange(len(texts), dtype=float))
     reg_model = load_model(save_model(tmp_path / "r.ll", reg))
     np.testing.assert_array_equal(reg_model.estimator.predict(X), reg.predict(X))
     assert reg_model.vectorizer is None
@@ -237,7 +237,7 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    clf = LookupClassifier(max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    clf = LookupClassifier(random_state=0).fit([[0, 1], [2]], [0, 1])
     path = save_model(tmp_path / "m.ll", clf)
     data = path.read_bytes()
     cases = {
@@ -297,7 +297,7 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
 
 
 def test_model_file_of_a_newer_version_is_refused(tmp_path: Path) -> None:
-    clf = LookupClassifier(max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    clf = LookupClassifier(random_state=0).fit([[0, 1], [2]], [0, 1])
     data = save_model(tmp_path / "m.ll", clf).read_bytes()
     header_len = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + header_len])

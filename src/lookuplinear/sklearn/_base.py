@@ -85,16 +85,16 @@ class LookupEstimator(BaseEstimator):
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         "hidden": [Interval(Integral, 1, None, closed="left"), None],
         "mode": [StrOptions(set(MODES))],
-        "solver": [StrOptions(set(SOLVERS))],
+        "solver": [StrOptions({"auto", "dual_cd", *SOLVERS})],
         "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
         "learning_rate": [StrOptions({"constant", "linear"})],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "alpha": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left"), None],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "device": [str, torch.device],
@@ -102,19 +102,25 @@ class LookupEstimator(BaseEstimator):
         "warm_start": ["boolean"],
     }
 
+    #: the loss ``solver="dual_cd"`` solves, and the epochs of a stochastic solver's ``fit``
+    _DUAL_LOSS: ClassVar[str]
+    _EPOCHS: ClassVar[int]
+    #: ``alpha=None`` with ``dual_cd`` is this / n_samples (LinearSVC's C=1, Ridge's alpha=1)
+    _ALPHA_TIMES_N: ClassVar[float]
+
     # set by subclasses' __init__
     hidden: int | None
     mode: str
     solver: str
     learning_rate_init: float
     learning_rate: str
-    max_iter: int
+    max_iter: int | None
     batch_size: int
-    alpha: float
+    alpha: float | None
     early_stopping: bool
     validation_fraction: float
     n_iter_no_change: int
-    tol: float
+    tol: float | None
     random_state: Any
     verbose: int
     device: str | torch.device
@@ -156,6 +162,80 @@ class LookupEstimator(BaseEstimator):
         )
         return _to_csr(X), y
 
+    # ------------------------------------------------------------------ solvers
+    def _loss_name(self) -> str:
+        return self._DUAL_LOSS
+
+    def _dual_cd_unsupported(self, *, warm: bool) -> str | None:
+        """Why ``solver="dual_cd"`` cannot fit this configuration, or None."""
+        if self.hidden is not None:
+            return f"hidden={self.hidden} makes a network, not a linear model"
+        if self.mode == "max":
+            return "mode='max' is not linear in X"
+        if self._loss_name() != self._DUAL_LOSS:
+            return f"it solves loss={self._DUAL_LOSS!r}, got loss={self._loss_name()!r}"
+        if self.early_stopping:
+            return "early_stopping stops a stochastic solver between epochs"
+        if warm:
+            return "warm_start continues a stochastic solver from the fitted model"
+        return None
+
+    def _uses_dual_cd(self, *, warm: bool) -> bool:
+        """Whether ``fit`` solves by dual coordinate descent: ``solver="dual_cd"``, or
+        ``"auto"`` wherever it applies (else ``"auto"`` is Adam)."""
+        why = self._dual_cd_unsupported(warm=warm)
+        if self.solver == "dual_cd" and why is not None:
+            raise InputValueError(
+                f"solver='dual_cd' cannot fit this {type(self).__name__}: {why}. Use "
+                "solver='auto' (dual_cd where it applies, else adam) or a stochastic solver "
+                "such as solver='adam'."
+            )
+        return self.solver == "dual_cd" or (self.solver == "auto" and why is None)
+
+    def _check_partial_fit_solver(self) -> None:
+        """``partial_fit`` takes one minibatch step at a time: ``solver="dual_cd"`` has none."""
+        if self.solver == "dual_cd":
+            raise InputValueError(
+                f"{type(self).__name__}.partial_fit needs a stochastic solver, got "
+                "solver='dual_cd' (it solves the whole problem in fit). Use solver='auto' "
+                "(Adam in partial_fit) or a stochastic solver such as 'adam'."
+            )
+
+    def _stochastic_solver(self) -> str:
+        """The minibatch optimizer: ``solver`` itself, or Adam for ``"auto"``/``"dual_cd"``
+        (``partial_fit`` and warm starts)."""
+        return self.solver if self.solver in SOLVERS else "adam"
+
+    def _n_epochs(self) -> int:
+        return self._EPOCHS if self.max_iter is None else self.max_iter
+
+    def _fit_dual_cd(
+        self,
+        X: sp.csr_matrix,
+        target: np.ndarray,
+        sample_weight: np.ndarray | None,
+        *,
+        seed: int,
+        offset: np.ndarray | None = None,
+    ) -> None:
+        """Solve the linear model exactly (``_dualcd.solve``) into ``model_``."""
+        from ._dualcd import solve
+
+        self._check_trainable()
+        lookup = self.model_.lookup
+        if lookup.mode in ("mean", "sqrtn"):
+            X = _fold_mode(X, lookup.mode)
+        n = X.shape[0]
+        alpha = self._ALPHA_TIMES_N / max(n, 1) if self.alpha is None else self.alpha
+        with torch_threads(self.n_jobs):
+            self.n_iter_ += solve(
+                lookup, X, target, sample_weight, loss=self._DUAL_LOSS, alpha=alpha,
+                tol=0.1 if self.tol is None else self.tol,
+                max_iter=1000 if self.max_iter is None else self.max_iter, seed=seed,
+                verbose=self.verbose, offset=offset)
+        self._clear_untouched(X)
+        self.model_.eval()
+
     # ------------------------------------------------------------------ model and training
     def _seed(self) -> int:
         return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
@@ -168,11 +248,11 @@ class LookupEstimator(BaseEstimator):
             net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=mode)
         self.model_ = net.to(self.device)
         self._optimizers = make_optimizers(
-            self.solver,
+            self._stochastic_solver(),
             self.model_.sparse_parameters(),
             self.model_.dense_parameters(),
             lr=self.learning_rate_init,
-            weight_decay=self.alpha,
+            weight_decay=self.alpha or 0.0,
         )
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
@@ -302,7 +382,7 @@ class LookupEstimator(BaseEstimator):
                 score = float(self.score(*validation))
                 model.train()
                 self.validation_scores_.append(score)
-                if score > best + self.tol:
+                if score > best + (1e-4 if self.tol is None else self.tol):
                     best, no_change = score, 0
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 else:

@@ -26,8 +26,9 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     """A classifier on sparse rows: ``linear(densify(X) @ E)`` scored per class, as LinearSVC.
 
     Dense equivalent: with ``hidden=None`` it is ``nn.Linear(n_features, n_classes)`` on ``X``
-    (one output for two classes), trained as ``LinearSVC`` (``loss="squared_hinge"``, the
-    default) or as multinomial logistic regression (``loss="log_loss"``); with ``hidden=h`` it
+    (one output for two classes), trained as ``LinearSVC`` (``loss="squared_hinge"``; at the
+    defaults it solves ``LinearSVC()``'s problem, one-vs-rest, by the same dual coordinate
+    descent) or as multinomial logistic regression (``loss="log_loss"``); with ``hidden=h`` it
     is ``nn.Linear(h, n_classes)(nn.Linear(n_features, h, bias=False)(X))``, fastText's
     architecture when ``mode="mean"`` and ``X`` holds token counts. The first layer is a
     :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` (scipy.sparse of any format,
@@ -46,32 +47,45 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
         How each row of ``X`` is reduced; ``"sum"`` is exactly ``X @ W``, ``"mean"`` divides a row
         by the sum of its values (fastText's average of word vectors).
-    solver : {"adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"}, default "adam"
-        Optimizer, from ``lookuplinear.optim`` when available, else ``torch.optim`` (see
-        :mod:`lookuplinear.sklearn._optim`).
+    solver : {"auto", "dual_cd", "adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"}, \
+default "auto"
+        ``"dual_cd"`` solves the linear model exactly (the minimum of the mean loss plus
+        ``alpha / 2 ||W||^2``, bias included) by dual coordinate descent, as liblinear solves
+        ``LinearSVC``: for ``hidden=None``, ``loss="squared_hinge"`` and a ``mode`` other than
+        ``"max"``, without ``early_stopping`` or a warm start. The others are minibatch
+        optimizers from ``lookuplinear.optim`` run for ``max_iter`` epochs. ``"auto"`` is
+        ``"dual_cd"`` wherever it applies and ``"adam"`` elsewhere (and in ``partial_fit``).
     learning_rate_init : float, default 0.01
         Initial learning rate.
     learning_rate : {"constant", "linear"}, default "constant"
         ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
-    max_iter : int, default 5
-        Passes over the training data (epochs) in ``fit`` (``partial_fit`` makes one).
+    max_iter : int or None, default None
+        Passes over the training data (epochs) in ``fit`` (``partial_fit`` makes one): at most
+        this many for ``dual_cd`` (None: 1000), exactly this many for a minibatch solver
+        (None: 5).
     batch_size : int, default 128
         Rows per gradient step.
-    alpha : float, default 0.0
-        L2 penalty (the optimizer's ``weight_decay``); on the table it is applied to the rows
-        each batch touches.
+    alpha : float or None, default None
+        L2 penalty: the objective is the mean loss plus ``alpha / 2 ||W||^2``. None:
+        ``1 / n_samples`` for ``dual_cd``, which is ``LinearSVC(C=1)``'s objective, and 0 for
+        a minibatch solver. A minibatch solver applies it as the optimizer's ``weight_decay``,
+        on the table to the rows each batch touches.
     early_stopping : bool, default False
         Hold out ``validation_fraction`` of the data (stratified) and stop when its accuracy has
         not improved by ``tol`` for ``n_iter_no_change`` epochs; the best epoch's weights are kept.
     validation_fraction : float, default 0.1
     n_iter_no_change : int, default 5
-    tol : float, default 1e-4
+    tol : float or None, default None
+        ``dual_cd`` stops when the projected gradient's spread over an epoch falls under it
+        (liblinear's test; None: 0.1, liblinear's default for its dual solvers);
+        ``early_stopping`` needs an improvement of more than ``tol`` (None: 1e-4).
     class_weight : dict, "balanced" or None, default None
         Weights of the classes in the loss, as in scikit-learn's linear models.
     random_state : int, RandomState instance or None, default None
         Seeds weight initialisation and shuffling: the same seed gives the same model.
     verbose : int, default 0
-        A progress bar (examples/s, loss) on stderr when > 0.
+        A progress bar (examples/s, loss) on stderr when > 0; ``dual_cd`` prints a line per
+        epoch.
     device : str or torch.device, default "cpu"
     warm_start : bool, default False
         ``fit`` continues from the fitted model (and its optimizer state) instead of starting
@@ -88,7 +102,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     model_ : LookupNet
         The trained ``torch.nn.Module``.
     loss_curve_ : list of float
-        Mean training loss of each epoch.
+        Mean training loss of each epoch of a minibatch solver (empty after ``dual_cd``).
     n_iter_ : int
         Epochs run.
     validation_scores_ : list of float
@@ -113,6 +127,10 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
     array(['pos', 'neg'], dtype='<U3')
     """
 
+    _DUAL_LOSS = "squared_hinge"
+    _EPOCHS = 5
+    _ALPHA_TIMES_N = 1.0
+
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
         **LookupEstimator._parameter_constraints,
         "class_weight": [dict, StrOptions({"balanced"}), None],
@@ -125,16 +143,16 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         loss: str = "squared_hinge",
         hidden: int | None = None,
         mode: str = "sum",
-        solver: str = "adam",
+        solver: str = "auto",
         learning_rate_init: float = 0.01,
         learning_rate: str = "constant",
-        max_iter: int = 5,
+        max_iter: int | None = None,
         batch_size: int = 128,
-        alpha: float = 0.0,
+        alpha: float | None = None,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 5,
-        tol: float = 1e-4,
+        tol: float | None = None,
         class_weight: dict[Any, float] | str | None = None,
         random_state: Any = None,
         verbose: int = 0,
@@ -164,7 +182,8 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any) -> LookupClassifier:
-        """Train from scratch for ``max_iter`` passes (epochs).
+        """Train from scratch: solve the linear model (``solver="dual_cd"``), or ``max_iter``
+        passes (epochs) of a stochastic solver.
 
         Parameters
         ----------
@@ -196,7 +215,11 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         if not warm:
             self._init_model(self._n_model_outputs(), seed)
         target, weight = self._targets(y)
-        self._run_epochs(Xc, target, weight, epochs=self.max_iter, seed=seed,
+        if self._uses_dual_cd(warm=warm):
+            self._fit_dual_cd(Xc, self._signs(y), None if weight is None else weight.numpy(),
+                              seed=seed)
+            return self
+        self._run_epochs(Xc, target, weight, epochs=self._n_epochs(), seed=seed,
                          schedule=self.learning_rate, validation=validation)
         return self
 
@@ -209,6 +232,7 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         first = not hasattr(self, "model_")
         if first:
             self._validate_params()
+            self._check_partial_fit_solver()
         Xc, y = self._prepare_xy(X, y, reset=first)
         if first:
             if classes is None and type_of_target(y) != "multilabel-indicator":
@@ -296,6 +320,21 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
             )
         return idx
 
+    def _signs(self, y: np.ndarray) -> np.ndarray:
+        """The one-vs-rest targets of ``dual_cd``: +1 for the row's class (label), else -1;
+        shape (n, n_outputs)."""
+        y = np.asarray(y)
+        if self.multilabel_:
+            return np.where(y > 0, 1.0, -1.0)
+        if self._binary():
+            return np.where(y == 1, 1.0, -1.0)[:, None]
+        signs = np.full((len(y), len(self.classes_)), -1.0)
+        signs[np.arange(len(y)), y] = 1.0
+        return signs
+
+    def _loss_name(self) -> str:
+        return self.loss
+
     def _binary(self) -> bool:
         return not self.multilabel_ and len(self.classes_) == 2
 
@@ -336,3 +375,4 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_label = True
         return tags
+

@@ -307,8 +307,8 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     est.validation_scores_ = []
     est._seed_ = est._seed()
     est._optimizers = [] if quantized else make_optimizers(
-        est.solver, net.sparse_parameters(), net.dense_parameters(),
-        lr=est.learning_rate_init, weight_decay=est.alpha)
+        est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
+        lr=est.learning_rate_init, weight_decay=est.alpha or 0.0)
     if name == "LookupClassifier":
         est.classes_ = np.asarray(config["classes"])
         est.multilabel_ = bool(config["multilabel"])

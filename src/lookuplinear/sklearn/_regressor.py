@@ -20,17 +20,22 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     """A regressor on sparse rows: ``linear(densify(X) @ E)`` trained on the squared error.
 
     Dense equivalent: with ``hidden=None`` it is linear regression, ``nn.Linear(n_features,
-    n_targets)`` on ``X`` (ridge with ``alpha``); with ``hidden=h`` it is
-    ``nn.Linear(h, n_targets)(nn.Linear(n_features, h, bias=False)(X))``. The first layer is a
-    :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` is never densified.
+    n_targets)`` on ``X`` (ridge with ``alpha``; at the defaults ``solver="dual_cd"`` solves
+    ``Ridge()``'s problem, the mean of ``(y - f)^2`` plus ``alpha / 2 ||W||^2`` with
+    ``alpha = 2 / n_samples``, the bias penalised too but the targets centred); with
+    ``hidden=h`` it is ``nn.Linear(h, n_targets)(nn.Linear(n_features, h, bias=False)(X))``.
+    The first layer is a :class:`~lookuplinear.LookupLinear` with a sparse gradient: ``X`` is
+    never densified.
 
     Parameters
     ----------
     hidden, mode, solver, learning_rate_init, learning_rate, max_iter, batch_size, alpha,
     early_stopping, validation_fraction, n_iter_no_change, tol, random_state, verbose, device,
     n_jobs, warm_start
-        As for :class:`~lookuplinear.sklearn.LookupClassifier`; early stopping watches the
-        held-out R^2.
+        As for :class:`~lookuplinear.sklearn.LookupClassifier`, except: ``"dual_cd"`` solves the
+        squared error, ``alpha=None`` is ``2 / n_samples`` with it (``Ridge(alpha=1)``), and a
+        minibatch solver's ``max_iter=None`` is 10 epochs; early stopping watches the held-out
+        R^2.
 
     Attributes
     ----------
@@ -53,21 +58,25 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     True
     """
 
+    _DUAL_LOSS = "squared_error"
+    _EPOCHS = 10
+    _ALPHA_TIMES_N = 2.0
+
     def __init__(
         self,
         *,
         hidden: int | None = None,
         mode: str = "sum",
-        solver: str = "adam",
+        solver: str = "auto",
         learning_rate_init: float = 0.01,
         learning_rate: str = "constant",
-        max_iter: int = 10,
+        max_iter: int | None = None,
         batch_size: int = 64,
-        alpha: float = 0.0,
+        alpha: float | None = None,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 5,
-        tol: float = 1e-4,
+        tol: float | None = None,
         random_state: Any = None,
         verbose: int = 0,
         device: str | torch.device = "cpu",
@@ -93,7 +102,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self.warm_start = warm_start
 
     def fit(self, X: Any, y: Any) -> LookupRegressor:
-        """Train from scratch for ``max_iter`` passes (epochs).
+        """Train from scratch: solve the linear model (``solver="dual_cd"``), or ``max_iter``
+        passes (epochs) of a stochastic solver.
 
         Parameters
         ----------
@@ -128,7 +138,11 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         if not warm:
             self._init_model(y.shape[1], seed)
             self._start_at_mean(y)
-        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self.max_iter, seed=seed,
+        if self._uses_dual_cd(warm=warm):
+            mean = y.mean(axis=0, dtype=np.float64)  # solved on centred targets, as Ridge
+            self._fit_dual_cd(Xc, y - mean, None, seed=seed, offset=mean)
+            return self
+        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self._n_epochs(), seed=seed,
                          schedule=self.learning_rate, validation=validation)
         return self
 
@@ -137,6 +151,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         first = not hasattr(self, "model_")
         if first:
             self._validate_params()
+            self._check_partial_fit_solver()
         Xc, y = self._prepare_xy(X, y, reset=first)
         if first:
             y = self._set_outputs(y)

@@ -1,0 +1,145 @@
+"""One epoch of dual coordinate descent on CSR rows, every output at once (``c/dualcd.c``).
+
+The problem, for each output ``k`` (one-vs-rest), with ``C_i = 1 / (2 diag[i])``::
+
+    min  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + bias_scale * b_k)
+
+    "squared_hinge": max(0, 1 - t f)^2, t = +1 / -1      LinearSVC's objective
+    "squared_error": (t - f)^2                            ridge regression
+
+solved in its dual as liblinear does (Hsieh et al., 2008): one dual variable per row and output,
+updated in closed form while its row is visited; the row's entries are read once for all outputs
+(a lookup of ``(n_features, n_outputs)`` rows, ``LookupLinear``'s weight layout) and the update
+is the same rows' scatter. Where the C kernels do not apply (the ``torch`` backend, no C
+library) the same loop runs in Python over numpy views: the same arithmetic, slowly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+
+from ._backend import use_c
+from ._clib import function, ptr
+
+__all__ = ["LOSSES", "dual_cd_epoch"]
+
+#: loss name -> the kernel's code
+LOSSES = {"squared_hinge": 0, "squared_error": 1}
+
+_P, _I64, _F64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+
+
+def dual_cd_epoch(
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    bias_scale: float,
+    rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    order: torch.Tensor,
+    n_active: int,
+    qdiag: torch.Tensor,
+    target: torch.Tensor,
+    diag: torch.Tensor,
+    dual: torch.Tensor,
+    loss: str,
+    shrink_above: float = float("inf"),
+) -> tuple[int, float, float]:
+    """Visit the rows ``order[:n_active]`` once, updating ``dual``, ``weight``, ``bias`` and
+    ``order`` in place.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``(n_features, n_outputs)`` float32, contiguous, on the CPU; ``w_k`` is column ``k``.
+    bias : torch.Tensor
+        ``(n_outputs,)`` float32; the model's bias is ``bias_scale * bias``.
+    bias_scale : float
+        The constant feature every row carries (liblinear's ``intercept_scaling``).
+    rows : tuple of torch.Tensor
+        ``(indptr, indices, data)``, CSR: int64 ``(n + 1,)``, int64 ``(nnz,)`` (each below
+        ``n_features``), float32 ``(nnz,)``.
+    order : torch.Tensor
+        int64 ``(n,)``, a permutation of the rows: the first ``n_active`` are visited in turn.
+    n_active : int
+    qdiag : torch.Tensor
+        float64 ``(n,)``: ``||x_i||^2 + bias_scale^2``.
+    target : torch.Tensor
+        float64 ``(n, n_outputs)``: ``+1 / -1`` for ``"squared_hinge"``, the targets for
+        ``"squared_error"``.
+    diag : torch.Tensor
+        float64 ``(n,)``: ``1 / (2 C_i)``, positive.
+    dual : torch.Tensor
+        float64 ``(n, n_outputs)``: the dual variables, zero at the start.
+    loss : {"squared_hinge", "squared_error"}
+    shrink_above : float, default inf
+        Shrinking (``"squared_hinge"``): a row whose every output rests at zero with a gradient
+        above this is moved behind the active rows; ``inf`` keeps every row.
+
+    Returns
+    -------
+    n_active : int
+        The rows still active (they are ``order[:n_active]``).
+    pg_max, pg_min : float
+        The largest and smallest projected gradient met (both 0 at the optimum).
+    """
+    code = LOSSES[loss]
+    n_out = weight.shape[1]
+    indptr, indices, data = rows
+    if not use_c(weight):
+        return _epoch_python(weight.numpy(), bias.numpy(), bias_scale, indptr.numpy(),
+                             indices.numpy(), data.numpy(), order.numpy(), n_active,
+                             qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
+                             shrink_above)
+    fn = function("ll_dual_cd_f32", None, _P, _P, _F64, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                  _I64, _I64, _P, _P, _P, _P)
+    active = torch.tensor([n_active], dtype=torch.int64)
+    pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
+    f = torch.empty(n_out, dtype=torch.float64)
+    step = torch.empty(n_out, dtype=torch.float32)
+    moved = torch.empty(n_out, dtype=torch.int64)
+    fn(ptr(weight), ptr(bias), bias_scale, ptr(indptr), ptr(indices), ptr(data), ptr(order),
+       ptr(active), ptr(qdiag), ptr(target), ptr(diag), ptr(dual), n_out, code, ptr(pg), ptr(f),
+       ptr(step), ptr(moved))
+    return int(active[0]), float(pg[1]), float(pg[2])
+
+
+def _epoch_python(
+    w: np.ndarray, b: np.ndarray, bias_scale: float, indptr: np.ndarray, indices: np.ndarray,
+    data: np.ndarray, order: np.ndarray, n_active: int, qdiag: np.ndarray, target: np.ndarray,
+    diag: np.ndarray, dual: np.ndarray, code: int, shrink_above: float,
+) -> tuple[int, float, float]:
+    """``c/dualcd.c`` in numpy, one row at a time (in place on the same arrays)."""
+    pg_max, pg_min = -np.inf, np.inf
+    hinge = code == LOSSES["squared_hinge"]
+    o, n = 0, n_active
+    while o < n:
+        i = order[o]
+        lo, hi = indptr[i], indptr[i + 1]
+        cols, x = indices[lo:hi], data[lo:hi].astype(np.float64)
+        f = bias_scale * b.astype(np.float64) + x @ w[cols].astype(np.float64)  # (n_out,)
+        d, q, t, a = diag[i], qdiag[i] + diag[i], target[i], dual[i]
+        if hinge:
+            g = t * f - 1.0 + d * a
+            pg = np.where(a == 0.0, np.minimum(g, 0.0), g)
+            new = np.maximum(a - g / q, 0.0)
+        else:
+            g = f - t + d * a
+            pg = g
+            new = a - g / q
+        pg_max, pg_min = max(pg_max, float(pg.max())), min(pg_min, float(pg.min()))
+        if hinge and bool(((a == 0.0) & (g > shrink_above)).all()):
+            n -= 1
+            order[o], order[n] = order[n], i
+            continue
+        o += 1
+        move = (np.abs(pg) > 1e-12) & (new != a)
+        if not move.any():
+            continue
+        step = ((new - a) * t if hinge else new - a).astype(np.float32)
+        step[~move] = 0.0
+        a[move] = new[move]
+        b += step * np.float32(bias_scale)
+        np.add.at(w, cols, x.astype(np.float32)[:, None] * step[None, :])
+    return n, float(pg_max), float(pg_min)
