@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ._backend import use_c
-from ._clib import function, ptr
+from ._clib import function, ptr, suffix
 
 __all__ = ["LOSSES", "dual_cd_epoch"]
 
@@ -58,8 +58,8 @@ def dual_cd_epoch(
     bias_scale : float
         The constant feature every row carries (liblinear's ``intercept_scaling``).
     rows : tuple of torch.Tensor
-        ``(indptr, indices, data)``, CSR: int64 ``(n + 1,)``, int64 ``(nnz,)`` (each below
-        ``n_features``), float32 ``(nnz,)``.
+        ``(indptr, indices, data)``, CSR: ``(n + 1,)`` and ``(nnz,)`` (each below
+        ``n_features``), both int32 or both int64, and float32 ``(nnz,)``.
     order : torch.Tensor
         int64 ``(n,)``, a permutation of the rows: the first ``n_active`` are visited in turn.
     n_active : int
@@ -92,7 +92,7 @@ def dual_cd_epoch(
                              indices.numpy(), data.numpy(), order.numpy(), n_active,
                              qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
                              shrink_above)
-    fn = function("ll_dual_cd_f32", None, _P, _P, _F64, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _F64, _P, _P, _P, _P, _P, _P, _P, _P, _P,
                   _I64, _I64, _P, _P, _P, _P)
     active = torch.tensor([n_active], dtype=torch.int64)
     pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)

@@ -75,9 +75,8 @@ def solve(
     n = X.shape[0]
     weights = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64)
     live = np.flatnonzero(weights > 0)
-    rows = (torch.from_numpy(X.indptr.astype(np.int64)),
-            torch.from_numpy(X.indices.astype(np.int64)),
-            torch.from_numpy(np.asarray(X.data, dtype=np.float32)))
+    index = np.int32 if X.indptr.dtype == X.indices.dtype == np.int32 else np.int64
+    rows = (_tensor(X.indptr, index), _tensor(X.indices, index), _tensor(X.data, np.float32))
     squares = np.concatenate([[0.0], np.cumsum(np.square(X.data, dtype=np.float64))])
     qdiag = torch.from_numpy(squares[X.indptr[1:]] - squares[X.indptr[:-1]] + 1.0)  # |x_i|^2+1
     # 1 / (2 C_i) with C_i = s_i / (alpha n): the dual's diagonal term (liblinear's D_ii)
@@ -121,3 +120,10 @@ def solve(
     assert lookup.bias is not None  # the linear model's table has one (LookupNet)
     lookup.bias.copy_(bias)
     return epoch
+
+
+def _tensor(a: np.ndarray, dtype: type) -> torch.Tensor:
+    """``a`` as a CPU tensor of ``dtype``, without a copy where it already is one (and
+    writable: torch warns on read-only memory)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
