@@ -92,8 +92,8 @@ def dual_cd_epoch(
                              indices.numpy(), data.numpy(), order.numpy(), n_active,
                              qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
                              shrink_above)
-    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _F64, _P, _P, _P, _P, _P, _P, _P, _P, _P,
-                  _I64, _I64, _P, _P, _P, _P)
+    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _F64, _P, _P, _P,
+                  _P, _P, _P, _P, _P, _P, _I64, _I64, _P, _P, _P, _P)
     active = torch.tensor([n_active], dtype=torch.int64)
     pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
     f = torch.empty(n_out, dtype=torch.float64)
