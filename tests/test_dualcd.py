@@ -79,7 +79,7 @@ def test_kernel_backends_agree_and_keep_w_equal_to_the_duals(loss: str, n_out: i
         with use_backend(name):
             for _ in range(6):
                 order[:active] = order[:active][torch.randperm(active, generator=gen)]
-                active, pg_max, _ = dual_cd_epoch(W, b, 1.0, rows, order, active, qdiag,
+                active, pg_max, _ = dual_cd_epoch(W, b, rows, order, active, qdiag,
                                                   torch.from_numpy(t), diag, dual, loss, above)
                 above = pg_max if pg_max > 0 else float("inf")
         coef = dual.numpy() * (t if loss == "squared_hinge" else 1.0)  # w = sum_i a_i t_i x_i

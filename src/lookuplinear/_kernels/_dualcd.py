@@ -2,7 +2,7 @@
 
 The problem, for each output ``k`` (one-vs-rest), with ``C_i = 1 / (2 diag[i])``::
 
-    min  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + bias_scale * b_k)
+    min  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + b_k)
 
     "squared_hinge": max(0, 1 - t f)^2, t = +1 / -1      LinearSVC's objective
     "squared_error": (t - f)^2                            ridge regression
@@ -29,13 +29,12 @@ __all__ = ["LOSSES", "dual_cd_epoch"]
 #: loss name -> the kernel's code
 LOSSES = {"squared_hinge": 0, "squared_error": 1}
 
-_P, _I64, _F64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
 
 
 def dual_cd_epoch(
     weight: torch.Tensor,
     bias: torch.Tensor,
-    bias_scale: float,
     rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     order: torch.Tensor,
     n_active: int,
@@ -54,9 +53,8 @@ def dual_cd_epoch(
     weight : torch.Tensor
         ``(n_features, n_outputs)`` float32, contiguous, on the CPU; ``w_k`` is column ``k``.
     bias : torch.Tensor
-        ``(n_outputs,)`` float32; the model's bias is ``bias_scale * bias``.
-    bias_scale : float
-        The constant feature every row carries (liblinear's ``intercept_scaling``).
+        ``(n_outputs,)`` float32: the weight of a constant feature 1 that every row carries
+        (liblinear's ``intercept_scaling=1``).
     rows : tuple of torch.Tensor
         ``(indptr, indices, data)``, CSR: ``(n + 1,)`` and ``(nnz,)`` (each below
         ``n_features``), both int32 or both int64, and float32 ``(nnz,)``.
@@ -64,7 +62,7 @@ def dual_cd_epoch(
         int64 ``(n,)``, a permutation of the rows: the first ``n_active`` are visited in turn.
     n_active : int
     qdiag : torch.Tensor
-        float64 ``(n,)``: ``||x_i||^2 + bias_scale^2``.
+        float64 ``(n,)``: ``||x_i||^2 + 1``.
     target : torch.Tensor
         float64 ``(n, n_outputs)``: ``+1 / -1`` for ``"squared_hinge"``, the targets for
         ``"squared_error"``.
@@ -88,25 +86,25 @@ def dual_cd_epoch(
     n_out = weight.shape[1]
     indptr, indices, data = rows
     if not use_c(weight):
-        return _epoch_python(weight.numpy(), bias.numpy(), bias_scale, indptr.numpy(),
+        return _epoch_python(weight.numpy(), bias.numpy(), indptr.numpy(),
                              indices.numpy(), data.numpy(), order.numpy(), n_active,
                              qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
                              shrink_above)
-    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _F64, _P, _P, _P,
+    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _P, _P, _P,
                   _P, _P, _P, _P, _P, _P, _I64, _I64, _P, _P, _P, _P)
     active = torch.tensor([n_active], dtype=torch.int64)
     pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
     f = torch.empty(n_out, dtype=torch.float64)
     step = torch.empty(n_out, dtype=torch.float32)
     moved = torch.empty(n_out, dtype=torch.int64)
-    fn(ptr(weight), ptr(bias), bias_scale, ptr(indptr), ptr(indices), ptr(data), ptr(order),
+    fn(ptr(weight), ptr(bias), ptr(indptr), ptr(indices), ptr(data), ptr(order),
        ptr(active), ptr(qdiag), ptr(target), ptr(diag), ptr(dual), n_out, code, ptr(pg), ptr(f),
        ptr(step), ptr(moved))
     return int(active[0]), float(pg[1]), float(pg[2])
 
 
 def _epoch_python(
-    w: np.ndarray, b: np.ndarray, bias_scale: float, indptr: np.ndarray, indices: np.ndarray,
+    w: np.ndarray, b: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
     data: np.ndarray, order: np.ndarray, n_active: int, qdiag: np.ndarray, target: np.ndarray,
     diag: np.ndarray, dual: np.ndarray, code: int, shrink_above: float,
 ) -> tuple[int, float, float]:
@@ -118,7 +116,7 @@ def _epoch_python(
         i = order[o]
         lo, hi = indptr[i], indptr[i + 1]
         cols, x = indices[lo:hi], data[lo:hi].astype(np.float64)
-        f = bias_scale * b.astype(np.float64) + x @ w[cols].astype(np.float64)  # (n_out,)
+        f = b.astype(np.float64) + x @ w[cols].astype(np.float64)  # (n_out,)
         d, q, t, a = diag[i], qdiag[i] + diag[i], target[i], dual[i]
         if hinge:
             g = t * f - 1.0 + d * a
@@ -140,6 +138,6 @@ def _epoch_python(
         step = ((new - a) * t if hinge else new - a).astype(np.float32)
         step[~move] = 0.0
         a[move] = new[move]
-        b += step * np.float32(bias_scale)
+        b += step
         np.add.at(w, cols, x.astype(np.float32)[:, None] * step[None, :])
     return n, float(pg_max), float(pg_min)

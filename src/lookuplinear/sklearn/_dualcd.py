@@ -96,7 +96,7 @@ def solve(
     while not converged and epoch < max_iter:
         order[:n_active] = order[:n_active][torch.randperm(n_active, generator=gen)]
         n_active, pg_max, pg_min = dual_cd_epoch(
-            weight, bias, 1.0, rows, order, n_active, qdiag, t, diag, dual, loss,
+            weight, bias, rows, order, n_active, qdiag, t, diag, dual, loss,
             above if shrinking else float("inf"))
         epoch += 1
         if verbose:

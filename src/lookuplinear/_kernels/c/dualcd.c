@@ -4,7 +4,7 @@
  *
  * The problem, for each output k independently (one-vs-rest):
  *
- *   min_w  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + bias_scale * b_k)
+ *   min_w  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + b_k)
  *
  *   squared hinge (loss=0): loss(t, f) = max(0, 1 - t f)^2, t = +1 / -1     (LinearSVC)
  *   squared error (loss=1): loss(t, f) = (t - f)^2                           (ridge)
@@ -15,7 +15,7 @@
  *
  *   G  = t f - 1 + diag[i] a      (hinge)        G = f - t + diag[i] a      (error)
  *   a' = max(a - G / Q, 0)                       a' = a - G / Q
- *   Q  = ||x_i||^2 + bias_scale^2 + diag[i]      (qdiag[i] holds the first two terms)
+ *   Q  = ||x_i||^2 + 1 + diag[i]                 (qdiag[i] holds the first two terms)
  *
  * then w_k (and b_k) move by (a' - a) t x_i (or (a' - a) x_i). The row's entries are read once
  * for all outputs: the table is (n_features, n_outputs), the layout of LookupLinear's weight, so

@@ -1,7 +1,7 @@
 /* The epoch of dualcd.c for one index type: included with I = int32_t and SFX(x) = x_i32 (the
  * CSR matrices scipy makes), and with I = int64_t and SFX(x) = x_i64. */
 
-LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b, double bias_scale,
+LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b,
                               const I *restrict indptr, const I *restrict indices,
                               const float *restrict data, int64_t *restrict order,
                               int64_t *restrict n_active, const double *restrict qdiag,
@@ -17,8 +17,8 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b, double bias_scal
         if (n_out > 1 && o + 1 < n)
             for (int64_t e = indptr[order[o + 1]]; e < indptr[order[o + 1] + 1]; e++)
                 prefetch_row(w + indices[e] * n_out, row_bytes);
-        /* f = x_i . w + bias_scale * b, every output at once: the row's lookup */
-        for (int64_t k = 0; k < n_out; k++) f[k] = bias_scale * b[k];
+        /* f = x_i . w + b, every output at once: the row's lookup */
+        for (int64_t k = 0; k < n_out; k++) f[k] = b[k];
         for (int64_t e = lo; e < hi; e++) {
             const float *row = w + indices[e] * n_out;
             double x = data[e];
@@ -54,10 +54,10 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b, double bias_scal
             continue;
         }
         if (n_moved == 0) continue;
-        /* w += step x_i (and b += step bias_scale) on the outputs that moved: the scatter */
-        for (int64_t m = 0; m < n_moved; m++) b[moved[m]] += (float)(step[m] * bias_scale);
+        /* w += step x_i (and b += step, the constant feature 1) on the outputs that moved: the scatter */
+        for (int64_t m = 0; m < n_moved; m++) b[moved[m]] += step[m];
         if (2 * n_moved >= n_out) { /* most outputs moved: one contiguous pass per entry */
-            for (int64_t k = n_out - 1; k >= 0; k--) f[k] = 0.0;
+            for (int64_t k = 0; k < n_out; k++) f[k] = 0.0;
             for (int64_t m = 0; m < n_moved; m++) f[moved[m]] = step[m];
             for (int64_t e = lo; e < hi; e++) {
                 float *row = w + indices[e] * n_out, x = data[e];
@@ -76,7 +76,7 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b, double bias_scal
 
 /* the body twice: once for one output (a binary class or one target: the compiler drops the
  * loops over outputs), once for any number */
-LL_EXPORT void SFX(ll_dual_cd_f32)(float *restrict w, float *restrict b, double bias_scale,
+LL_EXPORT void SFX(ll_dual_cd_f32)(float *restrict w, float *restrict b,
                               const I *restrict indptr, const I *restrict indices,
                               const float *restrict data, int64_t *restrict order,
                               int64_t *restrict n_active, const double *restrict qdiag,
@@ -84,9 +84,9 @@ LL_EXPORT void SFX(ll_dual_cd_f32)(float *restrict w, float *restrict b, double 
                               double *restrict dual, int64_t n_out, int64_t loss, double *restrict pg,
                               double *restrict f, float *restrict step, int64_t *restrict moved) {
     if (n_out == 1)
-        SFX(epoch)(w, b, bias_scale, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
+        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
               1, loss, pg, f, step, moved);
     else
-        SFX(epoch)(w, b, bias_scale, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
+        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
               n_out, loss, pg, f, step, moved);
 }
