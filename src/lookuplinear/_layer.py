@@ -261,14 +261,14 @@ class LookupLinear(nn.Module):
         # weight-normed ``weight`` is no longer in the dict, and is read as an attribute (only
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
-        weight = params["weight"] if "weight" in params else self.weight  # noqa: SIM401
+        weight = cast(torch.Tensor, params["weight"] if "weight" in params else self.weight)  # noqa: SIM401
         if self.storage is not None and torch.compiler.is_compiling():
             # lookup_linear draws a table in a file's new rows, but not inside a compiled
             # graph: there the draw is an eager call (a graph break) before the lookup
             input = drawn_eagerly(weight, input, offsets)
         return lookup_linear(
             input,
-            cast(torch.Tensor, weight),
+            weight,
             params["bias"] if "bias" in params else self.bias,  # noqa: SIM401
             mode=self.mode,
             padding_idx=self.padding_idx,

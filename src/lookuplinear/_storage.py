@@ -389,7 +389,10 @@ def storage_of(param: torch.Tensor) -> TableStorage | None:
     return found
 
 
-@torch.compiler.disable
+# torch's lazy form of ``torch.compiler.disable``, which would import ``torch._dynamo`` here,
+# 1.5 s of every process that imports the layer; this one imports it on the first call, which
+# happens only inside a compiled graph (dynamo is loaded there already)
+@torch._disable_dynamo
 def drawn_eagerly(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None = None) -> Any:
     """:func:`drawn_input` outside any ``torch.compile`` graph (a graph break): a compiled
     layer or collection over a table in a file draws its rows as an eager one does."""
