@@ -212,6 +212,21 @@ def test_readers(ft_file: Path, csv_file: Path) -> None:
         read_table(csv_file, text_column="body", label_column=None)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(
+    ["__label__a", "__label__bc", "a", "bc", "a__label__b", "__label__", "x", "  ", "\t"]),
+    max_size=6), max_size=5))
+def test_read_fasttext_takes_every_label_token_wherever_it_is(
+        tmp_path_factory: pytest.TempPathFactory, lines: list[list[str]]) -> None:
+    path = tmp_path_factory.mktemp("ft") / "in.txt"
+    path.write_text("\n".join(" ".join(t) for t in lines) + "\n", encoding="utf-8")
+    data = read_fasttext(path)
+    tokens = [line.split() for line in (" ".join(t) for t in lines) if line.split()]
+    assert data.labels == [[t for t in ts if t.startswith("__label__")] for ts in tokens]
+    assert data.texts == [" ".join(t for t in ts if not t.startswith("__label__"))
+                          for ts in tokens]
+
+
 # ---------------------------------------------------------------------- model files
 def test_model_file_round_trip(tmp_path: Path) -> None:
     texts = [line.split(" ", 1)[1] for line in LINES] * 5

@@ -67,8 +67,17 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> Labe
         tokens = line.split()
         if not tokens:
             continue
-        labels.append([t for t in tokens if t.startswith(label_prefix)])
-        texts.append(" ".join(t for t in tokens if not t.startswith(label_prefix)))
+        k = 0  # labels usually lead the line: take those, then look for others in one search
+        while k < len(tokens) and tokens[k].startswith(label_prefix):
+            k += 1
+        rest = tokens[k:]
+        # the search starts at or before the text's first token, so it misses no label
+        if rest and label_prefix in line[line.find(rest[0]):]:
+            labels.append(tokens[:k] + [t for t in rest if t.startswith(label_prefix)])
+            rest = [t for t in rest if not t.startswith(label_prefix)]
+        else:
+            labels.append(tokens[:k])
+        texts.append(" ".join(rest))
     return LabelledTexts(texts, labels)
 
 
