@@ -486,6 +486,23 @@ def test_help_does_not_import_torch() -> None:
     assert out == ["False", "False"]
 
 
+def test_training_imports_do_not_load_dynamo() -> None:
+    """What ``train`` imports, the layer, a collection and the optimizers leave
+    ``torch._dynamo`` (1.5 s of a process's start) to ``torch.compile``."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, lookuplinear, lookuplinear.sklearn, lookuplinear.text, "
+            "lookuplinear.optim; from lookuplinear import LookupLinear, LookupCollection; "
+            "layer = LookupLinear(10, 2, sparse=True); "
+            "lookuplinear.optim.Adam(layer.parameters(), fused=True); "
+            "layer(torch.tensor([1, 2])).sum().backward(); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False"]
+
+
 def test_model_file_size_follows_the_data(tmp_path: Path) -> None:
     """Only the rows training touched are stored: the size does not grow with bucket, and the
     loaded model predicts as the fitted one, also on n-grams training never saw."""
