@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 times: dict[str, list[float]] = {k: [] for k in cmds}
                 for r in range(args.repeats):
-                    for k in (list(cmds) if r % 2 == 0 else list(cmds)[::-1]):
+                    for k in (cmds if r % 2 == 0 else list(cmds)[::-1]):
                         times[k].append(timed(cmds[k]))
                 out = subprocess.run([ll, "test", str(ours_model), str(files["test"])],
                                      check=True, capture_output=True, text=True).stdout

@@ -72,9 +72,9 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> Labe
             k += 1
         rest = tokens[k:]
         # the search starts at or before the text's first token, so it misses no label
-        if rest and label_prefix in line[line.find(rest[0]):]:
-            labels.append(tokens[:k] + [t for t in rest if t.startswith(label_prefix)])
-            rest = [t for t in rest if not t.startswith(label_prefix)]
+        if rest and label_prefix in line[line.find(rest[0]):]:  # a label later on: every token
+            labels.append([t for t in tokens if t.startswith(label_prefix)])
+            rest = [t for t in tokens if not t.startswith(label_prefix)]
         else:
             labels.append(tokens[:k])
         texts.append(" ".join(rest))
