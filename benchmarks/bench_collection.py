@@ -9,8 +9,8 @@ the script moves FBGEMM's table and row-wise state, the ``nn.EmbeddingBag`` tabl
 ``SparseAdam``'s moments there (``lookuplinear.hugepages.place``) before the first step. The
 other way to give torch's tables huge pages, ``THP_MEM_ALLOC_ENABLE=1``, puts every large
 tensor torch allocates on them, the ``(2048, 416)`` outputs and gradients of every step too,
-each faulted in and zeroed 2 MiB at a time (an MSE forward and backward on such an output: 1.0
-ms a step without it, 3.4 ms with it, here); the script runs under it as well.
+each faulted in and zeroed 2 MiB at a time, for every method; the script runs under it as
+well.
 
 The 26 categorical features of Criteo's display-ads data with the Kaggle set's cardinalities
 (as DLRM uses them: 1460 to 10,131,227 rows, 33.8M in all), dim 16, batch 2048, IDs drawn from
