@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -156,6 +157,29 @@ def test_index_input_and_wide_rows_match_the_dense_gradient(b: str) -> None:
     dense = F.one_hot(x, 20).reshape(-1, 20).to(g.dtype)  # (positions, in_features)
     torch.testing.assert_close(layer.weight.grad.to_dense(), dense.T @ g.reshape(-1, 700))
 
+
+
+@needs_c
+def test_sorts_share_no_memory_across_threads_or_sizes() -> None:
+    """The C sort keeps one buffer between calls: threads that sort at the same time (one gets
+    the kept buffer, the others their own), a batch larger than what is kept (its own buffer)
+    and a small one after it all give the torch-op grouping."""
+    g = torch.Generator().manual_seed(0)
+
+    def case(n: int, rows: int) -> tuple[Lookup, torch.Tensor, int]:
+        idx = torch.randint(0, rows, (n,), generator=g)
+        return Lookup(idx), torch.randn(n, 2, generator=g), rows
+
+    cases = [case(50_000 + 1000 * k, 2**31 - 1) for k in range(8)]
+    cases.append(case(3_400_000, 1000))  # 20 bytes an entry: more than the 64 MiB kept
+    cases.append(case(10, 5))
+    with use_backend("torch"):
+        want = [group_rows(*c) for c in cases]
+    with use_backend("c"), ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda c: group_rows(*c), cases))
+    for (rows, values), (want_rows, want_values) in zip(got, want, strict=True):
+        assert torch.equal(rows, want_rows)
+        torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-6)
 
 @needs_c
 def test_layouts_the_c_kernels_do_not_take_are_declined() -> None:

@@ -26,30 +26,68 @@ LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
     if (nbytes % LINE) __builtin_prefetch(c + nbytes - 1, 1, 3); /* a row may end in one more */
 }
 
-/* The entries of a batch grouped by row: ``keys[i] = row << 32 | entry``, sorted by row and,
- * within a row, by entry (a stable LSD radix sort on 11-bit digits, as many passes as the
- * largest row needs); padding entries are left out. ``bag[entry]`` is the entry's output row.
- * Returns the number of keys, or -1 when out of memory; the caller frees ``*keys`` and ``*bag``
- * either way. */
-static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets,
-                            int64_t n_bags, int64_t padding_idx, uint64_t **keys,
-                            int32_t **bag) {
-    uint64_t *a = malloc(sizeof(uint64_t) * (size_t)(n + 1));
-    uint64_t *b = malloc(sizeof(uint64_t) * (size_t)(n + 1));
-    int32_t *g = malloc(sizeof(int32_t) * (size_t)(n + 1));
-    int64_t count[RADIX + 1];
-    *keys = NULL;
-    *bag = g;
-    if (!a || !b || !g) {
-        free(a);
-        free(b);
-        return -1;
+/* The memory of a sort, kept between calls: faulting in fresh pages for every batch took longer
+ * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
+ * at most SCRATCH_KEEP bytes is kept; a sort that needs more, or that runs while another thread
+ * holds the kept one, allocates its own. */
+enum { SCRATCH_KEEP = 64 << 20 };
+static char *kept;
+static size_t kept_bytes;
+static char kept_busy;
+
+typedef struct {
+    uint64_t *keys; /* row << 32 | entry, sorted */
+    int32_t *bag;   /* bag[entry]: the entry's output row; NULL: entry k is output row k */
+    int64_t m;      /* how many keys (padding left out); -1: out of memory */
+    char *mem;
+    int owned;
+} Sorted;
+
+static char *scratch_take(size_t bytes, int *owned) {
+    *owned = 1;
+    if (bytes > SCRATCH_KEEP || __atomic_test_and_set(&kept_busy, __ATOMIC_ACQUIRE))
+        return malloc(bytes);
+    if (kept_bytes < bytes) {
+        free(kept);
+        kept = malloc(bytes);
+        kept_bytes = kept ? bytes : 0;
     }
-    if (n_bags < 0) {
-        for (int64_t k = 0; k < n; k++) g[k] = (int32_t)k;
-    } else {
+    if (!kept) {
+        __atomic_clear(&kept_busy, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    *owned = 0;
+    return kept;
+}
+
+static void sorted_free(Sorted *s) {
+    if (s->owned)
+        free(s->mem);
+    else
+        __atomic_clear(&kept_busy, __ATOMIC_RELEASE);
+}
+
+LL_INLINE int64_t bag_of(const int32_t *bag, uint64_t key) {
+    uint32_t k = (uint32_t)key;
+    return bag ? (int64_t)bag[k] : (int64_t)k;
+}
+
+/* The entries of a batch grouped by row: ``keys[i] = row << 32 | entry``, sorted by row and,
+ * within a row, by entry (a stable LSD radix sort: as few passes of at most RADIX_BITS bits as
+ * the largest row needs, their histograms counted in one read); padding entries are left out.
+ * The caller calls sorted_free. */
+static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
+                           int64_t padding_idx) {
+    Sorted s = {NULL, NULL, -1, NULL, 1};
+    size_t bytes = sizeof(uint64_t) * 2 * (size_t)(n + 1) +
+                   (n_bags < 0 ? 0 : sizeof(int32_t) * (size_t)(n + 1));
+    s.mem = scratch_take(bytes, &s.owned);
+    if (!s.mem) return s;
+    uint64_t *a = (uint64_t *)s.mem, *b = a + n + 1;
+    if (n_bags >= 0) {
+        s.bag = (int32_t *)(b + n + 1);
         for (int64_t q = 0; q < n_bags; q++)
-            for (int64_t k = offsets[q]; k < offsets[q + 1]; k++) g[k] = (int32_t)q;
+            for (int64_t k = offsets[q]; k < offsets[q + 1]; k++) s.bag[k] = (int32_t)q;
     }
     int64_t m = 0;
     uint64_t top = 0;
@@ -59,21 +97,36 @@ static int64_t sort_entries(const int64_t *idx, int64_t n, const int64_t *offset
         a[m++] = ((uint64_t)v << 32) | (uint64_t)k;
         top |= (uint64_t)v;
     }
-    for (int shift = 32; (top >> (shift - 32)) > 0 && shift < 64; shift += RADIX_BITS) {
-        memset(count, 0, sizeof(count));
-        for (int64_t i = 0; i < m; i++) count[((a[i] >> shift) & (RADIX - 1)) + 1]++;
-        for (int d = 0; d < RADIX; d++) count[d + 1] += count[d];
+    int bits = 0;
+    while (bits < 32 && (top >> bits)) bits++;
+    const int passes = (bits + RADIX_BITS - 1) / RADIX_BITS;
+    const int width = passes ? (bits + passes - 1) / passes : 0;
+    const uint64_t mask = ((uint64_t)1 << width) - 1;
+    int64_t count[(32 + RADIX_BITS - 1) / RADIX_BITS][RADIX];
+    memset(count, 0, sizeof(count));
+    for (int64_t i = 0; i < m; i++) {
+        uint64_t row = a[i] >> 32;
+        for (int p = 0; p < passes; p++) count[p][(row >> (p * width)) & mask]++;
+    }
+    for (int p = 0; p < passes; p++) {
+        int64_t *c = count[p], at = 0;
+        for (uint64_t d = 0; d <= mask; d++) {
+            int64_t here = c[d];
+            c[d] = at;
+            at += here;
+        }
+        const int shift = 32 + p * width;
         for (int64_t i = 0; i < m; i++) {
             uint64_t x = a[i];
-            b[count[(x >> shift) & (RADIX - 1)]++] = x;
+            b[c[(x >> shift) & mask]++] = x;
         }
         uint64_t *t = a;
         a = b;
         b = t;
     }
-    free(b);
-    *keys = a;
-    return m;
+    s.keys = a;
+    s.m = m;
+    return s;
 }
 
 /* the two halves of a vector, added: the order of the sum is fixed by the code */

@@ -116,20 +116,20 @@ LL_INLINE void SFX(sum_entries)(T *restrict acc, const uint64_t *keys, int64_t a
                                 const int32_t *bag, const T *weights,
                                 const T *restrict grad_out, const int64_t dim) {
     uint32_t k = (uint32_t)keys[a];
-    const T *src = grad_out + (int64_t)bag[k] * dim;
+    const T *src = grad_out + bag_of(bag, keys[a]) * dim;
     if (weights) {
         T wk = weights[k];
         for (int64_t d = 0; d < dim; d++) acc[d] = wk * src[d];
         for (int64_t i = a + 1; i < b; i++) {
             k = (uint32_t)keys[i];
-            src = grad_out + (int64_t)bag[k] * dim;
+            src = grad_out + bag_of(bag, keys[i]) * dim;
             wk = weights[k];
             for (int64_t d = 0; d < dim; d++) acc[d] += wk * src[d];
         }
     } else {
         for (int64_t d = 0; d < dim; d++) acc[d] = src[d];
         for (int64_t i = a + 1; i < b; i++) {
-            src = grad_out + (int64_t)bag[(uint32_t)keys[i]] * dim;
+            src = grad_out + bag_of(bag, keys[i]) * dim;
             for (int64_t d = 0; d < dim; d++) acc[d] += src[d];
         }
     }
@@ -153,15 +153,13 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
                                      int64_t n_bags, int64_t padding_idx, const T *weights,
                                      const T *grad_out, int64_t dim, int64_t *rows_out,
                                      T *values_out) {
-    uint64_t *keys;
-    int32_t *bag;
-    int64_t m = sort_entries(idx, n, offsets, n_bags, padding_idx, &keys, &bag);
+    Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);
     int64_t j = -1;
-    if (m >= 0) {
-        LL_BY_DIM(j = SFX(group_dim), keys, m, bag, weights, grad_out, rows_out, values_out)
+    if (e.m >= 0) {
+        LL_BY_DIM(j = SFX(group_dim), e.keys, e.m, e.bag, weights, grad_out, rows_out,
+                  values_out)
     }
-    free(keys);
-    free(bag);
+    sorted_free(&e);
     return j;
 }
 
@@ -215,7 +213,7 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             int64_t a = i;                                                                    \
             int64_t row = (int64_t)(keys[i] >> 32);                                           \
             while (i < m && (int64_t)(keys[i] >> 32) == row) i++;                             \
-            const T *g = grad_out + (int64_t)bag[(uint32_t)keys[a]] * dim;                    \
+            const T *g = grad_out + bag_of(bag, keys[a]) * dim;                               \
             if (i > a + 1 || weights) { /* else the row's gradient is one grad_out row */     \
                 SFX(sum_entries)(acc, keys, a, i, bag, weights, grad_out, dim);               \
                 g = acc;                                                                      \
@@ -232,17 +230,14 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
                                           const double *params) {                             \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
-        uint64_t *keys;                                                                       \
-        int32_t *bag;                                                                         \
-        int64_t m = sort_entries(idx, n, offsets, n_bags, padding_idx, &keys, &bag);          \
+        Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);                       \
         T *acc = malloc(sizeof(T) * (size_t)(dim + 1)); /* a row's summed gradient */         \
         int64_t groups = -1;                                                                  \
-        if (m >= 0 && acc) {                                                                  \
-            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, keys, m, bag, weights, grad_out,   \
-                      acc, p)                                                                 \
+        if (e.m >= 0 && acc) {                                                                \
+            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, e.keys, e.m, e.bag, weights,       \
+                      grad_out, acc, p)                                                       \
         }                                                                                     \
-        free(keys);                                                                           \
-        free(bag);                                                                            \
+        sorted_free(&e);                                                                      \
         free(acc);                                                                            \
         return groups;                                                                        \
     }
