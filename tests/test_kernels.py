@@ -28,6 +28,7 @@ from lookuplinear._kernels import (
     backend,
     c_available,
     group_rows,
+    one_id_rows,
     update_rows,
     use_backend,
 )
@@ -157,6 +158,47 @@ def test_index_input_and_wide_rows_match_the_dense_gradient(b: str) -> None:
     dense = F.one_hot(x, 20).reshape(-1, 20).to(g.dtype)  # (positions, in_features)
     torch.testing.assert_close(layer.weight.grad.to_dense(), dense.T @ g.reshape(-1, 700))
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(0, 6),
+    st.sampled_from([torch.int32, torch.int64]),
+    st.data(),
+)
+def test_one_id_rows_c_equals_torch_ops(n_features: int, n: int, dtype: torch.dtype,
+                                        data: st.DataObject) -> None:
+    """One ID per bag: the shifted rows in example order; a bag of zero or two IDs: None; an ID
+    below 0 or past its table: the position of the first such ID. C and torch ops agree, and
+    the rows equal their definition."""
+    limit = torch.tensor(data.draw(st.lists(st.integers(1, 2**31 - 3), min_size=n_features,
+                                            max_size=n_features)))
+    shift = torch.cat([torch.zeros(1, dtype=torch.int64), limit.cumsum(0)[:-1]])
+    ids = [data.draw(st.integers(-3, int(limit[f]) + 2)) for f in range(n_features)
+           for _ in range(n)]
+    lengths = [1] * len(ids)
+    if ids and data.draw(st.booleans()):  # one bag of two IDs and one of none
+        lengths[0], lengths[-1] = (2, 0) if len(ids) > 1 else (1, 1)
+    values = torch.tensor(ids, dtype=dtype)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=dtype)
+    results = []
+    for b in BACKENDS:
+        with in_backend(b):
+            results.append(one_id_rows(values, offsets, n_features, shift, limit))
+    c, torch_ops = results
+    if isinstance(torch_ops, torch.Tensor):
+        assert isinstance(c, torch.Tensor) and torch.equal(c, torch_ops)
+        want = (values.long().view(n_features, n) + shift.unsqueeze(1)).t()
+        assert torch.equal(c, want)
+    else:
+        assert c == torch_ops
+    if lengths.count(1) != len(lengths):
+        assert torch_ops is None
+    elif isinstance(torch_ops, int):
+        f = torch_ops // max(n, 1)
+        assert not 0 <= ids[torch_ops] < int(limit[f])
+        assert all(0 <= x < int(limit[k // n]) for k, x in enumerate(ids[:torch_ops]))
 
 
 @needs_c

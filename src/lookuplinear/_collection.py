@@ -32,7 +32,7 @@ from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._idmap import IdMap
-from ._kernels import mode_weights
+from ._kernels import mode_weights, one_id_rows
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._storage import TableStorage, attach, drawn_eagerly, storage_of
@@ -672,22 +672,21 @@ class LookupCollection(nn.Module):
         ID of a plain sum table and the batch's keys are the group's features (the usual
         categorical batch), else None. Looked up as index input, the output is ``(N, F, dim)``
         in example order already: no copy to reorder it, forward or backward."""
-        n_bags = len(feats) * kb.batch_size
-        if (kb.weights is not None or kb.values.numel() != n_bags or kb.keys() != feats
+        if (kb.weights is not None or kb.values.numel() != len(feats) * kb.batch_size
+                or kb.keys() != feats
                 or not all(self._places[self._table_of[f]].config.mode == "sum"
                            and self._places[self._table_of[f]].config.padding_idx is None
                            and self._places[self._table_of[f]].config.hashing is None
-                           for f in feats)
-                or not bool((kb.offsets[1:] - kb.offsets[:-1]).eq(1).all())):
+                           for f in feats)):
             return None
         places = [self._places[self._table_of[f]] for f in feats]
         shift, limit = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
                                     device=kb.device).unbind(1)
-        ids = kb.values.long().view(len(feats), kb.batch_size)  # (F, N)
-        bad = (ids < 0) | (ids >= limit.unsqueeze(1))
-        if bool(bad.any()):
-            self._checked(kb, feats[int(torch.nonzero(bad)[0, 0])])  # raises, naming it
-        return (ids + shift.unsqueeze(1)).t()  # (N, F)
+        rows = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit)
+        if isinstance(rows, int):  # an ID outside its table: raise, naming its feature
+            self._checked(kb, feats[rows // kb.batch_size])
+            raise AssertionError("unreachable: one_id_rows found an ID out of range")
+        return rows
 
     def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
         """The batch itself, each entry shifted by its table's first row, in a few vectorized

@@ -10,7 +10,10 @@
  *   ll_drop_entries: keep = indices != value; kept = nonzero(keep);
  *                    new_indices = indices[kept]; new_offsets = cumsum([0] + keep)[offsets];
  *   ll_mode_weights: out[k] = w[k] / sum(w[bag]) (sqrt: w[k] / sqrt(sum(w[bag] ** 2))), w = 1
- *                    without weights and 0 where the denominator is 0, summed in double.
+ *                    without weights and 0 where the denominator is 0, summed in double;
+ *   ll_one_id_rows:  all(offsets == arange(F * N + 1)) and then, for values of shape (F, N)
+ *                    (feature-major) with all(0 <= values[f] < limit[f]),
+ *                    rows = (values + shift[:, None]).T, of shape (N, F).
  *
  * Why C: the offsets check runs on every forward call, next to a lookup of about 100 us. With
  * numpy or torch ops it costs microseconds and runs their dispatch machinery between two
@@ -113,3 +116,39 @@ LL_MODE_WEIGHTS(float, int32_t, f32_i32)
 LL_MODE_WEIGHTS(float, int64_t, f32_i64)
 LL_MODE_WEIGHTS(double, int32_t, f64_i32)
 LL_MODE_WEIGHTS(double, int64_t, f64_i64)
+
+/* ---------------------------------------------------------------- one ID per bag */
+
+/* A keyed batch of F features x N examples whose every bag holds one ID, as the rows of one
+ * table holding the features' tables one after another: rows[n * F + f] = values[f * N + n] +
+ * shift[f], the (N, F) index input of one lookup whose output is already in example order.
+ * Returns -2 when a bag does not hold exactly one ID (offsets[k] != k: nothing written), the
+ * position in values of the first ID outside [0, limit[f]) (rows then undefined), or -1. The
+ * checks fold into flags without branches, so the loops vectorize; only a batch that fails
+ * is read again, to find its first bad ID. */
+#define LL_ONE_ID_ROWS(I, SFX)                                                                   \
+    LL_EXPORT int64_t ll_one_id_rows_##SFX(const I *values, const I *offsets, int64_t F,         \
+                                           int64_t N, const int64_t *shift,                      \
+                                           const int64_t *limit, int64_t *rows) {                \
+        I not_one = 0;                                                                           \
+        for (int64_t k = 0; k <= F * N; k++) not_one |= (I)(offsets[k] != (I)k);                 \
+        if (not_one) return -2;                                                                  \
+        for (int64_t f = 0; f < F; f++) {                                                        \
+            const I *v = values + f * N;                                                         \
+            const int64_t s = shift[f], hi = limit[f];                                           \
+            int64_t bad = 0;                                                                     \
+            for (int64_t n = 0; n < N; n++) {                                                    \
+                int64_t x = (int64_t)v[n];                                                       \
+                bad |= (int64_t)((uint64_t)x >= (uint64_t)hi); /* x < 0 wraps above hi */        \
+                rows[n * F + f] = x + s;                                                         \
+            }                                                                                    \
+            if (bad) {                                                                           \
+                for (int64_t n = 0; n < N; n++)                                                  \
+                    if ((uint64_t)(int64_t)v[n] >= (uint64_t)hi) return f * N + n;               \
+            }                                                                                    \
+        }                                                                                        \
+        return -1;                                                                               \
+    }
+
+LL_ONE_ID_ROWS(int32_t, i32)
+LL_ONE_ID_ROWS(int64_t, i64)
