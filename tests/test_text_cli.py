@@ -102,8 +102,10 @@ WORDS = st.text(st.characters(blacklist_categories=["Zs", "Zl", "Zp", "Cc", "Cs"
 
 @settings(max_examples=100, deadline=None)
 @given(
-    texts=st.lists(st.lists(st.sampled_from(["a", "b", "été", "日本", "🙂x"]) | WORDS,
-                            max_size=8).map(" ".join), min_size=1, max_size=8),
+    texts=st.lists(st.builds(str.join, st.sampled_from([" ", "\t", "\n ", "\u00a0", "\u3000",
+                                                        "\x1c"]),
+                             st.lists(st.sampled_from(["a", "b", "été", "日本", "🙂x"]) | WORDS,
+                                      max_size=8)), min_size=1, max_size=8),
     word_ngrams=st.integers(1, 4),
     bucket=st.sampled_from([1, 3, 64, 2_000_000]),
 )
@@ -135,6 +137,20 @@ def test_vectorizer_equals_scikit_learn_on_any_text(texts: list[str], word_ngram
         if word_ngrams > 1 and len(w) >= 2:
             column = len(vec.vocabulary_) + _ngrams.ngram_column(w[:2], bucket)
             assert X[texts.index(text), column] >= 1
+
+
+def test_words_split_where_the_token_pattern_splits() -> None:
+    """The vectorizer takes a text's words with ``str.split()``: the tokens of its
+    ``TOKEN_PATTERN`` (``\\S+``, scikit-learn's ``token_pattern``), every code point tried as a
+    separator."""
+    import re
+    import sys
+
+    from lookuplinear.text._vectorizer import TOKEN_PATTERN
+
+    text = "".join(f"{chr(c)}w{c}" for c in range(sys.maxunicode + 1))
+    assert re.findall(TOKEN_PATTERN, text) == text.split()
+    assert len(text.split()) > 1  # some code points are whitespace
 
 
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:

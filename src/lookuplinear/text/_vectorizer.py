@@ -163,15 +163,16 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         return self.word_ngrams > 1 or self.maxn > 0
 
     def _tokenize(self, docs: Iterable[str]) -> Iterator[list[str]]:
-        """Each text's words, one list at a time: scikit-learn's decoder, preprocessor and
-        tokenizer (its word analyzer without the n-gram step, which only copies the list for
-        unigrams)."""
+        """Each text's words, one list at a time: scikit-learn's decoder and preprocessor, then
+        ``str.split()``, which gives the lists ``TOKEN_PATTERN``'s ``re.findall`` gives (both
+        split at the characters ``str.isspace`` names; tests/test_text_cli.py checks every code
+        point), without the regular expression engine."""
         words = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
-        decode, tokenize = words.decode, words.build_tokenizer()
+        decode = words.decode
         if not self.lowercase:  # the preprocessor is the identity
-            return (tokenize(decode(doc)) for doc in docs)
+            return (decode(doc).split() for doc in docs)
         preprocess = words.build_preprocessor()
-        return (tokenize(preprocess(decode(doc))) for doc in docs)
+        return (preprocess(decode(doc)).split() for doc in docs)
 
     def _fit_tokens(self, tokens: Tokens) -> np.ndarray:
         """Set the vocabulary: the tokens counted at least ``min_count`` times, sorted as
