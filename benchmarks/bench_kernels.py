@@ -9,6 +9,8 @@ uniformly (20,480 entries, about 20,000 sorted unique rows), one torch thread. E
 the C kernel (``lookuplinear._kernels``, what a CPU install runs) against the torch ops that
 run where the C kernels do not (``LOOKUPLINEAR_BACKEND=torch``, CUDA, other dtypes):
 
+- ``gather_rows``, the forward of the same entries as an index lookup (``table[idx]``): C
+  against ``torch.embedding``;
 - ``group_rows``, the row-sparse gradient of the lookup: C against ``torch.unique`` +
   ``index_add_``;
 - the stored-gradient row update ``update_rows`` of ``SGD``, ``RowWiseAdagrad`` and ``Adam``
@@ -37,7 +39,14 @@ import numpy as np
 import torch
 
 from lookuplinear import hugepages, optim
-from lookuplinear._kernels import Lookup, fused_rows, group_rows, update_rows, use_backend
+from lookuplinear._kernels import (
+    Lookup,
+    fused_rows,
+    gather_rows,
+    group_rows,
+    update_rows,
+    use_backend,
+)
 
 OPTIMIZERS = {"sgd": optim.SGD, "rowwise_adagrad": optim.RowWiseAdagrad, "adam": optim.Adam}
 FUSED = ("rowwise_adagrad", "adam")
@@ -91,11 +100,14 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
         with use_backend("torch"):
             return group_rows(lk, grad_out, args.rows)
 
+    tables = {k: Table(k, args.rows, args.dim) for k in OPTIMIZERS}
+    table = tables["sgd"].w.detach()
     out: dict[str, tuple[Callable[[], Any], ...]] = {
+        "`gather_rows` (an index lookup's forward)": (
+            partial(gather_rows, table, idx), partial(torch.embedding, table, idx)),
         "`group_rows` (the row-sparse gradient)": (
             lambda: group_rows(lk, grad_out, args.rows), group_torch),
     }
-    tables = {k: Table(k, args.rows, args.dim) for k in OPTIMIZERS}
     for k, t in tables.items():
         out[f"`update_rows` {k} (stored gradient)"] = (
             partial(t.update_c, rows, values), partial(t.update_torch, rows, values))

@@ -22,12 +22,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookuplinear import Bags, InputValueError, LookupLinear, optim
+from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, optim
 from lookuplinear._kernels import (
     Lookup,
     backend,
     c_available,
     fused_rows,
+    gather_rows,
     group_rows,
     one_id_rows,
     update_rows,
@@ -231,6 +232,41 @@ def test_fused_updates_give_the_same_bits_on_any_number_of_threads(kernel: str) 
         for w, state in ends[1:]:
             assert torch.equal(w, ends[0][0]) and torch.equal(state, ends[0][1])
         assert not torch.equal(ends[0][0], w0)
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([*WIDTHS, 32]),
+    st.sampled_from([torch.float32, torch.float64]),
+    st.sampled_from([torch.int32, torch.int64]),
+    st.lists(st.integers(0, 39), max_size=50),
+    st.sampled_from([(-1,), (2, -1), (-1, 1)]),
+)
+def test_gather_rows_equals_embedding(width: int, dtype: torch.dtype, idx_dtype: torch.dtype,
+                                      idx: list[int], shape: tuple[int, ...]) -> None:
+    """The C gather (index input's forward) returns ``F.embedding``'s rows, in any shape."""
+    w = torch.randn(40, width, dtype=dtype)
+    x = torch.tensor(idx, dtype=idx_dtype)
+    if len(shape) == 2 and shape[0] == 2:
+        x = x[: len(idx) // 2 * 2]
+    x = x.reshape(shape)
+    got = gather_rows(w, x)
+    assert got is not None and torch.equal(got, F.embedding(x, w))
+
+
+@needs_c
+def test_gather_rows_refuses_rows_outside_the_table() -> None:
+    """A row below 0 or past the table: torch's IndexError, which a layer turns into a
+    LookupIndexError naming it; a table of another layout is left to torch."""
+    w = torch.randn(5, 16)
+    for bad in (5, -1, 2**40):
+        with pytest.raises(IndexError, match="out of range"):
+            gather_rows(w, torch.tensor([0, bad, 1]))
+    assert gather_rows(w.t().contiguous().t(), torch.tensor([1])) is None
+    layer = LookupLinear(5, 16, bias=False, sparse=True)
+    with pytest.raises(LookupIndexError, match="5"):
+        layer(torch.tensor([[0, 5]]))
 
 
 @needs_c

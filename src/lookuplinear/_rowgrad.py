@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ._fusion import binding
-from ._kernels import Lookup, group_rows
+from ._kernels import Lookup, gather_rows, group_rows
 from ._rowwatch import notify
 
 __all__ = ["bag_lookup", "row_sparse_grad"]
@@ -68,8 +68,10 @@ class _BagLookup(torch.autograd.Function):
         weights: torch.Tensor | None,
         padding_idx: int | None,
     ) -> torch.Tensor:
-        if offsets is None:
-            out = F.embedding(indices, weight, padding_idx=padding_idx)
+        if offsets is None:  # C's gather on the CPU, else torch's (the same rows)
+            out = gather_rows(weight, indices)
+            if out is None:
+                out = F.embedding(indices, weight, padding_idx=padding_idx)
         else:  # detached: ATen's forward-only kernel (the backward below is this class's own)
             out = F.embedding_bag(
                 indices, weight.detach(), offsets, mode="sum", per_sample_weights=weights,

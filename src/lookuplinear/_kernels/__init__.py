@@ -11,7 +11,7 @@ from ._backend import BACKENDS, backend, c_available, use_backend, use_c
 from ._bagmax import bag_max
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
-from ._rows import KERNELS, Lookup, fused_rows, group_rows, update_rows
+from ._rows import KERNELS, Lookup, fused_rows, gather_rows, group_rows, update_rows
 
 __all__ = [
     "BACKENDS",
@@ -24,6 +24,7 @@ __all__ = [
     "count_matrix",
     "drop_entries",
     "fused_rows",
+    "gather_rows",
     "group_rows",
     "mode_weights",
     "ngram_column",

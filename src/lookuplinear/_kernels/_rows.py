@@ -24,7 +24,7 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr, suffix
 
-__all__ = ["KERNELS", "Lookup", "fused_rows", "group_rows", "update_rows"]
+__all__ = ["KERNELS", "Lookup", "fused_rows", "gather_rows", "group_rows", "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -199,3 +199,29 @@ def fused_rows(
     if n < 0:
         raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
     return True
+
+
+def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    """``weight[rows]``, of shape ``rows.shape + (dim,)``: the forward of an index lookup
+    (``one_hot(rows) @ weight``), by the C kernel (``c/gather.c``: fixed-width copies, the rows
+    ahead prefetched); None where it does not apply, and the caller runs torch's embedding.
+
+    Raises ``IndexError`` (torch's own message, which the callers' range check turns into a
+    ``LookupIndexError`` naming the index) when a row is outside the table; nothing is
+    written then.
+    """
+    sfx = suffix(weight.dtype)
+    if (
+        sfx not in ("f32", "f64")
+        or weight.dim() != 2
+        or not weight.is_contiguous()
+        or rows.dtype not in (torch.int32, torch.int64)
+        or not use_c(weight, rows)
+    ):
+        return None
+    r = rows.to(torch.int64).contiguous()  # named: it lives through the call
+    out = torch.empty(*rows.shape, weight.shape[1], dtype=weight.dtype)
+    fn = function(f"ll_gather_rows_{sfx}", _I64, _P, _I64, _I64, _P, _I64, _P)
+    if fn(ptr(weight), weight.shape[0], weight.shape[1], ptr(r), r.numel(), ptr(out)) >= 0:
+        raise IndexError("index out of range in self")
+    return out
