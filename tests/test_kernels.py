@@ -31,6 +31,7 @@ from lookuplinear._kernels import (
     gather_rows,
     group_rows,
     one_id_rows,
+    shifted_rows,
     update_rows,
     use_backend,
 )
@@ -232,6 +233,44 @@ def test_fused_updates_give_the_same_bits_on_any_number_of_threads(kernel: str) 
         for w, state in ends[1:]:
             assert torch.equal(w, ends[0][0]) and torch.equal(state, ends[0][1])
         assert not torch.equal(ends[0][0], w0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(0, 5),
+    st.sampled_from([torch.int32, torch.int64]),
+    st.data(),
+)
+def test_shifted_rows_c_equals_torch_ops(n_features: int, n: int, dtype: torch.dtype,
+                                         data: st.DataObject) -> None:
+    """Bags of any length (empty ones too): every entry of feature ``f`` shifted by
+    ``shift[f]``, or the position of the first ID below 0 or past its table. C and torch ops
+    agree, and equal the definition."""
+    limit = torch.tensor(data.draw(st.lists(st.integers(1, 2**31 - 3), min_size=n_features,
+                                            max_size=n_features)))
+    shift = torch.cat([torch.zeros(1, dtype=torch.int64), limit.cumsum(0)[:-1]])
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=n_features * n,
+                                 max_size=n_features * n))
+    feature = [f for f in range(n_features) for b in range(n) for _ in range(lengths[f * n + b])]
+    ids = [data.draw(st.integers(-2, int(limit[f]) + 1)) for f in feature]
+    values = torch.tensor(ids, dtype=dtype)
+    offsets = torch.tensor([0, *torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()],
+                           dtype=dtype)
+    results = []
+    for b in BACKENDS:
+        with in_backend(b):
+            results.append(shifted_rows(values, offsets, n_features, shift, limit))
+    c, torch_ops = results
+    bad = [k for k, (x, f) in enumerate(zip(ids, feature, strict=True))
+           if not 0 <= x < int(limit[f])]
+    if bad:
+        assert c == torch_ops == bad[0]
+    else:
+        want = torch.tensor([x + int(shift[f]) for x, f in zip(ids, feature, strict=True)],
+                            dtype=torch.int64)
+        assert isinstance(c, torch.Tensor) and isinstance(torch_ops, torch.Tensor)
+        assert torch.equal(c, want) and torch.equal(torch_ops, want)
 
 
 @needs_c

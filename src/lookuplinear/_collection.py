@@ -32,7 +32,7 @@ from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._idmap import IdMap
-from ._kernels import mode_weights, one_id_rows
+from ._kernels import mode_weights, one_id_rows, shifted_rows
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._storage import TableStorage, attach, drawn_eagerly, storage_of
@@ -689,19 +689,18 @@ class LookupCollection(nn.Module):
         return rows
 
     def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
-        """The batch itself, each entry shifted by its table's first row, in a few vectorized
-        passes (plain sum tables, the batch's keys exactly the group's features)."""
-        n = kb.batch_size
+        """The batch itself, each entry shifted by its table's first row and checked against
+        its table's rows, in one pass (plain sum tables, the batch's keys exactly the group's
+        features)."""
         places = [self._places[self._table_of[f]] for f in feats]
-        starts = kb.offsets[::n].tolist() if n else [0] * (len(feats) + 1)  # each feature's
-        idx = kb.values.to(torch.long, copy=True)
-        for f, p, a, b in zip(feats, places, starts, starts[1:], strict=False):
-            if b > a:  # one min/max per feature: its IDs must be rows of its table
-                lo, hi = torch.aminmax(idx[a:b])
-                if int(lo) < 0 or int(hi) >= p.config.num_embeddings:
-                    self._checked(kb, f)  # raises, naming the feature and the index
-                if p.offset:
-                    idx[a:b] += p.offset
+        shift, limit = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
+                                    device=kb.device).unbind(1)
+        idx = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
+        if isinstance(idx, int):  # an ID outside its table: raise, naming its feature
+            n = kb.batch_size
+            starts = kb.offsets[::n].tolist()
+            self._checked(kb, feats[next(f for f in range(len(feats)) if idx < starts[f + 1])])
+            raise AssertionError("unreachable: shifted_rows found an ID out of range")
         out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
         out.indices, out.offsets, out.weights = idx, kb.offsets, kb.weights
         return out

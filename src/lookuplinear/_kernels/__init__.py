@@ -9,7 +9,7 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 
 from ._backend import BACKENDS, backend, c_available, use_backend, use_c
 from ._bagmax import bag_max
-from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows
+from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import KERNELS, Lookup, fused_rows, gather_rows, group_rows, update_rows
 
@@ -30,6 +30,7 @@ __all__ = [
     "ngram_column",
     "offsets_ok",
     "one_id_rows",
+    "shifted_rows",
     "token_ids",
     "update_rows",
     "use_backend",
