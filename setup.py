@@ -20,8 +20,7 @@ KERNELS = Extension(
     "lookuplinear._kernels._lib",
     sources=sorted(glob(f"{C_DIR}/*.c")),
     depends=sorted(glob(f"{C_DIR}/*.h")),
-    extra_compile_args=[*FLAGS, "-pthread"],  # the fused updates' threads
-    extra_link_args=["-pthread"],
+    extra_compile_args=FLAGS,
     optional=True,
 )
 

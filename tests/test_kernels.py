@@ -27,7 +27,6 @@ from lookuplinear._kernels import (
     Lookup,
     backend,
     c_available,
-    fused_rows,
     gather_rows,
     group_rows,
     one_id_rows,
@@ -202,37 +201,6 @@ def test_one_id_rows_c_equals_torch_ops(n_features: int, n: int, dtype: torch.dt
         f = torch_ops // max(n, 1)
         assert not 0 <= ids[torch_ops] < int(limit[f])
         assert all(0 <= x < int(limit[k // n]) for k, x in enumerate(ids[:torch_ops]))
-
-
-@needs_c
-@pytest.mark.parametrize("kernel", ["sgd", "adagrad", "rowwise_adagrad", "adam"])
-def test_fused_updates_give_the_same_bits_on_any_number_of_threads(kernel: str) -> None:
-    """A batch large enough to be split (100,000 entries, 16,384 a thread at least): the rows
-    are updated by 1, 2, 3 or 4 threads, every row by one of them, with the same bits; a
-    batch of entries that all name one row is not split."""
-    g = torch.Generator().manual_seed(1)
-    n, rows, dim = 100_000, 5_000, 10
-    state_shape = {"rowwise_adagrad": (rows,), "adam": (rows, 2 * dim)}.get(kernel, (rows, dim))
-    params = {"sgd": (0.1, 0.01, 0.5, 0.5, 1.0), "adagrad": (0.1, 1e-10, 0.01),
-              "rowwise_adagrad": (0.1, 1e-8, 0.01, 1 / dim),
-              "adam": (0.9, 0.1, 0.999, 0.001, 1e-8, 0.01, 0.0, 1.0)}[kernel]
-    w0 = torch.randn(rows, dim, generator=g)
-    for idx in (torch.randint(0, rows, (n,), generator=g), torch.full((n,), 7)):
-        lk = Lookup(idx, torch.arange(0, n + 1, 4), torch.rand(n, generator=g))
-        grad_out = torch.randn(n // 4, dim, generator=g)
-        ends = []
-        before = torch.get_num_threads()
-        try:
-            for threads in (1, 2, 3, 4):
-                torch.set_num_threads(threads)
-                w, state = w0.clone(), torch.rand(state_shape, generator=g.manual_seed(2))
-                assert fused_rows(kernel, lk, grad_out, w, state, params)
-                ends.append((w, state))
-        finally:
-            torch.set_num_threads(before)
-        for w, state in ends[1:]:
-            assert torch.equal(w, ends[0][0]) and torch.equal(state, ends[0][1])
-        assert not torch.equal(ends[0][0], w0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -180,11 +180,7 @@ def fused_rows(
 ) -> bool:
     """:func:`group_rows` then :func:`update_rows` in one C pass: each row is updated as soon as
     its gradient is summed (the same sums, the same update, so the same bits). False (nothing
-    done) where the C kernels do not apply.
-
-    The rows are spread over up to ``torch.get_num_threads()`` threads, each row updated by one
-    of them (the same bits whatever the number of threads), at least 16,384 entries a thread.
-    """
+    done) where the C kernels do not apply."""
     grad_out = grad_out.detach().contiguous()
     if not _table_ok(weight, state) or grad_out.dtype != weight.dtype:
         return False
@@ -193,9 +189,9 @@ def fused_rows(
         return False
     idx, off, n_bags, w = c
     fn = function(f"ll_fused_{kernel}_{suffix(weight.dtype)}", _I64,
-                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P, _I64)
+                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P)
     n = fn(ptr(idx), idx.numel(), ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out),
-           weight.shape[1], ptr(weight), ptr(state), _params(scalars), torch.get_num_threads())
+           weight.shape[1], ptr(weight), ptr(state), _params(scalars))
     if n < 0:
         raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
     return True

@@ -8,14 +8,12 @@
 #include <string.h>
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(LL_NO_CLONES)
-/* one copy of a function per instruction set, chosen at load time (no -march=native, so a
- * build runs on any x86-64 machine): every entry point, and every function that one calls
- * through a pointer (a thread's part), which the entry point's copy cannot inline */
-#define LL_CLONED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+/* one copy of each entry point per instruction set, chosen at load time (no -march=native, so
+ * a build runs on any x86-64 machine) */
+#define LL_EXPORT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define LL_CLONED
+#define LL_EXPORT
 #endif
-#define LL_EXPORT LL_CLONED
 #define LL_INLINE static inline __attribute__((always_inline))
 
 #endif

@@ -18,8 +18,6 @@
  */
 #include "common.h"
 
-#include <pthread.h>
-
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, LINE = 64 };
 
 LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
@@ -129,67 +127,6 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     s.keys = a;
     s.m = m;
     return s;
-}
-
-/* ---- one update spread over threads ---- */
-
-/* The work of keys[lo:hi] (whole rows) with `scratch` bytes of its own; returns how many rows
- * it updated. */
-typedef int64_t (*RangeFn)(void *ctx, int64_t lo, int64_t hi, void *scratch);
-
-typedef struct {
-    RangeFn fn;
-    void *ctx;
-    int64_t lo, hi, out;
-    void *scratch;
-} Part;
-
-static void *run_part(void *arg) {
-    Part *q = (Part *)arg;
-    q->out = q->fn(q->ctx, q->lo, q->hi, q->scratch);
-    return NULL;
-}
-
-/* fn over keys[0:m] in up to `threads` parts of about equal size, each ending where a row
- * does, so that every row is updated by one thread as a serial run would update it (the same
- * bits whatever the number of threads). A part has at least MIN_KEYS_PER_THREAD keys, so that
- * starting a thread costs little next to its part; a thread that cannot be started leaves its
- * part to the caller. The parts' scratch memory is allocated before any starts: out of memory
- * is -1 with nothing done. Returns the sum of the parts' results. */
-enum { MAX_THREADS = 64, MIN_KEYS_PER_THREAD = 16384 };
-
-static int64_t run_split(RangeFn fn, void *ctx, const uint64_t *keys, int64_t m,
-                         int64_t threads, size_t scratch_bytes) {
-    if (threads > m / MIN_KEYS_PER_THREAD) threads = m / MIN_KEYS_PER_THREAD;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads < 1) threads = 1;
-    scratch_bytes = (scratch_bytes + LINE - 1) / LINE * LINE; /* no line shared by two parts */
-    char *scratch = malloc(scratch_bytes * (size_t)threads);
-    if (!scratch) return -1;
-    Part parts[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    int64_t lo = 0;
-    for (int64_t t = 0; t < threads; t++) {
-        int64_t hi = t == threads - 1 ? m : m / threads * (t + 1);
-        if (hi < lo) hi = lo;
-        while (hi > 0 && hi < m && keys[hi] >> 32 == keys[hi - 1] >> 32) hi++;
-        parts[t] = (Part){fn, ctx, lo, hi, 0, scratch + scratch_bytes * (size_t)t};
-        lo = hi;
-    }
-    for (int64_t t = 1; t < threads; t++)
-        started[t] = pthread_create(&tid[t], NULL, run_part, &parts[t]) == 0;
-    run_part(&parts[0]);
-    int64_t total = parts[0].out;
-    for (int64_t t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(tid[t], NULL);
-        else
-            run_part(&parts[t]);
-        total += parts[t].out;
-    }
-    free(scratch);
-    return total;
 }
 
 /* the two halves of a vector, added: the order of the sum is fixed by the code */

@@ -5,8 +5,7 @@
  *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of rows[r] by the gradient
  *       row values[r] (unique rows), lookuplinear.optim's step on a stored row-sparse gradient;
  *   ll_fused_OPT_f32(idx, n, offsets, n_bags, padding_idx, weights, grad_out, dim, w, s,
- *       params, threads): the same update straight from a bag lookup's grad_out (fused=True),
- *       its rows spread over up to ``threads`` threads;
+ *       params): the same update straight from a bag lookup's grad_out (fused=True);
  * and ll_group_rows_f32(...): the row-sparse gradient itself, rows sorted. ``params`` are the
  * optimizer's scalars in the order its ``_kernel_args`` gives them (lookuplinear/optim);
  * ``s`` is its state: the momentum buffer or the squared sums (one row per table row), the
@@ -174,15 +173,6 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
     return d < 4 ? 4 : d > 64 ? 64 : d;
 }
 
-/* what every part of a fused update reads (run_split hands it to each thread) */
-typedef struct {
-    T *w, *s;
-    const uint64_t *keys;
-    const int32_t *bag;
-    const T *weights, *grad_out, *p;
-    int64_t dim;
-} SFX(FusedCtx);
-
 /* ll_rows_OPT and ll_fused_OPT for one optimizer: STATE(s, i, dim) is where row i's state
  * starts, STATE_BYTES how many bytes of it a step touches */
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
@@ -233,30 +223,22 @@ typedef struct {
         }                                                                                     \
         return groups;                                                                        \
     }                                                                                         \
-    LL_CLONED static int64_t SFX(OPT##_fused_range)(void *arg, int64_t lo, int64_t hi,      \
-                                                    void *acc) {                          \
-        SFX(FusedCtx) *c = (SFX(FusedCtx) *)arg;                                              \
-        const int64_t dim = c->dim;                                                           \
-        int64_t groups = 0;                                                                   \
-        LL_BY_DIM(groups = SFX(OPT##_fused_dim), c->w, c->s, c->keys + lo, hi - lo, c->bag,   \
-                  c->weights, c->grad_out, (T *)acc, c->p)                                    \
-        return groups;                                                                        \
-    }                                                                                         \
     LL_EXPORT int64_t SFX(ll_fused_##OPT)(const int64_t *idx, int64_t n,                      \
                                           const int64_t *offsets, int64_t n_bags,             \
                                           int64_t padding_idx, const T *weights,              \
                                           const T *grad_out, int64_t dim, T *w, T *s,         \
-                                          const double *params, int64_t threads) {            \
+                                          const double *params) {                             \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);                       \
+        T *acc = malloc(sizeof(T) * (size_t)(dim + 1)); /* a row's summed gradient */         \
         int64_t groups = -1;                                                                  \
-        if (e.m >= 0) {                                                                       \
-            SFX(FusedCtx) c = {w, s, e.keys, e.bag, weights, grad_out, p, dim};               \
-            groups = run_split(SFX(OPT##_fused_range), &c, e.keys, e.m, threads,              \
-                               sizeof(T) * (size_t)(dim + 1)); /* a row's summed gradient */  \
+        if (e.m >= 0 && acc) {                                                                \
+            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, e.keys, e.m, e.bag, weights,       \
+                      grad_out, acc, p)                                                       \
         }                                                                                     \
         sorted_free(&e);                                                                      \
+        free(acc);                                                                            \
         return groups;                                                                        \
     }
 
