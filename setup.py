@@ -21,6 +21,7 @@ KERNELS = Extension(
     sources=sorted(glob(f"{C_DIR}/*.c")),
     depends=sorted(glob(f"{C_DIR}/*.h")),
     extra_compile_args=FLAGS,
+    libraries=["m"],  # fma/fmaf, called where the CPU has no FMA instruction
     optional=True,
 )
 

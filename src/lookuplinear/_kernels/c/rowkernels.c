@@ -159,15 +159,19 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
 #define T float
 #define SFX(name) name##_f32
 #define SQRT sqrtf
+#define FMA fmaf
 #include "rowkernels_impl.h"
 #undef T
 #undef SFX
 #undef SQRT
+#undef FMA
 
 #define T double
 #define SFX(name) name##_f64
 #define SQRT sqrt
+#define FMA fma
 #include "rowkernels_impl.h"
 #undef T
 #undef SFX
 #undef SQRT
+#undef FMA

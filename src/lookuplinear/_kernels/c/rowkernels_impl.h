@@ -24,7 +24,7 @@ LL_INLINE void SFX(sgd_row)(T *restrict w, T *restrict buf, const T *restrict g,
     for (int64_t d = 0; d < dim; d++) {
         T x = g[d] + wd * w[d];
         if (mom != 0) {
-            T b = mom * buf[d] + omd * x;
+            T b = FMA(mom, buf[d], omd * x); /* see adam_row */
             buf[d] = b;
             x = p[4] != 0 ? x + mom * b : b;
         }
@@ -102,8 +102,11 @@ LL_INLINE void SFX(adam_row)(T *restrict w, T *restrict mv, const T *restrict g,
     for (int64_t d = 0; d < dim; d++) {
         T x = w[d] * decay;
         T y = g[d] + wd * x;
-        T mm = b1 * m[d] + omb1 * y;
-        T vv = b2 * v[d] + omb2 * y * y;
+        /* a sum of two products, fused explicitly: left to -ffp-contract, a compiler may fuse
+         * either product, and two inlined copies of this row (the fused and the stored-gradient
+         * kernel) then differ in the last bit */
+        T mm = FMA(b1, m[d], omb1 * y);
+        T vv = FMA(b2, v[d], omb2 * y * y);
         m[d] = mm;
         v[d] = vv;
         w[d] = x - step * mm / (SQRT(vv) + eps);
