@@ -121,13 +121,16 @@ LL_INLINE void SFX(sum_entries)(T *restrict acc, const uint64_t *keys, int64_t a
     uint32_t k = (uint32_t)keys[a];
     const T *src = grad_out + bag_of(bag, keys[a]) * dim;
     if (weights) {
+        /* fused explicitly: where acc stays in registers, a compiler left to -ffp-contract may
+         * fuse the first entry's product instead of the next one's, and the fused kernel (acc
+         * in registers) and the grouping (acc in memory) then differ in the last bit */
         T wk = weights[k];
         for (int64_t d = 0; d < dim; d++) acc[d] = wk * src[d];
         for (int64_t i = a + 1; i < b; i++) {
             k = (uint32_t)keys[i];
             src = grad_out + bag_of(bag, keys[i]) * dim;
             wk = weights[k];
-            for (int64_t d = 0; d < dim; d++) acc[d] += wk * src[d];
+            for (int64_t d = 0; d < dim; d++) acc[d] = FMA(wk, src[d], acc[d]);
         }
     } else {
         for (int64_t d = 0; d < dim; d++) acc[d] = src[d];
