@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from forms import (
     BATCH,
     DEVICES,
@@ -234,3 +235,31 @@ def test_dense_input_with_leading_dims_is_row_by_row(mode: str) -> None:
     assert out.shape == (2, 3, 4)
     torch.testing.assert_close(out.reshape(6, 4), layer(X.reshape(6, 6)))
     torch.testing.assert_close(out[0, 1], layer.bias.detach())
+
+
+@pytest.mark.parametrize("mode", ["sum", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_bfloat16_rows_pooled_in_float32_equal_embedding_bag(mode: str,
+                                                            padding_idx: int | None) -> None:
+    """The CUDA bfloat16 path with per-entry weights or max (the batch's rows gathered and
+    pooled in float32), run here on the CPU: ``F.embedding_bag`` on the float32 table, rounded
+    to bfloat16, forward and weight gradient; an empty bag gives zeros."""
+    from lookuplinear.functional import _float32_pooled
+
+    torch.manual_seed(0)
+    weight = torch.randn(6, 3).bfloat16().requires_grad_()
+    bags = Bags.from_lists([[1, 2, 1], [], [5, 2], [2]])
+    psw = torch.rand(bags.nnz).bfloat16() if mode == "sum" else None
+    code = {"sum": 0, "max": 2}[mode]
+    out = _float32_pooled(bags, weight, psw, code, padding_idx)
+    ref_weight = weight.detach().float().requires_grad_()
+    ref = F.embedding_bag(bags.indices, ref_weight, bags.offsets, mode=mode,
+                          per_sample_weights=None if psw is None else psw.float(),
+                          include_last_offset=True, padding_idx=padding_idx)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, ref.bfloat16())
+    g = torch.randn(out.shape)
+    out.backward(g.bfloat16())
+    ref.backward(g.bfloat16().float())
+    assert weight.grad is not None and ref_weight.grad is not None
+    torch.testing.assert_close(weight.grad.float(), ref_weight.grad, rtol=1e-2, atol=1e-2)

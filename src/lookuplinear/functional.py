@@ -524,11 +524,42 @@ def _embedding_bag(
 
     ATen's op is called directly: ``F.embedding_bag``'s own Python checks repeat what ``Bags``
     has checked, and cost a few microseconds per call (benchmarks/bench_layer.py).
+
+    A CUDA bfloat16 table with per-entry weights or ``max``: the batch's rows are gathered
+    and pooled in float32, then rounded to bfloat16, because CUDA's ``embedding_bag``
+    backward has no bfloat16 kernel for those in some torch releases (torch 2.11 raises
+    ``NotImplementedError`` in the backward).
     """
+    if (weight.dtype == torch.bfloat16 and weight.is_cuda
+            and (per_sample_weights is not None or mode == _MAX)):
+        return _float32_pooled(bags, weight, per_sample_weights, mode, padding_idx)
     return torch.embedding_bag(
         _forward_only(weight), bags.indices, bags.offsets, False, mode, False,
         per_sample_weights, True, padding_idx,
     )[0]
+
+
+def _float32_pooled(
+    bags: Bags,
+    weight: torch.Tensor,
+    per_sample_weights: torch.Tensor | None,
+    mode: int,
+    padding_idx: int | None,
+) -> torch.Tensor:
+    """:func:`_embedding_bag` on the batch's own rows in float32: entry ``k`` looks up row
+    ``k`` of ``weight[indices]`` (a padding entry an appended zero row, left out as padding),
+    whose gradient flows back to ``weight`` through the gather."""
+    nnz = bags.indices.numel()
+    rows = weight.index_select(0, bags.indices).float()
+    local = torch.arange(nnz, device=weight.device)
+    pad = None
+    if padding_idx is not None:
+        rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])
+        local = torch.where(bags.indices == padding_idx, nnz, local)
+        pad = nnz
+    psw = None if per_sample_weights is None else per_sample_weights.float()
+    out = torch.embedding_bag(rows, local, bags.offsets, False, mode, False, psw, True, pad)[0]
+    return out.to(weight.dtype)
 
 
 def _forward_only(weight: torch.Tensor) -> torch.Tensor:
