@@ -19,14 +19,7 @@
 
 /* entries ahead whose rows are requested before they are read: the rows are scattered over
  * the table, and without it each costs a memory round trip in turn (4x slower) */
-enum { AHEAD = 16, LINE = 64 };
-
-/* every cache line of a row, not only its first: a row of 64 float32 spans four */
-LL_INLINE void prefetch_row(const void *p, int64_t nbytes) {
-    const char *c = (const char *)p;
-    for (int64_t o = 0; o < nbytes; o += LINE) __builtin_prefetch(c + o, 0, 3);
-    if (nbytes % LINE) __builtin_prefetch(c + nbytes - 1, 0, 3); /* a row may end in one more */
-}
+enum { AHEAD = 16 };
 
 /* W (rows x dim, row-major), n_bags bags of indices (valid CSR offsets) into out and arg
  * (n_bags x dim each). Returns -1, or the first entry whose index is outside [0, rows): nothing

@@ -16,4 +16,30 @@
 #endif
 #define LL_INLINE static inline __attribute__((always_inline))
 
+enum { LL_LINE = 64 }; /* bytes of a cache line */
+
+/* Every cache line of a table row of nbytes at p, requested ahead of its use (a row of 64
+ * float32 spans four lines, and may end in one more): the rows of a large table are scattered
+ * far beyond what the TLB covers, and without it each costs a memory round trip in turn.
+ * prefetch_row for a row that is only read, prefetch_row_w for one that is written. */
+#define LL_PREFETCH_ROW(p, nbytes, rw)                                                 \
+    do {                                                                               \
+        const char *c_ = (const char *)(p);                                            \
+        for (int64_t o_ = 0; o_ < (nbytes); o_ += LL_LINE) __builtin_prefetch(c_ + o_, rw, 3); \
+        if ((nbytes) % LL_LINE) __builtin_prefetch(c_ + (nbytes) - 1, rw, 3);          \
+    } while (0)
+LL_INLINE void prefetch_row(const void *p, int64_t nbytes) { LL_PREFETCH_ROW(p, nbytes, 0); }
+LL_INLINE void prefetch_row_w(const void *p, int64_t nbytes) { LL_PREFETCH_ROW(p, nbytes, 1); }
+
+/* F(..., dim) with the widths below compiled for a constant (the loops unrolled, a row held in
+ * registers), any other width as it comes; the caller has a variable `dim` */
+#define LL_BY_DIM(F, ...)                                \
+    switch (dim) {                                       \
+    case 16: F(__VA_ARGS__, 16); break;                  \
+    case 32: F(__VA_ARGS__, 32); break;                  \
+    case 64: F(__VA_ARGS__, 64); break;                  \
+    case 128: F(__VA_ARGS__, 128); break;                \
+    default: F(__VA_ARGS__, dim); break;                 \
+    }
+
 #endif

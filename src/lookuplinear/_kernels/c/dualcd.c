@@ -30,14 +30,7 @@
  */
 #include "common.h"
 
-enum { HINGE = 0, ERROR = 1, LINE = 64 };
-
-/* every cache line of a table row */
-LL_INLINE void prefetch_row(const void *p, int64_t nbytes) {
-    const char *c = (const char *)p;
-    for (int64_t o = 0; o < nbytes; o += LINE) __builtin_prefetch(c + o, 1, 3);
-    if (nbytes % LINE) __builtin_prefetch(c + nbytes - 1, 1, 3);
-}
+enum { HINGE = 0, ERROR = 1 };
 
 #define I int32_t
 #define SFX(name) name##_i32

@@ -16,7 +16,7 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b,
          * enough to stay in cache, and there the prefetches only cost (2x slower) */
         if (n_out > 1 && o + 1 < n)
             for (int64_t e = indptr[order[o + 1]]; e < indptr[order[o + 1] + 1]; e++)
-                prefetch_row(w + indices[e] * n_out, row_bytes);
+                prefetch_row_w(w + indices[e] * n_out, row_bytes);
         /* f = x_i . w + b, every output at once: the row's lookup */
         for (int64_t k = 0; k < n_out; k++) f[k] = b[k];
         for (int64_t e = lo; e < hi; e++) {

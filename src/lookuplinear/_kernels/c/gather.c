@@ -12,22 +12,19 @@
  */
 #include "common.h"
 
-enum { PREFETCH_ROWS = 16, GATHER_LINE = 64 };
+enum { PREFETCH_ROWS = 16 };
 
-#define LL_GATHER_DIM(T, w, rows, n, out, dim)                                                   \
-    for (int64_t i = 0; i < (n); i++) {                                                          \
-        if (i + PREFETCH_ROWS < (n)) {                                                           \
-            const char *a = (const char *)((w) + (rows)[i + PREFETCH_ROWS] * (dim));            \
-            for (int64_t o = 0; o < (dim) * (int64_t)sizeof(T); o += GATHER_LINE)                \
-                __builtin_prefetch(a + o, 0, 3);                                                 \
-            __builtin_prefetch(a + (dim) * (int64_t)sizeof(T) - 1, 0, 3);                        \
-        }                                                                                        \
-        memcpy((out) + i * (dim), (w) + (rows)[i] * (dim), sizeof(T) * (size_t)(dim));          \
-    }
-
-/* out[i] = w[rows[i]] for i < n. Returns -1, or the position of the first row outside
- * [0, num_rows) (nothing written then: the rows are checked first, in one vectorized pass). */
 #define LL_GATHER(T, SFX)                                                                        \
+    LL_INLINE void gather_dim_##SFX(const T *w, const int64_t *rows, int64_t n, T *out,          \
+                                    const int64_t dim) {                                         \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            if (i + PREFETCH_ROWS < n)                                                           \
+                prefetch_row(w + rows[i + PREFETCH_ROWS] * dim, dim * (int64_t)sizeof(T));       \
+            memcpy(out + i * dim, w + rows[i] * dim, sizeof(T) * (size_t)dim);                   \
+        }                                                                                        \
+    }                                                                                            \
+    /* out[i] = w[rows[i]] for i < n. Returns -1, or the position of the first row outside      \
+     * [0, num_rows) (nothing written then: the rows are checked first, in one vectorized pass) */ \
     LL_EXPORT int64_t ll_gather_rows_##SFX(const T *w, int64_t num_rows, int64_t dim,            \
                                            const int64_t *rows, int64_t n, T *out) {             \
         int64_t bad = 0;                                                                         \
@@ -36,12 +33,7 @@ enum { PREFETCH_ROWS = 16, GATHER_LINE = 64 };
             for (int64_t i = 0; i < n; i++)                                                      \
                 if ((uint64_t)rows[i] >= (uint64_t)num_rows) return i;                           \
         }                                                                                        \
-        switch (dim) {                                                                           \
-        case 16: LL_GATHER_DIM(T, w, rows, n, out, 16) break;                                    \
-        case 32: LL_GATHER_DIM(T, w, rows, n, out, 32) break;                                    \
-        case 64: LL_GATHER_DIM(T, w, rows, n, out, 64) break;                                    \
-        default: LL_GATHER_DIM(T, w, rows, n, out, dim) break;                                   \
-        }                                                                                        \
+        LL_BY_DIM(gather_dim_##SFX, w, rows, n, out)                                             \
         return -1;                                                                               \
     }
 

@@ -18,13 +18,7 @@
  */
 #include "common.h"
 
-enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, LINE = 64 };
-
-LL_INLINE void prefetch_bytes(const void *p, int64_t nbytes) {
-    const char *c = (const char *)p;
-    for (int64_t o = 0; o < nbytes; o += LINE) __builtin_prefetch(c + o, 1, 3);
-    if (nbytes % LINE) __builtin_prefetch(c + nbytes - 1, 1, 3); /* a row may end in one more */
-}
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192 };
 
 /* The memory of a sort, kept between calls: faulting in fresh pages for every batch took longer
  * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
@@ -144,17 +138,6 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
 #define ADAGRAD_STATE(s, i, dim) ((s) + (i) * (dim))
 #define ROWWISE_ADAGRAD_STATE(s, i, dim) ((s) + (i))
 #define ADAM_STATE(s, i, dim) ((s) + (i) * 2 * (dim))
-
-/* F(..., dim) with the widths below compiled for a constant (the loops unrolled, a row held in
- * registers), any other width as it comes */
-#define LL_BY_DIM(F, ...)                                \
-    switch (dim) {                                       \
-    case 16: F(__VA_ARGS__, 16); break;                  \
-    case 32: F(__VA_ARGS__, 32); break;                  \
-    case 64: F(__VA_ARGS__, 64); break;                  \
-    case 128: F(__VA_ARGS__, 128); break;                \
-    default: F(__VA_ARGS__, dim); break;                 \
-    }
 
 #define T float
 #define SFX(name) name##_f32

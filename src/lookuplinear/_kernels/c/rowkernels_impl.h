@@ -174,7 +174,7 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
  * fixed 16 rows left the row-wise Adagrad kernel (6 lines a row) 1.1-1.2x slower and Adam's
  * (13 lines a row) no faster (benchmarks/bench_kernels.py). */
 LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) {
-    int64_t lines = (dim * (int64_t)sizeof(T) + state_bytes + LINE - 1) / LINE + 1;
+    int64_t lines = (dim * (int64_t)sizeof(T) + state_bytes + LL_LINE - 1) / LL_LINE + 1;
     int64_t d = LINES_AHEAD / lines;
     return d < 4 ? 4 : d > 64 ? 64 : d;
 }
@@ -188,8 +188,8 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         for (int64_t r = 0; r < n; r++) {                                                     \
             if (r + dist < n) {                                                               \
                 int64_t ahead = rows[r + dist];                                               \
-                prefetch_bytes(w + ahead * dim, dim * (int64_t)sizeof(T));                    \
-                prefetch_bytes(STATE(s, ahead, dim), (STATE_BYTES));                          \
+                prefetch_row_w(w + ahead * dim, dim * (int64_t)sizeof(T));                    \
+                prefetch_row_w(STATE(s, ahead, dim), (STATE_BYTES));                          \
             }                                                                                 \
             int64_t i = rows[r];                                                              \
             SFX(OPT##_row)(w + i * dim, STATE(s, i, dim), values + r * dim, dim, p);          \
@@ -212,8 +212,8 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         for (int64_t i = 0; i < m; groups++) {                                                \
             for (; ahead < m && pending < dist; pending++) { /* rows of groups ahead */   \
                 int64_t next = (int64_t)(keys[ahead] >> 32);                                  \
-                prefetch_bytes(w + next * dim, dim * (int64_t)sizeof(T));                     \
-                prefetch_bytes(STATE(s, next, dim), (STATE_BYTES));                           \
+                prefetch_row_w(w + next * dim, dim * (int64_t)sizeof(T));                     \
+                prefetch_row_w(STATE(s, next, dim), (STATE_BYTES));                           \
                 while (ahead < m && (int64_t)(keys[ahead] >> 32) == next) ahead++;            \
             }                                                                                 \
             int64_t a = i;                                                                    \
