@@ -679,22 +679,24 @@ class LookupCollection(nn.Module):
                            and self._places[self._table_of[f]].config.hashing is None
                            for f in feats)):
             return None
-        places = [self._places[self._table_of[f]] for f in feats]
-        shift, limit = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
-                                    device=kb.device).unbind(1)
+        shift, limit = self._bounds(feats, kb.device)
         rows = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit)
         if isinstance(rows, int):  # an ID outside its table: raise, naming its feature
             self._checked(kb, feats[rows // kb.batch_size])
             raise AssertionError("unreachable: one_id_rows found an ID out of range")
         return rows
 
+    def _bounds(self, feats: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each feature's first row in its group's parameter and its table's rows, int64."""
+        places = [self._places[self._table_of[f]] for f in feats]
+        both = torch.tensor([[p.offset, p.config.num_embeddings] for p in places], device=device)
+        return both[:, 0], both[:, 1]
+
     def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
         """The batch itself, each entry shifted by its table's first row and checked against
         its table's rows, in one pass (plain sum tables, the batch's keys exactly the group's
         features)."""
-        places = [self._places[self._table_of[f]] for f in feats]
-        shift, limit = torch.tensor([[p.offset, p.config.num_embeddings] for p in places],
-                                    device=kb.device).unbind(1)
+        shift, limit = self._bounds(feats, kb.device)
         idx = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
         if isinstance(idx, int):  # an ID outside its table: raise, naming its feature
             n = kb.batch_size

@@ -344,16 +344,11 @@ def one_id_rows(
     if values.numel() != n_bags or n_features <= 0 or n_bags % n_features:
         return None
     n = n_bags // n_features
-    sfx = _INT_SUFFIX.get(values.dtype)
-    if sfx is not None and offsets.dtype == values.dtype and use_c(values, offsets, shift, limit):
-        # named, so that they live through the call
-        vals, off = values.contiguous(), offsets.contiguous()
-        at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
-        rows = torch.empty(n, n_features, dtype=torch.int64)
-        fn = function(f"ll_one_id_rows_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
-        found = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim), ptr(rows))
-        return None if found == -2 else rows if found == -1 else int(found)
-    return _torch_one_id_rows(values, offsets, n_features, shift, limit)
+    c = _keyed_c("ll_one_id_rows", values, offsets, n_features, n, shift, limit, (n, n_features))
+    if c is None:
+        return _torch_one_id_rows(values, offsets, n_features, shift, limit)
+    found, rows = c
+    return None if found == -2 else rows if found == -1 else found
 
 
 def _torch_one_id_rows(
@@ -411,16 +406,37 @@ def shifted_rows(
     tensor([3, 1, 4, 4, 6])
     """
     n = (offsets.numel() - 1) // n_features if n_features else 0
+    c = _keyed_c("ll_shifted_rows", values, offsets, n_features, n, shift, limit,
+                 (values.numel(),))
+    if c is None:
+        return _torch_shifted_rows(values, offsets, n_features, shift, limit)
+    found, out = c
+    return out if found == -1 else found
+
+
+def _keyed_c(
+    name: str,
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    n_features: int,
+    n: int,
+    shift: torch.Tensor,
+    limit: torch.Tensor,
+    shape: tuple[int, ...],
+) -> tuple[int, torch.Tensor] | None:
+    """The C pass ``name`` (``ll_one_id_rows``, ``ll_shifted_rows``) of a keyed batch of
+    ``n_features`` x ``n`` bags: its return value and its int64 output of ``shape``, or None
+    where the C kernels do not take this input (the caller runs torch ops)."""
     sfx = _INT_SUFFIX.get(values.dtype)
-    if sfx is not None and offsets.dtype == values.dtype and use_c(values, offsets, shift, limit):
-        # named, so that they live through the call
-        vals, off = values.contiguous(), offsets.contiguous()
-        at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
-        out = torch.empty(vals.numel(), dtype=torch.int64)
-        fn = function(f"ll_shifted_rows_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
-        found = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim), ptr(out))
-        return out if found == -1 else int(found)
-    return _torch_shifted_rows(values, offsets, n_features, shift, limit)
+    if sfx is None or offsets.dtype != values.dtype or not use_c(values, offsets, shift, limit):
+        return None
+    # named, so that they live through the call
+    vals, off = values.contiguous(), offsets.contiguous()
+    at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
+    out = torch.empty(shape, dtype=torch.int64)
+    fn = function(f"{name}_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
+    found: int = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim), ptr(out))
+    return found, out
 
 
 def _torch_shifted_rows(
