@@ -484,3 +484,70 @@ def test_a_batch_of_no_examples(dims, mode):
     assert check_equivalence(col, kb).ok
     only_empty_bags = KeyedBags.from_dict({"a": [[], []], "b": [[], []]})
     assert not col(only_empty_bags).values().any()
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), n=st.integers(1, 4), one_id=st.booleans(),
+       backend=st.sampled_from(["c", "torch"]))
+def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
+    """Tables of two widths whose features alternate in the output (groups [a, c, d] and [b]):
+    each group one lookup, the outputs put in feature order; equal to the dense path, fused
+    equal to unfused, an ID out of range named by its feature."""
+    tables = [TableConfig("a", 5, 2, ["a"], dtype=torch.float64),
+              TableConfig("b", 4, 3, ["b"], dtype=torch.float64),
+              TableConfig("c", 3, 2, ["c", "d"], dtype=torch.float64)]
+    rows = {"a": 5, "b": 4, "c": 3, "d": 3}
+    size = st.integers(1, 1) if one_id else st.integers(0, 3)
+    kb = KeyedBags.from_dict({
+        f: [data.draw(st.lists(st.integers(0, r - 1), min_size=k, max_size=k))
+            for k in data.draw(st.lists(size, min_size=n, max_size=n))]
+        for f, r in rows.items()
+    })
+    with use_backend(backend):
+        col = LookupCollection(tables)
+        assert col(kb).values().shape == (n, 9)
+        report = check_equivalence(col, kb)
+        assert report.ok, str(report)
+        ends = []
+        for fused in (False, True):
+            torch.manual_seed(0)
+            col = LookupCollection(tables, sparse=True)
+            opt = optim.RowWiseAdagrad(col.parameters(), lr=0.1, fused=fused)
+            for _ in range(2):
+                opt.zero_grad()
+                col(kb).values().pow(2).sum().backward()
+                opt.step()
+            ends.append([p.detach().clone() for p in col.parameters()])
+        assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
+        bad = {f: [[0]] * n for f in rows} | {"d": [[0]] * (n - 1) + [[3]]}
+        with pytest.raises(LookupIndexError, match="kb\\['d'\\]"):
+            col(KeyedBags.from_dict(bad))
+
+
+@pytest.mark.parametrize("one_id", [True, False])
+def test_widths_interleaved_keep_the_graph(one_id):
+    """``create_graph=True`` through outputs of two widths put in feature order: the gradient
+    can be differentiated again, and both orders equal the dense path's."""
+    tables = [TableConfig("a", 5, 2, ["a"], dtype=torch.float64),
+              TableConfig("b", 4, 3, ["b"], dtype=torch.float64),
+              TableConfig("c", 3, 2, ["c", "d"], dtype=torch.float64)]
+    feats = ({"a": [[4], [0]], "b": [[1], [3]], "c": [[2], [2]], "d": [[0], [1]]} if one_id else
+             {"a": [[4, 4], []], "b": [[1], [3, 0]], "c": [[2], [2, 1]], "d": [[], [1]]})
+    kb = KeyedBags.from_dict(feats)
+    col = LookupCollection(tables, sparse=True)
+    params = list(col.parameters())
+    grads = torch.autograd.grad(col(kb).values().pow(2).sum(), params, create_graph=True)
+    second = torch.autograd.grad(sum(g.to_dense().pow(2).sum() for g in grads), params)
+
+    dense = [p.detach().clone().requires_grad_() for p in params]
+    outs = []
+    for f in ["a", "b", "c", "d"]:
+        g, off, cfg = col._places[col._table_of[f]]
+        outs.append(kb[f].to_dense(cfg.num_embeddings).double()
+                    @ dense[g][off:off + cfg.num_embeddings])
+    want = torch.autograd.grad(torch.cat(outs, 1).pow(2).sum(), dense, create_graph=True)
+    want_second = torch.autograd.grad(sum(g.pow(2).sum() for g in want), dense)
+    for x, y in zip(grads, want, strict=True):
+        torch.testing.assert_close(x.to_dense(), y, rtol=1e-12, atol=1e-12)
+    for x, y in zip(second, want_second, strict=True):
+        torch.testing.assert_close(x.to_dense() if x.is_sparse else x, y, rtol=1e-12, atol=1e-12)

@@ -27,9 +27,12 @@ from lookuplinear._kernels import (
     Lookup,
     backend,
     c_available,
+    deinterleave,
     gather_rows,
     group_rows,
+    interleave,
     one_id_rows,
+    segments,
     shifted_rows,
     update_rows,
     use_backend,
@@ -184,17 +187,29 @@ def test_one_id_rows_c_equals_torch_ops(n_features: int, n: int, dtype: torch.dt
         lengths[0], lengths[-1] = (2, 0) if len(ids) > 1 else (1, 1)
     values = torch.tensor(ids, dtype=dtype)
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=dtype)
-    results = []
+    # ``place``: the features split in two groups, each group's (N, F_g) rows in example order,
+    # group after group
+    group = data.draw(st.lists(st.booleans(), min_size=n_features, max_size=n_features))
+    members = [[f for f in range(n_features) if group[f] == k] for k in (False, True)]
+    place = torch.zeros(n_features, 2, dtype=torch.int64)
+    for k, feats in enumerate(members):
+        first = len(members[0]) * n if k else 0
+        for j, f in enumerate(feats):
+            place[f] = torch.tensor([first + j, len(feats)])
+    results, placed = [], []
     for b in BACKENDS:
         with in_backend(b):
             results.append(one_id_rows(values, offsets, n_features, shift, limit))
+            placed.append(one_id_rows(values, offsets, n_features, shift, limit, place))
     c, torch_ops = results
     if isinstance(torch_ops, torch.Tensor):
         assert isinstance(c, torch.Tensor) and torch.equal(c, torch_ops)
         want = (values.long().view(n_features, n) + shift.unsqueeze(1)).t()
         assert torch.equal(c, want)
+        grouped = torch.cat([want[:, feats].reshape(-1) for feats in members])
+        assert all(isinstance(x, torch.Tensor) and torch.equal(x, grouped) for x in placed)
     else:
-        assert c == torch_ops
+        assert c == torch_ops == placed[0] == placed[1]
     if lengths.count(1) != len(lengths):
         assert torch_ops is None
     elif isinstance(torch_ops, int):
@@ -345,3 +360,39 @@ def test_use_backend_restores_and_refuses_unknown_names() -> None:
     with pytest.raises(InputValueError, match="must be one of auto, c, torch"), \
             use_backend("numba"):
         pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from([1, 3, 8, 16, 32, 64])), min_size=1,
+             max_size=8),
+    st.integers(0, 5),
+    st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64]),
+)
+def test_interleave_c_equals_torch_cat(parts: list[tuple[int, int]], n: int,
+                                       dtype: torch.dtype) -> None:
+    """Blocks' columns side by side in a given order (a collection's widths in feature order)
+    and back: C and torch ops equal ``torch.cat`` of the blocks' column ranges, and the
+    inverse gives the blocks back; blocks may be row-strided views."""
+    used = sorted({b for b, _ in parts})
+    parts = [(used.index(b), c) for b, c in parts]  # every block used
+    widths = [sum(c for b, c in parts if b == k) for k in range(len(used))]
+    segs = segments(parts, widths)
+    base = torch.arange(n * (sum(widths) + 2) * 2).to(dtype).view(2 * n, sum(widths) + 2)
+    blocks, at = [], 0
+    for w in widths:  # views: every other row, a column offset
+        blocks.append(base[::2, at:at + w])
+        at += w
+    taken = [0] * len(widths)
+    pieces = []
+    for b, c in parts:
+        pieces.append(blocks[b][:, taken[b]:taken[b] + c])
+        taken[b] += c
+    want = torch.cat(pieces, 1)
+    for b in BACKENDS:
+        with in_backend(b):
+            out = interleave(blocks, segs)
+            assert out.dtype == dtype and torch.equal(out, want)
+            back = [torch.full((n, w), -1).to(dtype) for w in widths]
+            deinterleave(out, segs, back)
+            assert all(torch.equal(x, y) for x, y in zip(back, blocks, strict=True))

@@ -10,14 +10,18 @@ table, as FBGEMM's table-batched embedding keeps them::
     lookup  bags [[3], [1, 2], [4, 4], []]     # item's indices shifted by its offset 4
     output  (N=2, 4): [user's 2 columns | item's 2 columns]
 
-so a batch of all features is one ``embedding_bag`` call forward, one row-sparse gradient (or
-one fused optimizer pass) backward, whatever the number of tables. ``state_dict`` keeps one key
-per table (``embedding_bags.<table>.weight``, TorchRec's names).
+so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
+optimizer pass) backward, whatever the number of tables. Tables of several widths are one
+lookup per width, whose outputs one copy puts in feature order (and one copy of the gradient
+takes back apart): a batch of one ID per feature is checked and shifted for all the widths in
+one pass, each width's rows side by side. ``state_dict`` keeps one key per table
+(``embedding_bags.<table>.weight``, TorchRec's names).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +36,7 @@ from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._idmap import IdMap
-from ._kernels import mode_weights, one_id_rows, shifted_rows
+from ._kernels import deinterleave, interleave, mode_weights, one_id_rows, segments, shifted_rows
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._storage import TableStorage, attach, drawn_eagerly, storage_of
@@ -216,7 +220,8 @@ class LookupCollection(nn.Module):
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
     TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``, as one lookup: the
     tables of one width and dtype are one parameter (module docstring), so a batch is one
-    kernel call forward and one backward (``mode="max"`` tables are looked up on their own).
+    kernel call forward and one backward per width and dtype (``mode="max"`` tables are looked
+    up on their own).
 
     Parameters
     ----------
@@ -313,23 +318,32 @@ class LookupCollection(nn.Module):
         self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
 
     def _plan(self) -> None:
-        """The features of each group, and the column order that puts the groups' outputs
-        back in feature order (None when they already are)."""
+        """The features of each group (in feature order) and their positions in the batch."""
         groups: dict[int, list[str]] = {}
         for f in self.feature_names:
             groups.setdefault(self._places[self._table_of[f]].group, []).append(f)
         self._groups = list(groups.items())
         self._dims = [self._places[self._table_of[f]].config.embedding_dim
                       for f in self.feature_names]
-        start, col = {}, 0
-        for _, feats in self._groups:
-            for f in feats:
-                start[f] = col
-                col += self._places[self._table_of[f]].config.embedding_dim
-        order = [start[f] + d for f, dim in zip(self.feature_names, self._dims, strict=True)
-                 for d in range(dim)]
-        self._columns = (None if order == list(range(col)) else
-                         torch.tensor(order, dtype=torch.long))
+        self._index = {f: i for i, f in enumerate(self.feature_names)}
+        self._positions = [torch.tensor([self._index[f] for f in feats])
+                           for _, feats in self._groups]
+        # a one-ID batch's rows, group after group, each group's (N, F_g) in example order:
+        # group g's are rows[N * first : N * (first + F_g)], feature f's (column j of its group)
+        # at N * first + j + n * F_g (one_id_rows' ``place``)
+        self._first: dict[int, int] = {}
+        place = [(0, 0, 0)] * len(self.feature_names)
+        first = 0
+        for g, feats in self._groups:
+            self._first[g] = first
+            for j, f in enumerate(feats):
+                place[self._index[f]] = (first, j, len(feats))
+            first += len(feats)
+        self._place = torch.tensor(place, dtype=torch.int64).reshape(-1, 3)
+        self._segments: dict[Any, torch.Tensor] = {}
+        #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
+        self._plain = all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
+                          for t in self.tables)
 
     def reset_parameters(self, *, fresh_only: bool = False) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
@@ -593,34 +607,66 @@ class LookupCollection(nn.Module):
     def _lookup(self, kb: KeyedBags) -> KeyedTensor:
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
-        blocks = []
-        for g, feats in self._groups:
+        whole = self._shifted(kb)
+        single = len(self._groups) == 1
+        # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
+        # feature after feature) or example-major ((N, F * dim))
+        parts: list[tuple[torch.Tensor, list[str], bool]] = []
+        for (g, feats), at in zip(self._groups, self._positions, strict=True):
+            dim = self.weights[g].shape[1]
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
                 # one feature at a time: a max, or weights that need their gradient
                 for f in feats:
                     cfg = self._places[self._table_of[f]].config
                     mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    blocks.append(lookup_linear(self._drawn(g, self._checked(kb, f)),
-                                                self._rows(cfg.name), None,
-                                                mode=mode, padding_idx=cfg.padding_idx,
-                                                sparse=self.sparse))
+                    parts.append((lookup_linear(self._drawn(g, self._checked(kb, f)),
+                                                self._rows(cfg.name), None, mode=mode,
+                                                padding_idx=cfg.padding_idx,
+                                                sparse=self.sparse), [f], True))
                 continue
-            one_hot = self._one_hot(kb, feats)
-            if one_hot is not None:  # (N, F) rows: one lookup straight into (N, F, dim)
-                out = lookup_linear(self._drawn(g, one_hot), self.weights[g], None,
-                                    sparse=self.sparse)
-                blocks.append(out.reshape(n, len(feats) * self.weights[g].shape[1]))
+            if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
+                first = self._first[g] * n
+                rows = whole if single else whole[first:first + n * len(feats)].view(n, len(feats))
+                out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
+                                    sparse=self.sparse).reshape(n, len(feats) * dim)
+                if single:  # in example order already: no copy, forward or backward
+                    return KeyedTensor(self.feature_names, self._dims, out)
+                parts.append((out, feats, False))
                 continue
-            flat = lookup_linear(self._drawn(g, self._group_bags(kb, feats)), self.weights[g], None,
-                                 sparse=self.sparse)  # (F * N, dim), feature-major
-            # (N, F * dim): one copy, whose backward is one copy too
-            dim = self.weights[g].shape[1]
-            blocks.append(flat.view(len(feats), n, dim).transpose(0, 1)
-                          .reshape(n, len(feats) * dim))
-        values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
-        if self._columns is not None:  # groups interleave in feature order: one gather
-            values = values.index_select(1, self._columns.to(values.device))
-        return KeyedTensor(self.feature_names, self._dims, values)
+            bags = (self._group_bags(kb, feats) if whole is None else
+                    whole if single else _select_features(whole, at, n))
+            flat = lookup_linear(self._drawn(g, bags), self.weights[g], None,
+                                 sparse=self.sparse)  # (F_g * N, dim), feature-major
+            if single:  # (N, F * dim): one copy, whose backward is one copy too
+                return KeyedTensor(self.feature_names, self._dims,
+                                   flat.view(len(feats), n, dim).transpose(0, 1)
+                                   .reshape(n, len(feats) * dim))
+            parts.append((flat, feats, True))
+        return KeyedTensor(self.feature_names, self._dims, self._in_feature_order(parts, n))
+
+    def _in_feature_order(self, parts: list[tuple[torch.Tensor, list[str], bool]], n: int
+                          ) -> torch.Tensor:
+        """The lookups' outputs as one ``(N, sum of dims)`` matrix in feature order (one copy,
+        and one copy of its gradient into theirs)."""
+        key = tuple((tuple(feats), fm) for _, feats, fm in parts)
+        segs = self._segments.get(key)
+        if segs is None:
+            block_of: dict[str, int] = {}
+            widths: list[int] = []
+            for _, feats, fm in parts:
+                for f in feats:
+                    if fm or f == feats[0]:
+                        widths.append(0)
+                    block_of[f] = len(widths) - 1
+                    widths[-1] += self._dims[self._index[f]]
+            segs = segments([(block_of[f], d) for f, d in zip(self.feature_names, self._dims,
+                                                                strict=True)], widths)
+            self._segments[key] = segs
+        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
+        kinds = [(fm, len(feats)) for _, feats, fm in parts]
+        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
+                                                     *(out.to(dtype) for out, _, _ in parts))
+        return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
         """``rows(kb, feature)`` with every index checked against its table's rows."""
@@ -634,11 +680,6 @@ class LookupCollection(nn.Module):
         """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
         shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
         per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
-        cfgs = [self._places[self._table_of[f]].config for f in feats]
-        if kb.keys() == feats and all(
-            c.mode == "sum" and c.padding_idx is None and c.hashing is None for c in cfgs
-        ):
-            return self._shifted(kb, feats)
         indices, lengths, weights = [], [], []
         dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
         any_weights = kb.weights is not None or any(
@@ -667,48 +708,100 @@ class LookupCollection(nn.Module):
         out.weights = torch.cat(weights) if any_weights else None
         return out
 
-    def _one_hot(self, kb: KeyedBags, feats: list[str]) -> torch.Tensor | None:
-        """``(N, F)`` rows of the group's parameter when every bag holds exactly one unweighted
-        ID of a plain sum table and the batch's keys are the group's features (the usual
-        categorical batch), else None. Looked up as index input, the output is ``(N, F, dim)``
-        in example order already: no copy to reorder it, forward or backward."""
-        if (kb.weights is not None or kb.values.numel() != len(feats) * kb.batch_size
-                or kb.keys() != feats
-                or not all(self._places[self._table_of[f]].config.mode == "sum"
-                           and self._places[self._table_of[f]].config.padding_idx is None
-                           and self._places[self._table_of[f]].config.hashing is None
-                           for f in feats)):
-            return None
-        shift, limit = self._bounds(feats, kb.device)
-        rows = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit)
-        if isinstance(rows, int):  # an ID outside its table: raise, naming its feature
-            self._checked(kb, feats[rows // kb.batch_size])
-            raise AssertionError("unreachable: one_id_rows found an ID out of range")
-        return rows
-
     def _bounds(self, feats: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Each feature's first row in its group's parameter and its table's rows, int64."""
         places = [self._places[self._table_of[f]] for f in feats]
         both = torch.tensor([[p.offset, p.config.num_embeddings] for p in places], device=device)
         return both[:, 0], both[:, 1]
 
-    def _shifted(self, kb: KeyedBags, feats: list[str]) -> Bags:
-        """The batch itself, each entry shifted by its table's first row and checked against
-        its table's rows, in one pass (plain sum tables, the batch's keys exactly the group's
-        features)."""
+    def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:
+        """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
+        :attr:`feature_names`) checked and shifted to the rows of the groups' parameters in one
+        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
+        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
+        shifted indices. None for any other batch (each group then builds its own)."""
+        if not self._plain or kb.weights is not None or kb.keys() != self.feature_names:
+            return None
+        feats = self.feature_names
         shift, limit = self._bounds(feats, kb.device)
-        idx = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
-        if isinstance(idx, int):  # an ID outside its table: raise, naming its feature
-            n = kb.batch_size
-            starts = kb.offsets[::n].tolist()
-            self._checked(kb, feats[next(f for f in range(len(feats)) if idx < starts[f + 1])])
-            raise AssertionError("unreachable: shifted_rows found an ID out of range")
-        out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
-        out.indices, out.offsets, out.weights = idx, kb.offsets, kb.weights
-        return out
+        found: torch.Tensor | int | None = None
+        if kb.values.numel() == kb.offsets.numel() - 1:
+            place = None if len(self._groups) == 1 else torch.stack(
+                [self._place[:, 0] * kb.batch_size + self._place[:, 1], self._place[:, 2]], 1
+            ).to(kb.device)
+            found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
+        if found is None:
+            found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
+            if not isinstance(found, int):
+                out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
+                out.indices, out.offsets, out.weights = found, kb.offsets, None
+                return out
+        if isinstance(found, int):  # an ID outside its table: raise, naming its feature
+            starts = kb.offsets[::kb.batch_size].tolist()
+            self._checked(kb, feats[next(f for f in range(len(feats))
+                                         if found < starts[f + 1])])
+            raise AssertionError("unreachable: an ID out of range was not found again")
+        return found
 
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
+
+
+class _InFeatureOrder(torch.autograd.Function):
+    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
+    side by side in feature order (``segs``: :func:`~lookuplinear._kernels.segments`); the
+    backward copies the gradient's columns back into each output's layout."""
+
+    @staticmethod
+    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
+                *outs: torch.Tensor) -> torch.Tensor:
+        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
+        ctx.shapes = [out.shape for out in outs]
+        return interleave(_blocks(outs, kinds, n), segs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
+            cols = grad.split(ctx.segs[2].tolist(), 1)
+            per_block: dict[int, list[torch.Tensor]] = {}
+            for b, c in zip(ctx.segs[0].tolist(), cols, strict=True):
+                per_block.setdefault(b, []).append(c)
+            blocks = iter([torch.cat(per_block[b], 1) for b in sorted(per_block)])
+            grads = []
+            for (fm, f), shape in zip(ctx.kinds, ctx.shapes, strict=True):
+                rows = [next(blocks) for _ in range(f if fm else 1)]
+                grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
+            return (None, None, None, *grads)
+        grads = [grad.new_empty(shape) for shape in ctx.shapes]
+        deinterleave(grad, ctx.segs, _blocks(grads, ctx.kinds, ctx.n))
+        return (None, None, None, *grads)
+
+
+def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
+            ) -> list[torch.Tensor]:
+    """The ``(N, width)`` blocks of lookup outputs: an example-major output is one, a
+    feature-major one a block per feature (views)."""
+    blocks: list[torch.Tensor] = []
+    for out, (fm, f) in zip(outs, kinds, strict=True):
+        if fm:  # (F * N, dim)
+            blocks.extend(out.view(f, n, out.shape[1]).unbind(0))
+        else:  # (N, F * dim)
+            blocks.append(out)
+    return blocks
+
+
+def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
+    """The bags of the features at positions ``at`` of a feature-major batch of ``n`` bags per
+    feature, feature after feature (one copy of their indices)."""
+    lengths = (bags.offsets[1:] - bags.offsets[:-1]).view(-1, n).index_select(
+        0, at.to(bags.offsets.device))
+    starts = bags.offsets[::n].tolist()
+    out = Bags.__new__(Bags)  # parts of a checked batch
+    out.indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
+    out.offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
+    torch.cumsum(lengths.reshape(-1), 0, out=out.offsets[1:])
+    out.weights = None
+    return out
 
 
 def route(module: Any, features: Any) -> Any:

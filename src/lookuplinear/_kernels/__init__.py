@@ -9,6 +9,7 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 
 from ._backend import BACKENDS, backend, c_available, use_backend, use_c
 from ._bagmax import bag_max
+from ._columns import deinterleave, interleave, segments
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import KERNELS, Lookup, fused_rows, gather_rows, group_rows, update_rows
@@ -22,14 +23,17 @@ __all__ = [
     "bag_max",
     "c_available",
     "count_matrix",
+    "deinterleave",
     "drop_entries",
     "fused_rows",
     "gather_rows",
     "group_rows",
+    "interleave",
     "mode_weights",
     "ngram_column",
     "offsets_ok",
     "one_id_rows",
+    "segments",
     "shifted_rows",
     "token_ids",
     "update_rows",

@@ -302,6 +302,7 @@ def one_id_rows(
     n_features: int,
     shift: torch.Tensor,
     limit: torch.Tensor,
+    place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
     """A keyed batch whose every bag holds one ID, as the rows of the table holding its
     features' tables one after another.
@@ -316,13 +317,18 @@ def one_id_rows(
     shift, limit : torch.Tensor
         ``(F,)`` int64 on ``values``' device: the first row of each feature's table, and its
         number of rows.
+    place : torch.Tensor, optional
+        ``(F, 2)`` int64 on ``values``' device: feature ``f``'s row of example ``n`` goes to
+        ``out[place[f, 0] + n * place[f, 1]]`` of a flat output (the input of several lookups
+        side by side, one per table parameter). None: ``(N, F)`` in example order.
 
     Returns
     -------
     torch.Tensor, int or None
-        The ``(N, F)`` int64 rows ``values.view(F, N).T + shift`` when every bag holds one ID
-        and every ID of feature ``f`` is in ``[0, limit[f])``; None when a bag does not hold
-        exactly one ID; the position in ``values`` of the first ID out of its range otherwise.
+        The ``(N, F)`` int64 rows ``values.view(F, N).T + shift`` (the ``(F * N,)`` rows in
+        ``place``'s order) when every bag holds one ID and every ID of feature ``f`` is in
+        ``[0, limit[f])``; None when a bag does not hold exactly one ID; the position in
+        ``values`` of the first ID out of its range otherwise.
 
     Notes
     -----
@@ -344,9 +350,10 @@ def one_id_rows(
     if values.numel() != n_bags or n_features <= 0 or n_bags % n_features:
         return None
     n = n_bags // n_features
-    c = _keyed_c("ll_one_id_rows", values, offsets, n_features, n, shift, limit, (n, n_features))
+    shape = (n, n_features) if place is None else (n * n_features,)
+    c = _keyed_c("ll_one_id_rows", values, offsets, n_features, n, shift, limit, shape, place)
     if c is None:
-        return _torch_one_id_rows(values, offsets, n_features, shift, limit)
+        return _torch_one_id_rows(values, offsets, n_features, shift, limit, place)
     found, rows = c
     return None if found == -2 else rows if found == -1 else found
 
@@ -357,6 +364,7 @@ def _torch_one_id_rows(
     n_features: int,
     shift: torch.Tensor,
     limit: torch.Tensor,
+    place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
     """:func:`one_id_rows` with torch ops, on the input's device."""
     if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
@@ -365,7 +373,11 @@ def _torch_one_id_rows(
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
     if bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
-    return (ids + shift.unsqueeze(1)).t().contiguous()
+    rows = ids + shift.unsqueeze(1)
+    if place is None:
+        return rows.t().contiguous()
+    at = place[:, :1] + torch.arange(ids.shape[1], device=ids.device) * place[:, 1:]
+    return torch.empty_like(rows).view(-1).index_put_((at.reshape(-1),), rows.reshape(-1))
 
 
 def shifted_rows(
@@ -423,19 +435,24 @@ def _keyed_c(
     shift: torch.Tensor,
     limit: torch.Tensor,
     shape: tuple[int, ...],
+    *extra: torch.Tensor | None,
 ) -> tuple[int, torch.Tensor] | None:
     """The C pass ``name`` (``ll_one_id_rows``, ``ll_shifted_rows``) of a keyed batch of
     ``n_features`` x ``n`` bags: its return value and its int64 output of ``shape``, or None
-    where the C kernels do not take this input (the caller runs torch ops)."""
+    where the C kernels do not take this input (the caller runs torch ops). ``extra``: int64
+    operands the pass takes before its output (None: a NULL pointer)."""
     sfx = _INT_SUFFIX.get(values.dtype)
-    if sfx is None or offsets.dtype != values.dtype or not use_c(values, offsets, shift, limit):
+    if (sfx is None or offsets.dtype != values.dtype
+            or not use_c(values, offsets, shift, limit, *extra)):
         return None
     # named, so that they live through the call
     vals, off = values.contiguous(), offsets.contiguous()
     at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
+    more = [None if x is None else x.to(torch.int64).contiguous() for x in extra]
     out = torch.empty(shape, dtype=torch.int64)
-    fn = function(f"{name}_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
-    found: int = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim), ptr(out))
+    fn = function(f"{name}_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, *[_P] * len(more), _P)
+    found: int = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim),
+                    *[ptr(x) for x in more], ptr(out))
     return found, out
 
 

@@ -39,3 +39,41 @@ enum { PREFETCH_ROWS = 16 };
 
 LL_GATHER(float, f32)
 LL_GATHER(double, f64)
+
+/* ---------------------------------------------------------------- columns of blocks */
+
+/* len bytes from s to d, as a few vector moves for the row widths of common tables */
+LL_INLINE void copy_row(char *restrict d, const char *restrict s, int64_t len) {
+    switch (len) {
+    case 32: memcpy(d, s, 32); break;
+    case 64: memcpy(d, s, 64); break;
+    case 128: memcpy(d, s, 128); break;
+    case 256: memcpy(d, s, 256); break;
+    default: memcpy(d, s, (size_t)len); break;
+    }
+}
+
+/* The rows of n x out_ld bytes of `out` made of segments of the rows of blocks: segment s is
+ * seg_len[s] bytes at byte seg_off[s] of each row of blocks[seg_block[s]] (rows of
+ * block_ld[b] bytes), and the segments follow each other in a row of out. to_out != 0 copies
+ * the blocks into out, else out into the blocks.
+ *
+ * Dense equivalent: out = cat([blocks[seg_block[s]][:, seg_off[s]:][:, :seg_len[s]] for s], 1)
+ * (in bytes), and its inverse. */
+LL_EXPORT void ll_interleave(int64_t n, int64_t n_seg, char *const *blocks,
+                             const int64_t *block_ld, const int64_t *seg_block,
+                             const int64_t *seg_off, const int64_t *seg_len, char *out,
+                             int64_t out_ld, int64_t to_out) {
+    for (int64_t i = 0; i < n; i++) {
+        char *row = out + i * out_ld;
+        for (int64_t s = 0; s < n_seg; s++) {
+            const int64_t b = seg_block[s];
+            char *part = blocks[b] + i * block_ld[b] + seg_off[s];
+            if (to_out)
+                copy_row(row, part, seg_len[s]);
+            else
+                copy_row(part, row, seg_len[s]);
+            row += seg_len[s];
+        }
+    }
+}

@@ -124,25 +124,29 @@ LL_MODE_WEIGHTS(double, int64_t, f64_i64)
 /* A keyed batch of F features x N examples whose every bag holds one ID, as the rows of one
  * table holding the features' tables one after another: rows[n * F + f] = values[f * N + n] +
  * shift[f], the (N, F) index input of one lookup whose output is already in example order.
- * Returns -2 when a bag does not hold exactly one ID (offsets[k] != k: nothing written), the
- * position in values of the first ID outside [0, limit[f]) (rows then undefined), or -1. The
- * checks fold into flags without branches, so the loops vectorize; only a batch that fails
- * is read again, to find its first bad ID. */
+ * With `place` (2F values), feature f's rows go to rows[place[2f] + n * place[2f + 1]]
+ * instead (several such inputs side by side, one per table parameter). Returns -2 when a bag
+ * does not hold exactly one ID (offsets[k] != k: nothing written), the position in values of
+ * the first ID outside [0, limit[f]) (rows then undefined), or -1. The checks fold into flags
+ * without branches, so the loops vectorize; only a batch that fails is read again, to find
+ * its first bad ID. */
 #define LL_ONE_ID_ROWS(I, SFX)                                                                   \
     LL_EXPORT int64_t ll_one_id_rows_##SFX(const I *values, const I *offsets, int64_t F,         \
                                            int64_t N, const int64_t *shift,                      \
-                                           const int64_t *limit, int64_t *rows) {                \
+                                           const int64_t *limit, const int64_t *place,           \
+                                           int64_t *rows) {                                      \
         I not_one = 0;                                                                           \
         for (int64_t k = 0; k <= F * N; k++) not_one |= (I)(offsets[k] != (I)k);                 \
         if (not_one) return -2;                                                                  \
         for (int64_t f = 0; f < F; f++) {                                                        \
             const I *v = values + f * N;                                                         \
             const int64_t s = shift[f], hi = limit[f];                                           \
+            const int64_t at = place ? place[2 * f] : f, step = place ? place[2 * f + 1] : F;     \
             int64_t bad = 0;                                                                     \
             for (int64_t n = 0; n < N; n++) {                                                    \
                 int64_t x = (int64_t)v[n];                                                       \
                 bad |= (int64_t)((uint64_t)x >= (uint64_t)hi); /* x < 0 wraps above hi */        \
-                rows[n * F + f] = x + s;                                                         \
+                rows[at + n * step] = x + s;                                                     \
             }                                                                                    \
             if (bad) {                                                                           \
                 for (int64_t n = 0; n < N; n++)                                                  \
