@@ -551,3 +551,26 @@ def test_widths_interleaved_keep_the_graph(one_id):
         torch.testing.assert_close(x.to_dense(), y, rtol=1e-12, atol=1e-12)
     for x, y in zip(second, want_second, strict=True):
         torch.testing.assert_close(x.to_dense() if x.is_sparse else x, y, rtol=1e-12, atol=1e-12)
+
+
+def test_widths_interleaved_under_torch_compile():
+    """Tables of two widths through ``torch.compile`` (Dynamo and AOTAutograd, as the layer's
+    compile test): the same outputs and gradients as eager."""
+    try:
+        import torch._dynamo
+    except ImportError as exc:  # pragma: no cover - torch built without dynamo
+        pytest.skip(f"torch.compile unavailable: {exc}")
+    torch._dynamo.reset()
+    tables = [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 4, 3, ["b"]),
+              TableConfig("c", 3, 2, ["c"])]
+    col = LookupCollection(tables)
+    compiled = torch.compile(col, backend="aot_eager")
+    for feats in ({"a": [[4], [0]], "b": [[1], [3]], "c": [[2], [2]]},
+                  {"a": [[4, 4], []], "b": [[1], [3, 0]], "c": [[2], [2, 1]]}):
+        kb = KeyedBags.from_dict(feats)
+        out = compiled(kb).values()
+        torch.testing.assert_close(out, col(kb).values())
+        grads = torch.autograd.grad(out.pow(2).sum(), list(col.parameters()))
+        want = torch.autograd.grad(col(kb).values().pow(2).sum(), list(col.parameters()))
+        for x, y in zip(grads, want, strict=True):
+            torch.testing.assert_close(x, y)
