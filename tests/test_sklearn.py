@@ -331,3 +331,18 @@ def test_regressor_starts_at_the_targets_mean(hidden: int | None) -> None:
     reg = LookupRegressor(hidden=hidden, solver="adam", learning_rate_init=1e-9, max_iter=1,
                           random_state=0).fit(X, y)
     np.testing.assert_allclose(reg.predict(X).mean(0), y.mean(0), rtol=1e-3, atol=1e-3)
+
+
+def test_only_the_training_columns_rows_are_drawn() -> None:
+    """The embedding table draws the rows of the columns training reads, uniform in
+    ``[-1/hidden, 1/hidden]`` as fastText's; every other row starts (and stays) zero."""
+    net = LookupNet(10, 2, hidden=4, mode="mean", drawn=torch.tensor([1, 7]))
+    w = net.lookup.weight.detach()
+    assert w[[1, 7]].abs().min() > 0 and w.abs().max() <= 0.25
+    assert not w[[0, 2, 3, 4, 5, 6, 8, 9]].any()
+    X = sp.csr_matrix(np.array([[1, 0, 2, 0, 0], [0, 0, 1, 0, 0]], dtype=np.float32))
+    clf = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit(X, [0, 1])
+    table = clf.model_.lookup.weight.detach()
+    assert table[[0, 2]].abs().min() > 0 and not table[[1, 3, 4]].any()
+    again = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit(X, [0, 1])
+    assert torch.equal(again.model_.lookup.weight, clf.model_.lookup.weight)

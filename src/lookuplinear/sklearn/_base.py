@@ -240,12 +240,21 @@ class LookupEstimator(BaseEstimator):
     def _seed(self) -> int:
         return int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
 
-    def _init_model(self, n_outputs: int, seed: int) -> None:
-        """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was)."""
+    def _init_model(self, n_outputs: int, seed: int, X: sp.csr_matrix) -> None:
+        """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was). An
+        embedding table draws only the rows of ``X``'s columns (the training rows): the others
+        would be zeroed at the end of ``fit`` (``_clear_untouched``), and with fastText's 2
+        million hash buckets drawing them was most of a small ``fit``."""
+        drawn = None
+        if self.hidden is not None:
+            seen = np.zeros(X.shape[1], dtype=bool)
+            seen[X.indices] = True
+            drawn = torch.from_numpy(np.flatnonzero(seen))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             mode = cast(Mode, self.mode)  # validated by fit against MODES
-            net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=mode)
+            net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=mode,
+                            drawn=drawn)
         self.model_ = net.to(self.device)
         self._optimizers = make_optimizers(
             self._stochastic_solver(),

@@ -213,7 +213,7 @@ default "auto"
             )
             validation = (X_val, self.classes_[y_val] if y.ndim == 1 else y_val)
         if not warm:
-            self._init_model(self._n_model_outputs(), seed)
+            self._init_model(self._n_model_outputs(), seed, Xc)
         target, weight = self._targets(y)
         if self._uses_dual_cd(warm=warm):
             self._fit_dual_cd(Xc, self._signs(y), None if weight is None else weight.numpy(),
@@ -243,7 +243,7 @@ default "auto"
             y = self._set_classes(y, classes)
             self.validation_scores_ = []
             self._seed_ = self._seed()
-            self._init_model(self._n_model_outputs(), self._seed_)
+            self._init_model(self._n_model_outputs(), self._seed_, Xc)
         else:
             y = self._encode(y)
         target, weight = self._targets(y)

@@ -33,6 +33,9 @@ class LookupNet(nn.Module):
         Size of the embedding (fastText's ``dim``); ``None`` for a linear model on ``X``.
     mode : {"sum", "mean", "sqrtn", "max"}
         Row reduction of ``LookupLinear``; fastText averages (``"mean"``).
+    drawn : torch.Tensor, optional
+        With ``hidden``: the table rows to draw (the columns training reads); the others start
+        at zero, where the estimators leave every row training did not touch. None: all rows.
 
     Initialization follows fastText: the table is uniform in ``[-1/hidden, 1/hidden]``, the
     output layer is zero; the linear model starts at zero.
@@ -45,7 +48,8 @@ class LookupNet(nn.Module):
     torch.Size([4, 3])
     """
 
-    def __init__(self, n_features: int, n_outputs: int, *, hidden: int | None, mode: Mode) -> None:
+    def __init__(self, n_features: int, n_outputs: int, *, hidden: int | None, mode: Mode,
+                 drawn: torch.Tensor | None = None) -> None:
         super().__init__()
         self.hidden = hidden
         self.output: nn.Linear | None
@@ -56,10 +60,14 @@ class LookupNet(nn.Module):
             self.output = None
         else:
             bound = 1.0 / hidden
-            self.lookup = LookupLinear(
-                n_features, hidden, bias=False, mode=mode, sparse=True,
-                init=partial(nn.init.uniform_, a=-bound, b=bound),  # picklable
-            )
+            init = partial(nn.init.uniform_, a=-bound, b=bound)  # picklable
+            self.lookup = LookupLinear(n_features, hidden, bias=False, mode=mode, sparse=True,
+                                       init=init if drawn is None else nn.init.zeros_)
+            if drawn is not None:  # a draw of the rows training reads, not of every bucket
+                with torch.no_grad():
+                    self.lookup.weight.index_copy_(
+                        0, drawn, init(torch.empty(drawn.numel(), hidden)))
+                self.lookup.init = init
             self.output = nn.Linear(hidden, n_outputs)
             nn.init.zeros_(self.output.weight)
             nn.init.zeros_(self.output.bias)

@@ -136,7 +136,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
             )
             validation = (X_val, y_val if self._y_2d else y_val.ravel())
         if not warm:
-            self._init_model(y.shape[1], seed)
+            self._init_model(y.shape[1], seed, Xc)
             self._start_at_mean(y)
         if self._uses_dual_cd(warm=warm):
             mean = y.mean(axis=0, dtype=np.float64)  # solved on centred targets, as Ridge
@@ -157,7 +157,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
             y = self._set_outputs(y)
             self.validation_scores_ = []
             self._seed_ = self._seed()
-            self._init_model(y.shape[1], self._seed_)
+            self._init_model(y.shape[1], self._seed_, Xc)
             self._start_at_mean(y)
         else:
             y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
