@@ -247,3 +247,25 @@ def test_under_torch_compile_rows_are_drawn_as_in_eager(tmp_path: Path) -> None:
     kb = KeyedBags.from_dict({"f": [[3], [4, 3]]})
     out = torch.compile(coll, backend="eager")(kb).values()
     assert torch.equal(out, coll(kb).values()) and bool(out.abs().sum() > 0)
+
+
+def test_under_torch_compile_rows_are_drawn_after_another_compiled_collection(
+        tmp_path: Path) -> None:
+    """A collection compiled after another one (of two widths, on bags) draws its table's rows:
+    the frame that decides to draw may run eagerly after a graph break while the lookup runs
+    compiled, and the rows were then left undrawn (zeros)."""
+    import torch._dynamo
+
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    torch._dynamo.reset()
+    other = LookupCollection([TableConfig("a", 5, 2, ["a"]), TableConfig("b", 4, 3, ["b"])])
+    torch.compile(other, backend="eager")(KeyedBags.from_dict({"a": [[4, 4], []],
+                                                               "b": [[1], [3, 0]]}))
+    coll = LookupCollection([TableConfig("t", 100, 4, ["f"], storage=tmp_path / "c")])
+    kb = KeyedBags.from_dict({"f": [[3], [4, 3]]})
+    out = torch.compile(coll, backend="eager")(kb).values()
+    storage = coll["t"].storage
+    assert storage is not None and storage.drawn_rows().tolist() == [3, 4]
+    assert torch.equal(out, coll(kb).values()) and bool(out.abs().sum() > 0)
+    torch._dynamo.reset()

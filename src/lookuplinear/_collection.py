@@ -537,9 +537,11 @@ class LookupCollection(nn.Module):
 
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input, with its new rows drawn first when the group is a table in a
-        file and this runs inside a compiled graph, where ``lookup_linear`` cannot draw them
-        (an eager call: a graph break)."""
-        if g in self._stored and torch.compiler.is_compiling():
+        file (an eager call, a graph break inside a compiled graph, where ``lookup_linear``
+        cannot draw them). Also when this runs eagerly: under ``torch.compile`` this frame may
+        run eagerly after a graph break while ``lookup_linear`` runs compiled, and then neither
+        would draw; an eager ``lookup_linear`` finds the rows drawn."""
+        if g in self._stored:
             return drawn_eagerly(self.weights[g], input)
         return input
 
