@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from scipy.special import expit, softmax
 from sklearn.base import ClassifierMixin
-from sklearn.model_selection import train_test_split
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
@@ -207,6 +206,8 @@ default "auto"
         validation = None
         self.validation_scores_: list[float] = []
         if self.early_stopping:
+            from sklearn.model_selection import train_test_split  # slow to import: only here
+
             strat = y if y.ndim == 1 else None
             Xc, X_val, y, y_val = train_test_split(
                 Xc, y, test_size=self.validation_fraction, random_state=seed, stratify=strat

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.base import RegressorMixin
-from sklearn.model_selection import train_test_split
 
 from ..errors import InputValueError
 from ._base import LookupEstimator
@@ -131,6 +130,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         validation = None
         self.validation_scores_: list[float] = []
         if self.early_stopping:
+            from sklearn.model_selection import train_test_split  # slow to import: only here
+
             Xc, X_val, y, y_val = train_test_split(
                 Xc, y, test_size=self.validation_fraction, random_state=seed
             )
