@@ -575,3 +575,27 @@ def test_widths_interleaved_under_torch_compile():
         for x, y in zip(grads, want, strict=True):
             torch.testing.assert_close(x, y)
     torch._dynamo.reset()  # compiled frames of this collection are not reused by other tests
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_tables_of_two_dtypes_side_by_side(backend):
+    """A float32 and a float64 table: the output in the promoted dtype (as ``torch.cat``), each
+    table's gradient in its own dtype, equal to the dense path's."""
+    tables = [TableConfig("a", 5, 2, ["a"], dtype=torch.float32),
+              TableConfig("b", 4, 3, ["b"], dtype=torch.float64),
+              TableConfig("c", 3, 2, ["c"], dtype=torch.float32)]
+    kb = KeyedBags.from_dict({"a": [[4], [0]], "b": [[1], [3]], "c": [[2], [1]]})
+    with use_backend(backend):
+        col = LookupCollection(tables, sparse=True)
+        out = col(kb).values()
+        assert out.dtype == torch.float64
+        grads = torch.autograd.grad(out.pow(2).sum(), list(col.parameters()))
+    want = torch.cat([kb[f].to_dense(col._places[col._table_of[f]].config.num_embeddings).double()
+                      @ col[col._table_of[f]].weight.double() for f in "abc"], 1)
+    torch.testing.assert_close(out, want)
+    for p, g in zip(col.parameters(), grads, strict=True):
+        assert g.dtype == p.dtype
+    dense_a = torch.zeros(8, 2, dtype=torch.float64)  # group of a (rows 0-4) and c (rows 5-7)
+    dense_a.index_add_(0, torch.tensor([4, 0]), 2 * want[:, 0:2])
+    dense_a.index_add_(0, torch.tensor([5 + 2, 5 + 1]), 2 * want[:, 5:7])
+    torch.testing.assert_close(grads[0].to_dense().double(), dense_a, rtol=1e-6, atol=1e-6)
