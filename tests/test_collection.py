@@ -504,10 +504,11 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
         for f, r in rows.items()
     })
     with use_backend(backend):
-        col = LookupCollection(tables)
-        assert col(kb).values().shape == (n, 9)
-        report = check_equivalence(col, kb)
-        assert report.ok, str(report)
+        for sparse in (False, True):
+            col = LookupCollection(tables, sparse=sparse)
+            assert col(kb).values().shape == (n, 9)
+            report = check_equivalence(col, kb)
+            assert report.ok, str(report)
         ends = []
         for fused in (False, True):
             torch.manual_seed(0)

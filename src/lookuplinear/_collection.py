@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import hugepages
@@ -36,9 +37,19 @@ from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._idmap import IdMap
-from ._kernels import deinterleave, interleave, mode_weights, one_id_rows, segments, shifted_rows
+from ._kernels import (
+    Lookup,
+    deinterleave,
+    gather_into,
+    interleave,
+    mode_weights,
+    one_id_rows,
+    segments,
+    shifted_rows,
+)
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
+from ._rowgrad import weight_grad
 from ._storage import TableStorage, attach, drawn_eagerly, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -340,6 +351,10 @@ class LookupCollection(nn.Module):
                 place[self._index[f]] = (first, j, len(feats))
             first += len(feats)
         self._place = torch.tensor(place, dtype=torch.int64).reshape(-1, 3)
+        starts = [sum(self._dims[:i]) for i in range(len(self._dims))]
+        #: where each group's features' columns start in the output
+        self._cols = {g: torch.tensor([starts[self._index[f]] for f in feats], dtype=torch.int64)
+                      for g, feats in self._groups}
         self._segments: dict[Any, torch.Tensor] = {}
         #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
         self._plain = all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
@@ -614,6 +629,10 @@ class LookupCollection(nn.Module):
         # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
         # feature after feature) or example-major ((N, F * dim))
         parts: list[tuple[torch.Tensor, list[str], bool]] = []
+        if isinstance(whole, torch.Tensor) and not single:
+            values = self._one_id_lookups(whole, n)
+            if values is not None:
+                return KeyedTensor(self.feature_names, self._dims, values)
         for (g, feats), at in zip(self._groups, self._positions, strict=True):
             dim = self.weights[g].shape[1]
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
@@ -650,12 +669,22 @@ class LookupCollection(nn.Module):
                           ) -> torch.Tensor:
         """The lookups' outputs as one ``(N, sum of dims)`` matrix in feature order (one copy,
         and one copy of its gradient into theirs)."""
-        key = tuple((tuple(feats), fm) for _, feats, fm in parts)
+        segs = self._segments_of([(feats, fm) for _, feats, fm in parts])
+        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
+        kinds = [(fm, len(feats)) for _, feats, fm in parts]
+        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
+                                                     *(out.to(dtype) for out, _, _ in parts))
+        return values
+
+    def _segments_of(self, layout: list[tuple[list[str], bool]]) -> torch.Tensor:
+        """The segments (:func:`~lookuplinear._kernels.segments`) that put outputs of this
+        ``layout`` (each output's features, and whether it is feature-major) in feature order."""
+        key = tuple((tuple(feats), fm) for feats, fm in layout)
         segs = self._segments.get(key)
         if segs is None:
             block_of: dict[str, int] = {}
             widths: list[int] = []
-            for _, feats, fm in parts:
+            for feats, fm in layout:
                 for f in feats:
                     if fm or f == feats[0]:
                         widths.append(0)
@@ -664,10 +693,23 @@ class LookupCollection(nn.Module):
             segs = segments([(block_of[f], d) for f, d in zip(self.feature_names, self._dims,
                                                                 strict=True)], widths)
             self._segments[key] = segs
-        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
-        kinds = [(fm, len(feats)) for _, feats, fm in parts]
-        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
-                                                     *(out.to(dtype) for out, _, _ in parts))
+        return segs
+
+    def _one_id_lookups(self, rows: torch.Tensor, n: int) -> torch.Tensor | None:
+        """A one-ID batch over tables of several widths (``rows``: each group's ``(N, F_g)``
+        rows, group after group) looked up straight into the ``(N, sum of dims)`` output in
+        feature order, for row-sparse gradients (``sparse=True``) of one dtype; None otherwise
+        (the caller looks each width up on its own)."""
+        weights = [self.weights[g] for g, _ in self._groups]
+        if not self.sparse or any(w.dtype != weights[0].dtype for w in weights):
+            return None
+        plan = []
+        for g, feats in self._groups:
+            first = self._first[g] * n
+            group_rows = self._drawn(g, rows[first:first + n * len(feats)].view(n, len(feats)))
+            plan.append((group_rows, self._cols[g]))
+        segs = self._segments_of([(feats, False) for _, feats in self._groups])
+        values: torch.Tensor = _OneIdLookups.apply(plan, segs, n, sum(self._dims), *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
@@ -777,6 +819,47 @@ class _InFeatureOrder(torch.autograd.Function):
         grads = [grad.new_empty(shape) for shape in ctx.shapes]
         deinterleave(grad, ctx.segs, _blocks(grads, ctx.kinds, ctx.n))
         return (None, None, None, *grads)
+
+
+class _OneIdLookups(torch.autograd.Function):
+    """Index lookups of several tables (``plan``: each table's ``(N, F_g)`` rows and the columns
+    where its features start) written straight into one ``(N, width)`` output; the backward
+    copies each table's gradient rows out (``segs``) and hands them to it as its own lookup's
+    backward would (:func:`~lookuplinear._rowgrad.weight_grad`: row-sparse, or the fused
+    update)."""
+
+    @staticmethod
+    def forward(ctx: Any, plan: list[tuple[torch.Tensor, torch.Tensor]], segs: torch.Tensor,
+                n: int, width: int, *weights: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
+        for (rows, cols), w in zip(plan, weights, strict=True):
+            if not gather_into(w, rows, out, cols):
+                dim = w.shape[1]
+                at = (cols.to(out.device).unsqueeze(1) + torch.arange(dim, device=out.device))
+                out.index_copy_(1, at.reshape(-1),
+                                F.embedding(rows, w.detach()).reshape(n, -1))
+        ctx.plan, ctx.segs, ctx.params = plan, segs, weights
+        ctx.save_for_backward(*weights)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        weights = ctx.saved_tensors
+        shapes = [(grad.shape[0], rows.shape[1] * w.shape[1])
+                  for (rows, _), w in zip(ctx.plan, weights, strict=True)]
+        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
+            blocks = [torch.cat([grad.narrow(1, c, w.shape[1]) for c in cols.tolist()], 1)
+                      for (_, cols), w in zip(ctx.plan, weights, strict=True)]
+        else:
+            blocks = [grad.new_empty(shape) for shape in shapes]
+            deinterleave(grad, ctx.segs, blocks)
+        grads = [
+            weight_grad(param, w, Lookup(rows.reshape(-1)), block.reshape(-1, w.shape[1]))
+            if ctx.needs_input_grad[4 + i] else None
+            for i, ((rows, _), w, param, block) in enumerate(
+                zip(ctx.plan, weights, ctx.params, blocks, strict=True))
+        ]
+        return (None, None, None, None, *grads)
 
 
 def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int

@@ -25,7 +25,7 @@ from ._fusion import binding
 from ._kernels import Lookup, gather_rows, group_rows
 from ._rowwatch import notify
 
-__all__ = ["bag_lookup", "row_sparse_grad"]
+__all__ = ["bag_lookup", "row_sparse_grad", "weight_grad"]
 
 
 def row_sparse_grad(
@@ -54,6 +54,25 @@ def _differentiable_grad(lk: Lookup, g: torch.Tensor, shape: tuple[int, ...]) ->
         keep = idx != lk.padding_idx
         idx, contrib = idx[keep], contrib[keep]
     return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
+
+
+def weight_grad(param: torch.Tensor, weight: torch.Tensor, lk: Lookup, g: torch.Tensor
+                ) -> torch.Tensor | None:
+    """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup ``lk`` whose
+    output rows have the gradient ``g`` (``(rows, dim)``), in a backward: coalesced, or taken by
+    the ``fused=True`` optimizer bound to ``param`` (None returned), or one row per entry with
+    its graph under ``create_graph=True``."""
+    shape = tuple(weight.shape)
+    fused = binding(param)
+    if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
+        return _differentiable_grad(lk, g, shape)
+    if fused is not None and fused.defer(lk, g):
+        # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
+        # checkpoint) here which rows the fused update changes
+        notify(param, lk.indices)
+        return None
+    rows, values = group_rows(lk, g, shape[0])
+    return row_sparse_grad(rows, values.to(weight.dtype), shape)
 
 
 class _BagLookup(torch.autograd.Function):
@@ -95,17 +114,7 @@ class _BagLookup(torch.autograd.Function):
                 grad_weights = grad_weights.masked_fill(lk.indices == ctx.padding_idx, 0)
             grad_weights = grad_weights.to(weights.dtype)
         if ctx.needs_input_grad[0]:
-            shape = tuple(weight.shape)
-            fused = binding(ctx.param)
-            if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
-                grad_weight = _differentiable_grad(lk, g, shape)
-            elif fused is not None and fused.defer(lk, g):
-                # no gradient is stored, so no accumulation hook fires: tell the row watchers
-                # (a checkpoint) here which rows the fused update changes
-                notify(ctx.param, lk.indices)
-            else:
-                rows, values = group_rows(lk, g, shape[0])
-                grad_weight = row_sparse_grad(rows, values.to(weight.dtype), shape)
+            grad_weight = weight_grad(ctx.param, weight, lk, g)
         return grad_weight, None, None, grad_weights, None
 
 

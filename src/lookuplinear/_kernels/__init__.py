@@ -12,7 +12,7 @@ from ._bagmax import bag_max
 from ._columns import deinterleave, interleave, segments
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
-from ._rows import KERNELS, Lookup, fused_rows, gather_rows, group_rows, update_rows
+from ._rows import KERNELS, Lookup, fused_rows, gather_into, gather_rows, group_rows, update_rows
 
 __all__ = [
     "BACKENDS",
@@ -26,6 +26,7 @@ __all__ = [
     "deinterleave",
     "drop_entries",
     "fused_rows",
+    "gather_into",
     "gather_rows",
     "group_rows",
     "interleave",

@@ -24,7 +24,8 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr, suffix
 
-__all__ = ["KERNELS", "Lookup", "fused_rows", "gather_rows", "group_rows", "update_rows"]
+__all__ = ["KERNELS", "Lookup", "fused_rows", "gather_into", "gather_rows", "group_rows",
+           "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -221,3 +222,27 @@ def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None
     if fn(ptr(weight), weight.shape[0], weight.shape[1], ptr(r), r.numel(), ptr(out)) >= 0:
         raise IndexError("index out of range in self")
     return out
+
+
+def gather_into(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, cols: torch.Tensor
+                ) -> bool:
+    """``out[i, cols[j]:cols[j] + dim] = weight[rows[i, j]]`` for the ``(N, F)`` checked rows,
+    in place: an index lookup written straight into column ranges of a wider output (the C
+    kernel ``ll_gather_into``, ``c/gather.c``). False (nothing written) where it does not
+    apply; the caller then writes ``weight[rows]`` with torch ops."""
+    sfx = suffix(weight.dtype)
+    if (
+        sfx not in ("f32", "f64")
+        or weight.dim() != 2
+        or not weight.is_contiguous()
+        or out.dtype != weight.dtype
+        or not out.is_contiguous()
+        or not use_c(weight, rows, out)
+    ):
+        return False
+    r = rows.to(torch.int64).contiguous()  # named: they live through the call
+    c = cols.to(torch.int64).contiguous()
+    fn = function(f"ll_gather_into_{sfx}", None, _P, _I64, _P, _I64, _I64, _P, _P, _I64)
+    fn(ptr(weight), weight.shape[1], ptr(r), r.shape[0], r.shape[1], ptr(c), ptr(out),
+       out.shape[1])
+    return True

@@ -40,6 +40,31 @@ enum { PREFETCH_ROWS = 16 };
 LL_GATHER(float, f32)
 LL_GATHER(double, f64)
 
+/* out[i * ld + cols[j] : ... + dim] = w[rows[i * f + j]] for i < n, j < f: the rows of an
+ * (n, f) index input written straight into column ranges of a wider (n, ld) output (a
+ * collection's features of one width, among features of other widths). The rows are checked
+ * by the caller. */
+#define LL_GATHER_INTO(T, SFX)                                                                   \
+    LL_INLINE void gather_into_dim_##SFX(const T *w, const int64_t *rows, int64_t n, int64_t f,  \
+                                         const int64_t *cols, T *out, int64_t ld,                \
+                                         const int64_t dim) {                                    \
+        const int64_t total = n * f;                                                             \
+        for (int64_t i = 0, k = 0; i < n; i++) {                                                 \
+            for (int64_t j = 0; j < f; j++, k++) {                                               \
+                if (k + PREFETCH_ROWS < total)                                                   \
+                    prefetch_row(w + rows[k + PREFETCH_ROWS] * dim, dim * (int64_t)sizeof(T));   \
+                memcpy(out + i * ld + cols[j], w + rows[k] * dim, sizeof(T) * (size_t)dim);      \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    LL_EXPORT void ll_gather_into_##SFX(const T *w, int64_t dim, const int64_t *rows, int64_t n, \
+                                        int64_t f, const int64_t *cols, T *out, int64_t ld) {    \
+        LL_BY_DIM(gather_into_dim_##SFX, w, rows, n, f, cols, out, ld)                           \
+    }
+
+LL_GATHER_INTO(float, f32)
+LL_GATHER_INTO(double, f64)
+
 /* ---------------------------------------------------------------- columns of blocks */
 
 /* len bytes from s to d, as a few vector moves for the row widths of common tables */
