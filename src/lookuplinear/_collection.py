@@ -12,9 +12,10 @@ table, as FBGEMM's table-batched embedding keeps them::
 
 so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
 optimizer pass) backward, whatever the number of tables. Tables of several widths are one
-lookup per width, whose outputs one copy puts in feature order (and one copy of the gradient
-takes back apart): a batch of one ID per feature is checked and shifted for all the widths in
-one pass, each width's rows side by side. ``state_dict`` keeps one key per table
+lookup per width: a batch of one ID per feature is checked and shifted for all the widths in
+one pass and, with row-sparse gradients, each width's rows are written straight into their
+columns of the output; any other batch's lookups are put in feature order by one copy. The
+gradient is taken back apart by one copy either way. ``state_dict`` keeps one key per table
 (``embedding_bags.<table>.weight``, TorchRec's names).
 """
 
