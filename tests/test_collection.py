@@ -474,16 +474,18 @@ def test_one_id_per_feature(opt_name, backend):
 
 @pytest.mark.parametrize("dims", [(2, 2), (2, 3)])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_a_batch_of_no_examples(dims, mode):
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_a_batch_of_no_examples(dims, mode, backend):
     col = LookupCollection([TableConfig("a", 5, dims[0], ["a"], mode=mode),
                             TableConfig("b", 3, dims[1], ["b"], mode=mode)],
                            sparse=mode != "max")
     empty = torch.zeros(0, dtype=torch.long)
     kb = KeyedBags(["a", "b"], empty, lengths=empty)
-    assert col(kb).values().shape == (0, sum(dims))
-    assert check_equivalence(col, kb).ok
-    only_empty_bags = KeyedBags.from_dict({"a": [[], []], "b": [[], []]})
-    assert not col(only_empty_bags).values().any()
+    with use_backend(backend):
+        assert col(kb).values().shape == (0, sum(dims))
+        assert check_equivalence(col, kb).ok
+        only_empty_bags = KeyedBags.from_dict({"a": [[], []], "b": [[], []]})
+        assert not col(only_empty_bags).values().any()
 
 
 @settings(max_examples=30, deadline=None)

@@ -838,7 +838,7 @@ class _OneIdLookups(torch.autograd.Function):
                 dim = w.shape[1]
                 at = (cols.to(out.device).unsqueeze(1) + torch.arange(dim, device=out.device))
                 out.index_copy_(1, at.reshape(-1),
-                                F.embedding(rows, w.detach()).reshape(n, -1))
+                                F.embedding(rows, w.detach()).reshape(n, rows.shape[1] * dim))
         ctx.plan, ctx.segs, ctx.params = plan, segs, weights
         ctx.save_for_backward(*weights)
         return out
