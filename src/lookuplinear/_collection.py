@@ -47,6 +47,7 @@ from ._kernels import (
     one_id_rows,
     segments,
     shifted_rows,
+    split_blocks,
 )
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
@@ -647,8 +648,7 @@ class LookupCollection(nn.Module):
                                                 sparse=self.sparse), [f], True))
                 continue
             if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
-                first = self._first[g] * n
-                rows = whole if single else whole[first:first + n * len(feats)].view(n, len(feats))
+                rows = whole if single else self._group_rows(whole, g, len(feats), n)
                 out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
                                     sparse=self.sparse).reshape(n, len(feats) * dim)
                 if single:  # in example order already: no copy, forward or backward
@@ -696,6 +696,11 @@ class LookupCollection(nn.Module):
             self._segments[key] = segs
         return segs
 
+    def _group_rows(self, rows: torch.Tensor, g: int, n_feats: int, n: int) -> torch.Tensor:
+        """Group ``g``'s ``(N, F_g)`` rows among a one-ID batch's rows (:meth:`_shifted`)."""
+        first = self._first[g] * n
+        return rows[first:first + n * n_feats].view(n, n_feats)
+
     def _one_id_lookups(self, rows: torch.Tensor, n: int) -> torch.Tensor | None:
         """A one-ID batch over tables of several widths (``rows``: each group's ``(N, F_g)``
         rows, group after group) looked up straight into the ``(N, sum of dims)`` output in
@@ -706,9 +711,7 @@ class LookupCollection(nn.Module):
             return None
         plan = []
         for g, feats in self._groups:
-            first = self._first[g] * n
-            group_rows = self._drawn(g, rows[first:first + n * len(feats)].view(n, len(feats)))
-            plan.append((group_rows, self._cols[g]))
+            plan.append((self._drawn(g, self._group_rows(rows, g, len(feats), n)), self._cols[g]))
         segs = self._segments_of([(feats, False) for _, feats in self._groups])
         values: torch.Tensor = _OneIdLookups.apply(plan, segs, n, sum(self._dims), *weights)
         return values
@@ -807,11 +810,7 @@ class _InFeatureOrder(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
-            cols = grad.split(ctx.segs[2].tolist(), 1)
-            per_block: dict[int, list[torch.Tensor]] = {}
-            for b, c in zip(ctx.segs[0].tolist(), cols, strict=True):
-                per_block.setdefault(b, []).append(c)
-            blocks = iter([torch.cat(per_block[b], 1) for b in sorted(per_block)])
+            blocks = iter(split_blocks(grad, ctx.segs))
             grads = []
             for (fm, f), shape in zip(ctx.kinds, ctx.shapes, strict=True):
                 rows = [next(blocks) for _ in range(f if fm else 1)]
@@ -849,8 +848,7 @@ class _OneIdLookups(torch.autograd.Function):
         shapes = [(grad.shape[0], rows.shape[1] * w.shape[1])
                   for (rows, _), w in zip(ctx.plan, weights, strict=True)]
         if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
-            blocks = [torch.cat([grad.narrow(1, c, w.shape[1]) for c in cols.tolist()], 1)
-                      for (_, cols), w in zip(ctx.plan, weights, strict=True)]
+            blocks = split_blocks(grad, ctx.segs)
         else:
             blocks = [grad.new_empty(shape) for shape in shapes]
             deinterleave(grad, ctx.segs, blocks)

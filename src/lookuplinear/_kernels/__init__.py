@@ -9,7 +9,7 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 
 from ._backend import BACKENDS, backend, c_available, use_backend, use_c
 from ._bagmax import bag_max
-from ._columns import deinterleave, interleave, segments
+from ._columns import deinterleave, interleave, segments, split_blocks
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import KERNELS, Lookup, fused_rows, gather_into, gather_rows, group_rows, update_rows
@@ -36,6 +36,7 @@ __all__ = [
     "one_id_rows",
     "segments",
     "shifted_rows",
+    "split_blocks",
     "token_ids",
     "update_rows",
     "use_backend",
