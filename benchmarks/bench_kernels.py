@@ -40,6 +40,7 @@ import torch
 
 from lookuplinear import hugepages, optim
 from lookuplinear._kernels import (
+    FusedTable,
     Lookup,
     fused_rows,
     gather_rows,
@@ -77,7 +78,8 @@ class Table:
 
     def fused_c(self, lk: Lookup, grad_out: torch.Tensor) -> None:
         state, scalars = self.c_args()
-        if not fused_rows(self.opt._kernel, lk, grad_out, self.w.data, state, scalars):
+        if not fused_rows(self.opt._kernel,
+                          [FusedTable(lk, grad_out, self.w.data, state, scalars)])[0]:
             raise RuntimeError("the fused C kernel did not run")
 
     def fused_torch(self, lk: Lookup, grad_out: torch.Tensor) -> None:

@@ -528,6 +528,54 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
 
 
 @pytest.mark.parametrize("one_id", [True, False])
+def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
+    """Tables of three widths and one of another dtype: a one-ID batch of one dtype is looked
+    up by one forward kernel call, and the fused optimizer's update is one C call per dtype
+    for all tables, whatever their widths; the weights equal ``fused=False``'s to the bit."""
+    import lookuplinear._collection as collection_module
+    import lookuplinear._kernels._rows as rows_module
+
+    calls: list[str] = []
+    gather, function = rows_module.gather_into, rows_module.function
+
+    def counted_gather(tables, out):
+        calls.append(f"gather {len(tables)}")
+        return gather(tables, out)
+
+    def counted_function(name, *types):
+        fn = function(name, *types)
+        return lambda *args: (calls.append(name), fn(*args))[1]
+
+    monkeypatch.setattr(collection_module, "gather_into", counted_gather)
+    monkeypatch.setattr(rows_module, "function", counted_function)
+    for dtypes in ([torch.float64] * 4, [torch.float64] * 3 + [torch.float32]):
+        tables = [TableConfig(f"t{i}", 7 + d, d, [f"f{i}"], dtype=t)
+                  for i, (d, t) in enumerate(zip((2, 3, 5, 3), dtypes, strict=True))]
+        ids = [[[i % 7] for i in range(4)], [[1], [2, 3], [], [6]]][not one_id]
+        kb = KeyedBags.from_dict({f"f{i}": ids for i in range(4)})
+        ends = []
+        for fused in (False, True):
+            torch.manual_seed(0)
+            col = LookupCollection(tables, sparse=True)
+            opt = optim.Adam(col.parameters(), lr=0.1, fused=fused)
+            for _ in range(2):
+                opt.zero_grad()
+                calls.clear()
+                col(kb).values().pow(2).sum().backward()
+                opt.step()
+            ends.append([p.detach().clone() for p in col.parameters()])
+            updates = [c for c in calls if c.startswith("ll_fused_")]
+            if fused:
+                assert sorted(updates) == (["ll_fused_adam_f64"] if len(set(dtypes)) == 1 else
+                                           ["ll_fused_adam_f32", "ll_fused_adam_f64"])
+            else:
+                assert not updates
+            if one_id and len(set(dtypes)) == 1:
+                assert calls.count("gather 3") == 1 and "ll_gather_into_f64" in calls
+        assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
+
+
+@pytest.mark.parametrize("one_id", [True, False])
 def test_widths_interleaved_keep_the_graph(one_id):
     """``create_graph=True`` through outputs of two widths put in feature order: the gradient
     can be differentiated again, and both orders equal the dense path's."""

@@ -630,6 +630,29 @@ def test_a_fused_table_used_twice_trains_as_unfused(name: str, backend: str) -> 
         assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
 
 
+def test_a_backward_inside_the_backward_loses_no_update() -> None:
+    """A reentrant checkpoint runs a backward inside the backward: the table deferred by the
+    outer backward before it and the table of the inner one (one fused optimizer) are both
+    updated, once each, as ``fused=False`` updates them."""
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.tensor([1, 2, 3])
+    runs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        a, b, c = (LookupLinear(V, D, bias=False, sparse=True) for _ in range(3))
+        params = [*a.parameters(), *b.parameters(), *c.parameters()]
+        opt = optim.Adagrad(params, lr=0.1, fused=fused)
+        for _ in range(2):
+            opt.zero_grad()
+            inner = checkpoint(lambda h: b(x) * h, a(x), use_reentrant=True)
+            (inner.sum() + c(x).pow(2).sum()).backward()  # c's backward runs first
+            opt.step()
+        runs.append([p.detach().clone() for p in params])
+        assert all(opt.state[p]["step"] == 2 for p in params)
+    assert all(torch.equal(p, q) for p, q in zip(*runs, strict=True))
+
+
 def test_nothing_is_updated_when_the_backward_fails() -> None:
     """A backward that raises after the table's own backward ran leaves the table and the
     optimizer state as they were; the next backward updates from its own gradient only."""

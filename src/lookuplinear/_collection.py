@@ -823,17 +823,18 @@ class _InFeatureOrder(torch.autograd.Function):
 
 class _OneIdLookups(torch.autograd.Function):
     """Index lookups of several tables (``plan``: each table's ``(N, F_g)`` rows and the columns
-    where its features start) written straight into one ``(N, width)`` output; the backward
-    copies each table's gradient rows out (``segs``) and hands them to it as its own lookup's
-    backward would (:func:`~lookuplinear._rowgrad.weight_grad`: row-sparse, or the fused
-    update)."""
+    where its features start) written straight into one ``(N, width)`` output by one kernel
+    call; the backward copies each table's gradient rows out (``segs``) and hands them to it
+    as its own lookup's backward would (:func:`~lookuplinear._rowgrad.weight_grad`:
+    row-sparse, or the fused update, one call for all tables)."""
 
     @staticmethod
     def forward(ctx: Any, plan: list[tuple[torch.Tensor, torch.Tensor]], segs: torch.Tensor,
                 n: int, width: int, *weights: torch.Tensor) -> torch.Tensor:
         out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
-        for (rows, cols), w in zip(plan, weights, strict=True):
-            if not gather_into(w, rows, out, cols):
+        if not gather_into([(w, rows, cols) for (rows, cols), w in zip(plan, weights,
+                                                                        strict=True)], out):
+            for (rows, cols), w in zip(plan, weights, strict=True):
                 dim = w.shape[1]
                 at = (cols.to(out.device).unsqueeze(1) + torch.arange(dim, device=out.device))
                 out.index_copy_(1, at.reshape(-1),

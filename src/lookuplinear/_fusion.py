@@ -7,6 +7,8 @@ deferred to the end of the backward pass (``queue_callback`` on autograd's engin
 
 * a table used several times in one forward is updated once, with the summed gradient, after
   every use's backward has read the table;
+* all the tables an optimizer updates in one backward are updated by one call (one C pass for
+  the tables of a dtype, whatever their widths);
 * nothing is updated when the backward fails part way (the callback never runs).
 
 A binding refers to the optimizer and the parameter weakly. It does not survive ``deepcopy``
@@ -16,6 +18,7 @@ binds its parameters again when it is copied or unpickled itself.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any, Protocol
 
@@ -23,10 +26,12 @@ import torch
 
 from .errors import InputValueError
 
-__all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "bind", "binding",
-           "reset_rows"]
+__all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "Updates", "bind",
+           "binding", "reset_rows"]
 
 _ATTR = "_lookuplinear_fused"
+#: attribute of an optimizer: its open backward passes (a ``_Queue``)
+_QUEUE = "_lookuplinear_fused_queue"
 
 #: attribute of a table parameter: rows re-initialised (given to a new ID by an ``IdMap``)
 #: whose optimizer state the next ``lookuplinear.optim`` update of the table starts afresh
@@ -45,23 +50,60 @@ def reset_rows(param: torch.Tensor, rows: torch.Tensor) -> None:
     param.__dict__[RESET_ROWS] = rows if old is None else torch.cat([old, rows])
 
 
-class FusedOptimizer(Protocol):
-    """What a binding calls: apply one backward's gradients of ``param`` at once."""
+#: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...])``
+Updates = list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]]
 
-    def _apply_fused(self, param: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> None:
+
+class FusedOptimizer(Protocol):
+    """What a binding calls: apply one backward's gradients of the optimizer's tables at once."""
+
+    def _apply_fused(self, updates: Updates) -> None:
         ...
 
 
-class FusedBinding:
-    """The ``fused=True`` optimizer of one parameter and the gradients of the running backward."""
+class _Backward:
+    """The gradients one optimizer's tables received in one backward pass. Only the callback
+    queued on that backward holds it: a backward that fails drops it with its callbacks."""
 
-    __slots__ = ("_optimizer", "_param", "_pending", "_task")
+    __slots__ = ("__weakref__", "updates")
+
+    def __init__(self) -> None:
+        self.updates: dict[int, tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = {}
+
+
+class _Queue:
+    """An optimizer's open backward passes (a backward may run inside another, as a reentrant
+    checkpoint's does), each flushed by one call to the optimizer at its end."""
+
+    __slots__ = ("_open", "_optimizer")
+
+    def __init__(self, optimizer: FusedOptimizer) -> None:
+        self._optimizer = weakref.ref(optimizer)
+        self._open: weakref.WeakValueDictionary[int, _Backward] = weakref.WeakValueDictionary()
+
+    def add(self, task: int, param: torch.Tensor, lookup: Any, grad_out: torch.Tensor) -> None:
+        pending = self._open.get(task)
+        if pending is None:
+            pending = self._open[task] = _Backward()
+            torch.autograd.Variable._execution_engine.queue_callback(
+                functools.partial(self._flush, task, pending))
+        pending.updates.setdefault(id(param), (param, []))[1].append((lookup, grad_out))
+
+    def _flush(self, task: int, pending: _Backward) -> None:
+        self._open.pop(task, None)
+        opt = self._optimizer()
+        if opt is not None and pending.updates:
+            opt._apply_fused(list(pending.updates.values()))
+
+
+class FusedBinding:
+    """The ``fused=True`` optimizer of one parameter."""
+
+    __slots__ = ("_optimizer", "_param")
 
     def __init__(self, param: torch.Tensor | None, optimizer: FusedOptimizer | None) -> None:
         self._param = None if param is None else weakref.ref(param)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
-        self._pending: list[tuple[Any, torch.Tensor]] = []
-        self._task = -1
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FusedBinding, (None, None))  # unbound: the optimizer binds again when loaded
@@ -74,19 +116,11 @@ class FusedBinding:
         task = torch._C._current_graph_task_id()
         if opt is None or param is None or task < 0:
             return False
-        if task != self._task:  # a new backward; one that failed left its gradients here
-            self._pending, self._task = [], task
-        if not self._pending:
-            torch.autograd.Variable._execution_engine.queue_callback(self._flush)
-        self._pending.append((lookup, grad_out))
+        queue = opt.__dict__.get(_QUEUE)
+        if queue is None:
+            queue = opt.__dict__[_QUEUE] = _Queue(opt)
+        queue.add(task, param, lookup, grad_out)
         return True
-
-    def _flush(self) -> None:
-        pending, self._pending, self._task = self._pending, [], -1
-        opt = None if self._optimizer is None else self._optimizer()
-        param = None if self._param is None else self._param()
-        if opt is not None and param is not None and pending:
-            opt._apply_fused(param, pending)
 
 
 def bind(param: torch.Tensor, optimizer: FusedOptimizer | None) -> None:

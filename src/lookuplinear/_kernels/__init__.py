@@ -12,11 +12,21 @@ from ._bagmax import bag_max
 from ._columns import deinterleave, interleave, segments, split_blocks
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
-from ._rows import KERNELS, Lookup, fused_rows, gather_into, gather_rows, group_rows, update_rows
+from ._rows import (
+    KERNELS,
+    FusedTable,
+    Lookup,
+    fused_rows,
+    gather_into,
+    gather_rows,
+    group_rows,
+    update_rows,
+)
 
 __all__ = [
     "BACKENDS",
     "KERNELS",
+    "FusedTable",
     "Lookup",
     "Tokens",
     "backend",

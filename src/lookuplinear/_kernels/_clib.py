@@ -15,7 +15,7 @@ import torch
 __all__ = ["VERSION", "function", "load", "ptr", "suffix"]
 
 #: ``ll_version()`` of the library this loader was written for (``c/module.c``)
-VERSION = 12
+VERSION = 13
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
 

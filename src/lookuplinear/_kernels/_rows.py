@@ -9,23 +9,24 @@ gradient::
 
 :func:`update_rows` applies an optimizer's update to such rows, :func:`fused_rows` the same
 update straight from a lookup's ``grad_out`` (grouped and updated row after row, the gradient
-never stored). Both run the C kernels (``c/rowkernels_impl.h``) and return False where those do
-not apply; the optimizer then runs its torch-op twin on :func:`group_rows`' result, which gives
-the same bits (tests/test_kernels.py).
+never stored; several tables in one call). Both run the C kernels (``c/rowkernels_impl.h``)
+and return False where those do not apply; the optimizer then runs its torch-op twin on
+:func:`group_rows`' result, which gives the same bits (tests/test_kernels.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 
 from ._backend import use_c
 from ._clib import function, ptr, suffix
 
-__all__ = ["KERNELS", "Lookup", "fused_rows", "gather_into", "gather_rows", "group_rows",
-           "update_rows"]
+__all__ = ["KERNELS", "FusedTable", "Lookup", "fused_rows", "gather_into", "gather_rows",
+           "group_rows", "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -171,31 +172,61 @@ def update_rows(
     return True
 
 
-def fused_rows(
-    kernel: str,
-    lk: Lookup,
-    grad_out: torch.Tensor,
-    weight: torch.Tensor,
-    state: torch.Tensor,
-    scalars: tuple[float, ...],
-) -> bool:
-    """:func:`group_rows` then :func:`update_rows` in one C pass: each row is updated as soon as
-    its gradient is summed (the same sums, the same update, so the same bits). False (nothing
-    done) where the C kernels do not apply."""
-    grad_out = grad_out.detach().contiguous()
-    if not _table_ok(weight, state) or grad_out.dtype != weight.dtype:
-        return False
-    c = _c_operands(lk, grad_out, weight.shape[0])
-    if c is None or grad_out.shape[1] != weight.shape[1]:
-        return False
-    idx, off, n_bags, w = c
-    fn = function(f"ll_fused_{kernel}_{suffix(weight.dtype)}", _I64,
-                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P)
-    n = fn(ptr(idx), idx.numel(), ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out),
-           weight.shape[1], ptr(weight), ptr(state), _params(scalars))
-    if n < 0:
-        raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
-    return True
+class FusedTable(NamedTuple):
+    """One table's part of a fused update: ``lookup`` and its ``grad_out`` rows, the table
+    ``weight``, the optimizer ``state`` the kernel reads at its first element, and the kernel's
+    ``scalars`` in its order."""
+
+    lookup: Lookup
+    grad_out: torch.Tensor
+    weight: torch.Tensor
+    state: torch.Tensor
+    scalars: tuple[float, ...]
+
+
+def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
+    """:func:`group_rows` then :func:`update_rows` in one C pass, for several tables: each row
+    is updated as soon as its gradient is summed (the same sums, the same update, so the same
+    bits). The tables of one dtype that the C kernels take are updated in one call, whatever
+    their widths. Returns, per table, whether it was updated; False: nothing was done to it
+    (the C kernels do not apply, or it ran out of memory), and the caller updates it another
+    way."""
+    taken = [False] * len(tables)
+    by_dtype: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
+    for i, t in enumerate(tables):
+        grad_out = t.grad_out.detach().contiguous()
+        if not _table_ok(t.weight, t.state) or grad_out.dtype != t.weight.dtype:
+            continue
+        c = _c_operands(t.lookup, grad_out, t.weight.shape[0])
+        if c is None or grad_out.shape[1] != t.weight.shape[1]:
+            continue
+        by_dtype.setdefault(str(suffix(t.weight.dtype)), []).append((i, (*c, grad_out)))
+    for sfx, items in by_dtype.items():
+        k = len(items)
+        ts = [tables[i] for i, _ in items]
+        ops = [o for _, o in items]  # (idx, offsets, n_bags, weights, grad_out), alive till done
+        scalars = [float(v) for t in ts for v in (*t.scalars, *[0.0] * (8 - len(t.scalars)))]
+        groups = (_I64 * k)()
+        fn = function(f"ll_fused_{kernel}_{sfx}", None, _I64, *[_P] * 12)
+        fn(k, _ptrs(o[0] for o in ops), _i64s(o[0].numel() for o in ops),
+           _ptrs(o[1] for o in ops), _i64s(o[2] for o in ops), _i64s(_pad(t.lookup) for t in ts),
+           _ptrs(o[3] for o in ops), _ptrs(o[4] for o in ops), _i64s(t.weight.shape[1] for t in ts),
+           _ptrs(t.weight for t in ts), _ptrs(t.state for t in ts),
+           (ctypes.c_double * (8 * k))(*scalars), groups)
+        for j, (i, _) in enumerate(items):
+            taken[i] = groups[j] >= 0
+    return taken
+
+
+def _ptrs(tensors: Iterable[torch.Tensor | None]) -> ctypes.Array[ctypes.c_void_p]:
+    """The data pointers of ``tensors`` (NULL for None) as a C array."""
+    ps = [ptr(t) for t in tensors]
+    return (ctypes.c_void_p * len(ps))(*ps)
+
+
+def _i64s(values: Iterable[int]) -> ctypes.Array[ctypes.c_int64]:
+    vs = [int(v) for v in values]
+    return (ctypes.c_int64 * len(vs))(*vs)
 
 
 def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
@@ -224,25 +255,28 @@ def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None
     return out
 
 
-def gather_into(weight: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, cols: torch.Tensor
-                ) -> bool:
-    """``out[i, cols[j]:cols[j] + dim] = weight[rows[i, j]]`` for the ``(N, F)`` checked rows,
-    in place: an index lookup written straight into column ranges of a wider output (the C
-    kernel ``ll_gather_into``, ``c/gather.c``). False (nothing written) where it does not
+def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                out: torch.Tensor) -> bool:
+    """``out[i, cols[j]:cols[j] + dim] = weight[rows[i, j]]`` for each ``(weight, rows, cols)``
+    of ``tables`` (``rows``: ``(N, F)``, checked), in place: index lookups of several tables,
+    of any widths, written straight into column ranges of one wider output by one call of the
+    C kernel ``ll_gather_into`` (``c/gather.c``). False (nothing written) where it does not
     apply; the caller then writes ``weight[rows]`` with torch ops."""
-    sfx = suffix(weight.dtype)
+    sfx = suffix(out.dtype)
     if (
         sfx not in ("f32", "f64")
-        or weight.dim() != 2
-        or not weight.is_contiguous()
-        or out.dtype != weight.dtype
         or not out.is_contiguous()
-        or not use_c(weight, rows, out)
+        or not use_c(out)
+        or any(
+            w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not use_c(w, r)
+            for w, r, _ in tables
+        )
     ):
         return False
-    r = rows.to(torch.int64).contiguous()  # named: they live through the call
-    c = cols.to(torch.int64).contiguous()
-    fn = function(f"ll_gather_into_{sfx}", None, _P, _I64, _P, _I64, _I64, _P, _P, _I64)
-    fn(ptr(weight), weight.shape[1], ptr(r), r.shape[0], r.shape[1], ptr(c), ptr(out),
+    rows = [r.to(torch.int64).contiguous() for _, r, _ in tables]  # named: they live through
+    cols = [c.to(torch.int64).contiguous() for _, _, c in tables]  # the call
+    fn = function(f"ll_gather_into_{sfx}", None, _I64, _P, _P, _P, _I64, _P, _P, _P, _I64)
+    fn(len(tables), _ptrs(w for w, _, _ in tables), _i64s(w.shape[1] for w, _, _ in tables),
+       _ptrs(rows), out.shape[0], _i64s(r.shape[1] for r in rows), _ptrs(cols), ptr(out),
        out.shape[1])
     return True

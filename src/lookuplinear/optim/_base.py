@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from .. import hugepages
-from .._fusion import RESET_ROWS, bind
-from .._kernels import Lookup, fused_rows, group_rows, update_rows, use_c
+from .._fusion import RESET_ROWS, Updates, bind
+from .._kernels import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
 from .._rowgrad import row_sparse_grad
 from .._storage import storage_of
 from ..errors import InputValueError
@@ -155,28 +155,41 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         return state
 
     @torch.no_grad()
-    def _apply_fused(self, p: torch.Tensor, pending: list[tuple[Lookup, torch.Tensor]]) -> None:
-        """Update ``p`` from the ``(lookup, grad_out)`` of every use of it in one backward.
+    def _apply_fused(self, updates: Updates) -> None:
+        """Update each table of ``updates`` from the ``(lookup, grad_out)`` of every use of it
+        in one backward.
 
-        One use: the C kernel groups the rows and updates each as soon as its gradient is
-        summed. Several uses: each use's row-sparse gradient, summed as autograd would sum
-        them, then the stored-gradient update. Either way the weights ``fused=False`` gives.
+        A table used once: the C kernel groups its rows and updates each as soon as its
+        gradient is summed, all such tables of a dtype in one call. Used several times: each
+        use's row-sparse gradient, summed as autograd would sum them, then the stored-gradient
+        update. Either way the weights ``fused=False`` gives.
         """
-        group = self._group(p)
-        if group is None or not group.get("fused"):  # unbound since: store the gradient
-            grad = self._summed_grad(p, pending)
-            p.grad = grad if p.grad is None else p.grad + grad
-            return
-        state = self._state(p, group)
-        if len(pending) == 1:
-            lk, g = pending[0]
-            args = self._c_args(p, state, group, state["step"] + 1)
-            if args is not None and fused_rows(self._kernel, lk, g, p, *args):
+        tables: list[tuple[torch.Tensor, dict[str, Any], FusedTable]] = []
+        rest: list[tuple[torch.Tensor, list[tuple[Lookup, torch.Tensor]]]] = []
+        for p, pending in updates:
+            group = self._group(p)
+            if group is None or not group.get("fused"):  # unbound since: store the gradient
+                grad = self._summed_grad(p, pending)
+                p.grad = grad if p.grad is None else p.grad + grad
+                continue
+            state = self._state(p, group)
+            args = self._c_args(p, state, group, state["step"] + 1) if len(pending) == 1 else None
+            if args is not None:
+                tables.append((p, state, FusedTable(*pending[0], p, *args)))
+            else:
+                rest.append((p, pending))
+        taken = fused_rows(self._kernel, [t for _, _, t in tables]) if tables else []
+        for (p, state, t), done in zip(tables, taken, strict=True):
+            if done:
                 state["step"] += 1
                 _bump_version(p)
-                return
-        rows, values = row_sparse_parts(self._summed_grad(p, pending))
-        self._sparse_update(p, rows, values, state, group)
+            else:
+                rest.append((p, [(t.lookup, t.grad_out)]))
+        for p, pending in rest:
+            group = self._group(p)
+            assert group is not None
+            rows, values = row_sparse_parts(self._summed_grad(p, pending))
+            self._sparse_update(p, rows, values, self.state[p], group)
 
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Lookup, torch.Tensor]]) -> torch.Tensor:

@@ -41,9 +41,9 @@ LL_GATHER(float, f32)
 LL_GATHER(double, f64)
 
 /* out[i * ld + cols[j] : ... + dim] = w[rows[i * f + j]] for i < n, j < f: the rows of an
- * (n, f) index input written straight into column ranges of a wider (n, ld) output (a
- * collection's features of one width, among features of other widths). The rows are checked
- * by the caller. */
+ * (n, f) index input written straight into column ranges of a wider (n, ld) output; for
+ * n_tables tables in one call (a collection's features of several widths), table t's operands
+ * at position t of each array. The rows are checked by the caller. */
 #define LL_GATHER_INTO(T, SFX)                                                                   \
     LL_INLINE void gather_into_dim_##SFX(const T *w, const int64_t *rows, int64_t n, int64_t f,  \
                                          const int64_t *cols, T *out, int64_t ld,                \
@@ -57,9 +57,14 @@ LL_GATHER(double, f64)
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
-    LL_EXPORT void ll_gather_into_##SFX(const T *w, int64_t dim, const int64_t *rows, int64_t n, \
-                                        int64_t f, const int64_t *cols, T *out, int64_t ld) {    \
-        LL_BY_DIM(gather_into_dim_##SFX, w, rows, n, f, cols, out, ld)                           \
+    LL_EXPORT void ll_gather_into_##SFX(int64_t n_tables, const T *const *ws,                    \
+                                        const int64_t *dims, const int64_t *const *rows,         \
+                                        int64_t n, const int64_t *f,                             \
+                                        const int64_t *const *cols, T *out, int64_t ld) {        \
+        for (int64_t t = 0; t < n_tables; t++) {                                                 \
+            const int64_t dim = dims[t];                                                         \
+            LL_BY_DIM(gather_into_dim_##SFX, ws[t], rows[t], n, f[t], cols[t], out, ld)          \
+        }                                                                                        \
     }
 
 LL_GATHER_INTO(float, f32)

@@ -4,8 +4,9 @@
  * Exported, per optimizer OPT in sgd, adagrad, rowwise_adagrad, adam:
  *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of rows[r] by the gradient
  *       row values[r] (unique rows), lookuplinear.optim's step on a stored row-sparse gradient;
- *   ll_fused_OPT_f32(idx, n, offsets, n_bags, padding_idx, weights, grad_out, dim, w, s,
- *       params): the same update straight from a bag lookup's grad_out (fused=True);
+ *   ll_fused_OPT_f32(n_tables, idx[], n[], offsets[], n_bags[], padding_idx[], weights[],
+ *       grad_out[], dim[], w[], s[], params, groups): the same update straight from bag
+ *       lookups' grad_out (fused=True), for several tables (of any widths) in one call;
  * and ll_group_rows_f32(...): the row-sparse gradient itself, rows sorted. ``params`` are the
  * optimizer's scalars in the order its ``_kernel_args`` gives them (lookuplinear/optim);
  * ``s`` is its state: the momentum buffer or the squared sums (one row per table row), the
@@ -229,11 +230,11 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         }                                                                                     \
         return groups;                                                                        \
     }                                                                                         \
-    LL_EXPORT int64_t SFX(ll_fused_##OPT)(const int64_t *idx, int64_t n,                      \
-                                          const int64_t *offsets, int64_t n_bags,             \
-                                          int64_t padding_idx, const T *weights,              \
-                                          const T *grad_out, int64_t dim, T *w, T *s,         \
-                                          const double *params) {                             \
+    LL_INLINE int64_t SFX(OPT##_fused_table)(const int64_t *idx, int64_t n,                   \
+                                             const int64_t *offsets, int64_t n_bags,          \
+                                             int64_t padding_idx, const T *weights,           \
+                                             const T *grad_out, int64_t dim, T *w, T *s,      \
+                                             const double *params) {                          \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);                       \
@@ -246,6 +247,22 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         sorted_free(&e);                                                                      \
         free(acc);                                                                            \
         return groups;                                                                        \
+    }                                                                                         \
+    /* The update of n_tables tables in one call, each from its own lookup: table t's        \
+     * operands are at position t of each array, its scalars at params[8 * t]; groups[t] is   \
+     * how many rows of it were updated, or -1 (out of memory: that table left unchanged).    \
+     * A table's lookup: idx (n entries), offsets (n_bags + 1, or n_bags = -1: one entry per  \
+     * grad_out row), padding_idx (-1: none), weights (per entry, or NULL). */                \
+    LL_EXPORT void SFX(ll_fused_##OPT)(int64_t n_tables, const int64_t *const *idx,           \
+                                       const int64_t *n, const int64_t *const *offsets,       \
+                                       const int64_t *n_bags, const int64_t *padding_idx,     \
+                                       const T *const *weights, const T *const *grad_out,     \
+                                       const int64_t *dim, T *const *w, T *const *s,          \
+                                       const double *params, int64_t *groups) {               \
+        for (int64_t t = 0; t < n_tables; t++)                                                \
+            groups[t] = SFX(OPT##_fused_table)(idx[t], n[t], offsets[t], n_bags[t],           \
+                                               padding_idx[t], weights[t], grad_out[t],       \
+                                               dim[t], w[t], s[t], params + 8 * t);           \
     }
 
 LL_OPTIMIZER(sgd, SGD_STATE, p[2] != 0 ? dim * (int64_t)sizeof(T) : 0)
