@@ -10,19 +10,45 @@ import os
 from glob import glob
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, LinkError
 
 # No -ffast-math: the kernels must give the same bits fused and unfused (see rowkernels.c), and
 # -ffast-math in a shared library can switch the whole process to flush-to-zero.
-FLAGS = ["-O3", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+FLAGS = ["-O3", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast",
+         "-Wno-unknown-pragmas"]  # OpenMP's, where the build goes on without it
 C_DIR = "src/lookuplinear/_kernels/c"
+
+# OpenMP: the kernels split large batches over PyTorch's threads. With GCC the extension links
+# libgomp.so.1, which is the OpenMP runtime torch has already loaded, so both share one pool.
+OPENMP = ["-fopenmp"]
 
 KERNELS = Extension(
     "lookuplinear._kernels._lib",
     sources=sorted(glob(f"{C_DIR}/*.c")),
     depends=sorted(glob(f"{C_DIR}/*.h")),
-    extra_compile_args=FLAGS,
+    extra_compile_args=[*FLAGS, *OPENMP],
+    extra_link_args=OPENMP,
     libraries=["m"],  # fma/fmaf, called where the CPU has no FMA instruction
     optional=True,
 )
 
-setup(ext_modules=[] if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C") else [KERNELS])
+
+class BuildKernels(build_ext):
+    """Build the kernels with OpenMP where the compiler has it, else without (one thread)."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, CompileError, LinkError):
+            if not ext.extra_link_args:
+                raise
+            print("lookuplinear: building the C kernels without OpenMP (one thread)")
+            ext.extra_compile_args, ext.extra_link_args = list(FLAGS), []
+            super().build_extension(ext)
+
+
+setup(
+    ext_modules=[] if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C") else [KERNELS],
+    cmdclass={"build_ext": BuildKernels},
+)

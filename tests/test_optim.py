@@ -630,6 +630,34 @@ def test_a_fused_table_used_twice_trains_as_unfused(name: str, backend: str) -> 
         assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
 
 
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_kernels_split_over_threads_give_the_same_bits(name: str) -> None:
+    """Batches large enough for the C kernels to split them over PyTorch's threads (the
+    forward's rows, the fused update's rows, the stored gradient's update): the same weights on
+    one thread and on two, fused and unfused, to the bit."""
+    g = torch.Generator().manual_seed(0)
+    rows = 60_000
+    idx = (torch.rand(40_000, generator=g).pow(3) * rows).long()  # duplicates, as Zipf IDs
+    offsets = torch.arange(0, idx.numel() + 1, 4)
+    threads = torch.get_num_threads()
+    ends = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            for fused in (False, True):
+                torch.manual_seed(0)
+                layer = LookupLinear(rows, 16, bias=False, sparse=True, include_last_offset=True)
+                opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+                for x in ((idx, offsets), (idx,)):
+                    opt.zero_grad()
+                    layer(*x).pow(2).sum().backward()
+                    opt.step()
+                ends.append(layer.weight.detach().clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(ends[0], e) for e in ends[1:])
+
+
 def test_a_backward_inside_the_backward_loses_no_update() -> None:
     """A reentrant checkpoint runs a backward inside the backward: the table deferred by the
     outer backward before it and the table of the inner one (one fused optimizer) are both
@@ -645,7 +673,7 @@ def test_a_backward_inside_the_backward_loses_no_update() -> None:
         opt = optim.Adagrad(params, lr=0.1, fused=fused)
         for _ in range(2):
             opt.zero_grad()
-            inner = checkpoint(lambda h: b(x) * h, a(x), use_reentrant=True)
+            inner = checkpoint(lambda h, b=b: b(x) * h, a(x), use_reentrant=True)
             (inner.sum() + c(x).pow(2).sum()).backward()  # c's backward runs first
             opt.step()
         runs.append([p.detach().clone() for p in params])

@@ -10,11 +10,36 @@
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(LL_NO_CLONES)
 /* one copy of each entry point per instruction set, chosen at load time (no -march=native, so
  * a build runs on any x86-64 machine) */
-#define LL_EXPORT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define LL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define LL_EXPORT
+#define LL_CLONES
 #endif
+#define LL_EXPORT LL_CLONES
+/* a kernel's loop that an OpenMP region calls: the region's body is compiled once, for the
+ * default instruction set, so the loop is a function of its own, cloned per instruction set
+ * (and the same bits as the single-threaded kernels, which fuse multiply-adds where the CPU
+ * has FMA) */
+#define LL_CLONED static LL_CLONES __attribute__((noinline))
 #define LL_INLINE static inline __attribute__((always_inline))
+
+/* Threads: a kernel whose work (rows, entries) reaches LL_PARALLEL_MIN splits it over the
+ * OpenMP threads, PyTorch's own pool (torch.set_num_threads sets their number): the build links
+ * libgomp.so.1, the library torch has loaded. Each thread takes a contiguous part, so every
+ * output element is written by one thread in the same order whatever the number of threads,
+ * and the bits do not depend on it. Built without OpenMP, the kernels run on one thread. */
+enum { LL_PARALLEL_MIN = 4096 };
+#ifdef _OPENMP
+#include <omp.h>
+LL_INLINE int ll_threads(int64_t work) { return work >= LL_PARALLEL_MIN ? omp_get_max_threads() : 1; }
+LL_INLINE int ll_thread(void) { return omp_get_thread_num(); }
+LL_INLINE int ll_team(void) { return omp_get_num_threads(); }
+#else
+LL_INLINE int ll_threads(int64_t work) { (void)work; return 1; }
+LL_INLINE int ll_thread(void) { return 0; }
+LL_INLINE int ll_team(void) { return 1; }
+#endif
+/* where part t of k of n items starts */
+LL_INLINE int64_t ll_part(int64_t n, int t, int k) { return (int64_t)((__int128)n * t / k); }
 
 enum { LL_LINE = 64 }; /* bytes of a cache line */
 

@@ -23,6 +23,10 @@ enum { PREFETCH_ROWS = 16 };
             memcpy(out + i * dim, w + rows[i] * dim, sizeof(T) * (size_t)dim);                   \
         }                                                                                        \
     }                                                                                            \
+    LL_CLONED void gather_range_##SFX(const T *w, const int64_t *rows, int64_t n, T *out,        \
+                                      int64_t dim) {                                             \
+        LL_BY_DIM(gather_dim_##SFX, w, rows, n, out)                                             \
+    }                                                                                            \
     /* out[i] = w[rows[i]] for i < n. Returns -1, or the position of the first row outside      \
      * [0, num_rows) (nothing written then: the rows are checked first, in one vectorized pass) */ \
     LL_EXPORT int64_t ll_gather_rows_##SFX(const T *w, int64_t num_rows, int64_t dim,            \
@@ -33,7 +37,13 @@ enum { PREFETCH_ROWS = 16 };
             for (int64_t i = 0; i < n; i++)                                                      \
                 if ((uint64_t)rows[i] >= (uint64_t)num_rows) return i;                           \
         }                                                                                        \
-        LL_BY_DIM(gather_dim_##SFX, w, rows, n, out)                                             \
+        const int nt = ll_threads(n);                                                            \
+        _Pragma("omp parallel num_threads(nt)")                                                  \
+        {                                                                                        \
+            const int64_t a = ll_part(n, ll_thread(), ll_team());                                \
+            const int64_t b = ll_part(n, ll_thread() + 1, ll_team());                            \
+            gather_range_##SFX(w, rows + a, b - a, out + a * dim, dim);                          \
+        }                                                                                        \
         return -1;                                                                               \
     }
 
@@ -57,13 +67,25 @@ LL_GATHER(double, f64)
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
+    LL_CLONED void gather_into_range_##SFX(const T *w, const int64_t *rows, int64_t n,         \
+                                           int64_t f, const int64_t *cols, T *out, int64_t ld,   \
+                                           int64_t dim) {                                        \
+        LL_BY_DIM(gather_into_dim_##SFX, w, rows, n, f, cols, out, ld)                           \
+    }                                                                                            \
     LL_EXPORT void ll_gather_into_##SFX(int64_t n_tables, const T *const *ws,                    \
                                         const int64_t *dims, const int64_t *const *rows,         \
                                         int64_t n, const int64_t *f,                             \
                                         const int64_t *const *cols, T *out, int64_t ld) {        \
-        for (int64_t t = 0; t < n_tables; t++) {                                                 \
-            const int64_t dim = dims[t];                                                         \
-            LL_BY_DIM(gather_into_dim_##SFX, ws[t], rows[t], n, f[t], cols[t], out, ld)          \
+        int64_t work = 0;                                                                        \
+        for (int64_t t = 0; t < n_tables; t++) work += n * f[t];                                 \
+        const int nt = ll_threads(work);                                                         \
+        _Pragma("omp parallel num_threads(nt)")                                                  \
+        {                                                                                        \
+            const int64_t a = ll_part(n, ll_thread(), ll_team());                                \
+            const int64_t b = ll_part(n, ll_thread() + 1, ll_team());                            \
+            for (int64_t t = 0; t < n_tables; t++)                                               \
+                gather_into_range_##SFX(ws[t], rows[t] + a * f[t], b - a, f[t], cols[t],         \
+                                        out + a * ld, ld, dims[t]);                              \
         }                                                                                        \
     }
 

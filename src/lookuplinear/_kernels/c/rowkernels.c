@@ -123,6 +123,14 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     return s;
 }
 
+/* where chunk t of k of the sorted keys starts: at a row's first key, so that each row is
+ * updated by one thread, with the same sums in the same order whatever k is */
+static int64_t chunk_start(const uint64_t *keys, int64_t m, int t, int k) {
+    int64_t i = ll_part(m, t, k);
+    while (i > 0 && i < m && keys[i] >> 32 == keys[i - 1] >> 32) i++;
+    return i;
+}
+
 /* the two halves of a vector, added: the order of the sum is fixed by the code */
 #define LL_FOLD(HALF, x)                                             \
     ({                                                               \

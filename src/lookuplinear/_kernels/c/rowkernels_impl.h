@@ -196,12 +196,22 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             SFX(OPT##_row)(w + i * dim, STATE(s, i, dim), values + r * dim, dim, p);          \
         }                                                                                     \
     }                                                                                         \
+    LL_CLONED void SFX(OPT##_rows_range)(T *w, T *s, const int64_t *rows, int64_t n,          \
+                                         const T *values, const T *p, int64_t dim) {          \
+        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, p)                              \
+    }                                                                                         \
     LL_EXPORT int64_t SFX(ll_rows_##OPT)(T *w, T *s, const int64_t *rows, int64_t n,          \
                                          const T *values, int64_t dim,                        \
                                          const double *params) {                              \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
-        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, p)                              \
+        const int nt = ll_threads(n);                                                         \
+        _Pragma("omp parallel num_threads(nt)")                                               \
+        {                                                                                     \
+            const int64_t a = ll_part(n, ll_thread(), ll_team());                             \
+            const int64_t b = ll_part(n, ll_thread() + 1, ll_team());                         \
+            SFX(OPT##_rows_range)(w, s, rows + a, b - a, values + a * dim, p, dim);           \
+        }                                                                                     \
         return n;                                                                             \
     }                                                                                         \
     LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const uint64_t *keys, int64_t m,       \
@@ -230,6 +240,14 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         }                                                                                     \
         return groups;                                                                        \
     }                                                                                         \
+    LL_CLONED int64_t SFX(OPT##_fused_range)(T *w, T *s, const uint64_t *keys, int64_t m,     \
+                                             const int32_t *bag, const T *weights,            \
+                                             const T *grad_out, T *acc, const T *p,           \
+                                             int64_t dim) {                                   \
+        int64_t groups = 0;                                                                   \
+        LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, keys, m, bag, weights, grad_out, acc, p) \
+        return groups;                                                                        \
+    }                                                                                         \
     LL_INLINE int64_t SFX(OPT##_fused_table)(const int64_t *idx, int64_t n,                   \
                                              const int64_t *offsets, int64_t n_bags,          \
                                              int64_t padding_idx, const T *weights,           \
@@ -238,14 +256,23 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);                       \
-        T *acc = malloc(sizeof(T) * (size_t)(dim + 1)); /* a row's summed gradient */         \
+        const int nt = ll_threads(e.m);                                                       \
+        T *accs = malloc(sizeof(T) * (size_t)(dim + 1) * (size_t)nt); /* rows' sums */        \
         int64_t groups = -1;                                                                  \
-        if (e.m >= 0 && acc) {                                                                \
-            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, e.keys, e.m, e.bag, weights,       \
-                      grad_out, acc, p)                                                       \
+        if (e.m >= 0 && accs) {                                                               \
+            groups = 0;                                                                       \
+            _Pragma("omp parallel num_threads(nt) reduction(+ : groups)")                     \
+            {                                                                                 \
+                const int t = ll_thread(), k = ll_team();                                     \
+                const int64_t a = chunk_start(e.keys, e.m, t, k);                             \
+                const int64_t b = chunk_start(e.keys, e.m, t + 1, k);                         \
+                groups += SFX(OPT##_fused_range)(w, s, e.keys + a, b - a, e.bag, weights,     \
+                                                 grad_out, accs + (size_t)t * (size_t)(dim + 1), \
+                                                 p, dim);                                     \
+            }                                                                                 \
         }                                                                                     \
         sorted_free(&e);                                                                      \
-        free(acc);                                                                            \
+        free(accs);                                                                           \
         return groups;                                                                        \
     }                                                                                         \
     /* The update of n_tables tables in one call, each from its own lookup: table t's        \
