@@ -211,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="multiply every cardinality (a smaller run for a smaller machine)")
     p.add_argument("--adam", action="store_true",
                    help="also fused Adam against nn.EmbeddingBag + SparseAdam (13 GB more)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads for every method (default: torch's choice, one per core)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rows = [max(1, int(r * args.scale)) for r in CRITEO]
     dims = mixed_dims(rows) if args.mixed_dims else [args.dim] * len(rows)
     rng = np.random.default_rng(0)

@@ -292,6 +292,35 @@ def test_gather_rows_refuses_rows_outside_the_table() -> None:
 
 
 @needs_c
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_batches_split_over_threads_group_as_torch_ops(threads: int) -> None:
+    """Batches large enough for the C sort and gather to split over PyTorch's threads (bags,
+    weights, padding; rows needing one to three radix passes) give the torch-op rows, sums and
+    lookups on any number of threads."""
+    g = torch.Generator().manual_seed(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (1_000, 3_000_000, 2**31 - 1):
+            idx = torch.randint(0, rows, (30_000,), generator=g)
+            idx[::7] = idx[3]  # a row of many entries, across the threads' parts
+            offsets = torch.arange(0, idx.numel() + 1, 6)
+            lk = Lookup(idx, offsets, torch.randn(idx.numel(), generator=g), int(idx[5]))
+            grad_out = torch.randn(offsets.numel() - 1, 16, generator=g, dtype=torch.float64)
+            with use_backend("c"):
+                got = group_rows(lk, grad_out, rows)
+            with use_backend("torch"):
+                want = group_rows(lk, grad_out, rows)
+            assert torch.equal(got[0], want[0])
+            torch.testing.assert_close(got[1], want[1], rtol=1e-12, atol=1e-12)
+            table = torch.randn(rows if rows < 10**4 else 10**4, 16, generator=g)
+            ids = idx % table.shape[0]
+            assert torch.equal(gather_rows(table, ids), F.embedding(ids, table))
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_c
 def test_sorts_share_no_memory_across_threads_or_sizes() -> None:
     """The C sort keeps one buffer between calls: threads that sort at the same time (one gets
     the kept buffer, the others their own), a batch larger than what is kept (its own buffer)

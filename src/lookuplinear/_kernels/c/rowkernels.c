@@ -68,8 +68,9 @@ LL_INLINE int64_t bag_of(const int32_t *bag, uint64_t key) {
 
 /* The entries of a batch grouped by row: ``keys[i] = row << 32 | entry``, sorted by row and,
  * within a row, by entry (a stable LSD radix sort: as few passes of at most RADIX_BITS bits as
- * the largest row needs, their histograms counted in one read); padding entries are left out.
- * The caller calls sorted_free. */
+ * the largest row needs; on one thread their histograms counted in one read, on several each
+ * pass counts each thread's part, then each thread scatters its part after those before it);
+ * padding entries are left out. The caller calls sorted_free. */
 static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
                            int64_t padding_idx) {
     Sorted s = {NULL, NULL, -1, NULL, 1};
@@ -96,27 +97,66 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     const int passes = (bits + RADIX_BITS - 1) / RADIX_BITS;
     const int width = passes ? (bits + passes - 1) / passes : 0;
     const uint64_t mask = ((uint64_t)1 << width) - 1;
-    int64_t count[(32 + RADIX_BITS - 1) / RADIX_BITS][RADIX];
-    memset(count, 0, sizeof(count));
-    for (int64_t i = 0; i < m; i++) {
-        uint64_t row = a[i] >> 32;
-        for (int p = 0; p < passes; p++) count[p][(row >> (p * width)) & mask]++;
-    }
-    for (int p = 0; p < passes; p++) {
-        int64_t *c = count[p], at = 0;
-        for (uint64_t d = 0; d <= mask; d++) {
-            int64_t here = c[d];
-            c[d] = at;
-            at += here;
-        }
-        const int shift = 32 + p * width;
+    const int nt = ll_threads(m);
+    if (nt == 1) { /* every pass's histogram counted in one read */
+        int64_t count[(32 + RADIX_BITS - 1) / RADIX_BITS][RADIX];
+        memset(count, 0, sizeof(count));
         for (int64_t i = 0; i < m; i++) {
-            uint64_t x = a[i];
-            b[c[(x >> shift) & mask]++] = x;
+            uint64_t row = a[i] >> 32;
+            for (int p = 0; p < passes; p++) count[p][(row >> (p * width)) & mask]++;
         }
-        uint64_t *t = a;
-        a = b;
-        b = t;
+        for (int p = 0; p < passes; p++) {
+            int64_t *c = count[p], at = 0;
+            for (uint64_t d = 0; d <= mask; d++) {
+                int64_t here = c[d];
+                c[d] = at;
+                at += here;
+            }
+            const int shift = 32 + p * width;
+            for (int64_t i = 0; i < m; i++) {
+                uint64_t x = a[i];
+                b[c[(x >> shift) & mask]++] = x;
+            }
+            uint64_t *t = a;
+            a = b;
+            b = t;
+        }
+    } else if (passes) { /* each thread counts its part, then scatters it after the parts
+                          * before it: the same stable order as one thread */
+        int64_t *count = malloc(sizeof(int64_t) * (size_t)nt * (mask + 1));
+        if (!count) return s; /* m = -1: out of memory (the caller frees s) */
+        for (int p = 0; p < passes; p++) {
+            const int shift = 32 + p * width;
+            const uint64_t *src = a;
+            uint64_t *dst = b;
+            _Pragma("omp parallel num_threads(nt)")
+            {
+                const int t = ll_thread(), k = ll_team();
+                const int64_t lo = ll_part(m, t, k), hi = ll_part(m, t + 1, k);
+                int64_t *c = count + (size_t)t * (mask + 1);
+                memset(c, 0, sizeof(int64_t) * (mask + 1));
+                for (int64_t i = lo; i < hi; i++) c[(src[i] >> shift) & mask]++;
+                _Pragma("omp barrier")
+                _Pragma("omp single")
+                {
+                    int64_t at = 0;
+                    for (uint64_t d = 0; d <= mask; d++)
+                        for (int q = 0; q < k; q++) {
+                            int64_t here = count[(size_t)q * (mask + 1) + d];
+                            count[(size_t)q * (mask + 1) + d] = at;
+                            at += here;
+                        }
+                }
+                for (int64_t i = lo; i < hi; i++) {
+                    uint64_t x = src[i];
+                    dst[c[(x >> shift) & mask]++] = x;
+                }
+            }
+            uint64_t *t = a;
+            a = b;
+            b = t;
+        }
+        free(count);
     }
     s.keys = a;
     s.m = m;
