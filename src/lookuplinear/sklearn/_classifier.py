@@ -91,7 +91,8 @@ default "auto"
         anew: ``max_iter`` more passes; the labels must be among ``classes_``.
     n_jobs : int or None, default 1
         ``torch.set_num_threads`` while training and predicting (restored afterwards); ``None``
-        keeps torch's setting. One thread is fastest for minibatches of sparse rows on CPU.
+        keeps torch's setting. With more than one, the table kernels split a minibatch of 4,096
+        IDs or more over the threads.
 
     Attributes
     ----------
