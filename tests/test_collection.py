@@ -529,9 +529,10 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
 
 @pytest.mark.parametrize("one_id", [True, False])
 def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
-    """Tables of three widths and one of another dtype: a one-ID batch of one dtype is looked
-    up by one forward kernel call, and the fused optimizer's update is one C call per dtype
-    for all tables, whatever their widths; the weights equal ``fused=False``'s to the bit."""
+    """Tables of three widths and one of another dtype: a batch (one ID per feature, or bags)
+    over tables of one dtype is looked up by one forward kernel call, and the fused optimizer's
+    update is one C call per dtype for all tables, whatever their widths; the weights equal
+    ``fused=False``'s to the bit."""
     import lookuplinear._collection as collection_module
     import lookuplinear._kernels._rows as rows_module
 
@@ -570,8 +571,10 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
                                            ["ll_fused_adam_f32", "ll_fused_adam_f64"])
             else:
                 assert not updates
-            if one_id and len(set(dtypes)) == 1:
-                assert calls.count("gather 3") == 1 and "ll_gather_into_f64" in calls
+            if len(set(dtypes)) == 1:  # one forward call
+                forward = [c for c in calls if c.startswith(("ll_gather", "ll_bag_sum"))]
+                assert forward == (["ll_gather_into_f64"] if one_id else ["ll_bag_sum_into_f64"])
+                assert calls.count("gather 3") == one_id
         assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 

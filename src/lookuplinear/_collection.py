@@ -40,6 +40,7 @@ from ._hashing import hash_ids
 from ._idmap import IdMap
 from ._kernels import (
     Lookup,
+    bag_sum_into,
     deinterleave,
     gather_into,
     interleave,
@@ -357,6 +358,10 @@ class LookupCollection(nn.Module):
         #: where each group's features' columns start in the output
         self._cols = {g: torch.tensor([starts[self._index[f]] for f in feats], dtype=torch.int64)
                       for g, feats in self._groups}
+        #: where each feature's columns start, and the position of its group in ``_groups``
+        self._feature_cols = starts
+        self._feature_group = [next(i for i, (_, feats) in enumerate(self._groups) if f in feats)
+                               for f in self.feature_names]
         self._segments: dict[Any, torch.Tensor] = {}
         #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
         self._plain = all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
@@ -631,8 +636,9 @@ class LookupCollection(nn.Module):
         # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
         # feature after feature) or example-major ((N, F * dim))
         parts: list[tuple[torch.Tensor, list[str], bool]] = []
-        if isinstance(whole, torch.Tensor) and not single:
-            values = self._one_id_lookups(whole, n)
+        if whole is not None and not single:
+            values = (self._one_id_lookups(whole, n) if isinstance(whole, torch.Tensor) else
+                      self._bag_lookups(whole, n))
             if values is not None:
                 return KeyedTensor(self.feature_names, self._dims, values)
         for (g, feats), at in zip(self._groups, self._positions, strict=True):
@@ -714,6 +720,23 @@ class LookupCollection(nn.Module):
             plan.append((self._drawn(g, self._group_rows(rows, g, len(feats), n)), self._cols[g]))
         segs = self._segments_of([(feats, False) for _, feats in self._groups])
         values: torch.Tensor = _OneIdLookups.apply(plan, segs, n, sum(self._dims), *weights)
+        return values
+
+    def _bag_lookups(self, whole: Bags, n: int) -> torch.Tensor | None:
+        """The usual batch of bags (``whole``: every feature's bags, shifted to their group's
+        rows) over tables of several widths, pooled straight into the ``(N, sum of dims)``
+        output in feature order, for row-sparse gradients (``sparse=True``) of one dtype; None
+        otherwise (the caller looks each width up on its own)."""
+        weights = [self.weights[g] for g, _ in self._groups]
+        if not self.sparse or any(w.dtype != weights[0].dtype for w in weights):
+            return None
+        groups = [self._drawn(g, _select_features(whole, at, n))
+                  for (g, _), at in zip(self._groups, self._positions, strict=True)]
+        layout = [(feats, True) for _, feats in self._groups]
+        kinds = [(True, len(feats)) for _, feats in self._groups]
+        values: torch.Tensor = _BagLookups.apply(
+            whole, groups, self._feature_group, self._feature_cols, self._segments_of(layout),
+            kinds, n, sum(self._dims), *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
@@ -860,6 +883,51 @@ class _OneIdLookups(torch.autograd.Function):
                 zip(ctx.plan, weights, ctx.params, blocks, strict=True))
         ]
         return (None, None, None, None, *grads)
+
+
+class _BagLookups(torch.autograd.Function):
+    """Sum-pooled lookups of several tables (``whole``: every feature's bags, feature-major;
+    ``feature_group``: each feature's table among ``weights``; ``cols``: where its columns
+    start) written straight into one ``(N, width)`` output by one kernel call; the backward
+    copies each table's gradient rows out (``segs``, ``kinds``) and hands them, with the
+    table's own bags (``groups``), to it as its own lookup's backward would
+    (:func:`~lookuplinear._rowgrad.weight_grad`: row-sparse, or the fused update, one call for
+    all tables)."""
+
+    @staticmethod
+    def forward(ctx: Any, whole: Bags, groups: list[Bags], feature_group: list[int],
+                cols: list[int], segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
+                width: int, *weights: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
+        if not bag_sum_into([weights[g] for g in feature_group], cols, whole.indices,
+                            whole.offsets, out):
+            flats = [F.embedding_bag(b.indices, w.detach(), b.offsets, mode="sum",
+                                     include_last_offset=True)
+                     for b, w in zip(groups, weights, strict=True)]
+            out = interleave(_blocks(flats, kinds, n), segs)
+        ctx.groups, ctx.segs, ctx.kinds, ctx.n, ctx.params = groups, segs, kinds, n, weights
+        ctx.save_for_backward(*weights)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        weights = ctx.saved_tensors
+        n = ctx.n
+        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
+            blocks = iter(split_blocks(grad, ctx.segs))
+            flats = [torch.stack([next(blocks) for _ in range(f)]).reshape(f * n, w.shape[1])
+                     for (_, f), w in zip(ctx.kinds, weights, strict=True)]
+        else:
+            flats = [grad.new_empty(f * n, w.shape[1])
+                     for (_, f), w in zip(ctx.kinds, weights, strict=True)]
+            deinterleave(grad, ctx.segs, _blocks(flats, ctx.kinds, n))
+        grads = [
+            weight_grad(param, w, Lookup(b.indices, b.offsets), flat)
+            if ctx.needs_input_grad[8 + i] else None
+            for i, (b, w, param, flat) in enumerate(
+                zip(ctx.groups, weights, ctx.params, flats, strict=True))
+        ]
+        return (None, None, None, None, None, None, None, None, *grads)
 
 
 def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int

@@ -25,8 +25,8 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr, suffix
 
-__all__ = ["KERNELS", "FusedTable", "Lookup", "fused_rows", "gather_into", "gather_rows",
-           "group_rows", "update_rows"]
+__all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gather_into",
+           "gather_rows", "group_rows", "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -279,4 +279,30 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     fn(len(tables), _ptrs(w for w, _, _ in tables), _i64s(w.shape[1] for w, _, _ in tables),
        _ptrs(rows), out.shape[0], _i64s(r.shape[1] for r in rows), _ptrs(cols), ptr(out),
        out.shape[1])
+    return True
+
+
+def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: torch.Tensor,
+                 offsets: torch.Tensor, out: torch.Tensor) -> bool:
+    """``out[:, cols[f]:cols[f] + dim_f] = densify(bags of f) @ weights[f]`` for every feature
+    ``f`` of a feature-major batch (``offsets``: ``F * N + 1``, the bags of feature ``f`` are
+    ``f * N`` to ``(f + 1) * N``; ``indices`` checked rows of each feature's table), in place:
+    sum-pooled lookups of several tables, of any widths, written straight into column ranges
+    of one ``(N, width)`` output by one call of the C kernel ``ll_bag_sum_into``
+    (``c/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
+    written) where it does not apply; the caller then runs torch's."""
+    sfx = suffix(out.dtype)
+    if (
+        sfx not in ("f32", "f64")
+        or not out.is_contiguous()
+        or not use_c(out, indices, offsets)
+        or any(w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not use_c(w)
+               for w in weights)
+    ):
+        return False
+    idx = indices.to(torch.int64).contiguous()  # named: they live through the call
+    off = offsets.to(torch.int64).contiguous()
+    fn = function(f"ll_bag_sum_into_{sfx}", None, _I64, _P, _P, _P, _P, _P, _I64, _P, _I64)
+    fn(len(weights), _ptrs(weights), _i64s(w.shape[1] for w in weights), _i64s(cols),
+       ptr(idx), ptr(off), out.shape[0], ptr(out), out.shape[1])
     return True
