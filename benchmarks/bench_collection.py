@@ -28,9 +28,8 @@ pooled rows, ``(2048, 26 * 16)``), an MSE loss, backward and the optimizer's upd
 
 ``--mixed-dims``: tables of three widths (8 below 1,000 rows, 16 below 100,000, else 32; 440
 columns), as DLRM-style models size them, whose features interleave in the output; the
-collection then keeps a parameter per width (one lookup call for one ID per feature, one per
-width for bags, one fused update for all) and FBGEMM one module over all, and the one-table
-baseline is left out.
+collection then keeps a parameter per width (one lookup call and one fused update for all
+widths) and FBGEMM one module over all, and the one-table baseline is left out.
 
 The script also times the step's loss alone (an MSE forward and backward on an output of the
 step's shape), which every method pays, and prints the FBGEMM ratio without it.
