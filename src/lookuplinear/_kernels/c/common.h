@@ -16,9 +16,9 @@
 #endif
 #define LL_EXPORT LL_CLONES
 /* a kernel's loop that an OpenMP region calls: the region's body is compiled once, for the
- * default instruction set, so the loop is a function of its own, cloned per instruction set
- * (and the same bits as the single-threaded kernels, which fuse multiply-adds where the CPU
- * has FMA) */
+ * default instruction set, so the loop is a function of its own, cloned per instruction set;
+ * it then fuses multiply-adds where the CPU has FMA, as every other kernel does, and gives
+ * their bits */
 #define LL_CLONED static LL_CLONES __attribute__((noinline))
 #define LL_INLINE static inline __attribute__((always_inline))
 
