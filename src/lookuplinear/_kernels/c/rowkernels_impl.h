@@ -156,17 +156,49 @@ LL_INLINE int64_t SFX(group_dim)(const uint64_t *keys, int64_t m, const int32_t 
     return j;
 }
 
+LL_CLONED int64_t SFX(group_range)(const uint64_t *keys, int64_t m, const int32_t *bag,
+                                   const T *weights, const T *grad_out, int64_t *rows_out,
+                                   T *values_out, int64_t dim) {
+    int64_t j = 0;
+    LL_BY_DIM(j = SFX(group_dim), keys, m, bag, weights, grad_out, rows_out, values_out)
+    return j;
+}
+
+/* Split over threads, each thread groups a part of the sorted keys that starts at a row's
+ * first key, and writes its rows after those of the parts before it (counted first). */
 LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_t *offsets,
                                      int64_t n_bags, int64_t padding_idx, const T *weights,
                                      const T *grad_out, int64_t dim, int64_t *rows_out,
                                      T *values_out) {
     Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);
+    const int nt = ll_threads(e.m);
+    int64_t *base = e.m >= 0 ? malloc(sizeof(int64_t) * (size_t)(nt + 1)) : NULL;
     int64_t j = -1;
-    if (e.m >= 0) {
-        LL_BY_DIM(j = SFX(group_dim), e.keys, e.m, e.bag, weights, grad_out, rows_out,
-                  values_out)
+    int team = 1; /* the threads the region got (at most nt) */
+    if (base) {
+        _Pragma("omp parallel num_threads(nt)")
+        {
+            const int t = ll_thread(), k = ll_team();
+            const int64_t a = chunk_start(e.keys, e.m, t, k);
+            const int64_t b = chunk_start(e.keys, e.m, t + 1, k);
+            int64_t rows = 0;
+            for (int64_t i = a; i < b; i++)
+                rows += i == a || e.keys[i] >> 32 != e.keys[i - 1] >> 32;
+            base[t + 1] = rows;
+            _Pragma("omp barrier")
+            _Pragma("omp single")
+            {
+                base[0] = 0;
+                for (int q = 0; q < k; q++) base[q + 1] += base[q];
+                team = k;
+            }
+            SFX(group_range)(e.keys + a, b - a, e.bag, weights, grad_out, rows_out + base[t],
+                             values_out + base[t] * dim, dim);
+        }
+        j = base[team];
     }
     sorted_free(&e);
+    free(base);
     return j;
 }
 
