@@ -12,9 +12,10 @@ table, as FBGEMM's table-batched embedding keeps them::
 
 so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
 optimizer pass) backward, whatever the number of tables. Tables of several widths are one
-lookup per width: a batch of one ID per feature is checked and shifted for all the widths in
-one pass and, with row-sparse gradients, each width's rows are written straight into their
-columns of the output; any other batch's lookups are put in feature order by one copy. The
+parameter per width: the usual batch (plain sum tables, no per-entry weights) is checked and
+shifted for all the widths in one pass and, with row-sparse gradients of one dtype, looked up
+by one kernel call that writes each width's rows or sums straight into their columns of the
+output; any other batch is one lookup per width, put in feature order by one copy. The
 gradient is taken back apart by one copy either way. ``state_dict`` keeps one key per table
 (``embedding_bags.<table>.weight``, TorchRec's names).
 """
@@ -234,8 +235,8 @@ class LookupCollection(nn.Module):
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
     TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``, as one lookup: the
     tables of one width and dtype are one parameter (module docstring), so a batch is one
-    kernel call forward and one backward per width and dtype (``mode="max"`` tables are looked
-    up on their own).
+    kernel call forward and one backward per width and dtype, or for all widths of one dtype
+    with ``sparse=True`` (``mode="max"`` tables are looked up on their own).
 
     Parameters
     ----------
@@ -636,11 +637,9 @@ class LookupCollection(nn.Module):
         # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
         # feature after feature) or example-major ((N, F * dim))
         parts: list[tuple[torch.Tensor, list[str], bool]] = []
-        if whole is not None and not single:
-            values = (self._one_id_lookups(whole, n) if isinstance(whole, torch.Tensor) else
-                      self._bag_lookups(whole, n))
-            if values is not None:
-                return KeyedTensor(self.feature_names, self._dims, values)
+        if (whole is not None and not single and self.sparse
+                and len({w.dtype for w in self.weights}) == 1):
+            return KeyedTensor(self.feature_names, self._dims, self._written(whole, n))
         for (g, feats), at in zip(self._groups, self._positions, strict=True):
             dim = self.weights[g].shape[1]
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
@@ -707,36 +706,31 @@ class LookupCollection(nn.Module):
         first = self._first[g] * n
         return rows[first:first + n * n_feats].view(n, n_feats)
 
-    def _one_id_lookups(self, rows: torch.Tensor, n: int) -> torch.Tensor | None:
-        """A one-ID batch over tables of several widths (``rows``: each group's ``(N, F_g)``
-        rows, group after group) looked up straight into the ``(N, sum of dims)`` output in
-        feature order, for row-sparse gradients (``sparse=True``) of one dtype; None otherwise
-        (the caller looks each width up on its own)."""
+    def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
+        """The usual batch (``whole``: :meth:`_shifted`'s) over tables of several widths, for
+        row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
+        straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
+        gathered, or bags summed."""
         weights = [self.weights[g] for g, _ in self._groups]
-        if not self.sparse or any(w.dtype != weights[0].dtype for w in weights):
-            return None
-        plan = []
-        for g, feats in self._groups:
-            plan.append((self._drawn(g, self._group_rows(rows, g, len(feats), n)), self._cols[g]))
-        segs = self._segments_of([(feats, False) for _, feats in self._groups])
-        values: torch.Tensor = _OneIdLookups.apply(plan, segs, n, sum(self._dims), *weights)
-        return values
-
-    def _bag_lookups(self, whole: Bags, n: int) -> torch.Tensor | None:
-        """The usual batch of bags (``whole``: every feature's bags, shifted to their group's
-        rows) over tables of several widths, pooled straight into the ``(N, sum of dims)``
-        output in feature order, for row-sparse gradients (``sparse=True``) of one dtype; None
-        otherwise (the caller looks each width up on its own)."""
-        weights = [self.weights[g] for g, _ in self._groups]
-        if not self.sparse or any(w.dtype != weights[0].dtype for w in weights):
-            return None
-        groups = [self._drawn(g, _select_features(whole, at, n))
-                  for (g, _), at in zip(self._groups, self._positions, strict=True)]
-        layout = [(feats, True) for _, feats in self._groups]
-        kinds = [(True, len(feats)) for _, feats in self._groups]
-        values: torch.Tensor = _BagLookups.apply(
-            whole, groups, self._feature_group, self._feature_cols, self._segments_of(layout),
-            kinds, n, sum(self._dims), *weights)
+        one_id = isinstance(whole, torch.Tensor)
+        write: Callable[[torch.Tensor], bool]
+        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
+            rows = [self._drawn(g, self._group_rows(whole, g, len(feats), n))
+                    for g, feats in self._groups]
+            lookups = [Lookup(r.reshape(-1)) for r in rows]
+            write = functools.partial(gather_into, [
+                (w, r, self._cols[g]) for w, r, (g, _) in zip(weights, rows, self._groups,
+                                                             strict=True)])
+        else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
+            bags = [self._drawn(g, _select_features(whole, at, n))
+                    for (g, _), at in zip(self._groups, self._positions, strict=True)]
+            lookups = [Lookup(b.indices, b.offsets) for b in bags]
+            write = functools.partial(bag_sum_into, [weights[i] for i in self._feature_group],
+                                      self._feature_cols, whole.indices, whole.offsets)
+        layout = [(feats, not one_id) for _, feats in self._groups]
+        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
+        values: torch.Tensor = _Lookups.apply(lookups, write, self._segments_of(layout), kinds,
+                                              n, sum(self._dims), *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
@@ -832,102 +826,64 @@ class _InFeatureOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
-            blocks = iter(split_blocks(grad, ctx.segs))
-            grads = []
-            for (fm, f), shape in zip(ctx.kinds, ctx.shapes, strict=True):
-                rows = [next(blocks) for _ in range(f if fm else 1)]
-                grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
-            return (None, None, None, *grads)
-        grads = [grad.new_empty(shape) for shape in ctx.shapes]
-        deinterleave(grad, ctx.segs, _blocks(grads, ctx.kinds, ctx.n))
-        return (None, None, None, *grads)
+        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
 
 
-class _OneIdLookups(torch.autograd.Function):
-    """Index lookups of several tables (``plan``: each table's ``(N, F_g)`` rows and the columns
-    where its features start) written straight into one ``(N, width)`` output by one kernel
-    call; the backward copies each table's gradient rows out (``segs``) and hands them to it
-    as its own lookup's backward would (:func:`~lookuplinear._rowgrad.weight_grad`:
-    row-sparse, or the fused update, one call for all tables)."""
-
-    @staticmethod
-    def forward(ctx: Any, plan: list[tuple[torch.Tensor, torch.Tensor]], segs: torch.Tensor,
-                n: int, width: int, *weights: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
-        if not gather_into([(w, rows, cols) for (rows, cols), w in zip(plan, weights,
-                                                                        strict=True)], out):
-            for (rows, cols), w in zip(plan, weights, strict=True):
-                dim = w.shape[1]
-                at = (cols.to(out.device).unsqueeze(1) + torch.arange(dim, device=out.device))
-                out.index_copy_(1, at.reshape(-1),
-                                F.embedding(rows, w.detach()).reshape(n, rows.shape[1] * dim))
-        ctx.plan, ctx.segs, ctx.params = plan, segs, weights
-        ctx.save_for_backward(*weights)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        weights = ctx.saved_tensors
-        shapes = [(grad.shape[0], rows.shape[1] * w.shape[1])
-                  for (rows, _), w in zip(ctx.plan, weights, strict=True)]
-        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
-            blocks = split_blocks(grad, ctx.segs)
-        else:
-            blocks = [grad.new_empty(shape) for shape in shapes]
-            deinterleave(grad, ctx.segs, blocks)
-        grads = [
-            weight_grad(param, w, Lookup(rows.reshape(-1)), block.reshape(-1, w.shape[1]))
-            if ctx.needs_input_grad[4 + i] else None
-            for i, ((rows, _), w, param, block) in enumerate(
-                zip(ctx.plan, weights, ctx.params, blocks, strict=True))
-        ]
-        return (None, None, None, None, *grads)
-
-
-class _BagLookups(torch.autograd.Function):
-    """Sum-pooled lookups of several tables (``whole``: every feature's bags, feature-major;
-    ``feature_group``: each feature's table among ``weights``; ``cols``: where its columns
-    start) written straight into one ``(N, width)`` output by one kernel call; the backward
-    copies each table's gradient rows out (``segs``, ``kinds``) and hands them, with the
-    table's own bags (``groups``), to it as its own lookup's backward would
+class _Lookups(torch.autograd.Function):
+    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
+    whether its output is feature-major, and its number of features) side by side in feature
+    order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
+    not apply, torch's lookups and one copy). The backward copies each table's gradient rows
+    out (:func:`_apart`) and hands them to it as its own lookup's backward would
     (:func:`~lookuplinear._rowgrad.weight_grad`: row-sparse, or the fused update, one call for
     all tables)."""
 
     @staticmethod
-    def forward(ctx: Any, whole: Bags, groups: list[Bags], feature_group: list[int],
-                cols: list[int], segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
-                width: int, *weights: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
+                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
+                *weights: torch.Tensor) -> torch.Tensor:
         out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
-        if not bag_sum_into([weights[g] for g in feature_group], cols, whole.indices,
-                            whole.offsets, out):
-            flats = [F.embedding_bag(b.indices, w.detach(), b.offsets, mode="sum",
-                                     include_last_offset=True)
-                     for b, w in zip(groups, weights, strict=True)]
-            out = interleave(_blocks(flats, kinds, n), segs)
-        ctx.groups, ctx.segs, ctx.kinds, ctx.n, ctx.params = groups, segs, kinds, n, weights
+        if not write(out):
+            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
+                    if lk.offsets is None else
+                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
+                                    include_last_offset=True)
+                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
+            out = interleave(_blocks(outs, kinds, n), segs)
+        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
         ctx.save_for_backward(*weights)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         weights = ctx.saved_tensors
-        n = ctx.n
-        if torch.is_grad_enabled():  # create_graph=True: torch ops, which can be differentiated
-            blocks = iter(split_blocks(grad, ctx.segs))
-            flats = [torch.stack([next(blocks) for _ in range(f)]).reshape(f * n, w.shape[1])
-                     for (_, f), w in zip(ctx.kinds, weights, strict=True)]
-        else:
-            flats = [grad.new_empty(f * n, w.shape[1])
-                     for (_, f), w in zip(ctx.kinds, weights, strict=True)]
-            deinterleave(grad, ctx.segs, _blocks(flats, ctx.kinds, n))
+        shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
+                  for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
+        parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
         grads = [
-            weight_grad(param, w, Lookup(b.indices, b.offsets), flat)
-            if ctx.needs_input_grad[8 + i] else None
-            for i, (b, w, param, flat) in enumerate(
-                zip(ctx.groups, weights, ctx.params, flats, strict=True))
+            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
+            if ctx.needs_input_grad[6 + i] else None
+            for i, (lk, w, param, part) in enumerate(
+                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
         ]
-        return (None, None, None, None, None, None, None, None, *grads)
+        return (None, None, None, None, None, None, *grads)
+
+
+def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],
+           shapes: Sequence[Sequence[int]], n: int) -> list[torch.Tensor]:
+    """The gradient of outputs put in feature order (``segs``) copied back into each output's
+    layout (``kinds``, ``shapes``): one copy, or torch ops that can be differentiated again
+    under ``create_graph=True``."""
+    if torch.is_grad_enabled():
+        blocks = iter(split_blocks(grad, segs))
+        grads = []
+        for (fm, f), shape in zip(kinds, shapes, strict=True):
+            rows = [next(blocks) for _ in range(f if fm else 1)]
+            grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
+        return grads
+    grads = [grad.new_empty(tuple(shape)) for shape in shapes]
+    deinterleave(grad, segs, _blocks(grads, kinds, n))
+    return grads
 
 
 def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
