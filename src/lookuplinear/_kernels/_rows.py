@@ -205,7 +205,7 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
         k = len(items)
         ts = [tables[i] for i, _ in items]
         ops = [o for _, o in items]  # (idx, offsets, n_bags, weights, grad_out), alive till done
-        scalars = [float(v) for t in ts for v in (*t.scalars, *[0.0] * (8 - len(t.scalars)))]
+        scalars = [v for t in ts for v in _params(t.scalars)]  # 8 per table
         groups = (_I64 * k)()
         fn = function(f"ll_fused_{kernel}_{sfx}", None, _I64, *[_P] * 12)
         fn(k, _ptrs(o[0] for o in ops), _i64s(o[0].numel() for o in ops),
