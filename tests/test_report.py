@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,9 @@ import pytest
 import torch
 
 from lookuplinear.cli import main
-from lookuplinear.report.bench import BenchResult
+from lookuplinear.report.bench import BenchResult, Grid, crossovers, run_matrix, to_json
 from lookuplinear.report.methods import FORMS, make_input, methods_for
+from lookuplinear.report.summary import BUSY, headlines, summary_table, train_table
 from lookuplinear.report.training import train_side_by_side
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "report.md"
@@ -115,7 +117,7 @@ def _documented_fields() -> dict[str, str]:
     return dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, flags=re.M))
 
 
-TYPES = {"str": str, "int": int, "float": float, "list[float]": list}
+TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list[float]": list}
 
 
 def _check_row(row: dict, documented: dict[str, str]) -> None:
@@ -154,7 +156,7 @@ def test_results_json_follows_the_documented_schema(tiny_bench: tuple[int, Path]
     documented = _documented_fields()
     assert set(documented) == set(BenchResult.__dataclass_fields__)
     doc = json.loads((tiny_bench[1] / "results.json").read_text())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert {"cpu_model", "cpu_count", "torch_threads", "torch"} <= set(doc["machine"])
     assert {"quick", "device", "max_memory_bytes", "grid", "elapsed_s"} <= set(doc["settings"])
     for row in doc["results"]:
@@ -197,6 +199,114 @@ def test_explain_refuses_a_one_hot_matrix_too_large_to_print(
 ) -> None:
     assert main(["explain", "--in-features", "1e7", "--indices", "1", "2", "3"]) == 2
     assert "one-hot matrix would have 3 x 10000000 entries" in capsys.readouterr().err
+
+
+# --- noise: a stand-in clock, no timed assertions -------------------------------------------
+
+
+class StandInClock:
+    """A clock whose every timed call lasts what ``duration(call)`` says, not what it took.
+
+    ``_timed_rounds`` reads the clock before and after each call: odd readings end a call.
+    """
+
+    def __init__(self, duration: Callable[[int], float]) -> None:
+        self.now, self.reads, self.duration = 0.0, 0, duration
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:
+            self.now += self.duration(self.reads // 2 - 1)
+        return self.now
+
+
+NOISE_GRID = Grid((100, 1_000), (4,), (8,), (("bags", "uniform"),), bag_size=3, repeats=5,
+                  train_in_features=(100,))
+
+
+def _bench(clock: StandInClock, others: float | None = None) -> dict:
+    """The noise grid timed by ``clock``, other processes using ``others`` of the CPUs."""
+    state = [0, 0, 0]
+
+    def ticks() -> tuple[int, int, int] | None:
+        if others is None:
+            return None
+        state[0] += 1000
+        state[1] += int(1000 * (1 - others) / 2)
+        state[2] += int(1000 * (1 - others) / 2)
+        return state[0], state[1], state[2]
+
+    rows = run_matrix(NOISE_GRID, progress=False, clock=clock, ticks=ticks)
+    return to_json(rows, machine={}, settings={})
+
+
+def test_a_quiet_machine_is_measured_once_and_headlines_match_the_table() -> None:
+    doc = _bench(StandInClock(lambda call: 1e-3))
+    timed = [r for r in doc["results"] if r["status"] == "ok"]
+    assert timed and all(r["attempts"] == 1 and not r["noisy"] for r in timed)
+    assert all(r["spread"] == 1.0 for r in timed)
+    heads = headlines(doc)
+    assert not any(BUSY in h for h in heads)
+    # every call lasted 1 ms: every ratio is 1x, so no "faster from" conclusion is drawn
+    bags = [h for h in heads if h.startswith("bags, forward+backward")]
+    assert bags and "1x nn.Linear" in bags[0] and "faster from" not in bags[0]
+    table = summary_table(doc, "forward+backward")
+    assert "| 1x |" in table and BUSY not in table
+
+
+def test_rounds_that_disagree_once_are_measured_again() -> None:
+    # the first 30 calls fall in the first case's first attempt (its warm-up and rounds 1-4)
+    doc = _bench(StandInClock(lambda call: 1e-3 * (2 ** (call % 11) if call < 30 else 1)))
+    timed = [r for r in doc["results"] if r["status"] == "ok"]
+    assert max(r["attempts"] for r in timed) == 2  # the first case, measured again
+    assert not any(r["noisy"] for r in timed)
+
+
+def test_a_busy_machine_gives_no_headline_from_its_numbers() -> None:
+    # a call lasts 2 ** (call % 11) ms: a method's rounds are 5 of 11 different powers of two
+    doc = _bench(StandInClock(lambda call: 1e-3 * 2 ** (call % 11)))
+    timed = [r for r in doc["results"] if r["status"] == "ok"]
+    assert timed and all(r["noisy"] for r in timed)
+    assert all(r["attempts"] == NOISE_GRID.retries + 1 for r in timed)
+    heads = headlines(doc)
+    assert not any("faster from" in h or "nn.Linear at" in h for h in heads)
+    assert any(h.startswith("bags, forward:") and BUSY in h for h in heads)
+    assert any(f"{len(timed)} of {len(timed)} measurements" in h for h in heads)
+    assert BUSY in summary_table(doc, "forward") and BUSY in train_table(doc)
+    assert all(not c["speedup_by_in_features"] for c in doc["crossovers"])
+
+
+def test_a_steady_load_of_other_processes_gives_no_headline() -> None:
+    # every round alike (a steady load slows all of them), but others used half the machine
+    doc = _bench(StandInClock(lambda call: 1e-3), others=0.5)
+    timed = [r for r in doc["results"] if r["status"] == "ok"]
+    assert timed and all(r["noisy"] and r["others_cpu"] == 0.5 for r in timed)
+    heads = headlines(doc)
+    assert not any("faster from" in h or "nn.Linear at" in h for h in heads)
+    assert "other processes used 50% of the CPUs" in train_table(doc)
+    quiet = _bench(StandInClock(lambda call: 1e-3), others=0.0)
+    assert not any(r["noisy"] for r in quiet["results"])
+
+
+def test_a_conclusion_needs_the_whole_range_of_the_rounds() -> None:
+    doc = _bench(StandInClock(lambda call: 1e-3))
+    rows = doc["results"]
+
+    def set_times(method: str, n: int, times: list[float]) -> None:
+        for r in rows:
+            if r["method"] == method and r["in_features"] == n and r["phase"] == "forward":
+                r["times_s"], r["median_s"] = times, sorted(times)[len(times) // 2]
+
+    # nn.Linear twice as slow by the medians, but its rounds overlap the lookup's at 100
+    set_times("nn.Linear (dense input)", 100, [2.0, 2.0, 2.0, 0.5, 0.5])
+    set_times("LookupLinear", 100, [1.0, 1.0, 1.0, 1.0, 1.0])
+    set_times("nn.Linear (dense input)", 1_000, [4.0, 4.0, 4.0, 4.0, 4.0])
+    set_times("LookupLinear", 1_000, [1.0, 1.0, 1.0, 1.0, 1.0])
+    objs = [BenchResult(**r) for r in rows]
+    c = next(c for c in crossovers(objs) if c["form"] == "bags" and c["phase"] == "forward")
+    assert c["speedup_by_in_features"] == {"100": 2.0, "1000": 4.0}
+    assert c["speedup_range_by_in_features"]["100"] == [0.5, 2.0]
+    assert c["crossover_in_features"] == 1_000
 
 
 # --- training -------------------------------------------------------------------------------

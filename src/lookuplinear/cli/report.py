@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
             ["<p>" + html.escape(format_machine(doc["machine"])) + f". Matrix ran in "
              f"{doc['settings']['elapsed_s']:.0f} s; medians of "
              f"{doc['settings']['grid']['repeats']} interleaved rounds after a warm-up, on a "
-             "machine that may be shared (read ratios, not absolute times).</p>",
+             "machine that may be shared (read ratios, not absolute times; each time shows the "
+             "spread of its rounds, and a case whose rounds disagree is measured again or "
+             "marked 'machine too busy').</p>",
              "<ul>" + "".join(f"<li>{html.escape(h)}</li>" for h in heads) + "</ul>",
              markdown_table_html(summary_table(doc, "forward")),
              markdown_table_html(summary_table(doc, "forward+backward")),

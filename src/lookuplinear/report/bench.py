@@ -2,9 +2,14 @@
 
 For every case (input form, index distribution, ``in_features``, ``out_features``, batch) the
 methods of :mod:`lookuplinear.report.methods` run interleaved: one warm-up round, then
-``repeats`` rounds in which every method runs once; the median of its rounds is its time. A
-method whose estimated memory exceeds ``max_memory`` is not run: its result says why. Then each
-method runs once more to measure its peak memory (:func:`~lookuplinear.report.memory.measure_peak`).
+``repeats`` rounds in which every method runs once; the median of its rounds is its time, and the
+upper over the lower quartile of its rounds is its ``spread``. Where a method's rounds disagree by
+more than ``noise_ratio``, or other processes used more than ``busy_share`` of the machine's CPU
+time while the case ran (a steady load slows every round alike), the case is measured again (all
+its methods, interleaved), up to ``retries`` times; a method still over either is ``noisy``: the
+machine was too busy for that number, and the headlines say so instead of drawing on it. A method
+whose estimated memory exceeds ``max_memory`` is not run: its result says why. Then each method
+runs once more to measure its peak memory (:func:`~lookuplinear.report.memory.measure_peak`).
 
 Phases: ``forward`` (under ``torch.no_grad``), ``forward+backward`` (the weight gradient), and
 ``train`` (zero_grad, forward, MSE loss, backward, optimizer step) per optimizer: the lookup with
@@ -26,6 +31,7 @@ from torch import nn
 
 from .._bags import Bags
 from .._layer import LookupLinear
+from .machine import cpu_ticks, others_share
 from .memory import measure_peak
 from .methods import FORMS, LINEAR, LOOKUP_OF_FORM, Method, make_input, methods_for
 
@@ -38,11 +44,12 @@ __all__ = [
     "Grid",
     "crossovers",
     "grid_dict",
+    "quartiles",
     "run_matrix",
     "to_json",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 OPTIMIZERS = ("SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW")
 PHASES = ("forward", "forward+backward", "train")
 LR = 0.01
@@ -60,6 +67,12 @@ class Grid:
     repeats: int = 7
     warmup: int = 1
     train_in_features: tuple[int, ...] = ()
+    #: rounds disagree when their upper quartile exceeds the lower one by more than this ratio
+    noise_ratio: float = 1.25
+    #: a case is busy when other processes used more than this share of all cores meanwhile
+    busy_share: float = 0.2
+    #: how many times a case whose rounds disagree (or that ran busy) is measured again
+    retries: int = 2
 
 
 QUICK = Grid(
@@ -98,6 +111,10 @@ class BenchResult:
     reason: str | None = None
     median_s: float | None = None
     min_s: float | None = None
+    spread: float | None = None
+    others_cpu: float | None = None
+    noisy: bool = False
+    attempts: int = 0
     times_s: list[float] = field(default_factory=list)
     throughput_rows_per_s: float | None = None
     peak_bytes: int | None = None
@@ -126,21 +143,76 @@ def _estimate(m: Method, phase: str, n: int, d: int, batch: int, nnz: int) -> in
     return est
 
 
+def quartiles(times: list[float]) -> tuple[float, float]:
+    """The lower and upper quartile of a measurement's rounds (both the time for one round).
+
+    Examples
+    --------
+    >>> quartiles([1.0, 1.0, 2.0, 9.0])
+    (1.0, 3.75)
+    """
+    if len(times) < 2:
+        return times[0], times[0]
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return q1, q3
+
+
 def _timed_rounds(
-    fns: dict[str, Callable[[], None]], grid: Grid, device: str
+    fns: dict[str, Callable[[], None]], grid: Grid, device: str, clock: Callable[[], float]
 ) -> dict[str, list[float]]:
     """Run every function once per round, interleaved; return the timed rounds' durations."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(grid.warmup + grid.repeats):
         for name, fn in fns.items():
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
             _sync(device)
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
             if r >= grid.warmup:
                 times[name].append(dt)
     return times
+
+
+def _spread(times: list[float]) -> float:
+    q1, q3 = quartiles(times)
+    return q3 / q1 if q1 > 0 else float("inf")
+
+
+Ticks = Callable[[], "tuple[int, int, int] | None"]
+
+
+def _measure(
+    fns: dict[str, Callable[[], None]],
+    rows: dict[str, BenchResult],
+    grid: Grid,
+    device: str,
+    clock: Callable[[], float],
+    ticks: Ticks,
+) -> None:
+    """Time ``fns`` side by side, again while the machine is busy; fill in their rows."""
+    attempts = 0
+    while True:
+        attempts += 1
+        before = ticks()
+        times = _timed_rounds(fns, grid, device, clock)
+        others = others_share(before, ticks())
+        busy = others is not None and others > grid.busy_share
+        calm = not busy and all(_spread(t) <= grid.noise_ratio for t in times.values())
+        if calm or attempts > grid.retries:
+            break
+    batch = next(iter(rows.values())).batch if rows else 0
+    for name, fn in fns.items():
+        row = rows[name]
+        row.times_s = times[name]
+        row.median_s = statistics.median(times[name])
+        row.min_s = min(times[name])
+        row.spread = _spread(times[name])
+        row.others_cpu = others
+        row.noisy = busy or row.spread > grid.noise_ratio
+        row.attempts = attempts
+        row.throughput_rows_per_s = batch / row.median_s if row.median_s > 0 else None
+        row.peak_bytes = measure_peak(fn, device)
 
 
 def _phase_fn(m: Method, phase: str, W: torch.Tensor, G: torch.Tensor) -> Callable[[], None]:
@@ -165,7 +237,7 @@ def _phase_fn(m: Method, phase: str, W: torch.Tensor, G: torch.Tensor) -> Callab
 
 def _run_case(
     form: str, dist: str, n: int, d: int, batch: int, grid: Grid, W: torch.Tensor, device: str,
-    max_memory: int,
+    max_memory: int, clock: Callable[[], float], ticks: Ticks,
 ) -> list[BenchResult]:
     x = make_input(form, dist, n, batch, grid.bag_size)
     methods = methods_for(form, x, W, device)
@@ -201,14 +273,7 @@ def _run_case(
                     runnable[m.name] = fn
                 except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
                     row.status, row.reason = "failed", f"{type(e).__name__}: {e}"[:300]
-        times = _timed_rounds(runnable, grid, device)
-        for name, fn in runnable.items():
-            row = rows[name]
-            row.times_s = times[name]
-            row.median_s = statistics.median(times[name])
-            row.min_s = min(times[name])
-            row.throughput_rows_per_s = batch / row.median_s if row.median_s > 0 else None
-            row.peak_bytes = measure_peak(fn, device)
+        _measure(runnable, {k: rows[k] for k in runnable}, grid, device, clock, ticks)
     return results
 
 
@@ -225,7 +290,8 @@ def _optimizer_class(source: str, name: str) -> tuple[type | None, str | None]:
 
 
 def _train_case(
-    n: int, d: int, batch: int, grid: Grid, device: str, max_memory: int
+    n: int, d: int, batch: int, grid: Grid, device: str, max_memory: int,
+    clock: Callable[[], float], ticks: Ticks,
 ) -> list[BenchResult]:
     """One train step per optimizer: sparse lookup + lookuplinear.optim vs dense EmbeddingBag."""
     x = make_input("bags", "uniform", n, batch, grid.bag_size)
@@ -269,14 +335,7 @@ def _train_case(
             used += est
             runnable[method] = fn
             rows[method] = row
-        times = _timed_rounds(runnable, grid, device)
-        for key, fn in runnable.items():
-            row = rows[key]
-            row.times_s = times[key]
-            row.median_s = statistics.median(times[key])
-            row.min_s = min(times[key])
-            row.throughput_rows_per_s = batch / row.median_s if row.median_s > 0 else None
-            row.peak_bytes = measure_peak(fn, device)
+        _measure(runnable, rows, grid, device, clock, ticks)
     return results
 
 
@@ -319,8 +378,13 @@ def run_matrix(
     device: str = "cpu",
     max_memory: int = 2**31,
     progress: bool | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    ticks: Ticks = cpu_ticks,
 ) -> list[BenchResult]:
     """Run the whole matrix; returns one :class:`BenchResult` per (case, method, phase).
+
+    ``clock`` reads the time in seconds and ``ticks`` the CPU time of the machine and of this
+    process (:func:`~lookuplinear.report.machine.cpu_ticks`); stand-ins test the noise handling.
 
     Examples
     --------
@@ -358,12 +422,13 @@ def run_matrix(
             weights.clear()  # one table alive at a time
             gen = torch.Generator().manual_seed(n + d)
             weights[n, d] = torch.randn(n, d, generator=gen).to(device).requires_grad_(True)
-        results += _run_case(form, dist, n, d, batch, grid, weights[n, d], device, max_memory)
+        results += _run_case(form, dist, n, d, batch, grid, weights[n, d], device, max_memory,
+                             clock, ticks)
         bar.update()
     weights.clear()
     for n, d, batch in train:
         bar.set_postfix_str(f"train in={n:.0e} out={d} N={batch}")
-        results += _train_case(n, d, batch, grid, device, max_memory)
+        results += _train_case(n, d, batch, grid, device, max_memory, clock, ticks)
         bar.update()
     bar.close()
     return results
@@ -372,10 +437,14 @@ def run_matrix(
 def crossovers(results: list[BenchResult]) -> list[dict[str, Any]]:
     """Per (form, dist, out, batch, phase): the lookup's speedup over ``nn.Linear`` by size.
 
-    ``crossover_in_features`` is the smallest measured ``in_features`` from which on the lookup
-    is faster at every larger measured size (None when it never is).
+    ``speedup_by_in_features`` is the ratio of the medians; ``speedup_range_by_in_features``
+    the range the rounds allow (``nn.Linear``'s lower quartile over the lookup's upper one, and
+    the reverse). Sizes where either time is ``noisy`` are left out of both and listed in
+    ``noisy_in_features``. ``crossover_in_features`` is the smallest measured ``in_features``
+    from which on the lookup is faster at every larger measured size, the whole range above 1
+    (None when it never is).
     """
-    groups: dict[tuple[Any, ...], dict[int, dict[str, float]]] = {}
+    groups: dict[tuple[Any, ...], dict[int, dict[str, BenchResult]]] = {}
     for r in results:
         if r.status != "ok" or r.median_s is None or r.phase == "train":
             continue
@@ -383,22 +452,36 @@ def crossovers(results: list[BenchResult]) -> list[dict[str, Any]]:
         if r.method not in (LINEAR, lookup):
             continue
         key = (r.form, r.dist, r.out_features, r.batch, r.phase)
-        groups.setdefault(key, {}).setdefault(r.in_features, {})[r.method] = r.median_s
+        groups.setdefault(key, {}).setdefault(r.in_features, {})[r.method] = r
     out = []
     for (form, dist, d, batch, phase), by_n in sorted(groups.items()):
         lookup = LOOKUP_OF_FORM[form]
-        speedups = {n: t[LINEAR] / t[lookup] for n, t in sorted(by_n.items())
-                    if LINEAR in t and lookup in t}
+        speedups: dict[int, float] = {}
+        ranges: dict[int, tuple[float, float]] = {}
+        noisy: list[int] = []
+        for n, t in sorted(by_n.items()):
+            if LINEAR not in t or lookup not in t:
+                continue
+            lin, look = t[LINEAR], t[lookup]
+            if lin.noisy or look.noisy:
+                noisy.append(n)
+                continue
+            (l1, l3), (k1, k3) = quartiles(lin.times_s), quartiles(look.times_s)
+            assert lin.median_s is not None and look.median_s is not None
+            speedups[n] = lin.median_s / look.median_s
+            ranges[n] = (l1 / k3, l3 / k1)
         sizes = sorted(speedups)
         cross = None
         for i, n in enumerate(sizes):
-            if all(speedups[m] > 1 for m in sizes[i:]):
+            if all(ranges[m][0] > 1 for m in sizes[i:]):
                 cross = n
                 break
         out.append(dict(form=form, dist=dist, out_features=d, batch=batch, phase=phase,
-                        lookup_method=lookup, speedup_by_in_features={str(k): v for k, v in
-                                                                      speedups.items()},
-                        crossover_in_features=cross))
+                        lookup_method=lookup,
+                        speedup_by_in_features={str(k): v for k, v in speedups.items()},
+                        speedup_range_by_in_features={str(k): list(v)
+                                                      for k, v in ranges.items()},
+                        noisy_in_features=noisy, crossover_in_features=cross))
     return out
 
 

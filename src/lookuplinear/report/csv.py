@@ -11,8 +11,8 @@ __all__ = ["CSV_FIELDS", "write_csv"]
 
 CSV_FIELDS = (
     "form", "dist", "in_features", "out_features", "batch", "bag_size", "nnz", "method",
-    "phase", "optimizer", "status", "reason", "median_s", "min_s", "throughput_rows_per_s",
-    "peak_bytes", "input_bytes", "estimated_bytes",
+    "phase", "optimizer", "status", "reason", "median_s", "min_s", "spread", "noisy", "attempts",
+    "throughput_rows_per_s", "peak_bytes", "input_bytes", "estimated_bytes",
 )
 
 

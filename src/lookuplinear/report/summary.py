@@ -18,12 +18,30 @@ __all__ = ["headlines", "summary_table", "train_table"]
 
 Row = dict[str, Any]
 
+#: what a measurement whose rounds kept disagreeing shows instead of a conclusion
+BUSY = "machine too busy"
+
+
+def _pm(r: Row) -> str:
+    """The spread of a measurement's rounds as +-percent around its median."""
+    return f"±{(r['spread'] - 1) / 2:.0%}"
+
+
+def _why(r: Row) -> str:
+    """Why a noisy measurement is not a number to draw on."""
+    others = r.get("others_cpu")
+    if others is not None and others > 0.05:
+        return (f"other processes used {others:.0%} of the CPUs while it ran "
+                f"({r['attempts']} attempts)")
+    return f"its rounds still disagreed after {r['attempts']} attempts"
+
 
 def _ms(r: Row | None) -> str:
     if r is None:
         return ""
     if r["status"] == "ok":
-        return f"{r['median_s'] * 1e3:.3g}"
+        cell = f"{r['median_s'] * 1e3:.3g} {_pm(r)}"
+        return f"{cell} ({BUSY})" if r["noisy"] else cell
     est = r.get("estimated_bytes") or 0
     if r["status"] == "skipped" and est:
         return f"skipped ({est / 2**30:.1f} GiB)"
@@ -37,6 +55,10 @@ def _ref(rows: list[Row]) -> tuple[int, int]:
 
 def summary_table(doc: dict[str, Any], phase: str = "forward+backward") -> str:
     """Median milliseconds per method, one line per (form, in_features), as a Markdown table.
+
+    Each time carries the spread of its rounds (half the ratio of the upper to the lower
+    quartile, as +-percent); a time whose rounds kept disagreeing says the machine was too busy,
+    and its speedup is not given.
 
     Examples
     --------
@@ -67,7 +89,8 @@ def summary_table(doc: dict[str, Any], phase: str = "forward+backward") -> str:
         lin, look = m.get(LINEAR), m.get(LOOKUP_OF_FORM[form])
         speed = ""
         if lin and look and lin["status"] == "ok" and look["status"] == "ok":
-            speed = f"{lin['median_s'] / look['median_s']:.3g}x"
+            speed = ("" if lin["noisy"] or look["noisy"]
+                     else f"{lin['median_s'] / look['median_s']:.3g}x")
         emb = m.get(EMBEDDING) or m.get(EMBEDDING_BAG)
         cells = [_ms(lin), _ms(look), speed, _ms(emb), _ms(m.get(SPARSE_MM)), _ms(m.get(SCIPY))]
         if phase != "forward":
@@ -86,13 +109,25 @@ def train_table(doc: dict[str, Any]) -> str:
     lines = ["| in_features | method | optimizer | median ms | status |", "|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["in_features"], r["optimizer"], r["method"])):
         status = "ok" if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
+        if r["status"] == "ok" and r["noisy"]:
+            status = f"{BUSY}: {_why(r)}"
+        ms = f"{r['median_s'] * 1e3:.3g} {_pm(r)}" if r["status"] == "ok" else ""
         lines.append(f"| {r['in_features']:,} | {r['method']} | {r['optimizer']} | "
-                     f"{_ms(r) if r['status'] == 'ok' else ''} | {status} |")
+                     f"{ms} | {status} |")
     return "\n".join(lines)
 
 
+def _x(v: float) -> str:
+    return f"{v:.3g}x"
+
+
 def headlines(doc: dict[str, Any]) -> list[str]:
-    """A few sentences with the numbers that matter: speedups, crossovers, what did not fit."""
+    """A few sentences with the numbers that matter: speedups, crossovers, what did not fit.
+
+    Every number comes from the tables (the ratio of two medians, with the range their rounds
+    allow); a size whose rounds kept disagreeing is named as unmeasured instead, and a
+    conclusion ("faster from ...") is drawn only where the whole range is on one side of 1.
+    """
     out: list[str] = []
     rows = doc["results"]
     if not [r for r in rows if r["phase"] != "train"]:
@@ -102,17 +137,40 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         if c["out_features"] != d or c["batch"] != batch or c["dist"] != "uniform":
             continue
         sp = {int(k): v for k, v in c["speedup_by_in_features"].items()}
+        rng = {int(k): v for k, v in c["speedup_range_by_in_features"].items()}
+        busy = ", ".join(f"{n:,}" for n in c["noisy_in_features"])
+        head = f"{c['form']}, {c['phase']}: "
         if not sp:
+            if busy:
+                out.append(head + f"{BUSY} to measure at in_features={busy}; no conclusion "
+                           "drawn.")
             continue
-        n_max = max(sp)
+        n_max, n_min = max(sp), min(sp)
         cross = c["crossover_in_features"]
-        where = (f"faster from in_features={cross:,} on" if cross is not None
-                 else "never faster in this range")
-        out.append(
-            f"{c['form']}, {c['phase']}: {c['lookup_method']} is {where}; "
-            f"{sp[n_max]:.3g}x nn.Linear at in_features={n_max:,} "
-            f"({sp[min(sp)]:.2g}x at {min(sp):,})."
-        )
+        if cross is not None:
+            where = f"faster from in_features={cross:,} on"
+        elif all(hi < 1 for _, hi in rng.values()):
+            where = "slower at every measured size"
+        else:
+            where = "not faster beyond the spread of its rounds at every larger size"
+        lo, hi = rng[n_max]
+        line = (f"{head}{c['lookup_method']} is {where}; {_x(sp[n_max])} nn.Linear at "
+                f"in_features={n_max:,} (rounds: {_x(lo)}-{_x(hi)})")
+        if n_min != n_max:
+            line += f"; {_x(sp[n_min])} at {n_min:,}"
+        line += "."
+        if busy:
+            line += f" Not measured at in_features={busy}: {BUSY}."
+        out.append(line)
+    busy_rows = [r for r in rows if r["status"] == "ok" and r["noisy"]]
+    if busy_rows:
+        timed = [r for r in rows if r["status"] == "ok"]
+        shares = [r["others_cpu"] for r in busy_rows if r.get("others_cpu") is not None]
+        others = f"; other processes used up to {max(shares):.0%} of the CPUs" if shares else ""
+        out.append(f"{len(busy_rows)} of {len(timed)} measurements were taken while the machine "
+                   f"was too busy (their rounds disagreed, or others used the CPUs, after "
+                   f"{max(r['attempts'] for r in busy_rows)} attempts{others}): they are marked "
+                   "in the tables and no headline rests on them; run again on a quiet machine.")
     skipped = [r for r in rows if r["method"] == LINEAR and r["status"] == "skipped"
                and r["phase"] == "forward" and r["out_features"] == d and r["batch"] == batch]
     if skipped:
