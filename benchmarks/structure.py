@@ -1,0 +1,192 @@
+"""The structure of the package, measured: import cycles, module sizes, Python calls per step.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/structure.py
+
+Prints, for ``src/lookuplinear``:
+
+* the import cycles between its modules (module-level imports, and all imports including those
+  inside functions), found as strongly connected components of the import graph;
+* the largest modules by lines;
+* how many calls of the library's own Python functions (and in how many modules) one forward,
+  and one backward with its fused ``RowWiseAdagrad`` update, make for a sparse
+  ``LookupCollection`` batch over tables of three widths (``sys.setprofile``; deterministic);
+* the names of the attributes the library sets on tensors and optimizers (string constants
+  ``"_lookuplinear_*"``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "lookuplinear"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, is_pkg: bool, level: int, target: str | None) -> str:
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def import_graph(top_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_pkg = path.name == "__init__.py"
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        for node in nodes:
+            if isinstance(node, ast.If) and top_level_only:  # TYPE_CHECKING blocks: not imports
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mod = (_resolve(name, is_pkg, node.level, node.module) if node.level
+                       else node.module or "")
+                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for t in targets:
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != name and t.startswith("lookuplinear"):
+                    if name.startswith(t + ".") or t == "lookuplinear":
+                        continue  # a package's own __init__ is imported by its modules anyway
+                    graph[name].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def largest(n: int = 5) -> list[tuple[str, int]]:
+    sizes = [(str(p.relative_to(ROOT.parent)), len(p.read_text(encoding="utf-8").splitlines()))
+             for p in ROOT.rglob("*.py")]
+    return sorted(sizes, key=lambda s: -s[1])[:n]
+
+
+def stamped_attributes() -> list[str]:
+    names: set[str] = set()
+    for p in ROOT.rglob("*.py"):
+        names |= set(re.findall(r"[\"'](_lookuplinear_\w+)[\"']", p.read_text(encoding="utf-8")))
+    return sorted(names)
+
+
+def calls_per_step() -> dict[str, Any]:
+    """Library Python calls in the forward and in the backward + fused update of one batch."""
+    import torch
+
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig, optim
+
+    torch.manual_seed(0)
+    tables = [TableConfig("t8", 1_000, 8, ["f8"]), TableConfig("t16", 50_000, 16, ["f16"]),
+              TableConfig("t32", 200_000, 32, ["f32", "g32"])]
+    model = LookupCollection(tables, sparse=True)
+    opt = optim.RowWiseAdagrad(model.parameters(), lr=0.1, fused=True)
+    n = 256
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(0, 6, (4 * n,), generator=gen)
+    sizes = [1_000, 50_000, 200_000, 200_000]
+    values = torch.cat([torch.randint(0, s, (int(lengths[i * n:(i + 1) * n].sum()),),
+                                      generator=gen) for i, s in enumerate(sizes)])
+    kb = KeyedBags(["f8", "f16", "f32", "g32"], values, lengths=lengths)
+
+    def counted(fn: Any) -> tuple[int, int]:
+        hits: Counter[str] = Counter()
+        pkg = str(ROOT)
+
+        def prof(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_filename.startswith(pkg):
+                hits[frame.f_code.co_filename] += 1
+
+        sys.setprofile(prof)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+        return sum(hits.values()), len(hits)
+
+    for _ in range(2):  # warm: lazy imports and first-call caches out of the count
+        opt.zero_grad()
+        model(kb).values().sum().backward()
+        opt.step()
+    holder: dict[str, Any] = {}
+
+    def forward() -> None:
+        holder["out"] = model(kb).values().sum()
+
+    def backward() -> None:
+        holder["out"].backward()
+        opt.step()
+
+    opt.zero_grad()
+    fwd = counted(forward)
+    bwd = counted(backward)
+    return {"forward_calls": fwd[0], "forward_modules": fwd[1],
+            "backward_and_update_calls": bwd[0], "backward_and_update_modules": bwd[1]}
+
+
+def main() -> None:
+    top = cycles(import_graph(top_level_only=True))
+    every = cycles(import_graph(top_level_only=False))
+    result = {
+        "import_cycles_module_level": top,
+        "import_cycles_any_import": every,
+        "largest_modules": largest(),
+        "attributes_set_on_tensors_and_optimizers": stamped_attributes(),
+        **calls_per_step(),
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
