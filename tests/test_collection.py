@@ -446,6 +446,39 @@ def test_torchrec_round_trip():
         _collection("sqrtn").to_torchrec()
 
 
+def _kjt_of_issue(torchrec, **extra):
+    """TorchRec's variable-batch KJT (``test_key_lookup_vb``): index_0 has 2 examples,
+    index_1 has 4."""
+    return torchrec.KeyedJaggedTensor(
+        keys=["index_0", "index_1"], values=torch.tensor([0, 1, 2, 3, 4, 5]),
+        lengths=torch.tensor([2, 0, 1, 1, 1, 1]), stride_per_key_per_rank=[[2], [4]], **extra)
+
+
+def test_from_kjt_refuses_what_it_cannot_read_exactly():
+    """A variable batch per key (with or without inverse_indices) or lengths that are not
+    len(keys) * stride bags: refused, naming it, and the KJT left as it was."""
+    torchrec = pytest.importorskip("torchrec")
+    kjt = _kjt_of_issue(torchrec)
+    assert kjt["index_0"].lengths().tolist() == [2, 0]  # TorchRec's reading
+    values, lengths = kjt.values().clone(), kjt.lengths().clone()
+    with pytest.raises(InputValueError, match="variable batch per key"):
+        KeyedBags.from_kjt(kjt)
+    assert torch.equal(kjt.values(), values) and torch.equal(kjt.lengths(), lengths)
+    expanded = _kjt_of_issue(torchrec, inverse_indices=(
+        ["index_0", "index_1"], torch.tensor([[0, 1, 1, 0], [0, 1, 2, 3]])))
+    with pytest.raises(InputValueError, match="variable batch per key"):
+        KeyedBags.from_kjt(expanded)
+    odd = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(4),
+                                     lengths=torch.tensor([1, 1, 1, 1]), stride=1)
+    with pytest.raises(InputValueError, match=r"stride 1, so 2 bags, but 4 lengths"):
+        KeyedBags.from_kjt(odd)
+    longer = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(6),
+                                        offsets=torch.tensor([0, 1, 2, 3, 4]))
+    with pytest.raises(InputValueError, match="lengths sum to 4"):
+        KeyedBags.from_kjt(longer)
+
+
+
 @pytest.mark.parametrize("opt_name", ["SGD", "RowWiseAdagrad", "Adam"])
 @pytest.mark.parametrize("backend", ["c", "torch"])
 def test_one_id_per_feature(opt_name, backend):
