@@ -304,6 +304,23 @@ class KeyedBags:
         moved.weights = None if self.weights is None else self.weights.to(device)
         return moved
 
+    def unweighted(self) -> KeyedBags:
+        """The same bags without weights (this object if it has none; tensors shared).
+
+        Examples
+        --------
+        >>> kb = KeyedBags(["a"], torch.tensor([1, 2]), lengths=torch.tensor([2]),
+        ...                weights=torch.tensor([0.5, 2.0]))
+        >>> kb.unweighted()
+        KeyedBags(keys=['a'], batch_size=1, nnz=2, weighted=False)
+        """
+        if self.weights is None:
+            return self
+        out = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
+        out._keys, out._position = self._keys, self._position
+        out.values, out.offsets, out.weights = self.values, self.offsets, None
+        return out
+
     def __repr__(self) -> str:
         return (
             f"KeyedBags(keys={self._keys}, batch_size={self.batch_size}, "
