@@ -469,6 +469,12 @@ def test_from_kjt_refuses_what_it_cannot_read_exactly():
         ["index_0", "index_1"], torch.tensor([[0, 1, 1, 0], [0, 1, 2, 3]])))
     with pytest.raises(InputValueError, match="variable batch per key"):
         KeyedBags.from_kjt(expanded)
+    even = torchrec.KeyedJaggedTensor(  # one stride, but inverse_indices expand it to 3
+        keys=["a", "b"], values=torch.arange(4), lengths=torch.tensor([1, 1, 1, 1]),
+        stride_per_key_per_rank=[[2], [2]],
+        inverse_indices=(["a", "b"], torch.tensor([[0, 1, 1], [0, 1, 0]])))
+    with pytest.raises(InputValueError, match="inverse_indices"):
+        KeyedBags.from_kjt(even)
     odd = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(4),
                                      lengths=torch.tensor([1, 1, 1, 1]), stride=1)
     with pytest.raises(InputValueError, match=r"stride 1, so 2 bags, but 4 lengths"):
@@ -478,6 +484,33 @@ def test_from_kjt_refuses_what_it_cannot_read_exactly():
     with pytest.raises(InputValueError, match="lengths sum to 4"):
         KeyedBags.from_kjt(longer)
 
+
+@settings(max_examples=40, deadline=None)
+@given(strides=st.lists(st.integers(0, 3), min_size=1, max_size=3), data=st.data(),
+       weighted=st.booleans())
+def test_from_kjt_reads_what_torchrec_reads_or_refuses(strides, data, weighted):
+    """Any per-key strides: one stride for every key is read as TorchRec reads each key
+    (values, lengths, weights); several are refused."""
+    torchrec = pytest.importorskip("torchrec")
+    keys = [f"k{i}" for i in range(len(strides))]
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=sum(strides),
+                                 max_size=sum(strides)))
+    nnz = sum(lengths)
+    kjt = torchrec.KeyedJaggedTensor(
+        keys=keys, values=torch.arange(nnz), lengths=torch.tensor(lengths, dtype=torch.long),
+        weights=torch.rand(nnz) if weighted else None,
+        stride_per_key_per_rank=[[n] for n in strides])
+    if len(set(strides)) > 1:
+        with pytest.raises(InputValueError, match="variable batch per key"):
+            KeyedBags.from_kjt(kjt)
+        return
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.batch_size == strides[0]
+    for k in keys:
+        assert torch.equal(kb[k].indices, kjt[k].values())
+        assert torch.equal(kb[k].lengths(), kjt[k].lengths())
+        if weighted:
+            assert torch.equal(kb[k].weights, kjt[k].weights())
 
 @pytest.mark.parametrize("is_weighted", [False, True])
 def test_is_weighted_round_trips_equal_torchrec(is_weighted):

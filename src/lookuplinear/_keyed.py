@@ -204,7 +204,7 @@ class KeyedBags:
         """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
 
         Only the layout a ``KeyedBags`` is, ``N`` bags for every key, is read: a KJT whose
-        keys have their own batch sizes (``stride_per_key_per_rank``, TorchRec's variable
+        keys have different batch sizes (``stride_per_key_per_rank``, TorchRec's variable
         batch), or that carries ``inverse_indices``, or whose ``lengths`` are not
         ``len(keys) * stride()`` bags covering ``values`` exactly, is refused (nothing is
         read or changed), never read as another batch.
@@ -215,21 +215,23 @@ class KeyedBags:
             A layout that is not ``N`` bags per key, as above.
         """
         keys = list(kjt.keys())
-        if kjt.variable_stride_per_key() or kjt.inverse_indices_or_none() is not None:
+        strides = [int(n) for n in kjt.stride_per_key()]
+        inverse = kjt.inverse_indices_or_none() is not None
+        if len(set(strides)) > 1 or inverse:
             raise InputValueError(
                 "KeyedBags.from_kjt: the KeyedJaggedTensor has a variable batch per key "
-                f"(stride_per_key {kjt.stride_per_key()}"
-                f"{', inverse_indices' if kjt.inverse_indices_or_none() is not None else ''}), "
-                "and a KeyedBags holds the same N examples for every key. Expand it to one "
-                "batch size first (repeat each key's bags as its inverse_indices say), or build "
-                "the KeyedJaggedTensor with one stride."
+                f"(stride_per_key {strides}{', inverse_indices' if inverse else ''}), and a "
+                "KeyedBags holds the same N examples for every key. Expand it to one batch "
+                "size first (repeat each key's bags as its inverse_indices say), or build the "
+                "KeyedJaggedTensor with one stride."
             )
+        stride = strides[0] if strides else 0
         lengths = kjt.lengths()
-        if lengths.numel() != len(keys) * kjt.stride():
+        if lengths.numel() != len(keys) * stride:
             raise InputValueError(
                 f"KeyedBags.from_kjt: the KeyedJaggedTensor has {len(keys)} keys and stride "
-                f"{kjt.stride()}, so {len(keys) * kjt.stride()} bags, but {lengths.numel()} "
-                "lengths; build it with lengths of len(keys) * stride bags."
+                f"{stride}, so {len(keys) * stride} bags, but {lengths.numel()} lengths; build "
+                "it with lengths of len(keys) * stride bags."
             )
         return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none())
 
