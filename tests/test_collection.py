@@ -25,6 +25,7 @@ from lookuplinear import (
     optim,
 )
 from lookuplinear._kernels import use_backend
+from lookuplinear.parallel import sparse_tables
 
 MODES = ["sum", "mean", "sqrtn", "max"]
 
@@ -444,6 +445,235 @@ def test_torchrec_round_trip():
     torch.testing.assert_close(again(kb).values(), col(kb).values())
     with pytest.raises(InputValueError, match="no TorchRec equivalent"):
         _collection("sqrtn").to_torchrec()
+
+
+def _kjt_of_issue(torchrec, **extra):
+    """TorchRec's variable-batch KJT (``test_key_lookup_vb``): index_0 has 2 examples,
+    index_1 has 4."""
+    return torchrec.KeyedJaggedTensor(
+        keys=["index_0", "index_1"], values=torch.tensor([0, 1, 2, 3, 4, 5]),
+        lengths=torch.tensor([2, 0, 1, 1, 1, 1]), stride_per_key_per_rank=[[2], [4]], **extra)
+
+
+def test_from_kjt_refuses_what_it_cannot_read_exactly():
+    """A variable batch per key (with or without inverse_indices) or lengths that are not
+    len(keys) * stride bags: refused, naming it, and the KJT left as it was."""
+    torchrec = pytest.importorskip("torchrec")
+    kjt = _kjt_of_issue(torchrec)
+    assert kjt["index_0"].lengths().tolist() == [2, 0]  # TorchRec's reading
+    values, lengths = kjt.values().clone(), kjt.lengths().clone()
+    with pytest.raises(InputValueError, match="variable batch per key"):
+        KeyedBags.from_kjt(kjt)
+    assert torch.equal(kjt.values(), values) and torch.equal(kjt.lengths(), lengths)
+    expanded = _kjt_of_issue(torchrec, inverse_indices=(
+        ["index_0", "index_1"], torch.tensor([[0, 1, 1, 0], [0, 1, 2, 3]])))
+    with pytest.raises(InputValueError, match="variable batch per key"):
+        KeyedBags.from_kjt(expanded)
+    even = torchrec.KeyedJaggedTensor(  # one stride, but inverse_indices expand it to 3
+        keys=["a", "b"], values=torch.arange(4), lengths=torch.tensor([1, 1, 1, 1]),
+        stride_per_key_per_rank=[[2], [2]],
+        inverse_indices=(["a", "b"], torch.tensor([[0, 1, 1], [0, 1, 0]])))
+    with pytest.raises(InputValueError, match="inverse_indices"):
+        KeyedBags.from_kjt(even)
+    odd = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(4),
+                                     lengths=torch.tensor([1, 1, 1, 1]), stride=1)
+    with pytest.raises(InputValueError, match=r"stride 1, so 2 bags, but 4 lengths"):
+        KeyedBags.from_kjt(odd)
+    longer = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(6),
+                                        offsets=torch.tensor([0, 1, 2, 3, 4]))
+    with pytest.raises(InputValueError, match="lengths sum to 4"):
+        KeyedBags.from_kjt(longer)
+
+
+@settings(max_examples=40, deadline=None)
+@given(strides=st.lists(st.integers(0, 3), min_size=1, max_size=3), data=st.data(),
+       weighted=st.booleans())
+def test_from_kjt_reads_what_torchrec_reads_or_refuses(strides, data, weighted):
+    """Any per-key strides: one stride for every key is read as TorchRec reads each key
+    (values, lengths, weights); several are refused."""
+    torchrec = pytest.importorskip("torchrec")
+    keys = [f"k{i}" for i in range(len(strides))]
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=sum(strides),
+                                 max_size=sum(strides)))
+    nnz = sum(lengths)
+    kjt = torchrec.KeyedJaggedTensor(
+        keys=keys, values=torch.arange(nnz), lengths=torch.tensor(lengths, dtype=torch.long),
+        weights=torch.rand(nnz) if weighted else None,
+        stride_per_key_per_rank=[[n] for n in strides])
+    if len(set(strides)) > 1:
+        with pytest.raises(InputValueError, match="variable batch per key"):
+            KeyedBags.from_kjt(kjt)
+        return
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.batch_size == strides[0]
+    for k in keys:
+        assert torch.equal(kb[k].indices, kjt[k].values())
+        assert torch.equal(kb[k].lengths(), kjt[k].lengths())
+        if weighted:
+            assert torch.equal(kb[k].weights, kjt[k].weights())
+
+@pytest.mark.parametrize("is_weighted", [False, True])
+def test_is_weighted_round_trips_equal_torchrec(is_weighted):
+    """TorchRec's is_weighted carried both ways: from_torchrec(ebc)(kb) == ebc(kjt) and
+    col.to_torchrec()(kjt) == col(kb), on weighted batches (weights ignored for False) and
+    on unweighted ones (refused by both for True)."""
+    torchrec = pytest.importorskip("torchrec")
+    torch.manual_seed(0)
+    ebc = torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="user",
+                                    feature_names=["user"]),
+        torchrec.EmbeddingBagConfig(num_embeddings=8, embedding_dim=3, name="item",
+                                    feature_names=["item", "last_item"])],
+        is_weighted=is_weighted)
+    col = LookupCollection.from_torchrec(ebc, sparse=True)
+    assert col.is_weighted is is_weighted
+    again = col.to_torchrec()
+    assert again.is_weighted() is is_weighted
+    weighted = _batch(weighted=True)
+    for theirs in (ebc, again):
+        torch.testing.assert_close(col(weighted).values(), theirs(weighted.to_kjt()).values())
+    report = check_equivalence(col, weighted)
+    assert report.ok, str(report)
+    plain = _batch(weighted=False)
+    if is_weighted:
+        with pytest.raises(AssertionError):  # TorchRec's refusal
+            ebc(plain.to_kjt())
+        with pytest.raises(InputValueError, match="is_weighted=True"):
+            col(plain)
+    else:
+        torch.testing.assert_close(col(plain).values(), ebc(plain.to_kjt()).values())
+    # the quantized collection reads the batch's weights as the collection does
+    torch.testing.assert_close(col.quantize("float16")(weighted).values(),
+                               col(weighted).values().detach(), rtol=1e-2, atol=1e-2)
+
+
+def test_is_weighted_default_uses_weights_and_converts_to_unweighted():
+    pytest.importorskip("torchrec")
+    col = _collection()
+    assert col.is_weighted is None and col.to_torchrec().is_weighted() is False
+    kb = _batch(weighted=True)
+    torch.testing.assert_close(col(kb).values(), _dense_out(col, kb))
+    with pytest.raises(InputTypeError, match="is_weighted"):
+        LookupCollection([TableConfig("a", 3, 2, ["a"])], is_weighted="yes")  # type: ignore
+
+
+def test_float16_tables_give_float32_as_torchrec():
+    """TorchRec's EBC casts each pooled fp16 output to float32: so does the collection (and its
+    quantized copy), equal to TorchRec's values, and a float32 layer takes them."""
+    pytest.importorskip("torchrec")
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 10, 4, ["user"], dtype=torch.float16),
+                            TableConfig("item", 8, 3, ["item", "last_item"], mode="mean",
+                                        dtype=torch.float16)], sparse=True)
+    kb = _batch()
+    out = col(kb).values()
+    theirs = col.to_torchrec()(kb.to_kjt()).values()
+    assert out.dtype == theirs.dtype == torch.float32
+    torch.testing.assert_close(out, theirs, rtol=1e-3, atol=1e-3)  # pooled in float16 both
+    torch.nn.Linear(10, 1)(out).sum().backward()  # a float32 layer downstream
+    assert col.weights[0].grad.dtype == torch.float16
+    assert col.quantize("float16")(kb).values().dtype == torch.float32
+
+
+def test_from_torchrec_keeps_each_tables_dtype():
+    torchrec = pytest.importorskip("torchrec")
+    from torchrec.types import DataType
+
+    torch.manual_seed(0)
+    ebc = torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(num_embeddings=10, embedding_dim=3, name=name,
+                                    feature_names=[name], data_type=data_type)
+        for name, data_type in (("a", DataType.FP16), ("b", DataType.FP32))])
+    col = LookupCollection.from_torchrec(ebc)
+    for name in "ab":
+        theirs = ebc.embedding_bags[name].weight
+        assert col[name].weight.dtype == theirs.dtype
+        assert torch.equal(col[name].weight, theirs)
+    assert [t.data_type for t in col.to_torchrec().embedding_bag_configs()] == [
+        DataType.FP16, DataType.FP32]
+    kb = KeyedBags.from_dict({"a": [[1, 2], [3]], "b": [[4], []]})
+    torch.testing.assert_close(col(kb).values(), ebc(kb.to_kjt()).values())
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_learned_pooling_weights_equal_torchrec_gradients(sparse):
+    """Weights that require grad (learned pooling weights): the collection's gradients of the
+    weights and of the tables equal TorchRec's weighted EBC's."""
+    pytest.importorskip("torchrec")
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 10, 4, ["user"]),
+                            TableConfig("item", 8, 3, ["item", "last_item"])],
+                           sparse=sparse, is_weighted=True)
+    ebc = col.to_torchrec()
+    kb = _batch(weighted=True)
+    ours_w = kb.weights.clone().requires_grad_(True)
+    theirs_w = kb.weights.clone().requires_grad_(True)
+    upstream = torch.randn(4, 10)
+    out = col(KeyedBags(kb.keys(), kb.values, offsets=kb.offsets, weights=ours_w)).values()
+    (out * upstream).sum().backward()
+    kjt = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets, weights=theirs_w).to_kjt()
+    theirs = ebc(kjt).values()
+    (theirs * upstream).sum().backward()
+    torch.testing.assert_close(out, theirs)
+    torch.testing.assert_close(ours_w.grad, theirs_w.grad)
+    for name in ("user", "item"):
+        g, off, cfg = col._places[name]
+        got = col.weights[g].grad
+        assert got.is_sparse is sparse
+        torch.testing.assert_close(got.to_dense()[off:off + cfg.num_embeddings],
+                                   ebc.embedding_bags[name].weight.grad)
+
+
+@pytest.mark.parametrize("mode", ["mean", "sqrtn"])
+def test_learned_pooling_weights_sparse_equal_dense_gradients(mode):
+    """Other modes with learned weights (TorchRec weighs sums only): sparse=True gives the
+    gradients sparse=False gives, which check_equivalence holds to the dense path."""
+    kb = _batch(weighted=True)
+    grads = []
+    for sparse in (False, True):
+        col = _collection(mode, sparse=sparse, dtype=torch.float64)
+        w = kb.weights.double().clone().requires_grad_(True)
+        batch = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets, weights=w)
+        if sparse:
+            report = check_equivalence(col, batch)
+            assert report.ok, str(report)
+        col(batch).values().pow(2).sum().backward()
+        grads.append([w.grad, *(p.grad.to_dense() for p in col.parameters())])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_max_table_beside_sparse_tables(fused):
+    """sparse=True with a mode="max" table: the max table gets a dense gradient, the others
+    row-sparse ones, and training equals sparse=False's."""
+    tables = [TableConfig("m", 10, 3, ["m"], mode="max"), TableConfig("s", 10, 3, ["s"]),
+              TableConfig("t", 7, 2, ["t"], mode="mean")]
+    kb = KeyedBags.from_dict({"m": [[1, 2], [3], []], "s": [[3], [4, 5], [1]],
+                              "t": [[6, 0], [1], [2]]})
+    target = torch.randn(3, 8)
+    trained = []
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        col = LookupCollection(tables, sparse=sparse)
+        if sparse:
+            report = check_equivalence(col, kb)
+            assert report.ok, str(report)
+            assert col["m"].sparse is False and col["s"].sparse is True
+        opt = optim.SGD(col.parameters(), lr=0.1, fused=fused)
+        for _ in range(3):
+            opt.zero_grad()
+            (col(kb).values() - target).pow(2).sum().backward()
+            opt.step()
+        if sparse and not fused:
+            layouts = {n: col.weights[col._places[n].group].grad.is_sparse for n in "mst"}
+            assert layouts == {"m": False, "s": True, "t": True}
+            # DistributedDataParallel reduces the row-sparse ones itself, the max one as DDP
+            groups = {f"weights.{col._places[n].group}" for n in "st"}
+            assert set(sparse_tables(col)) == groups
+        trained.append([p.detach().clone() for p in col.parameters()])
+    for a, b in zip(*trained, strict=True):
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("opt_name", ["SGD", "RowWiseAdagrad", "Adam"])

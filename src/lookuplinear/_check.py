@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ._bags import Bags
-from ._collection import LookupCollection
+from ._collection import LookupCollection, weighted_as
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear
 from .errors import InputTypeError, LookupLinearError
@@ -298,7 +298,7 @@ def _compare_collection(
     names = [t.name for t in collection.tables]
     tables = {n: collection[n] for n in names}
     lins = {n: copy.deepcopy(tables[n].to_linear(strict=False)).double().cpu() for n in names}
-    kb_cpu = kb.to("cpu")
+    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu")
     refs = [dense_reference(tables[t], collection.rows(kb_cpu, f), linear=lins[t])
             for f, t in ((f, collection._table_of[f]) for f in collection.feature_names)]
     ref = torch.cat(refs, dim=1)

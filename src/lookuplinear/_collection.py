@@ -58,7 +58,7 @@ from ._storage import TableStorage, attach, drawn_eagerly, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
-__all__ = ["LookupCollection", "TableConfig", "route", "table_bags"]
+__all__ = ["LookupCollection", "TableConfig", "route", "table_bags", "weighted_as"]
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,14 @@ class LookupCollection(nn.Module):
     tables : sequence of TableConfig
         Distinct table names; every feature in exactly one table.
     sparse : bool, default False
-        Row-sparse gradients (for :mod:`lookuplinear.optim`, fused or not).
+        Row-sparse gradients (for :mod:`lookuplinear.optim`, fused or not). A ``mode="max"``
+        table, which has no row-sparse gradient, gets a dense one (its own parameter).
+    is_weighted : bool, optional
+        TorchRec's ``is_weighted``: whether a batch's per-entry ``weights`` scale its rows.
+        ``None`` (default): they do when the batch has them. ``True``: they do, and a batch
+        without weights raises. ``False``: they are ignored (as TorchRec's
+        ``EmbeddingBagCollection(is_weighted=False)`` ignores a ``KeyedJaggedTensor``'s).
+        :meth:`to_torchrec` and :meth:`from_torchrec` carry it.
     device : torch.device or str, optional
 
     Attributes
@@ -255,11 +262,15 @@ class LookupCollection(nn.Module):
     feature_names : list of str
         The output order: every table's features, table after table.
 
+    The output is in float32 for float16 and bfloat16 tables (each table pools in its dtype,
+    then its outputs are cast, as TorchRec's ``EmbeddingBagCollection`` does); tables of several
+    dtypes give the promoted one (float64 beside float32 gives float64).
+
     Raises
     ------
     InputValueError
         Table names repeated, a feature in two tables; at ``forward``, a feature the tables need
-        missing from the batch.
+        missing from the batch, a batch without weights with ``is_weighted=True``.
 
     Examples
     --------
@@ -281,12 +292,18 @@ class LookupCollection(nn.Module):
         tables: Sequence[TableConfig],
         *,
         sparse: bool = False,
+        is_weighted: bool | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         tables = _distinct(tuple(tables))
+        if is_weighted not in (None, True, False):
+            raise InputTypeError(
+                f"LookupCollection: is_weighted must be None, True or False, got {is_weighted!r}."
+            )
         self.tables = tables
         self.sparse = sparse
+        self.is_weighted = is_weighted
         owner: dict[str, str] = {}
         for t in tables:
             for f in t.feature_names:
@@ -380,6 +397,11 @@ class LookupCollection(nn.Module):
                 storage.clear()
 
     # ------------------------------------------------------------------ tables
+    def _sparse(self, cfg: TableConfig) -> bool:
+        """Whether table ``cfg`` gets row-sparse gradients: ``sparse``, except a ``mode="max"``
+        table (alone in its parameter), which has none and gets a dense one."""
+        return self.sparse and cfg.mode != "max"
+
     def _rows(self, name: str) -> torch.Tensor:
         """Table ``name``: a differentiable view of its rows in its group's parameter."""
         g, off, cfg = self._places[name]
@@ -395,7 +417,7 @@ class LookupCollection(nn.Module):
         g, _, cfg = self._places[name]
         mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folds the mode for qr
         layer = LookupLinear(cfg.stored_rows, cfg.embedding_dim, bias=False, mode=mode,
-                             padding_idx=cfg.padding_idx, init=cfg.init, sparse=self.sparse,
+                             padding_idx=cfg.padding_idx, init=cfg.init, sparse=self._sparse(cfg),
                              device="meta", dtype=cfg.dtype)
         rows = self._rows(name).detach()
         layer.weight = nn.Parameter(rows, requires_grad=self.weights[g].requires_grad)
@@ -457,10 +479,13 @@ class LookupCollection(nn.Module):
         return collection
 
     def to_torchrec(self) -> Any:
-        """TorchRec's ``EmbeddingBagCollection`` with these tables, features and weights (needs
-        ``torchrec``; see docs/collection.md). Tables with ``mode`` sum or mean, no hashing, no
-        padding: what TorchRec's pooled tables express; anything else raises
-        ``InputValueError``."""
+        """TorchRec's ``EmbeddingBagCollection`` with these tables (each in its dtype),
+        features, weights and ``is_weighted`` (needs ``torchrec``; see docs/collection.md).
+        Tables with ``mode`` sum or mean, float32 or float16, no hashing, no padding:
+        what TorchRec's pooled tables express; anything else raises ``InputValueError``.
+        ``is_weighted=None`` (weights when a batch has them) becomes TorchRec's default
+        ``False``: equal on unweighted batches; build the collection with ``is_weighted=True``
+        for weighted ones."""
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
         from torchrec.types import DataType
 
@@ -475,14 +500,15 @@ class LookupCollection(nn.Module):
                 raise InputValueError(
                     f"to_torchrec: table {t.name!r} (mode={t.mode!r}, hashing={t.hashing!r}, "
                     f"padding_idx={t.padding_idx}, {dtype}) has no TorchRec equivalent: its "
-                    "pooled tables are sum or mean, float32 or float16, without hashing or "
-                    "padding."
+                    "pooled tables are sum or mean, float32 or float16 (its unsharded "
+                    "bfloat16 tables are float16), without hashing or padding."
                 )
             configs.append(EmbeddingBagConfig(
                 num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=t.name,
                 feature_names=list(t.feature_names), pooling=pooling[t.mode],
                 data_type=dtypes[dtype]))
-        ebc = EmbeddingBagCollection(tables=configs, device=self.weights[0].device)
+        ebc = EmbeddingBagCollection(tables=configs, is_weighted=bool(self.is_weighted),
+                                     device=self.weights[0].device)
         with torch.no_grad():
             for t in self.tables:
                 ebc.embedding_bags[t.name].weight.copy_(self._rows(t.name))
@@ -491,9 +517,10 @@ class LookupCollection(nn.Module):
     @classmethod
     def from_torchrec(cls, ebc: Any, *, state_dict: Mapping[str, torch.Tensor] | None = None,
                       sparse: bool = False) -> LookupCollection:
-        """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables,
-        features, pooling and weights. ``state_dict``: the weights to take instead of
-        ``ebc``'s (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
+        """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables
+        (each in its own dtype, its values exactly), features, pooling, weights and
+        ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
+        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
         modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
         tables = []
         for c in ebc.embedding_bag_configs():
@@ -506,8 +533,10 @@ class LookupCollection(nn.Module):
                                       list(c.feature_names), mode=modes[c.pooling.name]))
         weights = ebc.state_dict() if state_dict is None else state_dict
         some = next(iter(weights.values()))
-        collection = cls([dataclasses.replace(t, dtype=some.dtype) for t in tables],
-                         sparse=sparse, device=some.device)
+        collection = cls([dataclasses.replace(
+                            t, dtype=weights[f"embedding_bags.{t.name}.weight"].dtype)
+                          for t in tables],
+                         sparse=sparse, is_weighted=bool(ebc.is_weighted()), device=some.device)
         with torch.no_grad():
             for t in tables:
                 collection._rows(t.name).copy_(weights[f"embedding_bags.{t.name}.weight"])
@@ -593,14 +622,18 @@ class LookupCollection(nn.Module):
                                     sparse=self.sparse))
         pad = None if cfg.padding_idx is None else off + cfg.padding_idx
         return lookup_linear(self._drawn(g, ids + off), self.weights[g], None, padding_idx=pad,
-                             sparse=self.sparse)
+                             sparse=self._sparse(cfg))
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         self._mapped = self._map_ids(kb) if len(self.id_maps) else None
         try:
-            return self._lookup(kb)
+            values = self._lookup(kb)
         finally:
             self._mapped = None
+        # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
+        dtype = functools.reduce(torch.promote_types, (w.dtype for w in self.weights),
+                                 torch.float32)
+        return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
 
     def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
         """The rows of every feature of a ``hashing="map"`` table: one map call per table (its
@@ -629,7 +662,9 @@ class LookupCollection(nn.Module):
         weight.index_copy_(0, at, fresh)
         reset_rows(weight, at)
 
-    def _lookup(self, kb: KeyedBags) -> KeyedTensor:
+    def _lookup(self, kb: KeyedBags) -> torch.Tensor:
+        """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
+        (promoted where tables of several dtypes meet)."""
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
         whole = self._shifted(kb)
@@ -639,25 +674,29 @@ class LookupCollection(nn.Module):
         parts: list[tuple[torch.Tensor, list[str], bool]] = []
         if (whole is not None and not single and self.sparse
                 and len({w.dtype for w in self.weights}) == 1):
-            return KeyedTensor(self.feature_names, self._dims, self._written(whole, n))
+            return self._written(whole, n)
         for (g, feats), at in zip(self._groups, self._positions, strict=True):
             dim = self.weights[g].shape[1]
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
-                # one feature at a time: a max, or weights that need their gradient
+                # one feature at a time: a max, or weights that need their gradient; each
+                # reads the group's parameter at its table's rows (a row-sparse gradient
+                # cannot flow back through a view); a max has no row-sparse gradient
                 for f in feats:
-                    cfg = self._places[self._table_of[f]].config
+                    _, off, cfg = self._places[self._table_of[f]]
                     mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    parts.append((lookup_linear(self._drawn(g, self._checked(kb, f)),
-                                                self._rows(cfg.name), None, mode=mode,
-                                                padding_idx=cfg.padding_idx,
-                                                sparse=self.sparse), [f], True))
+                    bags = self._checked(kb, f)
+                    pad = None if cfg.padding_idx is None else off + cfg.padding_idx
+                    parts.append((lookup_linear(
+                        self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
+                        self.weights[g], None, mode=mode, padding_idx=pad,
+                        sparse=self._sparse(cfg)), [f], True))
                 continue
             if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
                 rows = whole if single else self._group_rows(whole, g, len(feats), n)
                 out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
                                     sparse=self.sparse).reshape(n, len(feats) * dim)
                 if single:  # in example order already: no copy, forward or backward
-                    return KeyedTensor(self.feature_names, self._dims, out)
+                    return out
                 parts.append((out, feats, False))
                 continue
             bags = (self._group_bags(kb, feats) if whole is None else
@@ -665,11 +704,10 @@ class LookupCollection(nn.Module):
             flat = lookup_linear(self._drawn(g, bags), self.weights[g], None,
                                  sparse=self.sparse)  # (F_g * N, dim), feature-major
             if single:  # (N, F * dim): one copy, whose backward is one copy too
-                return KeyedTensor(self.feature_names, self._dims,
-                                   flat.view(len(feats), n, dim).transpose(0, 1)
-                                   .reshape(n, len(feats) * dim))
+                return (flat.view(len(feats), n, dim).transpose(0, 1)
+                        .reshape(n, len(feats) * dim))
             parts.append((flat, feats, True))
-        return KeyedTensor(self.feature_names, self._dims, self._in_feature_order(parts, n))
+        return self._in_feature_order(parts, n)
 
     def _in_feature_order(self, parts: list[tuple[torch.Tensor, list[str], bool]], n: int
                           ) -> torch.Tensor:
@@ -915,8 +953,9 @@ def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
 
 def route(module: Any, features: Any) -> Any:
     """A collection's forward: a ``KeyedBags`` to ``module._pooled`` (every feature of the
-    tables must be in it), a ``{feature: index tensor}`` dict to ``module._unpooled`` feature by
-    feature; anything else, or unknown or missing features, a clear error."""
+    tables must be in it; its weights kept or dropped as ``module.is_weighted`` says), a
+    ``{feature: index tensor}`` dict to ``module._unpooled`` feature by feature; anything else,
+    or unknown or missing features, a clear error."""
     name = type(module).__name__
     if isinstance(features, KeyedBags):
         missing = [f for f in module.feature_names if f not in features]
@@ -925,7 +964,7 @@ def route(module: Any, features: Any) -> Any:
                 f"{name}: the batch has no feature {missing} (its keys are "
                 f"{features.keys()}); every feature of the tables must be in it."
             )
-        return module._pooled(features)
+        return module._pooled(weighted_as(features, module.is_weighted, name))
     if isinstance(features, Mapping):
         unknown = [f for f in features if f not in module._table_of]
         if unknown:
@@ -938,6 +977,18 @@ def route(module: Any, features: Any) -> Any:
         f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
         f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
     )
+
+
+def weighted_as(kb: KeyedBags, is_weighted: bool | None, name: str) -> KeyedBags:
+    """``kb`` as a collection with ``is_weighted`` reads it: its weights dropped for
+    ``False``, kept for ``None``; for ``True`` a batch without weights raises."""
+    if is_weighted and kb.weights is None:
+        raise InputValueError(
+            f"{name}(is_weighted=True) needs a batch with weights (one per entry of values), "
+            "got a KeyedBags without weights. Give weights=, or build the collection with "
+            "is_weighted=None (weights when the batch has them)."
+        )
+    return kb.unweighted() if is_weighted is False else kb
 
 
 def _file_table(cfg: TableConfig, dtype: torch.dtype,

@@ -201,9 +201,39 @@ class KeyedBags:
 
     @classmethod
     def from_kjt(cls, kjt: Any) -> KeyedBags:
-        """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared)."""
-        w = kjt.weights_or_none()
-        return cls(list(kjt.keys()), kjt.values(), lengths=kjt.lengths(), weights=w)
+        """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
+
+        Only the layout a ``KeyedBags`` is, ``N`` bags for every key, is read: a KJT whose
+        keys have different batch sizes (``stride_per_key_per_rank``, TorchRec's variable
+        batch), or that carries ``inverse_indices``, or whose ``lengths`` are not
+        ``len(keys) * stride()`` bags covering ``values`` exactly, is refused (nothing is
+        read or changed), never read as another batch.
+
+        Raises
+        ------
+        InputValueError
+            A layout that is not ``N`` bags per key, as above.
+        """
+        keys = list(kjt.keys())
+        strides = [int(n) for n in kjt.stride_per_key()]
+        inverse = kjt.inverse_indices_or_none() is not None
+        if len(set(strides)) > 1 or inverse:
+            raise InputValueError(
+                "KeyedBags.from_kjt: the KeyedJaggedTensor has a variable batch per key "
+                f"(stride_per_key {strides}{', inverse_indices' if inverse else ''}), and a "
+                "KeyedBags holds the same N examples for every key. Expand it to one batch "
+                "size first (repeat each key's bags as its inverse_indices say), or build the "
+                "KeyedJaggedTensor with one stride."
+            )
+        stride = strides[0] if strides else 0
+        lengths = kjt.lengths()
+        if lengths.numel() != len(keys) * stride:
+            raise InputValueError(
+                f"KeyedBags.from_kjt: the KeyedJaggedTensor has {len(keys)} keys and stride "
+                f"{stride}, so {len(keys) * stride} bags, but {lengths.numel()} lengths; build "
+                "it with lengths of len(keys) * stride bags."
+            )
+        return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none())
 
     def to_kjt(self) -> Any:
         """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package)."""
@@ -275,6 +305,23 @@ class KeyedBags:
         moved.values, moved.offsets = self.values.to(device), self.offsets.to(device)
         moved.weights = None if self.weights is None else self.weights.to(device)
         return moved
+
+    def unweighted(self) -> KeyedBags:
+        """The same bags without weights (this object if it has none; tensors shared).
+
+        Examples
+        --------
+        >>> kb = KeyedBags(["a"], torch.tensor([1, 2]), lengths=torch.tensor([2]),
+        ...                weights=torch.tensor([0.5, 2.0]))
+        >>> kb.unweighted()
+        KeyedBags(keys=['a'], batch_size=1, nnz=2, weighted=False)
+        """
+        if self.weights is None:
+            return self
+        out = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
+        out._keys, out._position = self._keys, self._position
+        out.values, out.offsets, out.weights = self.values, self.offsets, None
+        return out
 
     def __repr__(self) -> str:
         return (

@@ -95,6 +95,8 @@ class QuantizedLookupCollection(nn.Module):
             )
         self.tables: tuple[TableConfig, ...] = collection.tables
         self.feature_names = list(collection.feature_names)
+        #: the collection's ``is_weighted`` (whether a batch's weights scale its rows)
+        self.is_weighted = collection.is_weighted
         self._configs = {t.name: t for t in collection.tables}
         self._table_of = dict(collection._table_of)
         self._dims = list(collection._dims)
@@ -150,7 +152,9 @@ class QuantizedLookupCollection(nn.Module):
                 check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{f!r}]")
             blocks.append(layer(bags))  # (N, dim)
         values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
-        return KeyedTensor(self.feature_names, self._dims, values)
+        # float16 and bfloat16 tables give float32, as the float collection and TorchRec's
+        dtype = torch.promote_types(values.dtype, torch.float32)
+        return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         cfg = self._configs[self._table_of[feature]]

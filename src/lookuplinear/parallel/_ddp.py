@@ -31,14 +31,20 @@ __all__ = ["DistributedDataParallel", "sparse_tables"]
 
 
 def sparse_tables(module: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters of ``module``'s row-sparse lookuplinear tables, by qualified name."""
+    """The parameters of ``module``'s row-sparse lookuplinear tables, by qualified name (a
+    ``mode="max"`` table of a ``LookupCollection(sparse=True)`` has a dense gradient: not
+    one of them)."""
     from .._collection import LookupCollection
     from .._layer import LookupLinear
 
     out: dict[str, nn.Parameter] = {}
     for prefix, m in module.named_modules():
         if isinstance(m, LookupLinear | LookupCollection) and m.sparse:
+            dense = {f"weights.{place.group}" for place in m._places.values()
+                     if not m._sparse(place.config)} if isinstance(m, LookupCollection) else set()
             for name, p in m.named_parameters():
+                if name in dense:
+                    continue
                 if p.requires_grad and p.dim() == 2 and p.layout == torch.strided:
                     out[f"{prefix}.{name}" if prefix else name] = p
     return out
