@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/report
+DOCS   ?= out/docs
 
-.PHONY: test report lint typecheck pytest bench clean
+.PHONY: test report docs lint typecheck pytest bench clean
 
 # setup.py and the C sources: a change rebuilds the C row kernels (pip install -e . compiles them)
 $(STAMP): pyproject.toml constraints.txt setup.py $(wildcard src/lookuplinear/_kernels/c/*)
@@ -15,16 +16,21 @@ $(STAMP): pyproject.toml constraints.txt setup.py $(wildcard src/lookuplinear/_k
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt --no-deps torchrec==1.8.0
 	touch $(STAMP)
 
-test: lint typecheck pytest
+test: lint typecheck pytest docs
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples conftest.py
+	$(BIN)/ruff check src tests benchmarks examples conftest.py docs/conf.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
+
+# The site: README.md, docs/*.md and the API reference from the docstrings, warnings as errors
+# (-E: read every page again, so a changed docstring is never served from the cache)
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -E -q -b html docs $(DOCS)
 
 report: $(STAMP)
 	$(BIN)/lookuplinear report --out $(OUT)

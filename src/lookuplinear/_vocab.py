@@ -13,7 +13,7 @@ __all__ = ["Vocab"]
 
 
 class Vocab:
-    """A mapping between hashable tokens and the indices ``0 .. len(vocab) - 1``.
+    """A mapping between hashable tokens and the indices ``range(len(vocab))``.
 
     Its indices are what ``LookupLinear(len(vocab), d)`` takes: token ``t`` stands for the
     one-hot vector ``e_{vocab[t]}``.

@@ -8,15 +8,15 @@ parameters in the same model get the ``torch.optim`` update of the same name::
     opt = lookuplinear.optim.Adam(model.parameters(), lr=1e-3)
     opt.zero_grad(); loss.backward(); opt.step()
 
-=================  ===========================================  ===============================
-optimizer          sparse-gradient update equals                state added
-=================  ===========================================  ===============================
-``SGD``            ``torch.optim.SGD`` (momentum: lazy)         momentum: 1 value per element
-``Adagrad``        ``torch.optim.Adagrad`` (sparse)             1 value per element
-``RowWiseAdagrad`` FBGEMM ``EXACT_ROWWISE_ADAGRAD``             1 value per row
-``Adam``           ``torch.optim.SparseAdam`` (lazy)            2 values per element
-``AdamW``          lazy AdamW (decay of touched rows)           2 values per element
-=================  ===========================================  ===============================
+==================  ===========================================  ===============================
+optimizer           sparse-gradient update equals                state added
+==================  ===========================================  ===============================
+``SGD``             ``torch.optim.SGD`` (momentum: lazy)         momentum: 1 value per element
+``Adagrad``         ``torch.optim.Adagrad`` (sparse)             1 value per element
+``RowWiseAdagrad``  FBGEMM ``EXACT_ROWWISE_ADAGRAD``             1 value per row
+``Adam``            ``torch.optim.SparseAdam`` (lazy)            2 values per element
+``AdamW``           lazy AdamW (decay of touched rows)           2 values per element
+==================  ===========================================  ===============================
 """
 
 from ._base import RowSparseOptimizer, row_sparse_parts

@@ -120,7 +120,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         return self._features(docs, tokens, self._fit_tokens(tokens))
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
-        """The count matrix, shape (n_texts, n_features_out_), float32 CSR."""
+        """The count matrix, shape ``(n_texts, n_features_out_)``, float32 CSR."""
         check_is_fitted(self, "vocabulary_")
         docs = list(raw_documents)
         tokens = token_ids(self._tokenize(docs))
