@@ -147,7 +147,6 @@ def lookup_linear(
     if (
         mode == "sum"
         and padding_idx is None
-        and not sparse
         and weight.is_cpu
         and weight.dim() == 2
         and not torch.compiler.is_compiling()
@@ -158,10 +157,13 @@ def lookup_linear(
         if operands is not None:
             indices, bag_offsets, w, csr = operands
             try:
-                out = torch.embedding_bag(
-                    _forward_only(weight), indices, bag_offsets, False, _SUM, False, w, csr,
-                    None,
-                )[0]
+                if sparse:  # coalesced row-sparse gradient: one row per unique index
+                    out = bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr)
+                else:
+                    out = torch.embedding_bag(
+                        _forward_only(weight), indices, bag_offsets, False, _SUM, False, w,
+                        csr, None,
+                    )[0]
             except (IndexError, RuntimeError) as exc:  # see _range_checked
                 failure = exc
             else:
