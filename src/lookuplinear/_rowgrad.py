@@ -93,10 +93,12 @@ class _BagLookup(torch.autograd.Function):
             if out is None:
                 out = F.embedding(indices, weight, padding_idx=padding_idx)
         else:  # detached: ATen's forward-only kernel (the backward below is this class's own),
-            # called as functional._embedding_bag calls it (the caller has checked the input)
+            # called as functional._embedding_bag calls it (the caller has checked the input);
+            # not in a trace, whose exporter has no ONNX op for detach
+            table = weight if torch.jit.is_tracing() else weight.detach()
             out = torch.embedding_bag(
-                weight.detach(), indices, offsets, False, 0, False, weights,
-                include_last_offset, padding_idx,
+                table, indices, offsets, False, 0, False, weights, include_last_offset,
+                padding_idx,
             )[0]
         ctx.save_for_backward(weight, indices, offsets, weights)
         ctx.padding_idx = padding_idx
@@ -138,10 +140,11 @@ def bag_lookup(
     ``F.embedding``); otherwise bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
     ``per_sample_weights``): CSR offsets (``N + 1``), or with ``include_last_offset=False``
     ``nn.EmbeddingBag``'s ``N`` start offsets, the last bag running to the end of ``indices``
-    (in a traced graph too: no entry count is fixed). ``weight.grad`` is a sparse COO tensor whose indices are the unique
-    touched rows, sorted, and whose values hold one summed gradient row each. (Autograd's
-    accumulation drops the tensor's ``is_coalesced`` flag; :mod:`lookuplinear.optim` sees from
-    the strictly increasing rows that no coalesce is needed.) With ``create_graph=True`` the
+    (in a traced graph too: no entry count is fixed). ``weight.grad`` is a sparse COO tensor
+    whose indices are the unique touched rows, sorted, and whose values hold one summed
+    gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
+    :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
+    needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again.
 
     Examples
