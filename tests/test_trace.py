@@ -115,6 +115,20 @@ def test_trace_under_no_grad_keeps_the_gradient(config: str) -> None:
         torch.testing.assert_close(got.to_dense(), want.to_dense())
 
 
+@pytest.mark.parametrize("kwargs", [{"sparse": True}, {"sparse": True, "padding_idx": 0},
+                                    {"sparse": False}])
+def test_jit_trace_of_index_input_equals_eager(kwargs: dict[str, Any]) -> None:
+    """An index tensor of shape (N, L): the row gather is C's in eager, torch's in the trace."""
+    torch.manual_seed(0)
+    layer = LookupLinear(IN, OUT, **kwargs)
+    graph = traced(layer, (torch.tensor([[1, 0, 2], [3, 4, 5]]),))
+    g = torch.Generator().manual_seed(1)
+    for shape in ((5, 4), (1, 1), (3, 3)):
+        x = torch.randint(0, IN, shape, generator=g)
+        x[0, 0] = 0
+        torch.testing.assert_close(graph(x), layer(x))
+
+
 def test_trace_of_a_table_in_a_file_needs_every_row_drawn(tmp_path: Path) -> None:
     layer = LookupLinear(50, 3, storage=tmp_path / "t", seed=0, bias=False)
     example = (torch.tensor([1, 2, 3]), torch.tensor([0, 1]))
@@ -179,3 +193,24 @@ def test_onnx_dynamo_export_equals_eager(config: str, tmp_path: Path) -> None:
     program.save(str(path))
     for b, got in zip(others, _ort_outputs(path, others), strict=True):
         torch.testing.assert_close(got, layer(*b).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_torchscript_export_of_index_input_equals_eager(tmp_path: Path) -> None:
+    """The exporter inlines the lookup's autograd function: the row gather must be a torch op
+    there, not C's result on the trace batch."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    layer = LookupLinear(IN, OUT, sparse=True).eval()
+    path = tmp_path / "index.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(layer, (torch.tensor([[1, 0, 2], [3, 4, 5]]),), str(path),
+                          dynamo=False, input_names=["x"], output_names=["out"],
+                          dynamic_axes={"x": {0: "n", 1: "length"}})
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(1)
+    for shape in ((5, 4), (1, 1)):
+        x = torch.randint(0, IN, shape, generator=g)
+        got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        torch.testing.assert_close(got, layer(x).detach())
