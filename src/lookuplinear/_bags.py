@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ._kernels import drop_entries, offsets_ok
+from ._kernels import drop_entries, offsets_ok, values_known
 from .errors import InputTypeError, InputValueError, LookupIndexError
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ class Bags:
                 "empty tensor. An empty batch has offsets=[0]."
             )
         if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
-            _check_offsets(off, idx.numel())
+            if values_known():
+                _check_offsets(off, idx.numel())
         elif not off.is_meta:  # meta tensors have no values to check
             # one C pass: numpy ops here slowed the next lookup by 10-25% (_kernels/_inputs.py)
             host = off if off.is_cpu else off.cpu()
@@ -334,9 +335,11 @@ class Bags:
         >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).bag_ids()
         tensor([0, 0, 2, 2, 2])
         """
-        n = len(self)
+        lengths = self.lengths()
+        # sizes read with size(), which a trace records as ops (len() and nnz are numbers)
         return torch.repeat_interleave(
-            torch.arange(n, device=self.device), self.lengths().long(), output_size=self.nnz
+            torch.arange(lengths.size(0), device=self.device), lengths.long(),
+            output_size=self.indices.size(0),
         )
 
     @property

@@ -86,18 +86,23 @@ class _BagLookup(torch.autograd.Function):
         offsets: torch.Tensor | None,
         weights: torch.Tensor | None,
         padding_idx: int | None,
+        include_last_offset: bool,
     ) -> torch.Tensor:
         if offsets is None:  # C's gather on the CPU, else torch's (the same rows)
             out = gather_rows(weight, indices)
             if out is None:
                 out = F.embedding(indices, weight, padding_idx=padding_idx)
-        else:  # detached: ATen's forward-only kernel (the backward below is this class's own)
-            out = F.embedding_bag(
-                indices, weight.detach(), offsets, mode="sum", per_sample_weights=weights,
-                include_last_offset=True, padding_idx=padding_idx,
-            )
+        else:  # detached: ATen's forward-only kernel (the backward below is this class's own),
+            # called as functional._embedding_bag calls it (the caller has checked the input);
+            # not in a trace, whose exporter has no ONNX op for detach
+            table = weight if torch.jit.is_tracing() else weight.detach()
+            out = torch.embedding_bag(
+                table, indices, offsets, False, 0, False, weights, include_last_offset,
+                padding_idx,
+            )[0]
         ctx.save_for_backward(weight, indices, offsets, weights)
         ctx.padding_idx = padding_idx
+        ctx.include_last_offset = include_last_offset
         ctx.param = weight  # the Parameter itself: a fused optimizer is bound to it
         return out
 
@@ -105,6 +110,8 @@ class _BagLookup(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         weight, indices, offsets, weights = ctx.saved_tensors
         g = grad_out.reshape(-1, weight.shape[1])
+        if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
+            offsets = torch.cat([offsets, offsets.new_tensor([indices.numel()])])
         lk = Lookup(indices.reshape(-1), offsets, weights, ctx.padding_idx)
         grad_weight = grad_weights = None
         if weights is not None and ctx.needs_input_grad[3]:
@@ -115,7 +122,7 @@ class _BagLookup(torch.autograd.Function):
             grad_weights = grad_weights.to(weights.dtype)
         if ctx.needs_input_grad[0]:
             grad_weight = weight_grad(ctx.param, weight, lk, g)
-        return grad_weight, None, None, grad_weights, None
+        return grad_weight, None, None, grad_weights, None, None
 
 
 def bag_lookup(
@@ -124,15 +131,20 @@ def bag_lookup(
     offsets: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     padding_idx: int | None = None,
+    *,
+    include_last_offset: bool = True,
 ) -> torch.Tensor:
     """``densify(x) @ weight`` (mode sum) whose weight gradient is coalesced and row-sparse.
 
     ``offsets is None``: index input of any shape ``S``, returns ``S + (out,)`` (equal to
-    ``F.embedding``); otherwise CSR bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
-    ``per_sample_weights``). ``weight.grad`` is a sparse COO tensor whose indices are the unique
-    touched rows, sorted, and whose values hold one summed gradient row each. (Autograd's
-    accumulation drops the tensor's ``is_coalesced`` flag; :mod:`lookuplinear.optim` sees from
-    the strictly increasing rows that no coalesce is needed.) With ``create_graph=True`` the
+    ``F.embedding``); otherwise bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
+    ``per_sample_weights``): CSR offsets (``N + 1``), or with ``include_last_offset=False``
+    ``nn.EmbeddingBag``'s ``N`` start offsets, the last bag running to the end of ``indices``
+    (in a traced graph too: no entry count is fixed). ``weight.grad`` is a sparse COO tensor
+    whose indices are the unique touched rows, sorted, and whose values hold one summed
+    gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
+    :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
+    needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again.
 
     Examples
@@ -143,5 +155,7 @@ def bag_lookup(
     (tensor([[1, 3]]), tensor([[1., 1.],
             [2., 2.]]))
     """
-    out: torch.Tensor = _BagLookup.apply(weight, indices, offsets, weights, padding_idx)
+    out: torch.Tensor = _BagLookup.apply(
+        weight, indices, offsets, weights, padding_idx, include_last_offset
+    )
     return out

@@ -406,6 +406,15 @@ def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
     storage = storage_of(weight)
     if storage is None:
         return input
+    if torch.jit.is_tracing():  # a trace records lookups, not the draw of their new rows
+        if storage.drawn_rows().numel() < storage.meta["rows"]:
+            raise InputValueError(
+                "torch.jit.trace of a table in a file (storage=) whose rows are not all drawn: "
+                "the trace would record the lookup but not the drawing of the rows a later "
+                "batch reads for the first time, and those would read as zeros. Draw every row "
+                "first (layer.storage.materialize_all()), then trace."
+            )
+        return input
     if offsets is not None:  # a 1-D index tensor with offsets: every entry is a row
         storage.materialize(input)
         return input

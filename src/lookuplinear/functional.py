@@ -16,7 +16,7 @@ import torch
 from torch.autograd import forward_ad
 
 from ._bags import Bags, check_index_range, is_scipy_sparse
-from ._kernels import bag_max, mode_weights, offsets_ok
+from ._kernels import bag_max, capturing, mode_weights, offsets_ok, values_known
 from ._rowgrad import bag_lookup
 from ._storage import STORAGE as _STORAGE
 from ._storage import drawn_input
@@ -64,7 +64,9 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | No
             f"in_features={in_features}, got {padding_idx}. Pass an index of the table (-1 is "
             "the last row) or None."
         )
-    return padding_idx % in_features
+    # int(): under torch.jit.trace a size is a traced tensor, and so would be the result (the
+    # table's size is fixed: the index is a constant of the graph, as in nn.EmbeddingBag's)
+    return int(padding_idx % in_features)
 
 
 def lookup_linear(
@@ -147,7 +149,6 @@ def lookup_linear(
     if (
         mode == "sum"
         and padding_idx is None
-        and not sparse
         and weight.is_cpu
         and weight.dim() == 2
         and not torch.compiler.is_compiling()
@@ -158,10 +159,13 @@ def lookup_linear(
         if operands is not None:
             indices, bag_offsets, w, csr = operands
             try:
-                out = torch.embedding_bag(
-                    _forward_only(weight), indices, bag_offsets, False, _SUM, False, w, csr,
-                    None,
-                )[0]
+                if sparse:  # coalesced row-sparse gradient: one row per unique index
+                    out = bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr)
+                else:
+                    out = torch.embedding_bag(
+                        _forward_only(weight), indices, bag_offsets, False, _SUM, False, w,
+                        csr, None,
+                    )[0]
             except (IndexError, RuntimeError) as exc:  # see _range_checked
                 failure = exc
             else:
@@ -242,15 +246,20 @@ def _csr_offsets(
         or offsets.dtype not in (torch.int32, torch.int64)
     ):
         return offsets  # CSR, or a tensor Bags refuses with its own message
-    nnz = indices.numel()
+    nnz = indices.numel()  # a number: checks only, never in the result (see below)
     if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
         raise InputValueError(
             f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
             f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
             "(N + 1 entries) need include_last_offset=True."
         )
-    host = offsets if offsets.is_cpu else offsets.cpu()
-    if host.numel() and not offsets_ok(host, nnz, include_last=False) and int(host[0]) == 0:
+    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
+    if (
+        values_known()
+        and host.numel()
+        and not offsets_ok(host, nnz, include_last=False)
+        and int(host[0]) == 0
+    ):
         past = host > nnz
         if bool(past.any()):
             k = int(past.nonzero()[0, 0])
@@ -260,7 +269,10 @@ def _csr_offsets(
                 "len(indices)) build the layer with include_last_offset=True, or pass "
                 "Bags(indices, offsets)."
             )
-    return torch.cat([offsets, offsets.new_tensor([nnz])])
+    # the end read from indices' size, not the number nnz: a trace records size() as an op,
+    # where a number would enter the graph as a constant (the trace batch's entry count)
+    end = torch.full((1,), indices.size(0), dtype=offsets.dtype, device=offsets.device)
+    return torch.cat([offsets, end])
 
 
 def _cpu_sum_operands(
@@ -440,9 +452,10 @@ def _bags_forward(
     padding_idx: int | None,
     sparse: bool,
 ) -> torch.Tensor:
-    if padding_idx is not None and bags.indices.is_cpu and not torch.compiler.is_compiling():
+    if padding_idx is not None and bags.indices.is_cpu and not capturing():
         # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (19-38x
-        # slower, docs/performance.md): drop the padding entries and look up the rest.
+        # slower, docs/performance.md): drop the padding entries and look up the rest (not in
+        # a captured graph: whether there are any to drop is a property of one batch).
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, _range_checked
     if w is not None and w.dtype != weight.dtype:
@@ -495,12 +508,13 @@ _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> bool:
     """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
-    already dropped, and not inside ``torch.compile`` (which traces ATen's ops instead)."""
+    already dropped, and no graph being captured (:func:`~lookuplinear._kernels.capturing`:
+    it records ATen's ops instead)."""
     return (
         padding_idx is None
         and bags.indices.is_cpu
         and weight.dtype in _NUMPY_DTYPE
-        and not torch.compiler.is_compiling()
+        and not capturing()
     )
 
 
@@ -570,8 +584,14 @@ def _forward_only(weight: torch.Tensor) -> torch.Tensor:
     parameter under ``no_grad`` it still builds what its backward would need (``offset2bag``,
     bag sizes); on a detached weight it runs ``_embedding_bag_forward_only``, 7-9% faster on a
     1024 x 20 lookup (benchmarks/bench_layer.py). Same values either way (tests/test_layer.py).
+    Never under ``torch.jit.trace``: a traced graph runs in any grad mode, and a recorded detach
+    would cut the weight's gradient in all of them.
     """
-    if torch.is_grad_enabled() or getattr(forward_ad, "_current_level", 0) >= 0:
+    if (
+        torch.is_grad_enabled()
+        or getattr(forward_ad, "_current_level", 0) >= 0
+        or torch.jit.is_tracing()
+    ):
         return weight
     return weight.detach()
 
@@ -592,20 +612,20 @@ def row_scale(
     >>> row_scale(bags, "sqrtn", None)         # 1 / sqrt(9 + 16), 0, 1 / sqrt(4)
     tensor([0.2000, 0.0000, 0.5000])
     """
-    n = len(bags)
     if mode == "sum" or mode == "max":
-        return torch.ones(n, dtype=dtype, device=bags.device)
+        return torch.ones_like(bags.offsets[1:], dtype=dtype)
     w = bags.weights
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     if w is None and padding_idx is None:
         denom = bags.lengths().to(acc)
     else:
-        vals = torch.ones(bags.nnz, dtype=acc, device=bags.device) if w is None else w.to(acc)
+        # sizes from the tensors (ones_like, zeros_like), so that a trace keeps them as ops
+        vals = torch.ones_like(bags.indices, dtype=acc) if w is None else w.to(acc)
         if mode == "sqrtn":
             vals = vals * vals
         if padding_idx is not None:
             vals = vals.masked_fill(bags.indices == padding_idx, 0)
-        denom = torch.zeros(n, dtype=acc, device=bags.device).index_add(0, bags.bag_ids(), vals)
+        denom = torch.zeros_like(bags.offsets[1:], dtype=acc).index_add(0, bags.bag_ids(), vals)
     return _safe_inverse(denom, sqrt=mode == "sqrtn").to(dtype)
 
 

@@ -7,7 +7,7 @@ through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other 
 the same (tests/test_kernels.py holds them to each other and to the dense path).
 """
 
-from ._backend import BACKENDS, backend, c_available, use_backend, use_c
+from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
 from ._bagmax import bag_max
 from ._columns import deinterleave, interleave, segments, split_blocks
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
@@ -34,6 +34,7 @@ __all__ = [
     "bag_max",
     "bag_sum_into",
     "c_available",
+    "capturing",
     "count_matrix",
     "deinterleave",
     "drop_entries",
@@ -53,4 +54,5 @@ __all__ = [
     "update_rows",
     "use_backend",
     "use_c",
+    "values_known",
 ]

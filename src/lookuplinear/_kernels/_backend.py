@@ -3,7 +3,8 @@
 ``LOOKUPLINEAR_BACKEND`` picks it when the process starts:
 
 * ``auto`` (the default): the C kernels for CPU tensors where the install built them, torch ops
-  for everything else (CUDA, other dtypes, inside ``torch.compile``, no C library);
+  for everything else (CUDA, other dtypes, while a graph is captured: :func:`capturing`, no C
+  library);
 * ``torch``: torch ops everywhere (to compare, or to debug);
 * ``c``: as ``auto``, but the first kernel call raises if the C library is not built (for CI).
 
@@ -21,7 +22,8 @@ import torch
 from ..errors import InputValueError
 from ._clib import load
 
-__all__ = ["BACKENDS", "backend", "c_available", "use_backend", "use_c"]
+__all__ = ["BACKENDS", "backend", "c_available", "capturing", "use_backend", "use_c",
+           "values_known"]
 
 BACKENDS = ("auto", "c", "torch")
 
@@ -65,9 +67,29 @@ def backend() -> str:
     return "c"
 
 
+def capturing() -> bool:
+    """Whether a graph of torch ops is being recorded rather than run: ``torch.compile`` and
+    ``torch.export`` (their fake tensors have no data for C to read), or ``torch.jit.trace``
+    (and the TorchScript ONNX exporter, which traces). A trace records the torch ops it sees:
+    what a C kernel returns would enter the graph as a constant, the trace batch's result. So
+    while this is true the kernels run their torch-op twins, and the forward takes no branch on
+    the batch's values.
+    """
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def values_known() -> bool:
+    """Whether the input's values can be read: not while ``torch.export`` records (its tensors
+    are symbolic, and a check on their values has no value to read). The exported graph then
+    checks no values, as ``nn.EmbeddingBag``'s does not; ``torch.compile`` runs such checks
+    eagerly (a graph break), ``torch.jit.trace`` on the trace batch."""
+    return not torch.compiler.is_exporting()
+
+
 def use_c(*tensors: torch.Tensor | None) -> bool:
-    """Whether the C kernels take these tensors: backend ``c``, all on the CPU, not traced."""
-    if backend() != "c" or torch.compiler.is_compiling():
+    """Whether the C kernels take these tensors: backend ``c``, all on the CPU, no graph being
+    captured (:func:`capturing`)."""
+    if backend() != "c" or capturing():
         return False
     for t in tensors:  # noqa: SIM110 - a plain loop: all() of a generator costs 1 us more
         if t is not None and not t.is_cpu:

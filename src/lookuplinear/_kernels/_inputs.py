@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._backend import backend, use_c
+from ._backend import backend, capturing, use_c
 from ._clib import function, ptr, suffix
 
 __all__ = ["drop_entries", "mode_weights", "offsets_ok", "one_id_rows", "shifted_rows"]
@@ -182,7 +182,7 @@ def drop_entries(
         and indices.is_cpu  # use_c(indices, offsets), at a third of its cost (every forward)
         and offsets.is_cpu
         and backend() == "c"
-        and not _is_compiling()
+        and not capturing()
     ):
         idx, off = indices.contiguous(), offsets.contiguous()
         n = idx.numel()

@@ -1,0 +1,216 @@
+"""Traced and exported layers (``torch.jit.trace``, ``torch.onnx.export``, ``torch.export``)
+compute on every batch what the eager layer computes: no value of the trace batch (its entry
+count, a C kernel's result) becomes a constant of the graph.
+
+The reference is the eager layer on the same batch; each graph is built on one batch and run on
+batches with more and fewer bags and entries. onnxruntime (and onnxscript for the dynamo-based
+exporter) are optional test dependencies: those tests skip without them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lookuplinear import LookupLinear
+from lookuplinear.errors import InputValueError
+
+IN, OUT = 20, 4
+
+#: (layer keyword arguments, whether the batches carry per-sample weights)
+CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
+    "sum sparse (DLRM)": ({"bias": False, "sparse": True}, True),
+    "sum sparse unweighted": ({"bias": False, "sparse": True}, False),
+    "sum dense grad": ({"sparse": False}, True),
+    "mean sparse": ({"mode": "mean", "sparse": True}, False),
+    "sqrtn": ({"mode": "sqrtn"}, True),
+    "max": ({"mode": "max"}, False),
+    "padding sparse": ({"padding_idx": 0, "sparse": True}, False),
+    "padding mean": ({"padding_idx": 0, "mode": "mean"}, False),
+    "CSR offsets": ({"include_last_offset": True, "sparse": True}, False),
+}
+
+
+def batch(
+    n_bags: int, nnz: int, weighted: bool, include_last_offset: bool, seed: int
+) -> tuple[torch.Tensor, ...]:
+    """``nnz`` indices (index 0, the padding index of some configs, among them) in ``n_bags``
+    bags of uneven sizes, one of them empty, as ``nn.EmbeddingBag`` takes them."""
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, IN, (nnz,), generator=g)
+    indices[::3] = 0
+    starts = torch.sort(torch.randint(0, nnz + 1, (n_bags - 1,), generator=g)).values
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), starts])
+    if include_last_offset:
+        offsets = torch.cat([offsets, torch.tensor([nnz])])
+    if not weighted:
+        return indices, offsets
+    return indices, offsets, torch.rand(nnz, generator=g)
+
+
+def batches(config: str) -> tuple[tuple[torch.Tensor, ...], list[tuple[torch.Tensor, ...]]]:
+    """The trace batch and three others: larger, smaller, and of one entry."""
+    kwargs, weighted = CONFIGS[config]
+    csr = kwargs.get("include_last_offset", False)
+    trace = batch(4, 12, weighted, csr, seed=0)
+    others = [batch(7, 30, weighted, csr, 1), batch(2, 5, weighted, csr, 2),
+              batch(1, 1, weighted, csr, 3)]
+    return trace, others
+
+
+def make_layer(config: str) -> LookupLinear:
+    torch.manual_seed(0)
+    return LookupLinear(IN, OUT, **CONFIGS[config][0])
+
+
+def traced(layer: nn.Module, example: tuple[torch.Tensor, ...]) -> Any:
+    with warnings.catch_warnings():  # torch's deprecation notice and checks on the trace batch
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(layer, example)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_jit_trace_equals_eager_on_other_batches(config: str) -> None:
+    layer = make_layer(config)
+    example, others = batches(config)
+    graph = traced(layer, example)  # check_trace runs too: the graph is the same every time
+    for b in [example, *others]:
+        torch.testing.assert_close(graph(*b), layer(*b), rtol=1e-6, atol=1e-6)
+
+
+def test_two_bag_trace_regression() -> None:
+    """DLRM's call: ``nn.EmbeddingBag``-style start offsets, ``sparse=True``. Traced on two bags
+    of two entries, the graph read the last bag of a larger batch only up to entry 4."""
+    layer = make_layer("sum sparse unweighted")
+    graph = traced(layer, (torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2])))
+    indices, offsets = torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.tensor([0, 2])
+    want = layer.weight[[1, 2]].sum(0), layer.weight[[3, 4, 5, 6, 7]].sum(0)
+    torch.testing.assert_close(graph(indices, offsets), torch.stack(want))
+    fewer = torch.tensor([1, 2, 3])  # the last bag: one entry, not an error
+    torch.testing.assert_close(graph(fewer, offsets), layer(fewer, offsets))
+
+
+@pytest.mark.parametrize("config", ["sum sparse (DLRM)", "sum dense grad"])
+def test_trace_under_no_grad_keeps_the_gradient(config: str) -> None:
+    """A graph traced under ``torch.no_grad`` (as exporters do) records no detach of the
+    weight: run with grad enabled, it gives the eager layer's weight gradient."""
+    layer = make_layer(config)
+    example, others = batches(config)
+    with torch.no_grad():
+        graph = traced(layer, example)
+    for b in others:
+        graph(*b).square().sum().backward()
+        got = layer.weight.grad
+        layer.weight.grad = None
+        layer(*b).square().sum().backward()
+        want = layer.weight.grad
+        layer.weight.grad = None
+        assert got is not None and want is not None
+        torch.testing.assert_close(got.to_dense(), want.to_dense())
+
+
+@pytest.mark.parametrize("kwargs", [{"sparse": True}, {"sparse": True, "padding_idx": 0},
+                                    {"sparse": False}])
+def test_jit_trace_of_index_input_equals_eager(kwargs: dict[str, Any]) -> None:
+    """An index tensor of shape (N, L): the row gather is C's in eager, torch's in the trace."""
+    torch.manual_seed(0)
+    layer = LookupLinear(IN, OUT, **kwargs)
+    graph = traced(layer, (torch.tensor([[1, 0, 2], [3, 4, 5]]),))
+    g = torch.Generator().manual_seed(1)
+    for shape in ((5, 4), (1, 1), (3, 3)):
+        x = torch.randint(0, IN, shape, generator=g)
+        x[0, 0] = 0
+        torch.testing.assert_close(graph(x), layer(x))
+
+
+def test_trace_of_a_table_in_a_file_needs_every_row_drawn(tmp_path: Path) -> None:
+    layer = LookupLinear(50, 3, storage=tmp_path / "t", seed=0, bias=False)
+    example = (torch.tensor([1, 2, 3]), torch.tensor([0, 1]))
+    with pytest.raises(InputValueError, match="materialize_all"):
+        traced(layer, example)
+    assert layer.storage is not None
+    layer.storage.materialize_all()
+    graph = traced(layer, example)
+    b = (torch.tensor([7, 8, 9, 40, 41]), torch.tensor([0, 2, 2]))
+    torch.testing.assert_close(graph(*b), layer(*b))
+
+
+def _onnx_inputs(b: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    names = ("indices", "offsets", "weights")[: len(b)]
+    return {name: t.numpy() for name, t in zip(names, b, strict=True)}
+
+
+def _ort_outputs(path: Path, others: list[tuple[torch.Tensor, ...]]) -> Iterator[torch.Tensor]:
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for b in others:
+        yield torch.from_numpy(session.run(None, _onnx_inputs(b))[0])
+
+
+ONNX_CONFIGS = ["sum sparse (DLRM)", "sum dense grad", "mean sparse", "max"]
+
+
+@pytest.mark.parametrize("config", ONNX_CONFIGS)
+def test_onnx_torchscript_export_equals_eager(config: str, tmp_path: Path) -> None:
+    """The TorchScript-based exporter (DLRM's ``--save-onnx``), run in onnxruntime."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    layer = make_layer(config).eval()
+    example, others = batches(config)
+    names = ["indices", "offsets", "weights"][: len(example)]
+    path = tmp_path / "layer.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            layer, example, str(path), dynamo=False, input_names=names, output_names=["out"],
+            dynamic_axes={"indices": {0: "nnz"}, "offsets": {0: "bags"}, "weights": {0: "nnz"}},
+        )
+    for b, got in zip(others, _ort_outputs(path, others), strict=True):
+        torch.testing.assert_close(got, layer(*b).detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("config", ["sum sparse (DLRM)", "padding sparse"])
+def test_onnx_dynamo_export_equals_eager(config: str, tmp_path: Path) -> None:
+    """The ``torch.export``-based exporter, with the batch sizes dynamic."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    layer = make_layer(config).eval()
+    example, others = batches(config)
+    nnz, bags = torch.export.Dim("nnz"), torch.export.Dim("bags")
+    shapes = ({0: nnz}, {0: bags}, {0: nnz})[: len(example)]
+    path = tmp_path / "layer.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(layer, example, dynamo=True, dynamic_shapes=shapes,
+                                    input_names=["indices", "offsets", "weights"][: len(example)])
+    assert program is not None
+    program.save(str(path))
+    for b, got in zip(others, _ort_outputs(path, others), strict=True):
+        torch.testing.assert_close(got, layer(*b).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_torchscript_export_of_index_input_equals_eager(tmp_path: Path) -> None:
+    """The exporter inlines the lookup's autograd function: the row gather must be a torch op
+    there, not C's result on the trace batch."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    layer = LookupLinear(IN, OUT, sparse=True).eval()
+    path = tmp_path / "index.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(layer, (torch.tensor([[1, 0, 2], [3, 4, 5]]),), str(path),
+                          dynamo=False, input_names=["x"], output_names=["out"],
+                          dynamic_axes={"x": {0: "n", 1: "length"}})
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(1)
+    for shape in ((5, 4), (1, 1)):
+        x = torch.randint(0, IN, shape, generator=g)
+        got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        torch.testing.assert_close(got, layer(x).detach())
