@@ -107,7 +107,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     (:mod:`lookuplinear._fusion`) and updated at the end of ``backward``: no gradient is
     stored and ``step`` has nothing left to do for it. Same sums, same kernels: the same
     weights as ``fused=False``. A table used several times in one forward is updated once,
-    with the summed gradient. Other parameters are stepped as usual.
+    with the summed gradient. Other parameters are stepped as usual. A table has one such
+    optimizer at a time: another is refused while this one lives, until :meth:`unbind`.
+    The flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`).
     """
 
     _kernel = ""
