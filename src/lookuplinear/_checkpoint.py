@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._fusion import RESET_ROWS, binding
+from ._fusion import RESET_ROWS, bound_to
 from ._rowwatch import unwatch, watch
 from ._storage import read_header, storage_of
 from .errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
@@ -182,7 +182,7 @@ class Checkpoint:
         with row-sparse gradients, or one a fused optimizer updates in its backward."""
         if p.dim() != 2:
             return False
-        return _row_sparse(module, p) or binding(p) is not None
+        return _row_sparse(module, p) or bound_to(p) is not None
 
     @staticmethod
     def _initial_rows(p: torch.Tensor) -> torch.Tensor:

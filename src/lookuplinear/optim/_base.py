@@ -160,6 +160,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         Examples
         --------
         >>> from lookuplinear import LookupLinear
+        >>> from lookuplinear.optim import SGD
         >>> layer = LookupLinear(10, 2, sparse=True)
         >>> first = SGD(layer.parameters(), lr=1.0, fused=True)
         >>> first.unbind()
