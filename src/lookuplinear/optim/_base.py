@@ -247,8 +247,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                         f"{type(self).__name__}.load_state_dict: the state {key!r} of a "
                         f"parameter of shape {tuple(p.shape)} has shape {tuple(value.shape)}; "
                         f"{type(self).__name__} keeps {shape}. It is another optimizer's "
-                        "state (torch.optim.Adagrad keeps one sum per element, RowWiseAdagrad "
-                        "one per row): load it into that optimizer. Nothing was loaded."
+                        "or another model's state (torch.optim.Adagrad, for one, keeps a sum "
+                        "per element, RowWiseAdagrad one per row): load it into the optimizer "
+                        "and model it comes from. Nothing was loaded."
                     )
 
     def _loaded_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
