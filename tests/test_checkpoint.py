@@ -277,3 +277,138 @@ def test_a_billion_row_table_in_a_file_checkpoints_its_touched_rows(tmp_path: Pa
     sizes = [s["bytes"] for s in json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())[
         "segments"]]
     assert max(sizes) < 8192  # the rows touched, not the table's
+
+
+class Ranker(nn.Module):
+    """Several tables (one through an IdMap that evicts), dense layers between and above."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables = LookupCollection(
+            [TableConfig("user", 60, 8, ["u"]), TableConfig("item", 40, 8, ["item"]),
+             TableConfig("ids", 12, 8, ["ids"], hashing="map")], sparse=True)
+        self.mix = nn.Linear(64, 64)
+        self.head = nn.Sequential(nn.Linear(3 * 8, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, kb: KeyedBags) -> torch.Tensor:
+        h = self.head[1](self.head[0](self.tables(kb).values()))  # (B, 64)
+        return self.head[2](self.mix(h)).squeeze(1)
+
+
+def _ranker_step(model: Ranker, opts: list[torch.optim.Optimizer], step: int) -> None:
+    g = torch.Generator().manual_seed(step)
+    kb = KeyedBags.from_dict({
+        "u": [torch.randint(0, 60, (3,), generator=g).tolist() for _ in range(4)],
+        "item": [torch.randint(0, 40, (2,), generator=g).tolist() for _ in range(4)],
+        "ids": [[10**12 + int(i)] for i in torch.randint(0, 30, (4,), generator=g)],
+    })
+    for opt in opts:
+        opt.zero_grad()
+    nn.functional.mse_loss(model(kb), torch.randn(4, generator=g)).backward()
+    for opt in opts:
+        opt.step()
+
+
+RANKER_OPTIMIZERS = {
+    "adam": lambda m, fused: [optim.Adam(m.parameters(), lr=0.01, fused=fused)],
+    "adamw+sgd": lambda m, fused: [
+        optim.AdamW([*m.tables.parameters(), *m.mix.parameters()], lr=0.01, fused=fused),
+        optim.SGD(m.head.parameters(), lr=0.05, momentum=0.9, fused=fused)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANKER_OPTIMIZERS))
+@pytest.mark.parametrize("fused", [False, True])
+def test_restore_then_training_is_the_uninterrupted_run(tmp_path: Path, name: str,
+                                                       fused: bool) -> None:
+    """A fresh model and optimizers restored from a checkpoint train on as the run that was
+    never interrupted, to the bit: each optimizer state comes back in the layout it was saved
+    in (a dense layer's Adam moments apart, a table's paired), so each update takes the path
+    it took."""
+    torch.manual_seed(0)
+    model = Ranker()
+    opts = RANKER_OPTIMIZERS[name](model, fused)
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    for step in range(6):
+        _ranker_step(model, opts, step)
+        if step in (2, 5):
+            ckpt.save(step=step)
+    for step in range(6, 10):
+        _ranker_step(model, opts, step)
+    uninterrupted = _bits(model, opts)
+
+    torch.manual_seed(1)
+    fresh = Ranker()
+    fresh_opts = RANKER_OPTIMIZERS[name](fresh, fused)
+    restored = Checkpoint(tmp_path / "ckpt", fresh, fresh_opts)
+    assert restored.restore() == {"step": 5}
+    for step in range(6, 10):
+        _ranker_step(fresh, fresh_opts, step)
+    _assert_same(_bits(fresh, fresh_opts), uninterrupted)
+
+
+def test_restore_with_nothing_saved_is_a_clear_error(tmp_path: Path) -> None:
+    from lookuplinear import CheckpointNotFoundError, LookupLinearError
+
+    layer = LookupLinear(10, 2, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    assert not ckpt.exists()
+    before = layer.weight.detach().clone()
+    with pytest.raises(CheckpointNotFoundError, match=r"exists\(\)") as err:
+        ckpt.restore()
+    assert isinstance(err.value, LookupLinearError) and isinstance(err.value, FileNotFoundError)
+    assert torch.equal(layer.weight, before) and not opt.state
+    ckpt.save()
+    assert ckpt.exists() and Checkpoint(tmp_path / "ckpt", layer, opt).exists()
+
+
+def _as_written_before(path: Path) -> None:
+    """Rewrite the checkpoint at ``path`` as earlier versions wrote it: ``fused=True`` under
+    torch's ``"fused"`` key, no state layouts, no ``decoupled_weight_decay``."""
+    import hashlib
+
+    from safetensors.torch import load, save
+
+    from lookuplinear._checkpoint import _metadata
+
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    for seg in manifest["segments"]:
+        data = (path / seg["file"]).read_bytes()
+        meta = json.loads(_metadata(data)["checkpoint"])
+        for opt in meta["optimizers"]:
+            opt.pop("layout")
+            for group in opt["groups"]:
+                group["fused"] = group.pop("in_backward")
+                group.pop("decoupled_weight_decay", None)
+        data = save(load(data), metadata={"checkpoint": json.dumps(meta)})
+        (path / seg["file"]).write_bytes(data)
+        seg["bytes"], seg["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_checkpoint_of_earlier_versions_restores(tmp_path: Path, fused: bool) -> None:
+    """Restored, and trained on as the run that wrote it (its dense layers' Adam moments
+    apart, as they were)."""
+    torch.manual_seed(0)
+    model = Model()
+    opt = optim.Adam(model.parameters(), lr=0.05, fused=fused)
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opt)
+    for step in range(3):
+        _step(model, [opt], step)
+    ckpt.save(step=2)
+    saved = _bits(model, [opt])
+    for step in range(3, 6):
+        _step(model, [opt], step)
+    _as_written_before(tmp_path / "ckpt")
+    fresh = Model()
+    fresh_opt = optim.Adam(fresh.parameters(), lr=0.05, fused=fused)
+    assert Checkpoint(tmp_path / "ckpt", fresh, fresh_opt).restore() == {"step": 2}
+    _assert_same(_bits(fresh, [fresh_opt]), saved)
+    group = fresh_opt.param_groups[0]
+    assert "fused" not in group and group["in_backward"] is fused
+    assert not group["decoupled_weight_decay"]
+    for step in range(3, 6):
+        _step(fresh, [fresh_opt], step)
+    _assert_same(_bits(fresh, [fresh_opt]), _bits(model, [opt]))

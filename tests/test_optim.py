@@ -796,3 +796,195 @@ def test_a_fused_gradient_penalty_trains_as_unfused() -> None:
         opt.step()
         weights.append(layer.weight.detach())
     assert torch.equal(weights[0], weights[1])
+
+
+# ---------------------------------------------------------------- one fused optimizer per table
+
+
+def test_a_second_fused_optimizer_is_refused_and_the_first_stays_bound() -> None:
+    """Two fused optimizers on one table would each take its gradient in turn (the second's
+    rate applied, or nothing without its zero_grad): the second is refused, nothing of it is
+    bound, and the first goes on updating the table."""
+    import gc
+
+    torch.manual_seed(0)
+    layer = LookupLinear(V, D, bias=False, sparse=True)
+    other = LookupLinear(V, D, bias=False, sparse=True)
+    first = optim.SGD(layer.parameters(), lr=1.0, fused=True)
+    with pytest.raises(InputValueError, match=r"already bound to SGD\(lr=1.0\)") as err:
+        optim.SGD([{"params": other.parameters()}, {"params": layer.parameters()}], lr=100.0,
+                  fused=True)
+    assert isinstance(err.value, ValueError) and "unbind()" in str(err.value)
+    second = optim.SGD(other.parameters(), lr=100.0, fused=True)  # other was left unbound
+    with pytest.raises(InputValueError, match="already bound"):
+        second.add_param_group({"params": [layer.weight]})
+    assert len(second.param_groups) == 1  # the refused group is not added
+
+    x = torch.tensor([4])
+    for zero_grad in (True, False):
+        w = layer.weight.detach().clone()
+        if zero_grad:
+            first.zero_grad()
+            second.zero_grad()
+        layer(x).sum().backward()
+        assert layer.weight.grad is None
+        moved = w - layer.weight.detach()  # by the first's lr, whatever the second's
+        torch.testing.assert_close(moved, torch.eye(V)[4].unsqueeze(1).expand(V, D))
+
+    first.unbind()  # released: the gradient is stored again, and another may bind
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None
+    layer.weight.grad = None
+    third = optim.SGD(layer.parameters(), lr=0.5, fused=True)
+    with pytest.raises(InputValueError, match="already bound"):
+        optim.SGD(layer.parameters(), lr=0.1, fused=True)
+    del third
+    gc.collect()  # an optimizer that is gone releases its tables too
+    fourth = optim.SGD(layer.parameters(), lr=0.1, fused=True)
+    w = layer.weight.detach().clone()
+    layer(x).sum().backward()
+    assert torch.allclose(w - layer.weight.detach(), 0.1 * torch.eye(V)[4].unsqueeze(1))
+    fourth.load_state_dict(fourth.state_dict())  # loading keeps its own binding
+    layer(x).sum().backward()
+    assert layer.weight.grad is None
+
+
+# ---------------------------------------------------------------- state dicts with torch.optim
+
+TWINS: dict[str, dict[str, Any]] = {
+    "SGD": {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01},
+    "Adagrad": {"lr": 0.1, "initial_accumulator_value": 0.1, "weight_decay": 0.01},
+    "Adam": {"lr": 0.01, "weight_decay": 0.01},
+    "AdamW": {"lr": 0.01, "weight_decay": 0.1},
+}
+
+
+def dense_model() -> Model:
+    """Dense gradients only: there lookuplinear.optim is torch.optim to the bit."""
+    torch.manual_seed(0)
+    return Model(nn.Linear(V, D, bias=False))
+
+
+def _copied(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """What ``torch.save``/``torch.load`` gives: no tensor shared with the optimizer."""
+    buf = io.BytesIO()
+    torch.save(state_dict, buf)
+    buf.seek(0)
+    loaded: dict[str, Any] = torch.load(buf, weights_only=True)
+    return loaded
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_state_dicts_go_both_ways_with_torch_optim(name: str, fused: bool) -> None:
+    """A lookuplinear optimizer's state dict resumes in the torch.optim optimizer of the same
+    name and back, each time as the run that was not interrupted (bit for bit); the fused flag
+    is lookuplinear's own key, so torch's "fused" keeps its meaning both ways."""
+    kw = TWINS[name]
+    data = batches(steps=9)
+    ours = dense_model()
+    opt = getattr(optim, name)(ours.parameters(), fused=fused, **kw)
+    train(ours, [opt], data[:3])
+    saved = _copied({"model": ours.state_dict(), "opt": opt.state_dict()})
+    assert saved["opt"]["param_groups"][0]["in_backward"] is fused
+    train(ours, [opt], data[3:6])
+    mid = _copied({"model": ours.state_dict(), "opt": opt.state_dict()})
+    train(ours, [opt], data[6:])
+
+    theirs = dense_model()
+    theirs.load_state_dict(saved["model"])
+    ref = getattr(torch.optim, name)(theirs.parameters(), **kw)
+    ref.load_state_dict(saved["opt"])
+    assert not ref.param_groups[0]["fused"]  # torch's meaning: its own fused kernels, unused
+    train(theirs, [ref], data[3:6])
+    for key, value in theirs.state_dict().items():
+        assert torch.equal(value, mid["model"][key]), key
+
+    back = dense_model()
+    back.load_state_dict(theirs.state_dict())
+    again = getattr(optim, name)(back.parameters(), fused=not fused, **kw)
+    again.load_state_dict(_copied(ref.state_dict()))
+    assert again.param_groups[0]["in_backward"] is not fused  # as this one was built
+    assert "fused" not in again.param_groups[0] or not again.param_groups[0]["fused"]
+    train(back, [again], data[6:])
+    for pa, pb in zip(ours.parameters(), back.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    for state in again.state.values():
+        assert isinstance(state["step"], int)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad"])
+def test_a_fused_table_state_resumes_in_torch_optim_and_back(name: str) -> None:
+    """A sparse table trained by a fused lookuplinear optimizer resumes under stock torch.optim
+    (which trains sparse gradients with SGD and Adagrad), and a torch.optim state loaded into a
+    fused optimizer keeps it fused."""
+    kw = {"lr": 0.1}
+    data = batches(steps=6)
+    ours = lookup_model()
+    opt = getattr(optim, name)(ours.parameters(), fused=True, **kw)
+    train(ours, [opt], data[:3])
+    theirs = bag_model()
+    theirs.table.weight.data.copy_(ours.table.weight.detach())
+    theirs.head.load_state_dict(ours.head.state_dict())
+    ref = getattr(torch.optim, name)(theirs.parameters(), **kw)
+    ref.load_state_dict(_copied(opt.state_dict()))
+    torch_state = _copied(ref.state_dict())
+    train(theirs, [ref], data[3:])
+
+    back = lookup_model()
+    back.table.weight.data.copy_(ours.table.weight.detach())
+    back.head.load_state_dict(ours.head.state_dict())
+    again = getattr(optim, name)(back.parameters(), fused=True, **kw)
+    again.load_state_dict(torch_state)
+    train(back, [again], data[3:])
+    assert back.table.weight.grad is None  # updated in backward, as built
+    train(ours, [opt], data[3:])
+    assert_same_model(back, ours, rtol=0, atol=0)
+    assert_same_model(theirs, ours, rtol=1e-5, atol=1e-6)
+
+
+def test_state_dicts_that_would_change_the_updates_are_refused() -> None:
+    """What has no twin here is refused with the reason, and nothing is loaded."""
+    model = dense_model()
+    params = list(model.parameters())
+
+    def torch_state(opt: torch.optim.Optimizer) -> dict[str, Any]:
+        train(model, [opt], batches(steps=1))
+        return _copied(opt.state_dict())
+
+    cases = [
+        (optim.Adam, torch.optim.Adam(params, amsgrad=True), "amsgrad=True"),
+        (optim.SGD, torch.optim.SGD(params, lr=0.1, maximize=True), "maximize=True"),
+        (optim.Adam, torch.optim.AdamW(params), "decoupled_weight_decay=True"),
+        (optim.AdamW, torch.optim.Adam(params), "decoupled_weight_decay=False"),
+        (optim.RowWiseAdagrad, torch.optim.Adagrad(params, lr_decay=0.1), "lr_decay=0.1"),
+        (optim.RowWiseAdagrad, torch.optim.Adagrad(params), r"'sum' .* has shape \(6, 40\)"),
+        (optim.Adam, torch.optim.SGD(params, lr=0.1), "has no betas"),
+    ]
+    for cls, theirs, message in cases:
+        ours = cls(params, lr=0.5)
+        train(model, [ours], batches(steps=1))
+        before = _copied(ours.state_dict())
+        with pytest.raises(InputValueError, match=message):
+            ours.load_state_dict(torch_state(theirs))
+        after = ours.state_dict()
+        assert after["param_groups"] == before["param_groups"]
+        for i, state in before["state"].items():
+            for key, value in state.items():
+                assert torch.equal(torch.as_tensor(after["state"][i][key]),
+                                   torch.as_tensor(value))
+
+
+def test_a_state_dict_of_earlier_versions_loads() -> None:
+    """Earlier versions kept fused=True under torch's "fused" key: read as this version's own
+    key, and torch's key is not left behind with that meaning."""
+    model = dense_model()
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, [opt], batches(steps=2))
+    old = _copied(opt.state_dict())
+    for group in old["param_groups"]:
+        group["fused"] = group.pop("in_backward")
+    again = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    again.load_state_dict(old)
+    assert "fused" not in again.param_groups[0] and again.param_groups[0]["in_backward"]
+    torch.optim.SGD(model.parameters(), lr=0.1).load_state_dict(again.state_dict())

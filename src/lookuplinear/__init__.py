@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._storage import TableStorage
     from ._vocab import Vocab
     from .errors import (
+        CheckpointNotFoundError,
         DeviceMismatchError,
         InputTypeError,
         InputValueError,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
 _EXPORTS: dict[str, str] = {
     "Bags": "._bags",
     "Checkpoint": "._checkpoint",
+    "CheckpointNotFoundError": ".errors",
     "DeviceMismatchError": ".errors",
     "EquivalenceError": "._check",
     "EquivalenceReport": "._check",
@@ -88,6 +90,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Bags",
     "Checkpoint",
+    "CheckpointNotFoundError",
     "DeviceMismatchError",
     "EquivalenceError",
     "EquivalenceReport",

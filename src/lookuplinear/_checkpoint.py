@@ -9,10 +9,11 @@ A checkpoint directory holds a chain of segments and a manifest that names the c
 
 A segment holds, for each table trained by row-sparse gradients (``sparse=True`` or a fused
 optimizer), the rows changed since the previous save, their values and their optimizer state
-(``lookuplinear.optim``'s rows: moments, sums, momentum); everything else whole: the other
-parameters, the buffers, the optimizers' other state and their hyperparameters, PyTorch's CPU
-random generator state. The changed rows are known without reading any table: every row-sparse
-gradient of a lookuplinear table is made by one backward, which tells the checkpoint its rows
+(``lookuplinear.optim``'s rows: moments, sums, momentum: the state each optimizer declares
+per row); everything else whole: the other parameters, the buffers, the optimizers' other
+state, its layout in memory and their hyperparameters, PyTorch's CPU random generator state.
+The changed rows are known without reading any table: every row-sparse gradient of a
+lookuplinear table is made by one backward, which tells the checkpoint its rows
 (:mod:`lookuplinear._rowwatch`). A table with dense gradients is saved whole each time.
 
 **Order of writes** (:meth:`Checkpoint.save`): the new segment to ``seg-N.safetensors.tmp``,
@@ -47,10 +48,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._fusion import RESET_ROWS, binding
+from ._fusion import RESET_ROWS, bound_to
 from ._rowwatch import unwatch, watch
 from ._storage import read_header, storage_of
-from .errors import InputTypeError, InputValueError, ModelFileError
+from .errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 
 __all__ = ["Checkpoint"]
 
@@ -181,13 +182,7 @@ class Checkpoint:
         with row-sparse gradients, or one a fused optimizer updates in its backward."""
         if p.dim() != 2:
             return False
-        for m in module.modules():
-            owns = any(q is p for q in m._parameters.values())
-            if owns and getattr(m, "sparse", False):
-                return True
-            if owns:
-                break
-        return binding(p) is not None
+        return _row_sparse(module, p) or bound_to(p) is not None
 
     @staticmethod
     def _initial_rows(p: torch.Tensor) -> torch.Tensor:
@@ -292,10 +287,8 @@ class Checkpoint:
 
         for i, opt in enumerate(self.optimizers):
             if isinstance(opt, RowSparseOptimizer):
-                for key, value in opt.state.get(p, {}).items():
-                    if isinstance(value, torch.Tensor) and value.dim() and \
-                            value.shape[0] == p.shape[0]:
-                        yield i, key, value
+                for key in opt._row_state(p):
+                    yield i, key, opt.state[p][key]
 
     def _flush_reset_rows(self) -> None:
         """Rows an ``IdMap`` gave to new IDs: their fresh optimizer state, which the next update
@@ -327,12 +320,17 @@ class Checkpoint:
         optimizers = []
         for i, opt in enumerate(self.optimizers):
             scalars: dict[str, dict[str, Any]] = {}
+            layouts: dict[str, dict[str, Any]] = {}
             for q, state in opt.state.items():
                 pname = self._names[id(q)]
-                by_rows = isinstance(opt, RowSparseOptimizer) and pname in self.tables
+                by_rows: list[str] = []
+                if isinstance(opt, RowSparseOptimizer):
+                    layouts[pname] = opt._layout(q)
+                    if pname in self.tables:
+                        by_rows = opt._row_state(q)
                 for key, value in state.items():
                     if isinstance(value, torch.Tensor):
-                        if by_rows and value.dim() and value.shape[0] == q.shape[0]:
+                        if key in by_rows:
                             value = value[rows[pname]]
                         tensors[f"opt{i}/{pname}/{key}"] = value.detach().cpu().contiguous()
                     else:
@@ -340,7 +338,8 @@ class Checkpoint:
                 scalars.setdefault(pname, {})
             groups = [{k: _json_value(v) for k, v in group.items() if k != "params"}
                       for group in opt.param_groups]
-            optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups})
+            optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
+                               "layout": layouts})
         tensors["rng/torch"] = torch.get_rng_state()
         meta = {"generation": g, "info": info, "optimizers": optimizers,
                 "tables": sorted(self.tables)}
@@ -391,17 +390,39 @@ class Checkpoint:
             out.append((meta, tensors))
         return out
 
+    def exists(self) -> bool:
+        """Whether a save has completed at ``path``: what :meth:`restore` would load.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from lookuplinear import LookupLinear
+        >>> ckpt = Checkpoint(tempfile.mkdtemp() + "/ckpt", LookupLinear(10, 2))
+        >>> ckpt.exists()
+        False
+        >>> ckpt.save()
+        1
+        >>> ckpt.exists()
+        True
+        """
+        return self._read_manifest() is not None
+
     def restore(self) -> dict[str, Any]:
         """Load the last completed checkpoint into the module and optimizers; returns the
         ``info`` given to its :meth:`save`.
 
         Tables, optimizer state, other parameters, buffers, hyperparameters and PyTorch's CPU
-        random generator state are set to what they were at that save, bit for bit.
+        random generator state are set to what they were at that save, bit for bit, and each
+        ``lookuplinear.optim`` state tensor is laid out in memory as it was (Adam's moments
+        paired for a table, apart for a dense layer): the update that follows takes the path
+        the saved run's took, so training on is the run that was not interrupted, bit for bit.
+        An optimizer keeps its own ``fused=`` binding.
 
         Raises
         ------
-        FileNotFoundError
-            No checkpoint has completed at ``path``.
+        CheckpointNotFoundError
+            No save has completed at ``path`` (a ``FileNotFoundError`` too; :meth:`exists`
+            tells beforehand). Nothing is changed.
         ModelFileError
             A segment is missing, torn or damaged (checked before anything is loaded), or the
             checkpoint is of another model.
@@ -410,7 +431,11 @@ class Checkpoint:
 
         manifest = self._read_manifest()
         if manifest is None:
-            raise FileNotFoundError(f"no completed checkpoint at {str(self.path)!r}.")
+            raise CheckpointNotFoundError(
+                f"no completed checkpoint at {str(self.path)!r}: no save has finished there "
+                "yet, so there is nothing to restore. Check Checkpoint.exists() first and start "
+                "from the initial model when it is False."
+            )
         segments = self._load_segments(manifest)
         last_meta, last = segments[-1]
         if last_meta["tables"] != sorted(self.tables):
@@ -478,9 +503,11 @@ class Checkpoint:
 
     def _restore_rowwise(self, i: int, opt: Any, meta: dict[str, Any],
                          last: dict[str, torch.Tensor]) -> None:
-        """Fresh state (as the optimizer starts it) for each parameter the checkpoint has state
-        of; rows come from the segments, the rest from the last one."""
+        """Fresh state (as the optimizer starts it, then laid out as it was saved) for each
+        parameter the checkpoint has state of; rows come from the segments, the rest from the
+        last one."""
         opt.state.clear()
+        layouts = meta.get("layout")
         for group in opt.param_groups:
             for p in group["params"]:
                 pname = self._names[id(p)]
@@ -489,6 +516,10 @@ class Checkpoint:
                 state = opt._state(p, group)
                 for key, value in meta["state"][pname].items():
                     state[key] = value
+                if layouts is not None:
+                    opt._set_layout(p, layouts.get(pname))
+                elif not _row_sparse(self.module, p):  # saved by an earlier version: as
+                    opt._set_layout(p, None)            # torch.optim's (dense gradients)
                 if pname in self.tables:
                     continue
                 for key, value in state.items():
@@ -512,13 +543,25 @@ class Checkpoint:
         opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
 
 
+def _row_sparse(module: nn.Module, p: torch.Tensor) -> bool:
+    """Whether ``p`` belongs to a layer with row-sparse gradients (``sparse=True``)."""
+    for m in module.modules():
+        if any(q is p for q in m._parameters.values()):
+            return bool(getattr(m, "sparse", False))
+    return False
+
+
 def _set_groups(opt: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:
+    from .optim._base import RowSparseOptimizer
+
     if len(groups) != len(opt.param_groups):
         raise ModelFileError(
             f"the checkpoint's {type(opt).__name__} has {len(groups)} parameter groups, this one "
             f"{len(opt.param_groups)}: it is another optimizer's checkpoint."
         )
     for group, saved in zip(opt.param_groups, groups, strict=True):
+        if isinstance(opt, RowSparseOptimizer):  # keeps its binding; earlier versions' keys
+            saved = opt._loadable_group(saved, group)
         for key, value in saved.items():
             group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
 

@@ -11,6 +11,8 @@ deferred to the end of the backward pass (``queue_callback`` on autograd's engin
   the tables of a dtype, whatever their widths);
 * nothing is updated when the backward fails part way (the callback never runs).
 
+A table has at most one such optimizer: :func:`bind` refuses a second while the first is alive
+(an optimizer that is garbage-collected, or whose ``unbind()`` ran, lets another bind).
 A binding refers to the optimizer and the parameter weakly. It does not survive ``deepcopy``
 (PyTorch copies a ``Parameter`` without its attributes) and pickles as unbound; an optimizer
 binds its parameters again when it is copied or unpickled itself.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
@@ -27,7 +30,7 @@ import torch
 from .errors import InputValueError
 
 __all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "Updates", "bind",
-           "binding", "reset_rows"]
+           "binding", "bound_to", "reset_rows", "unbind"]
 
 _ATTR = "_lookuplinear_fused"
 #: attribute of an optimizer: its open backward passes (a ``_Queue``)
@@ -108,10 +111,15 @@ class FusedBinding:
     def __reduce__(self) -> tuple[Any, ...]:
         return (FusedBinding, (None, None))  # unbound: the optimizer binds again when loaded
 
+    @property
+    def optimizer(self) -> FusedOptimizer | None:
+        """The optimizer, or None once it is gone."""
+        return None if self._optimizer is None else self._optimizer()
+
     def defer(self, lookup: Any, grad_out: torch.Tensor) -> bool:
         """Keep ``(lookup, grad_out)`` for the update at the end of this backward; False (nothing
         kept) if the optimizer or the parameter is gone or no backward is running."""
-        opt = None if self._optimizer is None else self._optimizer()
+        opt = self.optimizer
         param = None if self._param is None else self._param()
         task = torch._C._current_graph_task_id()
         if opt is None or param is None or task < 0:
@@ -123,19 +131,55 @@ class FusedBinding:
         return True
 
 
-def bind(param: torch.Tensor, optimizer: FusedOptimizer | None) -> None:
-    """Make ``optimizer`` update ``param`` in its backward (``None``: unbind)."""
-    if optimizer is None:
-        param.__dict__.pop(_ATTR, None)
-    elif param.__dict__.get(DISTRIBUTED):
-        raise InputValueError(
-            "this table trains under lookuplinear.parallel.DistributedDataParallel, whose "
-            "gradients are all-reduced at the end of the backward; a fused=True optimizer would "
-            "update it inside the backward, before the other processes' gradients arrive. "
-            "Build the optimizer with fused=False."
-        )
-    else:
+def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
+    """Make ``optimizer`` update each of ``params`` in its backward: all of them, or none.
+
+    Raises
+    ------
+    InputValueError
+        A parameter is bound to another optimizer that is still alive (a second fused optimizer
+        would take the table's gradients over silently), or trains under
+        ``lookuplinear.parallel.DistributedDataParallel``. Nothing is bound then.
+    """
+    params = list(params)
+    for param in params:
+        if param.__dict__.get(DISTRIBUTED):
+            raise InputValueError(
+                "this table trains under lookuplinear.parallel.DistributedDataParallel, whose "
+                "gradients are all-reduced at the end of the backward; a fused=True optimizer "
+                "would update it inside the backward, before the other processes' gradients "
+                "arrive. Build the optimizer with fused=False."
+            )
+        first = bound_to(param)
+        if first is not None and first is not optimizer:
+            raise InputValueError(
+                f"a table of shape {tuple(param.shape)} is already bound to {_name(first)}, a "
+                "fused=True optimizer that updates it inside its backward; a second one would "
+                "take its gradients over. The first keeps the table (nothing was bound). Put "
+                "the table in one optimizer's parameter groups, or call unbind() on the "
+                f"{type(first).__name__} first."
+            )
+    for param in params:
         setattr(param, _ATTR, FusedBinding(param, optimizer))
+
+
+def unbind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
+    """Undo :func:`bind` for each of ``params`` that is bound to ``optimizer``."""
+    for param in params:
+        if bound_to(param) is optimizer:
+            param.__dict__.pop(_ATTR, None)
+
+
+def bound_to(param: torch.Tensor) -> FusedOptimizer | None:
+    """The live optimizer ``param`` is bound to, if any."""
+    found = binding(param)
+    return None if found is None else found.optimizer
+
+
+def _name(optimizer: FusedOptimizer) -> str:
+    groups: list[dict[str, Any]] = getattr(optimizer, "param_groups", [])
+    lr = groups[0].get("lr") if groups else None
+    return f"{type(optimizer).__name__}(lr={lr}) at {id(optimizer):#x}"
 
 
 def binding(param: torch.Tensor) -> FusedBinding | None:

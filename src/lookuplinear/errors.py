@@ -21,6 +21,7 @@ lookuplinear.errors.InputValueError: a floating input is read as dense rows of s
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointNotFoundError",
     "DeviceMismatchError",
     "InputTypeError",
     "InputValueError",
@@ -58,6 +59,10 @@ class UnknownTokenError(LookupLinearError, KeyError):
 
 class ModelFileError(LookupLinearError, ValueError):
     """A model file is not a lookuplinear model: corrupt, truncated, or of another format."""
+
+
+class CheckpointNotFoundError(LookupLinearError, FileNotFoundError):
+    """No checkpoint has completed at a ``Checkpoint``'s path (nothing to restore yet)."""
 
 
 class TrainingDivergedError(LookupLinearError, FloatingPointError):

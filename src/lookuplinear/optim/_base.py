@@ -16,20 +16,32 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from .. import hugepages
-from .._fusion import RESET_ROWS, Updates, bind
+from .. import _fusion, hugepages
+from .._fusion import RESET_ROWS, Updates
 from .._kernels import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
 from .._rowgrad import row_sparse_grad
 from .._storage import storage_of
 from ..errors import InputValueError
 
-__all__ = ["RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
+__all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
 
 Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
+
+#: the parameter-group key of ``fused=True``: the optimizer updates the group's tables inside
+#: their backward. Not ``"fused"``, which a ``torch.optim`` state dict uses for PyTorch's fused
+#: kernels: each meaning keeps its own key, so state dicts go both ways unchanged.
+IN_BACKWARD = "in_backward"
+
+#: the group keys of ``torch.optim.SGD``, ``Adagrad``, ``Adam`` and ``AdamW`` that say what an
+#: update computes (the others, ``foreach``, ``fused``, ``capturable``, ``differentiable``, say
+#: how; a scheduler's ``initial_lr`` is not the optimizer's)
+_TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                         "betas", "eps", "amsgrad", "decoupled_weight_decay", "lr_decay",
+                         "initial_accumulator_value"})
 
 
 def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,10 +107,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     (:mod:`lookuplinear._fusion`) and updated at the end of ``backward``: no gradient is
     stored and ``step`` has nothing left to do for it. Same sums, same kernels: the same
     weights as ``fused=False``. A table used several times in one forward is updated once,
-    with the summed gradient. Other parameters are stepped as usual.
+    with the summed gradient. Other parameters are stepped as usual. A table has one such
+    optimizer at a time: another is refused while this one lives, until :meth:`unbind`.
+    The flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`).
     """
 
     _kernel = ""
+
+    #: group values this optimizer computes with and no other (a ``torch.optim`` state dict
+    #: that sets another is refused by :meth:`load_state_dict`)
+    _fixed: ClassVar[dict[str, Any]] = {"maximize": False}
 
     def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
         for key, value in defaults.items():
@@ -108,37 +126,182 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
-        super().__init__(params, {**defaults, "fused": bool(fused)})
+        try:
+            super().__init__(params, {**defaults, IN_BACKWARD: bool(fused)})
+        except Exception:  # a group refused: the groups before it are not left bound
+            for group in getattr(self, "param_groups", []):
+                _fusion.unbind(group["params"], self)
+            raise
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As ``torch.optim.Optimizer.add_param_group``; with ``fused=True`` the group's tables
-        are bound to this optimizer, which updates them in their backward."""
+        are bound to this optimizer, which updates them in their backward.
+
+        Raises
+        ------
+        InputValueError
+            With ``fused=True``, a table of the group is bound to another live ``fused=True``
+            optimizer. The group is not added and nothing is bound.
+        """
         _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
-        self._bind(self.param_groups[-1])
+        try:
+            self._bind(self.param_groups[-1])
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    def unbind(self) -> None:
+        """Stop updating tables inside their backward: ``fused=True`` undone, for every group.
+
+        Each table this optimizer was bound to is released (another ``fused=True`` optimizer
+        may bind it); its gradients are stored again and :meth:`step` applies them. A fused
+        optimizer that is garbage-collected releases its tables too.
+
+        Examples
+        --------
+        >>> from lookuplinear import LookupLinear
+        >>> from lookuplinear.optim import SGD
+        >>> layer = LookupLinear(10, 2, sparse=True)
+        >>> first = SGD(layer.parameters(), lr=1.0, fused=True)
+        >>> first.unbind()
+        >>> second = SGD(layer.parameters(), lr=0.1, fused=True)   # now the table's optimizer
+        """
+        for group in self.param_groups:
+            group[IN_BACKWARD] = False
+            _fusion.unbind(group["params"], self)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim.Optimizer.zero_grad``."""
         _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """As ``torch.optim.Optimizer.load_state_dict``; large CPU state tensors are placed as
-        the state this optimizer allocates (:func:`lookuplinear.hugepages.place`)."""
+        """As ``torch.optim.Optimizer.load_state_dict``, from this class's state dict or from
+        the ``torch.optim`` optimizer of the same name (``SGD``, ``Adagrad``, ``Adam``,
+        ``AdamW``), whose ``state_dict()`` loads this one's in turn.
+
+        The optimizer stays bound as it was built (``fused=``): a state dict carries values,
+        not bindings. A ``step`` held as a tensor (``torch.optim``'s) becomes an ``int``;
+        ``torch.optim.SGD``'s state, which counts no steps, resumes as after a first step.
+        Large CPU state tensors are placed as the state this optimizer allocates
+        (:func:`lookuplinear.hugepages.place`).
+
+        Raises
+        ------
+        InputValueError
+            The state dict would change what training computes: a group sets an option this
+            class does not implement (``maximize=True``, ``amsgrad=True``, Adam's
+            ``decoupled_weight_decay`` into the other class, ``torch.optim.Adagrad``'s
+            ``lr_decay`` into ``RowWiseAdagrad``), or a state tensor has another shape than
+            this class keeps (``torch.optim.Adagrad``'s per-element ``sum`` into
+            ``RowWiseAdagrad``'s per-row one). Nothing is loaded then.
+        """
+        state_dict = dict(state_dict)
+        saved_groups = state_dict.get("param_groups", [])
+        if len(saved_groups) == len(self.param_groups):
+            state_dict["param_groups"] = [self._loadable_group(saved, group)
+                                          for saved, group in zip(saved_groups, self.param_groups,
+                                                                  strict=True)]
+            self._check_state(state_dict)
         super().load_state_dict(state_dict)
-        for state in self.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    state[key] = hugepages.place(value)
+        for p, state in self.state.items():
+            self._loaded_state(p, state)
+
+    def _loadable_group(self, saved: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+        """``saved`` (a state dict's group) as this optimizer adopts it, or an error if it would
+        change what training computes."""
+        saved = _upgraded_group(saved)
+        for key, value in saved.items():
+            if key not in _TORCH_KEYS or (key in self.defaults and key not in self._fixed):
+                continue  # this class's own option, or none that changes the update
+            fixed = self._fixed.get(key)
+            if value != fixed and (key in self._fixed or value):
+                has = f"computes with {key}={fixed!r}" if key in self._fixed else f"has no {key}"
+                raise InputValueError(
+                    f"{type(self).__name__}.load_state_dict: the state dict's parameter group "
+                    f"sets {key}={value!r}, and {type(self).__name__} {has}: loading it would "
+                    "change what each update computes. Load it into the optimizer it comes "
+                    "from (the torch.optim class of that name, with that option). Nothing was "
+                    "loaded."
+                )
+        own = {k: v for k, v in self._fixed.items() if k in self.defaults}
+        missing = sorted(set(self.defaults) - set(saved) - set(own) - {IN_BACKWARD})
+        if missing:
+            raise InputValueError(
+                f"{type(self).__name__}.load_state_dict: the state dict's parameter group has "
+                f"no {', '.join(missing)}: it is another optimizer's state dict (its keys: "
+                f"{', '.join(sorted(k for k in saved if k != 'params'))}). Load it into the "
+                "optimizer it comes from. Nothing was loaded."
+            )
+        return {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
+
+    def _check_state(self, state_dict: dict[str, Any]) -> None:
+        """Refuse a state tensor of another shape than the one this class keeps for it."""
+        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in zip(saved_ids, params, strict=False):
+            state = state_dict.get("state", {}).get(i, {})
+            for key, shape in self._state_shapes(p).items():
+                value = state.get(key)
+                if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+                    raise InputValueError(
+                        f"{type(self).__name__}.load_state_dict: the state {key!r} of a "
+                        f"parameter of shape {tuple(p.shape)} has shape {tuple(value.shape)}; "
+                        f"{type(self).__name__} keeps {shape}. It is another optimizer's "
+                        "or another model's state (torch.optim.Adagrad, for one, keeps a sum "
+                        "per element, RowWiseAdagrad one per row): load it into the optimizer "
+                        "and model it comes from. Nothing was loaded."
+                    )
+
+    def _loaded_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        """One parameter's loaded state in this class's terms: an ``int`` step, no ``None``
+        entries, large CPU tensors placed as allocated ones."""
+        for key in [k for k, v in state.items() if v is None]:
+            del state[key]
+        step = state.get("step")
+        if isinstance(step, torch.Tensor):
+            state["step"] = int(step.item())
+        elif step is None and state:  # torch.optim.SGD's: its buffer exists after one step
+            state["step"] = 1
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = hugepages.place(value)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         for group in self.param_groups:  # copied or unpickled: bind the tables again
+            if IN_BACKWARD not in group:
+                group.update(_upgraded_group(group))
             self._bind(group)
 
     def _bind(self, group: dict[str, Any]) -> None:
-        if group.get("fused"):
-            for p in group["params"]:
-                if p.dim() >= 2:
-                    bind(p, self)
+        if group.get(IN_BACKWARD):
+            _fusion.bind([p for p in group["params"] if p.dim() >= 2], self)
+        else:
+            _fusion.unbind(group["params"], self)
+
+    def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        """The shape of each state tensor this class keeps for ``p``. For a parameter with rows
+        (2-D or more), each holds one entry per row of ``p``, row ``i``'s first: what a
+        :class:`~lookuplinear.Checkpoint` saves by rows and a re-initialised row starts
+        afresh."""
+        raise NotImplementedError
+
+    def _row_state(self, p: torch.Tensor) -> list[str]:
+        """The keys of ``p``'s state held row by row (:meth:`_state_shapes`)."""
+        if p.dim() < 2:
+            return []
+        state = self.state.get(p, {})
+        return [key for key in self._state_shapes(p) if isinstance(state.get(key), torch.Tensor)]
+
+    def _layout(self, p: torch.Tensor) -> dict[str, Any]:
+        """How ``p``'s state is laid out in memory beyond its values (JSON values), for
+        :meth:`_set_layout` to lay a restored state out the same: the update a state takes may
+        depend on its layout, and a restored run must take the one the saved run took."""
+        return {}
+
+    def _set_layout(self, p: torch.Tensor, layout: dict[str, Any] | None) -> None:
+        """Lay ``p``'s state out as :meth:`_layout` described it (same values); ``None``: as
+        ``torch.optim`` lays it out, which is what :meth:`load_state_dict` gives."""
 
     def _group(self, p: torch.Tensor) -> dict[str, Any] | None:
         return next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
@@ -149,9 +312,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             self._init_state(p, state, group)
         rows = p.__dict__.pop(RESET_ROWS, None)
         if rows is not None:  # rows re-initialised since the last update: fresh state there
-            for value in state.values():
-                if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == len(p):
-                    value[rows.to(value.device)] = 0
+            for key in self._row_state(p):
+                state[key][rows.to(state[key].device)] = 0
         return state
 
     @torch.no_grad()
@@ -168,7 +330,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         rest: list[tuple[torch.Tensor, list[tuple[Lookup, torch.Tensor]]]] = []
         for p, pending in updates:
             group = self._group(p)
-            if group is None or not group.get("fused"):  # unbound since: store the gradient
+            if group is None or not group.get(IN_BACKWARD):  # unbound since: store the gradient
                 grad = self._summed_grad(p, pending)
                 p.grad = grad if p.grad is None else p.grad + grad
                 continue
@@ -312,3 +474,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 def _all_rows(n: int) -> torch.Tensor:
     """``arange(n)`` (int64, CPU), made once per size: the rows of a dense update."""
     return torch.arange(n)
+
+
+def _upgraded_group(saved: dict[str, Any]) -> dict[str, Any]:
+    """A group as lookuplinear saved it before ``fused=True`` had its own key (it used
+    ``"fused"``, ``torch.optim``'s key for its fused kernels), in today's keys. A
+    ``torch.optim`` group (which always has ``"maximize"``) is left as it is."""
+    if IN_BACKWARD in saved or "fused" not in saved or "maximize" in saved:
+        return saved
+    upgraded = {k: v for k, v in saved.items() if k != "fused"}
+    upgraded[IN_BACKWARD] = bool(saved["fused"])
+    return upgraded

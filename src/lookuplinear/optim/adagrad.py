@@ -60,6 +60,9 @@ class Adagrad(RowSparseOptimizer):
         state["step"] = 0
         state["sum"] = zeros_like(p, group["initial_accumulator_value"], name="sum")
 
+    def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        return {"sum": tuple(p.shape)}
+
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:
         return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))
@@ -141,6 +144,9 @@ class RowWiseAdagrad(RowSparseOptimizer):
             state["sum"] = storage.state("rowwise_sum", (n_rows,))
         else:
             state["sum"] = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+
+    def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        return {"sum": (p.shape[0] if p.dim() > 1 else 1,)}
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -93,6 +93,7 @@ class Adam(RowSparseOptimizer):
     """
 
     _decoupled = False
+    _fixed: ClassVar[dict[str, Any]] = {"maximize": False, "decoupled_weight_decay": False}
 
     def __init__(
         self,
@@ -109,7 +110,8 @@ class Adam(RowSparseOptimizer):
                 f"{type(self).__name__}: betas must both be in [0, 1), got {betas}. "
                 "Pass e.g. betas=(0.9, 0.999)."
             )
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "decoupled_weight_decay": self._decoupled}
         super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
@@ -120,12 +122,38 @@ class Adam(RowSparseOptimizer):
             state["exp_avg"] = zeros_like(p, name="exp_avg")
             state["exp_avg_sq"] = zeros_like(p, name="exp_avg_sq")
 
+    def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        return {"exp_avg": tuple(p.shape), "exp_avg_sq": tuple(p.shape)}
+
     def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        if _row_wise(p):
+            self._pair(p, state, True)
+
+    @staticmethod
+    def _pair(p: torch.Tensor, state: dict[str, Any], paired: bool) -> None:
+        """Lay ``p``'s moments out paired (:func:`paired_moments`) or apart (two tensors, as
+        ``torch.optim.Adam`` keeps them); one copy where they are not so already."""
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        if _row_wise(p) and not _is_paired(m, v):
+        if _is_paired(m, v) == paired:
+            return
+        if paired:
             state["exp_avg"], state["exp_avg_sq"] = paired_moments(p)
-            state["exp_avg"].copy_(m)
-            state["exp_avg_sq"].copy_(v)
+        else:
+            state["exp_avg"] = zeros_like(p, name="exp_avg")
+            state["exp_avg_sq"] = zeros_like(p, name="exp_avg_sq")
+        state["exp_avg"].copy_(m)
+        state["exp_avg_sq"].copy_(v)
+
+    def _layout(self, p: torch.Tensor) -> dict[str, Any]:
+        state = self.state.get(p, {})
+        if "exp_avg" not in state:
+            return {}
+        return {"paired": _is_paired(state["exp_avg"], state["exp_avg_sq"])}
+
+    def _set_layout(self, p: torch.Tensor, layout: dict[str, Any] | None) -> None:
+        state = self.state.get(p, {})
+        if "exp_avg" in state:
+            self._pair(p, state, bool((layout or {}).get("paired", False)))
 
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
@@ -200,6 +228,7 @@ class AdamW(Adam):
     """
 
     _decoupled = True
+    _fixed: ClassVar[dict[str, Any]] = {"maximize": False, "decoupled_weight_decay": True}
 
     def __init__(
         self,

@@ -78,6 +78,9 @@ class SGD(RowSparseOptimizer):
         if group["momentum"] != 0:
             state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
 
+    def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        return {"momentum_buffer": tuple(p.shape)}
+
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
     ) -> None:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .._fusion import DISTRIBUTED, binding
+from .._fusion import DISTRIBUTED, bound_to
 from ..errors import InputValueError
 
 __all__ = ["DistributedDataParallel", "sparse_tables"]
@@ -84,7 +84,7 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
             )
         tables = sparse_tables(module)
         for name, p in tables.items():
-            if binding(p) is not None:
+            if bound_to(p) is not None:
                 raise InputValueError(
                     f"the table {name} is bound to a fused=True optimizer, which updates it "
                     "inside the backward, before the other processes' gradients arrive. Build "
