@@ -801,6 +801,17 @@ def test_a_fused_gradient_penalty_trains_as_unfused() -> None:
 # ---------------------------------------------------------------- one fused optimizer per table
 
 
+def test_an_unfused_optimizer_over_a_fused_table_is_refused() -> None:
+    """A fused=False optimizer over a table a fused one updates in its backward would never see
+    a gradient of it: its step() would silently leave the table as it is."""
+    layer = LookupLinear(V, D, bias=False, sparse=True)
+    first = optim.Adam(layer.parameters(), lr=0.1, fused=True)
+    with pytest.raises(InputValueError, match=r"already bound to Adam\(lr=0.1\).*fused=False"):
+        optim.SGD(layer.parameters(), lr=1.0)
+    first.unbind()
+    optim.SGD(layer.parameters(), lr=1.0)  # released: taken
+
+
 def test_a_second_fused_optimizer_is_refused_and_the_first_stays_bound() -> None:
     """Two fused optimizers on one table would each take its gradient in turn (the second's
     rate applied, or nothing without its zero_grad): the second is refused, nothing of it is

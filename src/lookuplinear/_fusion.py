@@ -30,7 +30,7 @@ import torch
 from .errors import InputValueError
 
 __all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "Updates", "bind",
-           "binding", "bound_to", "reset_rows", "unbind"]
+           "binding", "bound_to", "check_free", "reset_rows", "unbind"]
 
 _ATTR = "_lookuplinear_fused"
 #: attribute of an optimizer: its open backward passes (a ``_Queue``)
@@ -150,17 +150,28 @@ def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
                 "would update it inside the backward, before the other processes' gradients "
                 "arrive. Build the optimizer with fused=False."
             )
-        first = bound_to(param)
-        if first is not None and first is not optimizer:
-            raise InputValueError(
-                f"a table of shape {tuple(param.shape)} is already bound to {_name(first)}, a "
-                "fused=True optimizer that updates it inside its backward; a second one would "
-                "take its gradients over. The first keeps the table (nothing was bound). Put "
-                "the table in one optimizer's parameter groups, or call unbind() on the "
-                f"{type(first).__name__} first."
-            )
+        _refuse_taken(param, optimizer, "a second one would take its gradients over")
     for param in params:
         setattr(param, _ATTR, FusedBinding(param, optimizer))
+
+
+def check_free(params: Iterable[torch.Tensor], optimizer: Any) -> None:
+    """Refuse ``params`` to an optimizer that steps them (``fused=False``) when a live fused
+    optimizer updates one of them inside its backward: no gradient would ever reach it."""
+    for param in params:
+        _refuse_taken(param, optimizer, "an optimizer with fused=False would never see its "
+                      "gradients (its step() would leave the table as it is)")
+
+
+def _refuse_taken(param: torch.Tensor, optimizer: Any, why: str) -> None:
+    first = bound_to(param)
+    if first is not None and first is not optimizer:
+        raise InputValueError(
+            f"a table of shape {tuple(param.shape)} is already bound to {_name(first)}, a "
+            f"fused=True optimizer that updates it inside its backward; {why}. The first keeps "
+            "the table (nothing was bound). Put the table in one optimizer's parameter groups, "
+            f"or call unbind() on the {type(first).__name__} first."
+        )
 
 
 def unbind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:

@@ -108,8 +108,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     stored and ``step`` has nothing left to do for it. Same sums, same kernels: the same
     weights as ``fused=False``. A table used several times in one forward is updated once,
     with the summed gradient. Other parameters are stepped as usual. A table has one such
-    optimizer at a time: another is refused while this one lives, until :meth:`unbind`.
-    The flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`).
+    optimizer at a time: another is refused while this one lives, until :meth:`unbind`, and
+    so is a ``fused=False`` one (whose ``step`` would never see the table's gradients). The
+    flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`).
     """
 
     _kernel = ""
@@ -278,6 +279,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             _fusion.bind([p for p in group["params"] if p.dim() >= 2], self)
         else:
             _fusion.unbind(group["params"], self)
+            _fusion.check_free(group["params"], self)
 
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         """The shape of each state tensor this class keeps for ``p``. For a parameter with rows
