@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from . import hugepages
+from ._sizes import as_size
 from ._storage import TableStorage, attach, drawn_eagerly
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -128,9 +129,8 @@ class LookupLinear(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputValueError(f"{name} must be a positive int, got {value!r}.")
+        in_features = as_size(in_features, "in_features")
+        out_features = as_size(out_features, "out_features")
         check_mode(mode)
         if not (init in ("normal", "linear") or callable(init)):
             raise InputValueError(
