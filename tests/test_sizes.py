@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from lookuplinear import (
+    EmbeddingBag,
     IdMap,
     InputValueError,
     LookupCollection,
@@ -32,12 +33,12 @@ def test_sizes_as_numpy_integers_and_tensors_build_every_table(size: Any, tmp_pa
         LookupLinear(size, size),
         LookupLinear.from_embedding(nn.EmbeddingBag(size, size)),
         LookupLinear(size, 4, storage=tmp_path / "table", seed=0),  # sizes go to a JSON file
-
+        EmbeddingBag(size, size),
     ]
     for layer in built:
         assert type(layer.weight.shape[0]) is int and layer.weight.shape[0] == 12
     assert all(type(n) is int for n in (built[0].in_features, built[0].out_features,
-                                        built[2].in_features))
+                                        built[3].num_embeddings, built[3].embedding_dim))
     cfg = TableConfig("t", size, size, ["f"], hashing="qr", qr_buckets=size)
     assert (type(cfg.num_embeddings), type(cfg.embedding_dim), type(cfg.qr_buckets)) == (int,) * 3
     cfg = TableConfig("m", size, 4, ["g"], hashing="map", fallback_rows=size - 10,
@@ -60,7 +61,7 @@ def test_an_estimators_hidden_size_may_be_a_numpy_integer() -> None:
 
 @pytest.mark.parametrize("size", BAD_SIZES, ids=repr)
 def test_a_size_that_is_not_a_positive_integer_is_refused_clearly(size: Any) -> None:
-    for build in (lambda: LookupLinear(size, 3),
+    for build in (lambda: LookupLinear(size, 3), lambda: EmbeddingBag(size, 3),
                   lambda: TableConfig("t", size, 3, ["f"]), lambda: IdMap(size),
                   lambda: hash_ids(torch.arange(3), size)):
         with pytest.raises(InputValueError, match=r"must be an integer >= 1 .* got") as info:

@@ -13,11 +13,12 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._check import EquivalenceError, EquivalenceReport, check_equivalence
     from ._checkpoint import Checkpoint
     from ._collection import LookupCollection, TableConfig
+    from ._embedding_bag import EmbeddingBag
     from ._hashing import hash_ids
     from ._idmap import IdMap
     from ._keyed import KeyedBags, KeyedTensor
     from ._layer import LookupLinear
-    from ._quantized import QuantizedLookupLinear
+    from ._quantized import QuantizedEmbeddingBag, QuantizedLookupLinear
     from ._quantized_collection import QuantizedLookupCollection
     from ._storage import TableStorage
     from ._vocab import Vocab
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Bags": "._bags",
     "Checkpoint": "._checkpoint",
     "DeviceMismatchError": ".errors",
+    "EmbeddingBag": "._embedding_bag",
     "EquivalenceError": "._check",
     "EquivalenceReport": "._check",
     "IdMap": "._idmap",
@@ -52,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "LookupLinear": "._layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
+    "QuantizedEmbeddingBag": "._quantized",
     "QuantizedLookupCollection": "._quantized_collection",
     "QuantizedLookupLinear": "._quantized",
     "TableConfig": "._collection",
@@ -89,6 +92,7 @@ __all__ = [
     "Bags",
     "Checkpoint",
     "DeviceMismatchError",
+    "EmbeddingBag",
     "EquivalenceError",
     "EquivalenceReport",
     "IdMap",
@@ -101,6 +105,7 @@ __all__ = [
     "LookupLinear",
     "LookupLinearError",
     "ModelFileError",
+    "QuantizedEmbeddingBag",
     "QuantizedLookupCollection",
     "QuantizedLookupLinear",
     "TableConfig",
