@@ -32,7 +32,7 @@ def test_sizes_as_numpy_integers_and_tensors_build_every_table(size: Any, tmp_pa
     built = [
         LookupLinear(size, size),
         LookupLinear.from_embedding(nn.EmbeddingBag(size, size)),
-        LookupLinear(size, 4, storage=tmp_path / "table", seed=0),  # sizes go to a JSON file
+        LookupLinear(size, 4, storage=tmp_path / "table", seed=size),  # to a JSON file
         EmbeddingBag(size, size),
     ]
     for layer in built:

@@ -351,7 +351,9 @@ class LookupLinear(nn.Module):
         """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode``,
         ``sparse``, ``include_last_offset`` and ``freeze`` (the table's ``requires_grad``), copied.
 
-        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output.
+        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output;
+        a ``(B, N)`` index tensor is ``nn.Embedding``'s input here (one row per position), where
+        ``nn.EmbeddingBag`` reads ``B`` bags: :class:`~lookuplinear.EmbeddingBag` keeps that call.
 
         Raises
         ------
