@@ -13,11 +13,12 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._check import EquivalenceError, EquivalenceReport, check_equivalence
     from ._checkpoint import Checkpoint
     from ._collection import LookupCollection, TableConfig
+    from ._embedding_bag import EmbeddingBag
     from ._hashing import hash_ids
     from ._idmap import IdMap
     from ._keyed import KeyedBags, KeyedTensor
     from ._layer import LookupLinear
-    from ._quantized import QuantizedLookupLinear
+    from ._quantized import QuantizedEmbeddingBag, QuantizedLookupLinear
     from ._quantized_collection import QuantizedLookupCollection
     from ._storage import TableStorage
     from ._vocab import Vocab
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "Checkpoint": "._checkpoint",
     "CheckpointNotFoundError": ".errors",
     "DeviceMismatchError": ".errors",
+    "EmbeddingBag": "._embedding_bag",
     "EquivalenceError": "._check",
     "EquivalenceReport": "._check",
     "IdMap": "._idmap",
@@ -54,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "LookupLinear": "._layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
+    "QuantizedEmbeddingBag": "._quantized",
     "QuantizedLookupCollection": "._quantized_collection",
     "QuantizedLookupLinear": "._quantized",
     "TableConfig": "._collection",
@@ -92,6 +95,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointNotFoundError",
     "DeviceMismatchError",
+    "EmbeddingBag",
     "EquivalenceError",
     "EquivalenceReport",
     "IdMap",
@@ -104,6 +108,7 @@ __all__ = [
     "LookupLinear",
     "LookupLinearError",
     "ModelFileError",
+    "QuantizedEmbeddingBag",
     "QuantizedLookupCollection",
     "QuantizedLookupLinear",
     "TableConfig",

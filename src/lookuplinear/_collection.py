@@ -54,6 +54,7 @@ from ._kernels import (
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._rowgrad import weight_grad
+from ._sizes import as_size
 from ._storage import TableStorage, attach, drawn_eagerly, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -139,12 +140,9 @@ class TableConfig:
             raise InputValueError(
                 f"TableConfig: name must be a non-empty string without '.', got {self.name!r}."
             )
+        where = f"TableConfig {self.name!r}"
         for key in ("num_embeddings", "embedding_dim"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputValueError(
-                    f"TableConfig {self.name!r}: {key} must be a positive int, got {value!r}."
-                )
+            object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
         names = (self.feature_names,) if isinstance(self.feature_names, str) else tuple(
             self.feature_names)
         if not names or not all(isinstance(f, str) for f in names):
@@ -171,6 +169,9 @@ class TableConfig:
                 f"TableConfig {self.name!r}: hashing must be None, 'mod', 'qr' or 'map', got "
                 f"{self.hashing!r}."
             )
+        for key in ("fallback_rows", "admit_after"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
         if self.hashing != "map" and (self.fallback_rows, self.admit_after) != (None, None):
             raise InputValueError(
                 f"TableConfig {self.name!r}: fallback_rows and admit_after are for "
@@ -191,10 +192,8 @@ class TableConfig:
             m = self.qr_buckets
             if m is None:
                 object.__setattr__(self, "qr_buckets", math.isqrt(self.num_embeddings - 1) + 1)
-            elif isinstance(m, bool) or not isinstance(m, int) or m < 1:
-                raise InputValueError(
-                    f"TableConfig {self.name!r}: qr_buckets must be a positive int, got {m!r}."
-                )
+            else:
+                object.__setattr__(self, "qr_buckets", as_size(m, "qr_buckets", where=where))
         elif self.qr_buckets is not None:
             raise InputValueError(
                 f"TableConfig {self.name!r}: qr_buckets is for hashing='qr', got "

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .errors import InputTypeError, InputValueError
+from ._sizes import as_size
+from .errors import InputTypeError
 
 __all__ = ["hash_ids"]
 
@@ -81,8 +82,7 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[str], num_rows: int) -> t
     >>> int(hash_ids(["user42"], 1000)[0]) == abs(murmurhash3_32("user42", seed=0)) % 1000
     True
     """
-    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 1:
-        raise InputValueError(f"hash_ids: num_rows must be an int >= 1, got {num_rows!r}.")
+    num_rows = as_size(num_rows, "num_rows", where="hash_ids")
     if isinstance(ids, np.ndarray):
         if ids.dtype.kind not in "iu":
             raise InputTypeError(

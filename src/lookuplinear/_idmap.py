@@ -9,6 +9,7 @@ from torch import nn
 
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
+from ._sizes import as_size
 from .errors import InputTypeError, InputValueError
 
 __all__ = ["IdMap"]
@@ -77,10 +78,9 @@ class IdMap(nn.Module):
     def __init__(self, num_embeddings: int, *, fallback_rows: int = 1,
                  admit_after: int = 1) -> None:
         super().__init__()
-        for name, value in (("num_embeddings", num_embeddings), ("fallback_rows", fallback_rows),
-                            ("admit_after", admit_after)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputValueError(f"IdMap: {name} must be an int >= 1, got {value!r}.")
+        num_embeddings = as_size(num_embeddings, "num_embeddings", where="IdMap")
+        fallback_rows = as_size(fallback_rows, "fallback_rows", where="IdMap")
+        admit_after = as_size(admit_after, "admit_after", where="IdMap")
         if num_embeddings <= fallback_rows:
             raise InputValueError(
                 f"IdMap: num_embeddings={num_embeddings} leaves no row for IDs after "

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from . import hugepages
+from ._sizes import as_size
 from ._storage import TableStorage, attach, drawn_eagerly
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -128,9 +129,8 @@ class LookupLinear(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputValueError(f"{name} must be a positive int, got {value!r}.")
+        in_features = as_size(in_features, "in_features")
+        out_features = as_size(out_features, "out_features")
         check_mode(mode)
         if not (init in ("normal", "linear") or callable(init)):
             raise InputValueError(
@@ -351,7 +351,9 @@ class LookupLinear(nn.Module):
         """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode``,
         ``sparse``, ``include_last_offset`` and ``freeze`` (the table's ``requires_grad``), copied.
 
-        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output.
+        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output;
+        a ``(B, N)`` index tensor is ``nn.Embedding``'s input here (one row per position), where
+        ``nn.EmbeddingBag`` reads ``B`` bags: :class:`~lookuplinear.EmbeddingBag` keeps that call.
 
         Raises
         ------

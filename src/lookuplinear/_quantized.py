@@ -19,11 +19,12 @@ from torch import nn
 
 from . import hugepages
 from ._bags import Bags
+from ._embedding_bag import EmbeddingBag, bag_input
 from ._kernels import mode_weights
 from .errors import InputTypeError, InputValueError
 from .functional import _as_bags, _csr_offsets, lookup_linear
 
-__all__ = ["DTYPES", "QuantizedLookupLinear"]
+__all__ = ["DTYPES", "QuantizedEmbeddingBag", "QuantizedLookupLinear"]
 
 #: the storage kinds and their bits per value
 DTYPES = {"int8": 8, "int4": 4, "float16": 16}
@@ -204,3 +205,44 @@ class QuantizedLookupLinear(nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.in_features}, {self.out_features}, dtype={self.dtype}, "
                 f"mode={self.mode}, bias={self.bias is not None}")
+
+
+class QuantizedEmbeddingBag(QuantizedLookupLinear):
+    """A :class:`~lookuplinear.EmbeddingBag` for inference whose table is quantized row by row,
+    called as ``nn.EmbeddingBag`` is (``(B, N)`` bags, or 1-D indices with ``offsets``).
+
+    Dense equivalent: the float ``EmbeddingBag`` on the dequantized table. Build one with
+    ``EmbeddingBag.quantize``.
+
+    Examples
+    --------
+    >>> bag = EmbeddingBag(1000, 16)
+    >>> q = bag.quantize("int4")
+    >>> x = torch.tensor([[1, 5, 5], [3, 2, 999]])
+    >>> q(x).shape, bool((q(x) - bag(x)).abs().max() < 0.2)
+    (torch.Size([2, 16]), True)
+    """
+
+    @classmethod
+    def from_float(cls, bag: EmbeddingBag, dtype: str = "int8") -> QuantizedEmbeddingBag:
+        """The quantized copy of ``bag``'s table.
+
+        Raises
+        ------
+        InputValueError
+            ``max_norm`` or ``scale_grad_by_freq`` is set (they rewrite a float table or its
+            gradient), or ``dtype`` is unknown.
+        """
+        from ._layer import LookupLinear
+
+        return cls(LookupLinear.from_embedding(bag), dtype)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input: Any,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The bags' reduced rows of the dequantized table, as ``EmbeddingBag.forward``."""
+        return super().forward(*bag_input(input, offsets, per_sample_weights, self.mode))

@@ -45,6 +45,7 @@ import torch
 
 from . import hugepages
 from ._bags import Bags, check_index_range
+from ._sizes import as_size
 from .errors import InputTypeError, InputValueError, ModelFileError
 
 __all__ = [
@@ -227,6 +228,9 @@ class TableStorage:
                init: str, seed: int, layer: dict[str, Any]) -> TableStorage:
         """A new table directory at ``path`` (which must not exist; its parent must)."""
         path = Path(path)
+        # plain ints for the JSON file (a numpy integer would fail there, half created)
+        rows, dim = as_size(rows, "rows", where="storage="), as_size(dim, "dim", where="storage=")
+        seed = as_size(seed, "seed", low=0, where="storage=")
         name = next((k for k, v in _DTYPES.items() if v == dtype), None)
         if name is None:
             raise InputTypeError(

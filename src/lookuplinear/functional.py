@@ -8,6 +8,7 @@ without building ``densify(x)``: index input goes to ``F.embedding``, bags and s
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_args
 
@@ -54,10 +55,16 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | No
     """
     if padding_idx is None:
         return None
-    if isinstance(padding_idx, bool) or not isinstance(padding_idx, int):
+    try:  # an int, a numpy integer or a one-element integer tensor, as PyTorch reads it
+        if isinstance(padding_idx, bool) or (
+            isinstance(padding_idx, torch.Tensor) and padding_idx.dtype == torch.bool
+        ):
+            raise TypeError
+        padding_idx = operator.index(padding_idx)
+    except TypeError:
         raise InputTypeError(
             f"padding_idx must be an int or None, got {padding_idx!r}. Pass int(padding_idx)."
-        )
+        ) from None
     if not -in_features <= padding_idx < in_features:
         raise InputValueError(
             f"padding_idx must be within [-{in_features}, {in_features - 1}] for "

@@ -35,6 +35,7 @@ from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
 from .._kernels import Tokens, count_matrix, token_ids
+from .._sizes import as_size
 from ..errors import InputValueError
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
@@ -148,11 +149,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def _check_params(self) -> None:
         for name, low in (("word_ngrams", 1), ("bucket", 1), ("min_count", 1),
                           ("minn", 0), ("maxn", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-                raise InputValueError(
-                    f"FastTextVectorizer: {name} must be an int >= {low}, got {value!r}."
-                )
+            as_size(getattr(self, name), name, low=low, where="FastTextVectorizer")
         if self.maxn and not 1 <= self.minn <= self.maxn:
             raise InputValueError(
                 f"FastTextVectorizer: character n-grams need 1 <= minn <= maxn, got "

@@ -1,0 +1,63 @@
+"""Sizes and counts given as arguments: anything ``operator.index`` accepts, as PyTorch takes them.
+
+``nn.EmbeddingBag(np.int64(1000), 16)`` works because ``torch.empty`` reads its sizes through
+``__index__``; numpy integers (a table size read from an array) and one-element integer tensors
+are sizes here for the same reason. A bool, a float or a number below the minimum is refused.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from .errors import InputValueError
+
+__all__ = ["as_size"]
+
+
+def as_size(value: Any, name: str, *, low: int = 1, where: str = "") -> int:
+    """``value`` as a Python ``int`` of at least ``low``, read as ``operator.index`` reads it.
+
+    Parameters
+    ----------
+    value : int, numpy integer or one-element integer tensor
+    name : str
+        The argument's name, for the message.
+    low : int, default 1
+        The smallest value accepted.
+    where : str, optional
+        What the argument belongs to (``"TableConfig 'user'"``), prefixed to the message.
+
+    Raises
+    ------
+    InputValueError
+        ``value`` is a bool, is not an integer (a float, a string...), or is below ``low``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> as_size(np.int64(1000), "in_features"), as_size(torch.tensor(16), "out_features")
+    (1000, 16)
+    >>> as_size(16.0, "out_features")
+    Traceback (most recent call last):
+        ...
+    lookuplinear.errors.InputValueError: out_features must be an integer >= 1 (an int, a numpy ...
+    """
+    prefix = f"{where}: " if where else ""
+    size: int | None = None
+    if not isinstance(value, bool) and not (
+        isinstance(value, torch.Tensor) and value.dtype == torch.bool
+    ):
+        try:
+            size = operator.index(value)
+        except TypeError:
+            size = None
+    if size is None or size < low:
+        raise InputValueError(
+            f"{prefix}{name} must be an integer >= {low} (an int, a numpy integer or a "
+            f"one-element integer tensor), got {value!r} ({type(value).__name__}). Pass a "
+            "whole number of rows / columns / items (int(x) of a float that holds one)."
+        )
+    return size

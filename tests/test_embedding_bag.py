@@ -1,0 +1,270 @@
+"""lookuplinear.EmbeddingBag against nn.EmbeddingBag on the same calls: a drop-in (signature,
+defaults, attributes, state, repr), forward and gradients on every form, and what it works with."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import lookuplinear
+from lookuplinear import (
+    Checkpoint,
+    EmbeddingBag,
+    InputTypeError,
+    InputValueError,
+    LookupIndexError,
+    QuantizedEmbeddingBag,
+    optim,
+)
+
+
+# ------------------------------------------------------------------ the class itself
+def test_signature_defaults_and_attributes_are_nn_embeddingbags() -> None:
+    def params(f: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
+
+    assert params(EmbeddingBag.__init__) == params(nn.EmbeddingBag.__init__)
+    assert params(EmbeddingBag.forward) == params(nn.EmbeddingBag.forward)
+    assert params(EmbeddingBag.from_pretrained) == params(nn.EmbeddingBag.from_pretrained)
+    bag = EmbeddingBag(10, 3)
+    assert isinstance(bag, nn.EmbeddingBag)
+    ref = nn.EmbeddingBag(10, 3)
+    assert {k: v for k, v in vars(bag).items() if not k.startswith("_")} == {
+        k: v for k, v in vars(ref).items() if not k.startswith("_")}
+    assert bag.num_embeddings == 10 and bag.embedding_dim == 3 and bag.mode == "mean"
+    assert list(bag.state_dict()) == list(ref.state_dict()) == ["weight"]
+    assert [n for n, _ in bag.named_parameters()] == ["weight"]  # no bias
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"mode": "sum"}, {"mode": "max", "padding_idx": -1}, {"max_norm": 1.5, "norm_type": 1.0},
+    {"scale_grad_by_freq": True}, {"include_last_offset": True, "padding_idx": 0},
+])
+def test_repr_state_dict_and_draw_equal_torchs(kwargs: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    bag = EmbeddingBag(10, 3, **kwargs)
+    torch.manual_seed(0)
+    ref = nn.EmbeddingBag(10, 3, **kwargs)
+    assert repr(bag) == repr(ref)
+    assert torch.equal(bag.weight, ref.weight)  # the same RNG calls, the padding row zeroed
+    bag.load_state_dict(ref.state_dict())  # both ways, strict
+    ref.load_state_dict(bag.state_dict())
+
+
+def test_from_pretrained_and_weight_as_torchs() -> None:
+    table = torch.randn(6, 4)
+    for freeze in (True, False):
+        bag = EmbeddingBag.from_pretrained(table, freeze=freeze, mode="sum", padding_idx=2)
+        ref = nn.EmbeddingBag.from_pretrained(table, freeze=freeze, mode="sum", padding_idx=2)
+        assert type(bag) is EmbeddingBag and bag.weight.requires_grad is (not freeze)
+        assert torch.equal(bag.weight, ref.weight) and bag.padding_idx == 2
+        x = torch.tensor([[0, 2], [5, 5]])
+        assert torch.equal(bag(x), ref(x))
+    bag = EmbeddingBag(6, 4, None, 2.0, False, "sum", False, table)  # positional, as torch's
+    assert torch.equal(bag.weight, table)
+    with pytest.raises(InputValueError, match=r"_weight must have shape .*\(6, 5\)"):
+        EmbeddingBag(6, 5, _weight=table)
+
+
+# ------------------------------------------------------------------ forward and gradients
+def _pair(**kwargs: Any) -> tuple[EmbeddingBag, nn.EmbeddingBag]:
+    torch.manual_seed(0)
+    bag = EmbeddingBag(10, 4, dtype=torch.float64, **kwargs)
+    torch.manual_seed(0)
+    ref = nn.EmbeddingBag(10, 4, dtype=torch.float64, **kwargs)
+    return bag, ref
+
+
+def _calls(include_last_offset: bool) -> list[tuple[Any, ...]]:
+    flat = torch.tensor([1, 2, 2, 9, 9, 3, 0])
+    starts = torch.tensor([0, 0, 3, 3, 6])  # bags 0 and 3 empty
+    offsets = torch.cat([starts, torch.tensor([7])]) if include_last_offset else starts
+    calls: list[tuple[Any, ...]] = [(flat, offsets), (flat.int(), offsets.int())]
+    if not include_last_offset:  # a (B, N) input ignores include_last_offset in torch too
+        calls.append((torch.tensor([[1, 2, 2], [9, 0, 3]]),))
+    calls.append((torch.tensor([[4, 7], [0, 0]]),))
+    return calls
+
+
+def _dense(g: torch.Tensor | None) -> torch.Tensor | None:
+    return g.to_dense() if g is not None and g.is_sparse else g
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 0, -1])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_forward_and_gradients_equal_torchs_on_every_form(
+    mode: str, padding_idx: int | None, sparse: bool, include_last_offset: bool
+) -> None:
+    if mode == "max" and sparse:
+        pytest.skip("PyTorch refuses sparse gradients with mode='max'")
+    for call in _calls(include_last_offset):
+        bag, ref = _pair(mode=mode, padding_idx=padding_idx, sparse=sparse,
+                         include_last_offset=include_last_offset)
+        out, want = bag(*call), ref(*call)
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+        grad = torch.randn_like(want)
+        out.backward(grad)
+        want.backward(grad)
+        assert bag.weight.grad is not None and bag.weight.grad.is_sparse is sparse
+        torch.testing.assert_close(_dense(bag.weight.grad), _dense(ref.weight.grad))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_per_sample_weights_forward_and_gradients_equal_torchs(sparse: bool) -> None:
+    bag, ref = _pair(mode="sum", sparse=sparse, padding_idx=3)
+    for x, offsets in ((torch.tensor([1, 3, 3, 8]), torch.tensor([0, 1, 1])),
+                       (torch.tensor([[1, 3], [3, 8]]), None)):
+        w = torch.rand(x.shape, dtype=torch.float64, requires_grad=True)
+        w_ref = w.detach().clone().requires_grad_()
+        out, want = bag(x, offsets, w), ref(x, offsets, w_ref)
+        torch.testing.assert_close(out, want)
+        out.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(w.grad, w_ref.grad)
+        torch.testing.assert_close(_dense(bag.weight.grad), _dense(ref.weight.grad))
+        bag.weight.grad = ref.weight.grad = None
+
+
+def test_nested_input_equals_torchs() -> None:
+    bag, ref = _pair(mode="mean")
+    rows = [torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4, 5, 9])]
+    x = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    torch.testing.assert_close(bag(x), ref(x))
+
+
+def test_max_norm_renorms_the_named_rows_as_torch() -> None:
+    bag, ref = _pair(max_norm=0.7, norm_type=1.0, mode="sum")
+    x = torch.tensor([[1, 2], [2, 8]])
+    torch.testing.assert_close(bag(x), ref(x))
+    torch.testing.assert_close(bag.weight, ref.weight)  # rows 1, 2, 8 rewritten in place
+
+
+def test_scale_grad_by_freq_gradients_equal_torchs() -> None:
+    bag, ref = _pair(scale_grad_by_freq=True, mode="sum")
+    x, offsets = torch.tensor([1, 1, 1, 4, 2]), torch.tensor([0, 2])
+    bag(x, offsets).sum().backward()
+    ref(x, offsets).sum().backward()
+    torch.testing.assert_close(_dense(bag.weight.grad), _dense(ref.weight.grad))
+    with pytest.raises(InputValueError, match="mode='max'"):
+        EmbeddingBag(10, 3, scale_grad_by_freq=True, mode="max")
+    with pytest.raises(InputValueError, match="sparse=True has no backward"):
+        EmbeddingBag(10, 3, scale_grad_by_freq=True, sparse=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bags=st.lists(st.lists(st.integers(0, 7), max_size=5), min_size=1, max_size=6),
+    mode=st.sampled_from(["sum", "mean", "max"]),
+    padding_idx=st.sampled_from([None, 0, 5]),
+)
+def test_random_bags_equal_torch(bags: list[list[int]], mode: str,
+                                 padding_idx: int | None) -> None:
+    flat = torch.tensor([i for b in bags for i in b], dtype=torch.int64)
+    offsets = torch.tensor(np.cumsum([0] + [len(b) for b in bags[:-1]]), dtype=torch.int64)
+    torch.manual_seed(0)
+    bag = EmbeddingBag(8, 3, mode=mode, padding_idx=padding_idx, dtype=torch.float64)
+    ref = nn.EmbeddingBag(8, 3, mode=mode, padding_idx=padding_idx, dtype=torch.float64,
+                          _weight=bag.weight.detach().clone())
+    torch.testing.assert_close(bag(flat, offsets), ref(flat, offsets), rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------ errors
+def test_the_calls_torch_reads_otherwise_or_crashes_on_are_refused_clearly() -> None:
+    bag = EmbeddingBag(10, 3)
+    with pytest.raises(InputValueError, match="needs offsets"):  # never a per-position lookup
+        bag(torch.tensor([1, 2]))
+    with pytest.raises(InputValueError, match="offsets must be None"):
+        bag(torch.tensor([[1, 2]]), torch.tensor([0]))
+    with pytest.raises(InputValueError, match="mode='sum'"):
+        bag(torch.tensor([1, 2]), torch.tensor([0]), torch.ones(2))
+    with pytest.raises(InputTypeError, match="integer indices"):
+        bag(torch.ones(2, 10))  # never read as dense rows
+    with pytest.raises(InputValueError, match=r"1-D .* or 2-D"):
+        bag(torch.zeros(2, 2, 2, dtype=torch.long))
+    with pytest.raises(LookupIndexError, match="12"):
+        bag(torch.tensor([[1, 12]]))
+    with pytest.raises(LookupIndexError, match="12"):  # checked before the rows are renormed
+        EmbeddingBag(10, 3, max_norm=1.0)(torch.tensor([[1, 12]]))
+    with pytest.raises(InputValueError, match="mode must be one of"):
+        EmbeddingBag(10, 3, mode="avg")
+    with pytest.raises(InputValueError, match="padding_idx must be within"):
+        EmbeddingBag(10, 3, padding_idx=10)
+
+
+# ------------------------------------------------------------------ what it works with
+@contextlib.contextmanager
+def _one_process(tmp_path: Path) -> Iterator[None]:
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_expects_sparse_gradients_from_it_as_from_nn_embeddingbag(tmp_path: Path) -> None:
+    model = nn.Sequential(EmbeddingBag(50, 4, mode="sum", sparse=True), nn.Linear(4, 1))
+    with _one_process(tmp_path):
+        ddp = nn.parallel.DistributedDataParallel(model)
+        _, expect_sparse = ddp._build_params_for_reducer()
+        assert expect_sparse == [True, False, False]
+        ddp(torch.tensor([[1, 2], [2, 49]])).sum().backward()
+    assert model[0].weight.grad is not None and model[0].weight.grad.is_sparse
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_fused_optimizer_trains_it_as_torchs_sgd_trains_nn_embeddingbag(fused: bool) -> None:
+    bag, ref = _pair(mode="mean", sparse=True)
+    opt = optim.SGD(bag.parameters(), lr=0.5, fused=fused)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    for step in range(3):
+        x = torch.tensor([[step, 2, 7], [1, 1, 9]])
+        for m, o in ((bag, opt), (ref, ref_opt)):
+            o.zero_grad()
+            m(x).square().sum().backward()
+            o.step()
+    torch.testing.assert_close(bag.weight, ref.weight)
+
+
+def test_checkpoint_saves_and_restores_it(tmp_path: Path) -> None:
+    bag = EmbeddingBag(100, 4, mode="sum", sparse=True)
+    opt = optim.Adagrad(bag.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", bag, opt)
+    assert list(ckpt.tables) == ["weight"]
+    bag(torch.tensor([[1, 5]])).sum().backward()
+    opt.step()
+    ckpt.save(step=1)
+    saved = bag.weight.detach().clone()
+    with torch.no_grad():
+        bag.weight.zero_()
+    assert ckpt.restore() == {"step": 1}
+    assert torch.equal(bag.weight, saved)
+
+
+def test_quantize_is_called_as_the_bag() -> None:
+    bag = EmbeddingBag(1000, 16, mode="mean", padding_idx=0)
+    q = bag.quantize("int8")
+    assert isinstance(q, QuantizedEmbeddingBag)
+    for call in ((torch.tensor([[1, 5, 0], [999, 3, 3]]),),
+                 (torch.tensor([1, 5, 0, 999]), torch.tensor([0, 3, 3]))):
+        assert q(*call).shape == bag(*call).shape
+        assert float((q(*call) - bag(*call)).detach().abs().max()) < 0.05
+    with pytest.raises(InputValueError, match="needs offsets"):
+        q(torch.tensor([1, 2]))
+
+
+def test_exported_at_the_top_level() -> None:
+    assert lookuplinear.EmbeddingBag is EmbeddingBag and "EmbeddingBag" in lookuplinear.__all__
