@@ -94,7 +94,8 @@ def save_model(
     --------
     >>> import tempfile, os
     >>> from lookuplinear.sklearn import LookupClassifier
-    >>> clf = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    >>> clf = LookupClassifier(hidden=4, learning_rate_init=0.1, random_state=0).fit(
+    ...     [[0, 1], [2]], [0, 1])
     >>> path = save_model(os.path.join(tempfile.mkdtemp(), "m.ll"), clf)
     >>> loaded = load_model(path).estimator
     >>> np.allclose(loaded.decision_function([[0, 1]]), clf.decision_function([[0, 1]]))
@@ -308,7 +309,7 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     est._seed_ = est._seed()
     est._optimizers = [] if quantized else make_optimizers(
         est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
-        lr=est.learning_rate_init, weight_decay=est.alpha or 0.0)
+        lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
     if name == "LookupClassifier":
         est.classes_ = np.asarray(config["classes"])
         est.multilabel_ = bool(config["multilabel"])
