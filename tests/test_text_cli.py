@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
-#: tests of a mechanism on a few rows and epochs, where the model learns nothing and fit says so
-NOT_LEARNING = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-
 from lookuplinear import InputValueError, LookupLinearError, ModelFileError
 from lookuplinear._kernels import _ngrams
 from lookuplinear.cli import main
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
 from lookuplinear.text import FastTextVectorizer, precision_recall_at_k, read_fasttext, read_table
+
+#: tests of a mechanism on a few rows and epochs, where the model learns nothing and fit says so
+NOT_LEARNING = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 LINES = [
     "__label__pos a great film , truly great",

@@ -25,8 +25,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=(
             "Train FastTextVectorizer -> LookupClassifier(mode='mean', hidden=DIM) on INPUT "
             "(fastText lines '__label__x some text', or CSV/TSV with --text-column and "
-            "--label-column) and write one model file: safetensors weights with the vectorizer "
-            "and labels as JSON. Lines with several labels train one-vs-all (multilabel)."
+            "--label-column) and write one model file: safetensors weights with the vectorizer, "
+            "labels and input format as JSON (predict and test read their input the same way). "
+            "Lines with several labels train one-vs-all (multilabel). Bytes that are not UTF-8 "
+            "read as U+FFFD (their lines listed on stderr); Ctrl-C leaves MODEL as it was."
         ),
     )
     # fastText's own spellings (-input, -output, -dim, ...) work beside the double-dash ones

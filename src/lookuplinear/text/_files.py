@@ -53,10 +53,7 @@ def _open_lines(path: str | Path) -> tuple[list[str], list[int]]:
     """The lines of ``path`` (``-``: stdin) split at ``\\n`` only (a ``\\r`` before it dropped),
     as fastText splits them, a leading BOM removed; and the numbers of the lines with bytes that
     are not UTF-8 (decoded with U+FFFD in their place)."""
-    if str(path) == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        data = Path(path).read_bytes()
+    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
     data = data.removeprefix(_BOM)
     try:
         text = data.decode("utf-8")
