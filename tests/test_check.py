@@ -134,3 +134,40 @@ def test_default_tolerances_per_dtype(dtype: torch.dtype) -> None:
     assert report.ok, str(report)
     rtol = report.comparisons[0].rtol
     assert rtol == (1e-10 if dtype == torch.float64 else 5e-2)
+
+
+@pytest.mark.parametrize("read", [True, False])
+def test_nan_in_the_weight_is_located_not_called_different(read: bool) -> None:
+    layer = LookupLinear(10, 3)
+    with torch.no_grad():
+        layer.weight[3, 1] = float("nan")
+    report = check_equivalence(layer, Bags.from_lists([[1, 2], [3 if read else 4], []]))
+    text = str(report)
+    assert not report.ok and "DIFFERENT" not in text and "not finite" in text
+    assert "NaN in the weight: rows [3] (1 of 10)" in text
+    assert ("NaN in the output: bags [1] (1 of 3)" in text) == read
+    with pytest.raises(EquivalenceError, match=r"NaN in the weight: rows \[3\]"):
+        report.raise_if_failed()
+
+
+def test_nan_in_the_input_and_overflow_in_the_output_are_located() -> None:
+    x = Bags.from_lists([[1, 2], [4], []], [[1.0, float("nan")], [2.0], []])
+    text = str(check_equivalence(LookupLinear(10, 3), x))
+    assert "NaN in the input (per_sample_weights): bags [0] (1 of 3)" in text
+    assert "NaN in the weight" not in text
+    half = LookupLinear(10, 3, dtype=torch.float16)
+    with torch.no_grad():
+        half.weight[1] = 60000.0
+    text = str(check_equivalence(half, Bags.from_lists([[1, 1], [4], []])))
+    assert "infinity in the output: bags [0] (1 of 3)" in text and "overflowed" in text
+
+
+def test_nan_in_a_collection_table_is_located() -> None:
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    col = LookupCollection([TableConfig("t", 10, 2, feature_names=["f"])])
+    with torch.no_grad():
+        col["t"].weight[5] = float("nan")
+    kb = KeyedBags.from_dict({"f": Bags.from_lists([[5], [1]])})
+    text = str(check_equivalence(col, kb))
+    assert "NaN in the table 't': rows [5] (1 of 10)" in text and "DIFFERENT" not in text

@@ -170,6 +170,7 @@ def test_tiny_batches_and_empty_rows(n: int, seed: int, empty: bool) -> None:
     assert _dense_objective_grad(clf, X, clf._signs(y), alpha=1 / X.shape[0]) < 1e-4
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # 2 epochs
 def test_auto_picks_dual_cd_only_where_it_applies() -> None:
     X, y = _text()
     assert LookupClassifier(random_state=0).fit(X, y).loss_curve_ == []  # dual_cd

@@ -4,6 +4,7 @@ giving the same model, determinism, pipelines, search, pickling, multilabel, par
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,9 @@ from lookuplinear.sklearn import LookupClassifier, LookupRegressor
 from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
 from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
+
+#: tests of a mechanism on a few rows and epochs, where the model learns nothing and fit says so
+NOT_LEARNING = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 #: a minibatch solver, briefly (the default solver, dual_cd, has tests of its own)
 FAST = {"solver": "adam", "max_iter": 30, "learning_rate_init": 0.05, "random_state": 0}
@@ -107,6 +111,7 @@ def test_mode_folded_into_the_rows_gives_the_same_lookup() -> None:
 @pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel", "class_weight"])
 @pytest.mark.parametrize(("solver", "mode"), [("adagrad", "mean"), ("sgd", "mean"),
                                               ("adam", "mean"), ("adagrad", "sum")])
+@NOT_LEARNING
 def test_fit_is_the_module_step_on_either_kernel_backend(target: str, solver: str,
                                                          mode: str) -> None:
     """``fit`` trains through the layer and its fused optimizer (forward, ``loss.backward()``,
@@ -299,6 +304,7 @@ def test_verbose_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 
+@NOT_LEARNING
 @pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
 def test_warm_start_continues_from_the_fitted_model(cls: Any) -> None:
     rng = np.random.default_rng(0)
@@ -324,6 +330,7 @@ def test_warm_start_continues_from_the_fitted_model(cls: Any) -> None:
 
 
 
+@NOT_LEARNING
 @pytest.mark.parametrize("hidden", [None, 4])
 def test_regressor_starts_at_the_targets_mean(hidden: int | None) -> None:
     X = sp.random(50, 10, density=0.3, format="csr", random_state=0, dtype=np.float32)
@@ -333,6 +340,7 @@ def test_regressor_starts_at_the_targets_mean(hidden: int | None) -> None:
     np.testing.assert_allclose(reg.predict(X).mean(0), y.mean(0), rtol=1e-3, atol=1e-3)
 
 
+@NOT_LEARNING
 def test_only_the_training_columns_rows_are_drawn() -> None:
     """The embedding table draws the rows of the columns training reads, uniform in
     ``[-1/hidden, 1/hidden]`` as fastText's; every other row starts (and stays) zero."""
@@ -346,3 +354,48 @@ def test_only_the_training_columns_rows_are_drawn() -> None:
     assert table[[0, 2]].abs().min() > 0 and not table[[1, 3, 4]].any()
     again = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit(X, [0, 1])
     assert torch.equal(again.model_.lookup.weight, clf.model_.lookup.weight)
+
+
+def _tfidf(n: int = 800, n_features: int = 400, seed: int = 0) -> tuple[sp.csr_matrix, np.ndarray]:
+    """TF-IDF-like rows (unit norm, a few percent nonzero, as a text pipeline gives) of 3
+    classes, each with a slice of columns of its own."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    X = sp.random(n, n_features, density=0.02, format="lil", random_state=seed)
+    for i, c in enumerate(y):
+        X[i, rng.integers(c * n_features // 3, (c + 1) * n_features // 3, 2)] = 1.0
+    X = sp.csr_matrix(X)
+    X = sp.diags(1 / np.maximum(np.sqrt(X.multiply(X).sum(1).A1), 1e-12)) @ X
+    return sp.csr_matrix(X, dtype=np.float32), y
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "log_loss", "squared_error"])
+@pytest.mark.parametrize("solver", ["sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"])
+def test_every_solver_learns_at_its_default_learning_rate(solver: str, loss: str) -> None:
+    """learning_rate_init=None is a rate that fits the solver (and, for SGD, the loss): the
+    adaptive solvers learn in fit's 5 epochs without a warning; plain SGD learns, or (where 5
+    epochs of it do not reach a usable model) fit says so. Never silently a useless model."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    (X, y), (Xv, yv) = _tfidf(), _tfidf(seed=1)
+    est: Any = (LookupRegressor(solver=solver, random_state=0) if loss == "squared_error" else
+                LookupClassifier(loss=loss, solver=solver, random_state=0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        est.fit(X, y.astype(np.float64) if loss == "squared_error" else y)
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    learned = est.score(Xv, yv) > (0.15 if loss == "squared_error" else 0.5)
+    assert learned or warned
+    assert (learned and not warned) or solver == "sgd"
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_fit_warns_when_the_loss_shows_no_progress(cls: Any) -> None:
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _tfidf()
+    with pytest.warns(ConvergenceWarning, match=r"learned little or nothing from X.*"
+                                                r"learning_rate_init \(now 1e-05\)"):
+        cls(solver="adam", learning_rate_init=1e-5, random_state=0).fit(X, y)
+    cls(solver="adam", learning_rate_init=1e-5, random_state=0).partial_fit(
+        X, y, **({"classes": [0, 1, 2]} if cls is LookupClassifier else {}))  # one step: quiet

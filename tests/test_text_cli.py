@@ -23,6 +23,9 @@ from lookuplinear.cli import main
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
 from lookuplinear.text import FastTextVectorizer, precision_recall_at_k, read_fasttext, read_table
 
+#: tests of a mechanism on a few rows and epochs, where the model learns nothing and fit says so
+NOT_LEARNING = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
 LINES = [
     "__label__pos a great film , truly great",
     "__label__neg an awful film , truly bad",
@@ -244,6 +247,7 @@ def test_read_fasttext_takes_every_label_token_wherever_it_is(
 
 
 # ---------------------------------------------------------------------- model files
+@NOT_LEARNING
 def test_model_file_round_trip(tmp_path: Path) -> None:
     texts = [line.split(" ", 1)[1] for line in LINES] * 5
     y = [line.split(" ", 1)[0] for line in LINES] * 5
@@ -519,6 +523,7 @@ def test_training_imports_do_not_load_dynamo() -> None:
     assert out == ["False"]
 
 
+@NOT_LEARNING
 def test_model_file_size_follows_the_data(tmp_path: Path) -> None:
     """Only the rows training touched are stored: the size does not grow with bucket, and the
     loaded model predicts as the fitted one, also on n-grams training never saw."""
@@ -575,3 +580,132 @@ def test_quantized_models_save_load_and_run(
                                 [line.split(" ", 1)[0] for line in LINES])
     assert main(["quantize", str(small), "-o", str(tmp_path / "again.ll")]) == 1
     assert "quantized already" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- input as trained
+@pytest.fixture
+def tsv_file(tmp_path: Path) -> Path:
+    """A TSV with a header, the label column first: read as fastText lines, the header would be
+    an example and every label a word of its text."""
+    path = tmp_path / "train.tsv"
+    rows = ["label\ttext"]
+    rows += [f"{line.split(' ', 1)[0].removeprefix('__label__')}\t{line.split(' ', 1)[1]}"
+             for line in LINES * 5]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_predict_and_test_read_a_table_as_the_model_was_trained(
+    tsv_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "m.ll"
+    cols = ["--text-column", "text", "--label-column", "label"]
+    assert main(["train", str(tsv_file), "-o", str(model), "--dim", "4", "--epoch", "10", "-q",
+                 *cols]) == 0
+    assert load_model(model).input_format == {"format": "table", "text_column": "text",
+                                              "label_column": "label", "sep": "\t"}
+    capsys.readouterr()
+    assert main(["predict", str(model), str(tsv_file), "--prob"]) == 0
+    implicit = capsys.readouterr().out.splitlines()
+    assert main(["predict", str(model), str(tsv_file), "--prob", "--text-column", "text"]) == 0
+    explicit = capsys.readouterr().out.splitlines()
+    assert implicit == explicit and len(implicit) == len(LINES) * 5  # no header line, no shift
+    assert main(["test", str(model), str(tsv_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"N\t{len(LINES) * 5}"
+    # from stdin (no file name to tell the delimiter): the model's
+    stdin = tmp_path / "stdin.txt"
+    stdin.write_bytes(tsv_file.read_bytes())
+    with open(stdin, "rb") as f, pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stdin", type("S", (), {"buffer": f})())
+        assert main(["predict", str(model), "-", "--prob"]) == 0
+    assert capsys.readouterr().out.splitlines() == implicit
+
+
+def test_an_older_model_file_refuses_a_table_it_cannot_tell_how_to_read(
+    tsv_file: Path, ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model file written before models recorded their input format: a file named like a
+    table is refused (naming the flag), fastText lines read as before."""
+    model = tmp_path / "m.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "--dim", "4", "-q"]) == 0
+    old = load_model(model)
+    save_model(model, old.estimator, vectorizer=old.vectorizer, labels=old.labels)  # none
+    assert load_model(model).input_format is None
+    capsys.readouterr()
+    assert main(["predict", str(model), str(tsv_file)]) == 1
+    err = capsys.readouterr().err
+    assert "--text-column COL" in err and "does not record" in err
+    assert main(["predict", str(model), str(tsv_file), "--text-column", "text"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(LINES) * 5
+    assert main(["predict", str(model), str(ft_file)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(LINES) * 5
+
+
+def test_a_label_prefix_of_training_is_the_default_of_predict_and_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "t.txt"
+    data.write_text("\n".join(line.replace("__label__", "#") for line in LINES * 5) + "\n")
+    model = tmp_path / "m.ll"
+    assert main(["train", str(data), "-o", str(model), "--label", "#", "--dim", "4",
+                 "--epoch", "10", "-q"]) == 0
+    assert main(["test", str(model), str(data)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"N\t{len(LINES) * 5}"
+
+
+# ---------------------------------------------------------------------- reading files
+def test_undecodable_bytes_and_a_bom_read_as_fasttext_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [line.encode() for line in LINES * 5]
+    lines[2] = lines[2] + b" caf\xe9"  # Latin-1, not UTF-8
+    lines[7] = lines[7] + b" \xff"
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
+    data = read_fasttext(path)
+    assert len(data) == len(LINES) * 5 and data.undecodable == [3, 8]
+    assert data.labels[0] == ["__label__pos"]  # the BOM is not part of line 1's label
+    assert data.texts[2].endswith("caf\ufffd")
+    model = tmp_path / "m.ll"
+    assert main(["train", str(path), "-o", str(model), "--dim", "4", "-q"]) == 0, (
+        capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert "2 line(s) hold bytes that are not UTF-8, read as U+FFFD (line 3, 8)" in err
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"\xef\xbb\xbfid,text\n1,hello\n")
+    assert read_table(table, text_column="id", label_column=None).texts == ["1"]
+
+
+def test_lines_end_at_newline_only_and_errors_name_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Form feeds, U+2028 and \\r inside a line do not split it (fastText splits at \\n);
+    the examples keep their line numbers past blank lines and quoted multi-line fields."""
+    path = tmp_path / "t.txt"
+    path.write_text("__label__a x\x0cy\r\n\n__label__b p\u2028q\n\nno label here\n",
+                    encoding="utf-8")
+    data = read_fasttext(path)
+    assert data.texts == ["x y", "p q", "no label here"] and data.lines == [1, 3, 5]
+    assert main(["train", str(path), "-o", str(tmp_path / "m.ll"), "-q"]) == 1
+    assert "have no label (first: line 5)" in capsys.readouterr().err
+    table = tmp_path / "t.csv"
+    table.write_text('label,text\na,"two\nlines"\nb\n', encoding="utf-8")
+    with pytest.raises(InputValueError, match=r"t\.csv:4: the row has 1 fields"):
+        read_table(table, text_column="text", label_column="label")
+
+
+def test_ctrl_c_during_train_is_one_line_and_keeps_the_model(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "m.ll"
+    model.write_bytes(b"the previous model")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LookupClassifier, "fit", interrupted)
+    assert main(["train", str(ft_file), "-o", str(model), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "was not written" in err
+    assert model.read_bytes() == b"the previous model"

@@ -48,12 +48,15 @@ class Comparison:
     rtol: float
     atol: float
     ok: bool
+    #: values that are NaN or infinite in either: left out of the differences, and a FAIL
+    nonfinite: int = 0
 
     def __str__(self) -> str:
         verdict = "ok  " if self.ok else "FAIL"
+        skipped = f", {self.nonfinite} not finite" if self.nonfinite else ""
         return (
             f"{verdict} {self.name:<14} max|diff|={self.max_abs_diff:.3g}  "
-            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g})"
+            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g}{skipped})"
         )
 
 
@@ -74,11 +77,13 @@ class EquivalenceReport:
 
     input_form: str
     comparisons: list[Comparison] = field(default_factory=list)
+    #: where NaN or infinity was found: in the input's values, a weight, a bias or the output
+    nonfinite: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when every quantity is within tolerance."""
-        return all(c.ok for c in self.comparisons)
+        """True when every quantity is within tolerance and every value is finite."""
+        return not self.nonfinite and all(c.ok for c in self.comparisons)
 
     def raise_if_failed(self) -> None:
         """Raise :class:`EquivalenceError` listing the failed quantities."""
@@ -86,10 +91,19 @@ class EquivalenceReport:
             raise EquivalenceError(str(self))
 
     def __str__(self) -> str:
-        head = f"LookupLinear vs nn.Linear on the dense input ({self.input_form}): " + (
-            "EQUIVALENT" if self.ok else "DIFFERENT"
-        )
-        return "\n".join([head, *(f"  {c}" for c in self.comparisons)])
+        verdict = "EQUIVALENT" if self.ok else "DIFFERENT"
+        if self.nonfinite:
+            verdict = "NOT COMPARABLE, values are not finite"
+        head = f"LookupLinear vs nn.Linear on the dense input ({self.input_form}): {verdict}"
+        found = [f"  {where}" for where in self.nonfinite]
+        if any(" the output" not in w for w in self.nonfinite):  # not the output alone
+            found.append("  (the dense reference multiplies every weight row, and 0 * NaN is "
+                         "NaN; below, the finite values are compared. Fix the NaN where it was "
+                         "written: the data, or the step that diverged)")
+        elif found:
+            found.append("  (the inputs are finite: the output overflowed the layer's dtype; "
+                         "compute in a wider dtype or scale the weights)")
+        return "\n".join([head, *found, *(f"  {c}" for c in self.comparisons)])
 
 
 def _compare(
@@ -101,11 +115,51 @@ def _compare(
         return Comparison(name, float("inf"), float("inf"), rtol, atol, False)
     if got.numel() == 0:
         return Comparison(name, 0.0, 0.0, rtol, atol, True)
+    finite = torch.isfinite(got) & torch.isfinite(ref)
+    skipped = int((~finite).sum())
+    if skipped == finite.numel():
+        return Comparison(name, 0.0, 0.0, rtol, atol, False, skipped)
+    got, ref = got[finite], ref[finite]
     diff = (got - ref).abs()
-    ok = bool((diff <= atol + rtol * ref.abs()).all()) and bool(torch.isfinite(got).all())
+    ok = bool((diff <= atol + rtol * ref.abs()).all()) and skipped == 0
     rel = diff / ref.abs().clamp_min(torch.finfo(torch.float64).tiny)
     rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
-    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok)
+    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok, skipped)
+
+
+def _nonfinite(where: str, t: torch.Tensor | None, rows: str = "rows") -> list[str]:
+    """``["NaN in the weight: rows [3, 7] (2 of 10)"]`` where ``t`` holds NaN or infinity (by
+    its first dimension), else ``[]``."""
+    if t is None or not t.dtype.is_floating_point:
+        return []
+    t = (t.to_dense() if t.layout != torch.strided else t).detach()
+    bad = ~torch.isfinite(t)
+    if not bad.any():
+        return []
+    what = "NaN" if torch.isnan(t).any() else "infinity"
+    if t.dim() == 0:
+        return [f"{what} in the {where}"]
+    at = torch.nonzero(bad.reshape(t.shape[0], -1).any(dim=1)).flatten().tolist()
+    shown = ", ".join(map(str, at[:10])) + (", ..." if len(at) > 10 else "")
+    return [f"{what} in the {where}: {rows} [{shown}] ({len(at)} of {t.shape[0]})"]
+
+
+def _input_nonfinite(x: Any) -> list[str]:
+    """Where the input's values are NaN or infinite, by bag (row of the batch)."""
+    if isinstance(x, Bags):
+        if x.weights is None:
+            return []
+        bad = ~torch.isfinite(x.weights.detach())
+        if not bad.any():
+            return []
+        entries = torch.nonzero(bad).flatten().cpu()
+        bags = torch.searchsorted(x.offsets.cpu()[1:], entries, right=True).unique()
+        per_bag = torch.zeros(len(x), dtype=torch.float64)
+        per_bag[bags] = float("nan")
+        return _nonfinite("input (per_sample_weights)", per_bag, "bags")
+    if isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
+        return _nonfinite("input", x)
+    return []
 
 
 def _describe(x: Any) -> str:
@@ -186,7 +240,8 @@ def check_equivalence(
         atol = 1e-5 if atol is None else atol
         got = layer(x)
         ref = dense_reference(layer.dequantize(), x.to("cpu") if isinstance(x, Bags) else x)
-        return EquivalenceReport(_describe(x), [_compare("output", got, ref, rtol, atol)])
+        return EquivalenceReport(_describe(x), [_compare("output", got, ref, rtol, atol)],
+                                 [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
     with torch.enable_grad():  # the check needs gradients even when called under no_grad
         if isinstance(layer, LookupCollection):
             return _check_collection(layer, x, rtol, atol, seed)
@@ -238,6 +293,9 @@ def _check(
     ref_inputs += [ref_leaf] if ref_leaf is not None else []
     ref_grads = torch.autograd.grad(ref, ref_inputs, upstream, allow_unused=True)
 
+    nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
+                 *_nonfinite("bias", layer.bias)]
+    nonfinite += _nonfinite("output", out, "bags")
     comparisons = [_compare("output", out.cpu(), ref, rtol, atol)]
     names = ["weight.grad", "bias.grad"][: len(params)] + (
         ["input.grad"] if leaf is not None else []
@@ -253,7 +311,7 @@ def _check(
             else (torch.zeros(ref_inputs[i].shape) if want is None else want)
         )
         comparisons.append(_compare(name, got, want, rtol, atol))
-    return EquivalenceReport(_describe(x), comparisons)
+    return EquivalenceReport(_describe(x), comparisons, nonfinite)
 
 
 def _check_collection(
@@ -304,6 +362,10 @@ def _compare_collection(
     ref = torch.cat(refs, dim=1)
     ref_grads = torch.autograd.grad(ref, [lins[n].weight for n in names], upstream,
                                     allow_unused=True)
+    nonfinite = [*(m for f in collection.feature_names
+                   for m in _input_nonfinite_named(kb[f], f)),
+                 *(m for n in names for m in _nonfinite(f"table {n!r}", tables[n].weight)),
+                 *_nonfinite("output", out, "bags")]
     comparisons = [_compare("output", out.detach().cpu(), ref, rtol, atol)]
     for n, want in zip(names, ref_grads, strict=True):
         g, off, cfg = collection._places[n]
@@ -313,4 +375,9 @@ def _compare_collection(
                got_all.cpu().to_dense()[off : off + rows])
         want = torch.zeros(rows, cfg.embedding_dim) if want is None else want.T
         comparisons.append(_compare(f"{n}.weight.grad", got, want, rtol, atol))
-    return EquivalenceReport(repr(kb), comparisons)
+    return EquivalenceReport(repr(kb), comparisons, nonfinite)
+
+
+def _input_nonfinite_named(bags: Bags, feature: str) -> list[str]:
+    return [m.replace("the input", f"the input of feature {feature!r}", 1)
+            for m in _input_nonfinite(bags)]

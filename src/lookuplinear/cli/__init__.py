@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: the shell's code for a command ended by SIGINT (128 + 2)
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 error, 2 bad usage)."""
+    """Run the command line; returns the exit code (0 ok, 1 error, 2 bad usage, 130
+    interrupted by Ctrl-C)."""
     from ..errors import LookupLinearError
 
     parser = build_parser()
@@ -56,3 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LookupLinearError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
         print(f"lookuplinear {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback
+        print(f"lookuplinear {args.command}: interrupted"
+              + getattr(args, "_interrupted_note", ""), file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_input_options", "add_k", "check_labels", "load_text_model", "read_input"]
+__all__ = ["add_input_options", "add_k", "check_labels", "input_format", "load_text_model",
+           "read_input"]
 
 
 def add_k(p: argparse.ArgumentParser, what: str) -> None:
@@ -42,28 +43,81 @@ def check_labels(known: list[str], labels: list[list[str]], args: argparse.Names
               f"are unknown to the model and count as missed: {shown}", file=sys.stderr)
 
 
-def add_input_options(p: argparse.ArgumentParser, *, labels: bool) -> None:
-    """``--label``, ``--text-column``, ``--label-column``, ``--sep``."""
-    g = p.add_argument_group("input format (fastText lines by default, or CSV/TSV)")
-    g.add_argument("--label", default="__label__", metavar="PREFIX",
-                   help="label prefix of fastText-format lines (default: __label__)")
+def add_input_options(p: argparse.ArgumentParser, *, labels: bool, model: bool = False) -> None:
+    """``--label``, ``--text-column``, ``--label-column``, ``--sep``; ``model``: the defaults
+    are the format MODEL was trained on."""
+    g = p.add_argument_group(
+        "input format (fastText lines by default, or CSV/TSV)" if not model else
+        "input format (default: as MODEL's training file was read, fastText lines or CSV/TSV "
+        "with the same columns)"
+    )
+    g.add_argument("--label", default=None, metavar="PREFIX",
+                   help="label prefix of fastText-format lines (default: __label__"
+                        + (", or the one MODEL was trained with)" if model else ")"))
     g.add_argument("--text-column", default=None, metavar="COL",
                    help="read INPUT as CSV/TSV with a header; the text is in column COL "
-                        "(name or 0-based position)")
+                        "(name or 0-based position)"
+                        + ("; default: MODEL's text column when it was trained on a table"
+                           if model else ""))
     if labels:
         g.add_argument("--label-column", default=None, metavar="COL",
-                       help="CSV/TSV column with the label(s), space-separated if several")
+                       help="CSV/TSV column with the label(s), space-separated if several"
+                            + ("; default: MODEL's" if model else ""))
     g.add_argument("--sep", default=None, metavar="CHAR",
-                   help="CSV/TSV delimiter (default: tab for .tsv/.tab, comma otherwise)")
+                   help="CSV/TSV delimiter (default: tab for .tsv/.tab, comma for .csv"
+                        + (", else MODEL's)" if model else ", comma otherwise)"))
 
 
-def read_input(args: argparse.Namespace, *, need_labels: bool) -> Any:
-    """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage."""
+#: file names that ``predict``/``test`` take for a table when MODEL cannot say
+TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
+
+
+def input_format(args: argparse.Namespace) -> dict[str, Any]:
+    """How ``train`` read ``args.input``, for the model file: fastText lines and their label
+    prefix, or a table's columns and delimiter."""
+    from ..text import LABEL_PREFIX, table_delimiter
+
+    if args.text_column is None:
+        return {"format": "fasttext", "label": args.label or LABEL_PREFIX}
+    return {"format": "table", "text_column": args.text_column,
+            "label_column": args.label_column, "sep": args.sep or table_delimiter(args.input)}
+
+
+def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None) -> Any:
+    """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage.
+
+    With ``model`` (``predict``, ``test``), the options not given are those of the file MODEL
+    was trained on (``model.input_format``); a MODEL that does not record it (an older file)
+    refuses an INPUT named like a table unless ``--text-column`` says how to read it.
+    """
+    import sys
+
     from ..errors import InputValueError
-    from ..text import read_fasttext, read_table
+    from ..text import LABEL_PREFIX, read_fasttext, read_table
 
     label_column = getattr(args, "label_column", None)
-    if args.text_column is None:
+    text_column, sep, option = args.text_column, args.sep, "--text-column"
+    trained = None if model is None else model.input_format
+    if model is not None and text_column is None:
+        if trained is None and str(args.input).endswith(TABLE_SUFFIXES):
+            raise InputValueError(
+                f"{args.model} does not record how its training file was read (it was written "
+                f"by an older lookuplinear) and {args.input} is named like a CSV/TSV table. "
+                "Pass --text-column COL" + (" and --label-column COL" if need_labels else "")
+                + " to read it as a table (its header row is not an example), or give fastText "
+                "lines on stdin ('-')."
+            )
+        if trained is not None and trained["format"] == "table":
+            text_column = trained["text_column"]
+            option = "--text-column (MODEL's, from training)"
+            if need_labels and label_column is None:
+                label_column = trained["label_column"]
+            if sep is None and not str(args.input).endswith(TABLE_SUFFIXES):
+                sep = trained["sep"]
+    if args.label is None:
+        args.label = trained["label"] if trained and trained["format"] == "fasttext" else (
+            LABEL_PREFIX)
+    if text_column is None:
         if label_column is not None:
             raise InputValueError(
                 "--label-column needs --text-column (it selects CSV/TSV input); for "
@@ -75,18 +129,22 @@ def read_input(args: argparse.Namespace, *, need_labels: bool) -> Any:
             raise InputValueError(
                 "CSV/TSV input needs --label-column COL as well as --text-column."
             )
-        data = read_table(args.input, text_column=args.text_column, label_column=label_column,
-                          delimiter=args.sep)
+        data = read_table(args.input, text_column=text_column, label_column=label_column,
+                          delimiter=sep, option=option)
+    if data.undecodable:
+        bad = data.undecodable
+        shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        print(f"lookuplinear {args.command}: {args.input}: {len(bad)} line(s) hold bytes that "
+              f"are not UTF-8, read as U+FFFD (line {shown})", file=sys.stderr)
     if len(data) == 0:
         raise InputValueError(f"{args.input} holds no examples (no non-empty line).")
     if need_labels:
         missing = [i for i, ls in enumerate(data.labels) if not ls]
         if missing:
-            where = "line" if args.text_column is None else "data row"
             raise InputValueError(
-                f"{len(missing)} of {len(data)} examples have no label (first: {where} "
-                f"{missing[0] + 1}). fastText lines need a '{args.label}...' token; CSV rows a "
-                "non-empty --label-column."
+                f"{len(missing)} of {len(data)} examples have no label (first: line "
+                f"{data.lines[missing[0]]}). fastText lines need a '{args.label}...' "
+                "token; CSV rows a non-empty --label-column."
             )
     return data
 

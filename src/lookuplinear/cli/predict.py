@@ -33,7 +33,7 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
         p.add_argument("--prob", action="store_true", help="print probabilities too")
     p.add_argument("--threshold", type=float, default=0.0,
                    help="print only labels with probability >= THRESHOLD")
-    add_input_options(p, labels=False)
+    add_input_options(p, labels=False, model=True)
     return p
 
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     model = load_text_model(args, "predict")
-    data = read_input(args, need_labels=False)
+    data = read_input(args, need_labels=False, model=model)
     scores = model.scores(data.texts)
     top = np.argsort(-scores, axis=1, kind="stable")[:, : args.k]
     lines = []

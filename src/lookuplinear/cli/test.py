@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="labelled test file ('-' for stdin)")
     add_k(p, "labels predicted per example")
-    add_input_options(p, labels=True)
+    add_input_options(p, labels=True, model=True)
     return p
 
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from ..text import precision_recall_at_k
 
     model = load_text_model(args, "test")
-    data = read_input(args, need_labels=True)
+    data = read_input(args, need_labels=True, model=model)
     check_labels(model.labels, data.labels, args)
     column = {name: j for j, name in enumerate(model.labels)}
     # a label the model never saw counts as a true label it cannot predict (as in fastText)

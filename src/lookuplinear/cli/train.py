@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._textinput import add_input_options, read_input
+from ._textinput import add_input_options, input_format, read_input
 
 __all__ = ["DEFAULT_LR", "add_parser", "run"]
 
@@ -25,8 +25,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=(
             "Train FastTextVectorizer -> LookupClassifier(mode='mean', hidden=DIM) on INPUT "
             "(fastText lines '__label__x some text', or CSV/TSV with --text-column and "
-            "--label-column) and write one model file: safetensors weights with the vectorizer "
-            "and labels as JSON. Lines with several labels train one-vs-all (multilabel)."
+            "--label-column) and write one model file: safetensors weights with the vectorizer, "
+            "labels and input format as JSON (predict and test read their input the same way). "
+            "Lines with several labels train one-vs-all (multilabel). Bytes that are not UTF-8 "
+            "read as U+FFFD (their lines listed on stderr); Ctrl-C leaves MODEL as it was."
         ),
     )
     # fastText's own spellings (-input, -output, -dim, ...) work beside the double-dash ones
@@ -142,11 +144,16 @@ def run(args: argparse.Namespace) -> int:
     from ..sklearn import save_model
 
     check_args(args)
+    # the model file is replaced in one step (save_model) after training: until then, Ctrl-C
+    # leaves the one there as it was
+    args._interrupted_note = f"; {args.output} was not written (a model there is unchanged)"
     t0 = time.perf_counter()
     data = read_input(args, need_labels=True)
     vec, clf, labels, X, _y, train_s = fit_text_classifier(data.texts, data.labels, args)
     setup_s = time.perf_counter() - t0 - train_s
-    save_model(args.output, clf, vectorizer=vec, labels=labels)
+    save_model(args.output, clf, vectorizer=vec, labels=labels,
+               input_format=input_format(args))
+    args._interrupted_note = f"; {args.output} was written"
     if not args.quiet:
         print(f"Read {len(data)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
               f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
@@ -161,7 +168,10 @@ def fit_text_classifier(
 ) -> tuple[Any, Any, list[str], Any, Any, float]:
     """(vectorizer, classifier, label names, X, y, seconds of ``fit``) trained as the options
     say."""
+    import warnings
+
     import numpy as np
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.preprocessing import MultiLabelBinarizer
 
     from ..sklearn import LookupClassifier
@@ -192,5 +202,16 @@ def fit_text_classifier(
             f"INPUT has a single label ({labels[0]!r}); a classifier needs at least 2."
         )
     t0 = time.perf_counter()
-    clf.fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        clf.fit(X, y)
+    for w in caught:  # one line each, in the options' names
+        if not issubclass(w.category, ConvergenceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        text = str(w.message)
+        for name, option in (("learning_rate_init", "--lr"), ("max_iter", "--epoch"),
+                             ("solver='auto'", "--optimizer rowwise_adagrad")):
+            text = text.replace(name, option)
+        print(f"lookuplinear train: warning: {text}", file=sys.stderr)
     return vec, clf, labels, X, y, time.perf_counter() - t0

@@ -54,8 +54,13 @@ default "auto"
         ``"max"``, without ``early_stopping`` or a warm start. The others are minibatch
         optimizers from ``lookuplinear.optim`` run for ``max_iter`` epochs. ``"auto"`` is
         ``"dual_cd"`` wherever it applies and ``"adam"`` elsewhere (and in ``partial_fit``).
-    learning_rate_init : float, default 0.01
-        Initial learning rate.
+    learning_rate_init : float or None, default None
+        Initial learning rate of a minibatch solver. None: the solver's own, chosen on the
+        validation splits of real text datasets: 0.01 for ``"adam"``/``"adamw"`` (and
+        ``"auto"`` where it is Adam), 0.1 for ``"adagrad"``/``"rowwise_adagrad"``, and for
+        ``"sgd"`` 0.3 with a squared loss, 3.0 with ``loss="log_loss"``. ``fit`` warns
+        (``ConvergenceWarning``) when its last epoch's training loss is above 85% of that of
+        the best constant output: the model learned little or nothing from X.
     learning_rate : {"constant", "linear"}, default "constant"
         ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
     max_iter : int or None, default None
@@ -144,7 +149,7 @@ default "auto"
         hidden: int | None = None,
         mode: str = "sum",
         solver: str = "auto",
-        learning_rate_init: float = 0.01,
+        learning_rate_init: float | None = None,
         learning_rate: str = "constant",
         max_iter: int | None = None,
         batch_size: int = 128,
@@ -223,6 +228,7 @@ default "auto"
             return self
         self._run_epochs(Xc, target, weight, epochs=self._n_epochs(), seed=seed,
                          schedule=self.learning_rate, validation=validation)
+        self._warn_if_no_progress(target, weight)
         return self
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> LookupClassifier:

@@ -8,7 +8,8 @@ One file holds a fitted :class:`~lookuplinear.sklearn.LookupClassifier` or
                          "lookup.weight.rows": i64 (n_kept,),   # compact tables only
                          "output.weight": ..., ...,
                          "__metadata__": {"format": "lookuplinear-model", "version": "2",
-                                          "config": "<JSON: estimator, params, labels, ...>",
+                                          "config": "<JSON: estimator, params, labels,
+                                                      input_format, ...>",
                                           "sha256": "<JSON: {tensor name or 'config': hex}>"}}
     data                the tensors, raw little-endian
 
@@ -28,6 +29,10 @@ Format version 2 (written now; version 1 files, which have no checksums, still l
   ``float16`` rows for ``float16``; the rows left out of a compact one are quantized zeros),
   and ``config["quantized"]`` holds its ``dtype``, ``mode``, ``padding_idx`` and
   ``out_features``. Such a model predicts but does not train on.
+- ``config["input_format"]``: how ``lookuplinear train`` read its file (fastText lines and
+  their label prefix, or a table's text and label columns and delimiter), so that ``predict``
+  and ``test`` read theirs the same way; absent from files written before it was recorded
+  (they still load, and ``predict`` asks for ``--text-column`` on a file named like a table).
 
 Loading reads that header and the raw tensors only: nothing in the file is executed (no pickle).
 A file that is corrupt, truncated, fails a checksum, is not a lookuplinear model, or has a
@@ -68,12 +73,17 @@ class TextModel:
     """A fitted estimator with the vectorizer and label names of its training data.
 
     ``labels[j]`` names column ``j`` of ``estimator.predict_proba``; without a vectorizer the
-    estimator takes feature matrices directly.
+    estimator takes feature matrices directly. ``predict`` and ``test`` read their input as
+    ``input_format`` says unless told otherwise.
     """
 
     estimator: Any
     vectorizer: Any = None
     labels: list[str] = field(default_factory=list)
+    #: how ``lookuplinear train`` read its file: ``{"format": "fasttext", "label": prefix}`` or
+    #: ``{"format": "table", "text_column", "label_column", "sep"}``; None in files written
+    #: before models recorded it, or by ``save_model`` without ``input_format``
+    input_format: dict[str, Any] | None = None
 
     def scores(self, texts: list[str]) -> np.ndarray:
         """Label probabilities of each text, shape (n_texts, len(labels)); the decision values
@@ -86,15 +96,22 @@ class TextModel:
 
 
 def save_model(
-    path: str | Path, estimator: Any, *, vectorizer: Any = None, labels: list[str] | None = None
+    path: str | Path,
+    estimator: Any,
+    *,
+    vectorizer: Any = None,
+    labels: list[str] | None = None,
+    input_format: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``estimator`` (fitted), and optionally its vectorizer and label names, to ``path``.
+    """Write ``estimator`` (fitted), and optionally its vectorizer, label names and the format
+    of its training file (``TextModel.input_format``), to ``path``.
 
     Examples
     --------
     >>> import tempfile, os
     >>> from lookuplinear.sklearn import LookupClassifier
-    >>> clf = LookupClassifier(hidden=4, max_iter=1, random_state=0).fit([[0, 1], [2]], [0, 1])
+    >>> clf = LookupClassifier(hidden=4, learning_rate_init=0.1, random_state=0).fit(
+    ...     [[0, 1], [2]], [0, 1])
     >>> path = save_model(os.path.join(tempfile.mkdtemp(), "m.ll"), clf)
     >>> loaded = load_model(path).estimator
     >>> np.allclose(loaded.decision_function([[0, 1]]), clf.decision_function([[0, 1]]))
@@ -118,6 +135,7 @@ def save_model(
         "n_iter": int(est.n_iter_),
         "labels": list(labels) if labels is not None else None,
         "vectorizer": None if vectorizer is None else vectorizer.get_config(),
+        "input_format": input_format,
     }
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
@@ -308,7 +326,7 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     est._seed_ = est._seed()
     est._optimizers = [] if quantized else make_optimizers(
         est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
-        lr=est.learning_rate_init, weight_decay=est.alpha or 0.0)
+        lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
     if name == "LookupClassifier":
         est.classes_ = np.asarray(config["classes"])
         est.multilabel_ = bool(config["multilabel"])
@@ -319,4 +337,17 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     vec = config.get("vectorizer")
     vectorizer = None if vec is None else FastTextVectorizer.from_config(vec)
     labels = config.get("labels") or []
-    return TextModel(est, vectorizer, [str(x) for x in labels])
+    return TextModel(est, vectorizer, [str(x) for x in labels],
+                     _input_format(config.get("input_format")))
+
+
+def _input_format(fmt: Any) -> dict[str, Any] | None:
+    """The recorded input format, checked: a file that holds another shape is refused."""
+    if fmt is None:
+        return None
+    keys = {"fasttext": {"format", "label"},
+            "table": {"format", "text_column", "label_column", "sep"}}
+    if not (isinstance(fmt, dict) and set(fmt) == keys.get(fmt.get("format"))  # type: ignore[arg-type]
+            and all(v is None or isinstance(v, str) for v in fmt.values())):
+        raise ModelFileError(f"the recorded input format {fmt!r} is not one this loader reads.")
+    return dict(fmt)

@@ -67,7 +67,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         hidden: int | None = None,
         mode: str = "sum",
         solver: str = "auto",
-        learning_rate_init: float = 0.01,
+        learning_rate_init: float | None = None,
         learning_rate: str = "constant",
         max_iter: int | None = None,
         batch_size: int = 64,
@@ -143,8 +143,10 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
             mean = y.mean(axis=0, dtype=np.float64)  # solved on centred targets, as Ridge
             self._fit_dual_cd(Xc, y - mean, None, seed=seed, offset=mean)
             return self
-        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=self._n_epochs(), seed=seed,
+        target = torch.as_tensor(y)
+        self._run_epochs(Xc, target, None, epochs=self._n_epochs(), seed=seed,
                          schedule=self.learning_rate, validation=validation)
+        self._warn_if_no_progress(target, None)
         return self
 
     def partial_fit(self, X: Any, y: Any) -> LookupRegressor:

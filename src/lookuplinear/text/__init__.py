@@ -6,7 +6,14 @@ trains fastText's model on; ``read_fasttext`` / ``read_table`` read ``__label__`
 CSV/TSV tables; ``precision_recall_at_k`` scores top-k predictions as ``fasttext test`` does.
 """
 
-from ._files import LABEL_PREFIX, LabelledTexts, precision_recall_at_k, read_fasttext, read_table
+from ._files import (
+    LABEL_PREFIX,
+    LabelledTexts,
+    precision_recall_at_k,
+    read_fasttext,
+    read_table,
+    table_delimiter,
+)
 from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
 
 __all__ = [
@@ -17,4 +24,5 @@ __all__ = [
     "precision_recall_at_k",
     "read_fasttext",
     "read_table",
+    "table_delimiter",
 ]

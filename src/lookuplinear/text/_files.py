@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import InputValueError
 
 __all__ = ["LABEL_PREFIX", "LabelledTexts", "precision_recall_at_k", "read_fasttext",
-           "read_table"]
+           "read_table", "table_delimiter"]
 
 #: fastText's default label prefix (its ``-label`` option)
 LABEL_PREFIX = "__label__"
@@ -29,41 +29,71 @@ LABEL_PREFIX = "__label__"
 
 @dataclass
 class LabelledTexts:
-    """Texts with zero or more labels each, as read from a file."""
+    """Texts with zero or more labels each, as read from a file.
+
+    ``lines[i]`` is the file's line number (1-based) where example ``i`` starts, for messages;
+    ``undecodable`` the numbers of the lines that held bytes that are not UTF-8 (each read as
+    U+FFFD, as fastText reads such a line instead of stopping).
+    """
 
     texts: list[str]
     labels: list[list[str]]
+    lines: list[int] = field(default_factory=list)
+    undecodable: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.texts)
 
 
-def _open_lines(path: str | Path) -> list[str]:
-    if str(path) == "-":
-        return sys.stdin.read().splitlines()
+#: the UTF-8 byte order mark some editors write at the start of a file
+_BOM = b"\xef\xbb\xbf"
+
+
+def _open_lines(path: str | Path) -> tuple[list[str], list[int]]:
+    """The lines of ``path`` (``-``: stdin) split at ``\\n`` only (a ``\\r`` before it dropped),
+    as fastText splits them, a leading BOM removed; and the numbers of the lines with bytes that
+    are not UTF-8 (decoded with U+FFFD in their place)."""
+    data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+    data = data.removeprefix(_BOM)
     try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise InputValueError(
-            f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Convert it with "
-            "iconv -t utf-8, or pass the right file."
-        ) from None
+        text = data.decode("utf-8")
+        undecodable: list[int] = []
+    except UnicodeDecodeError:  # rare: find the lines, decode each as well as it goes
+        raw = data.split(b"\n")
+        undecodable = []
+        decoded = []
+        for n, line in enumerate(raw, start=1):
+            try:
+                decoded.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                decoded.append(line.decode("utf-8", errors="replace"))
+                undecodable.append(n)
+        text = "\n".join(decoded)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines], undecodable
 
 
 def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> LabelledTexts:
     """Read a fastText-format file (``-`` for stdin); blank lines are skipped.
 
+    Lines end at ``\\n`` (as in fastText; other Unicode line breaks are part of the text), a
+    UTF-8 byte order mark is skipped, and bytes that are not UTF-8 read as U+FFFD (the lines are
+    listed in ``undecodable``).
+
     Examples
     --------
     >>> import tempfile, os
     >>> with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-    ...     _ = f.write("__label__a __label__b hello world\\n__label__c bye\\n")
+    ...     _ = f.write("__label__a __label__b hello world\\n\\n__label__c bye\\n")
     >>> data = read_fasttext(f.name); os.unlink(f.name)
-    >>> data.labels, data.texts
-    ([['__label__a', '__label__b'], ['__label__c']], ['hello world', 'bye'])
+    >>> data.labels, data.texts, data.lines
+    ([['__label__a', '__label__b'], ['__label__c']], ['hello world', 'bye'], [1, 3])
     """
-    texts, labels = [], []
-    for line in _open_lines(path):
+    texts, labels, numbers = [], [], []
+    lines, undecodable = _open_lines(path)
+    for n, line in enumerate(lines, start=1):
         tokens = line.split()
         if not tokens:
             continue
@@ -78,7 +108,8 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> Labe
         else:
             labels.append(tokens[:k])
         texts.append(" ".join(rest))
-    return LabelledTexts(texts, labels)
+        numbers.append(n)
+    return LabelledTexts(texts, labels, numbers, undecodable)
 
 
 def read_table(
@@ -87,22 +118,36 @@ def read_table(
     text_column: str,
     label_column: str | None,
     delimiter: str | None = None,
+    option: str = "--text-column",
 ) -> LabelledTexts:
     """Read a CSV/TSV file with a header row; columns by name or 0-based position.
 
     ``delimiter`` defaults to a tab for ``.tsv``/``.tab`` files and a comma otherwise. A label
-    cell may hold several labels separated by spaces.
+    cell may hold several labels separated by spaces. The file is decoded as by
+    :func:`read_fasttext`; errors name the line (a quoted field may span lines). ``option``
+    names where ``text_column`` came from, for the message when it is not a column.
     """
-    lines = _open_lines(path)
-    sep = delimiter or ("\t" if str(path).endswith((".tsv", ".tab")) else ",")
-    rows = list(csv.reader(lines, delimiter=sep))
+    lines, undecodable = _open_lines(path)
+    sep = delimiter or table_delimiter(path)
+    reader = csv.reader(lines, delimiter=sep)
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        for row in reader:
+            rows.append((reader.line_num, row))
+    except csv.Error as e:
+        raise InputValueError(
+            f"{path}:{reader.line_num}: not a valid CSV/TSV row ({e}). Check the delimiter "
+            f"(now {sep!r}) and the quoting of that line."
+        ) from None
     if not rows:
         raise InputValueError(f"{path} is empty; a CSV/TSV input needs a header row.")
-    header, body = rows[0], rows[1:]
-    t = _column(header, text_column, path, "--text-column")
+    header = rows[0][1]
+    t = _column(header, text_column, path, option)
     lab = None if label_column is None else _column(header, label_column, path, "--label-column")
-    texts, labels = [], []
-    for n, row in enumerate(body, start=2):
+    texts, labels, numbers = [], [], []
+    start = rows[0][0] + 1  # the line where the next row starts
+    for end, row in rows[1:]:
+        n, start = start, end + 1
         if not row:
             continue
         need = max(t, -1 if lab is None else lab)
@@ -113,7 +158,13 @@ def read_table(
             )
         texts.append(row[t])
         labels.append([] if lab is None else row[lab].split())
-    return LabelledTexts(texts, labels)
+        numbers.append(n)
+    return LabelledTexts(texts, labels, numbers, undecodable)
+
+
+def table_delimiter(path: str | Path) -> str:
+    """``read_table``'s default delimiter: a tab for ``.tsv``/``.tab`` files, else a comma."""
+    return "\t" if str(path).endswith((".tsv", ".tab")) else ","
 
 
 def _column(header: Sequence[str], name: str, path: str | Path, option: str) -> int:
