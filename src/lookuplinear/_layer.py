@@ -88,8 +88,11 @@ class LookupLinear(nn.Module):
         Keep the table, the bias and the optimizer state in memory-mapped files of a new
         directory at this path (:class:`~lookuplinear.TableStorage`): a table larger than memory
         trains as one that fits. Rows are drawn lazily, on their first lookup, from ``(seed,
-        row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution); CPU only; the input must
-        name rows (index, bags or sparse input, not dense rows). Reopen it with :meth:`open`.
+        row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution), and never over values
+        written into them (``load_state_dict``, see docs/storage.md); exports (``state_dict``,
+        ``to_linear``, ``quantize``, ...) draw every row first, so they equal the layer. CPU
+        only; the input must name rows (index, bags or sparse input, not dense rows). Reopen it
+        with :meth:`open`.
     seed : int, optional
         The seed of a ``storage`` table's rows; by default drawn from PyTorch's generator (so
         ``torch.manual_seed`` fixes it, as it fixes an in-memory table).

@@ -5,7 +5,7 @@ A table of ``rows x dim`` values lives in a directory::
     table/
       meta.json         # shape, dtype, init, seed, the layer's settings
       weight.bin        # rows * dim values, row-major (sparse: undrawn rows take no disk)
-      drawn.bin         # one byte per row: 1 once the row holds its initial value or more
+      drawn.bin         # one byte per row: 1 once the row holds a value (drawn or written)
       bias.bin          # the bias, when the layer has one
       state-<name>.bin  # an optimizer's row state (Adam's moments, Adagrad's sums), same rows
 
@@ -22,6 +22,13 @@ writes nothing. ``init="normal"`` draws a standard normal (``nn.Embedding``'s di
 and ``pairs + j``). The values follow the distribution of
 an in-memory table's, not its exact numbers (PyTorch's generator draws a whole table in one
 sequence). Reading ``weight`` directly shows zeros for rows never looked up.
+
+**What is written is kept.** A row that holds a value is never drawn over: ``load_state_dict``
+and a checkpoint's ``restore`` mark what they write (:meth:`TableStorage.mark_written`), and a
+row not marked yet that holds a non-zero value was written directly and is kept at its first
+lookup. What is exported (``state_dict``, ``to_linear``, ``quantize``, ...) reads every row, so
+the layer first draws every row not drawn yet (:meth:`TableStorage.materialize_all`): the copy
+equals the layer.
 
 **Serving.** :meth:`TableStorage.open` maps an existing table read-only (``MAP_PRIVATE``): opening
 costs the same for 1 MB or 50 GB, processes that open the same file share its pages, and rows
@@ -186,7 +193,7 @@ class TableStorage:
     ----------
     path : Path
     weight : Tensor of shape (rows, dim), memory-mapped
-    drawn : uint8 Tensor of shape (rows,): 1 where the row has been drawn
+    drawn : uint8 Tensor of shape (rows,): 1 where the row holds a value (drawn or written)
     bias : Tensor of shape (dim,) or None
     writable : bool
     """
@@ -350,7 +357,7 @@ class TableStorage:
         return torch.cat(found) if found else torch.zeros(0, dtype=torch.long)
 
     def materialize_all(self) -> None:
-        """Draw every row never drawn (writes the whole table)."""
+        """Draw every row that holds no value yet (writes the whole table)."""
         for start in range(0, self.meta["rows"], 1 << 16):
             self.materialize(torch.arange(start, min(start + (1 << 16), self.meta["rows"])))
 
