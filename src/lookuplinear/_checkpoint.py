@@ -495,7 +495,7 @@ class Checkpoint:
             p[rows] = tensors[f"table/{name}"].to(p.device, p.dtype)
             storage = storage_of(p)
             if storage is not None:
-                storage.mark_drawn(rows)
+                storage.mark_written(rows)
             for i, key, value in self._row_state(p):
                 saved = tensors.get(f"opt{i}/{name}/{key}")
                 if saved is not None:

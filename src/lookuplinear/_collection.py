@@ -55,7 +55,7 @@ from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._rowgrad import weight_grad
 from ._sizes import as_size
-from ._storage import TableStorage, attach, drawn_eagerly, storage_of
+from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign, storage_of
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -401,6 +401,15 @@ class LookupCollection(nn.Module):
         table (alone in its parameter), which has none and gets a dense one."""
         return self.sparse and cfg.mode != "max"
 
+    def _whole_tables(self) -> None:
+        """Draw the rows no lookup has drawn yet of every table in a file: what is exported
+        reads every row, as a lookup of each would, so that every export equals the
+        collection."""
+        for g in self._stored:
+            storage = storage_of(self.weights[g])
+            assert storage is not None
+            storage.materialize_all()
+
     def _rows(self, name: str) -> torch.Tensor:
         """Table ``name``: a differentiable view of its rows in its group's parameter."""
         g, off, cfg = self._places[name]
@@ -508,6 +517,7 @@ class LookupCollection(nn.Module):
                 data_type=dtypes[dtype]))
         ebc = EmbeddingBagCollection(tables=configs, is_weighted=bool(self.is_weighted),
                                      device=self.weights[0].device)
+        self._whole_tables()
         with torch.no_grad():
             for t in self.tables:
                 ebc.embedding_bags[t.name].weight.copy_(self._rows(t.name))
@@ -558,6 +568,7 @@ class LookupCollection(nn.Module):
         """
         from ._quantized_collection import QuantizedLookupCollection
 
+        self._whole_tables()
         return QuantizedLookupCollection(self, dtype)
 
     # ------------------------------------------------------------------ forward
@@ -1075,18 +1086,26 @@ def _distinct(tables: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
                        local_metadata: Any) -> None:
-    """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views)."""
+    """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views), with
+    every row of a table in a file drawn."""
+    module._whole_tables()
     groups = [state.pop(f"{prefix}weights.{g}") for g in range(len(module.weights))]
     for name, (g, off, cfg) in module._places.items():
         state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.stored_rows]
 
 
 def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
-                            *args: Any) -> None:
-    """Per-table entries -> the group parameters they live in (missing tables: left missing)."""
+                            local_metadata: dict[str, Any], *args: Any) -> None:
+    """Per-table entries -> the group parameters they live in (missing tables: left missing);
+    a table in a file loaded whole keeps the values (every row marked written)."""
     keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
     if not all(k in state for k in keys.values()):
         return  # strict loading reports the missing keys (weights.<g>)
     for g in range(len(module.weights)):
         names = [n for n, p in module._places.items() if p.group == g]
-        state[f"{prefix}weights.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        group = state[f"{prefix}weights.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        storage = storage_of(module.weights[g])
+        if storage is not None:
+            refuse_assign(local_metadata, keys[names[0]])
+            if group.shape == module.weights[g].shape:  # else the load reports the mismatch
+                storage.mark_written()

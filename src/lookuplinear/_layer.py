@@ -12,7 +12,7 @@ from torch import nn
 
 from . import hugepages
 from ._sizes import as_size
-from ._storage import TableStorage, attach, drawn_eagerly
+from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -89,8 +89,11 @@ class LookupLinear(nn.Module):
         Keep the table, the bias and the optimizer state in memory-mapped files of a new
         directory at this path (:class:`~lookuplinear.TableStorage`): a table larger than memory
         trains as one that fits. Rows are drawn lazily, on their first lookup, from ``(seed,
-        row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution); CPU only; the input must
-        name rows (index, bags or sparse input, not dense rows). Reopen it with :meth:`open`.
+        row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution), and never over values
+        written into them (``load_state_dict``, see docs/storage.md); exports (``state_dict``,
+        ``to_linear``, ``quantize``, ...) draw every row first, so they equal the layer. CPU
+        only; the input must name rows (index, bags or sparse input, not dense rows). Reopen it
+        with :meth:`open`.
     seed : int, optional
         The seed of a ``storage`` table's rows; by default drawn from PyTorch's generator (so
         ``torch.manual_seed`` fixes it, as it fixes an in-memory table).
@@ -313,12 +316,44 @@ class LookupLinear(nn.Module):
             s += f", storage={str(self.storage.path)!r}"
         return s
 
+    # ------------------------------------------------------------------ the table's values
+    def _whole_table(self) -> torch.Tensor:
+        """``weight`` with every row holding its value: a table in a file first draws the rows
+        no lookup has drawn yet (what is exported reads every row, as a lookup of each would),
+        so that every export equals the layer."""
+        if self.storage is not None:
+            self.storage.materialize_all()
+        return self.weight
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        self._whole_table()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        """A table in a file keeps the loaded values: every row is marked written."""
+        loads_table = self.storage is not None and prefix + "weight" in state_dict
+        if loads_table:
+            refuse_assign(local_metadata, prefix + "weight")
+        errors = len(error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                      missing_keys, unexpected_keys, error_msgs)
+        if loads_table and len(error_msgs) == errors:
+            assert self.storage is not None
+            self.storage.mark_written()
+
     # ------------------------------------------------------------------ conversions in
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, *, mode: Mode = "sum", sparse: bool = False
+        cls, linear: nn.Linear, *, mode: Mode = "sum", sparse: bool = False,
+        storage: str | os.PathLike[str] | None = None,
     ) -> LookupLinear:
         """A ``LookupLinear`` with ``weight = linear.weight.T`` and the same bias (copies).
+
+        ``storage``: copy them into a new table in a file at this path (see ``LookupLinear``'s
+        ``storage``); every row then holds the linear layer's values, none is drawn.
 
         Examples
         --------
@@ -337,23 +372,28 @@ class LookupLinear(nn.Module):
             bias=linear.bias is not None,
             mode=mode,
             sparse=sparse,
-            device=w.device,
+            device=None if storage is not None else w.device,
             dtype=w.dtype,
+            storage=storage,
         )
-        with torch.no_grad():
-            layer.weight.copy_(w.T)
-            if linear.bias is not None and layer.bias is not None:
-                layer.bias.copy_(linear.bias)
+        state = {"weight": w.detach().T} | ({} if linear.bias is None else {"bias": linear.bias})
+        layer.load_state_dict(state)
         return layer
 
     @classmethod
-    def from_embedding(cls, embedding: nn.Embedding | nn.EmbeddingBag) -> LookupLinear:
+    def from_embedding(
+        cls, embedding: nn.Embedding | nn.EmbeddingBag, *,
+        storage: str | os.PathLike[str] | None = None,
+    ) -> LookupLinear:
         """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode``,
         ``sparse``, ``include_last_offset`` and ``freeze`` (the table's ``requires_grad``), copied.
 
         Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output;
         a ``(B, N)`` index tensor is ``nn.Embedding``'s input here (one row per position), where
         ``nn.EmbeddingBag`` reads ``B`` bags: :class:`~lookuplinear.EmbeddingBag` keeps that call.
+        ``storage``: copy the table into a new table in a file at this path (see
+        ``LookupLinear``'s ``storage``): pretrained embeddings larger than memory, loaded once;
+        every row then holds the embedding's values, none is drawn.
 
         Raises
         ------
@@ -407,13 +447,15 @@ class LookupLinear(nn.Module):
             padding_idx=pad,
             sparse=embedding.sparse,
             include_last_offset=bool(is_bag and embedding.include_last_offset),
-            device=w.device,
+            device=None if storage is not None else w.device,
             dtype=w.dtype,
+            storage=storage,
         )
-        with torch.no_grad():
-            layer.weight.copy_(w)
-            if pad is not None:  # the bag drops padding whatever the row holds
-                layer.weight[pad].fill_(0)
+        table = w.detach()
+        if pad is not None:  # the bag drops padding whatever the row holds
+            table = table.clone()
+            table[pad] = 0
+        layer.load_state_dict({"weight": table})
         layer.weight.requires_grad_(w.requires_grad)  # from_pretrained(..., freeze=True)
         return layer
 
@@ -432,6 +474,7 @@ class LookupLinear(nn.Module):
         """
         from ._quantized import QuantizedLookupLinear
 
+        self._whole_table()
         return QuantizedLookupLinear(self, dtype)
 
     def to_linear(self, *, strict: bool = True) -> nn.Linear:
@@ -464,7 +507,7 @@ class LookupLinear(nn.Module):
                 "Call to_linear(strict=False) for the linear map; it equals this layer on "
                 "lookuplinear.densify(x, layer) (mode 'max' has no linear equivalent)."
             )
-        w = self.weight.detach()
+        w = self._whole_table().detach()
         lin = nn.Linear(
             self.in_features,
             self.out_features,
@@ -557,7 +600,7 @@ class LookupLinear(nn.Module):
 
     def _copy_table(self, target: torch.Tensor) -> None:
         with torch.no_grad():
-            target.copy_(self.weight)
+            target.copy_(self._whole_table())
             if self.padding_idx is not None:
                 target[self.padding_idx].fill_(0)
         target.requires_grad_(self.weight.requires_grad)  # a frozen table stays frozen

@@ -5,7 +5,7 @@ A table of ``rows x dim`` values lives in a directory::
     table/
       meta.json         # shape, dtype, init, seed, the layer's settings
       weight.bin        # rows * dim values, row-major (sparse: undrawn rows take no disk)
-      drawn.bin         # one byte per row: 1 once the row holds its initial value or more
+      drawn.bin         # one byte per row: 1 once the row holds a value (drawn or written)
       bias.bin          # the bias, when the layer has one
       state-<name>.bin  # an optimizer's row state (Adam's moments, Adagrad's sums), same rows
 
@@ -22,6 +22,13 @@ writes nothing. ``init="normal"`` draws a standard normal (``nn.Embedding``'s di
 and ``pairs + j``). The values follow the distribution of
 an in-memory table's, not its exact numbers (PyTorch's generator draws a whole table in one
 sequence). Reading ``weight`` directly shows zeros for rows never looked up.
+
+**What is written is kept.** A row that holds a value is never drawn over: ``load_state_dict``
+and a checkpoint's ``restore`` mark what they write (:meth:`TableStorage.mark_written`), and a
+row not marked yet that holds a non-zero value was written directly and is kept at its first
+lookup. What is exported (``state_dict``, ``to_linear``, ``quantize``, ...) reads every row, so
+the layer first draws every row not drawn yet (:meth:`TableStorage.materialize_all`): the copy
+equals the layer.
 
 **Serving.** :meth:`TableStorage.open` maps an existing table read-only (``MAP_PRIVATE``): opening
 costs the same for 1 MB or 50 GB, processes that open the same file share its pages, and rows
@@ -58,6 +65,7 @@ __all__ = [
     "drawn_input",
     "lookup_rows",
     "read_header",
+    "refuse_assign",
     "storage_of",
 ]
 
@@ -186,7 +194,7 @@ class TableStorage:
     ----------
     path : Path
     weight : Tensor of shape (rows, dim), memory-mapped
-    drawn : uint8 Tensor of shape (rows,): 1 where the row has been drawn
+    drawn : uint8 Tensor of shape (rows,): 1 where the row holds a value (drawn or written)
     bias : Tensor of shape (dim,) or None
     writable : bool
     """
@@ -213,7 +221,7 @@ class TableStorage:
                     if bool(chunk.any()):
                         self._seen[start:start + (1 << 24)] = chunk
         if create and meta["padding_idx"] is not None:
-            self.mark_drawn(torch.tensor([meta["padding_idx"]]))  # the padding row stays zero
+            self._mark(torch.tensor([meta["padding_idx"]]))  # the padding row stays zero
 
     def _file(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
               create: bool) -> torch.Tensor:
@@ -280,8 +288,12 @@ class TableStorage:
 
     # ------------------------------------------------------------------ rows
     def materialize(self, rows: torch.Tensor) -> None:
-        """Draw the initial values of the ``rows`` never drawn (indices outside the table
-        raise ``LookupIndexError``, as the lookup would)."""
+        """Give the ``rows`` that hold no value yet their initial value, drawn from ``(seed,
+        row)``; indices outside the table raise ``LookupIndexError``, as the lookup would.
+
+        A row not yet marked that holds a non-zero value was written directly (``weight.copy_``,
+        ``weight[rows] = v``) and is kept, not drawn over.
+        """
         rows = rows.reshape(-1)
         if rows.numel() == 0:
             return
@@ -292,15 +304,49 @@ class TableStorage:
         if fresh.numel() == 0:
             return
         fresh = torch.unique(fresh)
-        values = draw_rows(fresh, self.meta["dim"], seed=self.meta["seed"],
+        undrawn = fresh[self.weight[fresh].eq(0).all(1)]
+        values = draw_rows(undrawn, self.meta["dim"], seed=self.meta["seed"],
                            init=self.meta["init"], in_features=self.meta["rows"],
                            dtype=self.dtype)
-        # ``.data``: no version bump; no graph has read these rows (they were never drawn)
-        self.weight.data[fresh] = values
-        self.mark_drawn(fresh)
+        # ``.data``: no version bump; no graph has read these rows (they held no value)
+        self.weight.data[undrawn] = values
+        self._mark(fresh)
 
-    def mark_drawn(self, rows: torch.Tensor) -> None:
-        """Record ``rows`` as holding values (drawn, or written by a checkpoint's restore)."""
+    def mark_written(self, rows: torch.Tensor | None = None) -> None:
+        """Record ``rows`` (every row when ``None``) as holding values the lookup keeps.
+
+        ``load_state_dict`` and a checkpoint's ``restore`` call it for what they write; a
+        direct write of non-zero values is noticed at the row's next lookup. Call it after
+        writing a row directly that a lookup has not read yet *and* whose values are all zero:
+        unmarked, such a row reads as one never drawn, and its first lookup draws it.
+
+        Raises
+        ------
+        LookupIndexError
+            A row outside ``[0, rows)``.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> from lookuplinear import LookupLinear
+        >>> layer = LookupLinear(1000, 4, bias=False, seed=0,
+        ...                      storage=pathlib.Path(tempfile.mkdtemp()) / "t")
+        >>> with torch.no_grad():
+        ...     layer.weight[[3, 7]] = 0.0          # zeros: not told from a row never drawn
+        >>> layer.storage.mark_written(torch.tensor([3, 7]))
+        >>> layer(torch.tensor([3, 7])).abs().sum().item()
+        0.0
+        """
+        if rows is None:
+            self.drawn.data.fill_(1)
+            if self._seen is not self.drawn:
+                self._seen.fill_(1)
+            return
+        rows = rows.reshape(-1).long()
+        check_index_range(rows, self.meta["rows"], where="rows")
+        self._mark(rows)
+
+    def _mark(self, rows: torch.Tensor) -> None:
         self.drawn.data[rows] = 1
         if self._seen is not self.drawn:
             self._seen[rows] = 1
@@ -315,7 +361,7 @@ class TableStorage:
         return torch.cat(found) if found else torch.zeros(0, dtype=torch.long)
 
     def materialize_all(self) -> None:
-        """Draw every row never drawn (writes the whole table)."""
+        """Draw every row that holds no value yet (writes the whole table)."""
         for start in range(0, self.meta["rows"], 1 << 16):
             self.materialize(torch.arange(start, min(start + (1 << 16), self.meta["rows"])))
 
@@ -339,7 +385,7 @@ class TableStorage:
         if self._seen is not self.drawn:  # new zero pages, not a memset of the old ones
             self._seen = _anonymous_zeros(self.meta["rows"])
         if self.meta["padding_idx"] is not None:
-            self.mark_drawn(torch.tensor([self.meta["padding_idx"]]))
+            self._mark(torch.tensor([self.meta["padding_idx"]]))
 
     def flush(self) -> None:
         """Write the changed pages to disk now (``msync``); the OS does it anyway, later."""
@@ -425,6 +471,17 @@ def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
     input, rows = lookup_rows(input, in_features)
     storage.materialize(rows)
     return input
+
+
+def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
+    """Refuse ``load_state_dict(..., assign=True)`` into a table in a file: assigning would put
+    the given tensor in place of the mapped table, and the file would no longer follow."""
+    if local_metadata.get("assign_to_params_buffers", False):
+        raise InputValueError(
+            f"load_state_dict(..., assign=True): {key!r} is a table in a file, and assigning "
+            "would replace it by the given tensor (the file would no longer follow the layer). "
+            "Load without assign=True: the values are copied into the file."
+        )
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
