@@ -51,6 +51,7 @@ def test_sizes_as_numpy_integers_and_tensors_build_every_table(size: Any, tmp_pa
     assert LookupLinear(20, 3, padding_idx=size).padding_idx == 12
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # one epoch, 2 rows
 def test_an_estimators_hidden_size_may_be_a_numpy_integer() -> None:
     from lookuplinear.sklearn import LookupClassifier
 
