@@ -347,11 +347,16 @@ class Checkpoint:
         return save(tensors, metadata={"checkpoint": json.dumps(meta)})
 
     def _whole_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
-        for name, p in self.module.named_parameters():
+        """The module's state but its tables, saved whole: its ``state_dict`` (parameters,
+        buffers, and what a module writes there itself, as an ``IdMap``'s strings), then
+        its non-persistent buffers."""
+        state = self.module.state_dict(keep_vars=True)
+        for name, t in state.items():
             if name not in self.tables:
-                yield name, p
+                yield name, t
         for name, b in self.module.named_buffers():
-            yield name, b
+            if name not in state:
+                yield name, b
 
     def _remove_unlisted(self) -> None:
         keep = {s["file"] for s in self._segments}
@@ -436,9 +441,16 @@ class Checkpoint:
                     self._restore_rowwise(i, opt, last_meta["optimizers"][i], last)
             for _, tensors in segments:
                 self._apply_rows(tensors)
+            registered = self._registered()
+            own = {}  # entries a module writes itself: its _load_from_state_dict reads them
             for name, t in self._whole_tensors():
                 saved = last[f"whole/{name}"]
-                t.copy_(saved.to(t.device))
+                if name in registered:
+                    t.copy_(saved.to(t.device))
+                else:
+                    own[name] = saved
+            if own:
+                self._load_own(own)
             for i, opt in enumerate(self.optimizers):
                 if not isinstance(opt, RowSparseOptimizer):
                     self._restore_whole(i, opt, last_meta["optimizers"][i], last)
@@ -454,10 +466,25 @@ class Checkpoint:
         info: dict[str, Any] = last_meta["info"]
         return info
 
+    def _registered(self) -> set[str]:
+        """The names of the module's parameters and buffers (their shapes are the model's)."""
+        return {n for n, _ in self.module.named_parameters()} | \
+            {n for n, _ in self.module.named_buffers()}
+
+    def _load_own(self, own: dict[str, torch.Tensor]) -> None:
+        """Load the ``state_dict`` entries modules write themselves (sized by what they hold,
+        as an ``IdMap``'s strings): through ``load_state_dict``, so that each module reads
+        its own."""
+        try:
+            self.module.load_state_dict(own, strict=False)
+        except RuntimeError as e:
+            raise ModelFileError(f"the checkpoint at {self.path} does not load: {e}") from e
+
     def _check_whole(self, last: dict[str, torch.Tensor]) -> None:
+        registered = self._registered()
         for name, t in self._whole_tensors():
             saved = last.get(f"whole/{name}")
-            if saved is None or saved.shape != t.shape:
+            if saved is None or (name in registered and saved.shape != t.shape):
                 got = None if saved is None else tuple(saved.shape)
                 raise ModelFileError(
                     f"the checkpoint at {self.path} has {name} of shape {got}, the model "
