@@ -240,3 +240,24 @@ def test_the_dictionary_forgets_strings_without_a_row():
     assert len(m._keys) <= 2 * (m.capacity + m.pending.numel() // 4) + 1024 + 20
     held = m.row_id[: len(m)].tolist()
     assert set(held) <= set(m._keys.values())
+
+
+def test_a_collection_table_of_string_ids():
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 5, 3, ["user"], hashing="map", key_type="str",
+                                        dtype=torch.float64)])
+    out = col({"user": pd.Series(["ann", "bob", "ann"])})["user"]
+    rows = col.id_maps["user"](["ann", "bob"]).tolist()
+    assert rows == [1, 2]
+    dense = torch.nn.functional.one_hot(torch.tensor([1, 2, 1]), 5).double() @ col.weights[0]
+    torch.testing.assert_close(out, dense)  # the dense path: one_hot(row) @ W
+    two_d = col({"user": np.array([["bob"]])})["user"]
+    assert two_d.shape == (1, 1, 3) and torch.equal(two_d[0, 0], col.weights[0][2])
+    with pytest.raises(InputTypeError, match="holds string IDs"):
+        col(KeyedBags.from_dict({"user": [[1, 2]]}))
+    with pytest.raises(InputValueError, match="key_type are for hashing='map'"):
+        TableConfig("t", 10, 2, ["f"], key_type="str")
+    with pytest.raises(InputValueError, match="missing"):
+        col({"user": ["ann", None]})
