@@ -261,3 +261,15 @@ def test_a_collection_table_of_string_ids():
         TableConfig("t", 10, 2, ["f"], key_type="str")
     with pytest.raises(InputValueError, match="missing"):
         col({"user": ["ann", None]})
+
+
+def test_a_quantized_collection_reads_string_ids_as_the_float_one():
+    from lookuplinear import LookupCollection, TableConfig
+
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 5, 4, ["user"], hashing="map", key_type="str")])
+    col({"user": ["ann", "bob"]})
+    q = col.quantize("float16")
+    col.eval()
+    ids = {"user": ["bob", "ann", "eve"]}
+    torch.testing.assert_close(q(ids)["user"], col(ids)["user"], atol=1e-2, rtol=1e-2)
