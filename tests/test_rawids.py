@@ -273,3 +273,20 @@ def test_a_quantized_collection_reads_string_ids_as_the_float_one():
     col.eval()
     ids = {"user": ["bob", "ann", "eve"]}
     torch.testing.assert_close(q(ids)["user"], col(ids)["user"], atol=1e-2, rtol=1e-2)
+
+
+def test_backends_map_strings_the_same():
+    from lookuplinear._kernels import use_backend
+
+    states, rows = [], []
+    for backend in ("c", "torch"):
+        with use_backend(backend):
+            m = IdMap(6, fallback_rows=1, key_type="str", admit_after=2)
+            rows.append([m(b).tolist() for b in (["a", "b", "b"], ["c", "a", "d", "d"],
+                                                 ["e", "f", "e", "f", "a", "g"])])
+            with pytest.raises(InputTypeError, match="position 1"):
+                m(["a", ["unhashable"]])
+            states.append(m.state_dict())
+    assert rows[0] == rows[1]
+    for k, v in states[0].items():
+        assert torch.equal(v, states[1][k]), k

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import pairwise, repeat
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -184,7 +184,7 @@ class IdMap(nn.Module):
         training mode strings new to the map get new keys, in order of first appearance.
         Checks every string the dictionary does not hold before adding any."""
         try:
-            keys = np.fromiter(map(self._keys.get, strs, repeat(-1)), np.int64, len(strs))
+            keys = table_ops.dict_keys(self._keys, strs)
         except TypeError:  # an unhashable ID
             check_strs(strs, "IdMap(key_type='str')")
             raise

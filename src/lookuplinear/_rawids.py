@@ -156,7 +156,7 @@ def as_str_ids(ids: Any, where: str) -> tuple[list[Any], tuple[int, ...]]:
             _refuse_dtype(ids, where, "strings")
         return ids.reshape(-1).tolist(), ids.shape
     if isinstance(ids, Sequence):
-        items = list(ids)
+        items = ids if type(ids) is list else list(ids)  # read, never written
         return items, (len(items),)
     raise InputTypeError(
         f"{where}: string IDs must be a list, numpy array or pandas column of str, got "
