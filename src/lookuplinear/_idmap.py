@@ -148,7 +148,7 @@ class IdMap(nn.Module):
     def forward(self, ids: Any) -> torch.Tensor:
         """The row of every ID, int64: the shape and device of a tensor ``ids``, the shape of
         a numpy array, ``(len(ids),)`` for a list or pandas column (on the CPU)."""
-        strs: list[Any] = []
+        strs: list[Any] | np.ndarray = []
         if self.key_type == "str":
             strs, shape = as_str_ids(ids, "IdMap(key_type='str')")
             flat, device = self._keys_of(strs), torch.device("cpu")
@@ -170,16 +170,16 @@ class IdMap(nn.Module):
         rows = found + self.fallback_rows
         miss = found < 0
         if bool(miss.any()):
-            if strs:
+            if self.key_type == "str":
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
             else:
                 rows[miss] = hash_ids(flat[miss], self.fallback_rows)
-        if strs and self.training:
+        if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)
 
-    def _keys_of(self, strs: list[Any]) -> torch.Tensor:
+    def _keys_of(self, strs: list[Any] | np.ndarray) -> torch.Tensor:
         """The int64 key of every string (``-1`` for one without a key in eval mode); in
         training mode strings new to the map get new keys, in order of first appearance.
         Checks every string the dictionary does not hold before adding any."""

@@ -135,8 +135,9 @@ def as_int_ids(ids: Any, where: str) -> torch.Tensor:
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())  # pandas' are read-only
 
 
-def as_str_ids(ids: Any, where: str) -> tuple[list[Any], tuple[int, ...]]:
-    """String IDs as a flat list and the shape they came in: a numpy ``str`` or object array,
+def as_str_ids(ids: Any, where: str) -> tuple[list[Any] | np.ndarray, tuple[int, ...]]:
+    """String IDs as a flat list (or 1-D object array: the objects are not copied out) and the
+    shape they came in: a numpy ``str`` or object array,
     a list or tuple, a pandas column (object, ``string`` or categorical dtype). The list's
     elements are not checked here: :func:`check_strs` checks those a caller needs checked."""
     if isinstance(ids, torch.Tensor):
@@ -154,7 +155,8 @@ def as_str_ids(ids: Any, where: str) -> tuple[list[Any], tuple[int, ...]]:
     if isinstance(ids, np.ndarray):
         if ids.dtype.kind not in "UO":
             _refuse_dtype(ids, where, "strings")
-        return ids.reshape(-1).tolist(), ids.shape
+        flat = ids.reshape(-1)
+        return (flat if ids.dtype.kind == "O" else flat.tolist()), ids.shape
     if isinstance(ids, Sequence):
         items = ids if type(ids) is list else list(ids)  # read, never written
         return items, (len(items),)
@@ -164,7 +166,8 @@ def as_str_ids(ids: Any, where: str) -> tuple[list[Any], tuple[int, ...]]:
     )
 
 
-def check_strs(items: Sequence[Any], where: str, positions: Sequence[int] | None = None
+def check_strs(items: Sequence[Any] | np.ndarray, where: str,
+               positions: Sequence[int] | None = None
                ) -> None:
     """Raise unless every item is a ``str``: :class:`InputValueError` for a missing one
     (None, NaN, NA), :class:`InputTypeError` for one of another type. ``positions``: where

@@ -8,6 +8,7 @@ a Python loop (the same slots, so a saved table reads the same either way; slow)
 
 from __future__ import annotations
 
+import ctypes
 from itertools import repeat
 from typing import Any
 
@@ -19,8 +20,8 @@ from ._clib import function, ptr, pyfunction
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
 
-_I64 = __import__("ctypes").c_int64
-_P = __import__("ctypes").c_void_p
+_I64 = ctypes.c_int64
+_P = ctypes.c_void_p
 _U64 = (1 << 64) - 1
 
 
@@ -146,13 +147,17 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
     return out, next_value
 
 
-def dict_keys(keys: dict[str, int], items: list[Any]) -> np.ndarray:
-    """``keys.get(item, -1)`` of every item, int64 (``c/pyids.c``: the lookups in one C loop).
-    Raises TypeError for an unhashable item."""
+def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray:
+    """``keys.get(item, -1)`` of every item of a list or 1-D numpy object array, int64
+    (``c/pyids.c``: the lookups in one C loop). Raises TypeError for an unhashable item."""
     out = np.empty(len(items), dtype=np.int64)
     if use_c():
-        pyfunction("ll_dict_keys", _I64, __import__("ctypes").py_object,
-                   __import__("ctypes").py_object, _P)(keys, items, out.ctypes.data)
+        array = isinstance(items, np.ndarray)
+        if array:
+            items = np.ascontiguousarray(items, dtype=object)
+        pyfunction("ll_dict_keys", _I64, ctypes.py_object, ctypes.py_object, _P, _I64, _P)(
+            keys, None if array else items, items.ctypes.data if array else None,  # type: ignore[union-attr]
+            len(items), out.ctypes.data)
         return out
     return np.fromiter(map(keys.get, items, repeat(-1)), np.int64, len(items))
 

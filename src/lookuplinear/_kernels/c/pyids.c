@@ -9,14 +9,15 @@
 
 #define AHEAD 8
 
-/* out[i] = dict[items[i]] (an int) where present, else -1, for the n items of a list.
- * Returns how many were absent, or -1 with a Python error set (an unhashable item). */
-__attribute__((visibility("default"))) int64_t ll_dict_keys(PyObject *dict, PyObject *items,
+/* out[i] = dict[items[i]] (an int) where present, else -1, for the n items of a list, or where
+ * data is not NULL for the n objects at data (a numpy object array's). Returns how many were
+ * absent, or -1 with a Python error set (an unhashable item). */
+__attribute__((visibility("default"))) int64_t ll_dict_keys(PyObject *dict, PyObject *list,
+                                                            PyObject *const *data, int64_t n,
                                                             int64_t *out) {
-    Py_ssize_t n = PyList_GET_SIZE(items);
-    PyObject **item = PySequence_Fast_ITEMS(items);
+    PyObject *const *item = data ? data : PySequence_Fast_ITEMS(list);
     int64_t absent = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(item[i + AHEAD]);  /* its cached hash */
         PyObject *v = PyDict_GetItemWithError(dict, item[i]);
         if (v == NULL) {
