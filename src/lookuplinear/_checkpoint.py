@@ -10,9 +10,10 @@ A checkpoint directory holds a chain of segments and a manifest that names the c
 A segment holds, for each table trained by row-sparse gradients (``sparse=True`` or a fused
 optimizer), the rows changed since the previous save, their values and their optimizer state
 (``lookuplinear.optim``'s rows: moments, sums, momentum); everything else whole: the other
-parameters, the buffers, the optimizers' other state and their hyperparameters, PyTorch's CPU
-random generator state. The changed rows are known without reading any table: every row-sparse
-gradient of a lookuplinear table is made by one backward, which tells the checkpoint its rows
+parameters, the buffers and the rest of the ``state_dict`` (as an ``IdMap``'s strings), the
+optimizers' other state and their hyperparameters, PyTorch's CPU random generator state. The
+changed rows are known without reading any table: every row-sparse gradient of a lookuplinear
+table is made by one backward, which tells the checkpoint its rows
 (:mod:`lookuplinear._rowwatch`). A table with dense gradients is saved whole each time.
 
 **Order of writes** (:meth:`Checkpoint.save`): the new segment to ``seg-N.safetensors.tmp``,

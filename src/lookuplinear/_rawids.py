@@ -54,7 +54,9 @@ def key_type_of(ids: Any) -> Literal["int", "str"]:
     if isinstance(ids, torch.Tensor):
         return "int"
     if _is_pandas(ids):
-        ids = _from_pandas(ids, "IDs")
+        if getattr(ids.dtype, "kind", "O") != "O":
+            return "int"  # numbers (as_int_ids refuses all but integers)
+        ids = ids.to_numpy(dtype=object)
     if isinstance(ids, np.ndarray):
         if ids.dtype.kind == "U":
             return "str"
