@@ -10,10 +10,11 @@ A checkpoint directory holds a chain of segments and a manifest that names the c
 A segment holds, for each table trained by row-sparse gradients (``sparse=True`` or a fused
 optimizer), the rows changed since the previous save, their values and their optimizer state
 (``lookuplinear.optim``'s rows: moments, sums, momentum: the state each optimizer declares
-per row); everything else whole: the other parameters, the buffers, the optimizers' other
-state, its layout in memory and their hyperparameters, PyTorch's CPU random generator state.
-The changed rows are known without reading any table: every row-sparse gradient of a
-lookuplinear table is made by one backward, which tells the checkpoint its rows
+per row); everything else whole: the other parameters, the buffers and the rest of the
+``state_dict`` (as an ``IdMap``'s strings), the optimizers' other state, its layout in memory
+and their hyperparameters, PyTorch's CPU random generator state. The changed rows are known
+without reading any table: every row-sparse gradient of a lookuplinear table is made by one
+backward, which tells the checkpoint its rows
 (:mod:`lookuplinear._rowwatch`). A table with dense gradients is saved whole each time.
 
 **Order of writes** (:meth:`Checkpoint.save`): the new segment to ``seg-N.safetensors.tmp``,
@@ -346,11 +347,26 @@ class Checkpoint:
         return save(tensors, metadata={"checkpoint": json.dumps(meta)})
 
     def _whole_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """The module's state but its tables, saved whole: its parameters and buffers, then
+        what a module writes into its ``state_dict`` itself (as an ``IdMap``'s strings).
+
+        Not through ``module.state_dict()``: that exports the tables too, and a table in a file
+        draws every row it has not drawn yet before it is exported."""
         for name, p in self.module.named_parameters():
             if name not in self.tables:
                 yield name, p
-        for name, b in self.module.named_buffers():
-            yield name, b
+        yield from self.module.named_buffers()
+        registered = self._registered()
+        tables = {id(p) for p in self.tables.values()}
+        for prefix, m in self.module.named_modules():
+            if type(m)._save_to_state_dict is nn.Module._save_to_state_dict or any(
+                    id(p) in tables for p in m._parameters.values()):
+                continue
+            own: dict[str, Any] = {}
+            m._save_to_state_dict(own, f"{prefix}." if prefix else "", True)
+            for name, t in own.items():
+                if name not in registered and isinstance(t, torch.Tensor):
+                    yield name, t
 
     def _remove_unlisted(self) -> None:
         keep = {s["file"] for s in self._segments}
@@ -461,9 +477,16 @@ class Checkpoint:
                     self._restore_rowwise(i, opt, last_meta["optimizers"][i], last)
             for _, tensors in segments:
                 self._apply_rows(tensors)
+            registered = self._registered()
+            own = {}  # entries a module writes itself: its _load_from_state_dict reads them
             for name, t in self._whole_tensors():
                 saved = last[f"whole/{name}"]
-                t.copy_(saved.to(t.device))
+                if name in registered:
+                    t.copy_(saved.to(t.device))
+                else:
+                    own[name] = saved
+            if own:
+                self._load_own(own)
             for i, opt in enumerate(self.optimizers):
                 if not isinstance(opt, RowSparseOptimizer):
                     self._restore_whole(i, opt, last_meta["optimizers"][i], last)
@@ -479,10 +502,25 @@ class Checkpoint:
         info: dict[str, Any] = last_meta["info"]
         return info
 
+    def _registered(self) -> set[str]:
+        """The names of the module's parameters and buffers (their shapes are the model's)."""
+        return {n for n, _ in self.module.named_parameters()} | \
+            {n for n, _ in self.module.named_buffers()}
+
+    def _load_own(self, own: dict[str, torch.Tensor]) -> None:
+        """Load the ``state_dict`` entries modules write themselves (sized by what they hold,
+        as an ``IdMap``'s strings): through ``load_state_dict``, so that each module reads
+        its own."""
+        try:
+            self.module.load_state_dict(own, strict=False)
+        except RuntimeError as e:
+            raise ModelFileError(f"the checkpoint at {self.path} does not load: {e}") from e
+
     def _check_whole(self, last: dict[str, torch.Tensor]) -> None:
+        registered = self._registered()
         for name, t in self._whole_tensors():
             saved = last.get(f"whole/{name}")
-            if saved is None or saved.shape != t.shape:
+            if saved is None or (name in registered and saved.shape != t.shape):
                 got = None if saved is None else tuple(saved.shape)
                 raise ModelFileError(
                     f"the checkpoint at {self.path} has {name} of shape {got}, the model "

@@ -106,6 +106,9 @@ class TableConfig:
         least recently used ID's row, re-drawn as ``init`` says and with fresh optimizer state
         (:mod:`lookuplinear.optim`); IDs without a row share the fallback rows. The map is in
         the collection's ``state_dict``. In eval mode nothing is added.
+    key_type : {"int", "str"}, default "int"
+        ``hashing="map"``: the IDs the table's ``IdMap`` holds. A ``"str"`` table reads string
+        IDs (a list, numpy array or pandas column of str) in a ``{feature: IDs}`` dict.
     dtype : torch.dtype, optional
         The table's dtype (default: torch's default dtype).
     storage : path, optional
@@ -134,6 +137,7 @@ class TableConfig:
     fallback_rows: int | None = None
     admit_after: int | None = None
     storage: str | os.PathLike[str] | None = field(default=None, compare=False)
+    key_type: str = "int"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "." in self.name:
@@ -172,9 +176,10 @@ class TableConfig:
         for key in ("fallback_rows", "admit_after"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
-        if self.hashing != "map" and (self.fallback_rows, self.admit_after) != (None, None):
+        if self.hashing != "map" and (self.fallback_rows, self.admit_after, self.key_type) != (
+                None, None, "int"):
             raise InputValueError(
-                f"TableConfig {self.name!r}: fallback_rows and admit_after are for "
+                f"TableConfig {self.name!r}: fallback_rows, admit_after and key_type are for "
                 f"hashing='map', got hashing={self.hashing!r}."
             )
         if self.hashing is not None and self.padding_idx is not None:
@@ -333,7 +338,7 @@ class LookupCollection(nn.Module):
         self._plan()
         self.id_maps = nn.ModuleDict({
             t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
-                          admit_after=t.admit_after or 1)
+                          admit_after=t.admit_after or 1, key_type=t.key_type)
             for t in tables if t.hashing == "map"
         })
         self._mapped: dict[str, torch.Tensor] | None = None
@@ -609,16 +614,17 @@ class LookupCollection(nn.Module):
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         g, off, cfg = self._places[self._table_of[feature]]
-        if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or x.dtype == torch.bool:
+        if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
+            id_map = cast(IdMap, self.id_maps[cfg.name])
+            ids = id_map(x).to(self.weights[g].device)
+            if id_map.evicted.numel():
+                self._renew(cfg.name, id_map.evicted)
+        elif not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
+                x.dtype == torch.bool:
             raise InputTypeError(
                 f"LookupCollection: feature {feature!r} needs an integer index tensor, got "
                 f"{getattr(x, 'dtype', type(x).__name__)}."
             )
-        if cfg.hashing == "map":
-            id_map = cast(IdMap, self.id_maps[cfg.name])
-            ids = id_map(x)
-            if id_map.evicted.numel():
-                self._renew(cfg.name, id_map.evicted)
         else:
             ids = x if cfg.hashing is None else hash_ids(x, cfg.num_embeddings)
         if cfg.hashing is None:
@@ -652,6 +658,12 @@ class LookupCollection(nn.Module):
         mapped: dict[str, torch.Tensor] = {}
         for name, module in self.id_maps.items():
             id_map = cast(IdMap, module)
+            if id_map.key_type == "str":
+                raise InputTypeError(
+                    f"LookupCollection: table {name!r} holds string IDs (key_type='str'), and a "
+                    "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
+                    "of strings (a list, numpy array or pandas column)."
+                )
             feats = [f for f in self.feature_names if self._table_of[f] == name]
             ids = [kb[f].indices for f in feats]
             rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])

@@ -10,12 +10,13 @@ bytes of a string ID and the 8 little-endian bytes of an integer ID. As a matrix
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from ._rawids import as_int_ids, as_str_ids, check_strs, key_type_of
 from ._sizes import as_size
-from .errors import InputTypeError
 
 __all__ = ["hash_ids"]
 
@@ -49,7 +50,7 @@ def _murmur3_int64(ids: torch.Tensor) -> torch.Tensor:
     return torch.where(h >= 2**31, h - 2**32, h)
 
 
-def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[str], num_rows: int) -> torch.Tensor:
+def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> torch.Tensor:
     """The row of every ID among ``num_rows``: ``abs(murmurhash3_32(key)) % num_rows``.
 
     Dense equivalent: the hashing matrix ``H`` (``H[i, hash_ids(i)] = 1``), so that a table of
@@ -59,20 +60,25 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[str], num_rows: int) -> t
 
     Parameters
     ----------
-    ids : integer tensor or array of any shape, or a sequence of str
+    ids : integer tensor or array of any shape, or strings
+        Integer IDs: a tensor of any integer dtype, a numpy integer array (``uint64`` below
+        ``2**63``), a list or pandas column of ints. String IDs: a numpy ``str`` or object
+        array, a list of str, a pandas column of str (object, ``string`` or categorical
+        dtype). Which of the two is read from the dtype, or from the first element.
     num_rows : int
         The table's rows, ``>= 1``.
 
     Returns
     -------
-    Tensor of int64, the shape of ``ids`` (``(len(ids),)`` for strings), on ``ids``' device.
+    Tensor of int64, the shape of ``ids`` (``(len(ids),)`` for a list), on ``ids``' device
+    (the CPU for anything but a tensor).
 
     Raises
     ------
     InputTypeError
-        Floating-point or boolean IDs, or a sequence that is not all strings.
+        Floating-point or boolean IDs, or IDs of mixed types (ints among strings).
     InputValueError
-        ``num_rows < 1``.
+        ``num_rows < 1``; a missing ID (None, NaN, pandas' NA); an integer outside int64.
 
     Examples
     --------
@@ -83,28 +89,15 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[str], num_rows: int) -> t
     True
     """
     num_rows = as_size(num_rows, "num_rows", where="hash_ids")
-    if isinstance(ids, np.ndarray):
-        if ids.dtype.kind not in "iu":
-            raise InputTypeError(
-                f"hash_ids: IDs must be integers or strings, got a numpy array of {ids.dtype}."
-            )
-        ids = torch.from_numpy(ids.astype(np.int64, copy=False))
-    if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise InputTypeError(
-                f"hash_ids: IDs must be an integer tensor (or strings), got dtype {ids.dtype}. "
-                "Convert exact integer IDs with ids.long()."
-            )
-        return _rows(_murmur3_int64(ids.long()), num_rows)
-    if isinstance(ids, str) or not all(isinstance(s, str) for s in ids):
-        raise InputTypeError(
-            "hash_ids: IDs must be an integer tensor/array or a sequence of str, got "
-            f"{type(ids).__name__}{'' if isinstance(ids, str) else ' of mixed types'}."
-        )
+    if key_type_of(ids) == "int":
+        return _rows(_murmur3_int64(as_int_ids(ids, "hash_ids").long()), num_rows)
+    strs, shape = as_str_ids(ids, "hash_ids")
+    check_strs(strs, "hash_ids")
     from ._kernels._ngrams import murmur
 
-    hashes = torch.tensor([murmur(s.encode("utf-8")) for s in ids], dtype=torch.int64)
-    return _rows(hashes, num_rows)
+    hashes = torch.tensor([murmur(s.encode("utf-8", "surrogatepass")) for s in strs],
+                          dtype=torch.int64)
+    return _rows(hashes, num_rows).reshape(shape)
 
 
 def _rows(signed: torch.Tensor, n: int) -> torch.Tensor:

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
+from ._rawids import as_int_ids, as_str_ids, check_strs
 from ._sizes import as_size
-from .errors import InputTypeError, InputValueError
+from .errors import InputValueError
 
 __all__ = ["IdMap"]
 
 
+#: the state_dict entries of a ``key_type="str"`` map's strings (its own str -> key dictionary)
+_STR_STATE = ("key_strings", "key_offsets", "key_codes", "key_next")
+
+
 class IdMap(nn.Module):
-    """A managed, collision-free map from int64 IDs to the rows of a ``num_embeddings``-row table.
+    """A managed, collision-free map from int64 or string IDs to the rows of a table.
 
     Rows ``[0, fallback_rows)`` are shared fallback rows; the other ``capacity = num_embeddings -
     fallback_rows`` rows are each given to one ID. In training mode a call:
@@ -28,6 +35,13 @@ class IdMap(nn.Module):
        recently used ID (LRU: the one whose last call is the oldest, ties to the lower row),
        which is then forgotten; rows used in this call are never taken;
     3. maps every other ID to a fallback row, ``hash_ids(id, fallback_rows)``.
+
+    A map holds one type of ID, chosen at construction: ``key_type="int"`` (int64 values) or
+    ``"str"``. A string map keeps a dictionary of its own from each string it holds (or counts)
+    to an int64 key, so strings are compared exactly: no two strings share a row below
+    ``capacity``, whatever their hashes. Its strings are in its ``state_dict`` as UTF-8 bytes
+    and offsets (tensors only: it loads without executing code). Strings without a row read
+    ``hash_ids(string, fallback_rows)``, the row ``hash_ids`` gives the string itself.
 
     Below ``capacity`` distinct admitted IDs, no two IDs share a row. :attr:`evicted` lists the
     rows the last call gave to new IDs after taking them from others (their values and optimizer
@@ -49,14 +63,21 @@ class IdMap(nn.Module):
     admit_after : int, default 1
         Calls-worth of sightings an ID needs before it gets a row (frequency admission: rare IDs
         never take a row from frequent ones). Counts of IDs not yet admitted are kept in a table
-        of ``2 * capacity`` entries, cleared when it fills.
+        of ``2 * capacity`` entries, cleared when it fills. With ``admit_after > 1`` the IDs
+        admitted in one call take rows in order of ID value (of first sighting for strings).
+    key_type : {"int", "str"}, default "int"
+        The IDs the map holds. ``"int"``: an integer tensor (any shape and device), a numpy
+        integer array, a list or pandas column of ints. ``"str"``: a numpy ``str`` or object
+        array, a list of str, a pandas column of str (object, ``string`` or categorical).
 
     Raises
     ------
     InputValueError
-        ``num_embeddings <= fallback_rows`` (no capacity), or a count below 1.
+        ``num_embeddings <= fallback_rows`` (no capacity), a count below 1, an unknown
+        ``key_type``; a missing ID (None, NaN, pandas' NA) or an int outside int64 in a call.
     InputTypeError
-        IDs that are not an integer tensor.
+        IDs of another type than ``key_type`` (floats, booleans, ints in a string map, strings
+        in an int map). A call that raises changes nothing.
 
     Examples
     --------
@@ -65,6 +86,9 @@ class IdMap(nn.Module):
     tensor([2, 3, 2])
     >>> ids(torch.tensor([-7, 55]))
     tensor([3, 4])
+    >>> names = IdMap(6, fallback_rows=2, key_type="str")
+    >>> names(["user_b", "user_a", "user_b"])
+    tensor([2, 3, 2])
     """
 
     table: torch.Tensor  # the hash table: ID -> row among the capacity (_kernels/_idmap.py)
@@ -76,7 +100,7 @@ class IdMap(nn.Module):
     pending_used: torch.Tensor  # IDs in ``pending``
 
     def __init__(self, num_embeddings: int, *, fallback_rows: int = 1,
-                 admit_after: int = 1) -> None:
+                 admit_after: int = 1, key_type: str = "int") -> None:
         super().__init__()
         num_embeddings = as_size(num_embeddings, "num_embeddings", where="IdMap")
         fallback_rows = as_size(fallback_rows, "fallback_rows", where="IdMap")
@@ -87,7 +111,16 @@ class IdMap(nn.Module):
                 f"fallback_rows={fallback_rows}; the capacity is num_embeddings - fallback_rows. "
                 "Give the table more rows than fallback rows."
             )
+        if key_type not in ("int", "str"):
+            raise InputValueError(
+                f"IdMap: key_type must be 'int' or 'str' (the IDs the map holds), got "
+                f"{key_type!r}."
+            )
         self.num_embeddings = num_embeddings
+        self.key_type = key_type
+        #: a string map's own dictionary: each string it holds or counts -> its int64 key
+        self._keys: dict[str, int] = {}
+        self._next_key = 0
         self.fallback_rows = fallback_rows
         self.admit_after = admit_after
         capacity = num_embeddings - fallback_rows
@@ -112,16 +145,17 @@ class IdMap(nn.Module):
         """IDs that hold a row."""
         return int(self.assigned)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """The row of every ID, int64, the shape and device of ``ids``."""
-        if not isinstance(ids, torch.Tensor) or ids.dtype.is_floating_point or ids.dtype in (
-            torch.bool, torch.complex64, torch.complex128
-        ):
-            raise InputTypeError(
-                "IdMap takes an integer tensor of IDs, got "
-                f"{getattr(ids, 'dtype', type(ids).__name__)}. Hash string IDs with hash_ids."
-            )
-        flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
+    def forward(self, ids: Any) -> torch.Tensor:
+        """The row of every ID, int64: the shape and device of a tensor ``ids``, the shape of
+        a numpy array, ``(len(ids),)`` for a list or pandas column (on the CPU)."""
+        strs: list[Any] | np.ndarray = []
+        if self.key_type == "str":
+            strs, shape = as_str_ids(ids, "IdMap(key_type='str')")
+            flat, device = self._keys_of(strs), torch.device("cpu")
+        else:
+            ids = as_int_ids(ids, "IdMap")
+            shape, device = ids.shape, ids.device
+            flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
         self.evicted = torch.zeros(0, dtype=torch.int64)
         if not self.training:
             found = table_ops.find(self.table, flat)
@@ -136,8 +170,43 @@ class IdMap(nn.Module):
         rows = found + self.fallback_rows
         miss = found < 0
         if bool(miss.any()):
-            rows[miss] = hash_ids(flat[miss], self.fallback_rows)
-        return rows.reshape(ids.shape).to(ids.device)
+            if self.key_type == "str":
+                at = torch.nonzero(miss).reshape(-1).tolist()
+                rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
+            else:
+                rows[miss] = hash_ids(flat[miss], self.fallback_rows)
+        if self.key_type == "str" and self.training:
+            self._forget_unused_keys()
+        return rows.reshape(shape).to(device)
+
+    def _keys_of(self, strs: list[Any] | np.ndarray) -> torch.Tensor:
+        """The int64 key of every string (``-1`` for one without a key in eval mode); in
+        training mode strings new to the map get new keys, in order of first appearance.
+        Checks every string the dictionary does not hold before adding any."""
+        try:
+            keys = table_ops.dict_keys(self._keys, strs)
+        except TypeError:  # an unhashable ID
+            check_strs(strs, "IdMap(key_type='str')")
+            raise
+        new = np.flatnonzero(keys < 0).tolist()
+        if new:
+            check_strs([strs[i] for i in new], "IdMap(key_type='str')", new)
+            if self.training:
+                for i in new:
+                    key = self._keys.setdefault(strs[i], self._next_key)
+                    self._next_key += key == self._next_key
+                    keys[i] = key
+        return torch.from_numpy(keys)
+
+    def _forget_unused_keys(self) -> None:
+        """Drop the strings that hold no row and no admission count from the dictionary,
+        once it holds twice as many strings as can be in use (amortised over calls)."""
+        in_use = self.capacity + self.pending.numel() // 4
+        if len(self._keys) <= 2 * in_use + 1024:
+            return
+        live = set(self.row_id[: int(self.assigned)].tolist())
+        live.update(self.pending[0::2][self.pending[1::2] >= 0].tolist())
+        self._keys = {s: k for s, k in self._keys.items() if k in live}
 
     @staticmethod
     def _ids_of_new_rows(rows: torch.Tensor, flat: torch.Tensor,
@@ -203,9 +272,67 @@ class IdMap(nn.Module):
         return torch.cat([fresh, order])
 
     def extra_repr(self) -> str:
+        kind = ", key_type='str'" if self.key_type == "str" else ""
         return (f"{self.num_embeddings}, fallback_rows={self.fallback_rows}, "
-                f"admit_after={self.admit_after}, ids={len(self)}")
+                f"admit_after={self.admit_after}{kind}, ids={len(self)}")
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        super()._load_from_state_dict(state_dict, prefix, *args)
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.key_type != "str":
+            return
+        encoded = [s.encode("utf-8", "surrogatepass") for s in self._keys]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        destination[prefix + "key_strings"] = torch.from_numpy(
+            np.frombuffer(b"".join(encoded), dtype=np.uint8).copy())
+        destination[prefix + "key_offsets"] = torch.from_numpy(
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        destination[prefix + "key_codes"] = torch.tensor(list(self._keys.values()),
+                                                         dtype=torch.int64)
+        destination[prefix + "key_next"] = torch.tensor(self._next_key, dtype=torch.int64)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        names = [prefix + n for n in _STR_STATE]
+        given = [n for n in names if n in state_dict]
+        rest = {k: v for k, v in state_dict.items() if k not in given}
+        keys: tuple[dict[str, int], int] | None = None
+        if self.key_type == "str" and len(given) < len(names):
+            missing_keys.extend(n for n in names if n not in given)
+            error_msgs.append(f"IdMap at {prefix!r} holds str IDs (key_type='str'); the state "
+                              "has no strings: it is an int map's.")
+        elif self.key_type == "str":
+            keys = _decode_keys([state_dict[n] for n in names], error_msgs)
+        elif given:
+            unexpected_keys.extend(given)
+            error_msgs.append(f"IdMap at {prefix!r} holds int IDs; the state has strings: it is "
+                              "a key_type='str' map's. Build IdMap(..., key_type='str').")
+        n_errors = len(error_msgs)
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        if keys is not None and len(error_msgs) == n_errors:
+            self._keys, self._next_key = keys
         self.evicted = torch.zeros(0, dtype=torch.int64)
+
+
+def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
+                 ) -> tuple[dict[str, int], int] | None:
+    """A string map's dictionary from its state (``_STR_STATE``: UTF-8 bytes, offsets, keys,
+    next key), or None with a message in ``error_msgs`` where it does not hold together."""
+    data, offsets, codes, nxt = state
+    off = offsets.reshape(-1).tolist()
+    if (data.dtype != torch.uint8 or data.dim() != 1 or len(off) != codes.numel() + 1
+            or (off and (off[0] != 0 or off[-1] != data.numel()))
+            or any(b < a for a, b in pairwise(off))):
+        error_msgs.append("IdMap: the saved strings (key_strings, key_offsets, key_codes) do "
+                          "not hold together: the state is damaged.")
+        return None
+    raw = data.numpy().tobytes()
+    try:
+        strs = [raw[a:b].decode("utf-8", "surrogatepass") for a, b in pairwise(off)]
+    except UnicodeDecodeError:
+        error_msgs.append("IdMap: the saved strings are not UTF-8: the state is damaged.")
+        return None
+    return dict(zip(strs, codes.tolist(), strict=True)), int(nxt)

@@ -158,7 +158,8 @@ class QuantizedLookupCollection(nn.Module):
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         cfg = self._configs[self._table_of[feature]]
-        if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or x.dtype == torch.bool:
+        if cfg.hashing != "map" and (not isinstance(x, torch.Tensor) or
+                                     x.dtype.is_floating_point or x.dtype == torch.bool):
             raise InputTypeError(
                 f"QuantizedLookupCollection: feature {feature!r} needs an integer index tensor, "
                 f"got {getattr(x, 'dtype', type(x).__name__)}."

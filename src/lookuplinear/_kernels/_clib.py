@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["VERSION", "function", "load", "ptr", "suffix"]
+__all__ = ["VERSION", "function", "load", "ptr", "pyfunction", "suffix"]
 
 #: ``ll_version()`` of the library this loader was written for (``c/module.c``)
-VERSION = 13
+VERSION = 14
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
 
@@ -37,6 +37,17 @@ def load() -> Any:
 def function(name: str, restype: Any, *argtypes: Any) -> Any:
     """The entry point ``name`` of the library with its signature set (the library must load)."""
     fn = getattr(load(), name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
+@functools.cache
+def pyfunction(name: str, restype: Any, *argtypes: Any) -> Any:
+    """An entry point that calls the Python C API (the library must load): through
+    ``ctypes.PyDLL``, which holds the GIL during the call and raises the error it sets."""
+    from . import _lib  # type: ignore[attr-defined]
+
+    fn = getattr(ctypes.PyDLL(_lib.__file__), name)
     fn.restype, fn.argtypes = restype, list(argtypes)
     return fn
 

@@ -8,15 +8,20 @@ a Python loop (the same slots, so a saved table reads the same either way; slow)
 
 from __future__ import annotations
 
+import ctypes
+from itertools import repeat
+from typing import Any
+
+import numpy as np
 import torch
 
 from ._backend import use_c
-from ._clib import function, ptr
+from ._clib import function, ptr, pyfunction
 
-__all__ = ["add", "assign", "empty_table", "erase", "find", "set_values"]
+__all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
 
-_I64 = __import__("ctypes").c_int64
-_P = __import__("ctypes").c_void_p
+_I64 = ctypes.c_int64
+_P = ctypes.c_void_p
 _U64 = (1 << 64) - 1
 
 
@@ -140,6 +145,21 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
             out[i] = -1
     table.copy_(torch.tensor(t, dtype=torch.int64))
     return out, next_value
+
+
+def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray:
+    """``keys.get(item, -1)`` of every item of a list or 1-D numpy object array, int64
+    (``c/pyids.c``: the lookups in one C loop). Raises TypeError for an unhashable item."""
+    out = np.empty(len(items), dtype=np.int64)
+    if use_c():
+        array = isinstance(items, np.ndarray)
+        if array:
+            items = np.ascontiguousarray(items, dtype=object)
+        pyfunction("ll_dict_keys", _I64, ctypes.py_object, ctypes.py_object, _P, _I64, _P)(
+            keys, None if array else items, items.ctypes.data if array else None,  # type: ignore[union-attr]
+            len(items), out.ctypes.data)
+        return out
+    return np.fromiter(map(keys.get, items, repeat(-1)), np.int64, len(items))
 
 
 def _mix(key: int) -> int:

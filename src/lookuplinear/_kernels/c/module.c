@@ -7,7 +7,7 @@
 #include "common.h"
 
 /* raised whenever an exported function changes: the loader refuses a library of another version */
-int64_t ll_version(void) { return 13; }
+int64_t ll_version(void) { return 14; }
 
 static struct PyModuleDef ll_module = {
     PyModuleDef_HEAD_INIT, "_lib", "lookuplinear's C kernels, called through ctypes.", -1, NULL,
