@@ -166,7 +166,8 @@ def headlines(doc: dict[str, Any]) -> list[str]:
     if busy_rows:
         timed = [r for r in rows if r["status"] == "ok"]
         shares = [r["others_cpu"] for r in busy_rows if r.get("others_cpu") is not None]
-        others = f"; other processes used up to {max(shares):.0%} of the CPUs" if shares else ""
+        others = (f"; other processes used up to {max(shares):.0%} of the CPUs"
+                  if shares and max(shares) >= 0.05 else "")
         out.append(f"{len(busy_rows)} of {len(timed)} measurements were taken while the machine "
                    f"was too busy (their rounds disagreed, or others used the CPUs, after "
                    f"{max(r['attempts'] for r in busy_rows)} attempts{others}): they are marked "
