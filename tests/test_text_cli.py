@@ -400,6 +400,7 @@ def test_fasttext_spellings_and_positional_k(
                  "-epoch", "20", "-lr", "0.2", "-wordNgrams", "2", "-minCount", "1",
                  "-bucket", "1000", "-minn", "0", "-maxn", "0", "-loss", "softmax",
                  "-thread", "1", "-verbose", "0"]) == 0
+    model = tmp_path / "r52.bin"  # -output NAME writes NAME.bin, as fastText does
     assert model.is_file() and not (tmp_path / "utput").exists()
     assert capsys.readouterr().err == ""  # -verbose 0 is quiet
     assert main(["test", str(model), str(ft_file), "2"]) == 0
@@ -411,6 +412,81 @@ def test_fasttext_spellings_and_positional_k(
     assert label == "__label__pos" and 0.5 < float(prob) <= 1.0
     assert main(["test", str(model), str(ft_file), "2", "-k", "3"]) == 1
     assert "k given twice" in capsys.readouterr().err
+
+
+@NOT_LEARNING
+def test_fasttext_documented_commands(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commands as fastText's documentation writes them: ``supervised -output model``
+    writes model.bin, ``quantize -output model`` reads model.bin and writes model.ftz, and
+    ``predict``/``predict-prob``/``test`` take ``k`` and a threshold after the file."""
+    monkeypatch.chdir(tmp_path)
+    train = ft_file.name
+    assert main(["supervised", "-input", train, "-output", "model", "-dim", "8",
+                 "-epoch", "20", "-lr", "0.2", "-verbose", "0"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "train.txt"]
+    assert main(["test", "model.bin", train, "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    assert main(["predict-prob", "model.bin", train, "2"]) == 0
+    pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert all(len(p) == 4 for p in pairs)
+    best = [float(p[1]) for p in pairs]
+    th = sorted(best)[len(best) // 2]  # keeps the best label of about half the lines, no second
+    assert main(["predict-prob", "model.bin", train, "2", str(th)]) == 0
+    kept = capsys.readouterr().out.split("\n")[: len(pairs)]
+    assert kept == [" ".join(p[:2]) if b >= th else "" for p, b in zip(pairs, best, strict=True)]
+    assert main(["predict", "model.bin", train, "2", str(th)]) == 0
+    assert capsys.readouterr().out.split("\n")[: len(pairs)] == [
+        p[0] if b >= th else "" for p, b in zip(pairs, best, strict=True)]
+    assert main(["predict", "model.bin", train, "1", "--threshold", str(th)]) == 0
+    capsys.readouterr()
+    assert main(["quantize", "-input", train, "-output", "model"]) == 0
+    assert (tmp_path / "model.ftz").is_file() and not (tmp_path / "model.ftz.bin").exists()
+    capsys.readouterr()
+    assert main(["test", "model.ftz", train, "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    # a .bin or .ftz already written is not doubled (fastText would write model.bin.bin)
+    assert main(["train", train, "-output", "again.bin", "-epoch", "1", "-q"]) == 0
+    assert main(["quantize", "-output", "again.bin"]) == 0
+    assert (tmp_path / "again.bin").is_file() and (tmp_path / "again.ftz").is_file()
+    # -o and --output are written as given, with a suffix or without
+    assert main(["train", train, "-o", "plain", "-epoch", "1", "-q"]) == 0
+    assert main(["quantize", "plain", "--output", "plain.q8"]) == 0
+    assert main(["quantize", "plain", "-output", "named"]) == 0
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"plain", "plain.q8", "named.ftz"} <= names and "plain.bin" not in names
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "{train}", "-o", "a", "-output", "b"], "give the output once"),
+        (["supervised", "-input", "{train}"], "got neither"),
+        (["quantize", "-o", "out.ftz"], "give the model to quantize"),
+        (["quantize", "-output", "missing"], "no model file at missing.bin"),
+        (["quantize", "model.bin", "-o", "a", "-output", "b"], "give the output once"),
+        (["predict", "model.bin", "{train}", "1", "1.5"], "threshold is a probability in [0, 1]"),
+        (["predict", "model.bin", "{train}", "1", "nan"], "threshold is a probability"),
+        (["predict-prob", "model.bin", "{train}", "1", "0.2", "--threshold", "0.3"],
+         "threshold given twice"),
+    ],
+)
+@NOT_LEARNING
+def test_fasttext_spellings_bad_input(
+    argv: list[str], message: str, ft_file: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each a one-line error (exit status 1) that says what to type; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", ft_file.name, "-o", "model.bin", "-epoch", "1", "-q"]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([a.format(train=ft_file.name) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lookuplinear {argv[0]}: error:") and message in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_usage_errors_name_the_subcommand(

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "explain": "explain",
     "bench": "bench",
     "train": "train",
+    "supervised": "train",
     "predict": "predict",
     "predict-prob": "predict",
     "test": "test",

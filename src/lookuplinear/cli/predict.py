@@ -26,13 +26,11 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="texts ('-' for stdin)")
-    add_k(p, "labels per example")
+    add_k(p, "labels per example", threshold=True)
     if name == "predict-prob":
         p.set_defaults(prob=True)
     else:
         p.add_argument("--prob", action="store_true", help="print probabilities too")
-    p.add_argument("--threshold", type=float, default=0.0,
-                   help="print only labels with probability >= THRESHOLD")
     add_input_options(p, labels=False, model=True)
     return p
 

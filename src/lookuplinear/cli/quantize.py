@@ -17,12 +17,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=(
             "Read MODEL (written by `lookuplinear train`), store its table row by row as int8 "
             "(the default), int4 or float16, and write the smaller model to -o. `test` and "
-            "`predict` read it as any model; it cannot be trained further."
+            "`predict` read it as any model; it cannot be trained further. fastText's "
+            "`quantize -output NAME` reads NAME.bin and writes NAME.ftz."
         ),
     )
-    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
-    p.add_argument("-o", "-output", "--output", required=True, type=Path, metavar="OUT",
-                   help="quantized model file to write")
+    p.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                   help="model file written by `lookuplinear train` (with -output NAME: "
+                        "NAME.bin when not given)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="OUT",
+                   help="quantized model file to write, as given; or -output NAME to write "
+                        "NAME.ftz as fastText does")
+    p.add_argument("-output", dest="output_prefix", type=Path, default=None,
+                   help=argparse.SUPPRESS)
+    # fastText's quantize takes its training file, read only to retrain (not done here)
+    p.add_argument("-input", dest="input_opt", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="int8", choices=["int8", "int4", "float16"],
                    help="storage of each table value (default int8)")
     return p
@@ -31,8 +39,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
     from ..sklearn import load_model, save_model
+    from ._args import fasttext_stem, output_path
     from .train import check_output
 
+    args.output = output_path(args.output, args.output_prefix, ".ftz")
+    if args.model is None:
+        if args.output_prefix is None:
+            raise InputValueError(
+                "give the model to quantize: quantize MODEL -o OUT, or fastText's "
+                "quantize -output NAME (reads NAME.bin, writes NAME.ftz)."
+            )
+        stem = fasttext_stem(args.output_prefix)
+        args.model = str(stem.with_name(stem.name + ".bin"))
     check_output(Path(args.output), args.model)
     model = load_model(args.model)
     if hasattr(model.estimator.model_.lookup, "packed"):

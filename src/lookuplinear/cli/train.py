@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._args import output_path
 from ._textinput import add_input_options, input_format, read_input
 
 __all__ = ["DEFAULT_LR", "add_parser", "run"]
@@ -18,10 +19,12 @@ __all__ = ["DEFAULT_LR", "add_parser", "run"]
 DEFAULT_LR = {"rowwise_adagrad": 0.2, "adagrad": 0.5, "sgd": 0.5, "adam": 0.05, "adamw": 0.05}
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
+    """``train``, or ``supervised`` (fastText's name for it)."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "train",
-        help="train a fastText-style text classifier (safetensors model file)",
+        name,
+        help="train a fastText-style text classifier (safetensors model file)"
+        + (" (fastText's name for train)" if name == "supervised" else ""),
         description=(
             "Train FastTextVectorizer -> LookupClassifier(mode='mean', hidden=DIM) on INPUT "
             "(fastText lines '__label__x some text', or CSV/TSV with --text-column and "
@@ -35,8 +38,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("input", metavar="INPUT", nargs="?", default=None,
                    help="training file ('-' for stdin); or -input INPUT")
     p.add_argument("-input", dest="input_opt", metavar="INPUT", help=argparse.SUPPRESS)
-    p.add_argument("-o", "-output", "--output", required=True, type=Path, metavar="MODEL",
-                   help="model file to write")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="MODEL",
+                   help="model file to write, as given; or -output NAME to write NAME.bin "
+                        "as fastText does")
+    p.add_argument("-output", dest="output_prefix", type=Path, default=None,
+                   help=argparse.SUPPRESS)
     p.add_argument("--dim", "-dim", type=int, default=100, help="embedding size (default 100)")
     p.add_argument("--epoch", "-epoch", type=int, default=5,
                    help="passes over the data (default 5)")
@@ -84,6 +90,7 @@ def check_args(args: argparse.Namespace) -> None:
             f"{'neither' if args.input is None else 'both'}."
         )
     args.input = args.input if args.input is not None else args.input_opt
+    args.output = output_path(args.output, args.output_prefix, ".bin")
     if args.verbose is not None:
         args.quiet = args.quiet or args.verbose <= 0
     for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
