@@ -219,6 +219,15 @@ def test_precision_recall_at_k_by_hand() -> None:
     assert precision_recall_at_k(truth, scores, k=2) == pytest.approx((2 / 6, 2 / 4))
     assert precision_recall_at_k(truth, scores, k=1) == pytest.approx((1 / 3, 1 / 4))
     assert precision_recall_at_k(truth, scores, k=5) == pytest.approx((4 / 9, 4 / 4))
+    # fastText's threshold: of the top k, only labels scoring >= 0.3 are predicted (2 + 2 + 2)
+    assert precision_recall_at_k(truth, scores, k=2, threshold=0.3) == pytest.approx(
+        (2 / 6, 2 / 4))
+    assert precision_recall_at_k(truth, scores, k=2, threshold=0.5) == pytest.approx(
+        (1 / 3, 1 / 4))  # predicted: [2], [1], [0]
+    p, r = precision_recall_at_k(truth, scores, k=2, threshold=0.9)
+    assert np.isnan(p) and r == 0.0  # nothing predicted: fastText prints nan
+    with pytest.raises(InputValueError, match=r"threshold is a probability in \[0, 1\]"):
+        precision_recall_at_k(truth, scores, threshold=float("nan"))
 
 
 def test_readers(ft_file: Path, csv_file: Path) -> None:
@@ -442,6 +451,14 @@ def test_fasttext_documented_commands(
         p[0] if b >= th else "" for p, b in zip(pairs, best, strict=True)]
     assert main(["predict", "model.bin", train, "1", "--threshold", str(th)]) == 0
     capsys.readouterr()
+    # test k threshold: only the kept labels are predicted (here the best label of a line
+    # when it reaches th, and it is right: the model separates the training lines)
+    truth = [line.split()[0] for line in ft_file.read_text().splitlines()]
+    n_kept = sum(b >= th for b in best)
+    hits = sum(b >= th and p[0] == t for p, b, t in zip(pairs, best, truth, strict=True))
+    assert main(["test", "model.bin", train, "2", str(th)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"P@2\t{hits / n_kept:.3f}", f"R@2\t{hits / len(truth):.3f}"]
     assert main(["quantize", "-input", train, "-output", "model"]) == 0
     assert (tmp_path / "model.ftz").is_file() and not (tmp_path / "model.ftz.bin").exists()
     capsys.readouterr()
@@ -471,6 +488,7 @@ def test_fasttext_documented_commands(
         (["predict", "model.bin", "{train}", "1", "nan"], "threshold is a probability"),
         (["predict-prob", "model.bin", "{train}", "1", "0.2", "--threshold", "0.3"],
          "threshold given twice"),
+        (["test", "model.bin", "{train}", "1", "-0.1"], "threshold is a probability"),
     ],
 )
 @NOT_LEARNING

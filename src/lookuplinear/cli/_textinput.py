@@ -9,18 +9,15 @@ __all__ = ["add_input_options", "add_k", "check_labels", "input_format", "load_t
            "read_input"]
 
 
-def add_k(p: argparse.ArgumentParser, what: str, *, threshold: bool = False) -> None:
-    """``k`` (and ``threshold``) as fastText takes them, positional after INPUT, or ``-k K``
-    (``--threshold T``)."""
+def add_k(p: argparse.ArgumentParser, what: str, threshold: str) -> None:
+    """``k`` and ``threshold`` as fastText takes them, positional after INPUT, or ``-k K`` and
+    ``--threshold T``; ``threshold`` says what the threshold does."""
     p.add_argument("k_pos", nargs="?", type=int, default=None, metavar="K",
                    help=f"{what} (default 1; also -k K)")
     p.add_argument("-k", type=int, default=None, help=argparse.SUPPRESS)
-    if threshold:
-        p.add_argument("threshold_pos", nargs="?", type=float, default=None,
-                       metavar="THRESHOLD", help="print only labels with probability >= "
-                       "THRESHOLD (default 0; also --threshold THRESHOLD)")
-        p.add_argument("--threshold", "-threshold", type=float, default=None,
-                       help=argparse.SUPPRESS)
+    p.add_argument("threshold_pos", nargs="?", type=float, default=None, metavar="THRESHOLD",
+                   help=f"{threshold} (default 0; also --threshold THRESHOLD)")
+    p.add_argument("--threshold", "-threshold", type=float, default=None, help=argparse.SUPPRESS)
 
 
 def check_labels(known: list[str], labels: list[list[str]], args: argparse.Namespace) -> None:
@@ -162,22 +159,20 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
     the file holds no text vectorizer and labels."""
     from ..errors import InputValueError
     from ..sklearn import load_model
+    from ..text._files import check_threshold
 
     if args.k is not None and args.k_pos is not None and args.k != args.k_pos:
         raise InputValueError(f"k given twice, {args.k_pos} and -k {args.k}; give it once.")
     args.k = args.k if args.k is not None else (args.k_pos if args.k_pos is not None else 1)
     if args.k < 1:
         raise InputValueError(f"k must be >= 1, got {args.k}.")
-    if hasattr(args, "threshold_pos"):
-        if (args.threshold is not None and args.threshold_pos is not None
-                and args.threshold != args.threshold_pos):
-            raise InputValueError(f"threshold given twice, {args.threshold_pos} and "
-                                  f"--threshold {args.threshold}; give it once.")
-        if args.threshold is None:
-            args.threshold = args.threshold_pos if args.threshold_pos is not None else 0.0
-        if not 0.0 <= args.threshold <= 1.0:  # also NaN, which no probability reaches
-            raise InputValueError(f"threshold is a probability in [0, 1], got "
-                                  f"{args.threshold}.")
+    if (args.threshold is not None and args.threshold_pos is not None
+            and args.threshold != args.threshold_pos):
+        raise InputValueError(f"threshold given twice, {args.threshold_pos} and --threshold "
+                              f"{args.threshold}; give it once.")
+    if args.threshold is None:
+        args.threshold = args.threshold_pos if args.threshold_pos is not None else 0.0
+    check_threshold(args.threshold)
     model = load_model(args.model)
     if model.vectorizer is None or not model.labels:
         raise InputValueError(

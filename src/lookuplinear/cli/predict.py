@@ -26,7 +26,7 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="texts ('-' for stdin)")
-    add_k(p, "labels per example", threshold=True)
+    add_k(p, "labels per example", "print only labels with probability >= THRESHOLD")
     if name == "predict-prob":
         p.set_defaults(prob=True)
     else:

@@ -17,12 +17,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=(
             "Print the number of examples N, precision at k (correct labels among the k "
             "predicted per example, over all predictions) and recall at k (over all true "
-            "labels), as `fasttext test` does."
+            "labels), as `fasttext test` does; with THRESHOLD only the labels of the k whose "
+            "probability reaches it count as predicted."
         ),
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
     p.add_argument("input", metavar="INPUT", help="labelled test file ('-' for stdin)")
-    add_k(p, "labels predicted per example")
+    add_k(p, "labels predicted per example",
+          "predict only labels with probability >= THRESHOLD (fewer predicted per example)")
     add_input_options(p, labels=True, model=True)
     return p
 
@@ -36,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
     column = {name: j for j, name in enumerate(model.labels)}
     # a label the model never saw counts as a true label it cannot predict (as in fastText)
     truth = [[column.get(lab, -1) for lab in labels] for labels in data.labels]
-    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.k)
+    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.k, args.threshold)
     print(f"N\t{len(data)}\nP@{args.k}\t{p:.3f}\nR@{args.k}\t{r:.3f}")
     return 0

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..errors import InputValueError
 
-__all__ = ["LABEL_PREFIX", "LabelledTexts", "precision_recall_at_k", "read_fasttext",
-           "read_table", "table_delimiter"]
+__all__ = ["LABEL_PREFIX", "LabelledTexts", "check_threshold", "precision_recall_at_k",
+           "read_fasttext", "read_table", "table_delimiter"]
 
 #: fastText's default label prefix (its ``-label`` option)
 LABEL_PREFIX = "__label__"
@@ -178,32 +178,50 @@ def _column(header: Sequence[str], name: str, path: str | Path, option: str) -> 
     )
 
 
+def check_threshold(threshold: float) -> float:
+    """``threshold`` as a probability in [0, 1]; raises ``InputValueError`` otherwise (NaN,
+    which no probability reaches, included)."""
+    if not 0.0 <= threshold <= 1.0:
+        raise InputValueError(f"threshold is a probability in [0, 1], got {threshold}.")
+    return float(threshold)
+
+
 def precision_recall_at_k(
-    true_labels: Sequence[Sequence[int]], scores: np.ndarray, k: int = 1
+    true_labels: Sequence[Sequence[int]], scores: np.ndarray, k: int = 1,
+    threshold: float = 0.0,
 ) -> tuple[float, float]:
     """fastText's P@k and R@k: the k highest-scoring labels of each example against its truth.
 
     ``P@k = hits / predicted`` and ``R@k = hits / true``, summed over all examples, where each
-    example predicts its ``min(k, n_labels)`` best labels.
+    example predicts those of its ``min(k, n_labels)`` best labels whose score is at least
+    ``threshold`` (``fasttext test MODEL FILE k threshold``). P@k is NaN when nothing is
+    predicted, as fastText prints it.
 
     Parameters
     ----------
     true_labels : sequence of sequences of int
         The label indices of each example (columns of ``scores``).
     scores : ndarray of shape (n_examples, n_labels)
+        Probabilities (the threshold compares with them).
     k : int, default 1
+    threshold : float, default 0.0
+        In [0, 1].
 
     Examples
     --------
     >>> scores = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])
     >>> precision_recall_at_k([[0], [1, 2]], scores, k=2)   # hits: 1 + 2, predicted 4, true 3
     (0.75, 1.0)
+    >>> precision_recall_at_k([[0], [1, 2]], scores, k=2, threshold=0.5)  # predicted 0, 2
+    (1.0, 0.6666666666666666)
     """
     if k < 1:
         raise InputValueError(f"k must be >= 1, got {k}.")
+    check_threshold(threshold)
     kk = min(k, scores.shape[1])
     top = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
-    hits = sum(len(set(t) & set(p.tolist())) for t, p in zip(true_labels, top, strict=True))
+    kept = [p[row[p] >= threshold].tolist() for row, p in zip(scores, top, strict=True)]
+    hits = sum(len(set(t) & set(p)) for t, p in zip(true_labels, kept, strict=True))
     n_true = sum(len(t) for t in true_labels)
-    predicted = kk * len(true_labels)
-    return (hits / predicted if predicted else 0.0, hits / n_true if n_true else 0.0)
+    predicted = sum(len(p) for p in kept)
+    return (hits / predicted if predicted else float("nan"), hits / n_true if n_true else 0.0)
