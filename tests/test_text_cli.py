@@ -230,6 +230,30 @@ def test_precision_recall_at_k_by_hand() -> None:
         precision_recall_at_k(truth, scores, threshold=float("nan"))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.integers(1, 4), st.integers(1, 5), st.integers(1, 6),
+       st.sampled_from([0.0, 0.2, 0.25, 0.5, 1.0]))
+def test_precision_recall_threshold_counts_as_fasttext(
+    data: st.DataObject, n_labels: int, k: int, n: int, threshold: float
+) -> None:
+    """fastText's Meter, one example at a time: of the k best labels those scoring >=
+    threshold are predicted; P = right / predicted (nan for none), R = right / true."""
+    scores = np.asarray(data.draw(st.lists(
+        st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.9, 1.0]), min_size=n_labels,
+                 max_size=n_labels), min_size=n, max_size=n)))
+    truth = data.draw(st.lists(st.lists(st.integers(0, n_labels - 1), min_size=1, max_size=3,
+                                        unique=True), min_size=n, max_size=n))
+    right = predicted = 0
+    for row, true in zip(scores, truth, strict=True):
+        best = sorted(range(n_labels), key=lambda j: (-row[j], j))[:k]
+        kept = [j for j in best if row[j] >= threshold]
+        predicted += len(kept)
+        right += len(set(kept) & set(true))
+    p, r = precision_recall_at_k(truth, scores, k, threshold)
+    assert r == right / sum(map(len, truth))
+    assert (np.isnan(p) and predicted == 0) or p == right / predicted
+
+
 def test_readers(ft_file: Path, csv_file: Path) -> None:
     ft = read_fasttext(ft_file)
     assert len(ft) == 30 and ft.labels[0] == ["__label__pos"]
