@@ -217,6 +217,8 @@ def fit_text_classifier(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             continue
         text = str(w.message)
+        if args.optimizer == "rowwise_adagrad":  # the solver it would suggest is this one
+            text = text.replace(", or use solver='auto'.", ".")
         for name, option in (("learning_rate_init", "--lr"), ("max_iter", "--epoch"),
                              ("solver='auto'", "--optimizer rowwise_adagrad")):
             text = text.replace(name, option)

@@ -321,7 +321,8 @@ class LookupEstimator(BaseEstimator):
         if constant > 0 and last > NO_PROGRESS * constant:
             warnings.warn(
                 f"{type(self).__name__}(solver={self.solver!r}) learned little or nothing from "
-                f"X: the training loss after {self.n_iter_} epochs is {last:.4g}, "
+                f"X: the training loss after {self.n_iter_} epoch{'s' * (self.n_iter_ != 1)} is "
+                f"{last:.4g}, "
                 f"{last / constant:.0%} of the {constant:.4g} of a constant output that ignores "
                 f"X. Raise learning_rate_init (now "
                 f"{self._learning_rate():g}) or max_iter (now {self._n_epochs()})"
