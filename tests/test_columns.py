@@ -15,6 +15,7 @@ from lookuplinear import (
     InputTypeError,
     InputValueError,
     KeyedBags,
+    KeyedBagsDataset,
     LookupIndexError,
     LookupLinearError,
 )
@@ -279,3 +280,29 @@ def test_arrow_nulls_are_clear_errors():
         KeyedBags.from_columns({"x": pa.array([1, None])})
     with pytest.raises(InputTypeError, match="nested"):
         KeyedBags.from_columns({"x": pa.array([[[1]]])})
+
+
+# ---------------------------------------------------------------- Dataset
+
+
+def test_dataset_batches_are_the_rows_they_name():
+    kb = KeyedBags.from_columns({"user": np.arange(7) * 10,
+                                 "tags": [[i] * (i % 3) for i in range(7)]})
+    y = torch.arange(7.0)
+    data = KeyedBagsDataset(kb, target=y)
+    loader = torch.utils.data.DataLoader(data, batch_size=3, shuffle=True,
+                                         collate_fn=KeyedBagsDataset.collate,
+                                         generator=torch.Generator().manual_seed(0))
+    seen = []
+    for x, t in loader:
+        rows = t.long().tolist()  # the target is the row number
+        assert _lists(x) == {k: [v[i] for i in rows] for k, v in _lists(kb).items()}
+        seen += rows
+    assert sorted(seen) == list(range(7))
+    one_by_one = KeyedBagsDataset.collate([data[4], data[1]])
+    x, t = data.__getitems__([4, 1])
+    assert _lists(one_by_one[0]) == _lists(x) and torch.equal(one_by_one[1], t)
+    assert _lists(KeyedBagsDataset.collate([kb[[2]], kb[[0]]])) == _lists(kb[[2, 0]])
+    assert _lists(KeyedBagsDataset(kb)[3]) == _lists(kb[3:4])
+    with pytest.raises(InputValueError, match=r"shape \(7, \.\.\.\), got shape \(6,\)"):
+        KeyedBagsDataset(kb, target=torch.zeros(6))
