@@ -541,10 +541,8 @@ def gather_bags(offsets: torch.Tensor, bags: torch.Tensor) -> tuple[torch.Tensor
     """
     starts = offsets[bags].long()
     lengths = offsets[bags + 1].long() - starts
-    total = int(lengths.sum()) if lengths.numel() else 0
-    new_starts = torch.cumsum(lengths, 0) - lengths
-    owner = torch.repeat_interleave(
-        torch.arange(bags.numel(), device=offsets.device), lengths, output_size=total
-    )
-    positions = starts[owner] + torch.arange(total, device=offsets.device) - new_starts[owner]
-    return positions, lengths
+    ends = torch.cumsum(lengths, 0)
+    total = int(ends[-1]) if ends.numel() else 0
+    # entry p of bag j (output position ends[j] - lengths[j] + p) reads starts[j] + p
+    shift = torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
+    return torch.arange(total, device=offsets.device) + shift, lengths

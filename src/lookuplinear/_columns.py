@@ -74,10 +74,17 @@ def column_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
             "per row."
         )
     lengths = np.fromiter(map(len, column), dtype=np.int64, count=len(column))
-    try:
-        flat = np.array(list(chain.from_iterable(column)))
-    except ValueError:  # ragged lists inside the lists
+    try:  # one call for integer lists and arrays
+        flat = np.concatenate(column) if len(column) else np.zeros(0, dtype=np.int64)
+    except ValueError:  # lists nested in lists, of different depths
         flat = np.zeros((1, 1))  # read below as nested lists
+    if flat.dtype.kind not in "iu":
+        # an empty list reads as float64, an ID past int64 as object, a None as object:
+        # read the IDs one by one instead, so that no ID is rounded and the error names it
+        try:
+            flat = np.array(list(chain.from_iterable(column)))
+        except ValueError:
+            flat = np.zeros((1, 1))
     return _ids(name, flat, listed=True), lengths
 
 

@@ -399,11 +399,11 @@ class KeyedBags:
         positions, lengths = gather_bags(self.offsets, bags)
         out = KeyedBags.__new__(KeyedBags)  # a subset of checked bags: nothing to check again
         out._keys, out._position = self._keys, self._position
-        out.values = self.values[positions]
+        out.values = self.values.index_select(0, positions)
         out.offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype,
                                   device=self.device)
         torch.cumsum(lengths, 0, out=out.offsets[1:])
-        out.weights = None if self.weights is None else self.weights[positions]
+        out.weights = None if self.weights is None else self.weights.index_select(0, positions)
         return out
 
     @classmethod
