@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from ._check import EquivalenceError, EquivalenceReport, check_equivalence
     from ._checkpoint import Checkpoint
     from ._collection import LookupCollection, TableConfig
+    from ._dataset import KeyedBagsDataset
     from ._embedding_bag import EmbeddingBag
     from ._hashing import hash_ids
     from ._idmap import IdMap
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "InputTypeError": ".errors",
     "InputValueError": ".errors",
     "KeyedBags": "._keyed",
+    "KeyedBagsDataset": "._dataset",
     "KeyedTensor": "._keyed",
     "LookupCollection": "._collection",
     "LookupIndexError": ".errors",
@@ -102,6 +104,7 @@ __all__ = [
     "InputTypeError",
     "InputValueError",
     "KeyedBags",
+    "KeyedBagsDataset",
     "KeyedTensor",
     "LookupCollection",
     "LookupIndexError",

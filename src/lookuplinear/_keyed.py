@@ -19,12 +19,13 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
 
-from ._bags import Bags, _as_int_tensor
+from ._bags import Bags, _as_int_tensor, gather_bags, rows_index
+from ._columns import column_bags
 from ._kernels import offsets_ok
 from .errors import InputTypeError, InputValueError
 
@@ -200,6 +201,77 @@ class KeyedBags:
         return cls(list(bags), values, lengths=lengths, weights=weights)
 
     @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> KeyedBags:
+        """Build from ``{key: column}``, one column per feature, one row per example.
+
+        A column is a numpy array, a pandas Series, a pyarrow array or a list, holding either
+        one integer ID per row (every bag holds that one ID) or one list of integer IDs per row
+        (the bag; ``[]`` is an empty bag). List columns are read without a loop over rows where
+        the column is a pyarrow list array (its offsets are the bags' offsets); an object array
+        of lists costs one pass to flatten. The result equals
+        ``KeyedBags.from_dict({k: [[id] or ids for each row] ...})``::
+
+            {"user": [3, 1], "tags": [[7, 7, 2], []]}
+
+            keys    = ["user", "tags"]
+            values  = [3, 1,   7, 7, 2]
+            lengths = [1, 1,   3, 0]
+
+        Raises
+        ------
+        InputTypeError
+            A column that is neither integer IDs nor lists of integer IDs: floats, strings
+            (map them with ``IdMap(key_type="str")`` first), bools, lists nested in lists, or
+            lists mixed with scalars.
+        InputValueError
+            A missing ID or list (None, NaN, NA, null), an ID outside int64, columns of
+            different lengths, no columns.
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_columns({"user": np.array([3, 1]),
+        ...                              "tags": [[7, 7, 2], []]})
+        >>> kb.values, kb.lengths()
+        (tensor([3, 1, 7, 7, 2]), tensor([1, 1, 3, 0]))
+        """
+        if not columns:
+            raise InputValueError("KeyedBags.from_columns: got no columns; pass {name: column}.")
+        read = {str(k): column_bags(str(k), c) for k, c in columns.items()}
+        rows = {k: len(lengths) for k, (_, lengths) in read.items()}
+        if len(set(rows.values())) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_columns: every column needs one row per example, got {rows} "
+                "rows per column."
+            )
+        values = np.concatenate([v for v, _ in read.values()])
+        lengths = np.concatenate([n for _, n in read.values()])
+        return cls(list(read), torch.from_numpy(values), lengths=torch.from_numpy(lengths))
+
+    @classmethod
+    def from_dataframe(cls, df: Any, columns: Sequence[str] | None = None) -> KeyedBags:
+        """Build from a pandas DataFrame's ``columns`` (all of them by default), a key each.
+
+        ``KeyedBags.from_columns({c: df[c] for c in columns})``: integer columns are one ID
+        per example, list columns (object columns of lists or arrays, or Arrow-backed
+        ``list<int>`` columns) are the bags. pandas is read, never imported.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"user": [3, 1], "tags": [[7, 7, 2], []], "label": [0, 1]})
+        >>> KeyedBags.from_dataframe(df, columns=["user", "tags"])
+        KeyedBags(keys=['user', 'tags'], batch_size=2, nnz=5, weighted=False)
+        """
+        names = list(df.columns) if columns is None else list(columns)
+        missing = [c for c in names if c not in df.columns]
+        if missing:
+            raise InputValueError(
+                f"KeyedBags.from_dataframe: no column {missing} in the DataFrame; its columns "
+                f"are {list(df.columns)}."
+            )
+        return cls.from_columns({c: df[c] for c in names})
+
+    @classmethod
     def from_kjt(cls, kjt: Any) -> KeyedBags:
         """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
 
@@ -275,8 +347,37 @@ class KeyedBags:
     def device(self) -> torch.device:
         return self.values.device
 
-    def __getitem__(self, key: str) -> Bags:
-        """Feature ``key``'s ``N`` bags (views of ``values``, ``weights``; offsets from 0)."""
+    @overload
+    def __getitem__(self, key: str) -> Bags: ...
+
+    @overload
+    def __getitem__(self, key: slice | torch.Tensor | np.ndarray | Sequence[int]) -> KeyedBags: ...
+
+    def __getitem__(self, key: Any) -> Bags | KeyedBags:
+        """Feature ``key``'s ``N`` bags, or the examples ``rows`` of every feature.
+
+        ``kb["user"]`` is that feature's :class:`~lookuplinear.Bags` (views of ``values`` and
+        ``weights``, offsets from 0). ``kb[rows]``, with ``rows`` a slice, an int (a batch of
+        that one row), integer indices (negative count from the end, repeats allowed) or a
+        boolean mask of ``N`` values, is a
+        new ``KeyedBags`` of those examples in that order, for every feature: its dense
+        equivalent is ``kb[k].to_dense(n)[rows]`` for each key ``k``.
+
+        Raises
+        ------
+        KeyError
+            A feature name that is not one of ``keys()``.
+        LookupIndexError
+            A row outside ``[-N, N)``, or a mask that is not ``N`` values.
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4], [5]], "item": [[7, 7], [], [2]]})
+        >>> kb[1:].to_dict()["user"].indices, kb[torch.tensor([2, 0])].lengths()
+        (tensor([1, 4, 5]), tensor([1, 1, 1, 2]))
+        """
+        if not isinstance(key, str):
+            return self._rows(key)
         pos = self._position.get(key)
         if pos is None:
             raise KeyError(
@@ -290,6 +391,83 @@ class KeyedBags:
         bags.offsets = off - start
         bags.weights = None if self.weights is None else self.weights[start:end]
         return bags
+
+    def _rows(self, rows: Any) -> KeyedBags:
+        n, f = self.batch_size, len(self._keys)
+        picked = rows_index("KeyedBags[rows]", rows, n, self.device)
+        bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
+        positions, lengths = gather_bags(self.offsets, bags)
+        out = KeyedBags.__new__(KeyedBags)  # a subset of checked bags: nothing to check again
+        out._keys, out._position = self._keys, self._position
+        out.values = self.values.index_select(0, positions)
+        out.offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype,
+                                  device=self.device)
+        torch.cumsum(lengths, 0, out=out.offsets[1:])
+        out.weights = None if self.weights is None else self.weights.index_select(0, positions)
+        return out
+
+    @classmethod
+    def cat(cls, batches: Sequence[KeyedBags]) -> KeyedBags:
+        """The examples of ``batches``, one batch after the other, as one ``KeyedBags``.
+
+        Stacks rows, as ``torch.cat(dim=0)`` does: the dense equivalent of feature ``k`` is
+        ``torch.cat([b[k].to_dense(n) for b in batches])``. (TorchRec's
+        ``KeyedJaggedTensor.concat`` instead puts different keys side by side.) Every batch
+        must have the same keys in the same order, on one device; weights are kept when any
+        batch has them (1 for the entries of a batch without).
+
+        Raises
+        ------
+        InputValueError
+            No batches, different keys, or batches on different devices.
+
+        Examples
+        --------
+        >>> a = KeyedBags.from_dict({"user": [[3]], "item": [[7, 2]]})
+        >>> b = KeyedBags.from_dict({"user": [[1, 4], []], "item": [[], [5]]})
+        >>> KeyedBags.cat([a, b]).to_dict()["item"].offsets
+        tensor([0, 2, 2, 3])
+        """
+        batches = list(batches)
+        if not batches:
+            raise InputValueError("KeyedBags.cat: got no batches; pass a list of KeyedBags.")
+        keys = batches[0]._keys
+        for i, b in enumerate(batches):
+            if not isinstance(b, KeyedBags):
+                raise InputTypeError(
+                    f"KeyedBags.cat: batches[{i}] is a {type(b).__name__}, not a KeyedBags."
+                )
+            if b._keys != keys:
+                raise InputValueError(
+                    f"KeyedBags.cat: batches[{i}] has keys {b._keys} but batches[0] has "
+                    f"{keys}; every batch needs the same keys in the same order (build them "
+                    "from the same columns)."
+                )
+        devices = {b.device for b in batches}
+        if len(devices) > 1:
+            raise InputValueError(
+                f"KeyedBags.cat: batches on different devices {sorted(map(str, devices))}; move "
+                "them to one device."
+            )
+        # feature-major: feature 0 of every batch, then feature 1 of every batch, ...
+        spans = []
+        for f in range(len(keys)):
+            for b in batches:
+                n = b.batch_size
+                spans.append((b, f * n, (f + 1) * n))
+        values = torch.cat([b.values[int(b.offsets[s]) : int(b.offsets[e])].long()
+                            for b, s, e in spans])
+        lengths = torch.cat([b.lengths()[s:e].long() for b, s, e in spans])
+        weights = None
+        if any(b.weights is not None for b in batches):
+            dtype = next(b.weights.dtype for b in batches if b.weights is not None)
+            weights = torch.cat([
+                b.weights[int(b.offsets[s]) : int(b.offsets[e])].to(dtype)
+                if b.weights is not None
+                else torch.ones(int(b.offsets[e] - b.offsets[s]), dtype=dtype, device=b.device)
+                for b, s, e in spans
+            ])
+        return cls(keys, values, lengths=lengths, weights=weights)
 
     def to_dict(self) -> dict[str, Bags]:
         """``{key: kb[key]}`` for every feature."""
