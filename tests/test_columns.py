@@ -306,3 +306,13 @@ def test_dataset_batches_are_the_rows_they_name():
     assert _lists(KeyedBagsDataset(kb)[3]) == _lists(kb[3:4])
     with pytest.raises(InputValueError, match=r"shape \(7, \.\.\.\), got shape \(6,\)"):
         KeyedBagsDataset(kb, target=torch.zeros(6))
+
+
+@pytest.mark.parametrize("column", [[[1, True], [2]], [np.array([3]), np.array([True])]],
+                         ids=["list", "arrays"])
+def test_a_bool_beside_integer_ids_is_refused(column: list[Any]) -> None:
+    """numpy reads True as 1 beside integers; a flag is not an ID."""
+    col = np.empty(len(column), dtype=object)
+    col[:] = column
+    with pytest.raises(InputTypeError, match="holds a bool"):
+        KeyedBags.from_columns({"tags": col})

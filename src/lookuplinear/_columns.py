@@ -78,7 +78,15 @@ def column_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
         flat = np.concatenate(column) if len(column) else np.zeros(0, dtype=np.int64)
     except ValueError:  # lists nested in lists, of different depths
         flat = np.zeros((1, 1))  # read below as nested lists
-    if flat.dtype.kind not in "iu":
+    if flat.dtype.kind in "iu":  # numpy reads True as 1 beside integers: refuse it here
+        for i, x in enumerate(column):
+            if (x.dtype.kind == "b" if isinstance(x, np.ndarray)
+                    else any(isinstance(v, bool | np.bool_) for v in x)):
+                raise InputTypeError(
+                    f"column {name!r} (a list column): row {i} holds a bool ({x!r}); "
+                    "expected integer IDs. Convert flags to IDs first (e.g. int(flag))."
+                )
+    else:
         # an empty list reads as float64, an ID past int64 as object, a None as object:
         # read the IDs one by one instead, so that no ID is rounded and the error names it
         try:
