@@ -310,7 +310,7 @@ def test_dataset_batches_are_the_rows_they_name():
 
 @pytest.mark.parametrize("column", [[[1, True], [2]], [np.array([3]), np.array([True])]],
                          ids=["list", "arrays"])
-def test_a_bool_beside_integer_ids_is_refused(column: list[Any]) -> None:
+def test_a_bool_beside_integer_ids_is_refused(column: list[object]) -> None:
     """numpy reads True as 1 beside integers; a flag is not an ID."""
     col = np.empty(len(column), dtype=object)
     col[:] = column
