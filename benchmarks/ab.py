@@ -1,0 +1,129 @@
+"""One benchmark, two versions of lookuplinear, side by side in one run.
+
+Runs a benchmark script of this folder in rounds, each round once against an older revision of
+the code (built from git into a temporary folder) and once against this checkout, in a shuffled
+order, and prints every timing of the script's JSON output as the median over rounds for each
+version and their ratio (new / old: below 1 is faster). Both sides run on the same machine, in
+the same minutes, with the same arguments, so the ratio holds where absolute times drift.
+
+    python benchmarks/ab.py --old-rev main~5 --rounds 5 -- benchmarks/bench_layer.py --repeats 7
+
+The script must take ``--json PATH`` (``bench_text.py`` takes ``--out DIR`` and is handled). A
+timing is a number in the JSON under a key that names a unit of time (``ms``, ``us``,
+``seconds``, ``time``, ``step``); ratios and counts are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIME_WORDS = ("_ms", "_us", "ms_", "us_", "seconds", "time", "_s", "median")
+NOT_TIME = ("ratio", "speedup", "count", "rows", "batch", "dim", "repeats", "threads", "load",
+            "spread", "accuracy", "p@1", "p_at", "loss", "auc", "bytes", "mb", "size")
+
+
+def build(rev: str, into: Path) -> Path:
+    """Extract ``rev``'s sources into ``into`` and build its C kernels there; return its src."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "setup.py",
+                              "pyproject.toml", "MANIFEST.in"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into,
+                   check=True, capture_output=True)
+    return into / "src"
+
+
+def timings(node: object, path: str = "") -> dict[str, float]:
+    """Every number in a JSON tree whose key path names a unit of time."""
+    out: dict[str, float] = {}
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.update(timings(v, f"{path}/{k}"))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            label = v.get("name") or v.get("method") if isinstance(v, dict) else None
+            out.update(timings(v, f"{path}/{label or i}"))
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        key = path.lower()
+        leaf = key.rsplit("/", 1)[-1]
+        if any(w in leaf for w in TIME_WORDS) and not any(w in leaf for w in NOT_TIME):
+            out[path] = float(node)
+    return out
+
+
+def run_once(script: list[str], src: Path, workdir: Path) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    if Path(script[0]).name == "bench_text.py":
+        cmd = [sys.executable, *script, "--out", str(workdir)]
+        result = workdir / "results.json"
+    else:
+        result = workdir / "result.json"
+        cmd = [sys.executable, *script, "--json", str(result)]
+    subprocess.run(cmd, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return timings(json.loads(result.read_text()))
+
+
+def cpu() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                  if ln.startswith("model name")), "unknown CPU")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                  if ln.startswith("flags")), [])
+    wide = [f for f in ("avx2", "avx512f", "amx_tile") if f in flags]
+    return f"{model}; {os.cpu_count()} CPUs; {' '.join(wide) or 'no AVX2'}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--old-rev", required=True, help="the git revision to compare against")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("script", nargs=argparse.REMAINDER,
+                   help="-- then the benchmark script and its arguments")
+    args = p.parse_args()
+    script = args.script[1:] if args.script[:1] == ["--"] else args.script
+    if not script:
+        p.error("name the benchmark script after --")
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "old").mkdir()
+        old_src = build(args.old_rev, Path(tmp) / "old")
+        sides = {"old": old_src, "new": ROOT / "src"}
+        runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+        for r in range(args.rounds):
+            order = list(sides)
+            rng.shuffle(order)
+            for side in order:
+                work = Path(tmp) / f"{side}{r}"
+                work.mkdir()
+                runs[side].append(run_once(script, sides[side], work))
+            print(f"round {r + 1}/{args.rounds} done ({' then '.join(order)})", file=sys.stderr)
+    print(f"{' '.join(script)}: {args.old_rev} (old) vs this checkout (new), "
+          f"{args.rounds} interleaved rounds; {cpu()}")
+    keys = [k for k in runs["new"][0] if all(k in run for run in runs["old"] + runs["new"])]
+    ratios = []
+    print(f"{'timing':60s} {'old':>10s} {'new':>10s} {'new/old':>8s}")
+    for k in keys:
+        old = statistics.median(run[k] for run in runs["old"])
+        new = statistics.median(run[k] for run in runs["new"])
+        if old > 0:
+            ratios.append(new / old)
+            print(f"{k[-60:]:60s} {old:10.4g} {new:10.4g} {new / old:8.3f}")
+    if ratios:
+        print(f"geometric mean of new/old over {len(ratios)} timings: "
+              f"{statistics.geometric_mean(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
