@@ -9,8 +9,8 @@ the same minutes, with the same arguments, so the ratio holds where absolute tim
     python benchmarks/ab.py --old-rev main~5 --rounds 5 -- benchmarks/bench_layer.py --repeats 7
 
 The script must take ``--json PATH`` (``bench_text.py`` takes ``--out DIR`` and is handled). A
-timing is a number in the JSON under a key that names a unit of time (``ms``, ``us``,
-``seconds``, ``time``, ``step``); ratios and counts are left out.
+timing is a number in the JSON under a key that names a unit of time (``..._s``, ``..._ms``,
+``seconds``, ``time``); the run's arguments and machine, ratios and counts are left out.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TIME_WORDS = ("_ms", "_us", "ms_", "us_", "seconds", "time", "_s", "median")
+TIME_WORDS = ("ms_", "us_", "seconds", "time", "step_s")
+SETTINGS = ("args", "machine", "load_average_end", "settings", "config")
 NOT_TIME = ("ratio", "speedup", "count", "rows", "batch", "dim", "repeats", "threads", "load",
             "spread", "accuracy", "p@1", "p_at", "loss", "auc", "bytes", "mb", "size")
 
@@ -52,9 +53,12 @@ def timings(node: object, path: str = "") -> dict[str, float]:
             label = v.get("name") or v.get("method") if isinstance(v, dict) else None
             out.update(timings(v, f"{path}/{label or i}"))
     elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        key = path.lower()
-        leaf = key.rsplit("/", 1)[-1]
-        if any(w in leaf for w in TIME_WORDS) and not any(w in leaf for w in NOT_TIME):
+        parts = path.lower().strip("/").split("/")
+        if parts[0] in SETTINGS or any(w in parts[-1] for w in NOT_TIME) \
+                or any(p.startswith(("rounds", "spread")) for p in parts):  # medians only
+            return out
+        if any(p.endswith(("_s", "_ms", "_us")) or any(w in p for w in TIME_WORDS)
+               for p in parts):
             out[path] = float(node)
     return out
 
