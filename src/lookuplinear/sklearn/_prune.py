@@ -39,7 +39,8 @@ def select_rows(estimator: Any, cutoff: int) -> np.ndarray:
     Examples
     --------
     >>> from lookuplinear.sklearn import LookupClassifier
-    >>> clf = LookupClassifier(hidden=2, random_state=0).fit([[0, 1], [2], [1, 2]], [0, 1, 1])
+    >>> clf = LookupClassifier(hidden=2, learning_rate_init=0.1, max_iter=20, random_state=0).fit(
+    ...     [[0, 1], [2], [1, 2]], [0, 1, 1])
     >>> select_rows(clf, 2).tolist() == sorted(
     ...     clf.model_.lookup.weight.norm(dim=1).argsort(descending=True)[:2].tolist())
     True
