@@ -192,7 +192,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         config: dict[str, Any] = {**self.get_params(), "vocabulary": words}
         buckets = getattr(self, "buckets_", None)
         if buckets is not None:  # a pruned vectorizer: the hash buckets it keeps
-            config["buckets"] = buckets
+            config["buckets"] = buckets.tolist()
         return config
 
     @classmethod
