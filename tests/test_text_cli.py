@@ -373,7 +373,7 @@ def test_model_file_of_a_newer_version_is_refused(tmp_path: Path) -> None:
     raw = json.dumps(header).encode()
     newer = tmp_path / "v99.ll"
     newer.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + header_len :])
-    with pytest.raises(ModelFileError, match=r"version '99'.*reads versions 1, 2\. Upgrade"):
+    with pytest.raises(ModelFileError, match=r"version '99'.*reads versions 1, 2, 3\. Upgrade"):
         load_model(newer)
 
 
@@ -513,6 +513,20 @@ def test_fasttext_documented_commands(
         (["predict-prob", "model.bin", "{train}", "1", "0.2", "--threshold", "0.3"],
          "threshold given twice"),
         (["test", "model.bin", "{train}", "1", "-0.1"], "threshold is a probability"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "99999999"],
+         "cutoff must be an integer in [1, 13] (the rows of the table), got 99999999"),
+        (["quantize", "model.bin", "-o", "q", "-dsub", "4"], "-dsub 4 has no counterpart"),
+        (["quantize", "model.bin", "-o", "q", "-dsub", "1", "--dtype", "int4"],
+         "-dsub 1 means --dtype int8"),
+        (["quantize", "model.bin", "-o", "q", "-retrain", "-input", "{train}"],
+         "give -cutoff N with it"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain"], "give -input TRAIN"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-epoch", "2"],
+         "give -retrain with it"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain", "-input", "{train}",
+          "-lr", "0"], "-lr must be > 0"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain", "-input", "nope.txt"],
+         "nope.txt"),
     ],
 )
 @NOT_LEARNING
@@ -698,6 +712,113 @@ def test_quantized_models_save_load_and_run(
                                 [line.split(" ", 1)[0] for line in LINES])
     assert main(["quantize", str(small), "-o", str(tmp_path / "again.ll")]) == 1
     assert "quantized already" in capsys.readouterr().err
+
+
+@settings(max_examples=30, deadline=None)
+@given(texts=st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f"]), max_size=6)
+                      .map(" ".join), min_size=1, max_size=6),
+       pick=st.lists(st.booleans(), min_size=80, max_size=80), chars=st.booleans())
+@example(texts=[""], pick=[False] * 80, chars=False)
+def test_vectorizer_prune_keeps_the_columns_given(
+    texts: list[str], pick: list[bool], chars: bool
+) -> None:
+    """A pruned vectorizer's matrix is the one before with only those columns (a word left
+    out is unknown but still in n-grams); twice pruned is pruned once by the composition."""
+    vec = FastTextVectorizer(word_ngrams=2, bucket=64, minn=2 if chars else 0,
+                             maxn=3 if chars else 0)
+    X = vec.fit_transform(["a b c d e f", *texts])
+    cols = np.flatnonzero(pick[: X.shape[1]])
+    again = FastTextVectorizer.from_config(vec.get_config())
+    vec.prune(cols)
+    Y = vec.transform(texts)
+    assert Y.shape == (len(texts), len(cols)) and vec.n_features_out_ == len(cols)
+    np.testing.assert_array_equal(Y.toarray(), X[1:][:, cols].toarray())
+    restored = FastTextVectorizer.from_config(vec.get_config())
+    np.testing.assert_array_equal(restored.transform(texts).toarray(), Y.toarray())
+    half = cols[::2]
+    np.testing.assert_array_equal(vec.prune(np.arange(0, len(cols), 2)).transform(texts)
+                                  .toarray(), X[1:][:, half].toarray())
+    with pytest.raises(IndexError, match=r"columns must lie in \[0, "):
+        again.prune([X.shape[1]])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16"])
+def test_quantize_cutoff_is_the_dense_model_without_the_pruned_rows(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: str
+) -> None:
+    """``quantize -cutoff N`` keeps the N rows of largest norm; the others are absent from
+    every text, as in fastText: the model is the dense one (``nn.Linear`` on the densified
+    input) on the kept columns only, the mean over the features kept."""
+    model, small = tmp_path / "m.bin", tmp_path / "m.ftz"
+    assert main(["supervised", "-input", str(ft_file), "-output", str(model), "-dim", "8",
+                 "-epoch", "20", "-wordNgrams", "2", "-bucket", "1000", "-q"]) == 0
+    full = load_model(model)
+    weight = full.estimator.model_.lookup.weight.detach()
+    n_nonzero = int(weight.any(dim=1).sum())
+    cutoff = n_nonzero // 3
+    assert main(["quantize", str(model), "-o", str(small), "-cutoff", str(cutoff),
+                 "--dtype", dtype]) == 0
+    assert f"{cutoff} rows kept" in capsys.readouterr().err
+    norms = weight.norm(dim=1)
+    rows = torch.sort(torch.argsort(norms, descending=True, stable=True)[:cutoff]).values
+    pruned = load_model(small)
+    table = pruned.estimator.model_.lookup.dequantize().weight.detach()  # (cutoff, 8)
+    assert table.shape == (cutoff, 8)
+    torch.testing.assert_close(table, weight[rows], atol=0.02 * norms.max().item(), rtol=0)
+    texts = [line.split(" ", 1)[1] for line in LINES] + ["great unseen words", "zzz"]
+    x = torch.from_numpy(full.vectorizer.transform(texts).toarray())[:, rows]  # kept columns
+    dense = torch.nn.Linear(cutoff, 8, bias=False)
+    dense.weight.data = table.T.contiguous()
+    h = dense(x) / x.sum(dim=1, keepdim=True).clamp(min=1)  # mean over kept features; 0: none
+    z = full.estimator.model_.output(h).detach()  # (texts, 1): two classes, a sigmoid
+    expected = torch.cat([1 - torch.sigmoid(z), torch.sigmoid(z)], dim=1).numpy()
+    np.testing.assert_allclose(pruned.scores(texts), expected, atol=1e-5)
+    assert pruned.vectorizer.n_features_out_ == cutoff
+    assert json.loads(json.dumps(pruned.input_format)) == full.input_format
+    # the file holds the kept rows: far smaller than without -cutoff
+    assert main(["quantize", str(model), "-o", str(tmp_path / "all.ftz"), "--dtype",
+                 dtype]) == 0
+    assert small.stat().st_size < (tmp_path / "all.ftz").stat().st_size
+
+
+@NOT_LEARNING
+def test_quantize_retrain_qnorm_dsub(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fastText's ``quantize -input TRAIN -output NAME -cutoff N -retrain -qnorm -dsub 2``:
+    the kept rows and the output layer train again on TRAIN; -dsub 2 is int4; -qnorm changes
+    nothing in a row-wise file (each row keeps its own scale)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["supervised", "-input", ft_file.name, "-output", "m", "-dim", "8",
+                 "-epoch", "20", "-lr", "0.2", "-wordNgrams", "2", "-bucket", "1000",
+                 "-q"]) == 0
+    assert main(["quantize", "-output", "m", "-cutoff", "12", "-dsub", "2"]) == 0
+    plain, size = load_model("m.ftz"), Path("m.ftz").stat().st_size
+    assert main(["quantize", "-output", "m", "-cutoff", "12", "-dsub", "2", "-qnorm"]) == 0
+    qnorm = load_model("m.ftz")
+    assert Path("m.ftz").stat().st_size == size
+    assert qnorm.estimator.model_.lookup.dtype == "int4"
+    assert torch.equal(qnorm.estimator.model_.lookup.packed, plain.estimator.model_.lookup.packed)
+    # fastText's options without -dsub: its default -dsub 2 (int4); plain quantize stays int8
+    assert main(["quantize", "-output", "m", "-cutoff", "12"]) == 0
+    assert load_model("m.ftz").estimator.model_.lookup.dtype == "int4"
+    assert main(["quantize", "-output", "m"]) == 0
+    assert load_model("m.ftz").estimator.model_.lookup.dtype == "int8"
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    np.testing.assert_array_equal(qnorm.scores(texts), plain.scores(texts))
+    capsys.readouterr()
+    assert main(["quantize", "-input", ft_file.name, "-output", "m", "-cutoff", "12",
+                 "-retrain", "-epoch", "3", "-lr", "0.1", "-qnorm", "-dsub", "2"]) == 0
+    assert "retrained 3 epochs on 30 examples" in capsys.readouterr().err
+    retrained = load_model("m.ftz")
+    assert retrained.vectorizer.vocabulary_ == plain.vectorizer.vocabulary_  # the same rows
+    np.testing.assert_array_equal(retrained.vectorizer.buckets_, plain.vectorizer.buckets_)
+    assert not torch.equal(retrained.estimator.model_.output.weight,
+                           plain.estimator.model_.output.weight)
+    assert retrained.estimator.get_params() == plain.estimator.get_params()
+    assert main(["test", "m.ftz", ft_file.name]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1.000"
 
 
 # ---------------------------------------------------------------------- input as trained

@@ -1,4 +1,5 @@
-"""``lookuplinear quantize``: a model file with its table quantized, for inference."""
+"""``lookuplinear quantize``: a model file with its table quantized, for inference, and
+optionally pruned to its largest rows as fastText's ``quantize -cutoff [-retrain]`` does."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+
+from ._args import positive_int
+from ._textinput import add_input_options
 
 __all__ = ["add_parser", "run"]
 
@@ -18,7 +22,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "Read MODEL (written by `lookuplinear train`), store its table row by row as int8 "
             "(the default), int4 or float16, and write the smaller model to -o. `test` and "
             "`predict` read it as any model; it cannot be trained further. fastText's "
-            "`quantize -output NAME` reads NAME.bin and writes NAME.ftz."
+            "`quantize -output NAME` reads NAME.bin and writes NAME.ftz. With -cutoff N only "
+            "the N table rows of largest norm are kept (words and n-grams left out are absent "
+            "from every text, as in fastText), and -retrain -input TRAIN trains the kept rows "
+            "and the output layer again before quantizing."
         ),
     )
     p.add_argument("model", metavar="MODEL", nargs="?", default=None,
@@ -29,11 +36,76 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "NAME.ftz as fastText does")
     p.add_argument("-output", dest="output_prefix", type=Path, default=None,
                    help=argparse.SUPPRESS)
-    # fastText's quantize takes its training file, read only to retrain (not done here)
-    p.add_argument("-input", dest="input_opt", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--dtype", default="int8", choices=["int8", "int4", "float16"],
-                   help="storage of each table value (default int8)")
+    p.add_argument("-input", dest="input", default=None, metavar="TRAIN",
+                   help="the training file, read with -retrain (fastText's -input)")
+    p.add_argument("--dtype", default=None, choices=["int8", "int4", "float16"],
+                   help="storage of each table value (default int8; int4 with fastText's "
+                        "-cutoff, -qnorm or -dsub 2, as fastText's default -dsub 2 stores "
+                        "4 bits a value)")
+    ft = p.add_argument_group("fastText's quantize options")
+    ft.add_argument("-cutoff", type=positive_int, default=None, metavar="N",
+                    help="keep the N table rows (words and n-gram buckets) of largest L2 norm; "
+                         "the others are absent from every text")
+    ft.add_argument("-retrain", action="store_true",
+                    help="with -cutoff: train the kept rows and the output layer again on "
+                         "-input TRAIN before quantizing")
+    ft.add_argument("-epoch", type=positive_int, default=None,
+                    help="-retrain's passes over TRAIN (default: the model's training epochs)")
+    ft.add_argument("-lr", type=float, default=None,
+                    help="-retrain's learning rate (default: the model's / 20: the "
+                         "optimizer's state starts anew, and at the model's rate its first "
+                         "steps undo much of the training)")
+    ft.add_argument("-qnorm", action="store_true",
+                    help="quantize each row's norm separately: row-wise quantization always "
+                         "keeps each row's scale apart, so the file is the same with or "
+                         "without it")
+    ft.add_argument("-dsub", type=positive_int, default=None, metavar="D",
+                    help="bits per value as fastText's product quantization gives them: 1 is "
+                         "int8 (8 bits a value), 2 is int4 (fastText's default, one byte per "
+                         "2 values, taken with -cutoff or -qnorm); others are refused")
+    add_input_options(p, labels=True, model=True)
     return p
+
+
+#: -retrain's default learning rate is the model's divided by this: with fresh optimizer state
+#: (row-wise Adagrad's first step moves each row by about lr), retraining at the model's own
+#: rate cost 1.5-2 points of P@1 on the benchmark datasets (docs/performance.md), at a
+#: twentieth of it at most 0.7
+RETRAIN_LR_DIVISOR = 20
+
+#: fastText's -dsub (values per one-byte code) -> the row-wise dtype with as many bits a value
+DSUB_DTYPE = {1: "int8", 2: "int4"}
+
+
+def fasttext_quantize(args: argparse.Namespace) -> bool:
+    """Whether fastText's quantize options are given (-cutoff, -qnorm or -dsub): then
+    -dsub defaults to fastText's 2 (int4), so that the file is as small as fastText's."""
+    return args.cutoff is not None or args.qnorm or args.dsub is not None
+
+
+def table_dtype(args: argparse.Namespace) -> str:
+    """The table's storage from --dtype and -dsub: --dtype, else -dsub's, else int4 with
+    fastText's quantize options and int8 without; raises ``InputValueError`` when they
+    disagree or -dsub has no row-wise counterpart."""
+    from ..errors import InputValueError
+
+    if args.dsub is None and (args.dtype is not None or not fasttext_quantize(args)):
+        return args.dtype or "int8"
+    if args.dsub is None:  # fastText's own quantize: its default -dsub 2
+        return DSUB_DTYPE[2]
+    if args.dsub not in DSUB_DTYPE:
+        raise InputValueError(
+            f"-dsub {args.dsub} has no counterpart here: lookuplinear quantizes each row by "
+            "itself (int8: 8 bits a value, int4: 4), not by product quantization's sub-vectors. "
+            "Give -dsub 2 (int4, fastText's default size) or -dsub 1 (int8), or --dtype."
+        )
+    dtype = DSUB_DTYPE[args.dsub]
+    if args.dtype is not None and args.dtype != dtype:
+        raise InputValueError(
+            f"-dsub {args.dsub} means --dtype {dtype}, but --dtype {args.dtype} was given; "
+            "give one of them."
+        )
+    return dtype
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,12 +124,80 @@ def run(args: argparse.Namespace) -> int:
         stem = fasttext_stem(args.output_prefix)
         args.model = str(stem.with_name(stem.name + ".bin"))
     check_output(Path(args.output), args.model)
+    dtype = table_dtype(args)
+    check_pruning(args)
     model = load_model(args.model)
     if hasattr(model.estimator.model_.lookup, "packed"):
         raise InputValueError(f"{args.model} is quantized already; quantize the float model.")
-    model.estimator.quantize(args.dtype)
-    save_model(args.output, model.estimator, vectorizer=model.vectorizer, labels=model.labels)
+    note = ""
+    if args.cutoff is not None:
+        note = prune(model, args)
+    model.estimator.quantize(dtype)
+    save_model(args.output, model.estimator, vectorizer=model.vectorizer, labels=model.labels,
+               input_format=model.input_format)
     before, after = Path(args.model).stat().st_size, Path(args.output).stat().st_size
     print(f"{args.model} ({before / 1e6:.1f} MB) -> {args.output} ({after / 1e6:.1f} MB, "
-          f"{args.dtype})", file=sys.stderr)
+          f"{dtype}{note})", file=sys.stderr)
     return 0
+
+
+def check_pruning(args: argparse.Namespace) -> None:
+    """-retrain, -input, -epoch and -lr only with what they need; ``InputValueError`` else."""
+    from ..errors import InputValueError
+
+    if args.retrain and args.cutoff is None:
+        raise InputValueError(
+            "-retrain trains the rows -cutoff keeps; give -cutoff N with it (as fastText "
+            "retrains only a pruned model)."
+        )
+    if args.retrain and args.input is None:
+        raise InputValueError("-retrain needs the training file: give -input TRAIN.")
+    for flag, value in (("-epoch", args.epoch), ("-lr", args.lr)):
+        if value is not None and not args.retrain:
+            raise InputValueError(f"{flag} sets -retrain's training; give -retrain with it.")
+    if args.lr is not None and not args.lr > 0:
+        raise InputValueError(f"-lr must be > 0, got {args.lr}.")
+
+
+def prune(model: Any, args: argparse.Namespace) -> str:
+    """Keep ``args.cutoff`` rows of ``model`` (and retrain them); returns a note for the
+    summary line. Raises ``InputValueError`` when the model cannot be pruned."""
+    import numpy as np
+
+    from ..errors import InputValueError
+    from ..sklearn._prune import keep_rows, retrain, select_rows
+
+    est, vec = model.estimator, model.vectorizer
+    if vec is None or est.hidden is None:
+        raise InputValueError(
+            f"-cutoff prunes the embedding table of a text model (`lookuplinear train`); "
+            f"{args.model} holds " + ("no text vectorizer." if vec is None else
+                                      "a linear model without an embedding table.")
+        )
+    rows = select_rows(est, args.cutoff)
+    data = None
+    if args.retrain:  # read before anything changes: a bad file leaves nothing written
+        from ._textinput import check_labels, read_input
+
+        data = read_input(args, need_labels=True, model=model)
+        check_labels(model.labels, data.labels, args)
+    keep_rows(est, rows)
+    vec.prune(rows)
+    note = f", {len(rows)} rows kept"
+    if data is not None:
+        known = set(model.labels)
+        if est.multilabel_:
+            from sklearn.preprocessing import MultiLabelBinarizer
+
+            y = MultiLabelBinarizer(classes=model.labels).fit_transform(
+                [[lab for lab in ls if lab in known] for ls in data.labels])
+            texts = data.texts
+        else:  # softmax: the first label of a line, among the model's
+            pick = [i for i, ls in enumerate(data.labels) if ls[0] in known]
+            texts = [data.texts[i] for i in pick]
+            y = np.asarray([data.labels[i][0] for i in pick])
+        epochs = args.epoch if args.epoch is not None else max(est.n_iter_, 1)
+        lr = args.lr if args.lr is not None else est._learning_rate() / RETRAIN_LR_DIVISOR
+        retrain(est, vec.transform(texts), y, epochs=epochs, learning_rate=lr)
+        note += f", retrained {epochs} epochs on {len(texts)} examples"
+    return note

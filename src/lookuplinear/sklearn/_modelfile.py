@@ -13,7 +13,8 @@ One file holds a fitted :class:`~lookuplinear.sklearn.LookupClassifier` or
                                           "sha256": "<JSON: {tensor name or 'config': hex}>"}}
     data                the tensors, raw little-endian
 
-Format version 2 (written now; version 1 files, which have no checksums, still load):
+Format version 2 (written now; version 1 files, which have no checksums, still load; a pruned
+model is written as version 3, the same format with ``"vectorizer.buckets"``):
 
 - ``sha256`` holds the SHA-256 of every tensor (of its dtype, shape and C-order bytes) and of
   the ``config`` text. Loading recomputes each one and refuses a file where one differs, or
@@ -29,6 +30,9 @@ Format version 2 (written now; version 1 files, which have no checksums, still l
   ``float16`` rows for ``float16``; the rows left out of a compact one are quantized zeros),
   and ``config["quantized"]`` holds its ``dtype``, ``mode``, ``padding_idx`` and
   ``out_features``. Such a model predicts but does not train on.
+- Pruned models (``lookuplinear quantize -cutoff``): the table holds the kept rows only, and
+  the vectorizer's kept hash buckets (``FastTextVectorizer.buckets_``) are the int32 tensor
+  ``"vectorizer.buckets"``; its vocabulary holds the kept words only.
 - ``config["input_format"]``: how ``lookuplinear train`` read its file (fastText lines and
   their label prefix, or a table's text and label columns and delimiter), so that ``predict``
   and ``test`` read theirs the same way; absent from files written before it was recorded
@@ -64,8 +68,13 @@ _RENAMED = {"epochs": "max_iter", "weight_decay": "alpha", "n_threads": "n_jobs"
 
 FORMAT = "lookuplinear-model"
 VERSION = "2"
+#: the version of a pruned model's file (its vectorizer keeps some hash buckets only), so that
+#: a lookuplinear that cannot read one says so instead of calling the file damaged
+PRUNED_VERSION = "3"
 #: versions this loader reads: 1 wrote no checksums
-READS = ("1", "2")
+READS = ("1", "2", "3")
+#: the tensor of a pruned vectorizer's hash buckets (``FastTextVectorizer.buckets_``)
+_BUCKETS = "vectorizer.buckets"
 
 
 @dataclass
@@ -144,6 +153,9 @@ def save_model(
     else:
         config["y_2d"] = bool(est._y_2d)
     tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
+    buckets = None if config["vectorizer"] is None else config["vectorizer"].pop("buckets", None)
+    if buckets is not None:  # a pruned vectorizer's hash buckets: int32 in the data, not JSON
+        tensors[_BUCKETS] = torch.as_tensor(np.asarray(buckets, dtype=np.int32))
     lookup = est.model_.lookup
     quantized = getattr(lookup, "dtype", None) if hasattr(lookup, "packed") else None
     name = "lookup.packed" if quantized else "lookup.weight"
@@ -163,7 +175,8 @@ def save_model(
     text = json.dumps(config)
     sums = {k: _sha256(v) for k, v in tensors.items()}
     sums["config"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    meta = {"format": FORMAT, "version": VERSION, "config": text,
+    meta = {"format": FORMAT, "version": PRUNED_VERSION if _BUCKETS in tensors else VERSION,
+            "config": text,
             "sha256": json.dumps(sums, sort_keys=True)}
     out = Path(path)
     # atomic: a reader (or a crash) never sees half a file, and an old model stays whole until
@@ -296,6 +309,7 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
         net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
                         mode=est.mode)
     tensors = dict(tensors)
+    buckets = tensors.pop(_BUCKETS, None)
     quantized = config.get("quantized")
     for key, shape in (config.get("compact") or {}).items():  # rows stored, the rest zero
         full = torch.zeros(*shape, dtype=tensors[key].dtype)
@@ -335,6 +349,8 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
     else:
         est._y_2d = bool(config["y_2d"])
     vec = config.get("vectorizer")
+    if vec is not None and buckets is not None:
+        vec = {**vec, "buckets": buckets.numpy()}
     vectorizer = None if vec is None else FastTextVectorizer.from_config(vec)
     labels = config.get("labels") or []
     return TextModel(est, vectorizer, [str(x) for x in labels],

@@ -71,7 +71,11 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     vocabulary_ : dict of str to int
         Word -> column.
     n_features_out_ : int
-        ``len(vocabulary_)`` plus ``bucket`` when n-grams are on.
+        ``len(vocabulary_)`` plus ``bucket`` when n-grams are on (plus ``len(buckets_)``
+        after :meth:`prune`).
+    buckets_ : numpy.ndarray or None
+        After :meth:`prune`: the hash buckets kept, sorted (int64); bucket ``buckets_[j]`` is
+        column ``len(vocabulary_) + j`` and the others are dropped. None: every bucket.
 
     Raises
     ------
@@ -89,6 +93,10 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     >>> int(X[0, 4:].sum())                      # "the cat", "cat sat"
     2
     """
+
+    vocabulary_: dict[str, int]
+    n_features_out_: int
+    buckets_: np.ndarray | None
 
     def __init__(
         self,
@@ -111,6 +119,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
         self._check_params()
         self._fit_tokens(token_ids(self._tokenize(raw_documents)))
+        self.buckets_ = None
         return self
 
     def fit_transform(self, raw_documents: Iterable[str], y: Any = None) -> sp.csr_matrix:
@@ -118,6 +127,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         self._check_params()
         docs = list(raw_documents)
         tokens = token_ids(self._tokenize(docs))
+        self.buckets_ = None
         return self._features(docs, tokens, self._fit_tokens(tokens))
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
@@ -129,11 +139,61 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
                              len(tokens.unique))
         return self._features(docs, tokens, column)
 
+    def prune(self, columns: Any) -> FastTextVectorizer:
+        """Keep only ``columns`` (of :meth:`transform`'s matrix), as fastText's ``quantize
+        -cutoff`` prunes its dictionary; returns ``self``.
+
+        Afterwards ``transform`` gives ``X[:, sorted(columns)]`` of the matrix before: a word
+        left out is unknown (still part of word n-grams, as in fastText), a hash bucket left
+        out is dropped, so a text's mean runs over the features kept only, as fastText's does.
+
+        Parameters
+        ----------
+        columns : array-like of int
+            Columns to keep, each in ``[0, n_features_out_)``.
+
+        Raises
+        ------
+        LookupIndexError
+            A column out of range.
+
+        Examples
+        --------
+        >>> vec = FastTextVectorizer(word_ngrams=2, bucket=1000)
+        >>> X = vec.fit_transform(["the cat sat", "the dog sat"])
+        >>> keep = [0, 3] + [4 + int(b) for b in X[0, 4:].nonzero()[1]]   # cat, the, 2 bigrams
+        >>> (vec.prune(keep).transform(["the cat sat"]) != X[0][:, keep]).nnz
+        0
+        """
+        from ..errors import LookupIndexError
+
+        check_is_fitted(self, "vocabulary_")
+        cols = np.unique(np.asarray(columns, dtype=np.int64).ravel())
+        if cols.size and (cols[0] < 0 or cols[-1] >= self.n_features_out_):
+            raise LookupIndexError(
+                f"prune: columns must lie in [0, {self.n_features_out_}), got "
+                f"{int(cols[0] if cols[0] < 0 else cols[-1])}; pass columns of transform's "
+                "matrix."
+            )
+        n_words = len(self.vocabulary_)
+        words = sorted(self.vocabulary_, key=self.vocabulary_.__getitem__)
+        self.vocabulary_ = {words[c]: i for i, c in enumerate(cols[cols < n_words].tolist())}
+        ngrams = cols[cols >= n_words] - n_words
+        old = getattr(self, "buckets_", None)
+        self.buckets_ = (ngrams if old is None else old[ngrams]) if self._hashed() else None
+        self.n_features_out_ = len(self.vocabulary_) + (
+            0 if self.buckets_ is None else len(self.buckets_))
+        return self
+
     def get_config(self) -> dict[str, Any]:
         """Everything needed to rebuild the fitted vectorizer, as JSON-compatible values."""
         check_is_fitted(self, "vocabulary_")
         words = sorted(self.vocabulary_, key=self.vocabulary_.__getitem__)
-        return {**self.get_params(), "vocabulary": words}
+        config: dict[str, Any] = {**self.get_params(), "vocabulary": words}
+        buckets = getattr(self, "buckets_", None)
+        if buckets is not None:  # a pruned vectorizer: the hash buckets it keeps
+            config["buckets"] = buckets.tolist()
+        return config
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FastTextVectorizer:
@@ -143,6 +203,17 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         vec._check_params()
         vec.vocabulary_ = {str(w): i for i, w in enumerate(config["vocabulary"])}
         vec.n_features_out_ = len(vec.vocabulary_) + (vec.bucket if vec._hashed() else 0)
+        vec.buckets_ = None
+        if config.get("buckets") is not None:
+            kept = np.asarray(config["buckets"], dtype=np.int64).ravel()
+            if kept.size and (kept.min() < 0 or kept.max() >= vec.bucket
+                              or np.any(np.diff(kept) <= 0)):
+                raise InputValueError(
+                    f"FastTextVectorizer.from_config: 'buckets' must be increasing bucket "
+                    f"numbers in [0, {vec.bucket}); the configuration was damaged."
+                )
+            vec.buckets_ = kept
+            vec.n_features_out_ = len(vec.vocabulary_) + len(kept)
         return vec
 
     # ------------------------------------------------------------------ helpers
@@ -182,7 +253,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
                 f"no word occurs at least min_count={self.min_count} times in the "
                 f"{len(tokens.doc_ptr) - 1} training texts. Lower min_count or pass more text."
             )
-        self.vocabulary_: dict[str, int] = {tokens.unique[t]: i for i, t in enumerate(kept)}
+        self.vocabulary_ = {tokens.unique[t]: i for i, t in enumerate(kept)}
         self.n_features_out_ = len(kept) + (self.bucket if self._hashed() else 0)
         column = np.full(len(tokens.unique), -1, np.int64)
         column[kept] = np.arange(len(kept))
@@ -192,17 +263,34 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         """Word and word n-gram counts, plus the hashed character n-grams: ``[words | buckets]``.
         """
         n_words = len(self.vocabulary_)
-        X = count_matrix(tokens, column, self.word_ngrams, self.bucket, n_words,
-                         self.n_features_out_)
+        width = n_words + (self.bucket if self._hashed() else 0)
+        X = count_matrix(tokens, column, self.word_ngrams, self.bucket, n_words, width)
         if self.maxn > 0:
             chars = HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
                                       lowercase=self.lowercase).build_analyzer()
             C = self._hasher().transform(map(chars, docs))  # (n_texts, bucket)
             X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
-        return X
+        buckets = getattr(self, "buckets_", None)
+        return X if buckets is None else _keep_buckets(X, n_words, buckets)
 
     def _hasher(self) -> FeatureHasher:
         """The hashing of ``HashingVectorizer(alternate_sign=False, norm=None)``: n-gram ->
         ``murmurhash3_32(n-gram) % bucket``, counts summed."""
         return FeatureHasher(n_features=self.bucket, input_type="string",
                              alternate_sign=False, dtype=np.float32)
+
+
+def _keep_buckets(X: sp.csr_matrix, n_words: int, buckets: np.ndarray) -> sp.csr_matrix:
+    """``X`` (words, then every bucket) with only ``buckets`` (sorted) after the words,
+    renumbered ``n_words + position``; the entries of the other buckets are dropped."""
+    col = X.indices.astype(np.int64)
+    b = col - n_words
+    at = np.searchsorted(buckets, b)
+    hit = np.zeros(b.shape, dtype=bool)
+    inside = (b >= 0) & (at < len(buckets))
+    hit[inside] = buckets[at[inside]] == b[inside]
+    keep = (b < 0) | hit
+    new = np.where(b < 0, col, n_words + at)[keep]
+    indptr = np.concatenate([[0], np.cumsum(keep)])[X.indptr]  # entries kept before each row
+    return sp.csr_matrix((X.data[keep], new.astype(X.indices.dtype), indptr),
+                         shape=(X.shape[0], n_words + len(buckets)))
