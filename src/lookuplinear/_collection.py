@@ -37,7 +37,7 @@ from torch import nn
 from . import hugepages
 from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
-from ._hashing import hash_ids
+from ._hashing import hash_ids, qr_rows, qr_stored_rows
 from ._idmap import IdMap
 from ._kernels import (
     Lookup,
@@ -217,8 +217,7 @@ class TableConfig:
         """
         if self.hashing != "qr":
             return self.num_embeddings
-        m = int(self.qr_buckets or 1)
-        return -(-self.num_embeddings // m) + m
+        return qr_stored_rows(self.num_embeddings, int(self.qr_buckets or 1))
 
 
 class _Place(NamedTuple):
@@ -630,12 +629,10 @@ class LookupCollection(nn.Module):
         if cfg.hashing is None:
             check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
         if cfg.hashing == "qr":
-            m = int(cfg.qr_buckets or 1)
-            n_q = -(-cfg.num_embeddings // m)
+            q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
             w = self.weights[g]
-            return (lookup_linear(self._drawn(g, ids // m + off), w, None, sparse=self.sparse)
-                    + lookup_linear(self._drawn(g, ids % m + (off + n_q)), w, None,
-                                    sparse=self.sparse))
+            return (lookup_linear(self._drawn(g, q + off), w, None, sparse=self.sparse)
+                    + lookup_linear(self._drawn(g, r + off), w, None, sparse=self.sparse))
         pad = None if cfg.padding_idx is None else off + cfg.padding_idx
         return lookup_linear(self._drawn(g, ids + off), self.weights[g], None, padding_idx=pad,
                              sparse=self._sparse(cfg))
@@ -1064,9 +1061,7 @@ def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: tor
         return Bags(h, bags.offsets, bags.weights)
     # qr: each ID becomes two entries, its quotient row and its remainder row, with the
     # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
-    m = int(cfg.qr_buckets or 1)
-    n_q = -(-cfg.num_embeddings // m)
-    two = torch.stack([h // m, n_q + h % m], dim=1).reshape(-1)
+    two = torch.stack(qr_rows(h, cfg.num_embeddings, int(cfg.qr_buckets or 1)), dim=1).reshape(-1)
     w = bags.weights
     if cfg.mode in ("mean", "sqrtn"):
         if w is not None and w.requires_grad:

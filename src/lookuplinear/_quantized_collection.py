@@ -19,7 +19,7 @@ from torch import nn
 
 from ._bags import check_index_range
 from ._collection import LookupCollection, TableConfig, route, table_bags
-from ._hashing import hash_ids
+from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
 from ._keyed import KeyedBags, KeyedTensor
 from ._quantized import DTYPES
@@ -173,9 +173,8 @@ class QuantizedLookupCollection(nn.Module):
         else:
             ids = hash_ids(x, cfg.num_embeddings)
         if cfg.hashing == "qr":  # an ID reads its quotient row plus its remainder row
-            m = int(cfg.qr_buckets or 1)
-            n_q = -(-cfg.num_embeddings // m)
-            return cast(torch.Tensor, layer(ids // m) + layer(ids % m + n_q))
+            q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
+            return cast(torch.Tensor, layer(q) + layer(r))
         return cast(torch.Tensor, layer(ids))
 
     def extra_repr(self) -> str:
