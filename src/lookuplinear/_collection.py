@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +35,7 @@ from torch import nn
 from . import hugepages
 from ._bags import Bags, check_index_range
 from ._fusion import reset_rows
-from ._hashing import hash_ids, qr_rows, qr_stored_rows
+from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
 from ._kernels import (
     Lookup,
@@ -53,179 +51,14 @@ from ._kernels import (
 )
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
+from ._plan import plan_collection
 from ._rowgrad import weight_grad
-from ._sizes import as_size
 from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign, storage_of
+from ._table_config import TableConfig
 from .errors import InputTypeError, InputValueError
-from .functional import Mode, check_mode, lookup_linear, normalize_padding_idx
+from .functional import Mode, lookup_linear
 
 __all__ = ["LookupCollection", "TableConfig", "route", "table_bags", "weighted_as"]
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    """One table of a :class:`LookupCollection` and the features that look it up.
-
-    TorchRec's ``EmbeddingBagConfig`` under lookuplinear's names: the table behaves as a
-    ``LookupLinear(num_embeddings, embedding_dim, bias=False, mode=mode, ...)``.
-
-    Parameters
-    ----------
-    name : str
-        The table's name (its ``state_dict`` key is ``embedding_bags.<name>.weight``).
-    num_embeddings : int
-        Rows: the size of the features' one-hot dimension.
-    embedding_dim : int
-        Output width of each feature that reads the table.
-    feature_names : sequence of str
-        The features (keys of a :class:`KeyedBags`) looked up in this table; several features
-        may share one table.
-    mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
-        How each bag is pooled.
-    padding_idx : int, optional
-        An index that contributes nothing and gets no gradient (its row starts at zero).
-    init : {"normal", "linear"} or callable, default "normal"
-        As :class:`~lookuplinear.LookupLinear`'s ``init``; ``"normal"`` is ``nn.Embedding``'s.
-    hashing : {None, "mod", "qr"}, default None
-        ``None``: IDs are row indices, each in ``[0, num_embeddings)``. ``"mod"``: any int64 ID
-        (negative or huge too) reads row ``h = hash_ids(id, num_embeddings)``
-        (:func:`~lookuplinear.hash_ids`, MurmurHash3 as scikit-learn's ``HashingVectorizer``);
-        the dense equivalent is ``nn.Linear`` on the hashed one-hot ``one_hot(id) @ H``.
-        ``"qr"``: the quotient-remainder trick (Shi et al., KDD 2020): row ``h`` is
-        ``Q[h // m] + R[h % m]`` with ``m = qr_buckets`` remainder rows and
-        ``ceil(num_embeddings / m)`` quotient rows, stored one after the other: about
-        ``2 * sqrt(num_embeddings)`` rows instead of ``num_embeddings``. Its dense equivalent is
-        ``nn.Linear`` on the multi-hot of each ID's two stored rows. No ``padding_idx`` with
-        hashing, and no ``mode="max"`` with ``"qr"``.
-    qr_buckets : int, optional
-        ``m``, the remainder rows of ``hashing="qr"`` (default ``ceil(sqrt(num_embeddings))``).
-    fallback_rows, admit_after : int, optional
-        ``hashing="map"``: a managed, collision-free :class:`~lookuplinear.IdMap` gives each
-        int64 ID its own row on first sight (after ``admit_after`` sightings, default 1), up
-        to ``num_embeddings - fallback_rows`` IDs (``fallback_rows`` default 1), then takes the
-        least recently used ID's row, re-drawn as ``init`` says and with fresh optimizer state
-        (:mod:`lookuplinear.optim`); IDs without a row share the fallback rows. The map is in
-        the collection's ``state_dict``. In eval mode nothing is added.
-    key_type : {"int", "str"}, default "int"
-        ``hashing="map"``: the IDs the table's ``IdMap`` holds. A ``"str"`` table reads string
-        IDs (a list, numpy array or pandas column of str) in a ``{feature: IDs}`` dict.
-    dtype : torch.dtype, optional
-        The table's dtype (default: torch's default dtype).
-    storage : path, optional
-        Keep this table and its optimizer state in memory-mapped files of a directory at this
-        path (:class:`~lookuplinear.TableStorage`, as ``LookupLinear(..., storage=)``): rows
-        drawn lazily from ``(seed, row)``, a table larger than memory. A path that holds a
-        table of this shape is opened (writable) and goes on from its values; a new path is
-        created. CPU only; ``init`` ``"normal"`` or ``"linear"``.
-
-    Examples
-    --------
-    >>> TableConfig("ids", 1000, 8, ["user", "friend"]).feature_names
-    ('user', 'friend')
-    """
-
-    name: str
-    num_embeddings: int
-    embedding_dim: int
-    feature_names: Sequence[str]
-    mode: Mode = "sum"
-    padding_idx: int | None = None
-    init: str | Callable[[torch.Tensor], Any] = field(default="normal", compare=False)
-    hashing: str | None = None
-    dtype: torch.dtype | None = None
-    qr_buckets: int | None = None
-    fallback_rows: int | None = None
-    admit_after: int | None = None
-    storage: str | os.PathLike[str] | None = field(default=None, compare=False)
-    key_type: str = "int"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name or "." in self.name:
-            raise InputValueError(
-                f"TableConfig: name must be a non-empty string without '.', got {self.name!r}."
-            )
-        where = f"TableConfig {self.name!r}"
-        for key in ("num_embeddings", "embedding_dim"):
-            object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
-        names = (self.feature_names,) if isinstance(self.feature_names, str) else tuple(
-            self.feature_names)
-        if not names or not all(isinstance(f, str) for f in names):
-            raise InputValueError(
-                f"TableConfig {self.name!r}: feature_names must be a non-empty sequence of "
-                f"strings, got {self.feature_names!r}."
-            )
-        object.__setattr__(self, "feature_names", names)
-        check_mode(self.mode)
-        object.__setattr__(self, "padding_idx",
-                           normalize_padding_idx(self.padding_idx, self.num_embeddings))
-        if not (self.init in ("normal", "linear") or callable(self.init)):
-            raise InputValueError(
-                f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "
-                f"got {self.init!r}."
-            )
-        if self.storage is not None and self.init not in ("normal", "linear"):
-            raise InputValueError(
-                f"TableConfig {self.name!r}: storage= draws each row on its first lookup from "
-                f"(seed, row), so init must be 'normal' or 'linear', got {self.init!r}."
-            )
-        if self.hashing not in (None, "mod", "qr", "map"):
-            raise InputValueError(
-                f"TableConfig {self.name!r}: hashing must be None, 'mod', 'qr' or 'map', got "
-                f"{self.hashing!r}."
-            )
-        for key in ("fallback_rows", "admit_after"):
-            if getattr(self, key) is not None:
-                object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
-        if self.hashing != "map" and (self.fallback_rows, self.admit_after, self.key_type) != (
-                None, None, "int"):
-            raise InputValueError(
-                f"TableConfig {self.name!r}: fallback_rows, admit_after and key_type are for "
-                f"hashing='map', got hashing={self.hashing!r}."
-            )
-        if self.hashing is not None and self.padding_idx is not None:
-            raise InputValueError(
-                f"TableConfig {self.name!r}: padding_idx={self.padding_idx} with "
-                f"hashing={self.hashing!r}: any ID may hash to that row. Drop the padding IDs "
-                "from the batch instead (or hashing=None)."
-            )
-        if self.hashing == "qr":
-            if self.mode == "max":
-                raise InputValueError(
-                    f"TableConfig {self.name!r}: hashing='qr' sums two rows per ID, which a "
-                    "max over rows cannot express; use mode 'sum', 'mean' or 'sqrtn'."
-                )
-            m = self.qr_buckets
-            if m is None:
-                object.__setattr__(self, "qr_buckets", math.isqrt(self.num_embeddings - 1) + 1)
-            else:
-                object.__setattr__(self, "qr_buckets", as_size(m, "qr_buckets", where=where))
-        elif self.qr_buckets is not None:
-            raise InputValueError(
-                f"TableConfig {self.name!r}: qr_buckets is for hashing='qr', got "
-                f"hashing={self.hashing!r}."
-            )
-
-    @property
-    def stored_rows(self) -> int:
-        """The rows the table holds: ``num_embeddings``, or with ``hashing="qr"`` the
-        quotient rows plus ``qr_buckets`` remainder rows.
-
-        Examples
-        --------
-        >>> TableConfig("ids", 1_000_000, 16, ["user"], hashing="qr").stored_rows
-        2000
-        """
-        if self.hashing != "qr":
-            return self.num_embeddings
-        return qr_stored_rows(self.num_embeddings, int(self.qr_buckets or 1))
-
-
-class _Place(NamedTuple):
-    """Where a table lives: its parameter (``weights[group]``) and its first row there."""
-
-    group: int
-    offset: int
-    config: TableConfig
 
 
 class LookupCollection(nn.Module):
@@ -299,94 +132,45 @@ class LookupCollection(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        tables = _distinct(tuple(tables))
+        plan = self._collection_plan = plan_collection(tables)
         if is_weighted not in (None, True, False):
             raise InputTypeError(
                 f"LookupCollection: is_weighted must be None, True or False, got {is_weighted!r}."
             )
-        self.tables = tables
+        self.tables = tuple(tables)
         self.sparse = sparse
         self.is_weighted = is_weighted
-        owner: dict[str, str] = {}
-        for t in tables:
-            for f in t.feature_names:
-                if f in owner:
-                    raise InputValueError(
-                        f"LookupCollection: feature {f!r} is in tables {owner[f]!r} and "
-                        f"{t.name!r}; a feature reads one table."
-                    )
-                owner[f] = t.name
-        self._table_of = owner
-        self.feature_names = list(owner)
-        dtype_of = {t.name: t.dtype or torch.get_default_dtype() for t in tables}
-        keys: dict[tuple[Any, ...], int] = {}
-        places: dict[str, _Place] = {}
-        sizes: list[tuple[int, int, torch.dtype]] = []
-        for t in tables:  # group by (dim, dtype); a max table alone (it has no sparse grad),
-            # and a table in a file alone (its own files)
-            alone = t.mode == "max" or t.storage is not None
-            key = (t.embedding_dim, dtype_of[t.name], t.name if alone else None)
-            if key not in keys:
-                keys[key] = len(sizes)
-                sizes.append((0, t.embedding_dim, dtype_of[t.name]))
-            g = keys[key]
-            rows, dim, dt = sizes[g]
-            places[t.name] = _Place(g, rows, t)
-            sizes[g] = (rows + t.stored_rows, dim, dt)
-        self._places = places
-        self._plan()
+        self._table_of = plan.table_of
+        self.feature_names = list(plan.feature_names)
+        self._places = plan.places
+        self._dims = list(plan.dims)
+        self._index = {f: i for i, f in enumerate(self.feature_names)}
+        self._groups = [(g, list(group.features)) for g, group in enumerate(plan.groups)]
+        self._positions = [torch.tensor(group.positions) for group in plan.groups]
+        self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
+        self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
+                      for g, group in enumerate(plan.groups)}
+        self._feature_cols = list(plan.columns)
+        self._feature_group = list(plan.feature_group)
+        self._segments: dict[Any, torch.Tensor] = {}
+        self._plain = plan.plain
         self.id_maps = nn.ModuleDict({
             t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
                           admit_after=t.admit_after or 1, key_type=t.key_type)
-            for t in tables if t.hashing == "map"
+            for t in self.tables if t.hashing == "map"
         })
         self._mapped: dict[str, torch.Tensor] | None = None
-        stored = {self._places[t.name].group: t for t in tables if t.storage is not None}
+        stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
         self._stored = frozenset(stored)
         self.weights = nn.ParameterList(
-            _file_table(stored[g], dt, device) if g in stored else
-            nn.Parameter(hugepages.empty(rows, dim, dtype=dt, device=device))
-            for g, (rows, dim, dt) in enumerate(sizes)
+            _file_table(stored[g], group.dtype, device) if g in stored else
+            nn.Parameter(hugepages.empty(group.rows, group.dim, dtype=group.dtype,
+                                         device=device))
+            for g, group in enumerate(plan.groups)
         )
         self.reset_parameters(fresh_only=True)
         self._register_state_dict_hook(_tables_state_dict)
         self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
-
-    def _plan(self) -> None:
-        """The features of each group (in feature order) and their positions in the batch."""
-        groups: dict[int, list[str]] = {}
-        for f in self.feature_names:
-            groups.setdefault(self._places[self._table_of[f]].group, []).append(f)
-        self._groups = list(groups.items())
-        self._dims = [self._places[self._table_of[f]].config.embedding_dim
-                      for f in self.feature_names]
-        self._index = {f: i for i, f in enumerate(self.feature_names)}
-        self._positions = [torch.tensor([self._index[f] for f in feats])
-                           for _, feats in self._groups]
-        # a one-ID batch's rows, group after group, each group's (N, F_g) in example order:
-        # group g's are rows[N * first : N * (first + F_g)], feature f's (column j of its group)
-        # at N * first + j + n * F_g (one_id_rows' ``place``)
-        self._first: dict[int, int] = {}
-        place = [(0, 0, 0)] * len(self.feature_names)
-        first = 0
-        for g, feats in self._groups:
-            self._first[g] = first
-            for j, f in enumerate(feats):
-                place[self._index[f]] = (first, j, len(feats))
-            first += len(feats)
-        self._place = torch.tensor(place, dtype=torch.int64).reshape(-1, 3)
-        starts = [sum(self._dims[:i]) for i in range(len(self._dims))]
-        #: where each group's features' columns start in the output
-        self._cols = {g: torch.tensor([starts[self._index[f]] for f in feats], dtype=torch.int64)
-                      for g, feats in self._groups}
-        #: where each feature's columns start, and the position of its group in ``_groups``
-        self._feature_cols = starts
-        self._feature_group = [next(i for i, (_, feats) in enumerate(self._groups) if f in feats)
-                               for f in self.feature_names]
-        self._segments: dict[Any, torch.Tensor] = {}
-        #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
-        self._plain = all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
-                          for t in self.tables)
 
     def reset_parameters(self, *, fresh_only: bool = False) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
@@ -760,7 +544,7 @@ class LookupCollection(nn.Module):
 
     def _group_rows(self, rows: torch.Tensor, g: int, n_feats: int, n: int) -> torch.Tensor:
         """Group ``g``'s ``(N, F_g)`` rows among a one-ID batch's rows (:meth:`_shifted`)."""
-        first = self._first[g] * n
+        first = self._collection_plan.groups[g].first * n
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
@@ -1072,23 +856,6 @@ def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: tor
             )
         w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
     return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
-
-
-def _distinct(tables: tuple[TableConfig, ...]) -> tuple[TableConfig, ...]:
-    if not tables:
-        raise InputValueError("LookupCollection: needs at least one TableConfig.")
-    if not all(isinstance(t, TableConfig) for t in tables):
-        raise InputTypeError(
-            "LookupCollection: tables must be TableConfig objects, got "
-            f"{[type(t).__name__ for t in tables]}."
-        )
-    names = [t.name for t in tables]
-    if len(set(names)) != len(names):
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        raise InputValueError(
-            f"LookupCollection: table names must be distinct, got {repeated} more than once."
-        )
-    return tables
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
