@@ -34,6 +34,7 @@ from torch import nn
 
 from . import hugepages
 from ._bags import Bags, check_index_range
+from ._collection_base import CollectionBase, table_bags, weighted_as
 from ._fusion import reset_rows
 from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
@@ -58,10 +59,10 @@ from ._table_config import TableConfig
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, lookup_linear
 
-__all__ = ["LookupCollection", "TableConfig", "route", "table_bags", "weighted_as"]
+__all__ = ["LookupCollection", "TableConfig", "weighted_as"]
 
 
-class LookupCollection(nn.Module):
+class LookupCollection(CollectionBase):
     """Many categorical features in one module: each feature's bags pooled through its table.
 
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
@@ -357,7 +358,7 @@ class LookupCollection(nn.Module):
         from ._quantized_collection import QuantizedLookupCollection
 
         self._whole_tables()
-        return QuantizedLookupCollection(self, dtype)
+        return QuantizedLookupCollection.from_float(self, dtype)
 
     # ------------------------------------------------------------------ forward
     def rows(self, features: KeyedBags, feature: str) -> Bags:
@@ -371,19 +372,6 @@ class LookupCollection(nn.Module):
         return table_bags(cfg, features[feature], id_map=id_map,
                           dtype=self.weights[self._places[cfg.name].group].dtype,
                           feature=feature)
-
-    def forward(
-        self, features: KeyedBags | Mapping[str, torch.Tensor]
-    ) -> KeyedTensor | dict[str, torch.Tensor]:
-        """Pool every feature's bags through its table.
-
-        ``features`` is a :class:`KeyedBags` (returns a :class:`KeyedTensor`: ``values()`` is
-        ``(N, sum of dims)`` in :attr:`feature_names` order, ``out[f]`` one feature's ``(N, dim)``)
-        or a ``{feature: index tensor}`` dict (unpooled lookups, as TorchRec's
-        ``EmbeddingCollection``: each ``S`` index tensor gives ``S + (dim,)``). Features in the
-        batch that no table reads are ignored.
-        """
-        return route(self, features)
 
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input, with its new rows drawn first when the group is a table in a
@@ -754,46 +742,6 @@ def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
     return out
 
 
-def route(module: Any, features: Any) -> Any:
-    """A collection's forward: a ``KeyedBags`` to ``module._pooled`` (every feature of the
-    tables must be in it; its weights kept or dropped as ``module.is_weighted`` says), a
-    ``{feature: index tensor}`` dict to ``module._unpooled`` feature by feature; anything else,
-    or unknown or missing features, a clear error."""
-    name = type(module).__name__
-    if isinstance(features, KeyedBags):
-        missing = [f for f in module.feature_names if f not in features]
-        if missing:
-            raise InputValueError(
-                f"{name}: the batch has no feature {missing} (its keys are "
-                f"{features.keys()}); every feature of the tables must be in it."
-            )
-        return module._pooled(weighted_as(features, module.is_weighted, name))
-    if isinstance(features, Mapping):
-        unknown = [f for f in features if f not in module._table_of]
-        if unknown:
-            raise InputValueError(
-                f"{name}: no table reads feature(s) {unknown}; the features are "
-                f"{module.feature_names}."
-            )
-        return {f: module._unpooled(f, x) for f, x in features.items()}
-    raise InputTypeError(
-        f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
-        f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
-    )
-
-
-def weighted_as(kb: KeyedBags, is_weighted: bool | None, name: str) -> KeyedBags:
-    """``kb`` as a collection with ``is_weighted`` reads it: its weights dropped for
-    ``False``, kept for ``None``; for ``True`` a batch without weights raises."""
-    if is_weighted and kb.weights is None:
-        raise InputValueError(
-            f"{name}(is_weighted=True) needs a batch with weights (one per entry of values), "
-            "got a KeyedBags without weights. Give weights=, or build the collection with "
-            "is_weighted=None (weights when the batch has them)."
-        )
-    return kb.unweighted() if is_weighted is False else kb
-
-
 def _file_table(cfg: TableConfig, dtype: torch.dtype,
                 device: torch.device | str | None) -> nn.Parameter:
     """The parameter of a table in a file: opened where ``cfg.storage`` holds one of this
@@ -822,40 +770,6 @@ def _file_table(cfg: TableConfig, dtype: torch.dtype,
     param = nn.Parameter(storage.weight)
     attach(param, storage)
     return param
-
-
-def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: torch.dtype,
-               feature: str) -> Bags:
-    """``bags`` (feature ``feature``'s) as table ``cfg`` reads them: the IDs themselves, hashed
-    (``"mod"``), mapped by ``id_map`` in eval mode (``"map"``: nothing added), or for ``"qr"``
-    two entries per ID, its quotient row and its remainder row, with the ID's weight times the
-    mode's (in ``dtype``), read by a ``sum`` over the stored rows."""
-    if cfg.hashing is None:
-        return bags
-    if cfg.hashing == "map":
-        assert id_map is not None
-        training = id_map.training
-        id_map.eval()  # look up only, change nothing
-        try:
-            return Bags(id_map(bags.indices), bags.offsets, bags.weights)
-        finally:
-            id_map.train(training)
-    h = hash_ids(bags.indices, cfg.num_embeddings)
-    if cfg.hashing == "mod":
-        return Bags(h, bags.offsets, bags.weights)
-    # qr: each ID becomes two entries, its quotient row and its remainder row, with the
-    # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
-    two = torch.stack(qr_rows(h, cfg.num_embeddings, int(cfg.qr_buckets or 1)), dim=1).reshape(-1)
-    w = bags.weights
-    if cfg.mode in ("mean", "sqrtn"):
-        if w is not None and w.requires_grad:
-            raise InputValueError(
-                f"LookupCollection: feature {feature!r} has weights that require grad, and "
-                f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
-                "into them without a gradient. Use mode='sum', or detach the weights."
-            )
-        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
-    return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
