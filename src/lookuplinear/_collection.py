@@ -24,45 +24,32 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import hugepages
 from ._bags import Bags, check_index_range
+from ._batched import PlanLookup
 from ._collection_base import CollectionBase, table_bags, weighted_as
 from ._fusion import reset_rows
 from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
-from ._kernels import (
-    Lookup,
-    bag_sum_into,
-    deinterleave,
-    gather_into,
-    interleave,
-    mode_weights,
-    one_id_rows,
-    segments,
-    shifted_rows,
-    split_blocks,
-)
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._plan import plan_collection
-from ._rowgrad import weight_grad
-from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign, storage_of
+from ._storage import attach, drawn_eagerly, refuse_assign, storage_of
 from ._table_config import TableConfig
+from ._table_files import file_table
 from .errors import InputTypeError, InputValueError
 from .functional import Mode, lookup_linear
 
 __all__ = ["LookupCollection", "TableConfig", "weighted_as"]
 
 
-class LookupCollection(CollectionBase):
+class LookupCollection(PlanLookup, CollectionBase):
     """Many categorical features in one module: each feature's bags pooled through its table.
 
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
@@ -164,7 +151,7 @@ class LookupCollection(CollectionBase):
         stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
         self._stored = frozenset(stored)
         self.weights = nn.ParameterList(
-            _file_table(stored[g], group.dtype, device) if g in stored else
+            file_table(stored[g], group.dtype, device) if g in stored else
             nn.Parameter(hugepages.empty(group.rows, group.dim, dtype=group.dtype,
                                          device=device))
             for g, group in enumerate(plan.groups)
@@ -453,323 +440,8 @@ class LookupCollection(CollectionBase):
         weight.index_copy_(0, at, fresh)
         reset_rows(weight, at)
 
-    def _lookup(self, kb: KeyedBags) -> torch.Tensor:
-        """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
-        (promoted where tables of several dtypes meet)."""
-        weights_need_grad = kb.weights is not None and kb.weights.requires_grad
-        n = kb.batch_size
-        whole = self._shifted(kb)
-        single = len(self._groups) == 1
-        # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
-        # feature after feature) or example-major ((N, F * dim))
-        parts: list[tuple[torch.Tensor, list[str], bool]] = []
-        if (whole is not None and not single and self.sparse
-                and len({w.dtype for w in self.weights}) == 1):
-            return self._written(whole, n)
-        for (g, feats), at in zip(self._groups, self._positions, strict=True):
-            dim = self.weights[g].shape[1]
-            if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
-                # one feature at a time: a max, or weights that need their gradient; each
-                # reads the group's parameter at its table's rows (a row-sparse gradient
-                # cannot flow back through a view); a max has no row-sparse gradient
-                for f in feats:
-                    _, off, cfg = self._places[self._table_of[f]]
-                    mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    bags = self._checked(kb, f)
-                    pad = None if cfg.padding_idx is None else off + cfg.padding_idx
-                    parts.append((lookup_linear(
-                        self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
-                        self.weights[g], None, mode=mode, padding_idx=pad,
-                        sparse=self._sparse(cfg)), [f], True))
-                continue
-            if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
-                rows = whole if single else self._group_rows(whole, g, len(feats), n)
-                out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
-                                    sparse=self.sparse).reshape(n, len(feats) * dim)
-                if single:  # in example order already: no copy, forward or backward
-                    return out
-                parts.append((out, feats, False))
-                continue
-            bags = (self._group_bags(kb, feats) if whole is None else
-                    whole if single else _select_features(whole, at, n))
-            flat = lookup_linear(self._drawn(g, bags), self.weights[g], None,
-                                 sparse=self.sparse)  # (F_g * N, dim), feature-major
-            if single:  # (N, F * dim): one copy, whose backward is one copy too
-                return (flat.view(len(feats), n, dim).transpose(0, 1)
-                        .reshape(n, len(feats) * dim))
-            parts.append((flat, feats, True))
-        return self._in_feature_order(parts, n)
-
-    def _in_feature_order(self, parts: list[tuple[torch.Tensor, list[str], bool]], n: int
-                          ) -> torch.Tensor:
-        """The lookups' outputs as one ``(N, sum of dims)`` matrix in feature order (one copy,
-        and one copy of its gradient into theirs)."""
-        segs = self._segments_of([(feats, fm) for _, feats, fm in parts])
-        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
-        kinds = [(fm, len(feats)) for _, feats, fm in parts]
-        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
-                                                     *(out.to(dtype) for out, _, _ in parts))
-        return values
-
-    def _segments_of(self, layout: list[tuple[list[str], bool]]) -> torch.Tensor:
-        """The segments (:func:`~lookuplinear._kernels.segments`) that put outputs of this
-        ``layout`` (each output's features, and whether it is feature-major) in feature order."""
-        key = tuple((tuple(feats), fm) for feats, fm in layout)
-        segs = self._segments.get(key)
-        if segs is None:
-            block_of: dict[str, int] = {}
-            widths: list[int] = []
-            for feats, fm in layout:
-                for f in feats:
-                    if fm or f == feats[0]:
-                        widths.append(0)
-                    block_of[f] = len(widths) - 1
-                    widths[-1] += self._dims[self._index[f]]
-            segs = segments([(block_of[f], d) for f, d in zip(self.feature_names, self._dims,
-                                                                strict=True)], widths)
-            self._segments[key] = segs
-        return segs
-
-    def _group_rows(self, rows: torch.Tensor, g: int, n_feats: int, n: int) -> torch.Tensor:
-        """Group ``g``'s ``(N, F_g)`` rows among a one-ID batch's rows (:meth:`_shifted`)."""
-        first = self._collection_plan.groups[g].first * n
-        return rows[first:first + n * n_feats].view(n, n_feats)
-
-    def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
-        """The usual batch (``whole``: :meth:`_shifted`'s) over tables of several widths, for
-        row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
-        straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
-        gathered, or bags summed."""
-        weights = [self.weights[g] for g, _ in self._groups]
-        one_id = isinstance(whole, torch.Tensor)
-        write: Callable[[torch.Tensor], bool]
-        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
-            rows = [self._drawn(g, self._group_rows(whole, g, len(feats), n))
-                    for g, feats in self._groups]
-            lookups = [Lookup(r.reshape(-1)) for r in rows]
-            write = functools.partial(gather_into, [
-                (w, r, self._cols[g]) for w, r, (g, _) in zip(weights, rows, self._groups,
-                                                             strict=True)])
-        else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
-            bags = [self._drawn(g, _select_features(whole, at, n))
-                    for (g, _), at in zip(self._groups, self._positions, strict=True)]
-            lookups = [Lookup(b.indices, b.offsets) for b in bags]
-            write = functools.partial(bag_sum_into, [weights[i] for i in self._feature_group],
-                                      self._feature_cols, whole.indices, whole.offsets)
-        layout = [(feats, not one_id) for _, feats in self._groups]
-        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
-        values: torch.Tensor = _Lookups.apply(lookups, write, self._segments_of(layout), kinds,
-                                              n, sum(self._dims), *weights)
-        return values
-
-    def _checked(self, kb: KeyedBags, feature: str) -> Bags:
-        """``rows(kb, feature)`` with every index checked against its table's rows."""
-        bags = self.rows(kb, feature)
-        cfg = self._places[self._table_of[feature]].config
-        if cfg.hashing is None:
-            check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{feature!r}]")
-        return bags
-
-    def _group_bags(self, kb: KeyedBags, feats: list[str]) -> Bags:
-        """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
-        shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
-        per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
-        indices, lengths, weights = [], [], []
-        dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
-        any_weights = kb.weights is not None or any(
-            self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
-        for f in feats:
-            _, off, cfg = self._places[self._table_of[f]]
-            bags = self._checked(kb, f)
-            if cfg.padding_idx is not None:
-                bags = bags.drop_index(cfg.padding_idx)
-            indices.append(bags.indices.long() + off if off else bags.indices.long())
-            lengths.append(bags.lengths())
-            if any_weights:
-                if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
-                    weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
-                                                dtype))
-                elif bags.weights is not None:
-                    weights.append(bags.weights.to(dtype))
-                else:
-                    weights.append(torch.ones(bags.nnz, dtype=dtype, device=bags.device))
-        offsets = torch.zeros(sum(x.numel() for x in lengths) + 1, dtype=torch.long,
-                              device=kb.device)
-        torch.cumsum(torch.cat(lengths), 0, out=offsets[1:])
-        out = Bags.__new__(Bags)  # checked feature by feature: nothing to check again
-        out.indices = torch.cat(indices)
-        out.offsets = offsets
-        out.weights = torch.cat(weights) if any_weights else None
-        return out
-
-    def _bounds(self, feats: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each feature's first row in its group's parameter and its table's rows, int64."""
-        places = [self._places[self._table_of[f]] for f in feats]
-        both = torch.tensor([[p.offset, p.config.num_embeddings] for p in places], device=device)
-        return both[:, 0], both[:, 1]
-
-    def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:
-        """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
-        :attr:`feature_names`) checked and shifted to the rows of the groups' parameters in one
-        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
-        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
-        shifted indices. None for any other batch (each group then builds its own)."""
-        if not self._plain or kb.weights is not None or kb.keys() != self.feature_names:
-            return None
-        feats = self.feature_names
-        shift, limit = self._bounds(feats, kb.device)
-        found: torch.Tensor | int | None = None
-        if kb.values.numel() == kb.offsets.numel() - 1:
-            place = None if len(self._groups) == 1 else torch.stack(
-                [self._place[:, 0] * kb.batch_size + self._place[:, 1], self._place[:, 2]], 1
-            ).to(kb.device)
-            found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
-        if found is None:
-            found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
-            if not isinstance(found, int):
-                out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
-                out.indices, out.offsets, out.weights = found, kb.offsets, None
-                return out
-        if isinstance(found, int):  # an ID outside its table: raise, naming its feature
-            starts = kb.offsets[::kb.batch_size].tolist()
-            self._checked(kb, feats[next(f for f in range(len(feats))
-                                         if found < starts[f + 1])])
-            raise AssertionError("unreachable: an ID out of range was not found again")
-        return found
-
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
-
-
-class _InFeatureOrder(torch.autograd.Function):
-    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
-    side by side in feature order (``segs``: :func:`~lookuplinear._kernels.segments`); the
-    backward copies the gradient's columns back into each output's layout."""
-
-    @staticmethod
-    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
-                *outs: torch.Tensor) -> torch.Tensor:
-        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
-        ctx.shapes = [out.shape for out in outs]
-        return interleave(_blocks(outs, kinds, n), segs)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
-
-
-class _Lookups(torch.autograd.Function):
-    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
-    whether its output is feature-major, and its number of features) side by side in feature
-    order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
-    not apply, torch's lookups and one copy). The backward copies each table's gradient rows
-    out (:func:`_apart`) and hands them to it as its own lookup's backward would
-    (:func:`~lookuplinear._rowgrad.weight_grad`: row-sparse, or the fused update, one call for
-    all tables)."""
-
-    @staticmethod
-    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
-                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
-                *weights: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
-        if not write(out):
-            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
-                    if lk.offsets is None else
-                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
-                                    include_last_offset=True)
-                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
-            out = interleave(_blocks(outs, kinds, n), segs)
-        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
-        ctx.save_for_backward(*weights)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        weights = ctx.saved_tensors
-        shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
-                  for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
-        parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
-        grads = [
-            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
-            if ctx.needs_input_grad[6 + i] else None
-            for i, (lk, w, param, part) in enumerate(
-                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
-        ]
-        return (None, None, None, None, None, None, *grads)
-
-
-def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],
-           shapes: Sequence[Sequence[int]], n: int) -> list[torch.Tensor]:
-    """The gradient of outputs put in feature order (``segs``) copied back into each output's
-    layout (``kinds``, ``shapes``): one copy, or torch ops that can be differentiated again
-    under ``create_graph=True``."""
-    if torch.is_grad_enabled():
-        blocks = iter(split_blocks(grad, segs))
-        grads = []
-        for (fm, f), shape in zip(kinds, shapes, strict=True):
-            rows = [next(blocks) for _ in range(f if fm else 1)]
-            grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
-        return grads
-    grads = [grad.new_empty(tuple(shape)) for shape in shapes]
-    deinterleave(grad, segs, _blocks(grads, kinds, n))
-    return grads
-
-
-def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
-            ) -> list[torch.Tensor]:
-    """The ``(N, width)`` blocks of lookup outputs: an example-major output is one, a
-    feature-major one a block per feature (views)."""
-    blocks: list[torch.Tensor] = []
-    for out, (fm, f) in zip(outs, kinds, strict=True):
-        if fm:  # (F * N, dim)
-            blocks.extend(out.view(f, n, out.shape[1]).unbind(0))
-        else:  # (N, F * dim)
-            blocks.append(out)
-    return blocks
-
-
-def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
-    """The bags of the features at positions ``at`` of a feature-major batch of ``n`` bags per
-    feature, feature after feature (one copy of their indices)."""
-    lengths = (bags.offsets[1:] - bags.offsets[:-1]).view(-1, n).index_select(
-        0, at.to(bags.offsets.device))
-    starts = bags.offsets[::n].tolist()
-    out = Bags.__new__(Bags)  # parts of a checked batch
-    out.indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
-    out.offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
-    torch.cumsum(lengths.reshape(-1), 0, out=out.offsets[1:])
-    out.weights = None
-    return out
-
-
-def _file_table(cfg: TableConfig, dtype: torch.dtype,
-                device: torch.device | str | None) -> nn.Parameter:
-    """The parameter of a table in a file: opened where ``cfg.storage`` holds one of this
-    shape, else created (seed drawn from PyTorch's generator)."""
-    if torch.device(device or "cpu").type != "cpu":
-        raise InputValueError(
-            f"TableConfig {cfg.name!r}: storage= keeps the table in a memory-mapped file, which "
-            f"is CPU memory; got device={device!r}."
-        )
-    path = os.fspath(cfg.storage)  # type: ignore[arg-type]
-    if os.path.exists(path):
-        storage = TableStorage.open(path, writable=True)
-        m = storage.meta
-        if (m["rows"], m["dim"], storage.dtype) != (cfg.stored_rows, cfg.embedding_dim, dtype):
-            raise InputValueError(
-                f"TableConfig {cfg.name!r}: {path} holds a {m['rows']} x {m['dim']} "
-                f"{m['dtype']} table, the config asks for {cfg.stored_rows} x "
-                f"{cfg.embedding_dim} {dtype}. Give another path, or remove it."
-            )
-    else:
-        layer = {"bias": False, "mode": cfg.mode, "padding_idx": cfg.padding_idx,
-                 "sparse": True, "include_last_offset": False}
-        storage = TableStorage.create(path, cfg.stored_rows, cfg.embedding_dim, dtype=dtype,
-                                      init=str(cfg.init), seed=int(torch.randint(0, 2**62, ())),
-                                      layer=layer)
-    param = nn.Parameter(storage.weight)
-    attach(param, storage)
-    return param
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
