@@ -34,7 +34,6 @@ from . import hugepages
 from ._bags import Bags, check_index_range
 from ._batched import PlanLookup
 from ._collection_base import CollectionBase, table_bags, weighted_as
-from ._fusion import reset_rows
 from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
 from ._keyed import KeyedBags, KeyedTensor
@@ -375,8 +374,7 @@ class LookupCollection(PlanLookup, CollectionBase):
         if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
             id_map = cast(IdMap, self.id_maps[cfg.name])
             ids = id_map(x).to(self.weights[g].device)
-            if id_map.evicted.numel():
-                self._renew(cfg.name, id_map.evicted)
+            id_map.renew(self.weights[g], off, cfg.init)
         elif not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
                 x.dtype == torch.bool:
             raise InputTypeError(
@@ -424,21 +422,9 @@ class LookupCollection(PlanLookup, CollectionBase):
             ids = [kb[f].indices for f in feats]
             rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
             mapped.update(zip(feats, rows, strict=True))
-            if id_map.evicted.numel():
-                self._renew(name, id_map.evicted)
+            _, off, cfg = self._places[name]
+            id_map.renew(self.weights[self._places[name].group], off, cfg.init)
         return mapped
-
-    @torch.no_grad()
-    def _renew(self, name: str, rows: torch.Tensor) -> None:
-        """Re-draw ``rows`` of table ``name`` (as its ``init`` draws a table) and mark their
-        optimizer state for a fresh start (:func:`lookuplinear._fusion.reset_rows`)."""
-        g, off, cfg = self._places[name]
-        weight = self.weights[g]
-        fresh = weight.new_empty(rows.numel(), cfg.embedding_dim)
-        init_weight_(fresh, "normal" if cfg.init == "linear" else cfg.init, None)
-        at = rows.to(weight.device) + off
-        weight.index_copy_(0, at, fresh)
-        reset_rows(weight, at)
 
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.weights)}"
