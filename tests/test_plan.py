@@ -64,3 +64,26 @@ def test_qr_tables_take_their_stored_rows_and_hashing_is_not_plain() -> None:
 def test_bad_tables_are_refused(tables: list, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         plan_collection(tables)
+
+
+def test_a_collection_reuses_its_layout_only_for_the_same_batch_size() -> None:
+    """The per-batch layout (row shifts, one-ID places) is cached by device and batch size:
+    batches of other sizes in between change nothing."""
+    from lookuplinear import KeyedBags, LookupCollection
+
+    tables = [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 7, 3, ["b", "c"])]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=True)
+
+    def batch(n: int) -> KeyedBags:
+        return KeyedBags.from_dict({f: [[(i * 3 + k) % 5] for i in range(n)]
+                                    for k, f in enumerate("abc")})
+
+    first = col(batch(3)).values().detach()
+    for n in (5, 1, 3):
+        out = col(batch(n)).values().detach()
+        dense = torch.cat([col[col._collection_plan.table_of[f]].weight[
+            torch.tensor([(i * 3 + k) % 5 for i in range(n)])] for k, f in enumerate("abc")],
+            dim=1)
+        assert torch.equal(out, dense.detach())
+    assert torch.equal(col(batch(3)).values().detach(), first)

@@ -64,9 +64,13 @@ class PlanLookup:
     _feature_cols: list[int]
     _feature_group: list[int]
     _segments: dict[Any, torch.Tensor]
+    _layouts: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor,
+                                                   torch.Tensor | None]]
     _dims: list[int]
     _index: dict[str, int]
     _plain: bool
+    _stored: frozenset[int]
+    _width: int
 
     def rows(self, features: KeyedBags, feature: str) -> Bags:
         raise NotImplementedError
@@ -164,26 +168,37 @@ class PlanLookup:
         row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
         straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
         gathered, or bags summed."""
-        weights = [self.weights[g] for g, _ in self._groups]
         one_id = isinstance(whole, torch.Tensor)
+        key = ("written", one_id)
+        if key not in self._segments:  # the layout of the output blocks: built once
+            self._segments[key] = self._segments_of(
+                [(feats, not one_id) for _, feats in self._groups])
+        segs = self._segments[key]
+        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
+        weights: list[torch.Tensor] = []
+        lookups: list[Lookup] = []
         write: Callable[[torch.Tensor], bool]
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
-            rows = [self._drawn(g, self._group_rows(whole, g, len(feats), n))
-                    for g, feats in self._groups]
-            lookups = [Lookup(r.reshape(-1)) for r in rows]
-            write = functools.partial(gather_into, [
-                (w, r, self._cols[g]) for w, r, (g, _) in zip(weights, rows, self._groups,
-                                                             strict=True)])
+            tables = []
+            for g, feats in self._groups:
+                rows = self._group_rows(whole, g, len(feats), n)
+                if self._stored:
+                    rows = self._drawn(g, rows)
+                weights.append(self.weights[g])
+                lookups.append(Lookup(rows.reshape(-1)))
+                tables.append((weights[-1], rows, self._cols[g]))
+            write = functools.partial(gather_into, tables)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
-            bags = [self._drawn(g, _select_features(whole, at, n))
-                    for (g, _), at in zip(self._groups, self._positions, strict=True)]
-            lookups = [Lookup(b.indices, b.offsets) for b in bags]
-            write = functools.partial(bag_sum_into, [weights[i] for i in self._feature_group],
+            for (g, _), at in zip(self._groups, self._positions, strict=True):
+                bags = _select_features(whole, at, n)
+                if self._stored:
+                    bags = self._drawn(g, bags)
+                weights.append(self.weights[g])
+                lookups.append(Lookup(bags.indices, bags.offsets))
+            write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
-        layout = [(feats, not one_id) for _, feats in self._groups]
-        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
-        values: torch.Tensor = _Lookups.apply(lookups, write, self._segments_of(layout), kinds,
-                                              n, sum(self._dims), *weights)
+        values: torch.Tensor = _Lookups.apply(lookups, write, segs, kinds, n, self._width,
+                                              *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
@@ -226,11 +241,24 @@ class PlanLookup:
         out.weights = torch.cat(weights) if any_weights else None
         return out
 
-    def _bounds(self, feats: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each feature's first row in its group's parameter and its table's rows, int64."""
-        places = [self._places[self._table_of[f]] for f in feats]
-        both = torch.tensor([[p.offset, p.config.num_embeddings] for p in places], device=device)
-        return both[:, 0], both[:, 1]
+    def _layout(self, device: torch.device, n: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """For a batch of every feature in order, of ``n`` examples on ``device``: each
+        feature's first row in its group's parameter and its table's rows (int64), and where
+        its rows go among a one-ID batch's (``one_id_rows``' ``place``; None for one group).
+        Built once per device and batch size."""
+        key = (device, n)
+        found = self._layouts.get(key)
+        if found is None:
+            plan = self._collection_plan
+            both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
+                                 for f in plan.feature_names], device=device)
+            place = None if len(plan.groups) == 1 else torch.stack(
+                [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
+            if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
+                self._layouts.clear()
+            found = self._layouts[key] = (both[:, 0], both[:, 1], place)
+        return found
 
     def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
@@ -241,12 +269,9 @@ class PlanLookup:
         if not self._plain or kb.weights is not None or kb.keys() != self.feature_names:
             return None
         feats = self.feature_names
-        shift, limit = self._bounds(feats, kb.device)
+        shift, limit, place = self._layout(kb.device, kb.batch_size)
         found: torch.Tensor | int | None = None
         if kb.values.numel() == kb.offsets.numel() - 1:
-            place = None if len(self._groups) == 1 else torch.stack(
-                [self._place[:, 0] * kb.batch_size + self._place[:, 1], self._place[:, 2]], 1
-            ).to(kb.device)
             found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
         if found is None:
             found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)

@@ -1,7 +1,9 @@
-"""``TableConfig`` and ``LookupCollection``: many categorical features, all tables in one lookup.
+"""``LookupCollection``: many categorical features, each pooled through its table.
 
-The tables of one width and dtype live in one ``(total rows, dim)`` parameter, table after
-table, as FBGEMM's table-batched embedding keeps them::
+What a collection computes is stated here and by its tables (:class:`TableConfig`); how is
+the plan's (:mod:`lookuplinear._plan`: tables of one width and dtype in one parameter, table
+after table, as FBGEMM's table-batched embedding keeps them) and its execution's
+(:mod:`lookuplinear._batched`)::
 
     tables  user (4 rows), item (3 rows), both dim 2
     weights [u0, u1, u2, u3, i0, i1, i2]       # one Parameter, row offsets user 0, item 4
@@ -11,19 +13,13 @@ table, as FBGEMM's table-batched embedding keeps them::
     output  (N=2, 4): [user's 2 columns | item's 2 columns]
 
 so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
-optimizer pass) backward, whatever the number of tables. Tables of several widths are one
-parameter per width: the usual batch (plain sum tables, no per-entry weights) is checked and
-shifted for all the widths in one pass and, with row-sparse gradients of one dtype, looked up
-by one kernel call that writes each width's rows or sums straight into their columns of the
-output; any other batch is one lookup per width, put in feature order by one copy. The
-gradient is taken back apart by one copy either way. ``state_dict`` keeps one key per table
-(``embedding_bags.<table>.weight``, TorchRec's names).
+optimizer pass) backward, whatever the number of tables. ``state_dict`` keeps one key per
+table (``embedding_bags.<table>.weight``, TorchRec's names).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -140,7 +136,9 @@ class LookupCollection(PlanLookup, CollectionBase):
         self._feature_cols = list(plan.columns)
         self._feature_group = list(plan.feature_group)
         self._segments: dict[Any, torch.Tensor] = {}
+        self._layouts: dict[Any, Any] = {}
         self._plain = plan.plain
+        self._width = plan.width
         self.id_maps = nn.ModuleDict({
             t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
                           admit_after=t.admit_after or 1, key_type=t.key_type)
@@ -401,8 +399,9 @@ class LookupCollection(PlanLookup, CollectionBase):
         finally:
             self._mapped = None
         # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
-        dtype = functools.reduce(torch.promote_types, (w.dtype for w in self.weights),
-                                 torch.float32)
+        dtype = torch.float32
+        for w in self.weights:
+            dtype = torch.promote_types(dtype, w.dtype)
         return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
 
     def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:

@@ -52,7 +52,9 @@ class CollectionBase(nn.Module):
         """
         name = type(self).__name__
         if isinstance(features, KeyedBags):
-            missing = [f for f in self.feature_names if f not in features]
+            keys = features.keys()
+            missing = [] if keys == self.feature_names else [
+                f for f in self.feature_names if f not in keys]
             if missing:
                 raise InputValueError(
                     f"{name}: the batch has no feature {missing} (its keys are "
