@@ -87,3 +87,11 @@ def test_a_collection_reuses_its_layout_only_for_the_same_batch_size() -> None:
             dim=1)
         assert torch.equal(out, dense.detach())
     assert torch.equal(col(batch(3)).values().detach(), first)
+
+
+def test_a_collection_takes_its_tables_from_any_iterable() -> None:
+    from lookuplinear import LookupCollection
+
+    col = LookupCollection(t for t in [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 3, 2,
+                                                                                   ["b"])])
+    assert [t.name for t in col.tables] == ["a", "b"] and col.feature_names == ["a", "b"]

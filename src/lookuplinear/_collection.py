@@ -115,12 +115,13 @@ class LookupCollection(PlanLookup, CollectionBase):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        tables = tuple(tables)
         plan = self._collection_plan = plan_collection(tables)
         if is_weighted not in (None, True, False):
             raise InputTypeError(
                 f"LookupCollection: is_weighted must be None, True or False, got {is_weighted!r}."
             )
-        self.tables = tuple(tables)
+        self.tables = tables
         self.sparse = sparse
         self.is_weighted = is_weighted
         self._table_of = plan.table_of
