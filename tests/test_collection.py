@@ -763,7 +763,7 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
     over tables of one dtype is looked up by one forward kernel call, and the fused optimizer's
     update is one C call per dtype for all tables, whatever their widths; the weights equal
     ``fused=False``'s to the bit."""
-    import lookuplinear._collection as collection_module
+    import lookuplinear._batched as collection_module
     import lookuplinear._kernels._rows as rows_module
 
     calls: list[str] = []

@@ -1,10 +1,18 @@
-"""``hash_ids``: unbounded IDs (any int64, or strings) to the rows of a table, by MurmurHash3.
+"""The hash functions of the library, each defined once: MurmurHash3, SplitMix64 and the
+quotient-remainder rows, with their C twins beside them (tested equal).
 
-The row of an ID among ``n`` is scikit-learn's ``HashingVectorizer`` column of it
-(``alternate_sign=False``): ``abs(murmurhash3_32(key, seed=0)) % n``, where ``key`` is the UTF-8
-bytes of a string ID and the 8 little-endian bytes of an integer ID. As a matrix, hashing is the
-``(num_ids, n)`` 0/1 matrix ``H`` with one 1 per row, so a hashed lookup is
-``one_hot(id) @ H @ W``: ``nn.Linear`` on the hashed one-hot.
+* :func:`hash_ids`: unbounded IDs (any int64, or strings) to the rows of a table. The row of an
+  ID among ``n`` is scikit-learn's ``HashingVectorizer`` column of it (``alternate_sign=False``):
+  ``abs(murmurhash3_32(key, seed=0)) % n``, where ``key`` is the UTF-8 bytes of a string ID and
+  the 8 little-endian bytes of an integer ID. As a matrix, hashing is the ``(num_ids, n)`` 0/1
+  matrix ``H`` with one 1 per row, so a hashed lookup is ``one_hot(id) @ H @ W``: ``nn.Linear``
+  on the hashed one-hot.
+* :func:`murmur3_int64` (torch) and :func:`murmur3_bytes` (C ``ll_murmur3_32``, scikit-learn's
+  where C is not built): MurmurHash3_x86_32 with seed 0, signed.
+* :func:`splitmix64` (torch), :func:`splitmix64_int` (a Python int) and
+  :func:`splitmix64_c` (C ``ll_splitmix64``, the probe start of ``IdMap``'s hash table).
+* :func:`qr_rows` and :func:`qr_stored_rows`: the quotient-remainder trick (Shi et al., KDD
+  2020), row ``h`` of ``num_embeddings`` read as ``Q[h // m] + R[h % m]``.
 """
 
 from __future__ import annotations
@@ -18,7 +26,16 @@ import torch
 from ._rawids import as_int_ids, as_str_ids, check_strs, key_type_of
 from ._sizes import as_size
 
-__all__ = ["hash_ids"]
+__all__ = [
+    "hash_ids",
+    "murmur3_bytes",
+    "murmur3_int64",
+    "qr_rows",
+    "qr_stored_rows",
+    "splitmix64",
+    "splitmix64_c",
+    "splitmix64_int",
+]
 
 _M32 = 0xFFFFFFFF
 _C1, _C2 = 0xCC9E2D51, 0x1B873593
@@ -34,7 +51,7 @@ def _mul(x: torch.Tensor, c: int) -> torch.Tensor:
     return ((x * lo) + (((x * hi) & 0xFFFF) << 16)) & _M32
 
 
-def _murmur3_int64(ids: torch.Tensor) -> torch.Tensor:
+def murmur3_int64(ids: torch.Tensor) -> torch.Tensor:
     """Signed MurmurHash3_x86_32 (seed 0) of each int64's 8 little-endian bytes, as int64."""
     h = torch.zeros_like(ids)
     for block in (ids & _M32, (ids >> 32) & _M32):  # low 4 bytes first (little-endian)
@@ -90,15 +107,128 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
     """
     num_rows = as_size(num_rows, "num_rows", where="hash_ids")
     if key_type_of(ids) == "int":
-        return _rows(_murmur3_int64(as_int_ids(ids, "hash_ids").long()), num_rows)
+        return _rows(murmur3_int64(as_int_ids(ids, "hash_ids").long()), num_rows)
     strs, shape = as_str_ids(ids, "hash_ids")
     check_strs(strs, "hash_ids")
-    from ._kernels._ngrams import murmur
-
-    hashes = torch.tensor([murmur(s.encode("utf-8", "surrogatepass")) for s in strs],
+    hashes = torch.tensor([murmur3_bytes(s.encode("utf-8", "surrogatepass")) for s in strs],
                           dtype=torch.int64)
     return _rows(hashes, num_rows).reshape(shape)
 
 
 def _rows(signed: torch.Tensor, n: int) -> torch.Tensor:
     return signed.abs() % n  # abs(-2**31) is 2**31 in int64, as scikit-learn defines it
+
+
+def murmur3_bytes(data: bytes) -> int:
+    """The signed MurmurHash3_x86_32 (seed 0) of ``data`` (C ``ll_murmur3_32``; scikit-learn's
+    ``murmurhash3_32`` where the C kernels are not built).
+
+    ``murmur3_bytes(int(i).to_bytes(8, "little", signed=True)) == murmur3_int64(i)``.
+
+    Examples
+    --------
+    >>> murmur3_bytes(b"a b")
+    1033158525
+    """
+    import ctypes
+
+    from ._kernels._backend import use_c
+    from ._kernels._clib import function
+
+    if use_c():
+        h: int = function("ll_murmur3_32", ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64)(
+            data, len(data))
+        return h
+    from sklearn.utils import murmurhash3_32
+
+    return int(murmurhash3_32(data, seed=0, positive=False))
+
+
+_U64 = (1 << 64) - 1
+_S1, _S2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def splitmix64_int(key: int) -> int:
+    """SplitMix64's output function of a 64-bit ``key`` (its two's complement bits), in
+    ``[0, 2**64)``.
+
+    Examples
+    --------
+    >>> splitmix64_int(1)
+    6238072747940578789
+    """
+    x = key & _U64
+    x ^= x >> 30
+    x = (x * _S1) & _U64
+    x ^= x >> 27
+    x = (x * _S2) & _U64
+    return x ^ (x >> 31)
+
+
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+def _shr(x: torch.Tensor, r: int) -> torch.Tensor:
+    """The logical right shift of int64 bits."""
+    return (x >> r) & ((1 << (64 - r)) - 1)
+
+
+def splitmix64(keys: torch.Tensor) -> torch.Tensor:
+    """:func:`splitmix64_int` of every int64 key, as the int64 of the same 64 bits.
+
+    Examples
+    --------
+    >>> int(splitmix64(torch.tensor([1]))[0]) == splitmix64_int(1)  # below 2**63
+    True
+    """
+    x = keys.long()
+    x = x ^ _shr(x, 30)
+    x = x * _signed(_S1)  # int64 products wrap modulo 2**64
+    x = x ^ _shr(x, 27)
+    x = x * _signed(_S2)
+    return x ^ _shr(x, 31)
+
+
+def splitmix64_c(keys: torch.Tensor) -> torch.Tensor:
+    """:func:`splitmix64` computed by the C kernels' function (``ll_splitmix64``, the one
+    ``IdMap``'s table probes with); the C kernels must be built."""
+    import ctypes
+
+    from ._kernels._clib import function
+
+    keys = keys.long().contiguous()
+    out = torch.empty_like(keys)
+    function("ll_splitmix64", None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(
+        keys.data_ptr(), keys.numel(), out.data_ptr())
+    return out
+
+
+def qr_stored_rows(num_embeddings: int, buckets: int) -> int:
+    """The rows a quotient-remainder table stores: ``ceil(num_embeddings / buckets)`` quotient
+    rows, then ``buckets`` remainder rows.
+
+    Examples
+    --------
+    >>> qr_stored_rows(1_000_000, 1000)
+    2000
+    """
+    return -(-num_embeddings // buckets) + buckets
+
+
+def qr_rows(rows: torch.Tensor, num_embeddings: int, buckets: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two stored rows that row ``h`` of a quotient-remainder table reads: its quotient
+    row ``h // m`` and its remainder row ``ceil(num_embeddings / m) + h % m`` (``m`` =
+    ``buckets``), so that row ``h`` is ``Q[h // m] + R[h % m]``.
+
+    Dense equivalent: the ``(num_embeddings, stored rows)`` 0/1 matrix with two 1s per row;
+    a table looked up at both rows and summed is ``nn.Linear`` on the multi-hot of the two.
+
+    Examples
+    --------
+    >>> qr_rows(torch.tensor([0, 7, 9]), 10, 4)
+    (tensor([0, 1, 2]), tensor([3, 6, 4]))
+    """
+    n_q = -(-num_embeddings // buckets)
+    return rows // buckets, rows % buckets + n_q

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -9,8 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
+from ._layer import init_weight_
 from ._rawids import as_int_ids, as_str_ids, check_strs
 from ._sizes import as_size
 from .errors import InputValueError
@@ -270,6 +273,22 @@ class IdMap(nn.Module):
             table_ops.erase(self.table, self.row_id[order])
             self.evicted = order + self.fallback_rows
         return torch.cat([fresh, order])
+
+    @torch.no_grad()
+    def renew(self, weight: torch.Tensor, offset: int = 0,
+              init: str | Callable[[torch.Tensor], Any] = "normal") -> None:
+        """Re-draw the rows that the last call took from evicted IDs (:attr:`evicted`) in the
+        table this map indexes, rows ``offset`` on of ``weight``, as ``init`` draws a table
+        (``"linear"`` draws them as ``"normal"``), and mark their optimizer
+        state for a fresh start (:func:`lookuplinear._fusion.reset_rows`). Nothing when the
+        last call evicted no ID."""
+        if not self.evicted.numel():
+            return
+        fresh = weight.new_empty(self.evicted.numel(), weight.shape[1])
+        init_weight_(fresh, "normal" if init == "linear" else init, None)
+        at = self.evicted.to(weight.device) + offset
+        weight.index_copy_(0, at, fresh)
+        reset_rows(weight, at)
 
     def extra_repr(self) -> str:
         kind = ", key_type='str'" if self.key_type == "str" else ""

@@ -18,17 +18,19 @@ import torch
 from torch import nn
 
 from ._bags import check_index_range
-from ._collection import LookupCollection, TableConfig, route, table_bags
-from ._hashing import hash_ids
+from ._collection import LookupCollection
+from ._collection_base import CollectionBase, table_bags
+from ._hashing import hash_ids, qr_rows
 from ._idmap import IdMap
 from ._keyed import KeyedBags, KeyedTensor
 from ._quantized import DTYPES
+from ._table_config import TableConfig
 from .errors import InputTypeError, InputValueError
 
 __all__ = ["QuantizedLookupCollection"]
 
 
-class QuantizedLookupCollection(nn.Module):
+class QuantizedLookupCollection(CollectionBase):
     """A ``LookupCollection`` for inference whose tables are quantized row by row.
 
     Dense equivalent: the float collection with each quantized table replaced by its
@@ -36,8 +38,8 @@ class QuantizedLookupCollection(nn.Module):
     ``f`` of table ``t``, ``out[f] == layers[t](collection.rows(kb, f))``, the quantized
     layer on the rows the float collection reads. Takes what ``LookupCollection.forward``
     takes: a :class:`KeyedBags` (returns a :class:`KeyedTensor`) or a ``{feature: index
-    tensor}`` dict (unpooled lookups). Build one with ``LookupCollection.quantize``;
-    ``train()`` raises: a quantized table is not trained.
+    tensor}`` dict (unpooled lookups). Build one with :meth:`from_float` (or
+    ``LookupCollection.quantize``); ``train()`` raises: a quantized table is not trained.
 
     Parameters
     ----------
@@ -97,9 +99,10 @@ class QuantizedLookupCollection(nn.Module):
         self.feature_names = list(collection.feature_names)
         #: the collection's ``is_weighted`` (whether a batch's weights scale its rows)
         self.is_weighted = collection.is_weighted
+        self._collection_plan = collection._collection_plan
         self._configs = {t.name: t for t in collection.tables}
-        self._table_of = dict(collection._table_of)
-        self._dims = list(collection._dims)
+        self._table_of = dict(collection._collection_plan.table_of)
+        self._dims = list(collection._collection_plan.dims)
         layers: dict[str, nn.Module] = {}
         #: the dtype each table computes in (a quantized one: float32), for qr's mode weights
         self._weight_dtype: dict[str, torch.dtype] = {}
@@ -124,6 +127,21 @@ class QuantizedLookupCollection(nn.Module):
         self.id_maps = copy.deepcopy(collection.id_maps).eval()
         self.training = False
 
+    @classmethod
+    def from_float(cls, collection: LookupCollection,
+                   dtype: str | Mapping[str, str] = "int8") -> QuantizedLookupCollection:
+        """The quantized copy of a trained ``collection`` (as PyTorch's quantized modules are
+        built ``from_float``); the same as ``QuantizedLookupCollection(collection, dtype)``.
+
+        Examples
+        --------
+        >>> from lookuplinear import LookupCollection, TableConfig
+        >>> ebc = LookupCollection([TableConfig("user", 100, 8, ["user"])])
+        >>> QuantizedLookupCollection.from_float(ebc, "int4").dtypes
+        {'user': 'int4'}
+        """
+        return cls(collection, dtype)
+
     def train(self, mode: bool = True) -> QuantizedLookupCollection:
         if mode:
             raise InputValueError(
@@ -133,14 +151,8 @@ class QuantizedLookupCollection(nn.Module):
         return super().train(False)
 
     @torch.no_grad()
-    def forward(
-        self, features: KeyedBags | Mapping[str, torch.Tensor]
-    ) -> KeyedTensor | dict[str, torch.Tensor]:
-        """Pool every feature's bags through its quantized table, as
-        ``LookupCollection.forward`` through the float one."""
-        return cast("KeyedTensor | dict[str, torch.Tensor]", route(self, features))
-
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
+        """Every feature pooled through its quantized table, feature by feature."""
         blocks = []
         for f in self.feature_names:
             cfg = self._configs[self._table_of[f]]
@@ -156,6 +168,7 @@ class QuantizedLookupCollection(nn.Module):
         dtype = torch.promote_types(values.dtype, torch.float32)
         return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
 
+    @torch.no_grad()
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         cfg = self._configs[self._table_of[feature]]
         if cfg.hashing != "map" and (not isinstance(x, torch.Tensor) or
@@ -173,9 +186,8 @@ class QuantizedLookupCollection(nn.Module):
         else:
             ids = hash_ids(x, cfg.num_embeddings)
         if cfg.hashing == "qr":  # an ID reads its quotient row plus its remainder row
-            m = int(cfg.qr_buckets or 1)
-            n_q = -(-cfg.num_embeddings // m)
-            return cast(torch.Tensor, layer(ids // m) + layer(ids % m + n_q))
+            q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
+            return cast(torch.Tensor, layer(q) + layer(r))
         return cast(torch.Tensor, layer(ids))
 
     def extra_repr(self) -> str:

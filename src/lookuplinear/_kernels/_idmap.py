@@ -2,7 +2,8 @@
 
 ``table`` is ``(2 * size,)`` int64, ``size`` a power of 2: slot ``s`` holds a key at ``2s`` and
 its value at ``2s + 1``, a negative value marks an empty slot; linear probing from
-splitmix64(key) (``c/idmap.c``). Where the C kernels are not built the same table is probed by
+splitmix64(key) (``c/idmap.c``; :func:`lookuplinear._hashing.splitmix64_int` in Python). Where
+the C kernels are not built the same table is probed by
 a Python loop (the same slots, so a saved table reads the same either way; slow).
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._hashing import splitmix64_int
 from ._backend import use_c
 from ._clib import function, ptr, pyfunction
 
@@ -22,7 +24,6 @@ __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_va
 
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
-_U64 = (1 << 64) - 1
 
 
 def empty_table(size: int) -> torch.Tensor:
@@ -109,7 +110,7 @@ def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
         t[2 * i + 1] = -1
         j = (i + 1) & mask
         while t[2 * j + 1] >= 0:
-            home = _mix(t[2 * j]) & mask
+            home = splitmix64_int(t[2 * j]) & mask
             stays = (i < home <= j) if i <= j else (i < home or home <= j)
             if not stays:
                 t[2 * i], t[2 * i + 1] = t[2 * j], t[2 * j + 1]
@@ -162,17 +163,8 @@ def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray
     return np.fromiter(map(keys.get, items, repeat(-1)), np.int64, len(items))
 
 
-def _mix(key: int) -> int:
-    x = key & _U64
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & _U64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & _U64
-    return x ^ (x >> 31)
-
-
 def _slot(t: list[int], mask: int, key: int) -> int:
-    s = _mix(key) & mask
+    s = splitmix64_int(key) & mask
     while t[2 * s + 1] >= 0 and t[2 * s] != key:
         s = (s + 1) & mask
     return s

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .._hashing import murmur3_bytes as murmur
 from ._backend import use_c
 from ._clib import function
 
@@ -186,23 +187,6 @@ def _count_rows_python(tokens: Tokens, column: np.ndarray, word_ngrams: int, n_b
     indptr[0] = 0
     np.cumsum(np.bincount(r[starts], minlength=doc_ptr.size - 1), out=indptr[1:])
     return nnz
-
-
-def murmur(data: bytes) -> int:
-    """The signed MurmurHash3_x86_32 (seed 0) of ``data``, as ``count_matrix`` hashes an n-gram
-    (``ll_murmur3_32``; scikit-learn's ``murmurhash3_32`` where C is not built).
-
-    Examples
-    --------
-    >>> murmur(b"a b")
-    1033158525
-    """
-    if use_c():
-        h: int = function("ll_murmur3_32", _I64, ctypes.c_char_p, _I64)(data, len(data))
-        return h
-    from sklearn.utils import murmurhash3_32
-
-    return int(murmurhash3_32(data, seed=0, positive=False))
 
 
 def bucket(h: int, n: int) -> int:

@@ -108,3 +108,9 @@ LL_EXPORT int64_t ll_idmap_assign(int64_t *table, int64_t mask, const int64_t *k
     }
     return added;
 }
+
+/* out[i] = splitmix64(keys[i]) (the probe start above; lookuplinear/_hashing.py holds its
+ * torch twin, tested equal) */
+LL_EXPORT void ll_splitmix64(const int64_t *keys, int64_t n, int64_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = (int64_t)mix((uint64_t)keys[i]);
+}

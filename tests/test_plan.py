@@ -1,0 +1,97 @@
+"""The plan of a collection, alone: groups, table places and output columns from the configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lookuplinear import TableConfig
+from lookuplinear._plan import plan_collection
+from lookuplinear.errors import InputTypeError, InputValueError
+
+
+def test_tables_of_one_width_and_dtype_share_a_group_row_after_row() -> None:
+    plan = plan_collection([TableConfig("a", 4, 2, ["a"]), TableConfig("b", 3, 8, ["b"]),
+                            TableConfig("c", 5, 2, ["c", "d"])])
+    assert [(g.dim, g.rows, g.tables, g.kernel) for g in plan.groups] == [
+        (2, 9, ("a", "c"), "sum"), (8, 3, ("b",), "sum")]
+    assert {t: (p.group, p.offset) for t, p in plan.places.items()} == {
+        "a": (0, 0), "b": (1, 0), "c": (0, 4)}
+    assert plan.feature_names == ("a", "b", "c", "d")
+    assert plan.dims == (2, 8, 2, 2) and plan.columns == (0, 2, 10, 12) and plan.width == 14
+    assert plan.feature_group == (0, 1, 0, 0)
+    assert plan.groups[0].features == ("a", "c", "d")
+    assert plan.groups[0].positions == (0, 2, 3) and plan.groups[0].columns == (0, 10, 12)
+    assert plan.groups[1].first == 3  # group 1's block follows group 0's three features
+    assert plan.place_of("d").config.name == "c"
+    assert plan.plain
+
+
+def test_one_id_place_steps_through_each_groups_rows() -> None:
+    plan = plan_collection([TableConfig("a", 4, 2, ["a"]), TableConfig("b", 3, 8, ["b"]),
+                            TableConfig("c", 5, 2, ["c"])])
+    # group 0 holds a, c (first 0, two features); group 1 holds b (first 2)
+    assert plan.one_id_place() == [(0, 0, 2), (2, 0, 1), (0, 1, 2)]
+
+
+def test_dtype_max_and_file_tables_get_groups_of_their_own(tmp_path) -> None:
+    plan = plan_collection([
+        TableConfig("a", 4, 2, ["a"]), TableConfig("b", 4, 2, ["b"], dtype=torch.float64),
+        TableConfig("m", 4, 2, ["m"], mode="max"), TableConfig("n", 4, 2, ["n"], mode="max"),
+        TableConfig("f", 4, 2, ["f"], storage=tmp_path / "f"), TableConfig("s", 4, 2, ["s"])])
+    assert [(g.tables, g.kernel) for g in plan.groups] == [
+        (("a", "s"), "sum"), (("b",), "sum"), (("m",), "max"), (("n",), "max"),
+        (("f",), "file")]
+    assert plan.groups[1].dtype == torch.float64
+    assert not (tmp_path / "f").exists()  # planning creates no files
+
+
+def test_qr_tables_take_their_stored_rows_and_hashing_is_not_plain() -> None:
+    plan = plan_collection([TableConfig("q", 100, 4, ["q"], hashing="qr", qr_buckets=10),
+                            TableConfig("r", 7, 4, ["r"])])
+    assert plan.groups[0].rows == 20 + 7 and plan.places["r"].offset == 20
+    assert not plan.plain
+
+
+@pytest.mark.parametrize(("tables", "error", "match"), [
+    ([], InputValueError, "at least one"),
+    (["a"], InputTypeError, "TableConfig objects"),
+    ([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])], InputValueError,
+     "distinct"),
+    ([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x"])], InputValueError,
+     "a feature reads one table"),
+])
+def test_bad_tables_are_refused(tables: list, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        plan_collection(tables)
+
+
+def test_a_collection_reuses_its_layout_only_for_the_same_batch_size() -> None:
+    """The per-batch layout (row shifts, one-ID places) is cached by device and batch size:
+    batches of other sizes in between change nothing."""
+    from lookuplinear import KeyedBags, LookupCollection
+
+    tables = [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 7, 3, ["b", "c"])]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=True)
+
+    def batch(n: int) -> KeyedBags:
+        return KeyedBags.from_dict({f: [[(i * 3 + k) % 5] for i in range(n)]
+                                    for k, f in enumerate("abc")})
+
+    first = col(batch(3)).values().detach()
+    for n in (5, 1, 3):
+        out = col(batch(n)).values().detach()
+        dense = torch.cat([col[col._collection_plan.table_of[f]].weight[
+            torch.tensor([(i * 3 + k) % 5 for i in range(n)])] for k, f in enumerate("abc")],
+            dim=1)
+        assert torch.equal(out, dense.detach())
+    assert torch.equal(col(batch(3)).values().detach(), first)
+
+
+def test_a_collection_takes_its_tables_from_any_iterable() -> None:
+    from lookuplinear import LookupCollection
+
+    col = LookupCollection(t for t in [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 3, 2,
+                                                                                   ["b"])])
+    assert [t.name for t in col.tables] == ["a", "b"] and col.feature_names == ["a", "b"]
