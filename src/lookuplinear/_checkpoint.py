@@ -49,7 +49,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._fusion import RESET_ROWS, bound_to
+from ._fusion import bound_to
+from ._rowreset import RESETS
 from ._rowwatch import unwatch, watch
 from ._storage import read_header, storage_of
 from .errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
@@ -295,7 +296,7 @@ class Checkpoint:
         """Rows an ``IdMap`` gave to new IDs: their fresh optimizer state, which the next update
         would start, is started now, so that the checkpoint holds it."""
         for name, p in self.tables.items():
-            rows = p.__dict__.get(RESET_ROWS)
+            rows = RESETS.pending(p)
             if rows is None:
                 continue
             self._dirty[name].append(rows.to(p.device, torch.long))

@@ -36,7 +36,6 @@ from torch import nn
 
 from . import hugepages
 from ._bags import Bags, check_index_range
-from ._fusion import reset_rows
 from ._hashing import hash_ids
 from ._idmap import IdMap
 from ._kernels import (
@@ -54,6 +53,7 @@ from ._kernels import (
 from ._keyed import KeyedBags, KeyedTensor
 from ._layer import LookupLinear, init_weight_
 from ._rowgrad import weight_grad
+from ._rowreset import RESETS
 from ._sizes import as_size
 from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign, storage_of
 from .errors import InputTypeError, InputValueError
@@ -674,14 +674,14 @@ class LookupCollection(nn.Module):
     @torch.no_grad()
     def _renew(self, name: str, rows: torch.Tensor) -> None:
         """Re-draw ``rows`` of table ``name`` (as its ``init`` draws a table) and mark their
-        optimizer state for a fresh start (:func:`lookuplinear._fusion.reset_rows`)."""
+        optimizer state for a fresh start (:data:`lookuplinear._rowreset.RESETS`)."""
         g, off, cfg = self._places[name]
         weight = self.weights[g]
         fresh = weight.new_empty(rows.numel(), cfg.embedding_dim)
         init_weight_(fresh, "normal" if cfg.init == "linear" else cfg.init, None)
         at = rows.to(weight.device) + off
         weight.index_copy_(0, at, fresh)
-        reset_rows(weight, at)
+        RESETS.add(weight, at)
 
     def _lookup(self, kb: KeyedBags) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
