@@ -203,7 +203,8 @@ def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> Non
     filed = LookupCollection(tables(tmp_path / "user"), sparse=True)
     torch.manual_seed(0)
     memory = LookupCollection(tables(None), sparse=True)
-    storage = filed.weights[0].__dict__["_lookuplinear_storage"]
+    storage = filed["user"].storage
+    assert storage is not None
     with torch.no_grad():  # the in-memory twin holds the file table's lazy initial values
         memory._rows("user").copy_(draw_rows(torch.arange(300), 4, seed=storage.meta["seed"],
                                              init="normal", in_features=300))

@@ -49,8 +49,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._fusion import RESET_ROWS, bound_to
-from ._rowwatch import unwatch, watch
+from ._fusion import bound_to
+from ._rowreset import RESETS
+from ._rowwatch import RowTracker
 from ._storage import read_header, storage_of
 from .errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 
@@ -160,17 +161,14 @@ class Checkpoint:
                             "Pass the module that holds every optimized parameter."
                         )
         self.tables = {n: p for n, p in module.named_parameters() if self._by_rows(module, p)}
-        # the rows each table's gradients named since the last save (int64 tensors, duplicates
-        # allowed until a save sorts them out), and the rows the chain's segments hold: what a
-        # save costs follows the rows training touched, never the table's size
-        self._dirty: dict[str, list[torch.Tensor]] = {}
-        self._ever: dict[str, list[torch.Tensor]] = {}  # each segment's rows
-        self._base_rows: dict[str, int] = {}  # rows of the chain's first segment (distinct)
-        for name, p in self.tables.items():
-            self._dirty[name] = [self._initial_rows(p)]
-            self._ever[name] = []
-            self._base_rows[name] = 0
-            watch(p, self, self._watcher(name))
+        # the rows each table's gradients named since the last save, and the rows the chain's
+        # segments hold: what a save costs follows the rows training touched, never the
+        # table's size
+        self._tracker = RowTracker(self.tables,
+                                   {n: self._initial_rows(p) for n, p in self.tables.items()})
+        self._ever: dict[str, list[torch.Tensor]] = {n: [] for n in self.tables}  # by segment
+        # rows of the chain's first segment (distinct)
+        self._base_rows: dict[str, int] = dict.fromkeys(self.tables, 0)
         self._segments: list[dict[str, Any]] = []
         self._chained = False  # whether this object's last save or restore began the chain
         manifest = self._read_manifest()
@@ -193,35 +191,13 @@ class Checkpoint:
             return storage.drawn_rows().to(p.device)
         return torch.arange(p.shape[0], device=p.device)
 
-    def _watcher(self, name: str) -> Any:
-        dirty, table = self._dirty, self.tables[name]
-
-        def seen(rows: torch.Tensor | None) -> None:
-            pending = dirty[name]
-            if rows is None:  # a dense gradient: any row may change
-                pending[:] = [torch.arange(table.shape[0], device=table.device)]
-                return
-            pending.append(rows.detach().reshape(-1).to(torch.long, copy=True))
-            if len(pending) > 64:  # many steps between saves: keep each row once
-                pending[:] = [torch.unique(torch.cat(pending))]
-
-        return seen
-
     def _union(self, name: str, delta: torch.Tensor) -> torch.Tensor:
         """Every row the chain holds or this save adds, sorted, once each."""
         return torch.unique(torch.cat([*self._ever[name], delta]))
 
-    def _touched(self, name: str) -> torch.Tensor:
-        """The rows named since the last save, sorted, once each."""
-        pending = self._dirty[name]
-        if not pending:
-            return torch.zeros(0, dtype=torch.long, device=self.tables[name].device)
-        return torch.unique(torch.cat(pending))
-
     def close(self) -> None:
         """Stop following the module's tables (the checkpoint files stay)."""
-        for p in self.tables.values():
-            unwatch(p, self)
+        self._tracker.close()
 
     # ------------------------------------------------------------------ save
     def save(self, **info: Any) -> int:
@@ -242,7 +218,7 @@ class Checkpoint:
             raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
-        delta = {n: self._touched(n) for n in self.tables}
+        delta = {n: self._tracker.touched(n) for n in self.tables}
         chain_bytes = sum(s["bytes"] for s in self._segments)
         # every row ever saved, once, is at least the base's rows and this delta: only when
         # the chain outgrows that bound is the union computed (what a save costs stays the
@@ -273,7 +249,7 @@ class Checkpoint:
                 self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
             else:
                 self._ever[n].append(rows[n])
-            self._dirty[n].clear()
+            self._tracker.clear(n)
         self._remove_unlisted()
         return g
 
@@ -295,10 +271,10 @@ class Checkpoint:
         """Rows an ``IdMap`` gave to new IDs: their fresh optimizer state, which the next update
         would start, is started now, so that the checkpoint holds it."""
         for name, p in self.tables.items():
-            rows = p.__dict__.get(RESET_ROWS)
+            rows = RESETS.pending(p)
             if rows is None:
                 continue
-            self._dirty[name].append(rows.to(p.device, torch.long))
+            self._tracker.add(name, rows.to(p.device, torch.long))
             for opt in self.optimizers:
                 group = next((g for g in opt.param_groups if any(q is p for q in g["params"])),
                              None)
@@ -495,7 +471,7 @@ class Checkpoint:
         for n, p in self.tables.items():
             self._ever[n] = [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]
             self._base_rows[n] = len(self._ever[n][0])
-            self._dirty[n].clear()
+            self._tracker.clear(n)
         self._segments = list(manifest["segments"])
         self.generation = int(manifest["generation"])
         self._chained = True

@@ -360,12 +360,11 @@ class LookupCollection(PlanLookup, CollectionBase):
 
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input, with its new rows drawn first when the group is a table in a
-        file (an eager call, a graph break inside a compiled graph, where ``lookup_linear``
-        cannot draw them). Also when this runs eagerly: under ``torch.compile`` this frame may
-        run eagerly after a graph break while ``lookup_linear`` runs compiled, and then neither
-        would draw; an eager ``lookup_linear`` finds the rows drawn."""
+        file (an eager call: a graph break inside a compiled graph). The lookup draws none."""
         if g in self._stored:
-            return drawn_eagerly(self.weights[g], input)
+            storage = storage_of(self.weights[g])
+            assert storage is not None
+            return drawn_eagerly(storage, input)
         return input
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,14 @@
 """The binding between a table and the ``fused=True`` optimizer that updates it in its backward.
 
-The binding lives with the parameter (as TorchRec's ``apply_optimizer_in_backward`` marks its
-parameters): :func:`bind` sets it, and the row-sparse backward of a lookup
-(:mod:`lookuplinear._rowgrad`) asks it to take the gradient instead of storing it. The update is
-deferred to the end of the backward pass (``queue_callback`` on autograd's engine), so that
+A parameter carries one marker, the attribute ``_lookuplinear_in_backward`` (as TorchRec's
+``apply_optimizer_in_backward`` marks its parameters with ``_in_backward_optimizers``): a
+:class:`FusedBinding` naming the optimizer that updates it inside its backward, or a
+:class:`Reserved` one where another owner handles its gradient in the backward
+(``lookuplinear.parallel``). Everything else belongs to an owner object: the backward passes
+an optimizer has open are its :class:`BackwardQueue`. :func:`bind` sets the marker, and the
+row-sparse backward of a lookup (:mod:`lookuplinear._rowgrad`) asks it to take the gradient
+instead of storing it. The update is deferred to the end of the backward pass
+(``queue_callback`` on autograd's engine), so that
 
 * a table used several times in one forward is updated once, with the summed gradient, after
   every use's backward has read the table;
@@ -29,28 +34,11 @@ import torch
 
 from .errors import InputValueError
 
-__all__ = ["DISTRIBUTED", "RESET_ROWS", "FusedBinding", "FusedOptimizer", "Updates", "bind",
-           "binding", "bound_to", "check_free", "reset_rows", "unbind"]
+__all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updates", "bind",
+           "binding", "bound_to", "check_free", "reserve", "unbind"]
 
-_ATTR = "_lookuplinear_fused"
-#: attribute of an optimizer: its open backward passes (a ``_Queue``)
-_QUEUE = "_lookuplinear_fused_queue"
-
-#: attribute of a table parameter: rows re-initialised (given to a new ID by an ``IdMap``)
-#: whose optimizer state the next ``lookuplinear.optim`` update of the table starts afresh
-RESET_ROWS = "_lookuplinear_reset_rows"
-
-
-#: attribute of a table parameter whose gradients ``lookuplinear.parallel`` reduces across
-#: processes: an update inside its backward would come before the other processes' gradients
-DISTRIBUTED = "_lookuplinear_distributed"
-
-
-def reset_rows(param: torch.Tensor, rows: torch.Tensor) -> None:
-    """Mark ``rows`` of ``param`` as new: the next update by a :mod:`lookuplinear.optim`
-    optimizer zeroes their state (momentum, squared sums, moments) before it reads it."""
-    old = param.__dict__.get(RESET_ROWS)
-    param.__dict__[RESET_ROWS] = rows if old is None else torch.cat([old, rows])
+#: the one attribute the library sets on a parameter: its in-backward owner
+_ATTR = "_lookuplinear_in_backward"
 
 
 #: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...])``
@@ -58,7 +46,10 @@ Updates = list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]]
 
 
 class FusedOptimizer(Protocol):
-    """What a binding calls: apply one backward's gradients of the optimizer's tables at once."""
+    """What a binding calls: the optimizer's queue of open backward passes, and the update of
+    one backward's gradients of the optimizer's tables at once."""
+
+    _backward_queue: BackwardQueue
 
     def _apply_fused(self, updates: Updates) -> None:
         ...
@@ -74,9 +65,10 @@ class _Backward:
         self.updates: dict[int, tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = {}
 
 
-class _Queue:
+class BackwardQueue:
     """An optimizer's open backward passes (a backward may run inside another, as a reentrant
-    checkpoint's does), each flushed by one call to the optimizer at its end."""
+    checkpoint's does), each flushed by one call to the optimizer at its end. The optimizer
+    owns it (``_backward_queue``)."""
 
     __slots__ = ("_open", "_optimizer")
 
@@ -124,11 +116,29 @@ class FusedBinding:
         task = torch._C._current_graph_task_id()
         if opt is None or param is None or task < 0:
             return False
-        queue = opt.__dict__.get(_QUEUE)
-        if queue is None:
-            queue = opt.__dict__[_QUEUE] = _Queue(opt)
-        queue.add(task, param, lookup, grad_out)
+        opt._backward_queue.add(task, param, lookup, grad_out)
         return True
+
+
+class Reserved(FusedBinding):
+    """The marker of a parameter whose gradient another owner handles in the backward (``by``,
+    e.g. ``lookuplinear.parallel.DistributedDataParallel``): no optimizer may bind it."""
+
+    __slots__ = ("by",)
+
+    def __init__(self, by: str) -> None:
+        super().__init__(None, None)
+        self.by = by
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Reserved, (self.by,))
+
+
+def reserve(params: Iterable[torch.Tensor], by: str) -> None:
+    """Mark each of ``params`` as handled in its backward by ``by``: a ``fused=True`` optimizer
+    made later refuses it (its update would come before ``by`` is done with the gradient)."""
+    for param in params:
+        setattr(param, _ATTR, Reserved(by))
 
 
 def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
@@ -143,12 +153,13 @@ def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
     """
     params = list(params)
     for param in params:
-        if param.__dict__.get(DISTRIBUTED):
+        found = binding(param)
+        if isinstance(found, Reserved):
             raise InputValueError(
-                "this table trains under lookuplinear.parallel.DistributedDataParallel, whose "
-                "gradients are all-reduced at the end of the backward; a fused=True optimizer "
-                "would update it inside the backward, before the other processes' gradients "
-                "arrive. Build the optimizer with fused=False."
+                f"this table trains under {found.by}, whose gradients are all-reduced at the "
+                "end of the backward; a fused=True optimizer would update it inside the "
+                "backward, before the other processes' gradients arrive. Build the optimizer "
+                "with fused=False."
             )
         _refuse_taken(param, optimizer, "a second one would take its gradients over")
     for param in params:

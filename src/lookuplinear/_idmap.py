@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._fusion import reset_rows
+from ._rowreset import RESETS
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
 from ._layer import init_weight_
@@ -280,7 +280,7 @@ class IdMap(nn.Module):
         """Re-draw the rows that the last call took from evicted IDs (:attr:`evicted`) in the
         table this map indexes, rows ``offset`` on of ``weight``, as ``init`` draws a table
         (``"linear"`` draws them as ``"normal"``), and mark their optimizer
-        state for a fresh start (:func:`lookuplinear._fusion.reset_rows`). Nothing when the
+        state for a fresh start (:data:`lookuplinear._rowreset.RESETS`). Nothing when the
         last call evicted no ID."""
         if not self.evicted.numel():
             return
@@ -288,7 +288,7 @@ class IdMap(nn.Module):
         init_weight_(fresh, "normal" if init == "linear" else init, None)
         at = self.evicted.to(weight.device) + offset
         weight.index_copy_(0, at, fresh)
-        reset_rows(weight, at)
+        RESETS.add(weight, at)
 
     def extra_repr(self) -> str:
         kind = ", key_type='str'" if self.key_type == "str" else ""

@@ -12,7 +12,7 @@ from torch import nn
 
 from . import hugepages
 from ._sizes import as_size
-from ._storage import TableStorage, attach, drawn_eagerly, refuse_assign
+from ._storage import TableStorage, attach, drawn_eagerly, drawn_input, refuse_assign
 from .errors import InputTypeError, InputValueError
 from .functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
 
@@ -265,10 +265,10 @@ class LookupLinear(nn.Module):
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters
         weight = cast(torch.Tensor, params["weight"] if "weight" in params else self.weight)  # noqa: SIM401
-        if self.storage is not None and torch.compiler.is_compiling():
-            # lookup_linear draws a table in a file's new rows, but not inside a compiled
-            # graph: there the draw is an eager call (a graph break) before the lookup
-            input = drawn_eagerly(weight, input, offsets)
+        if self.storage is not None:  # a table in a file: draw the rows input reads first
+            # (inside a compiled graph an eager call, a graph break, before the lookup)
+            draw = drawn_eagerly if torch.compiler.is_compiling() else drawn_input
+            input = draw(self.storage, input, offsets)
         return lookup_linear(
             input,
             weight,

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from . import hugepages
 from ._bags import Bags, check_index_range
@@ -57,7 +58,6 @@ from .errors import InputTypeError, InputValueError, ModelFileError
 
 __all__ = [
     "FORMAT",
-    "STORAGE",
     "TableStorage",
     "attach",
     "draw_rows",
@@ -71,8 +71,9 @@ __all__ = [
 
 FORMAT = "lookuplinear-table"
 _VERSION = 1
-#: attribute of a table parameter that lives in a file: its TableStorage
-STORAGE = "_lookuplinear_storage"
+#: the TableStorage of each table parameter that lives in a file (held weakly by parameter:
+#: the module that made the parameter owns it; a copy of the parameter is in memory)
+_FILES: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
@@ -434,8 +435,10 @@ def read_header(file: Path, fmt: str, version: int, kind: str) -> dict[str, Any]
 
 def storage_of(param: torch.Tensor) -> TableStorage | None:
     """The :class:`TableStorage` a table parameter (or a view of one) lives in, if any."""
+    if not _FILES:
+        return None
     base = param._base if param._base is not None else param
-    found: TableStorage | None = base.__dict__.get(STORAGE)
+    found: TableStorage | None = _FILES.get(base)
     return found
 
 
@@ -443,19 +446,16 @@ def storage_of(param: torch.Tensor) -> TableStorage | None:
 # 1.5 s of every process that imports the layer; this one imports it on the first call, which
 # happens only inside a compiled graph (dynamo is loaded there already)
 @torch._disable_dynamo
-def drawn_eagerly(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None = None) -> Any:
+def drawn_eagerly(storage: TableStorage, input: Any, offsets: torch.Tensor | None = None) -> Any:
     """:func:`drawn_input` outside any ``torch.compile`` graph (a graph break): a compiled
     layer or collection over a table in a file draws its rows as an eager one does."""
-    return drawn_input(weight, input, offsets, weight.shape[0])
+    return drawn_input(storage, input, offsets)
 
 
-def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
-                in_features: int) -> Any:
-    """Draw the rows of a table in a file that ``input`` reads for the first time; returns the
-    input (matrix input converted to ``Bags`` once). Any other table: nothing to do."""
-    storage = storage_of(weight)
-    if storage is None:
-        return input
+def drawn_input(storage: TableStorage, input: Any, offsets: torch.Tensor | None = None) -> Any:
+    """Draw the rows of the table in ``storage`` that ``input`` reads for the first time;
+    returns the input (matrix input converted to ``Bags`` once). The module that owns the
+    table calls it before its lookup: the lookup itself reads rows, it draws none."""
     if torch.jit.is_tracing():  # a trace records lookups, not the draw of their new rows
         if storage.drawn_rows().numel() < storage.meta["rows"]:
             raise InputValueError(
@@ -468,7 +468,7 @@ def drawn_input(weight: torch.Tensor, input: Any, offsets: torch.Tensor | None,
     if offsets is not None:  # a 1-D index tensor with offsets: every entry is a row
         storage.materialize(input)
         return input
-    input, rows = lookup_rows(input, in_features)
+    input, rows = lookup_rows(input, storage.weight.shape[0])
     storage.materialize(rows)
     return input
 
@@ -485,8 +485,9 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
-    """Mark ``param`` as living in ``storage`` (its optimizer state goes there too)."""
-    param.__dict__[STORAGE] = storage
+    """Record that ``param`` lives in ``storage`` (its optimizer state goes there too), for as
+    long as ``param`` lives."""
+    _FILES[param] = storage
 
 
 def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:

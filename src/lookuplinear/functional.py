@@ -19,8 +19,6 @@ from torch.autograd import forward_ad
 from ._bags import Bags, check_index_range, is_scipy_sparse
 from ._kernels import bag_max, capturing, mode_weights, offsets_ok, values_known
 from ._rowgrad import bag_lookup
-from ._storage import STORAGE as _STORAGE
-from ._storage import drawn_input
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
 
 if TYPE_CHECKING:
@@ -148,11 +146,6 @@ def lookup_linear(
     tensor([[12., 14., 16.],
             [ 0.,  0.,  0.]])
     """
-    if not torch.compiler.is_compiling() and (
-        _STORAGE in weight.__dict__
-        or (weight._base is not None and _STORAGE in weight._base.__dict__)
-    ):  # a table in a file: draw the rows this input reads for the first time
-        input = drawn_input(weight, input, offsets, weight.shape[0])
     if (
         mode == "sum"
         and padding_idx is None

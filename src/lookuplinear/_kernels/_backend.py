@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
@@ -37,7 +38,11 @@ def _checked(name: str, where: str) -> str:
     return name
 
 
-_chosen = _checked(os.environ.get("LOOKUPLINEAR_BACKEND", "auto") or "auto", "LOOKUPLINEAR_BACKEND")
+#: the backend asked for: the environment's at start, :func:`use_backend`'s inside its block
+#: (a context variable: a block in one thread or task leaves the others' choice as it is)
+_DEFAULT: str = _checked(os.environ.get("LOOKUPLINEAR_BACKEND", "auto") or "auto",
+                        "LOOKUPLINEAR_BACKEND")
+_chosen: ContextVar[str] = ContextVar("lookuplinear_backend", default=_DEFAULT)
 
 
 def c_available() -> bool:
@@ -53,10 +58,11 @@ def backend() -> str:
     RuntimeError
         ``LOOKUPLINEAR_BACKEND=c`` but the C kernels were not built.
     """
-    if _chosen == "torch":
+    chosen = _chosen.get()
+    if chosen == "torch":
         return "torch"
     if load() is None:
-        if _chosen == "c":
+        if chosen == "c":
             raise RuntimeError(
                 "LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels were not built (no C "
                 "compiler at install time, or LOOKUPLINEAR_NO_C=1). Reinstall with a C compiler "
@@ -101,6 +107,9 @@ def use_c(*tensors: torch.Tensor | None) -> bool:
 def use_backend(name: str) -> Iterator[None]:
     """Run the block with backend ``name`` (``auto``, ``c`` or ``torch``), then restore it.
 
+    The choice holds in the thread (or ``asyncio`` task) that enters the block, and in the
+    backward passes it runs on the CPU; other threads keep theirs.
+
     Examples
     --------
     >>> from lookuplinear._kernels import backend, use_backend
@@ -108,9 +117,8 @@ def use_backend(name: str) -> Iterator[None]:
     ...     backend()
     'torch'
     """
-    global _chosen
-    previous, _chosen = _chosen, _checked(name, "backend")
+    token = _chosen.set(_checked(name, "backend"))
     try:
         yield
     finally:
-        _chosen = previous
+        _chosen.reset(token)

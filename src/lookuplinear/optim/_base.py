@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 import torch
 
 from .. import _fusion, hugepages
-from .._fusion import RESET_ROWS, Updates
+from .._fusion import BackwardQueue, Updates
 from .._kernels import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
 from .._rowgrad import row_sparse_grad
+from .._rowreset import RESETS
 from .._storage import storage_of
 from ..errors import InputValueError
 
@@ -127,6 +128,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(
                     f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
                 )
+        #: the backward passes whose gradients this optimizer takes (``fused=True``)
+        self._backward_queue = BackwardQueue(self)
         try:
             super().__init__(params, {**defaults, IN_BACKWARD: bool(fused)})
         except Exception:  # a group refused: the groups before it are not left bound
@@ -269,6 +272,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
+        self._backward_queue = BackwardQueue(self)
         for group in self.param_groups:  # copied or unpickled: bind the tables again
             if IN_BACKWARD not in group:
                 group.update(_upgraded_group(group))
@@ -312,7 +316,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
-        rows = p.__dict__.pop(RESET_ROWS, None)
+        rows = RESETS.take(p)
         if rows is not None:  # rows re-initialised since the last update: fresh state there
             for key in self._row_state(p):
                 state[key][rows.to(state[key].device)] = 0

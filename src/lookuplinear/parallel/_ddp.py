@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .._fusion import DISTRIBUTED, bound_to
+from .._fusion import bound_to, reserve
 from ..errors import InputValueError
 
 __all__ = ["DistributedDataParallel", "sparse_tables"]
@@ -123,8 +123,10 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         with torch.no_grad():
             for p in self._tables:
                 dist.broadcast(p.data, src=ranks[0], group=self._table_group)
+        # this wrapper handles the tables' gradients in the backward: a fused optimizer made
+        # later refuses them
+        reserve(self._tables, "lookuplinear.parallel.DistributedDataParallel")
         for p in self._tables:
-            p.__dict__[DISTRIBUTED] = True  # a fused optimizer made later refuses it
             p.register_post_accumulate_grad_hook(self._table_grad_ready)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,49 @@
+"""Rows of a table given to a new ID, whose optimizer state starts afresh.
+
+An ``IdMap`` that evicts gives a row to a new ID, and its collection draws the row again
+(:meth:`LookupCollection._renew`). The optimizer state of that row (momentum, squared sums,
+moments) belongs to the old ID: the next update of the table by a :mod:`lookuplinear.optim`
+optimizer, fused or not, zeroes it before it reads it, and a :class:`~lookuplinear.Checkpoint`
+saves the zeroed state. The rows are held here, by table, until then: the collection that
+renews them tells :data:`RESETS`, and an optimizer :meth:`~RowResets.take` s them. A table
+that is garbage-collected drops its rows; a copy of a table has none.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = ["RESETS", "RowResets"]
+
+
+class RowResets:
+    """The rows of each table whose optimizer state the next update starts afresh."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self) -> None:
+        self._rows: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def add(self, param: torch.Tensor, rows: torch.Tensor) -> None:
+        """Mark ``rows`` (a 1-D int64 tensor) of ``param`` as given to new IDs."""
+        old = self._rows.get(param)
+        self._rows[param] = rows if old is None else torch.cat([old, rows])
+
+    def pending(self, param: torch.Tensor) -> torch.Tensor | None:
+        """The rows of ``param`` marked since the last :meth:`take`, or None."""
+        if not self._rows:
+            return None
+        found: torch.Tensor | None = self._rows.get(param)
+        return found
+
+    def take(self, param: torch.Tensor) -> torch.Tensor | None:
+        """The rows of ``param`` marked since the last call, which are then forgotten."""
+        if not self._rows:  # the usual case: no table renews rows
+            return None
+        found: torch.Tensor | None = self._rows.pop(param, None)
+        return found
+
+
+#: the rows every table has given to new IDs and no optimizer has started afresh yet
+RESETS = RowResets()
