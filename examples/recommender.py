@@ -19,7 +19,9 @@ import argparse
 import itertools
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,9 +69,9 @@ def make_clicks(rows: int = 200_000, seed: int = 0) -> pd.DataFrame:
                          "category": item_category[item], "tags": tags, "click": click})
 
 
-def batches(data: torch.utils.data.Dataset, size: int, start: int):  # type: ignore[no-untyped-def]
+def batches(data: KeyedBagsDataset, size: int, start: int) -> Iterator[Any]:
     """Mini-batches from step ``start + 1`` on, as an uninterrupted run reads them."""
-    per_epoch = -(-len(data) // size)  # type: ignore[arg-type]
+    per_epoch = -(-len(data) // size)
     for epoch in itertools.count(start // per_epoch):
         loader = DataLoader(data, batch_size=size, shuffle=True,
                             generator=torch.Generator().manual_seed(epoch),

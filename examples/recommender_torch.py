@@ -17,7 +17,9 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,9 +31,9 @@ from torch.ao.quantization import convert, float_qparams_weight_only_qconfig, pr
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def batches(data: torch.utils.data.Dataset, size: int, start: int):  # type: ignore[no-untyped-def]
+def batches(data: TensorDataset, size: int, start: int) -> Iterator[Any]:
     """Mini-batches from step ``start + 1`` on, as an uninterrupted run reads them."""
-    per_epoch = -(-len(data) // size)  # type: ignore[arg-type]
+    per_epoch = -(-len(data) // size)
     for epoch in itertools.count(start // per_epoch):
         loader = DataLoader(data, batch_size=size, shuffle=True,
                             generator=torch.Generator().manual_seed(epoch))
