@@ -6,7 +6,7 @@ The data is a click log as a recommender sees it (``make_clicks``, seeded, no do
 int64 ``user_id`` up to 2**40, a string ``item_id``, a small ``category``, a multi-valued
 ``tags`` list column and a ``click`` label that depends on all four. The model: one
 ``LookupCollection`` (users through its own ``IdMap``, items through a string ``IdMap``,
-hashed category and tags, the tags pooled as a mean), an MLP on the pooled features, fused
+a plain category table, hashed tags pooled as a mean), an MLP on the pooled features, fused
 Adam, AUC on held-out rows, a ``Checkpoint`` every ``--every`` steps (run it again: it resumes),
 int8 tables, and a served model saved as safetensors + JSON that loads without running code.
 ``examples/recommender_torch.py`` is the same model in plain PyTorch; docs/recommender.md
@@ -90,7 +90,7 @@ class Recommender(nn.Module):
         self.tables = LookupCollection([
             TableConfig("user", users, dim, ["user_id"], hashing="map"),  # raw int64 IDs
             TableConfig("item", items, dim, ["item"]),
-            TableConfig("category", 64, dim, ["category"], hashing="mod"),
+            TableConfig("category", 64, dim, ["category"]),  # IDs below 64
             TableConfig("tags", 2048, dim, ["tags"], hashing="mod", mode="mean"),
         ], sparse=True)
         self.mlp = nn.Sequential(nn.Linear(4 * dim, 64), nn.ReLU(), nn.Linear(64, 1))
@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--every", type=int, default=250, help="checkpoint every N steps")
     p.add_argument("--out", type=Path, default=Path("recommender-out"))
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
 
     df = make_clicks(args.rows)
     train, test = df[: len(df) * 9 // 10], df[len(df) * 9 // 10:]
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     save_served(model, args.out)
     served = load_served(args.out)
     result["auc_int8"] = auc(served, test)
-    print(f"lookuplinear: steps {start + 1}..{args.steps} at {result['steps_per_s']:.0f} "
+    print(f"lookuplinear: steps {start + 1}..{args.steps} at {result['steps_per_s']:.1f} "
           f"steps/s, test AUC {result['auc']:.4f}, served int8 AUC {result['auc_int8']:.4f}")
     return result
 

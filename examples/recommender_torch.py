@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--every", type=int, default=250, help="checkpoint every N steps")
     p.add_argument("--out", type=Path, default=Path("recommender-torch-out"))
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
 
     df = make_clicks(args.rows)
     train, test = df[: len(df) * 9 // 10], df[len(df) * 9 // 10:]
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     save_served(model, args.out)
     served = load_served(args.out)
     result["auc_int8"] = auc(served, test)
-    print(f"plain PyTorch: steps {start + 1}..{args.steps} at {result['steps_per_s']:.0f} "
+    print(f"plain PyTorch: steps {start + 1}..{args.steps} at {result['steps_per_s']:.1f} "
           f"steps/s, test AUC {result['auc']:.4f}, served int8 AUC {result['auc_int8']:.4f}")
     return result
 
