@@ -169,7 +169,9 @@ class IdMap(nn.Module):
             found = self._admit(flat, table_ops.find(self.table, flat))
         rows = found + self.fallback_rows
         miss = found < 0
-        if bool(miss.any()):
+        if torch.compiler.is_compiling():  # a recorded graph (eval mode): no branch on values
+            rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
+        elif bool(miss.any()):
             if self.key_type == "str":
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)

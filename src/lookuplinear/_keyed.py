@@ -385,7 +385,13 @@ class KeyedBags:
             )
         n = self.batch_size
         off = self.offsets[pos * n : (pos + 1) * n + 1]
-        start, end = int(off[0]), int(off[-1])
+        if torch.compiler.is_compiling():  # symbolic bounds, checked where a graph runs
+            start, end = off[0].item(), off[-1].item()
+            torch._check(0 <= start)
+            torch._check(start <= end)
+            torch._check(end <= self.values.numel())
+        else:
+            start, end = int(off[0]), int(off[-1])
         bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
         bags.indices = self.values[start:end]
         bags.offsets = off - start
@@ -555,3 +561,47 @@ class KeyedTensor:
 
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
+
+
+def _flatten_kt(kt: KeyedTensor) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
+    return [kt._values], (tuple(kt._keys), tuple(kt._lengths))
+
+
+def _unflatten_kt(leaves: Any, context: tuple[Any, ...]) -> KeyedTensor:
+    return KeyedTensor(context[0], context[1], leaves[0])
+
+
+def _flatten_kt_with_keys(kt: KeyedTensor) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    return [(GetAttrKey("_values"), kt._values)], _flatten_kt(kt)[1]
+
+
+def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]:
+    return [kb.values, kb.offsets, kb.weights], tuple(kb._keys)
+
+
+def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
+    kb = KeyedBags.__new__(KeyedBags)  # the leaves of a checked batch: nothing to check again
+    kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+    kb.values, kb.offsets, kb.weights = leaves
+    return kb
+
+
+def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    leaves, keys = _flatten(kb)
+    return [(GetAttrKey(n), t) for n, t in zip(("values", "offsets", "weights"), leaves)], keys
+
+
+# a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
+# as an input (its tensors are the graph's inputs, its keys part of the program)
+torch.utils._pytree.register_pytree_node(
+    KeyedBags, _flatten, _unflatten,  # type: ignore[arg-type]
+    serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
+)
+torch.utils._pytree.register_pytree_node(
+    KeyedTensor, _flatten_kt, _unflatten_kt,  # type: ignore[arg-type]
+    serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
+)

@@ -79,11 +79,12 @@ def capturing() -> bool:
 
 
 def values_known() -> bool:
-    """Whether the input's values can be read: not while ``torch.export`` records (its tensors
-    are symbolic, and a check on their values has no value to read). The exported graph then
-    checks no values, as ``nn.EmbeddingBag``'s does not; ``torch.compile`` runs such checks
-    eagerly (a graph break), ``torch.jit.trace`` on the trace batch."""
-    return not torch.compiler.is_exporting()
+    """Whether the input's values can be read on the host: not while ``torch.compile`` or
+    ``torch.export`` records (their tensors are symbolic, and a check on their values has no
+    value to read, or would break the graph). The recorded graph then checks what
+    ``nn.EmbeddingBag``'s does: ATen's kernels refuse an index out of range and bad offsets
+    when the graph runs; ``torch.jit.trace`` runs the checks on the trace batch."""
+    return not torch.compiler.is_compiling()
 
 
 def use_c(*tensors: torch.Tensor | None) -> bool:

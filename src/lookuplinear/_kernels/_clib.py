@@ -20,9 +20,7 @@ VERSION = 14
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
 
 
-@functools.cache
-def load() -> Any:
-    """The ctypes library, or None where the extension was not built or is of another version."""
+def _open() -> Any:
     try:
         from . import _lib  # type: ignore[attr-defined]
 
@@ -31,6 +29,16 @@ def load() -> Any:
         return None
     lib.ll_version.restype = ctypes.c_int64
     return lib if lib.ll_version() == VERSION else None
+
+
+#: opened once, when the kernel layer is imported: a graph compiler reads this constant
+#: where it could not trace the opening of a shared library
+_LIB = _open()
+
+
+def load() -> Any:
+    """The ctypes library, or None where the extension was not built or is of another version."""
+    return _LIB
 
 
 @functools.cache

@@ -44,6 +44,8 @@ def _c(table: torch.Tensor) -> bool:
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The value of every key (``-1`` where absent), int64, shape of ``keys``."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
+    if torch.compiler.is_compiling():
+        return _sorted_find(table, keys)
     out = torch.empty_like(keys)
     if _c(table):
         function("ll_idmap_find", None, _P, _I64, _P, _I64, _P)(
@@ -53,6 +55,18 @@ def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     out.copy_(torch.tensor([t[2 * _slot(t, mask, k) + 1] for k in keys.tolist()],
                            dtype=torch.int64))
     return out
+
+
+def _sorted_find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """:func:`find` with torch ops of fixed shapes, for a recorded graph (``torch.compile``,
+    ``torch.export``): the slots sorted by key (a filled slot before an empty one of the same
+    key), then a binary search. ``O(size log size)`` per call where the probe is ``O(1)``."""
+    slot_keys, values = table[0::2], table[1::2]
+    by_fill = torch.argsort((values < 0).to(torch.int8), stable=True)
+    order = by_fill[torch.argsort(slot_keys[by_fill], stable=True)]
+    sorted_keys, sorted_values = slot_keys[order], values[order]
+    at = torch.searchsorted(sorted_keys, keys).clamp(max=sorted_keys.numel() - 1)
+    return torch.where(sorted_keys[at] == keys, sorted_values[at], -1)
 
 
 def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> int:

@@ -82,6 +82,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     >>> offsets_ok(ok, 5), offsets_ok(bad, 5), offsets_ok(ok[:-1], 5, include_last=False)
     (True, False, True)
     """
+    if _is_compiling():  # a graph being recorded: torch ops, which it can trace
+        return _torch_offsets_ok(offsets, nnz, include_last)
     if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
         _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
@@ -367,11 +369,15 @@ def _torch_one_id_rows(
     place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
     """:func:`one_id_rows` with torch ops, on the input's device."""
+    if torch.compiler.is_compiling():  # a branch on the values: the general path instead
+        return None
     if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
         return None
     ids = values.long().view(n_features, -1)  # (F, N)
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
-    if bool(bad.any()):
+    if torch.compiler.is_compiling():  # a recorded graph checks the range when it runs
+        torch._assert_async(~bad.any(), _OUT_OF_RANGE)
+    elif bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
     rows = ids + shift.unsqueeze(1)
     if place is None:
@@ -456,6 +462,13 @@ def _keyed_c(
     return found, out
 
 
+#: the message of a range check inside a recorded graph (eager input gets the one naming the ID)
+_OUT_OF_RANGE = (
+    "lookuplinear: an ID is outside its feature's table [0, num_embeddings). Map raw IDs to "
+    "rows first (IdMap, or a hashing TableConfig)."
+)
+
+
 def _torch_shifted_rows(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -467,9 +480,12 @@ def _torch_shifted_rows(
     n = (offsets.numel() - 1) // n_features if n_features else 0
     counts = (offsets[n::n] - offsets[:-1:n]).long() if n else torch.zeros(
         n_features, dtype=torch.long, device=values.device)
-    feature = torch.repeat_interleave(torch.arange(n_features, device=values.device), counts)
+    feature = torch.repeat_interleave(  # output_size: a recorded graph knows the size
+        torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if bool(bad.any()):
+    if torch.compiler.is_compiling():  # a recorded graph checks the range when it runs
+        torch._assert_async(~bad.any(), _OUT_OF_RANGE)
+    elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])
     return ids + shift.to(ids.device)[feature]
