@@ -850,7 +850,7 @@ class LookupCollection(nn.Module):
         feats = self.feature_names
         shift, limit = self._bounds(feats, kb.device)
         found: torch.Tensor | int | None = None
-        if kb.values.numel() == kb.offsets.numel() - 1:
+        if not torch.compiler.is_compiling() and kb.values.numel() == kb.offsets.numel() - 1:
             place = None if len(self._groups) == 1 else torch.stack(
                 [self._place[:, 0] * kb.batch_size + self._place[:, 1], self._place[:, 2]], 1
             ).to(kb.device)

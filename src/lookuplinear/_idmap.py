@@ -156,7 +156,8 @@ class IdMap(nn.Module):
             ids = as_int_ids(ids, "IdMap")
             shape, device = ids.shape, ids.device
             flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
-        self.evicted = torch.zeros(0, dtype=torch.int64)
+        if not torch.compiler.is_compiling():  # a recorded graph (eval mode) evicts nothing
+            self.evicted = torch.zeros(0, dtype=torch.int64)
         if not self.training:
             found = table_ops.find(self.table, flat)
         elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear

@@ -18,6 +18,7 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -387,7 +388,7 @@ class KeyedBags:
         off = self.offsets[pos * n : (pos + 1) * n + 1]
         if torch.compiler.is_compiling():  # symbolic bounds, checked where a graph runs
             start, end = off[0].item(), off[-1].item()
-            torch._check(0 <= start)
+            torch._check(start >= 0)
             torch._check(start <= end)
             torch._check(end <= self.values.numel())
         else:
@@ -591,17 +592,31 @@ def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
 def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
     from torch.utils._pytree import GetAttrKey
 
+    names = ("values", "offsets", "weights")
     leaves, keys = _flatten(kb)
-    return [(GetAttrKey(n), t) for n, t in zip(("values", "offsets", "weights"), leaves)], keys
+    return [(GetAttrKey(n), t) for n, t in zip(names, leaves, strict=True)], keys
 
 
 # a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
 # as an input (its tensors are the graph's inputs, its keys part of the program)
+def _dumped(context: Any) -> str:
+    return json.dumps(context)
+
+
+def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flattening builds
+    def tuples(x: Any) -> Any:
+        return tuple(tuples(v) for v in x) if isinstance(x, list) else x
+
+    return tuples(json.loads(text))
+
+
 torch.utils._pytree.register_pytree_node(
     KeyedBags, _flatten, _unflatten,  # type: ignore[arg-type]
     serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
 )
 torch.utils._pytree.register_pytree_node(
     KeyedTensor, _flatten_kt, _unflatten_kt,  # type: ignore[arg-type]
     serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
 )

@@ -478,8 +478,10 @@ def _torch_shifted_rows(
 ) -> torch.Tensor | int:
     """:func:`shifted_rows` with torch ops, on the input's device."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
-    counts = (offsets[n::n] - offsets[:-1:n]).long() if n else torch.zeros(
-        n_features, dtype=torch.long, device=values.device)
+    # each feature's first entry: gathered, not a slice of stride n (a recorded graph keeps
+    # the batch size symbolic, 1 included)
+    bounds = offsets.index_select(0, torch.arange(n_features + 1, device=offsets.device) * n)
+    counts = (bounds[1:] - bounds[:-1]).long()
     feature = torch.repeat_interleave(  # output_size: a recorded graph knows the size
         torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
