@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import InputValueError
-from ._clib import load
+from ._clib import load, problem
 
 __all__ = ["BACKENDS", "backend", "c_available", "capturing", "use_backend", "use_c",
            "values_known"]
@@ -57,11 +57,12 @@ def backend() -> str:
         return "torch"
     if load() is None:
         if _chosen == "c":
+            why = problem() or ("they were not built (no C compiler at install time, or "
+                                "LOOKUPLINEAR_NO_C=1)")
             raise RuntimeError(
-                "LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels were not built (no C "
-                "compiler at install time, or LOOKUPLINEAR_NO_C=1). Reinstall with a C compiler "
-                "(pip install --force-reinstall --no-binary lookuplinear lookuplinear), or set "
-                "LOOKUPLINEAR_BACKEND=auto to run torch ops."
+                f"LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels cannot be used: {why}. "
+                "Reinstall with a C compiler (pip install --force-reinstall --no-binary "
+                "lookuplinear lookuplinear), or set LOOKUPLINEAR_BACKEND=auto to run torch ops."
             )
         return "torch"
     return "c"

@@ -8,7 +8,6 @@ a Python loop (the same slots, so a saved table reads the same either way; slow)
 
 from __future__ import annotations
 
-import ctypes
 from itertools import repeat
 from typing import Any
 
@@ -16,12 +15,10 @@ import numpy as np
 import torch
 
 from ._backend import use_c
-from ._clib import function, ptr, pyfunction
+from ._clib import function, ptr
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
 
-_I64 = ctypes.c_int64
-_P = ctypes.c_void_p
 _U64 = (1 << 64) - 1
 
 
@@ -48,7 +45,7 @@ def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return _sorted_find(table, keys)
     out = torch.empty_like(keys)
     if _c(table):
-        function("ll_idmap_find", None, _P, _I64, _P, _I64, _P)(
+        function("ll_idmap_find")(
             ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(out))
         return out
     t, mask = table.tolist(), _mask(table)
@@ -74,7 +71,7 @@ def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) ->
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     values = values.reshape(-1).to(torch.int64).contiguous()
     if _c(table):
-        added: int = function("ll_idmap_set", _I64, _P, _I64, _P, _P, _I64)(
+        added: int = function("ll_idmap_set")(
             ptr(table), _mask(table), ptr(keys), ptr(values), keys.numel())
         return added
     t, mask, added = table.tolist(), _mask(table), 0
@@ -93,7 +90,7 @@ def add(table: torch.Tensor, keys: torch.Tensor, adds: torch.Tensor) -> tuple[to
     adds = adds.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):
-        added: int = function("ll_idmap_add", _I64, _P, _I64, _P, _P, _I64, _P)(
+        added: int = function("ll_idmap_add")(
             ptr(table), _mask(table), ptr(keys), ptr(adds), keys.numel(), ptr(out))
         return out, added
     t, mask, added = table.tolist(), _mask(table), 0
@@ -111,7 +108,7 @@ def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
     """Remove the keys present; returns how many were."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     if _c(table):
-        removed: int = function("ll_idmap_erase", _I64, _P, _I64, _P, _I64)(
+        removed: int = function("ll_idmap_erase")(
             ptr(table), _mask(table), ptr(keys), keys.numel())
         return removed
     t, mask, removed = table.tolist(), _mask(table), 0
@@ -143,7 +140,7 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
     out = torch.empty_like(keys)
     if _c(table):
         nxt = torch.tensor([next_value], dtype=torch.int64)
-        function("ll_idmap_assign", _I64, _P, _I64, _P, _I64, _P, _I64, _P)(
+        function("ll_idmap_assign")(
             ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(nxt), end, ptr(out))
         return out, int(nxt)
     t, mask = table.tolist(), _mask(table)
@@ -169,7 +166,7 @@ def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray
         array = isinstance(items, np.ndarray)
         if array:
             items = np.ascontiguousarray(items, dtype=object)
-        pyfunction("ll_dict_keys", _I64, ctypes.py_object, ctypes.py_object, _P, _I64, _P)(
+        function("ll_dict_keys")(
             keys, None if array else items, items.ctypes.data if array else None,  # type: ignore[union-attr]
             len(items), out.ctypes.data)
         return out
