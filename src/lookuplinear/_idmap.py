@@ -11,6 +11,7 @@ from torch import nn
 
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
+from ._kernels import values_known
 from ._rawids import as_int_ids, as_str_ids, check_strs
 from ._sizes import as_size
 from .errors import InputValueError
@@ -156,7 +157,7 @@ class IdMap(nn.Module):
             ids = as_int_ids(ids, "IdMap")
             shape, device = ids.shape, ids.device
             flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
-        if not torch.compiler.is_compiling():  # a recorded graph (eval mode) evicts nothing
+        if values_known():  # a recorded graph (eval mode) evicts nothing
             self.evicted = torch.zeros(0, dtype=torch.int64)
         if not self.training:
             found = table_ops.find(self.table, flat)
@@ -170,7 +171,7 @@ class IdMap(nn.Module):
             found = self._admit(flat, table_ops.find(self.table, flat))
         rows = found + self.fallback_rows
         miss = found < 0
-        if torch.compiler.is_compiling():  # a recorded graph (eval mode): no branch on values
+        if not values_known():  # a recorded graph (eval mode): no branch on values
             rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
         elif bool(miss.any()):
             if self.key_type == "str":

@@ -27,7 +27,7 @@ import torch
 
 from ._bags import Bags, _as_int_tensor, gather_bags, rows_index
 from ._columns import column_bags
-from ._kernels import offsets_ok
+from ._kernels import offsets_ok, values_known
 from .errors import InputTypeError, InputValueError
 
 __all__ = ["KeyedBags", "KeyedTensor"]
@@ -386,7 +386,7 @@ class KeyedBags:
             )
         n = self.batch_size
         off = self.offsets[pos * n : (pos + 1) * n + 1]
-        if torch.compiler.is_compiling():  # symbolic bounds, checked where a graph runs
+        if not values_known():  # symbolic bounds, checked where a graph runs
             start, end = off[0].item(), off[-1].item()
             torch._check(start >= 0)
             torch._check(start <= end)
@@ -611,12 +611,12 @@ def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flatten
 
 
 torch.utils._pytree.register_pytree_node(
-    KeyedBags, _flatten, _unflatten,  # type: ignore[arg-type]
+    KeyedBags, _flatten, _unflatten,
     serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
     to_dumpable_context=_dumped, from_dumpable_context=_undumped,
 )
 torch.utils._pytree.register_pytree_node(
-    KeyedTensor, _flatten_kt, _unflatten_kt,  # type: ignore[arg-type]
+    KeyedTensor, _flatten_kt, _unflatten_kt,
     serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
     to_dumpable_context=_dumped, from_dumpable_context=_undumped,
 )

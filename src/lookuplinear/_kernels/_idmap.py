@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._backend import use_c
+from ._backend import use_c, values_known
 from ._clib import function, ptr
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
@@ -41,7 +41,7 @@ def _c(table: torch.Tensor) -> bool:
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The value of every key (``-1`` where absent), int64, shape of ``keys``."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
-    if torch.compiler.is_compiling():
+    if not values_known():
         return _sorted_find(table, keys)
     out = torch.empty_like(keys)
     if _c(table):

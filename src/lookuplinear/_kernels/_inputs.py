@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._backend import backend, capturing, use_c
+from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
 __all__ = ["drop_entries", "mode_weights", "offsets_ok", "one_id_rows", "shifted_rows"]
@@ -103,7 +103,6 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
         and offsets.is_cpu
         and offsets.is_contiguous()
         and backend() == "c"
-        and not _is_compiling()
     ):
         return bool(fn(offsets.data_ptr(), offsets.numel(), nnz, include_last))
     return _torch_offsets_ok(offsets, nnz, include_last)
@@ -368,13 +367,13 @@ def _torch_one_id_rows(
     place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
     """:func:`one_id_rows` with torch ops, on the input's device."""
-    if torch.compiler.is_compiling():  # a branch on the values: the general path instead
+    if not values_known():  # a branch on the values: the general path instead
         return None
     if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
         return None
     ids = values.long().view(n_features, -1)  # (F, N)
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
-    if torch.compiler.is_compiling():  # a recorded graph checks the range when it runs
+    if not values_known():  # a recorded graph checks the range when it runs
         torch._assert_async(~bad.any(), _OUT_OF_RANGE)
     elif bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
@@ -485,7 +484,7 @@ def _torch_shifted_rows(
         torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if torch.compiler.is_compiling():  # a recorded graph checks the range when it runs
+    if not values_known():  # a recorded graph checks the range when it runs
         torch._assert_async(~bad.any(), _OUT_OF_RANGE)
     elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])
