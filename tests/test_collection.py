@@ -773,9 +773,10 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
         calls.append(f"gather {len(tables)}")
         return gather(tables, out)
 
-    def counted_function(name, *types):
-        fn = function(name, *types)
-        return lambda *args: (calls.append(name), fn(*args))[1]
+    def counted_function(name, variant=""):
+        fn = function(name, variant)
+        symbol = f"{name}_{variant}" if variant else name
+        return lambda *args: (calls.append(symbol), fn(*args))[1]
 
     monkeypatch.setattr(collection_module, "gather_into", counted_gather)
     monkeypatch.setattr(rows_module, "function", counted_function)

@@ -476,7 +476,15 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
 
 
 def check_index_range(indices: torch.Tensor, in_features: int, *, where: str) -> None:
-    """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``."""
+    """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``
+    (in a graph that ``torch.compile`` or ``torch.export`` records: a check that runs with it)."""
+    if not values_known():
+        torch._assert_async(
+            ((indices >= 0) & (indices < in_features)).all(),
+            f"lookuplinear: an index of {where} is out of range for in_features={in_features}: "
+            f"every index must be in [0, {in_features - 1}].",
+        )
+        return
     if indices.numel() == 0:
         return
     lo, hi = torch.aminmax(indices)

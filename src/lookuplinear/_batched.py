@@ -271,7 +271,7 @@ class PlanLookup:
         feats = self.feature_names
         shift, limit, place = self._layout(kb.device, kb.batch_size)
         found: torch.Tensor | int | None = None
-        if kb.values.numel() == kb.offsets.numel() - 1:
+        if not torch.compiler.is_compiling() and kb.values.numel() == kb.offsets.numel() - 1:
             found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
         if found is None:
             found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)

@@ -130,14 +130,11 @@ def murmur3_bytes(data: bytes) -> int:
     >>> murmur3_bytes(b"a b")
     1033158525
     """
-    import ctypes
-
     from ._kernels._backend import use_c
     from ._kernels._clib import function
 
     if use_c():
-        h: int = function("ll_murmur3_32", ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64)(
-            data, len(data))
+        h: int = function("ll_murmur3_32")(data, len(data))
         return h
     from sklearn.utils import murmurhash3_32
 
@@ -193,13 +190,11 @@ def splitmix64(keys: torch.Tensor) -> torch.Tensor:
 def splitmix64_c(keys: torch.Tensor) -> torch.Tensor:
     """:func:`splitmix64` computed by the C kernels' function (``ll_splitmix64``, the one
     ``IdMap``'s table probes with); the C kernels must be built."""
-    import ctypes
-
     from ._kernels._clib import function
 
     keys = keys.long().contiguous()
     out = torch.empty_like(keys)
-    function("ll_splitmix64", None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)(
+    function("ll_splitmix64")(
         keys.data_ptr(), keys.numel(), out.data_ptr())
     return out
 

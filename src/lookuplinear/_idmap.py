@@ -10,11 +10,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._rowreset import RESETS
 from ._hashing import hash_ids
 from ._kernels import _idmap as table_ops
+from ._kernels import values_known
 from ._layer import init_weight_
 from ._rawids import as_int_ids, as_str_ids, check_strs
+from ._rowreset import RESETS
 from ._sizes import as_size
 from .errors import InputValueError
 
@@ -159,7 +160,8 @@ class IdMap(nn.Module):
             ids = as_int_ids(ids, "IdMap")
             shape, device = ids.shape, ids.device
             flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
-        self.evicted = torch.zeros(0, dtype=torch.int64)
+        if values_known():  # a recorded graph (eval mode) evicts nothing
+            self.evicted = torch.zeros(0, dtype=torch.int64)
         if not self.training:
             found = table_ops.find(self.table, flat)
         elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear
@@ -172,7 +174,9 @@ class IdMap(nn.Module):
             found = self._admit(flat, table_ops.find(self.table, flat))
         rows = found + self.fallback_rows
         miss = found < 0
-        if bool(miss.any()):
+        if not values_known():  # a recorded graph (eval mode): no branch on values
+            rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
+        elif bool(miss.any()):
             if self.key_type == "str":
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)

@@ -18,6 +18,7 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -26,7 +27,7 @@ import torch
 
 from ._bags import Bags, _as_int_tensor, gather_bags, rows_index
 from ._columns import column_bags
-from ._kernels import offsets_ok
+from ._kernels import offsets_ok, values_known
 from .errors import InputTypeError, InputValueError
 
 __all__ = ["KeyedBags", "KeyedTensor"]
@@ -385,7 +386,13 @@ class KeyedBags:
             )
         n = self.batch_size
         off = self.offsets[pos * n : (pos + 1) * n + 1]
-        start, end = int(off[0]), int(off[-1])
+        if not values_known():  # symbolic bounds, checked where a graph runs
+            start, end = off[0].item(), off[-1].item()
+            torch._check(start >= 0)
+            torch._check(start <= end)
+            torch._check(end <= self.values.numel())
+        else:
+            start, end = int(off[0]), int(off[-1])
         bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
         bags.indices = self.values[start:end]
         bags.offsets = off - start
@@ -555,3 +562,61 @@ class KeyedTensor:
 
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
+
+
+def _flatten_kt(kt: KeyedTensor) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
+    return [kt._values], (tuple(kt._keys), tuple(kt._lengths))
+
+
+def _unflatten_kt(leaves: Any, context: tuple[Any, ...]) -> KeyedTensor:
+    return KeyedTensor(context[0], context[1], leaves[0])
+
+
+def _flatten_kt_with_keys(kt: KeyedTensor) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    return [(GetAttrKey("_values"), kt._values)], _flatten_kt(kt)[1]
+
+
+def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]:
+    return [kb.values, kb.offsets, kb.weights], tuple(kb._keys)
+
+
+def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
+    kb = KeyedBags.__new__(KeyedBags)  # the leaves of a checked batch: nothing to check again
+    kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+    kb.values, kb.offsets, kb.weights = leaves
+    return kb
+
+
+def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    names = ("values", "offsets", "weights")
+    leaves, keys = _flatten(kb)
+    return [(GetAttrKey(n), t) for n, t in zip(names, leaves, strict=True)], keys
+
+
+# a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
+# as an input (its tensors are the graph's inputs, its keys part of the program)
+def _dumped(context: Any) -> str:
+    return json.dumps(context)
+
+
+def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flattening builds
+    def tuples(x: Any) -> Any:
+        return tuple(tuples(v) for v in x) if isinstance(x, list) else x
+
+    return tuples(json.loads(text))
+
+
+torch.utils._pytree.register_pytree_node(
+    KeyedBags, _flatten, _unflatten,
+    serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+)
+torch.utils._pytree.register_pytree_node(
+    KeyedTensor, _flatten_kt, _unflatten_kt,
+    serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+)

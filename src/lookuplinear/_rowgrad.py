@@ -145,7 +145,8 @@ def bag_lookup(
     gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
     :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
     needed.) With ``create_graph=True`` the
-    gradient is one row per entry and can be differentiated again.
+    gradient is one row per entry and can be differentiated again; so it is in a graph that
+    ``torch.compile`` or ``torch.export`` records (PyTorch's ``F.embedding_bag(sparse=True)``).
 
     Examples
     --------
@@ -155,6 +156,14 @@ def bag_lookup(
     (tensor([[1, 3]]), tensor([[1., 1.],
             [2., 2.]]))
     """
+    if torch.compiler.is_compiling():  # PyTorch's own sparse-gradient ops, which it compiles
+        # and exports: the gradient has one row per entry (uncoalesced), as nn.EmbeddingBag's
+        if offsets is None:
+            return F.embedding(indices, weight, padding_idx=padding_idx, sparse=True)
+        return F.embedding_bag(
+            indices, weight, offsets, mode="sum", sparse=True, per_sample_weights=weights,
+            include_last_offset=include_last_offset, padding_idx=padding_idx,
+        )
     out: torch.Tensor = _BagLookup.apply(
         weight, indices, offsets, weights, padding_idx, include_last_offset
     )

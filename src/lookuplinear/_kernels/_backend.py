@@ -21,7 +21,7 @@ from contextvars import ContextVar
 import torch
 
 from ..errors import InputValueError
-from ._clib import load
+from ._clib import load, problem
 
 __all__ = ["BACKENDS", "backend", "c_available", "capturing", "use_backend", "use_c",
            "values_known"]
@@ -63,11 +63,12 @@ def backend() -> str:
         return "torch"
     if load() is None:
         if chosen == "c":
+            why = problem() or ("they were not built (no C compiler at install time, or "
+                                "LOOKUPLINEAR_NO_C=1)")
             raise RuntimeError(
-                "LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels were not built (no C "
-                "compiler at install time, or LOOKUPLINEAR_NO_C=1). Reinstall with a C compiler "
-                "(pip install --force-reinstall --no-binary lookuplinear lookuplinear), or set "
-                "LOOKUPLINEAR_BACKEND=auto to run torch ops."
+                f"LOOKUPLINEAR_BACKEND=c but lookuplinear's C kernels cannot be used: {why}. "
+                "Reinstall with a C compiler (pip install --force-reinstall --no-binary "
+                "lookuplinear lookuplinear), or set LOOKUPLINEAR_BACKEND=auto to run torch ops."
             )
         return "torch"
     return "c"
@@ -85,11 +86,12 @@ def capturing() -> bool:
 
 
 def values_known() -> bool:
-    """Whether the input's values can be read: not while ``torch.export`` records (its tensors
-    are symbolic, and a check on their values has no value to read). The exported graph then
-    checks no values, as ``nn.EmbeddingBag``'s does not; ``torch.compile`` runs such checks
-    eagerly (a graph break), ``torch.jit.trace`` on the trace batch."""
-    return not torch.compiler.is_exporting()
+    """Whether the input's values can be read on the host: not while ``torch.compile`` or
+    ``torch.export`` records (their tensors are symbolic, and a check on their values has no
+    value to read, or would break the graph). The recorded graph then checks what
+    ``nn.EmbeddingBag``'s does: ATen's kernels refuse an index out of range and bad offsets
+    when the graph runs; ``torch.jit.trace`` runs the checks on the trace batch."""
+    return not torch.compiler.is_compiling()
 
 
 def use_c(*tensors: torch.Tensor | None) -> bool:

@@ -16,7 +16,6 @@ library), :func:`bag_max` returns None and the caller runs ATen's ``embedding_ba
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import torch
@@ -27,7 +26,6 @@ from ._clib import function, ptr, suffix
 
 __all__ = ["bag_max"]
 
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
 
 
 class _BagMax(torch.autograd.Function):
@@ -39,8 +37,7 @@ class _BagMax(torch.autograd.Function):
         n, dim = offsets.numel() - 1, w.shape[1]
         out = torch.empty(n, dim, dtype=w.dtype)
         arg = torch.empty(n, dim, dtype=torch.int64)
-        fn = function(f"ll_bag_max_{suffix(w.dtype)}_{suffix(indices.dtype)}", _I64,
-                      _P, _I64, _I64, _P, _P, _I64, _P, _P)
+        fn = function("ll_bag_max", f"{suffix(w.dtype)}_{suffix(indices.dtype)}")
         bad = fn(ptr(w), w.shape[0], dim, ptr(indices), ptr(offsets), n, ptr(out), ptr(arg))
         if bad >= 0:  # as ATen's kernel: lookup_linear's range check then names the index
             raise IndexError(f"index out of range at entry {bad}")
@@ -54,8 +51,7 @@ class _BagMax(torch.autograd.Function):
         (arg,) = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         grad_weight = torch.zeros(ctx.weight_shape, dtype=grad_out.dtype)
-        fn = function(f"ll_bag_max_backward_{suffix(grad_out.dtype)}", None,
-                      _P, _P, _P, _I64, _I64)
+        fn = function("ll_bag_max_backward", str(suffix(grad_out.dtype)))
         fn(ptr(grad_weight), ptr(arg), ptr(grad_out), arg.shape[0], arg.shape[1])
         return grad_weight, None, None
 

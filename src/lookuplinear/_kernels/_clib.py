@@ -1,5 +1,12 @@
 """The C kernels (``c/*.c``, built by the package's install), loaded through ctypes.
 
+Every entry point is declared once, in :data:`ENTRIES`: its name, the dtype variants it is
+built for (``ll_gather_rows_f32``, ``ll_gather_rows_f64``), its return type and argument
+types, and for the row optimizers the order of their scalars (:data:`SCALARS`). The library is
+opened and checked against that table once, when the kernel layer is imported: a library of
+another version, or one that lacks a declared entry, is not used (one warning says so, and
+the torch ops run every kernel; ``LOOKUPLINEAR_BACKEND=c`` then raises at the first kernel).
+
 ctypes releases the GIL for the call. Every entry point takes raw pointers: the callers pass
 ``tensor.data_ptr()`` of contiguous CPU tensors they have checked.
 """
@@ -8,48 +15,158 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["VERSION", "function", "load", "ptr", "pyfunction", "suffix"]
+__all__ = ["ENTRIES", "SCALARS", "VERSION", "Entry", "function", "load", "problem", "ptr",
+           "scalars", "suffix"]
 
 #: ``ll_version()`` of the library this loader was written for (``c/module.c``)
 VERSION = 14
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_F = ("f32", "f64")
+_I = ("i32", "i64")
+_FI = ("f32_i32", "f32_i64", "f64_i32", "f64_i64")
+
+#: the row optimizers' kernels (``ll_rows_<kernel>``, ``ll_fused_<kernel>``) and the order in
+#: which each reads its scalars (``c/rowkernels_impl.h``: ``p[0]``, ``p[1]``, ...)
+SCALARS: dict[str, tuple[str, ...]] = {
+    "sgd": ("lr", "weight_decay", "momentum", "one_minus_dampening", "nesterov"),
+    "adagrad": ("clr", "eps", "weight_decay"),
+    "rowwise_adagrad": ("lr", "eps", "weight_decay", "inv_dim"),
+    "adam": ("beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "eps", "step_size",
+             "weight_decay", "decay"),
+}
+_N_SCALARS = 8  # the C side's array: every kernel's scalars, zero-padded
 
 
-@functools.cache
-def load() -> Any:
-    """The ctypes library, or None where the extension was not built or is of another version."""
+@dataclass(frozen=True)
+class Entry:
+    """One C entry point: ``name`` (``ll_...``), the dtype ``variants`` it is built for (the
+    symbol is ``name_variant``; ``("",)``: the name alone), its ctypes signature, and whether
+    it calls the Python C API (``ctypes.PyDLL``: the GIL held, the error it sets raised)."""
+
+    name: str
+    restype: Any
+    argtypes: tuple[Any, ...]
+    variants: tuple[str, ...] = ("",)
+    python_api: bool = False
+
+    def symbols(self) -> list[str]:
+        return [f"{self.name}_{v}" if v else self.name for v in self.variants]
+
+
+_ROWS = (_P, _P, _P, _I64, _P, _I64, _P)  # weight, state, rows, n, values, dim, scalars
+_FUSED = (_I64, *[_P] * 12)
+
+#: every entry point of the library, by name
+ENTRIES: dict[str, Entry] = {e.name: e for e in [
+    Entry("ll_gather_rows", _I64, (_P, _I64, _I64, _P, _I64, _P), _F),
+    Entry("ll_gather_into", None, (_I64, _P, _P, _P, _I64, _P, _P, _P, _I64), _F),
+    Entry("ll_bag_sum_into", None, (_I64, _P, _P, _P, _P, _P, _I64, _P, _I64), _F),
+    Entry("ll_group_rows", _I64, (_P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P), _F),
+    *[Entry(f"ll_rows_{k}", _I64, _ROWS, _F) for k in SCALARS],
+    *[Entry(f"ll_fused_{k}", None, _FUSED, _F) for k in SCALARS],
+    Entry("ll_bag_max", _I64, (_P, _I64, _I64, _P, _P, _I64, _P, _P), _FI),
+    Entry("ll_bag_max_backward", None, (_P, _P, _P, _I64, _I64), _F),
+    Entry("ll_interleave", None, (_I64, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
+    Entry("ll_dual_cd", None, (*[_P] * 11, _I64, _I64, *[_P] * 4), ("f32_i32", "f32_i64")),
+    Entry("ll_offsets_ok", _I64, (_P, _I64, _I64, _I64), _I),
+    Entry("ll_count_equal", _I64, (_P, _I64, _I64), _I),
+    Entry("ll_drop_entries", _I64, (_P, _P, _I64, _I64, _P, _P, _P), _I),
+    Entry("ll_mode_weights", None, (_P, _I64, _P, _I64, _P), _FI),
+    Entry("ll_shifted_rows", _I64, (_P, _P, _I64, _I64, _P, _P, _P), _I),
+    Entry("ll_one_id_rows", _I64, (_P, _P, _I64, _I64, _P, _P, _P, _P), _I),
+    Entry("ll_idmap_find", None, (_P, _I64, _P, _I64, _P)),
+    Entry("ll_idmap_set", _I64, (_P, _I64, _P, _P, _I64)),
+    Entry("ll_idmap_add", _I64, (_P, _I64, _P, _P, _I64, _P)),
+    Entry("ll_idmap_erase", _I64, (_P, _I64, _P, _I64)),
+    Entry("ll_idmap_assign", _I64, (_P, _I64, _P, _I64, _P, _I64, _P)),
+    Entry("ll_dict_keys", _I64, (ctypes.py_object, ctypes.py_object, _P, _I64, _P),
+          python_api=True),
+    Entry("ll_renumber_ids", None, (_P, _I64)),
+    Entry("ll_count_rows", _I64, (_P, _P, _I64, _P, _P, _P, _I64, _I64, _I64, _P, _P, _P), _I),
+    Entry("ll_murmur3_32", _I64, (ctypes.c_char_p, _I64)),
+    Entry("ll_splitmix64", None, (_P, _I64, _P)),
+    Entry("ll_ngram_bucket", _I64, (_I64, _I64)),
+]}
+
+
+def _open() -> tuple[Any, str | None]:
+    """The library and None, or None and why it is not used (None too: it was not built)."""
     try:
         from . import _lib  # type: ignore[attr-defined]
 
         lib = ctypes.CDLL(_lib.__file__)
     except (ImportError, OSError):
-        return None
-    lib.ll_version.restype = ctypes.c_int64
-    return lib if lib.ll_version() == VERSION else None
+        return None, None
+    found = getattr(lib, "ll_version", None)
+    if found is None:
+        return None, f"{_lib.__file__} has no ll_version()"
+    found.restype = ctypes.c_int64
+    if lib.ll_version() != VERSION:
+        return None, (f"{_lib.__file__} is version {lib.ll_version()}, this lookuplinear "
+                      f"expects {VERSION}")
+    missing = [s for e in ENTRIES.values() for s in e.symbols() if not hasattr(lib, s)]
+    if missing:
+        return None, f"{_lib.__file__} lacks {', '.join(missing)}"
+    return lib, None
+
+
+#: opened once, when the kernel layer is imported: a graph compiler reads these constants
+#: where it could not trace the opening of a shared library
+_LIB, _PROBLEM = _open()
+if _PROBLEM is not None:
+    warnings.warn(
+        f"lookuplinear's C kernels are not used: {_PROBLEM}. Every kernel runs as torch ops "
+        "(the same results, slower). Rebuild them with the installed version: "
+        "pip install --no-deps --no-build-isolation -e . (or reinstall lookuplinear).",
+        RuntimeWarning, stacklevel=2,
+    )
+
+
+def load() -> Any:
+    """The ctypes library, or None where the extension was not built or does not match
+    :data:`ENTRIES` (:func:`problem` says how)."""
+    return _LIB
+
+
+def problem() -> str | None:
+    """Why a built library is not used (another version, a missing entry), or None."""
+    return _PROBLEM
 
 
 @functools.cache
-def function(name: str, restype: Any, *argtypes: Any) -> Any:
-    """The entry point ``name`` of the library with its signature set (the library must load)."""
-    fn = getattr(load(), name)
-    fn.restype, fn.argtypes = restype, list(argtypes)
+def function(name: str, variant: str = "") -> Any:
+    """The entry point ``name`` (of :data:`ENTRIES`) for ``variant`` (``"f32"``,
+    ``"f32_i64"``, ...), its signature set as declared; the library must load."""
+    entry = ENTRIES[name]
+    if variant not in entry.variants:
+        raise KeyError(f"{name} is built for {entry.variants}, not {variant!r}")
+    symbol = f"{name}_{variant}" if variant else name
+    if entry.python_api:
+        from . import _lib  # type: ignore[attr-defined]
+
+        fn = getattr(ctypes.PyDLL(_lib.__file__), symbol)
+    else:
+        fn = getattr(_LIB, symbol)
+    fn.restype, fn.argtypes = entry.restype, list(entry.argtypes)
     return fn
 
 
-@functools.cache
-def pyfunction(name: str, restype: Any, *argtypes: Any) -> Any:
-    """An entry point that calls the Python C API (the library must load): through
-    ``ctypes.PyDLL``, which holds the GIL during the call and raises the error it sets."""
-    from . import _lib  # type: ignore[attr-defined]
-
-    fn = getattr(ctypes.PyDLL(_lib.__file__), name)
-    fn.restype, fn.argtypes = restype, list(argtypes)
-    return fn
+def scalars(kernel: str, values: tuple[float, ...]) -> list[float]:
+    """An optimizer kernel's scalars in :data:`SCALARS` order as the C side reads them:
+    ``_N_SCALARS`` doubles (a float32 scalar is exact as a double, converted in C)."""
+    names = SCALARS[kernel]
+    if len(values) != len(names):
+        raise ValueError(f"the {kernel} kernel reads {len(names)} scalars {names}, got "
+                         f"{len(values)}")
+    return [float(v) for v in values] + [0.0] * (_N_SCALARS - len(values))
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

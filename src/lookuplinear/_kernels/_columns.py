@@ -27,7 +27,7 @@ from ._clib import function, ptr
 
 __all__ = ["deinterleave", "interleave", "segments", "split_blocks"]
 
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_P = ctypes.c_void_p
 
 
 def segments(parts: Sequence[tuple[int, int]], widths: Sequence[int]) -> torch.Tensor:
@@ -99,6 +99,6 @@ def _call(blocks: Sequence[torch.Tensor], segs: torch.Tensor, out: torch.Tensor,
     pointers = (ctypes.c_void_p * len(blocks))(*(b.data_ptr() for b in blocks))
     block_ld = torch.tensor([b.stride(0) * size for b in blocks], dtype=torch.int64)
     in_bytes = (segs * size).contiguous()  # named: they live through the call
-    fn = function("ll_interleave", None, _I64, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+    fn = function("ll_interleave")
     fn(out.shape[0], segs.shape[1], ctypes.cast(pointers, _P), ptr(block_ld), ptr(segs[0]),
        ptr(in_bytes[1]), ptr(in_bytes[2]), ptr(out), out.shape[1] * size, int(to_out))

@@ -16,8 +16,6 @@ library) the same loop runs in Python over numpy views: the same arithmetic, slo
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import torch
 
@@ -29,7 +27,6 @@ __all__ = ["LOSSES", "dual_cd_epoch"]
 #: loss name -> the kernel's code
 LOSSES = {"squared_hinge": 0, "squared_error": 1}
 
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
 
 
 def dual_cd_epoch(
@@ -90,8 +87,7 @@ def dual_cd_epoch(
                              indices.numpy(), data.numpy(), order.numpy(), n_active,
                              qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
                              shrink_above)
-    fn = function(f"ll_dual_cd_f32_{suffix(indices.dtype)}", None, _P, _P, _P, _P, _P,
-                  _P, _P, _P, _P, _P, _P, _I64, _I64, _P, _P, _P, _P)
+    fn = function("ll_dual_cd", f"f32_{suffix(indices.dtype)}")
     active = torch.tensor([n_active], dtype=torch.int64)
     pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
     f = torch.empty(n_out, dtype=torch.float64)

@@ -9,7 +9,6 @@ a Python loop (the same slots, so a saved table reads the same either way; slow)
 
 from __future__ import annotations
 
-import ctypes
 from itertools import repeat
 from typing import Any
 
@@ -17,13 +16,10 @@ import numpy as np
 import torch
 
 from .._hashing import splitmix64_int
-from ._backend import use_c
-from ._clib import function, ptr, pyfunction
+from ._backend import use_c, values_known
+from ._clib import function, ptr
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
-
-_I64 = ctypes.c_int64
-_P = ctypes.c_void_p
 
 
 def empty_table(size: int) -> torch.Tensor:
@@ -45,9 +41,11 @@ def _c(table: torch.Tensor) -> bool:
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The value of every key (``-1`` where absent), int64, shape of ``keys``."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
+    if not values_known():
+        return _sorted_find(table, keys)
     out = torch.empty_like(keys)
     if _c(table):
-        function("ll_idmap_find", None, _P, _I64, _P, _I64, _P)(
+        function("ll_idmap_find")(
             ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(out))
         return out
     t, mask = table.tolist(), _mask(table)
@@ -56,12 +54,24 @@ def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _sorted_find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """:func:`find` with torch ops of fixed shapes, for a recorded graph (``torch.compile``,
+    ``torch.export``): the slots sorted by key (a filled slot before an empty one of the same
+    key), then a binary search. ``O(size log size)`` per call where the probe is ``O(1)``."""
+    slot_keys, values = table[0::2], table[1::2]
+    by_fill = torch.argsort((values < 0).to(torch.int8), stable=True)
+    order = by_fill[torch.argsort(slot_keys[by_fill], stable=True)]
+    sorted_keys, sorted_values = slot_keys[order], values[order]
+    at = torch.searchsorted(sorted_keys, keys).clamp(max=sorted_keys.numel() - 1)
+    return torch.where(sorted_keys[at] == keys, sorted_values[at], -1)
+
+
 def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> int:
     """``table[key] = value`` for every pair (in order); returns how many keys were new."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     values = values.reshape(-1).to(torch.int64).contiguous()
     if _c(table):
-        added: int = function("ll_idmap_set", _I64, _P, _I64, _P, _P, _I64)(
+        added: int = function("ll_idmap_set")(
             ptr(table), _mask(table), ptr(keys), ptr(values), keys.numel())
         return added
     t, mask, added = table.tolist(), _mask(table), 0
@@ -80,7 +90,7 @@ def add(table: torch.Tensor, keys: torch.Tensor, adds: torch.Tensor) -> tuple[to
     adds = adds.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):
-        added: int = function("ll_idmap_add", _I64, _P, _I64, _P, _P, _I64, _P)(
+        added: int = function("ll_idmap_add")(
             ptr(table), _mask(table), ptr(keys), ptr(adds), keys.numel(), ptr(out))
         return out, added
     t, mask, added = table.tolist(), _mask(table), 0
@@ -98,7 +108,7 @@ def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
     """Remove the keys present; returns how many were."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     if _c(table):
-        removed: int = function("ll_idmap_erase", _I64, _P, _I64, _P, _I64)(
+        removed: int = function("ll_idmap_erase")(
             ptr(table), _mask(table), ptr(keys), keys.numel())
         return removed
     t, mask, removed = table.tolist(), _mask(table), 0
@@ -130,7 +140,7 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
     out = torch.empty_like(keys)
     if _c(table):
         nxt = torch.tensor([next_value], dtype=torch.int64)
-        function("ll_idmap_assign", _I64, _P, _I64, _P, _I64, _P, _I64, _P)(
+        function("ll_idmap_assign")(
             ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(nxt), end, ptr(out))
         return out, int(nxt)
     t, mask = table.tolist(), _mask(table)
@@ -156,7 +166,7 @@ def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray
         array = isinstance(items, np.ndarray)
         if array:
             items = np.ascontiguousarray(items, dtype=object)
-        pyfunction("ll_dict_keys", _I64, ctypes.py_object, ctypes.py_object, _P, _I64, _P)(
+        function("ll_dict_keys")(
             keys, None if array else items, items.ctypes.data if array else None,  # type: ignore[union-attr]
             len(items), out.ctypes.data)
         return out

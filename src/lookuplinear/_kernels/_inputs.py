@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._backend import backend, capturing, use_c
+from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
 __all__ = ["drop_entries", "mode_weights", "offsets_ok", "one_id_rows", "shifted_rows"]
 
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
 _INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _is_compiling = torch.compiler.is_compiling
@@ -46,7 +45,7 @@ _NUMPY_OFFSETS_OK: dict[np.dtype[Any], Any] = {}
 def _fill_offsets_ok() -> None:
     """Fill :data:`_OFFSETS_OK` and :data:`_NUMPY_OFFSETS_OK` (the C library must load)."""
     for dtype, numpy_dtype, sfx in ((torch.int32, np.int32, "i32"), (torch.int64, np.int64, "i64")):
-        fn = function(f"ll_offsets_ok_{sfx}", _I64, _P, _I64, _I64, _I64)
+        fn = function("ll_offsets_ok", sfx)
         _OFFSETS_OK[dtype] = _NUMPY_OFFSETS_OK[np.dtype(numpy_dtype)] = fn
 
 
@@ -82,6 +81,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     >>> offsets_ok(ok, 5), offsets_ok(bad, 5), offsets_ok(ok[:-1], 5, include_last=False)
     (True, False, True)
     """
+    if _is_compiling() and isinstance(offsets, torch.Tensor):  # a graph being recorded:
+        return _torch_offsets_ok(offsets, nnz, include_last)  # torch ops, which it traces
     if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
         _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
@@ -102,7 +103,6 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
         and offsets.is_cpu
         and offsets.is_contiguous()
         and backend() == "c"
-        and not _is_compiling()
     ):
         return bool(fn(offsets.data_ptr(), offsets.numel(), nnz, include_last))
     return _torch_offsets_ok(offsets, nnz, include_last)
@@ -188,13 +188,13 @@ def drop_entries(
         n = idx.numel()
         # counted first: nothing allocated when nothing is dropped, the outputs sized exactly
         # (slicing a larger buffer cost more than this pass)
-        dropped = function(f"ll_count_equal_{sfx}", _I64, _P, _I64, _I64)(ptr(idx), n, value)
+        dropped = function("ll_count_equal", sfx)(ptr(idx), n, value)
         if dropped == 0:
             return None
         kept = torch.empty(n - dropped, dtype=torch.int64)
         new_indices = torch.empty(n - dropped, dtype=idx.dtype)
         new_offsets = torch.empty(off.numel(), dtype=off.dtype)
-        fn = function(f"ll_drop_entries_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, _P)
+        fn = function("ll_drop_entries", sfx)
         fn(ptr(idx), ptr(off), off.numel() - 1, value, ptr(kept), ptr(new_indices),
            ptr(new_offsets))
         return kept, new_indices, new_offsets
@@ -266,7 +266,7 @@ def mode_weights(
         off = offsets.contiguous()
         w = None if weights is None else weights.contiguous()
         out = torch.empty(int(off[-1]), dtype=dtype)
-        fn = function(f"ll_mode_weights_{sfx}_{isfx}", None, _P, _I64, _P, _I64, _P)
+        fn = function("ll_mode_weights", f"{sfx}_{isfx}")
         fn(ptr(off), off.numel() - 1, ptr(w), sqrt, ptr(out))
         return out
     return _torch_mode_weights(offsets, weights, sqrt, dtype)
@@ -367,11 +367,15 @@ def _torch_one_id_rows(
     place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
     """:func:`one_id_rows` with torch ops, on the input's device."""
+    if not values_known():  # a branch on the values: the general path instead
+        return None
     if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
         return None
     ids = values.long().view(n_features, -1)  # (F, N)
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
-    if bool(bad.any()):
+    if not values_known():  # a recorded graph checks the range when it runs
+        torch._assert_async(~bad.any(), _OUT_OF_RANGE)
+    elif bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
     rows = ids + shift.unsqueeze(1)
     if place is None:
@@ -450,10 +454,17 @@ def _keyed_c(
     at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
     more = [None if x is None else x.to(torch.int64).contiguous() for x in extra]
     out = torch.empty(shape, dtype=torch.int64)
-    fn = function(f"{name}_{sfx}", _I64, _P, _P, _I64, _I64, _P, _P, *[_P] * len(more), _P)
+    fn = function(name, sfx)
     found: int = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim),
                     *[ptr(x) for x in more], ptr(out))
     return found, out
+
+
+#: the message of a range check inside a recorded graph (eager input gets the one naming the ID)
+_OUT_OF_RANGE = (
+    "lookuplinear: an ID is outside its feature's table [0, num_embeddings). Map raw IDs to "
+    "rows first (IdMap, or a hashing TableConfig)."
+)
 
 
 def _torch_shifted_rows(
@@ -465,11 +476,16 @@ def _torch_shifted_rows(
 ) -> torch.Tensor | int:
     """:func:`shifted_rows` with torch ops, on the input's device."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
-    counts = (offsets[n::n] - offsets[:-1:n]).long() if n else torch.zeros(
-        n_features, dtype=torch.long, device=values.device)
-    feature = torch.repeat_interleave(torch.arange(n_features, device=values.device), counts)
+    # each feature's first entry: gathered, not a slice of stride n (a recorded graph keeps
+    # the batch size symbolic, 1 included)
+    bounds = offsets.index_select(0, torch.arange(n_features + 1, device=offsets.device) * n)
+    counts = (bounds[1:] - bounds[:-1]).long()
+    feature = torch.repeat_interleave(  # output_size: a recorded graph knows the size
+        torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if bool(bad.any()):
+    if not values_known():  # a recorded graph checks the range when it runs
+        torch._assert_async(~bad.any(), _OUT_OF_RANGE)
+    elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])
     return ids + shift.to(ids.device)[feature]

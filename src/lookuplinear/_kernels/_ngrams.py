@@ -15,7 +15,6 @@ the ``[sklearn]`` extra, so it is there); the tests hold both to ``HashingVector
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterable, Iterator
 from itertools import chain, count
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Tokens", "bucket", "count_matrix", "murmur", "ngram_column", "token_ids"]
 
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
 _INT32_MIN = -(2**31)
 
 
@@ -84,7 +82,7 @@ def _renumber(ids: np.ndarray) -> None:
     """``ids[k]``, the position of the first occurrence of token ``k``'s string, becomes that
     string's number in order of first occurrence, in place (``ll_renumber_ids``: one pass)."""
     if use_c():
-        function("ll_renumber_ids", None, _P, _I64)(_at(ids), ids.size)
+        function("ll_renumber_ids")(_at(ids), ids.size)
         return
     first = ids == np.arange(ids.size)  # a string's first occurrence: ids[k] == k
     number = np.cumsum(first) - 1
@@ -141,8 +139,7 @@ def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: i
         doc_ptr = np.ascontiguousarray(tokens.doc_ptr, np.int64)
         col = np.ascontiguousarray(column, np.int64)
         sfx = "i32" if index_dtype is np.int32 else "i64"
-        fn = function(f"ll_count_rows_{sfx}", _I64, _P, _P, _I64, _P, _P, _P, _I64, _I64, _I64,
-                      _P, _P, _P)
+        fn = function("ll_count_rows", sfx)
         nnz = fn(_at(ids), _at(doc_ptr), doc_ptr.size - 1, _at(col), _at(text), _at(starts),
                  word_ngrams, bucket, n_words, _at(indptr), _at(indices), _at(data))
     else:
@@ -200,7 +197,7 @@ def bucket(h: int, n: int) -> int:
     (2, 8)
     """
     if use_c():
-        b: int = function("ll_ngram_bucket", _I64, _I64, _I64)(h, n)
+        b: int = function("ll_ngram_bucket")(h, n)
         return b
     return (2**31 if h == _INT32_MIN else abs(h)) % n
 

@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 import torch
 
 from ._backend import use_c
-from ._clib import function, ptr, suffix
+from ._clib import SCALARS, function, ptr, suffix
+from ._clib import scalars as c_scalars
 
 __all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gather_into",
            "gather_rows", "group_rows", "update_rows"]
@@ -31,9 +32,9 @@ __all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gat
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
 _MAX_ROWS = 2**32
-_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_I64 = ctypes.c_int64
 #: the optimizers' C entry points (``ll_rows_<name>_f32``, ``ll_fused_<name>_f32``, ...)
-KERNELS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+KERNELS = tuple(SCALARS)
 
 
 class Lookup(NamedTuple):
@@ -95,8 +96,7 @@ def group_rows(
     n, dim = idx.numel(), grad_out.shape[1]
     rows = torch.empty(n, dtype=torch.int64)  # at most one row per entry
     values = torch.empty(n, dim, dtype=grad_out.dtype)
-    fn = function(f"ll_group_rows_{suffix(grad_out.dtype)}", _I64,
-                  _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P)
+    fn = function("ll_group_rows", str(suffix(grad_out.dtype)))
     m = fn(ptr(idx), n, ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out), dim, ptr(rows),
            ptr(values))
     if m < 0:
@@ -129,10 +129,10 @@ def _group_rows_torch(lk: Lookup, grad_out: torch.Tensor) -> tuple[torch.Tensor,
     return rows, values.to(grad_out.dtype)
 
 
-def _params(scalars: tuple[float, ...]) -> ctypes.Array[ctypes.c_double]:
-    """An optimizer's scalars as the C kernels read them: 8 doubles (a float32 scalar is exact
-    as a double, and converted to float32 in C)."""
-    return (ctypes.c_double * 8)(*(float(v) for v in scalars))
+def _params(kernel: str, scalars: tuple[float, ...]) -> ctypes.Array[ctypes.c_double]:
+    """An optimizer's scalars as the C kernel ``kernel`` reads them (:data:`._clib.SCALARS`)."""
+    values = c_scalars(kernel, scalars)
+    return (ctypes.c_double * len(values))(*values)
 
 
 def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
@@ -166,9 +166,9 @@ def update_rows(
     values = values.to(weight.dtype).contiguous()
     if values.shape != (rows.numel(), weight.shape[1]):
         return False
-    fn = function(f"ll_rows_{kernel}_{suffix(weight.dtype)}", _I64, _P, _P, _P, _I64, _P, _I64, _P)
+    fn = function(f"ll_rows_{kernel}", str(suffix(weight.dtype)))
     fn(ptr(weight), ptr(state), ptr(rows), rows.numel(), ptr(values), weight.shape[1],
-       _params(scalars))
+       _params(kernel, scalars))
     return True
 
 
@@ -205,14 +205,14 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
         k = len(items)
         ts = [tables[i] for i, _ in items]
         ops = [o for _, o in items]  # (idx, offsets, n_bags, weights, grad_out), alive till done
-        scalars = [v for t in ts for v in _params(t.scalars)]  # 8 per table
+        params = [v for t in ts for v in c_scalars(kernel, t.scalars)]
         groups = (_I64 * k)()
-        fn = function(f"ll_fused_{kernel}_{sfx}", None, _I64, *[_P] * 12)
+        fn = function(f"ll_fused_{kernel}", sfx)
         fn(k, _ptrs(o[0] for o in ops), _i64s(o[0].numel() for o in ops),
            _ptrs(o[1] for o in ops), _i64s(o[2] for o in ops), _i64s(_pad(t.lookup) for t in ts),
            _ptrs(o[3] for o in ops), _ptrs(o[4] for o in ops), _i64s(t.weight.shape[1] for t in ts),
            _ptrs(t.weight for t in ts), _ptrs(t.state for t in ts),
-           (ctypes.c_double * (8 * k))(*scalars), groups)
+           (ctypes.c_double * len(params))(*params), groups)
         for j, (i, _) in enumerate(items):
             taken[i] = groups[j] >= 0
     return taken
@@ -249,7 +249,7 @@ def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None
         return None
     r = rows.to(torch.int64).contiguous()  # named: it lives through the call
     out = torch.empty(*rows.shape, weight.shape[1], dtype=weight.dtype)
-    fn = function(f"ll_gather_rows_{sfx}", _I64, _P, _I64, _I64, _P, _I64, _P)
+    fn = function("ll_gather_rows", sfx)
     if fn(ptr(weight), weight.shape[0], weight.shape[1], ptr(r), r.numel(), ptr(out)) >= 0:
         raise IndexError("index out of range in self")
     return out
@@ -275,7 +275,7 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
         return False
     rows = [r.to(torch.int64).contiguous() for _, r, _ in tables]  # named: they live through
     cols = [c.to(torch.int64).contiguous() for _, _, c in tables]  # the call
-    fn = function(f"ll_gather_into_{sfx}", None, _I64, _P, _P, _P, _I64, _P, _P, _P, _I64)
+    fn = function("ll_gather_into", sfx)
     fn(len(tables), _ptrs(w for w, _, _ in tables), _i64s(w.shape[1] for w, _, _ in tables),
        _ptrs(rows), out.shape[0], _i64s(r.shape[1] for r in rows), _ptrs(cols), ptr(out),
        out.shape[1])
@@ -302,7 +302,7 @@ def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: 
         return False
     idx = indices.to(torch.int64).contiguous()  # named: they live through the call
     off = offsets.to(torch.int64).contiguous()
-    fn = function(f"ll_bag_sum_into_{sfx}", None, _I64, _P, _P, _P, _P, _P, _I64, _P, _I64)
+    fn = function("ll_bag_sum_into", sfx)
     fn(len(weights), _ptrs(weights), _i64s(w.shape[1] for w in weights), _i64s(cols),
        ptr(idx), ptr(off), out.shape[0], ptr(out), out.shape[1])
     return True

@@ -1,0 +1,80 @@
+"""What calling a C kernel through a registered PyTorch operator would cost, beside the call.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_dispatch.py
+
+One C kernel (the row gather, ``ll_gather_rows_f32``, on 4 rows) called three ways: directly
+through ctypes (what the eager path does), as a ``torch.library.Library`` operator with a CPU
+implementation, and as a ``torch.library.custom_op``; beside them one DLRM table's forward
+(``LookupLinear(100_000, 16, sparse=True)``, 128 bags of 10 indices), which makes one C call.
+Every method runs once per round in the same order after a warm-up; each time is the median
+over the rounds of this thread's CPU time per call, on one torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from lookuplinear import LookupLinear
+from lookuplinear._kernels._clib import function
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--calls", type=int, default=2000, help="calls per timed sample")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    gather = function("ll_gather_rows", "f32")
+
+    def direct(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(*r.shape, w.shape[1], dtype=w.dtype)
+        gather(w.data_ptr(), w.shape[0], w.shape[1], r.data_ptr(), r.numel(), out.data_ptr())
+        return out
+
+    lib = torch.library.Library("lookuplinear_bench", "FRAGMENT")
+    lib.define("gather_rows(Tensor weight, Tensor rows) -> Tensor")
+    lib.impl("gather_rows", direct, "CPU")
+    library_op = torch.ops.lookuplinear_bench.gather_rows.default
+
+    @torch.library.custom_op("lookuplinear_bench::gather_rows_custom", mutates_args=())
+    def custom(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return direct(w, r)
+
+    torch.manual_seed(0)
+    w, r = torch.randn(1000, 16), torch.randint(0, 1000, (4,))
+    table = LookupLinear(100_000, 16, bias=False, sparse=True)
+    indices, offsets = torch.randint(0, 100_000, (1280,)), torch.arange(0, 1280, 10)
+    methods: dict[str, Callable[[], object]] = {
+        "C kernel, direct (ctypes)": lambda: direct(w, r),
+        "C kernel, torch.library.Library op": lambda: library_op(w, r),
+        "C kernel, torch.library.custom_op": lambda: custom(w, r),
+        "DLRM table forward (1 C call)": lambda: table(indices, offsets),
+    }
+    times: dict[str, list[float]] = {k: [] for k in methods}
+    for _ in range(args.rounds):
+        for name, f in methods.items():
+            for _ in range(50):
+                f()
+            start = time.thread_time()
+            for _ in range(args.calls):
+                f()
+            times[name].append((time.thread_time() - start) / args.calls * 1e6)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for name, us in med.items():
+        print(f"{name:38s} {us:7.2f} us")
+    base, fwd = med["C kernel, direct (ctypes)"], med["DLRM table forward (1 C call)"]
+    for name in ("C kernel, torch.library.Library op", "C kernel, torch.library.custom_op"):
+        extra = med[name] - base
+        print(f"{name}: +{extra:.2f} us a call, {100 * extra / fwd:.0f}% of a table's forward")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""The C boundary: every entry point declared once (``_kernels/_clib.py``), checked at load."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from typing import Any
+
+import pytest
+
+from lookuplinear._kernels import _clib, c_available
+from lookuplinear._kernels._clib import ENTRIES, SCALARS, Entry
+
+needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels were not built")
+
+
+@needs_c
+def test_every_declared_entry_is_in_the_library() -> None:
+    lib = _clib.load()
+    for entry in ENTRIES.values():
+        for symbol in entry.symbols():
+            assert hasattr(lib, symbol), symbol
+            fn = _clib.function(entry.name, symbol[len(entry.name) + 1:])
+            assert fn.argtypes == list(entry.argtypes)
+
+
+@needs_c
+def test_every_library_entry_is_declared() -> None:
+    from lookuplinear._kernels import _lib  # type: ignore[attr-defined]
+
+    declared = {s for e in ENTRIES.values() for s in e.symbols()} | {"ll_version"}
+    with open(_lib.__file__, "rb") as f:
+        text = f.read()
+    # the names in the library's symbol table that it exports: ll_ and a lower-case word
+    found = {m.decode() for m in re.findall(rb"\bll_[a-z0-9_]+", text)}
+    exported = {s for s in found if hasattr(ctypes.CDLL(_lib.__file__), s)}
+    assert exported - declared == set()
+
+
+@needs_c
+def test_another_version_is_not_used_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_clib, "VERSION", _clib.VERSION + 1)
+    lib, why = _clib._open()
+    assert lib is None and why is not None and "expects" in why
+
+
+@needs_c
+def test_a_missing_entry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    entries: dict[str, Any] = dict(ENTRIES)
+    entries["ll_nothing"] = Entry("ll_nothing", None, (), ("f32",))
+    monkeypatch.setattr(_clib, "ENTRIES", entries)
+    lib, why = _clib._open()
+    assert lib is None and why is not None and "ll_nothing_f32" in why
+
+
+def test_scalars_follow_the_declared_order() -> None:
+    assert _clib.scalars("adagrad", (0.1, 1e-10, 0.0)) == [0.1, 1e-10, 0.0] + [0.0] * 5
+    with pytest.raises(ValueError, match="reads 3 scalars"):
+        _clib.scalars("adagrad", (0.1, 1e-10))
+    assert set(SCALARS) == {"sgd", "adagrad", "rowwise_adagrad", "adam"}

@@ -1,0 +1,229 @@
+"""``torch.compile`` and ``torch.export`` of lookuplinear models.
+
+A compiled training step (``fullgraph=True``: no graph break) equals the eager step to the bit;
+a program exported from a trained model equals the module on batches of other sizes, and runs
+after ``torch.export.save`` / ``load`` in a fresh process that imports only
+:mod:`lookuplinear.ops` (no layer, collection or optimizer code).
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lookuplinear import (
+    KeyedBags,
+    LookupCollection,
+    LookupLinear,
+    QuantizedLookupCollection,
+    TableConfig,
+)
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None,
+    reason="torch.compile's inductor needs a C compiler",
+)
+AUTO = torch.export.Dim.AUTO
+#: a KeyedBags argument's dynamic shapes: values, offsets (weights: none)
+KB_DYNAMIC = [{0: AUTO}, {0: AUTO}, None]
+
+
+def bags_batch(n_bags: int, nnz: int, seed: int, rows: int = 50) -> tuple[torch.Tensor, ...]:
+    """``nnz`` indices in ``n_bags`` bags (nn.EmbeddingBag's start offsets), one of them empty."""
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, rows, (nnz,), generator=g)
+    starts = torch.sort(torch.randint(0, nnz + 1, (n_bags - 1,), generator=g)).values
+    return indices, torch.cat([torch.zeros(1, dtype=torch.long), starts])
+
+
+def keyed_batch(n: int, seed: int, user_ids: bool = False) -> KeyedBags:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (2 * n,), generator=g)
+    values = torch.randint(0, 20, (int(lengths.sum()),), generator=g)
+    if user_ids:  # raw IDs for the mapped feature: large, some never seen in training
+        n_user = int(lengths[:n].sum())
+        values[:n_user] = values[:n_user] * 10**12 + 7
+    return KeyedBags(["user", "item"], values, lengths=lengths)
+
+
+def collection(hashing: str | None = None, sparse: bool = True) -> LookupCollection:
+    torch.manual_seed(0)
+    user = (TableConfig("user", 40, 4, ["user"], hashing="map") if hashing
+            else TableConfig("user", 20, 4, ["user"]))
+    return LookupCollection([user, TableConfig("item", 30, 4, ["item"])], sparse=sparse)
+
+
+class Head(nn.Module):
+    """A collection's pooled features through a dense head."""
+
+    def __init__(self, tables: nn.Module, width: int = 8) -> None:
+        super().__init__()
+        self.tables, self.head = tables, nn.Linear(width, 1)
+
+    def forward(self, kb: KeyedBags) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.tables(kb).values())
+        return out
+
+
+def grads(model: nn.Module) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.to_dense() for p in model.parameters()]
+
+
+def train_both(model: nn.Module, loss: Callable[[nn.Module, Any], torch.Tensor],
+               batches: list[Any], backend: str = "aot_eager") -> None:
+    """Train ``model`` eagerly and a copy with the loss compiled (``fullgraph=True``: one graph,
+    its backward compiled by AOTAutograd) on the same batches with ``torch.optim.SGD``.
+
+    With ``aot_eager`` (the graph's ATen kernels) every loss and gradient equals the eager one
+    to the bit, and so does every parameter after a step, except after a step on a sparse
+    gradient: the compiled graph's is PyTorch's ``embedding_bag(sparse=True)`` gradient, one
+    row per entry, which ``SGD`` adds entry by entry, where the eager one is coalesced (one
+    summed row per index): the same update to float rounding. ``inductor``'s generated kernels
+    sum in another order (so they do for ``nn.EmbeddingBag``): equal to float rounding.
+    """
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(lambda b: loss(twin, b), fullgraph=True, dynamic=False,
+                             backend=backend)
+    opt, opt_twin = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    exact = backend == "aot_eager"
+    for b in batches:
+        opt.zero_grad()
+        opt_twin.zero_grad()
+        if exact:  # the same parameters in: the same bits out
+            for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+                q.data.copy_(p.data)
+        eager, fast = loss(model, b), compiled(b)
+        eager.backward()
+        fast.backward()
+        same = torch.equal if exact else lambda a, b: torch.allclose(a, b, atol=1e-6)
+        assert same(eager, fast)
+        for g, g_twin in zip(grads(model), grads(twin), strict=True):
+            assert (g is None and g_twin is None) or same(g, g_twin)
+        opt.step()
+        opt_twin.step()
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            sparse = p.grad is not None and p.grad.is_sparse
+            assert torch.allclose(p, q, atol=1e-6) if sparse or not exact else torch.equal(p, q)
+
+
+def layer_loss(m: nn.Module, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return m[2](m[1](m[0](*b))).square().mean()
+
+
+def layer_model(sparse: bool) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(LookupLinear(50, 8, sparse=sparse), nn.ReLU(), nn.Linear(8, 1))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_compiled_layer_step_equals_eager(sparse: bool) -> None:
+    train_both(layer_model(sparse), layer_loss, [bags_batch(4, 12, 0), bags_batch(4, 12, 1)])
+
+
+@needs_compiler
+def test_inductor_layer_step_equals_eager() -> None:
+    train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_compiled_collection_step_equals_eager(sparse: bool) -> None:
+    def loss(m: nn.Module, kb: KeyedBags) -> torch.Tensor:
+        return m(kb).square().mean()
+
+    model = Head(collection(sparse=sparse))
+    train_both(model, loss, [keyed_batch(5, 0), keyed_batch(5, 1)])
+
+
+def trained(model: nn.Module, batch: KeyedBags) -> nn.Module:
+    """``model`` after one SGD step on ``batch``, in eval mode."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(batch).square().mean().backward()
+    opt.step()
+    return model.eval()
+
+
+def models() -> dict[str, tuple[nn.Module, Callable[[int, int], KeyedBags]]]:
+    float_model = trained(Head(collection()), keyed_batch(6, 0))
+    mapped = trained(Head(collection("map")), keyed_batch(6, 0, user_ids=True))
+    quantized = Head(QuantizedLookupCollection(copy.deepcopy(float_model.tables))).eval()
+    return {
+        "LookupCollection": (float_model, lambda n, s: keyed_batch(n, s)),
+        "QuantizedLookupCollection": (quantized, lambda n, s: keyed_batch(n, s)),
+        "IdMap-keyed": (mapped, lambda n, s: keyed_batch(n, s, user_ids=True)),
+    }
+
+
+@pytest.mark.parametrize("name", ["LookupCollection", "QuantizedLookupCollection", "IdMap-keyed"])
+def test_exported_collection_equals_module_on_other_batches(name: str) -> None:
+    model, make = models()[name]
+    program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
+    # a dynamic dimension of an exported program is >= 2 (PyTorch specializes sizes 0 and 1)
+    for n, seed in [(9, 1), (2, 2), (3, 3)]:
+        kb = make(n, seed)
+        with torch.no_grad():
+            assert torch.equal(program.module()(kb), model(kb))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_exported_layer_equals_module_on_other_batches(sparse: bool) -> None:
+    torch.manual_seed(0)
+    layer = LookupLinear(50, 8, sparse=sparse).eval()
+    nnz, bags = torch.export.Dim("nnz"), torch.export.Dim("bags")
+    program = torch.export.export(layer, bags_batch(4, 12, 0),
+                                  dynamic_shapes=({0: nnz}, {0: bags}))
+    for n_bags, n, seed in [(7, 30, 1), (2, 5, 2), (3, 3, 3)]:
+        b = bags_batch(n_bags, n, seed)
+        with torch.no_grad():
+            assert torch.equal(program.module()(*b), layer(*b))
+
+
+def test_exported_program_checks_the_index_range() -> None:
+    model, make = models()["LookupCollection"]
+    program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
+    kb = make(3, 1)
+    kb.values[-1] = 30  # item has 30 rows
+    with pytest.raises(RuntimeError, match="outside its feature's table"):
+        program.module()(kb)
+
+
+FRESH = """
+import sys, torch
+from lookuplinear.ops import KeyedBags
+program = torch.export.load(sys.argv[1])
+batches = [KeyedBags(["user", "item"], v, offsets=o) for v, o in torch.load(sys.argv[2])]
+torch.save([program.module()(kb) for kb in batches], sys.argv[3])
+loaded = sorted(m for m in sys.modules if m.startswith("lookuplinear."))
+print(" ".join(loaded))
+"""
+
+
+def test_saved_program_runs_in_a_fresh_process_with_only_the_op_library(
+    tmp_path: Path,
+) -> None:
+    model, make = models()["IdMap-keyed"]
+    program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
+    torch.export.save(program, tmp_path / "model.pt2")
+    inputs = [make(7, 1), make(2, 2)]
+    torch.save([(kb.values, kb.offsets) for kb in inputs], tmp_path / "inputs.pt")
+    run = subprocess.run(
+        [sys.executable, "-c", FRESH, str(tmp_path / "model.pt2"), str(tmp_path / "inputs.pt"),
+         str(tmp_path / "out.pt")], capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = set(run.stdout.split())
+    assert "lookuplinear.ops" in loaded
+    assert not loaded & {"lookuplinear._layer", "lookuplinear._collection",
+                         "lookuplinear._quantized_collection", "lookuplinear._idmap"}
+    with torch.no_grad():
+        expected = [model(kb) for kb in inputs]
+    for got, want in zip(torch.load(tmp_path / "out.pt"), expected, strict=True):
+        assert torch.equal(got, want)
