@@ -29,7 +29,8 @@ from lookuplinear import (
 )
 from lookuplinear._kernels import use_backend
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
-from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
+from lookuplinear.sklearn._input import CSRBatches as _CSRBatches
+from lookuplinear.sklearn._input import fold_mode as _fold_mode
 from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
 
