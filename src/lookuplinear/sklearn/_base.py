@@ -389,15 +389,13 @@ class LookupEstimator(BaseEstimator):
                 no_change += 1
             return no_change >= self.n_iter_no_change
 
-        prescaled = model.lookup.mode in ("mean", "sqrtn")
-        Xt = fold_mode(X, model.lookup.mode) if prescaled else X
         bar = progress(self.verbose, total=epochs * X.shape[0])
         try:
             with torch_threads(self.n_jobs):
-                train_epochs(model, self._optimizers, self._loss, Xt, target, weight,
+                train_epochs(model, self._optimizers, self._loss, X, target, weight,
                              batch_size=self.batch_size, epochs=epochs, seed=seed,
                              schedule=schedule, device=torch.device(self.device),
-                             end_epoch=end_epoch, bar=bar, prescaled=prescaled)
+                             end_epoch=end_epoch, bar=bar)
         finally:  # also on Ctrl-C: the bar's line ends before anything else is printed
             if bar is not None:
                 bar.close()

@@ -36,7 +36,6 @@ def train_epochs(
     device: torch.device,
     end_epoch: Callable[[int, float], bool],
     bar: Any = None,
-    prescaled: bool = False,
 ) -> None:
     """``epochs`` passes over the rows of ``X`` in an order shuffled by a generator seeded with
     ``seed``: on each batch of ``batch_size`` rows, ``loss_fn(model(rows), target, weight)``,
@@ -59,7 +58,7 @@ def train_epochs(
         for a, b in batches.bounds(batch_size):
             w = None if w_epoch is None else w_epoch[a:b].to(device)
             bags = batches.rows(a, b).to(device)
-            loss = loss_fn(model(bags, prescaled=prescaled), t_epoch[a:b], w)
+            loss = loss_fn(model(bags), t_epoch[a:b], w)
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()  # the fused optimizer updates the table here
