@@ -320,9 +320,9 @@ class LookupEstimator(BaseEstimator):
 
     def _init_model(self, n_outputs: int, seed: int, X: sp.csr_matrix) -> None:
         """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was). An
-        embedding table draws only the rows of ``X``'s columns (the training rows): the others
-        would be zeroed at the end of ``fit`` (``_clear_untouched``), and with fastText's 2
-        million hash buckets drawing them was most of a small ``fit``."""
+        embedding table draws only the rows of ``X``'s columns (the training rows) and starts
+        the others at zero, where ``fit`` leaves every row training did not touch
+        (``_clear_untouched``)."""
         drawn = None
         if self.hidden is not None:
             seen = np.zeros(X.shape[1], dtype=bool)
