@@ -29,7 +29,7 @@ from lookuplinear import (
 )
 from lookuplinear._kernels import use_backend
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
-from lookuplinear.sklearn._base import _CSRBatches, _fold_mode
+from lookuplinear.sklearn._input import fold_mode
 from lookuplinear.sklearn._model import LookupNet
 from lookuplinear.sklearn._optim import make_schedulers
 
@@ -94,18 +94,54 @@ def test_every_input_form_gives_the_same_model(hidden: int | None) -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_mode_folded_into_the_rows_gives_the_same_lookup() -> None:
-    """Training folds "mean"/"sqrtn" scaling into X once; a "sum" lookup of the folded rows is
-    the mode's lookup of X (empty rows included)."""
+def test_mode_folded_into_the_rows_is_the_modes_lookup() -> None:
+    """``dual_cd`` solves on ``X`` with "mean"/"sqrtn" folded into its values: that matrix
+    times the table is the mode's lookup of ``X``, which the fitted model computes (empty rows
+    included)."""
     X = sp.random(40, 30, density=0.2, format="csr", dtype=np.float32, random_state=0)
     X = sp.vstack([X, sp.csr_matrix((1, 30), dtype=np.float32)], format="csr")  # an empty row
-    for hidden, mode in ((None, "mean"), (6, "mean"), (6, "sqrtn")):
+    for hidden, mode in ((None, "mean"), (None, "sqrtn"), (6, "mean"), (6, "sqrtn")):
         net = LookupNet(30, 3, hidden=hidden, mode=mode)
-        torch.nn.init.normal_(net.lookup.weight)
-        if net.output is not None:
-            torch.nn.init.normal_(net.output.weight)
-        folded = _CSRBatches(_fold_mode(X, mode)).rows(0, 41)
-        torch.testing.assert_close(net(folded, prescaled=True), net(X), rtol=1e-5, atol=1e-6)
+        for p in net.parameters():
+            torch.nn.init.normal_(p)
+        folded = torch.from_numpy(fold_mode(X, mode).toarray())  # (41, 30)
+        h = folded @ net.lookup.weight
+        h = h + net.lookup.bias if net.output is None else net.output(h)
+        with torch.no_grad():
+            torch.testing.assert_close(net(X), h, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("hidden", [None, 4])
+@NOT_LEARNING
+def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
+    """One epoch of one batch with plain SGD: ``fit`` steps the model as ``torch.optim.SGD``
+    steps the dense network (``nn.Linear`` on ``X`` with each row scaled by ``mode``)."""
+    X, y = _data(n=64, n_features=30)
+    params = {"hidden": hidden, "mode": mode, "solver": "sgd", "learning_rate_init": 0.5,
+              "max_iter": 1, "batch_size": 64, "random_state": 0}
+    clf = LookupClassifier(**params)
+    clf._validate_params()
+    clf._set_targets(clf._prepare_xy(X, y, reset=True)[1], None, partial=False)
+    clf._init_model(3, clf._seed(), sp.csr_matrix(X))
+    start = [p.detach().clone() for p in clf.model_.parameters()]  # the model fit starts from
+    clf = LookupClassifier(**params).fit(X, y)
+    rows = torch.from_numpy(X)
+    if mode != "sum":
+        norm = rows.sum(1) if mode == "mean" else rows.square().sum(1).sqrt()
+        rows = rows / norm.unsqueeze(1)
+    dense = [torch.nn.Parameter(p.clone()) for p in start]  # table (in, out), bias or output
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(clf._seed_))
+    h = rows[order] @ dense[0]  # (64, hidden or 3)
+    out = h + dense[1] if hidden is None else torch.nn.functional.linear(h, *dense[1:])
+    target = torch.from_numpy(y)[order]
+    sign = torch.full_like(out, -1.0).scatter_(1, target.unsqueeze(1), 1.0)
+    loss = torch.nn.functional.relu(1 - sign * out).pow(2).sum(1).mean()
+    opt = torch.optim.SGD(dense, lr=0.5)
+    loss.backward()
+    opt.step()
+    for got, want in zip(clf.model_.parameters(), dense, strict=True):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel", "class_weight"])

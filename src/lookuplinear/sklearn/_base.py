@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from numbers import Integral, Real
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Self, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -20,9 +17,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._bags import Bags
 from ..errors import InputValueError, TrainingDivergedError
-from ..functional import MODES, Mode, row_scale
+from ..functional import MODES, Mode
+from ._input import CSRBatches, csr_first, fold_mode, is_token_lists, to_csr
+from ._minibatch import constant_loss, progress, torch_threads, train_epochs
 from ._model import LookupNet
-from ._optim import SOLVERS, default_learning_rate, make_optimizers, make_schedulers
+from ._optim import SOLVERS, default_learning_rate, make_optimizers
 
 __all__ = ["LookupEstimator"]
 
@@ -37,58 +36,15 @@ NO_PROGRESS = 0.85
 CONSTANT_ROWS = 65536
 
 
-def _is_token_lists(X: Any) -> bool:
-    """A Python list/tuple whose rows are lists/tuples of Python ints: fastText-style token ids."""
-    if not isinstance(X, list | tuple) or len(X) == 0:
-        return False
-    rows = X[: min(len(X), 20)]
-    return all(
-        isinstance(r, list | tuple)
-        and all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in r)
-        for r in rows
-    ) and any(len(r) for r in X)
-
-
-class _CSRBatches:
-    """A CSR matrix as torch tensors, cut into ``Bags`` of consecutive rows.
-
-    Rows ``a:b`` are ``Bags(indices[indptr[a]:indptr[b]], indptr[a:b+1] - indptr[a], data[...])``:
-    a view, no copy, nothing densified.
-    """
-
-    def __init__(self, X: sp.csr_matrix) -> None:
-        self.n = X.shape[0]
-        self.indptr = torch.from_numpy(np.asarray(X.indptr, dtype=np.int64))
-        self.indices = torch.from_numpy(np.asarray(X.indices, dtype=np.int64))
-        self.data = torch.from_numpy(np.asarray(X.data, dtype=np.float32))
-
-    def rows(self, a: int, b: int) -> Bags:
-        s, e = int(self.indptr[a]), int(self.indptr[b])
-        return Bags(self.indices[s:e], self.indptr[a : b + 1] - s, self.data[s:e])
-
-    def bounds(self, size: int) -> Iterator[tuple[int, int]]:
-        """``(a, b)`` of each batch of ``size`` consecutive rows."""
-        for a in range(0, self.n, size):
-            yield a, min(a + size, self.n)
-
-    def batches(self, size: int) -> Iterator[tuple[int, int, Bags]]:
-        for a, b in self.bounds(size):
-            yield a, b, self.rows(a, b)
-
-
-def _fold_mode(X: sp.csr_matrix, mode: str) -> sp.csr_matrix:
-    """``X`` with ``mode``'s row scaling folded into its values (``"mean"``: each row divided
-    by its sum; ``row_scale``'s factors), so that a ``"sum"`` lookup of it is a ``mode`` lookup
-    of ``X``: computed once per ``fit`` instead of at every step."""
-    scale = row_scale(Bags.from_scipy(X), mode, None).numpy()  # (N,)
-    data = X.data * np.repeat(scale, np.diff(X.indptr))
-    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
-
-
 class LookupEstimator(BaseEstimator):
-    """Base class: an ``X -> LookupNet -> outputs`` model trained by minibatch optimisation.
+    """Base class: an ``X -> LookupNet -> outputs`` model and its one training procedure.
 
-    Subclasses define ``__init__`` (the parameters), ``_encode_targets`` and ``_loss``.
+    ``fit`` is ``_fit``: parameters checked, the fitted model dropped unless ``warm_start``,
+    then ``_partial_fit`` for ``max_iter`` epochs (or solved by ``dual_cd``). ``partial_fit``
+    is ``_partial_fit`` for one epoch. Subclasses define ``__init__`` (the parameters only)
+    and what differs between a classifier and a regressor: the targets (``_set_targets``,
+    ``_encode_targets``, ``_targets``, ``_dual_problem``, ``_held_out``), the number of
+    outputs (``_n_model_outputs``), the model's start (``_start``) and ``_loss``.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
@@ -137,10 +93,117 @@ class LookupEstimator(BaseEstimator):
     warm_start: bool
     _seed_: int  # the seed fit drew: partial_fit and warm starts continue from it
 
+    # ------------------------------------------------------------------ the procedure
+    def _fit(self, X: Any, y: Any) -> Self:
+        """``fit``: a new model (with ``warm_start``, the fitted one) trained on ``(X, y)`` for
+        ``max_iter`` epochs of a stochastic solver, or solved by ``dual_cd``; returns self."""
+        self._validate_params()
+        warm = self.warm_start and hasattr(self, "model_")
+        self._uses_dual_cd(warm=warm)  # a solver that cannot fit this raises before any change
+        if not warm:
+            self._forget()
+        return self._partial_fit(X, y, epochs=self._n_epochs(), schedule=self.learning_rate,
+                                 fit=True)
+
+    def _partial_fit(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        epochs: int,
+        schedule: str,
+        classes: Any = None,
+        fit: bool = False,
+    ) -> Self:
+        """The one training procedure of ``fit`` and ``partial_fit``.
+
+        The first call (no ``model_``) learns the targets' form (classes, outputs), draws the
+        seed and builds the model; a later call checks ``X`` and ``y`` against them and
+        continues from the model and its optimizer state, with the seed moved on by the epochs
+        run so far. Then ``epochs`` minibatch passes at ``schedule``. ``fit=True`` (``fit``)
+        adds what a whole fit does: the early-stopping hold-out, the ``dual_cd`` solver
+        where it applies, and the no-progress warning.
+        """
+        first = not hasattr(self, "model_")
+        Xc, y = self._prepare_xy(X, y, reset=first)
+        if first:
+            y = self._set_targets(y, classes, partial=not fit)
+            seed = self._seed_ = self._seed()
+        else:
+            y = self._encode_targets(y)
+            seed = self._seed_ + self.n_iter_
+        if fit or first:
+            self.validation_scores_: list[float] = []
+        validation = None
+        if fit and self.early_stopping:
+            from sklearn.model_selection import train_test_split  # slow to import: only here
+
+            Xc, X_val, y, y_val = train_test_split(
+                Xc, y, test_size=self.validation_fraction, random_state=seed,
+                stratify=self._stratify(y),
+            )
+            validation = (X_val, self._held_out(y_val))
+        if first:
+            self._init_model(self._n_model_outputs(y), seed, Xc)
+            self._start(y)
+        if fit and self._uses_dual_cd(warm=not first):
+            target, sample_weight, offset = self._dual_problem(y)
+            self._fit_dual_cd(Xc, target, sample_weight, seed=seed, offset=offset)
+            return self
+        target_t, weight = self._targets(y)
+        self._run_epochs(Xc, target_t, weight, epochs=epochs, seed=seed, schedule=schedule,
+                         validation=validation)
+        if fit:
+            self._warn_if_no_progress(target_t, weight)
+        return self
+
+    def _forget(self) -> None:
+        """Drop the fitted model: the next ``_partial_fit`` starts a new one."""
+        for name in ("model_", "_touched"):
+            if hasattr(self, name):
+                delattr(self, name)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
+        """Learn the targets' form from the first ``y`` (``classes``: every label, given to
+        the first ``partial_fit``; ``partial``: called from it); ``y`` encoded for
+        ``_targets``."""
+        raise NotImplementedError
+
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        """``y`` of a later call encoded as ``_set_targets`` did; raises if it does not fit."""
+        raise NotImplementedError
+
+    def _n_model_outputs(self, y: np.ndarray) -> int:
+        """Outputs of the model for encoded targets ``y``."""
+        raise NotImplementedError
+
+    def _start(self, y: np.ndarray) -> None:
+        """Set the new model's start from the encoded targets (nothing by default)."""
+
+    def _stratify(self, y: np.ndarray) -> np.ndarray | None:
+        """What the early-stopping hold-out is stratified by (None: not stratified)."""
+        return None
+
+    def _held_out(self, y: np.ndarray) -> Any:
+        """Encoded held-out targets as ``score`` takes them."""
+        raise NotImplementedError
+
+    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The loss's target tensor and per-row weights (or None) of encoded ``y``."""
+        raise NotImplementedError
+
+    def _dual_problem(
+        self, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """``dual_cd``'s ``(target, sample_weight, offset)`` for encoded ``y``
+        (:func:`~lookuplinear.sklearn._dualcd.solve`)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ input
     def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:
         """``X`` as a float32 CSR matrix; sets or checks ``n_features_in_``."""
-        if isinstance(X, Bags) or _is_token_lists(X):
+        if isinstance(X, Bags) or is_token_lists(X):
             bags = X if isinstance(X, Bags) else Bags.from_lists(X)
             if reset:
                 top = int(bags.indices.max()) + 1 if bags.nnz else 1
@@ -151,12 +214,12 @@ class LookupEstimator(BaseEstimator):
                 check_is_fitted(self)
             return bags.to_scipy(self.n_features_in_)
         X = validate_data(
-            self, _csr_first(X), accept_sparse=True, dtype=[np.float32, np.float64], reset=reset
+            self, csr_first(X), accept_sparse=True, dtype=[np.float32, np.float64], reset=reset
         )
-        return _to_csr(X)
+        return to_csr(X)
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
-        if isinstance(X, Bags) or _is_token_lists(X):
+        if isinstance(X, Bags) or is_token_lists(X):
             Xc = self._prepare_x(X, reset=reset)
             y = np.asarray(y)
             if y.shape[0] != Xc.shape[0]:
@@ -166,10 +229,10 @@ class LookupEstimator(BaseEstimator):
                 )
             return Xc, y
         X, y = validate_data(
-            self, _csr_first(X), y, accept_sparse=True, dtype=[np.float32, np.float64],
+            self, csr_first(X), y, accept_sparse=True, dtype=[np.float32, np.float64],
             multi_output=True, reset=reset,
         )
-        return _to_csr(X), y
+        return to_csr(X), y
 
     # ------------------------------------------------------------------ solvers
     def _loss_name(self) -> str:
@@ -239,7 +302,7 @@ class LookupEstimator(BaseEstimator):
         self._check_trainable()
         lookup = self.model_.lookup
         if lookup.mode in ("mean", "sqrtn"):
-            X = _fold_mode(X, lookup.mode)
+            X = fold_mode(X, lookup.mode)
         n = X.shape[0]
         alpha = self._ALPHA_TIMES_N / max(n, 1) if self.alpha is None else self.alpha
         with torch_threads(self.n_jobs):
@@ -257,9 +320,9 @@ class LookupEstimator(BaseEstimator):
 
     def _init_model(self, n_outputs: int, seed: int, X: sp.csr_matrix) -> None:
         """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was). An
-        embedding table draws only the rows of ``X``'s columns (the training rows): the others
-        would be zeroed at the end of ``fit`` (``_clear_untouched``), and with fastText's 2
-        million hash buckets drawing them was most of a small ``fit``."""
+        embedding table draws only the rows of ``X``'s columns (the training rows) and starts
+        the others at zero, where ``fit`` leaves every row training did not touch
+        (``_clear_untouched``)."""
         drawn = None
         if self.hidden is not None:
             seen = np.zeros(X.shape[1], dtype=bool)
@@ -297,16 +360,49 @@ class LookupEstimator(BaseEstimator):
         schedule: str,
         validation: tuple[Any, Any] | None = None,
     ) -> None:
-        """Minibatch training: shuffle rows with a seeded generator, step on each batch."""
+        """Minibatch training (:func:`~._minibatch.train_epochs`) with the estimator's
+        bookkeeping after each epoch: ``loss_curve_``, ``n_iter_``, divergence and early
+        stopping on ``validation`` (the best epoch's weights are kept)."""
         self._check_trainable()
-        bar = _progress(self.verbose, total=epochs * X.shape[0])
+        model = self.model_
+        best, best_state, no_change = -np.inf, None, 0
+
+        def end_epoch(epoch: int, epoch_loss: float) -> bool:
+            nonlocal best, best_state, no_change
+            if not np.isfinite(epoch_loss):
+                raise TrainingDivergedError(
+                    f"the training loss became {epoch_loss} in epoch {epoch + 1}: the "
+                    f"optimizer diverged. Lower learning_rate_init (now "
+                    f"{self._learning_rate()}) or scale the features/targets."
+                )
+            self.loss_curve_.append(epoch_loss)
+            self.n_iter_ += 1
+            if validation is None:
+                return False
+            score = float(self.score(*validation))
+            model.train()
+            self.validation_scores_.append(score)
+            if score > best + (1e-4 if self.tol is None else self.tol):
+                best, no_change = score, 0
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                no_change += 1
+            return no_change >= self.n_iter_no_change
+
+        bar = progress(self.verbose, total=epochs * X.shape[0])
         try:
             with torch_threads(self.n_jobs):
-                self._epochs(X, target, weight, epochs=epochs, seed=seed, schedule=schedule,
-                             validation=validation, bar=bar)
+                train_epochs(model, self._optimizers, self._loss, X, target, weight,
+                             batch_size=self.batch_size, epochs=epochs, seed=seed,
+                             schedule=schedule, device=torch.device(self.device),
+                             end_epoch=end_epoch, bar=bar)
         finally:  # also on Ctrl-C: the bar's line ends before anything else is printed
             if bar is not None:
                 bar.close()
+        if validation is not None and best_state is not None:
+            model.load_state_dict(best_state)
+            self.best_validation_score_ = best
+        model.eval()
         self._clear_untouched(X)
 
     def _warn_if_no_progress(self, target: torch.Tensor, weight: torch.Tensor | None) -> None:
@@ -316,7 +412,8 @@ class LookupEstimator(BaseEstimator):
         epochs)."""
         if not self.loss_curve_:
             return
-        constant = self._constant_loss(target, weight)
+        constant = constant_loss(self._loss, target, weight, self._n_outputs(),
+                                 rows=CONSTANT_ROWS)
         last = self.loss_curve_[-1]
         if constant > 0 and last > NO_PROGRESS * constant:
             warnings.warn(
@@ -328,28 +425,8 @@ class LookupEstimator(BaseEstimator):
                 f"{self._learning_rate():g}) or max_iter (now {self._n_epochs()})"
                 + (", or use solver='auto'." if self.solver in SOLVERS else "."),
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=5,
             )
-
-    def _constant_loss(self, target: torch.Tensor, weight: torch.Tensor | None) -> float:
-        """The training loss of the best constant output (one value per output, fitted by
-        L-BFGS on up to ``CONSTANT_ROWS`` seeded rows of ``target``): what a model that ignores
-        X reaches."""
-        n = target.shape[0]
-        rows = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:CONSTANT_ROWS]
-        t, w = target[rows], None if weight is None else weight[rows]
-        const = torch.zeros(self._n_outputs(), requires_grad=True)
-        opt = torch.optim.LBFGS([const], max_iter=100, line_search_fn="strong_wolfe")
-
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            loss = self._loss(const.expand(len(rows), -1), t, w)
-            loss.backward()
-            return loss
-
-        with torch.enable_grad():
-            opt.step(closure)
-            return float(self._loss(const.detach().expand(len(rows), -1), t, w))
 
     def quantize(self, dtype: str = "int8") -> Any:
         """Quantize the fitted table for inference (``LookupLinear.quantize``): ``"int8"``,
@@ -397,74 +474,6 @@ class LookupEstimator(BaseEstimator):
             untouched = torch.from_numpy(np.flatnonzero(~touched)).to(weight.device)
             weight.index_fill_(0, untouched, 0.0)
 
-    def _epochs(
-        self,
-        X: sp.csr_matrix,
-        target: torch.Tensor,
-        weight: torch.Tensor | None,
-        *,
-        epochs: int,
-        seed: int,
-        schedule: str,
-        validation: tuple[Any, Any] | None,
-        bar: Any,
-    ) -> None:
-        n = X.shape[0]
-        gen = torch.Generator().manual_seed(seed)
-        per_epoch = -(-n // self.batch_size)
-        schedulers = make_schedulers(self._optimizers, schedule, epochs * per_epoch)
-        best, best_state, no_change = -np.inf, None, 0
-        model, device = self.model_, torch.device(self.device)
-        model.train()
-        prescaled = model.lookup.mode in ("mean", "sqrtn")
-        if prescaled:
-            X = _fold_mode(X, model.lookup.mode)
-        for epoch in range(epochs):
-            perm = torch.randperm(n, generator=gen)
-            batches = _CSRBatches(X[perm.numpy()])
-            t_epoch, w_epoch = target[perm].to(device), None if weight is None else weight[perm]
-            total, seen = 0.0, 0
-            for a, b in batches.bounds(self.batch_size):
-                w = None if w_epoch is None else w_epoch[a:b].to(device)
-                bags = batches.rows(a, b).to(device)
-                loss = self._loss(model(bags, prescaled=prescaled), t_epoch[a:b], w)
-                for opt in self._optimizers:
-                    opt.zero_grad(set_to_none=True)
-                loss.backward()  # the fused optimizer updates the table here
-                for opt in self._optimizers:
-                    opt.step()
-                for sched in schedulers:
-                    sched.step()
-                total += float(loss.detach()) * (b - a)
-                seen += b - a
-                if bar is not None:
-                    bar.update(b - a)
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{total / seen:.4f}")
-            epoch_loss = total / max(seen, 1)
-            if not np.isfinite(epoch_loss):
-                raise TrainingDivergedError(
-                    f"the training loss became {epoch_loss} in epoch {epoch + 1}: the optimizer "
-                    f"diverged. Lower learning_rate_init (now {self._learning_rate()}) or scale "
-                    "the features/targets."
-                )
-            self.loss_curve_.append(epoch_loss)
-            self.n_iter_ += 1
-            if validation is not None:
-                score = float(self.score(*validation))
-                model.train()
-                self.validation_scores_.append(score)
-                if score > best + (1e-4 if self.tol is None else self.tol):
-                    best, no_change = score, 0
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                else:
-                    no_change += 1
-                if no_change >= self.n_iter_no_change:
-                    break
-        if validation is not None and best_state is not None:
-            model.load_state_dict(best_state)
-            self.best_validation_score_ = best
-        model.eval()
-
     # ------------------------------------------------------------------ prediction
     def _raw_output(self, X: Any) -> np.ndarray:
         """``model_(X)`` as float64 numpy of shape (n_samples, n_outputs), in batches."""
@@ -474,7 +483,7 @@ class LookupEstimator(BaseEstimator):
         model.eval()
         outs = [np.zeros((0, self._n_outputs()), dtype=np.float64)]
         with torch.no_grad(), torch_threads(self.n_jobs):
-            for _, _, bags in _CSRBatches(Xc).batches(PREDICT_BATCH):
+            for _, _, bags in CSRBatches(Xc).batches(PREDICT_BATCH):
                 outs.append(model.predict(bags.to(device)).cpu().numpy())
         return np.concatenate(outs)
 
@@ -487,44 +496,3 @@ class LookupEstimator(BaseEstimator):
         tags.input_tags.sparse = True
         tags.target_tags.multi_output = True
         return tags
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` inside the block, the previous setting after it.
-
-    Minibatch steps on sparse rows are a few small kernels each; on a small or shared machine
-    intra-op threads only add synchronisation, so the estimators default to one thread.
-    """
-    if n is None or n == torch.get_num_threads():
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _csr_first(X: Any) -> Any:
-    """Sparse input in CSR before validation (scikit-learn cannot check DOK/LIL for NaN)."""
-    if not sp.issparse(X):
-        return X
-    m: Any = X  # issparse narrows to an ABC without the matrix API
-    return m if m.format in ("csr", "csc", "coo") else m.tocsr()
-
-
-def _to_csr(X: Any) -> sp.csr_matrix:
-    if sp.issparse(X):
-        m: Any = X
-        return sp.csr_matrix(m, dtype=np.float32)
-    return sp.csr_matrix(np.asarray(X, dtype=np.float32))
-
-
-def _progress(verbose: int, *, total: int) -> Any:
-    if not verbose:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="ex", unit_scale=True, file=sys.stderr, leave=True)

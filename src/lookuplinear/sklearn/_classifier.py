@@ -200,36 +200,7 @@ default "auto"
         -------
         self : LookupClassifier
         """
-        self._validate_params()
-        warm = self.warm_start and hasattr(self, "model_")
-        Xc, y = self._prepare_xy(X, y, reset=not warm)
-        if warm:  # continue from the fitted model: same features, labels among classes_
-            y = self._encode(y)
-            seed = self._seed_ + self.n_iter_
-        else:
-            y = self._set_classes(y)
-            seed = self._seed_ = self._seed()
-        validation = None
-        self.validation_scores_: list[float] = []
-        if self.early_stopping:
-            from sklearn.model_selection import train_test_split  # slow to import: only here
-
-            strat = y if y.ndim == 1 else None
-            Xc, X_val, y, y_val = train_test_split(
-                Xc, y, test_size=self.validation_fraction, random_state=seed, stratify=strat
-            )
-            validation = (X_val, self.classes_[y_val] if y.ndim == 1 else y_val)
-        if not warm:
-            self._init_model(self._n_model_outputs(), seed, Xc)
-        target, weight = self._targets(y)
-        if self._uses_dual_cd(warm=warm):
-            self._fit_dual_cd(Xc, self._signs(y), None if weight is None else weight.numpy(),
-                              seed=seed)
-            return self
-        self._run_epochs(Xc, target, weight, epochs=self._n_epochs(), seed=seed,
-                         schedule=self.learning_rate, validation=validation)
-        self._warn_if_no_progress(target, weight)
-        return self
+        return self._fit(X, y)
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> LookupClassifier:
         """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call.
@@ -237,27 +208,10 @@ default "auto"
         ``classes`` (all labels that will ever appear) is required on the first call, as in
         scikit-learn's ``SGDClassifier.partial_fit``; not for a multilabel indicator ``y``.
         """
-        first = not hasattr(self, "model_")
-        if first:
+        if not hasattr(self, "model_"):
             self._validate_params()
             self._check_partial_fit_solver()
-        Xc, y = self._prepare_xy(X, y, reset=first)
-        if first:
-            if classes is None and type_of_target(y) != "multilabel-indicator":
-                raise InputValueError(
-                    "partial_fit needs classes= (every label that can appear) on its first call, "
-                    "got classes=None. Pass classes=np.unique(y_all)."
-                )
-            y = self._set_classes(y, classes)
-            self.validation_scores_ = []
-            self._seed_ = self._seed()
-            self._init_model(self._n_model_outputs(), self._seed_, Xc)
-        else:
-            y = self._encode(y)
-        target, weight = self._targets(y)
-        self._run_epochs(Xc, target, weight, epochs=1, seed=self._seed_ + self.n_iter_,
-                         schedule="constant")
-        return self
+        return self._partial_fit(X, y, epochs=1, schedule="constant", classes=classes)
 
     # ------------------------------------------------------------------ predict
     def decision_function(self, X: Any) -> np.ndarray:
@@ -288,9 +242,14 @@ default "auto"
         idx = (out.ravel() > 0).astype(int) if self._binary() else out.argmax(axis=1)
         return self.classes_[idx]
 
-    # ------------------------------------------------------------------ helpers
-    def _set_classes(self, y: np.ndarray, classes: Any = None) -> np.ndarray:
+    # ------------------------------------------------------------------ targets
+    def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
         """Set ``classes_``/``multilabel_`` and return ``y`` encoded as class indices."""
+        if partial and classes is None and type_of_target(y) != "multilabel-indicator":
+            raise InputValueError(
+                "partial_fit needs classes= (every label that can appear) on its first call, "
+                "got classes=None. Pass classes=np.unique(y_all)."
+            )
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
         check_classification_targets(y)
@@ -311,6 +270,9 @@ default "auto"
                 f"LookupClassifier needs at least 2 classes in y, got 1 class "
                 f"({self.classes_[0]!r}). Add examples of another class."
             )
+        return self._encode(y)
+
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
         return self._encode(y)
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
@@ -346,8 +308,20 @@ default "auto"
     def _binary(self) -> bool:
         return not self.multilabel_ and len(self.classes_) == 2
 
-    def _n_model_outputs(self) -> int:
+    def _n_model_outputs(self, y: np.ndarray) -> int:
         return 1 if self._binary() else len(self.classes_)
+
+    def _stratify(self, y: np.ndarray) -> np.ndarray | None:
+        return y if y.ndim == 1 else None
+
+    def _held_out(self, y: np.ndarray) -> Any:
+        return self.classes_[y] if y.ndim == 1 else y
+
+    def _dual_problem(
+        self, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        _, weight = self._targets(y)
+        return self._signs(y), None if weight is None else weight.numpy(), None
 
     def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The loss's target tensor and the per-row class weights (or None)."""

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .._layer import LookupLinear
-from ..functional import Mode, lookup_linear
+from ..functional import Mode
 
 __all__ = ["LookupNet"]
 
@@ -72,18 +72,9 @@ class LookupNet(nn.Module):
             nn.init.zeros_(self.output.weight)
             nn.init.zeros_(self.output.bias)
 
-    def forward(self, x: Any, *, prescaled: bool = False) -> torch.Tensor:
-        """The logits / outputs, shape (B, n_outputs).
-
-        ``prescaled=True``: the rows of ``x`` already carry ``mode``'s scaling in their values
-        (a ``"mean"`` row divided by its sum), so the lookup is a plain sum; the estimators fold
-        the scaling in once per ``fit`` instead of at every step.
-        """
-        if prescaled:
-            lk = self.lookup
-            h = lookup_linear(x, lk.weight, lk.bias, mode="sum", sparse=lk.sparse)
-        else:
-            h = self.lookup(x)  # (B, hidden or n_outputs)
+    def forward(self, x: Any) -> torch.Tensor:
+        """The logits / outputs, shape (B, n_outputs)."""
+        h = self.lookup(x)  # (B, hidden or n_outputs)
         return h if self.output is None else self.output(h)  # (B, n_outputs)
 
     def predict(self, x: Any) -> torch.Tensor:

@@ -113,68 +113,23 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         -------
         self : LookupRegressor
         """
-        self._validate_params()
-        warm = self.warm_start and hasattr(self, "model_")
-        Xc, y = self._prepare_xy(X, y, reset=not warm)
-        if warm:  # continue from the fitted model: same features and number of targets
-            y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
-            if y.shape[1] != self._n_outputs():
-                raise InputValueError(
-                    f"warm_start: y has {y.shape[1]} targets but the fitted model has "
-                    f"{self._n_outputs()}; set warm_start=False to fit a new model."
-                )
-            seed = self._seed_ + self.n_iter_
-        else:
-            y = self._set_outputs(y)
-            seed = self._seed_ = self._seed()
-        validation = None
-        self.validation_scores_: list[float] = []
-        if self.early_stopping:
-            from sklearn.model_selection import train_test_split  # slow to import: only here
-
-            Xc, X_val, y, y_val = train_test_split(
-                Xc, y, test_size=self.validation_fraction, random_state=seed
-            )
-            validation = (X_val, y_val if self._y_2d else y_val.ravel())
-        if not warm:
-            self._init_model(y.shape[1], seed, Xc)
-            self._start_at_mean(y)
-        if self._uses_dual_cd(warm=warm):
-            mean = y.mean(axis=0, dtype=np.float64)  # solved on centred targets, as Ridge
-            self._fit_dual_cd(Xc, y - mean, None, seed=seed, offset=mean)
-            return self
-        target = torch.as_tensor(y)
-        self._run_epochs(Xc, target, None, epochs=self._n_epochs(), seed=seed,
-                         schedule=self.learning_rate, validation=validation)
-        self._warn_if_no_progress(target, None)
-        return self
+        return self._fit(X, y)
 
     def partial_fit(self, X: Any, y: Any) -> LookupRegressor:
         """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call."""
-        first = not hasattr(self, "model_")
-        if first:
+        if not hasattr(self, "model_"):
             self._validate_params()
             self._check_partial_fit_solver()
-        Xc, y = self._prepare_xy(X, y, reset=first)
-        if first:
-            y = self._set_outputs(y)
-            self.validation_scores_ = []
-            self._seed_ = self._seed()
-            self._init_model(y.shape[1], self._seed_, Xc)
-            self._start_at_mean(y)
-        else:
-            y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
-        self._run_epochs(Xc, torch.as_tensor(y), None, epochs=1, seed=self._seed_ + self.n_iter_,
-                         schedule="constant")
-        return self
+        return self._partial_fit(X, y, epochs=1, schedule="constant")
 
     def predict(self, X: Any) -> np.ndarray:
         """``model_(X)``: shape (n_samples,), or (n_samples, n_targets) for 2-D ``y``."""
         out = self._raw_output(X)
         return out if self._y_2d else out.ravel()
 
+    # ------------------------------------------------------------------ targets
     @torch.no_grad()
-    def _start_at_mean(self, y: np.ndarray) -> None:
+    def _start(self, y: np.ndarray) -> None:
         """The output bias starts at the targets' mean (as scikit-learn's linear models center
         ``y``): the weights then learn the deviations, instead of the first hundreds of steps
         walking the bias to a rating of 4 at Adam's step size."""
@@ -183,10 +138,36 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         if bias is not None:
             bias.copy_(torch.as_tensor(y.mean(axis=0), dtype=bias.dtype))
 
-    def _set_outputs(self, y: np.ndarray) -> np.ndarray:
+    def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
+        """Remember whether ``y`` is 2-D; ``y`` as float32 of shape (n_samples, n_targets)."""
         y = np.asarray(y, dtype=np.float32)
         self._y_2d = y.ndim == 2
         return y.reshape(len(y), -1)
+
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
+        if y.shape[1] != self._n_outputs():
+            raise InputValueError(
+                f"y has {y.shape[1]} targets but the fitted model has {self._n_outputs()}; "
+                "pass y with as many targets, or fit a new model (warm_start=False)."
+            )
+        return y
+
+    def _n_model_outputs(self, y: np.ndarray) -> int:
+        return int(y.shape[1])
+
+    def _held_out(self, y: np.ndarray) -> Any:
+        return y if self._y_2d else y.ravel()
+
+    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return torch.as_tensor(y), None
+
+    def _dual_problem(
+        self, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The centred targets (solved as Ridge solves them) and their mean as the offset."""
+        mean = y.mean(axis=0, dtype=np.float64)
+        return y - mean, None, mean
 
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None

@@ -1,0 +1,79 @@
+"""The estimators' input: ``X`` as a float32 CSR matrix, cut into ``Bags`` of consecutive rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from .._bags import Bags
+from ..functional import row_scale
+
+__all__ = ["CSRBatches", "csr_first", "fold_mode", "is_token_lists", "to_csr"]
+
+
+def is_token_lists(X: Any) -> bool:
+    """A Python list/tuple whose rows are lists/tuples of Python ints: fastText-style token ids."""
+    if not isinstance(X, list | tuple) or len(X) == 0:
+        return False
+    rows = X[: min(len(X), 20)]
+    return all(
+        isinstance(r, list | tuple)
+        and all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in r)
+        for r in rows
+    ) and any(len(r) for r in X)
+
+
+class CSRBatches:
+    """A CSR matrix as torch tensors, cut into ``Bags`` of consecutive rows.
+
+    Rows ``a:b`` are ``Bags(indices[indptr[a]:indptr[b]], indptr[a:b+1] - indptr[a], data[...])``:
+    a view, no copy, nothing densified.
+    """
+
+    def __init__(self, X: sp.csr_matrix) -> None:
+        self.n = X.shape[0]
+        self.indptr = torch.from_numpy(np.asarray(X.indptr, dtype=np.int64))
+        self.indices = torch.from_numpy(np.asarray(X.indices, dtype=np.int64))
+        self.data = torch.from_numpy(np.asarray(X.data, dtype=np.float32))
+
+    def rows(self, a: int, b: int) -> Bags:
+        s, e = int(self.indptr[a]), int(self.indptr[b])
+        return Bags(self.indices[s:e], self.indptr[a : b + 1] - s, self.data[s:e])
+
+    def bounds(self, size: int) -> Iterator[tuple[int, int]]:
+        """``(a, b)`` of each batch of ``size`` consecutive rows."""
+        for a in range(0, self.n, size):
+            yield a, min(a + size, self.n)
+
+    def batches(self, size: int) -> Iterator[tuple[int, int, Bags]]:
+        for a, b in self.bounds(size):
+            yield a, b, self.rows(a, b)
+
+
+def fold_mode(X: sp.csr_matrix, mode: str) -> sp.csr_matrix:
+    """``X`` with ``mode``'s row scaling folded into its values (``"mean"``: each row divided
+    by its sum; ``row_scale``'s factors), so that ``X @ W`` is a ``mode`` lookup of ``X``: the
+    matrix ``solver="dual_cd"`` solves on."""
+    scale = row_scale(Bags.from_scipy(X), mode, None).numpy()  # (N,)
+    data = X.data * np.repeat(scale, np.diff(X.indptr))
+    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+
+
+def csr_first(X: Any) -> Any:
+    """Sparse input in CSR before validation (scikit-learn cannot check DOK/LIL for NaN)."""
+    if not sp.issparse(X):
+        return X
+    m: Any = X  # issparse narrows to an ABC without the matrix API
+    return m if m.format in ("csr", "csc", "coo") else m.tocsr()
+
+
+def to_csr(X: Any) -> sp.csr_matrix:
+    """Validated ``X`` (sparse of any format, or dense) as a float32 CSR matrix."""
+    if sp.issparse(X):
+        m: Any = X
+        return sp.csr_matrix(m, dtype=np.float32)
+    return sp.csr_matrix(np.asarray(X, dtype=np.float32))
