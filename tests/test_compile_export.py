@@ -2,8 +2,8 @@
 
 A compiled training step (``fullgraph=True``: no graph break) equals the eager step to the bit;
 a program exported from a trained model equals the module on batches of other sizes, and runs
-after ``torch.export.save`` / ``load`` in a fresh process that imports only
-:mod:`lookuplinear.ops` (no layer, collection or optimizer code).
+after ``torch.export.save`` / ``load`` in a fresh process that imports only the batch types
+(``from lookuplinear import KeyedBags``: no layer, collection or optimizer code).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_exported_program_checks_the_index_range() -> None:
 
 FRESH = """
 import sys, torch
-from lookuplinear.ops import KeyedBags
+from lookuplinear import KeyedBags
 program = torch.export.load(sys.argv[1])
 batches = [KeyedBags(["user", "item"], v, offsets=o) for v, o in torch.load(sys.argv[2])]
 torch.save([program.module()(kb) for kb in batches], sys.argv[3])
@@ -206,7 +206,7 @@ print(" ".join(loaded))
 """
 
 
-def test_saved_program_runs_in_a_fresh_process_with_only_the_op_library(
+def test_saved_program_runs_in_a_fresh_process_with_only_the_batch_types(
     tmp_path: Path,
 ) -> None:
     model, make = models()["IdMap-keyed"]
@@ -220,7 +220,7 @@ def test_saved_program_runs_in_a_fresh_process_with_only_the_op_library(
     )
     assert run.returncode == 0, run.stderr
     loaded = set(run.stdout.split())
-    assert "lookuplinear.ops" in loaded
+    assert "lookuplinear._keyed" in loaded
     assert not loaded & {"lookuplinear._layer", "lookuplinear._collection",
                          "lookuplinear._quantized_collection", "lookuplinear._idmap"}
     with torch.no_grad():

@@ -246,18 +246,21 @@ class PlanLookup:
         """For a batch of every feature in order, of ``n`` examples on ``device``: each
         feature's first row in its group's parameter and its table's rows (int64), and where
         its rows go among a one-ID batch's (``one_id_rows``' ``place``; None for one group).
-        Built once per device and batch size."""
-        key = (device, n)
-        found = self._layouts.get(key)
+        Built once per device and batch size (each time while a graph is recorded: its
+        batch size is symbolic, and its tensors are not the ones a later call runs on)."""
+        recording = torch.compiler.is_compiling()
+        found = None if recording else self._layouts.get((device, n))
         if found is None:
             plan = self._collection_plan
             both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
                                  for f in plan.feature_names], device=device)
             place = None if len(plan.groups) == 1 else torch.stack(
                 [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
-            if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
-                self._layouts.clear()
-            found = self._layouts[key] = (both[:, 0], both[:, 1], place)
+            found = (both[:, 0], both[:, 1], place)
+            if not recording:
+                if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
+                    self._layouts.clear()
+                self._layouts[(device, n)] = found
         return found
 
     def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:

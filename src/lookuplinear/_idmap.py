@@ -278,7 +278,6 @@ class IdMap(nn.Module):
             self.evicted = order + self.fallback_rows
         return torch.cat([fresh, order])
 
-    @torch.no_grad()
     def renew(self, weight: torch.Tensor, offset: int = 0,
               init: str | Callable[[torch.Tensor], Any] = "normal") -> None:
         """Re-draw the rows that the last call took from evicted IDs (:attr:`evicted`) in the
@@ -286,12 +285,13 @@ class IdMap(nn.Module):
         (``"linear"`` draws them as ``"normal"``), and mark their optimizer
         state for a fresh start (:data:`lookuplinear._rowreset.RESETS`). Nothing when the
         last call evicted no ID."""
-        if not self.evicted.numel():
+        if not self.evicted.numel():  # (no grad mode entered then: an exported graph has none)
             return
-        fresh = weight.new_empty(self.evicted.numel(), weight.shape[1])
-        init_weight_(fresh, "normal" if init == "linear" else init, None)
-        at = self.evicted.to(weight.device) + offset
-        weight.index_copy_(0, at, fresh)
+        with torch.no_grad():
+            fresh = weight.new_empty(self.evicted.numel(), weight.shape[1])
+            init_weight_(fresh, "normal" if init == "linear" else init, None)
+            at = self.evicted.to(weight.device) + offset
+            weight.index_copy_(0, at, fresh)
         RESETS.add(weight, at)
 
     def extra_repr(self) -> str:

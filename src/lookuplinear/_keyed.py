@@ -620,3 +620,5 @@ torch.utils._pytree.register_pytree_node(
     serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
     to_dumpable_context=_dumped, from_dumpable_context=_undumped,
 )
+# an exported program saves its example inputs: they load with torch.load(weights_only=True)
+torch.serialization.add_safe_globals([KeyedBags, KeyedTensor])

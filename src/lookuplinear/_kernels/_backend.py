@@ -96,8 +96,8 @@ def values_known() -> bool:
 
 def use_c(*tensors: torch.Tensor | None) -> bool:
     """Whether the C kernels take these tensors: backend ``c``, all on the CPU, no graph being
-    captured (:func:`capturing`)."""
-    if backend() != "c" or capturing():
+    captured (:func:`capturing`, asked first: a recorded graph never reads the backend)."""
+    if capturing() or backend() != "c":
         return False
     for t in tensors:  # noqa: SIM110 - a plain loop: all() of a generator costs 1 us more
         if t is not None and not t.is_cpu:
