@@ -1,4 +1,4 @@
-"""The package's one compiled part: the C kernels in ``src/lookuplinear/_kernels/c``.
+"""The package's one compiled part: the C kernels in ``src/lookuplinear/ops/csrc``.
 
 Everything else is declared in ``pyproject.toml``. The extension is optional: where no C
 compiler is found the install goes on without it and lookuplinear runs the same computations
@@ -17,14 +17,14 @@ from setuptools.errors import CCompilerError, CompileError, LinkError
 # -ffast-math in a shared library can switch the whole process to flush-to-zero.
 FLAGS = ["-O3", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast",
          "-Wno-unknown-pragmas"]  # OpenMP's, where the build goes on without it
-C_DIR = "src/lookuplinear/_kernels/c"
+C_DIR = "src/lookuplinear/ops/csrc"
 
 # OpenMP: the kernels split large batches over PyTorch's threads. With GCC the extension links
 # libgomp.so.1, which is the OpenMP runtime torch has already loaded, so both share one pool.
 OPENMP = ["-fopenmp"]
 
 KERNELS = Extension(
-    "lookuplinear._kernels._lib",
+    "lookuplinear.ops._lib",
     sources=sorted(glob(f"{C_DIR}/*.c")),
     depends=sorted(glob(f"{C_DIR}/*.h")),
     extra_compile_args=[*FLAGS, *OPENMP],

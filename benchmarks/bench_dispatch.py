@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from lookuplinear import LookupLinear
-from lookuplinear._kernels._clib import function
+from lookuplinear.ops._clib import function
 
 
 def main(argv: list[str] | None = None) -> int:

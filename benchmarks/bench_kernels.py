@@ -6,7 +6,7 @@ Run from the repository root:
 
 The case: a 1,000,000 x 64 float32 table, and a batch of 1,024 bags of 20 indices drawn
 uniformly (20,480 entries, about 20,000 sorted unique rows), one torch thread. Each pair runs
-the C kernel (``lookuplinear._kernels``, what a CPU install runs) against the torch ops that
+the C kernel (``lookuplinear.ops``, what a CPU install runs) against the torch ops that
 run where the C kernels do not (``LOOKUPLINEAR_BACKEND=torch``, CUDA, other dtypes):
 
 - ``gather_rows``, the forward of the same entries as an index lookup (``table[idx]``): C
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from lookuplinear import hugepages, optim
-from lookuplinear._kernels import (
+from lookuplinear.ops import (
     FusedTable,
     Lookup,
     fused_rows,

@@ -72,7 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear
-from lookuplinear._kernels import offsets_ok
+from lookuplinear.ops import offsets_ok
 from lookuplinear.report.machine import format_machine, machine_info
 from lookuplinear.report.memory import measure_peak
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lookuplinear import LookupLinear, optim
-from lookuplinear._kernels import use_backend
+from lookuplinear.ops import use_backend
 
 Step = Callable[[], None]
 LR = 0.01

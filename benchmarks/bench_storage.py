@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
-from lookuplinear._storage import storage_of
+from lookuplinear.storage.tables import storage_of
 
 
 def _meminfo(key: str, path: str = "/proc/meminfo") -> int:

@@ -321,7 +321,7 @@ def fit_only(name: str, s: argparse.Namespace) -> dict[str, Any]:
     """``LookupClassifier.fit`` alone on fastText's count features, on the C kernels and on
     their torch-op fallback (``LOOKUPLINEAR_BACKEND=torch``), interleaved: what the C kernels
     save in a whole training run."""
-    from lookuplinear._kernels import use_backend
+    from lookuplinear.ops import use_backend
     from lookuplinear.sklearn import LookupClassifier
     from lookuplinear.text import FastTextVectorizer
 

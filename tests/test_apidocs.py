@@ -28,11 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 #: and the narrative pages rather than as a Python API
 COMMAND_LINE = {"cli", "report"}
 
+#: the folders of the implementation, by concept: their public names are re-exported by
+#: ``lookuplinear`` itself (one table, ``lookuplinear._EXPORTS``) and documented there
+IMPLEMENTATION = {"ids", "modules", "ops", "quant", "sparse", "storage"}
+
 
 def public_subpackages() -> list[str]:
-    """Every subpackage of lookuplinear but the private (``_``) and command-line ones."""
+    """Every subpackage of lookuplinear but the private (``_``), command-line and implementation
+    ones."""
     return sorted(m.name for m in pkgutil.iter_modules(lookuplinear.__path__)
-                  if m.ispkg and not m.name.startswith("_") and m.name not in COMMAND_LINE)
+                  if m.ispkg and not m.name.startswith("_")
+                  and m.name not in COMMAND_LINE | IMPLEMENTATION)
 
 
 def public_names() -> list[str]:

@@ -244,7 +244,7 @@ def test_any_out_of_range_value_is_named_with_its_position(
 def test_compiled_offsets_check_equals_its_definition(
     offsets: list[int], nnz: int, dtype: Any
 ) -> None:
-    from lookuplinear._kernels import offsets_ok
+    from lookuplinear.ops import offsets_ok
 
     o = np.array(offsets, dtype=dtype)
     expected = o[0] == 0 and o[-1] == nnz and bool(np.all(np.diff(o) >= 0))
@@ -269,7 +269,7 @@ def test_compiled_offsets_check_equals_its_definition(
 def test_drop_index_zeroes_that_column_and_keeps_the_weights_graph(
     data: tuple[Batch, int | None], value: int, int32: bool
 ) -> None:
-    from lookuplinear._kernels import drop_entries, use_backend
+    from lookuplinear.ops import drop_entries, use_backend
 
     batch = data[0]
     bags = Bags.from_lists(batch.lists, batch.weights)
@@ -307,7 +307,7 @@ def test_drop_index_zeroes_that_column_and_keeps_the_weights_graph(
 def test_compiled_mode_weights_equal_their_definition(
     data: tuple[Batch, int | None], sqrt: bool, dtype: Any
 ) -> None:
-    from lookuplinear._kernels import mode_weights
+    from lookuplinear.ops import mode_weights
 
     batch = data[0]
     bags = Bags.from_lists(batch.lists, batch.weights)
@@ -330,7 +330,7 @@ def test_compiled_mode_weights_equal_their_definition(
 def test_compiled_max_equals_atens_max_forward_and_backward(
     data: tuple[Batch, int | None], dtype: torch.dtype
 ) -> None:
-    from lookuplinear._kernels import bag_max, c_available, use_backend
+    from lookuplinear.ops import bag_max, c_available, use_backend
 
     if not c_available():
         pytest.skip("the C kernels are not built: mode='max' runs ATen's own")

@@ -9,7 +9,7 @@ import torch
 from forms import MATRIX_FORMS, MODES, Batch, make_case
 from torch import nn
 
-import lookuplinear._layer
+import lookuplinear.modules.layer
 from lookuplinear import (
     Bags,
     EquivalenceError,
@@ -58,7 +58,7 @@ def test_fails_when_only_the_input_gradient_is_wrong(monkeypatch: pytest.MonkeyP
         out = lookup_linear(input, *args, **kwargs)
         return out + 1e-3 * (input.weights - input.weights.detach()).sum()
 
-    monkeypatch.setattr(lookuplinear._layer, "lookup_linear", wrong_grad)
+    monkeypatch.setattr(lookuplinear.modules.layer, "lookup_linear", wrong_grad)
     bags = Bags.from_lists([[1, 2], [3]], weights=[[1.0, 0.5], [2.0]])
     assert bags.weights is not None
     bags.weights.requires_grad_(True)
@@ -73,7 +73,7 @@ def broken_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     def off_by_a_little(*args: Any, **kwargs: Any) -> torch.Tensor:
         return lookup_linear(*args, **kwargs) + 1e-3
 
-    monkeypatch.setattr(lookuplinear._layer, "lookup_linear", off_by_a_little)
+    monkeypatch.setattr(lookuplinear.modules.layer, "lookup_linear", off_by_a_little)
 
 
 @pytest.mark.usefixtures("broken_forward")
@@ -95,7 +95,7 @@ def test_fails_when_only_the_weight_gradient_is_wrong(monkeypatch: pytest.Monkey
         out = lookup_linear(input, weight, *args, **kwargs)
         return out + 1e-3 * (weight - weight.detach()).sum()  # forward + 0, gradient + 1e-3
 
-    monkeypatch.setattr(lookuplinear._layer, "lookup_linear", wrong_grad)
+    monkeypatch.setattr(lookuplinear.modules.layer, "lookup_linear", wrong_grad)
     report = check_equivalence(LookupLinear(10, 4), Bags.from_lists([[1, 2], [3]]))
     assert [c.name for c in report.comparisons if not c.ok] == ["weight.grad"]
     with pytest.raises(EquivalenceError, match=r"weight\.grad"):

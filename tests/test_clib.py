@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lookuplinear._kernels import _clib, c_available
-from lookuplinear._kernels._clib import ENTRIES, SCALARS, Entry
+from lookuplinear.ops import _clib, c_available
+from lookuplinear.ops._clib import ENTRIES, SCALARS, Entry
 
 needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels were not built")
 
@@ -26,7 +26,7 @@ def test_every_declared_entry_is_in_the_library() -> None:
 
 @needs_c
 def test_every_library_entry_is_declared() -> None:
-    from lookuplinear._kernels import _lib  # type: ignore[attr-defined]
+    from lookuplinear.ops import _lib  # type: ignore[attr-defined]
 
     declared = {s for e in ENTRIES.values() for s in e.symbols()} | {"ll_version"}
     with open(_lib.__file__, "rb") as f:

@@ -24,7 +24,7 @@ from lookuplinear import (
     densify,
     optim,
 )
-from lookuplinear._kernels import use_backend
+from lookuplinear.ops import use_backend
 from lookuplinear.parallel import sparse_tables
 
 MODES = ["sum", "mean", "sqrtn", "max"]
@@ -763,8 +763,8 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
     over tables of one dtype is looked up by one forward kernel call, and the fused optimizer's
     update is one C call per dtype for all tables, whatever their widths; the weights equal
     ``fused=False``'s to the bit."""
-    import lookuplinear._batched as collection_module
-    import lookuplinear._kernels._rows as rows_module
+    import lookuplinear.modules.batched as collection_module
+    import lookuplinear.ops._rows as rows_module
 
     calls: list[str] = []
     gather, function = rows_module.gather_into, rows_module.function

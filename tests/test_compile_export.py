@@ -220,9 +220,9 @@ def test_saved_program_runs_in_a_fresh_process_with_only_the_batch_types(
     )
     assert run.returncode == 0, run.stderr
     loaded = set(run.stdout.split())
-    assert "lookuplinear._keyed" in loaded
-    assert not loaded & {"lookuplinear._layer", "lookuplinear._collection",
-                         "lookuplinear._quantized_collection", "lookuplinear._idmap"}
+    assert "lookuplinear.sparse.keyed" in loaded
+    assert not loaded & {"lookuplinear.modules.layer", "lookuplinear.modules.collection",
+                         "lookuplinear.quant.collection", "lookuplinear.ids.idmap"}
     with torch.no_grad():
         expected = [model(kb) for kb in inputs]
     for got, want in zip(torch.load(tmp_path / "out.pt"), expected, strict=True):

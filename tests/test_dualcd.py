@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC, LinearSVR
 
-from lookuplinear._kernels import c_available, use_backend
-from lookuplinear._kernels._dualcd import dual_cd_epoch
 from lookuplinear.errors import InputValueError
+from lookuplinear.ops import c_available, use_backend
+from lookuplinear.ops._dualcd import dual_cd_epoch
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
 
 BACKENDS = ["torch", pytest.param("c", marks=pytest.mark.skipif(

@@ -27,8 +27,8 @@ from forms import (
 )
 
 from lookuplinear import Bags, InputValueError, LookupLinear
-from lookuplinear._kernels import backend as kernel_backend
-from lookuplinear._kernels import use_backend
+from lookuplinear.ops import backend as kernel_backend
+from lookuplinear.ops import use_backend
 
 
 def _to(x: Any, device: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lookuplinear._hashing import (
+from lookuplinear.ids.hashing import (
     murmur3_bytes,
     murmur3_int64,
     qr_rows,
@@ -14,7 +14,7 @@ from lookuplinear._hashing import (
     splitmix64_c,
     splitmix64_int,
 )
-from lookuplinear._kernels import c_available
+from lookuplinear.ops import c_available
 
 KEYS = torch.tensor([0, 1, -1, 7, 2**31, -(2**31), 2**62 + 12345, -(2**63), 2**63 - 1,
                      123456789012345])

@@ -20,7 +20,7 @@ from lookuplinear import (
     hash_ids,
     optim,
 )
-from lookuplinear._kernels import use_backend
+from lookuplinear.ops import use_backend
 
 IDS = st.integers(-(2**63), 2**63 - 1)
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, optim
-from lookuplinear._kernels import (
+from lookuplinear.ops import (
     Lookup,
     backend,
     bag_sum_into,
@@ -372,13 +372,13 @@ def test_layouts_the_c_kernels_do_not_take_are_declined() -> None:
 @needs_c
 def test_the_extension_is_loaded_through_ctypes_only() -> None:
     """The module defines no Python functions: the kernels are reached through ctypes."""
-    from lookuplinear._kernels import _lib  # type: ignore[attr-defined]
+    from lookuplinear.ops import _lib  # type: ignore[attr-defined]
 
     assert not [n for n in dir(_lib) if not n.startswith("__")]
 
 
 def _backend_in_a_process(value: str) -> subprocess.CompletedProcess[str]:
-    code = "from lookuplinear._kernels import backend; print(backend())"
+    code = "from lookuplinear.ops import backend; print(backend())"
     env = {**os.environ, "LOOKUPLINEAR_BACKEND": value}
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
 

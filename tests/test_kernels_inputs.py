@@ -20,7 +20,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lookuplinear import Bags, LookupIndexError, LookupLinear
-from lookuplinear._kernels import (
+from lookuplinear.ops import (
     _ngrams,
     bag_max,
     c_available,

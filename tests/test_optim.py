@@ -19,8 +19,8 @@ from forms import DEVICES
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear, optim
-from lookuplinear._kernels import use_backend
 from lookuplinear.errors import InputValueError
+from lookuplinear.ops import use_backend
 
 V, D, C, PAD = 40, 6, 3, 0
 STEPS = 6

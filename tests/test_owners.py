@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from lookuplinear import Checkpoint, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
-from lookuplinear._kernels import backend, use_backend
-from lookuplinear._rowwatch import RowTracker, notify
+from lookuplinear.ops import backend, use_backend
+from lookuplinear.storage.rowwatch import RowTracker, notify
 
 
 def _stamped(t: torch.Tensor) -> set[str]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lookuplinear import TableConfig
-from lookuplinear._plan import plan_collection
 from lookuplinear.errors import InputTypeError, InputValueError
+from lookuplinear.modules.plan import plan_collection
 
 
 def test_tables_of_one_width_and_dtype_share_a_group_row_after_row() -> None:

@@ -276,7 +276,7 @@ def test_a_quantized_collection_reads_string_ids_as_the_float_one():
 
 
 def test_backends_map_strings_the_same():
-    from lookuplinear._kernels import use_backend
+    from lookuplinear.ops import use_backend
 
     states, rows = [], []
     for backend in ("c", "torch"):

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookuplinear import Bags, LookupLinear
-from lookuplinear._kernels import Lookup, c_available, group_rows, use_backend
-from lookuplinear._rowgrad import bag_lookup
+from lookuplinear.ops import Lookup, c_available, group_rows, use_backend
+from lookuplinear.ops.autograd import bag_lookup
 
 
 @st.composite

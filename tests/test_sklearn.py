@@ -27,7 +27,7 @@ from lookuplinear import (
     LookupLinearError,
     TrainingDivergedError,
 )
-from lookuplinear._kernels import use_backend
+from lookuplinear.ops import use_backend
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor
 from lookuplinear.sklearn._input import fold_mode
 from lookuplinear.sklearn._model import LookupNet

@@ -23,7 +23,7 @@ from lookuplinear import (
     TableStorage,
     optim,
 )
-from lookuplinear._storage import draw_rows
+from lookuplinear.storage.tables import draw_rows
 
 OPTIMIZERS = {
     "adam": lambda ps, fused: optim.Adam(ps, lr=0.05, fused=fused),

@@ -28,7 +28,7 @@ from lookuplinear import (
     LookupLinear,
     TableConfig,
 )
-from lookuplinear._storage import draw_rows
+from lookuplinear.storage.tables import draw_rows
 
 ROWS, DIM = 40, 6
 

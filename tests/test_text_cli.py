@@ -18,8 +18,8 @@ pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
 from lookuplinear import InputValueError, LookupLinearError, ModelFileError
-from lookuplinear._kernels import _ngrams
 from lookuplinear.cli import main
+from lookuplinear.ops import _ngrams
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
 from lookuplinear.text import FastTextVectorizer, precision_recall_at_k, read_fasttext, read_table
 

@@ -3,7 +3,7 @@
 import torch
 
 from lookuplinear import LookupLinear
-from lookuplinear._walkthrough import render_markdown, seed_walkthrough
+from lookuplinear.report.walkthrough import render_markdown, seed_walkthrough
 
 SEED_TABLE = torch.tensor(
     [

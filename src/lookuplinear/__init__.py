@@ -9,20 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads on first use
     from . import optim, parallel
-    from ._bags import Bags
-    from ._check import EquivalenceError, EquivalenceReport, check_equivalence
-    from ._checkpoint import Checkpoint
-    from ._collection import LookupCollection, TableConfig
-    from ._dataset import KeyedBagsDataset
-    from ._embedding_bag import EmbeddingBag
-    from ._hashing import hash_ids
-    from ._idmap import IdMap
-    from ._keyed import KeyedBags, KeyedTensor
-    from ._layer import LookupLinear
-    from ._quantized import QuantizedEmbeddingBag, QuantizedLookupLinear
-    from ._quantized_collection import QuantizedLookupCollection
-    from ._storage import TableStorage
-    from ._vocab import Vocab
+    from .check import EquivalenceError, EquivalenceReport, check_equivalence
     from .errors import (
         CheckpointNotFoundError,
         DeviceMismatchError,
@@ -35,41 +22,54 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
         UnknownTokenError,
     )
     from .functional import lookup_linear
+    from .ids.hashing import hash_ids
+    from .ids.idmap import IdMap
+    from .ids.vocab import Vocab
+    from .modules.collection import LookupCollection, TableConfig
+    from .modules.embedding_bag import EmbeddingBag
+    from .modules.layer import LookupLinear
+    from .quant.collection import QuantizedLookupCollection
+    from .quant.layer import QuantizedEmbeddingBag, QuantizedLookupLinear
     from .reference import dense_reference, densify
+    from .sparse.bags import Bags
+    from .sparse.dataset import KeyedBagsDataset
+    from .sparse.keyed import KeyedBags, KeyedTensor
+    from .storage.checkpoint import Checkpoint
+    from .storage.tables import TableStorage
 
 #: public name -> the module that defines it. ``import lookuplinear`` loads none of them (nor
 #: torch): the command line's ``--help`` and the names a program never uses cost nothing
 _EXPORTS: dict[str, str] = {
-    "Bags": "._bags",
-    "Checkpoint": "._checkpoint",
+    "Bags": ".sparse.bags",
+    "Checkpoint": ".storage.checkpoint",
     "CheckpointNotFoundError": ".errors",
     "DeviceMismatchError": ".errors",
-    "EmbeddingBag": "._embedding_bag",
-    "EquivalenceError": "._check",
-    "EquivalenceReport": "._check",
-    "IdMap": "._idmap",
+    "EmbeddingBag": ".modules.embedding_bag",
+    "EquivalenceError": ".check",
+    "EquivalenceReport": ".check",
+    "IdMap": ".ids.idmap",
     "InputTypeError": ".errors",
     "InputValueError": ".errors",
-    "KeyedBags": "._keyed",
-    "KeyedBagsDataset": "._dataset",
-    "KeyedTensor": "._keyed",
-    "LookupCollection": "._collection",
+    "KeyedBags": ".sparse.keyed",
+    "KeyedBagsDataset": ".sparse.dataset",
+    "KeyedTensor": ".sparse.keyed",
+    "LookupCollection": ".modules.collection",
     "LookupIndexError": ".errors",
-    "LookupLinear": "._layer",
+    "LookupLinear": ".modules.layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
-    "QuantizedEmbeddingBag": "._quantized",
-    "QuantizedLookupCollection": "._quantized_collection",
-    "QuantizedLookupLinear": "._quantized",
-    "TableConfig": "._collection",
-    "TableStorage": "._storage",
+    "QuantizedEmbeddingBag": ".quant.layer",
+    "QuantizedLookupCollection": ".quant.collection",
+    "QuantizedLookupLinear": ".quant.layer",
+    "TableConfig": ".modules.collection",
+    "TableStorage": ".storage.tables",
     "TrainingDivergedError": ".errors",
     "UnknownTokenError": ".errors",
-    "Vocab": "._vocab",
-    "check_equivalence": "._check",
+    "Vocab": ".ids.vocab",
+    "check_equivalence": ".check",
     "dense_reference": ".reference",
     "densify": ".reference",
-    "hash_ids": "._hashing",
+    "hash_ids": ".ids.hashing",
     "lookup_linear": ".functional",
     "optim": ".optim",
     "parallel": ".parallel",

@@ -6,7 +6,7 @@ A parameter carries one marker, the attribute ``_lookuplinear_in_backward`` (as 
 :class:`Reserved` one where another owner handles its gradient in the backward
 (``lookuplinear.parallel``). Everything else belongs to an owner object: the backward passes
 an optimizer has open are its :class:`BackwardQueue`. :func:`bind` sets the marker, and the
-row-sparse backward of a lookup (:mod:`lookuplinear._rowgrad`) asks it to take the gradient
+row-sparse backward of a lookup (:mod:`lookuplinear.ops.autograd`) asks it to take the gradient
 instead of storing it. The update is deferred to the end of the backward pass
 (``queue_callback`` on autograd's engine), so that
 

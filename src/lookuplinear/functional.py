@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch.autograd import forward_ad
 
-from ._bags import Bags, check_index_range, is_scipy_sparse
-from ._kernels import bag_max, capturing, mode_weights, offsets_ok, values_known
-from ._rowgrad import bag_lookup
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
+from .ops import bag_max, capturing, mode_weights, offsets_ok, values_known
+from .ops.autograd import bag_lookup
+from .sparse.bags import Bags, check_index_range, is_scipy_sparse
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -120,7 +120,7 @@ def lookup_linear(
         As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
         Make the gradient of ``weight`` a coalesced sparse COO tensor with one row per unique
-        index the input names (index and matrix input; see :mod:`lookuplinear._rowgrad`).
+        index the input names (index and matrix input; see :mod:`lookuplinear.ops.autograd`).
 
     Returns
     -------
@@ -508,7 +508,7 @@ _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> bool:
     """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
-    already dropped, and no graph being captured (:func:`~lookuplinear._kernels.capturing`:
+    already dropped, and no graph being captured (:func:`~lookuplinear.ops.capturing`:
     it records ATen's ops instead)."""
     return (
         padding_idx is None

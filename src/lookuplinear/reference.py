@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._bags import Bags
-from ._layer import LookupLinear
 from .errors import InputValueError
+from .modules.layer import LookupLinear
+from .sparse.bags import Bags
 
 __all__ = ["dense_reference", "densify"]
 

@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
     """(seeds' defaults?, in_features, out_features, indices, seed) from the parsed arguments."""
-    from .._walkthrough import SEED, SEED_IN_FEATURES, SEED_INDICES, SEED_OUT_FEATURES
+    from ..report.walkthrough import SEED, SEED_IN_FEATURES, SEED_INDICES, SEED_OUT_FEATURES
 
     names = ("in_features", "out_features", "indices", "seed")
     seeds = all(getattr(args, k) is None for k in names)
@@ -67,7 +67,7 @@ def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
+    from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
 
     seeds, n, d, indices, seed = resolve(args)
     bad = [i for i in indices if not 0 <= i < n]

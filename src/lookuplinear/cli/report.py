@@ -51,12 +51,12 @@ def _bench_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
     from ..report.html import Section, markdown_table_html, render_html, steps_html, verdict
     from ..report.machine import format_machine, machine_info
     from ..report.plots import plot_big_vocab, plot_side_by_side
     from ..report.summary import headlines, summary_table, train_table
     from ..report.training import train_big_vocab, train_side_by_side
+    from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
     from .bench import bench
     from .explain import draw
 

@@ -22,11 +22,11 @@ import torch
 
 from .. import _fusion, hugepages
 from .._fusion import BackwardQueue, Updates
-from .._kernels import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
-from .._rowgrad import row_sparse_grad
 from .._rowreset import RESETS
-from .._storage import storage_of
 from ..errors import InputValueError
+from ..ops import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
+from ..ops.autograd import row_sparse_grad
+from ..storage.tables import storage_of
 
 __all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
 
@@ -100,7 +100,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     Subclasses define ``_init_state(p, state, group)``, ``_dense_update(p, grad, state,
     group)`` (the ``torch.optim`` formula), ``_kernel`` (the name of the C row kernel,
-    ``lookuplinear._kernels.KERNELS``), ``_kernel_args(w, state, group, step)`` (its state
+    ``lookuplinear.ops.KERNELS``), ``_kernel_args(w, state, group, step)`` (its state
     tensor and scalars, or None where the state's layout is not the kernel's) and
     ``_rows_torch(w, rows, values, state, group, step)`` (the same update with torch ops).
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .._storage import storage_of
+from ..storage.tables import storage_of
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import torch
 
 from .. import hugepages
-from .._storage import storage_of
 from ..errors import InputValueError
+from ..storage.tables import storage_of
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adam", "AdamW", "paired_moments"]

@@ -34,8 +34,8 @@ def sparse_tables(module: nn.Module) -> dict[str, nn.Parameter]:
     """The parameters of ``module``'s row-sparse lookuplinear tables, by qualified name (a
     ``mode="max"`` table of a ``LookupCollection(sparse=True)`` has a dense gradient: not
     one of them)."""
-    from .._collection import LookupCollection
-    from .._layer import LookupLinear
+    from ..modules.collection import LookupCollection
+    from ..modules.layer import LookupLinear
 
     out: dict[str, nn.Parameter] = {}
     for prefix, m in module.named_modules():

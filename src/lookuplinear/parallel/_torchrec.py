@@ -138,7 +138,7 @@ def gather_collection(dmp: nn.Module, like: Any, *, dst: int = 0,
     """The trained tables of :func:`shard_collection`'s module as a ``LookupCollection`` on rank
     ``dst`` (None elsewhere). Call it in every process. ``like``: a collection with the same
     tables (its values are not used)."""
-    from .._collection import LookupCollection
+    from ..modules.collection import LookupCollection
 
     tables = {}
     for key, value in dmp.state_dict().items():

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._bags import Bags
-from .._layer import LookupLinear
+from ..modules.layer import LookupLinear
+from ..sparse.bags import Bags
 from .machine import cpu_ticks, others_share
 from .memory import measure_peak
 from .methods import FORMS, LINEAR, LOOKUP_OF_FORM, Method, make_input, methods_for

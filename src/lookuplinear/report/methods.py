@@ -28,8 +28,8 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from .._bags import Bags
 from ..functional import lookup_linear
+from ..sparse.bags import Bags
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import optim
-from .._bags import Bags
-from .._layer import LookupLinear
+from ..modules.layer import LookupLinear
+from ..sparse.bags import Bags
 from .memory import measure_peak
 
 __all__ = ["BigVocabRun", "SideBySide", "train_big_vocab", "train_side_by_side"]

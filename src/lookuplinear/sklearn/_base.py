@@ -15,9 +15,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._bags import Bags
 from ..errors import InputValueError, TrainingDivergedError
 from ..functional import MODES, Mode
+from ..sparse.bags import Bags
 from ._input import CSRBatches, csr_first, fold_mode, is_token_lists, to_csr
 from ._minibatch import constant_loss, progress, torch_threads, train_epochs
 from ._model import LookupNet
@@ -441,7 +441,7 @@ class LookupEstimator(BaseEstimator):
         >>> clf.quantize("int8").predict([[0, 1], [2]])
         array([0, 1])
         """
-        from .._quantized import QuantizedLookupLinear
+        from ..quant.layer import QuantizedLookupLinear
 
         check_is_fitted(self, "model_")
         if not isinstance(self.model_.lookup, QuantizedLookupLinear):
@@ -449,7 +449,7 @@ class LookupEstimator(BaseEstimator):
         return self
 
     def _check_trainable(self) -> None:
-        from .._quantized import QuantizedLookupLinear
+        from ..quant.layer import QuantizedLookupLinear
 
         if hasattr(self, "model_") and isinstance(self.model_.lookup, QuantizedLookupLinear):
             raise InputValueError(

@@ -12,7 +12,7 @@ The bias is the weight of a constant feature 1 and is penalised with the rest, a
 ``intercept_scaling=1``. Dual coordinate descent (Hsieh et al., ICML 2008) with liblinear's
 shrinking and stopping rule (the spread of the projected gradient under ``tol``); each epoch
 is one kernel call that visits the rows in a seeded random order and reads each row's table
-entries once for every output (:func:`lookuplinear._kernels._dualcd.dual_cd_epoch`).
+entries once for every output (:func:`lookuplinear.ops._dualcd.dual_cd_epoch`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import scipy.sparse as sp
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from .._kernels._dualcd import dual_cd_epoch
-from .._layer import LookupLinear
+from ..modules.layer import LookupLinear
+from ..ops._dualcd import dual_cd_epoch
 
 __all__ = ["solve"]
 

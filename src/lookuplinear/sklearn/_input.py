@@ -9,8 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .._bags import Bags
 from ..functional import row_scale
+from ..sparse.bags import Bags
 
 __all__ = ["CSRBatches", "csr_first", "fold_mode", "is_token_lists", "to_csr"]
 

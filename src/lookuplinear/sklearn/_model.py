@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._layer import LookupLinear
 from ..functional import Mode
+from ..modules.layer import LookupLinear
 
 __all__ = ["LookupNet"]
 

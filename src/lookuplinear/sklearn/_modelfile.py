@@ -289,7 +289,7 @@ def _check_header(p: Path) -> None:
 
 
 def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
-    from .._quantized import QuantizedLookupLinear
+    from ..quant.layer import QuantizedLookupLinear
     from ..text import FastTextVectorizer
     from ._classifier import LookupClassifier
     from ._model import LookupNet

@@ -62,7 +62,7 @@ def keep_rows(estimator: Any, rows: np.ndarray) -> Any:
     """Keep only ``rows`` of the fitted table, renumbered ``0..len(rows)-1``; returns the
     estimator, which then takes ``X[:, rows]`` (``n_features_in_ == len(rows)``) and trains on
     as before (its optimizers start anew)."""
-    from .._layer import LookupLinear
+    from ..modules.layer import LookupLinear
 
     old = estimator.model_.lookup
     weight = _float_table(estimator)

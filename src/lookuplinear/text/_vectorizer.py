@@ -12,7 +12,7 @@ hidden=dim)`` on it is fastText's supervised model::
 Each text is tokenized once, by scikit-learn's tokenizer; the words are counted against the
 vocabulary and the word n-grams hashed with the hashing inside ``HashingVectorizer``
 (scikit-learn's MurmurHash3 of the space-joined n-gram, streamed through a C kernel without
-building the string, :mod:`lookuplinear._kernels._ngrams`), the character n-grams by
+building the string, :mod:`lookuplinear.ops._ngrams`), the character n-grams by
 scikit-learn's ``FeatureHasher``: the matrix equals that of ``CountVectorizer(vocabulary=...)``
 next to ``HashingVectorizer(ngram_range=(2, word_ngrams), alternate_sign=False, norm=None)``
 (plus the ``char_wb`` one), which tokenize the texts again each (tests/test_text_cli.py compares
@@ -34,9 +34,9 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
-from .._kernels import Tokens, count_matrix, token_ids
 from .._sizes import as_size
 from ..errors import InputValueError
+from ..ops import Tokens, count_matrix, token_ids
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
 

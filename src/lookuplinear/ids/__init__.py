@@ -1,0 +1,1 @@
+"""From raw IDs to rows: hashing, ``IdMap``, ``Vocab``."""

@@ -1,0 +1,361 @@
+"""``IdMap``: unbounded IDs to the rows of a table, without collisions, as IDs keep arriving."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._rowreset import RESETS
+from .._sizes import as_size
+from ..errors import InputValueError
+from ..modules.layer import init_weight_
+from ..ops import _idmap as table_ops
+from ..ops import values_known
+from .hashing import hash_ids
+from .rawids import as_int_ids, as_str_ids, check_strs
+
+__all__ = ["IdMap"]
+
+
+#: the state_dict entries of a ``key_type="str"`` map's strings (its own str -> key dictionary)
+_STR_STATE = ("key_strings", "key_offsets", "key_codes", "key_next")
+
+
+class IdMap(nn.Module):
+    """A managed, collision-free map from int64 or string IDs to the rows of a table.
+
+    Rows ``[0, fallback_rows)`` are shared fallback rows; the other ``capacity = num_embeddings -
+    fallback_rows`` rows are each given to one ID. In training mode a call:
+
+    1. looks every ID up; an ID with a row reads its row;
+    2. counts the IDs without one; an ID seen ``admit_after`` times in all (this call included)
+       is admitted: it gets a free row (in order of first appearance in the call, or of ID
+       value with ``admit_after > 1``), or, when every row is taken, the row of the least
+       recently used ID (LRU: the one whose last call is the oldest, ties to the lower row),
+       which is then forgotten; rows used in this call are never taken;
+    3. maps every other ID to a fallback row, ``hash_ids(id, fallback_rows)``.
+
+    A map holds one type of ID, chosen at construction: ``key_type="int"`` (int64 values) or
+    ``"str"``. A string map keeps a dictionary of its own from each string it holds (or counts)
+    to an int64 key, so strings are compared exactly: no two strings share a row below
+    ``capacity``, whatever their hashes. Its strings are in its ``state_dict`` as UTF-8 bytes
+    and offsets (tensors only: it loads without executing code). Strings without a row read
+    ``hash_ids(string, fallback_rows)``, the row ``hash_ids`` gives the string itself.
+
+    Below ``capacity`` distinct admitted IDs, no two IDs share a row. :attr:`evicted` lists the
+    rows the last call gave to new IDs after taking them from others (their values and optimizer
+    state belong to the old ID: a :class:`~lookuplinear.LookupCollection` re-initialises them).
+    In eval mode a call only looks up (unknown IDs read their fallback row) and changes nothing.
+    The map is deterministic for a given sequence of calls, and its state (``state_dict``:
+    the hash table, each row's ID and last use, the admission counts) is saved and loaded with
+    the model.
+
+    As a matrix the map is, at any moment, a 0/1 matrix ``M`` with one 1 per ID, so a table
+    read through it is ``nn.Linear`` on ``one_hot(id) @ M``.
+
+    Parameters
+    ----------
+    num_embeddings : int
+        Rows of the table the map indexes.
+    fallback_rows : int, default 1
+        Rows shared by IDs not (yet) admitted; ``1 <= fallback_rows < num_embeddings``.
+    admit_after : int, default 1
+        Calls-worth of sightings an ID needs before it gets a row (frequency admission: rare IDs
+        never take a row from frequent ones). Counts of IDs not yet admitted are kept in a table
+        of ``2 * capacity`` entries, cleared when it fills. With ``admit_after > 1`` the IDs
+        admitted in one call take rows in order of ID value (of first sighting for strings).
+    key_type : {"int", "str"}, default "int"
+        The IDs the map holds. ``"int"``: an integer tensor (any shape and device), a numpy
+        integer array, a list or pandas column of ints. ``"str"``: a numpy ``str`` or object
+        array, a list of str, a pandas column of str (object, ``string`` or categorical).
+
+    Raises
+    ------
+    InputValueError
+        ``num_embeddings <= fallback_rows`` (no capacity), a count below 1, an unknown
+        ``key_type``; a missing ID (None, NaN, pandas' NA) or an int outside int64 in a call.
+    InputTypeError
+        IDs of another type than ``key_type`` (floats, booleans, ints in a string map, strings
+        in an int map). A call that raises changes nothing.
+
+    Examples
+    --------
+    >>> ids = IdMap(6, fallback_rows=2)              # 4 rows for IDs, 2 fallback rows
+    >>> ids(torch.tensor([10**12, -7, 10**12]))      # first sight: rows 2 and 3
+    tensor([2, 3, 2])
+    >>> ids(torch.tensor([-7, 55]))
+    tensor([3, 4])
+    >>> names = IdMap(6, fallback_rows=2, key_type="str")
+    >>> names(["user_b", "user_a", "user_b"])
+    tensor([2, 3, 2])
+    """
+
+    table: torch.Tensor  # the hash table: ID -> row among the capacity (_kernels/_idmap.py)
+    row_id: torch.Tensor  # (capacity,) the ID holding each row
+    last_used: torch.Tensor  # (capacity,) the call that last read each row (-1: never)
+    assigned: torch.Tensor  # rows given out so far (never-used rows come first)
+    clock: torch.Tensor  # calls in training mode so far
+    pending: torch.Tensor  # admission counts of IDs without a row (a hash table)
+    pending_used: torch.Tensor  # IDs in ``pending``
+
+    def __init__(self, num_embeddings: int, *, fallback_rows: int = 1,
+                 admit_after: int = 1, key_type: str = "int") -> None:
+        super().__init__()
+        num_embeddings = as_size(num_embeddings, "num_embeddings", where="IdMap")
+        fallback_rows = as_size(fallback_rows, "fallback_rows", where="IdMap")
+        admit_after = as_size(admit_after, "admit_after", where="IdMap")
+        if num_embeddings <= fallback_rows:
+            raise InputValueError(
+                f"IdMap: num_embeddings={num_embeddings} leaves no row for IDs after "
+                f"fallback_rows={fallback_rows}; the capacity is num_embeddings - fallback_rows. "
+                "Give the table more rows than fallback rows."
+            )
+        if key_type not in ("int", "str"):
+            raise InputValueError(
+                f"IdMap: key_type must be 'int' or 'str' (the IDs the map holds), got "
+                f"{key_type!r}."
+            )
+        self.num_embeddings = num_embeddings
+        self.key_type = key_type
+        #: a string map's own dictionary: each string it holds or counts -> its int64 key
+        self._keys: dict[str, int] = {}
+        self._next_key = 0
+        self.fallback_rows = fallback_rows
+        self.admit_after = admit_after
+        capacity = num_embeddings - fallback_rows
+        size = 16
+        while size < 2 * capacity:  # load at most one half
+            size *= 2
+        self.register_buffer("table", table_ops.empty_table(size))
+        self.register_buffer("row_id", torch.zeros(capacity, dtype=torch.int64))
+        self.register_buffer("last_used", torch.full((capacity,), -1, dtype=torch.int64))
+        self.register_buffer("assigned", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("clock", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("pending", table_ops.empty_table(size if admit_after > 1 else 16))
+        self.register_buffer("pending_used", torch.zeros((), dtype=torch.int64))
+        self.evicted = torch.zeros(0, dtype=torch.int64)
+
+    @property
+    def capacity(self) -> int:
+        """Rows for IDs: ``num_embeddings - fallback_rows``."""
+        return self.num_embeddings - self.fallback_rows
+
+    def __len__(self) -> int:
+        """IDs that hold a row."""
+        return int(self.assigned)
+
+    def forward(self, ids: Any) -> torch.Tensor:
+        """The row of every ID, int64: the shape and device of a tensor ``ids``, the shape of
+        a numpy array, ``(len(ids),)`` for a list or pandas column (on the CPU)."""
+        strs: list[Any] | np.ndarray = []
+        if self.key_type == "str":
+            strs, shape = as_str_ids(ids, "IdMap(key_type='str')")
+            flat, device = self._keys_of(strs), torch.device("cpu")
+        else:
+            ids = as_int_ids(ids, "IdMap")
+            shape, device = ids.shape, ids.device
+            flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
+        if values_known():  # a recorded graph (eval mode) evicts nothing
+            self.evicted = torch.zeros(0, dtype=torch.int64)
+        if not self.training:
+            found = table_ops.find(self.table, flat)
+        elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear
+            found, nxt = table_ops.assign(self.table, flat, int(self.assigned), self.capacity)
+            new_rows = torch.arange(int(self.assigned), nxt)
+            self.row_id[new_rows] = self._ids_of_new_rows(new_rows, flat, found)
+            self.assigned.fill_(nxt)
+            found = self._admit(flat, found)
+        else:
+            found = self._admit(flat, table_ops.find(self.table, flat))
+        rows = found + self.fallback_rows
+        miss = found < 0
+        if not values_known():  # a recorded graph (eval mode): no branch on values
+            rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
+        elif bool(miss.any()):
+            if self.key_type == "str":
+                at = torch.nonzero(miss).reshape(-1).tolist()
+                rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
+            else:
+                rows[miss] = hash_ids(flat[miss], self.fallback_rows)
+        if self.key_type == "str" and self.training:
+            self._forget_unused_keys()
+        return rows.reshape(shape).to(device)
+
+    def _keys_of(self, strs: list[Any] | np.ndarray) -> torch.Tensor:
+        """The int64 key of every string (``-1`` for one without a key in eval mode); in
+        training mode strings new to the map get new keys, in order of first appearance.
+        Checks every string the dictionary does not hold before adding any."""
+        try:
+            keys = table_ops.dict_keys(self._keys, strs)
+        except TypeError:  # an unhashable ID
+            check_strs(strs, "IdMap(key_type='str')")
+            raise
+        new = np.flatnonzero(keys < 0).tolist()
+        if new:
+            check_strs([strs[i] for i in new], "IdMap(key_type='str')", new)
+            if self.training:
+                for i in new:
+                    key = self._keys.setdefault(strs[i], self._next_key)
+                    self._next_key += key == self._next_key
+                    keys[i] = key
+        return torch.from_numpy(keys)
+
+    def _forget_unused_keys(self) -> None:
+        """Drop the strings that hold no row and no admission count from the dictionary,
+        once it holds twice as many strings as can be in use (amortised over calls)."""
+        in_use = self.capacity + self.pending.numel() // 4
+        if len(self._keys) <= 2 * in_use + 1024:
+            return
+        live = set(self.row_id[: int(self.assigned)].tolist())
+        live.update(self.pending[0::2][self.pending[1::2] >= 0].tolist())
+        self._keys = {s: k for s, k in self._keys.items() if k in live}
+
+    @staticmethod
+    def _ids_of_new_rows(rows: torch.Tensor, flat: torch.Tensor,
+                          found: torch.Tensor) -> torch.Tensor:
+        """The ID that got each of ``rows`` (new rows, each given to one ID of ``flat``)."""
+        if rows.numel() == 0:
+            return rows
+        first = torch.full((int(rows.max()) + 1 - int(rows.min()),), -1, dtype=torch.int64)
+        sel = (found >= int(rows.min())) & (found <= int(rows.max()))
+        first[found[sel] - int(rows.min())] = flat[sel]
+        return first
+
+    @torch.no_grad()
+    def _admit(self, flat: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+        now = int(self.clock)
+        self.clock += 1
+        hit = found >= 0
+        self.last_used[found[hit]] = now  # rows read in this call are never taken
+        missing = flat[~hit]
+        if missing.numel() == 0:
+            return found
+        new, seen = torch.unique(missing, return_counts=True)  # sorted: deterministic
+        if self.admit_after > 1:
+            new = self._count(new, seen)
+        if new.numel() == 0:
+            return found
+        rows = self._free_rows(new.numel(), now)
+        new = new[: rows.numel()]  # the rest stays unmapped (every row was used in this call)
+        if new.numel():
+            table_ops.set_values(self.table, new, rows)
+            self.row_id[rows] = new
+            self.last_used[rows] = now
+        return table_ops.find(self.table, flat)
+
+    def _count(self, new: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+        """Add this call's sightings to the pending counts; the IDs now admitted. The counts
+        live in a table of at most half load: when this call's IDs would pass it, the counts
+        so far are forgotten, and IDs past it in this call are not counted."""
+        room = self.pending.numel() // 4  # half of the slots
+        if int(self.pending_used) + new.numel() > room:
+            self.pending.copy_(table_ops.empty_table(self.pending.numel() // 2))
+            self.pending_used.zero_()
+            new, seen = new[:room], seen[:room]
+        counts, added = table_ops.add(self.pending, new, seen)
+        self.pending_used += added
+        admitted = new[counts >= self.admit_after]
+        self.pending_used -= table_ops.erase(self.pending, admitted)
+        return admitted
+
+    def _free_rows(self, n: int, now: int) -> torch.Tensor:
+        """``n`` rows for new IDs: never-used rows first, then the least recently used ones."""
+        start = int(self.assigned)
+        fresh = torch.arange(start, min(start + n, self.capacity), dtype=torch.int64)
+        self.assigned += fresh.numel()
+        if fresh.numel() == n:
+            return fresh
+        # LRU: the oldest last use first, ties to the lower row; never a row used now
+        order = torch.argsort(self.last_used[:start], stable=True)
+        order = order[self.last_used[order] < now][: n - fresh.numel()]
+        if order.numel():
+            table_ops.erase(self.table, self.row_id[order])
+            self.evicted = order + self.fallback_rows
+        return torch.cat([fresh, order])
+
+    def renew(self, weight: torch.Tensor, offset: int = 0,
+              init: str | Callable[[torch.Tensor], Any] = "normal") -> None:
+        """Re-draw the rows that the last call took from evicted IDs (:attr:`evicted`) in the
+        table this map indexes, rows ``offset`` on of ``weight``, as ``init`` draws a table
+        (``"linear"`` draws them as ``"normal"``), and mark their optimizer
+        state for a fresh start (:data:`lookuplinear._rowreset.RESETS`). Nothing when the
+        last call evicted no ID."""
+        if not self.evicted.numel():  # (no grad mode entered then: an exported graph has none)
+            return
+        with torch.no_grad():
+            fresh = weight.new_empty(self.evicted.numel(), weight.shape[1])
+            init_weight_(fresh, "normal" if init == "linear" else init, None)
+            at = self.evicted.to(weight.device) + offset
+            weight.index_copy_(0, at, fresh)
+        RESETS.add(weight, at)
+
+    def extra_repr(self) -> str:
+        kind = ", key_type='str'" if self.key_type == "str" else ""
+        return (f"{self.num_embeddings}, fallback_rows={self.fallback_rows}, "
+                f"admit_after={self.admit_after}{kind}, ids={len(self)}")
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.key_type != "str":
+            return
+        encoded = [s.encode("utf-8", "surrogatepass") for s in self._keys]
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        destination[prefix + "key_strings"] = torch.from_numpy(
+            np.frombuffer(b"".join(encoded), dtype=np.uint8).copy())
+        destination[prefix + "key_offsets"] = torch.from_numpy(
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        destination[prefix + "key_codes"] = torch.tensor(list(self._keys.values()),
+                                                         dtype=torch.int64)
+        destination[prefix + "key_next"] = torch.tensor(self._next_key, dtype=torch.int64)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        names = [prefix + n for n in _STR_STATE]
+        given = [n for n in names if n in state_dict]
+        rest = {k: v for k, v in state_dict.items() if k not in given}
+        keys: tuple[dict[str, int], int] | None = None
+        if self.key_type == "str" and len(given) < len(names):
+            missing_keys.extend(n for n in names if n not in given)
+            error_msgs.append(f"IdMap at {prefix!r} holds str IDs (key_type='str'); the state "
+                              "has no strings: it is an int map's.")
+        elif self.key_type == "str":
+            keys = _decode_keys([state_dict[n] for n in names], error_msgs)
+        elif given:
+            unexpected_keys.extend(given)
+            error_msgs.append(f"IdMap at {prefix!r} holds int IDs; the state has strings: it is "
+                              "a key_type='str' map's. Build IdMap(..., key_type='str').")
+        n_errors = len(error_msgs)
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        if keys is not None and len(error_msgs) == n_errors:
+            self._keys, self._next_key = keys
+        self.evicted = torch.zeros(0, dtype=torch.int64)
+
+
+def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
+                 ) -> tuple[dict[str, int], int] | None:
+    """A string map's dictionary from its state (``_STR_STATE``: UTF-8 bytes, offsets, keys,
+    next key), or None with a message in ``error_msgs`` where it does not hold together."""
+    data, offsets, codes, nxt = state
+    off = offsets.reshape(-1).tolist()
+    if (data.dtype != torch.uint8 or data.dim() != 1 or len(off) != codes.numel() + 1
+            or (off and (off[0] != 0 or off[-1] != data.numel()))
+            or any(b < a for a, b in pairwise(off))):
+        error_msgs.append("IdMap: the saved strings (key_strings, key_offsets, key_codes) do "
+                          "not hold together: the state is damaged.")
+        return None
+    raw = data.numpy().tobytes()
+    try:
+        strs = [raw[a:b].decode("utf-8", "surrogatepass") for a, b in pairwise(off)]
+    except UnicodeDecodeError:
+        error_msgs.append("IdMap: the saved strings are not UTF-8: the state is damaged.")
+        return None
+    return dict(zip(strs, codes.tolist(), strict=True)), int(nxt)

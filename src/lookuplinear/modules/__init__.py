@@ -1,0 +1,1 @@
+"""The modules: ``LookupLinear``, ``EmbeddingBag``, ``TableConfig`` + ``LookupCollection``."""

@@ -1,0 +1,391 @@
+"""The execution of a collection's plan (:mod:`lookuplinear.modules.plan`): a batch of every
+feature looked up group by group, or all groups in one kernel call.
+
+The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
+collection's features) is checked and shifted to the rows of the groups' parameters in one
+pass; with row-sparse gradients of one dtype over several groups, one kernel call writes each
+group's rows or sums straight into their columns of the output (:class:`_Lookups`). Any other
+batch is one lookup per group (a ``max`` table, or weights that need their gradient: one per
+feature), put in feature order by one copy (:class:`_InFeatureOrder`). The gradient is taken
+back apart by one copy either way.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..functional import lookup_linear
+from ..ops import (
+    Lookup,
+    bag_sum_into,
+    deinterleave,
+    gather_into,
+    interleave,
+    mode_weights,
+    one_id_rows,
+    segments,
+    shifted_rows,
+    split_blocks,
+)
+from ..ops.autograd import weight_grad
+from ..sparse.bags import Bags, check_index_range
+from ..sparse.keyed import KeyedBags
+from .plan import CollectionPlan, TablePlace
+from .table_config import TableConfig
+
+__all__ = ["PlanLookup"]
+
+
+class PlanLookup:
+    """The pooled lookup of a ``LookupCollection``'s batch, as its plan lays the tables out.
+
+    Reads the collection's plan (``_collection_plan`` and the tensors built from it), its
+    parameters (``weights``, one per group) and three of its methods: ``rows`` (a feature's
+    bags as its table reads them), ``_drawn`` (a table in a file's rows drawn first) and
+    ``_sparse`` (whether a table's gradient is row-sparse).
+    """
+
+    _collection_plan: CollectionPlan
+    weights: nn.ParameterList
+    sparse: bool
+    feature_names: list[str]
+    _places: Mapping[str, TablePlace]
+    _table_of: Mapping[str, str]
+    _groups: list[tuple[int, list[str]]]
+    _positions: list[torch.Tensor]
+    _place: torch.Tensor
+    _cols: dict[int, torch.Tensor]
+    _feature_cols: list[int]
+    _feature_group: list[int]
+    _segments: dict[Any, torch.Tensor]
+    _layouts: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor,
+                                                   torch.Tensor | None]]
+    _dims: list[int]
+    _index: dict[str, int]
+    _plain: bool
+    _stored: frozenset[int]
+    _width: int
+
+    def rows(self, features: KeyedBags, feature: str) -> Bags:
+        raise NotImplementedError
+
+    def _drawn(self, g: int, input: Any) -> Any:
+        raise NotImplementedError
+
+    def _sparse(self, cfg: TableConfig) -> bool:
+        raise NotImplementedError
+
+    def _lookup(self, kb: KeyedBags) -> torch.Tensor:
+        """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
+        (promoted where tables of several dtypes meet)."""
+        weights_need_grad = kb.weights is not None and kb.weights.requires_grad
+        n = kb.batch_size
+        whole = self._shifted(kb)
+        single = len(self._groups) == 1
+        # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
+        # feature after feature) or example-major ((N, F * dim))
+        parts: list[tuple[torch.Tensor, list[str], bool]] = []
+        if (whole is not None and not single and self.sparse
+                and len({w.dtype for w in self.weights}) == 1):
+            return self._written(whole, n)
+        for (g, feats), at in zip(self._groups, self._positions, strict=True):
+            dim = self.weights[g].shape[1]
+            if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
+                # one feature at a time: a max, or weights that need their gradient; each
+                # reads the group's parameter at its table's rows (a row-sparse gradient
+                # cannot flow back through a view); a max has no row-sparse gradient
+                for f in feats:
+                    _, off, cfg = self._places[self._table_of[f]]
+                    mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
+                    bags = self._checked(kb, f)
+                    pad = None if cfg.padding_idx is None else off + cfg.padding_idx
+                    parts.append((lookup_linear(
+                        self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
+                        self.weights[g], None, mode=mode, padding_idx=pad,
+                        sparse=self._sparse(cfg)), [f], True))
+                continue
+            if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
+                rows = whole if single else self._group_rows(whole, g, len(feats), n)
+                out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
+                                    sparse=self.sparse).reshape(n, len(feats) * dim)
+                if single:  # in example order already: no copy, forward or backward
+                    return out
+                parts.append((out, feats, False))
+                continue
+            bags = (self._group_bags(kb, feats) if whole is None else
+                    whole if single else _select_features(whole, at, n))
+            flat = lookup_linear(self._drawn(g, bags), self.weights[g], None,
+                                 sparse=self.sparse)  # (F_g * N, dim), feature-major
+            if single:  # (N, F * dim): one copy, whose backward is one copy too
+                return (flat.view(len(feats), n, dim).transpose(0, 1)
+                        .reshape(n, len(feats) * dim))
+            parts.append((flat, feats, True))
+        return self._in_feature_order(parts, n)
+
+    def _in_feature_order(self, parts: list[tuple[torch.Tensor, list[str], bool]], n: int
+                          ) -> torch.Tensor:
+        """The lookups' outputs as one ``(N, sum of dims)`` matrix in feature order (one copy,
+        and one copy of its gradient into theirs)."""
+        segs = self._segments_of([(feats, fm) for _, feats, fm in parts])
+        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
+        kinds = [(fm, len(feats)) for _, feats, fm in parts]
+        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
+                                                     *(out.to(dtype) for out, _, _ in parts))
+        return values
+
+    def _segments_of(self, layout: list[tuple[list[str], bool]]) -> torch.Tensor:
+        """The segments (:func:`~lookuplinear.ops.segments`) that put outputs of this
+        ``layout`` (each output's features, and whether it is feature-major) in feature order."""
+        key = tuple((tuple(feats), fm) for feats, fm in layout)
+        segs = self._segments.get(key)
+        if segs is None:
+            block_of: dict[str, int] = {}
+            widths: list[int] = []
+            for feats, fm in layout:
+                for f in feats:
+                    if fm or f == feats[0]:
+                        widths.append(0)
+                    block_of[f] = len(widths) - 1
+                    widths[-1] += self._dims[self._index[f]]
+            segs = segments([(block_of[f], d) for f, d in zip(self.feature_names, self._dims,
+                                                                strict=True)], widths)
+            self._segments[key] = segs
+        return segs
+
+    def _group_rows(self, rows: torch.Tensor, g: int, n_feats: int, n: int) -> torch.Tensor:
+        """Group ``g``'s ``(N, F_g)`` rows among a one-ID batch's rows (:meth:`_shifted`)."""
+        first = self._collection_plan.groups[g].first * n
+        return rows[first:first + n * n_feats].view(n, n_feats)
+
+    def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
+        """The usual batch (``whole``: :meth:`_shifted`'s) over tables of several widths, for
+        row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
+        straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
+        gathered, or bags summed."""
+        one_id = isinstance(whole, torch.Tensor)
+        key = ("written", one_id)
+        if key not in self._segments:  # the layout of the output blocks: built once
+            self._segments[key] = self._segments_of(
+                [(feats, not one_id) for _, feats in self._groups])
+        segs = self._segments[key]
+        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
+        weights: list[torch.Tensor] = []
+        lookups: list[Lookup] = []
+        write: Callable[[torch.Tensor], bool]
+        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
+            tables = []
+            for g, feats in self._groups:
+                rows = self._group_rows(whole, g, len(feats), n)
+                if self._stored:
+                    rows = self._drawn(g, rows)
+                weights.append(self.weights[g])
+                lookups.append(Lookup(rows.reshape(-1)))
+                tables.append((weights[-1], rows, self._cols[g]))
+            write = functools.partial(gather_into, tables)
+        else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
+            for (g, _), at in zip(self._groups, self._positions, strict=True):
+                bags = _select_features(whole, at, n)
+                if self._stored:
+                    bags = self._drawn(g, bags)
+                weights.append(self.weights[g])
+                lookups.append(Lookup(bags.indices, bags.offsets))
+            write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
+                                      self._feature_cols, whole.indices, whole.offsets)
+        values: torch.Tensor = _Lookups.apply(lookups, write, segs, kinds, n, self._width,
+                                              *weights)
+        return values
+
+    def _checked(self, kb: KeyedBags, feature: str) -> Bags:
+        """``rows(kb, feature)`` with every index checked against its table's rows."""
+        bags = self.rows(kb, feature)
+        cfg = self._places[self._table_of[feature]].config
+        if cfg.hashing is None:
+            check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{feature!r}]")
+        return bags
+
+    def _group_bags(self, kb: KeyedBags, feats: list[str]) -> Bags:
+        """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
+        shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
+        per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
+        indices, lengths, weights = [], [], []
+        dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
+        any_weights = kb.weights is not None or any(
+            self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
+        for f in feats:
+            _, off, cfg = self._places[self._table_of[f]]
+            bags = self._checked(kb, f)
+            if cfg.padding_idx is not None:
+                bags = bags.drop_index(cfg.padding_idx)
+            indices.append(bags.indices.long() + off if off else bags.indices.long())
+            lengths.append(bags.lengths())
+            if any_weights:
+                if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
+                    weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
+                                                dtype))
+                elif bags.weights is not None:
+                    weights.append(bags.weights.to(dtype))
+                else:
+                    weights.append(torch.ones(bags.nnz, dtype=dtype, device=bags.device))
+        offsets = torch.zeros(sum(x.numel() for x in lengths) + 1, dtype=torch.long,
+                              device=kb.device)
+        torch.cumsum(torch.cat(lengths), 0, out=offsets[1:])
+        out = Bags.__new__(Bags)  # checked feature by feature: nothing to check again
+        out.indices = torch.cat(indices)
+        out.offsets = offsets
+        out.weights = torch.cat(weights) if any_weights else None
+        return out
+
+    def _layout(self, device: torch.device, n: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """For a batch of every feature in order, of ``n`` examples on ``device``: each
+        feature's first row in its group's parameter and its table's rows (int64), and where
+        its rows go among a one-ID batch's (``one_id_rows``' ``place``; None for one group).
+        Built once per device and batch size (each time while a graph is recorded: its
+        batch size is symbolic, and its tensors are not the ones a later call runs on)."""
+        recording = torch.compiler.is_compiling()
+        found = None if recording else self._layouts.get((device, n))
+        if found is None:
+            plan = self._collection_plan
+            both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
+                                 for f in plan.feature_names], device=device)
+            place = None if len(plan.groups) == 1 else torch.stack(
+                [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
+            found = (both[:, 0], both[:, 1], place)
+            if not recording:
+                if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
+                    self._layouts.clear()
+                self._layouts[(device, n)] = found
+        return found
+
+    def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:
+        """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
+        :attr:`feature_names`) checked and shifted to the rows of the groups' parameters in one
+        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
+        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
+        shifted indices. None for any other batch (each group then builds its own)."""
+        if not self._plain or kb.weights is not None or kb.keys() != self.feature_names:
+            return None
+        feats = self.feature_names
+        shift, limit, place = self._layout(kb.device, kb.batch_size)
+        found: torch.Tensor | int | None = None
+        if not torch.compiler.is_compiling() and kb.values.numel() == kb.offsets.numel() - 1:
+            found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
+        if found is None:
+            found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
+            if not isinstance(found, int):
+                out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
+                out.indices, out.offsets, out.weights = found, kb.offsets, None
+                return out
+        if isinstance(found, int):  # an ID outside its table: raise, naming its feature
+            starts = kb.offsets[::kb.batch_size].tolist()
+            self._checked(kb, feats[next(f for f in range(len(feats))
+                                         if found < starts[f + 1])])
+            raise AssertionError("unreachable: an ID out of range was not found again")
+        return found
+
+
+class _InFeatureOrder(torch.autograd.Function):
+    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
+    side by side in feature order (``segs``: :func:`~lookuplinear.ops.segments`); the
+    backward copies the gradient's columns back into each output's layout."""
+
+    @staticmethod
+    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
+                *outs: torch.Tensor) -> torch.Tensor:
+        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
+        ctx.shapes = [out.shape for out in outs]
+        return interleave(_blocks(outs, kinds, n), segs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
+
+
+class _Lookups(torch.autograd.Function):
+    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
+    whether its output is feature-major, and its number of features) side by side in feature
+    order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
+    not apply, torch's lookups and one copy). The backward copies each table's gradient rows
+    out (:func:`_apart`) and hands them to it as its own lookup's backward would
+    (:func:`~lookuplinear.ops.autograd.weight_grad`: row-sparse, or the fused update, one call for
+    all tables)."""
+
+    @staticmethod
+    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
+                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
+                *weights: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
+        if not write(out):
+            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
+                    if lk.offsets is None else
+                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
+                                    include_last_offset=True)
+                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
+            out = interleave(_blocks(outs, kinds, n), segs)
+        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
+        ctx.save_for_backward(*weights)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        weights = ctx.saved_tensors
+        shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
+                  for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
+        parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
+        grads = [
+            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
+            if ctx.needs_input_grad[6 + i] else None
+            for i, (lk, w, param, part) in enumerate(
+                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
+        ]
+        return (None, None, None, None, None, None, *grads)
+
+
+def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],
+           shapes: Sequence[Sequence[int]], n: int) -> list[torch.Tensor]:
+    """The gradient of outputs put in feature order (``segs``) copied back into each output's
+    layout (``kinds``, ``shapes``): one copy, or torch ops that can be differentiated again
+    under ``create_graph=True``."""
+    if torch.is_grad_enabled():
+        blocks = iter(split_blocks(grad, segs))
+        grads = []
+        for (fm, f), shape in zip(kinds, shapes, strict=True):
+            rows = [next(blocks) for _ in range(f if fm else 1)]
+            grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
+        return grads
+    grads = [grad.new_empty(tuple(shape)) for shape in shapes]
+    deinterleave(grad, segs, _blocks(grads, kinds, n))
+    return grads
+
+
+def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
+            ) -> list[torch.Tensor]:
+    """The ``(N, width)`` blocks of lookup outputs: an example-major output is one, a
+    feature-major one a block per feature (views)."""
+    blocks: list[torch.Tensor] = []
+    for out, (fm, f) in zip(outs, kinds, strict=True):
+        if fm:  # (F * N, dim)
+            blocks.extend(out.view(f, n, out.shape[1]).unbind(0))
+        else:  # (N, F * dim)
+            blocks.append(out)
+    return blocks
+
+
+def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
+    """The bags of the features at positions ``at`` of a feature-major batch of ``n`` bags per
+    feature, feature after feature (one copy of their indices)."""
+    lengths = (bags.offsets[1:] - bags.offsets[:-1]).view(-1, n).index_select(
+        0, at.to(bags.offsets.device))
+    starts = bags.offsets[::n].tolist()
+    out = Bags.__new__(Bags)  # parts of a checked batch
+    out.indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
+    out.offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
+    torch.cumsum(lengths.reshape(-1), 0, out=out.offsets[1:])
+    out.weights = None
+    return out

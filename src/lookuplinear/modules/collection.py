@@ -1,0 +1,456 @@
+"""``LookupCollection``: many categorical features, each pooled through its table.
+
+What a collection computes is stated here and by its tables (:class:`TableConfig`); how is
+the plan's (:mod:`lookuplinear.modules.plan`: tables of one width and dtype in one parameter, table
+after table, as FBGEMM's table-batched embedding keeps them) and its execution's
+(:mod:`lookuplinear.modules.batched`)::
+
+    tables  user (4 rows), item (3 rows), both dim 2
+    weights [u0, u1, u2, u3, i0, i1, i2]       # one Parameter, row offsets user 0, item 4
+
+    batch   user: [[3], [1, 2]]   item: [[0, 0], []]
+    lookup  bags [[3], [1, 2], [4, 4], []]     # item's indices shifted by its offset 4
+    output  (N=2, 4): [user's 2 columns | item's 2 columns]
+
+so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
+optimizer pass) backward, whatever the number of tables. ``state_dict`` keeps one key per
+table (``embedding_bags.<table>.weight``, TorchRec's names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from .. import hugepages
+from ..errors import InputTypeError, InputValueError
+from ..functional import Mode, lookup_linear
+from ..ids.hashing import hash_ids, qr_rows
+from ..ids.idmap import IdMap
+from ..sparse.bags import Bags, check_index_range
+from ..sparse.keyed import KeyedBags, KeyedTensor
+from ..storage.tables import attach, drawn_eagerly, refuse_assign, storage_of
+from .batched import PlanLookup
+from .collection_base import CollectionBase, table_bags, weighted_as
+from .layer import LookupLinear, init_weight_
+from .plan import plan_collection
+from .table_config import TableConfig
+from .table_files import file_table
+
+__all__ = ["LookupCollection", "TableConfig", "weighted_as"]
+
+
+class LookupCollection(PlanLookup, CollectionBase):
+    """Many categorical features in one module: each feature's bags pooled through its table.
+
+    Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
+    t.embedding_dim, bias=False)`` (``linear.weight == table.T``) applied to ``f``'s
+    multi-hot rows (``kb[f].to_dense(t.num_embeddings)``, scaled by ``t.mode``); the outputs
+    side by side in feature order. Features sharing a table share its ``nn.Linear``, so the
+    table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
+    TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``, as one lookup: the
+    tables of one width and dtype are one parameter (module docstring), so a batch is one
+    kernel call forward and one backward per width and dtype, or for all widths of one dtype
+    with ``sparse=True`` (``mode="max"`` tables are looked up on their own).
+
+    Parameters
+    ----------
+    tables : sequence of TableConfig
+        Distinct table names; every feature in exactly one table.
+    sparse : bool, default False
+        Row-sparse gradients (for :mod:`lookuplinear.optim`, fused or not). A ``mode="max"``
+        table, which has no row-sparse gradient, gets a dense one (its own parameter).
+    is_weighted : bool, optional
+        TorchRec's ``is_weighted``: whether a batch's per-entry ``weights`` scale its rows.
+        ``None`` (default): they do when the batch has them. ``True``: they do, and a batch
+        without weights raises. ``False``: they are ignored (as TorchRec's
+        ``EmbeddingBagCollection(is_weighted=False)`` ignores a ``KeyedJaggedTensor``'s).
+        :meth:`to_torchrec` and :meth:`from_torchrec` carry it.
+    device : torch.device or str, optional
+
+    Attributes
+    ----------
+    weights : nn.ParameterList
+        One ``(total rows, dim)`` parameter per group of tables (what an optimizer is given,
+        through ``parameters()``).
+    tables : tuple of TableConfig
+    feature_names : list of str
+        The output order: every table's features, table after table.
+
+    The output is in float32 for float16 and bfloat16 tables (each table pools in its dtype,
+    then its outputs are cast, as TorchRec's ``EmbeddingBagCollection`` does); tables of several
+    dtypes give the promoted one (float64 beside float32 gives float64).
+
+    Raises
+    ------
+    InputValueError
+        Table names repeated, a feature in two tables; at ``forward``, a feature the tables need
+        missing from the batch, a batch without weights with ``is_weighted=True``.
+
+    Examples
+    --------
+    >>> _ = torch.manual_seed(0)
+    >>> ebc = LookupCollection([TableConfig("user", 100, 4, ["user"]),
+    ...                         TableConfig("item", 50, 4, ["item", "last_item"], mode="mean")])
+    >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []],
+    ...                           "last_item": [[5], [6]]})
+    >>> out = ebc(kb)
+    >>> out.values().shape, out["item"].shape
+    (torch.Size([2, 12]), torch.Size([2, 4]))
+    >>> from lookuplinear import check_equivalence
+    >>> check_equivalence(ebc, kb).ok
+    True
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[TableConfig],
+        *,
+        sparse: bool = False,
+        is_weighted: bool | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        tables = tuple(tables)
+        plan = self._collection_plan = plan_collection(tables)
+        if is_weighted not in (None, True, False):
+            raise InputTypeError(
+                f"LookupCollection: is_weighted must be None, True or False, got {is_weighted!r}."
+            )
+        self.tables = tables
+        self.sparse = sparse
+        self.is_weighted = is_weighted
+        self._table_of = plan.table_of
+        self.feature_names = list(plan.feature_names)
+        self._places = plan.places
+        self._dims = list(plan.dims)
+        self._index = {f: i for i, f in enumerate(self.feature_names)}
+        self._groups = [(g, list(group.features)) for g, group in enumerate(plan.groups)]
+        self._positions = [torch.tensor(group.positions) for group in plan.groups]
+        self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
+        self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
+                      for g, group in enumerate(plan.groups)}
+        self._feature_cols = list(plan.columns)
+        self._feature_group = list(plan.feature_group)
+        self._segments: dict[Any, torch.Tensor] = {}
+        self._layouts: dict[Any, Any] = {}
+        self._plain = plan.plain
+        self._width = plan.width
+        self.id_maps = nn.ModuleDict({
+            t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
+                          admit_after=t.admit_after or 1, key_type=t.key_type)
+            for t in self.tables if t.hashing == "map"
+        })
+        self._mapped: dict[str, torch.Tensor] | None = None
+        stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
+        self._stored = frozenset(stored)
+        self.weights = nn.ParameterList(
+            file_table(stored[g], group.dtype, device) if g in stored else
+            nn.Parameter(hugepages.empty(group.rows, group.dim, dtype=group.dtype,
+                                         device=device))
+            for g, group in enumerate(plan.groups)
+        )
+        self.reset_parameters(fresh_only=True)
+        self._register_state_dict_hook(_tables_state_dict)
+        self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
+
+    def reset_parameters(self, *, fresh_only: bool = False) -> None:
+        """Draw every table as its ``init`` says, table after table (the values separate
+        ``LookupLinear`` layers made in that order under the same seed would get); a table in
+        a file has every row undrawn again (drawn from ``(seed, row)`` on its next lookup)."""
+        for name, place in self._places.items():
+            storage = storage_of(self.weights[place.group])
+            if storage is None:
+                init_weight_(self._rows(name), place.config.init, place.config.padding_idx)
+            elif not fresh_only:
+                storage.clear()
+
+    # ------------------------------------------------------------------ tables
+    def _sparse(self, cfg: TableConfig) -> bool:
+        """Whether table ``cfg`` gets row-sparse gradients: ``sparse``, except a ``mode="max"``
+        table (alone in its parameter), which has none and gets a dense one."""
+        return self.sparse and cfg.mode != "max"
+
+    def _whole_tables(self) -> None:
+        """Draw the rows no lookup has drawn yet of every table in a file: what is exported
+        reads every row, as a lookup of each would, so that every export equals the
+        collection."""
+        for g in self._stored:
+            storage = storage_of(self.weights[g])
+            assert storage is not None
+            storage.materialize_all()
+
+    def _rows(self, name: str) -> torch.Tensor:
+        """Table ``name``: a differentiable view of its rows in its group's parameter."""
+        g, off, cfg = self._places[name]
+        return self.weights[g][off : off + cfg.stored_rows]
+
+    def __getitem__(self, name: str) -> LookupLinear:
+        """Table ``name`` as a :class:`~lookuplinear.LookupLinear` on the same memory (a new
+        module each call: updating it updates the collection)."""
+        if name not in self._places:
+            raise KeyError(
+                f"LookupCollection has no table {name!r}; its tables are {list(self._places)}."
+            )
+        g, _, cfg = self._places[name]
+        mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folds the mode for qr
+        layer = LookupLinear(cfg.stored_rows, cfg.embedding_dim, bias=False, mode=mode,
+                             padding_idx=cfg.padding_idx, init=cfg.init, sparse=self._sparse(cfg),
+                             device="meta", dtype=cfg.dtype)
+        rows = self._rows(name).detach()
+        layer.weight = nn.Parameter(rows, requires_grad=self.weights[g].requires_grad)
+        layer._placed = rows.data_ptr()
+        storage = storage_of(self.weights[g])
+        if storage is not None:  # a table in a file (alone in its group): its rows drawn too
+            attach(layer.weight, storage)
+            layer.storage = storage
+        return layer
+
+    def table_of(self, feature: str) -> LookupLinear:
+        """The table that ``feature`` reads."""
+        return self[self._table_of[feature]]
+
+    def features(self) -> Iterator[tuple[str, LookupLinear]]:
+        """``(feature, table)`` pairs in output order."""
+        for f in self.feature_names:
+            yield f, self.table_of(f)
+
+    @classmethod
+    def from_layers(cls, layers: Mapping[str, LookupLinear], *,
+                    sparse: bool | None = None) -> LookupCollection:
+        """A collection with one table and one feature per key, holding copies of the layers'
+        weights (same mode, padding, dtype, device; ``sparse`` defaults to the layers').
+
+        Examples
+        --------
+        >>> user = LookupLinear(10, 3, bias=False)
+        >>> ebc = LookupCollection.from_layers({"user": user})
+        >>> torch.equal(ebc["user"].weight, user.weight)
+        True
+        """
+        for k, layer in layers.items():
+            if not isinstance(layer, LookupLinear):
+                raise InputTypeError(
+                    f"LookupCollection.from_layers: {k!r} must be a LookupLinear, got "
+                    f"{type(layer).__name__}. Convert it first (LookupLinear.from_embedding)."
+                )
+            if layer.bias is not None:
+                raise InputValueError(
+                    f"LookupCollection.from_layers: {k!r} has a bias, and the tables of a "
+                    "collection have none (as TorchRec's). Build it with bias=False, or add the "
+                    "bias to the collection's output."
+                )
+        if not layers:
+            raise InputValueError("LookupCollection.from_layers: got no layers.")
+        first = next(iter(layers.values()))
+        collection = cls(
+            [TableConfig(k, layer.in_features, layer.out_features, [k], mode=layer.mode,
+                         padding_idx=layer.padding_idx, init=layer.init,
+                         dtype=layer.weight.dtype)
+             for k, layer in layers.items()],
+            sparse=first.sparse if sparse is None else sparse,
+            device=first.weight.device,
+        )
+        with torch.no_grad():
+            for k, layer in layers.items():
+                collection._rows(k).copy_(layer.weight)
+        return collection
+
+    def to_torchrec(self) -> Any:
+        """TorchRec's ``EmbeddingBagCollection`` with these tables (each in its dtype),
+        features, weights and ``is_weighted`` (needs ``torchrec``; see docs/collection.md).
+        Tables with ``mode`` sum or mean, float32 or float16, no hashing, no padding:
+        what TorchRec's pooled tables express; anything else raises ``InputValueError``.
+        ``is_weighted=None`` (weights when a batch has them) becomes TorchRec's default
+        ``False``: equal on unweighted batches; build the collection with ``is_weighted=True``
+        for weighted ones."""
+        from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+        from torchrec.types import DataType
+
+        pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+        dtypes = {torch.float32: DataType.FP32, torch.float16: DataType.FP16}
+        configs = []
+        for t in self.tables:
+            dtype = self.weights[self._places[t.name].group].dtype
+            if t.mode not in pooling or t.hashing or t.padding_idx is not None or (
+                dtype not in dtypes
+            ):
+                raise InputValueError(
+                    f"to_torchrec: table {t.name!r} (mode={t.mode!r}, hashing={t.hashing!r}, "
+                    f"padding_idx={t.padding_idx}, {dtype}) has no TorchRec equivalent: its "
+                    "pooled tables are sum or mean, float32 or float16 (its unsharded "
+                    "bfloat16 tables are float16), without hashing or padding."
+                )
+            configs.append(EmbeddingBagConfig(
+                num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=t.name,
+                feature_names=list(t.feature_names), pooling=pooling[t.mode],
+                data_type=dtypes[dtype]))
+        ebc = EmbeddingBagCollection(tables=configs, is_weighted=bool(self.is_weighted),
+                                     device=self.weights[0].device)
+        self._whole_tables()
+        with torch.no_grad():
+            for t in self.tables:
+                ebc.embedding_bags[t.name].weight.copy_(self._rows(t.name))
+        return ebc
+
+    @classmethod
+    def from_torchrec(cls, ebc: Any, *, state_dict: Mapping[str, torch.Tensor] | None = None,
+                      sparse: bool = False) -> LookupCollection:
+        """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables
+        (each in its own dtype, its values exactly), features, pooling, weights and
+        ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
+        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
+        modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
+        tables = []
+        for c in ebc.embedding_bag_configs():
+            if c.pooling.name not in modes:
+                raise InputValueError(
+                    f"from_torchrec: table {c.name!r} pools with {c.pooling.name}; "
+                    "LookupCollection takes SUM and MEAN."
+                )
+            tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
+                                      list(c.feature_names), mode=modes[c.pooling.name]))
+        weights = ebc.state_dict() if state_dict is None else state_dict
+        some = next(iter(weights.values()))
+        collection = cls([dataclasses.replace(
+                            t, dtype=weights[f"embedding_bags.{t.name}.weight"].dtype)
+                          for t in tables],
+                         sparse=sparse, is_weighted=bool(ebc.is_weighted()), device=some.device)
+        with torch.no_grad():
+            for t in tables:
+                collection._rows(t.name).copy_(weights[f"embedding_bags.{t.name}.weight"])
+        return collection
+
+    def quantize(self, dtype: str | Mapping[str, str] = "int8") -> Any:
+        """An inference copy with every table quantized row by row, as
+        :meth:`LookupLinear.quantize <lookuplinear.LookupLinear.quantize>` quantizes one:
+        ``"int8"``, ``"int4"`` or ``"float16"`` for all tables, or ``{table: dtype}`` for some
+        (the others stay float, frozen copies). See
+        :class:`~lookuplinear.QuantizedLookupCollection`.
+
+        Examples
+        --------
+        >>> ebc = LookupCollection([TableConfig("user", 1000, 8, ["user"]),
+        ...                         TableConfig("item", 50, 8, ["item"])])
+        >>> q = ebc.quantize({"user": "int4"})
+        >>> q.dtypes
+        {'user': 'int4', 'item': None}
+        """
+        from ..quant.collection import QuantizedLookupCollection
+
+        self._whole_tables()
+        return QuantizedLookupCollection.from_float(self, dtype)
+
+    # ------------------------------------------------------------------ forward
+    def rows(self, features: KeyedBags, feature: str) -> Bags:
+        """``feature``'s bags as its table reads them: the IDs hashed to rows where the table
+        hashes (:func:`~lookuplinear.hash_ids`), else ``features[feature]`` itself."""
+        cfg = self._places[self._table_of[feature]].config
+        if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
+            bags = features[feature]
+            return Bags(self._mapped[feature], bags.offsets, bags.weights)
+        id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
+        return table_bags(cfg, features[feature], id_map=id_map,
+                          dtype=self.weights[self._places[cfg.name].group].dtype,
+                          feature=feature)
+
+    def _drawn(self, g: int, input: Any) -> Any:
+        """Group ``g``'s input, with its new rows drawn first when the group is a table in a
+        file (an eager call: a graph break inside a compiled graph). The lookup draws none."""
+        if g in self._stored:
+            storage = storage_of(self.weights[g])
+            assert storage is not None
+            return drawn_eagerly(storage, input)
+        return input
+
+    def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        g, off, cfg = self._places[self._table_of[feature]]
+        if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
+            id_map = cast(IdMap, self.id_maps[cfg.name])
+            ids = id_map(x).to(self.weights[g].device)
+            id_map.renew(self.weights[g], off, cfg.init)
+        elif not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
+                x.dtype == torch.bool:
+            raise InputTypeError(
+                f"LookupCollection: feature {feature!r} needs an integer index tensor, got "
+                f"{getattr(x, 'dtype', type(x).__name__)}."
+            )
+        else:
+            ids = x if cfg.hashing is None else hash_ids(x, cfg.num_embeddings)
+        if cfg.hashing is None:
+            check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
+        if cfg.hashing == "qr":
+            q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
+            w = self.weights[g]
+            return (lookup_linear(self._drawn(g, q + off), w, None, sparse=self.sparse)
+                    + lookup_linear(self._drawn(g, r + off), w, None, sparse=self.sparse))
+        pad = None if cfg.padding_idx is None else off + cfg.padding_idx
+        return lookup_linear(self._drawn(g, ids + off), self.weights[g], None, padding_idx=pad,
+                             sparse=self._sparse(cfg))
+
+    def _pooled(self, kb: KeyedBags) -> KeyedTensor:
+        self._mapped = self._map_ids(kb) if len(self.id_maps) else None
+        try:
+            values = self._lookup(kb)
+        finally:
+            self._mapped = None
+        # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
+        dtype = torch.float32
+        for w in self.weights:
+            dtype = torch.promote_types(dtype, w.dtype)
+        return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
+
+    def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
+        """The rows of every feature of a ``hashing="map"`` table: one map call per table (its
+        features' IDs together, so that no feature takes a row another reads in this batch);
+        rows given to new IDs are re-drawn and their optimizer state marked for a fresh start."""
+        mapped: dict[str, torch.Tensor] = {}
+        for name, module in self.id_maps.items():
+            id_map = cast(IdMap, module)
+            if id_map.key_type == "str":
+                raise InputTypeError(
+                    f"LookupCollection: table {name!r} holds string IDs (key_type='str'), and a "
+                    "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
+                    "of strings (a list, numpy array or pandas column)."
+                )
+            feats = [f for f in self.feature_names if self._table_of[f] == name]
+            ids = [kb[f].indices for f in feats]
+            rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
+            mapped.update(zip(feats, rows, strict=True))
+            _, off, cfg = self._places[name]
+            id_map.renew(self.weights[self._places[name].group], off, cfg.init)
+        return mapped
+
+    def extra_repr(self) -> str:
+        return f"features={self.feature_names}, groups={len(self.weights)}"
+
+
+def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
+                       local_metadata: Any) -> None:
+    """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views), with
+    every row of a table in a file drawn."""
+    module._whole_tables()
+    groups = [state.pop(f"{prefix}weights.{g}") for g in range(len(module.weights))]
+    for name, (g, off, cfg) in module._places.items():
+        state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.stored_rows]
+
+
+def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
+                            local_metadata: dict[str, Any], *args: Any) -> None:
+    """Per-table entries -> the group parameters they live in (missing tables: left missing);
+    a table in a file loaded whole keeps the values (every row marked written)."""
+    keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
+    if not all(k in state for k in keys.values()):
+        return  # strict loading reports the missing keys (weights.<g>)
+    for g in range(len(module.weights)):
+        names = [n for n, p in module._places.items() if p.group == g]
+        group = state[f"{prefix}weights.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        storage = storage_of(module.weights[g])
+        if storage is not None:
+            refuse_assign(local_metadata, keys[names[0]])
+            if group.shape == module.weights[g].shape:  # else the load reports the mismatch
+                storage.mark_written()

@@ -1,0 +1,128 @@
+"""``CollectionBase``: what a collection of tables reads and returns, shared by the float
+``LookupCollection`` and the ``QuantizedLookupCollection`` built from it.
+
+A collection takes a :class:`KeyedBags` (every feature of its tables pooled, a
+:class:`KeyedTensor` out) or a ``{feature: index tensor}`` dict (unpooled lookups, feature by
+feature); each feature's IDs become its table's rows as :func:`table_bags` says (as they are,
+hashed, mapped, or split into quotient and remainder rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ..errors import InputTypeError, InputValueError
+from ..ids.hashing import hash_ids, qr_rows
+from ..ids.idmap import IdMap
+from ..ops import mode_weights
+from ..sparse.bags import Bags
+from ..sparse.keyed import KeyedBags, KeyedTensor
+from .plan import CollectionPlan
+from .table_config import TableConfig
+
+__all__ = ["CollectionBase", "table_bags", "weighted_as"]
+
+
+class CollectionBase(nn.Module):
+    """The forward of a collection: a batch checked and sent to the pooled or unpooled path.
+
+    Subclasses set :attr:`tables`, :attr:`feature_names`, :attr:`is_weighted` and the plan
+    (``_collection_plan``), and implement ``_pooled(kb) -> KeyedTensor`` (every feature of
+    the plan, present in ``kb``) and ``_unpooled(feature, x) -> Tensor``.
+    """
+
+    tables: tuple[TableConfig, ...]
+    feature_names: list[str]
+    is_weighted: bool | None
+    _collection_plan: CollectionPlan
+
+    def forward(
+        self, features: KeyedBags | Mapping[str, torch.Tensor]
+    ) -> KeyedTensor | dict[str, torch.Tensor]:
+        """Pool every feature's bags through its table.
+
+        ``features`` is a :class:`KeyedBags` (returns a :class:`KeyedTensor`: ``values()`` is
+        ``(N, sum of dims)`` in :attr:`feature_names` order, ``out[f]`` one feature's
+        ``(N, dim)``) or a ``{feature: index tensor}`` dict (unpooled lookups, as TorchRec's
+        ``EmbeddingCollection``: each ``S`` index tensor gives ``S + (dim,)``). Features in the
+        batch that no table reads are ignored.
+        """
+        name = type(self).__name__
+        if isinstance(features, KeyedBags):
+            keys = features.keys()
+            missing = [] if keys == self.feature_names else [
+                f for f in self.feature_names if f not in keys]
+            if missing:
+                raise InputValueError(
+                    f"{name}: the batch has no feature {missing} (its keys are "
+                    f"{features.keys()}); every feature of the tables must be in it."
+                )
+            return self._pooled(weighted_as(features, self.is_weighted, name))
+        if isinstance(features, Mapping):
+            table_of = self._collection_plan.table_of
+            unknown = [f for f in features if f not in table_of]
+            if unknown:
+                raise InputValueError(
+                    f"{name}: no table reads feature(s) {unknown}; the features are "
+                    f"{self.feature_names}."
+                )
+            return {f: self._unpooled(f, x) for f, x in features.items()}
+        raise InputTypeError(
+            f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
+            f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
+        )
+
+    def _pooled(self, kb: KeyedBags) -> KeyedTensor:
+        raise NotImplementedError
+
+    def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def weighted_as(kb: KeyedBags, is_weighted: bool | None, name: str) -> KeyedBags:
+    """``kb`` as a collection with ``is_weighted`` reads it: its weights dropped for
+    ``False``, kept for ``None``; for ``True`` a batch without weights raises."""
+    if is_weighted and kb.weights is None:
+        raise InputValueError(
+            f"{name}(is_weighted=True) needs a batch with weights (one per entry of values), "
+            "got a KeyedBags without weights. Give weights=, or build the collection with "
+            "is_weighted=None (weights when the batch has them)."
+        )
+    return kb.unweighted() if is_weighted is False else kb
+
+
+def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: torch.dtype,
+               feature: str) -> Bags:
+    """``bags`` (feature ``feature``'s) as table ``cfg`` reads them: the IDs themselves, hashed
+    (``"mod"``), mapped by ``id_map`` in eval mode (``"map"``: nothing added), or for ``"qr"``
+    two entries per ID, its quotient row and its remainder row, with the ID's weight times the
+    mode's (in ``dtype``), read by a ``sum`` over the stored rows."""
+    if cfg.hashing is None:
+        return bags
+    if cfg.hashing == "map":
+        assert id_map is not None
+        training = id_map.training
+        id_map.eval()  # look up only, change nothing
+        try:
+            return Bags(id_map(bags.indices), bags.offsets, bags.weights)
+        finally:
+            id_map.train(training)
+    h = hash_ids(bags.indices, cfg.num_embeddings)
+    if cfg.hashing == "mod":
+        return Bags(h, bags.offsets, bags.weights)
+    # qr: each ID becomes two entries, its quotient row and its remainder row, with the
+    # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
+    two = torch.stack(qr_rows(h, cfg.num_embeddings, int(cfg.qr_buckets or 1)), dim=1).reshape(-1)
+    w = bags.weights
+    if cfg.mode in ("mean", "sqrtn"):
+        if w is not None and w.requires_grad:
+            raise InputValueError(
+                f"LookupCollection: feature {feature!r} has weights that require grad, and "
+                f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
+                "into them without a gradient. Use mode='sum', or detach the weights."
+            )
+        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
+    return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))

@@ -1,0 +1,280 @@
+"""``EmbeddingBag``: an ``nn.EmbeddingBag`` (a subclass) whose forward is lookuplinear's lookup.
+
+Replacing ``nn.EmbeddingBag`` by ``lookuplinear.EmbeddingBag`` in a model changes nothing else:
+the same positional signature and defaults (``mode="mean"``, no bias), the same attributes
+(``num_embeddings``, ``embedding_dim``, ``weight``...), the same ``state_dict`` keys, the same
+``from_pretrained`` and ``repr``, and ``isinstance(m, nn.EmbeddingBag)`` holds, so code that
+decides by that test (PyTorch's ``DistributedDataParallel`` expects sparse gradients from an
+``nn.EmbeddingBag`` with ``sparse=True``) treats it as one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from .._sizes import as_size
+from ..errors import InputTypeError, InputValueError
+from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
+from ..sparse.bags import Bags, check_index_range
+
+__all__ = ["EmbeddingBag"]
+
+
+class EmbeddingBag(nn.EmbeddingBag):
+    r"""``nn.EmbeddingBag`` computed by lookuplinear: a drop-in, with the same arguments and state.
+
+    Dense equivalent: ``nn.Linear(num_embeddings, embedding_dim, bias=False)`` with
+    ``linear.weight == self.weight.T``, applied to each bag's multi-hot row (entry ``i`` of a bag
+    adds ``e_i``, times its ``per_sample_weights``; ``padding_idx`` entries dropped), the row
+    divided by its entry count for ``mode="mean"``; ``mode="max"`` takes the element-wise max of
+    the bag's rows. An empty bag gives zeros. That is ``nn.EmbeddingBag``'s output, on the same
+    calls, to the float rounding of a sum.
+
+    Against ``nn.EmbeddingBag`` it adds what ``LookupLinear`` has: row-sparse gradients the
+    fused optimizers of :mod:`lookuplinear.optim` apply in the backward (``sparse=True``),
+    incremental :class:`~lookuplinear.Checkpoint` saves, :meth:`quantize`, ``Bags`` and
+    scipy.sparse input, ``mode="sqrtn"`` and ``mode="max"`` with ``sparse=True``; and it
+    refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
+    index out of range, ``per_sample_weights`` with ``mode="mean"``).
+
+    Parameters
+    ----------
+    num_embeddings : int
+        Rows of the table; an int, a numpy integer or a one-element integer tensor.
+    embedding_dim : int
+        Columns of the table.
+    max_norm : float, optional
+        As in ``nn.EmbeddingBag``: before each lookup, the rows the input names whose
+        ``norm_type``-norm exceeds ``max_norm`` are scaled to norm ``max_norm`` in place.
+    norm_type : float, default 2.0
+    scale_grad_by_freq : bool, default False
+        Scale a row's gradient by the inverse of its count in the batch. lookuplinear's lookup
+        has no such gradient, so this forward is PyTorch's own ``F.embedding_bag`` (same output;
+        the gradient is PyTorch's, stored, which ``fused=True`` optimizers then apply in
+        ``step``).
+    mode : {"mean", "sum", "max", "sqrtn"}, default "mean"
+    sparse : bool, default False
+        Gradient of ``weight`` as a sparse COO tensor (one row per distinct index).
+    _weight : Tensor of shape (num_embeddings, embedding_dim), optional
+        The table to hold (as ``nn.EmbeddingBag``: used as given, the padding row unchanged).
+    include_last_offset : bool, default False
+        ``offsets`` holds ``N + 1`` CSR offsets ending at ``len(input)`` instead of ``N``
+        starts.
+    padding_idx : int, optional
+        Entries equal to it are dropped from their bag (and from its mean's count); the row
+        starts at zero and gets no gradient. Negative counts from the end.
+    device, dtype
+        As for any ``nn.Module`` factory.
+
+    Raises
+    ------
+    InputValueError
+        A size that is not an integer >= 1, an unknown ``mode``, ``padding_idx`` outside the
+        table, or ``_weight`` of another shape.
+
+    Examples
+    --------
+    >>> import lookuplinear
+    >>> _ = torch.manual_seed(0)
+    >>> bag = lookuplinear.EmbeddingBag(10, 3)              # was: nn.EmbeddingBag(10, 3)
+    >>> bag
+    EmbeddingBag(10, 3, mode='mean')
+    >>> isinstance(bag, nn.EmbeddingBag), list(bag.state_dict())
+    (True, ['weight'])
+    >>> _ = torch.manual_seed(0)
+    >>> ref = nn.EmbeddingBag(10, 3)                        # the same draw
+    >>> input, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    >>> torch.allclose(bag(input, offsets), ref(input, offsets))
+    True
+    >>> torch.allclose(bag(torch.tensor([[1, 2], [4, 9]])), ref(torch.tensor([[1, 2], [4, 9]])))
+    True
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        _weight: torch.Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        num_embeddings = as_size(num_embeddings, "num_embeddings", where="EmbeddingBag")
+        embedding_dim = as_size(embedding_dim, "embedding_dim", where="EmbeddingBag")
+        check_mode(mode)
+        if scale_grad_by_freq and sparse:
+            raise InputValueError(
+                "EmbeddingBag: scale_grad_by_freq=True with sparse=True has no backward in "
+                "PyTorch (its embedding backward refuses it). Drop one of the two."
+            )
+        if scale_grad_by_freq and mode == "max":
+            raise InputValueError(
+                "EmbeddingBag: scale_grad_by_freq=True scales a row's gradient by its count, "
+                "which mode='max' (one row per column) does not have; PyTorch refuses it too. "
+                "Use mode 'sum' or 'mean', or drop scale_grad_by_freq."
+            )
+        padding_idx = normalize_padding_idx(padding_idx, num_embeddings)
+        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise InputValueError(
+                f"EmbeddingBag: _weight must have shape (num_embeddings, embedding_dim) = "
+                f"({num_embeddings}, {embedding_dim}), got {tuple(_weight.shape)}. Pass sizes "
+                "that match the table, or use EmbeddingBag.from_pretrained(table)."
+            )
+        super().__init__(
+            num_embeddings, embedding_dim, max_norm, norm_type, scale_grad_by_freq, mode,
+            sparse, _weight, include_last_offset, padding_idx, device, dtype,
+        )
+
+    def forward(
+        self,
+        input: LookupInput,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The bags' reduced rows, shape ``(B, embedding_dim)``, as ``nn.EmbeddingBag`` gives them.
+
+        Parameters
+        ----------
+        input : Tensor
+            ``(B, N)`` indices: ``B`` bags of ``N`` each (``offsets`` must be None); or ``(nnz,)``
+            indices with ``offsets``; or a nested tensor of ``B`` bags. Also ``Bags`` and
+            scipy.sparse ``(B, num_embeddings)`` input (values as per-entry weights).
+        offsets : Tensor of shape (B,) or (B + 1,), optional
+            Start of each bag in a 1-D ``input`` (``B + 1`` CSR offsets with
+            ``include_last_offset``).
+        per_sample_weights : Tensor of the shape of ``input``, optional
+            One weight per entry (``mode="sum"`` only, as in PyTorch).
+
+        Raises
+        ------
+        InputValueError
+            1-D input without ``offsets``, 2-D input with them, input of another rank, or
+            ``per_sample_weights`` with a mode other than ``"sum"``.
+        InputTypeError
+            A tensor input that is not integer indices.
+        LookupIndexError
+            An index outside ``[0, num_embeddings)``.
+        """
+        if self.scale_grad_by_freq:  # a gradient lookuplinear's lookup does not compute
+            if not isinstance(input, torch.Tensor):
+                raise InputTypeError(
+                    "EmbeddingBag: scale_grad_by_freq=True runs PyTorch's F.embedding_bag, which "
+                    f"takes index tensors, got {type(input).__name__}. Pass the indices and "
+                    "offsets as nn.EmbeddingBag takes them."
+                )
+            return super().forward(input, offsets, per_sample_weights)
+        input, offsets, per_sample_weights = bag_input(
+            input, offsets, per_sample_weights, self.mode
+        )
+        if self.max_norm is not None:  # as F.embedding_bag: the named rows renormed in place
+            indices = input.indices if isinstance(input, Bags) else input
+            if not isinstance(indices, torch.Tensor) or indices.layout != torch.strided:
+                raise InputTypeError(
+                    f"EmbeddingBag: max_norm renorms the rows an index tensor names, got "
+                    f"{type(input).__name__}. Pass indices and offsets (or Bags)."
+                )
+            check_index_range(indices, self.num_embeddings, where="input")
+            with torch.no_grad():
+                torch.embedding_renorm_(self.weight, indices, self.max_norm, self.norm_type)
+        return lookup_linear(
+            input,
+            self.weight,
+            mode=cast(Mode, self.mode),
+            padding_idx=self.padding_idx,
+            offsets=offsets,
+            per_sample_weights=per_sample_weights,
+            sparse=self.sparse,
+            include_last_offset=self.include_last_offset,
+        )
+
+    def quantize(self, dtype: str = "int8") -> Any:
+        """An inference copy with the table quantized row by row (``"int8"``, ``"int4"`` or
+        ``"float16"``), called as this layer is; see :class:`~lookuplinear.QuantizedLookupLinear`.
+
+        Examples
+        --------
+        >>> bag = EmbeddingBag(1000, 16, mode="sum")
+        >>> q = bag.quantize("int8")
+        >>> x = torch.tensor([[1, 2], [3, 999]])
+        >>> (q(x) - bag(x)).abs().max() < 0.05
+        tensor(True)
+        """
+        from ..quant.layer import QuantizedEmbeddingBag
+
+        return QuantizedEmbeddingBag.from_float(self, dtype)
+
+
+def bag_input(
+    input: LookupInput,
+    offsets: torch.Tensor | None,
+    per_sample_weights: torch.Tensor | None,
+    mode: str,
+) -> tuple[LookupInput, torch.Tensor | None, torch.Tensor | None]:
+    """``nn.EmbeddingBag``'s input forms as ``(input, offsets, per_sample_weights)`` for
+    :func:`~lookuplinear.lookup_linear`: a ``(B, N)`` tensor is ``B`` bags of ``N`` and a nested
+    tensor its rows (both as ``Bags``); a 1-D tensor needs ``offsets``; ``Bags`` and
+    scipy.sparse input pass as they are."""
+    if per_sample_weights is not None and mode != "sum":
+        raise InputValueError(
+            f"EmbeddingBag: per_sample_weights are for mode='sum' (as in PyTorch), got "
+            f"mode={mode!r}. Build the layer with mode='sum', or drop the weights."
+        )
+    if not isinstance(input, torch.Tensor) or (input.layout != torch.strided
+                                               and not input.is_nested):
+        return input, offsets, per_sample_weights
+    if input.dtype.is_floating_point or input.dtype.is_complex or input.dtype == torch.bool:
+        raise InputTypeError(
+            f"EmbeddingBag: input must be integer indices (int64 or int32), got dtype "
+            f"{input.dtype}. Pass the row indices; for weighted entries use per_sample_weights."
+        )
+    if (per_sample_weights is not None and not input.is_nested
+            and per_sample_weights.shape != input.shape):
+        raise InputValueError(
+            f"EmbeddingBag: per_sample_weights must have the shape of input "
+            f"{tuple(input.shape)}, got {tuple(per_sample_weights.shape)}. Give one weight per "
+            "index."
+        )
+    if input.is_nested:
+        if offsets is not None:
+            raise InputValueError(
+                "EmbeddingBag: a nested input holds its bags, so offsets must be None."
+            )
+        if per_sample_weights is not None and not per_sample_weights.is_nested:
+            raise InputValueError(
+                "EmbeddingBag: a nested input needs nested per_sample_weights (one per index)."
+            )
+        weights = None if per_sample_weights is None else per_sample_weights.values()
+        return Bags(input.values(), input.offsets(), weights), None, None  # type: ignore[attr-defined]
+    if input.dim() == 2:
+        if offsets is not None:
+            raise InputValueError(
+                f"EmbeddingBag: a 2-D input {tuple(input.shape)} is B bags of N indices, so "
+                "offsets must be None (as in PyTorch). Drop offsets=, or pass the indices "
+                "flattened (1-D) with their offsets."
+            )
+        b, n = input.shape
+        csr = torch.arange(b + 1, dtype=input.dtype, device=input.device) * n
+        weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
+        return Bags(input.reshape(-1), csr, weights), None, None
+    if input.dim() == 1:
+        if offsets is None:
+            raise InputValueError(
+                f"EmbeddingBag: a 1-D input ({input.numel()} indices) needs offsets, the start "
+                "of each bag (as in PyTorch). Pass offsets=torch.tensor([0]) for one bag, or a "
+                "(B, N) input for B bags of N."
+            )
+        return input, offsets, per_sample_weights
+    raise InputValueError(
+        f"EmbeddingBag: input must be 1-D (with offsets) or 2-D (B bags of N), got shape "
+        f"{tuple(input.shape)}. Reshape it to (B, N)."
+    )
+

@@ -1,0 +1,180 @@
+"""The hash table of :class:`lookuplinear.IdMap`: int64 keys to int64 values, in one tensor.
+
+``table`` is ``(2 * size,)`` int64, ``size`` a power of 2: slot ``s`` holds a key at ``2s`` and
+its value at ``2s + 1``, a negative value marks an empty slot; linear probing from
+splitmix64(key) (``c/idmap.c``; :func:`lookuplinear.ids.hashing.splitmix64_int` in Python). Where
+the C kernels are not built the same table is probed by
+a Python loop (the same slots, so a saved table reads the same either way; slow).
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..ids.hashing import splitmix64_int
+from ._backend import use_c, values_known
+from ._clib import function, ptr
+
+__all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
+
+
+def empty_table(size: int) -> torch.Tensor:
+    """A table of ``size`` slots (a power of 2), all empty."""
+    t = torch.empty(2 * size, dtype=torch.int64)
+    t[1::2] = -1
+    t[0::2] = 0
+    return t
+
+
+def _mask(table: torch.Tensor) -> int:
+    return table.numel() // 2 - 1
+
+
+def _c(table: torch.Tensor) -> bool:
+    return use_c(table) and table.is_contiguous()
+
+
+def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The value of every key (``-1`` where absent), int64, shape of ``keys``."""
+    keys = keys.reshape(-1).to(torch.int64).contiguous()
+    if not values_known():
+        return _sorted_find(table, keys)
+    out = torch.empty_like(keys)
+    if _c(table):
+        function("ll_idmap_find")(
+            ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(out))
+        return out
+    t, mask = table.tolist(), _mask(table)
+    out.copy_(torch.tensor([t[2 * _slot(t, mask, k) + 1] for k in keys.tolist()],
+                           dtype=torch.int64))
+    return out
+
+
+def _sorted_find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """:func:`find` with torch ops of fixed shapes, for a recorded graph (``torch.compile``,
+    ``torch.export``): the slots sorted by key (a filled slot before an empty one of the same
+    key), then a binary search. ``O(size log size)`` per call where the probe is ``O(1)``."""
+    slot_keys, values = table[0::2], table[1::2]
+    by_fill = torch.argsort((values < 0).to(torch.int8), stable=True)
+    order = by_fill[torch.argsort(slot_keys[by_fill], stable=True)]
+    sorted_keys, sorted_values = slot_keys[order], values[order]
+    at = torch.searchsorted(sorted_keys, keys).clamp(max=sorted_keys.numel() - 1)
+    return torch.where(sorted_keys[at] == keys, sorted_values[at], -1)
+
+
+def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> int:
+    """``table[key] = value`` for every pair (in order); returns how many keys were new."""
+    keys = keys.reshape(-1).to(torch.int64).contiguous()
+    values = values.reshape(-1).to(torch.int64).contiguous()
+    if _c(table):
+        added: int = function("ll_idmap_set")(
+            ptr(table), _mask(table), ptr(keys), ptr(values), keys.numel())
+        return added
+    t, mask, added = table.tolist(), _mask(table), 0
+    for k, v in zip(keys.tolist(), values.tolist(), strict=True):
+        s = _slot(t, mask, k)
+        added += t[2 * s + 1] < 0
+        t[2 * s], t[2 * s + 1] = k, v
+    table.copy_(torch.tensor(t, dtype=torch.int64))
+    return added
+
+
+def add(table: torch.Tensor, keys: torch.Tensor, adds: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``table[key] += add`` (absent keys start at 0); returns the new values and how many
+    keys were new."""
+    keys = keys.reshape(-1).to(torch.int64).contiguous()
+    adds = adds.reshape(-1).to(torch.int64).contiguous()
+    out = torch.empty_like(keys)
+    if _c(table):
+        added: int = function("ll_idmap_add")(
+            ptr(table), _mask(table), ptr(keys), ptr(adds), keys.numel(), ptr(out))
+        return out, added
+    t, mask, added = table.tolist(), _mask(table), 0
+    for i, (k, a) in enumerate(zip(keys.tolist(), adds.tolist(), strict=True)):
+        s = _slot(t, mask, k)
+        old = t[2 * s + 1]
+        added += old < 0
+        t[2 * s], t[2 * s + 1] = k, max(old, 0) + a
+        out[i] = t[2 * s + 1]
+    table.copy_(torch.tensor(t, dtype=torch.int64))
+    return out, added
+
+
+def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
+    """Remove the keys present; returns how many were."""
+    keys = keys.reshape(-1).to(torch.int64).contiguous()
+    if _c(table):
+        removed: int = function("ll_idmap_erase")(
+            ptr(table), _mask(table), ptr(keys), keys.numel())
+        return removed
+    t, mask, removed = table.tolist(), _mask(table), 0
+    for k in keys.tolist():
+        i = _slot(t, mask, k)
+        if t[2 * i + 1] < 0:
+            continue
+        removed += 1
+        t[2 * i + 1] = -1
+        j = (i + 1) & mask
+        while t[2 * j + 1] >= 0:
+            home = splitmix64_int(t[2 * j]) & mask
+            stays = (i < home <= j) if i <= j else (i < home or home <= j)
+            if not stays:
+                t[2 * i], t[2 * i + 1] = t[2 * j], t[2 * j + 1]
+                t[2 * j + 1] = -1
+                i = j
+            j = (j + 1) & mask
+    table.copy_(torch.tensor(t, dtype=torch.int64))
+    return removed
+
+
+def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
+           ) -> tuple[torch.Tensor, int]:
+    """The value of every key; an absent key gets ``next_value``, ``next_value + 1``, ... in
+    order of first appearance while below ``end``, else ``-1``. Returns the values and the next
+    unused value."""
+    keys = keys.reshape(-1).to(torch.int64).contiguous()
+    out = torch.empty_like(keys)
+    if _c(table):
+        nxt = torch.tensor([next_value], dtype=torch.int64)
+        function("ll_idmap_assign")(
+            ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(nxt), end, ptr(out))
+        return out, int(nxt)
+    t, mask = table.tolist(), _mask(table)
+    for i, k in enumerate(keys.tolist()):
+        s = _slot(t, mask, k)
+        if t[2 * s + 1] >= 0:
+            out[i] = t[2 * s + 1]
+        elif next_value < end:
+            t[2 * s], t[2 * s + 1] = k, next_value
+            out[i] = next_value
+            next_value += 1
+        else:
+            out[i] = -1
+    table.copy_(torch.tensor(t, dtype=torch.int64))
+    return out, next_value
+
+
+def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray:
+    """``keys.get(item, -1)`` of every item of a list or 1-D numpy object array, int64
+    (``c/pyids.c``: the lookups in one C loop). Raises TypeError for an unhashable item."""
+    out = np.empty(len(items), dtype=np.int64)
+    if use_c():
+        array = isinstance(items, np.ndarray)
+        if array:
+            items = np.ascontiguousarray(items, dtype=object)
+        function("ll_dict_keys")(
+            keys, None if array else items, items.ctypes.data if array else None,  # type: ignore[union-attr]
+            len(items), out.ctypes.data)
+        return out
+    return np.fromiter(map(keys.get, items, repeat(-1)), np.int64, len(items))
+
+
+def _slot(t: list[int], mask: int, key: int) -> int:
+    s = splitmix64_int(key) & mask
+    while t[2 * s + 1] >= 0 and t[2 * s] != key:
+        s = (s + 1) & mask
+    return s

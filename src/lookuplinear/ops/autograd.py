@@ -1,0 +1,170 @@
+"""Row-sparse weight gradients: one row per unique index, duplicates merged in the backward.
+
+The weight gradient of ``densify(x) @ W`` is ``densify(x).T @ grad_out``: non-zero only in the
+rows ``x`` names. ``F.embedding_bag(..., sparse=True)`` returns it as an uncoalesced COO tensor
+with one row per *entry* (``nnz`` rows, duplicates repeated), which every optimizer then has to
+coalesce. :func:`bag_lookup` returns it already coalesced: rows sorted and unique, their
+contributions summed (:func:`lookuplinear.ops.group_rows`), so an optimizer step reads each
+touched row once::
+
+    indices = [3, 1, 3]        grad rows  = [1, 3]
+    offsets = [0, 2, 3]   ->   grad values = [g[0], g[0] + g[1]]     (g = grad_out)
+
+A table bound to a ``fused=True`` optimizer (:mod:`lookuplinear._fusion`) stores no gradient:
+the optimizer takes ``grad_out`` and updates the rows at the end of the backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .._fusion import binding
+from ..storage.rowwatch import notify
+from . import Lookup, gather_rows, group_rows
+
+__all__ = ["bag_lookup", "row_sparse_grad", "weight_grad"]
+
+
+def row_sparse_grad(
+    rows: torch.Tensor, values: torch.Tensor, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """A coalesced COO tensor of ``shape`` holding ``values`` in ``rows`` (sorted, unique)."""
+    return torch.sparse_coo_tensor(
+        rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False
+    )
+
+
+def _bag_ids(offsets: torch.Tensor) -> torch.Tensor:
+    lengths = offsets[1:] - offsets[:-1]
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device), lengths)
+
+
+def _differentiable_grad(lk: Lookup, g: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """The weight gradient built from torch ops on ``g``, for ``create_graph=True``: an
+    uncoalesced COO tensor (one row per entry) whose values keep their graph, as
+    ``nn.Embedding(sparse=True)``'s do."""
+    idx = lk.indices.reshape(-1).long()
+    contrib = g if lk.offsets is None else g.index_select(0, _bag_ids(lk.offsets))
+    if lk.weights is not None:
+        contrib = contrib * lk.weights.to(g.dtype).unsqueeze(1)
+    if lk.padding_idx is not None:
+        keep = idx != lk.padding_idx
+        idx, contrib = idx[keep], contrib[keep]
+    return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
+
+
+def weight_grad(param: torch.Tensor, weight: torch.Tensor, lk: Lookup, g: torch.Tensor
+                ) -> torch.Tensor | None:
+    """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup ``lk`` whose
+    output rows have the gradient ``g`` (``(rows, dim)``), in a backward: coalesced, or taken by
+    the ``fused=True`` optimizer bound to ``param`` (None returned), or one row per entry with
+    its graph under ``create_graph=True``."""
+    shape = tuple(weight.shape)
+    fused = binding(param)
+    if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
+        return _differentiable_grad(lk, g, shape)
+    if fused is not None and fused.defer(lk, g):
+        # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
+        # checkpoint) here which rows the fused update changes
+        notify(param, lk.indices)
+        return None
+    rows, values = group_rows(lk, g, shape[0])
+    return row_sparse_grad(rows, values.to(weight.dtype), shape)
+
+
+class _BagLookup(torch.autograd.Function):
+    """``embedding_bag`` sum forward; backward returns the coalesced row-sparse gradient."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        weight: torch.Tensor,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None,
+        weights: torch.Tensor | None,
+        padding_idx: int | None,
+        include_last_offset: bool,
+    ) -> torch.Tensor:
+        if offsets is None:  # C's gather on the CPU, else torch's (the same rows)
+            out = gather_rows(weight, indices)
+            if out is None:
+                out = F.embedding(indices, weight, padding_idx=padding_idx)
+        else:  # detached: ATen's forward-only kernel (the backward below is this class's own),
+            # called as functional._embedding_bag calls it (the caller has checked the input);
+            # not in a trace, whose exporter has no ONNX op for detach
+            table = weight if torch.jit.is_tracing() else weight.detach()
+            out = torch.embedding_bag(
+                table, indices, offsets, False, 0, False, weights, include_last_offset,
+                padding_idx,
+            )[0]
+        ctx.save_for_backward(weight, indices, offsets, weights)
+        ctx.padding_idx = padding_idx
+        ctx.include_last_offset = include_last_offset
+        ctx.param = weight  # the Parameter itself: a fused optimizer is bound to it
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
+        weight, indices, offsets, weights = ctx.saved_tensors
+        g = grad_out.reshape(-1, weight.shape[1])
+        if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
+            offsets = torch.cat([offsets, offsets.new_tensor([indices.numel()])])
+        lk = Lookup(indices.reshape(-1), offsets, weights, ctx.padding_idx)
+        grad_weight = grad_weights = None
+        if weights is not None and ctx.needs_input_grad[3]:
+            w_rows = weight.index_select(0, lk.indices)
+            grad_weights = (g.index_select(0, _bag_ids(offsets)) * w_rows).sum(1)
+            if ctx.padding_idx is not None:
+                grad_weights = grad_weights.masked_fill(lk.indices == ctx.padding_idx, 0)
+            grad_weights = grad_weights.to(weights.dtype)
+        if ctx.needs_input_grad[0]:
+            grad_weight = weight_grad(ctx.param, weight, lk, g)
+        return grad_weight, None, None, grad_weights, None, None
+
+
+def bag_lookup(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    padding_idx: int | None = None,
+    *,
+    include_last_offset: bool = True,
+) -> torch.Tensor:
+    """``densify(x) @ weight`` (mode sum) whose weight gradient is coalesced and row-sparse.
+
+    ``offsets is None``: index input of any shape ``S``, returns ``S + (out,)`` (equal to
+    ``F.embedding``); otherwise bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
+    ``per_sample_weights``): CSR offsets (``N + 1``), or with ``include_last_offset=False``
+    ``nn.EmbeddingBag``'s ``N`` start offsets, the last bag running to the end of ``indices``
+    (in a traced graph too: no entry count is fixed). ``weight.grad`` is a sparse COO tensor
+    whose indices are the unique touched rows, sorted, and whose values hold one summed
+    gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
+    :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
+    needed.) With ``create_graph=True`` the
+    gradient is one row per entry and can be differentiated again; so it is in a graph that
+    ``torch.compile`` or ``torch.export`` records (PyTorch's ``F.embedding_bag(sparse=True)``).
+
+    Examples
+    --------
+    >>> W = torch.ones(5, 2, requires_grad=True)
+    >>> bag_lookup(W, torch.tensor([3, 1, 3]), torch.tensor([0, 2, 3])).sum().backward()
+    >>> W.grad._indices(), W.grad._values()      # rows 1 and 3; row 3 named twice
+    (tensor([[1, 3]]), tensor([[1., 1.],
+            [2., 2.]]))
+    """
+    if torch.compiler.is_compiling():  # PyTorch's own sparse-gradient ops, which it compiles
+        # and exports: the gradient has one row per entry (uncoalesced), as nn.EmbeddingBag's
+        if offsets is None:
+            return F.embedding(indices, weight, padding_idx=padding_idx, sparse=True)
+        return F.embedding_bag(
+            indices, weight, offsets, mode="sum", sparse=True, per_sample_weights=weights,
+            include_last_offset=include_last_offset, padding_idx=padding_idx,
+        )
+    out: torch.Tensor = _BagLookup.apply(
+        weight, indices, offsets, weights, padding_idx, include_last_offset
+    )
+    return out

@@ -1,0 +1,1 @@
+"""Quantized modules, built from float ones (``from_float``)."""

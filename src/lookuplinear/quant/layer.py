@@ -1,0 +1,248 @@
+"""``QuantizedLookupLinear``: a trained ``LookupLinear`` with a row-wise quantized table, for
+inference.
+
+Each row of the table is stored in FBGEMM's fused row-wise format, as PyTorch's quantized
+embedding-bag ops take it: ``int8`` (one byte per value, then the row's float32 scale and
+offset) or ``int4`` (two values per byte, then a float16 scale and offset), or plainly as
+``float16``. A value ``w`` of row ``r`` is stored as ``q = round((w - min_r) / scale_r)`` and
+read back as ``q * scale_r + min_r``, ``scale_r = (max_r - min_r) / (2**bits - 1)``, so it
+moves by at most half a step, ``scale_r / 2`` (plus the float16 rounding of the scale and
+offset for ``int4``). The dense equivalent is ``nn.Linear`` on the dequantized table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import hugepages
+from ..errors import InputTypeError, InputValueError
+from ..functional import _as_bags, _csr_offsets, lookup_linear
+from ..modules.embedding_bag import EmbeddingBag, bag_input
+from ..ops import mode_weights
+from ..sparse.bags import Bags
+
+__all__ = ["DTYPES", "QuantizedEmbeddingBag", "QuantizedLookupLinear"]
+
+#: the storage kinds and their bits per value
+DTYPES = {"int8": 8, "int4": 4, "float16": 16}
+
+_OPS = {
+    "int8": ("embedding_bag_byte_prepack", "embedding_bag_byte_unpack",
+             "embedding_bag_byte_rowwise_offsets"),
+    "int4": ("embedding_bag_4bit_prepack", "embedding_bag_4bit_unpack",
+             "embedding_bag_4bit_rowwise_offsets"),
+}
+
+
+class QuantizedLookupLinear(nn.Module):
+    """A ``LookupLinear`` for inference whose table is quantized row by row.
+
+    Dense equivalent: ``nn.Linear`` with ``weight = dequantize().weight.T`` (and the layer's
+    bias) on the densified input, as for the float layer; ``check_equivalence`` compares the
+    forward against it. Every input form and mode of the float layer; int8 and int4 ``sum``,
+    ``mean`` and ``sqrtn`` bags run PyTorch's quantized embedding-bag kernels, everything else
+    dequantizes only the rows the input names. Build one with ``LookupLinear.quantize``.
+    ``train()`` raises: a quantized table is not trained.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(1000, 16, mode="mean")
+    >>> q = layer.quantize("int8")
+    >>> x = Bags.from_lists([[1, 5, 5], [], [999]])
+    >>> bool((q(x) - layer(x)).abs().max() < 0.05)
+    True
+    """
+
+    packed: torch.Tensor  # (rows, bytes per row) uint8, or (rows, out_features) float16
+    bias: torch.Tensor | None
+
+    def __init__(self, layer: Any, dtype: str = "int8") -> None:
+        super().__init__()
+        if dtype not in DTYPES:
+            raise InputValueError(
+                f"quantize: dtype must be one of {sorted(DTYPES)}, got {dtype!r}."
+            )
+        weight = layer.weight.detach()
+        if weight.device.type != "cpu":
+            raise InputValueError(
+                f"quantize: the table is on {weight.device}; PyTorch's quantized embedding-bag "
+                "kernels run on the CPU. Call layer.cpu().quantize(...)."
+            )
+        if dtype == "int4" and layer.out_features % 2:
+            raise InputValueError(
+                f"quantize('int4') packs two values a byte, so out_features must be even, got "
+                f"{layer.out_features}. Use 'int8' or 'float16' for this layer."
+            )
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.mode, self.padding_idx = layer.mode, layer.padding_idx
+        self.include_last_offset = layer.include_last_offset
+        self.dtype = dtype
+        w = weight.float().contiguous()
+        # huge pages, as the float table has (lookuplinear.hugepages): a lookup reads rows
+        # scattered over the table, a TLB miss each on 4 KiB pages
+        packed = hugepages.place(self.pack(w, dtype))
+        self.register_buffer("packed", packed)
+        bias = None if layer.bias is None else layer.bias.detach().float().clone()
+        self.register_buffer("bias", bias)
+        self.training = False
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, dtype: str, *, in_features: int,
+                    out_features: int, bias: torch.Tensor | None, mode: str,
+                    padding_idx: int | None, include_last_offset: bool = False
+                    ) -> QuantizedLookupLinear:
+        """A layer around a table packed already (as a model file stores it)."""
+        if dtype not in DTYPES:
+            raise InputValueError(
+                f"quantized table: dtype must be one of {sorted(DTYPES)}, got {dtype!r}."
+            )
+        q = cls.__new__(cls)
+        nn.Module.__init__(q)
+        q.in_features, q.out_features = in_features, out_features
+        q.mode, q.padding_idx, q.include_last_offset = mode, padding_idx, include_last_offset
+        q.dtype = dtype
+        q.register_buffer("packed", hugepages.place(packed))
+        q.register_buffer("bias", bias)
+        q.training = False
+        if q.rows(torch.zeros(1, dtype=torch.long)).shape != (1, out_features):
+            raise InputValueError(
+                f"quantized table: {tuple(packed.shape)} {packed.dtype} is not a {dtype} table "
+                f"of {out_features} columns."
+            )
+        return q
+
+    @staticmethod
+    def pack(rows: torch.Tensor, dtype: str) -> torch.Tensor:
+        """``rows`` (float, ``(n, out_features)``) in the storage of ``dtype``."""
+        if dtype == "float16":
+            return rows.half()
+        return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
+
+    def train(self, mode: bool = True) -> QuantizedLookupLinear:
+        if mode:
+            raise InputValueError(
+                "a QuantizedLookupLinear is for inference: its table is quantized and has no "
+                "gradient. Train the float LookupLinear, then quantize it."
+            )
+        return super().train(False)
+
+    def rows(self, indices: torch.Tensor) -> torch.Tensor:
+        """The dequantized rows ``indices`` (float32, ``(len(indices), out_features)``)."""
+        picked = self.packed.index_select(0, indices)
+        if self.dtype == "float16":
+            return picked.float()
+        return getattr(torch.ops.quantized, _OPS[self.dtype][1])(picked)
+
+    def dequantize(self) -> Any:
+        """The float ``LookupLinear`` of the dequantized table (the dense reference's layer)."""
+        from ..modules.layer import LookupLinear
+
+        table = self.rows(torch.arange(self.in_features))
+        layer = LookupLinear(self.in_features, self.out_features, bias=self.bias is not None,
+                             mode=self.mode, padding_idx=self.padding_idx,
+                             include_last_offset=self.include_last_offset)
+        with torch.no_grad():
+            layer.weight.copy_(table)
+            if self.bias is not None and layer.bias is not None:
+                layer.bias.copy_(self.bias)
+        return layer.eval()
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input: Any,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``densify(input) @ dequantized table + bias``, as ``LookupLinear.forward``."""
+        if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
+            if input.dtype.is_floating_point or input.dtype == torch.bool:  # dense rows
+                return lookup_linear(input, self.rows(torch.arange(self.in_features)),
+                                     self.bias, mode=self.mode)
+            if input.dtype.is_complex:
+                raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
+            return self._compact(input, None)
+        if offsets is not None:
+            bags = Bags(input, _csr_offsets(input, offsets, self.include_last_offset),
+                        per_sample_weights)
+        else:
+            bags = _as_bags(input, self.in_features)
+        bags.check_indices(self.in_features)
+        if self.padding_idx is not None:
+            bags = bags.drop_index(self.padding_idx)
+        if self.dtype in _OPS and self.mode != "max" and not (
+            bags.weights is not None and bags.weights.requires_grad
+        ):
+            w = bags.weights
+            if self.mode != "sum":
+                w = mode_weights(bags.offsets, w, self.mode == "sqrtn", torch.float32)
+            out = getattr(torch.ops.quantized, _OPS[self.dtype][2])(
+                self.packed, bags.indices.long(), bags.offsets.long(), False, 0, False,
+                None if w is None else w.float(), None, True)
+            return out if self.bias is None else out + self.bias
+        return self._compact(None, bags)
+
+    def _compact(self, index: torch.Tensor | None, bags: Bags | None) -> torch.Tensor:
+        """The float lookup on the dequantized rows the input names, and only those."""
+        idx = index if index is not None else bags.indices  # type: ignore[union-attr]
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.in_features):
+            Bags(idx.reshape(-1), [0, idx.numel()]).check_indices(self.in_features)
+        uniq, inverse = torch.unique(idx.reshape(-1), return_inverse=True)
+        table = self.rows(uniq)
+        pad = None
+        if self.padding_idx is not None and bool((uniq == self.padding_idx).any()):
+            pad = int(torch.searchsorted(uniq, self.padding_idx))
+        if index is not None:
+            return lookup_linear(inverse.reshape(index.shape), table, self.bias, padding_idx=pad)
+        assert bags is not None
+        return lookup_linear(Bags(inverse, bags.offsets, bags.weights), table, self.bias,
+                             mode=self.mode, padding_idx=pad)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_features}, {self.out_features}, dtype={self.dtype}, "
+                f"mode={self.mode}, bias={self.bias is not None}")
+
+
+class QuantizedEmbeddingBag(QuantizedLookupLinear):
+    """A :class:`~lookuplinear.EmbeddingBag` for inference whose table is quantized row by row,
+    called as ``nn.EmbeddingBag`` is (``(B, N)`` bags, or 1-D indices with ``offsets``).
+
+    Dense equivalent: the float ``EmbeddingBag`` on the dequantized table. Build one with
+    ``EmbeddingBag.quantize``.
+
+    Examples
+    --------
+    >>> bag = EmbeddingBag(1000, 16)
+    >>> q = bag.quantize("int4")
+    >>> x = torch.tensor([[1, 5, 5], [3, 2, 999]])
+    >>> q(x).shape, bool((q(x) - bag(x)).abs().max() < 0.2)
+    (torch.Size([2, 16]), True)
+    """
+
+    @classmethod
+    def from_float(cls, bag: EmbeddingBag, dtype: str = "int8") -> QuantizedEmbeddingBag:
+        """The quantized copy of ``bag``'s table.
+
+        Raises
+        ------
+        InputValueError
+            ``max_norm`` or ``scale_grad_by_freq`` is set (they rewrite a float table or its
+            gradient), or ``dtype`` is unknown.
+        """
+        from ..modules.layer import LookupLinear
+
+        return cls(LookupLinear.from_embedding(bag), dtype)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input: Any,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The bags' reduced rows of the dequantized table, as ``EmbeddingBag.forward``."""
+        return super().forward(*bag_input(input, offsets, per_sample_weights, self.mode))

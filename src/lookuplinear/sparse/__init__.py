@@ -1,0 +1,1 @@
+"""Jagged batches: ``Bags``, ``KeyedBags``, ``KeyedTensor``, and their adapters."""

@@ -1,0 +1,556 @@
+"""``Bags``: a jagged batch of index bags in CSR form, and its adapters.
+
+A batch of ``N`` bags is three flat tensors, exactly the rows of a CSR matrix::
+
+    Bags.from_lists([[3, 1], [], [2, 2, 0]])
+
+    indices = [3, 1, 2, 2, 0]        # the column of every entry, bag after bag
+    offsets = [0, 2, 2, 5]           # bag b is indices[offsets[b]:offsets[b + 1]]
+    weights = None                   # or one value per entry (the CSR ``data``)
+
+    # bag 0 is indices[0:2], bag 1 is indices[2:2] (empty), bag 2 is indices[2:5]
+
+Its dense equivalent, with ``in_features=4``, is the multi-hot matrix below: duplicate indices add
+up, an entry's weight (1 when ``weights is None``) is its value::
+
+    [[0, 1, 0, 1],
+     [0, 0, 0, 0],
+     [1, 0, 2, 0]]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..errors import InputTypeError, InputValueError, LookupIndexError
+from ..ops import drop_entries, offsets_ok, values_known
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+__all__ = ["Bags", "is_scipy_sparse"]
+
+
+def is_scipy_sparse(x: Any) -> bool:
+    """``scipy.sparse.issparse(x)``, without importing scipy (0.2-0.4 s) when nothing has: a
+    scipy matrix can only exist once ``scipy.sparse`` is imported."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and bool(sp.issparse(x))
+
+
+def _as_int_tensor(name: str, value: Any) -> torch.Tensor:
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
+        return t
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise InputTypeError(
+            f"Bags: {name} must be an integer tensor, got dtype {t.dtype}. "
+            f"Convert it with {name}.long() (offsets and indices are positions, not values)."
+        )
+    if t.dim() != 1:
+        raise InputValueError(
+            f"Bags: {name} must be 1-D, got shape {tuple(t.shape)}. Flatten it first."
+        )
+    if t.dtype not in (torch.int32, torch.int64):
+        t = t.long()
+    return t
+
+
+class Bags:
+    """A jagged batch of ``N`` bags of indices, offsets in CSR form, with optional weights.
+
+    The dense equivalent is the ``(N, in_features)`` matrix ``X`` with
+    ``X[b, j] = sum of weights[k] for k in range(offsets[b], offsets[b + 1]) if indices[k] == j``,
+    so ``LookupLinear(in_features, ...)(bags)`` equals ``nn.Linear`` on ``bags.to_dense(...)``.
+
+    Parameters
+    ----------
+    indices : Tensor of shape (nnz,), int32 or int64
+        The index of every entry, bag after bag.
+    offsets : Tensor of shape (N + 1,), same integer dtype
+        ``offsets[0] == 0``, non-decreasing, ``offsets[-1] == nnz``. Bag ``b`` holds
+        ``indices[offsets[b]:offsets[b + 1]]``.
+    weights : Tensor of shape (nnz,), floating, optional
+        One value per entry (a CSR matrix's ``data``, e.g. TF-IDF values). ``None`` means 1.
+
+    Raises
+    ------
+    InputTypeError
+        Indices or offsets are not integers, or weights are not floating point.
+    InputValueError
+        Offsets do not start at 0, decrease, or do not end at ``len(indices)``; weights of the
+        wrong length; tensors on different devices.
+
+    Examples
+    --------
+    >>> bags = Bags.from_lists([[3, 1], [], [2, 2, 0]])
+    >>> bags
+    Bags(n_bags=3, nnz=5, weighted=False)
+    >>> bags.to_dense(4)
+    tensor([[0., 1., 0., 1.],
+            [0., 0., 0., 0.],
+            [1., 0., 2., 0.]])
+    """
+
+    __slots__ = ("indices", "offsets", "weights")
+
+    def __init__(
+        self,
+        indices: torch.Tensor | Sequence[int] | np.ndarray,
+        offsets: torch.Tensor | Sequence[int] | np.ndarray,
+        weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        idx = _as_int_tensor("indices", indices)
+        off = _as_int_tensor("offsets", offsets)
+        if off.device != idx.device:
+            raise InputValueError(
+                f"Bags: offsets are on {off.device} but indices on {idx.device}; "
+                "move both to the same device."
+            )
+        if idx.dtype != off.dtype:  # F.embedding_bag needs one dtype for both
+            idx, off = idx.long(), off.long()
+        if off.numel() == 0:
+            raise InputValueError(
+                "Bags: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
+                "empty tensor. An empty batch has offsets=[0]."
+            )
+        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
+            if values_known():
+                _check_offsets(off, idx.numel())
+        elif not off.is_meta:  # meta tensors have no values to check
+            # one C pass: numpy ops here slowed the next lookup by 10-25% (_kernels/_inputs.py)
+            host = off if off.is_cpu else off.cpu()
+            if not offsets_ok(host, idx.numel()):
+                _check_offsets(host, idx.numel())
+        w: torch.Tensor | None = None
+        if weights is not None:
+            w = (
+                weights
+                if isinstance(weights, torch.Tensor)
+                else torch.as_tensor(np.asarray(weights, dtype=np.float32))
+            )
+            if not w.dtype.is_floating_point:
+                raise InputTypeError(
+                    f"Bags: weights must be floating point, got dtype {w.dtype}; "
+                    "convert with weights.float()."
+                )
+            if w.shape != idx.shape:
+                raise InputValueError(
+                    f"Bags: weights must have one value per index, shape {tuple(idx.shape)}, "
+                    f"got shape {tuple(w.shape)}. Pass a 1-D weight for every entry of indices."
+                )
+            if w.device != idx.device:
+                raise InputValueError(
+                    f"Bags: weights are on {w.device} but indices on {idx.device}; "
+                    "move both to the same device."
+                )
+        self.indices = idx
+        self.offsets = off
+        self.weights = w
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_lists(
+        cls,
+        lists: Sequence[Sequence[int]],
+        weights: Sequence[Sequence[float]] | None = None,
+    ) -> Bags:
+        """Build from one list of indices per bag (and optionally one list of weights per bag).
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).offsets
+        tensor([0, 2, 2, 5])
+        """
+        lengths = [len(b) for b in lists]
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter((i for b in lists for i in b), dtype=np.int64, count=int(offsets[-1]))
+        w = None
+        if weights is not None:
+            if [len(b) for b in weights] != lengths:
+                raise InputValueError(
+                    "Bags.from_lists: weights must have one list per bag with one value per "
+                    f"index; bag lengths are {lengths}, weight lengths {[len(b) for b in weights]}."
+                )
+            w = torch.tensor([x for b in weights for x in b], dtype=torch.float32)
+        return cls(torch.from_numpy(flat), torch.from_numpy(offsets), w)
+
+    @classmethod
+    def from_padded(cls, x: torch.Tensor, padding_idx: int | None) -> Bags:
+        """Build from a ``(N, L)`` index tensor: bag ``b`` is row ``b`` without the entries equal
+        to ``padding_idx`` (``None``: every entry is kept, ``N`` bags of ``L``).
+
+        Examples
+        --------
+        >>> Bags.from_padded(torch.tensor([[3, 1, 0], [0, 0, 0], [2, 2, 5]]), padding_idx=0)
+        Bags(n_bags=3, nnz=5, weighted=False)
+        >>> Bags.from_padded(torch.tensor([[3, 1, 0], [0, 0, 0]]), padding_idx=None)
+        Bags(n_bags=2, nnz=6, weighted=False)
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            raise InputValueError(
+                "Bags.from_padded: x must be a 2-D index tensor of shape (N, L), got "
+                f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}."
+            )
+        if padding_idx is None:
+            n, length = x.shape
+            return cls(x.reshape(-1), torch.arange(n + 1, device=x.device) * length)
+        keep = x != padding_idx
+        offsets = torch.zeros(x.shape[0] + 1, dtype=torch.long, device=x.device)
+        torch.cumsum(keep.sum(1), 0, out=offsets[1:])
+        return cls(x[keep], offsets)
+
+    @classmethod
+    def from_scipy(cls, m: Any) -> Bags:
+        """Build from any ``scipy.sparse`` matrix or array; values become the weights.
+
+        CSR input with int32 or int64 indices is shared, not copied. Other formats are converted
+        to CSR first (duplicate COO entries add up).
+
+        Examples
+        --------
+        >>> import scipy.sparse as sp
+        >>> Bags.from_scipy(sp.csr_matrix([[1.0, 0.0, 0.5], [0.0, 0.0, 0.0]]))
+        Bags(n_bags=2, nnz=2, weighted=True)
+        """
+        if not is_scipy_sparse(m):
+            raise InputTypeError(
+                f"Bags.from_scipy: expected a scipy.sparse matrix or array, got {type(m).__name__}."
+            )
+        mat: Any = m
+        if mat.ndim != 2:
+            raise InputValueError(f"Bags.from_scipy: expected a 2-D matrix, got {mat.ndim}-D.")
+        csr = mat if mat.format == "csr" else mat.tocsr()
+        indices, indptr, data = csr.indices, csr.indptr, csr.data
+        if indices.dtype != indptr.dtype or indices.dtype.kind != "i":
+            indices, indptr = indices.astype(np.int64), indptr.astype(np.int64)
+        if data.dtype.kind != "f":  # np.issubdtype(dtype, np.floating), at a tenth of the cost
+            data = data.astype(np.float32)
+        nnz = indices.shape[0]
+        if indices.ndim != 1 or data.shape != (nnz,) or indptr.ndim != 1 or indptr.size == 0:
+            raise InputValueError(
+                f"Bags.from_scipy: not a valid CSR matrix: indices of shape {indices.shape}, data "
+                f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
+                "its check_format(full_check=True) to see what is wrong."
+            )
+        if not offsets_ok(indptr, nnz):  # scipy checks its indptr only on request
+            _check_offsets(indptr, nnz)
+        # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
+        # run again on every call; benchmarks/bench_layer.py times the per-call cost)
+        bags = cls.__new__(cls)
+        bags.indices, bags.offsets = _from_numpy(indices), _from_numpy(indptr)
+        bags.weights = _from_numpy(data)
+        return bags
+
+    @classmethod
+    def from_torch_sparse(cls, t: torch.Tensor) -> Bags:
+        """Build from a 2-D torch sparse COO or CSR tensor; values (and their grad) are kept.
+
+        Examples
+        --------
+        >>> t = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]]).to_sparse()
+        >>> Bags.from_torch_sparse(t).weights
+        tensor([2., 1.])
+        """
+        if not isinstance(t, torch.Tensor) or t.layout not in (torch.sparse_coo, torch.sparse_csr):
+            raise InputTypeError(
+                "Bags.from_torch_sparse: expected a torch sparse COO or CSR tensor, got "
+                f"{type(t).__name__} with layout {getattr(t, 'layout', None)}."
+            )
+        if t.dim() != 2 or t.dense_dim() != 0:
+            raise InputValueError(
+                "Bags.from_torch_sparse: expected a 2-D sparse matrix with scalar values, got "
+                f"shape {tuple(t.shape)} with {t.dense_dim()} dense dims."
+            )
+        if t.layout == torch.sparse_coo and not t.is_coalesced():
+            t = t.coalesce()  # sorts entries by row and adds up duplicates (values() needs it)
+        values = t.values()
+        if not values.dtype.is_floating_point:
+            values = values.float()
+        if t.layout == torch.sparse_csr:
+            return cls(t.col_indices(), t.crow_indices(), values)
+        rows, cols = t.indices()
+        offsets = torch.zeros(t.shape[0] + 1, dtype=torch.long, device=t.device)
+        torch.cumsum(torch.bincount(rows, minlength=t.shape[0]), 0, out=offsets[1:])
+        return cls(cols, offsets, values)
+
+    @classmethod
+    def from_dense(cls, x: torch.Tensor) -> Bags:
+        """Build from a dense ``(N, in_features)`` tensor, keeping its non-zero entries.
+
+        Examples
+        --------
+        >>> Bags.from_dense(torch.tensor([[0.0, 3.0], [0.0, 0.0]])).weights
+        tensor([3.])
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            raise InputValueError(
+                "Bags.from_dense: expected a 2-D tensor of shape (N, in_features), got "
+                f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}."
+            )
+        rows, cols = torch.nonzero(x, as_tuple=True)
+        values = x[rows, cols]
+        if not values.dtype.is_floating_point:
+            values = values.float()
+        offsets = torch.zeros(x.shape[0] + 1, dtype=torch.long, device=x.device)
+        torch.cumsum(torch.bincount(rows, minlength=x.shape[0]), 0, out=offsets[1:])
+        return cls(cols, offsets, values)
+
+    # ------------------------------------------------------------------ views
+    def __len__(self) -> int:
+        return self.offsets.numel() - 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Bags(n_bags={len(self)}, nnz={self.indices.numel()}, "
+            f"weighted={self.weights is not None})"
+        )
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the indices (and offsets and weights)."""
+        return self.indices.device
+
+    def lengths(self) -> torch.Tensor:
+        """Number of entries in each bag, shape ``(N,)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).lengths()
+        tensor([2, 0, 3])
+        """
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def bag_ids(self) -> torch.Tensor:
+        """The bag of every entry, shape ``(nnz,)``: the row index of each CSR entry.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).bag_ids()
+        tensor([0, 0, 2, 2, 2])
+        """
+        lengths = self.lengths()
+        # sizes read with size(), which a trace records as ops (len() and nnz are numbers)
+        return torch.repeat_interleave(
+            torch.arange(lengths.size(0), device=self.device), lengths.long(),
+            output_size=self.indices.size(0),
+        )
+
+    @property
+    def nnz(self) -> int:
+        """Number of entries, duplicates and padding included."""
+        return self.indices.numel()
+
+    def to(self, device: torch.device | str) -> Bags:
+        """Return the same bags on ``device`` (this object if nothing moves).
+
+        Examples
+        --------
+        >>> bags = Bags.from_lists([[3, 1], []])
+        >>> bags.to("cpu") is bags
+        True
+        >>> bags.to("meta").device
+        device(type='meta')
+        """
+        device = torch.device(device)
+        if self.indices.device == device:
+            return self
+        w = None if self.weights is None else self.weights.to(device)
+        return Bags(self.indices.to(device), self.offsets.to(device), w)
+
+    def drop_index(self, index: int) -> Bags:
+        """The same bags without their entries equal to ``index`` (this object if there are none).
+
+        The dense equivalent is ``to_dense`` with column ``index`` set to zero. Weights that
+        require grad keep their graph (the dropped entries get a zero gradient).
+
+        Examples
+        --------
+        >>> bags = Bags.from_lists([[3, 0, 1], [0], [2, 2]]).drop_index(0)
+        >>> bags.indices, bags.offsets
+        (tensor([3, 1, 2, 2]), tensor([0, 2, 2, 4]))
+        """
+        # one C pass on the CPU (boolean-mask indexing costs 10x more), torch ops elsewhere
+        dropped = drop_entries(self.indices, self.offsets, index)
+        if dropped is None:
+            return self
+        kept, indices, offsets = dropped
+        bags = Bags.__new__(Bags)  # a subset of checked bags: nothing to check again
+        bags.indices, bags.offsets = indices, offsets
+        bags.weights = None if self.weights is None else self.weights.index_select(0, kept)
+        return bags
+
+    def check_indices(self, in_features: int) -> None:
+        """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [7]]).check_indices(5)
+        Traceback (most recent call last):
+            ...
+        lookuplinear.errors.LookupIndexError: index 7 at Bags.indices[2] is out of range ...
+        """
+        check_index_range(self.indices, in_features, where="Bags.indices")
+
+    def to_dense(self, in_features: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The dense ``(N, in_features)`` matrix these bags stand for (duplicates add up).
+
+        This is the reference path: it allocates ``N x in_features`` values.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[0, 2, 2]], weights=[[0.5, 1.0, 1.0]]).to_dense(4)
+        tensor([[0.5000, 0.0000, 2.0000, 0.0000]])
+        """
+        self.check_indices(in_features)
+        if dtype is None:
+            dtype = self.weights.dtype if self.weights is not None else torch.float32
+        out = torch.zeros(len(self), in_features, dtype=dtype, device=self.device)
+        vals = (
+            torch.ones(self.nnz, dtype=dtype, device=self.device)
+            if self.weights is None
+            else self.weights.to(dtype)
+        )
+        return out.index_put((self.bag_ids(), self.indices.long()), vals, accumulate=True)
+
+    def to_scipy(self, in_features: int) -> sp.csr_matrix:
+        """The same batch as a ``scipy.sparse.csr_matrix`` of shape ``(N, in_features)``.
+
+        Examples
+        --------
+        >>> Bags.from_lists([[3, 1], [], [2]]).to_scipy(4).toarray()
+        array([[0., 1., 0., 1.],
+               [0., 0., 0., 0.],
+               [0., 0., 1., 0.]], dtype=float32)
+        """
+        self.check_indices(in_features)
+        vals = (
+            np.ones(self.nnz, dtype=np.float32)
+            if self.weights is None
+            else self.weights.detach().cpu().float().numpy()
+        )
+        import scipy.sparse as sp
+
+        return sp.csr_matrix(
+            (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
+            shape=(len(self), in_features),
+        )
+
+
+def _check_offsets(vals: Any, nnz: int) -> None:
+    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
+    offsets of ``nnz`` entries; return if they are fine."""
+    first, last = int(vals[0]), int(vals[-1])
+    if first != 0:
+        raise InputValueError(
+            f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
+            "Prepend 0 to EmbeddingBag-style offsets."
+        )
+    if last != nnz:
+        raise InputValueError(
+            f"Bags: offsets must end at len(indices)={nnz} (CSR form, "
+            f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
+            "offsets, append len(indices)."
+        )
+    decreasing = vals[1:] < vals[:-1]
+    if bool(decreasing.any()):
+        bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
+        raise InputValueError(
+            f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
+            f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
+            "followed by the cumulative sum of the bag lengths."
+        )
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` without a copy; read-only arrays are copied (torch needs writable)."""
+    if not a.flags.writeable:
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def check_index_range(indices: torch.Tensor, in_features: int, *, where: str) -> None:
+    """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``
+    (in a graph that ``torch.compile`` or ``torch.export`` records: a check that runs with it)."""
+    if not values_known():
+        torch._assert_async(
+            ((indices >= 0) & (indices < in_features)).all(),
+            f"lookuplinear: an index of {where} is out of range for in_features={in_features}: "
+            f"every index must be in [0, {in_features - 1}].",
+        )
+        return
+    if indices.numel() == 0:
+        return
+    lo, hi = torch.aminmax(indices)
+    if int(lo) >= 0 and int(hi) < in_features:
+        return
+    bad = (indices < 0) | (indices >= in_features)
+    pos = tuple(int(p) for p in torch.nonzero(bad)[0])
+    value = int(indices[pos])
+    at = f"{where}[{', '.join(map(str, pos))}]" if pos else where
+    raise LookupIndexError(
+        f"index {value} at {at} is out of range for "
+        f"in_features={in_features}: every index must be in [0, {in_features - 1}]. "
+        "Check the vocabulary size, or map unknown tokens to a reserved index."
+    )
+
+
+def rows_index(name: str, rows: Any, n: int, device: torch.device) -> torch.Tensor:
+    """``rows`` (a slice, integer indices or a boolean mask over ``n`` rows) as int64 positions.
+
+    Negative indices count from the end, as in PyTorch; an index outside ``[-n, n)`` or a mask
+    of another length raises ``LookupIndexError``.
+    """
+    if isinstance(rows, slice):  # Python's slice rules (a negative step too)
+        if rows.step == 0:
+            raise InputValueError(f"{name}: slice step cannot be zero, got {rows}.")
+        r = range(n)[rows]
+        return torch.arange(len(r), device=device) * r.step + r.start
+    if isinstance(rows, int | np.integer) and not isinstance(rows, bool | np.bool_):
+        rows = [int(rows)]
+    t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows))
+    t = t.to(device)
+    if t.dtype == torch.bool:
+        if t.dim() != 1 or t.numel() != n:
+            raise LookupIndexError(
+                f"{name}: a boolean mask must have one value per row, shape ({n},), got shape "
+                f"{tuple(t.shape)}."
+            )
+        return torch.nonzero(t).flatten()
+    if t.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dim() != 1:
+        raise InputTypeError(
+            f"{name}: rows must be a slice, 1-D integer indices or a boolean mask, got a "
+            f"tensor of dtype {t.dtype} and shape {tuple(t.shape)}."
+        )
+    t = t.long()
+    bad = (t < -n) | (t >= n)
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0, 0])
+        raise LookupIndexError(
+            f"{name}: row {int(t[i])} (rows[{i}]) is out of range for a batch of {n} rows; "
+            f"rows must be in [-{n}, {n})."
+        )
+    return torch.where(t < 0, t + n, t)
+
+
+def gather_bags(offsets: torch.Tensor, bags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The entries of ``bags`` (positions of CSR bags), in order: ``(entry positions, lengths)``.
+
+    The result is ``cat([arange(offsets[b], offsets[b + 1]) for b in bags])`` and the lengths
+    of those bags, without a Python loop.
+    """
+    starts = offsets[bags].long()
+    lengths = offsets[bags + 1].long() - starts
+    ends = torch.cumsum(lengths, 0)
+    total = int(ends[-1]) if ends.numel() else 0
+    # entry p of bag j (output position ends[j] - lengths[j] + p) reads starts[j] + p
+    shift = torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
+    return torch.arange(total, device=offsets.device) + shift, lengths

@@ -1,0 +1,624 @@
+"""``KeyedBags``: several features' bags for the same examples, and ``KeyedTensor``, their output.
+
+A keyed batch is TorchRec's ``KeyedJaggedTensor``: one flat ``values`` tensor holding, feature
+after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
+
+    KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []]})
+
+    keys    = ["user", "item"]                 # F = 2 features, N = 2 examples
+    values  = [3, 1, 4,   7, 7, 2]             # user's bags, then item's
+    lengths = [1, 2,      3, 0]                # F * N bag lengths, feature-major
+    offsets = [0, 1, 3,   6, 6]                # CSR offsets of the F * N bags
+
+    # 'user' bags are values[0:1], values[1:3]; 'item' bags are values[3:6], values[6:6]
+
+``kb["item"]`` is that feature's :class:`~lookuplinear.Bags` (a view, no copy), so everything a
+``LookupLinear`` takes per bag batch, a keyed batch gives per feature.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch
+
+from ..errors import InputTypeError, InputValueError
+from ..ops import offsets_ok, values_known
+from .bags import Bags, _as_int_tensor, gather_bags, rows_index
+from .columns import column_bags
+
+__all__ = ["KeyedBags", "KeyedTensor"]
+
+
+class KeyedBags:
+    """A keyed jagged batch: ``F`` features' bags of indices for the same ``N`` examples.
+
+    The dense equivalent of feature ``k`` is ``kb[k].to_dense(n)``, the ``(N, n)`` multi-hot
+    (weighted) matrix of its bags, as for :class:`~lookuplinear.Bags`. The layout is TorchRec's
+    ``KeyedJaggedTensor`` (feature-major; see the module docstring for a drawn batch).
+
+    Parameters
+    ----------
+    keys : sequence of str
+        The feature names, distinct, in the order their bags appear in ``values``.
+    values : Tensor of shape (nnz,), integer
+        Every feature's indices, feature after feature, bag after bag.
+    lengths : Tensor of shape (F * N,), integer, optional
+        The number of entries of every bag, feature-major. Give ``lengths`` or ``offsets``.
+    offsets : Tensor of shape (F * N + 1,), integer, optional
+        CSR offsets of the ``F * N`` bags (``offsets[0] == 0``, ``offsets[-1] == nnz``).
+    weights : Tensor of shape (nnz,), floating, optional
+        One weight per entry (``None`` means 1).
+
+    Raises
+    ------
+    InputValueError
+        Keys repeated or not strings, lengths negative or not summing to ``len(values)``,
+        a number of bags that is not a multiple of the number of keys, bad offsets, weights of
+        the wrong length.
+    InputTypeError
+        Integer tensors that are not integers, weights that are not floating point.
+
+    Examples
+    --------
+    >>> kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 4, 7, 7, 2]),
+    ...                lengths=torch.tensor([1, 2, 3, 0]))
+    >>> kb
+    KeyedBags(keys=['user', 'item'], batch_size=2, nnz=6, weighted=False)
+    >>> kb["item"].indices, kb["item"].offsets
+    (tensor([7, 7, 2]), tensor([0, 3, 3]))
+    """
+
+    __slots__ = ("_keys", "_position", "offsets", "values", "weights")
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        values: torch.Tensor | Sequence[int] | np.ndarray,
+        lengths: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        offsets: torch.Tensor | Sequence[int] | np.ndarray | None = None,
+        weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        keys = list(keys)
+        if not all(isinstance(k, str) for k in keys):
+            raise InputValueError(
+                f"KeyedBags: keys must be strings (feature names), got {keys!r}."
+            )
+        if len(set(keys)) != len(keys):
+            repeated = sorted({k for k in keys if keys.count(k) > 1})
+            raise InputValueError(
+                f"KeyedBags: keys must be distinct, got {repeated} more than once. Give each "
+                "feature one name (features may share a table through TableConfig)."
+            )
+        vals = _as_int_tensor("values", values)
+        if (lengths is None) == (offsets is None):
+            raise InputValueError(
+                "KeyedBags: give exactly one of lengths= (F * N bag lengths) and offsets= "
+                f"(F * N + 1 CSR offsets), got lengths={'None' if lengths is None else '...'} and "
+                f"offsets={'None' if offsets is None else '...'}."
+            )
+        if lengths is not None:
+            lens = _as_int_tensor("lengths", lengths).to(vals.device)
+            if lens.dim() != 1:
+                raise InputValueError(
+                    f"KeyedBags: lengths must be 1-D (F * N values), got shape "
+                    f"{tuple(lens.shape)}."
+                )
+            if lens.numel() and int(lens.min()) < 0:
+                bad = int(torch.nonzero(lens < 0)[0, 0])
+                raise InputValueError(
+                    f"KeyedBags: lengths must be >= 0, got lengths[{bad}] = {int(lens[bad])}."
+                )
+            total = int(lens.sum())
+            if total != vals.numel():
+                raise InputValueError(
+                    f"KeyedBags: lengths sum to {total} but values holds {vals.numel()} "
+                    "entries; lengths must give every entry of values to one bag."
+                )
+            off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
+            torch.cumsum(lens, 0, out=off[1:])
+        else:
+            off = _as_int_tensor("offsets", offsets).long().to(vals.device)
+            host = off if off.is_cpu else off.cpu()
+            if off.numel() == 0 or not offsets_ok(host, vals.numel()):
+                raise InputValueError(
+                    "KeyedBags: offsets must be CSR offsets of the F * N bags: start at 0, "
+                    f"never decrease and end at len(values) = {vals.numel()}; got "
+                    f"{host.tolist()[:12]}{'...' if host.numel() > 12 else ''}."
+                )
+        n_bags = off.numel() - 1
+        if keys and n_bags % len(keys):
+            raise InputValueError(
+                f"KeyedBags: {n_bags} bags for {len(keys)} keys; the bags must be N per key "
+                "(feature-major), so their number is a multiple of the number of keys."
+            )
+        if not keys and n_bags:
+            raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
+        w: torch.Tensor | None = None
+        if weights is not None:
+            w = (
+                weights
+                if isinstance(weights, torch.Tensor)
+                else torch.as_tensor(np.asarray(weights, dtype=np.float32))
+            )
+            if not w.dtype.is_floating_point:
+                raise InputTypeError(
+                    f"KeyedBags: weights must be floating point, got dtype {w.dtype}; "
+                    "convert with weights.float()."
+                )
+            if w.shape != vals.shape:
+                raise InputValueError(
+                    f"KeyedBags: weights must have one value per entry of values, shape "
+                    f"{tuple(vals.shape)}, got shape {tuple(w.shape)}."
+                )
+        self._keys = keys
+        self._position = {k: i for i, k in enumerate(keys)}
+        self.values = vals
+        self.offsets = off if vals.dtype == off.dtype else off.to(vals.dtype)
+        self.weights = w
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_dict(cls, features: Mapping[str, Bags | Sequence[Sequence[int]]]) -> KeyedBags:
+        """Build from ``{key: Bags or list of index lists}``, every feature with ``N`` bags.
+
+        Weights are kept when every feature has them (a feature without weights gets 1s when
+        another has them).
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []]})
+        >>> kb.values, kb.lengths()
+        (tensor([3, 1, 4, 7, 7, 2]), tensor([1, 2, 3, 0]))
+        """
+        if not features:
+            raise InputValueError("KeyedBags.from_dict: got no features; pass {name: bags}.")
+        bags = {k: v if isinstance(v, Bags) else Bags.from_lists(v) for k, v in features.items()}
+        sizes = {k: len(b) for k, b in bags.items()}
+        if len(set(sizes.values())) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_dict: every feature needs one bag per example, got {sizes} "
+                "bags per feature."
+            )
+        devices = {b.device for b in bags.values()}
+        if len(devices) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_dict: features on different devices {sorted(map(str, devices))};"
+                " move them to one device."
+            )
+        values = torch.cat([b.indices.long() for b in bags.values()])
+        lengths = torch.cat([b.lengths().long() for b in bags.values()])
+        weights = None
+        if any(b.weights is not None for b in bags.values()):
+            dtype = next(b.weights.dtype for b in bags.values() if b.weights is not None)
+            weights = torch.cat([
+                b.weights.to(dtype) if b.weights is not None
+                else torch.ones(b.nnz, dtype=dtype, device=b.device)
+                for b in bags.values()
+            ])
+        return cls(list(bags), values, lengths=lengths, weights=weights)
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> KeyedBags:
+        """Build from ``{key: column}``, one column per feature, one row per example.
+
+        A column is a numpy array, a pandas Series, a pyarrow array or a list, holding either
+        one integer ID per row (every bag holds that one ID) or one list of integer IDs per row
+        (the bag; ``[]`` is an empty bag). List columns are read without a loop over rows where
+        the column is a pyarrow list array (its offsets are the bags' offsets); an object array
+        of lists costs one pass to flatten. The result equals
+        ``KeyedBags.from_dict({k: [[id] or ids for each row] ...})``::
+
+            {"user": [3, 1], "tags": [[7, 7, 2], []]}
+
+            keys    = ["user", "tags"]
+            values  = [3, 1,   7, 7, 2]
+            lengths = [1, 1,   3, 0]
+
+        Raises
+        ------
+        InputTypeError
+            A column that is neither integer IDs nor lists of integer IDs: floats, strings
+            (map them with ``IdMap(key_type="str")`` first), bools, lists nested in lists, or
+            lists mixed with scalars.
+        InputValueError
+            A missing ID or list (None, NaN, NA, null), an ID outside int64, columns of
+            different lengths, no columns.
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_columns({"user": np.array([3, 1]),
+        ...                              "tags": [[7, 7, 2], []]})
+        >>> kb.values, kb.lengths()
+        (tensor([3, 1, 7, 7, 2]), tensor([1, 1, 3, 0]))
+        """
+        if not columns:
+            raise InputValueError("KeyedBags.from_columns: got no columns; pass {name: column}.")
+        read = {str(k): column_bags(str(k), c) for k, c in columns.items()}
+        rows = {k: len(lengths) for k, (_, lengths) in read.items()}
+        if len(set(rows.values())) > 1:
+            raise InputValueError(
+                f"KeyedBags.from_columns: every column needs one row per example, got {rows} "
+                "rows per column."
+            )
+        values = np.concatenate([v for v, _ in read.values()])
+        lengths = np.concatenate([n for _, n in read.values()])
+        return cls(list(read), torch.from_numpy(values), lengths=torch.from_numpy(lengths))
+
+    @classmethod
+    def from_dataframe(cls, df: Any, columns: Sequence[str] | None = None) -> KeyedBags:
+        """Build from a pandas DataFrame's ``columns`` (all of them by default), a key each.
+
+        ``KeyedBags.from_columns({c: df[c] for c in columns})``: integer columns are one ID
+        per example, list columns (object columns of lists or arrays, or Arrow-backed
+        ``list<int>`` columns) are the bags. pandas is read, never imported.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"user": [3, 1], "tags": [[7, 7, 2], []], "label": [0, 1]})
+        >>> KeyedBags.from_dataframe(df, columns=["user", "tags"])
+        KeyedBags(keys=['user', 'tags'], batch_size=2, nnz=5, weighted=False)
+        """
+        names = list(df.columns) if columns is None else list(columns)
+        missing = [c for c in names if c not in df.columns]
+        if missing:
+            raise InputValueError(
+                f"KeyedBags.from_dataframe: no column {missing} in the DataFrame; its columns "
+                f"are {list(df.columns)}."
+            )
+        return cls.from_columns({c: df[c] for c in names})
+
+    @classmethod
+    def from_kjt(cls, kjt: Any) -> KeyedBags:
+        """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
+
+        Only the layout a ``KeyedBags`` is, ``N`` bags for every key, is read: a KJT whose
+        keys have different batch sizes (``stride_per_key_per_rank``, TorchRec's variable
+        batch), or that carries ``inverse_indices``, or whose ``lengths`` are not
+        ``len(keys) * stride()`` bags covering ``values`` exactly, is refused (nothing is
+        read or changed), never read as another batch.
+
+        Raises
+        ------
+        InputValueError
+            A layout that is not ``N`` bags per key, as above.
+        """
+        keys = list(kjt.keys())
+        strides = [int(n) for n in kjt.stride_per_key()]
+        inverse = kjt.inverse_indices_or_none() is not None
+        if len(set(strides)) > 1 or inverse:
+            raise InputValueError(
+                "KeyedBags.from_kjt: the KeyedJaggedTensor has a variable batch per key "
+                f"(stride_per_key {strides}{', inverse_indices' if inverse else ''}), and a "
+                "KeyedBags holds the same N examples for every key. Expand it to one batch "
+                "size first (repeat each key's bags as its inverse_indices say), or build the "
+                "KeyedJaggedTensor with one stride."
+            )
+        stride = strides[0] if strides else 0
+        lengths = kjt.lengths()
+        if lengths.numel() != len(keys) * stride:
+            raise InputValueError(
+                f"KeyedBags.from_kjt: the KeyedJaggedTensor has {len(keys)} keys and stride "
+                f"{stride}, so {len(keys) * stride} bags, but {lengths.numel()} lengths; build "
+                "it with lengths of len(keys) * stride bags."
+            )
+        return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none())
+
+    def to_kjt(self) -> Any:
+        """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package)."""
+        try:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        except ImportError as exc:  # an optional dependency
+            raise ImportError(
+                "KeyedBags.to_kjt needs TorchRec; install it (see docs/collection.md)."
+            ) from exc
+        return KeyedJaggedTensor(
+            keys=self.keys(), values=self.values, lengths=self.lengths(), weights=self.weights
+        )
+
+    # ------------------------------------------------------------------ views
+    def keys(self) -> list[str]:
+        """The feature names, in the order of ``values``."""
+        return list(self._keys)
+
+    @property
+    def batch_size(self) -> int:
+        """``N``, the number of examples (bags per feature)."""
+        return (self.offsets.numel() - 1) // len(self._keys) if self._keys else 0
+
+    def __len__(self) -> int:
+        """The number of examples ``N``, as ``len(Bags)`` is its number of bags."""
+        return self.batch_size
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._position
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def lengths(self) -> torch.Tensor:
+        """The ``F * N`` bag lengths, feature-major."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @overload
+    def __getitem__(self, key: str) -> Bags: ...
+
+    @overload
+    def __getitem__(self, key: slice | torch.Tensor | np.ndarray | Sequence[int]) -> KeyedBags: ...
+
+    def __getitem__(self, key: Any) -> Bags | KeyedBags:
+        """Feature ``key``'s ``N`` bags, or the examples ``rows`` of every feature.
+
+        ``kb["user"]`` is that feature's :class:`~lookuplinear.Bags` (views of ``values`` and
+        ``weights``, offsets from 0). ``kb[rows]``, with ``rows`` a slice, an int (a batch of
+        that one row), integer indices (negative count from the end, repeats allowed) or a
+        boolean mask of ``N`` values, is a
+        new ``KeyedBags`` of those examples in that order, for every feature: its dense
+        equivalent is ``kb[k].to_dense(n)[rows]`` for each key ``k``.
+
+        Raises
+        ------
+        KeyError
+            A feature name that is not one of ``keys()``.
+        LookupIndexError
+            A row outside ``[-N, N)``, or a mask that is not ``N`` values.
+
+        Examples
+        --------
+        >>> kb = KeyedBags.from_dict({"user": [[3], [1, 4], [5]], "item": [[7, 7], [], [2]]})
+        >>> kb[1:].to_dict()["user"].indices, kb[torch.tensor([2, 0])].lengths()
+        (tensor([1, 4, 5]), tensor([1, 1, 1, 2]))
+        """
+        if not isinstance(key, str):
+            return self._rows(key)
+        pos = self._position.get(key)
+        if pos is None:
+            raise KeyError(
+                f"KeyedBags has no feature {key!r}; its keys are {self._keys}."
+            )
+        n = self.batch_size
+        off = self.offsets[pos * n : (pos + 1) * n + 1]
+        if not values_known():  # symbolic bounds, checked where a graph runs
+            start, end = off[0].item(), off[-1].item()
+            torch._check(start >= 0)
+            torch._check(start <= end)
+            torch._check(end <= self.values.numel())
+        else:
+            start, end = int(off[0]), int(off[-1])
+        bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
+        bags.indices = self.values[start:end]
+        bags.offsets = off - start
+        bags.weights = None if self.weights is None else self.weights[start:end]
+        return bags
+
+    def _rows(self, rows: Any) -> KeyedBags:
+        n, f = self.batch_size, len(self._keys)
+        picked = rows_index("KeyedBags[rows]", rows, n, self.device)
+        bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
+        positions, lengths = gather_bags(self.offsets, bags)
+        out = KeyedBags.__new__(KeyedBags)  # a subset of checked bags: nothing to check again
+        out._keys, out._position = self._keys, self._position
+        out.values = self.values.index_select(0, positions)
+        out.offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype,
+                                  device=self.device)
+        torch.cumsum(lengths, 0, out=out.offsets[1:])
+        out.weights = None if self.weights is None else self.weights.index_select(0, positions)
+        return out
+
+    @classmethod
+    def cat(cls, batches: Sequence[KeyedBags]) -> KeyedBags:
+        """The examples of ``batches``, one batch after the other, as one ``KeyedBags``.
+
+        Stacks rows, as ``torch.cat(dim=0)`` does: the dense equivalent of feature ``k`` is
+        ``torch.cat([b[k].to_dense(n) for b in batches])``. (TorchRec's
+        ``KeyedJaggedTensor.concat`` instead puts different keys side by side.) Every batch
+        must have the same keys in the same order, on one device; weights are kept when any
+        batch has them (1 for the entries of a batch without).
+
+        Raises
+        ------
+        InputValueError
+            No batches, different keys, or batches on different devices.
+
+        Examples
+        --------
+        >>> a = KeyedBags.from_dict({"user": [[3]], "item": [[7, 2]]})
+        >>> b = KeyedBags.from_dict({"user": [[1, 4], []], "item": [[], [5]]})
+        >>> KeyedBags.cat([a, b]).to_dict()["item"].offsets
+        tensor([0, 2, 2, 3])
+        """
+        batches = list(batches)
+        if not batches:
+            raise InputValueError("KeyedBags.cat: got no batches; pass a list of KeyedBags.")
+        keys = batches[0]._keys
+        for i, b in enumerate(batches):
+            if not isinstance(b, KeyedBags):
+                raise InputTypeError(
+                    f"KeyedBags.cat: batches[{i}] is a {type(b).__name__}, not a KeyedBags."
+                )
+            if b._keys != keys:
+                raise InputValueError(
+                    f"KeyedBags.cat: batches[{i}] has keys {b._keys} but batches[0] has "
+                    f"{keys}; every batch needs the same keys in the same order (build them "
+                    "from the same columns)."
+                )
+        devices = {b.device for b in batches}
+        if len(devices) > 1:
+            raise InputValueError(
+                f"KeyedBags.cat: batches on different devices {sorted(map(str, devices))}; move "
+                "them to one device."
+            )
+        # feature-major: feature 0 of every batch, then feature 1 of every batch, ...
+        spans = []
+        for f in range(len(keys)):
+            for b in batches:
+                n = b.batch_size
+                spans.append((b, f * n, (f + 1) * n))
+        values = torch.cat([b.values[int(b.offsets[s]) : int(b.offsets[e])].long()
+                            for b, s, e in spans])
+        lengths = torch.cat([b.lengths()[s:e].long() for b, s, e in spans])
+        weights = None
+        if any(b.weights is not None for b in batches):
+            dtype = next(b.weights.dtype for b in batches if b.weights is not None)
+            weights = torch.cat([
+                b.weights[int(b.offsets[s]) : int(b.offsets[e])].to(dtype)
+                if b.weights is not None
+                else torch.ones(int(b.offsets[e] - b.offsets[s]), dtype=dtype, device=b.device)
+                for b, s, e in spans
+            ])
+        return cls(keys, values, lengths=lengths, weights=weights)
+
+    def to_dict(self) -> dict[str, Bags]:
+        """``{key: kb[key]}`` for every feature."""
+        return {k: self[k] for k in self._keys}
+
+    def to(self, device: torch.device | str) -> KeyedBags:
+        """The same batch on ``device`` (this object if nothing moves)."""
+        device = torch.device(device)
+        if self.values.device == device:
+            return self
+        moved = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
+        moved._keys, moved._position = self._keys, self._position
+        moved.values, moved.offsets = self.values.to(device), self.offsets.to(device)
+        moved.weights = None if self.weights is None else self.weights.to(device)
+        return moved
+
+    def unweighted(self) -> KeyedBags:
+        """The same bags without weights (this object if it has none; tensors shared).
+
+        Examples
+        --------
+        >>> kb = KeyedBags(["a"], torch.tensor([1, 2]), lengths=torch.tensor([2]),
+        ...                weights=torch.tensor([0.5, 2.0]))
+        >>> kb.unweighted()
+        KeyedBags(keys=['a'], batch_size=1, nnz=2, weighted=False)
+        """
+        if self.weights is None:
+            return self
+        out = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
+        out._keys, out._position = self._keys, self._position
+        out.values, out.offsets, out.weights = self.values, self.offsets, None
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedBags(keys={self._keys}, batch_size={self.batch_size}, "
+            f"nnz={self.values.numel()}, weighted={self.weights is not None})"
+        )
+
+
+class KeyedTensor:
+    """The pooled outputs of several features side by side: TorchRec's ``KeyedTensor``.
+
+    ``values()`` is one ``(N, sum of dims)`` tensor, the features' outputs concatenated in
+    ``keys()`` order; ``kt[key]`` is a feature's ``(N, dim)`` slice (a view) and ``to_dict()``
+    all of them.
+
+    Examples
+    --------
+    >>> kt = KeyedTensor(["a", "b"], [2, 1], torch.arange(6.0).reshape(2, 3))
+    >>> kt["b"]
+    tensor([[2.],
+            [5.]])
+    """
+
+    __slots__ = ("_keys", "_lengths", "_starts", "_values")
+
+    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int],
+                 values: torch.Tensor) -> None:
+        self._keys = list(keys)
+        self._lengths = [int(n) for n in length_per_key]
+        starts = np.concatenate([[0], np.cumsum(self._lengths)]).astype(int).tolist()
+        self._starts = {k: (starts[i], starts[i + 1]) for i, k in enumerate(self._keys)}
+        self._values = values
+
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def values(self) -> torch.Tensor:
+        """The ``(N, sum of dims)`` tensor."""
+        return self._values
+
+    def length_per_key(self) -> list[int]:
+        """Each feature's output width (its table's ``embedding_dim``)."""
+        return list(self._lengths)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._starts:
+            raise KeyError(f"KeyedTensor has no key {key!r}; its keys are {self._keys}.")
+        a, b = self._starts[key]
+        return self._values[:, a:b]
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        return {k: self[k] for k in self._keys}
+
+    def __repr__(self) -> str:
+        return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
+
+
+def _flatten_kt(kt: KeyedTensor) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
+    return [kt._values], (tuple(kt._keys), tuple(kt._lengths))
+
+
+def _unflatten_kt(leaves: Any, context: tuple[Any, ...]) -> KeyedTensor:
+    return KeyedTensor(context[0], context[1], leaves[0])
+
+
+def _flatten_kt_with_keys(kt: KeyedTensor) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    return [(GetAttrKey("_values"), kt._values)], _flatten_kt(kt)[1]
+
+
+def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]:
+    return [kb.values, kb.offsets, kb.weights], tuple(kb._keys)
+
+
+def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
+    kb = KeyedBags.__new__(KeyedBags)  # the leaves of a checked batch: nothing to check again
+    kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+    kb.values, kb.offsets, kb.weights = leaves
+    return kb
+
+
+def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+    from torch.utils._pytree import GetAttrKey
+
+    names = ("values", "offsets", "weights")
+    leaves, keys = _flatten(kb)
+    return [(GetAttrKey(n), t) for n, t in zip(names, leaves, strict=True)], keys
+
+
+# a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
+# as an input (its tensors are the graph's inputs, its keys part of the program)
+def _dumped(context: Any) -> str:
+    return json.dumps(context)
+
+
+def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flattening builds
+    def tuples(x: Any) -> Any:
+        return tuple(tuples(v) for v in x) if isinstance(x, list) else x
+
+    return tuples(json.loads(text))
+
+
+torch.utils._pytree.register_pytree_node(
+    KeyedBags, _flatten, _unflatten,
+    serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+)
+torch.utils._pytree.register_pytree_node(
+    KeyedTensor, _flatten_kt, _unflatten_kt,
+    serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
+    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+)
+# an exported program saves its example inputs: they load with torch.load(weights_only=True)
+torch.serialization.add_safe_globals([KeyedBags, KeyedTensor])

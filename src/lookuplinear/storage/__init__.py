@@ -1,0 +1,1 @@
+"""Tables in files, checkpoints and the rows they track."""

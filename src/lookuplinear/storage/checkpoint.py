@@ -1,0 +1,588 @@
+"""Crash-consistent checkpoints of a model and its optimizers that cost what changed.
+
+A checkpoint directory holds a chain of segments and a manifest that names the complete ones::
+
+    ckpt/
+      MANIFEST.json               # generation, and each segment's file, size and SHA-256
+      seg-00000001.safetensors    # base: every row of every table (drawn rows of a file table)
+      seg-00000004.safetensors    # rows changed since the segment before, and the rest whole
+
+A segment holds, for each table trained by row-sparse gradients (``sparse=True`` or a fused
+optimizer), the rows changed since the previous save, their values and their optimizer state
+(``lookuplinear.optim``'s rows: moments, sums, momentum: the state each optimizer declares
+per row); everything else whole: the other parameters, the buffers and the rest of the
+``state_dict`` (as an ``IdMap``'s strings), the optimizers' other state, its layout in memory
+and their hyperparameters, PyTorch's CPU random generator state. The changed rows are known
+without reading any table: every row-sparse gradient of a lookuplinear table is made by one
+backward, which tells the checkpoint its rows
+(:mod:`lookuplinear.storage.rowwatch`). A table with dense gradients is saved whole each time.
+
+**Order of writes** (:meth:`Checkpoint.save`): the new segment to ``seg-N.safetensors.tmp``,
+``fsync``, rename to ``seg-N.safetensors``, ``fsync`` of the directory; then the new manifest to
+``MANIFEST.json.tmp``, ``fsync``, rename over ``MANIFEST.json`` (the commit point: ``rename`` is
+atomic), ``fsync`` of the directory; only then are segments the new manifest no longer names
+deleted. A process killed at any instant leaves either the old manifest, whose segments are all
+still there, or the new one. On :meth:`Checkpoint.restore` every segment's size and SHA-256 are
+checked against the manifest before anything is loaded: a torn or damaged file is a
+``ModelFileError``, never loaded.
+
+**Compaction.** When the segments add up to more than ``compact_ratio`` times one segment of
+every row ever saved, the next save writes that one segment instead (the base of a new chain),
+so the chain's size stays within a constant factor of the rows training touched.
+
+**Tables in files** (:class:`~lookuplinear.TableStorage`) are changed in place by training, so
+after a crash their files hold a mix of steps; :meth:`Checkpoint.restore` empties them (every row
+undrawn, as when created) and writes the checkpoint's rows back: the rows a checkpoint never
+saw are drawn again from ``(seed, row)`` on their next lookup, as they were before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._fusion import bound_to
+from .._rowreset import RESETS
+from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
+from .rowwatch import RowTracker
+from .tables import read_header, storage_of
+
+__all__ = ["Checkpoint"]
+
+_FORMAT = "lookuplinear-checkpoint"
+_VERSION = 1
+_MANIFEST = "MANIFEST.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` on disk, or is unchanged: a temporary file, fsync, rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+class Checkpoint:
+    """Crash-consistent, incremental checkpoints of ``module`` and its ``optimizers``.
+
+    ``save()`` writes what changed since the previous save (the rows training touched in each
+    table trained by row-sparse gradients, the rest whole); ``restore()`` loads the last save
+    that completed, bit for bit, whatever instant the process was killed at. See the module
+    description for the layout and the order of writes.
+
+    Parameters
+    ----------
+    path : path
+        The checkpoint directory (created if missing; its parent must exist).
+    module : nn.Module
+        The model: every parameter and buffer is saved.
+    optimizers : optimizer or iterable of optimizers, optional
+        Their state and hyperparameters are saved too. ``lookuplinear.optim`` optimizers' row
+        state is saved by rows; other optimizers' state whole.
+    compact_ratio : float, default 2.0
+        Rewrite the chain as one segment when it grows past this many times that segment.
+
+    Raises
+    ------
+    InputValueError
+        An optimizer holds a parameter that is not ``module``'s, or ``path``'s parent is missing.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from lookuplinear import LookupLinear
+    >>> from lookuplinear.optim import Adam
+    >>> model = LookupLinear(1000, 4, sparse=True)
+    >>> opt = Adam(model.parameters(), lr=0.1)
+    >>> ckpt = Checkpoint(tempfile.mkdtemp() + "/ckpt", model, opt)
+    >>> x = torch.tensor([3, 7])
+    >>> model(x).sum().backward(); opt.step()
+    >>> ckpt.save(step=1)           # the first save holds every row
+    1
+    >>> opt.zero_grad(); model(x).sum().backward(); opt.step()
+    >>> ckpt.save(step=2)           # rows 3 and 7, their Adam moments, the bias
+    2
+    >>> saved = model.weight.detach().clone()
+    >>> opt.zero_grad(); model(x).sum().backward(); opt.step()   # then the process dies...
+    >>> ckpt.restore()
+    {'step': 2}
+    >>> torch.equal(model.weight, saved)
+    True
+    """
+
+    def __init__(self, path: str | os.PathLike[str], module: nn.Module,
+                 optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] = (), *,
+                 compact_ratio: float = 2.0) -> None:
+        if not isinstance(module, nn.Module):
+            raise InputTypeError(f"module must be an nn.Module, got {type(module).__name__}.")
+        self.path = Path(path)
+        if not self.path.parent.is_dir():
+            raise InputValueError(
+                f"checkpoint path {str(self.path)!r}: the directory {str(self.path.parent)!r} "
+                "does not exist. Create it first."
+            )
+        self.module = module
+        if isinstance(optimizers, torch.optim.Optimizer):
+            optimizers = [optimizers]
+        self.optimizers = list(optimizers)
+        self.compact_ratio = float(compact_ratio)
+        self._names = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)}
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if id(p) not in self._names:
+                        raise InputValueError(
+                            f"{type(opt).__name__} holds a parameter of shape {tuple(p.shape)} "
+                            "that is not in the module; a checkpoint could not restore it. "
+                            "Pass the module that holds every optimized parameter."
+                        )
+        self.tables = {n: p for n, p in module.named_parameters() if self._by_rows(module, p)}
+        # the rows each table's gradients named since the last save, and the rows the chain's
+        # segments hold: what a save costs follows the rows training touched, never the
+        # table's size
+        self._tracker = RowTracker(self.tables,
+                                   {n: self._initial_rows(p) for n, p in self.tables.items()})
+        self._ever: dict[str, list[torch.Tensor]] = {n: [] for n in self.tables}  # by segment
+        # rows of the chain's first segment (distinct)
+        self._base_rows: dict[str, int] = dict.fromkeys(self.tables, 0)
+        self._segments: list[dict[str, Any]] = []
+        self._chained = False  # whether this object's last save or restore began the chain
+        manifest = self._read_manifest()
+        self.generation = 0 if manifest is None else int(manifest["generation"])
+
+    # ------------------------------------------------------------------ which rows changed
+    @staticmethod
+    def _by_rows(module: nn.Module, p: torch.Tensor) -> bool:
+        """Whether ``p`` changes only in the rows its gradients name: a 2-D table of a layer
+        with row-sparse gradients, or one a fused optimizer updates in its backward."""
+        if p.dim() != 2:
+            return False
+        return _row_sparse(module, p) or bound_to(p) is not None
+
+    @staticmethod
+    def _initial_rows(p: torch.Tensor) -> torch.Tensor:
+        """The rows the first save must hold: all of them, or a file table's drawn rows."""
+        storage = storage_of(p)
+        if storage is not None:
+            return storage.drawn_rows().to(p.device)
+        return torch.arange(p.shape[0], device=p.device)
+
+    def _union(self, name: str, delta: torch.Tensor) -> torch.Tensor:
+        """Every row the chain holds or this save adds, sorted, once each."""
+        return torch.unique(torch.cat([*self._ever[name], delta]))
+
+    def close(self) -> None:
+        """Stop following the module's tables (the checkpoint files stay)."""
+        self._tracker.close()
+
+    # ------------------------------------------------------------------ save
+    def save(self, **info: Any) -> int:
+        """Write a checkpoint of the module and optimizers now; returns its generation.
+
+        ``info`` (JSON values: the step, the epoch, the position in the data) is stored with it
+        and returned by :meth:`restore`. The first save of a ``Checkpoint`` object that has not
+        restored holds every row (a new chain); later ones the rows changed since.
+
+        Raises
+        ------
+        InputValueError
+            ``info`` is not JSON-serialisable.
+        """
+        try:
+            json.dumps(info)
+        except (TypeError, ValueError) as exc:
+            raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
+        self.path.mkdir(exist_ok=True)
+        self._flush_reset_rows()
+        delta = {n: self._tracker.touched(n) for n in self.tables}
+        chain_bytes = sum(s["bytes"] for s in self._segments)
+        # every row ever saved, once, is at least the base's rows and this delta: only when
+        # the chain outgrows that bound is the union computed (what a save costs stays the
+        # rows it saves, amortised)
+        bound = sum(max(self._base_rows[n], len(delta[n])) * self._row_bytes(n)
+                    for n in self.tables)
+        compact = not self._chained
+        if not compact and chain_bytes > self.compact_ratio * max(bound, 1):
+            union_bytes = sum(len(self._union(n, delta[n])) * self._row_bytes(n)
+                              for n in self.tables)
+            compact = chain_bytes > self.compact_ratio * max(union_bytes, 1)
+        rows = {n: self._union(n, delta[n]) for n in self.tables} if compact else delta
+        g = self.generation + 1
+        data = self._segment_bytes(g, rows, info)
+        name = f"seg-{g:08d}.safetensors"
+        _write_durable(self.path / name, data)
+        _fsync_dir(self.path)
+        entry = {"file": name, "generation": g, "bytes": len(data),
+                 "sha256": hashlib.sha256(data).hexdigest()}
+        segments = [entry] if compact else [*self._segments, entry]
+        manifest = {"format": _FORMAT, "version": _VERSION, "generation": g,
+                    "segments": segments}
+        _write_durable(self.path / _MANIFEST, json.dumps(manifest, indent=1).encode())
+        _fsync_dir(self.path)  # committed
+        self._segments, self.generation, self._chained = segments, g, True
+        for n in self.tables:
+            if compact:
+                self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
+            else:
+                self._ever[n].append(rows[n])
+            self._tracker.clear(n)
+        self._remove_unlisted()
+        return g
+
+    def _row_bytes(self, name: str) -> int:
+        p = self.tables[name]
+        per = p.shape[1] * p.element_size()
+        return per * (1 + sum(1 for _ in self._row_state(p)))
+
+    def _row_state(self, p: torch.Tensor) -> Iterable[tuple[int, str, torch.Tensor]]:
+        """``(optimizer index, key, tensor)`` of each row-wise state tensor of table ``p``."""
+        from ..optim._base import RowSparseOptimizer
+
+        for i, opt in enumerate(self.optimizers):
+            if isinstance(opt, RowSparseOptimizer):
+                for key in opt._row_state(p):
+                    yield i, key, opt.state[p][key]
+
+    def _flush_reset_rows(self) -> None:
+        """Rows an ``IdMap`` gave to new IDs: their fresh optimizer state, which the next update
+        would start, is started now, so that the checkpoint holds it."""
+        for name, p in self.tables.items():
+            rows = RESETS.pending(p)
+            if rows is None:
+                continue
+            self._tracker.add(name, rows.to(p.device, torch.long))
+            for opt in self.optimizers:
+                group = next((g for g in opt.param_groups if any(q is p for q in g["params"])),
+                             None)
+                if group is not None and opt.state.get(p) and hasattr(opt, "_state"):
+                    opt._state(p, group)  # zeroes those rows' state, drops the marker
+
+    def _segment_bytes(self, g: int, rows: dict[str, torch.Tensor],
+                       info: dict[str, Any]) -> bytes:
+        from safetensors.torch import save
+
+        from ..optim._base import RowSparseOptimizer
+
+        tensors: dict[str, torch.Tensor] = {}
+        for name, p in self.tables.items():
+            r = rows[name]
+            tensors[f"rows/{name}"] = r.cpu()
+            tensors[f"table/{name}"] = p.detach()[r].cpu()
+        for name, t in self._whole_tensors():
+            tensors[f"whole/{name}"] = t.detach().cpu().contiguous()
+        optimizers = []
+        for i, opt in enumerate(self.optimizers):
+            scalars: dict[str, dict[str, Any]] = {}
+            layouts: dict[str, dict[str, Any]] = {}
+            for q, state in opt.state.items():
+                pname = self._names[id(q)]
+                by_rows: list[str] = []
+                if isinstance(opt, RowSparseOptimizer):
+                    layouts[pname] = opt._layout(q)
+                    if pname in self.tables:
+                        by_rows = opt._row_state(q)
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor):
+                        if key in by_rows:
+                            value = value[rows[pname]]
+                        tensors[f"opt{i}/{pname}/{key}"] = value.detach().cpu().contiguous()
+                    else:
+                        scalars.setdefault(pname, {})[key] = _json_value(value)
+                scalars.setdefault(pname, {})
+            groups = [{k: _json_value(v) for k, v in group.items() if k != "params"}
+                      for group in opt.param_groups]
+            optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
+                               "layout": layouts})
+        tensors["rng/torch"] = torch.get_rng_state()
+        meta = {"generation": g, "info": info, "optimizers": optimizers,
+                "tables": sorted(self.tables)}
+        return save(tensors, metadata={"checkpoint": json.dumps(meta)})
+
+    def _whole_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """The module's state but its tables, saved whole: its parameters and buffers, then
+        what a module writes into its ``state_dict`` itself (as an ``IdMap``'s strings).
+
+        Not through ``module.state_dict()``: that exports the tables too, and a table in a file
+        draws every row it has not drawn yet before it is exported."""
+        for name, p in self.module.named_parameters():
+            if name not in self.tables:
+                yield name, p
+        yield from self.module.named_buffers()
+        registered = self._registered()
+        tables = {id(p) for p in self.tables.values()}
+        for prefix, m in self.module.named_modules():
+            if type(m)._save_to_state_dict is nn.Module._save_to_state_dict or any(
+                    id(p) in tables for p in m._parameters.values()):
+                continue
+            own: dict[str, Any] = {}
+            m._save_to_state_dict(own, f"{prefix}." if prefix else "", True)
+            for name, t in own.items():
+                if name not in registered and isinstance(t, torch.Tensor):
+                    yield name, t
+
+    def _remove_unlisted(self) -> None:
+        keep = {s["file"] for s in self._segments}
+        for f in self.path.iterdir():
+            if (f.name.startswith("seg-") and f.name not in keep) or f.name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+
+    # ------------------------------------------------------------------ restore
+    def _read_manifest(self) -> dict[str, Any] | None:
+        try:
+            return read_header(self.path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
+        except FileNotFoundError:
+            return None
+
+    def _load_segments(self, manifest: dict[str, Any]) -> list[tuple[dict[str, Any],
+                                                                     dict[str, torch.Tensor]]]:
+        from safetensors.torch import load
+
+        out = []
+        for seg in manifest["segments"]:
+            path = self.path / seg["file"]
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise ModelFileError(f"{path} is missing: the checkpoint is damaged.") from None
+            if len(data) != seg["bytes"] or hashlib.sha256(data).hexdigest() != seg["sha256"]:
+                raise ModelFileError(
+                    f"{path} is torn or damaged: {len(data)} bytes whose SHA-256 is not the one "
+                    "the manifest recorded. Nothing was loaded."
+                )
+            try:
+                tensors = load(data)
+                meta = json.loads(_metadata(data)["checkpoint"])
+            except Exception as exc:  # a file with the right hash is ours: this is a bug
+                raise ModelFileError(f"{path} cannot be read: {exc}.") from None
+            out.append((meta, tensors))
+        return out
+
+    def exists(self) -> bool:
+        """Whether a save has completed at ``path``: what :meth:`restore` would load.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from lookuplinear import LookupLinear
+        >>> ckpt = Checkpoint(tempfile.mkdtemp() + "/ckpt", LookupLinear(10, 2))
+        >>> ckpt.exists()
+        False
+        >>> ckpt.save()
+        1
+        >>> ckpt.exists()
+        True
+        """
+        return self._read_manifest() is not None
+
+    def restore(self) -> dict[str, Any]:
+        """Load the last completed checkpoint into the module and optimizers; returns the
+        ``info`` given to its :meth:`save`.
+
+        Tables, optimizer state, other parameters, buffers, hyperparameters and PyTorch's CPU
+        random generator state are set to what they were at that save, bit for bit, and each
+        ``lookuplinear.optim`` state tensor is laid out in memory as it was (Adam's moments
+        paired for a table, apart for a dense layer): the update that follows takes the path
+        the saved run's took, so training on is the run that was not interrupted, bit for bit.
+        An optimizer keeps its own ``fused=`` binding.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            No save has completed at ``path`` (a ``FileNotFoundError`` too; :meth:`exists`
+            tells beforehand). Nothing is changed.
+        ModelFileError
+            A segment is missing, torn or damaged (checked before anything is loaded), or the
+            checkpoint is of another model.
+        """
+        from ..optim._base import RowSparseOptimizer
+
+        manifest = self._read_manifest()
+        if manifest is None:
+            raise CheckpointNotFoundError(
+                f"no completed checkpoint at {str(self.path)!r}: no save has finished there "
+                "yet, so there is nothing to restore. Check Checkpoint.exists() first and start "
+                "from the initial model when it is False."
+            )
+        segments = self._load_segments(manifest)
+        last_meta, last = segments[-1]
+        if last_meta["tables"] != sorted(self.tables):
+            raise ModelFileError(
+                f"the checkpoint at {self.path} holds the tables {last_meta['tables']}, this "
+                f"model has {sorted(self.tables)}: it is another model's checkpoint."
+            )
+        self._check_whole(last)
+        for name, p in self.tables.items():
+            saved = last[f"table/{name}"]
+            if saved.shape[1:] != p.shape[1:]:
+                raise ModelFileError(
+                    f"the checkpoint's table {name} has rows of {saved.shape[1]} values, the "
+                    f"model's {p.shape[1]}: it is another model's checkpoint."
+                )
+        with torch.no_grad():
+            for p in self.tables.values():
+                storage = storage_of(p)
+                if storage is not None:
+                    storage.clear()
+            for i, opt in enumerate(self.optimizers):
+                if isinstance(opt, RowSparseOptimizer):
+                    self._restore_rowwise(i, opt, last_meta["optimizers"][i], last)
+            for _, tensors in segments:
+                self._apply_rows(tensors)
+            registered = self._registered()
+            own = {}  # entries a module writes itself: its _load_from_state_dict reads them
+            for name, t in self._whole_tensors():
+                saved = last[f"whole/{name}"]
+                if name in registered:
+                    t.copy_(saved.to(t.device))
+                else:
+                    own[name] = saved
+            if own:
+                self._load_own(own)
+            for i, opt in enumerate(self.optimizers):
+                if not isinstance(opt, RowSparseOptimizer):
+                    self._restore_whole(i, opt, last_meta["optimizers"][i], last)
+                _set_groups(opt, last_meta["optimizers"][i]["groups"])
+        torch.set_rng_state(last["rng/torch"])
+        for n, p in self.tables.items():
+            self._ever[n] = [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]
+            self._base_rows[n] = len(self._ever[n][0])
+            self._tracker.clear(n)
+        self._segments = list(manifest["segments"])
+        self.generation = int(manifest["generation"])
+        self._chained = True
+        info: dict[str, Any] = last_meta["info"]
+        return info
+
+    def _registered(self) -> set[str]:
+        """The names of the module's parameters and buffers (their shapes are the model's)."""
+        return {n for n, _ in self.module.named_parameters()} | \
+            {n for n, _ in self.module.named_buffers()}
+
+    def _load_own(self, own: dict[str, torch.Tensor]) -> None:
+        """Load the ``state_dict`` entries modules write themselves (sized by what they hold,
+        as an ``IdMap``'s strings): through ``load_state_dict``, so that each module reads
+        its own."""
+        try:
+            self.module.load_state_dict(own, strict=False)
+        except RuntimeError as e:
+            raise ModelFileError(f"the checkpoint at {self.path} does not load: {e}") from e
+
+    def _check_whole(self, last: dict[str, torch.Tensor]) -> None:
+        registered = self._registered()
+        for name, t in self._whole_tensors():
+            saved = last.get(f"whole/{name}")
+            if saved is None or (name in registered and saved.shape != t.shape):
+                got = None if saved is None else tuple(saved.shape)
+                raise ModelFileError(
+                    f"the checkpoint at {self.path} has {name} of shape {got}, the model "
+                    f"{tuple(t.shape)}: it is another model's checkpoint."
+                )
+
+    def _apply_rows(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name, p in self.tables.items():
+            rows = tensors[f"rows/{name}"].to(p.device)
+            p[rows] = tensors[f"table/{name}"].to(p.device, p.dtype)
+            storage = storage_of(p)
+            if storage is not None:
+                storage.mark_written(rows)
+            for i, key, value in self._row_state(p):
+                saved = tensors.get(f"opt{i}/{name}/{key}")
+                if saved is not None:
+                    value[rows] = saved.to(value.device, value.dtype)
+
+    def _restore_rowwise(self, i: int, opt: Any, meta: dict[str, Any],
+                         last: dict[str, torch.Tensor]) -> None:
+        """Fresh state (as the optimizer starts it, then laid out as it was saved) for each
+        parameter the checkpoint has state of; rows come from the segments, the rest from the
+        last one."""
+        opt.state.clear()
+        layouts = meta.get("layout")
+        for group in opt.param_groups:
+            for p in group["params"]:
+                pname = self._names[id(p)]
+                if pname not in meta["state"]:
+                    continue
+                state = opt._state(p, group)
+                for key, value in meta["state"][pname].items():
+                    state[key] = value
+                if layouts is not None:
+                    opt._set_layout(p, layouts.get(pname))
+                elif not _row_sparse(self.module, p):  # saved by an earlier version: as
+                    opt._set_layout(p, None)            # torch.optim's (dense gradients)
+                if pname in self.tables:
+                    continue
+                for key, value in state.items():
+                    saved = last.get(f"opt{i}/{pname}/{key}")
+                    if isinstance(value, torch.Tensor) and saved is not None:
+                        value.copy_(saved.to(value.device, value.dtype))
+
+    def _restore_whole(self, i: int, opt: torch.optim.Optimizer, meta: dict[str, Any],
+                       last: dict[str, torch.Tensor]) -> None:
+        index = {self._names[id(p)]: k for k, p in
+                 enumerate(p for g in opt.param_groups for p in g["params"])}
+        state: dict[int, dict[str, Any]] = {}
+        for pname, scalars in meta["state"].items():
+            entry: dict[str, Any] = dict(scalars)
+            prefix = f"opt{i}/{pname}/"
+            for key, value in last.items():
+                if key.startswith(prefix):
+                    entry[key[len(prefix):]] = value
+            state[index[pname]] = entry
+        sd = opt.state_dict()
+        opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+
+
+def _row_sparse(module: nn.Module, p: torch.Tensor) -> bool:
+    """Whether ``p`` belongs to a layer with row-sparse gradients (``sparse=True``)."""
+    for m in module.modules():
+        if any(q is p for q in m._parameters.values()):
+            return bool(getattr(m, "sparse", False))
+    return False
+
+
+def _set_groups(opt: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:
+    from ..optim._base import RowSparseOptimizer
+
+    if len(groups) != len(opt.param_groups):
+        raise ModelFileError(
+            f"the checkpoint's {type(opt).__name__} has {len(groups)} parameter groups, this one "
+            f"{len(opt.param_groups)}: it is another optimizer's checkpoint."
+        )
+    for group, saved in zip(opt.param_groups, groups, strict=True):
+        if isinstance(opt, RowSparseOptimizer):  # keeps its binding; earlier versions' keys
+            saved = opt._loadable_group(saved, group)
+        for key, value in saved.items():
+            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file held in memory."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    meta: dict[str, str] = header.get("__metadata__", {})
+    return meta
