@@ -1,7 +1,8 @@
 """One benchmark, two versions of lookuplinear, side by side in one run.
 
 Runs a benchmark script of this folder in rounds, each round once against an older revision of
-the code (built from git into a temporary folder) and once against this checkout, in a shuffled
+the code (its sources and benchmarks, built from git into a temporary folder) and once against
+this checkout, in a shuffled
 order, and prints every timing of the script's JSON output as the median over rounds for each
 version and their ratio (new / old: below 1 is faster). Both sides run on the same machine, in
 the same minutes, with the same arguments, so the ratio holds where absolute times drift.
@@ -34,8 +35,9 @@ NOT_TIME = ("ratio", "speedup", "count", "rows", "batch", "dim", "repeats", "thr
 
 def build(rev: str, into: Path) -> Path:
     """Extract ``rev``'s sources into ``into`` and build its C kernels there; return its src."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "setup.py",
-                              "pyproject.toml", "MANIFEST.in"], check=True, capture_output=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks",
+                              "setup.py", "pyproject.toml", "MANIFEST.in"],
+                             check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into,
                    check=True, capture_output=True)
@@ -64,6 +66,9 @@ def timings(node: object, path: str = "") -> dict[str, float]:
 
 
 def run_once(script: list[str], src: Path, workdir: Path) -> dict[str, float]:
+    """One run of ``script`` (that version's copy of it: its imports match its code)."""
+    root = src.parent
+    script = [str(root / Path(script[0]).resolve().relative_to(ROOT)), *script[1:]]
     env = dict(os.environ, PYTHONPATH=str(src))
     if Path(script[0]).name == "bench_text.py":
         cmd = [sys.executable, *script, "--out", str(workdir)]
@@ -71,7 +76,7 @@ def run_once(script: list[str], src: Path, workdir: Path) -> dict[str, float]:
     else:
         result = workdir / "result.json"
         cmd = [sys.executable, *script, "--json", str(result)]
-    subprocess.run(cmd, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, env=env, check=True, cwd=root, stdout=subprocess.DEVNULL)
     return timings(json.loads(result.read_text()))
 
 
