@@ -95,7 +95,7 @@ class IdMap(nn.Module):
     tensor([2, 3, 2])
     """
 
-    table: torch.Tensor  # the hash table: ID -> row among the capacity (_kernels/_idmap.py)
+    table: torch.Tensor  # the hash table: ID -> row among the capacity (ops/_idmap.py)
     row_id: torch.Tensor  # (capacity,) the ID holding each row
     last_used: torch.Tensor  # (capacity,) the call that last read each row (-1: never)
     assigned: torch.Tensor  # rows given out so far (never-used rows come first)

@@ -123,7 +123,7 @@ class Bags:
             if values_known():
                 _check_offsets(off, idx.numel())
         elif not off.is_meta:  # meta tensors have no values to check
-            # one C pass: numpy ops here slowed the next lookup by 10-25% (_kernels/_inputs.py)
+            # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py)
             host = off if off.is_cpu else off.cpu()
             if not offsets_ok(host, idx.numel()):
                 _check_offsets(host, idx.numel())
