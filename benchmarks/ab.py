@@ -44,16 +44,17 @@ def build(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def timings(node: object, path: str = "") -> dict[str, float]:
-    """Every number in a JSON tree whose key path names a unit of time."""
+def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[str, float]:
+    """Every number in a JSON tree whose key path names a unit of time (or passes through one of
+    the keys ``under``: a script whose results are times without a unit in their keys)."""
     out: dict[str, float] = {}
     if isinstance(node, dict):
         for k, v in node.items():
-            out.update(timings(v, f"{path}/{k}"))
+            out.update(timings(v, f"{path}/{k}", under))
     elif isinstance(node, list):
         for i, v in enumerate(node):
             label = v.get("name") or v.get("method") if isinstance(v, dict) else None
-            out.update(timings(v, f"{path}/{label or i}"))
+            out.update(timings(v, f"{path}/{label or i}", under))
     elif isinstance(node, (int, float)) and not isinstance(node, bool):
         parts = path.lower().strip("/").split("/")
         if parts[0] in SETTINGS or any(w in parts[-1] for w in NOT_TIME) \
@@ -61,12 +62,13 @@ def timings(node: object, path: str = "") -> dict[str, float]:
                 or parts[-1].isdigit():  # medians only, not each round's time
             return out
         if any(p.endswith(("_s", "_ms", "_us")) or any(w in p for w in TIME_WORDS)
-               for p in parts):
+               or p in under for p in parts):
             out[path] = float(node)
     return out
 
 
-def run_once(script: list[str], src: Path, workdir: Path) -> dict[str, float]:
+def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...]
+             ) -> dict[str, float]:
     """One run of ``script`` (that version's copy of it: its imports match its code)."""
     root = src.parent
     script = [str(root / Path(script[0]).resolve().relative_to(ROOT)), *script[1:]]
@@ -78,7 +80,7 @@ def run_once(script: list[str], src: Path, workdir: Path) -> dict[str, float]:
         result = workdir / "result.json"
         cmd = [sys.executable, *script, "--json", str(result)]
     subprocess.run(cmd, env=env, check=True, cwd=root, stdout=subprocess.DEVNULL)
-    return timings(json.loads(result.read_text()))
+    return timings(json.loads(result.read_text()), under=under)
 
 
 def cpu() -> str:
@@ -99,6 +101,8 @@ def main() -> None:
     p.add_argument("--old-rev", required=True, help="the git revision to compare against")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--times-under", nargs="*", default=[], metavar="KEY",
+                   help="JSON keys whose numbers are times (e.g. results for bench_collection)")
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="-- then the benchmark script and its arguments")
     args = p.parse_args()
@@ -117,7 +121,7 @@ def main() -> None:
             for side in order:
                 work = Path(tmp) / f"{side}{r}"
                 work.mkdir()
-                runs[side].append(run_once(script, sides[side], work))
+                runs[side].append(run_once(script, sides[side], work, tuple(args.times_under)))
             print(f"round {r + 1}/{args.rounds} done ({' then '.join(order)})", file=sys.stderr)
     print(f"{' '.join(script)}: {args.old_rev} (old) vs this checkout (new), "
           f"{args.rounds} interleaved rounds; {cpu()}")
