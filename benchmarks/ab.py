@@ -51,6 +51,9 @@ def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[s
     if isinstance(node, dict):
         for k, v in node.items():
             out.update(timings(v, f"{path}/{k}", under))
+    elif isinstance(node, list) and node and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in node):
+        out.update(timings(statistics.median(node), path, under))  # a time per round
     elif isinstance(node, list):
         for i, v in enumerate(node):
             label = v.get("name") or v.get("method") if isinstance(v, dict) else None
