@@ -29,8 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TIME_WORDS = ("ms_", "us_", "seconds", "time", "step_s")
 SETTINGS = ("args", "machine", "load_average_end", "settings", "config")
-NOT_TIME = ("ratio", "speedup", "count", "rows", "batch", "dim", "repeats", "threads", "load",
-            "spread", "accuracy", "p@1", "p_at", "loss", "auc", "bytes", "mb", "size")
+NOT_TIME = ("ratio", "speedup", "count", "accuracy", "p@1", "auc", "bytes")
 
 
 def build(rev: str, into: Path) -> Path:
