@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from ..errors import InputTypeError, InputValueError, LookupIndexError
-from ..ops import drop_entries, offsets_ok, values_known
+from ..ops import drop_entries, values_known
+from .offsets import check_offsets
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -114,19 +115,7 @@ class Bags:
             )
         if idx.dtype != off.dtype:  # F.embedding_bag needs one dtype for both
             idx, off = idx.long(), off.long()
-        if off.numel() == 0:
-            raise InputValueError(
-                "Bags: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
-                "empty tensor. An empty batch has offsets=[0]."
-            )
-        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
-            if values_known():
-                _check_offsets(off, idx.numel())
-        elif not off.is_meta:  # meta tensors have no values to check
-            # one C pass: numpy ops here slowed the next lookup by 10-25% (_kernels/_inputs.py)
-            host = off if off.is_cpu else off.cpu()
-            if not offsets_ok(host, idx.numel()):
-                _check_offsets(host, idx.numel())
+        check_offsets(off, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:
             w = (
@@ -239,8 +228,7 @@ class Bags:
                 f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
                 "its check_format(full_check=True) to see what is wrong."
             )
-        if not offsets_ok(indptr, nnz):  # scipy checks its indptr only on request
-            _check_offsets(indptr, nnz)
+        check_offsets(indptr, nnz)  # scipy checks its indptr only on request
         # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
         # run again on every call; benchmarks/bench_layer.py times the per-call cost)
         bags = cls.__new__(cls)
@@ -440,31 +428,6 @@ class Bags:
         return sp.csr_matrix(
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features),
-        )
-
-
-def _check_offsets(vals: Any, nnz: int) -> None:
-    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
-    offsets of ``nnz`` entries; return if they are fine."""
-    first, last = int(vals[0]), int(vals[-1])
-    if first != 0:
-        raise InputValueError(
-            f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
-            "Prepend 0 to EmbeddingBag-style offsets."
-        )
-    if last != nnz:
-        raise InputValueError(
-            f"Bags: offsets must end at len(indices)={nnz} (CSR form, "
-            f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
-            "offsets, append len(indices)."
-        )
-    decreasing = vals[1:] < vals[:-1]
-    if bool(decreasing.any()):
-        bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
-        raise InputValueError(
-            f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
-            f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
-            "followed by the cumulative sum of the bag lengths."
         )
 
 

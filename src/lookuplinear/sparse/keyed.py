@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 from ..errors import InputTypeError, InputValueError
-from ..ops import offsets_ok, values_known
+from ..ops import values_known
 from .bags import Bags, _as_int_tensor, gather_bags, rows_index
 from .columns import column_bags
+from .offsets import check_offsets
 
 __all__ = ["KeyedBags", "KeyedTensor"]
 
@@ -122,13 +123,7 @@ class KeyedBags:
             torch.cumsum(lens, 0, out=off[1:])
         else:
             off = _as_int_tensor("offsets", offsets).long().to(vals.device)
-            host = off if off.is_cpu else off.cpu()
-            if off.numel() == 0 or not offsets_ok(host, vals.numel()):
-                raise InputValueError(
-                    "KeyedBags: offsets must be CSR offsets of the F * N bags: start at 0, "
-                    f"never decrease and end at len(values) = {vals.numel()}; got "
-                    f"{host.tolist()[:12]}{'...' if host.numel() > 12 else ''}."
-                )
+            check_offsets(off, vals.numel(), owner="KeyedBags", entries="values")
         n_bags = off.numel() - 1
         if keys and n_bags % len(keys):
             raise InputValueError(
