@@ -45,12 +45,12 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
     >>> check_offsets(torch.tensor([0, 2, 1, 3]), 3)
     Traceback (most recent call last):
         ...
-    lookuplinear.errors.InputValueError: Bags: offsets must be non-decreasing, ...
+    lookuplinear.errors.InputValueError: Bags: offsets must be non-decreasing (CSR offsets), ...
     """
     if (offsets.numel() if isinstance(offsets, torch.Tensor) else offsets.size) == 0:
         raise InputValueError(
-            f"{owner}: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
-            "empty tensor. An empty batch has offsets=[0]."
+            f"{owner}: offsets must hold N + 1 entries (CSR offsets: 0, end of bag 0, ...), got "
+            "an empty tensor. An empty batch has offsets=[0]."
         )
     if isinstance(offsets, torch.Tensor):
         if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
@@ -72,12 +72,12 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
     first, last = int(vals[0]), int(vals[-1])
     if first != 0:
         raise InputValueError(
-            f"{owner}: offsets must start at 0 (CSR form), got offsets[0]={first}. "
+            f"{owner}: offsets must start at 0 (CSR offsets), got offsets[0]={first}. "
             "Prepend 0 to EmbeddingBag-style offsets."
         )
     if last != nnz:
         raise InputValueError(
-            f"{owner}: offsets must end at len({entries})={nnz} (CSR form, "
+            f"{owner}: offsets must end at len({entries})={nnz} (CSR offsets, "
             f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
             f"offsets, append len({entries})."
         )
@@ -85,7 +85,7 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
     if bool(decreasing.any()):
         bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
         raise InputValueError(
-            f"{owner}: offsets must be non-decreasing, but offsets[{bag + 1}]="
+            f"{owner}: offsets must be non-decreasing (CSR offsets), but offsets[{bag + 1}]="
             f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
             "followed by the cumulative sum of the bag lengths."
         )
