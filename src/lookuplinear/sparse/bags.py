@@ -144,6 +144,26 @@ class Bags:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    def from_checked(
+        cls, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> Bags:
+        """Bags of tensors that already hold the contract of :class:`Bags`, not checked again.
+
+        For parts of checked batches (a slice, a subset, a shift): the checks of ``Bags(...)``
+        run on every call and cost as much as a small lookup. Passing tensors that break the
+        contract (offsets that are not CSR offsets of ``indices``, a dtype mismatch, weights of
+        another length) gives undefined results; build from user input with ``Bags(...)``.
+
+        Examples
+        --------
+        >>> Bags.from_checked(torch.tensor([3, 1, 2]), torch.tensor([0, 2, 3]))
+        Bags(n_bags=2, nnz=3, weighted=False)
+        """
+        bags = cls.__new__(cls)
+        bags.indices, bags.offsets, bags.weights = indices, offsets, weights
+        return bags
+
+    @classmethod
     def from_lists(
         cls,
         lists: Sequence[Sequence[int]],
@@ -231,10 +251,7 @@ class Bags:
         check_offsets(indptr, nnz)  # scipy checks its indptr only on request
         # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
         # run again on every call; benchmarks/bench_layer.py times the per-call cost)
-        bags = cls.__new__(cls)
-        bags.indices, bags.offsets = _from_numpy(indices), _from_numpy(indptr)
-        bags.weights = _from_numpy(data)
-        return bags
+        return cls.from_checked(_from_numpy(indices), _from_numpy(indptr), _from_numpy(data))
 
     @classmethod
     def from_torch_sparse(cls, t: torch.Tensor) -> Bags:
@@ -369,10 +386,8 @@ class Bags:
         if dropped is None:
             return self
         kept, indices, offsets = dropped
-        bags = Bags.__new__(Bags)  # a subset of checked bags: nothing to check again
-        bags.indices, bags.offsets = indices, offsets
-        bags.weights = None if self.weights is None else self.weights.index_select(0, kept)
-        return bags
+        weights = None if self.weights is None else self.weights.index_select(0, kept)
+        return Bags.from_checked(indices, offsets, weights)  # a subset of checked bags
 
     def check_indices(self, in_features: int) -> None:
         """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.

@@ -157,6 +157,27 @@ class KeyedBags:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    def from_checked(
+        cls,
+        keys: Sequence[str],
+        values: torch.Tensor,
+        offsets: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> KeyedBags:
+        """A batch of tensors that already hold the contract of :class:`KeyedBags` (parts of a
+        checked batch), not checked again; build from user input with ``KeyedBags(...)``.
+
+        Examples
+        --------
+        >>> KeyedBags.from_checked(["a"], torch.tensor([1, 2]), torch.tensor([0, 2]))
+        KeyedBags(keys=['a'], batch_size=1, nnz=2, weighted=False)
+        """
+        kb = cls.__new__(cls)
+        kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+        kb.values, kb.offsets, kb.weights = values, offsets, weights
+        return kb
+
+    @classmethod
     def from_dict(cls, features: Mapping[str, Bags | Sequence[Sequence[int]]]) -> KeyedBags:
         """Build from ``{key: Bags or list of index lists}``, every feature with ``N`` bags.
 
@@ -388,25 +409,20 @@ class KeyedBags:
             torch._check(end <= self.values.numel())
         else:
             start, end = int(off[0]), int(off[-1])
-        bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
-        bags.indices = self.values[start:end]
-        bags.offsets = off - start
-        bags.weights = None if self.weights is None else self.weights[start:end]
-        return bags
+        weights = None if self.weights is None else self.weights[start:end]
+        return Bags.from_checked(self.values[start:end], off - start, weights)  # a checked slice
 
     def _rows(self, rows: Any) -> KeyedBags:
         n, f = self.batch_size, len(self._keys)
         picked = rows_index("KeyedBags[rows]", rows, n, self.device)
         bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
         positions, lengths = gather_bags(self.offsets, bags)
-        out = KeyedBags.__new__(KeyedBags)  # a subset of checked bags: nothing to check again
-        out._keys, out._position = self._keys, self._position
-        out.values = self.values.index_select(0, positions)
-        out.offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype,
-                                  device=self.device)
-        torch.cumsum(lengths, 0, out=out.offsets[1:])
-        out.weights = None if self.weights is None else self.weights.index_select(0, positions)
-        return out
+        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        weights = None if self.weights is None else self.weights.index_select(0, positions)
+        # a subset of checked bags: nothing to check again
+        return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
+                                      offsets, weights)
 
     @classmethod
     def cat(cls, batches: Sequence[KeyedBags]) -> KeyedBags:
@@ -480,11 +496,9 @@ class KeyedBags:
         device = torch.device(device)
         if self.values.device == device:
             return self
-        moved = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
-        moved._keys, moved._position = self._keys, self._position
-        moved.values, moved.offsets = self.values.to(device), self.offsets.to(device)
-        moved.weights = None if self.weights is None else self.weights.to(device)
-        return moved
+        weights = None if self.weights is None else self.weights.to(device)
+        return KeyedBags.from_checked(self._keys, self.values.to(device),
+                                      self.offsets.to(device), weights)
 
     def unweighted(self) -> KeyedBags:
         """The same bags without weights (this object if it has none; tensors shared).
@@ -498,10 +512,7 @@ class KeyedBags:
         """
         if self.weights is None:
             return self
-        out = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
-        out._keys, out._position = self._keys, self._position
-        out.values, out.offsets, out.weights = self.values, self.offsets, None
-        return out
+        return KeyedBags.from_checked(self._keys, self.values, self.offsets)
 
     def __repr__(self) -> str:
         return (
@@ -578,10 +589,7 @@ def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]
 
 
 def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
-    kb = KeyedBags.__new__(KeyedBags)  # the leaves of a checked batch: nothing to check again
-    kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
-    kb.values, kb.offsets, kb.weights = leaves
-    return kb
+    return KeyedBags.from_checked(keys, *leaves)  # the leaves of a checked batch
 
 
 def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
