@@ -18,7 +18,7 @@ import torch
 from ..errors import InputValueError
 from ..ops import offsets_ok, values_known
 
-__all__ = ["check_offsets"]
+__all__ = ["check_offsets", "csr_offsets"]
 
 
 def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str = "indices") -> None:
@@ -89,3 +89,46 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
             f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
             "followed by the cumulative sum of the bag lengths."
         )
+
+
+def csr_offsets(
+    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool
+) -> torch.Tensor:
+    """The CSR offsets (``N + 1`` entries) of ``F.embedding_bag``-style ``offsets``: ``N`` start
+    offsets with ``len(indices)`` appended, or the CSR offsets themselves
+    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong."""
+    if (
+        include_last_offset
+        or not isinstance(offsets, torch.Tensor)
+        or offsets.dim() != 1
+        or offsets.is_meta
+        or offsets.dtype not in (torch.int32, torch.int64)
+    ):
+        return offsets  # CSR, or a tensor Bags refuses with its own message
+    nnz = indices.numel()  # a number: checks only, never in the result (see below)
+    if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
+        raise InputValueError(
+            f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
+            f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
+            "(N + 1 entries) need include_last_offset=True."
+        )
+    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
+    if (
+        values_known()
+        and host.numel()
+        and not offsets_ok(host, nnz, include_last=False)
+        and int(host[0]) == 0
+    ):
+        past = host > nnz
+        if bool(past.any()):
+            k = int(past.nonzero()[0, 0])
+            raise InputValueError(
+                f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
+                "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
+                "len(indices)) build the layer with include_last_offset=True, or pass "
+                "Bags(indices, offsets)."
+            )
+    # the end read from indices' size, not the number nnz: a trace records size() as an op,
+    # where a number would enter the graph as a constant (the trace batch's entry count)
+    end = torch.full((1,), indices.size(0), dtype=offsets.dtype, device=offsets.device)
+    return torch.cat([offsets, end])
