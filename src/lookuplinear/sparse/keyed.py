@@ -27,9 +27,10 @@ import torch
 
 from ..errors import InputTypeError, InputValueError
 from ..ops import values_known
-from .bags import Bags, _as_int_tensor, gather_bags, rows_index
+from .bags import Bags, as_int_tensor
 from .columns import column_bags
 from .offsets import check_offsets
+from .rows import gather_bags, rows_index
 
 __all__ = ["KeyedBags", "KeyedTensor"]
 
@@ -94,7 +95,7 @@ class KeyedBags:
                 f"KeyedBags: keys must be distinct, got {repeated} more than once. Give each "
                 "feature one name (features may share a table through TableConfig)."
             )
-        vals = _as_int_tensor("values", values)
+        vals = as_int_tensor("values", values)
         if (lengths is None) == (offsets is None):
             raise InputValueError(
                 "KeyedBags: give exactly one of lengths= (F * N bag lengths) and offsets= "
@@ -102,7 +103,7 @@ class KeyedBags:
                 f"offsets={'None' if offsets is None else '...'}."
             )
         if lengths is not None:
-            lens = _as_int_tensor("lengths", lengths).to(vals.device)
+            lens = as_int_tensor("lengths", lengths).to(vals.device)
             if lens.dim() != 1:
                 raise InputValueError(
                     f"KeyedBags: lengths must be 1-D (F * N values), got shape "
@@ -122,7 +123,7 @@ class KeyedBags:
             off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
             torch.cumsum(lens, 0, out=off[1:])
         else:
-            off = _as_int_tensor("offsets", offsets).long().to(vals.device)
+            off = as_int_tensor("offsets", offsets).long().to(vals.device)
             check_offsets(off, vals.numel(), owner="KeyedBags", entries="values")
         n_bags = off.numel() - 1
         if keys and n_bags % len(keys):
