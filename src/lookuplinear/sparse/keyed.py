@@ -1,4 +1,5 @@
-"""``KeyedBags``: several features' bags for the same examples, and ``KeyedTensor``, their output.
+"""``KeyedBags``: several features' bags for the same examples (``KeyedTensor``, their output, is
+in :mod:`.keyed_tensor`).
 
 A keyed batch is TorchRec's ``KeyedJaggedTensor``: one flat ``values`` tensor holding, feature
 after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
@@ -18,7 +19,6 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -29,7 +29,9 @@ from ..errors import InputTypeError, InputValueError
 from ..ops import values_known
 from .bags import Bags, as_int_tensor
 from .columns import column_bags
+from .keyed_tensor import KeyedTensor
 from .offsets import check_offsets
+from .pytree import register_node
 from .rows import gather_bags, rows_index
 
 __all__ = ["KeyedBags", "KeyedTensor"]
@@ -522,107 +524,7 @@ class KeyedBags:
         )
 
 
-class KeyedTensor:
-    """The pooled outputs of several features side by side: TorchRec's ``KeyedTensor``.
-
-    ``values()`` is one ``(N, sum of dims)`` tensor, the features' outputs concatenated in
-    ``keys()`` order; ``kt[key]`` is a feature's ``(N, dim)`` slice (a view) and ``to_dict()``
-    all of them.
-
-    Examples
-    --------
-    >>> kt = KeyedTensor(["a", "b"], [2, 1], torch.arange(6.0).reshape(2, 3))
-    >>> kt["b"]
-    tensor([[2.],
-            [5.]])
-    """
-
-    __slots__ = ("_keys", "_lengths", "_starts", "_values")
-
-    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int],
-                 values: torch.Tensor) -> None:
-        self._keys = list(keys)
-        self._lengths = [int(n) for n in length_per_key]
-        starts = np.concatenate([[0], np.cumsum(self._lengths)]).astype(int).tolist()
-        self._starts = {k: (starts[i], starts[i + 1]) for i, k in enumerate(self._keys)}
-        self._values = values
-
-    def keys(self) -> list[str]:
-        return list(self._keys)
-
-    def values(self) -> torch.Tensor:
-        """The ``(N, sum of dims)`` tensor."""
-        return self._values
-
-    def length_per_key(self) -> list[int]:
-        """Each feature's output width (its table's ``embedding_dim``)."""
-        return list(self._lengths)
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        if key not in self._starts:
-            raise KeyError(f"KeyedTensor has no key {key!r}; its keys are {self._keys}.")
-        a, b = self._starts[key]
-        return self._values[:, a:b]
-
-    def to_dict(self) -> dict[str, torch.Tensor]:
-        return {k: self[k] for k in self._keys}
-
-    def __repr__(self) -> str:
-        return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
-
-
-def _flatten_kt(kt: KeyedTensor) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
-    return [kt._values], (tuple(kt._keys), tuple(kt._lengths))
-
-
-def _unflatten_kt(leaves: Any, context: tuple[Any, ...]) -> KeyedTensor:
-    return KeyedTensor(context[0], context[1], leaves[0])
-
-
-def _flatten_kt_with_keys(kt: KeyedTensor) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
-    from torch.utils._pytree import GetAttrKey
-
-    return [(GetAttrKey("_values"), kt._values)], _flatten_kt(kt)[1]
-
-
-def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]:
-    return [kb.values, kb.offsets, kb.weights], tuple(kb._keys)
-
-
-def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
-    return KeyedBags.from_checked(keys, *leaves)  # the leaves of a checked batch
-
-
-def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
-    from torch.utils._pytree import GetAttrKey
-
-    names = ("values", "offsets", "weights")
-    leaves, keys = _flatten(kb)
-    return [(GetAttrKey(n), t) for n, t in zip(names, leaves, strict=True)], keys
-
-
-# a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
-# as an input (its tensors are the graph's inputs, its keys part of the program)
-def _dumped(context: Any) -> str:
-    return json.dumps(context)
-
-
-def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flattening builds
-    def tuples(x: Any) -> Any:
-        return tuple(tuples(v) for v in x) if isinstance(x, list) else x
-
-    return tuples(json.loads(text))
-
-
-torch.utils._pytree.register_pytree_node(
-    KeyedBags, _flatten, _unflatten,
-    serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
-    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+register_node(
+    KeyedBags, ("values", "offsets", "weights"), lambda kb: tuple(kb._keys),
+    lambda leaves, keys: KeyedBags.from_checked(keys, *leaves),  # the leaves of a checked batch
 )
-torch.utils._pytree.register_pytree_node(
-    KeyedTensor, _flatten_kt, _unflatten_kt,
-    serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
-    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
-)
-# an exported program saves its example inputs: they load with torch.load(weights_only=True)
-torch.serialization.add_safe_globals([KeyedBags, KeyedTensor])
