@@ -63,5 +63,5 @@ class KeyedTensor:
 
 register_node(
     KeyedTensor, ("_values",), lambda kt: (tuple(kt._keys), tuple(kt._lengths)),
-    lambda leaves, context: KeyedTensor(context[0], context[1], leaves[0]),
+    lambda leaves, context: KeyedTensor(context[0], context[1], *leaves),
 )

@@ -5,7 +5,7 @@ and outputs, their keys and sizes, the context, part of the program), and saves 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -17,7 +17,7 @@ def register_node(
     cls: type,
     leaves: Sequence[str],
     context: Callable[[Any], tuple[Any, ...]],
-    build: Callable[[list[Any], tuple[Any, ...]], Any],
+    build: Callable[[Iterable[Any], Any], Any],
 ) -> None:
     """Register ``cls`` as a pytree node whose leaves are its attributes ``leaves``.
 
