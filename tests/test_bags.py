@@ -394,9 +394,11 @@ def test_one_offsets_validator(offsets: list[int], nnz: int, match: str) -> None
     from lookuplinear import KeyedBags
 
     off = torch.tensor(offsets, dtype=torch.long)
-    with pytest.raises(InputValueError, match="^Bags: offsets must " + match.replace("ENTRIES", "indices")):
+    bags_match = "^Bags: offsets must " + match.replace("ENTRIES", "indices")
+    keyed_match = "^KeyedBags: offsets must " + match.replace("ENTRIES", "values")
+    with pytest.raises(InputValueError, match=bags_match):
         Bags(torch.zeros(nnz, dtype=torch.long), off)
-    with pytest.raises(InputValueError, match="^KeyedBags: offsets must " + match.replace("ENTRIES", "values")):
+    with pytest.raises(InputValueError, match=keyed_match):
         KeyedBags(["a"], torch.zeros(nnz, dtype=torch.long), offsets=off)
 
 
