@@ -377,3 +377,38 @@ def test_empty_start_offsets_are_an_empty_batch() -> None:
     assert layer(empty, empty).shape == (0, 2)
     with pytest.raises(InputValueError, match="one start offset per bag"):
         layer(torch.tensor([1, 2]), empty)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "nnz", "match"),
+    [
+        ([1, 2], 2, r"start at 0 \(CSR offsets\), got offsets\[0\]=1"),
+        ([0, 2, 1, 3], 3, r"be non-decreasing \(CSR offsets\), but offsets\[2\]=1 < offsets\[1\]"),
+        ([0, 3], 2, r"end at len\(ENTRIES\)=2 .* got offsets\[-1\]=3"),
+        ([], 0, r"hold N \+ 1 entries .* offsets=\[0\]"),
+    ],
+)
+def test_one_offsets_validator(offsets: list[int], nnz: int, match: str) -> None:
+    """Bags and KeyedBags check their offsets with one validator: the same message, naming the
+    batch type and its entries."""
+    from lookuplinear import KeyedBags
+
+    off = torch.tensor(offsets, dtype=torch.long)
+    bags_match = "^Bags: offsets must " + match.replace("ENTRIES", "indices")
+    keyed_match = "^KeyedBags: offsets must " + match.replace("ENTRIES", "values")
+    with pytest.raises(InputValueError, match=bags_match):
+        Bags(torch.zeros(nnz, dtype=torch.long), off)
+    with pytest.raises(InputValueError, match=keyed_match):
+        KeyedBags(["a"], torch.zeros(nnz, dtype=torch.long), offsets=off)
+
+
+def test_from_checked_keeps_the_tensors() -> None:
+    """The trusted constructors hold the given tensors, unchecked and uncopied."""
+    from lookuplinear import KeyedBags
+
+    idx, off, w = torch.tensor([3, 1, 2]), torch.tensor([0, 2, 3]), torch.tensor([1.0, 2, 3])
+    bags = Bags.from_checked(idx, off, w)
+    assert bags.indices is idx and bags.offsets is off and bags.weights is w
+    kb = KeyedBags.from_checked(["a", "b"], idx, off)  # a: [3, 1], b: [2]
+    assert kb.keys() == ["a", "b"] and kb.batch_size == 1 and kb.values is idx
+    assert torch.equal(kb["b"].indices, torch.tensor([2]))

@@ -375,7 +375,7 @@ def _as_written_before(path: Path) -> None:
 
     from safetensors.torch import load, save
 
-    from lookuplinear.storage.checkpoint import _metadata
+    from lookuplinear.storage.segments import metadata as _metadata
 
     manifest = json.loads((path / "MANIFEST.json").read_text())
     for seg in manifest["segments"]:

@@ -10,37 +10,28 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 import torch
 from torch.autograd import forward_ad
 
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
-from .ops import bag_max, capturing, mode_weights, offsets_ok, values_known
+from .modes import MODES, Mode, check_mode, row_scale, safe_inverse
+from .ops import bag_max, capturing, mode_weights, offsets_ok
 from .ops.autograd import bag_lookup
+from .sparse.adapters import as_bags, check_columns
 from .sparse.bags import Bags, check_index_range, is_scipy_sparse
+from .sparse.offsets import csr_offsets
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["MODES", "LookupInput", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
 
-#: how a row of matrix input is reduced: PyTorch's EmbeddingBag modes plus TensorFlow's sqrtn
-Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
-MODES: tuple[str, ...] = get_args(Mode)
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays
 LookupInput: TypeAlias = "torch.Tensor | Bags | sp.spmatrix | sp.sparray"
-
-
-def check_mode(mode: str) -> None:
-    """Raise ``InputValueError`` unless ``mode`` is one of :data:`MODES`."""
-    if mode not in MODES:
-        raise InputValueError(
-            f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}. "
-            "Pass one of those (PyTorch's EmbeddingBag modes plus TensorFlow's 'sqrtn')."
-        )
 
 
 def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | None:
@@ -187,7 +178,7 @@ def lookup_linear(
                 f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}. Pass the "
                 "bags' indices flattened, or drop offsets= for a per-element lookup."
             )
-        input = Bags(input, _csr_offsets(input, offsets, include_last_offset), per_sample_weights)
+        input = Bags(input, csr_offsets(input, offsets, include_last_offset), per_sample_weights)
     elif per_sample_weights is not None:
         raise InputValueError(
             "per_sample_weights needs offsets: pass offsets= (the bags' start offsets, as for "
@@ -205,7 +196,7 @@ def lookup_linear(
                 "Bags.from_lists([t.tolist() for t in x.unbind()])."
             )
         if input.layout != torch.strided:
-            bags = _as_bags(input, in_features)
+            bags = as_bags(input, in_features)
         elif input.dtype.is_floating_point or input.dtype == torch.bool:
             return _dense_forward(input, weight, bias, mode, padding_idx)
         elif input.dtype.is_complex:
@@ -221,7 +212,7 @@ def lookup_linear(
                 "input",
             )
     else:
-        bags = _as_bags(input, in_features)
+        bags = as_bags(input, in_features)
         if bags.indices.device != weight.device:  # host data from scipy: move it
             bags = bags.to(weight.device)
     return _range_checked(
@@ -230,49 +221,6 @@ def lookup_linear(
         in_features,
         "indices",
     )
-
-
-def _csr_offsets(
-    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool
-) -> torch.Tensor:
-    """The CSR offsets (``N + 1`` entries) of ``F.embedding_bag``-style ``offsets``: ``N`` start
-    offsets with ``len(indices)`` appended, or the CSR offsets themselves
-    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong."""
-    if (
-        include_last_offset
-        or not isinstance(offsets, torch.Tensor)
-        or offsets.dim() != 1
-        or offsets.is_meta
-        or offsets.dtype not in (torch.int32, torch.int64)
-    ):
-        return offsets  # CSR, or a tensor Bags refuses with its own message
-    nnz = indices.numel()  # a number: checks only, never in the result (see below)
-    if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
-        raise InputValueError(
-            f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
-            f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
-            "(N + 1 entries) need include_last_offset=True."
-        )
-    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
-    if (
-        values_known()
-        and host.numel()
-        and not offsets_ok(host, nnz, include_last=False)
-        and int(host[0]) == 0
-    ):
-        past = host > nnz
-        if bool(past.any()):
-            k = int(past.nonzero()[0, 0])
-            raise InputValueError(
-                f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
-                "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
-                "len(indices)) build the layer with include_last_offset=True, or pass "
-                "Bags(indices, offsets)."
-            )
-    # the end read from indices' size, not the number nnz: a trace records size() as an op,
-    # where a number would enter the graph as a constant (the trace batch's entry count)
-    end = torch.full((1,), indices.size(0), dtype=offsets.dtype, device=offsets.device)
-    return torch.cat([offsets, end])
 
 
 def _cpu_sum_operands(
@@ -317,7 +265,7 @@ def _cpu_sum_operands(
     if type(input) is Bags:
         bags = input
     elif is_scipy_sparse(input):
-        _check_columns(cast(Any, input).shape, weight.shape[0], "scipy.sparse matrix")
+        check_columns(cast(Any, input).shape, weight.shape[0], "scipy.sparse matrix")
         bags = Bags.from_scipy(input)
     else:
         return None
@@ -355,42 +303,6 @@ def _check_device(device: torch.device, weight: torch.Tensor) -> None:
         raise DeviceMismatchError(
             f"input is on {device} but the weight is on {weight.device}; move the input with "
             f".to({str(weight.device)!r}) (or the layer with .to({str(device)!r}))."
-        )
-
-
-def _as_bags(input: Any, in_features: int) -> Bags:
-    """Turn a matrix-shaped sparse input into ``Bags``, checking its number of columns."""
-    if isinstance(input, Bags):
-        return input
-    if is_scipy_sparse(input):
-        _check_columns(tuple(cast(Any, input).shape), in_features, "scipy.sparse matrix")
-        return Bags.from_scipy(input)
-    if isinstance(input, torch.Tensor) and input.layout in (torch.sparse_coo, torch.sparse_csr):
-        _check_columns(tuple(input.shape), in_features, "torch sparse tensor")
-        return Bags.from_torch_sparse(input)
-    if isinstance(input, torch.Tensor):
-        raise InputTypeError(
-            f"a torch sparse input must have layout sparse_coo or sparse_csr, got {input.layout}. "
-            "Convert it with x.to_sparse_csr() (or x.to_sparse() for COO)."
-        )
-    raise InputTypeError(
-        "input must be an integer index tensor, a floating tensor of shape (..., in_features), "
-        "lookuplinear.Bags, a scipy.sparse matrix or a torch sparse COO/CSR tensor; got "
-        f"{type(input).__name__}. Convert lists with Bags.from_lists(...) or torch.tensor(...)."
-    )
-
-
-def _check_columns(shape: tuple[int, ...], in_features: int, what: str) -> None:
-    if len(shape) != 2:
-        raise InputValueError(
-            f"{what} must have shape (N, in_features={in_features}), got shape {shape}. "
-            "Reshape it to 2-D (one row per sample)."
-        )
-    if shape[1] != in_features:
-        raise InputValueError(
-            f"{what} must have shape (N, in_features={in_features}), got shape {shape}. "
-            "Build the vectorizer/matrix with the layer's vocabulary size, or the layer with "
-            f"in_features={shape[1]}."
         )
 
 
@@ -438,7 +350,7 @@ def _dense_forward(
         out = rows @ weight if bias is None else torch.addmm(bias, rows, weight)
     else:
         vals = rows if mode == "mean" else rows * rows
-        out = (rows @ weight) * _safe_inverse(vals.sum(1), sqrt=mode == "sqrtn").unsqueeze(1)
+        out = (rows @ weight) * safe_inverse(vals.sum(1), sqrt=mode == "sqrtn").unsqueeze(1)
         if bias is not None:
             out = out + bias
     return out.reshape(*lead, weight.shape[1])
@@ -594,44 +506,3 @@ def _forward_only(weight: torch.Tensor) -> torch.Tensor:
     ):
         return weight
     return weight.detach()
-
-
-def row_scale(
-    bags: Bags, mode: str, padding_idx: int | None, *, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """Per-bag factor that turns the weighted sum into ``mode``'s reduction, shape ``(N,)``.
-
-    ``sum``: 1; ``mean``: ``1 / sum(w)``; ``sqrtn``: ``1 / sqrt(sum(w**2))``, over the bag's
-    non-padding entries (``w = 1`` when unweighted), and 0 for a bag whose denominator is 0.
-
-    Examples
-    --------
-    >>> bags = Bags.from_lists([[1, 1, 2], [], [0]], weights=[[3.0, 4.0, 0.0], [], [2.0]])
-    >>> row_scale(bags, "mean", None)          # 1 / (3 + 4 + 0), empty bag -> 0, 1 / 2
-    tensor([0.1429, 0.0000, 0.5000])
-    >>> row_scale(bags, "sqrtn", None)         # 1 / sqrt(9 + 16), 0, 1 / sqrt(4)
-    tensor([0.2000, 0.0000, 0.5000])
-    """
-    if mode == "sum" or mode == "max":
-        return torch.ones_like(bags.offsets[1:], dtype=dtype)
-    w = bags.weights
-    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    if w is None and padding_idx is None:
-        denom = bags.lengths().to(acc)
-    else:
-        # sizes from the tensors (ones_like, zeros_like), so that a trace keeps them as ops
-        vals = torch.ones_like(bags.indices, dtype=acc) if w is None else w.to(acc)
-        if mode == "sqrtn":
-            vals = vals * vals
-        if padding_idx is not None:
-            vals = vals.masked_fill(bags.indices == padding_idx, 0)
-        denom = torch.zeros_like(bags.offsets[1:], dtype=acc).index_add(0, bags.bag_ids(), vals)
-    return _safe_inverse(denom, sqrt=mode == "sqrtn").to(dtype)
-
-
-def _safe_inverse(denom: torch.Tensor, *, sqrt: bool) -> torch.Tensor:
-    """``1 / denom`` (or ``1 / sqrt(denom)``) where ``denom != 0``, else 0; NaN-free gradients."""
-    nonzero = denom != 0
-    safe = torch.where(nonzero, denom, torch.ones_like(denom))
-    inv = safe.rsqrt() if sqrt else safe.reciprocal()
-    return torch.where(nonzero, inv, torch.zeros_like(inv))

@@ -235,11 +235,9 @@ class PlanLookup:
         offsets = torch.zeros(sum(x.numel() for x in lengths) + 1, dtype=torch.long,
                               device=kb.device)
         torch.cumsum(torch.cat(lengths), 0, out=offsets[1:])
-        out = Bags.__new__(Bags)  # checked feature by feature: nothing to check again
-        out.indices = torch.cat(indices)
-        out.offsets = offsets
-        out.weights = torch.cat(weights) if any_weights else None
-        return out
+        # checked feature by feature: nothing to check again
+        return Bags.from_checked(torch.cat(indices), offsets,
+                                 torch.cat(weights) if any_weights else None)
 
     def _layout(self, device: torch.device, n: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -279,9 +277,7 @@ class PlanLookup:
         if found is None:
             found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
             if not isinstance(found, int):
-                out = Bags.__new__(Bags)  # a checked batch, shifted: nothing to check again
-                out.indices, out.offsets, out.weights = found, kb.offsets, None
-                return out
+                return Bags.from_checked(found, kb.offsets)  # a checked batch, shifted
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
             starts = kb.offsets[::kb.batch_size].tolist()
             self._checked(kb, feats[next(f for f in range(len(feats))
@@ -383,9 +379,7 @@ def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
     lengths = (bags.offsets[1:] - bags.offsets[:-1]).view(-1, n).index_select(
         0, at.to(bags.offsets.device))
     starts = bags.offsets[::n].tolist()
-    out = Bags.__new__(Bags)  # parts of a checked batch
-    out.indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
-    out.offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
-    torch.cumsum(lengths.reshape(-1), 0, out=out.offsets[1:])
-    out.weights = None
-    return out
+    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
+    torch.cumsum(lengths.reshape(-1), 0, out=offsets[1:])
+    indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
+    return Bags.from_checked(indices, offsets)  # parts of a checked batch

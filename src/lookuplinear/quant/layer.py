@@ -19,10 +19,12 @@ from torch import nn
 
 from .. import hugepages
 from ..errors import InputTypeError, InputValueError
-from ..functional import _as_bags, _csr_offsets, lookup_linear
+from ..functional import lookup_linear
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops import mode_weights
+from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags
+from ..sparse.offsets import csr_offsets
 
 __all__ = ["DTYPES", "QuantizedEmbeddingBag", "QuantizedLookupLinear"]
 
@@ -167,10 +169,10 @@ class QuantizedLookupLinear(nn.Module):
                 raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
             return self._compact(input, None)
         if offsets is not None:
-            bags = Bags(input, _csr_offsets(input, offsets, self.include_last_offset),
+            bags = Bags(input, csr_offsets(input, offsets, self.include_last_offset),
                         per_sample_weights)
         else:
-            bags = _as_bags(input, self.in_features)
+            bags = as_bags(input, self.in_features)
         bags.check_indices(self.in_features)
         if self.padding_idx is not None:
             bags = bags.drop_index(self.padding_idx)

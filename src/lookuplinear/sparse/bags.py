@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from ..errors import InputTypeError, InputValueError, LookupIndexError
-from ..ops import drop_entries, offsets_ok, values_known
+from ..ops import drop_entries, values_known
+from .offsets import check_offsets
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -43,7 +44,7 @@ def is_scipy_sparse(x: Any) -> bool:
     return sp is not None and bool(sp.issparse(x))
 
 
-def _as_int_tensor(name: str, value: Any) -> torch.Tensor:
+def as_int_tensor(name: str, value: Any) -> torch.Tensor:
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
         return t
@@ -105,8 +106,8 @@ class Bags:
         offsets: torch.Tensor | Sequence[int] | np.ndarray,
         weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
     ) -> None:
-        idx = _as_int_tensor("indices", indices)
-        off = _as_int_tensor("offsets", offsets)
+        idx = as_int_tensor("indices", indices)
+        off = as_int_tensor("offsets", offsets)
         if off.device != idx.device:
             raise InputValueError(
                 f"Bags: offsets are on {off.device} but indices on {idx.device}; "
@@ -114,19 +115,7 @@ class Bags:
             )
         if idx.dtype != off.dtype:  # F.embedding_bag needs one dtype for both
             idx, off = idx.long(), off.long()
-        if off.numel() == 0:
-            raise InputValueError(
-                "Bags: offsets must hold N + 1 entries (CSR form: 0, end of bag 0, ...), got an "
-                "empty tensor. An empty batch has offsets=[0]."
-            )
-        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
-            if values_known():
-                _check_offsets(off, idx.numel())
-        elif not off.is_meta:  # meta tensors have no values to check
-            # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py)
-            host = off if off.is_cpu else off.cpu()
-            if not offsets_ok(host, idx.numel()):
-                _check_offsets(host, idx.numel())
+        check_offsets(off, idx.numel())
         w: torch.Tensor | None = None
         if weights is not None:
             w = (
@@ -154,6 +143,26 @@ class Bags:
         self.weights = w
 
     # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_checked(
+        cls, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> Bags:
+        """Bags of tensors that already hold the contract of :class:`Bags`, not checked again.
+
+        For parts of checked batches (a slice, a subset, a shift): the checks of ``Bags(...)``
+        run on every call and cost as much as a small lookup. Passing tensors that break the
+        contract (offsets that are not CSR offsets of ``indices``, a dtype mismatch, weights of
+        another length) gives undefined results; build from user input with ``Bags(...)``.
+
+        Examples
+        --------
+        >>> Bags.from_checked(torch.tensor([3, 1, 2]), torch.tensor([0, 2, 3]))
+        Bags(n_bags=2, nnz=3, weighted=False)
+        """
+        bags = cls.__new__(cls)
+        bags.indices, bags.offsets, bags.weights = indices, offsets, weights
+        return bags
+
     @classmethod
     def from_lists(
         cls,
@@ -239,14 +248,10 @@ class Bags:
                 f"of shape {data.shape}, indptr of shape {indptr.shape}. Rebuild it, or call "
                 "its check_format(full_check=True) to see what is wrong."
             )
-        if not offsets_ok(indptr, nnz):  # scipy checks its indptr only on request
-            _check_offsets(indptr, nnz)
+        check_offsets(indptr, nnz)  # scipy checks its indptr only on request
         # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
         # run again on every call; benchmarks/bench_layer.py times the per-call cost)
-        bags = cls.__new__(cls)
-        bags.indices, bags.offsets = _from_numpy(indices), _from_numpy(indptr)
-        bags.weights = _from_numpy(data)
-        return bags
+        return cls.from_checked(_from_numpy(indices), _from_numpy(indptr), _from_numpy(data))
 
     @classmethod
     def from_torch_sparse(cls, t: torch.Tensor) -> Bags:
@@ -381,10 +386,8 @@ class Bags:
         if dropped is None:
             return self
         kept, indices, offsets = dropped
-        bags = Bags.__new__(Bags)  # a subset of checked bags: nothing to check again
-        bags.indices, bags.offsets = indices, offsets
-        bags.weights = None if self.weights is None else self.weights.index_select(0, kept)
-        return bags
+        weights = None if self.weights is None else self.weights.index_select(0, kept)
+        return Bags.from_checked(indices, offsets, weights)  # a subset of checked bags
 
     def check_indices(self, in_features: int) -> None:
         """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.
@@ -443,31 +446,6 @@ class Bags:
         )
 
 
-def _check_offsets(vals: Any, nnz: int) -> None:
-    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
-    offsets of ``nnz`` entries; return if they are fine."""
-    first, last = int(vals[0]), int(vals[-1])
-    if first != 0:
-        raise InputValueError(
-            f"Bags: offsets must start at 0 (CSR form), got offsets[0]={first}. "
-            "Prepend 0 to EmbeddingBag-style offsets."
-        )
-    if last != nnz:
-        raise InputValueError(
-            f"Bags: offsets must end at len(indices)={nnz} (CSR form, "
-            f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
-            "offsets, append len(indices)."
-        )
-    decreasing = vals[1:] < vals[:-1]
-    if bool(decreasing.any()):
-        bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
-        raise InputValueError(
-            f"Bags: offsets must be non-decreasing, but offsets[{bag + 1}]="
-            f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
-            "followed by the cumulative sum of the bag lengths."
-        )
-
-
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
     """``torch.from_numpy`` without a copy; read-only arrays are copied (torch needs writable)."""
     if not a.flags.writeable:
@@ -499,58 +477,3 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str) ->
         f"in_features={in_features}: every index must be in [0, {in_features - 1}]. "
         "Check the vocabulary size, or map unknown tokens to a reserved index."
     )
-
-
-def rows_index(name: str, rows: Any, n: int, device: torch.device) -> torch.Tensor:
-    """``rows`` (a slice, integer indices or a boolean mask over ``n`` rows) as int64 positions.
-
-    Negative indices count from the end, as in PyTorch; an index outside ``[-n, n)`` or a mask
-    of another length raises ``LookupIndexError``.
-    """
-    if isinstance(rows, slice):  # Python's slice rules (a negative step too)
-        if rows.step == 0:
-            raise InputValueError(f"{name}: slice step cannot be zero, got {rows}.")
-        r = range(n)[rows]
-        return torch.arange(len(r), device=device) * r.step + r.start
-    if isinstance(rows, int | np.integer) and not isinstance(rows, bool | np.bool_):
-        rows = [int(rows)]
-    t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows))
-    t = t.to(device)
-    if t.dtype == torch.bool:
-        if t.dim() != 1 or t.numel() != n:
-            raise LookupIndexError(
-                f"{name}: a boolean mask must have one value per row, shape ({n},), got shape "
-                f"{tuple(t.shape)}."
-            )
-        return torch.nonzero(t).flatten()
-    if t.numel() == 0:
-        return torch.zeros(0, dtype=torch.long, device=device)
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dim() != 1:
-        raise InputTypeError(
-            f"{name}: rows must be a slice, 1-D integer indices or a boolean mask, got a "
-            f"tensor of dtype {t.dtype} and shape {tuple(t.shape)}."
-        )
-    t = t.long()
-    bad = (t < -n) | (t >= n)
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0, 0])
-        raise LookupIndexError(
-            f"{name}: row {int(t[i])} (rows[{i}]) is out of range for a batch of {n} rows; "
-            f"rows must be in [-{n}, {n})."
-        )
-    return torch.where(t < 0, t + n, t)
-
-
-def gather_bags(offsets: torch.Tensor, bags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The entries of ``bags`` (positions of CSR bags), in order: ``(entry positions, lengths)``.
-
-    The result is ``cat([arange(offsets[b], offsets[b + 1]) for b in bags])`` and the lengths
-    of those bags, without a Python loop.
-    """
-    starts = offsets[bags].long()
-    lengths = offsets[bags + 1].long() - starts
-    ends = torch.cumsum(lengths, 0)
-    total = int(ends[-1]) if ends.numel() else 0
-    # entry p of bag j (output position ends[j] - lengths[j] + p) reads starts[j] + p
-    shift = torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
-    return torch.arange(total, device=offsets.device) + shift, lengths

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ..errors import InputValueError
-from .bags import rows_index
 from .keyed import KeyedBags
+from .rows import rows_index
 
 __all__ = ["KeyedBagsDataset"]
 

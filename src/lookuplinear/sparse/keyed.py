@@ -1,4 +1,5 @@
-"""``KeyedBags``: several features' bags for the same examples, and ``KeyedTensor``, their output.
+"""``KeyedBags``: several features' bags for the same examples (``KeyedTensor``, their output, is
+in :mod:`.keyed_tensor`).
 
 A keyed batch is TorchRec's ``KeyedJaggedTensor``: one flat ``values`` tensor holding, feature
 after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
@@ -18,7 +19,6 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -26,9 +26,13 @@ import numpy as np
 import torch
 
 from ..errors import InputTypeError, InputValueError
-from ..ops import offsets_ok, values_known
-from .bags import Bags, _as_int_tensor, gather_bags, rows_index
+from ..ops import values_known
+from .bags import Bags, as_int_tensor
 from .columns import column_bags
+from .keyed_tensor import KeyedTensor
+from .offsets import check_offsets
+from .pytree import register_node
+from .rows import gather_bags, rows_index
 
 __all__ = ["KeyedBags", "KeyedTensor"]
 
@@ -93,7 +97,7 @@ class KeyedBags:
                 f"KeyedBags: keys must be distinct, got {repeated} more than once. Give each "
                 "feature one name (features may share a table through TableConfig)."
             )
-        vals = _as_int_tensor("values", values)
+        vals = as_int_tensor("values", values)
         if (lengths is None) == (offsets is None):
             raise InputValueError(
                 "KeyedBags: give exactly one of lengths= (F * N bag lengths) and offsets= "
@@ -101,7 +105,7 @@ class KeyedBags:
                 f"offsets={'None' if offsets is None else '...'}."
             )
         if lengths is not None:
-            lens = _as_int_tensor("lengths", lengths).to(vals.device)
+            lens = as_int_tensor("lengths", lengths).to(vals.device)
             if lens.dim() != 1:
                 raise InputValueError(
                     f"KeyedBags: lengths must be 1-D (F * N values), got shape "
@@ -121,14 +125,8 @@ class KeyedBags:
             off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
             torch.cumsum(lens, 0, out=off[1:])
         else:
-            off = _as_int_tensor("offsets", offsets).long().to(vals.device)
-            host = off if off.is_cpu else off.cpu()
-            if off.numel() == 0 or not offsets_ok(host, vals.numel()):
-                raise InputValueError(
-                    "KeyedBags: offsets must be CSR offsets of the F * N bags: start at 0, "
-                    f"never decrease and end at len(values) = {vals.numel()}; got "
-                    f"{host.tolist()[:12]}{'...' if host.numel() > 12 else ''}."
-                )
+            off = as_int_tensor("offsets", offsets).long().to(vals.device)
+            check_offsets(off, vals.numel(), owner="KeyedBags", entries="values")
         n_bags = off.numel() - 1
         if keys and n_bags % len(keys):
             raise InputValueError(
@@ -161,6 +159,27 @@ class KeyedBags:
         self.weights = w
 
     # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_checked(
+        cls,
+        keys: Sequence[str],
+        values: torch.Tensor,
+        offsets: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> KeyedBags:
+        """A batch of tensors that already hold the contract of :class:`KeyedBags` (parts of a
+        checked batch), not checked again; build from user input with ``KeyedBags(...)``.
+
+        Examples
+        --------
+        >>> KeyedBags.from_checked(["a"], torch.tensor([1, 2]), torch.tensor([0, 2]))
+        KeyedBags(keys=['a'], batch_size=1, nnz=2, weighted=False)
+        """
+        kb = cls.__new__(cls)
+        kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+        kb.values, kb.offsets, kb.weights = values, offsets, weights
+        return kb
+
     @classmethod
     def from_dict(cls, features: Mapping[str, Bags | Sequence[Sequence[int]]]) -> KeyedBags:
         """Build from ``{key: Bags or list of index lists}``, every feature with ``N`` bags.
@@ -393,25 +412,20 @@ class KeyedBags:
             torch._check(end <= self.values.numel())
         else:
             start, end = int(off[0]), int(off[-1])
-        bags = Bags.__new__(Bags)  # a slice of checked offsets: nothing to check again
-        bags.indices = self.values[start:end]
-        bags.offsets = off - start
-        bags.weights = None if self.weights is None else self.weights[start:end]
-        return bags
+        weights = None if self.weights is None else self.weights[start:end]
+        return Bags.from_checked(self.values[start:end], off - start, weights)  # a checked slice
 
     def _rows(self, rows: Any) -> KeyedBags:
         n, f = self.batch_size, len(self._keys)
         picked = rows_index("KeyedBags[rows]", rows, n, self.device)
         bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
         positions, lengths = gather_bags(self.offsets, bags)
-        out = KeyedBags.__new__(KeyedBags)  # a subset of checked bags: nothing to check again
-        out._keys, out._position = self._keys, self._position
-        out.values = self.values.index_select(0, positions)
-        out.offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype,
-                                  device=self.device)
-        torch.cumsum(lengths, 0, out=out.offsets[1:])
-        out.weights = None if self.weights is None else self.weights.index_select(0, positions)
-        return out
+        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        weights = None if self.weights is None else self.weights.index_select(0, positions)
+        # a subset of checked bags: nothing to check again
+        return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
+                                      offsets, weights)
 
     @classmethod
     def cat(cls, batches: Sequence[KeyedBags]) -> KeyedBags:
@@ -485,11 +499,9 @@ class KeyedBags:
         device = torch.device(device)
         if self.values.device == device:
             return self
-        moved = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
-        moved._keys, moved._position = self._keys, self._position
-        moved.values, moved.offsets = self.values.to(device), self.offsets.to(device)
-        moved.weights = None if self.weights is None else self.weights.to(device)
-        return moved
+        weights = None if self.weights is None else self.weights.to(device)
+        return KeyedBags.from_checked(self._keys, self.values.to(device),
+                                      self.offsets.to(device), weights)
 
     def unweighted(self) -> KeyedBags:
         """The same bags without weights (this object if it has none; tensors shared).
@@ -503,10 +515,7 @@ class KeyedBags:
         """
         if self.weights is None:
             return self
-        out = KeyedBags.__new__(KeyedBags)  # checked already: nothing to check again
-        out._keys, out._position = self._keys, self._position
-        out.values, out.offsets, out.weights = self.values, self.offsets, None
-        return out
+        return KeyedBags.from_checked(self._keys, self.values, self.offsets)
 
     def __repr__(self) -> str:
         return (
@@ -515,110 +524,7 @@ class KeyedBags:
         )
 
 
-class KeyedTensor:
-    """The pooled outputs of several features side by side: TorchRec's ``KeyedTensor``.
-
-    ``values()`` is one ``(N, sum of dims)`` tensor, the features' outputs concatenated in
-    ``keys()`` order; ``kt[key]`` is a feature's ``(N, dim)`` slice (a view) and ``to_dict()``
-    all of them.
-
-    Examples
-    --------
-    >>> kt = KeyedTensor(["a", "b"], [2, 1], torch.arange(6.0).reshape(2, 3))
-    >>> kt["b"]
-    tensor([[2.],
-            [5.]])
-    """
-
-    __slots__ = ("_keys", "_lengths", "_starts", "_values")
-
-    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int],
-                 values: torch.Tensor) -> None:
-        self._keys = list(keys)
-        self._lengths = [int(n) for n in length_per_key]
-        starts = np.concatenate([[0], np.cumsum(self._lengths)]).astype(int).tolist()
-        self._starts = {k: (starts[i], starts[i + 1]) for i, k in enumerate(self._keys)}
-        self._values = values
-
-    def keys(self) -> list[str]:
-        return list(self._keys)
-
-    def values(self) -> torch.Tensor:
-        """The ``(N, sum of dims)`` tensor."""
-        return self._values
-
-    def length_per_key(self) -> list[int]:
-        """Each feature's output width (its table's ``embedding_dim``)."""
-        return list(self._lengths)
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        if key not in self._starts:
-            raise KeyError(f"KeyedTensor has no key {key!r}; its keys are {self._keys}.")
-        a, b = self._starts[key]
-        return self._values[:, a:b]
-
-    def to_dict(self) -> dict[str, torch.Tensor]:
-        return {k: self[k] for k in self._keys}
-
-    def __repr__(self) -> str:
-        return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
-
-
-def _flatten_kt(kt: KeyedTensor) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
-    return [kt._values], (tuple(kt._keys), tuple(kt._lengths))
-
-
-def _unflatten_kt(leaves: Any, context: tuple[Any, ...]) -> KeyedTensor:
-    return KeyedTensor(context[0], context[1], leaves[0])
-
-
-def _flatten_kt_with_keys(kt: KeyedTensor) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
-    from torch.utils._pytree import GetAttrKey
-
-    return [(GetAttrKey("_values"), kt._values)], _flatten_kt(kt)[1]
-
-
-def _flatten(kb: KeyedBags) -> tuple[list[torch.Tensor | None], tuple[str, ...]]:
-    return [kb.values, kb.offsets, kb.weights], tuple(kb._keys)
-
-
-def _unflatten(leaves: Any, keys: tuple[str, ...]) -> KeyedBags:
-    kb = KeyedBags.__new__(KeyedBags)  # the leaves of a checked batch: nothing to check again
-    kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
-    kb.values, kb.offsets, kb.weights = leaves
-    return kb
-
-
-def _flatten_with_keys(kb: KeyedBags) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
-    from torch.utils._pytree import GetAttrKey
-
-    names = ("values", "offsets", "weights")
-    leaves, keys = _flatten(kb)
-    return [(GetAttrKey(n), t) for n, t in zip(names, leaves, strict=True)], keys
-
-
-# a pytree node, as TorchRec registers its KeyedJaggedTensor: torch.export takes a KeyedBags
-# as an input (its tensors are the graph's inputs, its keys part of the program)
-def _dumped(context: Any) -> str:
-    return json.dumps(context)
-
-
-def _undumped(text: str) -> Any:  # JSON's lists back to the tuples that flattening builds
-    def tuples(x: Any) -> Any:
-        return tuple(tuples(v) for v in x) if isinstance(x, list) else x
-
-    return tuples(json.loads(text))
-
-
-torch.utils._pytree.register_pytree_node(
-    KeyedBags, _flatten, _unflatten,
-    serialized_type_name="lookuplinear.KeyedBags", flatten_with_keys_fn=_flatten_with_keys,
-    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
+register_node(
+    KeyedBags, ("values", "offsets", "weights"), lambda kb: tuple(kb._keys),
+    lambda leaves, keys: KeyedBags.from_checked(keys, *leaves),  # the leaves of a checked batch
 )
-torch.utils._pytree.register_pytree_node(
-    KeyedTensor, _flatten_kt, _unflatten_kt,
-    serialized_type_name="lookuplinear.KeyedTensor", flatten_with_keys_fn=_flatten_kt_with_keys,
-    to_dumpable_context=_dumped, from_dumpable_context=_undumped,
-)
-# an exported program saves its example inputs: they load with torch.load(weights_only=True)
-torch.serialization.add_safe_globals([KeyedBags, KeyedTensor])

@@ -38,8 +38,6 @@ saw are drawn again from ``(seed, row)`` on their next lookup, as they were befo
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -53,32 +51,10 @@ from .._fusion import bound_to
 from .._rowreset import RESETS
 from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 from .rowwatch import RowTracker
-from .tables import read_header, storage_of
+from .segments import commit_segment, load_segments, read_manifest, remove_unlisted
+from .tables import storage_of
 
 __all__ = ["Checkpoint"]
-
-_FORMAT = "lookuplinear-checkpoint"
-_VERSION = 1
-_MANIFEST = "MANIFEST.json"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    """``path`` holds ``data`` on disk, or is unchanged: a temporary file, fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, tuple):
@@ -171,7 +147,7 @@ class Checkpoint:
         self._base_rows: dict[str, int] = dict.fromkeys(self.tables, 0)
         self._segments: list[dict[str, Any]] = []
         self._chained = False  # whether this object's last save or restore began the chain
-        manifest = self._read_manifest()
+        manifest = read_manifest(self.path)
         self.generation = 0 if manifest is None else int(manifest["generation"])
 
     # ------------------------------------------------------------------ which rows changed
@@ -233,16 +209,7 @@ class Checkpoint:
         rows = {n: self._union(n, delta[n]) for n in self.tables} if compact else delta
         g = self.generation + 1
         data = self._segment_bytes(g, rows, info)
-        name = f"seg-{g:08d}.safetensors"
-        _write_durable(self.path / name, data)
-        _fsync_dir(self.path)
-        entry = {"file": name, "generation": g, "bytes": len(data),
-                 "sha256": hashlib.sha256(data).hexdigest()}
-        segments = [entry] if compact else [*self._segments, entry]
-        manifest = {"format": _FORMAT, "version": _VERSION, "generation": g,
-                    "segments": segments}
-        _write_durable(self.path / _MANIFEST, json.dumps(manifest, indent=1).encode())
-        _fsync_dir(self.path)  # committed
+        segments = commit_segment(self.path, g, data, [] if compact else self._segments)
         self._segments, self.generation, self._chained = segments, g, True
         for n in self.tables:
             if compact:
@@ -250,7 +217,7 @@ class Checkpoint:
             else:
                 self._ever[n].append(rows[n])
             self._tracker.clear(n)
-        self._remove_unlisted()
+        remove_unlisted(self.path, segments)
         return g
 
     def _row_bytes(self, name: str) -> int:
@@ -344,44 +311,7 @@ class Checkpoint:
                 if name not in registered and isinstance(t, torch.Tensor):
                     yield name, t
 
-    def _remove_unlisted(self) -> None:
-        keep = {s["file"] for s in self._segments}
-        for f in self.path.iterdir():
-            if (f.name.startswith("seg-") and f.name not in keep) or f.name.endswith(".tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    f.unlink()
-
     # ------------------------------------------------------------------ restore
-    def _read_manifest(self) -> dict[str, Any] | None:
-        try:
-            return read_header(self.path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
-        except FileNotFoundError:
-            return None
-
-    def _load_segments(self, manifest: dict[str, Any]) -> list[tuple[dict[str, Any],
-                                                                     dict[str, torch.Tensor]]]:
-        from safetensors.torch import load
-
-        out = []
-        for seg in manifest["segments"]:
-            path = self.path / seg["file"]
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                raise ModelFileError(f"{path} is missing: the checkpoint is damaged.") from None
-            if len(data) != seg["bytes"] or hashlib.sha256(data).hexdigest() != seg["sha256"]:
-                raise ModelFileError(
-                    f"{path} is torn or damaged: {len(data)} bytes whose SHA-256 is not the one "
-                    "the manifest recorded. Nothing was loaded."
-                )
-            try:
-                tensors = load(data)
-                meta = json.loads(_metadata(data)["checkpoint"])
-            except Exception as exc:  # a file with the right hash is ours: this is a bug
-                raise ModelFileError(f"{path} cannot be read: {exc}.") from None
-            out.append((meta, tensors))
-        return out
-
     def exists(self) -> bool:
         """Whether a save has completed at ``path``: what :meth:`restore` would load.
 
@@ -397,7 +327,7 @@ class Checkpoint:
         >>> ckpt.exists()
         True
         """
-        return self._read_manifest() is not None
+        return read_manifest(self.path) is not None
 
     def restore(self) -> dict[str, Any]:
         """Load the last completed checkpoint into the module and optimizers; returns the
@@ -421,14 +351,14 @@ class Checkpoint:
         """
         from ..optim._base import RowSparseOptimizer
 
-        manifest = self._read_manifest()
+        manifest = read_manifest(self.path)
         if manifest is None:
             raise CheckpointNotFoundError(
                 f"no completed checkpoint at {str(self.path)!r}: no save has finished there "
                 "yet, so there is nothing to restore. Check Checkpoint.exists() first and start "
                 "from the initial model when it is False."
             )
-        segments = self._load_segments(manifest)
+        segments = load_segments(self.path, manifest)
         last_meta, last = segments[-1]
         if last_meta["tables"] != sorted(self.tables):
             raise ModelFileError(
@@ -578,11 +508,3 @@ def _set_groups(opt: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> Non
             saved = opt._loadable_group(saved, group)
         for key, value in saved.items():
             group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
-
-
-def _metadata(data: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file held in memory."""
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    meta: dict[str, str] = header.get("__metadata__", {})
-    return meta

@@ -54,6 +54,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import hugepages
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError, ModelFileError
+from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags, check_index_range
 
 __all__ = [
@@ -509,7 +510,5 @@ def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:
                 "read every row. Pass Bags.from_dense(x) or x.to_sparse_csr()."
             )
         return input, input
-    from ..functional import _as_bags  # (functional imports this module)
-
-    bags = _as_bags(input, in_features)
+    bags = as_bags(input, in_features)
     return bags, bags.indices

@@ -1,0 +1,69 @@
+"""The reductions of a bag's rows (``mode``): PyTorch's ``EmbeddingBag`` modes plus TensorFlow's
+``sqrtn``, and the per-bag factor that turns a weighted sum into each of them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
+
+import torch
+
+from .errors import InputValueError
+
+if TYPE_CHECKING:
+    from .sparse.bags import Bags
+
+__all__ = ["MODES", "Mode", "check_mode", "row_scale", "safe_inverse"]
+
+#: how a row of matrix input is reduced: PyTorch's EmbeddingBag modes plus TensorFlow's sqrtn
+Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+def check_mode(mode: str) -> None:
+    """Raise ``InputValueError`` unless ``mode`` is one of :data:`MODES`."""
+    if mode not in MODES:
+        raise InputValueError(
+            f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}. "
+            "Pass one of those (PyTorch's EmbeddingBag modes plus TensorFlow's 'sqrtn')."
+        )
+
+
+def row_scale(
+    bags: Bags, mode: str, padding_idx: int | None, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Per-bag factor that turns the weighted sum into ``mode``'s reduction, shape ``(N,)``.
+
+    ``sum``: 1; ``mean``: ``1 / sum(w)``; ``sqrtn``: ``1 / sqrt(sum(w**2))``, over the bag's
+    non-padding entries (``w = 1`` when unweighted), and 0 for a bag whose denominator is 0.
+
+    Examples
+    --------
+    >>> from lookuplinear import Bags
+    >>> bags = Bags.from_lists([[1, 1, 2], [], [0]], weights=[[3.0, 4.0, 0.0], [], [2.0]])
+    >>> row_scale(bags, "mean", None)          # 1 / (3 + 4 + 0), empty bag -> 0, 1 / 2
+    tensor([0.1429, 0.0000, 0.5000])
+    >>> row_scale(bags, "sqrtn", None)         # 1 / sqrt(9 + 16), 0, 1 / sqrt(4)
+    tensor([0.2000, 0.0000, 0.5000])
+    """
+    if mode == "sum" or mode == "max":
+        return torch.ones_like(bags.offsets[1:], dtype=dtype)
+    w = bags.weights
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    if w is None and padding_idx is None:
+        denom = bags.lengths().to(acc)
+    else:
+        # sizes from the tensors (ones_like, zeros_like), so that a trace keeps them as ops
+        vals = torch.ones_like(bags.indices, dtype=acc) if w is None else w.to(acc)
+        if mode == "sqrtn":
+            vals = vals * vals
+        if padding_idx is not None:
+            vals = vals.masked_fill(bags.indices == padding_idx, 0)
+        denom = torch.zeros_like(bags.offsets[1:], dtype=acc).index_add(0, bags.bag_ids(), vals)
+    return safe_inverse(denom, sqrt=mode == "sqrtn").to(dtype)
+
+
+def safe_inverse(denom: torch.Tensor, *, sqrt: bool) -> torch.Tensor:
+    """``1 / denom`` (or ``1 / sqrt(denom)``) where ``denom != 0``, else 0; NaN-free gradients."""
+    nonzero = denom != 0
+    safe = torch.where(nonzero, denom, torch.ones_like(denom))
+    inv = safe.rsqrt() if sqrt else safe.reciprocal()
+    return torch.where(nonzero, inv, torch.zeros_like(inv))

@@ -1,0 +1,134 @@
+"""The one validator of CSR offsets, for :class:`~lookuplinear.sparse.bags.Bags` and
+:class:`~lookuplinear.sparse.keyed.KeyedBags`.
+
+CSR offsets of ``nnz`` entries cut them into ``len(offsets) - 1`` bags::
+
+    entries = [a, b,   c,   d, e, f]
+    offsets = [0,      2,   3,        6]      # bag b is entries[offsets[b]:offsets[b + 1]]
+
+They start at 0, never decrease and end at ``nnz``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import InputValueError
+from ..ops import offsets_ok, values_known
+
+__all__ = ["check_offsets", "csr_offsets"]
+
+
+def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str = "indices") -> None:
+    """Raise ``InputValueError`` unless ``offsets`` are the CSR offsets of ``nnz`` entries.
+
+    Parameters
+    ----------
+    offsets : Tensor or numpy array of shape (N + 1,), integer
+        The offsets to check.
+    nnz : int
+        The number of entries they cut into bags.
+    owner, entries : str
+        The batch type and the name of its entries, for the message (``"Bags"`` and
+        ``"indices"``, ``"KeyedBags"`` and ``"values"``).
+
+    Raises
+    ------
+    InputValueError
+        The offsets are empty, do not start at 0, decrease, or do not end at ``nnz``.
+
+    Examples
+    --------
+    >>> check_offsets(torch.tensor([0, 2, 3]), 3)
+    >>> check_offsets(torch.tensor([0, 2, 1, 3]), 3)
+    Traceback (most recent call last):
+        ...
+    lookuplinear.errors.InputValueError: Bags: offsets must be non-decreasing (CSR offsets), ...
+    """
+    if (offsets.numel() if isinstance(offsets, torch.Tensor) else offsets.size) == 0:
+        raise InputValueError(
+            f"{owner}: offsets must hold N + 1 entries (CSR offsets: 0, end of bag 0, ...), got "
+            "an empty tensor. An empty batch has offsets=[0]."
+        )
+    if isinstance(offsets, torch.Tensor):
+        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
+            if values_known():
+                _explain(offsets, nnz, owner, entries)
+            return
+        if offsets.is_meta:  # meta tensors have no values to check
+            return
+        if not offsets.is_cpu:
+            offsets = offsets.cpu()
+    # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py)
+    if not offsets_ok(offsets, nnz):
+        _explain(offsets, nnz, owner, entries)
+
+
+def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
+    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
+    offsets of ``nnz`` entries; return if they are fine."""
+    first, last = int(vals[0]), int(vals[-1])
+    if first != 0:
+        raise InputValueError(
+            f"{owner}: offsets must start at 0 (CSR offsets), got offsets[0]={first}. "
+            "Prepend 0 to EmbeddingBag-style offsets."
+        )
+    if last != nnz:
+        raise InputValueError(
+            f"{owner}: offsets must end at len({entries})={nnz} (CSR offsets, "
+            f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
+            f"offsets, append len({entries})."
+        )
+    decreasing = vals[1:] < vals[:-1]
+    if bool(decreasing.any()):
+        bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
+        raise InputValueError(
+            f"{owner}: offsets must be non-decreasing (CSR offsets), but offsets[{bag + 1}]="
+            f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
+            "followed by the cumulative sum of the bag lengths."
+        )
+
+
+def csr_offsets(
+    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool
+) -> torch.Tensor:
+    """The CSR offsets (``N + 1`` entries) of ``F.embedding_bag``-style ``offsets``: ``N`` start
+    offsets with ``len(indices)`` appended, or the CSR offsets themselves
+    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong."""
+    if (
+        include_last_offset
+        or not isinstance(offsets, torch.Tensor)
+        or offsets.dim() != 1
+        or offsets.is_meta
+        or offsets.dtype not in (torch.int32, torch.int64)
+    ):
+        return offsets  # CSR, or a tensor Bags refuses with its own message
+    nnz = indices.numel()  # a number: checks only, never in the result (see below)
+    if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
+        raise InputValueError(
+            f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
+            f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
+            "(N + 1 entries) need include_last_offset=True."
+        )
+    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
+    if (
+        values_known()
+        and host.numel()
+        and not offsets_ok(host, nnz, include_last=False)
+        and int(host[0]) == 0
+    ):
+        past = host > nnz
+        if bool(past.any()):
+            k = int(past.nonzero()[0, 0])
+            raise InputValueError(
+                f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
+                "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
+                "len(indices)) build the layer with include_last_offset=True, or pass "
+                "Bags(indices, offsets)."
+            )
+    # the end read from indices' size, not the number nnz: a trace records size() as an op,
+    # where a number would enter the graph as a constant (the trace batch's entry count)
+    end = torch.full((1,), indices.size(0), dtype=offsets.dtype, device=offsets.device)
+    return torch.cat([offsets, end])

@@ -1,0 +1,115 @@
+"""The files of a :class:`~lookuplinear.Checkpoint` directory: its segments and the manifest
+that names the complete ones, written so that a crash at any instant leaves the old manifest or
+the new one (a temporary file, ``fsync``, an atomic rename, ``fsync`` of the directory), and
+read back only after each segment's size and SHA-256 match the manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ModelFileError
+from .tables import read_header
+
+__all__ = ["commit_segment", "load_segments", "metadata", "read_manifest", "remove_unlisted"]
+
+_FORMAT = "lookuplinear-checkpoint"
+_VERSION = 1
+_MANIFEST = "MANIFEST.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` on disk, or is unchanged: a temporary file, fsync, rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def commit_segment(path: Path, g: int, data: bytes,
+                   previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write segment ``g`` (``data``), then the manifest naming ``previous`` and it (the commit
+    point); return the manifest's segments."""
+    name = f"seg-{g:08d}.safetensors"
+    _write_durable(path / name, data)
+    _fsync_dir(path)
+    entry = {"file": name, "generation": g, "bytes": len(data),
+             "sha256": hashlib.sha256(data).hexdigest()}
+    segments = [*previous, entry]
+    manifest = {"format": _FORMAT, "version": _VERSION, "generation": g, "segments": segments}
+    _write_durable(path / _MANIFEST, json.dumps(manifest, indent=1).encode())
+    _fsync_dir(path)  # committed
+    return segments
+
+
+def remove_unlisted(path: Path, segments: list[dict[str, Any]]) -> None:
+    """Delete the segments (and temporary files) the manifest no longer names."""
+    keep = {s["file"] for s in segments}
+    for f in path.iterdir():
+        if (f.name.startswith("seg-") and f.name not in keep) or f.name.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest of the checkpoint directory ``path``, or None where none was committed."""
+    try:
+        return read_header(path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
+    except FileNotFoundError:
+        return None
+
+
+def load_segments(path: Path, manifest: dict[str, Any]
+                  ) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    """Each segment the manifest names, as ``(metadata, tensors)``, in order.
+
+    Raises
+    ------
+    ModelFileError
+        A segment is missing, torn or damaged (its size or SHA-256 is not the manifest's).
+    """
+    from safetensors.torch import load
+
+    out = []
+    for seg in manifest["segments"]:
+        file = path / seg["file"]
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:
+            raise ModelFileError(f"{file} is missing: the checkpoint is damaged.") from None
+        if len(data) != seg["bytes"] or hashlib.sha256(data).hexdigest() != seg["sha256"]:
+            raise ModelFileError(
+                f"{file} is torn or damaged: {len(data)} bytes whose SHA-256 is not the one "
+                "the manifest recorded. Nothing was loaded."
+            )
+        try:
+            tensors = load(data)
+            meta = json.loads(metadata(data)["checkpoint"])
+        except Exception as exc:  # a file with the right hash is ours: this is a bug
+            raise ModelFileError(f"{file} cannot be read: {exc}.") from None
+        out.append((meta, tensors))
+    return out
+
+
+def metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file held in memory."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    meta: dict[str, str] = header.get("__metadata__", {})
+    return meta
