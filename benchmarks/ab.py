@@ -74,7 +74,8 @@ def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...]
     """One run of ``script`` (that version's copy of it: its imports match its code)."""
     root = src.parent
     script = [str(root / Path(script[0]).resolve().relative_to(ROOT)), *script[1:]]
-    env = dict(os.environ, PYTHONPATH=str(src))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(src), *filter(None, [os.environ.get("PYTHONPATH")])]))  # the version first
     if Path(script[0]).name == "bench_text.py":
         cmd = [sys.executable, *script, "--out", str(workdir)]
         result = workdir / "results.json"
