@@ -217,22 +217,22 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
         k = len(items)
         # the kernel's arrays, one entry per table: (idx, offsets, n_bags, weights, grad_out)
         # of each stay alive in ``items`` till the call is done
-        idx, n, off, n_bags, pad, w, g = (_P * k)(), (_I64 * k)(), (_P * k)(), (_I64 * k)(), \
-            (_I64 * k)(), (_P * k)(), (_P * k)()
+        ids, n, offs, n_bags, pads, ws, gs = (_P * k)(), (_I64 * k)(), (_P * k)(), \
+            (_I64 * k)(), (_I64 * k)(), (_P * k)(), (_P * k)()
         dims, weights, states = (_I64 * k)(), (_P * k)(), (_P * k)()
         params: list[float] = []
         for j, (i, (ix, of, nb, wt, go)) in enumerate(items):
             t = tables[i]
-            idx[j], n[j], n_bags[j], g[j] = ix.data_ptr(), ix.numel(), nb, go.data_ptr()
-            off[j] = None if of is None else of.data_ptr()
-            w[j] = None if wt is None else wt.data_ptr()
-            pad[j] = -1 if t.lookup.padding_idx is None else t.lookup.padding_idx
+            ids[j], n[j], n_bags[j], gs[j] = ix.data_ptr(), ix.numel(), nb, go.data_ptr()
+            offs[j] = None if of is None else of.data_ptr()
+            ws[j] = None if wt is None else wt.data_ptr()
+            pads[j] = -1 if t.lookup.padding_idx is None else t.lookup.padding_idx
             dims[j], weights[j], states[j] = (t.weight.shape[1], t.weight.data_ptr(),
                                               t.state.data_ptr())
             params += c_scalars(kernel, t.scalars)
         groups = (_I64 * k)()
         fn = function(f"ll_fused_{kernel}", sfx)
-        fn(k, idx, n, off, n_bags, pad, w, g, dims, weights, states,
+        fn(k, ids, n, offs, n_bags, pads, ws, gs, dims, weights, states,
            (ctypes.c_double * len(params))(*params), groups)
         for j, (i, _) in enumerate(items):
             taken[i] = groups[j] >= 0
@@ -288,7 +288,7 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     k = len(tables)
     weights, dims, rows, widths, cols = (_P * k)(), (_I64 * k)(), (_P * k)(), (_I64 * k)(), \
         (_P * k)()
-    alive = []  # int64 copies, alive through the call
+    alive: list[torch.Tensor] = []  # int64 copies, alive through the call
     for j, (w, r, c) in enumerate(tables):
         if (w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not w.is_cpu
                 or not r.is_cpu):
