@@ -118,7 +118,8 @@ class PlanLookup:
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         if torch.compiler.is_compiling():  # torch ops a graph records: the same copies
             block = {f: b for out, feats in parts
-                     for f, b in zip(feats, out.view(len(feats), n, -1).unbind(0), strict=True)}
+                     for f, b in zip(feats, out.view(len(feats), n, out.shape[1]).unbind(0),
+                                     strict=True)}
             return torch.cat([block[f].to(dtype) for f in self.feature_names], 1)
         segs = self._segments_of([(feats, True) for _, feats in parts])
         kinds = [(True, len(feats)) for _, feats in parts]
@@ -151,7 +152,7 @@ class PlanLookup:
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
-        """The usual batch (``whole``: :meth:`_shifted`'s) over tables of several widths, for
+        """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
         straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
         gathered, or bags summed."""
