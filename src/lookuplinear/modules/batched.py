@@ -155,8 +155,15 @@ class PlanLookup:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
         straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
-        gathered, or bags summed."""
+        gathered, or bags summed (one group's bags: one ``embedding_bag`` and one copy)."""
         one_id = isinstance(whole, torch.Tensor)
+        if not one_id and len(self._groups) == 1:
+            # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
+            # kernel's at one width, then one copy into example order (its backward one too)
+            g, feats = self._groups[0]
+            dim = self.weights[g].shape[1]
+            flat = lookup_linear(self._drawn(g, whole), self.weights[g], None, sparse=True)
+            return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
         key = ("written", one_id)
         if key not in self._segments:  # the layout of the output blocks: built once
             self._segments[key] = self._segments_of(
@@ -178,7 +185,7 @@ class PlanLookup:
             write = functools.partial(gather_into, tables)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
             for (g, _), at in zip(self._groups, self._positions, strict=True):
-                bags = whole if len(self._groups) == 1 else _select_features(whole, at, n)
+                bags = _select_features(whole, at, n)
                 if self._stored:
                     bags = self._drawn(g, bags)
                 weights.append(self.weights[g])
