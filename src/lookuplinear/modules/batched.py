@@ -1,39 +1,35 @@
 """The execution of a collection's plan (:mod:`lookuplinear.modules.plan`): a batch of every
-feature looked up group by group, or all groups in one kernel call.
+feature looked up in one kernel call, or feature by feature.
 
 The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
 collection's features) is checked and shifted to the rows of the groups' parameters in one
-pass; with row-sparse gradients of one dtype over several groups, one kernel call writes each
-group's rows or sums straight into their columns of the output (:class:`_Lookups`). Any other
-batch is one lookup per group (a ``max`` table, or weights that need their gradient: one per
-feature), put in feature order by one copy (:class:`_InFeatureOrder`). The gradient is taken
-back apart by one copy either way.
+pass; with row-sparse gradients of one dtype, one kernel call writes each group's rows or sums
+straight into their columns of the output (:class:`GroupLookups`), and the gradient is taken back
+apart by one copy. Any other batch (a ``max``, ``mean`` or ``sqrtn`` table, padding, hashing,
+per-entry weights, dense gradients, tables of several dtypes) is one lookup per feature, side
+by side in feature order: the reference the batched way equals.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..functional import lookup_linear
 from ..ops import (
     Lookup,
     bag_sum_into,
-    deinterleave,
     gather_into,
-    interleave,
     mode_weights,
     one_id_rows,
     segments,
     shifted_rows,
-    split_blocks,
 )
-from ..ops.autograd import weight_grad
+from ..ops.autograd import GroupLookups, InFeatureOrder
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan, TablePlace
@@ -83,22 +79,28 @@ class PlanLookup:
 
     def _lookup(self, kb: KeyedBags) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
-        (promoted where tables of several dtypes meet)."""
+        (promoted where tables of several dtypes meet).
+
+        Two ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype in
+        one kernel call (:meth:`_written`); any other batch one lookup per group
+        (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export`` records goes
+        group by group too, after the usual batch's range check (its message names the
+        feature's table), which the graph runs."""
+        recording = torch.compiler.is_compiling()
+        whole = self._shifted(kb) if self.sparse or recording else None
+        if whole is not None and not recording and len({w.dtype for w in self.weights}) == 1:
+            return self._written(whole, kb.batch_size)
+        return self._per_group(kb)
+
+    def _per_group(self, kb: KeyedBags) -> torch.Tensor:
+        """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
+        a ``max`` table and for per-entry weights that need their gradient, put in feature
+        order by one copy (:class:`InFeatureOrder`)."""
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
-        n = kb.batch_size
-        whole = self._shifted(kb)
-        single = len(self._groups) == 1
-        # each lookup's output, its features, and whether it is feature-major ((F * N, dim):
-        # feature after feature) or example-major ((N, F * dim))
-        parts: list[tuple[torch.Tensor, list[str], bool]] = []
-        if (whole is not None and not single and self.sparse
-                and len({w.dtype for w in self.weights}) == 1):
-            return self._written(whole, n)
-        for (g, feats), at in zip(self._groups, self._positions, strict=True):
-            dim = self.weights[g].shape[1]
+        parts: list[tuple[torch.Tensor, list[str]]] = []
+        for g, feats in self._groups:
             if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
-                # one feature at a time: a max, or weights that need their gradient; each
-                # reads the group's parameter at its table's rows (a row-sparse gradient
+                # each reads the group's parameter at its table's rows (a row-sparse gradient
                 # cannot flow back through a view); a max has no row-sparse gradient
                 for f in feats:
                     _, off, cfg = self._places[self._table_of[f]]
@@ -108,35 +110,21 @@ class PlanLookup:
                     parts.append((lookup_linear(
                         self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
                         self.weights[g], None, mode=mode, padding_idx=pad,
-                        sparse=self._sparse(cfg)), [f], True))
+                        sparse=self._sparse(cfg)), [f]))
                 continue
-            if isinstance(whole, torch.Tensor):  # (N, F) rows: one lookup into (N, F_g, dim)
-                rows = whole if single else self._group_rows(whole, g, len(feats), n)
-                out = lookup_linear(self._drawn(g, rows), self.weights[g], None,
-                                    sparse=self.sparse).reshape(n, len(feats) * dim)
-                if single:  # in example order already: no copy, forward or backward
-                    return out
-                parts.append((out, feats, False))
-                continue
-            bags = (self._group_bags(kb, feats) if whole is None else
-                    whole if single else _select_features(whole, at, n))
-            flat = lookup_linear(self._drawn(g, bags), self.weights[g], None,
-                                 sparse=self.sparse)  # (F_g * N, dim), feature-major
-            if single:  # (N, F * dim): one copy, whose backward is one copy too
-                return (flat.view(len(feats), n, dim).transpose(0, 1)
-                        .reshape(n, len(feats) * dim))
-            parts.append((flat, feats, True))
-        return self._in_feature_order(parts, n)
-
-    def _in_feature_order(self, parts: list[tuple[torch.Tensor, list[str], bool]], n: int
-                          ) -> torch.Tensor:
-        """The lookups' outputs as one ``(N, sum of dims)`` matrix in feature order (one copy,
-        and one copy of its gradient into theirs)."""
-        segs = self._segments_of([(feats, fm) for _, feats, fm in parts])
-        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _, _ in parts))
-        kinds = [(fm, len(feats)) for _, feats, fm in parts]
-        values: torch.Tensor = _InFeatureOrder.apply(segs, kinds, n,
-                                                     *(out.to(dtype) for out, _, _ in parts))
+            parts.append((lookup_linear(self._drawn(g, self._group_bags(kb, feats)),
+                                        self.weights[g], None, sparse=self.sparse), feats))
+        n = kb.batch_size
+        dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
+        if torch.compiler.is_compiling():  # torch ops a graph records: the same copies
+            block = {f: b for out, feats in parts
+                     for f, b in zip(feats, out.view(len(feats), n, out.shape[1]).unbind(0),
+                                     strict=True)}
+            return torch.cat([block[f].to(dtype) for f in self.feature_names], 1)
+        segs = self._segments_of([(feats, True) for _, feats in parts])
+        kinds = [(True, len(feats)) for _, feats in parts]
+        values: torch.Tensor = InFeatureOrder.apply(segs, kinds, n,
+                                                     *(out.to(dtype) for out, _ in parts))
         return values
 
     def _segments_of(self, layout: list[tuple[list[str], bool]]) -> torch.Tensor:
@@ -164,11 +152,18 @@ class PlanLookup:
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
-        """The usual batch (``whole``: :meth:`_shifted`'s) over tables of several widths, for
+        """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
         straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
-        gathered, or bags summed."""
+        gathered, or bags summed (one group's bags: one ``embedding_bag`` and one copy)."""
         one_id = isinstance(whole, torch.Tensor)
+        if not one_id and len(self._groups) == 1:
+            # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
+            # kernel's at one width, then one copy into example order (its backward one too)
+            g, feats = self._groups[0]
+            dim = self.weights[g].shape[1]
+            flat = lookup_linear(self._drawn(g, whole), self.weights[g], None, sparse=True)
+            return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
         key = ("written", one_id)
         if key not in self._segments:  # the layout of the output blocks: built once
             self._segments[key] = self._segments_of(
@@ -197,7 +192,7 @@ class PlanLookup:
                 lookups.append(Lookup(bags.indices, bags.offsets))
             write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
-        values: torch.Tensor = _Lookups.apply(lookups, write, segs, kinds, n, self._width,
+        values: torch.Tensor = GroupLookups.apply(lookups, write, segs, kinds, n, self._width,
                                               *weights)
         return values
 
@@ -284,93 +279,6 @@ class PlanLookup:
                                          if found < starts[f + 1])])
             raise AssertionError("unreachable: an ID out of range was not found again")
         return found
-
-
-class _InFeatureOrder(torch.autograd.Function):
-    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
-    side by side in feature order (``segs``: :func:`~lookuplinear.ops.segments`); the
-    backward copies the gradient's columns back into each output's layout."""
-
-    @staticmethod
-    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
-                *outs: torch.Tensor) -> torch.Tensor:
-        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
-        ctx.shapes = [out.shape for out in outs]
-        return interleave(_blocks(outs, kinds, n), segs)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
-
-
-class _Lookups(torch.autograd.Function):
-    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
-    whether its output is feature-major, and its number of features) side by side in feature
-    order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
-    not apply, torch's lookups and one copy). The backward copies each table's gradient rows
-    out (:func:`_apart`) and hands them to it as its own lookup's backward would
-    (:func:`~lookuplinear.ops.autograd.weight_grad`: row-sparse, or the fused update, one call for
-    all tables)."""
-
-    @staticmethod
-    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
-                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
-                *weights: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
-        if not write(out):
-            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
-                    if lk.offsets is None else
-                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
-                                    include_last_offset=True)
-                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
-            out = interleave(_blocks(outs, kinds, n), segs)
-        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
-        ctx.save_for_backward(*weights)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        weights = ctx.saved_tensors
-        shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
-                  for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
-        parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
-        grads = [
-            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
-            if ctx.needs_input_grad[6 + i] else None
-            for i, (lk, w, param, part) in enumerate(
-                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
-        ]
-        return (None, None, None, None, None, None, *grads)
-
-
-def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],
-           shapes: Sequence[Sequence[int]], n: int) -> list[torch.Tensor]:
-    """The gradient of outputs put in feature order (``segs``) copied back into each output's
-    layout (``kinds``, ``shapes``): one copy, or torch ops that can be differentiated again
-    under ``create_graph=True``."""
-    if torch.is_grad_enabled():
-        blocks = iter(split_blocks(grad, segs))
-        grads = []
-        for (fm, f), shape in zip(kinds, shapes, strict=True):
-            rows = [next(blocks) for _ in range(f if fm else 1)]
-            grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
-        return grads
-    grads = [grad.new_empty(tuple(shape)) for shape in shapes]
-    deinterleave(grad, segs, _blocks(grads, kinds, n))
-    return grads
-
-
-def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
-            ) -> list[torch.Tensor]:
-    """The ``(N, width)`` blocks of lookup outputs: an example-major output is one, a
-    feature-major one a block per feature (views)."""
-    blocks: list[torch.Tensor] = []
-    for out, (fm, f) in zip(outs, kinds, strict=True):
-        if fm:  # (F * N, dim)
-            blocks.extend(out.view(f, n, out.shape[1]).unbind(0))
-        else:  # (N, F * dim)
-            blocks.append(out)
-    return blocks
 
 
 def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:

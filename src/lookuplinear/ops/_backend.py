@@ -21,6 +21,7 @@ from contextvars import ContextVar
 import torch
 
 from ..errors import InputValueError
+from . import _clib
 from ._clib import load, problem
 
 __all__ = ["BACKENDS", "backend", "c_available", "capturing", "use_backend", "use_c",
@@ -97,7 +98,15 @@ def values_known() -> bool:
 def use_c(*tensors: torch.Tensor | None) -> bool:
     """Whether the C kernels take these tensors: backend ``c``, all on the CPU, no graph being
     captured (:func:`capturing`, asked first: a recorded graph never reads the backend)."""
-    if capturing() or backend() != "c":
+    # capturing() and backend() written out: this runs before every kernel call
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    chosen = _chosen.get()
+    if chosen == "torch":
+        return False
+    if _clib._LIB is None:
+        if chosen == "c":
+            backend()  # raises, saying why
         return False
     for t in tensors:  # noqa: SIM110 - a plain loop: all() of a generator costs 1 us more
         if t is not None and not t.is_cpu:

@@ -16,44 +16,14 @@ library), :func:`bag_max` returns None and the caller runs ATen's ``embedding_ba
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch.autograd.function import once_differentiable
 
 from ._backend import use_c
-from ._clib import function, ptr, suffix
+from ._clib import suffix
+from .autograd import BagMax
 
 __all__ = ["bag_max"]
 
-
-
-class _BagMax(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
-    ) -> torch.Tensor:
-        w = weight.detach()
-        n, dim = offsets.numel() - 1, w.shape[1]
-        out = torch.empty(n, dim, dtype=w.dtype)
-        arg = torch.empty(n, dim, dtype=torch.int64)
-        fn = function("ll_bag_max", f"{suffix(w.dtype)}_{suffix(indices.dtype)}")
-        bad = fn(ptr(w), w.shape[0], dim, ptr(indices), ptr(offsets), n, ptr(out), ptr(arg))
-        if bad >= 0:  # as ATen's kernel: lookup_linear's range check then names the index
-            raise IndexError(f"index out of range at entry {bad}")
-        ctx.save_for_backward(arg)
-        ctx.weight_shape = tuple(w.shape)
-        return out
-
-    @staticmethod
-    @once_differentiable  # the backward is a C scatter: no graph for a second derivative
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        (arg,) = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_weight = torch.zeros(ctx.weight_shape, dtype=grad_out.dtype)
-        fn = function("ll_bag_max_backward", str(suffix(grad_out.dtype)))
-        fn(ptr(grad_weight), ptr(arg), ptr(grad_out), arg.shape[0], arg.shape[1])
-        return grad_weight, None, None
 
 
 def bag_max(
@@ -97,7 +67,7 @@ def bag_max(
         return None
     if offsets.dtype != indices.dtype:
         indices, offsets = indices.long(), offsets.long()
-    out: torch.Tensor = _BagMax.apply(
+    out: torch.Tensor = BagMax.apply(
         weight, indices.reshape(-1).contiguous(), offsets.contiguous()
     )
     return out

@@ -21,13 +21,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["ENTRIES", "SCALARS", "VERSION", "Entry", "function", "load", "problem", "ptr",
-           "scalars", "suffix"]
+__all__ = ["ENTRIES", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load", "problem",
+           "ptr", "scalars", "suffix"]
 
 #: ``ll_version()`` of the library this loader was written for (``c/module.c``)
 VERSION = 14
 
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
+#: the entry points' suffix per dtype (:func:`suffix`)
+SUFFIXES = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
 _F = ("f32", "f64")
 _I = ("i32", "i64")
@@ -166,7 +167,7 @@ def scalars(kernel: str, values: tuple[float, ...]) -> list[float]:
     if len(values) != len(names):
         raise ValueError(f"the {kernel} kernel reads {len(names)} scalars {names}, got "
                          f"{len(values)}")
-    return [float(v) for v in values] + [0.0] * (_N_SCALARS - len(values))
+    return [*map(float, values)] + [0.0] * (_N_SCALARS - len(values))
 
 
 def ptr(t: torch.Tensor | None) -> int | None:
@@ -176,4 +177,4 @@ def ptr(t: torch.Tensor | None) -> int | None:
 
 def suffix(dtype: torch.dtype) -> str | None:
     """The entry points' suffix for ``dtype`` (``f32``, ``f64``, ``i32``, ``i64``), or None."""
-    return _SUFFIX.get(dtype)
+    return SUFFIXES.get(dtype)

@@ -89,14 +89,17 @@ def split_blocks(out: torch.Tensor, segs: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _c_takes(tensors: Sequence[torch.Tensor]) -> bool:
-    return all(t.dim() == 2 and t.dtype == tensors[0].dtype and t.stride(1) == 1
-               for t in tensors) and use_c(*tensors)
+    dtype = tensors[0].dtype
+    for t in tensors:
+        if t.dim() != 2 or t.dtype != dtype or t.stride(1) != 1:
+            return False
+    return use_c(*tensors)
 
 
 def _call(blocks: Sequence[torch.Tensor], segs: torch.Tensor, out: torch.Tensor, to_out: bool
           ) -> None:
     size = out.element_size()
-    pointers = (ctypes.c_void_p * len(blocks))(*(b.data_ptr() for b in blocks))
+    pointers = (ctypes.c_void_p * len(blocks))(*map(torch.Tensor.data_ptr, blocks))
     block_ld = torch.tensor([b.stride(0) * size for b in blocks], dtype=torch.int64)
     in_bytes = (segs * size).contiguous()  # named: they live through the call
     fn = function("ll_interleave")

@@ -452,11 +452,15 @@ def _keyed_c(
     # named, so that they live through the call
     vals, off = values.contiguous(), offsets.contiguous()
     at, lim = shift.to(torch.int64).contiguous(), limit.to(torch.int64).contiguous()
-    more = [None if x is None else x.to(torch.int64).contiguous() for x in extra]
+    more: list[torch.Tensor | None] = []
+    pointers: list[int | None] = []
+    for x in extra:
+        more.append(None if x is None else x.to(torch.int64).contiguous())
+        pointers.append(None if x is None else more[-1].data_ptr())  # type: ignore[union-attr]
     out = torch.empty(shape, dtype=torch.int64)
     fn = function(name, sfx)
-    found: int = fn(ptr(vals), ptr(off), n_features, n, ptr(at), ptr(lim),
-                    *[ptr(x) for x in more], ptr(out))
+    found: int = fn(vals.data_ptr(), off.data_ptr(), n_features, n, at.data_ptr(),
+                    lim.data_ptr(), *pointers, out.data_ptr())
     return found, out
 
 

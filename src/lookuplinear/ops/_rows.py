@@ -17,13 +17,13 @@ and return False where those do not apply; the optimizer then runs its torch-op 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
 
 from ._backend import use_c
-from ._clib import SCALARS, function, ptr, suffix
+from ._clib import SCALARS, SUFFIXES, function, ptr, suffix
 from ._clib import scalars as c_scalars
 
 __all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gather_into",
@@ -33,6 +33,7 @@ __all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gat
 _MAX_ENTRIES = 2**31 - 1
 _MAX_ROWS = 2**32
 _I64 = ctypes.c_int64
+_P = ctypes.c_void_p
 #: the optimizers' C entry points (``ll_rows_<name>_f32``, ``ll_fused_<name>_f32``, ...)
 KERNELS = tuple(SCALARS)
 
@@ -192,41 +193,60 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
     (the C kernels do not apply, or it ran out of memory), and the caller updates it another
     way."""
     taken = [False] * len(tables)
+    if not use_c():  # the backend, asked once; each table's devices below
+        return taken
     by_dtype: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
     for i, t in enumerate(tables):
+        # _table_ok and _c_operands, written out: this loop runs per table per backward
+        weight, state, lk = t.weight, t.state, t.lookup
         grad_out = t.grad_out.detach().contiguous()
-        if not _table_ok(t.weight, t.state) or grad_out.dtype != t.weight.dtype:
+        sfx = SUFFIXES.get(weight.dtype)
+        if (sfx not in ("f32", "f64") or weight.dim() != 2 or not weight.is_contiguous()
+                or not weight.is_cpu or state.dtype != weight.dtype or not state.is_cpu
+                or grad_out.dtype != weight.dtype or grad_out.dim() != 2
+                or grad_out.shape[1] != weight.shape[1] or not grad_out.is_cpu
+                or not lk.indices.is_cpu or lk.indices.numel() > _MAX_ENTRIES
+                or grad_out.shape[0] > _MAX_ENTRIES or weight.shape[0] > _MAX_ROWS):
             continue
-        c = _c_operands(t.lookup, grad_out, t.weight.shape[0])
-        if c is None or grad_out.shape[1] != t.weight.shape[1]:
-            continue
-        by_dtype.setdefault(str(suffix(t.weight.dtype)), []).append((i, (*c, grad_out)))
+        idx = lk.indices.detach().reshape(-1).to(torch.int64).contiguous()
+        off = None if lk.offsets is None else lk.offsets.to(torch.int64).contiguous()
+        w = None if lk.weights is None else lk.weights.detach().to(grad_out.dtype).contiguous()
+        by_dtype.setdefault(sfx, []).append(
+            (i, (idx, off, -1 if off is None else off.numel() - 1, w, grad_out)))
     for sfx, items in by_dtype.items():
         k = len(items)
-        ts = [tables[i] for i, _ in items]
-        ops = [o for _, o in items]  # (idx, offsets, n_bags, weights, grad_out), alive till done
-        params = [v for t in ts for v in c_scalars(kernel, t.scalars)]
+        # the kernel's arrays, one entry per table: (idx, offsets, n_bags, weights, grad_out)
+        # of each stay alive in ``items`` till the call is done
+        ids, n, offs, n_bags, pads, ws, gs = (_P * k)(), (_I64 * k)(), (_P * k)(), \
+            (_I64 * k)(), (_I64 * k)(), (_P * k)(), (_P * k)()
+        dims, weights, states = (_I64 * k)(), (_P * k)(), (_P * k)()
+        params: list[float] = []
+        for j, (i, (ix, of, nb, wt, go)) in enumerate(items):
+            t = tables[i]
+            ids[j], n[j], n_bags[j], gs[j] = ix.data_ptr(), ix.numel(), nb, go.data_ptr()
+            offs[j] = None if of is None else of.data_ptr()
+            ws[j] = None if wt is None else wt.data_ptr()
+            pads[j] = -1 if t.lookup.padding_idx is None else t.lookup.padding_idx
+            dims[j], weights[j], states[j] = (t.weight.shape[1], t.weight.data_ptr(),
+                                              t.state.data_ptr())
+            params += c_scalars(kernel, t.scalars)
         groups = (_I64 * k)()
         fn = function(f"ll_fused_{kernel}", sfx)
-        fn(k, _ptrs(o[0] for o in ops), _i64s(o[0].numel() for o in ops),
-           _ptrs(o[1] for o in ops), _i64s(o[2] for o in ops), _i64s(_pad(t.lookup) for t in ts),
-           _ptrs(o[3] for o in ops), _ptrs(o[4] for o in ops), _i64s(t.weight.shape[1] for t in ts),
-           _ptrs(t.weight for t in ts), _ptrs(t.state for t in ts),
+        fn(k, ids, n, offs, n_bags, pads, ws, gs, dims, weights, states,
            (ctypes.c_double * len(params))(*params), groups)
         for j, (i, _) in enumerate(items):
             taken[i] = groups[j] >= 0
     return taken
 
 
-def _ptrs(tensors: Iterable[torch.Tensor | None]) -> ctypes.Array[ctypes.c_void_p]:
-    """The data pointers of ``tensors`` (NULL for None) as a C array."""
-    ps = [ptr(t) for t in tensors]
-    return (ctypes.c_void_p * len(ps))(*ps)
+def _ptrs(tensors: Sequence[torch.Tensor]) -> ctypes.Array[ctypes.c_void_p]:
+    """The data pointers of ``tensors`` as a C array."""
+    return (_P * len(tensors))(*map(torch.Tensor.data_ptr, tensors))
 
 
-def _i64s(values: Iterable[int]) -> ctypes.Array[ctypes.c_int64]:
-    vs = [int(v) for v in values]
-    return (ctypes.c_int64 * len(vs))(*vs)
+def _i64s(values: Sequence[int]) -> ctypes.Array[ctypes.c_int64]:
+    """``values`` as a C array of int64."""
+    return (_I64 * len(values))(*values)
 
 
 def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
@@ -263,22 +283,22 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     C kernel ``ll_gather_into`` (``c/gather.c``). False (nothing written) where it does not
     apply; the caller then writes ``weight[rows]`` with torch ops."""
     sfx = suffix(out.dtype)
-    if (
-        sfx not in ("f32", "f64")
-        or not out.is_contiguous()
-        or not use_c(out)
-        or any(
-            w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not use_c(w, r)
-            for w, r, _ in tables
-        )
-    ):
+    if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out):
         return False
-    rows = [r.to(torch.int64).contiguous() for _, r, _ in tables]  # named: they live through
-    cols = [c.to(torch.int64).contiguous() for _, _, c in tables]  # the call
+    k = len(tables)
+    weights, dims, rows, widths, cols = (_P * k)(), (_I64 * k)(), (_P * k)(), (_I64 * k)(), \
+        (_P * k)()
+    alive: list[torch.Tensor] = []  # int64 copies, alive through the call
+    for j, (w, r, c) in enumerate(tables):
+        if (w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not w.is_cpu
+                or not r.is_cpu):
+            return False
+        r, c = r.to(torch.int64).contiguous(), c.to(torch.int64).contiguous()
+        alive += (r, c)
+        weights[j], dims[j], rows[j], widths[j], cols[j] = (
+            w.data_ptr(), w.shape[1], r.data_ptr(), r.shape[1], c.data_ptr())
     fn = function("ll_gather_into", sfx)
-    fn(len(tables), _ptrs(w for w, _, _ in tables), _i64s(w.shape[1] for w, _, _ in tables),
-       _ptrs(rows), out.shape[0], _i64s(r.shape[1] for r in rows), _ptrs(cols), ptr(out),
-       out.shape[1])
+    fn(k, weights, dims, rows, out.shape[0], widths, cols, out.data_ptr(), out.shape[1])
     return True
 
 
@@ -292,17 +312,14 @@ def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: 
     (``c/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
     written) where it does not apply; the caller then runs torch's."""
     sfx = suffix(out.dtype)
-    if (
-        sfx not in ("f32", "f64")
-        or not out.is_contiguous()
-        or not use_c(out, indices, offsets)
-        or any(w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not use_c(w)
-               for w in weights)
-    ):
+    if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out, indices, offsets):
         return False
+    for w in weights:
+        if w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not w.is_cpu:
+            return False
     idx = indices.to(torch.int64).contiguous()  # named: they live through the call
     off = offsets.to(torch.int64).contiguous()
     fn = function("ll_bag_sum_into", sfx)
-    fn(len(weights), _ptrs(weights), _i64s(w.shape[1] for w in weights), _i64s(cols),
-       ptr(idx), ptr(off), out.shape[0], ptr(out), out.shape[1])
+    fn(len(weights), _ptrs(weights), _i64s([w.shape[1] for w in weights]), _i64s(cols),
+       idx.data_ptr(), off.data_ptr(), out.shape[0], out.data_ptr(), out.shape[1])
     return True

@@ -16,16 +16,21 @@ the optimizer takes ``grad_out`` and updates the rows at the end of the backward
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from .._fusion import binding
 from ..storage.rowwatch import notify
-from . import Lookup, gather_rows, group_rows
+from ._clib import function, ptr, suffix
+from ._columns import deinterleave, interleave, split_blocks
+from ._rows import Lookup, gather_rows, group_rows
 
-__all__ = ["bag_lookup", "row_sparse_grad", "weight_grad"]
+__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "row_sparse_grad",
+           "weight_grad"]
 
 
 def row_sparse_grad(
@@ -168,3 +173,123 @@ def bag_lookup(
         weight, indices, offsets, weights, padding_idx, include_last_offset
     )
     return out
+
+
+class InFeatureOrder(torch.autograd.Function):
+    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
+    side by side in feature order (``segs``: :func:`~lookuplinear.ops.segments`); the
+    backward copies the gradient's columns back into each output's layout."""
+
+    @staticmethod
+    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
+                *outs: torch.Tensor) -> torch.Tensor:
+        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
+        ctx.shapes = [out.shape for out in outs]
+        return interleave(_blocks(outs, kinds, n), segs)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
+
+
+class GroupLookups(torch.autograd.Function):
+    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
+    whether its output is feature-major, and its number of features) side by side in feature
+    order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
+    not apply, torch's lookups and one copy). The backward copies each table's gradient rows
+    out (:func:`_apart`) and hands them to it as its own lookup's backward would
+    (:func:`~lookuplinear.ops.autograd.weight_grad`: row-sparse, or the fused update, one call for
+    all tables)."""
+
+    @staticmethod
+    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
+                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
+                *weights: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
+        if not write(out):
+            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
+                    if lk.offsets is None else
+                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
+                                    include_last_offset=True)
+                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
+            out = interleave(_blocks(outs, kinds, n), segs)
+        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
+        ctx.save_for_backward(*weights)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        weights = ctx.saved_tensors
+        shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
+                  for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
+        parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
+        grads = [
+            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
+            if ctx.needs_input_grad[6 + i] else None
+            for i, (lk, w, param, part) in enumerate(
+                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
+        ]
+        return (None, None, None, None, None, None, *grads)
+
+
+def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],
+           shapes: Sequence[Sequence[int]], n: int) -> list[torch.Tensor]:
+    """The gradient of outputs put in feature order (``segs``) copied back into each output's
+    layout (``kinds``, ``shapes``): one copy, or torch ops that can be differentiated again
+    under ``create_graph=True``."""
+    if len(kinds) == 1 and not kinds[0][0] and segs.shape[1] == 1:  # the output's own layout
+        return [grad.reshape(tuple(shapes[0]))]
+    if torch.is_grad_enabled():
+        blocks = iter(split_blocks(grad, segs))
+        grads = []
+        for (fm, f), shape in zip(kinds, shapes, strict=True):
+            rows = [next(blocks) for _ in range(f if fm else 1)]
+            grads.append(torch.stack(rows).reshape(shape) if fm else rows[0].reshape(shape))
+        return grads
+    grads = [grad.new_empty(tuple(shape)) for shape in shapes]
+    deinterleave(grad, segs, _blocks(grads, kinds, n))
+    return grads
+
+
+def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
+            ) -> list[torch.Tensor]:
+    """The ``(N, width)`` blocks of lookup outputs: an example-major output is one, a
+    feature-major one a block per feature (views)."""
+    blocks: list[torch.Tensor] = []
+    for out, (fm, f) in zip(outs, kinds, strict=True):
+        if fm:  # (F * N, dim)
+            blocks.extend(out.view(f, n, out.shape[1]).unbind(0))
+        else:  # (N, F * dim)
+            blocks.append(out)
+    return blocks
+
+
+class BagMax(torch.autograd.Function):
+    """``mode="max"`` over CPU bags by the C kernel (:func:`~lookuplinear.ops.bag_max`); the
+    backward adds ``grad_out[b, j]`` to the row that gave each maximum."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        w = weight.detach()
+        n, dim = offsets.numel() - 1, w.shape[1]
+        out = torch.empty(n, dim, dtype=w.dtype)
+        arg = torch.empty(n, dim, dtype=torch.int64)
+        fn = function("ll_bag_max", f"{suffix(w.dtype)}_{suffix(indices.dtype)}")
+        bad = fn(ptr(w), w.shape[0], dim, ptr(indices), ptr(offsets), n, ptr(out), ptr(arg))
+        if bad >= 0:  # as ATen's kernel: lookup_linear's range check then names the index
+            raise IndexError(f"index out of range at entry {bad}")
+        ctx.save_for_backward(arg)
+        ctx.weight_shape = tuple(w.shape)
+        return out
+
+    @staticmethod
+    @once_differentiable  # the backward is a C scatter: no graph for a second derivative
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
+        (arg,) = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_weight = torch.zeros(ctx.weight_shape, dtype=grad_out.dtype)
+        fn = function("ll_bag_max_backward", str(suffix(grad_out.dtype)))
+        fn(ptr(grad_weight), ptr(arg), ptr(grad_out), arg.shape[0], arg.shape[1])
+        return grad_weight, None, None

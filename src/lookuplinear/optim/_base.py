@@ -310,7 +310,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``torch.optim`` lays it out, which is what :meth:`load_state_dict` gives."""
 
     def _group(self, p: torch.Tensor) -> dict[str, Any] | None:
-        return next((g for g in self.param_groups if any(q is p for q in g["params"])), None)
+        for group in self.param_groups:  # loops, not generators: this runs per table per step
+            for q in group["params"]:
+                if q is p:
+                    return group
+        return None
 
     def _state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         state: dict[str, Any] = self.state[p]
