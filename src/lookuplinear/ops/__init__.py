@@ -1,6 +1,6 @@
 """The kernel layer: every loop over a batch's entries or a table's rows that torch has no op for.
 
-One interface, two implementations: C (``c/*.c``, compiled by the package's install, called
+One interface, two implementations: C (``csrc/*.c``, compiled by the package's install, called
 through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, inside
 ``torch.compile``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
 ``c``, ``torch``) picks between them (:mod:`._backend`). Whichever runs, the results are

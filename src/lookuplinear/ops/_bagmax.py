@@ -1,7 +1,7 @@
 """``mode="max"`` over CPU bags in C: the forward and its backward.
 
 ATen's CPU ``embedding_bag`` computes ``max`` outside its fast kernel, 35-50x slower than
-``sum`` on the same bags. ``c/bagmax.c`` computes the same in one pass, 7-9x faster than ATen's
+``sum`` on the same bags. ``csrc/bagmax.c`` computes the same in one pass, 7-9x faster than ATen's
 (benchmarks/bench_layer.py times ``mode="max"`` inside the layer)::
 
     out[b, j] = max(W[i, j] for i in bag b)     0 for an empty bag

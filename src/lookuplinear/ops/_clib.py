@@ -1,4 +1,4 @@
-"""The C kernels (``c/*.c``, built by the package's install), loaded through ctypes.
+"""The C kernels (``csrc/*.c``, built by the package's install), loaded through ctypes.
 
 Every entry point is declared once, in :data:`ENTRIES`: its name, the dtype variants it is
 built for (``ll_gather_rows_f32``, ``ll_gather_rows_f64``), its return type and argument
@@ -24,7 +24,7 @@ import torch
 __all__ = ["ENTRIES", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load", "problem",
            "ptr", "scalars", "suffix"]
 
-#: ``ll_version()`` of the library this loader was written for (``c/module.c``)
+#: ``ll_version()`` of the library this loader was written for (``csrc/module.c``)
 VERSION = 14
 
 #: the entry points' suffix per dtype (:func:`suffix`)
@@ -35,7 +35,7 @@ _I = ("i32", "i64")
 _FI = ("f32_i32", "f32_i64", "f64_i32", "f64_i64")
 
 #: the row optimizers' kernels (``ll_rows_<kernel>``, ``ll_fused_<kernel>``) and the order in
-#: which each reads its scalars (``c/rowkernels_impl.h``: ``p[0]``, ``p[1]``, ...)
+#: which each reads its scalars (``csrc/rowkernels_impl.h``: ``p[0]``, ``p[1]``, ...)
 SCALARS: dict[str, tuple[str, ...]] = {
     "sgd": ("lr", "weight_decay", "momentum", "one_minus_dampening", "nesterov"),
     "adagrad": ("clr", "eps", "weight_decay"),

@@ -10,7 +10,7 @@ tables' order, which interleaves the widths::
     segments (block 0, column 0, 2), (1, 0, 3), (0, 2, 2)
 
 :func:`interleave` builds ``out`` and :func:`deinterleave` takes a gradient of ``out`` apart
-into the blocks' gradients. On the CPU each is one C pass (``ll_interleave``, ``c/gather.c``),
+into the blocks' gradients. On the CPU each is one C pass (``ll_interleave``, ``csrc/gather.c``),
 the rows of a common width copied as a few vector moves; elsewhere ``torch.cat``. Consecutive
 features of one block are one segment.
 """

@@ -1,4 +1,4 @@
-"""One epoch of dual coordinate descent on CSR rows, every output at once (``c/dualcd.c``).
+"""One epoch of dual coordinate descent on CSR rows, every output at once (``csrc/dualcd.c``).
 
 The problem, for each output ``k`` (one-vs-rest), with ``C_i = 1 / (2 diag[i])``::
 
@@ -104,7 +104,7 @@ def _epoch_python(
     data: np.ndarray, order: np.ndarray, n_active: int, qdiag: np.ndarray, target: np.ndarray,
     diag: np.ndarray, dual: np.ndarray, code: int, shrink_above: float,
 ) -> tuple[int, float, float]:
-    """``c/dualcd.c`` in numpy, one row at a time (in place on the same arrays)."""
+    """``csrc/dualcd.c`` in numpy, one row at a time (in place on the same arrays)."""
     pg_max, pg_min = -np.inf, np.inf
     hinge = code == LOSSES["squared_hinge"]
     o, n = 0, n_active

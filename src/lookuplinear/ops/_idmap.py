@@ -2,7 +2,7 @@
 
 ``table`` is ``(2 * size,)`` int64, ``size`` a power of 2: slot ``s`` holds a key at ``2s`` and
 its value at ``2s + 1``, a negative value marks an empty slot; linear probing from
-splitmix64(key) (``c/idmap.c``; :func:`lookuplinear.ids.hashing.splitmix64_int` in Python). Where
+splitmix64(key) (``csrc/idmap.c``; :func:`lookuplinear.ids.hashing.splitmix64_int` in Python). Where
 the C kernels are not built the same table is probed by
 a Python loop (the same slots, so a saved table reads the same either way; slow).
 """
@@ -160,7 +160,7 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
 
 def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray:
     """``keys.get(item, -1)`` of every item of a list or 1-D numpy object array, int64
-    (``c/pyids.c``: the lookups in one C loop). Raises TypeError for an unhashable item."""
+    (``csrc/pyids.c``: the lookups in one C loop). Raises TypeError for an unhashable item."""
     out = np.empty(len(items), dtype=np.int64)
     if use_c():
         array = isinstance(items, np.ndarray)

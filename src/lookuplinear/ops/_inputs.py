@@ -13,7 +13,7 @@ For CSR offsets (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``):
 of 20 entries. With torch ops it costs tens of microseconds, with numpy several, and running
 their dispatch machinery between two lookups slows the lookup that follows (its data and code
 are evicted from the core's caches; benchmarks/bench_layer.py measures the lookup after each
-check). The C loop (``c/inputs.c``) reads the offsets once without temporaries: about 0.2 us
+check). The C loop (``csrc/inputs.c``) reads the offsets once without temporaries: about 0.2 us
 for 1025 offsets, the rest of the call being ctypes' and the tensor's attribute reads.
 """
 

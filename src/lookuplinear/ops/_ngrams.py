@@ -4,7 +4,7 @@ scikit-learn's ``HashingVectorizer(ngram_range=(2, n), alternate_sign=False, nor
 the words of each n-gram with a space and puts it in column ``abs(h) % n_features``, where ``h``
 is the signed 32-bit MurmurHash3 (x86, seed 0) of its UTF-8 bytes (``FeatureHasher``'s
 ``_hashing_fast.transform``). :func:`count_matrix` streams the bytes of the n-gram's words, and
-the spaces between them, through the same MurmurHash3 in C (``c/ngrams.c``): the same column for
+the spaces between them, through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
 every n-gram, without building its string. Joining and hashing the strings in Python was most
 of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
 

@@ -9,7 +9,7 @@ gradient::
 
 :func:`update_rows` applies an optimizer's update to such rows, :func:`fused_rows` the same
 update straight from a lookup's ``grad_out`` (grouped and updated row after row, the gradient
-never stored; several tables in one call). Both run the C kernels (``c/rowkernels_impl.h``)
+never stored; several tables in one call). Both run the C kernels (``csrc/rowkernels_impl.h``)
 and return False where those do not apply; the optimizer then runs its torch-op twin on
 :func:`group_rows`' result, which gives the same bits (tests/test_kernels.py).
 """
@@ -251,7 +251,7 @@ def _i64s(values: Sequence[int]) -> ctypes.Array[ctypes.c_int64]:
 
 def gather_rows(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
     """``weight[rows]``, of shape ``rows.shape + (dim,)``: the forward of an index lookup
-    (``one_hot(rows) @ weight``), by the C kernel (``c/gather.c``: fixed-width copies, the rows
+    (``one_hot(rows) @ weight``), by the C kernel (``csrc/gather.c``: fixed-width copies, the rows
     ahead prefetched); None where it does not apply, and the caller runs torch's embedding.
 
     Raises ``IndexError`` (torch's own message, which the callers' range check turns into a
@@ -280,7 +280,7 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     """``out[i, cols[j]:cols[j] + dim] = weight[rows[i, j]]`` for each ``(weight, rows, cols)``
     of ``tables`` (``rows``: ``(N, F)``, checked), in place: index lookups of several tables,
     of any widths, written straight into column ranges of one wider output by one call of the
-    C kernel ``ll_gather_into`` (``c/gather.c``). False (nothing written) where it does not
+    C kernel ``ll_gather_into`` (``csrc/gather.c``). False (nothing written) where it does not
     apply; the caller then writes ``weight[rows]`` with torch ops."""
     sfx = suffix(out.dtype)
     if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out):
@@ -309,7 +309,7 @@ def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: 
     ``f * N`` to ``(f + 1) * N``; ``indices`` checked rows of each feature's table), in place:
     sum-pooled lookups of several tables, of any widths, written straight into column ranges
     of one ``(N, width)`` output by one call of the C kernel ``ll_bag_sum_into``
-    (``c/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
+    (``csrc/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
     written) where it does not apply; the caller then runs torch's."""
     sfx = suffix(out.dtype)
     if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out, indices, offsets):
