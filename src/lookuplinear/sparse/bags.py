@@ -34,7 +34,7 @@ from .offsets import check_offsets
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["Bags", "is_scipy_sparse"]
+__all__ = ["Bags", "check_weights", "is_scipy_sparse"]
 
 
 def is_scipy_sparse(x: Any) -> bool:
@@ -60,6 +60,31 @@ def as_int_tensor(name: str, value: Any) -> torch.Tensor:
     if t.dtype not in (torch.int32, torch.int64):
         t = t.long()
     return t
+
+
+def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, per: str,
+                  fix: str = "") -> torch.Tensor:
+    """``weights`` as a floating-point tensor of one value per entry of ``entries`` (a batch's
+    ``name``: indices or values), on their device; else the error of ``owner`` (``Bags``,
+    ``KeyedBags``) that says so."""
+    w = (weights if isinstance(weights, torch.Tensor)
+         else torch.as_tensor(np.asarray(weights, dtype=np.float32)))
+    if not w.dtype.is_floating_point:
+        raise InputTypeError(
+            f"{owner}: weights must be floating point, got dtype {w.dtype}; "
+            "convert with weights.float()."
+        )
+    if w.shape != entries.shape:
+        raise InputValueError(
+            f"{owner}: weights must have one value per {per}, shape {tuple(entries.shape)}, "
+            f"got shape {tuple(w.shape)}.{fix}"
+        )
+    if w.device != entries.device:
+        raise InputValueError(
+            f"{owner}: weights are on {w.device} but {name} on {entries.device}; "
+            "move both to the same device."
+        )
+    return w
 
 
 class Bags:
@@ -116,28 +141,9 @@ class Bags:
         if idx.dtype != off.dtype:  # F.embedding_bag needs one dtype for both
             idx, off = idx.long(), off.long()
         check_offsets(off, idx.numel())
-        w: torch.Tensor | None = None
-        if weights is not None:
-            w = (
-                weights
-                if isinstance(weights, torch.Tensor)
-                else torch.as_tensor(np.asarray(weights, dtype=np.float32))
-            )
-            if not w.dtype.is_floating_point:
-                raise InputTypeError(
-                    f"Bags: weights must be floating point, got dtype {w.dtype}; "
-                    "convert with weights.float()."
-                )
-            if w.shape != idx.shape:
-                raise InputValueError(
-                    f"Bags: weights must have one value per index, shape {tuple(idx.shape)}, "
-                    f"got shape {tuple(w.shape)}. Pass a 1-D weight for every entry of indices."
-                )
-            if w.device != idx.device:
-                raise InputValueError(
-                    f"Bags: weights are on {w.device} but indices on {idx.device}; "
-                    "move both to the same device."
-                )
+        w = None if weights is None else check_weights(
+            weights, idx, "Bags", "indices", "index",
+            " Pass a 1-D weight for every entry of indices.")
         self.indices = idx
         self.offsets = off
         self.weights = w

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import InputTypeError, InputValueError
 from ..ops import values_known
-from .bags import Bags, as_int_tensor
+from .bags import Bags, as_int_tensor, check_weights
 from .columns import column_bags
 from .keyed_tensor import KeyedTensor
 from .offsets import check_offsets
@@ -135,23 +135,8 @@ class KeyedBags:
             )
         if not keys and n_bags:
             raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
-        w: torch.Tensor | None = None
-        if weights is not None:
-            w = (
-                weights
-                if isinstance(weights, torch.Tensor)
-                else torch.as_tensor(np.asarray(weights, dtype=np.float32))
-            )
-            if not w.dtype.is_floating_point:
-                raise InputTypeError(
-                    f"KeyedBags: weights must be floating point, got dtype {w.dtype}; "
-                    "convert with weights.float()."
-                )
-            if w.shape != vals.shape:
-                raise InputValueError(
-                    f"KeyedBags: weights must have one value per entry of values, shape "
-                    f"{tuple(vals.shape)}, got shape {tuple(w.shape)}."
-                )
+        w = None if weights is None else check_weights(weights, vals, "KeyedBags", "values",
+                                                         "entry of values")
         self._keys = keys
         self._position = {k: i for i, k in enumerate(keys)}
         self.values = vals
