@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lookuplinear.report.machine import format_machine, machine_info
+
 ROOT = Path(__file__).resolve().parents[1]
 TIME_WORDS = ("ms_", "us_", "seconds", "time", "step_s")
 SETTINGS = ("args", "machine", "load_average_end", "settings", "config")
@@ -86,19 +88,6 @@ def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...]
     return timings(json.loads(result.read_text()), under=under)
 
 
-def cpu() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                  if ln.startswith("model name")), "unknown CPU")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines()
-                  if ln.startswith("flags")), [])
-    wide = [f for f in ("avx2", "avx512f", "amx_tile") if f in flags]
-    return f"{model}; {os.cpu_count()} CPUs; {' '.join(wide) or 'no AVX2'}"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old-rev", required=True, help="the git revision to compare against")
@@ -127,7 +116,7 @@ def main() -> None:
                 runs[side].append(run_once(script, sides[side], work, tuple(args.times_under)))
             print(f"round {r + 1}/{args.rounds} done ({' then '.join(order)})", file=sys.stderr)
     print(f"{' '.join(script)}: {args.old_rev} (old) vs this checkout (new), "
-          f"{args.rounds} interleaved rounds; {cpu()}")
+          f"{args.rounds} interleaved rounds; {format_machine(machine_info())}")
     keys = [k for k in runs["new"][0] if all(k in run for run in runs["old"] + runs["new"])]
     ratios = []
     print(f"{'timing':60s} {'old':>10s} {'new':>10s} {'new/old':>8s}")
