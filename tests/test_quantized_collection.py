@@ -165,3 +165,24 @@ def test_errors():
         q(KeyedBags.from_dict({**FEATS, "item": [[8], [], [], []]}))
     with pytest.raises(LookupIndexError, match="index 10"):
         q({"user": torch.tensor([10])})
+
+
+def test_quantize_and_views_draw_nothing_on_meta():
+    """A table's view (``collection[name]``, built on ``meta`` then given the rows) draws no
+    values: drawing on ``meta`` would load PyTorch's compiler (about a second, in the first
+    ``quantize()`` of a process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from lookuplinear import LookupCollection, TableConfig\n"
+        "c = LookupCollection([TableConfig('u', 100, 8, ['u'], padding_idx=0),\n"
+        "                      TableConfig('i', 50, 8, ['i'], init='linear')])\n"
+        "before = c['u'].weight.clone()\n"
+        "q = c.quantize()\n"
+        "assert torch.equal(c['u'].weight, before)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -27,8 +27,10 @@ def init_weight_(weight: torch.Tensor, init: Init, padding_idx: int | None) -> N
 
     ``"normal"``: ``nn.Embedding``'s standard normal; ``"linear"``: ``nn.Linear``'s weight under
     the same RNG calls, transposed; a callable: called on ``weight``. The ``padding_idx`` row is
-    zeroed.
+    zeroed. A table on the ``meta`` device has no values to draw and is left as it is.
     """
+    if weight.is_meta:  # drawing on meta loads PyTorch's reference decompositions (seconds)
+        return
     with torch.no_grad():
         if init == "linear":
             # nn.Linear.reset_parameters on a (out, in) tensor, then transposed
