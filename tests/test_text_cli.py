@@ -516,6 +516,7 @@ def test_fasttext_documented_commands(
         (["quantize", "model.bin", "-o", "q", "-cutoff", "99999999"],
          "cutoff must be an integer in [1, 13] (the rows of the table), got 99999999"),
         (["quantize", "model.bin", "-o", "q", "-dsub", "4"], "-dsub 4 has no counterpart"),
+        (["quantize", "model.bin", "-o", "q", "-qout"], "Drop -qout"),
         (["quantize", "model.bin", "-o", "q", "-dsub", "1", "--dtype", "int4"],
          "-dsub 1 means --dtype int8"),
         (["quantize", "model.bin", "-o", "q", "-retrain", "-input", "{train}"],

@@ -59,6 +59,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     help="quantize each row's norm separately: row-wise quantization always "
                          "keeps each row's scale apart, so the file is the same with or "
                          "without it")
+    ft.add_argument("-qout", action="store_true",
+                    help="fastText's quantization of the output layer: refused, the output "
+                         "layer stays float32 (drop -qout)")
     ft.add_argument("-dsub", type=positive_int, default=None, metavar="D",
                     help="bits per value as fastText's product quantization gives them: 1 is "
                          "int8 (8 bits a value), 2 is int4 (fastText's default, one byte per "
@@ -142,9 +145,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_pruning(args: argparse.Namespace) -> None:
-    """-retrain, -input, -epoch and -lr only with what they need; ``InputValueError`` else."""
+    """-retrain, -input, -epoch and -lr only with what they need, and no -qout;
+    ``InputValueError`` else."""
     from ..errors import InputValueError
 
+    if args.qout:
+        raise InputValueError(
+            "-qout (quantize the output layer too) is not built: lookuplinear quantizes the "
+            "input table, and the output layer (dim x labels values) stays float32, a small "
+            "part of the file. Drop -qout; the rest of the command works as given."
+        )
     if args.retrain and args.cutoff is None:
         raise InputValueError(
             "-retrain trains the rows -cutoff keeps; give -cutoff N with it (as fastText "
