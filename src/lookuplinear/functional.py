@@ -396,7 +396,7 @@ def _bags_forward(
         # the mode's per-bag factor folded into per-entry weights by one C pass, then one
         # weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
         # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
-        psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype)
+        psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.numel())
         if sparse:
             out = bag_lookup(weight, bags.indices, bags.offsets, psw, None)
         else:

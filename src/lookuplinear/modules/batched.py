@@ -222,7 +222,7 @@ class PlanLookup:
             if any_weights:
                 if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
                     weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
-                                                dtype))
+                                                dtype, bags.indices.numel()))
                 elif bags.weights is not None:
                     weights.append(bags.weights.to(dtype))
                 else:

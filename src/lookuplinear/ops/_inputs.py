@@ -215,7 +215,8 @@ def _torch_drop_entries(
 
 
 def mode_weights(
-    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype
+    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype,
+    nnz: int | None = None,
 ) -> torch.Tensor:
     """Per-entry weights that turn a bag's weighted sum into its mean (or sqrtn) reduction.
 
@@ -233,6 +234,10 @@ def mode_weights(
         ``sqrtn`` rather than ``mean``.
     dtype : torch.dtype
         The result's dtype.
+    nnz : int, optional
+        ``offsets[-1]``, the number of entries, where the caller has it (the indices'
+        length): a graph that ``torch.compile`` records then knows the result is as long as
+        the indices it weights.
 
     Returns
     -------
@@ -265,15 +270,16 @@ def mode_weights(
     ):
         off = offsets.contiguous()
         w = None if weights is None else weights.contiguous()
-        out = torch.empty(int(off[-1]), dtype=dtype)
+        out = torch.empty(int(off[-1]) if nnz is None else nnz, dtype=dtype)
         fn = function("ll_mode_weights", f"{sfx}_{isfx}")
         fn(ptr(off), off.numel() - 1, ptr(w), sqrt, ptr(out))
         return out
-    return _torch_mode_weights(offsets, weights, sqrt, dtype)
+    return _torch_mode_weights(offsets, weights, sqrt, dtype, nnz)
 
 
 def _torch_mode_weights(
-    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype
+    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype,
+    nnz: int | None = None,
 ) -> torch.Tensor:
     """:func:`mode_weights` with torch ops, on ``offsets``' device."""
     device = offsets.device
@@ -281,10 +287,13 @@ def _torch_mode_weights(
         return torch.empty(0, dtype=dtype, device=device)
     lengths = (offsets[1:] - offsets[:-1]).long()
     n_bags = lengths.numel()
+    if nnz is None and weights is not None:
+        nnz = weights.numel()
     if weights is None:
         total = lengths.double()
     else:
-        bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths)
+        bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths,
+                                      output_size=nnz)
         vals = weights.double()
         total = torch.zeros(n_bags, dtype=torch.float64, device=device)
         total.index_add_(0, bag, vals * vals if sqrt else vals)
@@ -292,7 +301,7 @@ def _torch_mode_weights(
         total = total.sqrt()
     inv = torch.where(total == 0, torch.zeros_like(total), 1.0 / total)
     if weights is None:
-        return torch.repeat_interleave(inv, lengths).to(dtype)
+        return torch.repeat_interleave(inv, lengths, output_size=nnz).to(dtype)
     return (vals * inv.index_select(0, bag)).to(dtype)
 
 
