@@ -54,8 +54,8 @@ def token_ids(tokens: Iterable[list[str]]) -> Tokens:
     One pass of dict lookups in C: ``setdefault`` gives each token the position of its first
     occurrence, which :func:`_renumber` turns into ``0, 1, ...`` in the same order. Each list
     is dropped once read, so a generator of them keeps one text's tokens alive at a time and
-    does not wake Python's garbage collector, as a list of every text's list did: a full
-    collection inside a larger program was a large part of the time (benchmarks/bench_text.py).
+    does not wake Python's garbage collector, as a list of every text's list would: a full
+    collection inside a larger program costs a large part of the time (benchmarks/bench_text.py).
 
     Examples
     --------

@@ -9,7 +9,7 @@
 /* The ABI version, raised whenever an exported function changes: the loader refuses a library
  * of another version. Its one source is VERSION in ops/_clib.py; setup.py passes it here. */
 #ifndef LL_ABI_VERSION
-#error "LL_ABI_VERSION is not defined: build through setup.py, which reads VERSION from ops/_clib.py"
+#error "LL_ABI_VERSION is undefined: build with setup.py, which reads VERSION from ops/_clib.py"
 #endif
 int64_t ll_version(void) { return LL_ABI_VERSION; }
 

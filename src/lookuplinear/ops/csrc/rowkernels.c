@@ -1,6 +1,6 @@
 /* Row-wise backward and optimizer kernels in C, built by the package's install (setup.py) and
- * loaded with ctypes by lookuplinear/_kernels/_clib.py; torch ops compute the same thing
- * where this library was not built (lookuplinear/_kernels).
+ * loaded with ctypes by lookuplinear/ops/_clib.py; torch ops compute the same thing
+ * where this library was not built (lookuplinear/ops).
  *
  * The dense equivalent of every kernel: the weight gradient of a bag lookup is
  * densify(x).T @ grad_out, whose non-zero rows are the unique indices of the batch; an update
