@@ -5,8 +5,8 @@ the words of each n-gram with a space and puts it in column ``abs(h) % n_feature
 is the signed 32-bit MurmurHash3 (x86, seed 0) of its UTF-8 bytes (``FeatureHasher``'s
 ``_hashing_fast.transform``). :func:`count_matrix` streams the bytes of the n-gram's words, and
 the spaces between them, through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
-every n-gram, without building its string. Joining and hashing the strings in Python was most
-of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
+every n-gram, without building its string. Joining and hashing the strings in Python would be
+most of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
 
 Where the C library is not built (or with the ``torch`` backend) the same matrix is computed in
 Python, each n-gram string hashed by scikit-learn's own ``murmurhash3_32`` (text features need

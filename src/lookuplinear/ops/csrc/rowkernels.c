@@ -20,7 +20,7 @@
 
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192 };
 
-/* The memory of a sort, kept between calls: faulting in fresh pages for every batch took longer
+/* The memory of a sort, kept between calls: faulting in fresh pages for every batch takes longer
  * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
  * at most SCRATCH_KEEP bytes is kept; a sort that needs more, or that runs while another thread
  * holds the kept one, allocates its own. */
