@@ -8,8 +8,9 @@ DOCS   ?= out/docs
 
 .PHONY: test report docs lint typecheck pytest bench clean
 
-# setup.py and the C sources: a change rebuilds the C row kernels (pip install -e . compiles them)
-$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard src/lookuplinear/ops/csrc/*)
+# setup.py, the C sources and their ABI version (VERSION in ops/_clib.py): a change rebuilds the C
+# row kernels (pip install -e . compiles them)
+$(STAMP): pyproject.toml constraints.txt setup.py src/lookuplinear/ops/_clib.py $(wildcard src/lookuplinear/ops/csrc/*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	# TorchRec without its requirements, which name FBGEMM's CUDA build (docs/distributed.md)

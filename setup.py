@@ -7,6 +7,7 @@ with torch ops (docs/performance.md, "Kernels", for what the C kernels buy). Set
 """
 
 import os
+import re
 from glob import glob
 
 from setuptools import Extension, setup
@@ -19,6 +20,22 @@ FLAGS = ["-O3", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-ffp-con
          "-Wno-unknown-pragmas"]  # OpenMP's, where the build goes on without it
 C_DIR = "src/lookuplinear/ops/csrc"
 
+# The kernels' ABI version has one source, ``VERSION`` in the loader (ops/_clib.py): the build
+# compiles it into ``ll_version()`` (csrc/module.c), and the loader refuses a library that reports
+# another number.
+CLIB = "src/lookuplinear/ops/_clib.py"
+
+
+def abi_version() -> str:
+    """``VERSION = <n>`` of ``CLIB``, read as text: the build must not import the package."""
+    with open(CLIB, encoding="utf-8") as f:
+        found = re.search(r"^VERSION = (\d+)$", f.read(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"{CLIB} has no line 'VERSION = <integer>': the C kernels' ABI "
+                           "version is read from there")
+    return found.group(1)
+
+
 # OpenMP: the kernels split large batches over PyTorch's threads. With GCC the extension links
 # libgomp.so.1, which is the OpenMP runtime torch has already loaded, so both share one pool.
 OPENMP = ["-fopenmp"]
@@ -26,7 +43,8 @@ OPENMP = ["-fopenmp"]
 KERNELS = Extension(
     "lookuplinear.ops._lib",
     sources=sorted(glob(f"{C_DIR}/*.c")),
-    depends=sorted(glob(f"{C_DIR}/*.h")),
+    depends=[*sorted(glob(f"{C_DIR}/*.h")), CLIB],
+    define_macros=[("LL_ABI_VERSION", abi_version())],
     extra_compile_args=[*FLAGS, *OPENMP],
     extra_link_args=OPENMP,
     libraries=["m"],  # fma/fmaf, called where the CPU has no FMA instruction

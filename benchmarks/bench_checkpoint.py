@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from lookuplinear import Checkpoint, LookupLinear, optim
+from lookuplinear.report.machine import format_machine, machine_info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--saves", type=int, default=10)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    print(f"machine: {format_machine(machine_info())}")
     print(f"rows touched a step: {args.touched:,}; dim 16, Adam (3 x 64 bytes a row)\n")
     print("| table | first save s | next saves: median s | median KB | restore s |")
     print("|---|---|---|---|---|")

@@ -1,9 +1,10 @@
-"""The C boundary: every entry point declared once (``_kernels/_clib.py``), checked at load."""
+"""The C boundary: every entry point declared once (``ops/_clib.py``), checked at load."""
 
 from __future__ import annotations
 
 import ctypes
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,24 @@ def test_every_library_entry_is_declared() -> None:
     found = {m.decode() for m in re.findall(rb"\bll_[a-z0-9_]+", text)}
     exported = {s for s in found if hasattr(ctypes.CDLL(_lib.__file__), s)}
     assert exported - declared == set()
+
+
+@needs_c
+def test_the_library_reports_the_loaders_version() -> None:
+    lib = _clib.load()
+    assert lib.ll_version() == _clib.VERSION
+    assert _clib.problem() is None
+
+
+def test_the_abi_version_has_one_source() -> None:
+    # module.c returns the number the build reads from ops/_clib.py, and has none of its own
+    root = Path(__file__).resolve().parents[1]
+    module = (root / "src/lookuplinear/ops/csrc/module.c").read_text()
+    assert re.search(r"ll_version\(void\) \{ return LL_ABI_VERSION; \}", module)
+    assert "#error" in module
+    setup = (root / "setup.py").read_text()
+    assert '("LL_ABI_VERSION", abi_version())' in setup
+    assert re.search(r"^VERSION = (\d+)$", Path(_clib.__file__).read_text(), re.MULTILINE)
 
 
 @needs_c

@@ -143,7 +143,7 @@ def lookup_linear(
         and weight.is_cpu
         and weight.dim() == 2
         and not torch.compiler.is_compiling()
-    ):  # the common case in one place: its Python costs beside a 100 us lookup
+    ):  # the common case in one place: its Python costs show beside a small lookup
         operands = _cpu_sum_operands(
             input, offsets, per_sample_weights, weight, include_last_offset
         )
@@ -318,7 +318,7 @@ def _index_forward(
     if sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, x, None, None, padding_idx)
     else:
-        # ATen's op: F.embedding's Python checks cost a few us per call (benchmarks/bench_layer.py)
+        # ATen's op: F.embedding's Python checks repeat ours at a cost (benchmarks/bench_layer.py)
         out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
     if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
         out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
@@ -365,7 +365,7 @@ def _bags_forward(
     sparse: bool,
 ) -> torch.Tensor:
     if padding_idx is not None and bags.indices.is_cpu and not capturing():
-        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (19-38x
+        # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (many times
         # slower, docs/performance.md): drop the padding entries and look up the rest (not in
         # a captured graph: whether there are any to drop is a property of one batch).
         bags, padding_idx = bags.drop_index(padding_idx), None
@@ -394,7 +394,7 @@ def _bags_forward(
         out = _embedding_bag(bags, weight, None, _MAX, padding_idx) if c_max is None else c_max
     elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
         # the mode's per-bag factor folded into per-entry weights by one C pass, then one
-        # weighted-sum lookup: on weighted rows 2x faster than the sum, the factor and their
+        # weighted-sum lookup: on weighted rows faster than the sum, the factor and their
         # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
         psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.numel())
         if sparse:
@@ -449,7 +449,7 @@ def _embedding_bag(
     """``F.embedding_bag(bags.indices, weight, bags.offsets, include_last_offset=True, ...)``.
 
     ATen's op is called directly: ``F.embedding_bag``'s own Python checks repeat what ``Bags``
-    has checked, and cost a few microseconds per call (benchmarks/bench_layer.py).
+    has checked, at a cost that shows beside a small lookup (benchmarks/bench_layer.py).
 
     A CUDA bfloat16 table with per-entry weights or ``max``: the batch's rows are gathered
     and pooled in float32, then rounded to bfloat16, because CUDA's ``embedding_bag``
@@ -494,8 +494,8 @@ def _forward_only(weight: torch.Tensor) -> torch.Tensor:
 
     ATen's ``embedding_bag`` picks its kernel by ``weight.requires_grad``, not by grad mode: on a
     parameter under ``no_grad`` it still builds what its backward would need (``offset2bag``,
-    bag sizes); on a detached weight it runs ``_embedding_bag_forward_only``, 7-9% faster on a
-    1024 x 20 lookup (benchmarks/bench_layer.py). Same values either way (tests/test_layer.py).
+    bag sizes); on a detached weight it runs ``_embedding_bag_forward_only``, which skips that
+    work (benchmarks/bench_layer.py times both). Same values either way (tests/test_layer.py).
     Never under ``torch.jit.trace``: a traced graph runs in any grad mode, and a recorded detach
     would cut the weight's gradient in all of them.
     """

@@ -72,8 +72,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 #: -retrain's default learning rate is the model's divided by this: with fresh optimizer state
 #: (row-wise Adagrad's first step moves each row by about lr), retraining at the model's own
-#: rate cost 1.5-2 points of P@1 on the benchmark datasets (docs/performance.md), at a
-#: twentieth of it at most 0.7
+#: rate overfits and costs P@1 on the benchmark datasets; at a twentieth of it P@1 stays within
+#: the noise of their test splits (docs/performance.md, "Pruned models")
 RETRAIN_LR_DIVISOR = 20
 
 #: fastText's -dsub (values per one-byte code) -> the row-wise dtype with as many bits a value

@@ -52,10 +52,9 @@ class LookupCollection(PlanLookup, CollectionBase):
     multi-hot rows (``kb[f].to_dense(t.num_embeddings)``, scaled by ``t.mode``); the outputs
     side by side in feature order. Features sharing a table share its ``nn.Linear``, so the
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
-    TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``, as one lookup: the
-    tables of one width and dtype are one parameter (module docstring), so a batch is one
-    kernel call forward and one backward per width and dtype, or for all widths of one dtype
-    with ``sparse=True`` (``mode="max"`` tables are looked up on their own).
+    TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``: the tables of one
+    width and dtype are one parameter (module docstring), looked up together, with the same
+    outputs and gradients as each feature's own lookup.
 
     Parameters
     ----------

@@ -263,7 +263,7 @@ class LookupLinear(LayerConversions, nn.Module):
     ) -> torch.Tensor:
         """Compute ``densify(input) @ weight + bias``; see :func:`~lookuplinear.lookup_linear`."""
         # the parameters read from their dict: ``self.weight`` goes through nn.Module.__getattr__,
-        # 1-2 us a call beside a 100 us lookup (benchmarks/bench_layer.py). A parametrized or
+        # whose cost shows beside a small lookup (benchmarks/bench_layer.py). A parametrized or
         # weight-normed ``weight`` is no longer in the dict, and is read as an attribute (only
         # then: ``get`` would evaluate ``self.weight`` on every call).
         params = self._parameters

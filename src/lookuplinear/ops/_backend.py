@@ -108,7 +108,7 @@ def use_c(*tensors: torch.Tensor | None) -> bool:
         if chosen == "c":
             backend()  # raises, saying why
         return False
-    for t in tensors:  # noqa: SIM110 - a plain loop: all() of a generator costs 1 us more
+    for t in tensors:  # noqa: SIM110 - a plain loop: all() of a generator costs more
         if t is not None and not t.is_cpu:
             return False
     return True

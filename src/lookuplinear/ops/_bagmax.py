@@ -1,8 +1,8 @@
 """``mode="max"`` over CPU bags in C: the forward and its backward.
 
-ATen's CPU ``embedding_bag`` computes ``max`` outside its fast kernel, 35-50x slower than
-``sum`` on the same bags. ``csrc/bagmax.c`` computes the same in one pass, 7-9x faster than ATen's
-(benchmarks/bench_layer.py times ``mode="max"`` inside the layer)::
+ATen's CPU ``embedding_bag`` computes ``max`` outside its fast kernel, many times slower than
+``sum`` on the same bags. ``csrc/bagmax.c`` computes the same in one pass (benchmarks/bench_layer.py
+times ``mode="max"`` inside the layer against ATen's; docs/performance.md)::
 
     out[b, j] = max(W[i, j] for i in bag b)     0 for an empty bag
 

@@ -24,7 +24,9 @@ import torch
 __all__ = ["ENTRIES", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load", "problem",
            "ptr", "scalars", "suffix"]
 
-#: ``ll_version()`` of the library this loader was written for (``csrc/module.c``)
+#: ``ll_version()`` of the library this loader was written for: the one source of the C kernels'
+#: ABI version, which setup.py reads and compiles into ``csrc/module.c``. Raise it whenever an
+#: exported function changes.
 VERSION = 14
 
 #: the entry points' suffix per dtype (:func:`suffix`)

@@ -9,12 +9,12 @@ For CSR offsets (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``):
 * :func:`one_id_rows`: a keyed batch of one ID per bag as the index input of one lookup;
 * :func:`shifted_rows`: a keyed batch's entries as rows of the table holding all its tables.
 
-:func:`offsets_ok` runs on every forward call, next to a lookup of about 100 us for 1024 bags
-of 20 entries. With torch ops it costs tens of microseconds, with numpy several, and running
-their dispatch machinery between two lookups slows the lookup that follows (its data and code
-are evicted from the core's caches; benchmarks/bench_layer.py measures the lookup after each
-check). The C loop (``csrc/inputs.c``) reads the offsets once without temporaries: about 0.2 us
-for 1025 offsets, the rest of the call being ctypes' and the tensor's attribute reads.
+:func:`offsets_ok` runs on every forward call, next to the lookup. With torch or numpy ops it
+costs a noticeable share of a small lookup, and running their dispatch machinery between two
+lookups slows the lookup that follows (its data and code are evicted from the core's caches;
+benchmarks/bench_layer.py measures the lookup after each check). The C loop
+(``csrc/inputs.c``) reads the offsets once without temporaries, the rest of the call being
+ctypes' and the tensor's attribute reads.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ the words of each n-gram with a space and puts it in column ``abs(h) % n_feature
 is the signed 32-bit MurmurHash3 (x86, seed 0) of its UTF-8 bytes (``FeatureHasher``'s
 ``_hashing_fast.transform``). :func:`count_matrix` streams the bytes of the n-gram's words, and
 the spaces between them, through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
-every n-gram, without building its string. Joining and hashing the strings in Python was most
-of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
+every n-gram, without building its string. Joining and hashing the strings in Python would be
+most of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
 
 Where the C library is not built (or with the ``torch`` backend) the same matrix is computed in
 Python, each n-gram string hashed by scikit-learn's own ``murmurhash3_32`` (text features need
@@ -54,8 +54,8 @@ def token_ids(tokens: Iterable[list[str]]) -> Tokens:
     One pass of dict lookups in C: ``setdefault`` gives each token the position of its first
     occurrence, which :func:`_renumber` turns into ``0, 1, ...`` in the same order. Each list
     is dropped once read, so a generator of them keeps one text's tokens alive at a time and
-    does not wake Python's garbage collector, as a list of every text's list did: a full
-    collection inside a larger program was a large part of the time (benchmarks/bench_text.py).
+    does not wake Python's garbage collector, as a list of every text's list would: a full
+    collection inside a larger program costs a large part of the time (benchmarks/bench_text.py).
 
     Examples
     --------

@@ -85,7 +85,7 @@ def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> to
 
 def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.optim.Optimizer``'s own ``method`` without its ``torch._disable_dynamo`` wrapper,
-    which imports ``torch._dynamo`` on its first call: 1-3 s of a command line's start, for an
+    which imports ``torch._dynamo`` on its first call (seconds of a command line's start), for an
     optimizer whose steps are not traced (its kernels are C or eager torch ops)."""
     return getattr(method, "__wrapped__", method)
 

@@ -20,8 +20,8 @@ def paired_moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     block (``n`` values per row of ``p``) so that a row's two moments are adjacent in memory.
 
     A row-wise step reads and writes a touched row's ``m`` and ``v`` together; adjacent, they
-    are one contiguous read (512 B at 64 float32 per row) instead of two scattered ones, and
-    the Adam row update ran 1.1-1.2x faster when it was measured. Each view holds the
+    are one contiguous read (512 B at 64 float32 per row) instead of two scattered ones
+    (benchmarks/bench_optim.py times the row update). Each view holds the
     values ``torch.optim.Adam``'s state of that name would hold.
 
     Examples

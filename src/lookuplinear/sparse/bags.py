@@ -38,7 +38,7 @@ __all__ = ["Bags", "check_weights", "is_scipy_sparse"]
 
 
 def is_scipy_sparse(x: Any) -> bool:
-    """``scipy.sparse.issparse(x)``, without importing scipy (0.2-0.4 s) when nothing has: a
+    """``scipy.sparse.issparse(x)``, without importing scipy (slow) when nothing has: a
     scipy matrix can only exist once ``scipy.sparse`` is imported."""
     sp = sys.modules.get("scipy.sparse")
     return sp is not None and bool(sp.issparse(x))
@@ -387,7 +387,7 @@ class Bags:
         >>> bags.indices, bags.offsets
         (tensor([3, 1, 2, 2]), tensor([0, 2, 2, 4]))
         """
-        # one C pass on the CPU (boolean-mask indexing costs 10x more), torch ops elsewhere
+        # one C pass on the CPU (boolean-mask indexing costs far more), torch ops elsewhere
         dropped = drop_entries(self.indices, self.offsets, index)
         if dropped is None:
             return self

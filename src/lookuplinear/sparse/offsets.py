@@ -61,7 +61,7 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
             return
         if not offsets.is_cpu:
             offsets = offsets.cpu()
-    # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py)
+    # one C pass: numpy ops here slow the next lookup (ops/_inputs.py says why)
     if not offsets_ok(offsets, nnz):
         _explain(offsets, nnz, owner, entries)
 

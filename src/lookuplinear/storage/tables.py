@@ -444,7 +444,7 @@ def storage_of(param: torch.Tensor) -> TableStorage | None:
 
 
 # torch's lazy form of ``torch.compiler.disable``, which would import ``torch._dynamo`` here,
-# 1.5 s of every process that imports the layer; this one imports it on the first call, which
+# seconds of every process that imports the layer; this one imports it on the first call, which
 # happens only inside a compiled graph (dynamo is loaded there already)
 @torch._disable_dynamo
 def drawn_eagerly(storage: TableStorage, input: Any, offsets: torch.Tensor | None = None) -> Any:

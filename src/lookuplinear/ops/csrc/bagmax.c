@@ -1,5 +1,5 @@
 /* mode="max" over CPU bags: the forward, which keeps the row that gave each maximum, and its
- * backward (lookuplinear/_kernels/_bagmax.py calls them; where this library was not built the
+ * backward (lookuplinear/ops/_bagmax.py calls them; where this library was not built the
  * caller runs ATen's embedding_bag max, which computes the same thing).
  *
  * Dense equivalent, for CSR offsets (bag b is indices[offsets[b]:offsets[b + 1]]):
@@ -11,14 +11,14 @@
  * As in ATen, a bag's first entry is taken as it is and a later one only where it is strictly
  * greater: ties keep the first entry, and a later NaN never wins (a first NaN stays).
  *
- * Why C: ATen's CPU embedding_bag computes max outside its fast kernel, 35-50x slower than sum
- * on the same bags; this one pass is 7-9x faster than ATen's max (1024 bags of 20 entries, 64
- * float32 columns, one thread; benchmarks/bench_layer.py times it inside the layer).
+ * Why C: ATen's CPU embedding_bag computes max outside its fast kernel, many times slower than
+ * sum on the same bags; this is one pass (benchmarks/bench_layer.py times it inside the layer
+ * against ATen's max; docs/performance.md).
  */
 #include "common.h"
 
 /* entries ahead whose rows are requested before they are read: the rows are scattered over
- * the table, and without it each costs a memory round trip in turn (4x slower) */
+ * the table, and without it each costs a memory round trip in turn */
 enum { AHEAD = 16 };
 
 /* W (rows x dim, row-major), n_bags bags of indices (valid CSR offsets) into out and arg
@@ -54,7 +54,7 @@ enum { AHEAD = 16 };
                         /* strict: ties keep the first, a later NaN loses (the max is x86's     \
                          * maxps). The row is blended in with a mask, not chosen: written as a   \
                          * choice, GCC stores through a branch on "any lane greater", which      \
-                         * mispredicts early in a bag (35% slower for a table in cache). */      \
+                         * mispredicts early in a bag (slower for a table in cache). */          \
                         T v = src[j], cur = o[j];                                                \
                         int64_t take = -(int64_t)(v > cur);                                      \
                         o[j] = v > cur ? v : cur;                                                \

@@ -1,5 +1,5 @@
 /* What every kernel file includes: the standard headers, how an entry point is exported, and
- * the ABI version that lookuplinear/_kernels/_clib.py checks before it calls anything. */
+ * the ABI version that lookuplinear/ops/_clib.py checks before it calls anything. */
 #ifndef LL_COMMON_H
 #define LL_COMMON_H
 #include <math.h>

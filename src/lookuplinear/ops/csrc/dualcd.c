@@ -1,5 +1,5 @@
 /* One epoch of dual coordinate descent for an L2-regularised linear model on CSR rows, every
- * output at once (lookuplinear/_kernels/_dualcd.py calls it; where this library was not built
+ * output at once (lookuplinear/ops/_dualcd.py calls it; where this library was not built
  * the same loop runs in Python there).
  *
  * The problem, for each output k independently (one-vs-rest):

@@ -13,7 +13,7 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b,
     for (int64_t o = 0; o < n; o++) {
         int64_t i = order[o], lo = indptr[i], hi = indptr[i + 1];
         /* the next row's table rows, while this one is computed; one output's table is small
-         * enough to stay in cache, and there the prefetches only cost (2x slower) */
+         * enough to stay in cache, and there the prefetches only cost time */
         if (n_out > 1 && o + 1 < n)
             for (int64_t e = indptr[order[o + 1]]; e < indptr[order[o + 1] + 1]; e++)
                 prefetch_row_w(w + indices[e] * n_out, row_bytes);

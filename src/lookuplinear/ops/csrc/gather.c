@@ -1,4 +1,4 @@
-/* The forward of an index lookup in C (lookuplinear/_kernels/_rows.py calls it; torch's
+/* The forward of an index lookup in C (lookuplinear/ops/_rows.py calls it; torch's
  * embedding runs where this library was not built).
  *
  * Dense equivalent: out = one_hot(rows, num_rows) @ w, that is out[i] = w[rows[i]], for n

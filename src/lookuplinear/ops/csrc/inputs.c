@@ -1,5 +1,5 @@
 /* Per-call input checks and input preparation of a bag lookup, for CPU input
- * (lookuplinear/_kernels/_inputs.py calls them; torch ops compute the same where this library
+ * (lookuplinear/ops/_inputs.py calls them; torch ops compute the same where this library
  * was not built).
  *
  * Dense equivalents, for CSR offsets (bag b is indices[offsets[b]:offsets[b + 1]]):
@@ -17,19 +17,19 @@
  *   ll_shifted_rows: out[k] = values[k] + shift[f] for the entries k of feature f's N bags
  *                    (offsets[f * N] <= k < offsets[(f + 1) * N]), all in [0, limit[f]).
  *
- * Why C: the offsets check runs on every forward call, next to a lookup of about 100 us. With
- * numpy or torch ops it costs microseconds and runs their dispatch machinery between two
- * lookups, which evicts the lookup's data and code from the core's caches and slows the next
- * lookup; one loop reads the offsets once, without temporaries (benchmarks/bench_layer.py,
- * "F.embedding_bag after the compiled offsets check").
+ * Why C: the offsets check runs on every forward call, next to the lookup. With numpy or
+ * torch ops it costs a noticeable share of a small lookup and runs their dispatch machinery
+ * between two lookups, which evicts the lookup's data and code from the core's caches and
+ * slows the next lookup; one loop reads the offsets once, without temporaries
+ * (benchmarks/bench_layer.py, "F.embedding_bag after the compiled offsets check").
  */
 #include "common.h"
 
 /* ---------------------------------------------------------------- offsets check */
 
 /* One pass with no early exit: the comparison folds into `bad` without a branch, so the loop
- * vectorizes (about 0.2 us for 1025 offsets; an early exit would make it scalar, several times
- * slower on the valid offsets that every call passes). */
+ * vectorizes (an early exit would make it scalar, and slower on the valid offsets that every
+ * call passes). */
 #define LL_OFFSETS_OK(I, SFX)                                                                    \
     LL_EXPORT int64_t ll_offsets_ok_##SFX(const I *o, int64_t n, int64_t nnz,                   \
                                           int64_t include_last) {                               \

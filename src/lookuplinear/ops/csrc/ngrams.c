@@ -1,5 +1,5 @@
 /* Word and hashed word n-gram counts of tokenized texts, as scikit-learn counts and hashes them
- * (lookuplinear/_kernels/_ngrams.py calls them; where this library was not built it computes
+ * (lookuplinear/ops/_ngrams.py calls them; where this library was not built it computes
  * the same matrix in Python with scikit-learn's own murmurhash3_32).
  *
  * Dense equivalent of ll_count_rows: X[i, column[t]] counts token t in text i (column[t] >= 0),
@@ -13,8 +13,8 @@
  * FeatureHasher's abs(h) % n_features with abs(-2**31) taken as 2**31.
  *
  * Why C: the n-gram's bytes, and the spaces between them, are streamed through the hash from the
- * tokens' bytes, so no n-gram string is built; joining and hashing the strings in Python was
- * most of the time of FastTextVectorizer.fit_transform (benchmarks/bench_text.py).
+ * tokens' bytes, so no n-gram string is built; joining and hashing the strings in Python would
+ * be most of the time of FastTextVectorizer.fit_transform (benchmarks/bench_text.py).
  */
 #include "common.h"
 

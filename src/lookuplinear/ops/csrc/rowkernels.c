@@ -1,6 +1,6 @@
 /* Row-wise backward and optimizer kernels in C, built by the package's install (setup.py) and
- * loaded with ctypes by lookuplinear/_kernels/_clib.py; torch ops compute the same thing
- * where this library was not built (lookuplinear/_kernels).
+ * loaded with ctypes by lookuplinear/ops/_clib.py; torch ops compute the same thing
+ * where this library was not built (lookuplinear/ops).
  *
  * The dense equivalent of every kernel: the weight gradient of a bag lookup is
  * densify(x).T @ grad_out, whose non-zero rows are the unique indices of the batch; an update
@@ -20,7 +20,7 @@
 
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192 };
 
-/* The memory of a sort, kept between calls: faulting in fresh pages for every batch took longer
+/* The memory of a sort, kept between calls: faulting in fresh pages for every batch takes longer
  * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
  * at most SCRATCH_KEEP bytes is kept; a sort that needs more, or that runs while another thread
  * holds the kept one, allocates its own. */

@@ -204,8 +204,8 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
 
 /* how many rows ahead the updates prefetch: about LINES_AHEAD cache lines of table and state
  * (a row, its state and one line for a row that straddles lines), between 4 and 64 rows. A
- * fixed 16 rows left the row-wise Adagrad kernel (6 lines a row) 1.1-1.2x slower and Adam's
- * (13 lines a row) no faster (benchmarks/bench_kernels.py). */
+ * fixed number of rows fits one kernel's row size and leaves the others slower
+ * (benchmarks/bench_kernels.py times each kernel). */
 LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) {
     int64_t lines = (dim * (int64_t)sizeof(T) + state_bytes + LL_LINE - 1) / LL_LINE + 1;
     int64_t d = LINES_AHEAD / lines;
