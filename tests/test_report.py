@@ -371,3 +371,23 @@ def test_report_renders_in_headless_chromium(
     keep = Path("out/test-screenshots")
     keep.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, keep / "report.png")  # for a look by eye
+
+
+def test_plots_draw_no_line_through_a_time_the_machine_was_too_busy_for() -> None:
+    """A noisy time is a hollow marker off the line, and the figure says what hollow means."""
+    from matplotlib.figure import Figure
+
+    from lookuplinear.report.plots import _busy_note, _draw
+
+    rows = [{"in_features": n, "median_s": t, "status": "ok", "noisy": noisy}
+            for n, t, noisy in [(10, 0.001, False), (100, 0.5, True), (1000, 0.003, False)]]
+    fig = Figure()
+    ax = fig.subplots()
+    assert _draw(ax, rows, 1e3, label="m", color="red", marker="o")
+    line, busy = ax.get_lines()
+    assert list(line.get_xdata()) == [10, 1000] and list(line.get_ydata()) == [1.0, 3.0]
+    assert list(busy.get_xdata()) == [100] and busy.get_linestyle() == "None"
+    assert busy.get_markerfacecolor() == "none"
+    _busy_note(fig, rows)
+    assert any("too busy" in t.get_text() for t in fig.texts)
+    assert not _draw(fig.subplots(), [{**rows[0], "status": "skipped"}], 1e3, label="m")

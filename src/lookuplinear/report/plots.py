@@ -48,6 +48,31 @@ def _style(method: str) -> dict[str, Any]:
     return dict(color=color, marker=marker, linestyle=ls, markersize=4, linewidth=1.3)
 
 
+def _draw(ax: Any, sub: Sequence[Row], scale: float, **style: Any) -> bool:
+    """Plot ``sub``'s measured times (``median_s * scale``) vs ``in_features``: a line through
+    the clean ones, and hollow unconnected markers where the machine was too busy for the
+    number (``noisy``: not a measurement to read). Whether anything was drawn."""
+    ok = [r for r in sub if r["status"] == "ok"]
+    clean = sorted((r["in_features"], r["median_s"] * scale) for r in ok if not r["noisy"])
+    busy = sorted((r["in_features"], r["median_s"] * scale) for r in ok if r["noisy"])
+    if clean:
+        xs, ys = zip(*clean, strict=True)
+        ax.plot(xs, ys, **style)
+    if busy:
+        xs, ys = zip(*busy, strict=True)
+        ax.plot(xs, ys, linestyle="none", marker="o", markerfacecolor="none",
+                markeredgecolor=style.get("color", "gray"), markersize=5,
+                **({} if clean else {"label": style.get("label")}))
+    return bool(clean or busy)
+
+
+def _busy_note(fig: Any, rows: Sequence[Row]) -> None:
+    """Say under the figure what its hollow markers are, where it has any."""
+    if any(r["status"] == "ok" and r["noisy"] for r in rows):
+        fig.text(0.01, 0.005, "hollow markers: the machine was too busy for that number "
+                 "(its rounds disagreed); not a measurement to read", fontsize=6, color="gray")
+
+
 def _legend(ax: Any, **kw: Any) -> None:
     if ax.get_legend_handles_labels()[0]:  # an empty panel has no legend
         ax.legend(**kw)
@@ -86,11 +111,8 @@ def plot_time(rows: Sequence[Row], path: Path) -> Path:
             ax = axes[i][j]
             sub = _slice(rows, form=form, phase=phase, **ref)
             for method in sorted({r["method"] for r in sub}):
-                pts = sorted((r["in_features"], r["median_s"]) for r in sub
-                             if r["method"] == method and r["status"] == "ok")
-                if pts:
-                    xs, ys = zip(*pts, strict=True)
-                    ax.plot(xs, [y * 1e3 for y in ys], label=method, **_style(method))
+                _draw(ax, [r for r in sub if r["method"] == method], 1e3, label=method,
+                      **_style(method))
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(f"{form}: {phase}", fontsize=9)
@@ -102,6 +124,7 @@ def plot_time(rows: Sequence[Row], path: Path) -> Path:
             _legend(ax, fontsize=6, loc="upper left")
     fig.suptitle(f"Time vs in_features (out_features={ref['out_features']}, "
                  f"batch={ref['batch']}, uniform indices)", fontsize=11)
+    _busy_note(fig, rows)
     fig.savefig(path, dpi=80)
     return path
 
@@ -185,12 +208,9 @@ def plot_train(rows: Sequence[Row], path: Path) -> Path:
         for method in sorted({r["method"] for r in train}):
             sub = [r for r in train if r["method"] == method
                    and r["optimizer"].endswith("." + name)]
-            pts = sorted((r["in_features"], r["median_s"]) for r in sub if r["status"] == "ok")
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, [y * 1e3 for y in ys], label=f"{method}\n+ {sub[0]['optimizer']}",
-                        **_style(method if "Lookup" in method else "nn.EmbeddingBag"))
-            else:
+            label = f"{method}\n+ {sub[0]['optimizer']}" if sub else method
+            if not _draw(ax, sub, 1e3, label=label,
+                         **_style(method if "Lookup" in method else "nn.EmbeddingBag")):
                 why = next((r["reason"] for r in sub if r["reason"]), "not run")
                 ax.text(0.5, 0.1 if "Lookup" in method else 0.2, f"{method}: {why}"[:70],
                         transform=ax.transAxes, fontsize=5, ha="center", wrap=True)
@@ -202,6 +222,7 @@ def plot_train(rows: Sequence[Row], path: Path) -> Path:
         _legend(ax, fontsize=5, loc="upper left")
     axes[0].set_ylabel("train step (ms)")
     fig.suptitle("One training step per optimizer", fontsize=11)
+    _busy_note(fig, train)
     fig.savefig(path, dpi=80)
     return path
 
@@ -276,11 +297,8 @@ def plot_readme(rows: Sequence[Row], path: Path, form: str = "bags") -> Path:
     for method in sorted({r["method"] for r in sub}):
         if method in ("scipy CSR @ numpy", "torch.sparse.mm (CSR)"):
             continue
-        pts = sorted((r["in_features"], r["median_s"] * 1e3) for r in sub
-                     if r["method"] == method and r["status"] == "ok")
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, label=method, **_style(method))
+        _draw(ax, [r for r in sub if r["method"] == method], 1e3, label=method,
+              **_style(method))
     top = max((r["median_s"] * 1e3 for r in sub if r["status"] == "ok"), default=1.0)
     for r in sub:
         if r["method"] == "nn.Linear (dense input)" and r["status"] == "skipped":
@@ -298,5 +316,6 @@ def plot_readme(rows: Sequence[Row], path: Path, form: str = "bags") -> Path:
     _legend(ax, fontsize=7, loc="upper left")
     ax.set_title(f"{ref['batch']} bags of 20 indices -> out_features={ref['out_features']}",
                  fontsize=10)
+    _busy_note(fig, sub)
     fig.savefig(path, dpi=80)
     return path
