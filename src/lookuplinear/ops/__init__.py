@@ -9,7 +9,14 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
 from ._bagmax import bag_max
-from ._columns import deinterleave, interleave, segments, split_blocks
+from ._columns import (
+    deinterleave,
+    interleave,
+    segment_tensor,
+    segment_triples,
+    segments,
+    split_blocks,
+)
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import (
@@ -23,6 +30,7 @@ from ._rows import (
     group_rows,
     update_rows,
 )
+from .library import decompositions
 
 __all__ = [
     "BACKENDS",
@@ -36,6 +44,7 @@ __all__ = [
     "c_available",
     "capturing",
     "count_matrix",
+    "decompositions",
     "deinterleave",
     "drop_entries",
     "fused_rows",
@@ -47,6 +56,8 @@ __all__ = [
     "ngram_column",
     "offsets_ok",
     "one_id_rows",
+    "segment_tensor",
+    "segment_triples",
     "segments",
     "shifted_rows",
     "split_blocks",

@@ -26,11 +26,12 @@ from torch.autograd.function import once_differentiable
 from .._fusion import binding
 from ..storage.rowwatch import notify
 from ._clib import function, ptr, suffix
-from ._columns import deinterleave, interleave, split_blocks
+from ._columns import deinterleave, interleave, segment_tensor, split_blocks
 from ._rows import Lookup, gather_rows, group_rows
+from .library import routed
 
-__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "row_sparse_grad",
-           "weight_grad"]
+__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "in_feature_order",
+           "row_sparse_grad", "weight_grad"]
 
 
 def row_sparse_grad(
@@ -130,6 +131,7 @@ class _BagLookup(torch.autograd.Function):
         return grad_weight, None, None, grad_weights, None, None
 
 
+@routed("bag_lookup")
 def bag_lookup(
     weight: torch.Tensor,
     indices: torch.Tensor,
@@ -151,7 +153,8 @@ def bag_lookup(
     :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
     needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again; so it is in a graph that
-    ``torch.compile`` or ``torch.export`` records (PyTorch's ``F.embedding_bag(sparse=True)``).
+    ``torch.compile`` or ``torch.export`` records (the operator ``lookuplinear::bag_lookup``,
+    :mod:`lookuplinear.ops.library`, whose gradient is ``F.embedding_bag(sparse=True)``'s).
 
     Examples
     --------
@@ -161,17 +164,22 @@ def bag_lookup(
     (tensor([[1, 3]]), tensor([[1., 1.],
             [2., 2.]]))
     """
-    if torch.compiler.is_compiling():  # PyTorch's own sparse-gradient ops, which it compiles
-        # and exports: the gradient has one row per entry (uncoalesced), as nn.EmbeddingBag's
-        if offsets is None:
-            return F.embedding(indices, weight, padding_idx=padding_idx, sparse=True)
-        return F.embedding_bag(
-            indices, weight, offsets, mode="sum", sparse=True, per_sample_weights=weights,
-            include_last_offset=include_last_offset, padding_idx=padding_idx,
-        )
     out: torch.Tensor = _BagLookup.apply(
         weight, indices, offsets, weights, padding_idx, include_last_offset
     )
+    return out
+
+
+@routed("in_feature_order")
+def in_feature_order(outs: Sequence[torch.Tensor], features: Sequence[int],
+                     segments: tuple[int, ...]) -> torch.Tensor:
+    """Lookup outputs side by side in feature order: ``features``, per output, its number of
+    features where it is feature-major (``(F * N, dim)``), else 0 (``(N, width)``);
+    ``segments``: the ``(block, first column, columns)`` triples, flattened, of
+    :func:`~lookuplinear.ops.segment_triples`."""
+    n = outs[0].shape[0] // features[0] if features[0] else outs[0].shape[0]
+    kinds = [(f > 0, f) for f in features]
+    out: torch.Tensor = InFeatureOrder.apply(segment_tensor(segments), kinds, n, *outs)
     return out
 
 
