@@ -142,7 +142,6 @@ def lookup_linear(
         and padding_idx is None
         and weight.is_cpu
         and weight.dim() == 2
-        and not torch.compiler.is_compiling()
     ):  # the common case in one place: its Python costs beside a 100 us lookup
         operands = _cpu_sum_operands(
             input, offsets, per_sample_weights, weight, include_last_offset

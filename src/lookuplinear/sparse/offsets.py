@@ -53,15 +53,12 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
             "an empty tensor. An empty batch has offsets=[0]."
         )
     if isinstance(offsets, torch.Tensor):
-        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
-            if values_known():
-                _explain(offsets, nnz, owner, entries)
-            return
         if offsets.is_meta:  # meta tensors have no values to check
             return
         if not offsets.is_cpu:
             offsets = offsets.cpu()
-    # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py)
+    # one C pass: numpy ops here slowed the next lookup by 10-25% (ops/_inputs.py); True while
+    # a graph is recorded, which has no values to check
     if not offsets_ok(offsets, nnz):
         _explain(offsets, nnz, owner, entries)
 
