@@ -94,6 +94,7 @@ def train_both(model: nn.Module, loss: Callable[[nn.Module, Any], torch.Tensor],
     summed row per index): the same update to float rounding. ``inductor``'s generated kernels
     sum in another order (so they do for ``nn.EmbeddingBag``): equal to float rounding.
     """
+    torch._dynamo.reset()  # one compiled loss per test: the recompile limit is per code object
     twin = copy.deepcopy(model)
     compiled = torch.compile(lambda b: loss(twin, b), fullgraph=True, dynamic=False,
                              backend=backend)
@@ -123,14 +124,17 @@ def layer_loss(m: nn.Module, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return m[2](m[1](m[0](*b))).square().mean()
 
 
-def layer_model(sparse: bool) -> nn.Module:
+def layer_model(sparse: bool, mode: str = "sum") -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(LookupLinear(50, 8, sparse=sparse), nn.ReLU(), nn.Linear(8, 1))
+    return nn.Sequential(LookupLinear(50, 8, sparse=sparse, mode=mode), nn.ReLU(),
+                         nn.Linear(8, 1))
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_compiled_layer_step_equals_eager(sparse: bool) -> None:
-    train_both(layer_model(sparse), layer_loss, [bags_batch(4, 12, 0), bags_batch(4, 12, 1)])
+@pytest.mark.parametrize(("sparse", "mode"), [(False, "sum"), (True, "sum"), (False, "mean"),
+                                              (True, "mean"), (False, "sqrtn"), (False, "max")])
+def test_compiled_layer_step_equals_eager(sparse: bool, mode: str) -> None:
+    train_both(layer_model(sparse, mode), layer_loss,
+               [bags_batch(4, 12, 0), bags_batch(4, 12, 1)])
 
 
 @needs_compiler

@@ -162,5 +162,51 @@ def test_decompositions_give_each_operator_its_twin() -> None:
     ours = {op.name(): fn for op, fn in table.items() if op.name().startswith("lookuplinear::")}
     assert ours == {"lookuplinear::bag_lookup": library._bag_lookup_twin,
                     "lookuplinear::in_feature_order": library._in_feature_order_twin,
-                    "lookuplinear::idmap_find": library._idmap_find_twin}
+                    "lookuplinear::idmap_find": library._idmap_find_twin,
+                    "lookuplinear::bag_max": library._bag_max_twin,
+                    "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
+                    "lookuplinear::mode_weights": library._mode_weights_twin}
     assert len(table) > len(ours)  # and PyTorch's own, to core ATen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bag_max_equals_twin_and_its_gradient_atens(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(10, 3, dtype=dtype, generator=g, requires_grad=True)
+    idx = torch.randint(0, 10, (9,), generator=g)
+    off = torch.tensor([0, 2, 2, 6, 9])  # bag 1 empty
+    out = ops.bag_max(weight, idx, off)
+    ref = F.embedding_bag(idx, weight, off, mode="max", include_last_offset=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(out, library._bag_max_twin(weight, idx, off), rtol=0, atol=0)
+    grad = torch.randn_like(out)
+    (ours,) = torch.autograd.grad(out, weight, grad)
+    (theirs,) = torch.autograd.grad(ref, weight, grad)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(
+        ops.bag_max_backward(grad, weight, idx, off),
+        library._bag_max_backward_twin(grad, weight.detach(), idx, off))
+    torch.library.opcheck(ops.bag_max.default, (weight, idx, off))
+    torch.library.opcheck(ops.bag_max_backward.default, (grad, weight.detach(), idx, off))
+    with FakeTensorMode():
+        assert ops.bag_max(torch.empty(10, 3), torch.empty(9, dtype=torch.long),
+                           torch.empty(5, dtype=torch.long)).shape == (4, 3)
+    with pytest.raises(LookupIndexError, match="index 10 at indices"):
+        ops.bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2]))
+
+
+@pytest.mark.parametrize("sqrt", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mode_weights_equals_twin(sqrt: bool, weighted: bool) -> None:
+    off = torch.tensor([0, 2, 2, 5])
+    w = torch.tensor([1.0, 3.0, 2.0, 2.0, 1.0]) if weighted else None
+    out = ops.mode_weights(off, w, sqrt, torch.float32, 5)
+    torch.testing.assert_close(out, library._mode_weights_twin(off, w, sqrt, torch.float32, 5))
+    vals = torch.ones(5) if w is None else w
+    sums = [vals[:2], vals[2:]]
+    den = [float(s.square().sum().sqrt()) if sqrt else float(s.sum()) for s in sums]
+    torch.testing.assert_close(out, torch.cat([sums[0] / den[0], sums[1] / den[1]]))
+    torch.library.opcheck(ops.mode_weights.default, (off, w, sqrt, torch.float32, 5))
+    with FakeTensorMode():
+        assert ops.mode_weights(torch.empty(4, dtype=torch.long), None, sqrt, torch.float64,
+                                7).shape == (7,)

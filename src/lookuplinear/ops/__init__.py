@@ -8,7 +8,6 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 """
 
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
-from ._bagmax import bag_max
 from ._columns import (
     deinterleave,
     interleave,
@@ -30,6 +29,7 @@ from ._rows import (
     group_rows,
     update_rows,
 )
+from .autograd import bag_max
 from .library import decompositions
 
 __all__ = [

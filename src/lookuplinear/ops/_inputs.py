@@ -275,9 +275,11 @@ def mode_weights(
 
 
 def _torch_mode_weights(
-    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype
+    offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype,
+    nnz: int | None = None,
 ) -> torch.Tensor:
-    """:func:`mode_weights` with torch ops, on ``offsets``' device."""
+    """:func:`mode_weights` with torch ops, on ``offsets``' device (``nnz``: the number of
+    entries, where it is known without reading the offsets)."""
     device = offsets.device
     if offsets.numel() == 0:
         return torch.empty(0, dtype=dtype, device=device)
@@ -286,7 +288,8 @@ def _torch_mode_weights(
     if weights is None:
         total = lengths.double()
     else:
-        bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths)
+        bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths,
+                                      output_size=nnz)
         vals = weights.double()
         total = torch.zeros(n_bags, dtype=torch.float64, device=device)
         total.index_add_(0, bag, vals * vals if sqrt else vals)
@@ -294,7 +297,7 @@ def _torch_mode_weights(
         total = total.sqrt()
     inv = torch.where(total == 0, torch.zeros_like(total), 1.0 / total)
     if weights is None:
-        return torch.repeat_interleave(inv, lengths).to(dtype)
+        return torch.repeat_interleave(inv, lengths, output_size=nnz).to(dtype)
     return (vals * inv.index_select(0, bag)).to(dtype)
 
 

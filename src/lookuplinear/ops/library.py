@@ -28,6 +28,10 @@ The operators:
   flattened, :func:`~lookuplinear.ops.segments`).
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
+* ``bag_max(weight, indices, offsets)``: ``F.embedding_bag(mode="max")`` over CSR bags
+  (``bag_max_backward``: its weight gradient).
+* ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
+  weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import LookupIndexError
-from . import _idmap
+from . import _bagmax, _idmap
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
+from ._inputs import _torch_mode_weights
+from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows
 
-__all__ = ["decompositions", "idmap_find", "routed"]
+__all__ = ["decompositions", "idmap_find", "mode_weights", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -57,6 +63,10 @@ LIB.define(
 )
 LIB.define("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor")
 LIB.define("idmap_find(Tensor table, Tensor keys) -> Tensor")
+LIB.define("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
+LIB.define("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
+LIB.define("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
+           "SymInt nnz) -> Tensor")
 
 
 # ---- bag_lookup ---------------------------------------------------------------------------
@@ -279,13 +289,112 @@ def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return keys.new_empty((keys.numel(),), dtype=torch.int64)
 
 
-# ---- eager, recorded, traced --------------------------------------------------------------
+# ---- bag_max -------------------------------------------------------------------------------
+
+
+def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                  ) -> torch.Tensor:
+    return torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[0]
+
+
+def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                 ) -> torch.Tensor:
+    c = _bagmax.c_operands(weight, indices, offsets)
+    try:
+        return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
+            weight, *c)[0]
+    except (IndexError, RuntimeError):
+        _check_range(indices, weight.shape[0])
+        raise
+
+
+LIB.impl("bag_max", _bag_max_cpu, "CPU")
+LIB.impl("bag_max", _bag_max_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::bag_max")
+def _bag_max_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                  ) -> torch.Tensor:
+    return weight.new_empty((offsets.shape[0] - 1, weight.shape[1]))
+
+
+def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                           offsets: torch.Tensor) -> torch.Tensor:
+    """The rows that gave each maximum found again (ATen's ``max_indices``; none in an empty
+    bag), ``grad`` added to them."""
+    rows = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[3]
+    empty = (offsets[1:] == offsets[:-1]).unsqueeze(1).expand_as(rows)
+    return grad.new_zeros(weight.shape).scatter_add_(
+        0, rows.masked_fill(empty, 0), grad.masked_fill(empty, 0))
+
+
+def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                          offsets: torch.Tensor) -> torch.Tensor:
+    c = _bagmax.c_operands(weight, indices, offsets)
+    if c is None or grad.dtype != weight.dtype:
+        return _bag_max_backward_twin(grad, weight, indices, offsets)
+    _, arg = _bagmax.bag_max_c(weight, *c)
+    return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
+
+
+LIB.impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
+LIB.impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::bag_max_backward")
+def _bag_max_backward_fake(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                           offsets: torch.Tensor) -> torch.Tensor:
+    return grad.new_empty(weight.shape)
+
+
+def _bag_max_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _bag_max_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """The eager backward's scatter, after the rows that gave each maximum are found again
+    (the operator returns only the pooled rows)."""
+    weight, indices, offsets = ctx.saved_tensors
+    return torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets), None, None
+
+
+torch.library.register_autograd("lookuplinear::bag_max", _bag_max_backward,
+                                setup_context=_bag_max_setup)
+
+
+# ---- mode_weights --------------------------------------------------------------------------
+
+
+def _mode_weights_twin(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return _torch_mode_weights(offsets, weights, sqrt, dtype, nnz)
+
+
+def _mode_weights_cpu(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                      dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return _mode_weights(offsets, weights, sqrt, dtype)
+
+
+LIB.impl("mode_weights", _mode_weights_cpu, "CPU")
+LIB.impl("mode_weights", _mode_weights_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::mode_weights")
+def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return offsets.new_empty((nnz,), dtype=dtype)
+
+
+# ---- eager, recorded ----------------------------------------------------------------------
 
 #: each operator's torch-op twin (a decomposition, and its other devices' implementation)
 _TWINS: dict[str, Callable[..., Any]] = {
     "bag_lookup": _bag_lookup_twin,
     "in_feature_order": _in_feature_order_twin,
     "idmap_find": _idmap_find_twin,
+    "bag_max": _bag_max_twin,
+    "bag_max_backward": _bag_max_backward_twin,
+    "mode_weights": _mode_weights_twin,
 }
 
 
@@ -310,6 +419,14 @@ def routed(name: str) -> Callable[[_F], _F]:
             return direct(*args, **kwargs)
         return call  # type: ignore[return-value]
     return decorate
+
+
+@routed("mode_weights")
+def mode_weights(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                 dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    """:func:`lookuplinear.ops.mode_weights` of bags of ``nnz`` entries (the operator's
+    output size, which its offsets' values give only where they can be read)."""
+    return _mode_weights(offsets, weights, sqrt, dtype)
 
 
 idmap_find = routed("idmap_find")(_idmap.find)
