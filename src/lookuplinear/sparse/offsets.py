@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import InputValueError
-from ..ops import offsets_ok, values_known
+from ..ops import offsets_ok
 
 __all__ = ["check_offsets", "csr_offsets"]
 
@@ -109,11 +109,10 @@ def csr_offsets(
             f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
             "(N + 1 entries) need include_last_offset=True."
         )
-    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
+    host = offsets if offsets.is_cpu else offsets.cpu()
     if (
-        values_known()
+        not offsets_ok(host, nnz, include_last=False)  # True while a graph is recorded
         and host.numel()
-        and not offsets_ok(host, nnz, include_last=False)
         and int(host[0]) == 0
     ):
         past = host > nnz
