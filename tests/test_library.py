@@ -14,6 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import lookuplinear.ops.library as library
 from lookuplinear.errors import LookupIndexError
+from lookuplinear.ids.hashing import hash_ids
 from lookuplinear.ops import _idmap, segment_triples
 from lookuplinear.ops.autograd import in_feature_order
 
@@ -157,12 +158,23 @@ def test_idmap_find_equals_twin() -> None:
                               torch.empty(2, 3, dtype=torch.long)).shape == (6,)
 
 
+def test_idmap_rows_equals_twin() -> None:
+    found = torch.tensor([3, -1, 0, -1])
+    keys = torch.tensor([10, 10**12, 7, -5])
+    out = ops.idmap_rows(found, keys, 4)
+    assert out.tolist()[::2] == [7, 4]
+    assert out.tolist()[1::2] == hash_ids(torch.tensor([10**12, -5]), 4).tolist()
+    assert torch.equal(out, library._idmap_rows_twin(found, keys, 4))
+    torch.library.opcheck(ops.idmap_rows.default, (found, keys, 4))
+
+
 def test_decompositions_give_each_operator_its_twin() -> None:
     table = library.decompositions()
     ours = {op.name(): fn for op, fn in table.items() if op.name().startswith("lookuplinear::")}
     assert ours == {"lookuplinear::bag_lookup": library._bag_lookup_twin,
                     "lookuplinear::in_feature_order": library._in_feature_order_twin,
                     "lookuplinear::idmap_find": library._idmap_find_twin,
+                    "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,
                     "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
                     "lookuplinear::mode_weights": library._mode_weights_twin}

@@ -16,7 +16,7 @@ from ..errors import InputValueError
 from ..modules.layer import init_weight_
 from ..ops import _idmap as table_ops
 from ..ops import values_known
-from ..ops.library import idmap_find
+from ..ops.library import idmap_find, idmap_rows
 from .hashing import hash_ids
 from .rawids import as_int_ids, as_str_ids, check_strs
 
@@ -173,16 +173,14 @@ class IdMap(nn.Module):
             found = self._admit(flat, found)
         else:
             found = self._admit(flat, idmap_find(self.table, flat))
-        rows = found + self.fallback_rows
-        miss = found < 0
-        if not values_known():  # a recorded graph (eval mode): no branch on values
-            rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
-        elif bool(miss.any()):
-            if self.key_type == "str":
+        if self.key_type == "str":  # the strings themselves hashed, where the map has none
+            rows = found + self.fallback_rows
+            miss = found < 0
+            if bool(miss.any()):
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
-            else:
-                rows[miss] = hash_ids(flat[miss], self.fallback_rows)
+        else:
+            rows = idmap_rows(found, flat, self.fallback_rows)
         if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)

@@ -28,6 +28,8 @@ The operators:
   flattened, :func:`~lookuplinear.ops.segments`).
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
+* ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
+  (``found``, from ``idmap_find``), the hashed fallback rows of the others.
 * ``bag_max(weight, indices, offsets)``: ``F.embedding_bag(mode="max")`` over CSR bags
   (``bag_max_backward``: its weight gradient).
 * ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
@@ -44,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import LookupIndexError
+from ..ids.hashing import hash_ids
 from . import _bagmax, _idmap
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -51,7 +54,7 @@ from ._inputs import _torch_mode_weights
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows
 
-__all__ = ["decompositions", "idmap_find", "mode_weights", "routed"]
+__all__ = ["decompositions", "idmap_find", "idmap_rows", "mode_weights", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -63,6 +66,7 @@ LIB.define(
 )
 LIB.define("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor")
 LIB.define("idmap_find(Tensor table, Tensor keys) -> Tensor")
+LIB.define("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor")
 LIB.define("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
 LIB.define("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
 LIB.define("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
@@ -289,6 +293,30 @@ def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return keys.new_empty((keys.numel(),), dtype=torch.int64)
 
 
+def _idmap_rows_twin(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                     ) -> torch.Tensor:
+    return torch.where(found < 0, hash_ids(keys, fallback_rows), found + fallback_rows)
+
+
+def _idmap_rows_cpu(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                    ) -> torch.Tensor:
+    rows = found + fallback_rows
+    miss = found < 0
+    if bool(miss.any()):  # only the keys the map does not hold are hashed
+        rows[miss] = hash_ids(keys[miss], fallback_rows)
+    return rows
+
+
+LIB.impl("idmap_rows", _idmap_rows_cpu, "CPU")
+LIB.impl("idmap_rows", _idmap_rows_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::idmap_rows")
+def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                     ) -> torch.Tensor:
+    return torch.empty_like(found)
+
+
 # ---- bag_max -------------------------------------------------------------------------------
 
 
@@ -392,6 +420,7 @@ _TWINS: dict[str, Callable[..., Any]] = {
     "bag_lookup": _bag_lookup_twin,
     "in_feature_order": _in_feature_order_twin,
     "idmap_find": _idmap_find_twin,
+    "idmap_rows": _idmap_rows_twin,
     "bag_max": _bag_max_twin,
     "bag_max_backward": _bag_max_backward_twin,
     "mode_weights": _mode_weights_twin,
@@ -430,6 +459,9 @@ def mode_weights(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool
 
 
 idmap_find = routed("idmap_find")(_idmap.find)
+idmap_rows = routed("idmap_rows")(_idmap_rows_cpu)
+idmap_rows.__doc__ = """The row of every key: its value ``found`` in the map plus ``fallback_rows``,
+or where the map does not hold it (``found < 0``) ``hash_ids(key, fallback_rows)``."""
 idmap_find.__doc__ = """The value of every key of an :class:`~lookuplinear.IdMap` table (``-1``
 where absent): the C probe, or the operator while a graph is recorded."""
 
