@@ -1,10 +1,12 @@
 """The kernel layer: every loop over a batch's entries or a table's rows that torch has no op for.
 
 One interface, two implementations: C (``csrc/*.c``, compiled by the package's install, called
-through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, inside
-``torch.compile``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
+through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, a
+``torch.jit.trace``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
 ``c``, ``torch``) picks between them (:mod:`._backend`). Whichever runs, the results are
-the same (tests/test_kernels.py holds them to each other and to the dense path).
+the same (tests/test_kernels.py holds them to each other and to the dense path). While
+``torch.compile`` or ``torch.export`` records a graph, the kernels are PyTorch operators
+(:mod:`.library`), which run the same C or torch ops where the graph runs.
 """
 
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known

@@ -25,7 +25,7 @@ The operators:
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
   side (``features``: per output, its number of features where it is feature-major,
   ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
-  flattened, :func:`~lookuplinear.ops.segments`).
+  flattened, :func:`~lookuplinear.ops.segment_triples`).
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
 * ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
