@@ -222,3 +222,19 @@ def test_mode_weights_equals_twin(sqrt: bool, weighted: bool) -> None:
     with FakeTensorMode():
         assert ops.mode_weights(torch.empty(4, dtype=torch.long), None, sqrt, torch.float64,
                                 7).shape == (7,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_operators_on_cuda_equal_the_cpu_ones() -> None:
+    """Another device runs the torch-op implementation: the same results as the CPU's C."""
+    weight = torch.randn(10, 3, dtype=torch.float64)
+    idx, off = torch.tensor([1, 4, 4, 9, 0]), torch.tensor([0, 2, 2, 5])
+    cuda = [t.cuda() for t in (weight, idx, off)]
+    torch.testing.assert_close(ops.bag_lookup(*cuda).cpu(), ops.bag_lookup(weight, idx, off))
+    torch.testing.assert_close(ops.bag_lookup(cuda[0], cuda[1]).cpu(),
+                               ops.bag_lookup(weight, idx))
+    torch.testing.assert_close(ops.bag_max(*cuda).cpu(), ops.bag_max(weight, idx, off))
+    flat = segment_triples([(0, 3), (1, 3)], [3, 3])
+    torch.testing.assert_close(ops.in_feature_order([cuda[0][:5], cuda[0][5:]], [0, 0], flat)
+                               .cpu(), ops.in_feature_order([weight[:5], weight[5:]], [0, 0],
+                                                            flat))
