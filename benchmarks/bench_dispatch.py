@@ -10,19 +10,68 @@ implementation, and as a ``torch.library.custom_op``; beside them one DLRM table
 (``LookupLinear(100_000, 16, sparse=True)``, 128 bags of 10 indices), which makes one C call.
 Every method runs once per round in the same order after a warm-up; each time is the median
 over the rounds of this thread's CPU time per call, on one torch thread.
+
+Then per training step of that table (forward, backward, ``Adagrad(fused=True)`` step, and
+``fused=False``): the step's time, the C calls it makes (counted by wrapping every entry point
+the kernels look up), and what the step would cost more if each of those calls went through
+an operator (calls x the operator's extra time per call).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 
 from lookuplinear import LookupLinear
+from lookuplinear.ops import _clib
 from lookuplinear.ops._clib import function
+from lookuplinear.optim import Adagrad
+from lookuplinear.report.machine import format_machine, machine_info
+
+
+def _count_c_calls(step: Callable[[], object]) -> int:
+    """The C calls one run of ``step`` makes: every module of the package that looked up
+    :func:`lookuplinear.ops._clib.function` gets a counting one for the run."""
+    calls = 0
+
+    def counting(name: str, variant: str = "") -> Callable[..., object]:
+        fn = function(name, variant)
+
+        def call(*args: object) -> object:
+            nonlocal calls
+            calls += 1
+            return fn(*args)
+        return call
+
+    users = [m for name, m in list(sys.modules.items())
+             if name.startswith("lookuplinear.") and getattr(m, "function", None) is function]
+    for m in users:
+        m.function = counting  # type: ignore[attr-defined]
+    try:
+        step()
+    finally:
+        for m in users:
+            m.function = function  # type: ignore[attr-defined]
+    return calls
+
+
+def _step(fused: bool) -> Callable[[], object]:
+    """One training step of a DLRM table: forward, backward, the optimizer's step."""
+    torch.manual_seed(0)
+    table = LookupLinear(100_000, 16, bias=False, sparse=True)
+    opt = Adagrad(table.parameters(), lr=0.01, fused=fused)
+    indices, offsets = torch.randint(0, 100_000, (1280,)), torch.arange(0, 1280, 10)
+
+    def step() -> None:
+        table(indices, offsets).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    return step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=2000, help="calls per timed sample")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    print(format_machine(machine_info()))
+    assert _clib.load() is not None, "the C kernels are not built"
     gather = function("ll_gather_rows", "f32")
 
     def direct(w: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -56,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         "C kernel, torch.library.Library op": lambda: library_op(w, r),
         "C kernel, torch.library.custom_op": lambda: custom(w, r),
         "DLRM table forward (1 C call)": lambda: table(indices, offsets),
+        "DLRM table step, Adagrad(fused=True)": _step(True),
+        "DLRM table step, Adagrad(fused=False)": _step(False),
     }
+    calls = {k: _count_c_calls(f) for k, f in methods.items() if "step" in k}
     times: dict[str, list[float]] = {k: [] for k in methods}
     for _ in range(args.rounds):
         for name, f in methods.items():
@@ -73,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("C kernel, torch.library.Library op", "C kernel, torch.library.custom_op"):
         extra = med[name] - base
         print(f"{name}: +{extra:.2f} us a call, {100 * extra / fwd:.0f}% of a table's forward")
+        for step, n in calls.items():
+            print(f"  {step}: {n} C calls, +{n * extra:.2f} us, "
+                  f"{100 * n * extra / med[step]:.1f}% of its {med[step]:.1f} us")
     return 0
 
 

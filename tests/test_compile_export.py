@@ -1,9 +1,12 @@
 """``torch.compile`` and ``torch.export`` of lookuplinear models.
 
 A compiled training step (``fullgraph=True``: no graph break) equals the eager step to the bit;
-a program exported from a trained model equals the module on batches of other sizes, and runs
-after ``torch.export.save`` / ``load`` in a fresh process that imports only the batch types
-(``from lookuplinear import KeyedBags``: no layer, collection or optimizer code).
+a program exported from a trained model holds lookuplinear's operators, equals the module on
+batches of other sizes, and runs after ``torch.export.save`` / ``load`` in a fresh process that
+imports only the batch types (``from lookuplinear import KeyedBags``: no layer, collection or
+optimizer code), or, for a program of tensors, only the operators (``lookuplinear.ops``).
+Decomposed (``lookuplinear.ops.decompositions()``), a program is ATen ops only, equals the
+module too, and runs in a fresh process that imports no lookuplinear code.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from lookuplinear import (
     QuantizedLookupCollection,
     TableConfig,
 )
+from lookuplinear.ops import decompositions
 
 needs_compiler = pytest.mark.skipif(
     shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -90,6 +94,7 @@ def train_both(model: nn.Module, loss: Callable[[nn.Module, Any], torch.Tensor],
     summed row per index): the same update to float rounding. ``inductor``'s generated kernels
     sum in another order (so they do for ``nn.EmbeddingBag``): equal to float rounding.
     """
+    torch._dynamo.reset()  # one compiled loss per test: the recompile limit is per code object
     twin = copy.deepcopy(model)
     compiled = torch.compile(lambda b: loss(twin, b), fullgraph=True, dynamic=False,
                              backend=backend)
@@ -119,14 +124,17 @@ def layer_loss(m: nn.Module, b: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return m[2](m[1](m[0](*b))).square().mean()
 
 
-def layer_model(sparse: bool) -> nn.Module:
+def layer_model(sparse: bool, mode: str = "sum") -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(LookupLinear(50, 8, sparse=sparse), nn.ReLU(), nn.Linear(8, 1))
+    return nn.Sequential(LookupLinear(50, 8, sparse=sparse, mode=mode), nn.ReLU(),
+                         nn.Linear(8, 1))
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_compiled_layer_step_equals_eager(sparse: bool) -> None:
-    train_both(layer_model(sparse), layer_loss, [bags_batch(4, 12, 0), bags_batch(4, 12, 1)])
+@pytest.mark.parametrize(("sparse", "mode"), [(False, "sum"), (True, "sum"), (False, "mean"),
+                                              (True, "mean"), (False, "sqrtn"), (False, "max")])
+def test_compiled_layer_step_equals_eager(sparse: bool, mode: str) -> None:
+    train_both(layer_model(sparse, mode), layer_loss,
+               [bags_batch(4, 12, 0), bags_batch(4, 12, 1)])
 
 
 @needs_compiler
@@ -162,10 +170,22 @@ def models() -> dict[str, tuple[nn.Module, Callable[[int, int], KeyedBags]]]:
     }
 
 
+def lookuplinear_ops(program: torch.export.ExportedProgram) -> set[str]:
+    return {str(node.target) for node in program.graph.nodes
+            if str(node.target).startswith("lookuplinear.")}
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
 @pytest.mark.parametrize("name", ["LookupCollection", "QuantizedLookupCollection", "IdMap-keyed"])
-def test_exported_collection_equals_module_on_other_batches(name: str) -> None:
+def test_exported_collection_equals_module_on_other_batches(name: str, decomposed: bool
+                                                            ) -> None:
     model, make = models()[name]
     program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
+    if name == "IdMap-keyed":
+        assert "lookuplinear.idmap_find.default" in lookuplinear_ops(program)
+    if decomposed:
+        program = program.run_decompositions(decompositions())
+        assert not lookuplinear_ops(program)
     # a dynamic dimension of an exported program is >= 2 (PyTorch specializes sizes 0 and 1)
     for n, seed in [(9, 1), (2, 2), (3, 3)]:
         kb = make(n, seed)
@@ -173,13 +193,17 @@ def test_exported_collection_equals_module_on_other_batches(name: str) -> None:
             assert torch.equal(program.module()(kb), model(kb))
 
 
+@pytest.mark.parametrize("decomposed", [False, True])
 @pytest.mark.parametrize("sparse", [False, True])
-def test_exported_layer_equals_module_on_other_batches(sparse: bool) -> None:
+def test_exported_layer_equals_module_on_other_batches(sparse: bool, decomposed: bool) -> None:
     torch.manual_seed(0)
     layer = LookupLinear(50, 8, sparse=sparse).eval()
     nnz, bags = torch.export.Dim("nnz"), torch.export.Dim("bags")
     program = torch.export.export(layer, bags_batch(4, 12, 0),
                                   dynamic_shapes=({0: nnz}, {0: bags}))
+    if decomposed:
+        program = program.run_decompositions(decompositions())
+    assert bool(lookuplinear_ops(program)) == (sparse and not decomposed)
     for n_bags, n, seed in [(7, 30, 1), (2, 5, 2), (3, 3, 3)]:
         b = bags_batch(n_bags, n, seed)
         with torch.no_grad():
@@ -225,5 +249,50 @@ def test_saved_program_runs_in_a_fresh_process_with_only_the_batch_types(
                          "lookuplinear.quant.collection", "lookuplinear.ids.idmap"}
     with torch.no_grad():
         expected = [model(kb) for kb in inputs]
+    for got, want in zip(torch.load(tmp_path / "out.pt"), expected, strict=True):
+        assert torch.equal(got, want)
+
+
+FRESH_TENSORS = """
+import sys, torch
+{imports}
+program = torch.export.load(sys.argv[1])
+torch.save([program.module()(*b) for b in torch.load(sys.argv[2])], sys.argv[3])
+print(" ".join(sorted(m for m in sys.modules if m.startswith("lookuplinear"))))
+"""
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_saved_layer_program_runs_with_only_the_operators_or_only_pytorch(
+    tmp_path: Path, decomposed: bool
+) -> None:
+    """With lookuplinear's operators, a fresh process imports ``lookuplinear.ops`` (the
+    operators and the kernels they call) and nothing else of lookuplinear; decomposed, it
+    imports nothing of lookuplinear."""
+    torch.manual_seed(0)
+    layer = LookupLinear(50, 8, sparse=True).eval()
+    program = torch.export.export(layer, bags_batch(4, 12, 0), dynamic_shapes=(
+        {0: torch.export.Dim("nnz")}, {0: torch.export.Dim("bags")}))
+    assert lookuplinear_ops(program) == {"lookuplinear.bag_lookup.default"}
+    if decomposed:
+        program = program.run_decompositions(decompositions())
+    torch.export.save(program, tmp_path / "layer.pt2")
+    inputs = [bags_batch(7, 30, 1), bags_batch(2, 5, 2)]
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = FRESH_TENSORS.format(imports="" if decomposed else "import lookuplinear.ops")
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "layer.pt2"), str(tmp_path / "inputs.pt"),
+         str(tmp_path / "out.pt")], capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = set(run.stdout.split())
+    if decomposed:
+        assert not loaded
+    else:
+        assert "lookuplinear.ops.library" in loaded
+        assert not {m.split(".")[1] for m in loaded if "." in m} & {
+            "functional", "modules", "sparse", "quant", "optim", "sklearn", "text"}
+    with torch.no_grad():
+        expected = [layer(*b) for b in inputs]
     for got, want in zip(torch.load(tmp_path / "out.pt"), expected, strict=True):
         assert torch.equal(got, want)

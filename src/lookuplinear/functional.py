@@ -18,8 +18,9 @@ from torch.autograd import forward_ad
 
 from .errors import DeviceMismatchError, InputTypeError, InputValueError
 from .modes import MODES, Mode, check_mode, row_scale, safe_inverse
-from .ops import bag_max, capturing, mode_weights, offsets_ok
+from .ops import bag_max, capturing, offsets_ok
 from .ops.autograd import bag_lookup
+from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
 from .sparse.bags import Bags, check_index_range, is_scipy_sparse
 from .sparse.offsets import csr_offsets
@@ -142,7 +143,6 @@ def lookup_linear(
         and padding_idx is None
         and weight.is_cpu
         and weight.dim() == 2
-        and not torch.compiler.is_compiling()
     ):  # the common case in one place: its Python costs show beside a small lookup
         operands = _cpu_sum_operands(
             input, offsets, per_sample_weights, weight, include_last_offset
@@ -396,7 +396,7 @@ def _bags_forward(
         # the mode's per-bag factor folded into per-entry weights by one C pass, then one
         # weighted-sum lookup: on weighted rows faster than the sum, the factor and their
         # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
-        psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.numel())
+        psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.shape[0])
         if sparse:
             out = bag_lookup(weight, bags.indices, bags.offsets, psw, None)
         else:
@@ -420,14 +420,9 @@ _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> bool:
     """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
-    already dropped, and no graph being captured (:func:`~lookuplinear.ops.capturing`:
-    it records ATen's ops instead)."""
-    return (
-        padding_idx is None
-        and bags.indices.is_cpu
-        and weight.dtype in _NUMPY_DTYPE
-        and not capturing()
-    )
+    already dropped (a graph that is recorded records the kernel's operator,
+    :mod:`lookuplinear.ops.library`)."""
+    return padding_idx is None and bags.indices.is_cpu and weight.dtype in _NUMPY_DTYPE
 
 
 def _folds_mode(

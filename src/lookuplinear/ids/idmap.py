@@ -16,6 +16,7 @@ from ..errors import InputValueError
 from ..modules.layer import init_weight_
 from ..ops import _idmap as table_ops
 from ..ops import values_known
+from ..ops.library import idmap_find, idmap_rows
 from .hashing import hash_ids
 from .rawids import as_int_ids, as_str_ids, check_strs
 
@@ -163,7 +164,7 @@ class IdMap(nn.Module):
         if values_known():  # a recorded graph (eval mode) evicts nothing
             self.evicted = torch.zeros(0, dtype=torch.int64)
         if not self.training:
-            found = table_ops.find(self.table, flat)
+            found = idmap_find(self.table, flat)
         elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear
             found, nxt = table_ops.assign(self.table, flat, int(self.assigned), self.capacity)
             new_rows = torch.arange(int(self.assigned), nxt)
@@ -171,17 +172,15 @@ class IdMap(nn.Module):
             self.assigned.fill_(nxt)
             found = self._admit(flat, found)
         else:
-            found = self._admit(flat, table_ops.find(self.table, flat))
-        rows = found + self.fallback_rows
-        miss = found < 0
-        if not values_known():  # a recorded graph (eval mode): no branch on values
-            rows = torch.where(miss, hash_ids(flat, self.fallback_rows), rows)
-        elif bool(miss.any()):
-            if self.key_type == "str":
+            found = self._admit(flat, idmap_find(self.table, flat))
+        if self.key_type == "str":  # the strings themselves hashed, where the map has none
+            rows = found + self.fallback_rows
+            miss = found < 0
+            if bool(miss.any()):
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
-            else:
-                rows[miss] = hash_ids(flat[miss], self.fallback_rows)
+        else:
+            rows = idmap_rows(found, flat, self.fallback_rows)
         if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)
@@ -246,7 +245,7 @@ class IdMap(nn.Module):
             table_ops.set_values(self.table, new, rows)
             self.row_id[rows] = new
             self.last_used[rows] = now
-        return table_ops.find(self.table, flat)
+        return idmap_find(self.table, flat)
 
     def _count(self, new: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """Add this call's sightings to the pending counts; the IDs now admitted. The counts

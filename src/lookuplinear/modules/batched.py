@@ -26,10 +26,11 @@ from ..ops import (
     gather_into,
     mode_weights,
     one_id_rows,
-    segments,
+    segment_tensor,
+    segment_triples,
     shifted_rows,
 )
-from ..ops.autograd import GroupLookups, InFeatureOrder
+from ..ops.autograd import GroupLookups, in_feature_order
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan, TablePlace
@@ -59,7 +60,7 @@ class PlanLookup:
     _cols: dict[int, torch.Tensor]
     _feature_cols: list[int]
     _feature_group: list[int]
-    _segments: dict[Any, torch.Tensor]
+    _segments: dict[Any, tuple[int, ...]]
     _layouts: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor,
                                                    torch.Tensor | None]]
     _dims: list[int]
@@ -95,7 +96,7 @@ class PlanLookup:
     def _per_group(self, kb: KeyedBags) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
-        order by one copy (:class:`InFeatureOrder`)."""
+        order by one copy (:func:`~lookuplinear.ops.autograd.in_feature_order`)."""
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         parts: list[tuple[torch.Tensor, list[str]]] = []
         for g, feats in self._groups:
@@ -114,21 +115,13 @@ class PlanLookup:
                 continue
             parts.append((lookup_linear(self._drawn(g, self._group_bags(kb, feats)),
                                         self.weights[g], None, sparse=self.sparse), feats))
-        n = kb.batch_size
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
-        if torch.compiler.is_compiling():  # torch ops a graph records: the same copies
-            block = {f: b for out, feats in parts
-                     for f, b in zip(feats, out.view(len(feats), n, out.shape[1]).unbind(0),
-                                     strict=True)}
-            return torch.cat([block[f].to(dtype) for f in self.feature_names], 1)
-        segs = self._segments_of([(feats, True) for _, feats in parts])
-        kinds = [(True, len(feats)) for _, feats in parts]
-        values: torch.Tensor = InFeatureOrder.apply(segs, kinds, n,
-                                                     *(out.to(dtype) for out, _ in parts))
-        return values
+        return in_feature_order([out.to(dtype) for out, _ in parts],
+                                [len(feats) for _, feats in parts],
+                                self._segments_of([(feats, True) for _, feats in parts]))
 
-    def _segments_of(self, layout: list[tuple[list[str], bool]]) -> torch.Tensor:
-        """The segments (:func:`~lookuplinear.ops.segments`) that put outputs of this
+    def _segments_of(self, layout: list[tuple[list[str], bool]]) -> tuple[int, ...]:
+        """The segments (:func:`~lookuplinear.ops.segment_triples`) that put outputs of this
         ``layout`` (each output's features, and whether it is feature-major) in feature order."""
         key = tuple((tuple(feats), fm) for feats, fm in layout)
         segs = self._segments.get(key)
@@ -141,8 +134,8 @@ class PlanLookup:
                         widths.append(0)
                     block_of[f] = len(widths) - 1
                     widths[-1] += self._dims[self._index[f]]
-            segs = segments([(block_of[f], d) for f, d in zip(self.feature_names, self._dims,
-                                                                strict=True)], widths)
+            segs = segment_triples([(block_of[f], d) for f, d in zip(
+                self.feature_names, self._dims, strict=True)], widths)
             self._segments[key] = segs
         return segs
 
@@ -168,7 +161,7 @@ class PlanLookup:
         if key not in self._segments:  # the layout of the output blocks: built once
             self._segments[key] = self._segments_of(
                 [(feats, not one_id) for _, feats in self._groups])
-        segs = self._segments[key]
+        segs = segment_tensor(self._segments[key])
         kinds = [(not one_id, len(feats)) for _, feats in self._groups]
         weights: list[torch.Tensor] = []
         lookups: list[Lookup] = []

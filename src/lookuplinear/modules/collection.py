@@ -135,7 +135,7 @@ class LookupCollection(PlanLookup, CollectionBase):
                       for g, group in enumerate(plan.groups)}
         self._feature_cols = list(plan.columns)
         self._feature_group = list(plan.feature_group)
-        self._segments: dict[Any, torch.Tensor] = {}
+        self._segments: dict[Any, tuple[int, ...]] = {}
         self._layouts: dict[Any, Any] = {}
         self._plain = plan.plain
         self._width = plan.width

@@ -1,15 +1,23 @@
 """The kernel layer: every loop over a batch's entries or a table's rows that torch has no op for.
 
 One interface, two implementations: C (``csrc/*.c``, compiled by the package's install, called
-through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, inside
-``torch.compile``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
+through ctypes) for CPU tensors, and torch ops for everything else (CUDA, other dtypes, a
+``torch.jit.trace``, an install without a C compiler). ``LOOKUPLINEAR_BACKEND`` (``auto``,
 ``c``, ``torch``) picks between them (:mod:`._backend`). Whichever runs, the results are
-the same (tests/test_kernels.py holds them to each other and to the dense path).
+the same (tests/test_kernels.py holds them to each other and to the dense path). While
+``torch.compile`` or ``torch.export`` records a graph, the kernels are PyTorch operators
+(:mod:`.library`), which run the same C or torch ops where the graph runs.
 """
 
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
-from ._bagmax import bag_max
-from ._columns import deinterleave, interleave, segments, split_blocks
+from ._columns import (
+    deinterleave,
+    interleave,
+    segment_tensor,
+    segment_triples,
+    segments,
+    split_blocks,
+)
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import (
@@ -23,6 +31,8 @@ from ._rows import (
     group_rows,
     update_rows,
 )
+from .autograd import bag_max
+from .library import decompositions
 
 __all__ = [
     "BACKENDS",
@@ -36,6 +46,7 @@ __all__ = [
     "c_available",
     "capturing",
     "count_matrix",
+    "decompositions",
     "deinterleave",
     "drop_entries",
     "fused_rows",
@@ -47,6 +58,8 @@ __all__ = [
     "ngram_column",
     "offsets_ok",
     "one_id_rows",
+    "segment_tensor",
+    "segment_triples",
     "segments",
     "shifted_rows",
     "split_blocks",

@@ -80,8 +80,9 @@ def capturing() -> bool:
     ``torch.export`` (their fake tensors have no data for C to read), or ``torch.jit.trace``
     (and the TorchScript ONNX exporter, which traces). A trace records the torch ops it sees:
     what a C kernel returns would enter the graph as a constant, the trace batch's result. So
-    while this is true the kernels run their torch-op twins, and the forward takes no branch on
-    the batch's values.
+    while this is true a kernel called directly runs its torch-op twin, and the forward takes
+    no branch on the batch's values; ``torch.compile`` and ``torch.export`` record the kernels
+    that are operators (:mod:`.library`) as those operators.
     """
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 

@@ -11,7 +11,8 @@ and keeps the row that gave each maximum for the backward, which adds ``grad_out
 where it is strictly greater: ties keep the first, a later NaN never wins.
 
 Where the C kernels do not apply (another device or dtype, the ``torch`` backend, no C
-library), :func:`bag_max` returns None and the caller runs ATen's ``embedding_bag`` max.
+library), :func:`lookuplinear.ops.bag_max` returns None and the caller runs ATen's
+``embedding_bag`` max.
 """
 
 from __future__ import annotations
@@ -19,42 +20,16 @@ from __future__ import annotations
 import torch
 
 from ._backend import use_c
-from ._clib import suffix
-from .autograd import BagMax
+from ._clib import function, ptr, suffix
 
-__all__ = ["bag_max"]
-
+__all__ = ["bag_max_c", "bag_max_grad_c", "c_operands"]
 
 
-def bag_max(
-    weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
-) -> torch.Tensor | None:
-    """``F.embedding_bag(indices, weight, offsets, mode="max", include_last_offset=True)`` by
-    the C kernels, differentiable in ``weight``; None where they do not apply.
-
-    Parameters
-    ----------
-    weight : torch.Tensor
-        ``(rows, dim)`` table.
-    indices : torch.Tensor
-        ``(nnz,)`` int32/int64 entries.
-    offsets : torch.Tensor
-        ``(N + 1,)`` CSR offsets, already checked (``Bags``).
-
-    Returns
-    -------
-    torch.Tensor or None
-        ``(N, dim)``; None unless the C kernels apply: the backend runs C, all three on the CPU,
-        ``weight`` contiguous float32/float64, the indices int32/int64. An index outside
-        ``[0, rows)`` raises ``IndexError`` before anything is read outside the table.
-
-    Examples
-    --------
-    >>> W = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 0.0]])
-    >>> out = bag_max(W, torch.tensor([0, 1, 2]), torch.tensor([0, 2, 2, 3]))
-    >>> out is None or out.tolist() == [[3.0, 5.0], [0.0, 0.0], [0.0, 0.0]]  # None: no C library
-    True
-    """
+def c_operands(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(indices, offsets)`` as the C kernel reads them (contiguous, one int dtype), or None
+    where it does not apply: the backend runs C, all three on the CPU, ``weight`` contiguous
+    float32/float64, the indices and offsets int32/int64."""
     if (
         weight.dim() != 2
         or suffix(weight.dtype) not in ("f32", "f64")
@@ -67,7 +42,32 @@ def bag_max(
         return None
     if offsets.dtype != indices.dtype:
         indices, offsets = indices.long(), offsets.long()
-    out: torch.Tensor = BagMax.apply(
-        weight, indices.reshape(-1).contiguous(), offsets.contiguous()
-    )
-    return out
+    return indices.reshape(-1).contiguous(), offsets.contiguous()
+
+
+def bag_max_c(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, arg)``: the ``mode="max"`` pool of CPU bags by the C kernel (``weight``
+    contiguous float32/float64, ``indices`` and ``offsets`` contiguous, of one int dtype), and
+    the row that gave each maximum (``-1`` in an empty bag). ``IndexError`` where an index is
+    outside the table, as ATen's kernel."""
+    w = weight.detach()
+    n, dim = offsets.numel() - 1, w.shape[1]
+    out = torch.empty(n, dim, dtype=w.dtype)
+    arg = torch.empty(n, dim, dtype=torch.int64)
+    fn = function("ll_bag_max", f"{suffix(w.dtype)}_{suffix(indices.dtype)}")
+    bad = fn(ptr(w), w.shape[0], dim, ptr(indices), ptr(offsets), n, ptr(out), ptr(arg))
+    if bad >= 0:  # as ATen's kernel: lookup_linear's range check then names the index
+        raise IndexError(f"index out of range at entry {bad}")
+    return out, arg
+
+
+def bag_max_grad_c(arg: torch.Tensor, grad_out: torch.Tensor, shape: tuple[int, ...]
+                   ) -> torch.Tensor:
+    """The weight gradient of :func:`bag_max_c`: ``grad_out[b, j]`` added to row
+    ``arg[b, j]`` of a zero ``shape`` table, bag after bag, by the C kernel."""
+    grad_out = grad_out.contiguous()
+    grad_weight = torch.zeros(shape, dtype=grad_out.dtype)
+    fn = function("ll_bag_max_backward", str(suffix(grad_out.dtype)))
+    fn(ptr(grad_weight), ptr(arg), ptr(grad_out), arg.shape[0], arg.shape[1])
+    return grad_weight

@@ -18,6 +18,7 @@ features of one block are one segment.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -25,7 +26,8 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr
 
-__all__ = ["deinterleave", "interleave", "segments", "split_blocks"]
+__all__ = ["deinterleave", "interleave", "segment_tensor", "segment_triples",
+           "segments", "split_blocks"]
 
 _P = ctypes.c_void_p
 
@@ -42,6 +44,18 @@ def segments(parts: Sequence[tuple[int, int]], widths: Sequence[int]) -> torch.T
     >>> segments([(0, 2), (0, 2), (1, 3)], [4, 3]).tolist()
     [[0, 1], [0, 0], [4, 3]]
     """
+    return segment_tensor(segment_triples(parts, widths))
+
+
+def segment_triples(parts: Sequence[tuple[int, int]], widths: Sequence[int]
+                    ) -> tuple[int, ...]:
+    """:func:`segments` as a flat tuple of ``(block, first column, columns)`` triples.
+
+    Examples
+    --------
+    >>> segment_triples([(0, 2), (1, 3), (0, 2)], [4, 3])
+    (0, 0, 2, 1, 0, 3, 0, 2, 2)
+    """
     taken = [0] * len(widths)
     out: list[list[int]] = []
     for block, cols in parts:
@@ -52,7 +66,14 @@ def segments(parts: Sequence[tuple[int, int]], widths: Sequence[int]) -> torch.T
         taken[block] += cols
     if taken != list(widths):
         raise ValueError(f"segments: the parts take {taken} columns of blocks of {list(widths)}")
-    return torch.tensor(out, dtype=torch.int64).reshape(-1, 3).T.contiguous()
+    return tuple(v for seg in out for v in seg)
+
+
+@functools.lru_cache(maxsize=64)
+def segment_tensor(triples: tuple[int, ...]) -> torch.Tensor:
+    """The ``(3, S)`` int64 segments of ``(block, first column, columns)`` triples, flattened
+    (as an operator's ``int[]`` argument holds them); the same tensor for the same triples."""
+    return torch.tensor(triples, dtype=torch.int64).reshape(-1, 3).T.contiguous()
 
 
 def interleave(blocks: Sequence[torch.Tensor], segs: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..ids.hashing import splitmix64_int
-from ._backend import use_c, values_known
+from ._backend import use_c
 from ._clib import function, ptr
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
@@ -39,10 +39,10 @@ def _c(table: torch.Tensor) -> bool:
 
 
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """The value of every key (``-1`` where absent), int64, shape of ``keys``."""
+    """The value of every key (``-1`` where absent), int64, ``(keys.numel(),)``. (A graph that
+    ``torch.compile`` or ``torch.export`` records calls the operator
+    ``lookuplinear::idmap_find`` instead: :func:`lookuplinear.ops.library.idmap_find`.)"""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
-    if not values_known():
-        return _sorted_find(table, keys)
     out = torch.empty_like(keys)
     if _c(table):
         function("ll_idmap_find")(

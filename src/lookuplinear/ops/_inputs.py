@@ -69,6 +69,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     Returns
     -------
     bool
+        True, too, while ``torch.compile`` or ``torch.export`` records a graph (there are no
+        values to read then; ATen's ``embedding_bag`` refuses bad offsets where it runs).
 
     Notes
     -----
@@ -81,8 +83,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     >>> offsets_ok(ok, 5), offsets_ok(bad, 5), offsets_ok(ok[:-1], 5, include_last=False)
     (True, False, True)
     """
-    if _is_compiling() and isinstance(offsets, torch.Tensor):  # a graph being recorded:
-        return _torch_offsets_ok(offsets, nnz, include_last)  # torch ops, which it traces
+    if _is_compiling():  # a recorded graph cannot branch on the values: ATen's
+        return True  # embedding_bag refuses bad offsets where the graph runs
     if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
         _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
@@ -281,7 +283,8 @@ def _torch_mode_weights(
     offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool, dtype: torch.dtype,
     nnz: int | None = None,
 ) -> torch.Tensor:
-    """:func:`mode_weights` with torch ops, on ``offsets``' device."""
+    """:func:`mode_weights` with torch ops, on ``offsets``' device (``nnz``: the number of
+    entries, where it is known without reading the offsets)."""
     device = offsets.device
     if offsets.numel() == 0:
         return torch.empty(0, dtype=dtype, device=device)

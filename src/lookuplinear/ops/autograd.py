@@ -25,12 +25,13 @@ from torch.autograd.function import once_differentiable
 
 from .._fusion import binding
 from ..storage.rowwatch import notify
-from ._clib import function, ptr, suffix
-from ._columns import deinterleave, interleave, split_blocks
+from ._bagmax import bag_max_c, bag_max_grad_c, c_operands
+from ._columns import deinterleave, interleave, segment_tensor, split_blocks
 from ._rows import Lookup, gather_rows, group_rows
+from .library import routed
 
-__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "row_sparse_grad",
-           "weight_grad"]
+__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
+           "row_sparse_grad", "weight_grad"]
 
 
 def row_sparse_grad(
@@ -130,6 +131,7 @@ class _BagLookup(torch.autograd.Function):
         return grad_weight, None, None, grad_weights, None, None
 
 
+@routed("bag_lookup")
 def bag_lookup(
     weight: torch.Tensor,
     indices: torch.Tensor,
@@ -151,7 +153,8 @@ def bag_lookup(
     :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
     needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again; so it is in a graph that
-    ``torch.compile`` or ``torch.export`` records (PyTorch's ``F.embedding_bag(sparse=True)``).
+    ``torch.compile`` or ``torch.export`` records (the operator ``lookuplinear::bag_lookup``,
+    :mod:`lookuplinear.ops.library`, whose gradient is ``F.embedding_bag(sparse=True)``'s).
 
     Examples
     --------
@@ -161,17 +164,22 @@ def bag_lookup(
     (tensor([[1, 3]]), tensor([[1., 1.],
             [2., 2.]]))
     """
-    if torch.compiler.is_compiling():  # PyTorch's own sparse-gradient ops, which it compiles
-        # and exports: the gradient has one row per entry (uncoalesced), as nn.EmbeddingBag's
-        if offsets is None:
-            return F.embedding(indices, weight, padding_idx=padding_idx, sparse=True)
-        return F.embedding_bag(
-            indices, weight, offsets, mode="sum", sparse=True, per_sample_weights=weights,
-            include_last_offset=include_last_offset, padding_idx=padding_idx,
-        )
     out: torch.Tensor = _BagLookup.apply(
         weight, indices, offsets, weights, padding_idx, include_last_offset
     )
+    return out
+
+
+@routed("in_feature_order")
+def in_feature_order(outs: Sequence[torch.Tensor], features: Sequence[int],
+                     segments: tuple[int, ...]) -> torch.Tensor:
+    """Lookup outputs side by side in feature order: ``features``, per output, its number of
+    features where it is feature-major (``(F * N, dim)``), else 0 (``(N, width)``);
+    ``segments``: the ``(block, first column, columns)`` triples, flattened, of
+    :func:`~lookuplinear.ops.segment_triples`."""
+    n = outs[0].shape[0] // features[0] if features[0] else outs[0].shape[0]
+    kinds = [(f > 0, f) for f in features]
+    out: torch.Tensor = InFeatureOrder.apply(segment_tensor(segments), kinds, n, *outs)
     return out
 
 
@@ -272,24 +280,51 @@ class BagMax(torch.autograd.Function):
     def forward(
         ctx: Any, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
     ) -> torch.Tensor:
-        w = weight.detach()
-        n, dim = offsets.numel() - 1, w.shape[1]
-        out = torch.empty(n, dim, dtype=w.dtype)
-        arg = torch.empty(n, dim, dtype=torch.int64)
-        fn = function("ll_bag_max", f"{suffix(w.dtype)}_{suffix(indices.dtype)}")
-        bad = fn(ptr(w), w.shape[0], dim, ptr(indices), ptr(offsets), n, ptr(out), ptr(arg))
-        if bad >= 0:  # as ATen's kernel: lookup_linear's range check then names the index
-            raise IndexError(f"index out of range at entry {bad}")
+        out, arg = bag_max_c(weight, indices, offsets)
         ctx.save_for_backward(arg)
-        ctx.weight_shape = tuple(w.shape)
+        ctx.weight_shape = tuple(weight.shape)
         return out
 
     @staticmethod
     @once_differentiable  # the backward is a C scatter: no graph for a second derivative
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         (arg,) = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_weight = torch.zeros(ctx.weight_shape, dtype=grad_out.dtype)
-        fn = function("ll_bag_max_backward", str(suffix(grad_out.dtype)))
-        fn(ptr(grad_weight), ptr(arg), ptr(grad_out), arg.shape[0], arg.shape[1])
-        return grad_weight, None, None
+        return bag_max_grad_c(arg, grad_out, ctx.weight_shape), None, None
+
+
+@routed("bag_max")
+def bag_max(
+    weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor | None:
+    """``F.embedding_bag(indices, weight, offsets, mode="max", include_last_offset=True)`` by
+    the C kernels, differentiable in ``weight``; None where they do not apply.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``(rows, dim)`` table.
+    indices : torch.Tensor
+        ``(nnz,)`` int32/int64 entries.
+    offsets : torch.Tensor
+        ``(N + 1,)`` CSR offsets, already checked (``Bags``).
+
+    Returns
+    -------
+    torch.Tensor or None
+        ``(N, dim)``; None unless the C kernels apply: the backend runs C, all three on the CPU,
+        ``weight`` contiguous float32/float64, the indices int32/int64. An index outside
+        ``[0, rows)`` raises ``IndexError`` before anything is read outside the table. (While
+        a graph is recorded: the operator ``lookuplinear::bag_max``, never None.)
+
+    Examples
+    --------
+    >>> W = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 0.0]])
+    >>> out = bag_max(W, torch.tensor([0, 1, 2]), torch.tensor([0, 2, 2, 3]))
+    >>> out is None or out.tolist() == [[3.0, 5.0], [0.0, 0.0], [0.0, 0.0]]  # None: no C library
+    True
+    """
+    c = c_operands(weight, indices, offsets)
+    if c is None:
+        return None
+    out: torch.Tensor = BagMax.apply(weight, *c)
+    return out

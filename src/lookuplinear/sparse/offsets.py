@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import InputValueError
-from ..ops import offsets_ok, values_known
+from ..ops import offsets_ok
 
 __all__ = ["check_offsets", "csr_offsets"]
 
@@ -53,15 +53,12 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
             "an empty tensor. An empty batch has offsets=[0]."
         )
     if isinstance(offsets, torch.Tensor):
-        if torch.compiler.is_compiling():  # tensor ops only, no host arrays in a graph
-            if values_known():
-                _explain(offsets, nnz, owner, entries)
-            return
         if offsets.is_meta:  # meta tensors have no values to check
             return
         if not offsets.is_cpu:
             offsets = offsets.cpu()
-    # one C pass: numpy ops here slow the next lookup (ops/_inputs.py says why)
+    # one C pass: numpy ops here slow the next lookup (ops/_inputs.py says why); True while
+    # a graph is recorded, which has no values to check
     if not offsets_ok(offsets, nnz):
         _explain(offsets, nnz, owner, entries)
 
@@ -112,11 +109,10 @@ def csr_offsets(
             f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
             "(N + 1 entries) need include_last_offset=True."
         )
-    host = offsets if offsets.is_cpu or not values_known() else offsets.cpu()
+    host = offsets if offsets.is_cpu else offsets.cpu()
     if (
-        values_known()
+        not offsets_ok(host, nnz, include_last=False)  # True while a graph is recorded
         and host.numel()
-        and not offsets_ok(host, nnz, include_last=False)
         and int(host[0]) == 0
     ):
         past = host > nnz

@@ -1,0 +1,488 @@
+"""The kernels as PyTorch operators (``torch.ops.lookuplinear.*``), for graphs that PyTorch records.
+
+Each operator has a schema, a CPU implementation that runs the C kernel (where the eager path
+runs one), a torch-op implementation for every other device (``CompositeExplicitAutograd``),
+a fake implementation that gives the output's shape, and, where it is differentiable, its
+backward (``torch.library.register_autograd``). The index range is checked inside the
+operator, where it runs.
+
+Eager calls do not go through the dispatcher (it costs more than a small lookup:
+``benchmarks/bench_dispatch.py``): :func:`routed` decides, in one place, whether a call runs
+directly or, while ``torch.compile`` or ``torch.export`` records a graph, as its registered
+operator. An exported program then holds ``lookuplinear::`` operators, and runs where this
+module is imported; :func:`decompositions` rewrites them to their torch-op twins for a program
+that runs with PyTorch alone::
+
+    program = torch.export.export(model, (batch,))
+    aten_only = program.run_decompositions(lookuplinear.ops.decompositions())
+
+The operators:
+
+* ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
+  include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
+  ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
+  gradient is sparse, one row per entry (as ``nn.EmbeddingBag(sparse=True)``'s).
+* ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
+  side (``features``: per output, its number of features where it is feature-major,
+  ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
+  flattened, :func:`~lookuplinear.ops.segment_triples`).
+* ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
+  table, ``-1`` where absent.
+* ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
+  (``found``, from ``idmap_find``), the hashed fallback rows of the others.
+* ``bag_max(weight, indices, offsets)``: ``F.embedding_bag(mode="max")`` over CSR bags
+  (``bag_max_backward``: its weight gradient).
+* ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
+  weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import LookupIndexError
+from ..ids.hashing import hash_ids
+from . import _bagmax, _idmap
+from ._columns import interleave as _interleave
+from ._columns import segment_tensor
+from ._inputs import _torch_mode_weights
+from ._inputs import mode_weights as _mode_weights
+from ._rows import gather_rows
+
+__all__ = ["decompositions", "idmap_find", "idmap_rows", "mode_weights", "routed"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+LIB = torch.library.Library("lookuplinear", "DEF")
+
+LIB.define(
+    "bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
+    "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor"
+)
+LIB.define("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor")
+LIB.define("idmap_find(Tensor table, Tensor keys) -> Tensor")
+LIB.define("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor")
+LIB.define("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
+LIB.define("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
+LIB.define("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
+           "SymInt nnz) -> Tensor")
+
+
+# ---- bag_lookup ---------------------------------------------------------------------------
+
+
+def _check_range(indices: torch.Tensor, num_rows: int) -> None:
+    """Raise :class:`LookupIndexError` naming the first index outside ``[0, num_rows)``."""
+    flat = indices.reshape(-1)
+    bad = (flat < 0) | (flat >= num_rows)
+    if flat.numel() == 0 or not bool(bad.any()):
+        return
+    k = int(torch.nonzero(bad)[0, 0])
+    torch._check_with(
+        LookupIndexError, False,
+        lambda: f"lookuplinear::bag_lookup: index {int(flat[k])} at indices[{k}] is out of "
+        f"range for a table of {num_rows} rows. Map the IDs into [0, {num_rows}) first "
+        "(hashing=, or an IdMap for raw IDs), or make the table larger.")
+
+
+def _bag_lookup_twin(weight: torch.Tensor, indices: torch.Tensor,
+                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                     padding_idx: int | None = None, *,
+                     include_last_offset: bool = True) -> torch.Tensor:
+    """``bag_lookup`` with torch ops (its weight gradient, differentiated by autograd, is dense:
+    the operator's own backward gives the sparse one)."""
+    if offsets is None:
+        return F.embedding(indices, weight, padding_idx=padding_idx)
+    return torch.embedding_bag(weight, indices, offsets, False, 0, False, weights,
+                               include_last_offset, padding_idx)[0]
+
+
+def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
+                    offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                    padding_idx: int | None = None, *,
+                    include_last_offset: bool = True) -> torch.Tensor:
+    try:
+        out = gather_rows(weight, indices) if offsets is None else None
+        if out is None:
+            out = _bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+                                   include_last_offset=include_last_offset)
+    except (IndexError, RuntimeError):
+        _check_range(indices, weight.shape[0])
+        raise
+    return out
+
+
+def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
+                      offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                      padding_idx: int | None = None, *,
+                      include_last_offset: bool = True) -> torch.Tensor:
+    try:
+        return _bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+                                include_last_offset=include_last_offset)
+    except (IndexError, RuntimeError):
+        _check_range(indices, weight.shape[0])
+        raise
+
+
+LIB.impl("bag_lookup", _bag_lookup_cpu, "CPU")
+LIB.impl("bag_lookup", _bag_lookup_other, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::bag_lookup")
+def _bag_lookup_fake(weight: torch.Tensor, indices: torch.Tensor,
+                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                     padding_idx: int | None = None, *,
+                     include_last_offset: bool = True) -> torch.Tensor:
+    torch._check(weight.dim() == 2, lambda: f"bag_lookup: weight must be 2-D, got "
+                 f"{weight.dim()}-D")
+    if offsets is None:
+        return weight.new_empty((*indices.shape, weight.shape[1]))
+    n = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    return weight.new_empty((n, weight.shape[1]))
+
+
+def _bag_ids(offsets: torch.Tensor, nnz: int) -> torch.Tensor:
+    """The bag of every entry, for CSR ``offsets`` over ``nnz`` entries."""
+    lengths = offsets[1:] - offsets[:-1]
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device),
+                                   lengths, output_size=nnz)
+
+
+def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
+                weights: torch.Tensor | None, padding_idx: int | None, g: torch.Tensor,
+                shape: tuple[int, ...]) -> torch.Tensor:
+    """The weight gradient of a sum lookup whose output rows have the gradient ``g``
+    (``(rows, dim)``; ``offsets``: CSR, or None for one entry per row), with torch ops: an
+    uncoalesced sparse COO tensor of ``shape``, one row per entry (padding entries left
+    out), as ``nn.EmbeddingBag(sparse=True)``'s; its values keep their graph."""
+    idx = indices.reshape(-1).long()
+    contrib = g if offsets is None else g.index_select(0, _bag_ids(offsets, idx.numel()))
+    if weights is not None:
+        contrib = contrib * weights.to(g.dtype).unsqueeze(1)
+    if padding_idx is None:
+        return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
+    # ATen's sparse embedding backward, which leaves the padding entries out
+    return torch.ops.aten.embedding_backward(contrib, idx, shape[0], padding_idx, False, True)
+
+
+def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any],
+                      output: torch.Tensor) -> None:
+    weight, indices, offsets, weights, padding_idx = inputs
+    if weights is not None and ctx.needs_input_grad[3]:
+        ctx.save_for_backward(indices, offsets, weights, weight)
+    else:
+        ctx.save_for_backward(indices, offsets, weights)
+    ctx.shape, ctx.padding_idx = tuple(weight.shape), padding_idx
+    ctx.include_last_offset = keyword_only_inputs["include_last_offset"]
+
+
+def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
+    indices, offsets, weights, *table = ctx.saved_tensors
+    g = grad_out.reshape(-1, ctx.shape[1])
+    idx = indices.reshape(-1)
+    if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
+        offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
+    grad_weight = grad_weights = None
+    if ctx.needs_input_grad[0]:
+        grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
+    if table:  # d out[b] / d weights[e] = weight[indices[e]] (0 for a padding entry)
+        assert offsets is not None
+        grad_weights = (g.index_select(0, _bag_ids(offsets, idx.numel()))
+                        * table[0].index_select(0, idx)).sum(1)
+        if ctx.padding_idx is not None:
+            grad_weights = grad_weights.masked_fill(idx == ctx.padding_idx, 0)
+        grad_weights = grad_weights.to(weights.dtype)
+    return grad_weight, None, None, grad_weights, None
+
+
+torch.library.register_autograd("lookuplinear::bag_lookup", _bag_lookup_backward,
+                                setup_context=_bag_lookup_setup)
+
+
+# ---- in_feature_order ---------------------------------------------------------------------
+
+
+def _triples(segments: Sequence[int]) -> list[tuple[int, int, int]]:
+    return [(segments[i], segments[i + 1], segments[i + 2]) for i in range(0, len(segments), 3)]
+
+
+def _rows_of(outs: Sequence[torch.Tensor], features: Sequence[int]) -> Any:
+    """N: an output's rows, or its rows over its features where it is feature-major."""
+    return outs[0].shape[0] // features[0] if features[0] else outs[0].shape[0]
+
+
+def _blocks(outs: Sequence[torch.Tensor], features: Sequence[int]) -> list[torch.Tensor]:
+    """The ``(N, width)`` blocks of ``outs``: a feature-major output (``features[i] = F``,
+    ``(F * N, dim)``) is one block per feature, an example-major one (``0``) one block."""
+    n = _rows_of(outs, features)
+    blocks: list[torch.Tensor] = []
+    for out, f in zip(outs, features, strict=True):
+        blocks.extend(out.view(f, n, out.shape[1]).unbind(0) if f else (out,))
+    return blocks
+
+
+def _in_feature_order_twin(outs: Sequence[torch.Tensor], features: Sequence[int],
+                           segments: Sequence[int]) -> torch.Tensor:
+    blocks = _blocks(outs, features)
+    return torch.cat([blocks[b].narrow(1, o, c) for b, o, c in _triples(segments)], 1)
+
+
+def _in_feature_order_cpu(outs: Sequence[torch.Tensor], features: Sequence[int],
+                          segments: Sequence[int]) -> torch.Tensor:
+    return _interleave(_blocks(outs, features), segment_tensor(tuple(segments)))
+
+
+LIB.impl("in_feature_order", _in_feature_order_cpu, "CPU")
+LIB.impl("in_feature_order", _in_feature_order_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::in_feature_order")
+def _in_feature_order_fake(outs: Sequence[torch.Tensor], features: Sequence[int],
+                           segments: Sequence[int]) -> torch.Tensor:
+    torch._check(len(outs) == len(features) > 0 and len(segments) % 3 == 0,
+                 lambda: f"in_feature_order: one feature count per output ({len(outs)} "
+                 f"outputs, {len(features)} counts) and (block, first column, columns) "
+                 f"triples ({len(segments)} numbers)")
+    return outs[0].new_empty((_rows_of(outs, features), sum(segments[2::3])))
+
+
+def _in_feature_order_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    outs, ctx.features, ctx.segments = inputs
+    ctx.shapes = [out.shape for out in outs]
+
+
+def _in_feature_order_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """Each output's gradient in its layout: its blocks' segments of ``grad``, in order (a
+    block's segments take its columns left to right)."""
+    n_blocks = sum(f or 1 for f in ctx.features)
+    pieces: list[list[torch.Tensor]] = [[] for _ in range(n_blocks)]
+    at = 0
+    for b, _, c in _triples(ctx.segments):
+        pieces[b].append(grad.narrow(1, at, c))
+        at += c
+    blocks = iter(torch.cat(p, 1) for p in pieces)
+    grads = []
+    for f, shape in zip(ctx.features, ctx.shapes, strict=True):
+        grads.append(torch.stack([next(blocks) for _ in range(f)]).reshape(shape) if f
+                     else next(blocks))
+    return grads, None, None
+
+
+torch.library.register_autograd("lookuplinear::in_feature_order", _in_feature_order_backward,
+                                setup_context=_in_feature_order_setup)
+
+
+# ---- idmap_find ---------------------------------------------------------------------------
+
+
+def _idmap_find_twin(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    return _idmap._sorted_find(table, keys.reshape(-1).to(torch.int64))
+
+
+LIB.impl("idmap_find", _idmap.find, "CPU")
+LIB.impl("idmap_find", _idmap_find_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::idmap_find")
+def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    return keys.new_empty((keys.numel(),), dtype=torch.int64)
+
+
+def _idmap_rows_twin(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                     ) -> torch.Tensor:
+    return torch.where(found < 0, hash_ids(keys, fallback_rows), found + fallback_rows)
+
+
+def _idmap_rows_cpu(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                    ) -> torch.Tensor:
+    rows = found + fallback_rows
+    miss = found < 0
+    if bool(miss.any()):  # only the keys the map does not hold are hashed
+        rows[miss] = hash_ids(keys[miss], fallback_rows)
+    return rows
+
+
+LIB.impl("idmap_rows", _idmap_rows_cpu, "CPU")
+LIB.impl("idmap_rows", _idmap_rows_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::idmap_rows")
+def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
+                     ) -> torch.Tensor:
+    return torch.empty_like(found)
+
+
+# ---- bag_max -------------------------------------------------------------------------------
+
+
+def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                  ) -> torch.Tensor:
+    return torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[0]
+
+
+def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                 ) -> torch.Tensor:
+    c = _bagmax.c_operands(weight, indices, offsets)
+    try:
+        return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
+            weight, *c)[0]
+    except (IndexError, RuntimeError):
+        _check_range(indices, weight.shape[0])
+        raise
+
+
+LIB.impl("bag_max", _bag_max_cpu, "CPU")
+LIB.impl("bag_max", _bag_max_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::bag_max")
+def _bag_max_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                  ) -> torch.Tensor:
+    return weight.new_empty((offsets.shape[0] - 1, weight.shape[1]))
+
+
+def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                           offsets: torch.Tensor) -> torch.Tensor:
+    """The rows that gave each maximum found again (ATen's ``max_indices``; none in an empty
+    bag), ``grad`` added to them."""
+    rows = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[3]
+    empty = (offsets[1:] == offsets[:-1]).unsqueeze(1).expand_as(rows)
+    return grad.new_zeros(weight.shape).scatter_add_(
+        0, rows.masked_fill(empty, 0), grad.masked_fill(empty, 0))
+
+
+def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                          offsets: torch.Tensor) -> torch.Tensor:
+    c = _bagmax.c_operands(weight, indices, offsets)
+    if c is None or grad.dtype != weight.dtype:
+        return _bag_max_backward_twin(grad, weight, indices, offsets)
+    _, arg = _bagmax.bag_max_c(weight, *c)
+    return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
+
+
+LIB.impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
+LIB.impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::bag_max_backward")
+def _bag_max_backward_fake(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                           offsets: torch.Tensor) -> torch.Tensor:
+    return grad.new_empty(weight.shape)
+
+
+def _bag_max_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _bag_max_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """The eager backward's scatter, after the rows that gave each maximum are found again
+    (the operator returns only the pooled rows)."""
+    weight, indices, offsets = ctx.saved_tensors
+    return torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets), None, None
+
+
+torch.library.register_autograd("lookuplinear::bag_max", _bag_max_backward,
+                                setup_context=_bag_max_setup)
+
+
+# ---- mode_weights --------------------------------------------------------------------------
+
+
+def _mode_weights_twin(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return _torch_mode_weights(offsets, weights, sqrt, dtype, nnz)
+
+
+def _mode_weights_cpu(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                      dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return _mode_weights(offsets, weights, sqrt, dtype)
+
+
+LIB.impl("mode_weights", _mode_weights_cpu, "CPU")
+LIB.impl("mode_weights", _mode_weights_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::mode_weights")
+def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    return offsets.new_empty((nnz,), dtype=dtype)
+
+
+# ---- eager, recorded ----------------------------------------------------------------------
+
+#: each operator's torch-op twin (a decomposition, and its other devices' implementation)
+_TWINS: dict[str, Callable[..., Any]] = {
+    "bag_lookup": _bag_lookup_twin,
+    "in_feature_order": _in_feature_order_twin,
+    "idmap_find": _idmap_find_twin,
+    "idmap_rows": _idmap_rows_twin,
+    "bag_max": _bag_max_twin,
+    "bag_max_backward": _bag_max_backward_twin,
+    "mode_weights": _mode_weights_twin,
+}
+
+
+# in PyTorch's table too, which torch.onnx.export(dynamo=True) reads
+for _name, _twin in _TWINS.items():
+    torch._decomp.register_decomposition(getattr(torch.ops.lookuplinear, _name).default)(_twin)
+
+
+def routed(name: str) -> Callable[[_F], _F]:
+    """Decorate the eager function of operator ``name`` (of the same signature): called
+    directly, or as ``torch.ops.lookuplinear.<name>`` while ``torch.compile`` or
+    ``torch.export`` records a graph. (``torch.jit.trace`` runs it directly: the kernels run
+    their torch ops while a trace records, :func:`~lookuplinear.ops.use_c`.)"""
+    op = getattr(torch.ops.lookuplinear, name).default
+    is_compiling = torch.compiler.is_compiling
+
+    def decorate(direct: _F) -> _F:
+        @functools.wraps(direct)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return op(*args, **kwargs)
+            return direct(*args, **kwargs)
+        return call  # type: ignore[return-value]
+    return decorate
+
+
+@routed("mode_weights")
+def mode_weights(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
+                 dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    """:func:`lookuplinear.ops.mode_weights` of bags of ``nnz`` entries (the operator's
+    output size, which its offsets' values give only where they can be read)."""
+    return _mode_weights(offsets, weights, sqrt, dtype)
+
+
+idmap_find = routed("idmap_find")(_idmap.find)
+idmap_rows = routed("idmap_rows")(_idmap_rows_cpu)
+idmap_rows.__doc__ = """The row of every key: its value ``found`` in the map plus ``fallback_rows``,
+or where the map does not hold it (``found < 0``) ``hash_ids(key, fallback_rows)``."""
+idmap_find.__doc__ = """The value of every key of an :class:`~lookuplinear.IdMap` table (``-1``
+where absent): the C probe, or the operator while a graph is recorded."""
+
+
+def decompositions() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:
+    """A table for ``ExportedProgram.run_decompositions``: PyTorch's own
+    (``torch.export.default_decompositions()``, to core ATen) and every ``lookuplinear::``
+    operator rewritten to its torch-op twin, so that the program runs with PyTorch alone.
+
+    Examples
+    --------
+    >>> import lookuplinear
+    >>> model = lookuplinear.LookupLinear(10, 3, sparse=True)
+    >>> program = torch.export.export(model, (torch.tensor([[1, 2]]),))
+    >>> "lookuplinear" in str(program.graph)
+    True
+    >>> aten = program.run_decompositions(lookuplinear.ops.decompositions())
+    >>> "lookuplinear" in str(aten.graph)
+    False
+    """
+    table = torch.export.default_decompositions()
+    for name, twin in _TWINS.items():
+        table[getattr(torch.ops.lookuplinear, name).default] = twin
+    return table

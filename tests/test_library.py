@@ -1,0 +1,240 @@
+"""The operators of ``lookuplinear.ops.library``, each alone: equal to its torch-op twin (and to
+the dense path) on the CPU, ``torch.library.opcheck`` (schema, fake implementation, autograd
+registration, ``torch.compile``), the fake output's shape, the range check inside the operator,
+and the decompositions an exported program uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import lookuplinear.ops.library as library
+from lookuplinear.errors import LookupIndexError
+from lookuplinear.ids.hashing import hash_ids
+from lookuplinear.ops import _idmap, segment_triples
+from lookuplinear.ops.autograd import in_feature_order
+
+ops = torch.ops.lookuplinear
+
+
+def bag_cases() -> list[tuple[str, dict[str, Any]]]:
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 10, (9,), generator=g)
+    csr = torch.tensor([0, 2, 2, 6, 9])
+    w = torch.rand(9, generator=g, dtype=torch.float64)
+    return [
+        ("index 1-D", {"indices": idx}),
+        ("index 2-D", {"indices": idx[:8].reshape(4, 2)}),
+        ("index padding", {"indices": idx, "padding_idx": int(idx[0])}),
+        ("bags", {"indices": idx, "offsets": csr}),
+        ("bags weighted", {"indices": idx, "offsets": csr, "weights": w}),
+        ("bags padding", {"indices": idx, "offsets": csr, "padding_idx": int(idx[0])}),
+        ("bags start offsets", {"indices": idx, "offsets": csr[:-1],
+                                "include_last_offset": False}),
+    ]
+
+
+def dense_reference(weight: torch.Tensor, indices: torch.Tensor,
+                    offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                    padding_idx: int | None = None, include_last_offset: bool = True
+                    ) -> torch.Tensor:
+    """``densify(x) @ weight``, the input densified entry by entry. ``padding_idx``: left out
+    of bags; an index input reads its row, which gets no gradient (as ``F.embedding``)."""
+    rows = weight.shape[0]
+    if offsets is None:
+        x = F.one_hot(indices, rows).to(weight.dtype)
+        if padding_idx is not None:
+            pad = torch.arange(rows).unsqueeze(1) == padding_idx
+            weight = torch.where(pad, weight.detach(), weight)
+        return x @ weight
+    ends = offsets.tolist()[1:] if include_last_offset else [*offsets.tolist()[1:],
+                                                                indices.numel()]
+    starts = offsets.tolist()[:len(ends)]
+    out = []
+    for s, e in zip(starts, ends, strict=True):  # bag by bag, entry by entry
+        x = torch.zeros(rows, dtype=weight.dtype)
+        for k in range(s, e):
+            if int(indices[k]) != padding_idx:
+                one = F.one_hot(indices[k], rows).to(weight.dtype)
+                x = x + (one if weights is None else one * weights[k])
+        out.append(x @ weight)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize(("name", "kw"), bag_cases(), ids=[c[0] for c in bag_cases()])
+def test_bag_lookup_equals_twin_and_dense(name: str, kw: dict[str, Any]) -> None:
+    weight = torch.randn(10, 3, dtype=torch.float64)
+    out = ops.bag_lookup(weight, **kw)
+    torch.testing.assert_close(out, library._bag_lookup_twin(weight, **kw), rtol=0, atol=0)
+    torch.testing.assert_close(out, dense_reference(weight, **kw))
+
+
+@pytest.mark.parametrize(("name", "kw"), bag_cases(), ids=[c[0] for c in bag_cases()])
+def test_bag_lookup_gradient_is_embedding_bags_sparse_one(name: str, kw: dict[str, Any]
+                                                          ) -> None:
+    weight = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
+    psw = kw.get("weights")
+    if psw is not None:
+        kw = {**kw, "weights": psw.double().requires_grad_()}
+    g = torch.randn_like(ops.bag_lookup(weight.detach(), **kw))
+    ops.bag_lookup(weight, **kw).backward(g)
+    assert weight.grad is not None and weight.grad.is_sparse
+    ours_w, ours_psw = weight.grad.to_dense(), None if psw is None else kw["weights"].grad
+    weight.grad = None
+    ref_kw = {**kw, "weights": None if psw is None else kw["weights"].detach().requires_grad_()}
+    dense_reference(weight, **ref_kw).backward(g)
+    torch.testing.assert_close(ours_w, weight.grad)
+    if psw is not None:
+        torch.testing.assert_close(ours_psw, ref_kw["weights"].grad)
+
+
+@pytest.mark.parametrize(("name", "kw"), bag_cases(), ids=[c[0] for c in bag_cases()])
+def test_bag_lookup_opcheck(name: str, kw: dict[str, Any]) -> None:
+    weight = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
+    args = (weight, kw["indices"], kw.get("offsets"), kw.get("weights"), kw.get("padding_idx"))
+    # test_autograd_registration compares with a dense gradient; ours is sparse. Leaving
+    # the padding entries out of it is a data-dependent shape (ATen's sparse embedding
+    # backward), which a graph records only with capture_dynamic_output_shape_ops.
+    utils = ["test_schema", "test_faketensor"]
+    if kw.get("padding_idx") is None:
+        utils += ["test_aot_dispatch_static", "test_aot_dispatch_dynamic"]
+    torch.library.opcheck(ops.bag_lookup.default, args,
+                          {"include_last_offset": kw.get("include_last_offset", True)},
+                          test_utils=utils)
+
+
+def test_bag_lookup_fake_shapes() -> None:
+    with FakeTensorMode():
+        w, idx = torch.empty(10, 3), torch.empty(7, dtype=torch.long)
+        assert ops.bag_lookup(w, idx).shape == (7, 3)
+        assert ops.bag_lookup(w, idx.reshape(7, 1)).shape == (7, 1, 3)
+        off = torch.empty(5, dtype=torch.long)
+        assert ops.bag_lookup(w, idx, off).shape == (4, 3)
+        assert ops.bag_lookup(w, idx, off, include_last_offset=False).shape == (5, 3)
+
+
+@pytest.mark.parametrize("offsets", [None, torch.tensor([0, 1, 3])])
+def test_bag_lookup_checks_the_range_inside(offsets: torch.Tensor | None) -> None:
+    with pytest.raises(LookupIndexError, match=r"index 12 at indices\[1\].*table of 10 rows"):
+        ops.bag_lookup(torch.randn(10, 3), torch.tensor([1, 12, 3]), offsets)
+
+
+def test_in_feature_order_equals_twin_and_its_gradient_the_columns_back() -> None:
+    # a: feature-major, 2 features of width 2 over 3 examples; b: example-major, width 3
+    a = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    parts = [(0, 2), (2, 3), (1, 2)]  # a's first feature, b, a's second feature
+    flat = segment_triples(parts, [2, 2, 3])
+    out = ops.in_feature_order([a, b], [2, 0], flat)
+    expected = torch.cat([a[:3], b, a[3:]], 1)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(out, library._in_feature_order_twin([a, b], [2, 0], flat),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(out, in_feature_order([a, b], [2, 0], flat), rtol=0, atol=0)
+    g = torch.randn_like(out)
+    out.backward(g)
+    torch.testing.assert_close(a.grad, torch.cat([g[:, :2], g[:, 5:]], 0))
+    torch.testing.assert_close(b.grad, g[:, 2:5])
+    torch.library.opcheck(ops.in_feature_order.default, ([a, b], [2, 0], list(flat)))
+    with FakeTensorMode():
+        fake = ops.in_feature_order([torch.empty(6, 2), torch.empty(3, 3)], [2, 0], flat)
+    assert fake.shape == (3, 7)
+
+
+def test_idmap_find_equals_twin() -> None:
+    table = _idmap.empty_table(16)
+    _idmap.set_values(table, torch.tensor([5, 10**12, -3]), torch.tensor([0, 1, 2]))
+    keys = torch.tensor([[10**12, 7], [-3, 5]])
+    out = ops.idmap_find(table, keys)
+    assert out.tolist() == [1, -1, 2, 0]
+    assert torch.equal(out, library._idmap_find_twin(table, keys))
+    torch.library.opcheck(ops.idmap_find.default, (table, keys))
+    with FakeTensorMode():
+        assert ops.idmap_find(torch.empty(32, dtype=torch.long),
+                              torch.empty(2, 3, dtype=torch.long)).shape == (6,)
+
+
+def test_idmap_rows_equals_twin() -> None:
+    found = torch.tensor([3, -1, 0, -1])
+    keys = torch.tensor([10, 10**12, 7, -5])
+    out = ops.idmap_rows(found, keys, 4)
+    assert out.tolist()[::2] == [7, 4]
+    assert out.tolist()[1::2] == hash_ids(torch.tensor([10**12, -5]), 4).tolist()
+    assert torch.equal(out, library._idmap_rows_twin(found, keys, 4))
+    torch.library.opcheck(ops.idmap_rows.default, (found, keys, 4))
+
+
+def test_decompositions_give_each_operator_its_twin() -> None:
+    table = library.decompositions()
+    ours = {op.name(): fn for op, fn in table.items() if op.name().startswith("lookuplinear::")}
+    assert ours == {"lookuplinear::bag_lookup": library._bag_lookup_twin,
+                    "lookuplinear::in_feature_order": library._in_feature_order_twin,
+                    "lookuplinear::idmap_find": library._idmap_find_twin,
+                    "lookuplinear::idmap_rows": library._idmap_rows_twin,
+                    "lookuplinear::bag_max": library._bag_max_twin,
+                    "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
+                    "lookuplinear::mode_weights": library._mode_weights_twin}
+    assert len(table) > len(ours)  # and PyTorch's own, to core ATen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bag_max_equals_twin_and_its_gradient_atens(dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(10, 3, dtype=dtype, generator=g, requires_grad=True)
+    idx = torch.randint(0, 10, (9,), generator=g)
+    off = torch.tensor([0, 2, 2, 6, 9])  # bag 1 empty
+    out = ops.bag_max(weight, idx, off)
+    ref = F.embedding_bag(idx, weight, off, mode="max", include_last_offset=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(out, library._bag_max_twin(weight, idx, off), rtol=0, atol=0)
+    grad = torch.randn_like(out)
+    (ours,) = torch.autograd.grad(out, weight, grad)
+    (theirs,) = torch.autograd.grad(ref, weight, grad)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(
+        ops.bag_max_backward(grad, weight, idx, off),
+        library._bag_max_backward_twin(grad, weight.detach(), idx, off))
+    torch.library.opcheck(ops.bag_max.default, (weight, idx, off))
+    torch.library.opcheck(ops.bag_max_backward.default, (grad, weight.detach(), idx, off))
+    with FakeTensorMode():
+        assert ops.bag_max(torch.empty(10, 3), torch.empty(9, dtype=torch.long),
+                           torch.empty(5, dtype=torch.long)).shape == (4, 3)
+    with pytest.raises(LookupIndexError, match="index 10 at indices"):
+        ops.bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2]))
+
+
+@pytest.mark.parametrize("sqrt", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mode_weights_equals_twin(sqrt: bool, weighted: bool) -> None:
+    off = torch.tensor([0, 2, 2, 5])
+    w = torch.tensor([1.0, 3.0, 2.0, 2.0, 1.0]) if weighted else None
+    out = ops.mode_weights(off, w, sqrt, torch.float32, 5)
+    torch.testing.assert_close(out, library._mode_weights_twin(off, w, sqrt, torch.float32, 5))
+    vals = torch.ones(5) if w is None else w
+    sums = [vals[:2], vals[2:]]
+    den = [float(s.square().sum().sqrt()) if sqrt else float(s.sum()) for s in sums]
+    torch.testing.assert_close(out, torch.cat([sums[0] / den[0], sums[1] / den[1]]))
+    torch.library.opcheck(ops.mode_weights.default, (off, w, sqrt, torch.float32, 5))
+    with FakeTensorMode():
+        assert ops.mode_weights(torch.empty(4, dtype=torch.long), None, sqrt, torch.float64,
+                                7).shape == (7,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_operators_on_cuda_equal_the_cpu_ones() -> None:
+    """Another device runs the torch-op implementation: the same results as the CPU's C."""
+    weight = torch.randn(10, 3, dtype=torch.float64)
+    idx, off = torch.tensor([1, 4, 4, 9, 0]), torch.tensor([0, 2, 2, 5])
+    cuda = [t.cuda() for t in (weight, idx, off)]
+    torch.testing.assert_close(ops.bag_lookup(*cuda).cpu(), ops.bag_lookup(weight, idx, off))
+    torch.testing.assert_close(ops.bag_lookup(cuda[0], cuda[1]).cpu(),
+                               ops.bag_lookup(weight, idx))
+    torch.testing.assert_close(ops.bag_max(*cuda).cpu(), ops.bag_max(weight, idx, off))
+    flat = segment_triples([(0, 3), (1, 3)], [3, 3])
+    torch.testing.assert_close(ops.in_feature_order([cuda[0][:5], cuda[0][5:]], [0, 0], flat)
+                               .cpu(), ops.in_feature_order([weight[:5], weight[5:]], [0, 0],
+                                                            flat))
