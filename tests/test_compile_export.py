@@ -142,12 +142,26 @@ def test_inductor_layer_step_equals_eager() -> None:
     train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
 
 
+def tables_of(kind: str, sparse: bool) -> tuple[LookupCollection, int]:
+    """A collection of ``kind`` and its output width: ``plain`` (two sum tables of width 4),
+    ``mixed`` (a mean table of width 4 beside a sum table of width 6: two groups) or
+    ``shared`` (both features read one table)."""
+    if kind == "plain":
+        return collection(sparse=sparse), 8
+    torch.manual_seed(0)
+    if kind == "mixed":
+        return LookupCollection([TableConfig("user", 20, 4, ["user"], mode="mean"),
+                                 TableConfig("item", 30, 6, ["item"])], sparse=sparse), 10
+    return LookupCollection([TableConfig("both", 30, 4, ["user", "item"])], sparse=sparse), 8
+
+
+@pytest.mark.parametrize("kind", ["plain", "mixed", "shared"])
 @pytest.mark.parametrize("sparse", [False, True])
-def test_compiled_collection_step_equals_eager(sparse: bool) -> None:
+def test_compiled_collection_step_equals_eager(sparse: bool, kind: str) -> None:
     def loss(m: nn.Module, kb: KeyedBags) -> torch.Tensor:
         return m(kb).square().mean()
 
-    model = Head(collection(sparse=sparse))
+    model = Head(*tables_of(kind, sparse))
     train_both(model, loss, [keyed_batch(5, 0), keyed_batch(5, 1)])
 
 
