@@ -42,13 +42,13 @@ class PlanLookup:
     """The pooled lookup of a ``LookupCollection``'s batch, as its plan lays the tables out.
 
     Reads the collection's plan (``_collection_plan`` and the tensors built from it), its
-    parameters (``weights``, one per group) and three of its methods: ``rows`` (a feature's
+    parameters (``table_groups``, one per group) and three of its methods: ``rows`` (a feature's
     bags as its table reads them), ``_drawn`` (a table in a file's rows drawn first) and
     ``_sparse`` (whether a table's gradient is row-sparse).
     """
 
     _collection_plan: CollectionPlan
-    weights: nn.ParameterList
+    table_groups: nn.ParameterList
     sparse: bool
     feature_names: list[str]
     _places: Mapping[str, TablePlace]
@@ -88,7 +88,7 @@ class PlanLookup:
         feature's table), which the graph runs."""
         recording = torch.compiler.is_compiling()
         whole = self._shifted(kb) if self.sparse or recording else None
-        if whole is not None and not recording and len({w.dtype for w in self.weights}) == 1:
+        if whole is not None and not recording and len({w.dtype for w in self.table_groups}) == 1:
             return self._written(whole, kb.batch_size)
         return self._per_group(kb)
 
@@ -109,11 +109,11 @@ class PlanLookup:
                     pad = None if cfg.padding_idx is None else off + cfg.padding_idx
                     parts.append((lookup_linear(
                         self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
-                        self.weights[g], None, mode=mode, padding_idx=pad,
+                        self.table_groups[g], None, mode=mode, padding_idx=pad,
                         sparse=self._sparse(cfg)), [f]))
                 continue
             parts.append((lookup_linear(self._drawn(g, self._group_bags(kb, feats)),
-                                        self.weights[g], None, sparse=self.sparse), feats))
+                                        self.table_groups[g], None, sparse=self.sparse), feats))
         n = kb.batch_size
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         if torch.compiler.is_compiling():  # torch ops a graph records: the same copies
@@ -161,8 +161,8 @@ class PlanLookup:
             # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
             # kernel's at one width, then one copy into example order (its backward one too)
             g, feats = self._groups[0]
-            dim = self.weights[g].shape[1]
-            flat = lookup_linear(self._drawn(g, whole), self.weights[g], None, sparse=True)
+            dim = self.table_groups[g].shape[1]
+            flat = lookup_linear(self._drawn(g, whole), self.table_groups[g], None, sparse=True)
             return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
         key = ("written", one_id)
         if key not in self._segments:  # the layout of the output blocks: built once
@@ -179,7 +179,7 @@ class PlanLookup:
                 rows = self._group_rows(whole, g, len(feats), n)
                 if self._stored:
                     rows = self._drawn(g, rows)
-                weights.append(self.weights[g])
+                weights.append(self.table_groups[g])
                 lookups.append(Lookup(rows.reshape(-1)))
                 tables.append((weights[-1], rows, self._cols[g]))
             write = functools.partial(gather_into, tables)
@@ -188,7 +188,7 @@ class PlanLookup:
                 bags = _select_features(whole, at, n)
                 if self._stored:
                     bags = self._drawn(g, bags)
-                weights.append(self.weights[g])
+                weights.append(self.table_groups[g])
                 lookups.append(Lookup(bags.indices, bags.offsets))
             write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
@@ -209,7 +209,7 @@ class PlanLookup:
         shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
         per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
         indices, lengths, weights = [], [], []
-        dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
+        dtype = self.table_groups[self._places[self._table_of[feats[0]]].group].dtype
         any_weights = kb.weights is not None or any(
             self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
         for f in feats:
