@@ -51,7 +51,7 @@ from .._fusion import bound_to
 from .._rowreset import RESETS
 from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 from .rowwatch import RowTracker
-from .segments import commit_segment, load_segments, read_manifest, remove_unlisted, renamed
+from .segments import commit_segment, former_names, load_segments, read_manifest, remove_unlisted
 from .tables import storage_of
 
 __all__ = ["Checkpoint"]
@@ -358,7 +358,7 @@ class Checkpoint:
                 "yet, so there is nothing to restore. Check Checkpoint.exists() first and start "
                 "from the initial model when it is False."
             )
-        segments = renamed(load_segments(self.path, manifest), _former_names(self.module))
+        segments = load_segments(self.path, manifest, former_names(self.module))
         last_meta, last = segments[-1]
         if last_meta["tables"] != sorted(self.tables):
             raise ModelFileError(
@@ -485,17 +485,6 @@ class Checkpoint:
             state[index[pname]] = entry
         sd = opt.state_dict()
         opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
-
-
-def _former_names(module: nn.Module) -> dict[str, str]:
-    """The former qualified names of the module's renamed attributes (a submodule's
-    ``_former_names``, as ``{"weights": "table_groups"}``), to their names now: a checkpoint
-    saved under a former name restores."""
-    out = {}
-    for prefix, m in module.named_modules():
-        for old, new in getattr(type(m), "_former_names", {}).items():
-            out[f"{prefix}.{old}" if prefix else old] = f"{prefix}.{new}" if prefix else new
-    return out
 
 
 def _row_sparse(module: nn.Module, p: torch.Tensor) -> bool:

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..errors import ModelFileError
 from .tables import read_header
 
-__all__ = ["commit_segment", "load_segments", "metadata", "read_manifest", "remove_unlisted",
-           "renamed"]
+__all__ = ["commit_segment", "former_names", "load_segments", "metadata", "read_manifest",
+           "remove_unlisted", "renamed"]
 
 _FORMAT = "lookuplinear-checkpoint"
 _VERSION = 1
@@ -76,9 +77,10 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def load_segments(path: Path, manifest: dict[str, Any]
+def load_segments(path: Path, manifest: dict[str, Any], renames: dict[str, str] | None = None
                   ) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
-    """Each segment the manifest names, as ``(metadata, tensors)``, in order.
+    """Each segment the manifest names, as ``(metadata, tensors)``, in order, with the names
+    saved under a former name renamed (``renames``: :func:`renamed`).
 
     Raises
     ------
@@ -105,7 +107,7 @@ def load_segments(path: Path, manifest: dict[str, Any]
         except Exception as exc:  # a file with the right hash is ours: this is a bug
             raise ModelFileError(f"{file} cannot be read: {exc}.") from None
         out.append((meta, tensors))
-    return out
+    return renamed(out, renames or {})
 
 
 def metadata(data: bytes) -> dict[str, str]:
@@ -114,6 +116,17 @@ def metadata(data: bytes) -> dict[str, str]:
     header = json.loads(data[8:8 + n])
     meta: dict[str, str] = header.get("__metadata__", {})
     return meta
+
+
+def former_names(module: nn.Module) -> dict[str, str]:
+    """The former qualified names of the module's renamed attributes (a submodule's
+    ``_former_names``, as ``{"weights": "table_groups"}``), to their names now: a checkpoint
+    saved under a former name restores."""
+    out = {}
+    for prefix, m in module.named_modules():
+        for old, new in getattr(type(m), "_former_names", {}).items():
+            out[f"{prefix}.{old}" if prefix else old] = f"{prefix}.{new}" if prefix else new
+    return out
 
 
 def renamed(segments: list[tuple[dict[str, Any], dict[str, torch.Tensor]]],
