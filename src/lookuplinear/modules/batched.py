@@ -21,7 +21,6 @@ from torch import nn
 
 from ..functional import lookup_linear
 from ..ops import (
-    Lookup,
     bag_sum_into,
     gather_into,
     mode_weights,
@@ -171,7 +170,8 @@ class PlanLookup:
         segs = self._segments[key]
         kinds = [(not one_id, len(feats)) for _, feats in self._groups]
         weights: list[torch.Tensor] = []
-        lookups: list[Lookup] = []
+        indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags
+        offsets: list[torch.Tensor | None] = []
         write: Callable[[torch.Tensor], bool]
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             tables = []
@@ -180,7 +180,8 @@ class PlanLookup:
                 if self._stored:
                     rows = self._drawn(g, rows)
                 weights.append(self.table_groups[g])
-                lookups.append(Lookup(rows.reshape(-1)))
+                indices.append(rows.reshape(-1))
+                offsets.append(None)
                 tables.append((weights[-1], rows, self._cols[g]))
             write = functools.partial(gather_into, tables)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
@@ -189,11 +190,12 @@ class PlanLookup:
                 if self._stored:
                     bags = self._drawn(g, bags)
                 weights.append(self.table_groups[g])
-                lookups.append(Lookup(bags.indices, bags.offsets))
+                indices.append(bags.indices)
+                offsets.append(bags.offsets)
             write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
-        values: torch.Tensor = GroupLookups.apply(lookups, write, segs, kinds, n, self._width,
-                                              *weights)
+        values: torch.Tensor = GroupLookups.apply(indices, offsets, write, segs, kinds, n,
+                                                  self._width, *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
