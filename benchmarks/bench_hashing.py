@@ -78,7 +78,7 @@ def train_eval(kind: str, data: tuple[np.ndarray, ...], seed: int, args: argpars
     cfg = tables(kind, len(np.unique(user)), len(np.unique(movie)), args.dim)
     model = LookupCollection(cfg, sparse=True)
     with torch.no_grad():
-        for p in model.weights:
+        for p in model.table_groups:
             p.mul_(0.1)
     bias = torch.zeros(1, requires_grad=True)
     opt = optim.Adam([*model.parameters(), bias], lr=0.01, fused=True)

@@ -41,7 +41,6 @@ import torch
 from lookuplinear import hugepages, optim
 from lookuplinear.ops import (
     FusedTable,
-    Lookup,
     fused_rows,
     gather_rows,
     group_rows,
@@ -76,15 +75,16 @@ class Table:
     def update_torch(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         self.opt._rows_torch(self.w.data, rows, values, self.state, self.group, 1)
 
-    def fused_c(self, lk: Lookup, grad_out: torch.Tensor) -> None:
+    def fused_c(self, idx: torch.Tensor, offsets: torch.Tensor, grad_out: torch.Tensor) -> None:
         state, scalars = self.c_args()
         if not fused_rows(self.opt._kernel,
-                          [FusedTable(lk, grad_out, self.w.data, state, scalars)])[0]:
+                          [FusedTable(grad_out, self.w.data, state, scalars, idx, offsets)])[0]:
             raise RuntimeError("the fused C kernel did not run")
 
-    def fused_torch(self, lk: Lookup, grad_out: torch.Tensor) -> None:
+    def fused_torch(self, idx: torch.Tensor, offsets: torch.Tensor,
+                    grad_out: torch.Tensor) -> None:
         with use_backend("torch"):
-            rows, values = group_rows(lk, grad_out, self.w.shape[0])
+            rows, values = group_rows(grad_out, self.w.shape[0], idx, offsets)
         self.update_torch(rows, values)
 
 
@@ -93,14 +93,13 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, args.rows, (args.entries,), generator=g)
     offsets = torch.cat([torch.arange(0, args.entries, args.bag), torch.tensor([args.entries])])
-    lk = Lookup(idx, offsets)
     grad_out = torch.randn(offsets.numel() - 1, args.dim, generator=g)
-    rows = group_rows(lk, grad_out, args.rows)[0]
+    rows = group_rows(grad_out, args.rows, idx, offsets)[0]
     values = torch.randn(rows.numel(), args.dim, generator=g) * 1e-3
 
     def group_torch() -> object:
         with use_backend("torch"):
-            return group_rows(lk, grad_out, args.rows)
+            return group_rows(grad_out, args.rows, idx, offsets)
 
     tables = {k: Table(k, args.rows, args.dim) for k in OPTIMIZERS}
     table = tables["sgd"].w.detach()
@@ -108,7 +107,7 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
         "`gather_rows` (an index lookup's forward)": (
             partial(gather_rows, table, idx), partial(torch.embedding, table, idx)),
         "`group_rows` (the row-sparse gradient)": (
-            lambda: group_rows(lk, grad_out, args.rows), group_torch),
+            lambda: group_rows(grad_out, args.rows, idx, offsets), group_torch),
     }
     for k, t in tables.items():
         out[f"`update_rows` {k} (stored gradient)"] = (
@@ -116,7 +115,8 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
     for k in FUSED:
         t = tables[k]
         out[f"fused {k} backward (`fused_rows`)"] = (
-            partial(t.fused_c, lk, grad_out), partial(t.fused_torch, lk, grad_out))
+            partial(t.fused_c, idx, offsets, grad_out),
+            partial(t.fused_torch, idx, offsets, grad_out))
     return out, rows.numel()
 
 

@@ -161,7 +161,7 @@ def test_forward_and_gradients_equal_dense(mode, weighted, backend):
 def test_shared_table_gradient_is_the_sum(padding_idx):
     col, kb = _collection("sum", sparse=True, padding_idx=padding_idx), _batch()
     col(kb).values().sum().backward()
-    grad = col.weights[1].grad.to_dense()  # the item table alone in its group (dim 3)
+    grad = col.table_groups[1].grad.to_dense()  # the item table alone in its group (dim 3)
     want = (kb["item"].to_dense(8) + kb["last_item"].to_dense(8)).sum(0)
     if padding_idx is not None:
         want[padding_idx] = 0
@@ -200,7 +200,8 @@ def test_collection_errors():
 def test_from_layers_tables_and_state_dict_keys():
     user, item = LookupLinear(10, 3, bias=False), LookupLinear(5, 3, bias=False, mode="mean")
     col = LookupCollection.from_layers({"user": user, "item": item})
-    assert len(col.weights) == 1 and col.weights[0].shape == (15, 3)  # one parameter, 2 tables
+    assert len(col.table_groups) == 1  # one parameter, 2 tables
+    assert col.table_groups[0].shape == (15, 3)
     assert torch.equal(col["user"].weight, user.weight)
     assert torch.equal(col["item"].weight, item.weight)
     assert set(col.state_dict()) == {"embedding_bags.user.weight", "embedding_bags.item.weight"}
@@ -218,16 +219,26 @@ def test_from_layers_tables_and_state_dict_keys():
 
 def test_state_dict_round_trip_and_groups():
     col = _collection("sum")  # dims 4 and 3: two parameters
-    assert [tuple(p.shape) for p in col.weights] == [(10, 4), (8, 3)]
+    assert [tuple(p.shape) for p in col.table_groups] == [(10, 4), (8, 3)]
     other = _collection("sum")
     with torch.no_grad():
-        for p in other.weights:
+        for p in other.table_groups:
             p.add_(1.0)
     other.load_state_dict(col.state_dict())
     kb = _batch()
     torch.testing.assert_close(other(kb).values(), col(kb).values())
     with pytest.raises(RuntimeError, match="Missing key"):
         other.load_state_dict({"embedding_bags.user.weight": torch.zeros(10, 4)})
+
+
+def test_weights_is_the_former_name_of_table_groups():
+    """``weights`` still reads the groups' parameters, with a FutureWarning naming the new name;
+    the parameters are named ``table_groups.<g>``, the state_dict keys are TorchRec's."""
+    col = _collection("sum")
+    with pytest.warns(FutureWarning, match="table_groups"):
+        assert col.weights is col.table_groups
+    assert [n for n, _ in col.named_parameters()] == ["table_groups.0", "table_groups.1"]
+    assert set(col.state_dict()) == {"embedding_bags.user.weight", "embedding_bags.item.weight"}
 
 
 def test_same_values_as_separate_layers_made_in_order():
@@ -306,7 +317,7 @@ def test_deepcopy_and_pickle():
     col, kb = _collection(), _batch()
     for other in (copy.deepcopy(col), pickle.loads(pickle.dumps(col))):
         torch.testing.assert_close(other(kb).values(), col(kb).values())
-        assert other.weights[0].data_ptr() != col.weights[0].data_ptr()
+        assert other.table_groups[0].data_ptr() != col.table_groups[0].data_ptr()
 
 
 @settings(max_examples=40, deadline=None)
@@ -571,7 +582,7 @@ def test_float16_tables_give_float32_as_torchrec():
     assert out.dtype == theirs.dtype == torch.float32
     torch.testing.assert_close(out, theirs, rtol=1e-3, atol=1e-3)  # pooled in float16 both
     torch.nn.Linear(10, 1)(out).sum().backward()  # a float32 layer downstream
-    assert col.weights[0].grad.dtype == torch.float16
+    assert col.table_groups[0].grad.dtype == torch.float16
     assert col.quantize("float16")(kb).values().dtype == torch.float32
 
 
@@ -618,7 +629,7 @@ def test_learned_pooling_weights_equal_torchrec_gradients(sparse):
     torch.testing.assert_close(ours_w.grad, theirs_w.grad)
     for name in ("user", "item"):
         g, off, cfg = col._places[name]
-        got = col.weights[g].grad
+        got = col.table_groups[g].grad
         assert got.is_sparse is sparse
         torch.testing.assert_close(got.to_dense()[off:off + cfg.num_embeddings],
                                    ebc.embedding_bags[name].weight.grad)
@@ -666,10 +677,10 @@ def test_max_table_beside_sparse_tables(fused):
             (col(kb).values() - target).pow(2).sum().backward()
             opt.step()
         if sparse and not fused:
-            layouts = {n: col.weights[col._places[n].group].grad.is_sparse for n in "mst"}
+            layouts = {n: col.table_groups[col._places[n].group].grad.is_sparse for n in "mst"}
             assert layouts == {"m": False, "s": True, "t": True}
             # DistributedDataParallel reduces the row-sparse ones itself, the max one as DDP
-            groups = {f"weights.{col._places[n].group}" for n in "st"}
+            groups = {f"table_groups.{col._places[n].group}" for n in "st"}
             assert set(sparse_tables(col)) == groups
         trained.append([p.detach().clone() for p in col.parameters()])
     for a, b in zip(*trained, strict=True):
@@ -695,7 +706,7 @@ def test_one_id_per_feature(opt_name, backend):
                 opt.zero_grad()
                 col(kb).values().pow(2).sum().backward()
                 opt.step()
-            ends.append(col.weights[0].detach().clone())
+            ends.append(col.table_groups[0].detach().clone())
         assert torch.equal(*ends)
         with pytest.raises(LookupIndexError, match="kb\\['c'\\]"):
             col(KeyedBags.from_dict({"a": [[3]], "b": [[2]], "c": [[3]]}))

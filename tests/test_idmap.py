@@ -128,8 +128,8 @@ def test_map_table_in_a_collection():
     col(new).values().pow(2).sum().backward()
     assert col.id_maps["user"].evicted.tolist() == [3]
     assert not torch.equal(col["user"].weight[3], old)
-    g = col.weights[0].grad.coalesce()
+    g = col.table_groups[0].grad.coalesce()
     g3 = g.values()[g.indices()[0].tolist().index(3)]
     opt.step()
-    state = opt.state[col.weights[0]]["sum"]
+    state = opt.state[col.table_groups[0]]["sum"]
     torch.testing.assert_close(state[3], g3.pow(2).mean())  # not the old ID's sum plus it

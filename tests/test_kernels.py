@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 
 from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, optim
 from lookuplinear.ops import (
-    Lookup,
     backend,
     bag_sum_into,
     c_available,
@@ -140,11 +139,11 @@ def test_group_rows_c_equals_torch_ops(in_features: int, data: st.DataObject, wi
     weights = torch.randn(n, generator=g, dtype=dtype) if data.draw(st.booleans()) else None
     grad_out = torch.randn(n_out, width, generator=g, dtype=dtype)
     padding = data.draw(st.sampled_from([None, *idx[:1]]))
-    lk = Lookup(torch.tensor(idx, dtype=torch.int64), offsets, weights, padding)
+    lk = (torch.tensor(idx, dtype=torch.int64), offsets, weights, padding)
     with use_backend("c"):
-        rows, values = group_rows(lk, grad_out, in_features)
+        rows, values = group_rows(grad_out, in_features, *lk)
     with use_backend("torch"):
-        want_rows, want_values = group_rows(lk, grad_out, in_features)
+        want_rows, want_values = group_rows(grad_out, in_features, *lk)
     assert torch.equal(rows, want_rows)
     torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-6)
 
@@ -306,12 +305,12 @@ def test_large_batches_split_over_threads_group_as_torch_ops(threads: int) -> No
             idx = torch.randint(0, rows, (30_000,), generator=g)
             idx[::7] = idx[3]  # a row of many entries, across the threads' parts
             offsets = torch.arange(0, idx.numel() + 1, 6)
-            lk = Lookup(idx, offsets, torch.randn(idx.numel(), generator=g), int(idx[5]))
+            lk = (idx, offsets, torch.randn(idx.numel(), generator=g), int(idx[5]))
             grad_out = torch.randn(offsets.numel() - 1, 16, generator=g, dtype=torch.float64)
             with use_backend("c"):
-                got = group_rows(lk, grad_out, rows)
+                got = group_rows(grad_out, rows, *lk)
             with use_backend("torch"):
-                want = group_rows(lk, grad_out, rows)
+                want = group_rows(grad_out, rows, *lk)
             assert torch.equal(got[0], want[0])
             torch.testing.assert_close(got[1], want[1], rtol=1e-12, atol=1e-12)
             table = torch.randn(rows if rows < 10**4 else 10**4, 16, generator=g)
@@ -339,9 +338,9 @@ def test_sorts_share_no_memory_across_threads_or_sizes() -> None:
     and a small one after it all give the torch-op grouping."""
     g = torch.Generator().manual_seed(0)
 
-    def case(n: int, rows: int) -> tuple[Lookup, torch.Tensor, int]:
+    def case(n: int, rows: int) -> tuple[torch.Tensor, int, torch.Tensor]:
         idx = torch.randint(0, rows, (n,), generator=g)
-        return Lookup(idx), torch.randn(n, 2, generator=g), rows
+        return torch.randn(n, 2, generator=g), rows, idx
 
     cases = [case(50_000 + 1000 * k, 2**31 - 1) for k in range(8)]
     cases.append(case(3_400_000, 1000))  # 20 bytes an entry: more than the 64 MiB kept

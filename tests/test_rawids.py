@@ -251,10 +251,10 @@ def test_a_collection_table_of_string_ids():
     out = col({"user": pd.Series(["ann", "bob", "ann"])})["user"]
     rows = col.id_maps["user"](["ann", "bob"]).tolist()
     assert rows == [1, 2]
-    dense = torch.nn.functional.one_hot(torch.tensor([1, 2, 1]), 5).double() @ col.weights[0]
+    dense = torch.nn.functional.one_hot(torch.tensor([1, 2, 1]), 5).double() @ col.table_groups[0]
     torch.testing.assert_close(out, dense)  # the dense path: one_hot(row) @ W
     two_d = col({"user": np.array([["bob"]])})["user"]
-    assert two_d.shape == (1, 1, 3) and torch.equal(two_d[0, 0], col.weights[0][2])
+    assert two_d.shape == (1, 1, 3) and torch.equal(two_d[0, 0], col.table_groups[0][2])
     with pytest.raises(InputTypeError, match="holds string IDs"):
         col(KeyedBags.from_dict({"user": [[1, 2]]}))
     with pytest.raises(InputValueError, match="key_type are for hashing='map'"):

@@ -41,7 +41,9 @@ __all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updat
 _ATTR = "_lookuplinear_in_backward"
 
 
-#: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...])``
+#: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...])``,
+#: ``lookup`` the input as ``ops.group_rows`` takes it: ``(indices, offsets,
+#: per_sample_weights, padding_idx)``
 Updates = list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]]
 
 

@@ -322,7 +322,7 @@ def _check_collection(
             f"check_equivalence of a LookupCollection takes a KeyedBags, got "
             f"{type(kb).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
-    dtype = collection.weights[0].dtype
+    dtype = collection.table_groups[0].dtype
     default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-5))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
@@ -345,8 +345,8 @@ def _compare_collection(
     # collection's .grad or a fused optimizer bound to its parameters
     probe = copy.copy(collection)
     probe._modules = dict(collection._modules)
-    leaves = [nn.Parameter(p.detach(), requires_grad=True) for p in collection.weights]
-    probe.weights = nn.ParameterList(leaves)
+    leaves = [nn.Parameter(p.detach(), requires_grad=True) for p in collection.table_groups]
+    probe.table_groups = nn.ParameterList(leaves)
     out = cast(KeyedTensor, probe(kb)).values()
     gen = torch.Generator().manual_seed(seed)
     upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)

@@ -21,7 +21,6 @@ from torch import nn
 
 from ..functional import lookup_linear
 from ..ops import (
-    Lookup,
     bag_sum_into,
     gather_into,
     mode_weights,
@@ -43,13 +42,13 @@ class PlanLookup:
     """The pooled lookup of a ``LookupCollection``'s batch, as its plan lays the tables out.
 
     Reads the collection's plan (``_collection_plan`` and the tensors built from it), its
-    parameters (``weights``, one per group) and three of its methods: ``rows`` (a feature's
+    parameters (``table_groups``, one per group) and three of its methods: ``rows`` (a feature's
     bags as its table reads them), ``_drawn`` (a table in a file's rows drawn first) and
     ``_sparse`` (whether a table's gradient is row-sparse).
     """
 
     _collection_plan: CollectionPlan
-    weights: nn.ParameterList
+    table_groups: nn.ParameterList
     sparse: bool
     feature_names: list[str]
     _places: Mapping[str, TablePlace]
@@ -89,7 +88,7 @@ class PlanLookup:
         feature's table), which the graph runs."""
         recording = torch.compiler.is_compiling()
         whole = self._shifted(kb) if self.sparse or recording else None
-        if whole is not None and not recording and len({w.dtype for w in self.weights}) == 1:
+        if whole is not None and not recording and len({w.dtype for w in self.table_groups}) == 1:
             return self._written(whole, kb.batch_size)
         return self._per_group(kb)
 
@@ -110,11 +109,11 @@ class PlanLookup:
                     pad = None if cfg.padding_idx is None else off + cfg.padding_idx
                     parts.append((lookup_linear(
                         self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
-                        self.weights[g], None, mode=mode, padding_idx=pad,
+                        self.table_groups[g], None, mode=mode, padding_idx=pad,
                         sparse=self._sparse(cfg)), [f]))
                 continue
             parts.append((lookup_linear(self._drawn(g, self._group_bags(kb, feats)),
-                                        self.weights[g], None, sparse=self.sparse), feats))
+                                        self.table_groups[g], None, sparse=self.sparse), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         return in_feature_order([out.to(dtype) for out, _ in parts],
                                 [len(feats) for _, feats in parts],
@@ -154,8 +153,8 @@ class PlanLookup:
             # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
             # kernel's at one width, then one copy into example order (its backward one too)
             g, feats = self._groups[0]
-            dim = self.weights[g].shape[1]
-            flat = lookup_linear(self._drawn(g, whole), self.weights[g], None, sparse=True)
+            dim = self.table_groups[g].shape[1]
+            flat = lookup_linear(self._drawn(g, whole), self.table_groups[g], None, sparse=True)
             return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
         key = ("written", one_id)
         if key not in self._segments:  # the layout of the output blocks: built once
@@ -164,7 +163,8 @@ class PlanLookup:
         segs = segment_tensor(self._segments[key])
         kinds = [(not one_id, len(feats)) for _, feats in self._groups]
         weights: list[torch.Tensor] = []
-        lookups: list[Lookup] = []
+        indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags
+        offsets: list[torch.Tensor | None] = []
         write: Callable[[torch.Tensor], bool]
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             tables = []
@@ -172,8 +172,9 @@ class PlanLookup:
                 rows = self._group_rows(whole, g, len(feats), n)
                 if self._stored:
                     rows = self._drawn(g, rows)
-                weights.append(self.weights[g])
-                lookups.append(Lookup(rows.reshape(-1)))
+                weights.append(self.table_groups[g])
+                indices.append(rows.reshape(-1))
+                offsets.append(None)
                 tables.append((weights[-1], rows, self._cols[g]))
             write = functools.partial(gather_into, tables)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
@@ -181,12 +182,13 @@ class PlanLookup:
                 bags = _select_features(whole, at, n)
                 if self._stored:
                     bags = self._drawn(g, bags)
-                weights.append(self.weights[g])
-                lookups.append(Lookup(bags.indices, bags.offsets))
+                weights.append(self.table_groups[g])
+                indices.append(bags.indices)
+                offsets.append(bags.offsets)
             write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
-        values: torch.Tensor = GroupLookups.apply(lookups, write, segs, kinds, n, self._width,
-                                              *weights)
+        values: torch.Tensor = GroupLookups.apply(indices, offsets, write, segs, kinds, n,
+                                                  self._width, *weights)
         return values
 
     def _checked(self, kb: KeyedBags, feature: str) -> Bags:
@@ -202,7 +204,7 @@ class PlanLookup:
         shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
         per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
         indices, lengths, weights = [], [], []
-        dtype = self.weights[self._places[self._table_of[feats[0]]].group].dtype
+        dtype = self.table_groups[self._places[self._table_of[feats[0]]].group].dtype
         any_weights = kb.weights is not None or any(
             self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
         for f in feats:

@@ -5,12 +5,12 @@ the plan's (:mod:`lookuplinear.modules.plan`: tables of one width and dtype in o
 after table, as FBGEMM's table-batched embedding keeps them) and its execution's
 (:mod:`lookuplinear.modules.batched`)::
 
-    tables  user (4 rows), item (3 rows), both dim 2
-    weights [u0, u1, u2, u3, i0, i1, i2]       # one Parameter, row offsets user 0, item 4
+    tables        user (4 rows), item (3 rows), both dim 2
+    table_groups  [[u0, u1, u2, u3, i0, i1, i2]]   # one Parameter, row offsets user 0, item 4
 
-    batch   user: [[3], [1, 2]]   item: [[0, 0], []]
-    lookup  bags [[3], [1, 2], [4, 4], []]     # item's indices shifted by its offset 4
-    output  (N=2, 4): [user's 2 columns | item's 2 columns]
+    batch         user: [[3], [1, 2]]   item: [[0, 0], []]
+    lookup        bags [[3], [1, 2], [4, 4], []]     # item's indices shifted by its offset 4
+    output        (N=2, 4): [user's 2 columns | item's 2 columns]
 
 so a batch of all features is one lookup forward, one row-sparse gradient (or one fused
 optimizer pass) backward, whatever the number of tables. ``state_dict`` keeps one key per
@@ -20,8 +20,9 @@ table (``embedding_bags.<table>.weight``, TorchRec's names).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -73,9 +74,10 @@ class LookupCollection(PlanLookup, CollectionBase):
 
     Attributes
     ----------
-    weights : nn.ParameterList
-        One ``(total rows, dim)`` parameter per group of tables (what an optimizer is given,
-        through ``parameters()``).
+    table_groups : nn.ParameterList
+        One ``(total rows, dim)`` parameter per group of tables of one width, dtype and kernel
+        (what an optimizer is given, through ``parameters()``; named ``table_groups.<g>``).
+        ``weights`` is its former name: it still reads, with a ``FutureWarning``.
     tables : tuple of TableConfig
     feature_names : list of str
         The output order: every table's features, table after table.
@@ -104,6 +106,9 @@ class LookupCollection(PlanLookup, CollectionBase):
     >>> check_equivalence(ebc, kb).ok
     True
     """
+
+    #: attributes renamed since: a Checkpoint saved under the former name restores
+    _former_names: ClassVar[dict[str, str]] = {"weights": "table_groups"}
 
     def __init__(
         self,
@@ -147,7 +152,7 @@ class LookupCollection(PlanLookup, CollectionBase):
         self._mapped: dict[str, torch.Tensor] | None = None
         stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
         self._stored = frozenset(stored)
-        self.weights = nn.ParameterList(
+        self.table_groups = nn.ParameterList(
             file_table(stored[g], group.dtype, device) if g in stored else
             nn.Parameter(hugepages.empty(group.rows, group.dim, dtype=group.dtype,
                                          device=device))
@@ -162,11 +167,24 @@ class LookupCollection(PlanLookup, CollectionBase):
         ``LookupLinear`` layers made in that order under the same seed would get); a table in
         a file has every row undrawn again (drawn from ``(seed, row)`` on its next lookup)."""
         for name, place in self._places.items():
-            storage = storage_of(self.weights[place.group])
+            storage = storage_of(self.table_groups[place.group])
             if storage is None:
                 init_weight_(self._rows(name), place.config.init, place.config.padding_idx)
             elif not fresh_only:
                 storage.clear()
+
+    @property
+    def weights(self) -> nn.ParameterList:
+        """Former name of :attr:`table_groups` (the same ``ParameterList``); reading it warns
+        with a ``FutureWarning``: the ``weights`` of a batch are its per-entry values."""
+        warnings.warn(
+            "LookupCollection.weights is renamed table_groups (the same ParameterList; "
+            "parameters table_groups.<g>): 'weights' are a batch's per-entry values. Read "
+            "collection.table_groups instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.table_groups
 
     # ------------------------------------------------------------------ tables
     def _sparse(self, cfg: TableConfig) -> bool:
@@ -179,14 +197,14 @@ class LookupCollection(PlanLookup, CollectionBase):
         reads every row, as a lookup of each would, so that every export equals the
         collection."""
         for g in self._stored:
-            storage = storage_of(self.weights[g])
+            storage = storage_of(self.table_groups[g])
             assert storage is not None
             storage.materialize_all()
 
     def _rows(self, name: str) -> torch.Tensor:
         """Table ``name``: a differentiable view of its rows in its group's parameter."""
         g, off, cfg = self._places[name]
-        return self.weights[g][off : off + cfg.stored_rows]
+        return self.table_groups[g][off : off + cfg.stored_rows]
 
     def __getitem__(self, name: str) -> LookupLinear:
         """Table ``name`` as a :class:`~lookuplinear.LookupLinear` on the same memory (a new
@@ -201,9 +219,9 @@ class LookupCollection(PlanLookup, CollectionBase):
                              padding_idx=cfg.padding_idx, init=cfg.init, sparse=self._sparse(cfg),
                              device="meta", dtype=cfg.dtype)
         rows = self._rows(name).detach()
-        layer.weight = nn.Parameter(rows, requires_grad=self.weights[g].requires_grad)
+        layer.weight = nn.Parameter(rows, requires_grad=self.table_groups[g].requires_grad)
         layer._placed = rows.data_ptr()
-        storage = storage_of(self.weights[g])
+        storage = storage_of(self.table_groups[g])
         if storage is not None:  # a table in a file (alone in its group): its rows drawn too
             attach(layer.weight, storage)
             layer.storage = storage
@@ -274,7 +292,7 @@ class LookupCollection(PlanLookup, CollectionBase):
         dtypes = {torch.float32: DataType.FP32, torch.float16: DataType.FP16}
         configs = []
         for t in self.tables:
-            dtype = self.weights[self._places[t.name].group].dtype
+            dtype = self.table_groups[self._places[t.name].group].dtype
             if t.mode not in pooling or t.hashing or t.padding_idx is not None or (
                 dtype not in dtypes
             ):
@@ -289,7 +307,7 @@ class LookupCollection(PlanLookup, CollectionBase):
                 feature_names=list(t.feature_names), pooling=pooling[t.mode],
                 data_type=dtypes[dtype]))
         ebc = EmbeddingBagCollection(tables=configs, is_weighted=bool(self.is_weighted),
-                                     device=self.weights[0].device)
+                                     device=self.table_groups[0].device)
         self._whole_tables()
         with torch.no_grad():
             for t in self.tables:
@@ -354,14 +372,14 @@ class LookupCollection(PlanLookup, CollectionBase):
             return Bags(self._mapped[feature], bags.offsets, bags.weights)
         id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
         return table_bags(cfg, features[feature], id_map=id_map,
-                          dtype=self.weights[self._places[cfg.name].group].dtype,
+                          dtype=self.table_groups[self._places[cfg.name].group].dtype,
                           feature=feature)
 
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input, with its new rows drawn first when the group is a table in a
         file (an eager call: a graph break inside a compiled graph). The lookup draws none."""
         if g in self._stored:
-            storage = storage_of(self.weights[g])
+            storage = storage_of(self.table_groups[g])
             assert storage is not None
             return drawn_eagerly(storage, input)
         return input
@@ -370,8 +388,8 @@ class LookupCollection(PlanLookup, CollectionBase):
         g, off, cfg = self._places[self._table_of[feature]]
         if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
             id_map = cast(IdMap, self.id_maps[cfg.name])
-            ids = id_map(x).to(self.weights[g].device)
-            id_map.renew(self.weights[g], off, cfg.init)
+            ids = id_map(x).to(self.table_groups[g].device)
+            id_map.renew(self.table_groups[g], off, cfg.init)
         elif not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
                 x.dtype == torch.bool:
             raise InputTypeError(
@@ -384,11 +402,11 @@ class LookupCollection(PlanLookup, CollectionBase):
             check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
         if cfg.hashing == "qr":
             q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
-            w = self.weights[g]
+            w = self.table_groups[g]
             return (lookup_linear(self._drawn(g, q + off), w, None, sparse=self.sparse)
                     + lookup_linear(self._drawn(g, r + off), w, None, sparse=self.sparse))
         pad = None if cfg.padding_idx is None else off + cfg.padding_idx
-        return lookup_linear(self._drawn(g, ids + off), self.weights[g], None, padding_idx=pad,
+        return lookup_linear(self._drawn(g, ids + off), self.table_groups[g], None, padding_idx=pad,
                              sparse=self._sparse(cfg))
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
@@ -399,7 +417,7 @@ class LookupCollection(PlanLookup, CollectionBase):
             self._mapped = None
         # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
         dtype = torch.float32
-        for w in self.weights:
+        for w in self.table_groups:
             dtype = torch.promote_types(dtype, w.dtype)
         return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
 
@@ -421,19 +439,19 @@ class LookupCollection(PlanLookup, CollectionBase):
             rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
             mapped.update(zip(feats, rows, strict=True))
             _, off, cfg = self._places[name]
-            id_map.renew(self.weights[self._places[name].group], off, cfg.init)
+            id_map.renew(self.table_groups[self._places[name].group], off, cfg.init)
         return mapped
 
     def extra_repr(self) -> str:
-        return f"features={self.feature_names}, groups={len(self.weights)}"
+        return f"features={self.feature_names}, groups={len(self.table_groups)}"
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
                        local_metadata: Any) -> None:
-    """``weights.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views), with
+    """``table_groups.<g>`` -> one ``embedding_bags.<table>.weight`` entry per table (views), with
     every row of a table in a file drawn."""
     module._whole_tables()
-    groups = [state.pop(f"{prefix}weights.{g}") for g in range(len(module.weights))]
+    groups = [state.pop(f"{prefix}table_groups.{g}") for g in range(len(module.table_groups))]
     for name, (g, off, cfg) in module._places.items():
         state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.stored_rows]
 
@@ -444,12 +462,12 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
     a table in a file loaded whole keeps the values (every row marked written)."""
     keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
     if not all(k in state for k in keys.values()):
-        return  # strict loading reports the missing keys (weights.<g>)
-    for g in range(len(module.weights)):
+        return  # strict loading reports the missing keys (table_groups.<g>)
+    for g in range(len(module.table_groups)):
         names = [n for n, p in module._places.items() if p.group == g]
-        group = state[f"{prefix}weights.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
-        storage = storage_of(module.weights[g])
+        group = state[f"{prefix}table_groups.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        storage = storage_of(module.table_groups[g])
         if storage is not None:
             refuse_assign(local_metadata, keys[names[0]])
-            if group.shape == module.weights[g].shape:  # else the load reports the mismatch
+            if group.shape == module.table_groups[g].shape:  # else the load reports the mismatch
                 storage.mark_written()

@@ -23,7 +23,6 @@ from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import (
     KERNELS,
     FusedTable,
-    Lookup,
     bag_sum_into,
     fused_rows,
     gather_into,
@@ -38,7 +37,6 @@ __all__ = [
     "BACKENDS",
     "KERNELS",
     "FusedTable",
-    "Lookup",
     "Tokens",
     "backend",
     "bag_max",

@@ -26,8 +26,8 @@ from ._backend import use_c
 from ._clib import SCALARS, SUFFIXES, function, ptr, suffix
 from ._clib import scalars as c_scalars
 
-__all__ = ["KERNELS", "FusedTable", "Lookup", "bag_sum_into", "fused_rows", "gather_into",
-           "gather_rows", "group_rows", "update_rows"]
+__all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "gather_into", "gather_rows",
+           "group_rows", "update_rows"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -38,90 +38,85 @@ _P = ctypes.c_void_p
 KERNELS = tuple(SCALARS)
 
 
-class Lookup(NamedTuple):
-    """What the backward of one lookup needs of its input.
-
-    ``indices``: ``(nnz,)`` integer, the entries; ``offsets``: CSR ``(N + 1,)``, bag ``b`` is
-    ``indices[offsets[b]:offsets[b + 1]]``, or None for one entry per output row (index
-    input); ``weights``: ``(nnz,)`` per-entry weights or None (all 1); ``padding_idx``: entries
-    equal to it are left out.
-    """
-
-    indices: torch.Tensor
-    offsets: torch.Tensor | None = None
-    weights: torch.Tensor | None = None
-    padding_idx: int | None = None
-
-
 def _c_operands(
-    lk: Lookup, grad_out: torch.Tensor, num_rows: int
+    grad_out: torch.Tensor, num_rows: int, indices: torch.Tensor, offsets: torch.Tensor | None,
+    per_sample_weights: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, int, torch.Tensor | None] | None:
-    """``(indices, offsets, n_bags, weights)`` as the C kernels read them (int64, contiguous,
-    weights in ``grad_out``'s dtype; ``n_bags = -1``: one entry per row), or None where the C
-    kernels do not take this lookup."""
+    """``(indices, offsets, n_bags, per_sample_weights)`` as the C kernels read them (int64,
+    contiguous, weights in ``grad_out``'s dtype; ``n_bags = -1``: one entry per row), or None
+    where the C kernels do not take this lookup."""
     if (
-        not use_c(lk.indices, grad_out)
+        not use_c(indices, grad_out)
         or suffix(grad_out.dtype) not in ("f32", "f64")
         or grad_out.dim() != 2
-        or lk.indices.numel() > _MAX_ENTRIES
+        or indices.numel() > _MAX_ENTRIES
         or grad_out.shape[0] > _MAX_ENTRIES
         or num_rows > _MAX_ROWS
     ):
         return None
-    idx = lk.indices.detach().reshape(-1).to(torch.int64).contiguous()
-    off = None if lk.offsets is None else lk.offsets.to(torch.int64).contiguous()
-    w = None if lk.weights is None else lk.weights.detach().to(grad_out.dtype).contiguous()
+    idx = indices.detach().reshape(-1).to(torch.int64).contiguous()
+    off = None if offsets is None else offsets.to(torch.int64).contiguous()
+    w = None if per_sample_weights is None else \
+        per_sample_weights.detach().to(grad_out.dtype).contiguous()
     return idx, off, -1 if off is None else off.numel() - 1, w
 
 
 def group_rows(
-    lk: Lookup, grad_out: torch.Tensor, num_rows: int
+    grad_out: torch.Tensor,
+    num_rows: int,
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    per_sample_weights: torch.Tensor | None = None,
+    padding_idx: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)``: the non-zero rows of ``densify(x).T @ grad_out``, rows sorted.
 
-    ``grad_out`` has one row per bag (or per entry, ``offsets is None``); ``num_rows`` is the
-    table's number of rows. Values are summed in entry order, in ``grad_out``'s dtype.
+    ``x`` is the lookup's input, as ``F.embedding_bag`` takes it: ``indices`` ``(nnz,)``, the
+    entries; ``offsets`` CSR ``(N + 1,)`` (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``),
+    or None for one entry per output row (index input); ``per_sample_weights`` ``(nnz,)`` or
+    None (all 1); entries equal to ``padding_idx`` are left out. ``grad_out`` has one row per
+    bag (or per entry); ``num_rows`` is the table's number of rows. Values are summed in entry
+    order, in ``grad_out``'s dtype.
 
     Examples
     --------
     >>> g = torch.tensor([[1.0, 2.0], [10.0, 20.0]])
-    >>> group_rows(Lookup(torch.tensor([3, 1, 3]), torch.tensor([0, 2, 3])), g, 4)
+    >>> group_rows(g, 4, torch.tensor([3, 1, 3]), torch.tensor([0, 2, 3]))
     (tensor([1, 3]), tensor([[ 1.,  2.],
             [11., 22.]]))
     """
     grad_out = grad_out.detach().contiguous()
-    c = _c_operands(lk, grad_out, num_rows)
+    c = _c_operands(grad_out, num_rows, indices, offsets, per_sample_weights)
     if c is None:
-        return _group_rows_torch(lk, grad_out)
+        return _group_rows_torch(grad_out, indices, offsets, per_sample_weights, padding_idx)
     idx, off, n_bags, w = c
     n, dim = idx.numel(), grad_out.shape[1]
     rows = torch.empty(n, dtype=torch.int64)  # at most one row per entry
     values = torch.empty(n, dim, dtype=grad_out.dtype)
     fn = function("ll_group_rows", str(suffix(grad_out.dtype)))
-    m = fn(ptr(idx), n, ptr(off), n_bags, _pad(lk), ptr(w), ptr(grad_out), dim, ptr(rows),
-           ptr(values))
+    m = fn(ptr(idx), n, ptr(off), n_bags, -1 if padding_idx is None else padding_idx, ptr(w),
+           ptr(grad_out), dim, ptr(rows), ptr(values))
     if m < 0:
         raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
     return rows[:m], values[:m]
 
 
-def _pad(lk: Lookup) -> int:
-    return -1 if lk.padding_idx is None else lk.padding_idx
-
-
-def _group_rows_torch(lk: Lookup, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _group_rows_torch(
+    grad_out: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+    per_sample_weights: torch.Tensor | None, padding_idx: int | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`group_rows` with torch ops, on any device and dtype."""
-    idx = lk.indices.detach().reshape(-1).long()
-    if lk.offsets is None:
+    idx = indices.detach().reshape(-1).long()
+    if offsets is None:
         bag = torch.arange(idx.numel(), device=idx.device)
     else:
-        lengths = lk.offsets[1:] - lk.offsets[:-1]
+        lengths = offsets[1:] - offsets[:-1]
         bag = torch.repeat_interleave(torch.arange(lengths.numel(), device=idx.device), lengths)
     contrib = grad_out.index_select(0, bag)  # (nnz, out)
-    if lk.weights is not None:
-        contrib = contrib * lk.weights.detach().to(grad_out.dtype).unsqueeze(1)
-    if lk.padding_idx is not None:
-        keep = idx != lk.padding_idx
+    if per_sample_weights is not None:
+        contrib = contrib * per_sample_weights.detach().to(grad_out.dtype).unsqueeze(1)
+    if padding_idx is not None:
+        keep = idx != padding_idx
         idx, contrib = idx[keep], contrib[keep]
     rows, inverse = torch.unique(idx, sorted=True, return_inverse=True)
     acc = torch.float32 if grad_out.dtype in (torch.float16, torch.bfloat16) else grad_out.dtype
@@ -174,15 +169,18 @@ def update_rows(
 
 
 class FusedTable(NamedTuple):
-    """One table's part of a fused update: ``lookup`` and its ``grad_out`` rows, the table
-    ``weight``, the optimizer ``state`` the kernel reads at its first element, and the kernel's
-    ``scalars`` in its order."""
+    """One table's part of a fused update: a lookup's ``grad_out`` rows, the table ``weight``,
+    the optimizer ``state`` the kernel reads at its first element, the kernel's ``scalars`` in
+    its order, and the lookup's input as :func:`group_rows` takes it."""
 
-    lookup: Lookup
     grad_out: torch.Tensor
     weight: torch.Tensor
     state: torch.Tensor
     scalars: tuple[float, ...]
+    indices: torch.Tensor
+    offsets: torch.Tensor | None = None
+    per_sample_weights: torch.Tensor | None = None
+    padding_idx: int | None = None
 
 
 def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
@@ -198,19 +196,20 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
     by_dtype: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
     for i, t in enumerate(tables):
         # _table_ok and _c_operands, written out: this loop runs per table per backward
-        weight, state, lk = t.weight, t.state, t.lookup
+        weight, state, indices = t.weight, t.state, t.indices
         grad_out = t.grad_out.detach().contiguous()
         sfx = SUFFIXES.get(weight.dtype)
         if (sfx not in ("f32", "f64") or weight.dim() != 2 or not weight.is_contiguous()
                 or not weight.is_cpu or state.dtype != weight.dtype or not state.is_cpu
                 or grad_out.dtype != weight.dtype or grad_out.dim() != 2
                 or grad_out.shape[1] != weight.shape[1] or not grad_out.is_cpu
-                or not lk.indices.is_cpu or lk.indices.numel() > _MAX_ENTRIES
+                or not indices.is_cpu or indices.numel() > _MAX_ENTRIES
                 or grad_out.shape[0] > _MAX_ENTRIES or weight.shape[0] > _MAX_ROWS):
             continue
-        idx = lk.indices.detach().reshape(-1).to(torch.int64).contiguous()
-        off = None if lk.offsets is None else lk.offsets.to(torch.int64).contiguous()
-        w = None if lk.weights is None else lk.weights.detach().to(grad_out.dtype).contiguous()
+        idx = indices.detach().reshape(-1).to(torch.int64).contiguous()
+        off = None if t.offsets is None else t.offsets.to(torch.int64).contiguous()
+        psw = t.per_sample_weights
+        w = None if psw is None else psw.detach().to(grad_out.dtype).contiguous()
         by_dtype.setdefault(sfx, []).append(
             (i, (idx, off, -1 if off is None else off.numel() - 1, w, grad_out)))
     for sfx, items in by_dtype.items():
@@ -226,7 +225,7 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
             ids[j], n[j], n_bags[j], gs[j] = ix.data_ptr(), ix.numel(), nb, go.data_ptr()
             offs[j] = None if of is None else of.data_ptr()
             ws[j] = None if wt is None else wt.data_ptr()
-            pads[j] = -1 if t.lookup.padding_idx is None else t.lookup.padding_idx
+            pads[j] = -1 if t.padding_idx is None else t.padding_idx
             dims[j], weights[j], states[j] = (t.weight.shape[1], t.weight.data_ptr(),
                                               t.state.data_ptr())
             params += c_scalars(kernel, t.scalars)

@@ -27,7 +27,7 @@ from .._fusion import binding
 from ..storage.rowwatch import notify
 from ._bagmax import bag_max_c, bag_max_grad_c, c_operands
 from ._columns import deinterleave, interleave, segment_tensor, split_blocks
-from ._rows import Lookup, gather_rows, group_rows
+from ._rows import gather_rows, group_rows
 from .library import routed
 
 __all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
@@ -48,36 +48,44 @@ def _bag_ids(offsets: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device), lengths)
 
 
-def _differentiable_grad(lk: Lookup, g: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+def _differentiable_grad(
+    g: torch.Tensor, shape: tuple[int, ...], indices: torch.Tensor,
+    offsets: torch.Tensor | None, per_sample_weights: torch.Tensor | None,
+    padding_idx: int | None,
+) -> torch.Tensor:
     """The weight gradient built from torch ops on ``g``, for ``create_graph=True``: an
     uncoalesced COO tensor (one row per entry) whose values keep their graph, as
     ``nn.Embedding(sparse=True)``'s do."""
-    idx = lk.indices.reshape(-1).long()
-    contrib = g if lk.offsets is None else g.index_select(0, _bag_ids(lk.offsets))
-    if lk.weights is not None:
-        contrib = contrib * lk.weights.to(g.dtype).unsqueeze(1)
-    if lk.padding_idx is not None:
-        keep = idx != lk.padding_idx
+    idx = indices.reshape(-1).long()
+    contrib = g if offsets is None else g.index_select(0, _bag_ids(offsets))
+    if per_sample_weights is not None:
+        contrib = contrib * per_sample_weights.to(g.dtype).unsqueeze(1)
+    if padding_idx is not None:
+        keep = idx != padding_idx
         idx, contrib = idx[keep], contrib[keep]
     return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
 
 
-def weight_grad(param: torch.Tensor, weight: torch.Tensor, lk: Lookup, g: torch.Tensor
-                ) -> torch.Tensor | None:
-    """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup ``lk`` whose
-    output rows have the gradient ``g`` (``(rows, dim)``), in a backward: coalesced, or taken by
-    the ``fused=True`` optimizer bound to ``param`` (None returned), or one row per entry with
-    its graph under ``create_graph=True``."""
+def weight_grad(
+    param: torch.Tensor, weight: torch.Tensor, g: torch.Tensor, indices: torch.Tensor,
+    offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None,
+    padding_idx: int | None = None,
+) -> torch.Tensor | None:
+    """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup of ``indices``
+    (``offsets``, ``per_sample_weights``, ``padding_idx``: as :func:`~lookuplinear.ops.group_rows`
+    takes them) whose output rows have the gradient ``g`` (``(rows, dim)``), in a backward:
+    coalesced, or taken by the ``fused=True`` optimizer bound to ``param`` (None returned), or
+    one row per entry with its graph under ``create_graph=True``."""
     shape = tuple(weight.shape)
     fused = binding(param)
     if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
-        return _differentiable_grad(lk, g, shape)
-    if fused is not None and fused.defer(lk, g):
+        return _differentiable_grad(g, shape, indices, offsets, per_sample_weights, padding_idx)
+    if fused is not None and fused.defer((indices, offsets, per_sample_weights, padding_idx), g):
         # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
         # checkpoint) here which rows the fused update changes
-        notify(param, lk.indices)
+        notify(param, indices)
         return None
-    rows, values = group_rows(lk, g, shape[0])
+    rows, values = group_rows(g, shape[0], indices, offsets, per_sample_weights, padding_idx)
     return row_sparse_grad(rows, values.to(weight.dtype), shape)
 
 
@@ -118,16 +126,17 @@ class _BagLookup(torch.autograd.Function):
         g = grad_out.reshape(-1, weight.shape[1])
         if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
             offsets = torch.cat([offsets, offsets.new_tensor([indices.numel()])])
-        lk = Lookup(indices.reshape(-1), offsets, weights, ctx.padding_idx)
+        indices = indices.reshape(-1)
         grad_weight = grad_weights = None
         if weights is not None and ctx.needs_input_grad[3]:
-            w_rows = weight.index_select(0, lk.indices)
+            w_rows = weight.index_select(0, indices)
             grad_weights = (g.index_select(0, _bag_ids(offsets)) * w_rows).sum(1)
             if ctx.padding_idx is not None:
-                grad_weights = grad_weights.masked_fill(lk.indices == ctx.padding_idx, 0)
+                grad_weights = grad_weights.masked_fill(indices == ctx.padding_idx, 0)
             grad_weights = grad_weights.to(weights.dtype)
         if ctx.needs_input_grad[0]:
-            grad_weight = weight_grad(ctx.param, weight, lk, g)
+            grad_weight = weight_grad(ctx.param, weight, g, indices, offsets, weights,
+                                      ctx.padding_idx)
         return grad_weight, None, None, grad_weights, None, None
 
 
@@ -201,7 +210,8 @@ class InFeatureOrder(torch.autograd.Function):
 
 
 class GroupLookups(torch.autograd.Function):
-    """Sum lookups of several tables (``lookups``: one per table of ``weights``; ``kinds``:
+    """Sum lookups of several tables (``indices`` and ``offsets``: one lookup per table of
+    ``weights``, ``offsets`` None for one entry per output row; ``kinds``:
     whether its output is feature-major, and its number of features) side by side in feature
     order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
     not apply, torch's lookups and one copy). The backward copies each table's gradient rows
@@ -210,18 +220,19 @@ class GroupLookups(torch.autograd.Function):
     all tables)."""
 
     @staticmethod
-    def forward(ctx: Any, lookups: list[Lookup], write: Callable[[torch.Tensor], bool],
-                segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int, width: int,
+    def forward(ctx: Any, indices: list[torch.Tensor], offsets: list[torch.Tensor | None],
+                write: Callable[[torch.Tensor], bool], segs: torch.Tensor,
+                kinds: list[tuple[bool, int]], n: int, width: int,
                 *weights: torch.Tensor) -> torch.Tensor:
         out = torch.empty(n, width, dtype=weights[0].dtype, device=weights[0].device)
         if not write(out):
-            outs = [F.embedding(lk.indices, w.detach()).reshape(n, f * w.shape[1])
-                    if lk.offsets is None else
-                    F.embedding_bag(lk.indices, w.detach(), lk.offsets, mode="sum",
-                                    include_last_offset=True)
-                    for lk, w, (_, f) in zip(lookups, weights, kinds, strict=True)]
+            outs = [F.embedding(idx, w.detach()).reshape(n, f * w.shape[1])
+                    if off is None else
+                    F.embedding_bag(idx, w.detach(), off, mode="sum", include_last_offset=True)
+                    for idx, off, w, (_, f) in zip(indices, offsets, weights, kinds, strict=True)]
             out = interleave(_blocks(outs, kinds, n), segs)
-        ctx.lookups, ctx.segs, ctx.kinds, ctx.n, ctx.params = lookups, segs, kinds, n, weights
+        ctx.indices, ctx.offsets = indices, offsets
+        ctx.segs, ctx.kinds, ctx.n, ctx.params = segs, kinds, n, weights
         ctx.save_for_backward(*weights)
         return out
 
@@ -232,12 +243,12 @@ class GroupLookups(torch.autograd.Function):
                   for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
         parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
         grads = [
-            weight_grad(param, w, lk, part.reshape(-1, w.shape[1]))
-            if ctx.needs_input_grad[6 + i] else None
-            for i, (lk, w, param, part) in enumerate(
-                zip(ctx.lookups, weights, ctx.params, parts, strict=True))
+            weight_grad(param, w, part.reshape(-1, w.shape[1]), idx, off)
+            if ctx.needs_input_grad[7 + i] else None
+            for i, (idx, off, w, param, part) in enumerate(
+                zip(ctx.indices, ctx.offsets, weights, ctx.params, parts, strict=True))
         ]
-        return (None, None, None, None, None, None, *grads)
+        return (None, None, None, None, None, None, None, *grads)
 
 
 def _apart(grad: torch.Tensor, segs: torch.Tensor, kinds: list[tuple[bool, int]],

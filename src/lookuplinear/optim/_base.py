@@ -24,7 +24,7 @@ from .. import _fusion, hugepages
 from .._fusion import BackwardQueue, Updates
 from .._rowreset import RESETS
 from ..errors import InputValueError
-from ..ops import FusedTable, Lookup, fused_rows, group_rows, update_rows, use_c
+from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
 from ..ops.autograd import row_sparse_grad
 from ..storage.tables import storage_of
 
@@ -336,8 +336,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         use's row-sparse gradient, summed as autograd would sum them, then the stored-gradient
         update. Either way the weights ``fused=False`` gives.
         """
-        tables: list[tuple[torch.Tensor, dict[str, Any], FusedTable]] = []
-        rest: list[tuple[torch.Tensor, list[tuple[Lookup, torch.Tensor]]]] = []
+        tables: list[tuple[torch.Tensor, dict[str, Any], list[tuple[Any, torch.Tensor]],
+                           FusedTable]] = []
+        rest: list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = []
         for p, pending in updates:
             group = self._group(p)
             if group is None or not group.get(IN_BACKWARD):  # unbound since: store the gradient
@@ -347,16 +348,17 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             state = self._state(p, group)
             args = self._c_args(p, state, group, state["step"] + 1) if len(pending) == 1 else None
             if args is not None:
-                tables.append((p, state, FusedTable(*pending[0], p, *args)))
+                lookup, grad_out = pending[0]
+                tables.append((p, state, pending, FusedTable(grad_out, p, *args, *lookup)))
             else:
                 rest.append((p, pending))
-        taken = fused_rows(self._kernel, [t for _, _, t in tables]) if tables else []
-        for (p, state, t), done in zip(tables, taken, strict=True):
+        taken = fused_rows(self._kernel, [t for *_, t in tables]) if tables else []
+        for (p, state, pending, _), done in zip(tables, taken, strict=True):
             if done:
                 state["step"] += 1
                 _bump_version(p)
             else:
-                rest.append((p, [(t.lookup, t.grad_out)]))
+                rest.append((p, pending))
         for p, pending in rest:
             group = self._group(p)
             assert group is not None
@@ -364,10 +366,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             self._sparse_update(p, rows, values, self.state[p], group)
 
     @staticmethod
-    def _summed_grad(p: torch.Tensor, pending: list[tuple[Lookup, torch.Tensor]]) -> torch.Tensor:
+    def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
         total: torch.Tensor | None = None
-        for lk, g in pending:
-            rows, values = group_rows(lk, g, p.shape[0])
+        for lookup, g in pending:
+            rows, values = group_rows(g, p.shape[0], *lookup)
             grad = row_sparse_grad(rows, values.to(p.dtype), tuple(p.shape))
             total = grad if total is None else total + grad
         assert total is not None

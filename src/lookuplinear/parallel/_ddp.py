@@ -40,7 +40,7 @@ def sparse_tables(module: nn.Module) -> dict[str, nn.Parameter]:
     out: dict[str, nn.Parameter] = {}
     for prefix, m in module.named_modules():
         if isinstance(m, LookupLinear | LookupCollection) and m.sparse:
-            dense = {f"weights.{place.group}" for place in m._places.values()
+            dense = {f"table_groups.{place.group}" for place in m._places.values()
                      if not m._sparse(place.config)} if isinstance(m, LookupCollection) else set()
             for name, p in m.named_parameters():
                 if name in dense:

@@ -93,7 +93,7 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
         raise InputValueError(f"sharding must be one of {_SHARDINGS}, got {sharding!r}.")
     if optimizer not in _OPTIMIZERS:
         raise InputValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}.")
-    device = torch.device(device or collection.weights[0].device)
+    device = torch.device(device or collection.table_groups[0].device)
     if device.type == "cpu" and sharding in ("row_wise", "column_wise"):
         raise InputValueError(
             f"sharding={sharding!r} runs on GPUs only in TorchRec; on the CPU use "

@@ -89,7 +89,7 @@ class QuantizedLookupCollection(CollectionBase):
             )
         names = [t.name for t in collection.tables]
         self.dtypes = _dtypes(dtype, names)
-        device = collection.weights[0].device
+        device = collection.table_groups[0].device
         if device.type != "cpu":
             raise InputValueError(
                 f"quantize: the tables are on {device}; PyTorch's quantized embedding-bag "

@@ -51,7 +51,7 @@ from .._fusion import bound_to
 from .._rowreset import RESETS
 from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 from .rowwatch import RowTracker
-from .segments import commit_segment, load_segments, read_manifest, remove_unlisted
+from .segments import commit_segment, former_names, load_segments, read_manifest, remove_unlisted
 from .tables import storage_of
 
 __all__ = ["Checkpoint"]
@@ -358,7 +358,7 @@ class Checkpoint:
                 "yet, so there is nothing to restore. Check Checkpoint.exists() first and start "
                 "from the initial model when it is False."
             )
-        segments = load_segments(self.path, manifest)
+        segments = load_segments(self.path, manifest, former_names(self.module))
         last_meta, last = segments[-1]
         if last_meta["tables"] != sorted(self.tables):
             raise ModelFileError(

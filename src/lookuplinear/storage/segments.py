@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..errors import ModelFileError
 from .tables import read_header
 
-__all__ = ["commit_segment", "load_segments", "metadata", "read_manifest", "remove_unlisted"]
+__all__ = ["commit_segment", "former_names", "load_segments", "metadata", "read_manifest",
+           "remove_unlisted", "renamed"]
 
 _FORMAT = "lookuplinear-checkpoint"
 _VERSION = 1
@@ -75,9 +77,10 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def load_segments(path: Path, manifest: dict[str, Any]
+def load_segments(path: Path, manifest: dict[str, Any], renames: dict[str, str] | None = None
                   ) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
-    """Each segment the manifest names, as ``(metadata, tensors)``, in order.
+    """Each segment the manifest names, as ``(metadata, tensors)``, in order, with the names
+    saved under a former name renamed (``renames``: :func:`renamed`).
 
     Raises
     ------
@@ -104,7 +107,7 @@ def load_segments(path: Path, manifest: dict[str, Any]
         except Exception as exc:  # a file with the right hash is ours: this is a bug
             raise ModelFileError(f"{file} cannot be read: {exc}.") from None
         out.append((meta, tensors))
-    return out
+    return renamed(out, renames or {})
 
 
 def metadata(data: bytes) -> dict[str, str]:
@@ -113,3 +116,50 @@ def metadata(data: bytes) -> dict[str, str]:
     header = json.loads(data[8:8 + n])
     meta: dict[str, str] = header.get("__metadata__", {})
     return meta
+
+
+def former_names(module: nn.Module) -> dict[str, str]:
+    """The former qualified names of the module's renamed attributes (a submodule's
+    ``_former_names``, as ``{"weights": "table_groups"}``), to their names now: a checkpoint
+    saved under a former name restores."""
+    out = {}
+    for prefix, m in module.named_modules():
+        for old, new in getattr(type(m), "_former_names", {}).items():
+            out[f"{prefix}.{old}" if prefix else old] = f"{prefix}.{new}" if prefix else new
+    return out
+
+
+def renamed(segments: list[tuple[dict[str, Any], dict[str, torch.Tensor]]],
+            renames: dict[str, str]) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    """``segments`` with every parameter named by a former name under its name now:
+    ``renames`` maps a former qualified prefix to the current one (``"emb.weights"`` ->
+    ``"emb.table_groups"``), and a name is renamed where it is that prefix or starts with
+    it and a dot. The tensors' keys (``rows/<name>``, ``table/<name>``, ``whole/<name>``,
+    ``opt<i>/<name>/<key>``), the tables and the optimizers' state and layouts are renamed."""
+    if not renames:
+        return segments
+
+    def name(n: str) -> str:
+        for old, new in renames.items():
+            if n == old or n.startswith(old + "."):
+                return new + n[len(old):]
+        return n
+
+    def key(k: str) -> str:
+        kind, _, rest = k.partition("/")
+        if not rest or kind == "rng":
+            return k
+        if kind.startswith("opt"):
+            pname, _, state = rest.rpartition("/")
+            return f"{kind}/{name(pname)}/{state}"
+        return f"{kind}/{name(rest)}"
+
+    out = []
+    for meta, tensors in segments:
+        meta = dict(meta, tables=sorted(name(n) for n in meta["tables"]), optimizers=[
+            dict(opt, state={name(n): v for n, v in opt["state"].items()},
+                 **({"layout": {name(n): v for n, v in opt["layout"].items()}}
+                    if opt.get("layout") is not None else {}))
+            for opt in meta["optimizers"]])
+        out.append((meta, {key(k): t for k, t in tensors.items()}))
+    return out
