@@ -73,7 +73,8 @@ def test_a_missing_entry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_scalars_follow_the_declared_order() -> None:
-    assert _clib.scalars("adagrad", (0.1, 1e-10, 0.0)) == [0.1, 1e-10, 0.0] + [0.0] * 5
-    with pytest.raises(ValueError, match="reads 3 scalars"):
-        _clib.scalars("adagrad", (0.1, 1e-10))
+    given = {"weight_decay": 0.0, "eps": 1e-10, "clr": 0.1}  # by name, in any order
+    assert _clib.scalars("adagrad", given) == [0.1, 1e-10, 0.0] + [0.0] * 5
+    with pytest.raises(ValueError, match=r"missing \['weight_decay'\], unknown \['wd'\]"):
+        _clib.scalars("adagrad", {"clr": 0.1, "eps": 1e-10, "wd": 0.0})
     assert set(SCALARS) == {"sgd", "adagrad", "rowwise_adagrad", "adam"}

@@ -361,7 +361,7 @@ def test_layouts_the_c_kernels_do_not_take_are_declined() -> None:
     rows = torch.tensor([1, 2])
     values = torch.ones(2, 4)
     s = torch.zeros(10)
-    params = (0.1, 0.0, 0.0, 0.25)
+    params = {"lr": 0.1, "eps": 0.0, "weight_decay": 0.0, "inv_dim": 0.25}
     assert not update_rows("rowwise_adagrad", w[:, ::2], s, rows, values, params)
     assert not update_rows("rowwise_adagrad", w[:, :4], s.double(), rows, values, params)
     assert not w.any() and not s.any()

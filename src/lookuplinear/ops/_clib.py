@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ SCALARS: dict[str, tuple[str, ...]] = {
     "adagrad": ("clr", "eps", "weight_decay"),
     "rowwise_adagrad": ("lr", "eps", "weight_decay", "inv_dim"),
     "adam": ("beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "eps", "step_size",
-             "weight_decay", "decay"),
+             "l2", "decay"),
 }
 _N_SCALARS = 8  # the C side's array: every kernel's scalars, zero-padded
 
@@ -162,14 +163,17 @@ def function(name: str, variant: str = "") -> Any:
     return fn
 
 
-def scalars(kernel: str, values: tuple[float, ...]) -> list[float]:
-    """An optimizer kernel's scalars in :data:`SCALARS` order as the C side reads them:
-    ``_N_SCALARS`` doubles (a float32 scalar is exact as a double, converted in C)."""
+def scalars(kernel: str, values: Mapping[str, float]) -> list[float]:
+    """An optimizer kernel's scalars, given by name, in :data:`SCALARS` order as the C side
+    reads them: ``_N_SCALARS`` doubles (a float32 scalar is exact as a double, converted in
+    C). Raises ``ValueError`` naming the missing or unknown names."""
     names = SCALARS[kernel]
-    if len(values) != len(names):
-        raise ValueError(f"the {kernel} kernel reads {len(names)} scalars {names}, got "
-                         f"{len(values)}")
-    return [*map(float, values)] + [0.0] * (_N_SCALARS - len(values))
+    if len(values) != len(names) or any(n not in values for n in names):
+        missing = [n for n in names if n not in values]
+        unknown = [n for n in values if n not in names]
+        raise ValueError(f"the {kernel} kernel reads the scalars {names}; missing {missing}, "
+                         f"unknown {unknown}")
+    return [float(values[n]) for n in names] + [0.0] * (_N_SCALARS - len(names))
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

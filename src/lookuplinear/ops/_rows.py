@@ -17,7 +17,7 @@ and return False where those do not apply; the optimizer then runs its torch-op 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -125,7 +125,7 @@ def _group_rows_torch(
     return rows, values.to(grad_out.dtype)
 
 
-def _params(kernel: str, scalars: tuple[float, ...]) -> ctypes.Array[ctypes.c_double]:
+def _params(kernel: str, scalars: Mapping[str, float]) -> ctypes.Array[ctypes.c_double]:
     """An optimizer's scalars as the C kernel ``kernel`` reads them (:data:`._clib.SCALARS`)."""
     values = c_scalars(kernel, scalars)
     return (ctypes.c_double * len(values))(*values)
@@ -148,13 +148,13 @@ def update_rows(
     state: torch.Tensor,
     rows: torch.Tensor,
     values: torch.Tensor,
-    scalars: tuple[float, ...],
+    scalars: Mapping[str, float],
 ) -> bool:
     """Update ``weight``'s ``rows`` (unique) by the gradient rows ``values`` with the C kernel
     ``kernel`` (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
 
     ``state`` is the optimizer state the kernel reads at its first element (its layout is the
-    optimizer's to check), ``scalars`` the kernel's parameters in its order.
+    optimizer's to check), ``scalars`` the kernel's parameters by name (:data:`._clib.SCALARS`).
     """
     if not _table_ok(weight, state) or rows.device.type != "cpu":
         return False
@@ -170,13 +170,13 @@ def update_rows(
 
 class FusedTable(NamedTuple):
     """One table's part of a fused update: a lookup's ``grad_out`` rows, the table ``weight``,
-    the optimizer ``state`` the kernel reads at its first element, the kernel's ``scalars`` in
-    its order, and the lookup's input as :func:`group_rows` takes it."""
+    the optimizer ``state`` the kernel reads at its first element, the kernel's ``scalars`` by
+    name, and the lookup's input as :func:`group_rows` takes it."""
 
     grad_out: torch.Tensor
     weight: torch.Tensor
     state: torch.Tensor
-    scalars: tuple[float, ...]
+    scalars: Mapping[str, float]
     indices: torch.Tensor
     offsets: torch.Tensor | None = None
     per_sample_weights: torch.Tensor | None = None

@@ -377,7 +377,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _c_args(
         self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
-    ) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+    ) -> tuple[torch.Tensor, dict[str, float]] | None:
         """The C kernel's ``(state, scalars)`` for ``p``, or None where it cannot run."""
         if not (use_c(p) and p.dim() == 2 and p.is_contiguous()):
             return None
@@ -467,7 +467,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _kernel_args(
         self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
-    ) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+    ) -> tuple[torch.Tensor, dict[str, float]] | None:
         raise NotImplementedError
 
     def _rows_torch(

@@ -80,11 +80,12 @@ class Adagrad(RowSparseOptimizer):
     _kernel = "adagrad"
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         s = state["sum"]
         if not (s.is_contiguous() and s.shape == w.shape):
             return None
-        return s, (self._clr(group, step), group["eps"], group["weight_decay"])
+        return s, {"clr": self._clr(group, step), "eps": group["eps"],
+                   "weight_decay": group["weight_decay"]}
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:
@@ -167,11 +168,12 @@ class RowWiseAdagrad(RowSparseOptimizer):
         return p.view(p.shape[0] if p.dim() > 1 else 1, -1)  # a 1-D parameter is one row
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         s = state["sum"]
         if not (s.is_contiguous() and s.shape == w.shape[:1]):
             return None
-        return s, (group["lr"], group["eps"], group["weight_decay"], 1 / w.shape[1])
+        return s, {"lr": group["lr"], "eps": group["eps"], "weight_decay": group["weight_decay"],
+                   "inv_dim": 1 / w.shape[1]}
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:

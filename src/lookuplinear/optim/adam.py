@@ -183,15 +183,17 @@ class Adam(RowSparseOptimizer):
     _kernel = "adam"
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         self._prepare_state(w, state)
         if not _is_paired(state["exp_avg"], state["exp_avg_sq"]):
             return None  # the kernel reads a row's m and v as one (2, n) block from m's start
         step_size, l2, decay = self._coefficients(group, step)
         beta1, beta2 = group["betas"]
-        return state["exp_avg"], (
-            beta1, 1 - beta1, beta2, 1 - beta2, group["eps"], step_size, l2, decay,
-        )
+        return state["exp_avg"], {
+            "beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
+            "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
+            "l2": l2, "decay": decay,
+        }
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:

@@ -100,14 +100,15 @@ class SGD(RowSparseOptimizer):
     _dense_by_rows = False
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         buf = state.get("momentum_buffer")
         if buf is not None and not (buf.is_contiguous() and buf.shape == w.shape):
             return None
-        return w if buf is None else buf, (
-            group["lr"], group["weight_decay"], group["momentum"], 1 - group["dampening"],
-            float(group["nesterov"]),
-        )
+        return w if buf is None else buf, {
+            "lr": group["lr"], "weight_decay": group["weight_decay"],
+            "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
+            "nesterov": float(group["nesterov"]),
+        }
 
     def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                     state: dict[str, Any], group: dict[str, Any], step: int) -> None:

@@ -96,13 +96,14 @@ LL_INLINE void SFX(rowwise_adagrad_row)(T *restrict w, T *restrict sum, const T 
 
 LL_INLINE void SFX(adam_row)(T *restrict w, T *restrict mv, const T *restrict g,
                              const int64_t dim, const T *p) {
-    const T b1 = p[0], omb1 = p[1], b2 = p[2], omb2 = p[3], eps = p[4], step = p[5], wd = p[6],
+    /* l2: the coupled (Adam) weight decay; decay: the decoupled (AdamW) factor */
+    const T b1 = p[0], omb1 = p[1], b2 = p[2], omb2 = p[3], eps = p[4], step = p[5], l2 = p[6],
             decay = p[7];
     T *restrict m = mv;
     T *restrict v = mv + dim;
     for (int64_t d = 0; d < dim; d++) {
         T x = w[d] * decay;
-        T y = g[d] + wd * x;
+        T y = g[d] + l2 * x;
         /* a sum of two products, fused explicitly: left to -ffp-contract, a compiler may fuse
          * either product, and two inlined copies of this row (the fused and the stored-gradient
          * kernel) then differ in the last bit */
