@@ -3,19 +3,17 @@ defaults, attributes, state, repr), forward and gradients on every form, and wha
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import inspect
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from processes import one_process
 from torch import nn
 
 import lookuplinear
@@ -206,19 +204,9 @@ def test_the_calls_torch_reads_otherwise_or_crashes_on_are_refused_clearly() -> 
 
 
 # ------------------------------------------------------------------ what it works with
-@contextlib.contextmanager
-def _one_process(tmp_path: Path) -> Iterator[None]:
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_ddp_expects_sparse_gradients_from_it_as_from_nn_embeddingbag(tmp_path: Path) -> None:
     model = nn.Sequential(EmbeddingBag(50, 4, mode="sum", sparse=True), nn.Linear(4, 1))
-    with _one_process(tmp_path):
+    with one_process(tmp_path):
         ddp = nn.parallel.DistributedDataParallel(model)
         _, expect_sparse = ddp._build_params_for_reducer()
         assert expect_sparse == [True, False, False]

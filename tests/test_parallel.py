@@ -3,32 +3,20 @@ process on the whole batches, in float64 and float32; the errors it promises."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from processes import one_process
 from safetensors.torch import load_file
 
 from lookuplinear import InputValueError, LookupLinear, optim
 from lookuplinear.parallel import DistributedDataParallel, sparse_tables
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp.py"
-
-
-@contextlib.contextmanager
-def _one_process(tmp_path: Path) -> Iterator[None]:
-    """A default process group of this one process (gloo), destroyed afterwards."""
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(("dtype", "tol", "collection"), [
@@ -66,7 +54,7 @@ def test_errors(tmp_path: Path) -> None:
     if not dist.is_initialized():
         with pytest.raises(InputValueError, match="init_process_group"):
             DistributedDataParallel(model)
-    with _one_process(tmp_path):
+    with one_process(tmp_path):
         opt = optim.Adam(model.parameters(), lr=0.1, fused=True)
         with pytest.raises(InputValueError, match="fused=False"):
             DistributedDataParallel(model)
@@ -115,7 +103,7 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     if not dist.is_initialized():
         with pytest.raises(InputValueError, match="init_process_group"):
             shard_collection(coll)
-    with _one_process(tmp_path):
+    with one_process(tmp_path):
         with pytest.raises(InputValueError, match="GPUs only"):
             shard_collection(coll, sharding="row_wise")
         with pytest.raises(InputValueError, match="optimizer"):
@@ -126,7 +114,7 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_model_of_tables_only(tmp_path: Path) -> None:
-    with _one_process(tmp_path):
+    with one_process(tmp_path):
         table = LookupLinear(10, 3, sparse=True, bias=False)
         ddp = DistributedDataParallel(table)  # PyTorch's class refuses a model without dense params
         opt = optim.SGD(ddp.parameters(), lr=1.0)
