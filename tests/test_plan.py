@@ -95,3 +95,50 @@ def test_a_collection_takes_its_tables_from_any_iterable() -> None:
     col = LookupCollection(t for t in [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 3, 2,
                                                                                    ["b"])])
     assert [t.name for t in col.tables] == ["a", "b"] and col.feature_names == ["a", "b"]
+
+
+@pytest.mark.parametrize("one_id", [True, False])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_the_plan_runs_on_the_parameters_each_call_is_given(one_id: bool, sparse: bool) -> None:
+    """The plan's execution holds no parameter: given other ``table_groups`` (here the
+    collection's doubled), its lookup equals the dense reference on those, in feature order."""
+    from torch import nn
+
+    from lookuplinear import KeyedBags, LookupCollection
+    from lookuplinear.modules.batched import BatchedLookup
+
+    tables = [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 7, 3, ["b", "c"]),
+              TableConfig("d", 4, 2, ["d"])]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=sparse)
+    bags = [[1], [3]] if one_id else [[1, 3], []]
+    kb = KeyedBags.from_dict({f: bags for f in "abcd"})
+    doubled = nn.ParameterList(nn.Parameter(p.detach() * 2) for p in col.table_groups)
+    run = BatchedLookup(col._collection_plan)
+    out = run.lookup(kb, doubled, sparse, col)
+    want = torch.cat([kb[f].to_dense(col._places[col._table_of[f]].config.num_embeddings)
+                      @ (2 * col[col._table_of[f]].weight.detach()) for f in "abcd"], 1)
+    torch.testing.assert_close(out.detach(), want)
+    out.sum().backward()
+    assert all(p.grad is not None for p in doubled) and col.table_groups[0].grad is None
+
+
+def test_the_plan_execution_is_no_module_state() -> None:
+    """Its tensors and caches are neither buffers nor ``state_dict`` entries, and survive a
+    change of dtype and a deep copy (each copy runs on its own tables)."""
+    import copy
+
+    from lookuplinear import KeyedBags, LookupCollection
+
+    tables = [TableConfig("a", 5, 2, ["a"]), TableConfig("b", 7, 3, ["b", "c"])]
+    col = LookupCollection(tables, sparse=True)
+    kb = KeyedBags.from_dict({"a": [[1], [4]], "b": [[0], [6]], "c": [[2], [2]]})
+    col(kb)  # fills the caches
+    assert list(col.buffers()) == []
+    assert sorted(col.state_dict()) == ["embedding_bags.a.weight", "embedding_bags.b.weight"]
+    other = copy.deepcopy(col).double()
+    with torch.no_grad():
+        for p in other.table_groups:
+            p.mul_(3)
+    torch.testing.assert_close(other(kb).values().detach(),
+                               3 * col(kb).values().detach().double())

@@ -13,8 +13,8 @@ by side in feature order: the reference the batched way equals.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -32,52 +32,59 @@ from ..ops import (
 from ..ops.autograd import GroupLookups, in_feature_order
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
-from .plan import CollectionPlan, TablePlace
+from .plan import CollectionPlan
 from .table_config import TableConfig
 
-__all__ = ["PlanLookup"]
+__all__ = ["BatchedLookup", "TableReader"]
 
 
-class PlanLookup:
-    """The pooled lookup of a ``LookupCollection``'s batch, as its plan lays the tables out.
+class TableReader(Protocol):
+    """What the execution of a plan reads of its collection besides the parameters: a
+    feature's bags as its table reads them, a group's input with a file table's rows drawn
+    first, and whether a table's gradient is row-sparse."""
 
-    Reads the collection's plan (``_collection_plan`` and the tensors built from it), its
-    parameters (``table_groups``, one per group) and three of its methods: ``rows`` (a feature's
-    bags as its table reads them), ``_drawn`` (a table in a file's rows drawn first) and
-    ``_sparse`` (whether a table's gradient is row-sparse).
+    def rows(self, features: KeyedBags, feature: str) -> Bags: ...
+
+    def _drawn(self, g: int, input: Any) -> Any: ...
+
+    def _sparse(self, cfg: TableConfig) -> bool: ...
+
+
+class BatchedLookup:
+    """The pooled lookup of a collection's batch, as its plan (:class:`CollectionPlan`) lays
+    the tables out: the plan, and the tensors and caches built from it.
+
+    Holds no parameter: each call is given the collection's ``table_groups`` (one parameter
+    per group of the plan), its ``sparse`` flag and its :class:`TableReader`. Its tensors are
+    no module's state (no ``state_dict`` entry, no buffer); those that depend on the device
+    are kept per device, so the collection's ``to(device)`` needs nothing of it.
+
+    Parameters
+    ----------
+    plan : CollectionPlan
     """
 
-    _collection_plan: CollectionPlan
-    table_groups: nn.ParameterList
-    sparse: bool
-    feature_names: list[str]
-    _places: Mapping[str, TablePlace]
-    _table_of: Mapping[str, str]
-    _groups: list[tuple[int, list[str]]]
-    _positions: list[torch.Tensor]
-    _place: torch.Tensor
-    _cols: dict[int, torch.Tensor]
-    _feature_cols: list[int]
-    _feature_group: list[int]
-    _segments: dict[Any, tuple[int, ...]]
-    _layouts: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor,
-                                                   torch.Tensor | None]]
-    _dims: list[int]
-    _index: dict[str, int]
-    _plain: bool
-    _stored: frozenset[int]
-    _width: int
+    def __init__(self, plan: CollectionPlan) -> None:
+        self.plan = plan
+        #: each group's index and its features in output order
+        self.groups = [(g, list(group.features)) for g, group in enumerate(plan.groups)]
+        #: the groups of tables in files (their rows drawn before a lookup)
+        self.stored = frozenset(g for g, group in enumerate(plan.groups)
+                                if group.kernel == "file")
+        #: the output order (a list, as a batch's ``keys()``)
+        self.feature_names = list(plan.feature_names)
+        self._index = {f: i for i, f in enumerate(self.feature_names)}
+        self._positions = [torch.tensor(group.positions) for group in plan.groups]
+        self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
+        self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
+                      for g, group in enumerate(plan.groups)}
+        self._feature_cols = list(plan.columns)
+        self._segments: dict[Any, tuple[int, ...]] = {}
+        self._layouts: dict[tuple[torch.device, int],
+                            tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
-    def rows(self, features: KeyedBags, feature: str) -> Bags:
-        raise NotImplementedError
-
-    def _drawn(self, g: int, input: Any) -> Any:
-        raise NotImplementedError
-
-    def _sparse(self, cfg: TableConfig) -> bool:
-        raise NotImplementedError
-
-    def _lookup(self, kb: KeyedBags) -> torch.Tensor:
+    def lookup(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
+               tables: TableReader) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
 
@@ -87,33 +94,36 @@ class PlanLookup:
         group by group too, after the usual batch's range check (its message names the
         feature's table), which the graph runs."""
         recording = torch.compiler.is_compiling()
-        whole = self._shifted(kb) if self.sparse or recording else None
-        if whole is not None and not recording and len({w.dtype for w in self.table_groups}) == 1:
-            return self._written(whole, kb.batch_size)
-        return self._per_group(kb)
+        whole = self._shifted(kb, tables) if sparse or recording else None
+        if whole is not None and not recording and len({w.dtype for w in table_groups}) == 1:
+            return self._written(whole, kb.batch_size, table_groups, tables)
+        return self._per_group(kb, table_groups, sparse, tables)
 
-    def _per_group(self, kb: KeyedBags) -> torch.Tensor:
+    def _per_group(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
+                   tables: TableReader) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
         order by one copy (:func:`~lookuplinear.ops.autograd.in_feature_order`)."""
+        places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         parts: list[tuple[torch.Tensor, list[str]]] = []
-        for g, feats in self._groups:
-            if weights_need_grad or self._places[self._table_of[feats[0]]].config.mode == "max":
+        for g, feats in self.groups:
+            if weights_need_grad or places[table_of[feats[0]]].config.mode == "max":
                 # each reads the group's parameter at its table's rows (a row-sparse gradient
                 # cannot flow back through a view); a max has no row-sparse gradient
                 for f in feats:
-                    _, off, cfg = self._places[self._table_of[f]]
+                    _, off, cfg = places[table_of[f]]
                     mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    bags = self._checked(kb, f)
+                    bags = self._checked(kb, f, tables)
                     pad = None if cfg.padding_idx is None else off + cfg.padding_idx
                     parts.append((lookup_linear(
-                        self._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
-                        self.table_groups[g], None, mode=mode, padding_idx=pad,
-                        sparse=self._sparse(cfg)), [f]))
+                        tables._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
+                        table_groups[g], None, mode=mode, padding_idx=pad,
+                        sparse=tables._sparse(cfg)), [f]))
                 continue
-            parts.append((lookup_linear(self._drawn(g, self._group_bags(kb, feats)),
-                                        self.table_groups[g], None, sparse=self.sparse), feats))
+            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables)
+            parts.append((lookup_linear(tables._drawn(g, bags), table_groups[g], None,
+                                        sparse=sparse), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         return in_feature_order([out.to(dtype) for out, _ in parts],
                                 [len(feats) for _, feats in parts],
@@ -125,6 +135,7 @@ class PlanLookup:
         key = tuple((tuple(feats), fm) for feats, fm in layout)
         segs = self._segments.get(key)
         if segs is None:
+            dims = self.plan.dims
             block_of: dict[str, int] = {}
             widths: list[int] = []
             for feats, fm in layout:
@@ -132,84 +143,88 @@ class PlanLookup:
                     if fm or f == feats[0]:
                         widths.append(0)
                     block_of[f] = len(widths) - 1
-                    widths[-1] += self._dims[self._index[f]]
+                    widths[-1] += dims[self._index[f]]
             segs = segment_triples([(block_of[f], d) for f, d in zip(
-                self.feature_names, self._dims, strict=True)], widths)
+                self.plan.feature_names, dims, strict=True)], widths)
             self._segments[key] = segs
         return segs
 
     def _group_rows(self, rows: torch.Tensor, g: int, n_feats: int, n: int) -> torch.Tensor:
         """Group ``g``'s ``(N, F_g)`` rows among a one-ID batch's rows (:meth:`_shifted`)."""
-        first = self._collection_plan.groups[g].first * n
+        first = self.plan.groups[g].first * n
         return rows[first:first + n * n_feats].view(n, n_feats)
 
-    def _written(self, whole: torch.Tensor | Bags, n: int) -> torch.Tensor:
+    def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
+                 tables: TableReader) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
         straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
         gathered, or bags summed (one group's bags: one ``embedding_bag`` and one copy)."""
         one_id = isinstance(whole, torch.Tensor)
-        if not one_id and len(self._groups) == 1:
+        if not one_id and len(self.groups) == 1:
             # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
             # kernel's at one width, then one copy into example order (its backward one too)
-            g, feats = self._groups[0]
-            dim = self.table_groups[g].shape[1]
-            flat = lookup_linear(self._drawn(g, whole), self.table_groups[g], None, sparse=True)
+            g, feats = self.groups[0]
+            dim = table_groups[g].shape[1]
+            flat = lookup_linear(tables._drawn(g, whole), table_groups[g], None, sparse=True)
             return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
         key = ("written", one_id)
         if key not in self._segments:  # the layout of the output blocks: built once
             self._segments[key] = self._segments_of(
-                [(feats, not one_id) for _, feats in self._groups])
+                [(feats, not one_id) for _, feats in self.groups])
         segs = segment_tensor(self._segments[key])
-        kinds = [(not one_id, len(feats)) for _, feats in self._groups]
+        kinds = [(not one_id, len(feats)) for _, feats in self.groups]
         weights: list[torch.Tensor] = []
         indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags
         offsets: list[torch.Tensor | None] = []
         write: Callable[[torch.Tensor], bool]
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
-            tables = []
-            for g, feats in self._groups:
+            rows_of = []
+            for g, feats in self.groups:
                 rows = self._group_rows(whole, g, len(feats), n)
-                if self._stored:
-                    rows = self._drawn(g, rows)
-                weights.append(self.table_groups[g])
+                if self.stored:
+                    rows = tables._drawn(g, rows)
+                weights.append(table_groups[g])
                 indices.append(rows.reshape(-1))
                 offsets.append(None)
-                tables.append((weights[-1], rows, self._cols[g]))
-            write = functools.partial(gather_into, tables)
+                rows_of.append((weights[-1], rows, self._cols[g]))
+            write = functools.partial(gather_into, rows_of)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
-            for (g, _), at in zip(self._groups, self._positions, strict=True):
+            for (g, _), at in zip(self.groups, self._positions, strict=True):
                 bags = _select_features(whole, at, n)
-                if self._stored:
-                    bags = self._drawn(g, bags)
-                weights.append(self.table_groups[g])
+                if self.stored:
+                    bags = tables._drawn(g, bags)
+                weights.append(table_groups[g])
                 indices.append(bags.indices)
                 offsets.append(bags.offsets)
-            write = functools.partial(bag_sum_into, [weights[g] for g in self._feature_group],
+            write = functools.partial(bag_sum_into,
+                                      [weights[g] for g in self.plan.feature_group],
                                       self._feature_cols, whole.indices, whole.offsets)
         values: torch.Tensor = GroupLookups.apply(indices, offsets, write, segs, kinds, n,
-                                                  self._width, *weights)
+                                                  self.plan.width, *weights)
         return values
 
-    def _checked(self, kb: KeyedBags, feature: str) -> Bags:
-        """``rows(kb, feature)`` with every index checked against its table's rows."""
-        bags = self.rows(kb, feature)
-        cfg = self._places[self._table_of[feature]].config
+    def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
+        """``tables.rows(kb, feature)`` with every index checked against its table's rows."""
+        bags = tables.rows(kb, feature)
+        cfg = self.plan.places[self.plan.table_of[feature]].config
         if cfg.hashing is None:
             check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{feature!r}]")
         return bags
 
-    def _group_bags(self, kb: KeyedBags, feats: list[str]) -> Bags:
-        """The ``F * N`` bags of one group's features as one lookup of its parameter: indices
-        shifted by their table's first row, padding dropped, ``mean``/``sqrtn`` folded into
-        per-entry weights (the same weights ``lookup_linear`` folds for one table)."""
+    def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
+                    tables: TableReader) -> Bags:
+        """The ``F * N`` bags of one group's features as one lookup of its parameter (of
+        ``dtype``): indices shifted by their table's first row, padding dropped,
+        ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
+        folds for one table)."""
+        places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
-        dtype = self.table_groups[self._places[self._table_of[feats[0]]].group].dtype
         any_weights = kb.weights is not None or any(
-            self._places[self._table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
+            places[table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
         for f in feats:
-            _, off, cfg = self._places[self._table_of[f]]
-            bags = self._checked(kb, f)
+            _, off, cfg = places[table_of[f]]
+            bags = self._checked(kb, f, tables)
             if cfg.padding_idx is not None:
                 bags = bags.drop_index(cfg.padding_idx)
             indices.append(bags.indices.long() + off if off else bags.indices.long())
@@ -239,7 +254,7 @@ class PlanLookup:
         recording = torch.compiler.is_compiling()
         found = None if recording else self._layouts.get((device, n))
         if found is None:
-            plan = self._collection_plan
+            plan = self.plan
             both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
                                  for f in plan.feature_names], device=device)
             place = None if len(plan.groups) == 1 else torch.stack(
@@ -251,15 +266,15 @@ class PlanLookup:
                 self._layouts[(device, n)] = found
         return found
 
-    def _shifted(self, kb: KeyedBags) -> torch.Tensor | Bags | None:
+    def _shifted(self, kb: KeyedBags, tables: TableReader) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
-        :attr:`feature_names`) checked and shifted to the rows of the groups' parameters in one
+        the plan's features) checked and shifted to the rows of the groups' parameters in one
         pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
         group after group (the ``(N, F)`` rows for one group); else the batch's bags with
         shifted indices. None for any other batch (each group then builds its own)."""
-        if not self._plain or kb.weights is not None or kb.keys() != self.feature_names:
-            return None
         feats = self.feature_names
+        if not self.plan.plain or kb.weights is not None or kb.keys() != feats:
+            return None
         shift, limit, place = self._layout(kb.device, kb.batch_size)
         found: torch.Tensor | int | None = None
         if not torch.compiler.is_compiling() and kb.values.numel() == kb.offsets.numel() - 1:
@@ -271,7 +286,7 @@ class PlanLookup:
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
             starts = kb.offsets[::kb.batch_size].tolist()
             self._checked(kb, feats[next(f for f in range(len(feats))
-                                         if found < starts[f + 1])])
+                                         if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
         return found
 

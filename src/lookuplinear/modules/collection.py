@@ -35,7 +35,7 @@ from ..ids.idmap import IdMap
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from ..storage.tables import attach, drawn_eagerly, refuse_assign, storage_of
-from .batched import PlanLookup
+from .batched import BatchedLookup
 from .collection_base import CollectionBase, table_bags, weighted_as
 from .layer import LookupLinear, init_weight_
 from .plan import plan_collection
@@ -45,7 +45,7 @@ from .table_files import file_table
 __all__ = ["LookupCollection", "TableConfig", "weighted_as"]
 
 
-class LookupCollection(PlanLookup, CollectionBase):
+class LookupCollection(CollectionBase):
     """Many categorical features in one module: each feature's bags pooled through its table.
 
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
@@ -128,22 +128,9 @@ class LookupCollection(PlanLookup, CollectionBase):
         self.tables = tables
         self.sparse = sparse
         self.is_weighted = is_weighted
-        self._table_of = plan.table_of
         self.feature_names = list(plan.feature_names)
-        self._places = plan.places
-        self._dims = list(plan.dims)
-        self._index = {f: i for i, f in enumerate(self.feature_names)}
-        self._groups = [(g, list(group.features)) for g, group in enumerate(plan.groups)]
-        self._positions = [torch.tensor(group.positions) for group in plan.groups]
-        self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
-        self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
-                      for g, group in enumerate(plan.groups)}
-        self._feature_cols = list(plan.columns)
-        self._feature_group = list(plan.feature_group)
-        self._segments: dict[Any, tuple[int, ...]] = {}
-        self._layouts: dict[Any, Any] = {}
-        self._plain = plan.plain
-        self._width = plan.width
+        #: how the plan is run: its tensors and caches (no module state)
+        self._lookup_plan = BatchedLookup(plan)
         self.id_maps = nn.ModuleDict({
             t.name: IdMap(t.num_embeddings, fallback_rows=t.fallback_rows or 1,
                           admit_after=t.admit_after or 1, key_type=t.key_type)
@@ -151,7 +138,6 @@ class LookupCollection(PlanLookup, CollectionBase):
         })
         self._mapped: dict[str, torch.Tensor] | None = None
         stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
-        self._stored = frozenset(stored)
         self.table_groups = nn.ParameterList(
             file_table(stored[g], group.dtype, device) if g in stored else
             nn.Parameter(hugepages.empty(group.rows, group.dim, dtype=group.dtype,
@@ -196,7 +182,7 @@ class LookupCollection(PlanLookup, CollectionBase):
         """Draw the rows no lookup has drawn yet of every table in a file: what is exported
         reads every row, as a lookup of each would, so that every export equals the
         collection."""
-        for g in self._stored:
+        for g in self._lookup_plan.stored:
             storage = storage_of(self.table_groups[g])
             assert storage is not None
             storage.materialize_all()
@@ -378,7 +364,7 @@ class LookupCollection(PlanLookup, CollectionBase):
     def _drawn(self, g: int, input: Any) -> Any:
         """Group ``g``'s input, with its new rows drawn first when the group is a table in a
         file (an eager call: a graph break inside a compiled graph). The lookup draws none."""
-        if g in self._stored:
+        if g in self._lookup_plan.stored:
             storage = storage_of(self.table_groups[g])
             assert storage is not None
             return drawn_eagerly(storage, input)
@@ -412,14 +398,14 @@ class LookupCollection(PlanLookup, CollectionBase):
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         self._mapped = self._map_ids(kb) if len(self.id_maps) else None
         try:
-            values = self._lookup(kb)
+            values = self._lookup_plan.lookup(kb, self.table_groups, self.sparse, self)
         finally:
             self._mapped = None
         # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
         dtype = torch.float32
         for w in self.table_groups:
             dtype = torch.promote_types(dtype, w.dtype)
-        return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
+        return KeyedTensor(self.feature_names, list(self._collection_plan.dims), values.to(dtype))
 
     def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
         """The rows of every feature of a ``hashing="map"`` table: one map call per table (its

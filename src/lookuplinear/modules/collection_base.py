@@ -20,7 +20,7 @@ from ..ids.idmap import IdMap
 from ..ops import mode_weights
 from ..sparse.bags import Bags
 from ..sparse.keyed import KeyedBags, KeyedTensor
-from .plan import CollectionPlan
+from .plan import CollectionPlan, TablePlace
 from .table_config import TableConfig
 
 __all__ = ["CollectionBase", "table_bags", "weighted_as"]
@@ -38,6 +38,16 @@ class CollectionBase(nn.Module):
     feature_names: list[str]
     is_weighted: bool | None
     _collection_plan: CollectionPlan
+
+    @property
+    def _places(self) -> Mapping[str, TablePlace]:
+        """Each table's place (group, first row, config), as the plan lays them out."""
+        return self._collection_plan.places
+
+    @property
+    def _table_of(self) -> Mapping[str, str]:
+        """The table each feature reads."""
+        return self._collection_plan.table_of
 
     def forward(
         self, features: KeyedBags | Mapping[str, torch.Tensor]

@@ -100,9 +100,6 @@ class QuantizedLookupCollection(CollectionBase):
         #: the collection's ``is_weighted`` (whether a batch's weights scale its rows)
         self.is_weighted = collection.is_weighted
         self._collection_plan = collection._collection_plan
-        self._configs = {t.name: t for t in collection.tables}
-        self._table_of = dict(collection._collection_plan.table_of)
-        self._dims = list(collection._collection_plan.dims)
         layers: dict[str, nn.Module] = {}
         #: the dtype each table computes in (a quantized one: float32), for qr's mode weights
         self._weight_dtype: dict[str, torch.dtype] = {}
@@ -154,8 +151,9 @@ class QuantizedLookupCollection(CollectionBase):
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         """Every feature pooled through its quantized table, feature by feature."""
         blocks = []
+        places, table_of = self._places, self._table_of
         for f in self.feature_names:
-            cfg = self._configs[self._table_of[f]]
+            cfg = places[table_of[f]].config
             layer = self.layers[cfg.name]
             id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
             bags = table_bags(cfg, kb[f], id_map=id_map, dtype=self._weight_dtype[cfg.name],
@@ -166,11 +164,11 @@ class QuantizedLookupCollection(CollectionBase):
         values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
         # float16 and bfloat16 tables give float32, as the float collection and TorchRec's
         dtype = torch.promote_types(values.dtype, torch.float32)
-        return KeyedTensor(self.feature_names, self._dims, values.to(dtype))
+        return KeyedTensor(self.feature_names, list(self._collection_plan.dims), values.to(dtype))
 
     @torch.no_grad()
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
-        cfg = self._configs[self._table_of[feature]]
+        cfg = self._places[self._table_of[feature]].config
         if cfg.hashing != "map" and (not isinstance(x, torch.Tensor) or
                                      x.dtype.is_floating_point or x.dtype == torch.bool):
             raise InputTypeError(
