@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_text  # the datasets and their split
 
+from lookuplinear.report.machine import format_machine, machine_info
+
 FASTTEXT = (
     "import fasttext, sys; m = fasttext.train_supervised(sys.argv[1], dim=10, epoch=5, "
     "wordNgrams=2, bucket=2000000, minCount=1, thread=int(sys.argv[3]), verbose=0); "
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     ll = str(Path(sys.executable).parent / "lookuplinear")
     print("| dataset | threads | lookuplinear train s | fastText train s | ratio | start s | "
           "ratio without start | lookuplinear P@1 | fastText P@1 |\n"

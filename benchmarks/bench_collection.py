@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lookuplinear import KeyedBags, LookupCollection, LookupLinear, TableConfig, hugepages, optim
+from lookuplinear.report.machine import format_machine, machine_info
 
 #: the Criteo Kaggle features' cardinalities, as DLRM's data loader counts them
 CRITEO = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch threads for every method (default: torch's choice, one per core)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [max(1, int(r * args.scale)) for r in CRITEO]

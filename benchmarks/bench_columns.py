@@ -32,6 +32,7 @@ import pandas as pd
 import torch
 
 from lookuplinear import KeyedBags, LookupCollection, TableConfig, optim
+from lookuplinear.report.machine import format_machine, machine_info
 
 SIZES = {"user": 100_000, "item": 50_000, "tags": 1_000, "history": 50_000}
 
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
+    print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     df = frame(args.rows, rng)

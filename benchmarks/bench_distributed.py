@@ -33,6 +33,7 @@ from torch import nn
 
 from lookuplinear import KeyedBags, LookupCollection, TableConfig, optim
 from lookuplinear.parallel import DistributedDataParallel, shard_collection
+from lookuplinear.report.machine import format_machine, machine_info
 
 N_TABLES = 8
 
@@ -77,6 +78,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
+    print(f"machine: {format_machine(machine_info())}")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)

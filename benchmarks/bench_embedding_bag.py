@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from lookuplinear import EmbeddingBag, LookupLinear
+from lookuplinear.report.machine import format_machine, machine_info
 
 MODELS = ("nn.EmbeddingBag", "lookuplinear.EmbeddingBag", "LookupLinear")
 
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                    help="torch.set_num_threads (default: PyTorch's); 1 on a shared machine")
     p.add_argument("--json", action="store_true", help="print the times as JSON")
     a = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     if a.threads:
         torch.set_num_threads(a.threads)
     out = run(a.rows, a.dim, a.bags, a.bag_size, a.repeats, a.warmup, a.sample_ms)

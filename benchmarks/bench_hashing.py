@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from lookuplinear import IdMap, KeyedBags, LookupCollection, TableConfig, optim
+from lookuplinear.report.machine import format_machine, machine_info
 
 SHIFT = 10**15
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--skip-speed", action="store_true")
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     data = movielens()
     print(f"MovieLens 100k: {len(np.unique(data[0]))} users, {len(np.unique(data[1]))} movies, "
           f"{int(data[3].sum())} train / {int((~data[3]).sum())} test ratings, "

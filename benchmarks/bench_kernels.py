@@ -47,6 +47,7 @@ from lookuplinear.ops import (
     update_rows,
     use_backend,
 )
+from lookuplinear.report.machine import format_machine, machine_info
 
 OPTIMIZERS = {"sgd": optim.SGD, "rowwise_adagrad": optim.RowWiseAdagrad, "adam": optim.Adam}
 FUSED = ("rowwise_adagrad", "adam")
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-hugepages", dest="huge", action="store_false",
                    help="table and state on ordinary 4 KiB pages")
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
     huge = hugepages.enabled()
     hugepages.set_enabled(huge and args.huge)  # read when the tables are allocated

@@ -29,8 +29,11 @@ import bench_text  # the datasets and their split
 def main() -> int:
     import fasttext
 
+    from lookuplinear.report.machine import format_machine, machine_info
     from lookuplinear.sklearn import LookupClassifier, load_model, save_model
     from lookuplinear.text import FastTextVectorizer
+
+    print(f"machine: {format_machine(machine_info())}")
 
     print("| dataset | rows touched | lookuplinear MB | fastText .bin MB | lookuplinear load s | "
           "fastText load s |\n|---|---|---|---|---|---|")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 import warnings
@@ -36,6 +35,7 @@ from torch import nn
 
 from lookuplinear import LookupLinear, optim
 from lookuplinear.ops import use_backend
+from lookuplinear.report.machine import format_machine, machine_info
 
 Step = Callable[[], None]
 LR = 0.01
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     init = torch.randn(args.rows, args.dim)
     report: dict[str, Any] = {
         "command": "python benchmarks/bench_optim.py " + " ".join(args.argv),
-        "machine": machine(),
+        "machine": machine_info(),
         "shape": {"rows": args.rows, "dim": args.dim, "batch": args.batch, "bag": args.bag},
         "fbgemm_agreement": fbgemm_agreement(),
         "dists": {},
@@ -297,21 +297,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
-
-
 def print_report(report: dict[str, Any]) -> None:
-    m = report["machine"]
-    print(f"{m['cpu']}, {m['cores']} cores, {m['torch_threads']} torch threads, torch "
-          f"{m['torch']}, Python {m['python']}")
+    print(f"machine: {format_machine(report['machine'])}")
     s = report["shape"]
     print(f"table {s['rows']:,} x {s['dim']}, batch {s['batch']:,} bags x {s['bag']} indices")
     if report["fbgemm_agreement"]:

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from lookuplinear import Bags, LookupLinear
+from lookuplinear.report.machine import format_machine, machine_info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     layer = LookupLinear(args.rows, args.dim, bias=False).eval()

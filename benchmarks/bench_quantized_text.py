@@ -43,8 +43,11 @@ import bench_text  # the datasets and their split
 def main() -> int:
     import fasttext
 
+    from lookuplinear.report.machine import format_machine, machine_info
     from lookuplinear.sklearn import LookupClassifier, save_model
     from lookuplinear.text import FastTextVectorizer
+
+    print(f"machine: {format_machine(machine_info())}")
 
     print("| dataset | model | test accuracy | file MB |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

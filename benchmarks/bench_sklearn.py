@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_text  # the text loaders and their preprocessing
 
+from lookuplinear.report.machine import format_machine, machine_info
+
 
 def _clothing(column: str) -> tuple[list[str], np.ndarray]:
     import pyarrow.parquet as pq
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation", action="store_true")
     p.add_argument("--out", type=Path, default=Path("out/bench-sklearn"))
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
     results = {name: run(name, args) for name in args.datasets}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
+from lookuplinear.report.machine import format_machine, machine_info
 from lookuplinear.storage.tables import storage_of
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the file table behind an IdMap (TableConfig(hashing='map', storage=)): "
                         "rows given in first-seen order, so new rows are contiguous")
     args = p.parse_args(argv)
+    print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
     ram = _meminfo("MemTotal")
     row_bytes = args.dim * 4

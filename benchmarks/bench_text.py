@@ -59,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from lookuplinear.report.machine import format_machine, machine_info
+
 Fit = Callable[[], tuple[Callable[[], np.ndarray], Callable[[], int]]]
 
 #: threads -> how often fastText stopped with "Encountered NaN."; the failed runs' time is left
@@ -449,6 +451,7 @@ def main() -> None:
                    help="only the validation accuracy of LookupClassifier at fastText's "
                    "settings for each optimizer and learning rate, e.g. adagrad:0.5")
     s = p.parse_args()
+    print(f"machine: {format_machine(machine_info())}")
     s.linear_params = {"loss": "log_loss", "solver": "adam", "learning_rate_init": 0.01,
                        "batch_size": 64, "max_iter": 5, "random_state": 0}
     # row-wise Adagrad, lr 0.2: chosen over Adagrad lr 0.5 (and row-wise lr 0.1 / 0.5) on the

@@ -17,11 +17,17 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def load(name: str) -> ModuleType:
+    """The example ``name`` as a module, importing its sibling examples as running it does
+    (a script's folder is on ``sys.path``), in any test order."""
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXAMPLES))
     return module
 
 
