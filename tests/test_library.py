@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import lookuplinear.ops.library as library
-from lookuplinear.errors import LookupIndexError
+from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ids.hashing import hash_ids
 from lookuplinear.ops import _idmap, segment_triples
 from lookuplinear.ops.autograd import in_feature_order
@@ -222,6 +222,22 @@ def test_mode_weights_equals_twin(sqrt: bool, weighted: bool) -> None:
     with FakeTensorMode():
         assert ops.mode_weights(torch.empty(4, dtype=torch.long), None, sqrt, torch.float64,
                                 7).shape == (7,)
+
+
+@pytest.mark.parametrize("offsets", [[0, 2, 9], [0, 3, 1], [1, 2, 4], [0, 2, 3]],
+                         ids=["past the end", "decreasing", "not from 0", "short of the end"])
+def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[int]) -> None:
+    """Where a recorded graph runs (the eager path has checked them before): offsets that do
+    not cover the entries exactly are refused, not read past the indices by the C kernels."""
+    weight, idx = torch.rand(10, 3), torch.tensor([1, 2, 3, 4])
+    off = torch.tensor(offsets)
+    for call in (lambda: ops.bag_max(weight, idx, off),
+                 lambda: ops.bag_max_backward(torch.ones(2, 3), weight, idx, off),
+                 lambda: ops.mode_weights(off, None, False, torch.float32, 4)):
+        with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
+            call()
+    with pytest.raises(InputValueError, match="one value per entry, 4; got 3"):
+        ops.mode_weights(torch.tensor([0, 2, 4]), torch.ones(3), False, torch.float32, 4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

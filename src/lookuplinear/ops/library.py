@@ -45,12 +45,12 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from ..errors import LookupIndexError
+from ..errors import InputValueError, LookupIndexError
 from ..ids.hashing import hash_ids
 from . import _bagmax, _idmap
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
-from ._inputs import _torch_mode_weights
+from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows
 
@@ -320,6 +320,19 @@ def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
 # ---- bag_max -------------------------------------------------------------------------------
 
 
+def _check_offsets(op: str, offsets: torch.Tensor, nnz: int) -> None:
+    """Raise :class:`InputValueError` unless ``offsets`` are CSR offsets of ``nnz`` entries
+    (the C kernels read the entries they name). Eager calls have checked them already; a
+    recorded graph checks them here, where it runs."""
+    if not offsets_ok(offsets, nnz):
+        head = offsets.reshape(-1)[:8].tolist()
+        raise InputValueError(
+            f"lookuplinear::{op}: offsets must start at 0, never decrease and end at the "
+            f"number of entries, {nnz}; got {head}{' ...' if offsets.numel() > 8 else ''} "
+            f"({offsets.numel()} offsets). Build the batch with Bags or KeyedBags (they "
+            "check it), or give lengths instead of offsets.")
+
+
 def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                   ) -> torch.Tensor:
     return torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[0]
@@ -328,6 +341,8 @@ def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
 def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                  ) -> torch.Tensor:
     c = _bagmax.c_operands(weight, indices, offsets)
+    if c is not None:
+        _check_offsets("bag_max", c[1], c[0].numel())
     try:
         return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
             weight, *c)[0]
@@ -361,6 +376,7 @@ def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: tor
     c = _bagmax.c_operands(weight, indices, offsets)
     if c is None or grad.dtype != weight.dtype:
         return _bag_max_backward_twin(grad, weight, indices, offsets)
+    _check_offsets("bag_max_backward", c[1], c[0].numel())
     _, arg = _bagmax.bag_max_c(weight, *c)
     return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
 
@@ -400,7 +416,13 @@ def _mode_weights_twin(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt
 
 def _mode_weights_cpu(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
-    return _mode_weights(offsets, weights, sqrt, dtype)
+    if offsets.numel() > 0:
+        _check_offsets("mode_weights", offsets, nnz)
+    if weights is not None and weights.numel() != nnz:
+        raise InputValueError(
+            f"lookuplinear::mode_weights: weights must hold one value per entry, {nnz}; got "
+            f"{weights.numel()}. Give per-entry weights as long as the indices.")
+    return _mode_weights(offsets, weights, sqrt, dtype, nnz)
 
 
 LIB.impl("mode_weights", _mode_weights_cpu, "CPU")
