@@ -47,6 +47,7 @@ SCALARS: dict[str, tuple[str, ...]] = {
              "l2", "decay"),
 }
 _N_SCALARS = 8  # the C side's array: every kernel's scalars, zero-padded
+_SCALAR_NAMES = {k: frozenset(v) for k, v in SCALARS.items()}
 
 
 @dataclass(frozen=True)
@@ -168,12 +169,13 @@ def scalars(kernel: str, values: Mapping[str, float]) -> list[float]:
     reads them: ``_N_SCALARS`` doubles (a float32 scalar is exact as a double, converted in
     C). Raises ``ValueError`` naming the missing or unknown names."""
     names = SCALARS[kernel]
-    if len(values) != len(names) or any(n not in values for n in names):
+    if values.keys() != _SCALAR_NAMES[kernel]:
         missing = [n for n in names if n not in values]
         unknown = [n for n in values if n not in names]
         raise ValueError(f"the {kernel} kernel reads the scalars {names}; missing {missing}, "
                          f"unknown {unknown}")
-    return [float(values[n]) for n in names] + [0.0] * (_N_SCALARS - len(names))
+    # map, not a comprehension: this runs for every table in every fused step
+    return [*map(float, map(values.__getitem__, names))] + [0.0] * (_N_SCALARS - len(names))
 
 
 def ptr(t: torch.Tensor | None) -> int | None:
