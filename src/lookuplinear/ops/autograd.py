@@ -28,7 +28,7 @@ from ..storage.rowwatch import notify
 from ._bagmax import bag_max_c, bag_max_grad_c, c_operands
 from ._columns import deinterleave, interleave, segment_tensor, split_blocks
 from ._rows import gather_rows, group_rows
-from .library import routed
+from .library import entry_grads, per_sample_weights_grad, routed
 
 __all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
            "row_sparse_grad", "weight_grad"]
@@ -41,29 +41,6 @@ def row_sparse_grad(
     return torch.sparse_coo_tensor(
         rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False
     )
-
-
-def _bag_ids(offsets: torch.Tensor) -> torch.Tensor:
-    lengths = offsets[1:] - offsets[:-1]
-    return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device), lengths)
-
-
-def _differentiable_grad(
-    g: torch.Tensor, shape: tuple[int, ...], indices: torch.Tensor,
-    offsets: torch.Tensor | None, per_sample_weights: torch.Tensor | None,
-    padding_idx: int | None,
-) -> torch.Tensor:
-    """The weight gradient built from torch ops on ``g``, for ``create_graph=True``: an
-    uncoalesced COO tensor (one row per entry) whose values keep their graph, as
-    ``nn.Embedding(sparse=True)``'s do."""
-    idx = indices.reshape(-1).long()
-    contrib = g if offsets is None else g.index_select(0, _bag_ids(offsets))
-    if per_sample_weights is not None:
-        contrib = contrib * per_sample_weights.to(g.dtype).unsqueeze(1)
-    if padding_idx is not None:
-        keep = idx != padding_idx
-        idx, contrib = idx[keep], contrib[keep]
-    return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
 
 
 def weight_grad(
@@ -79,7 +56,7 @@ def weight_grad(
     shape = tuple(weight.shape)
     fused = binding(param)
     if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
-        return _differentiable_grad(g, shape, indices, offsets, per_sample_weights, padding_idx)
+        return entry_grads(indices, offsets, per_sample_weights, padding_idx, g, shape)
     if fused is not None and fused.defer((indices, offsets, per_sample_weights, padding_idx), g):
         # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
         # checkpoint) here which rows the fused update changes
@@ -129,11 +106,8 @@ class _BagLookup(torch.autograd.Function):
         indices = indices.reshape(-1)
         grad_weight = grad_weights = None
         if weights is not None and ctx.needs_input_grad[3]:
-            w_rows = weight.index_select(0, indices)
-            grad_weights = (g.index_select(0, _bag_ids(offsets)) * w_rows).sum(1)
-            if ctx.padding_idx is not None:
-                grad_weights = grad_weights.masked_fill(indices == ctx.padding_idx, 0)
-            grad_weights = grad_weights.to(weights.dtype)
+            grad_weights = per_sample_weights_grad(g, weight, indices, offsets, weights.dtype,
+                                                   ctx.padding_idx)
         if ctx.needs_input_grad[0]:
             grad_weight = weight_grad(ctx.param, weight, g, indices, offsets, weights,
                                       ctx.padding_idx)

@@ -54,7 +54,8 @@ from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows
 
-__all__ = ["decompositions", "idmap_find", "idmap_rows", "mode_weights", "routed"]
+__all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
+           "per_sample_weights_grad", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -147,7 +148,8 @@ def _bag_lookup_fake(weight: torch.Tensor, indices: torch.Tensor,
 
 
 def _bag_ids(offsets: torch.Tensor, nnz: int) -> torch.Tensor:
-    """The bag of every entry, for CSR ``offsets`` over ``nnz`` entries."""
+    """The bag of every entry, for CSR ``offsets`` over ``nnz`` entries (given: a recorded
+    graph then knows the result is as long as the indices)."""
     lengths = offsets[1:] - offsets[:-1]
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device),
                                    lengths, output_size=nnz)
@@ -170,6 +172,19 @@ def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
     return torch.ops.aten.embedding_backward(contrib, idx, shape[0], padding_idx, False, True)
 
 
+def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                            offsets: torch.Tensor, dtype: torch.dtype,
+                            padding_idx: int | None) -> torch.Tensor:
+    """The gradient of a weighted sum lookup (CSR ``offsets``, 1-D ``indices``) with respect
+    to its per-entry weights: ``d out[b] / d weights[e] = g[b] . weight[indices[e]]``, 0 for a
+    padding entry, in ``dtype``."""
+    grad = (g.index_select(0, _bag_ids(offsets, indices.numel()))
+            * weight.index_select(0, indices)).sum(1)
+    if padding_idx is not None:
+        grad = grad.masked_fill(indices == padding_idx, 0)
+    return grad.to(dtype)
+
+
 def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any],
                       output: torch.Tensor) -> None:
     weight, indices, offsets, weights, padding_idx = inputs
@@ -190,13 +205,10 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     grad_weight = grad_weights = None
     if ctx.needs_input_grad[0]:
         grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
-    if table:  # d out[b] / d weights[e] = weight[indices[e]] (0 for a padding entry)
+    if table:
         assert offsets is not None
-        grad_weights = (g.index_select(0, _bag_ids(offsets, idx.numel()))
-                        * table[0].index_select(0, idx)).sum(1)
-        if ctx.padding_idx is not None:
-            grad_weights = grad_weights.masked_fill(idx == ctx.padding_idx, 0)
-        grad_weights = grad_weights.to(weights.dtype)
+        grad_weights = per_sample_weights_grad(g, table[0], idx, offsets, weights.dtype,
+                                               ctx.padding_idx)
     return grad_weight, None, None, grad_weights, None
 
 
