@@ -23,13 +23,13 @@ from ..functional import lookup_linear
 from ..ops import (
     bag_sum_into,
     gather_into,
-    mode_weights,
     one_id_rows,
     segment_tensor,
     segment_triples,
     shifted_rows,
 )
 from ..ops.autograd import GroupLookups, in_feature_order
+from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan

@@ -17,7 +17,7 @@ from torch import nn
 from ..errors import InputTypeError, InputValueError
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
-from ..ops import mode_weights
+from ..ops.library import mode_weights
 from ..sparse.bags import Bags
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from .plan import CollectionPlan, TablePlace
@@ -134,5 +134,5 @@ def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: tor
                 f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
                 "into them without a gradient. Use mode='sum', or detach the weights."
             )
-        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype)
+        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype, bags.indices.numel())
     return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))

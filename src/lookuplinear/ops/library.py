@@ -489,7 +489,7 @@ def mode_weights(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool
                  dtype: torch.dtype, nnz: int) -> torch.Tensor:
     """:func:`lookuplinear.ops.mode_weights` of bags of ``nnz`` entries (the operator's
     output size, which its offsets' values give only where they can be read)."""
-    return _mode_weights(offsets, weights, sqrt, dtype)
+    return _mode_weights(offsets, weights, sqrt, dtype, nnz)
 
 
 idmap_find = routed("idmap_find")(_idmap.find)

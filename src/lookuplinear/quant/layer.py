@@ -21,7 +21,7 @@ from .. import hugepages
 from ..errors import InputTypeError, InputValueError
 from ..functional import lookup_linear
 from ..modules.embedding_bag import EmbeddingBag, bag_input
-from ..ops import mode_weights
+from ..ops.library import mode_weights
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags
 from ..sparse.offsets import csr_offsets
@@ -181,7 +181,8 @@ class QuantizedLookupLinear(nn.Module):
         ):
             w = bags.weights
             if self.mode != "sum":
-                w = mode_weights(bags.offsets, w, self.mode == "sqrtn", torch.float32)
+                w = mode_weights(bags.offsets, w, self.mode == "sqrtn", torch.float32,
+                                 bags.indices.numel())
             out = getattr(torch.ops.quantized, _OPS[self.dtype][2])(
                 self.packed, bags.indices.long(), bags.offsets.long(), False, 0, False,
                 None if w is None else w.float(), None, True)
