@@ -695,3 +695,29 @@ def test_a_checkpoint_without_table_shapes_still_refuses_rows_past_the_table(
     same = LookupLinear(1000, 4, sparse=True)
     assert Checkpoint(tmp_path / "ckpt", same, optim.Adam(same.parameters(), lr=0.1)
                       ).restore() == {"step": 2}
+
+
+def test_a_failure_while_the_optimizer_state_is_built_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of memory while the second optimizer's state is built (after the first, a
+    torch.optim one, has loaded its own): both are given back what they held, and nothing of
+    the model was written."""
+    torch.manual_seed(0)
+    model = Model()
+    opts = [torch.optim.Adam(model.head.parameters(), lr=0.05),
+            optim.Adam(model.table.parameters(), lr=0.05)]
+    for step in range(2):
+        _step(model, opts, step)
+    Checkpoint(tmp_path / "ckpt", model, opts).save(step=1)
+    _step(model, opts, 2)
+    before = snapshot(model, *opts)
+
+    def no_memory(*args: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(optim.Adam, "_init_state", no_memory)
+    with pytest.raises(MemoryError):
+        Checkpoint(tmp_path / "ckpt", model, opts).restore()
+    assert_unchanged(before, model, *opts)
+    monkeypatch.undo()
+    assert Checkpoint(tmp_path / "ckpt", model, opts).restore() == {"step": 1}

@@ -19,7 +19,6 @@ from lookuplinear import (
     EmbeddingBag,
     IdMap,
     InputValueError,
-    KeyedBags,
     LookupCollection,
     LookupLinear,
     LookupLinearError,
