@@ -45,6 +45,17 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
         Naming every problem, each with the shape expected and the shape given.
     InputTypeError
         ``state_dict`` is not a mapping.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(10, 3)
+    >>> check_state_dict(layer, {"weight": torch.zeros(10, 3), "bias": torch.zeros(4)})
+    Traceback (most recent call last):
+        ...
+    lookuplinear.errors.StateDictError: LookupLinear.load_state_dict: the state dict does not fit
+    this module: bias: the state dict's is of shape (4,), this module's (3,). ...
+    >>> check_state_dict(layer, {"weight": torch.zeros(10, 3)}, strict=False)  # fits
     """
     if not isinstance(state_dict, Mapping):
         raise InputTypeError(

@@ -26,6 +26,13 @@ still there, or the new one. On :meth:`Checkpoint.restore` every segment's size 
 checked against the manifest before anything is loaded: a torn or damaged file is a
 ``ModelFileError``, never loaded.
 
+**All or nothing.** :meth:`Checkpoint.restore` checks everything it will write against the model
+and optimizers (every table's full shape and dtype, the other tensors, the optimizers' classes,
+groups and state tensors, the ``IdMap`` strings) and builds the optimizers' new state beside the
+old before it writes anything; what is left then are copies into tensors of checked shapes. A
+checkpoint that does not fit is a ``ModelFileError`` and changes nothing. A restore never
+resizes a table.
+
 **Compaction.** When the segments add up to more than ``compact_ratio`` times one segment of
 every row ever saved, the next save writes that one segment instead (the base of a new chain),
 so the chain's size stays within a constant factor of the rows training touched.
@@ -378,30 +385,39 @@ class Checkpoint:
             )
         segments = load_segments(self.path, manifest, former_names(self.module))
         self._check(segments)
-        staged = self._stage_optimizers(segments)
         last_meta, last = segments[-1]
-        # nothing was written up to here but the checked entries modules read themselves
-        # (an IdMap's strings, through its load: first, so that a module refusing them stops
-        # the restore before anything else is written); then copies into tensors of checked
-        # shapes
         registered = self._registered()
-        own = {name: last[f"whole/{name}"] for name, _ in self._whole_tensors()
-               if name not in registered}
-        if own:
-            try:
+        # nothing is written until the optimizers' state is built beside the one they hold and
+        # the checked entries that modules read themselves are loaded (an IdMap's strings,
+        # through its load); should either fail, every optimizer gets back what it held
+        held = [(opt.state, opt.param_groups, [dict(g) for g in opt.param_groups])
+                for opt in self.optimizers]
+        try:
+            staged = self._stage_optimizers(segments)
+            own = {name: last[f"whole/{name}"] for name, _ in self._whole_tensors()
+                   if name not in registered}
+            if own:
                 self.module.load_state_dict(own, strict=False)
-            except RuntimeError as e:
-                raise self._refusal(f"does not load into this model: {e}") from e
+        except BaseException as e:
+            for opt, (state, groups, values) in zip(self.optimizers, held, strict=True):
+                opt.__dict__.update(state=state, param_groups=groups)
+                for group, value in zip(groups, values, strict=True):
+                    group.clear()
+                    group.update(value)
+            if isinstance(e, LookupLinearError | RuntimeError):
+                raise self._refusal(f"does not load: {e}") from e
+            raise
+        # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():
                 RESETS.take(p)  # rows renewed since the save: the save holds their state
                 storage = storage_of(p)
                 if storage is not None:
                     storage.clear(state=False)  # the optimizers' state is the staged one
-            for opt, state in zip(self.optimizers, staged, strict=True):
-                if state is not None:
+            for opt, restored in zip(self.optimizers, staged, strict=True):
+                if restored is not None:
                     opt.state.clear()
-                    opt.state.update(state)
+                    opt.state.update(restored)
             for _, tensors in segments:
                 self._apply_rows(tensors)
             for name, t in self._whole_tensors():
@@ -582,29 +598,17 @@ class Checkpoint:
     def _stage_optimizers(self, segments: list[tuple[dict[str, Any], dict[str, torch.Tensor]]]
                           ) -> list[dict[torch.Tensor, dict[str, Any]] | None]:
         """The restored state of each ``lookuplinear.optim`` optimizer, built beside the one it
-        holds (None for the others, whose state ``load_state_dict`` sets here). Should any of
-        it fail, every optimizer is given back the state and groups it had."""
+        holds (None for the others, whose state their ``load_state_dict`` sets here, replacing
+        their state and groups by new objects: :meth:`restore` keeps the old ones)."""
         from ..optim._base import RowSparseOptimizer
 
-        held = [(opt.state, opt.param_groups, [dict(g) for g in opt.param_groups])
-                for opt in self.optimizers]
         staged: list[dict[torch.Tensor, dict[str, Any]] | None] = []
-        try:
-            for i, opt in enumerate(self.optimizers):
-                if isinstance(opt, RowSparseOptimizer):
-                    staged.append(self._staged_rowwise(i, opt, segments))
-                else:
-                    self._restore_whole(i, opt, segments[-1])
-                    staged.append(None)
-        except BaseException as e:
-            for opt, (state, groups, values) in zip(self.optimizers, held, strict=True):
-                opt.__dict__.update(state=state, param_groups=groups)
-                for group, value in zip(groups, values, strict=True):
-                    group.clear()
-                    group.update(value)
-            if isinstance(e, LookupLinearError):
-                raise self._refusal(f"does not load: {e}") from None
-            raise
+        for i, opt in enumerate(self.optimizers):
+            if isinstance(opt, RowSparseOptimizer):
+                staged.append(self._staged_rowwise(i, opt, segments))
+            else:
+                self._restore_whole(i, opt, segments[-1])
+                staged.append(None)
         return staged
 
     def _staged_rowwise(self, i: int, opt: Any,
