@@ -501,3 +501,223 @@ def test_a_checkpoint_of_a_collection_under_its_former_names_restores(
     for step in range(3, 5):
         _tables_step(fresh, fresh_opt, step)
     _assert_same(_bits(fresh, [fresh_opt]), _bits(model, [opt]))
+
+
+# ---------------------------------------------------------------------- all or nothing
+from unchanged import assert_unchanged, snapshot  # noqa: E402
+
+
+def _saved_layer(path: Path, rows: int = 1000, dtype: torch.dtype = torch.float32,
+                 opt: type[torch.optim.Optimizer] = optim.Adam) -> None:
+    layer = LookupLinear(rows, 4, sparse=True, dtype=dtype)
+    o = opt(layer.parameters(), lr=0.1)
+    layer(torch.tensor([3, 7, rows - 1])).sum().backward()
+    o.step()
+    Checkpoint(path, layer, o).save(step=2)
+
+
+def _trained(layer: nn.Module, opt: torch.optim.Optimizer) -> None:
+    """A step, so that the optimizer holds state a refused restore must keep."""
+    layer(torch.tensor([1, 2])).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize("rows", [2000, 500])
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_table_of_another_size_is_refused_before_anything_is_written(
+        tmp_path: Path, rows: int, in_file: bool) -> None:
+    """More rows than saved (rows 1000+ would keep their values) or fewer (row 999 has no
+    place): refused, naming the table and both shapes; the model and its optimizer are as they
+    were, to the bit."""
+    from lookuplinear import LookupLinearError
+
+    _saved_layer(tmp_path / "ckpt")
+    layer = LookupLinear(rows, 4, sparse=True, storage=tmp_path / "t" if in_file else None)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    _trained(layer, opt)
+    before = snapshot(layer, opt)
+    with pytest.raises(ModelFileError) as err:
+        Checkpoint(tmp_path / "ckpt", layer, opt).restore()
+    assert isinstance(err.value, LookupLinearError)
+    message = str(err.value)
+    assert "'weight'" in message and "(1000, 4)" in message and f"({rows}, 4)" in message
+    assert "Nothing was loaded" in message
+    assert_unchanged(before, layer, opt)
+
+
+def test_another_optimizer_class_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Saved with Adam, restored with Adagrad: refused before the weights are written."""
+    _saved_layer(tmp_path / "ckpt")
+    layer = LookupLinear(1000, 4, sparse=True)
+    opt = optim.Adagrad(layer.parameters(), lr=0.1)
+    _trained(layer, opt)
+    before = snapshot(layer, opt)
+    with pytest.raises(ModelFileError, match=r"Adam.*Adagrad.*Nothing was loaded"):
+        Checkpoint(tmp_path / "ckpt", layer, opt).restore()
+    assert_unchanged(before, layer, opt)
+    torch_opt = torch.optim.Adagrad(layer.parameters(), lr=0.1)   # a torch.optim one too
+    before = snapshot(layer, torch_opt)
+    with pytest.raises(ModelFileError, match="Adagrad"):
+        Checkpoint(tmp_path / "ckpt", layer, torch_opt).restore()
+    assert_unchanged(before, layer, torch_opt)
+
+
+def test_another_dtype_is_refused(tmp_path: Path) -> None:
+    _saved_layer(tmp_path / "ckpt", dtype=torch.float64)
+    layer = LookupLinear(1000, 4, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    before = snapshot(layer, opt)
+    with pytest.raises(ModelFileError, match=r"float64.*float32"):
+        Checkpoint(tmp_path / "ckpt", layer, opt).restore()
+    assert_unchanged(before, layer, opt)
+
+
+def test_other_optimizers_are_refused(tmp_path: Path) -> None:
+    """Fewer or more optimizers than saved, or an optimizer over other parameters."""
+    torch.manual_seed(0)
+    model = Model()
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    _step(model, [opt], 0)
+    Checkpoint(tmp_path / "ckpt", model, opt).save(step=0)
+    fresh = Model()
+    for opts, match in (
+            ([], "1 optimizer"),
+            ([optim.Adam(fresh.parameters(), lr=0.05), optim.SGD(fresh.parameters(), lr=0.1)],
+             "2"),
+            ([optim.Adam(fresh.table.parameters(), lr=0.05)], "head.weight")):
+        before = snapshot(fresh, *opts)
+        with pytest.raises(ModelFileError, match=match):
+            Checkpoint(tmp_path / "ckpt", fresh, opts).restore()
+        assert_unchanged(before, fresh, *opts)
+
+
+def test_a_collection_with_a_table_of_another_size_is_refused(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Tables(None, True)
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    _tables_step(model, opt, 0)
+    Checkpoint(tmp_path / "ckpt", model, opt).save(step=0)
+    other = Tables(None, True)
+    other.tables = LookupCollection(
+        [TableConfig("user", 60, 4, ["u"]), TableConfig("item", 50, 4, ["item"]),
+         TableConfig("tag", 30, 3, ["tag"])], sparse=True)
+    other_opt = optim.Adam(other.parameters(), lr=0.05)
+    _tables_step(other, other_opt, 0)
+    before = snapshot(other, other_opt)
+    with pytest.raises(ModelFileError, match=r"tables\.table_groups\.0.*\(100, 4\).*\(110, 4\)"):
+        Checkpoint(tmp_path / "ckpt", other, other_opt).restore()
+    assert_unchanged(before, other, other_opt)
+
+
+def test_id_maps_of_another_kind_are_refused(tmp_path: Path) -> None:
+    """A string map's checkpoint into an int map (its strings would be dropped and its keys read
+    as IDs), and the reverse: refused, nothing written."""
+    def model(key_type: str) -> LookupCollection:
+        torch.manual_seed(0)
+        return LookupCollection([TableConfig("ids", 20, 4, ["u"], hashing="map",
+                                             key_type=key_type)], sparse=True)
+
+    strs = model("str")
+    strs({"u": ["a", "b", "c"]})
+    Checkpoint(tmp_path / "s", strs).save()
+    ints = model("int")
+    ints({"u": torch.tensor([5, 6, 7])})
+    Checkpoint(tmp_path / "i", ints).save()
+    for target, path in ((model("int"), "s"), (model("str"), "i")):
+        target.train()
+        before = snapshot(target)
+        with pytest.raises(ModelFileError, match="key_"):
+            Checkpoint(tmp_path / path, target).restore()
+        assert_unchanged(before, target)
+
+
+def test_a_damaged_id_map_string_state_is_refused(tmp_path: Path) -> None:
+    """Strings that do not decode (a segment rewritten with a valid checksum): refused before the
+    tables are written."""
+    import hashlib
+
+    from safetensors.torch import load, save
+
+    from lookuplinear.storage.segments import metadata as _metadata
+
+    torch.manual_seed(0)
+    coll = LookupCollection([TableConfig("ids", 20, 4, ["u"], hashing="map", key_type="str")],
+                            sparse=True)
+    opt = optim.Adam(coll.parameters(), lr=0.1)
+    coll({"u": ["a", "b", "c"]})["u"].sum().backward()
+    opt.step()
+    Checkpoint(tmp_path / "ckpt", coll, opt).save()
+    manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
+    seg = manifest["segments"][-1]
+    data = (tmp_path / "ckpt" / seg["file"]).read_bytes()
+    tensors = load(data)
+    tensors["whole/id_maps.ids.key_strings"] = torch.tensor([0xFF, 0xFE, 0xFF], dtype=torch.uint8)
+    data = save(tensors, metadata=_metadata(data))
+    (tmp_path / "ckpt" / seg["file"]).write_bytes(data)
+    seg["bytes"], seg["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (tmp_path / "ckpt" / "MANIFEST.json").write_text(json.dumps(manifest))
+    fresh = LookupCollection([TableConfig("ids", 20, 4, ["u"], hashing="map", key_type="str")],
+                             sparse=True)
+    fresh_opt = optim.Adam(fresh.parameters(), lr=0.1)
+    before = snapshot(fresh, fresh_opt)
+    with pytest.raises(ModelFileError, match="IdMap"):
+        Checkpoint(tmp_path / "ckpt", fresh, fresh_opt).restore()
+    assert_unchanged(before, fresh, fresh_opt)
+
+
+def test_a_checkpoint_without_table_shapes_still_refuses_rows_past_the_table(
+        tmp_path: Path) -> None:
+    """Written before checkpoints recorded each table's shape: a row past the model's table is
+    refused, not an IndexError after half the writes."""
+    import hashlib
+
+    from safetensors.torch import load, save
+
+    from lookuplinear.storage.segments import metadata as _metadata
+
+    _saved_layer(tmp_path / "ckpt")
+    manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
+    for seg in manifest["segments"]:
+        data = (tmp_path / "ckpt" / seg["file"]).read_bytes()
+        meta = json.loads(_metadata(data)["checkpoint"])
+        meta.pop("shapes", None)
+        data = save(load(data), metadata={"checkpoint": json.dumps(meta)})
+        (tmp_path / "ckpt" / seg["file"]).write_bytes(data)
+        seg["bytes"], seg["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (tmp_path / "ckpt" / "MANIFEST.json").write_text(json.dumps(manifest))
+    layer = LookupLinear(500, 4, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    before = snapshot(layer, opt)
+    with pytest.raises(ModelFileError, match=r"row 999.*500 rows"):
+        Checkpoint(tmp_path / "ckpt", layer, opt).restore()
+    assert_unchanged(before, layer, opt)
+    same = LookupLinear(1000, 4, sparse=True)
+    assert Checkpoint(tmp_path / "ckpt", same, optim.Adam(same.parameters(), lr=0.1)
+                      ).restore() == {"step": 2}
+
+
+def test_a_failure_while_the_optimizer_state_is_built_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of memory while the second optimizer's state is built (after the first, a
+    torch.optim one, has loaded its own): both are given back what they held, and nothing of
+    the model was written."""
+    torch.manual_seed(0)
+    model = Model()
+    opts = [torch.optim.Adam(model.head.parameters(), lr=0.05),
+            optim.Adam(model.table.parameters(), lr=0.05)]
+    for step in range(2):
+        _step(model, opts, step)
+    Checkpoint(tmp_path / "ckpt", model, opts).save(step=1)
+    _step(model, opts, 2)
+    before = snapshot(model, *opts)
+
+    def no_memory(*args: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(optim.Adam, "_init_state", no_memory)
+    with pytest.raises(MemoryError):
+        Checkpoint(tmp_path / "ckpt", model, opts).restore()
+    assert_unchanged(before, model, *opts)
+    monkeypatch.undo()
+    assert Checkpoint(tmp_path / "ckpt", model, opts).restore() == {"step": 1}

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
         LookupIndexError,
         LookupLinearError,
         ModelFileError,
+        StateDictError,
         TrainingDivergedError,
         UnknownTokenError,
     )
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "LookupLinear": ".modules.layer",
     "LookupLinearError": ".errors",
     "ModelFileError": ".errors",
+    "StateDictError": ".errors",
     "QuantizedEmbeddingBag": ".quant.layer",
     "QuantizedLookupCollection": ".quant.collection",
     "QuantizedLookupLinear": ".quant.layer",
@@ -114,6 +116,7 @@ __all__ = [
     "QuantizedEmbeddingBag",
     "QuantizedLookupCollection",
     "QuantizedLookupLinear",
+    "StateDictError",
     "TableConfig",
     "TableStorage",
     "TrainingDivergedError",

@@ -28,6 +28,7 @@ __all__ = [
     "LookupIndexError",
     "LookupLinearError",
     "ModelFileError",
+    "StateDictError",
     "TrainingDivergedError",
     "UnknownTokenError",
 ]
@@ -59,6 +60,12 @@ class UnknownTokenError(LookupLinearError, KeyError):
 
 class ModelFileError(LookupLinearError, ValueError):
     """A model file is not a lookuplinear model: corrupt, truncated, or of another format."""
+
+
+class StateDictError(LookupLinearError, RuntimeError):
+    """A ``state_dict`` does not fit the module it is loaded into (a missing or unexpected key,
+    a tensor of another shape): refused before anything is copied. A ``RuntimeError`` too, as
+    ``nn.Module.load_state_dict`` raises."""
 
 
 class CheckpointNotFoundError(LookupLinearError, FileNotFoundError):

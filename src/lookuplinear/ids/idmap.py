@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
+from .._loading import AllOrNothingLoad
 from .._rowreset import RESETS
 from .._sizes import as_size
 from ..errors import InputValueError
@@ -27,7 +27,7 @@ __all__ = ["IdMap"]
 _STR_STATE = ("key_strings", "key_offsets", "key_codes", "key_next")
 
 
-class IdMap(nn.Module):
+class IdMap(AllOrNothingLoad):
     """A managed, collision-free map from int64 or string IDs to the rows of a table.
 
     Rows ``[0, fallback_rows)`` are shared fallback rows; the other ``capacity = num_embeddings -
@@ -313,13 +313,13 @@ class IdMap(nn.Module):
                                                          dtype=torch.int64)
         destination[prefix + "key_next"] = torch.tensor(self._next_key, dtype=torch.int64)
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
-                              local_metadata: dict[str, Any], strict: bool,
-                              missing_keys: list[str], unexpected_keys: list[str],
-                              error_msgs: list[str]) -> None:
+    def _strings(self, state_dict: dict[str, Any], prefix: str, missing_keys: list[str],
+                 unexpected_keys: list[str], error_msgs: list[str]
+                 ) -> tuple[list[str], tuple[dict[str, int], int] | None]:
+        """The string entries of ``state_dict`` (``_STR_STATE``) and the dictionary they hold
+        (None where there is none, or a message in ``error_msgs``); copies nothing."""
         names = [prefix + n for n in _STR_STATE]
         given = [n for n in names if n in state_dict]
-        rest = {k: v for k, v in state_dict.items() if k not in given}
         keys: tuple[dict[str, int], int] | None = None
         if self.key_type == "str" and len(given) < len(names):
             missing_keys.extend(n for n in names if n not in given)
@@ -331,12 +331,33 @@ class IdMap(nn.Module):
             unexpected_keys.extend(given)
             error_msgs.append(f"IdMap at {prefix!r} holds int IDs; the state has strings: it is "
                               "a key_type='str' map's. Build IdMap(..., key_type='str').")
+        return given, keys
+
+    def _check_state_entries(self, state_dict: dict[str, Any], prefix: str,
+                             local_metadata: dict[str, Any], strict: bool,
+                             missing_keys: list[str], unexpected_keys: list[str],
+                             error_msgs: list[str]) -> None:
+        """The strings checked (they decode, and the map holds strings) and taken out of
+        ``state_dict``, before a load copies anything
+        (:func:`lookuplinear._loading.check_state_dict`)."""
+        given, _ = self._strings(state_dict, prefix, [], [], error_msgs)
+        for name in given:
+            del state_dict[name]
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        given, keys = self._strings(state_dict, prefix, missing_keys, unexpected_keys,
+                                    error_msgs)
+        rest = {k: v for k, v in state_dict.items() if k not in given}
         n_errors = len(error_msgs)
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
-        if keys is not None and len(error_msgs) == n_errors:
-            self._keys, self._next_key = keys
-        self.evicted = torch.zeros(0, dtype=torch.int64)
+        if len(error_msgs) == n_errors:
+            if keys is not None:
+                self._keys, self._next_key = keys
+            self.evicted = torch.zeros(0, dtype=torch.int64)
 
 
 def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
@@ -344,6 +365,10 @@ def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
     """A string map's dictionary from its state (``_STR_STATE``: UTF-8 bytes, offsets, keys,
     next key), or None with a message in ``error_msgs`` where it does not hold together."""
     data, offsets, codes, nxt = state
+    if not all(isinstance(t, torch.Tensor) for t in state) or nxt.numel() != 1:
+        error_msgs.append("IdMap: the saved strings (key_strings, key_offsets, key_codes, "
+                          "key_next) are not one tensor each: the state is damaged.")
+        return None
     off = offsets.reshape(-1).tolist()
     if (data.dtype != torch.uint8 or data.dim() != 1 or len(off) != codes.numel() + 1
             or (off and (off[0] != 0 or off[-1] != data.numel()))
@@ -351,7 +376,7 @@ def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
         error_msgs.append("IdMap: the saved strings (key_strings, key_offsets, key_codes) do "
                           "not hold together: the state is damaged.")
         return None
-    raw = data.numpy().tobytes()
+    raw = data.cpu().numpy().tobytes()
     try:
         strs = [raw[a:b].decode("utf-8", "surrogatepass") for a, b in pairwise(off)]
     except UnicodeDecodeError:

@@ -431,6 +431,10 @@ class LookupCollection(CollectionBase):
     def extra_repr(self) -> str:
         return f"features={self.feature_names}, groups={len(self.table_groups)}"
 
+    def _check_state_entries(self, *args: Any) -> None:
+        """The per-table entries checked before a load copies anything (:func:`_check_tables`)."""
+        _check_tables(self, *args)
+
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
                        local_metadata: Any) -> None:
@@ -442,18 +446,79 @@ def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: 
         state[f"{prefix}embedding_bags.{name}.weight"] = groups[g][off : off + cfg.stored_rows]
 
 
+def _table_entries(module: LookupCollection, state: dict[str, Any], prefix: str
+                   ) -> tuple[dict[str, str], list[str], list[str]]:
+    """Each table's ``state_dict`` key, the keys ``state`` lacks, and a message for each entry
+    given that is not a tensor of its table's shape (``torch.cat`` of the group would crash
+    on it, or the group's shape hide which table it is)."""
+    keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
+    absent = [k for k in keys.values() if k not in state]
+    errors = []
+    for name, key in keys.items():
+        if key not in state:
+            continue
+        g, _, cfg = module._places[name]
+        shape = (cfg.stored_rows, module.table_groups[g].shape[1])
+        value = state[key]
+        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        if got != shape:
+            errors.append(f"{key}: table {name!r} is of shape {shape} in this collection, the "
+                          f"state dict's is {got}")
+    if absent and len(absent) < len(keys):
+        given = ", ".join(k for k in keys.values() if k not in absent)
+        errors.append(
+            f"the state dict has some of the tables ({given}) and not {', '.join(absent)}: "
+            "a collection loads every table or "
+            "none (its tables share group parameters). Load one table through its layer, "
+            "collection[name].load_state_dict({'weight': ...})"
+        )
+    return keys, absent, errors
+
+
 def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
-                            local_metadata: dict[str, Any], *args: Any) -> None:
+                            local_metadata: dict[str, Any], strict: bool,
+                            missing_keys: list[str], unexpected_keys: list[str],
+                            error_msgs: list[str]) -> None:
     """Per-table entries -> the group parameters they live in (missing tables: left missing);
     a table in a file loaded whole keeps the values (every row marked written)."""
-    keys = {name: f"{prefix}embedding_bags.{name}.weight" for name in module._places}
-    if not all(k in state for k in keys.values()):
+    keys, absent, errors = _table_entries(module, state, prefix)
+    if absent and not errors:
         return  # strict loading reports the missing keys (table_groups.<g>)
+    if errors:
+        error_msgs.extend(errors)
+        for key in keys.values():
+            state.pop(key, None)
+        return
     for g in range(len(module.table_groups)):
         names = [n for n, p in module._places.items() if p.group == g]
-        group = state[f"{prefix}table_groups.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        state[f"{prefix}table_groups.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
         storage = storage_of(module.table_groups[g])
         if storage is not None:
             refuse_assign(local_metadata, keys[names[0]])
-            if group.shape == module.table_groups[g].shape:  # else the load reports the mismatch
-                storage.mark_written()
+            storage.mark_written()
+
+
+def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
+                  local_metadata: dict[str, Any], strict: bool, missing_keys: list[str],
+                  unexpected_keys: list[str], error_msgs: list[str]) -> None:
+    """:func:`_tables_load_state_dict` without copying anything: the per-table entries checked
+    and replaced by placeholders of their groups' shapes (``meta`` tensors), for
+    :func:`lookuplinear._loading.check_state_dict`."""
+    keys, absent, errors = _table_entries(module, state, prefix)
+    if strict and absent:
+        missing_keys.extend(absent)
+        errors = [e for e in errors if not e.startswith("the state dict has some")]
+    error_msgs.extend(errors)
+    if len(absent) == len(keys):
+        if strict:  # reported by table; not again as their groups
+            for g, param in enumerate(module.table_groups):
+                state.setdefault(f"{prefix}table_groups.{g}",
+                                 torch.empty(param.shape, device="meta"))
+        return
+    for g, param in enumerate(module.table_groups):
+        names = [n for n, p in module._places.items() if p.group == g]
+        if storage_of(param) is not None:
+            refuse_assign(local_metadata, keys[names[0]])
+        state[f"{prefix}table_groups.{g}"] = torch.empty(param.shape, device="meta")
+    for key in keys.values():
+        state.pop(key, None)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from torch import nn
 
+from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
@@ -26,7 +26,7 @@ from .table_config import TableConfig
 __all__ = ["CollectionBase", "table_bags", "weighted_as"]
 
 
-class CollectionBase(nn.Module):
+class CollectionBase(AllOrNothingLoad):
     """The forward of a collection: a batch checked and sent to the pooled or unpooled path.
 
     Subclasses set :attr:`tables`, :attr:`feature_names`, :attr:`is_weighted` and the plan

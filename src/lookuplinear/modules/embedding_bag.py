@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from .._loading import AllOrNothingLoad
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError
 from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -23,7 +24,7 @@ from ..sparse.bags import Bags, check_index_range
 __all__ = ["EmbeddingBag"]
 
 
-class EmbeddingBag(nn.EmbeddingBag):
+class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     r"""``nn.EmbeddingBag`` computed by lookuplinear: a drop-in, with the same arguments and state.
 
     Dense equivalent: ``nn.Linear(num_embeddings, embedding_dim, bias=False)`` with

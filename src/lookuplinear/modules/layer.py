@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .. import hugepages
+from .._loading import AllOrNothingLoad
 from .._sizes import as_size
 from ..errors import InputValueError
 from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
@@ -45,7 +46,7 @@ def init_weight_(weight: torch.Tensor, init: Init, padding_idx: int | None) -> N
             weight[padding_idx].fill_(0)
 
 
-class LookupLinear(LayerConversions, nn.Module):
+class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
     r"""A linear layer whose input is categorical or sparse: ``y = densify(x) @ weight + bias``.
 
     Dense equivalent: ``nn.Linear(in_features, out_features)`` with ``linear.weight ==
@@ -332,6 +333,13 @@ class LookupLinear(LayerConversions, nn.Module):
                             keep_vars: bool) -> None:
         self._whole_table()
         super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _check_state_entries(self, state_dict: dict[str, Any], prefix: str,
+                             local_metadata: dict[str, Any], *args: Any) -> None:
+        """What :meth:`_load_from_state_dict` refuses, refused before a load copies anything
+        (:func:`lookuplinear._loading.check_state_dict`)."""
+        if self.storage is not None and prefix + "weight" in state_dict:
+            refuse_assign(local_metadata, prefix + "weight")
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],

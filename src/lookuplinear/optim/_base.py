@@ -200,15 +200,39 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             ``RowWiseAdagrad``'s per-row one). Nothing is loaded then.
         """
         state_dict = dict(state_dict)
-        saved_groups = state_dict.get("param_groups", [])
-        if len(saved_groups) == len(self.param_groups):
-            state_dict["param_groups"] = [self._loadable_group(saved, group)
-                                          for saved, group in zip(saved_groups, self.param_groups,
-                                                                  strict=True)]
-            self._check_state(state_dict)
+        state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))
+        self._check_state(state_dict)
         super().load_state_dict(state_dict)
         for p, state in self.state.items():
             self._loaded_state(p, state)
+
+    def _loadable_groups(self, saved: Any) -> list[dict[str, Any]]:
+        """A state dict's groups as this optimizer adopts them, or an error naming what does
+        not fit: their number, each one's number of parameters, its options."""
+        name = type(self).__name__
+        if not isinstance(saved, list | tuple) or not all(isinstance(g, dict) for g in saved):
+            raise InputValueError(
+                f"{name}.load_state_dict: the state dict's param_groups is "
+                f"{type(saved).__name__}, not a list of groups: it is not an optimizer's state "
+                "dict. Pass what optimizer.state_dict() returned. Nothing was loaded."
+            )
+        if len(saved) != len(self.param_groups):
+            raise InputValueError(
+                f"{name}.load_state_dict: the state dict has {len(saved)} parameter groups, "
+                f"this optimizer {len(self.param_groups)}: it is another optimizer's state. "
+                "Build the optimizer with the groups it was saved with. Nothing was loaded."
+            )
+        for i, (group, own) in enumerate(zip(saved, self.param_groups, strict=True)):
+            n = len(group.get("params", ()))
+            if n != len(own["params"]):
+                raise InputValueError(
+                    f"{name}.load_state_dict: the state dict's parameter group {i} has {n} "
+                    f"parameters, this optimizer's {len(own['params'])}: it is another "
+                    "model's or optimizer's state. Build the optimizer over the parameters it "
+                    "was saved with. Nothing was loaded."
+                )
+        return [self._loadable_group(group, own)
+                for group, own in zip(saved, self.param_groups, strict=True)]
 
     def _loadable_group(self, saved: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
         """``saved`` (a state dict's group) as this optimizer adopts it, or an error if it would
@@ -239,22 +263,45 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         return {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
 
     def _check_state(self, state_dict: dict[str, Any]) -> None:
-        """Refuse a state tensor of another shape than the one this class keeps for it."""
-        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
-        params = [p for g in self.param_groups for p in g["params"]]
-        for i, p in zip(saved_ids, params, strict=False):
-            state = state_dict.get("state", {}).get(i, {})
-            for key, shape in self._state_shapes(p).items():
-                value = state.get(key)
-                if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+        """Refuse a state tensor of another shape than the one this class keeps for it, a
+        state without a tensor this class needs, or a step that is not a count."""
+        name = type(self).__name__
+        saved = state_dict.get("state", {})
+        for group, own in zip(state_dict["param_groups"], self.param_groups, strict=True):
+            for i, p in zip(group["params"], own["params"], strict=True):
+                state = saved.get(i, {})
+                if not state:
+                    continue
+                for key, shape in self._state_shapes(p).items():
+                    value = state.get(key)
+                    if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+                        raise InputValueError(
+                            f"{name}.load_state_dict: the state {key!r} of a parameter of "
+                            f"shape {tuple(p.shape)} has shape {tuple(value.shape)}; {name} "
+                            f"keeps {shape}. It is another optimizer's or another model's "
+                            "state (torch.optim.Adagrad, for one, keeps a sum per element, "
+                            "RowWiseAdagrad one per row): load it into the optimizer and model "
+                            "it comes from. Nothing was loaded."
+                        )
+                lacking = [k for k in self._required_state(p, group)
+                           if not isinstance(state.get(k), torch.Tensor)]
+                step = state.get("step")
+                if lacking or not (step is None or isinstance(step, int) or (
+                        isinstance(step, torch.Tensor) and step.numel() == 1)):
+                    what = (f"has no {', '.join(lacking)}" if lacking
+                            else f"has a step of {step!r}, not a count")
                     raise InputValueError(
-                        f"{type(self).__name__}.load_state_dict: the state {key!r} of a "
-                        f"parameter of shape {tuple(p.shape)} has shape {tuple(value.shape)}; "
-                        f"{type(self).__name__} keeps {shape}. It is another optimizer's "
-                        "or another model's state (torch.optim.Adagrad, for one, keeps a sum "
-                        "per element, RowWiseAdagrad one per row): load it into the optimizer "
-                        "and model it comes from. Nothing was loaded."
+                        f"{name}.load_state_dict: the state of a parameter of shape "
+                        f"{tuple(p.shape)} {what} (its keys: {', '.join(map(str, state))}); "
+                        f"{name} with this group's options keeps "
+                        f"{', '.join(['step', *self._required_state(p, group)])}. It is "
+                        "another optimizer's state, or damaged: load it into the optimizer it "
+                        "comes from. Nothing was loaded."
                     )
+
+    def _required_state(self, p: torch.Tensor, group: dict[str, Any]) -> list[str]:
+        """The state tensors a started state of ``p`` holds under ``group``'s options."""
+        return list(self._state_shapes(p))
 
     def _loaded_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
         """One parameter's loaded state in this class's terms: an ``int`` step, no ``None``
@@ -292,11 +339,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         afresh."""
         raise NotImplementedError
 
-    def _row_state(self, p: torch.Tensor) -> list[str]:
-        """The keys of ``p``'s state held row by row (:meth:`_state_shapes`)."""
+    def _row_state(self, p: torch.Tensor, state: dict[str, Any] | None = None) -> list[str]:
+        """The keys of ``p``'s state (``state``, or the one this optimizer holds) held row by
+        row (:meth:`_state_shapes`)."""
         if p.dim() < 2:
             return []
-        state = self.state.get(p, {})
+        if state is None:
+            state = self.state.get(p, {})
         return [key for key in self._state_shapes(p) if isinstance(state.get(key), torch.Tensor)]
 
     def _layout(self, p: torch.Tensor) -> dict[str, Any]:
@@ -308,6 +357,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def _set_layout(self, p: torch.Tensor, layout: dict[str, Any] | None) -> None:
         """Lay ``p``'s state out as :meth:`_layout` described it (same values); ``None``: as
         ``torch.optim`` lays it out, which is what :meth:`load_state_dict` gives."""
+        if p in self.state:
+            self._lay_out(p, self.state[p], layout)
+
+    def _lay_out(self, p: torch.Tensor, state: dict[str, Any],
+                 layout: dict[str, Any] | None) -> None:
+        """:meth:`_set_layout` of ``state``, a state of ``p`` this optimizer may not hold yet
+        (a :class:`~lookuplinear.Checkpoint` builds the restored state beside the old one)."""
 
     def _group(self, p: torch.Tensor) -> dict[str, Any] | None:
         for group in self.param_groups:  # loops, not generators: this runs per table per step

@@ -150,8 +150,8 @@ class Adam(RowSparseOptimizer):
             return {}
         return {"paired": _is_paired(state["exp_avg"], state["exp_avg_sq"])}
 
-    def _set_layout(self, p: torch.Tensor, layout: dict[str, Any] | None) -> None:
-        state = self.state.get(p, {})
+    def _lay_out(self, p: torch.Tensor, state: dict[str, Any],
+                 layout: dict[str, Any] | None) -> None:
         if "exp_avg" in state:
             self._pair(p, state, bool((layout or {}).get("paired", False)))
 

@@ -81,6 +81,9 @@ class SGD(RowSparseOptimizer):
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"momentum_buffer": tuple(p.shape)}
 
+    def _required_state(self, p: torch.Tensor, group: dict[str, Any]) -> list[str]:
+        return ["momentum_buffer"] if group["momentum"] != 0 else []
+
     def _dense_update(
         self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
     ) -> None:

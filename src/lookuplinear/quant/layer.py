@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .. import hugepages
+from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
 from ..functional import lookup_linear
 from ..modules.embedding_bag import EmbeddingBag, bag_input
@@ -39,7 +40,7 @@ _OPS = {
 }
 
 
-class QuantizedLookupLinear(nn.Module):
+class QuantizedLookupLinear(AllOrNothingLoad):
     """A ``LookupLinear`` for inference whose table is quantized row by row.
 
     Dense equivalent: ``nn.Linear`` with ``weight = dequantize().weight.T`` (and the layer's

@@ -380,10 +380,12 @@ class TableStorage:
             t.fill_(fill)
         return t
 
-    def clear(self) -> None:
-        """Every row undrawn and every optimizer state zero, as when created (the bias too)."""
-        for t, mm in self._maps.values():
-            _zero(t, mm)
+    def clear(self, *, state: bool = True) -> None:
+        """Every row undrawn and every optimizer state zero, as when created (the bias too);
+        ``state=False`` leaves the optimizer state files as they are."""
+        for name, (t, mm) in self._maps.items():
+            if state or not name.startswith("state-"):
+                _zero(t, mm)
         if self._seen is not self.drawn:  # new zero pages, not a memset of the old ones
             self._seen = _anonymous_zeros(self.meta["rows"])
         if self.meta["padding_idx"] is not None:

@@ -1,0 +1,147 @@
+"""All-or-nothing ``load_state_dict``: every entry is checked before any is copied.
+
+``nn.Module.load_state_dict`` copies each entry that fits as it walks the modules and reports
+the ones that do not at the end: a state dict with one tensor of another shape, or one
+unexpected key, leaves the module half loaded. :func:`check_state_dict` walks the modules the
+same way first, copying nothing, and refuses with every problem it finds; a lookuplinear module
+(:class:`AllOrNothingLoad`) calls it before PyTorch's load, so a refused load changes nothing.
+
+A module whose ``_load_from_state_dict`` reads more than its parameters and buffers (an
+``IdMap``'s strings) or that renames entries (a ``LookupCollection``'s tables) says what it
+reads in ``_check_state_entries(state, prefix, local_metadata, strict, missing, unexpected,
+errors)`` (the arguments of ``_load_from_state_dict``): it may rename the entries of ``state``
+(a copy) as its load would, takes out those it reads itself, and adds each problem to
+``missing``, ``unexpected`` or ``errors``; it copies nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InputTypeError, StateDictError
+
+__all__ = ["AllOrNothingLoad", "check_state_dict"]
+
+
+def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True,
+                     assign: bool = False) -> None:
+    """Refuse, before anything is copied, what ``module.load_state_dict(state_dict, strict,
+    assign)`` would refuse after copying the entries that fit.
+
+    Checks, for ``module`` and each submodule: every entry is a tensor of the shape of the
+    parameter or buffer it loads into (PyTorch's rule: a 1-element entry loads into a 0-d one;
+    the dtype is converted, as PyTorch converts it); with ``strict``, no parameter or
+    persistent buffer is missing and no key is unexpected; and what each lookuplinear module
+    checks itself (``_check_state_entries``).
+
+    Raises
+    ------
+    StateDictError
+        Naming every problem, each with the shape expected and the shape given.
+    InputTypeError
+        ``state_dict`` is not a mapping.
+
+    Examples
+    --------
+    >>> from lookuplinear import LookupLinear
+    >>> layer = LookupLinear(10, 3)
+    >>> check_state_dict(layer, {"weight": torch.zeros(10, 3), "bias": torch.zeros(4)})
+    Traceback (most recent call last):
+        ...
+    lookuplinear.errors.StateDictError: LookupLinear.load_state_dict: the state dict does not fit
+    this module: bias: the state dict's is of shape (4,), this module's (3,). ...
+    >>> check_state_dict(layer, {"weight": torch.zeros(10, 3)}, strict=False)  # fits
+    """
+    if not isinstance(state_dict, Mapping):
+        raise InputTypeError(
+            f"load_state_dict takes a mapping of names to tensors, got "
+            f"{type(state_dict).__name__}. Pass the dict that state_dict() returned."
+        )
+    metadata = getattr(state_dict, "_metadata", None)
+    state: dict[str, Any] = OrderedDict(state_dict)
+    errors: list[str] = []
+    missing: list[str] = []
+    unexpected: list[str] = []
+
+    def visit(m: nn.Module, prefix: str) -> None:
+        local_metadata = {} if metadata is None else dict(metadata.get(prefix[:-1], {}))
+        if assign:
+            local_metadata["assign_to_params_buffers"] = True
+        own_check = getattr(m, "_check_state_entries", None)
+        if own_check is not None:
+            own_check(state, prefix, local_metadata, strict, missing, unexpected, errors)
+        local: dict[str, torch.Tensor] = {k: v for k, v in m._parameters.items()
+                                          if v is not None}
+        local.update((k, v) for k, v in m._buffers.items()
+                     if v is not None and k not in m._non_persistent_buffers_set)
+        for name, param in local.items():
+            key = prefix + name
+            if key not in state:
+                if strict:
+                    missing.append(key)
+                continue
+            given = state[key]
+            if not torch.overrides.is_tensor_like(given):
+                errors.append(f"{key}: expected a tensor, got {type(given).__name__}")
+                continue
+            if nn.parameter.is_lazy(param):
+                continue
+            shape = tuple(given.shape)
+            if param.dim() == 0 and shape == (1,):
+                continue  # PyTorch loads a 1-element tensor into a 0-d one
+            if shape != tuple(param.shape):
+                errors.append(f"{key}: the state dict's is of shape {shape}, this module's "
+                              f"{tuple(param.shape)}")
+        extra = prefix + "_extra_state"
+        has_extra = type(m).set_extra_state is not nn.Module.set_extra_state
+        if strict and has_extra and extra not in state:
+            missing.append(extra)
+        if strict:
+            for key in state:
+                if not key.startswith(prefix) or (has_extra and key == extra):
+                    continue
+                head, *rest = key[len(prefix):].split(".", 1)
+                if (head not in m._modules) if rest else (head not in local):
+                    unexpected.append(key)
+        for name, child in m._modules.items():
+            if child is not None:
+                visit(child, prefix + name + ".")
+
+    visit(module, "")
+    problems = [e.rstrip(".") for e in errors]
+    if missing:
+        problems.append("Missing key(s): " + ", ".join(missing))
+    if unexpected:
+        problems.append("Unexpected key(s): " + ", ".join(unexpected))
+    if problems:
+        raise StateDictError(
+            f"{type(module).__name__}.load_state_dict: the state dict does not fit this "
+            f"module: {'; '.join(problems)}. Load a state dict saved from a module built "
+            "with the same arguments (strict=False leaves out missing and unexpected keys, not "
+            "shapes). Nothing was loaded."
+        )
+
+
+class AllOrNothingLoad(nn.Module):
+    """A module whose ``load_state_dict`` refuses a state dict that does not fit before copying
+    any of it (:func:`check_state_dict`), where ``nn.Module``'s copies what fits first."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
+        """As ``nn.Module.load_state_dict``, all or nothing: a state dict that does not fit
+        (a missing or unexpected key with ``strict``, an entry of another shape) is refused
+        before anything is copied.
+
+        Raises
+        ------
+        StateDictError
+            The state dict does not fit; the module is left as it was. Also a
+            ``RuntimeError``, as PyTorch raises.
+        """
+        check_state_dict(self, state_dict, strict=strict, assign=assign)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)

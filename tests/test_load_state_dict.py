@@ -1,0 +1,179 @@
+"""``load_state_dict`` of every lookuplinear module and optimizer is all or nothing: a state dict
+that does not fit is refused before anything is copied (``nn.Module.load_state_dict`` copies
+every entry that fits, then raises), with a ``LookupLinearError`` that is also the builtin
+PyTorch raises, naming what was expected and what came; the module and optimizer are left as
+they were, to the bit (tests/unchanged.py)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lookuplinear import (
+    EmbeddingBag,
+    IdMap,
+    InputValueError,
+    LookupCollection,
+    LookupLinear,
+    LookupLinearError,
+    StateDictError,
+    TableConfig,
+    optim,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from unchanged import assert_unchanged, snapshot
+
+
+def _refused(module: nn.Module, state: Any, match: str, **kw: Any) -> StateDictError:
+    before = snapshot(module)
+    with pytest.raises(StateDictError, match=match) as err:
+        module.load_state_dict(state, **kw)
+    assert isinstance(err.value, RuntimeError) and isinstance(err.value, LookupLinearError)
+    assert "Nothing was loaded" in str(err.value)
+    assert_unchanged(before, module)
+    return err.value
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_layer_refuses_a_state_dict_with_one_entry_of_another_shape(
+        tmp_path: Path, in_file: bool) -> None:
+    """The weight fits, the bias does not: PyTorch's load would copy the weight first (and a
+    table in a file would mark every row written)."""
+    layer = LookupLinear(10, 3, storage=tmp_path / "t" if in_file else None, seed=0)
+    layer(torch.tensor([1, 2]))
+    _refused(layer, {"weight": torch.ones(10, 3), "bias": torch.ones(4)},
+             r"bias: the state dict's is of shape \(4,\), this module's \(3,\)")
+    _refused(layer, {"weight": torch.ones(10, 3), "bias": torch.ones(3), "scale": torch.ones(1)},
+             "Unexpected key.*scale")
+    _refused(layer, {"weight": torch.ones(10, 3)}, "Missing key.*bias")
+    layer.load_state_dict({"weight": torch.ones(10, 3)}, strict=False)   # as PyTorch's
+    assert torch.equal(layer.weight, torch.ones(10, 3))
+
+
+def test_embedding_bag_refuses_as_nn_embedding_bag_does_without_copying() -> None:
+    """Same refusals as ``nn.EmbeddingBag`` (a ``RuntimeError``), where the peer has copied the
+    weight by then; a state dict that fits loads as the peer's."""
+    bag, peer = EmbeddingBag(6, 2), nn.EmbeddingBag(6, 2)
+    state = {"weight": torch.ones(6, 2), "offsets": torch.zeros(1)}
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        peer.load_state_dict(state)
+    err = _refused(bag, state, "Unexpected key.*offsets")
+    assert isinstance(err, RuntimeError)
+    bag.load_state_dict({"weight": torch.ones(6, 2)})
+    assert torch.equal(bag.weight, peer.weight)
+
+
+def _collection(storage: Path | None = None) -> LookupCollection:
+    torch.manual_seed(0)
+    return LookupCollection([
+        TableConfig("user", 10, 4, ["u"], storage=storage),
+        TableConfig("item", 8, 4, ["i"]),
+        TableConfig("ids", 12, 3, ["s"], hashing="map", key_type="str"),
+    ])
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_collection_refuses_a_table_of_another_shape_naming_it(
+        tmp_path: Path, in_file: bool) -> None:
+    coll = _collection(tmp_path / "user" if in_file else None)
+    coll({"u": torch.tensor([1]), "i": torch.tensor([2]), "s": ["a", "b"]})
+    good = _collection().state_dict()
+    wider = dict(good, **{"embedding_bags.item.weight": torch.ones(8, 5)})  # torch.cat crashed
+    _refused(coll, wider, r"table 'item' is of shape \(8, 4\) in this collection, the state "
+                          r"dict's is \(8, 5\)")
+    longer = dict(good, **{"embedding_bags.item.weight": torch.ones(9, 4)})
+    _refused(coll, longer, r"table 'item' is of shape \(8, 4\).*\(9, 4\)")
+    _refused(coll, {"embedding_bags.user.weight": torch.ones(10, 4)},
+             "Missing key.*embedding_bags.item.weight")
+    _refused(coll, {"embedding_bags.user.weight": torch.ones(10, 4)},  # loaded nothing before
+             "every table or none", strict=False)
+    damaged = dict(good, **{"id_maps.ids.key_strings": torch.tensor([0xFF], dtype=torch.uint8),
+                            "id_maps.ids.key_offsets": torch.tensor([0, 1]),
+                            "id_maps.ids.key_codes": torch.tensor([5])})
+    _refused(coll, damaged, "not UTF-8")  # the tables fit: PyTorch's load had copied them
+    coll.load_state_dict(good)
+    for name in ("user", "item", "ids"):
+        assert torch.equal(coll[name].weight, _collection()[name].weight)
+
+
+def test_a_quantized_layer_and_collection_refuse_before_copying() -> None:
+    q = LookupLinear(20, 4).quantize("int8")
+    state = q.state_dict()
+    _refused(q, dict(state, bias=torch.ones(5)), r"bias.*\(5,\).*\(4,\)")
+    coll = LookupCollection([TableConfig("a", 20, 4, ["a"]), TableConfig("b", 6, 4, ["b"])])
+    qc = coll.quantize("int8")
+    bad = dict(qc.state_dict(), **{"layers.b.packed": torch.ones(7, 12, dtype=torch.uint8)})
+    _refused(qc, bad, r"layers\.b\.packed.*\(7, 12\).*\(6, 12\)")
+
+
+def test_an_id_map_refuses_another_kind_of_map_before_copying_its_buffers() -> None:
+    strs = IdMap(10, key_type="str")
+    strs(["a", "b"])
+    ints = IdMap(10)
+    ints(torch.tensor([7, 8, 9]))
+    _refused(ints, strs.state_dict(), "key_type='str'")
+    strs2 = IdMap(10, key_type="str")
+    strs2(["z"])
+    _refused(strs2, ints.state_dict(), "int map")
+
+
+# ---------------------------------------------------------------------- optimizers
+def _trained_adam() -> tuple[nn.Module, optim.Adam]:
+    torch.manual_seed(0)
+    model = nn.Sequential(LookupLinear(20, 3, sparse=True), nn.Linear(3, 1))
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    model(torch.tensor([1, 4])).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def _opt_refused(opt: torch.optim.Optimizer, model: nn.Module, state: dict[str, Any],
+                 match: str) -> None:
+    before = snapshot(model, opt)
+    with pytest.raises(InputValueError, match=match) as err:
+        opt.load_state_dict(state)
+    assert "Nothing was loaded" in str(err.value)
+    assert_unchanged(before, model, opt)
+
+
+def test_an_optimizer_refuses_another_optimizers_groups_before_loading() -> None:
+    model, opt = _trained_adam()
+    other, other_opt = _trained_adam()
+    state = other_opt.state_dict()
+    two = {"state": {}, "param_groups": [dict(state["param_groups"][0], params=[0, 1]),
+                                         dict(state["param_groups"][0], params=[2, 3])]}
+    _opt_refused(opt, model, two, "2 parameter groups, this optimizer 1")
+    fewer = {"state": {}, "param_groups": [dict(state["param_groups"][0], params=[0, 1])]}
+    _opt_refused(opt, model, fewer, "group 0 has 2 parameters, this optimizer's 4")
+    adagrad = optim.Adagrad(other.parameters(), lr=0.1)
+    _opt_refused(opt, model, adagrad.state_dict(), "no betas")
+
+
+def test_an_optimizer_refuses_a_state_without_the_tensors_it_keeps() -> None:
+    """Adam's state without ``exp_avg_sq`` loaded, then failed at the next step with a
+    KeyError; a ``step`` that is not a count is refused too."""
+    model, opt = _trained_adam()
+    state = opt.state_dict()
+    lacking = {"param_groups": state["param_groups"],
+               "state": {k: {n: v for n, v in s.items() if n != "exp_avg_sq"}
+                         for k, s in state["state"].items()}}
+    _opt_refused(opt, model, lacking, "has no exp_avg_sq")
+    steps = {"param_groups": state["param_groups"],
+             "state": {k: dict(s, step=torch.tensor([1, 2])) for k, s in state["state"].items()}}
+    _opt_refused(opt, model, steps, "not a count")
+    momentum = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with_buffer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.tensor([1])).sum().backward()
+    with_buffer.step()
+    sd = copy.deepcopy(with_buffer.state_dict())
+    for s in sd["state"].values():
+        s["momentum_buffer"] = None   # as torch.optim.SGD(momentum=0) saves it
+    _opt_refused(momentum, model, sd, "has no momentum_buffer")
+    momentum.load_state_dict(with_buffer.state_dict())   # the whole state loads
