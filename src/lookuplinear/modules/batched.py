@@ -2,12 +2,13 @@
 feature looked up in one kernel call, or feature by feature.
 
 The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
-collection's features) is checked and shifted to the rows of the groups' parameters in one
-pass; with row-sparse gradients of one dtype, one kernel call writes each group's rows or sums
-straight into their columns of the output (:class:`GroupLookups`), and the gradient is taken back
-apart by one copy. Any other batch (a ``max``, ``mean`` or ``sqrtn`` table, padding, hashing,
-per-entry weights, dense gradients, tables of several dtypes) is one lookup per feature, side
-by side in feature order: the reference the batched way equals.
+collection's features, none read by several tables) is checked and shifted to the rows of the
+groups' parameters in one pass; with row-sparse gradients of one dtype, one kernel call writes
+each group's rows or sums straight into their columns of the output (:class:`GroupLookups`),
+and the gradient is taken back apart by one copy. Any other batch (a ``max``, ``mean`` or
+``sqrtn`` table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes,
+a feature read by several tables) is one lookup per group of its (feature, table) pairs, put
+side by side in output order: the reference the batched way equals.
 """
 
 from __future__ import annotations
@@ -71,8 +72,10 @@ class BatchedLookup:
         #: the groups of tables in files (their rows drawn before a lookup)
         self.stored = frozenset(g for g, group in enumerate(plan.groups)
                                 if group.kernel == "file")
-        #: the output order (a list, as a batch's ``keys()``)
-        self.feature_names = list(plan.feature_names)
+        #: the outputs in order, and the batch key each reads (a list, as a batch's ``keys()``:
+        #: a batch of exactly these keys is the usual batch)
+        self.feature_names = list(plan.embedding_names)
+        self.inputs = list(plan.inputs)
         self._index = {f: i for i, f in enumerate(self.feature_names)}
         self._positions = [torch.tensor(group.positions) for group in plan.groups]
         self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
@@ -145,7 +148,7 @@ class BatchedLookup:
                     block_of[f] = len(widths) - 1
                     widths[-1] += dims[self._index[f]]
             segs = segment_triples([(block_of[f], d) for f, d in zip(
-                self.plan.feature_names, dims, strict=True)], widths)
+                self.plan.embedding_names, dims, strict=True)], widths)
             self._segments[key] = segs
         return segs
 
@@ -256,7 +259,7 @@ class BatchedLookup:
         if found is None:
             plan = self.plan
             both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
-                                 for f in plan.feature_names], device=device)
+                                 for f in plan.embedding_names], device=device)
             place = None if len(plan.groups) == 1 else torch.stack(
                 [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
             found = (both[:, 0], both[:, 1], place)
@@ -268,12 +271,13 @@ class BatchedLookup:
 
     def _shifted(self, kb: KeyedBags, tables: TableReader) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
-        the plan's features) checked and shifted to the rows of the groups' parameters in one
-        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
-        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
-        shifted indices. None for any other batch (each group then builds its own)."""
+        the plan's features, none read by two tables) checked and shifted to the rows of the
+        groups' parameters in one pass: when every bag holds one ID, its rows, each group's
+        ``(N, F_g)`` in example order, group after group (the ``(N, F)`` rows for one group);
+        else the batch's bags with shifted indices. None for any other batch (each group then
+        builds its own)."""
         feats = self.feature_names
-        if not self.plan.plain or kb.weights is not None or kb.keys() != feats:
+        if not self.plan.plain or kb.weights is not None or kb.keys() != self.inputs:
             return None
         shift, limit, place = self._layout(kb.device, kb.batch_size)
         found: torch.Tensor | int | None = None
