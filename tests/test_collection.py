@@ -179,8 +179,8 @@ def test_unpooled_dict_input():
 def test_collection_errors():
     with pytest.raises(InputValueError, match="no feature"):
         _collection()(KeyedBags.from_dict({"user": [[1]], "item": [[1]]}))
-    with pytest.raises(InputValueError, match="in tables 'a' and 'b'"):
-        LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x"])])
+    with pytest.raises(InputValueError, match="lists feature 'x' twice"):
+        LookupCollection([TableConfig("a", 3, 2, ["x", "x"])])
     with pytest.raises(InputValueError, match="distinct"):
         LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])])
     with pytest.raises(InputValueError, match="hashing"):

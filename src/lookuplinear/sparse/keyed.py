@@ -735,14 +735,24 @@ def _inverse(given: Any, keys: list[str], per_key: list[int],
 
 
 def _rebuilt(leaves: list[Any], context: tuple[Any, ...]) -> KeyedBags:
-    """A batch from its pytree leaves and context (a checked batch's: not checked again)."""
+    """A batch from its pytree leaves and context (a checked batch's: not checked again):
+    ``values, offsets, weights`` and the keys, or for a variable batch per key also
+    ``inverse_indices`` and ``(keys, stride_per_key_per_rank)``."""
+    if len(leaves) == 3:
+        return KeyedBags.from_checked(context, *leaves)
     values, offsets, weights, inverse = leaves
     return KeyedBags.from_checked(context[0], values, offsets, weights,
                                   stride_per_key_per_rank=context[1], inverse_indices=inverse)
 
 
+def _ordinary(kb: KeyedBags) -> bool:
+    """``N`` bags per key, no strides or inverse_indices given: three leaves, the keys."""
+    return kb._strides is None and kb.inverse_indices is None
+
+
+_LEAVES = ("values", "offsets", "weights")
 register_node(
-    KeyedBags, ("values", "offsets", "weights", "inverse_indices"),
-    lambda kb: (tuple(kb._keys), kb._strides),
+    KeyedBags, lambda kb: _LEAVES if _ordinary(kb) else (*_LEAVES, "inverse_indices"),
+    lambda kb: tuple(kb._keys) if _ordinary(kb) else (tuple(kb._keys), kb._strides),
     lambda leaves, context: _rebuilt(list(leaves), context),
 )
