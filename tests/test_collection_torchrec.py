@@ -288,3 +288,31 @@ def test_to_torchrec_refuses_mean_with_weights(is_weighted):
     if unweighted is not None:
         kb = KeyedBags.from_dict({"user": [[1]], "item": [[2, 3]]})
         torch.testing.assert_close(unweighted(kb.to_kjt()).values(), col(kb).values())
+
+
+@pytest.mark.parametrize("one_id", [True, False])
+def test_shared_features_take_the_batched_path(one_id, monkeypatch):
+    """A batch of the plan's features, one read by several tables of two widths: taken once
+    per (feature, table) pair by the one-kernel lookup (not group by group), equal to
+    TorchRec's EBC, and an ID outside a table is refused naming its feature."""
+    from lookuplinear import LookupIndexError
+    from lookuplinear.modules.batched import BatchedLookup
+
+    ebc = _ebc([("t1", 10, 3, ["f1", "f2"]), ("t2", 10, 4, ["f1"]), ("t3", 6, 3, ["f3"])])
+    col = LookupCollection.from_torchrec(ebc, sparse=True)
+    bags = {"f1": [[1], [9], [0]], "f2": [[2], [2], [5]], "f3": [[5], [0], [3]]}
+    if not one_id:
+        bags["f1"] = [[1, 9], [], [0, 0, 4]]
+    kb = KeyedBags.from_dict(bags)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the batch went group by group")
+
+    monkeypatch.setattr(BatchedLookup, "_per_group", refused)
+    _assert_equal_to_ebc(col, ebc, kb, kb.to_kjt())
+    monkeypatch.undo()
+    bad = KeyedBags.from_dict({**bags, "f3": [[5], [6], [3]]})
+    with pytest.raises(LookupIndexError, match=r"kb\['f3'\]"):
+        col(bad)
+    with pytest.raises(LookupIndexError, match=r"kb\['f1'\]\[1\].*in_features=10"):
+        col(KeyedBags.from_dict({**bags, "f1": [[1], [10], [0]]}))
