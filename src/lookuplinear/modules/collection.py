@@ -51,7 +51,8 @@ class LookupCollection(CollectionBase):
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
     t.embedding_dim, bias=False)`` (``linear.weight == table.T``) applied to ``f``'s
     multi-hot rows (``kb[f].to_dense(t.num_embeddings)``, scaled by ``t.mode``); the outputs
-    side by side in feature order. Features sharing a table share its ``nn.Linear``, so the
+    side by side in output order (:attr:`embedding_names`: a feature several tables read is
+    one output per table). Features sharing a table share its ``nn.Linear``, so the
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
     TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``: the tables of one
     width and dtype are one parameter (module docstring), looked up together, with the same
@@ -373,7 +374,8 @@ class LookupCollection(CollectionBase):
     def from_torchrec(cls, ebc: Any, *, state_dict: Mapping[str, torch.Tensor] | None = None,
                       sparse: bool = False) -> LookupCollection:
         """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables
-        (each in its own dtype, its values exactly), features, pooling, weights and
+        (each in its own dtype, its values exactly), features (a feature several tables read
+        too, its outputs keyed ``feature@table`` as the EBC keys them), pooling, weights and
         ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
         (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
         modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
