@@ -66,7 +66,7 @@ def main() -> None:
     coll = LookupCollection(TABLES)  # the same tables in every process
     start = {k: v.clone() for k, v in coll.state_dict().items()}
     dmp = shard_collection(coll, sharding="table_wise", optimizer="rowwise_adagrad", lr=LR,
-                           eps=EPS)
+                           eps=EPS, is_weighted=False)  # the batches have no weights
     for step in range(args.steps):
         kb, y = local_batch(step, rank)
         nn.functional.mse_loss(dmp(kb.to_kjt()), y).backward()  # the update runs in backward

@@ -179,8 +179,8 @@ def test_unpooled_dict_input():
 def test_collection_errors():
     with pytest.raises(InputValueError, match="no feature"):
         _collection()(KeyedBags.from_dict({"user": [[1]], "item": [[1]]}))
-    with pytest.raises(InputValueError, match="in tables 'a' and 'b'"):
-        LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x"])])
+    with pytest.raises(InputValueError, match="lists feature 'x' twice"):
+        LookupCollection([TableConfig("a", 3, 2, ["x", "x"])])
     with pytest.raises(InputValueError, match="distinct"):
         LookupCollection([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])])
     with pytest.raises(InputValueError, match="hashing"):
@@ -443,7 +443,7 @@ def test_torchrec_round_trip():
     col = LookupCollection([TableConfig("user", 10, 4, ["user"]),
                             TableConfig("item", 8, 4, ["item", "last_item"], mode="mean")])
     kb = _batch(weighted=False)
-    ebc = col.to_torchrec()
+    ebc = col.to_torchrec(is_weighted=False)
     assert isinstance(ebc, torchrec.EmbeddingBagCollection)
     kjt = kb.to_kjt()
     assert isinstance(kjt, torchrec.KeyedJaggedTensor)
@@ -455,53 +455,36 @@ def test_torchrec_round_trip():
     again = LookupCollection.from_torchrec(ebc, state_dict=col.state_dict())
     torch.testing.assert_close(again(kb).values(), col(kb).values())
     with pytest.raises(InputValueError, match="no TorchRec equivalent"):
-        _collection("sqrtn").to_torchrec()
-
-
-def _kjt_of_issue(torchrec, **extra):
-    """TorchRec's variable-batch KJT (``test_key_lookup_vb``): index_0 has 2 examples,
-    index_1 has 4."""
-    return torchrec.KeyedJaggedTensor(
-        keys=["index_0", "index_1"], values=torch.tensor([0, 1, 2, 3, 4, 5]),
-        lengths=torch.tensor([2, 0, 1, 1, 1, 1]), stride_per_key_per_rank=[[2], [4]], **extra)
+        _collection("sqrtn").to_torchrec(is_weighted=False)
 
 
 def test_from_kjt_refuses_what_it_cannot_read_exactly():
-    """A variable batch per key (with or without inverse_indices) or lengths that are not
-    len(keys) * stride bags: refused, naming it, and the KJT left as it was."""
+    """Lengths that are not the bags the strides say, or inverse_indices without a row for a
+    key: refused, naming it, and the KJT left as it was."""
     torchrec = pytest.importorskip("torchrec")
-    kjt = _kjt_of_issue(torchrec)
-    assert kjt["index_0"].lengths().tolist() == [2, 0]  # TorchRec's reading
-    values, lengths = kjt.values().clone(), kjt.lengths().clone()
-    with pytest.raises(InputValueError, match="variable batch per key"):
-        KeyedBags.from_kjt(kjt)
-    assert torch.equal(kjt.values(), values) and torch.equal(kjt.lengths(), lengths)
-    expanded = _kjt_of_issue(torchrec, inverse_indices=(
-        ["index_0", "index_1"], torch.tensor([[0, 1, 1, 0], [0, 1, 2, 3]])))
-    with pytest.raises(InputValueError, match="variable batch per key"):
-        KeyedBags.from_kjt(expanded)
-    even = torchrec.KeyedJaggedTensor(  # one stride, but inverse_indices expand it to 3
-        keys=["a", "b"], values=torch.arange(4), lengths=torch.tensor([1, 1, 1, 1]),
-        stride_per_key_per_rank=[[2], [2]],
-        inverse_indices=(["a", "b"], torch.tensor([[0, 1, 1], [0, 1, 0]])))
-    with pytest.raises(InputValueError, match="inverse_indices"):
-        KeyedBags.from_kjt(even)
     odd = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(4),
                                      lengths=torch.tensor([1, 1, 1, 1]), stride=1)
-    with pytest.raises(InputValueError, match=r"stride 1, so 2 bags, but 4 lengths"):
+    values, lengths = odd.values().clone(), odd.lengths().clone()
+    with pytest.raises(InputValueError, match=r"strides \[1, 1\] per key, so 2 bags, but 4"):
         KeyedBags.from_kjt(odd)
+    assert torch.equal(odd.values(), values) and torch.equal(odd.lengths(), lengths)
     longer = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(6),
                                         offsets=torch.tensor([0, 1, 2, 3, 4]))
     with pytest.raises(InputValueError, match="lengths sum to 4"):
         KeyedBags.from_kjt(longer)
+    partial = torchrec.KeyedJaggedTensor(
+        keys=["a", "b"], values=torch.arange(3), lengths=torch.tensor([1, 1, 1]),
+        stride_per_key_per_rank=[[1], [2]], inverse_indices=(["b"], torch.tensor([[0, 1]])))
+    with pytest.raises(InputValueError, match=r"none for \['a'\]"):
+        KeyedBags.from_kjt(partial)
 
 
 @settings(max_examples=40, deadline=None)
 @given(strides=st.lists(st.integers(0, 3), min_size=1, max_size=3), data=st.data(),
        weighted=st.booleans())
-def test_from_kjt_reads_what_torchrec_reads_or_refuses(strides, data, weighted):
-    """Any per-key strides: one stride for every key is read as TorchRec reads each key
-    (values, lengths, weights); several are refused."""
+def test_from_kjt_reads_what_torchrec_reads(strides, data, weighted):
+    """Any per-key strides are read as TorchRec reads each key (values, lengths, weights),
+    and to_kjt gives TorchRec's batch back, strides included."""
     torchrec = pytest.importorskip("torchrec")
     keys = [f"k{i}" for i in range(len(strides))]
     lengths = data.draw(st.lists(st.integers(0, 3), min_size=sum(strides),
@@ -511,17 +494,16 @@ def test_from_kjt_reads_what_torchrec_reads_or_refuses(strides, data, weighted):
         keys=keys, values=torch.arange(nnz), lengths=torch.tensor(lengths, dtype=torch.long),
         weights=torch.rand(nnz) if weighted else None,
         stride_per_key_per_rank=[[n] for n in strides])
-    if len(set(strides)) > 1:
-        with pytest.raises(InputValueError, match="variable batch per key"):
-            KeyedBags.from_kjt(kjt)
-        return
     kb = KeyedBags.from_kjt(kjt)
-    assert kb.batch_size == strides[0]
+    assert kb.stride_per_key() == strides
+    back = kb.to_kjt()
+    assert back.stride_per_key_per_rank() == [[n] for n in strides]
     for k in keys:
-        assert torch.equal(kb[k].indices, kjt[k].values())
-        assert torch.equal(kb[k].lengths(), kjt[k].lengths())
-        if weighted:
-            assert torch.equal(kb[k].weights, kjt[k].weights())
+        for theirs in (kjt, back):
+            assert torch.equal(kb[k].indices, theirs[k].values())
+            assert torch.equal(kb[k].lengths(), theirs[k].lengths().long())
+            if weighted:
+                assert torch.equal(kb[k].weights, theirs[k].weights())
 
 @pytest.mark.parametrize("is_weighted", [False, True])
 def test_is_weighted_round_trips_equal_torchrec(is_weighted):
@@ -558,10 +540,11 @@ def test_is_weighted_round_trips_equal_torchrec(is_weighted):
                                col(weighted).values().detach(), rtol=1e-2, atol=1e-2)
 
 
-def test_is_weighted_default_uses_weights_and_converts_to_unweighted():
+def test_is_weighted_default_uses_weights_and_converts_by_choice():
     pytest.importorskip("torchrec")
     col = _collection()
-    assert col.is_weighted is None and col.to_torchrec().is_weighted() is False
+    assert col.is_weighted is None and col.to_torchrec(is_weighted=False).is_weighted() is False
+    assert col.to_torchrec(is_weighted=True).is_weighted() is True
     kb = _batch(weighted=True)
     torch.testing.assert_close(col(kb).values(), _dense_out(col, kb))
     with pytest.raises(InputTypeError, match="is_weighted"):
@@ -578,7 +561,7 @@ def test_float16_tables_give_float32_as_torchrec():
                                         dtype=torch.float16)], sparse=True)
     kb = _batch()
     out = col(kb).values()
-    theirs = col.to_torchrec()(kb.to_kjt()).values()
+    theirs = col.to_torchrec(is_weighted=False)(kb.to_kjt()).values()
     assert out.dtype == theirs.dtype == torch.float32
     torch.testing.assert_close(out, theirs, rtol=1e-3, atol=1e-3)  # pooled in float16 both
     torch.nn.Linear(10, 1)(out).sum().backward()  # a float32 layer downstream

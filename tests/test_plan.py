@@ -58,8 +58,10 @@ def test_qr_tables_take_their_stored_rows_and_hashing_is_not_plain() -> None:
     (["a"], InputTypeError, "TableConfig objects"),
     ([TableConfig("a", 3, 2, ["x"]), TableConfig("a", 3, 2, ["y"])], InputValueError,
      "distinct"),
-    ([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x"])], InputValueError,
-     "a feature reads one table"),
+    ([TableConfig("a", 3, 2, ["x", "y", "x"])], InputValueError,
+     r"table 'a' lists feature 'x' twice"),
+    ([TableConfig("a", 3, 2, ["x"]), TableConfig("b", 3, 2, ["x", "x@a"])], InputValueError,
+     r"the outputs \['x@a'\] would have one name twice"),
 ])
 def test_bad_tables_are_refused(tables: list, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
@@ -142,3 +144,17 @@ def test_the_plan_execution_is_no_module_state() -> None:
             p.mul_(3)
     torch.testing.assert_close(other(kb).values().detach(),
                                3 * col(kb).values().detach().double())
+
+
+def test_a_feature_read_by_several_tables_is_one_output_per_table() -> None:
+    """(feature, table) pairs: a shared feature is an output per table, keyed feature@table
+    (TorchRec's names), placed in its table's group like any other output."""
+    plan = plan_collection([TableConfig("t1", 10, 3, ["f1", "f2"]),
+                            TableConfig("t2", 10, 4, ["f1"]), TableConfig("t3", 6, 3, ["f1"])])
+    assert plan.embedding_names == ("f1@t1", "f2", "f1@t2", "f1@t3")
+    assert plan.inputs == ("f1", "f2", "f1", "f1") and plan.feature_names == ("f1", "f2")
+    assert plan.outputs_of("f1") == ["f1@t1", "f1@t2", "f1@t3"]
+    assert [(g.tables, g.features) for g in plan.groups] == [
+        (("t1", "t3"), ("f1@t1", "f2", "f1@t3")), (("t2",), ("f1@t2",))]
+    assert plan.columns == (0, 3, 6, 10) and plan.width == 13
+    assert plan.place_of("f1@t3").offset == 10 and plan.feature_of["f1@t3"] == "f1"

@@ -192,7 +192,7 @@ def test_exports_of_a_partly_drawn_collection_equal_the_collection(tmp_path: Pat
     memory.load_state_dict(coll.state_dict())
     q = coll.quantize({"user": "float16"})
     pytest.importorskip("torchrec")
-    ebc = coll.to_torchrec()
+    ebc = coll.to_torchrec(is_weighted=False)
     expected = coll(kb).values()
     assert torch.equal(memory(kb).values(), expected)
     torch.testing.assert_close(q(kb).values(), expected, rtol=1e-3, atol=1e-3)

@@ -356,9 +356,10 @@ def _compare_collection(
     names = [t.name for t in collection.tables]
     tables = {n: collection[n] for n in names}
     lins = {n: copy.deepcopy(tables[n].to_linear(strict=False)).double().cpu() for n in names}
-    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu")
+    # a variable batch per key: its dense equivalent is the batch of N bags per key
+    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu").full_batch()
     refs = [dense_reference(tables[t], collection.rows(kb_cpu, f), linear=lins[t])
-            for f, t in ((f, collection._table_of[f]) for f in collection.feature_names)]
+            for f, t in ((f, collection._table_of[f]) for f in collection.embedding_names)]
     ref = torch.cat(refs, dim=1)
     ref_grads = torch.autograd.grad(ref, [lins[n].weight for n in names], upstream,
                                     allow_unused=True)

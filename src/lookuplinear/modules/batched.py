@@ -2,12 +2,13 @@
 feature looked up in one kernel call, or feature by feature.
 
 The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
-collection's features) is checked and shifted to the rows of the groups' parameters in one
-pass; with row-sparse gradients of one dtype, one kernel call writes each group's rows or sums
-straight into their columns of the output (:class:`GroupLookups`), and the gradient is taken back
-apart by one copy. Any other batch (a ``max``, ``mean`` or ``sqrtn`` table, padding, hashing,
-per-entry weights, dense gradients, tables of several dtypes) is one lookup per feature, side
-by side in feature order: the reference the batched way equals.
+collection's features, none read by several tables) is checked and shifted to the rows of the
+groups' parameters in one pass; with row-sparse gradients of one dtype, one kernel call writes
+each group's rows or sums straight into their columns of the output (:class:`GroupLookups`),
+and the gradient is taken back apart by one copy. Any other batch (a ``max``, ``mean`` or
+``sqrtn`` table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes,
+a feature read by several tables) is one lookup per group of its (feature, table) pairs, put
+side by side in output order: the reference the batched way equals.
 """
 
 from __future__ import annotations
@@ -71,8 +72,12 @@ class BatchedLookup:
         #: the groups of tables in files (their rows drawn before a lookup)
         self.stored = frozenset(g for g, group in enumerate(plan.groups)
                                 if group.kernel == "file")
-        #: the output order (a list, as a batch's ``keys()``)
-        self.feature_names = list(plan.feature_names)
+        #: the outputs in order, and the batch key each reads (a list, as a batch's ``keys()``:
+        #: a batch of exactly these keys is the usual batch)
+        self.feature_names = list(plan.embedding_names)
+        self.inputs = list(plan.inputs)
+        #: a feature read by several tables: the usual batch is taken once per output
+        self._shared = len(set(plan.inputs)) < len(plan.inputs)
         self._index = {f: i for i, f in enumerate(self.feature_names)}
         self._positions = [torch.tensor(group.positions) for group in plan.groups]
         self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
@@ -145,7 +150,7 @@ class BatchedLookup:
                     block_of[f] = len(widths) - 1
                     widths[-1] += dims[self._index[f]]
             segs = segment_triples([(block_of[f], d) for f, d in zip(
-                self.plan.feature_names, dims, strict=True)], widths)
+                self.plan.embedding_names, dims, strict=True)], widths)
             self._segments[key] = segs
         return segs
 
@@ -209,7 +214,8 @@ class BatchedLookup:
         bags = tables.rows(kb, feature)
         cfg = self.plan.places[self.plan.table_of[feature]].config
         if cfg.hashing is None:
-            check_index_range(bags.indices, cfg.num_embeddings, where=f"kb[{feature!r}]")
+            check_index_range(bags.indices, cfg.num_embeddings,
+                              where=f"kb[{self.plan.feature_of[feature]!r}]")
         return bags
 
     def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
@@ -256,7 +262,7 @@ class BatchedLookup:
         if found is None:
             plan = self.plan
             both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
-                                 for f in plan.feature_names], device=device)
+                                 for f in plan.embedding_names], device=device)
             place = None if len(plan.groups) == 1 else torch.stack(
                 [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
             found = (both[:, 0], both[:, 1], place)
@@ -268,27 +274,50 @@ class BatchedLookup:
 
     def _shifted(self, kb: KeyedBags, tables: TableReader) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
-        the plan's features) checked and shifted to the rows of the groups' parameters in one
-        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example order,
-        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
-        shifted indices. None for any other batch (each group then builds its own)."""
+        the plan's features; a feature read by several tables taken once per table,
+        :meth:`_per_output`) checked and shifted to the rows of the groups' parameters in one
+        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example
+        order, group after group (the ``(N, F)`` rows for one group); else the batch's bags
+        with shifted indices. None for any other batch (each group then builds its own)."""
         feats = self.feature_names
-        if not self.plan.plain or kb.weights is not None or kb.keys() != feats:
+        if not self.plan.plain or kb.weights is not None:
+            return None
+        batch = kb if kb.keys() == self.inputs else (
+            self._per_output(kb) if self._shared else None)
+        if batch is None:
             return None
         shift, limit, place = self._layout(kb.device, kb.batch_size)
         found: torch.Tensor | int | None = None
-        if not torch.compiler.is_compiling() and kb.values.numel() == kb.offsets.numel() - 1:
-            found = one_id_rows(kb.values, kb.offsets, len(feats), shift, limit, place)
+        values, offsets = batch.values, batch.offsets
+        if not torch.compiler.is_compiling() and values.numel() == offsets.numel() - 1:
+            found = one_id_rows(values, offsets, len(feats), shift, limit, place)
         if found is None:
-            found = shifted_rows(kb.values, kb.offsets, len(feats), shift, limit)
+            found = shifted_rows(values, offsets, len(feats), shift, limit)
             if not isinstance(found, int):
-                return Bags.from_checked(found, kb.offsets)  # a checked batch, shifted
+                return Bags.from_checked(found, offsets)  # a checked batch, shifted
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
-            starts = kb.offsets[::kb.batch_size].tolist()
+            starts = offsets[::kb.batch_size].tolist()
             self._checked(kb, feats[next(f for f in range(len(feats))
                                          if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
         return found
+
+    def _per_output(self, kb: KeyedBags) -> KeyedBags | None:
+        """A batch of exactly the plan's features, one of them read by several tables, as a
+        batch of one key per output (the plan's (feature, table) pairs): each feature's bags
+        once per table that reads it, one copy. None while a graph is recorded, or for a batch
+        of other keys."""
+        if torch.compiler.is_compiling() or kb.keys() != list(self.plan.feature_names):
+            return None
+        n = kb.batch_size
+        position = {f: i for i, f in enumerate(kb.keys())}
+        at = [position[f] for f in self.inputs]
+        starts = kb.offsets[::n].tolist() if n else [0] * (len(position) + 1)
+        values = torch.cat([kb.values[starts[p]:starts[p + 1]] for p in at])
+        lengths = kb.lengths().view(-1, n)[at].reshape(-1) if n else kb.lengths()
+        offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
 
 
 def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:

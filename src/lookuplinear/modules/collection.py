@@ -51,7 +51,8 @@ class LookupCollection(CollectionBase):
     Dense equivalent: for each feature ``f`` of table ``t``, ``nn.Linear(t.num_embeddings,
     t.embedding_dim, bias=False)`` (``linear.weight == table.T``) applied to ``f``'s
     multi-hot rows (``kb[f].to_dense(t.num_embeddings)``, scaled by ``t.mode``); the outputs
-    side by side in feature order. Features sharing a table share its ``nn.Linear``, so the
+    side by side in output order (:attr:`embedding_names`: a feature several tables read is
+    one output per table). Features sharing a table share its ``nn.Linear``, so the
     table's gradient is the sum over them. ``check_equivalence(collection, kb)`` proves it.
     TorchRec's ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor``: the tables of one
     width and dtype are one parameter (module docstring), looked up together, with the same
@@ -60,7 +61,9 @@ class LookupCollection(CollectionBase):
     Parameters
     ----------
     tables : sequence of TableConfig
-        Distinct table names; every feature in exactly one table.
+        Distinct table names. A feature may be read by several tables (TorchRec's shared
+        feature): each pools it, and its outputs are keyed ``feature@table``, as TorchRec's
+        ``EmbeddingBagCollection`` keys them.
     sparse : bool, default False
         Row-sparse gradients (for :mod:`lookuplinear.optim`, fused or not). A ``mode="max"``
         table, which has no row-sparse gradient, gets a dense one (its own parameter).
@@ -69,7 +72,8 @@ class LookupCollection(CollectionBase):
         ``None`` (default): they do when the batch has them. ``True``: they do, and a batch
         without weights raises. ``False``: they are ignored (as TorchRec's
         ``EmbeddingBagCollection(is_weighted=False)`` ignores a ``KeyedJaggedTensor``'s).
-        :meth:`to_torchrec` and :meth:`from_torchrec` carry it.
+        :meth:`to_torchrec` and :meth:`from_torchrec` carry it (``to_torchrec`` asks for a
+        choice where it is ``None``).
     device : torch.device or str, optional
 
     Attributes
@@ -80,7 +84,11 @@ class LookupCollection(CollectionBase):
         ``weights`` is its former name: it still reads, with a ``FutureWarning``.
     tables : tuple of TableConfig
     feature_names : list of str
-        The output order: every table's features, table after table.
+        The keys a batch must hold: every table's features, each once, table after table.
+    embedding_names : list of str
+        The output's keys in order, one per (feature, table) pair, table after table: the
+        feature's name, or ``feature@table`` for a feature several tables read (TorchRec's
+        names). Equal to ``feature_names`` when no feature is shared.
 
     The output is in float32 for float16 and bfloat16 tables (each table pools in its dtype,
     then its outputs are cast, as TorchRec's ``EmbeddingBagCollection`` does); tables of several
@@ -89,8 +97,9 @@ class LookupCollection(CollectionBase):
     Raises
     ------
     InputValueError
-        Table names repeated, a feature in two tables; at ``forward``, a feature the tables need
-        missing from the batch, a batch without weights with ``is_weighted=True``.
+        Table names repeated, a feature listed twice in one table; at ``forward``, a feature
+        the tables need missing from the batch, a batch without weights with
+        ``is_weighted=True``, a variable batch per key without ``inverse_indices``.
 
     Examples
     --------
@@ -129,6 +138,7 @@ class LookupCollection(CollectionBase):
         self.sparse = sparse
         self.is_weighted = is_weighted
         self.feature_names = list(plan.feature_names)
+        self.embedding_names = list(plan.embedding_names)
         #: how the plan is run: its tensors and caches (no module state)
         self._lookup_plan = BatchedLookup(plan)
         self.id_maps = nn.ModuleDict({
@@ -213,13 +223,25 @@ class LookupCollection(CollectionBase):
             layer.storage = storage
         return layer
 
-    def table_of(self, feature: str) -> LookupLinear:
-        """The table that ``feature`` reads."""
-        return self[self._table_of[feature]]
+    def table_of(self, name: str) -> LookupLinear:
+        """The table that output ``name`` reads: a feature's name, or ``feature@table`` for
+        a feature several tables read (one of :attr:`embedding_names`)."""
+        return self[self._table_name(name)]
+
+    def _table_name(self, name: str) -> str:
+        table = self._table_of.get(name)
+        if table is None:
+            outputs = self._collection_plan.outputs_of(name)
+            raise KeyError(
+                f"LookupCollection has no output {name!r}; "
+                + (f"feature {name!r} is read by several tables, as {outputs}: name one."
+                   if outputs else f"its outputs are {self.embedding_names}.")
+            )
+        return table
 
     def features(self) -> Iterator[tuple[str, LookupLinear]]:
-        """``(feature, table)`` pairs in output order."""
-        for f in self.feature_names:
+        """``(output name, table)`` pairs in output order (:attr:`embedding_names`)."""
+        for f in self.embedding_names:
             yield f, self.table_of(f)
 
     @classmethod
@@ -263,14 +285,62 @@ class LookupCollection(CollectionBase):
                 collection._rows(k).copy_(layer.weight)
         return collection
 
-    def to_torchrec(self) -> Any:
+    def to_torchrec(self, *, is_weighted: bool | None = None) -> Any:
         """TorchRec's ``EmbeddingBagCollection`` with these tables (each in its dtype),
-        features, weights and ``is_weighted`` (needs ``torchrec``; see docs/collection.md).
-        Tables with ``mode`` sum or mean, float32 or float16, no hashing, no padding:
-        what TorchRec's pooled tables express; anything else raises ``InputValueError``.
-        ``is_weighted=None`` (weights when a batch has them) becomes TorchRec's default
-        ``False``: equal on unweighted batches; build the collection with ``is_weighted=True``
-        for weighted ones."""
+        features, weights and ``is_weighted`` (needs ``torchrec``; see docs/collection.md),
+        whose outputs on a ``KeyedJaggedTensor`` equal this collection's on the same batch
+        (``KeyedBags.to_kjt``), a feature read by several tables keyed ``feature@table`` in
+        both.
+
+        Parameters
+        ----------
+        is_weighted : bool, optional
+            The EBC's ``is_weighted``; by default the collection's. A collection built with
+            ``is_weighted=None`` reads a batch's weights when it has them, which no EBC does
+            (it reads them always or never): it needs this choice.
+
+        Raises
+        ------
+        InputValueError
+            What the EBC would compute differently: a table TorchRec's pooled tables cannot
+            express (``mode`` other than sum or mean, a dtype other than float32 or float16,
+            hashing, padding); ``is_weighted=None`` on both sides; an ``is_weighted`` other
+            than the collection's ``True`` or ``False``; a ``mode="mean"`` table in a weighted
+            EBC (``nn.EmbeddingBag`` has no weights with mean: every weighted batch would
+            raise ``NotImplementedError`` in it).
+        InputTypeError
+            ``is_weighted`` not None, True or False.
+        """
+        if is_weighted not in (None, True, False):
+            raise InputTypeError(
+                f"to_torchrec: is_weighted must be None, True or False, got {is_weighted!r}."
+            )
+        if is_weighted is None and self.is_weighted is None:
+            raise InputValueError(
+                "to_torchrec: the collection has is_weighted=None (a batch's weights scale its "
+                "rows when it has them), and TorchRec's EmbeddingBagCollection reads them "
+                "always or never, so their outputs would differ on some batches. Choose: "
+                "to_torchrec(is_weighted=True) for weighted batches, to_torchrec("
+                "is_weighted=False) for unweighted ones (weights ignored), or build the "
+                "collection with is_weighted=True or False."
+            )
+        if is_weighted is not None and self.is_weighted not in (None, is_weighted):
+            raise InputValueError(
+                f"to_torchrec(is_weighted={is_weighted}): the collection has is_weighted="
+                f"{self.is_weighted}, so the EBC's outputs would differ from its on weighted "
+                f"batches. Call to_torchrec() (is_weighted={self.is_weighted}), or build the "
+                f"collection with is_weighted={is_weighted}."
+            )
+        weighted = bool(self.is_weighted if is_weighted is None else is_weighted)
+        mean = [t.name for t in self.tables if t.mode == "mean"]
+        if weighted and mean:
+            raise InputValueError(
+                f"to_torchrec: tables {mean} have mode='mean' and the EBC would be weighted "
+                "(is_weighted=True); TorchRec pools them with nn.EmbeddingBag, which takes no "
+                "per-entry weights with mode='mean' (every weighted batch would raise "
+                "NotImplementedError). Use mode='sum' tables for weighted batches, or "
+                "is_weighted=False (weights ignored)."
+            )
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
         from torchrec.types import DataType
 
@@ -292,7 +362,7 @@ class LookupCollection(CollectionBase):
                 num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=t.name,
                 feature_names=list(t.feature_names), pooling=pooling[t.mode],
                 data_type=dtypes[dtype]))
-        ebc = EmbeddingBagCollection(tables=configs, is_weighted=bool(self.is_weighted),
+        ebc = EmbeddingBagCollection(tables=configs, is_weighted=weighted,
                                      device=self.table_groups[0].device)
         self._whole_tables()
         with torch.no_grad():
@@ -304,7 +374,8 @@ class LookupCollection(CollectionBase):
     def from_torchrec(cls, ebc: Any, *, state_dict: Mapping[str, torch.Tensor] | None = None,
                       sparse: bool = False) -> LookupCollection:
         """A collection equal to TorchRec's ``EmbeddingBagCollection`` ``ebc``: its tables
-        (each in its own dtype, its values exactly), features, pooling, weights and
+        (each in its own dtype, its values exactly), features (a feature several tables read
+        too, its outputs keyed ``feature@table`` as the EBC keys them), pooling, weights and
         ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
         (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
         modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
@@ -349,13 +420,15 @@ class LookupCollection(CollectionBase):
         return QuantizedLookupCollection.from_float(self, dtype)
 
     # ------------------------------------------------------------------ forward
-    def rows(self, features: KeyedBags, feature: str) -> Bags:
-        """``feature``'s bags as its table reads them: the IDs hashed to rows where the table
-        hashes (:func:`~lookuplinear.hash_ids`), else ``features[feature]`` itself."""
-        cfg = self._places[self._table_of[feature]].config
+    def rows(self, features: KeyedBags, name: str) -> Bags:
+        """The bags of output ``name`` (a feature, or ``feature@table``) as its table reads
+        them: the IDs hashed to rows where the table hashes (:func:`~lookuplinear.hash_ids`),
+        else the feature's bags ``features[feature]`` themselves."""
+        cfg = self._places[self._table_name(name)].config
+        feature = self._collection_plan.feature_of[name]
         if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
             bags = features[feature]
-            return Bags(self._mapped[feature], bags.offsets, bags.weights)
+            return Bags(self._mapped[name], bags.offsets, bags.weights)
         id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
         return table_bags(cfg, features[feature], id_map=id_map,
                           dtype=self.table_groups[self._places[cfg.name].group].dtype,
@@ -405,7 +478,8 @@ class LookupCollection(CollectionBase):
         dtype = torch.float32
         for w in self.table_groups:
             dtype = torch.promote_types(dtype, w.dtype)
-        return KeyedTensor(self.feature_names, list(self._collection_plan.dims), values.to(dtype))
+        return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
+                           values.to(dtype))
 
     def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
         """The rows of every feature of a ``hashing="map"`` table: one map call per table (its
@@ -420,8 +494,8 @@ class LookupCollection(CollectionBase):
                     "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
                     "of strings (a list, numpy array or pandas column)."
                 )
-            feats = [f for f in self.feature_names if self._table_of[f] == name]
-            ids = [kb[f].indices for f in feats]
+            feats = [f for f in self.embedding_names if self._table_of[f] == name]
+            ids = [kb[self._collection_plan.feature_of[f]].indices for f in feats]
             rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
             mapped.update(zip(feats, rows, strict=True))
             _, off, cfg = self._places[name]
@@ -429,7 +503,7 @@ class LookupCollection(CollectionBase):
         return mapped
 
     def extra_repr(self) -> str:
-        return f"features={self.feature_names}, groups={len(self.table_groups)}"
+        return f"features={self.embedding_names}, groups={len(self.table_groups)}"
 
     def _check_state_entries(self, *args: Any) -> None:
         """The per-table entries checked before a load copies anything (:func:`_check_tables`)."""

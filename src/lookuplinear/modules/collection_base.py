@@ -30,8 +30,9 @@ class CollectionBase(AllOrNothingLoad):
     """The forward of a collection: a batch checked and sent to the pooled or unpooled path.
 
     Subclasses set :attr:`tables`, :attr:`feature_names`, :attr:`is_weighted` and the plan
-    (``_collection_plan``), and implement ``_pooled(kb) -> KeyedTensor`` (every feature of
-    the plan, present in ``kb``) and ``_unpooled(feature, x) -> Tensor``.
+    (``_collection_plan``), and implement ``_pooled(kb) -> KeyedTensor`` (every output of the
+    plan, its feature present in ``kb``, ``N`` bags per key) and ``_unpooled(name, x) ->
+    Tensor`` (output ``name``).
     """
 
     tables: tuple[TableConfig, ...]
@@ -55,10 +56,18 @@ class CollectionBase(AllOrNothingLoad):
         """Pool every feature's bags through its table.
 
         ``features`` is a :class:`KeyedBags` (returns a :class:`KeyedTensor`: ``values()`` is
-        ``(N, sum of dims)`` in :attr:`feature_names` order, ``out[f]`` one feature's
-        ``(N, dim)``) or a ``{feature: index tensor}`` dict (unpooled lookups, as TorchRec's
-        ``EmbeddingCollection``: each ``S`` index tensor gives ``S + (dim,)``). Features in the
-        batch that no table reads are ignored.
+        ``(N, sum of dims)`` in output order, keyed by ``embedding_names``: ``out[f]`` one
+        feature's ``(N, dim)``, ``out["f@t"]`` table ``t``'s of a feature several tables read)
+        or a ``{feature: index tensor}`` dict (unpooled lookups, as TorchRec's
+        ``EmbeddingCollection``: each ``S`` index tensor gives ``S + (dim,)`` per table that
+        reads it, keyed as the pooled outputs). Features in the batch that no table reads are
+        ignored.
+
+        A variable batch per key (``kb.stride_per_key()``, ``kb.inverse_indices``, TorchRec's
+        VBE) pools each key's bags once and gives example ``i`` of output ``f`` the pool of
+        its bag ``inverse_indices[k, i]`` (``k`` the key ``f`` reads), as TorchRec's
+        ``EmbeddingBagCollection`` expands its outputs: equal to the forward of
+        ``kb.full_batch()``.
         """
         name = type(self).__name__
         if isinstance(features, KeyedBags):
@@ -70,20 +79,45 @@ class CollectionBase(AllOrNothingLoad):
                     f"{name}: the batch has no feature {missing} (its keys are "
                     f"{features.keys()}); every feature of the tables must be in it."
                 )
-            return self._pooled(weighted_as(features, self.is_weighted, name))
+            kb = weighted_as(features, self.is_weighted, name)
+            return self._pooled_variable(kb, name) if kb.variable else self._pooled(kb)
         if isinstance(features, Mapping):
-            table_of = self._collection_plan.table_of
-            unknown = [f for f in features if f not in table_of]
+            plan = self._collection_plan
+            unknown = [f for f in features if f not in plan.feature_names]
             if unknown:
                 raise InputValueError(
                     f"{name}: no table reads feature(s) {unknown}; the features are "
                     f"{self.feature_names}."
                 )
-            return {f: self._unpooled(f, x) for f, x in features.items()}
+            return {n: self._unpooled(n, x) for f, x in features.items()
+                    for n in plan.outputs_of(f)}
         raise InputTypeError(
             f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
             f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
+
+    def _pooled_variable(self, kb: KeyedBags, name: str) -> KeyedTensor:
+        """A variable batch per key: each key's bags pooled once (the keys' bags padded with
+        empty ones to one stride), then each output's rows gathered as its key's
+        ``inverse_indices`` say (the gradient sums back over the examples that read a bag)."""
+        if kb.inverse_indices is None:
+            raise InputValueError(
+                f"{name}: the batch has a variable batch per key (stride_per_key "
+                f"{kb.stride_per_key()}) and no inverse_indices, so its keys' outputs have "
+                "different numbers of rows, which no (N, sum of dims) output holds (TorchRec's "
+                "EmbeddingBagCollection cannot put them side by side either). Give "
+                "inverse_indices= (the bag each example reads, per key), or one stride for "
+                "every key."
+            )
+        out = self._pooled(kb._padded())  # (S, width): every bag of every key once
+        plan = self._collection_plan
+        position = {k: i for i, k in enumerate(kb.keys())}
+        inverse = kb.inverse_indices.long()
+        rows = inverse[[position[f] for f in plan.inputs]]  # (outputs, N)
+        dims = torch.tensor(plan.dims, device=inverse.device)
+        index = rows.repeat_interleave(dims, dim=0, output_size=plan.width).T  # (N, width)
+        values = out.values().gather(0, index.to(out.values().device))
+        return KeyedTensor(out.keys(), out.length_per_key(), values)
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         raise NotImplementedError

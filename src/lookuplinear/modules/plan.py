@@ -10,6 +10,13 @@ and a table in a file (its own files) each get a parameter of their own::
              1: dim 8, rows [t0..t4]           table tag at row 0
     output   columns [user 0:2 | item 2:4 | last 4:6 | tag 6:14]
 
+The plan's unit is a (feature, table) pair, one output block each: a feature read by several
+tables (TorchRec's shared feature) is one block per table, keyed ``feature@table`` as TorchRec
+keys it; a feature read by one table keeps its name::
+
+    tables   t1 (dim 3, features [f1]), t2 (dim 4, features [f1])
+    output   columns [f1@t1 0:3 | f1@t2 3:7]      # both read the batch's key f1
+
 :func:`plan_collection` builds it from the table configs alone, as TorchRec's
 ``group_tables`` plans a sharded collection; :class:`CollectionPlan` is what the collection's
 forward and ``state_dict`` read.
@@ -51,54 +58,72 @@ class GroupPlan:
     rows: int
     kernel: str
     tables: tuple[str, ...]
-    #: the group's features in output order, their positions in it and first output columns
+    #: the group's outputs (embedding names) in output order, their positions in it and first
+    #: output columns
     features: tuple[str, ...]
     positions: tuple[int, ...]
     columns: tuple[int, ...]
-    #: the features of the groups before this one (where its block starts in a one-ID batch's
+    #: the outputs of the groups before this one (where its block starts in a one-ID batch's
     #: rows, group after group)
     first: int
 
 
 @dataclass(frozen=True)
 class CollectionPlan:
-    """A collection's tables laid out: groups, the place of each table, the output columns."""
+    """A collection's tables laid out: groups, the place of each table, the output columns.
 
-    #: the output order: every table's features, table after table
+    An *output* is one (feature, table) pair: every table's features, table after table.
+    """
+
+    #: the outputs' names in output order: the feature's name, or ``feature@table`` for a
+    #: feature that several tables read (TorchRec's embedding names)
+    embedding_names: tuple[str, ...]
+    #: the batch key each output reads
+    inputs: tuple[str, ...]
+    #: the batch keys the tables read, each once, in output order
     feature_names: tuple[str, ...]
-    #: each feature's width and first output column; ``width`` the output's
+    #: each output's width and first output column; ``width`` the output's
     dims: tuple[int, ...]
     columns: tuple[int, ...]
     width: int
+    #: each output's table, and the batch key it reads
     table_of: Mapping[str, str]
+    feature_of: Mapping[str, str]
     places: Mapping[str, TablePlace]
     groups: tuple[GroupPlan, ...]
-    #: each feature's group
+    #: each output's group
     feature_group: tuple[int, ...]
     #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
     plain: bool
 
-    def place_of(self, feature: str) -> TablePlace:
-        """The place of the table that ``feature`` reads."""
-        return self.places[self.table_of[feature]]
+    def outputs_of(self, feature: str) -> list[str]:
+        """The outputs that read batch key ``feature`` (one per table that reads it)."""
+        return [n for n, f in zip(self.embedding_names, self.inputs, strict=True)
+                if f == feature]
+
+    def place_of(self, name: str) -> TablePlace:
+        """The place of the table that output ``name`` reads."""
+        return self.places[self.table_of[name]]
 
     def one_id_place(self) -> list[tuple[int, int, int]]:
-        """For each feature, ``(first, j, F_g)``: in a one-ID batch's rows (each group's
-        ``(N, F_g)`` rows in example order, group after group), feature ``j`` of its group
+        """For each output, ``(first, j, F_g)``: in a one-ID batch's rows (each group's
+        ``(N, F_g)`` rows in example order, group after group), output ``j`` of its group
         starts at row ``N * first + j`` and steps by ``F_g``."""
         return [(self.groups[g].first, self.groups[g].features.index(f),
                  len(self.groups[g].features))
-                for f, g in zip(self.feature_names, self.feature_group, strict=True)]
+                for f, g in zip(self.embedding_names, self.feature_group, strict=True)]
 
 
 def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
     """The plan of a collection of ``tables``: tables of one width and dtype grouped in one
-    parameter (a ``max`` table or a table in a file alone), the features in table order.
+    parameter (a ``max`` table or a table in a file alone), the (feature, table) outputs in
+    table order.
 
     Raises
     ------
     InputValueError
-        No tables, table names repeated, a feature in two tables.
+        No tables, table names repeated, a feature listed twice in one table, or two outputs
+        of one name (a feature named ``f@t`` beside feature ``f`` shared by table ``t``).
     InputTypeError
         A table that is not a :class:`TableConfig`.
 
@@ -111,17 +136,32 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
     [(7, 2, ('user', 'item')), (5, 8, ('tag',))]
     >>> plan.places["item"].offset, plan.columns, plan.width
     (4, (0, 2, 4, 6), 14)
+    >>> shared = plan_collection([TableConfig("t1", 10, 3, ["f1"]),
+    ...                           TableConfig("t2", 10, 4, ["f1"])])
+    >>> shared.embedding_names, shared.inputs, shared.feature_names
+    (('f1@t1', 'f1@t2'), ('f1', 'f1'), ('f1',))
     """
     tables = distinct_tables(tuple(tables))
-    owner: dict[str, str] = {}
-    for t in tables:
-        for f in t.feature_names:
-            if f in owner:
-                raise InputValueError(
-                    f"LookupCollection: feature {f!r} is in tables {owner[f]!r} and "
-                    f"{t.name!r}; a feature reads one table."
-                )
-            owner[f] = t.name
+    pairs = [(f, t.name) for t in tables for f in t.feature_names]
+    readers: dict[str, list[str]] = {}
+    for f, name in pairs:
+        if name in readers.get(f, ()):
+            raise InputValueError(
+                f"LookupCollection: table {name!r} lists feature {f!r} twice "
+                f"(feature_names={list(next(t for t in tables if t.name == name).feature_names)}"
+                "); list each feature once per table (a feature may read several tables)."
+            )
+        readers.setdefault(f, []).append(name)
+    # TorchRec's embedding names: a feature read by several tables is "feature@table" in each
+    names = [f if len(readers[f]) == 1 else f"{f}@{name}" for f, name in pairs]
+    if len(set(names)) != len(names):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        raise InputValueError(
+            f"LookupCollection: the outputs {repeated} would have one name twice: a feature "
+            "read by several tables is named 'feature@table' in each, and another feature "
+            "has that name. Rename that feature."
+        )
+    owner = {n: name for n, (_, name) in zip(names, pairs, strict=True)}
     keys: dict[tuple[object, ...], int] = {}
     places: dict[str, TablePlace] = {}
     sizes: list[tuple[int, int, torch.dtype, str]] = []
@@ -139,7 +179,7 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
         places[t.name] = TablePlace(g, rows, t)
         sizes[g] = (rows + t.stored_rows, dim, dt, kind)
         members[g].append(t.name)
-    features = tuple(owner)
+    features = tuple(names)
     dims = tuple(places[owner[f]].config.embedding_dim for f in features)
     columns = tuple(sum(dims[:i]) for i in range(len(dims)))
     feature_group = tuple(places[owner[f]].group for f in features)
@@ -151,8 +191,11 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
                                 tuple(features[i] for i in at), at,
                                 tuple(columns[i] for i in at), first))
         first += len(at)
+    inputs = tuple(f for f, _ in pairs)
     return CollectionPlan(
-        feature_names=features, dims=dims, columns=columns, width=sum(dims), table_of=owner,
+        embedding_names=features, inputs=inputs, feature_names=tuple(dict.fromkeys(inputs)),
+        dims=dims, columns=columns, width=sum(dims), table_of=owner,
+        feature_of=dict(zip(features, inputs, strict=True)),
         places=places, groups=tuple(groups), feature_group=feature_group,
         plain=all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
                   for t in tables),

@@ -36,7 +36,8 @@ class TableConfig:
         Output width of each feature that reads the table.
     feature_names : sequence of str
         The features (keys of a :class:`KeyedBags`) looked up in this table; several features
-        may share one table.
+        may share one table, and a feature may be in several tables (each pools it: outputs
+        ``feature@table``, TorchRec's names).
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
         How each bag is pooled.
     padding_idx : int, optional

@@ -65,7 +65,8 @@ class _Tables(nn.Module):
 
 def shard_collection(collection: Any, *, sharding: str = "table_wise",
                      optimizer: str = "rowwise_adagrad", lr: float = 0.01, eps: float = 1e-8,
-                     device: torch.device | str | None = None) -> nn.Module:
+                     device: torch.device | str | None = None,
+                     is_weighted: bool | None = None) -> nn.Module:
     """``collection``'s tables sharded over the default process group by TorchRec.
 
     Call it in every process with the same collection (same values); returns TorchRec's
@@ -73,13 +74,16 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
     process's batch, ``KeyedBags.to_kjt()``) to the pooled outputs ``(N, sum of dims)``, feature
     after feature as ``LookupCollection`` orders them. ``optimizer`` (TorchRec's ``SGD``,
     ``Adagrad`` or ``RowWiseAdagrad``, FBGEMM's fused kernels) updates the tables in backward.
-    A sharded table sums the processes' gradients.
+    A sharded table sums the processes' gradients. ``is_weighted``: as
+    ``LookupCollection.to_torchrec`` takes it (needed for a collection built with
+    ``is_weighted=None``: whether the batches' weights scale their rows).
 
     Raises
     ------
     InputValueError
         No default process group; an unknown ``sharding`` or ``optimizer``; ``row_wise`` or
-        ``column_wise`` on the CPU, which TorchRec runs only on GPUs.
+        ``column_wise`` on the CPU, which TorchRec runs only on GPUs; what ``to_torchrec``
+        refuses (``is_weighted`` unchosen, a ``mean`` table in a weighted collection).
     ImportError
         TorchRec missing or not the tested release.
     """
@@ -110,7 +114,7 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
     from torchrec.optim.optimizers import SGD
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-    ebc = collection.to_torchrec()
+    ebc = collection.to_torchrec(is_weighted=is_weighted)
     start = {f"ebc.{k}": v.detach().clone() for k, v in ebc.state_dict().items()}
     opt_class: Any = {"sgd": SGD, "adagrad": torch.optim.Adagrad,
                       "rowwise_adagrad": RowWiseAdagrad}[optimizer]
@@ -137,7 +141,7 @@ def gather_collection(dmp: nn.Module, like: Any, *, dst: int = 0,
                       sparse: bool = True) -> Any:
     """The trained tables of :func:`shard_collection`'s module as a ``LookupCollection`` on rank
     ``dst`` (None elsewhere). Call it in every process. ``like``: a collection with the same
-    tables (its values are not used)."""
+    tables (its values are not used); the result has its ``is_weighted``."""
     from ..modules.collection import LookupCollection
 
     tables = {}
@@ -149,4 +153,7 @@ def gather_collection(dmp: nn.Module, like: Any, *, dst: int = 0,
             tables[name] = full
     if dist.get_rank() != dst:
         return None
-    return LookupCollection.from_torchrec(like.to_torchrec(), state_dict=tables, sparse=sparse)
+    back = LookupCollection.from_torchrec(like.to_torchrec(is_weighted=bool(like.is_weighted)),
+                                          state_dict=tables, sparse=sparse)
+    back.is_weighted = like.is_weighted
+    return back

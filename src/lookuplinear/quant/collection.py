@@ -97,6 +97,8 @@ class QuantizedLookupCollection(CollectionBase):
             )
         self.tables: tuple[TableConfig, ...] = collection.tables
         self.feature_names = list(collection.feature_names)
+        #: the output's keys (a feature several tables read: ``feature@table``)
+        self.embedding_names = list(collection.embedding_names)
         #: the collection's ``is_weighted`` (whether a batch's weights scale its rows)
         self.is_weighted = collection.is_weighted
         self._collection_plan = collection._collection_plan
@@ -152,8 +154,10 @@ class QuantizedLookupCollection(CollectionBase):
         """Every feature pooled through its quantized table, feature by feature."""
         blocks = []
         places, table_of = self._places, self._table_of
-        for f in self.feature_names:
-            cfg = places[table_of[f]].config
+        feature_of = self._collection_plan.feature_of
+        for name in self.embedding_names:
+            cfg = places[table_of[name]].config
+            f = feature_of[name]
             layer = self.layers[cfg.name]
             id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
             bags = table_bags(cfg, kb[f], id_map=id_map, dtype=self._weight_dtype[cfg.name],
@@ -164,7 +168,8 @@ class QuantizedLookupCollection(CollectionBase):
         values = torch.cat(blocks, dim=1) if len(blocks) > 1 else blocks[0]
         # float16 and bfloat16 tables give float32, as the float collection and TorchRec's
         dtype = torch.promote_types(values.dtype, torch.float32)
-        return KeyedTensor(self.feature_names, list(self._collection_plan.dims), values.to(dtype))
+        return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
+                           values.to(dtype))
 
     @torch.no_grad()
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
@@ -189,7 +194,7 @@ class QuantizedLookupCollection(CollectionBase):
         return cast(torch.Tensor, layer(ids))
 
     def extra_repr(self) -> str:
-        return f"features={self.feature_names}, dtypes={self.dtypes}"
+        return f"features={self.embedding_names}, dtypes={self.dtypes}"
 
 
 def _dtypes(dtype: str | Mapping[str, str], names: list[str]) -> dict[str, str | None]:

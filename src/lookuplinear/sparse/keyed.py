@@ -15,10 +15,24 @@ after feature, each feature's ``N`` bags (feature-major), cut by ``lengths``::
 
 ``kb["item"]`` is that feature's :class:`~lookuplinear.Bags` (a view, no copy), so everything a
 ``LookupLinear`` takes per bag batch, a keyed batch gives per feature.
+
+A variable batch per key (TorchRec's VBE) holds each key's distinct bags once and says which one
+each example reads::
+
+    keys                    = ["user", "item"]             # N = 3 examples
+    stride_per_key_per_rank = [[1], [2]]                   # user: 1 bag, item: 2 bags
+    values  = [3, 1,   7, 7, 2]
+    lengths = [2,      3, 0]
+    inverse_indices = [[0, 0, 0],                          # every example reads user's bag 0
+                       [1, 0, 1]]                          # example 0 reads item's bag 1
+
+    # the same batch as N bags per key (kb.full_batch()):
+    # user [[3, 1], [3, 1], [3, 1]]   item [[], [7, 7, 2], []]
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -56,13 +70,23 @@ class KeyedBags:
         CSR offsets of the ``F * N`` bags (``offsets[0] == 0``, ``offsets[-1] == nnz``).
     weights : Tensor of shape (nnz,), floating, optional
         One weight per entry (``None`` means 1).
+    stride_per_key_per_rank : sequence of sequences of int, optional
+        A variable batch per key (TorchRec's): key ``k`` has ``sum(stride_per_key_per_rank[k])``
+        bags (its ranks' bags one after the other), the keys' bags one key after the other.
+        Default: ``N`` bags for every key.
+    inverse_indices : Tensor of shape (F, N), integer, optional
+        Example ``i`` of key ``k`` reads that key's bag ``inverse_indices[k, i]`` (TorchRec's
+        ``inverse_indices``, rows in ``keys`` order): the batch has ``N`` examples, and its
+        dense equivalent for key ``k`` is ``kb[k].to_dense(n)[inverse_indices[k]]``
+        (``kb.full_batch()`` builds it).
 
     Raises
     ------
     InputValueError
         Keys repeated or not strings, lengths negative or not summing to ``len(values)``,
-        a number of bags that is not a multiple of the number of keys, bad offsets, weights of
-        the wrong length.
+        a number of bags that is not a multiple of the number of keys (or not the sum of
+        ``stride_per_key_per_rank``), bad offsets, weights of the wrong length,
+        ``inverse_indices`` not ``(F, N)`` or naming a bag its key does not have.
     InputTypeError
         Integer tensors that are not integers, weights that are not floating point.
 
@@ -76,7 +100,8 @@ class KeyedBags:
     (tensor([7, 7, 2]), tensor([0, 3, 3]))
     """
 
-    __slots__ = ("_keys", "_position", "offsets", "values", "weights")
+    __slots__ = ("_keys", "_position", "_starts", "_strides", "inverse_indices", "offsets",
+                 "values", "weights")
 
     def __init__(
         self,
@@ -85,6 +110,9 @@ class KeyedBags:
         lengths: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         offsets: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
+        *,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: torch.Tensor | Sequence[Sequence[int]] | np.ndarray | None = None,
     ) -> None:
         keys = list(keys)
         if not all(isinstance(k, str) for k in keys):
@@ -128,20 +156,30 @@ class KeyedBags:
             off = as_int_tensor("offsets", offsets).long().to(vals.device)
             check_offsets(off, vals.numel(), owner="KeyedBags", entries="values")
         n_bags = off.numel() - 1
-        if keys and n_bags % len(keys):
+        strides = None if stride_per_key_per_rank is None else _strides(
+            stride_per_key_per_rank, keys, n_bags)
+        if strides is None and keys and n_bags % len(keys):
             raise InputValueError(
                 f"KeyedBags: {n_bags} bags for {len(keys)} keys; the bags must be N per key "
-                "(feature-major), so their number is a multiple of the number of keys."
+                "(feature-major), so their number is a multiple of the number of keys; give "
+                "stride_per_key_per_rank= for a variable batch per key."
             )
         if not keys and n_bags:
             raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
         w = None if weights is None else check_weights(weights, vals, "KeyedBags", "values",
                                                          "entry of values")
+        per_key = [n_bags // len(keys)] * len(keys) if strides is None else [
+            sum(r) for r in strides]
+        inverse = None if inverse_indices is None else _inverse(inverse_indices, keys, per_key,
+                                                                 vals.device)
         self._keys = keys
         self._position = {k: i for i, k in enumerate(keys)}
         self.values = vals
         self.offsets = off if vals.dtype == off.dtype else off.to(vals.dtype)
         self.weights = w
+        self._strides = strides
+        self._starts = _starts(strides)
+        self.inverse_indices = inverse
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -151,6 +189,9 @@ class KeyedBags:
         values: torch.Tensor,
         offsets: torch.Tensor,
         weights: torch.Tensor | None = None,
+        *,
+        stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
+        inverse_indices: torch.Tensor | None = None,
     ) -> KeyedBags:
         """A batch of tensors that already hold the contract of :class:`KeyedBags` (parts of a
         checked batch), not checked again; build from user input with ``KeyedBags(...)``.
@@ -163,6 +204,10 @@ class KeyedBags:
         kb = cls.__new__(cls)
         kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
         kb.values, kb.offsets, kb.weights = values, offsets, weights
+        kb._strides = None if stride_per_key_per_rank is None else tuple(
+            tuple(int(n) for n in r) for r in stride_per_key_per_rank)
+        kb._starts = _starts(kb._strides)
+        kb.inverse_indices = inverse_indices
         return kb
 
     @classmethod
@@ -280,49 +325,130 @@ class KeyedBags:
     def from_kjt(cls, kjt: Any) -> KeyedBags:
         """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
 
-        Only the layout a ``KeyedBags`` is, ``N`` bags for every key, is read: a KJT whose
-        keys have different batch sizes (``stride_per_key_per_rank``, TorchRec's variable
-        batch), or that carries ``inverse_indices``, or whose ``lengths`` are not
-        ``len(keys) * stride()`` bags covering ``values`` exactly, is refused (nothing is
-        read or changed), never read as another batch.
+        A variable batch per key (``stride_per_key_per_rank``) and ``inverse_indices`` are
+        kept, as TorchRec reads them: key ``k`` has ``kjt.stride_per_key()[k]`` bags, and
+        example ``i`` reads its bag ``inverse_indices[k, i]`` (the rows of ``inverse_indices``
+        taken by key name). ``KeyedBags.from_kjt(kjt).to_kjt()`` is ``kjt`` again.
 
         Raises
         ------
         InputValueError
-            A layout that is not ``N`` bags per key, as above.
+            ``lengths`` that are not the bags the strides say, covering ``values`` exactly;
+            ``inverse_indices`` without a row for every key, or naming a bag a key lacks.
+            Nothing is read or changed, never read as another batch.
         """
         keys = list(kjt.keys())
         strides = [int(n) for n in kjt.stride_per_key()]
-        inverse = kjt.inverse_indices_or_none() is not None
-        if len(set(strides)) > 1 or inverse:
-            raise InputValueError(
-                "KeyedBags.from_kjt: the KeyedJaggedTensor has a variable batch per key "
-                f"(stride_per_key {strides}{', inverse_indices' if inverse else ''}), and a "
-                "KeyedBags holds the same N examples for every key. Expand it to one batch "
-                "size first (repeat each key's bags as its inverse_indices say), or build the "
-                "KeyedJaggedTensor with one stride."
-            )
-        stride = strides[0] if strides else 0
         lengths = kjt.lengths()
-        if lengths.numel() != len(keys) * stride:
+        if lengths.numel() != sum(strides):
             raise InputValueError(
-                f"KeyedBags.from_kjt: the KeyedJaggedTensor has {len(keys)} keys and stride "
-                f"{stride}, so {len(keys) * stride} bags, but {lengths.numel()} lengths; build "
-                "it with lengths of len(keys) * stride bags."
+                f"KeyedBags.from_kjt: the KeyedJaggedTensor has {len(keys)} keys and strides "
+                f"{strides} per key, so {sum(strides)} bags, but {lengths.numel()} lengths; "
+                "build it with one length per bag of every key."
             )
-        return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none())
+        per_rank = kjt.stride_per_key_per_rank() if kjt.variable_stride_per_key() else None
+        found = kjt.inverse_indices_or_none()
+        inverse = None
+        if found is not None and found[1].numel():  # empty ones TorchRec reads as none
+            names, table = list(found[0]), found[1]
+            missing = [k for k in keys if k not in names]
+            if missing:
+                raise InputValueError(
+                    f"KeyedBags.from_kjt: the KeyedJaggedTensor's inverse_indices have rows "
+                    f"for keys {names}, none for {missing}; every key needs its row (the bag "
+                    "each example reads). Build its inverse_indices with a row per key."
+                )
+            inverse = table if names == keys else table[[names.index(k) for k in keys]]
+        return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none(),
+                   stride_per_key_per_rank=per_rank, inverse_indices=inverse)
 
     def to_kjt(self) -> Any:
-        """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package)."""
+        """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package),
+        with its ``stride_per_key_per_rank`` and ``inverse_indices`` where it has them."""
         try:
             from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
         except ImportError as exc:  # an optional dependency
             raise ImportError(
                 "KeyedBags.to_kjt needs TorchRec; install it (see docs/collection.md)."
             ) from exc
-        return KeyedJaggedTensor(
-            keys=self.keys(), values=self.values, lengths=self.lengths(), weights=self.weights
-        )
+        extra: dict[str, Any] = {}
+        strides = self._strides
+        if strides is None and self.inverse_indices is not None:  # TorchRec reads them with
+            strides = tuple((n,) for n in self.stride_per_key())  # strides only
+        if strides is not None:
+            extra["stride_per_key_per_rank"] = [list(r) for r in strides]
+        if self.inverse_indices is not None:
+            extra["inverse_indices"] = (self.keys(), self.inverse_indices)
+        return KeyedJaggedTensor(keys=self.keys(), values=self.values, lengths=self.lengths(),
+                                 weights=self.weights, **extra)
+
+    def full_batch(self) -> KeyedBags:
+        """The same batch as ``N`` bags for every key: each example's bag of each key, as
+        ``inverse_indices`` say (this object if it has none and one stride for every key).
+        Its dense equivalent is this batch's: ``kb[k].to_dense(n)[inverse_indices[k]]``.
+
+        Raises
+        ------
+        InputValueError
+            A variable batch per key without ``inverse_indices`` (no examples to expand to).
+
+        Examples
+        --------
+        >>> kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 7, 7, 2]),
+        ...                lengths=torch.tensor([2, 3, 0]), stride_per_key_per_rank=[[1], [2]],
+        ...                inverse_indices=torch.tensor([[0, 0, 0], [1, 0, 1]]))
+        >>> kb.batch_size, kb.stride_per_key()
+        (3, [1, 2])
+        >>> full = kb.full_batch()
+        >>> full.lengths(), full["item"].indices
+        (tensor([2, 2, 2, 0, 3, 0]), tensor([7, 7, 2]))
+        """
+        if self.inverse_indices is None:
+            if self._starts is None:
+                return self
+            raise InputValueError(
+                f"KeyedBags.full_batch: the batch has a variable batch per key (strides "
+                f"{self.stride_per_key()}) and no inverse_indices, so no examples to expand "
+                "to; give inverse_indices= (the bag each example reads, per key)."
+            )
+        bags = (self._first_bags()[:, None] + self.inverse_indices.to(self.device)).flatten()
+        positions, lengths = gather_bags(self.offsets, bags)
+        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        weights = None if self.weights is None else self.weights.index_select(0, positions)
+        # bags of a checked batch: nothing to check again
+        return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
+                                      offsets, weights)
+
+    def stride_per_key(self) -> list[int]:
+        """Each key's number of bags (``N`` for every key, but for a variable batch)."""
+        if self._starts is None:
+            n = (self.offsets.numel() - 1) // len(self._keys) if self._keys else 0
+            return [n] * len(self._keys)
+        return [b - a for a, b in itertools.pairwise(self._starts)]
+
+    def _padded(self) -> KeyedBags:
+        """Each key's bags followed by empty ones up to the largest stride, the same values:
+        a batch of ``max(stride_per_key())`` examples for every key, without
+        ``inverse_indices`` (this batch's own bags, for a lookup of each bag once)."""
+        if self._starts is None:
+            if self.inverse_indices is None:
+                return self
+            return KeyedBags.from_checked(self._keys, self.values, self.offsets, self.weights)
+        strides = torch.tensor(self.stride_per_key(), device=self.device)
+        s = int(strides.max())
+        lengths = torch.zeros(len(self._keys), s, dtype=self.offsets.dtype, device=self.device)
+        lengths[torch.arange(s, device=self.device)[None, :] < strides[:, None]] = self.lengths()
+        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
+        torch.cumsum(lengths.flatten(), 0, out=offsets[1:])
+        return KeyedBags.from_checked(self._keys, self.values, offsets, self.weights)
+
+    def _first_bags(self) -> torch.Tensor:
+        """Each key's first bag, ``(F,)`` int64."""
+        if self._starts is None:
+            n = (self.offsets.numel() - 1) // len(self._keys) if self._keys else 0
+            return torch.arange(len(self._keys), device=self.device) * n
+        return torch.tensor(self._starts[:-1], device=self.device)
 
     # ------------------------------------------------------------------ views
     def keys(self) -> list[str]:
@@ -331,8 +457,19 @@ class KeyedBags:
 
     @property
     def batch_size(self) -> int:
-        """``N``, the number of examples (bags per feature)."""
+        """``N``, the number of examples: bags per feature, or ``inverse_indices``' columns
+        (for a variable batch without them, the largest stride, as TorchRec's ``stride()``)."""
+        if self.inverse_indices is not None:
+            return int(self.inverse_indices.shape[1])
+        if self._starts is not None:
+            return max(self.stride_per_key())
         return (self.offsets.numel() - 1) // len(self._keys) if self._keys else 0
+
+    @property
+    def variable(self) -> bool:
+        """Whether examples read their bags through ``inverse_indices`` or the keys have
+        different numbers of bags (TorchRec's variable batch per key)."""
+        return self.inverse_indices is not None or self._starts is not None
 
     def __len__(self) -> int:
         """The number of examples ``N``, as ``len(Bags)`` is its number of bags."""
@@ -362,9 +499,10 @@ class KeyedBags:
         """Feature ``key``'s ``N`` bags, or the examples ``rows`` of every feature.
 
         ``kb["user"]`` is that feature's :class:`~lookuplinear.Bags` (views of ``values`` and
-        ``weights``, offsets from 0). ``kb[rows]``, with ``rows`` a slice, an int (a batch of
-        that one row), integer indices (negative count from the end, repeats allowed) or a
-        boolean mask of ``N`` values, is a
+        ``weights``, offsets from 0): its ``stride_per_key()`` bags, which with
+        ``inverse_indices`` are the distinct bags its examples read. ``kb[rows]``, with
+        ``rows`` a slice, an int (a batch of that one row), integer indices (negative count
+        from the end, repeats allowed) or a boolean mask of ``N`` values, is a
         new ``KeyedBags`` of those examples in that order, for every feature: its dense
         equivalent is ``kb[k].to_dense(n)[rows]`` for each key ``k``.
 
@@ -388,8 +526,11 @@ class KeyedBags:
             raise KeyError(
                 f"KeyedBags has no feature {key!r}; its keys are {self._keys}."
             )
-        n = self.batch_size
-        off = self.offsets[pos * n : (pos + 1) * n + 1]
+        if self._starts is None:
+            n = (self.offsets.numel() - 1) // len(self._keys)
+            off = self.offsets[pos * n : (pos + 1) * n + 1]
+        else:
+            off = self.offsets[self._starts[pos] : self._starts[pos + 1] + 1]
         if not values_known():  # symbolic bounds, checked where a graph runs
             start, end = off[0].item(), off[-1].item()
             torch._check(start >= 0)
@@ -402,6 +543,17 @@ class KeyedBags:
 
     def _rows(self, rows: Any) -> KeyedBags:
         n, f = self.batch_size, len(self._keys)
+        if self.inverse_indices is not None:  # the same bags, read by the picked examples
+            picked = rows_index("KeyedBags[rows]", rows, n, self.inverse_indices.device)
+            return KeyedBags.from_checked(self._keys, self.values, self.offsets, self.weights,
+                                          stride_per_key_per_rank=self._strides,
+                                          inverse_indices=self.inverse_indices[:, picked])
+        if self._starts is not None:
+            raise InputValueError(
+                f"KeyedBags[rows]: the batch has a variable batch per key (strides "
+                f"{self.stride_per_key()}) and no inverse_indices, so no examples to select; "
+                "give inverse_indices= (the bag each example reads, per key)."
+            )
         picked = rows_index("KeyedBags[rows]", rows, n, self.device)
         bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
         positions, lengths = gather_bags(self.offsets, bags)
@@ -442,6 +594,13 @@ class KeyedBags:
             if not isinstance(b, KeyedBags):
                 raise InputTypeError(
                     f"KeyedBags.cat: batches[{i}] is a {type(b).__name__}, not a KeyedBags."
+                )
+            if b.variable:
+                raise InputValueError(
+                    f"KeyedBags.cat: batches[{i}] is a variable batch per key (strides "
+                    f"{b.stride_per_key()}, inverse_indices "
+                    f"{'given' if b.inverse_indices is not None else 'none'}), and cat stacks "
+                    "batches of N bags per key. Call batches[i].full_batch() first."
                 )
             if b._keys != keys:
                 raise InputValueError(
@@ -485,8 +644,11 @@ class KeyedBags:
         if self.values.device == device:
             return self
         weights = None if self.weights is None else self.weights.to(device)
+        inverse = None if self.inverse_indices is None else self.inverse_indices.to(device)
         return KeyedBags.from_checked(self._keys, self.values.to(device),
-                                      self.offsets.to(device), weights)
+                                      self.offsets.to(device), weights,
+                                      stride_per_key_per_rank=self._strides,
+                                      inverse_indices=inverse)
 
     def unweighted(self) -> KeyedBags:
         """The same bags without weights (this object if it has none; tensors shared).
@@ -500,16 +662,97 @@ class KeyedBags:
         """
         if self.weights is None:
             return self
-        return KeyedBags.from_checked(self._keys, self.values, self.offsets)
+        return KeyedBags.from_checked(self._keys, self.values, self.offsets,
+                                      stride_per_key_per_rank=self._strides,
+                                      inverse_indices=self.inverse_indices)
 
     def __repr__(self) -> str:
+        variable = f", stride_per_key={self.stride_per_key()}" if self.variable else ""
         return (
             f"KeyedBags(keys={self._keys}, batch_size={self.batch_size}, "
-            f"nnz={self.values.numel()}, weighted={self.weights is not None})"
+            f"nnz={self.values.numel()}, weighted={self.weights is not None}{variable})"
         )
 
 
+def _strides(given: Sequence[Sequence[int]], keys: list[str],
+             n_bags: int) -> tuple[tuple[int, ...], ...]:
+    """``stride_per_key_per_rank``, checked: one row per key, the same ranks for every key,
+    counts >= 0 summing to the batch's ``n_bags``."""
+    try:
+        rows = tuple(tuple(int(n) for n in r) for r in given)
+    except (TypeError, ValueError) as exc:
+        raise InputValueError(
+            "KeyedBags: stride_per_key_per_rank must be one list of bag counts per key "
+            f"(one per rank), e.g. [[2], [4]], got {given!r}."
+        ) from exc
+    ranks = {len(r) for r in rows}
+    if len(rows) != len(keys) or len(ranks) > 1 or 0 in ranks or any(
+            n < 0 for r in rows for n in r):
+        raise InputValueError(
+            f"KeyedBags: stride_per_key_per_rank must be one list of counts >= 0 per key "
+            f"({len(keys)} keys), each with one count per rank (the same ranks for every "
+            f"key), got {[list(r) for r in rows]}."
+        )
+    total = sum(sum(r) for r in rows)
+    if total != n_bags:
+        raise InputValueError(
+            f"KeyedBags: stride_per_key_per_rank {[list(r) for r in rows]} says {total} bags, "
+            f"but lengths (or offsets) give {n_bags}; give one length per bag of every key."
+        )
+    return rows
+
+
+def _starts(strides: tuple[tuple[int, ...], ...] | None) -> list[int] | None:
+    """Each key's first bag and the end (None when every key has as many bags)."""
+    if strides is None or len({sum(r) for r in strides}) <= 1:
+        return None
+    return [0, *itertools.accumulate(sum(r) for r in strides)]
+
+
+def _inverse(given: Any, keys: list[str], per_key: list[int],
+             device: torch.device) -> torch.Tensor:
+    """``inverse_indices``, checked: ``(F, N)`` integers, row ``k`` in ``[0, per_key[k])``."""
+    inv = given if isinstance(given, torch.Tensor) else torch.as_tensor(np.asarray(given))
+    if inv.dtype.is_floating_point or inv.dtype.is_complex or inv.dtype == torch.bool:
+        raise InputTypeError(
+            f"KeyedBags: inverse_indices must be integers (bag positions), got {inv.dtype}."
+        )
+    if inv.dim() != 2 or inv.shape[0] != len(keys):
+        raise InputValueError(
+            f"KeyedBags: inverse_indices must have shape (F, N) = ({len(keys)}, N), one row "
+            f"per key, got shape {tuple(inv.shape)}."
+        )
+    inv = inv.to(device)
+    if inv.numel():
+        low, high = inv.amin(dim=1).tolist(), inv.amax(dim=1).tolist()
+        for k, (lo, hi, n) in enumerate(zip(low, high, per_key, strict=True)):
+            if lo < 0 or hi >= n:
+                raise InputValueError(
+                    f"KeyedBags: inverse_indices[{k}] (key {keys[k]!r}) must name bags in "
+                    f"[0, {n}), the key's bags, got values in [{lo}, {hi}]."
+                )
+    return inv
+
+
+def _rebuilt(leaves: list[Any], context: tuple[Any, ...]) -> KeyedBags:
+    """A batch from its pytree leaves and context (a checked batch's: not checked again):
+    ``values, offsets, weights`` and the keys, or for a variable batch per key also
+    ``inverse_indices`` and ``(keys, stride_per_key_per_rank)``."""
+    if len(leaves) == 3:
+        return KeyedBags.from_checked(context, *leaves)
+    values, offsets, weights, inverse = leaves
+    return KeyedBags.from_checked(context[0], values, offsets, weights,
+                                  stride_per_key_per_rank=context[1], inverse_indices=inverse)
+
+
+def _ordinary(kb: KeyedBags) -> bool:
+    """``N`` bags per key, no strides or inverse_indices given: three leaves, the keys."""
+    return kb._strides is None and kb.inverse_indices is None
+
+
+_LEAVES = ("values", "offsets", "weights")
 register_node(
-    KeyedBags, ("values", "offsets", "weights"), lambda kb: tuple(kb._keys),
-    lambda leaves, keys: KeyedBags.from_checked(keys, *leaves),  # the leaves of a checked batch
+    KeyedBags, lambda kb: _LEAVES if _ordinary(kb) else (*_LEAVES, "inverse_indices"),
+    lambda kb: tuple(kb._keys) if _ordinary(kb) else (tuple(kb._keys), kb._strides),
+    lambda leaves, context: _rebuilt(list(leaves), context),
 )

@@ -15,11 +15,12 @@ __all__ = ["register_node"]
 
 def register_node(
     cls: type,
-    leaves: Sequence[str],
+    leaves: Sequence[str] | Callable[[Any], Sequence[str]],
     context: Callable[[Any], tuple[Any, ...]],
     build: Callable[[Iterable[Any], Any], Any],
 ) -> None:
-    """Register ``cls`` as a pytree node whose leaves are its attributes ``leaves``.
+    """Register ``cls`` as a pytree node whose leaves are its attributes ``leaves`` (or the
+    attributes ``leaves(obj)`` names, for an object whose leaves depend on its kind).
 
     ``context(obj)`` is what else rebuilds it (keys, sizes: JSON-able tuples); ``build(leaves,
     context)`` rebuilds it. An exported program saves its example inputs: ``cls`` also loads
@@ -27,11 +28,14 @@ def register_node(
     """
     from torch.utils._pytree import GetAttrKey
 
+    def names(obj: Any) -> Sequence[str]:
+        return leaves(obj) if callable(leaves) else leaves
+
     def flatten(obj: Any) -> tuple[list[Any], tuple[Any, ...]]:
-        return [getattr(obj, n) for n in leaves], context(obj)
+        return [getattr(obj, n) for n in names(obj)], context(obj)
 
     def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
-        return [(GetAttrKey(n), getattr(obj, n)) for n in leaves], context(obj)
+        return [(GetAttrKey(n), getattr(obj, n)) for n in names(obj)], context(obj)
 
     torch.utils._pytree.register_pytree_node(
         cls, flatten, build,

@@ -1,0 +1,318 @@
+"""TorchRec's own cases side by side with its ``EmbeddingBagCollection``: a feature read by
+several tables, variable batches per key (``stride_per_key_per_rank``, ``inverse_indices``),
+and what ``to_torchrec`` refuses because the EBC would compute it differently."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookuplinear import (
+    InputValueError,
+    KeyedBags,
+    LookupCollection,
+    LookupLinearError,
+    TableConfig,
+    check_equivalence,
+)
+
+torchrec = pytest.importorskip("torchrec")
+KJT = torchrec.KeyedJaggedTensor
+
+
+def _ebc(tables: list[tuple[str, int, int, list[str]]], *, is_weighted: bool = False,
+         mean: tuple[str, ...] = ()) -> torchrec.EmbeddingBagCollection:
+    torch.manual_seed(0)
+    return torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(
+            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats,
+            pooling=torchrec.PoolingType.MEAN if name in mean else torchrec.PoolingType.SUM)
+        for name, rows, dim, feats in tables], is_weighted=is_weighted)
+
+
+def _table_grads(col: LookupCollection) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, (g, off, cfg) in col._places.items():
+        grad = col.table_groups[g].grad
+        out[name] = grad.to_dense()[off:off + cfg.num_embeddings]
+    return out
+
+
+def _assert_equal_to_ebc(col: LookupCollection, ebc, kb: KeyedBags, kjt) -> None:
+    """Same keys, lengths per key, values, and gradients of every table (a random upstream
+    gradient), the collection on ``kb``, the EBC on ``kjt``; and the dense reference."""
+    ours, theirs = col(kb), ebc(kjt)
+    assert ours.keys() == theirs.keys()
+    assert ours.length_per_key() == theirs.length_per_key()
+    torch.testing.assert_close(ours.values(), theirs.values())
+    upstream = torch.randn(theirs.values().shape, generator=torch.Generator().manual_seed(1))
+    col.zero_grad()
+    ebc.zero_grad()
+    (ours.values() * upstream).sum().backward()
+    (theirs.values() * upstream).sum().backward()
+    grads = _table_grads(col)
+    for name, bag in ebc.embedding_bags.items():
+        want = bag.weight.grad if bag.weight.grad is not None else torch.zeros_like(bag.weight)
+        torch.testing.assert_close(grads[name], want, msg=f"table {name}")
+    report = check_equivalence(col, kb)
+    assert report.ok, str(report)
+
+
+# ---------------------------------------------------------------------- shared features
+@pytest.mark.parametrize("sparse", [False, True])
+def test_shared_features_equal_torchrec(sparse):
+    """TorchRec's ``test_shared_features``: f1 read by t1 (dim 3) and t2 (dim 4) gives outputs
+    f1@t1, f1@t2 at [0, 3, 7), equal in values and table gradients, through a KJT and
+    through the collection's own KeyedBags; the conversions both ways keep it."""
+    ebc = _ebc([("t1", 10, 3, ["f1"]), ("t2", 10, 4, ["f1"])])
+    kjt = KJT.from_offsets_sync(keys=["f1"], values=torch.tensor([0, 1, 2, 3, 4, 5, 6, 7]),
+                                offsets=torch.tensor([0, 2, 2, 3, 4, 5, 8]))
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    assert col.feature_names == ["f1"] and col.embedding_names == ["f1@t1", "f1@t2"]
+    assert col(KeyedBags.from_kjt(kjt)).values().shape == (6, 7)
+    _assert_equal_to_ebc(col, ebc, KeyedBags.from_kjt(kjt), kjt)
+    # the collection's own batch, built from lists, and the EBC converted back
+    kb = KeyedBags.from_dict({"f1": [[0, 1], [], [2], [3], [4], [5, 6, 7]]})
+    again = col.to_torchrec()
+    _assert_equal_to_ebc(col, again, kb, kb.to_kjt())
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_shared_and_plain_features_mixed_equal_torchrec(weighted, sparse):
+    """A shared feature beside plain ones, in tables of one width (one group: the plan's
+    (feature, table) pairs) and of another width, sum and mean tables, weighted batches."""
+    tables = [("t1", 10, 3, ["f1", "f2"]), ("t2", 12, 4, ["f3", "f1"]), ("t3", 9, 3, ["f1"])]
+    ebc = _ebc(tables, is_weighted=weighted, mean=() if weighted else ("t3",))
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    assert col.embedding_names == ["f1@t1", "f2", "f3", "f1@t2", "f1@t3"]
+    gen = torch.Generator().manual_seed(0)
+    feats = {"f2": [[1], [2, 2], []], "f1": [[0, 8, 3], [], [5]], "f3": [[11], [4], [0, 1]]}
+    kb = KeyedBags.from_dict(feats)
+    if weighted:
+        kb = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel(), generator=gen))
+    _assert_equal_to_ebc(col, ebc, kb, kb.to_kjt())
+    # unpooled lookups and the quantized copy key the outputs as the pooled ones
+    ids = torch.tensor([[1, 2], [3, 4]])
+    unpooled = col({"f1": ids, "f2": ids})
+    assert list(unpooled) == ["f1@t1", "f1@t2", "f1@t3", "f2"]
+    torch.testing.assert_close(unpooled["f1@t2"], col["t2"].weight[ids])
+    q = col.quantize("float16")
+    assert q(kb).keys() == col.embedding_names
+    torch.testing.assert_close(q(kb).values(), col(kb).values().detach(), rtol=1e-2, atol=1e-2)
+
+
+def test_shared_feature_names_and_refusals():
+    """An output is named by table only where the feature is shared; a feature listed
+    twice in one table is refused, and a shared feature names no single table."""
+    col = LookupCollection([TableConfig("a", 5, 2, ["x", "y"]), TableConfig("b", 5, 3, ["x"])])
+    assert col.embedding_names == ["x@a", "y", "x@b"]
+    assert col.table_of("x@b") is not None and col.table_of("y").out_features == 2
+    with pytest.raises(KeyError, match=r"read by several tables, as \['x@a', 'x@b'\]"):
+        col.table_of("x")
+    with pytest.raises(InputValueError, match="lists feature 'x' twice"):
+        LookupCollection([TableConfig("a", 5, 2, ["x", "x"])])
+    kb = KeyedBags.from_dict({"y": [[1]], "z": [[0]]})
+    with pytest.raises(InputValueError, match=r"no feature \['x'\]"):
+        col(kb)
+
+
+# ---------------------------------------------------------------------- variable batches
+def _vbe_cases():
+    """TorchRec's variable-batch KJTs (``test_key_lookup_vb`` / ``test_pytree_kjt`` of its
+    KeyedJaggedTensor tests): keys of 2 and 4 bags expanded to 3 or 4 examples, and one
+    stride for both keys expanded to 3."""
+    values = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8])
+    offsets = torch.IntTensor([0, 2, 2, 3, 4, 5, 8])
+    weights = torch.tensor([1.0, 0.5, 1.5, 1.0, 0.5, 1.0, 1.0, 1.5])
+    keys = ["index_0", "index_1"]
+    return {
+        "pytree": KJT(values=values, keys=keys, offsets=offsets, weights=weights,
+                      stride_per_key_per_rank=[[2], [4]],
+                      inverse_indices=(keys, torch.tensor([[0, 1, 0], [0, 0, 0]]))),
+        "key_lookup": KJT(keys=keys, values=torch.tensor([0, 1, 2, 3, 4, 5]),
+                          lengths=torch.tensor([2, 0, 1, 1, 1, 1]),
+                          stride_per_key_per_rank=[[2], [4]],
+                          inverse_indices=(keys, torch.tensor([[0, 1, 1, 0], [0, 1, 2, 3]]))),
+        "one_stride": KJT(keys=["index_1", "index_0"], values=torch.arange(4),
+                          lengths=torch.tensor([1, 1, 1, 1]),
+                          stride_per_key_per_rank=[[2], [2]],
+                          inverse_indices=(keys, torch.tensor([[0, 1, 1], [0, 1, 0]]))),
+    }
+
+
+@pytest.mark.parametrize("case", ["pytree", "key_lookup", "one_stride"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_variable_batches_equal_torchrec(case, sparse):
+    """TorchRec's VBE KJTs through from_kjt, the collection and to_kjt: the outputs expanded
+    to the full batch per key as its EBC expands them, with its table gradients."""
+    kjt = _vbe_cases()[case]
+    weighted = kjt.weights_or_none() is not None
+    ebc = _ebc([("t0", 10, 3, ["index_0"]), ("t1", 10, 2, ["index_1", "index_0"])],
+               is_weighted=weighted)
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.batch_size == kjt.stride() and kb.stride_per_key() == kjt.stride_per_key()
+    back = kb.to_kjt()
+    assert back.stride_per_key_per_rank() == kjt.stride_per_key_per_rank()
+    assert back.inverse_indices()[0] == kjt.keys()
+    _assert_equal_to_ebc(col, ebc, kb, kjt)
+    _assert_equal_to_ebc(col, ebc, kb, back)
+    # the same batch of N bags per key gives the same outputs
+    torch.testing.assert_close(col(kb.full_batch()).values(), col(kb).values())
+
+
+def test_variable_batch_without_inverse_indices_is_refused():
+    """Keys of 2 and 4 bags and no inverse_indices: TorchRec's EBC fails putting (2, d) and
+    (4, d) side by side; the collection refuses naming the fix, and the batch still
+    converts both ways."""
+    kjt = KJT(keys=["index_0", "index_1"], values=torch.tensor([0, 1, 2, 3, 4, 5]),
+              lengths=torch.tensor([2, 0, 1, 1, 1, 1]), stride_per_key_per_rank=[[2], [4]])
+    ebc = _ebc([("t0", 10, 3, ["index_0"]), ("t1", 10, 2, ["index_1"])])
+    col = LookupCollection.from_torchrec(ebc)
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.to_kjt().stride_per_key_per_rank() == [[2], [4]]
+    with pytest.raises(RuntimeError):
+        ebc(kjt)
+    with pytest.raises(InputValueError, match=r"stride_per_key \[2, 4\].*Give inverse_indices="):
+        col(kb)
+    with pytest.raises(InputValueError, match="no inverse_indices"):
+        kb.full_batch()
+    with pytest.raises(InputValueError, match="no inverse_indices"):
+        kb[[0]]
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), weighted=st.booleans(), ranks=st.integers(1, 2), sparse=st.booleans())
+def test_any_variable_batch_equals_torchrec(data, weighted, ranks, sparse):
+    """Random strides per key and rank, bags, inverse_indices (rows in any key order), a
+    shared feature: the collection equals TorchRec's EBC, values and table gradients."""
+    keys = ["a", "b", "c"]
+    strides = [[data.draw(st.integers(1, 3)) for _ in range(ranks)] for _ in keys]
+    per_key = [sum(r) for r in strides]
+    lengths = data.draw(st.lists(st.integers(0, 3), min_size=sum(per_key),
+                                 max_size=sum(per_key)))
+    nnz = sum(lengths)
+    n = data.draw(st.integers(1, 5))
+    order = data.draw(st.permutations(keys))
+    inverse = torch.stack([torch.tensor(data.draw(st.lists(
+        st.integers(0, per_key[keys.index(k)] - 1), min_size=n, max_size=n)),
+        dtype=torch.long) for k in order]).reshape(len(keys), n)
+    kjt = KJT(keys=keys, values=torch.randint(0, 7, (nnz,)),
+              lengths=torch.tensor(lengths, dtype=torch.long),
+              weights=torch.rand(nnz) if weighted else None,
+              stride_per_key_per_rank=strides, inverse_indices=(list(order), inverse))
+    ebc = _ebc([("t0", 7, 3, ["a", "c"]), ("t1", 7, 2, ["b", "a"])], is_weighted=weighted)
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.batch_size == n
+    _assert_equal_to_ebc(col, ebc, kb, kjt)
+
+
+def test_variable_batch_keyed_bags():
+    """The KeyedBags of a variable batch: checked when built, rows picked through
+    inverse_indices, moved and unweighted with them, refused by cat, a pytree node."""
+    kb = KeyedBags(["u", "i"], torch.tensor([3, 1, 7, 7, 2]), lengths=torch.tensor([2, 3, 0]),
+                   weights=torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]),
+                   stride_per_key_per_rank=[[1], [2]],
+                   inverse_indices=torch.tensor([[0, 0, 0], [1, 0, 1]]))
+    assert kb["u"].lengths().tolist() == [2] and kb["i"].lengths().tolist() == [3, 0]
+    full = kb.full_batch()
+    assert full.batch_size == 3 and full.lengths().tolist() == [2, 2, 2, 0, 3, 0]
+    assert full.weights.tolist() == [1.0, 2.0] * 3 + [3.0, 4.0, 5.0]
+    picked = kb[[2, 1]]
+    assert picked.inverse_indices.tolist() == [[0, 0], [1, 0]]
+    assert torch.equal(picked.full_batch().values, full[[2, 1]].values)
+    assert kb.unweighted().inverse_indices is kb.inverse_indices
+    assert kb.to("meta").full_batch is not None and kb.to("meta").stride_per_key() == [1, 2]
+    leaves, spec = torch.utils._pytree.tree_flatten(kb)
+    again = torch.utils._pytree.tree_unflatten(leaves, spec)
+    assert again.stride_per_key() == [1, 2] and torch.equal(again.inverse_indices,
+                                                            kb.inverse_indices)
+    with pytest.raises(InputValueError, match="full_batch"):
+        KeyedBags.cat([kb, kb])
+    with pytest.raises(InputValueError, match=r"says 4 bags, but lengths .* give 3"):
+        KeyedBags(["u", "i"], torch.arange(5), lengths=torch.tensor([2, 3, 0]),
+                  stride_per_key_per_rank=[[2], [2]])
+    with pytest.raises(InputValueError, match=r"inverse_indices\[1\] \(key 'i'\) must name "
+                                              r"bags in \[0, 2\), the key's bags, got values "
+                                              r"in \[0, 2\]"):
+        KeyedBags(["u", "i"], torch.arange(5), lengths=torch.tensor([2, 3, 0]),
+                  stride_per_key_per_rank=[[1], [2]], inverse_indices=[[0, 0], [2, 0]])
+    with pytest.raises(InputValueError, match=r"shape \(F, N\) = \(2, N\)"):
+        KeyedBags(["u", "i"], torch.arange(5), lengths=torch.tensor([2, 3, 0]),
+                  stride_per_key_per_rank=[[1], [2]], inverse_indices=[0, 0])
+
+
+# ---------------------------------------------------------------------- to_torchrec refusals
+def test_to_torchrec_refuses_an_unchosen_is_weighted():
+    """A collection with is_weighted=None reads weights when a batch has them; no EBC does.
+    The EBC made with TorchRec's default would differ on weighted batches, silently: refused,
+    naming the choice, which then gives an EBC equal on its batches."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 10, 4, ["user"]),
+                            TableConfig("item", 8, 3, ["item"])])
+    with pytest.raises(LookupLinearError, match=r"is_weighted=None.*to_torchrec\(is_weighted="
+                                                r"True\) for weighted batches") as info:
+        col.to_torchrec()
+    assert isinstance(info.value, ValueError)
+    kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 4, 7, 2]),
+                   lengths=torch.tensor([1, 2, 2, 0]),
+                   weights=torch.tensor([0.5, 2.0, 1.5, 3.0, 0.1]))
+    torch.testing.assert_close(col.to_torchrec(is_weighted=True)(kb.to_kjt()).values(),
+                               col(kb).values())
+    plain = kb.unweighted()
+    torch.testing.assert_close(col.to_torchrec(is_weighted=False)(plain.to_kjt()).values(),
+                               col(plain).values())
+    fixed = LookupCollection(col.tables, is_weighted=False)
+    with pytest.raises(InputValueError, match=r"to_torchrec\(is_weighted=True\): the collection "
+                                              r"has is_weighted=False.*Call to_torchrec\(\)"):
+        fixed.to_torchrec(is_weighted=True)
+    assert fixed.to_torchrec().is_weighted() is False
+
+
+@pytest.mark.parametrize("is_weighted", [True, None])
+def test_to_torchrec_refuses_mean_with_weights(is_weighted):
+    """A weighted EBC with a MEAN table raises NotImplementedError on every weighted batch
+    (nn.EmbeddingBag has no weights with mean): refused when converting, naming the fix."""
+    col = LookupCollection([TableConfig("user", 10, 4, ["user"]),
+                            TableConfig("item", 8, 3, ["item"], mode="mean")],
+                           is_weighted=is_weighted)
+    with pytest.raises(InputValueError, match=r"tables \['item'\] have mode='mean'.*"
+                                              r"NotImplementedError.*mode='sum'"):
+        col.to_torchrec(is_weighted=True if is_weighted is None else None)
+    unweighted = col.to_torchrec(is_weighted=False) if is_weighted is None else None
+    if unweighted is not None:
+        kb = KeyedBags.from_dict({"user": [[1]], "item": [[2, 3]]})
+        torch.testing.assert_close(unweighted(kb.to_kjt()).values(), col(kb).values())
+
+
+@pytest.mark.parametrize("one_id", [True, False])
+def test_shared_features_take_the_batched_path(one_id, monkeypatch):
+    """A batch of the plan's features, one read by several tables of two widths: taken once
+    per (feature, table) pair by the one-kernel lookup (not group by group), equal to
+    TorchRec's EBC, and an ID outside a table is refused naming its feature."""
+    from lookuplinear import LookupIndexError
+    from lookuplinear.modules.batched import BatchedLookup
+
+    ebc = _ebc([("t1", 10, 3, ["f1", "f2"]), ("t2", 10, 4, ["f1"]), ("t3", 6, 3, ["f3"])])
+    col = LookupCollection.from_torchrec(ebc, sparse=True)
+    bags = {"f1": [[1], [9], [0]], "f2": [[2], [2], [5]], "f3": [[5], [0], [3]]}
+    if not one_id:
+        bags["f1"] = [[1, 9], [], [0, 0, 4]]
+    kb = KeyedBags.from_dict(bags)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the batch went group by group")
+
+    monkeypatch.setattr(BatchedLookup, "_per_group", refused)
+    _assert_equal_to_ebc(col, ebc, kb, kb.to_kjt())
+    monkeypatch.undo()
+    bad = KeyedBags.from_dict({**bags, "f3": [[5], [6], [3]]})
+    with pytest.raises(LookupIndexError, match=r"kb\['f3'\]"):
+        col(bad)
+    with pytest.raises(LookupIndexError, match=r"kb\['f1'\]\[1\].*in_features=10"):
+        col(KeyedBags.from_dict({**bags, "f1": [[1], [10], [0]]}))
