@@ -435,3 +435,36 @@ def test_fit_warns_when_the_loss_shows_no_progress(cls: Any) -> None:
         cls(solver="adam", learning_rate_init=1e-5, random_state=0).fit(X, y)
     cls(solver="adam", learning_rate_init=1e-5, random_state=0).partial_fit(
         X, y, **({"classes": [0, 1, 2]} if cls is LookupClassifier else {}))  # one step: quiet
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        pytest.param("gpu", r"device='gpu' is not a device; use cpu, cuda or cuda:N", id="gpu"),
+        pytest.param("meta", r"device='meta': lookuplinear trains on cpu or cuda; use "
+                     r"device='cpu'", id="meta"),
+        pytest.param(
+            "cuda", r"device='cuda': this torch \(.*\) sees no CUDA device .*use device='cpu'",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available"),
+            id="cuda",
+        ),
+    ],
+)
+def test_device_is_checked_as_the_command_line_checks_it(cls: Any, device: str,
+                                                         message: str) -> None:
+    """``device`` that this torch cannot train on: the command line's check, before any change
+    (a fitted model stays), in ``fit`` and in the first ``partial_fit``."""
+    X, y = _tfidf(n=60)
+    fitted = cls(random_state=0).fit(X, y)
+    before = fitted.predict(X)
+    fitted.set_params(device=device)
+    with pytest.raises(InputValueError, match=message):
+        fitted.fit(X, y)
+    np.testing.assert_array_equal(fitted.set_params(device="cpu").predict(X), before)
+    classes = {"classes": [0, 1, 2]} if cls is LookupClassifier else {}
+    with pytest.raises(InputValueError, match=message):
+        cls(device=device).partial_fit(X, y, **classes)
+    if device != "gpu":  # a torch.device is checked alike
+        with pytest.raises(InputValueError, match=message):
+            cls(device=torch.device(device)).fit(X, y)

@@ -15,6 +15,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._device import check_device
 from ..errors import InputValueError, TrainingDivergedError
 from ..functional import MODES, Mode
 from ..sparse.bags import Bags
@@ -97,7 +98,7 @@ class LookupEstimator(BaseEstimator):
     def _fit(self, X: Any, y: Any) -> Self:
         """``fit``: a new model (with ``warm_start``, the fitted one) trained on ``(X, y)`` for
         ``max_iter`` epochs of a stochastic solver, or solved by ``dual_cd``; returns self."""
-        self._validate_params()
+        self._check_params()
         warm = self.warm_start and hasattr(self, "model_")
         self._uses_dual_cd(warm=warm)  # a solver that cannot fit this raises before any change
         if not warm:
@@ -156,6 +157,12 @@ class LookupEstimator(BaseEstimator):
         if fit:
             self._warn_if_no_progress(target_t, weight)
         return self
+
+    def _check_params(self) -> None:
+        """The declared constraints, and ``device`` as the command line checks ``--device``
+        (a device this torch can train on); raises before anything is changed."""
+        self._validate_params()
+        check_device(self.device)
 
     def _forget(self) -> None:
         """Drop the fitted model: the next ``_partial_fit`` starts a new one."""

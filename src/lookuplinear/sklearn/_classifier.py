@@ -209,7 +209,7 @@ default "auto"
         scikit-learn's ``SGDClassifier.partial_fit``; not for a multilabel indicator ``y``.
         """
         if not hasattr(self, "model_"):
-            self._validate_params()
+            self._check_params()
             self._check_partial_fit_solver()
         return self._partial_fit(X, y, epochs=1, schedule="constant", classes=classes)
 
