@@ -8,8 +8,10 @@ A 10,000,000 x 64 table (2.56 GB in float32), 2048 bags of 20 uniform indices, s
 thread: the float ``LookupLinear`` and raw ``F.embedding_bag``; the layer quantized to int8 and
 int4 against PyTorch's quantized embedding-bag ops called directly on the same packed table
 (``torch.ops.quantized.embedding_bag_byte_rowwise_offsets`` and its 4-bit twin); and the
-largest difference from the float layer. Medians of ``--repeats`` interleaved rounds of 20
-calls each, in an order shuffled every round.
+largest difference from the float layer. Then the paths that dequantize only the rows an
+input names: the same indices as a (2048, 20) index tensor (one row per index, as
+``nn.Embedding``) for each storage kind, and float16 bags. Medians of ``--repeats``
+interleaved rounds of 20 calls each, in an order shuffled every round.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     layer = LookupLinear(args.rows, args.dim, bias=False).eval()
-    q8, q4 = layer.quantize("int8"), layer.quantize("int4")
+    q8, q4, q16 = layer.quantize("int8"), layer.quantize("int4"), layer.quantize("float16")
     idx = torch.randint(0, args.rows, (2048 * 20,))
+    grid = idx.reshape(2048, 20)  # (B, L) index tensor
     offsets = torch.arange(0, idx.numel() + 1, 20)
     bags = Bags(idx, offsets)
     w = layer.weight.detach()
@@ -52,12 +55,17 @@ def main(argv: list[str] | None = None) -> int:
         "torch int4 op": lambda: ops.embedding_bag_4bit_rowwise_offsets(
             q4.packed, idx, offsets, False, 0, False, None, None, True),
         "QuantizedLookupLinear int4": lambda: q4(bags),
+        "QuantizedLookupLinear float16": lambda: q16(bags),
+        "LookupLinear, float32, index tensor": lambda: layer(grid),
+        "QuantizedLookupLinear int8, index tensor": lambda: q8(grid),
+        "QuantizedLookupLinear int4, index tensor": lambda: q4(grid),
+        "QuantizedLookupLinear float16, index tensor": lambda: q16(grid),
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
     order = np.random.default_rng(0)
     names = list(cases)
     with torch.no_grad():
-        ref = layer(bags)
+        ref, ref_grid = layer(bags), layer(grid)
         for f in cases.values():
             f()
         for _ in range(args.repeats):
@@ -66,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(20):
                     cases[names[i]]()
                 times[names[i]].append((time.perf_counter() - t) / 20)
-        err = {k: float((cases[k]() - ref).abs().max()) for k in names}
+        err = {k: float((cases[k]() - (ref_grid if "index" in k else ref)).abs().max())
+               for k in names}
     print(f"{args.rows:,} x {args.dim} table, 2048 bags x 20, torch {torch.__version__}, "
           "1 thread\n\n| method | median ms | max abs diff from float32 |\n|---|---|---|")
     for k in names:

@@ -26,6 +26,12 @@ shuffled each round; scores are those of the first round (every model is seeded)
 ``--validation`` scores on a validation split of the training split (80/20, seed 1) instead: the
 test split is never read; it adds ``LinearSVC(C=0.5)`` and ``LinearSVC(C=2)`` beside the
 ``C=1`` that the default solves.
+
+``--solvers`` compares ``LookupClassifier``'s solvers at their defaults instead, on the same
+validation splits: for the linear model (``loss="squared_hinge"`` and ``"log_loss"``) and for
+``hidden=20``, each of ``sgd``, ``adagrad``, ``rowwise_adagrad``, ``adam`` and ``adamw`` against
+the configuration's default solver (``solver="auto"``), and whether ``fit`` warned
+(``ConvergenceWarning``, marked ``W``).
 """
 
 from __future__ import annotations
@@ -144,18 +150,71 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"scores": scores, "fit_s": fit, "n_train": X.shape[0], "n_features": X.shape[1]}
 
 
+SOLVER_CONFIGS: dict[str, dict[str, Any]] = {
+    "linear, squared_hinge": {},
+    "linear, log_loss": {"loss": "log_loss"},
+    "hidden=20": {"hidden": 20},
+}
+STOCHASTIC = ["sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"]
+
+
+def run_solvers(name: str) -> dict[str, dict[str, Any]]:
+    """Validation accuracy of every solver at its defaults, and whether ``fit`` warned."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.model_selection import train_test_split
+
+    from lookuplinear.sklearn import LookupClassifier
+
+    texts, y = DATASETS[name]()
+    tr, _, ytr, _ = train_test_split(texts, y, test_size=0.2, random_state=0, stratify=y)
+    tr, va, ytr, yva = train_test_split(tr, ytr, test_size=0.2, random_state=1, stratify=ytr)
+    vec = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2))
+    X, Xv = vec.fit_transform(tr), vec.transform(va)
+    print(f"\n## {name}: {X.shape[0]:,} x {X.shape[1]:,} TF-IDF, {len(np.unique(y))} classes, "
+          f"validation split {len(va):,}\n")
+    print("| model | auto | " + " | ".join(STOCHASTIC) + " |")
+    print("|---" * (len(STOCHASTIC) + 2) + "|")
+    out: dict[str, dict[str, Any]] = {}
+    for config, params in SOLVER_CONFIGS.items():
+        row: dict[str, Any] = {}
+        for solver in ["auto", *STOCHASTIC]:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConvergenceWarning)
+                model = LookupClassifier(solver=solver, random_state=0, **params).fit(X, ytr)
+            warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            row[solver] = {"accuracy": float(model.score(Xv, yva)), "warned": warned}
+        out[config] = row
+        print(f"| {config} | " + " | ".join(
+            f"{r['accuracy']:.4f}{' W' if r['warned'] else ''}" for r in row.values()) + " |",
+            flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    p.add_argument("--datasets", nargs="+", default=None, choices=list(DATASETS),
+                   help="default: all; with --solvers, the multi-class classification sets")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--validation", action="store_true")
+    p.add_argument("--solvers", action="store_true",
+                   help="every solver at its defaults on the validation splits (multi-class "
+                        "datasets unless --datasets)")
     p.add_argument("--out", type=Path, default=Path("out/bench-sklearn"))
     args = p.parse_args(argv)
     print(f"machine: {format_machine(machine_info())}")
     torch.set_num_threads(1)
-    results = {name: run(name, args) for name in args.datasets}
+    if args.solvers:
+        names = args.datasets or ["rt", "clothing-department", "clothing-class"]
+        solvers = {name: run_solvers(name) for name in names}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "solvers.json").write_text(json.dumps(solvers, indent=1))
+        return 0
+    results = {name: run(name, args) for name in args.datasets or DATASETS}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / ("validation.json" if args.validation else "results.json")).write_text(
         json.dumps(results, indent=1))

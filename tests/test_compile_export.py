@@ -224,6 +224,32 @@ def test_exported_layer_equals_module_on_other_batches(sparse: bool, decomposed:
             assert torch.equal(program.module()(*b), layer(*b))
 
 
+@pytest.mark.parametrize("form", ["index tensor", "bags"])
+@pytest.mark.parametrize("dtype", ["int8", "int4", "float16"])
+def test_quantized_layer_exports_and_compiles_as_the_float_layer(dtype: str, form: str) -> None:
+    """A quantized layer records as the float layer does, on an index tensor (one row per index,
+    a padding index among them) and on bags: no data-dependent guard, the program and the
+    compiled module equal to the module on batches of other sizes."""
+    torch.manual_seed(0)
+    padding_idx = 3 if form == "index tensor" else None
+    q = LookupLinear(50, 8, padding_idx=padding_idx).eval().quantize(dtype)
+
+    def batch(n: int, seed: int) -> tuple[torch.Tensor, ...]:
+        if form == "bags":
+            return bags_batch(n, 3 * n, seed)
+        index = torch.randint(0, 50, (n, 3), generator=torch.Generator().manual_seed(seed))
+        index[0, 0] = 3  # the padding index: its row is left out, the bias remains
+        return (index,)
+
+    program = torch.export.export(q, batch(4, 0),
+                                  dynamic_shapes=tuple({0: AUTO} for _ in batch(4, 0)))
+    compiled = torch.compile(q, fullgraph=True, backend="aot_eager", dynamic=True)
+    for n, seed in [(7, 1), (2, 2), (3, 3)]:
+        b = batch(n, seed)
+        assert torch.equal(program.module()(*b), q(*b))
+        assert torch.equal(compiled(*b), q(*b))
+
+
 def test_exported_program_checks_the_index_range() -> None:
     model, make = models()["LookupCollection"]
     program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))

@@ -563,7 +563,7 @@ def test_usage_errors_name_the_subcommand(
         (["--lr", "-1"], "--lr must be > 0, got -1.0"),
         (["--epoch", "0"], "--epoch must be >= 1, got 0"),
         (["--device", "gpu"], "--device 'gpu' is not a device"),
-        (["--device", "meta"], "train runs on cpu or cuda"),
+        (["--device", "meta"], "lookuplinear trains on cpu or cuda"),
     ],
 )
 def test_bad_values_are_one_line_errors(

@@ -121,13 +121,14 @@ def bench(args: argparse.Namespace, *, title: str = "bench") -> tuple[dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.device == "cuda":
-        import torch
+    from .._device import check_device
+    from ..errors import InputValueError
 
-        if not torch.cuda.is_available():
-            print("lookuplinear bench: error: --device cuda, but torch.cuda.is_available() is "
-                  "False (a CPU build of torch, or no GPU); use --device cpu.", file=sys.stderr)
-            return 2
+    try:
+        check_device(args.device, flag="--device")
+    except InputValueError as e:  # a usage error: exit code 2, as for a bad --device choice
+        print(f"lookuplinear bench: error: {e}", file=sys.stderr)
+        return 2
     doc, path = bench(args)
     failed = [r for r in doc["results"] if r["status"] == "failed"]
     for r in failed:

@@ -104,28 +104,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise InputValueError(f"--lr must be > 0, got {args.lr}.")
     if args.weight_decay < 0:
         raise InputValueError(f"--weight-decay must be >= 0, got {args.weight_decay}.")
-    check_device(args.device)
+    from .._device import check_device
+
+    check_device(args.device, flag="--device")
     check_output(Path(args.output), args.input)
-
-
-def check_device(device: str) -> None:
-    import torch
-
-    from ..errors import InputValueError
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise InputValueError(
-            f"--device {device!r} is not a device; use cpu, cuda or cuda:N."
-        ) from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputValueError(
-            f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; "
-            "use --device cpu."
-        )
-    if dev.type not in ("cpu", "cuda"):
-        raise InputValueError(f"--device {device!r}: train runs on cpu or cuda.")
 
 
 def check_output(output: Path, input_path: str) -> None:

@@ -20,14 +20,17 @@ from torch import nn
 from .. import hugepages
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
-from ..functional import lookup_linear
+from ..functional import _range_checked, lookup_linear
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops.library import mode_weights
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags
 from ..sparse.offsets import csr_offsets
+from ._fake import register_4bit_fakes
 
 __all__ = ["DTYPES", "QuantizedEmbeddingBag", "QuantizedLookupLinear"]
+
+register_4bit_fakes()  # int4 layers can be exported and compiled, as int8 ones
 
 #: the storage kinds and their bits per value
 DTYPES = {"int8": 8, "int4": 4, "float16": 16}
@@ -168,7 +171,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                                      self.bias, mode=self.mode)
             if input.dtype.is_complex:
                 raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
-            return self._compact(input, None)
+            return self._index_rows(input)
         if offsets is not None:
             bags = Bags(input, csr_offsets(input, offsets, self.include_last_offset),
                         per_sample_weights)
@@ -188,23 +191,29 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                 self.packed, bags.indices.long(), bags.offsets.long(), False, 0, False,
                 None if w is None else w.float(), None, True)
             return out if self.bias is None else out + self.bias
-        return self._compact(None, bags)
+        return self._bag_rows(bags)
 
-    def _compact(self, index: torch.Tensor | None, bags: Bags | None) -> torch.Tensor:
-        """The float lookup on the dequantized rows the input names, and only those."""
-        idx = index if index is not None else bags.indices  # type: ignore[union-attr]
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.in_features):
-            Bags(idx.reshape(-1), [0, idx.numel()]).check_indices(self.in_features)
-        uniq, inverse = torch.unique(idx.reshape(-1), return_inverse=True)
-        table = self.rows(uniq)
-        pad = None
-        if self.padding_idx is not None and bool((uniq == self.padding_idx).any()):
-            pad = int(torch.searchsorted(uniq, self.padding_idx))
-        if index is not None:
-            return lookup_linear(inverse.reshape(index.shape), table, self.bias, padding_idx=pad)
-        assert bags is not None
-        return lookup_linear(Bags(inverse, bags.offsets, bags.weights), table, self.bias,
-                             mode=self.mode, padding_idx=pad)
+    def _index_rows(self, index: torch.Tensor) -> torch.Tensor:
+        """``one_hot(index) @ W + b`` on the dequantized table, shape ``(*index.shape,
+        out_features)``: the dequantized row of each index (zero for ``padding_idx``), as
+        ``LookupLinear`` on an index tensor. Only the rows ``index`` names are dequantized, one
+        per entry: no ``torch.unique``, whose size depends on the values, so a recorded graph
+        (``torch.export``, ``torch.compile(fullgraph=True)``) takes the same path."""
+        flat = index.reshape(-1)
+        if flat.dtype not in (torch.int32, torch.int64):
+            flat = flat.long()
+        out = _range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
+        if self.padding_idx is not None:  # one_hot(padding_idx) is dropped: the bias remains
+            out = out.masked_fill_((flat == self.padding_idx).unsqueeze(-1), 0)
+        out = out.reshape(*index.shape, self.out_features)
+        return out if self.bias is None else out.add_(self.bias)
+
+    def _bag_rows(self, bags: Bags) -> torch.Tensor:
+        """The float lookup of ``bags`` (checked, ``padding_idx`` dropped) on the dequantized
+        rows of its entries, one per entry (see ``_index_rows``)."""
+        entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
+        return lookup_linear(Bags(entries, bags.offsets, bags.weights),
+                             self.rows(bags.indices.long()), self.bias, mode=self.mode)
 
     def extra_repr(self) -> str:
         return (f"{self.in_features}, {self.out_features}, dtype={self.dtype}, "

@@ -118,7 +118,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def partial_fit(self, X: Any, y: Any) -> LookupRegressor:
         """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call."""
         if not hasattr(self, "model_"):
-            self._validate_params()
+            self._check_params()
             self._check_partial_fit_solver()
         return self._partial_fit(X, y, epochs=1, schedule="constant")
 
