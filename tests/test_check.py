@@ -219,8 +219,9 @@ def test_refuses_what_has_no_dense_equivalent_clearly() -> None:
     tables = LookupCollection([TableConfig("t", 10, 4, ["f"])])
     quantized = QuantizedLookupCollection(tables)
     kb = KeyedBags.from_dict({"f": Bags.from_lists([[1]])})
-    with pytest.raises(InputTypeError, match=r"q\.layers\[table\]"):
+    with pytest.raises(InputTypeError, match=r"q\.layers\[table\], kb\[feature\]"):
         check_equivalence(quantized, kb)
+    assert check_equivalence(quantized.layers["t"], kb["f"]).ok  # the call it names
 
 
 def test_quantized_embedding_bag_reads_its_input_as_the_drop_in() -> None:

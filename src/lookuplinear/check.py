@@ -272,8 +272,9 @@ def check_equivalence(
     if isinstance(layer, QuantizedLookupCollection):
         raise InputTypeError(
             "check_equivalence compares a QuantizedLookupCollection's tables one by one: call "
-            "check_equivalence(q.layers[table], q.rows(kb, feature)) for each feature, which "
-            "compares the quantized table with nn.Linear on its dequantized values."
+            "check_equivalence(q.layers[table], kb[feature]) for each feature of a table "
+            "without hashing (the quantized table against nn.Linear on its dequantized "
+            "values), or check the float collection it was quantized from."
         )
     if isinstance(layer, QuantizedLookupLinear):  # inference only: the forward is compared
         rtol = 1e-5 if rtol is None else rtol
