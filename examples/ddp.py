@@ -16,6 +16,7 @@ instead of one ``LookupLinear``. ``--save PATH`` writes rank 0's start and final
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -85,9 +86,19 @@ def main() -> None:
     p.add_argument("--collection", action="store_true",
                    help="the tables in a LookupCollection instead of one LookupLinear")
     args = p.parse_args()
+    # every collective may wait as long as the slowest process needs (rank 1 waits in the
+    # last barrier while rank 0 trains alone): an hour, for a machine that is busy with more
+    dist.init_process_group("gloo", timeout=timedelta(hours=1))
+    try:
+        run(args)
+    finally:  # gloo's threads joined before the interpreter ends, even after an error: an
+        # error then ends the process with its traceback, never in std::terminate (SIGABRT)
+        dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> None:
     make = CollectionModel if args.collection else Model
     dtype = getattr(torch, args.dtype)
-    dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = make(dtype)
@@ -109,7 +120,6 @@ def main() -> None:
                        **{f"one.{k}": v for k, v in state(alone).items()},
                        **{f"start.{k}": v for k, v in start.items()}}, args.save)
     dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

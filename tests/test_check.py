@@ -12,9 +12,16 @@ from torch import nn
 import lookuplinear.modules.layer
 from lookuplinear import (
     Bags,
+    EmbeddingBag,
     EquivalenceError,
+    InputTypeError,
+    InputValueError,
+    KeyedBags,
+    LookupCollection,
     LookupLinear,
     LookupLinearError,
+    QuantizedLookupCollection,
+    TableConfig,
     check_equivalence,
     lookup_linear,
 )
@@ -171,3 +178,108 @@ def test_nan_in_a_collection_table_is_located() -> None:
     kb = KeyedBags.from_dict({"f": Bags.from_lists([[5], [1]])})
     text = str(check_equivalence(col, kb))
     assert "NaN in the table 't': rows [5] (1 of 10)" in text and "DIFFERENT" not in text
+
+
+# ---- every module, any vocabulary -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_embedding_bag_drop_in_in_its_input_forms(mode: str, sparse: bool) -> None:
+    """The drop-in has no bias and reads (B, N) input as B bags and 1-D input with offsets:
+    output and weight.grad compared as nn.EmbeddingBag computes them."""
+    torch.manual_seed(0)
+    bag = EmbeddingBag(20, 4, mode=mode, sparse=sparse and mode != "max", padding_idx=3)
+    idx = torch.tensor([1, 3, 7, 7, 19, 0])
+    for x, off in ((idx.reshape(2, 3), None), (idx, torch.tensor([0, 2, 2]))):
+        report = check_equivalence(bag, x, off)
+        assert report.ok, str(report)
+        assert [c.name for c in report.comparisons] == ["output", "weight.grad"]
+    weights = torch.rand(6, requires_grad=True)
+    if mode == "sum":  # per_sample_weights that require grad: their gradient too
+        report = check_equivalence(bag, idx, torch.tensor([0, 2, 2]), weights)
+        assert report.ok and report.comparisons[-1].name == "input.grad", str(report)
+
+
+def test_embedding_bag_with_max_norm_is_checked_on_a_copy() -> None:
+    """max_norm renorms the rows a lookup reads, in place: the check renorms a copy, compares
+    against the renormed rows, and leaves the layer's table as it was."""
+    bag = EmbeddingBag(10, 4, max_norm=0.5, mode="sum")
+    with torch.no_grad():
+        bag.weight.mul_(10)
+    before = bag.weight.detach().clone()
+    assert check_equivalence(bag, torch.tensor([[1, 2], [2, 9]])).ok
+    assert torch.equal(bag.weight, before)
+
+
+def test_refuses_what_has_no_dense_equivalent_clearly() -> None:
+    with pytest.raises(InputValueError, match="scale_grad_by_freq"):
+        check_equivalence(EmbeddingBag(10, 4, scale_grad_by_freq=True),
+                          torch.tensor([[1, 2]]))
+    tables = LookupCollection([TableConfig("t", 10, 4, ["f"])])
+    quantized = QuantizedLookupCollection(tables)
+    kb = KeyedBags.from_dict({"f": Bags.from_lists([[1]])})
+    with pytest.raises(InputTypeError, match=r"q\.layers\[table\], kb\[feature\]"):
+        check_equivalence(quantized, kb)
+    assert check_equivalence(quantized.layers["t"], kb["f"]).ok  # the call it names
+
+
+def test_quantized_embedding_bag_reads_its_input_as_the_drop_in() -> None:
+    q = EmbeddingBag(50, 4, mode="mean").quantize("int8")
+    report = check_equivalence(q, torch.tensor([[1, 2, 2], [49, 0, 3]]))
+    assert report.ok and [c.name for c in report.comparisons] == ["output"], str(report)
+
+
+def test_a_collection_on_a_real_vocabulary_in_small_memory() -> None:
+    """A collection whose tables share features and rows: each table's gradient is the sum
+    over its features, on the rows they touch, without a (N, rows) matrix."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("big", 305_017, 8, ["a", "b"], mode="mean"),
+                            TableConfig("small", 50, 4, ["c"], mode="max")], sparse=True)
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(0, 5, (3 * 64,), generator=g)
+    values = torch.randint(0, 50, (int(lengths.sum()),), generator=g)
+    values[: int(lengths[:128].sum())] *= 6100  # features a and b across the big table
+    kb = KeyedBags(["a", "b", "c"], values, lengths=lengths)
+    report = check_equivalence(col, kb, max_bytes=64 << 20)
+    assert report.ok, str(report)
+    assert [c.name for c in report.comparisons] == ["output", "big.weight.grad",
+                                                    "small.weight.grad"]
+
+
+def test_a_real_vocabulary_checks_fast_in_small_memory() -> None:
+    """A (2048, 16) index batch into a 305,017-row table: the dense one-hot would be 74 GiB in
+    float64; the reference on the touched columns stays under the 64 MiB it is given."""
+    torch.manual_seed(0)
+    layer = LookupLinear(305_017, 16, sparse=True)
+    x = torch.randint(0, 305_017, (2048, 16), generator=torch.Generator().manual_seed(0))
+    x[0, :4] = 7  # duplicates
+    report = check_equivalence(layer, x, max_bytes=64 << 20)
+    assert report.ok, str(report)
+    bags = EmbeddingBag(305_017, 16, mode="mean")
+    assert check_equivalence(bags, x, max_bytes=64 << 20).ok
+
+
+def test_a_gradient_in_a_row_the_batch_does_not_touch_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference computes only the touched rows; every other row of the layer's gradient
+    must be exactly zero, and one that is not fails the check."""
+    def stray(input: Any, weight: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = lookup_linear(input, weight, *args, **kwargs)
+        return out + 0 * weight[9].sum() + 1e-3 * (weight[9] - weight[9].detach()).sum()
+
+    monkeypatch.setattr(lookuplinear.modules.layer, "lookup_linear", stray)
+    report = check_equivalence(LookupLinear(10, 4), Bags.from_lists([[1, 2], [3]]))
+    assert [c.name for c in report.comparisons if not c.ok] == ["weight.grad"], str(report)
+
+
+def test_refuses_a_batch_past_the_bound_with_the_estimate_and_a_smaller_call() -> None:
+    layer = LookupLinear(1000, 64)
+    x = torch.randint(0, 1000, (4096, 8))
+    with pytest.raises(InputValueError, match=r"needs about \d+ MiB.*first \d+ bags") as info:
+        check_equivalence(layer, x, max_bytes=8 << 20)
+    fit = int(str(info.value).split("first ")[1].split(" ")[0])
+    assert check_equivalence(layer, x.reshape(-1)[:fit], max_bytes=8 << 20).ok
+    dense = torch.rand(64, 1000, requires_grad=True)
+    with pytest.raises(InputValueError, match=r"densified whole.*x\[:\d+\]"):
+        check_equivalence(layer, dense, max_bytes=1 << 20)

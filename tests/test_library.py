@@ -107,6 +107,51 @@ def test_bag_lookup_opcheck(name: str, kw: dict[str, Any]) -> None:
                           test_utils=utils)
 
 
+@pytest.mark.parametrize(("name", "kw"), bag_cases(), ids=[c[0] for c in bag_cases()])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bag_lookup_gradient_densifies_to_the_eager_one_to_the_bit(
+        name: str, kw: dict[str, Any], dtype: torch.dtype) -> None:
+    """The operator's gradient, one row per entry, densified or coalesced, is the eager
+    ``bag_lookup``'s to the bit: each row summed by the eager backward's kernel, whose weighted
+    sums fuse each multiply-add where torch ops round the product first (a mean table's
+    weights are rarely exact in binary). Rows ``row_sums`` left at -0.0 change no bit."""
+    from lookuplinear.ops.autograd import bag_lookup
+
+    kw = {**kw, "weights": kw["weights"].to(dtype)} if "weights" in kw else kw
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(10, 5, dtype=dtype, generator=g)
+    grads = []
+    for lookup in (ops.bag_lookup, bag_lookup):
+        w = weight.clone().requires_grad_()
+        out = lookup(w, **kw)
+        out.backward(torch.randn(out.shape, dtype=dtype, generator=torch.Generator()
+                                 .manual_seed(4)))
+        assert w.grad is not None and w.grad.is_sparse
+        grads.append(w.grad)
+    ours, eager = grads
+    assert ours._nnz() == kw["indices"].numel() - (
+        0 if kw.get("padding_idx") is None else int((kw["indices"] == kw["padding_idx"]).sum()))
+    assert torch.equal(ours.to_dense(), eager.to_dense())
+    assert torch.equal(ours.coalesce().values(), eager.coalesce().values())
+
+
+def test_row_sums_equals_twin_and_opcheck() -> None:
+    g = torch.Generator().manual_seed(5)
+    grad = torch.randn(4, 3, dtype=torch.float64, generator=g)
+    idx, off = torch.tensor([7, 2, 7, 2, 0, 7]), torch.tensor([0, 2, 2, 5, 6])
+    w = torch.rand(6, dtype=torch.float64, generator=g)
+    for args in ((grad, idx, off, w, None, 10), (grad, idx, off, None, 2, 10),
+                 (grad[:3].repeat(2, 1), idx, None, None, None, 10),
+                 (grad[:0], idx[:0], off[:1], None, 0, 10)):
+        out = ops.row_sums(*args)
+        torch.testing.assert_close(out, library._row_sums_twin(*args))
+        assert out.shape == (args[1].numel(), 3)
+        torch.library.opcheck(ops.row_sums.default, args)
+    out = ops.row_sums(grad, idx, off, None, 2, 10)  # rows 0 and 7 at their first entries
+    assert torch.equal(out[0], grad[0] + grad[2] + grad[3]) and torch.equal(out[4], grad[2])
+    assert all(str(v) == "-0.0" for k in (1, 2, 3, 5) for v in out[k].tolist())
+
+
 def test_bag_lookup_fake_shapes() -> None:
     with FakeTensorMode():
         w, idx = torch.empty(10, 3), torch.empty(7, dtype=torch.long)
@@ -177,7 +222,8 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,
                     "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
-                    "lookuplinear::mode_weights": library._mode_weights_twin}
+                    "lookuplinear::mode_weights": library._mode_weights_twin,
+                    "lookuplinear::row_sums": library._row_sums_twin}
     assert len(table) > len(ours)  # and PyTorch's own, to core ATen
 
 

@@ -3,8 +3,10 @@ process on the whole batches, in float64 and float32; the errors it promises."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,24 @@ def test_two_processes_equal_one_on_the_whole_batches(tmp_path: Path, dtype: str
         assert float((ddp - one).abs().max()) <= tol * scale, key
     for key in tables:  # and the tables trained
         assert not torch.equal(state[f"ddp.{key}"], state[f"start.{key}"]), key
+
+
+def test_a_dropped_wrapper_is_freed_with_its_process_groups(tmp_path: Path) -> None:
+    """The wrapper (and the process groups it holds) is freed when the program drops it, as
+    PyTorch's own is, not kept until the interpreter ends by its hooks on the tables (gloo
+    torn down then can abort the process: "terminate called without an active exception");
+    the tables then train without it."""
+    model = torch.nn.Sequential(LookupLinear(10, 3, sparse=True), torch.nn.Linear(3, 1))
+    with one_process(tmp_path):
+        ddp = DistributedDataParallel(model)
+        ddp(torch.tensor([[1, 2]])).sum().backward()
+        gone = weakref.ref(ddp)
+        del ddp
+        gc.collect()
+        assert gone() is None
+        model.zero_grad()
+        model(torch.tensor([[1, 2]])).sum().backward()  # no hook of the wrapper left to run
+        assert model[0].weight.grad is not None and model[0].weight.grad.is_sparse
 
 
 def test_the_tables_it_reduces() -> None:

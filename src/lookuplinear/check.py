@@ -9,12 +9,15 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from .errors import InputTypeError, LookupLinearError
+from .errors import InputTypeError, InputValueError, LookupLinearError
 from .modules.collection import LookupCollection, weighted_as
+from .modules.embedding_bag import bag_input
 from .modules.layer import LookupLinear
-from .reference import dense_reference
+from .reference import REFERENCE_BYTES, dense_reference, reference_bytes, touched_reference
+from .sparse.adapters import as_bags
 from .sparse.bags import Bags
 from .sparse.keyed import KeyedBags, KeyedTensor
+from .sparse.offsets import csr_offsets
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -191,38 +194,68 @@ def _with_values(x: Any, values: torch.Tensor) -> Any:
 def check_equivalence(
     layer: LookupLinear | LookupCollection | Any,
     x: Any,
+    offsets: torch.Tensor | None = None,
+    per_sample_weights: torch.Tensor | None = None,
     *,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
+    max_bytes: int = REFERENCE_BYTES,
 ) -> EquivalenceReport:
     """Run ``x`` through ``layer`` and through its dense reference; compare forward and backward.
 
-    The reference is ``layer.to_linear()`` in float64 applied to the densified ``x``
-    (:func:`lookuplinear.densify`: one-hot / multi-hot rows, padding column dropped, rows scaled
-    by ``mode``; for ``mode="max"`` the max over present rows). Both are back-propagated with the
-    same random upstream gradient. Compared: ``output``, ``weight.grad``, ``bias.grad`` and, when
-    ``x``'s values (``Bags.weights``, a dense ``x`` or a torch sparse ``x``) require grad,
-    ``input.grad``. The layer's own ``.grad`` fields are left untouched.
+    The reference is ``nn.Linear`` with the layer's weight (``weight.T``) and bias, in float64,
+    applied to the densified ``x`` (:func:`lookuplinear.densify`: one-hot / multi-hot rows,
+    padding column dropped, rows scaled by ``mode``; for ``mode="max"`` the max over present
+    rows). It is computed on the columns the batch touches, a few bags at a time: every other
+    column of the densified input is zero, so it changes no output, and the gradient of every
+    other weight row is zero, which is checked of the layer's gradient too. Both are
+    back-propagated with the same random upstream gradient. Compared: ``output``,
+    ``weight.grad``, ``bias.grad`` (where the layer has a bias) and, when ``x``'s values
+    (``Bags.weights``, ``per_sample_weights``, a dense ``x`` or a torch sparse ``x``) require
+    grad, ``input.grad``. The layer's own ``.grad`` fields are left untouched.
+
+    Memory: the reference holds at most ``max_bytes`` (1 GiB by default) beyond the layer's own
+    forward and backward: about ``8 * (3 * N * out + 3 * nnz * out + 4 * nnz)`` bytes for the
+    whole batch (``N`` bags or index positions of ``nnz`` entries), the rest for the densified
+    pieces. A batch whose share alone passes the bound is refused up front
+    (:class:`~lookuplinear.InputValueError`, with the estimate and the number of bags that
+    fit), as is a dense ``x`` (or a torch sparse ``x`` that requires grad) whose
+    ``(N, in_features)`` float64 copy would pass it: those are densified whole.
 
     Parameters
     ----------
-    layer : LookupLinear or LookupCollection
+    layer : LookupLinear, EmbeddingBag, LookupCollection or a quantized layer
         For a collection, ``x`` is a :class:`~lookuplinear.KeyedBags`; the reference is each
         feature's table as ``nn.Linear`` on its multi-hot rows, ``output`` is the collection's
         ``(N, sum of dims)`` values and there is one ``<table>.weight.grad`` per table (the sum
-        over the features that read it).
+        over the features that read it). A quantized layer is compared on the forward only,
+        against ``nn.Linear`` on its dequantized table (it has no gradient); a
+        ``QuantizedLookupCollection`` is refused (check each of its ``layers``).
     x : any input form the layer accepts
+    offsets, per_sample_weights : torch.Tensor, optional
+        As the layer's forward takes them (``nn.EmbeddingBag``'s 1-D input with offsets).
     rtol, atol : float, optional
         Tolerances of ``|got - ref| <= atol + rtol * |ref|``; defaults per dtype in
         :data:`DEFAULT_TOLERANCES`.
     seed : int
         Seed of the upstream gradient.
+    max_bytes : int, default 2**30
+        The most the reference may hold at once.
 
     Returns
     -------
     EquivalenceReport
         ``report.ok``, ``report.raise_if_failed()``, one :class:`Comparison` per quantity.
+
+    Raises
+    ------
+    InputValueError
+        The reference would need more than ``max_bytes`` (the message gives the estimate and
+        a smaller call), or an ``EmbeddingBag`` with ``scale_grad_by_freq=True`` (its gradient
+        is scaled by each row's count in the batch, which ``nn.Linear``'s is not).
+    InputTypeError
+        A ``QuantizedLookupCollection``, or a collection given something else than ``KeyedBags``.
 
     Examples
     --------
@@ -233,42 +266,236 @@ def check_equivalence(
     >>> [c.name for c in report.comparisons]
     ['output', 'weight.grad', 'bias.grad']
     """
+    from .quant.collection import QuantizedLookupCollection
     from .quant.layer import QuantizedLookupLinear
 
+    if isinstance(layer, QuantizedLookupCollection):
+        raise InputTypeError(
+            "check_equivalence compares a QuantizedLookupCollection's tables one by one: call "
+            "check_equivalence(q.layers[table], kb[feature]) for each feature of a table "
+            "without hashing (the quantized table against nn.Linear on its dequantized "
+            "values), or check the float collection it was quantized from."
+        )
     if isinstance(layer, QuantizedLookupLinear):  # inference only: the forward is compared
         rtol = 1e-5 if rtol is None else rtol
         atol = 1e-5 if atol is None else atol
-        got = layer(x)
-        ref = dense_reference(layer.dequantize(), x.to("cpu") if isinstance(x, Bags) else x)
-        return EquivalenceReport(_describe(x), [_compare("output", got, ref, rtol, atol)],
-                                 [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
+        got = layer(x, offsets, per_sample_weights)
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and (
+                x.dtype.is_floating_point or x.dtype == torch.bool):  # dense rows
+            _dense_fits(x, layer.in_features, layer.out_features, max_bytes)
+            return EquivalenceReport(_describe(x), [_compare(
+                "output", got, dense_reference(layer.dequantize(), x), rtol, atol)],
+                [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
+        bags, lead = _reference_bags(layer, x, offsets, per_sample_weights, layer.in_features)
+        _fits(bags, layer.out_features, _mode_of(layer, lead), max_bytes)
+        ref = touched_reference(layer.rows(torch.unique(bags.indices.long())), layer.bias,
+                                _compact(bags), _mode_of(layer, lead), _compact_pad(
+                                    bags, layer.padding_idx),
+                                torch.zeros(len(bags), layer.out_features),
+                                max_bytes=max_bytes).out
+        return EquivalenceReport(_describe(x), [
+            _compare("output", got.detach().cpu(), ref.reshape(got.shape), rtol, atol)],
+            [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
     with torch.enable_grad():  # the check needs gradients even when called under no_grad
         if isinstance(layer, LookupCollection):
-            return _check_collection(layer, x, rtol, atol, seed)
-        return _check(layer, x, rtol, atol, seed)
+            if offsets is not None or per_sample_weights is not None:
+                raise InputValueError(
+                    "check_equivalence of a LookupCollection takes the KeyedBags alone: its "
+                    "weights and offsets are in the KeyedBags.")
+            return _check_collection(layer, x, rtol, atol, seed, max_bytes)
+        return _check(layer, x, offsets, per_sample_weights, rtol, atol, seed, max_bytes)
 
 
-def _probe(layer: LookupLinear) -> LookupLinear:
-    """A shallow copy of ``layer`` whose parameters are new leaves on the same storage: its
+def _probe(layer: Any, copy_table: bool = False) -> Any:
+    """A shallow copy of ``layer`` whose parameters are new leaves on the same storage (on a
+    copy with ``copy_table``: an ``EmbeddingBag``'s ``max_norm`` renorms rows in place): its
     backward reaches neither the layer's ``.grad`` nor a ``fused=True`` optimizer bound to the
     layer's parameters, so checking never changes the layer or an optimizer's state."""
     probe = copy.copy(layer)
     probe._parameters = {
-        name: None if p is None else nn.Parameter(p.detach(), requires_grad=True)
+        name: None if p is None else nn.Parameter(
+            p.detach().clone() if copy_table else p.detach(), requires_grad=True)
         for name, p in layer._parameters.items()
     }
     return probe
 
 
+def _mode_of(layer: Any, lead: tuple[int, ...] | None) -> str:
+    """The reference's mode: index input (``lead``, its shape) is one entry per position."""
+    return "sum" if lead is not None else str(layer.mode)
+
+
+def _reference_bags(layer: Any, x: Any, offsets: torch.Tensor | None,
+                    per_sample_weights: torch.Tensor | None, in_features: int
+                    ) -> tuple[Bags, tuple[int, ...] | None]:
+    """``x`` as the layer reads it, as CPU ``Bags``; and for index input (one lookup per
+    position, ``LookupLinear``'s) its shape, else None."""
+    from .quant.layer import QuantizedEmbeddingBag
+
+    if isinstance(layer, nn.EmbeddingBag | QuantizedEmbeddingBag):  # (B, N) input: B bags
+        x, offsets, per_sample_weights = bag_input(x, offsets, per_sample_weights, layer.mode)
+    if offsets is not None:
+        x = Bags(x, csr_offsets(x, offsets, layer.include_last_offset), per_sample_weights)
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+        flat = x.detach().reshape(-1).cpu()
+        return Bags(flat, torch.arange(flat.numel() + 1)), tuple(x.shape)
+    return as_bags(x, in_features).to("cpu"), None
+
+
+def _compact(bags: Bags) -> Bags:
+    """``bags`` with each index replaced by its rank among the distinct indices."""
+    rows = torch.unique(bags.indices.long())
+    return Bags(torch.searchsorted(rows, bags.indices.long()), bags.offsets, bags.weights)
+
+
+def _compact_pad(bags: Bags, padding_idx: int | None) -> int | None:
+    if padding_idx is None:
+        return None
+    rows = torch.unique(bags.indices.long())
+    at = int(torch.searchsorted(rows, torch.tensor(padding_idx)))
+    return at if at < rows.numel() and int(rows[at]) == padding_idx else None
+
+
+def _fits(bags: Bags, out_features: int, mode: str, max_bytes: int) -> None:
+    """Raise :class:`InputValueError` where the reference of ``bags`` needs more than
+    ``max_bytes``, with the estimate and the number of bags that fit."""
+    fixed, piece = reference_bytes(bags, out_features, mode)
+    if fixed + piece <= max_bytes:
+        return
+    fit = max(1, int(len(bags) * max_bytes / (2 * (fixed + piece))))
+    raise InputValueError(
+        f"check_equivalence: the dense reference of this batch ({len(bags)} bags, {bags.nnz} "
+        f"entries, {out_features} outputs) needs about {(fixed + piece) / 2**20:.0f} MiB, more "
+        f"than max_bytes={max_bytes} ({max_bytes / 2**20:.0f} MiB). Check a part of the batch "
+        f"(its first {fit} bags or rows), or pass a larger max_bytes."
+    )
+
+
+def _dense_fits(x: torch.Tensor, in_features: int, out_features: int, max_bytes: int) -> None:
+    """Raise where a dense ``x`` densified whole (float64, with its gradient) passes the
+    bound."""
+    rows = x.numel() // in_features if x.layout == torch.strided else x.shape[0]
+    need = 8 * (4 * rows * in_features + 3 * in_features * out_features)
+    if need <= max_bytes:
+        return
+    fit = max(1, int(rows * max_bytes / (2 * need)))
+    raise InputValueError(
+        f"check_equivalence: a {'dense' if x.layout == torch.strided else 'torch sparse'} "
+        f"input of {rows} rows of {in_features} values is densified whole for its gradient, "
+        f"about {need / 2**20:.0f} MiB in float64, more than max_bytes={max_bytes} "
+        f"({max_bytes / 2**20:.0f} MiB). Check its first {fit} rows (x[:{fit}]), pass "
+        "the rows as Bags (Bags.from_dense) or a sparse matrix without requires_grad, or "
+        "pass a larger max_bytes."
+    )
+
+
+def _grad_rows(grad: torch.Tensor | None, first: int, n_rows: int, rows: torch.Tensor
+               ) -> tuple[torch.Tensor, float]:
+    """Rows ``rows`` of a layer's weight gradient (its rows ``first .. first + n_rows`` of a
+    table stored in a larger parameter), in float64, and the largest ``|value|`` of the
+    others (0.0 where they are all exactly zero, as the dense gradient's are)."""
+    dim = 0 if grad is None else grad.shape[1]
+    if grad is None:
+        return torch.zeros(rows.numel(), dim, dtype=torch.float64), 0.0
+    grad = grad.detach().cpu()
+    if grad.layout == torch.strided:
+        table = grad[first:first + n_rows]
+        untouched = torch.ones(n_rows, dtype=torch.bool)
+        untouched[rows] = False
+        peak = table.abs().amax(1)[untouched] if dim else table.new_zeros(0)
+        return table.index_select(0, rows).double(), float(peak.max()) if peak.numel() else 0.0
+    g = grad.coalesce()
+    idx, vals = g.indices()[0] - first, g.values()
+    inside = (idx >= 0) & (idx < n_rows)
+    pos = torch.searchsorted(rows, idx).clamp(max=max(rows.numel() - 1, 0))
+    touched = inside & (rows[pos] == idx) if rows.numel() else torch.zeros_like(inside)
+    got = torch.zeros(rows.numel(), dim, dtype=torch.float64)
+    got.index_add_(0, pos[touched], vals[touched].double())
+    other = vals[inside & ~touched]
+    return got, float(other.abs().max()) if other.numel() else 0.0
+
+
+def _compare_rows(name: str, got: torch.Tensor, untouched: float, want: torch.Tensor,
+                  rtol: float, atol: float) -> Comparison:
+    """:func:`_compare` on the touched rows; a non-zero gradient in another row fails."""
+    c = _compare(name, got, want, rtol, atol)
+    if untouched == 0.0:
+        return c
+    return Comparison(name, max(c.max_abs_diff, untouched), float("inf"), rtol, atol, False,
+                      c.nonfinite)
+
+
 def _check(
-    layer: LookupLinear, x: Any, rtol: float | None, atol: float | None, seed: int
+    layer: Any, x: Any, offsets: torch.Tensor | None, per_sample_weights: torch.Tensor | None,
+    rtol: float | None, atol: float | None, seed: int, max_bytes: int,
 ) -> EquivalenceReport:
+    if getattr(layer, "scale_grad_by_freq", False):
+        raise InputValueError(
+            "check_equivalence: an EmbeddingBag with scale_grad_by_freq=True scales each row's "
+            "gradient by its count in the batch, which nn.Linear's gradient is not. Check a "
+            "copy built with scale_grad_by_freq=False (the same forward).")
     default_rtol, default_atol = DEFAULT_TOLERANCES.get(layer.weight.dtype, (1e-5, 1e-5))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
+    in_features, out_features = layer.weight.shape
+    bias = getattr(layer, "bias", None)
+    whole = isinstance(x, torch.Tensor) and (
+        (x.layout == torch.strided and (x.dtype.is_floating_point or x.dtype == torch.bool))
+        or (x.layout != torch.strided and x.requires_grad))
+    if whole:  # the input's values have a gradient in every column: densified whole
+        _dense_fits(x, in_features, out_features, max_bytes)
+        return _check_whole(layer, x, rtol, atol, seed)
+    bags, lead = _reference_bags(layer, x, offsets, per_sample_weights, in_features)
+    mode = _mode_of(layer, lead)
+    _fits(bags, out_features, mode, max_bytes)
 
+    probe = _probe(layer, copy_table=getattr(layer, "max_norm", None) is not None)
+    params = [p for p in (probe.weight, getattr(probe, "bias", None)) if p is not None]
+    leaf = _value_leaf(x) if offsets is None else (
+        per_sample_weights if per_sample_weights is not None and
+        per_sample_weights.requires_grad else None)
+    out = probe(x) if offsets is None and per_sample_weights is None else probe(
+        x, offsets, per_sample_weights)
+    gen = torch.Generator().manual_seed(seed)
+    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    inputs = params + ([leaf] if leaf is not None else [])
+    grads = torch.autograd.grad(
+        out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
+    )
+    # the table the forward read (an EmbeddingBag's max_norm renorms the probe's copy)
+    ref = touched_reference(probe.weight, bias, bags, mode, layer.padding_idx,
+                            upstream.reshape(-1, out_features), weights_grad=leaf is not None,
+                            max_bytes=max_bytes)
+
+    nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
+                 *_nonfinite("bias", bias), *_nonfinite("output", out, "bags")]
+    comparisons = [_compare("output", out.detach().cpu(), ref.out.reshape(out.shape), rtol,
+                            atol)]
+    got, untouched = _grad_rows(grads[0], 0, in_features, ref.rows)
+    comparisons.append(_compare_rows("weight.grad", got, untouched, ref.weight_grad, rtol,
+                                     atol))
+    if bias is not None:
+        got_b = grads[1]
+        assert ref.bias_grad is not None
+        comparisons.append(_compare("bias.grad", torch.zeros(out_features) if got_b is None
+                                    else got_b.cpu(), ref.bias_grad, rtol, atol))
+    if leaf is not None:
+        got_w = grads[-1]
+        want_w = ref.weights_grad
+        assert want_w is not None
+        comparisons.append(_compare("input.grad", torch.zeros(leaf.shape) if got_w is None
+                                    else got_w.cpu(), want_w.reshape(leaf.shape), rtol, atol))
+    return EquivalenceReport(_describe(x), comparisons, nonfinite)
+
+
+def _check_whole(
+    layer: Any, x: torch.Tensor, rtol: float, atol: float, seed: int
+) -> EquivalenceReport:
+    """Dense ``x`` (or torch sparse ``x`` whose values require grad): the reference on the
+    whole densified input."""
     probe = _probe(layer)
-    params = [p for p in (probe.weight, probe.bias) if p is not None]
+    bias = getattr(probe, "bias", None)
+    params = [p for p in (probe.weight, bias) if p is not None]
     leaf = _value_leaf(x)
     out = probe(x)
     gen = torch.Generator().manual_seed(seed)
@@ -278,23 +505,24 @@ def _check(
         out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
     )
 
-    lin = copy.deepcopy(layer.to_linear(strict=False)).double().cpu()
+    lin = nn.Linear(layer.weight.shape[0], layer.weight.shape[1], bias=bias is not None,
+                    dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(layer.weight.detach().T)
+        if bias is not None and lin.bias is not None:
+            lin.bias.copy_(bias.detach())
     ref_leaf = None
-    x_ref = x
+    x_ref: Any = x.to("cpu")
     if leaf is not None:
         ref_leaf = leaf.detach().double().cpu().requires_grad_(True)
-        x_ref = _with_values(x, ref_leaf)
-        if isinstance(x, Bags):
-            x_ref = Bags(x.indices.cpu(), x.offsets.cpu(), ref_leaf)
-    elif isinstance(x, Bags | torch.Tensor):
-        x_ref = x.to("cpu")
+        x_ref = ref_leaf
     ref = dense_reference(layer, x_ref, linear=lin)
     ref_inputs = [lin.weight] + ([lin.bias] if lin.bias is not None else [])
     ref_inputs += [ref_leaf] if ref_leaf is not None else []
     ref_grads = torch.autograd.grad(ref, ref_inputs, upstream, allow_unused=True)
 
     nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
-                 *_nonfinite("bias", layer.bias)]
+                 *_nonfinite("bias", getattr(layer, "bias", None))]
     nonfinite += _nonfinite("output", out, "bags")
     comparisons = [_compare("output", out.cpu(), ref, rtol, atol)]
     names = ["weight.grad", "bias.grad"][: len(params)] + (
@@ -315,7 +543,8 @@ def _check(
 
 
 def _check_collection(
-    collection: LookupCollection, kb: Any, rtol: float | None, atol: float | None, seed: int
+    collection: LookupCollection, kb: Any, rtol: float | None, atol: float | None, seed: int,
+    max_bytes: int,
 ) -> EquivalenceReport:
     if not isinstance(kb, KeyedBags):
         raise InputTypeError(
@@ -332,17 +561,26 @@ def _check_collection(
     for m in maps:  # ID maps look up only: the check adds no ID
         m.eval()
     try:
-        return _compare_collection(collection, kb, rtol, atol, seed)
+        return _compare_collection(collection, kb, rtol, atol, seed, max_bytes)
     finally:
         for m, training in zip(maps, modes, strict=True):
             m.train(training)
 
 
 def _compare_collection(
-    collection: LookupCollection, kb: KeyedBags, rtol: float, atol: float, seed: int
+    collection: LookupCollection, kb: KeyedBags, rtol: float, atol: float, seed: int,
+    max_bytes: int,
 ) -> EquivalenceReport:
     # fresh leaves on the tables' storage (as _probe for a layer): nothing reaches the
     # collection's .grad or a fused optimizer bound to its parameters
+    # a variable batch per key: its dense equivalent is the batch of N bags per key
+    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu").full_batch()
+    names = [t.name for t in collection.tables]
+    tables = {n: collection[n] for n in names}
+    features = [(f, collection._table_of[f]) for f in collection.embedding_names]
+    bags = {f: collection.rows(kb_cpu, f) for f, _ in features}
+    for f, t in features:
+        _fits(bags[f], tables[t].out_features, tables[t].mode, max_bytes)
     probe = copy.copy(collection)
     probe._modules = dict(collection._modules)
     leaves = [nn.Parameter(p.detach(), requires_grad=True) for p in collection.table_groups]
@@ -353,29 +591,31 @@ def _compare_collection(
     grads = torch.autograd.grad(out, leaves, upstream.to(out.dtype).to(out.device),
                                 allow_unused=True)
 
-    names = [t.name for t in collection.tables]
-    tables = {n: collection[n] for n in names}
-    lins = {n: copy.deepcopy(tables[n].to_linear(strict=False)).double().cpu() for n in names}
-    # a variable batch per key: its dense equivalent is the batch of N bags per key
-    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu").full_batch()
-    refs = [dense_reference(tables[t], collection.rows(kb_cpu, f), linear=lins[t])
-            for f, t in ((f, collection._table_of[f]) for f in collection.embedding_names)]
-    ref = torch.cat(refs, dim=1)
-    ref_grads = torch.autograd.grad(ref, [lins[n].weight for n in names], upstream,
-                                    allow_unused=True)
+    refs, at = [], 0
+    per_table: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {n: [] for n in names}
+    for f, t in features:  # each feature's table as nn.Linear on its rows, its own columns
+        table = tables[t]
+        width = table.out_features
+        ref = touched_reference(table.weight, table.bias, bags[f], table.mode,
+                                table.padding_idx, upstream[:, at:at + width],
+                                max_bytes=max_bytes)
+        refs.append(ref.out)
+        per_table[t].append((ref.rows, ref.weight_grad))
+        at += width
     nonfinite = [*(m for f in collection.feature_names
                    for m in _input_nonfinite_named(kb[f], f)),
                  *(m for n in names for m in _nonfinite(f"table {n!r}", tables[n].weight)),
                  *_nonfinite("output", out, "bags")]
-    comparisons = [_compare("output", out.detach().cpu(), ref, rtol, atol)]
-    for n, want in zip(names, ref_grads, strict=True):
-        g, off, cfg = collection._places[n]
-        rows = cfg.stored_rows
-        got_all = grads[g]
-        got = (torch.zeros(rows, cfg.embedding_dim) if got_all is None else
-               got_all.cpu().to_dense()[off : off + rows])
-        want = torch.zeros(rows, cfg.embedding_dim) if want is None else want.T
-        comparisons.append(_compare(f"{n}.weight.grad", got, want, rtol, atol))
+    comparisons = [_compare("output", out.detach().cpu(), torch.cat(refs, dim=1), rtol, atol)]
+    for n in names:  # a table's gradient: the sum over the features that read it
+        parts = per_table[n]
+        rows = torch.unique(torch.cat([r for r, _ in parts]))
+        want = torch.zeros(rows.numel(), tables[n].out_features, dtype=torch.float64)
+        for r, g in parts:
+            want.index_add_(0, torch.searchsorted(rows, r), g)
+        group, first, cfg = collection._places[n]
+        got, untouched = _grad_rows(grads[group], first, cfg.stored_rows, rows)
+        comparisons.append(_compare_rows(f"{n}.weight.grad", got, untouched, want, rtol, atol))
     return EquivalenceReport(repr(kb), comparisons, nonfinite)
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,7 +15,8 @@ from .errors import InputValueError
 from .modules.layer import LookupLinear
 from .sparse.bags import Bags
 
-__all__ = ["dense_reference", "densify"]
+__all__ = ["REFERENCE_BYTES", "TouchedReference", "dense_reference", "densify",
+           "reference_bytes", "touched_reference"]
 
 
 def _rows(x: Any, in_features: int, dtype: torch.dtype) -> tuple[torch.Tensor, Bags | None]:
@@ -53,25 +55,28 @@ def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) ->
     tensor([[0.3333, 0.0000, 0.6667, 0.0000],
             [0.0000, 0.0000, 0.0000, 0.0000]])
     """
-    dtype = dtype or layer.weight.dtype
-    n = layer.in_features
-    X, bags = _rows(x, n, dtype)
-    pad = layer.padding_idx
-    if pad is not None:
-        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
     per_element = (
         isinstance(x, torch.Tensor)
         and x.layout == torch.strided
         and not (x.dtype.is_floating_point or x.dtype == torch.bool)
     )
-    if per_element or layer.mode == "sum":
+    return _densify(x, layer.in_features, layer.padding_idx,
+                    "sum" if per_element else layer.mode, dtype or layer.weight.dtype)
+
+
+def _densify(x: Any, n: int, pad: int | None, mode: str, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`densify` of a layer of ``n`` inputs, ``padding_idx`` ``pad`` and ``mode``."""
+    X, bags = _rows(x, n, dtype)
+    if pad is not None:
+        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
+    if mode == "sum":
         return X
-    if layer.mode == "max":
+    if mode == "max":
         raise InputValueError(
             "mode='max' has no linear equivalent, so there is no dense input to give; "
             "use dense_reference(layer, x) for the reference output."
         )
-    if layer.mode == "mean":
+    if mode == "mean":
         denom = X.sum(-1)
     elif bags is None:  # dense rows: the entries are the non-zeros
         denom = (X * X).sum(-1)
@@ -83,7 +88,7 @@ def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) ->
         denom = sq.sum(-1)
     nonzero = denom != 0
     safe = torch.where(nonzero, denom, 1)  # no sqrt(0) or 1/0: gradients stay finite
-    scale = torch.where(nonzero, 1 / (safe.sqrt() if layer.mode == "sqrtn" else safe), 0)
+    scale = torch.where(nonzero, 1 / (safe.sqrt() if mode == "sqrtn" else safe), 0)
     return X * scale.unsqueeze(-1)
 
 
@@ -127,3 +132,133 @@ def dense_reference(
     out = masked.amax(-2)
     out = torch.where(present.any(-1, keepdim=True), out, torch.zeros((), dtype=dtype))
     return out if lin.bias is None else out + lin.bias
+
+
+# ---- the reference on the rows a batch touches ------------------------------------------------
+
+#: bytes a float64 reference may hold at once, by default (``check_equivalence(max_bytes=)``)
+REFERENCE_BYTES = 1 << 30
+_PIECE_BYTES = 32 << 20
+
+
+@dataclass
+class TouchedReference:
+    """The dense reference of a lookup on the weight rows its batch touches (``rows``, sorted):
+    its output and the gradients, in float64, for an upstream gradient. Every other row of
+    ``densify(x)`` is zero, so every other weight row's gradient is exactly zero."""
+
+    out: torch.Tensor  #: (N, out)
+    rows: torch.Tensor  #: (k,) the distinct indices of the batch, sorted
+    weight_grad: torch.Tensor  #: (k, out): the gradient of ``weight[rows]``
+    bias_grad: torch.Tensor | None  #: (out,)
+    weights_grad: torch.Tensor | None  #: (nnz,): of the per-entry weights, where asked
+
+
+def reference_bytes(bags: Bags, out_features: int, mode: str) -> tuple[int, int]:
+    """``(fixed, smallest chunk)``: the bytes :func:`touched_reference` holds for the whole
+    batch (output, upstream, the touched rows and their gradient, the entries) and for its
+    largest one-bag piece (the densified bag on its touched columns; for ``max`` times the
+    output width)."""
+    n_bags, nnz = len(bags), bags.nnz
+    fixed = 8 * (3 * n_bags * out_features + 3 * nnz * out_features + 4 * nnz)
+    lengths = bags.offsets[1:] - bags.offsets[:-1]
+    longest = int(lengths.max()) if n_bags else 0
+    return fixed, _chunk_bytes(1, longest, out_features, mode)
+
+
+def _chunk_bytes(n_rows: int, entries: int, out_features: int, mode: str) -> int:
+    """Bytes of ``n_rows`` bags of ``entries`` entries densified on their touched columns
+    (at most ``entries``), with the copies the scaling and the backward make."""
+    per_cell = 8 * (out_features + 2) if mode == "max" else 8 * 4
+    return n_rows * max(1, entries) * per_cell
+
+
+def _chunks(offsets: list[int], out_features: int, mode: str, budget: int
+            ) -> list[tuple[int, int]]:
+    """Bag ranges ``[a, b)`` of at most ``budget`` bytes each (one bag at least)."""
+    n, out, a = len(offsets) - 1, [], 0
+    while a < n:
+        step = 1
+        while a + 2 * step <= n and _chunk_bytes(
+                2 * step, offsets[a + 2 * step] - offsets[a], out_features, mode) <= budget:
+            step *= 2
+        out.append((a, a + step))
+        a += step
+    return out
+
+
+def touched_reference(
+    weight: torch.Tensor, bias: torch.Tensor | None, bags: Bags, mode: str,
+    padding_idx: int | None, upstream: torch.Tensor, *, weights_grad: bool = False,
+    max_bytes: int = REFERENCE_BYTES,
+) -> TouchedReference:
+    """``nn.Linear`` (``weight.T``, ``bias``) on ``densify(bags)``, and its gradients for
+    ``upstream``, in float64, computed on the columns the batch touches: bag by bag in pieces
+    of at most ``max_bytes - fixed`` bytes (:func:`reference_bytes`), each piece densified on
+    its own touched columns, each ``nn.Linear`` the rows of ``weight`` those columns name.
+
+    ``weight``: ``(in_features, out)``, the layer's table; ``bags``: on the CPU; ``mode``:
+    ``"sum"``, ``"mean"``, ``"sqrtn"`` or ``"max"`` (the element-wise max of the present rows,
+    0 for an empty bag, plus the bias); ``weights_grad``: also differentiate the bags'
+    per-entry weights.
+    """
+    fixed, _ = reference_bytes(bags, weight.shape[1], mode)
+    # pieces of a few MiB: a piece of r bags of r entries densifies to r * r values, so
+    # smaller pieces do less work in all, down to where the calls' own cost shows
+    budget = max(min(max_bytes - fixed, _PIECE_BYTES), 1)
+    rows = torch.unique(bags.indices.long())
+    W = weight.detach().index_select(0, rows).double()  # (k, out)
+    b = None if bias is None else bias.detach().double().requires_grad_(True)
+    w_all = None if bags.weights is None else bags.weights.detach().double()
+    if w_all is not None:
+        w_all.requires_grad_(weights_grad)
+    off = bags.offsets.long().tolist()
+    up = upstream.double()
+    W_grad = torch.zeros_like(W)
+    others = [*([b] if b is not None else []),
+              *([w_all] if w_all is not None and weights_grad else [])]
+    sums = [torch.zeros_like(t) for t in others]
+    outs = []
+    for a, z in _chunks(off, weight.shape[1], mode, budget):
+        e0, e1 = off[a], off[z]
+        idx = bags.indices[e0:e1].long()
+        cols = torch.unique(idx)  # this piece's touched columns
+        piece = Bags(torch.searchsorted(cols, idx), torch.tensor(off[a:z + 1]) - e0,
+                     None if w_all is None else w_all[e0:e1])
+        pad = None
+        if padding_idx is not None:
+            at = int(torch.searchsorted(cols, torch.tensor(padding_idx)))
+            pad = at if at < cols.numel() and int(cols[at]) == padding_idx else None
+        at_rows = torch.searchsorted(rows, cols)
+        W_cols = W.index_select(0, at_rows).requires_grad_(True)  # (k_piece, out)
+        out = _dense_piece(piece, cols.numel(), pad, mode, W_cols, b)
+        got = torch.autograd.grad(out, [W_cols, *others], up[a:z], allow_unused=True)
+        if got[0] is not None:
+            W_grad.index_put_((at_rows,), got[0], accumulate=True)
+        for total, g in zip(sums, got[1:], strict=True):
+            if g is not None:
+                total += g
+        outs.append(out.detach())
+    grads = iter(sums)
+    return TouchedReference(
+        torch.cat(outs) if outs else up.new_zeros((0, weight.shape[1])), rows, W_grad,
+        None if b is None else next(grads),
+        None if w_all is None or not weights_grad else next(grads))
+
+
+def _dense_piece(bags: Bags, n: int, pad: int | None, mode: str, W: torch.Tensor,
+                 bias: torch.Tensor | None) -> torch.Tensor:
+    """``nn.Linear(n, out)`` with weight ``W.T`` on ``densify(bags)`` (``max``: the max of the
+    present rows of ``W``)."""
+    if mode != "max":
+        return F.linear(_densify(bags, n, pad, mode, W.dtype), W.T, bias)
+    if n == 0:  # every bag of the piece is empty: 0, plus the bias
+        out = W.new_zeros((len(bags), W.shape[1])) + 0 * W.sum()
+        return out if bias is None else out + bias
+    present = Bags(bags.indices, bags.offsets).to_dense(n, dtype=W.dtype) != 0
+    if pad is not None:
+        present[:, pad] = False
+    masked = torch.where(present.unsqueeze(-1), W, torch.tensor(float("-inf"), dtype=W.dtype))
+    out = torch.where(present.any(-1, keepdim=True), masked.amax(-2),
+                      torch.zeros((), dtype=W.dtype))
+    return out if bias is None else out + bias

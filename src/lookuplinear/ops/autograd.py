@@ -135,9 +135,10 @@ def bag_lookup(
     gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
     :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
     needed.) With ``create_graph=True`` the
-    gradient is one row per entry and can be differentiated again; so it is in a graph that
+    gradient is one row per entry and can be differentiated again. In a graph that
     ``torch.compile`` or ``torch.export`` records (the operator ``lookuplinear::bag_lookup``,
-    :mod:`lookuplinear.ops.library`, whose gradient is ``F.embedding_bag(sparse=True)``'s).
+    :mod:`lookuplinear.ops.library`) it is one row per entry too, each row's sum (computed
+    as here) at its first entry: densified or coalesced, this gradient to the bit.
 
     Examples
     --------

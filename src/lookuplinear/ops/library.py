@@ -21,7 +21,9 @@ The operators:
 * ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
   include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
   ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
-  gradient is sparse, one row per entry (as ``nn.EmbeddingBag(sparse=True)``'s).
+  gradient is sparse, one row per entry (the indices of ``nn.EmbeddingBag(sparse=True)``'s),
+  each row's sum at its first entry (``row_sums``), so that it densifies to the eager
+  gradient's bits; under ``create_graph=True``, each entry's own contribution.
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
   side (``features``: per output, its number of features where it is feature-major,
   ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
@@ -34,6 +36,10 @@ The operators:
   (``bag_max_backward``: its weight gradient).
 * ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
   weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
+* ``row_sums(grad, indices, offsets, weights, padding_idx, num_rows)``: ``bag_lookup``'s
+  weight gradient summed per row by the eager backward's kernel
+  (:func:`~lookuplinear.ops.group_rows`), one row per entry: a row's sum at its first entry,
+  ``-0.0`` at its others.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
-from ._rows import gather_rows
+from ._rows import gather_rows, group_rows
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
            "per_sample_weights_grad", "routed"]
@@ -72,6 +78,8 @@ LIB.define("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
 LIB.define("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
 LIB.define("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
            "SymInt nnz) -> Tensor")
+LIB.define("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
+           "int? padding_idx, SymInt num_rows) -> Tensor")
 
 
 # ---- bag_lookup ---------------------------------------------------------------------------
@@ -197,14 +205,22 @@ def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: di
 
 
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
+    """The weight gradient one row per entry, as ``nn.EmbeddingBag(sparse=True)``'s: under
+    ``create_graph=True`` each entry's contribution (a graph to differentiate), else each
+    row's sum at its first entry (``row_sums``: the eager backward's kernel, so that the
+    gradient, densified or coalesced, is the eager one to the bit)."""
     indices, offsets, weights, *table = ctx.saved_tensors
     g = grad_out.reshape(-1, ctx.shape[1])
     idx = indices.reshape(-1)
     if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
         offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
     grad_weight = grad_weights = None
-    if ctx.needs_input_grad[0]:
+    if ctx.needs_input_grad[0] and torch.is_grad_enabled():
         grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
+    elif ctx.needs_input_grad[0]:
+        sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, ctx.padding_idx,
+                                               ctx.shape[0])
+        grad_weight = entry_grads(idx, None, None, ctx.padding_idx, sums, ctx.shape)
     if table:
         assert offsets is not None
         grad_weights = per_sample_weights_grad(g, table[0], idx, offsets, weights.dtype,
@@ -447,6 +463,73 @@ def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt
     return offsets.new_empty((nnz,), dtype=dtype)
 
 
+# ---- row_sums -------------------------------------------------------------------------------
+
+
+def _first_of_rows(indices: torch.Tensor, padding_idx: int | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For 1-D ``indices``: the stable order that sorts them, whether each sorted entry is the
+    first of its index (never of ``padding_idx``), and the rank of its index among the
+    distinct indices other than ``padding_idx`` (-1 before the first). The shapes follow from
+    the input's: a graph records them without reading a value."""
+    order = torch.argsort(indices, stable=True)
+    ranked = indices.index_select(0, order)
+    first = torch.ones_like(ranked, dtype=torch.bool)
+    first[1:] = ranked[1:] != ranked[:-1]
+    if padding_idx is not None:
+        first &= ranked != padding_idx
+    return order, first, torch.cumsum(first, 0) - 1
+
+
+def _at_first_entries(order: torch.Tensor, first: torch.Tensor, rank: torch.Tensor,
+                      sums: torch.Tensor) -> torch.Tensor:
+    """``sums`` (a row per distinct index, by rank, and at least one) at each index's first
+    entry, ``-0.0`` at the others: adding ``-0.0`` changes no value, nor a zero's sign."""
+    picked = sums.index_select(0, rank.clamp(min=0))
+    return torch.empty_like(picked).index_copy_(
+        0, order, torch.where(first.unsqueeze(1), picked, -0.0))
+
+
+def _row_sums_twin(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+                   weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
+                   ) -> torch.Tensor:
+    """Each entry's contribution (``entry_grads``' values) summed per row in entry order, as
+    :func:`~lookuplinear.ops.group_rows`' torch ops sum them."""
+    idx = indices.reshape(-1).long()
+    order, first, rank = _first_of_rows(idx, padding_idx)
+    contrib = grad if offsets is None else grad.index_select(0, _bag_ids(offsets, idx.numel()))
+    if weights is not None:
+        contrib = contrib * weights.to(grad.dtype).unsqueeze(1)
+    slot = rank  # padding entries add into a row of their own, past the others
+    if padding_idx is not None:
+        slot = torch.where(idx.index_select(0, order) == padding_idx, idx.numel(), rank)
+    sums = contrib.new_zeros((idx.numel() + 1, contrib.shape[1]))
+    sums.index_add_(0, slot, contrib.index_select(0, order))
+    return _at_first_entries(order, first, rank, sums)
+
+
+def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+                  weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
+                  ) -> torch.Tensor:
+    """The eager backward's sums (:func:`~lookuplinear.ops.group_rows`: the C kernel where
+    it takes the lookup)."""
+    idx = indices.reshape(-1).long()
+    _, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
+    values = torch.cat([values.to(grad.dtype), values.new_zeros((1, grad.shape[1]))])
+    return _at_first_entries(*_first_of_rows(idx, padding_idx), values)
+
+
+LIB.impl("row_sums", _row_sums_cpu, "CPU")
+LIB.impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("lookuplinear::row_sums")
+def _row_sums_fake(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+                   weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
+                   ) -> torch.Tensor:
+    return grad.new_empty((indices.numel(), grad.shape[1]))
+
+
 # ---- eager, recorded ----------------------------------------------------------------------
 
 #: each operator's torch-op twin (a decomposition, and its other devices' implementation)
@@ -458,6 +541,7 @@ _TWINS: dict[str, Callable[..., Any]] = {
     "bag_max": _bag_max_twin,
     "bag_max_backward": _bag_max_backward_twin,
     "mode_weights": _mode_weights_twin,
+    "row_sums": _row_sums_twin,
 }
 
 

@@ -18,6 +18,8 @@ steps on them: ``lookuplinear.optim`` row by row.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -126,8 +128,15 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         # this wrapper handles the tables' gradients in the backward: a fused optimizer made
         # later refuses them
         reserve(self._tables, "lookuplinear.parallel.DistributedDataParallel")
-        for p in self._tables:
-            p.register_post_accumulate_grad_hook(self._table_grad_ready)
+        # The hooks reach this wrapper through a weak reference: a tensor's hooks are held in
+        # C++, where the garbage collector cannot see a cycle, so a bound method there would
+        # keep the wrapper, PyTorch's reducer and both process groups alive until the
+        # interpreter ends, and gloo's threads would then be torn down with it (SIGABRT,
+        # "terminate called without an active exception"). Dropped, the wrapper takes its
+        # hooks with it.
+        ready = _weak_hook(weakref.ref(self))
+        handles = [p.register_post_accumulate_grad_hook(ready) for p in self._tables]
+        weakref.finalize(self, _remove, handles)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """As PyTorch's; a model of tables only is called as it is."""
@@ -164,3 +173,17 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
             g = g.coalesce()
             p.grad = torch.sparse_coo_tensor(g.indices(), g.values() / world, p.shape,
                                              is_coalesced=True, check_invariants=False)
+
+
+def _weak_hook(ref: weakref.ref[DistributedDataParallel]) -> Callable[[torch.Tensor], None]:
+    """A post-accumulate-grad hook that calls the wrapper ``ref`` names while it lives."""
+    def ready(param: torch.Tensor) -> None:
+        ddp = ref()
+        if ddp is not None:
+            ddp._table_grad_ready(param)
+    return ready
+
+
+def _remove(handles: list[Any]) -> None:
+    for handle in handles:
+        handle.remove()
