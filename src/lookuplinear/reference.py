@@ -37,9 +37,11 @@ def _rows(x: Any, in_features: int, dtype: torch.dtype) -> tuple[torch.Tensor, B
 def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The dense input ``X`` with ``layer(x) == layer.to_linear(strict=False)(X)``.
 
-    One-hot rows for index input, the multi-hot / weighted matrix for matrix input; the
-    ``padding_idx`` column is zeroed, and for ``mode="mean"`` (``"sqrtn"``) each row is divided by
-    the sum of its entries' weights (the square root of the sum of their squares).
+    One-hot rows for index input (a ``padding_idx`` position included: it reads the padding
+    row, as ``nn.Embedding`` does), the multi-hot / weighted matrix for matrix input with the
+    ``padding_idx`` column zeroed (bags drop padding entries, as ``nn.EmbeddingBag`` does); for
+    ``mode="mean"`` (``"sqrtn"``) each matrix row is divided by the sum of its entries' weights
+    (the square root of the sum of their squares).
 
     Raises
     ------
@@ -57,14 +59,16 @@ def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) ->
     n = layer.in_features
     X, bags = _rows(x, n, dtype)
     pad = layer.padding_idx
-    if pad is not None:
-        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
     per_element = (
         isinstance(x, torch.Tensor)
         and x.layout == torch.strided
         and not (x.dtype.is_floating_point or x.dtype == torch.bool)
     )
-    if per_element or layer.mode == "sum":
+    if per_element:
+        return X
+    if pad is not None:
+        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
+    if layer.mode == "sum":
         return X
     if layer.mode == "max":
         raise InputValueError(

@@ -16,8 +16,15 @@ import torch
 from torch import nn
 
 from .._sizes import as_size
-from ..errors import InputTypeError, InputValueError
-from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
+from ..errors import InputTypeError, InputValueError, ModeNotSupportedError
+from ..functional import (
+    LookupInput,
+    Mode,
+    check_mode,
+    check_per_sample_weights_dtype,
+    lookup_linear,
+    normalize_padding_idx,
+)
 from ..sparse.bags import Bags, check_index_range
 
 __all__ = ["EmbeddingBag"]
@@ -72,8 +79,10 @@ class EmbeddingBag(nn.EmbeddingBag):
     Raises
     ------
     InputValueError
-        A size that is not an integer >= 1, an unknown ``mode``, ``padding_idx`` outside the
-        table, or ``_weight`` of another shape.
+        A size that is not an integer >= 1, an unknown ``mode``, or ``_weight`` of another shape.
+    PaddingIdxError
+        ``padding_idx`` outside the table (also the ``AssertionError`` ``nn.EmbeddingBag``
+        raises).
 
     Examples
     --------
@@ -122,7 +131,7 @@ class EmbeddingBag(nn.EmbeddingBag):
                 "which mode='max' (one row per column) does not have; PyTorch refuses it too. "
                 "Use mode 'sum' or 'mean', or drop scale_grad_by_freq."
             )
-        padding_idx = normalize_padding_idx(padding_idx, num_embeddings)
+        padding_idx = normalize_padding_idx(padding_idx, num_embeddings, "num_embeddings")
         if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
             raise InputValueError(
                 f"EmbeddingBag: _weight must have shape (num_embeddings, embedding_dim) = "
@@ -158,9 +167,17 @@ class EmbeddingBag(nn.EmbeddingBag):
         ------
         InputValueError
             1-D input without ``offsets``, 2-D input with them, input of another rank, or
-            ``per_sample_weights`` with a mode other than ``"sum"``.
+            ``per_sample_weights`` of another shape than ``input``.
+        OffsetsError
+            ``offsets`` that do not start at 0, decrease or run past the end of ``input`` (also
+            the ``RuntimeError`` ``nn.EmbeddingBag`` raises).
+        ModeNotSupportedError
+            ``per_sample_weights`` with a mode other than ``"sum"`` (also the
+            ``NotImplementedError`` ``nn.EmbeddingBag`` raises).
         InputTypeError
-            A tensor input that is not integer indices.
+            A tensor input that is not integer indices; ``DtypeMismatchError`` (also a
+            ``RuntimeError``, as in PyTorch) for ``per_sample_weights`` of another dtype than
+            ``weight``.
         LookupIndexError
             An index outside ``[0, num_embeddings)``.
         """
@@ -172,6 +189,7 @@ class EmbeddingBag(nn.EmbeddingBag):
                     "offsets as nn.EmbeddingBag takes them."
                 )
             return super().forward(input, offsets, per_sample_weights)
+        check_per_sample_weights_dtype(per_sample_weights, self.weight)
         input, offsets, per_sample_weights = bag_input(
             input, offsets, per_sample_weights, self.mode
         )
@@ -224,9 +242,9 @@ def bag_input(
     tensor its rows (both as ``Bags``); a 1-D tensor needs ``offsets``; ``Bags`` and
     scipy.sparse input pass as they are."""
     if per_sample_weights is not None and mode != "sum":
-        raise InputValueError(
-            f"EmbeddingBag: per_sample_weights are for mode='sum' (as in PyTorch), got "
-            f"mode={mode!r}. Build the layer with mode='sum', or drop the weights."
+        raise ModeNotSupportedError(
+            f"EmbeddingBag: per_sample_weights is only supported for mode='sum' (as in "
+            f"PyTorch), got mode={mode!r}. Build the layer with mode='sum', or drop the weights."
         )
     if not isinstance(input, torch.Tensor) or (input.layout != torch.strided
                                                and not input.is_nested):
@@ -239,9 +257,8 @@ def bag_input(
     if (per_sample_weights is not None and not input.is_nested
             and per_sample_weights.shape != input.shape):
         raise InputValueError(
-            f"EmbeddingBag: per_sample_weights must have the shape of input "
-            f"{tuple(input.shape)}, got {tuple(per_sample_weights.shape)}. Give one weight per "
-            "index."
+            f"EmbeddingBag: per_sample_weights {tuple(per_sample_weights.shape)} must have the "
+            f"same shape as the input {tuple(input.shape)}. Give one weight per index."
         )
     if input.is_nested:
         if offsets is not None:
