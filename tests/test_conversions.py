@@ -123,6 +123,7 @@ def test_non_zero_padding_row_reads_as_pytorchs_on_every_path(sparse: bool) -> N
             torch.testing.assert_close(out, layer(x))
         torch.testing.assert_close(layer.to_embedding_bag()(FLAT, OFFSETS[:-1]), layer(BAGS))
         torch.testing.assert_close(layer.to_linear()(densify(BAGS, layer)), layer(BAGS))
+        assert check_equivalence(layer, x).ok and check_equivalence(layer, BAGS).ok
         layer(x).sum().backward()  # the padding row gets no gradient
         grad = layer.weight.grad
         assert grad is not None

@@ -97,9 +97,10 @@ def dense_reference(
     """``layer(x)`` computed the dense way: ``linear(densify(x, layer))``.
 
     ``linear`` defaults to ``layer.to_linear(strict=False)``; pass your own (e.g. a float64 copy)
-    to take gradients through it. For ``mode="max"`` on matrix input the output is the
-    element-wise max of ``linear.weight.T``'s rows present in each row (0 for an empty row),
-    plus the bias.
+    to take gradients through it. On index input a ``padding_idx`` position gives the padding
+    row as a constant (``nn.Embedding``'s: its value, no gradient). For ``mode="max"`` on
+    matrix input the output is the element-wise max of ``linear.weight.T``'s rows present in
+    each row (0 for an empty row), plus the bias.
 
     Examples
     --------
@@ -116,6 +117,14 @@ def dense_reference(
         and x.layout == torch.strided
         and not (x.dtype.is_floating_point or x.dtype == torch.bool)
     )
+    if is_index and layer.padding_idx is not None:
+        # nn.Embedding: a padding position reads the padding row, which gets no gradient, so
+        # that column is a constant of the reference (a linear map would give it a gradient)
+        X = densify(x, layer, dtype=dtype)
+        pad = layer.padding_idx
+        at_pad = X[..., pad : pad + 1]  # (..., 1): 1 at padding positions
+        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
+        return lin(X) + at_pad * lin.weight[:, pad].detach()
     if layer.mode != "max" or is_index:
         return lin(densify(x, layer, dtype=dtype))
     X, bags = _rows(x, layer.in_features, dtype)
