@@ -45,7 +45,9 @@ class EmbeddingBag(nn.EmbeddingBag):
     incremental :class:`~lookuplinear.Checkpoint` saves, :meth:`quantize`, ``Bags`` and
     scipy.sparse input, ``mode="sqrtn"`` and ``mode="max"`` with ``sparse=True``; and it
     refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
-    index out of range, ``per_sample_weights`` with ``mode="mean"``).
+    index out of range, a 1-D input without ``offsets``). Each error is also the exception
+    ``nn.EmbeddingBag`` raises for the same mistake (``RuntimeError`` for bad offsets,
+    ``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``...).
 
     Parameters
     ----------
