@@ -7,7 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lookuplinear import Bags, InputTypeError, InputValueError, LookupLinear, check_equivalence
+from lookuplinear import (
+    Bags,
+    InputTypeError,
+    InputValueError,
+    LookupLinear,
+    check_equivalence,
+    densify,
+)
 
 X_IDX = torch.tensor([[3, 0, 7], [9, 9, 2]])
 BAGS = Bags.from_lists([[3, 1, 3], [], [2, 2], [0, 5, 9]])
@@ -90,12 +97,50 @@ def test_from_embedding_refuses_what_a_linear_layer_cannot_hold(make, match: str
         LookupLinear.from_embedding(make())
 
 
-def test_from_embedding_refuses_non_zero_padding_row() -> None:
-    emb = nn.Embedding(10, 4, padding_idx=3)
+def _padded_table() -> torch.Tensor:
+    torch.manual_seed(0)
+    table = torch.randn(10, 4)
+    table[3] = 1.5  # a padding row loaded non-zero (PyTorch keeps whatever is loaded there)
+    return table
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_non_zero_padding_row_reads_as_pytorchs_on_every_path(sparse: bool) -> None:
+    """nn.Embedding returns the padding row at padding positions, nn.EmbeddingBag skips padding
+    entries: the layer does both, whichever way the row got its values, and every conversion
+    agrees with it."""
+    table = _padded_table()
+    emb = nn.Embedding.from_pretrained(table, freeze=False, padding_idx=3, sparse=sparse)
+    ebag = nn.EmbeddingBag.from_pretrained(table, freeze=False, mode="sum", padding_idx=3)
+    x = torch.tensor([[3, 0, 7], [9, 3, 3]])
+    loaded = LookupLinear(10, 4, bias=False, padding_idx=3, sparse=sparse)
+    loaded.load_state_dict({"weight": table})  # the usual flow: build, then load the weights
+    for layer in (loaded, LookupLinear.from_embedding(emb)):
+        assert torch.equal(layer(x), emb(x))  # the padding row, as nn.Embedding gives it
+        assert torch.equal(layer(x)[0, 0], table[3])
+        torch.testing.assert_close(layer(FLAT, OFFSETS[:-1]), ebag(FLAT, OFFSETS[:-1]))
+        for out in (layer.to_embedding()(x), layer.to_linear()(densify(x, layer))):
+            torch.testing.assert_close(out, layer(x))
+        torch.testing.assert_close(layer.to_embedding_bag()(FLAT, OFFSETS[:-1]), layer(BAGS))
+        torch.testing.assert_close(layer.to_linear()(densify(BAGS, layer)), layer(BAGS))
+        assert check_equivalence(layer, x).ok and check_equivalence(layer, BAGS).ok
+        layer(x).sum().backward()  # the padding row gets no gradient
+        grad = layer.weight.grad
+        assert grad is not None
+        assert not (grad.to_dense() if grad.is_sparse else grad)[3].any()
+    back = nn.Embedding(10, 4, padding_idx=3)
+    back.load_state_dict(loaded.to_embedding().state_dict())
+    assert torch.equal(back(x), loaded(x))
+
+
+def test_padding_position_gives_padding_row_plus_bias() -> None:
+    layer = LookupLinear(10, 4, padding_idx=3)
     with torch.no_grad():
-        emb.weight[3] = 1.0
-    with pytest.raises(InputValueError, match=r"padding row 3 is non-zero.*weight.data\[3\] = 0"):
-        LookupLinear.from_embedding(emb)
+        layer.weight[3] = 2.0
+        layer.bias.fill_(1.0)  # type: ignore[union-attr]
+    assert torch.equal(layer(torch.tensor([3])), torch.full((1, 4), 3.0))
+    assert torch.equal(layer.to_linear()(F.one_hot(torch.tensor([3]), 10).float()),
+                       torch.full((1, 4), 3.0))
 
 
 def test_from_wrong_module_types() -> None:

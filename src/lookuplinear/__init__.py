@@ -13,11 +13,15 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from .errors import (
         CheckpointNotFoundError,
         DeviceMismatchError,
+        DtypeMismatchError,
         InputTypeError,
         InputValueError,
         LookupIndexError,
         LookupLinearError,
         ModelFileError,
+        ModeNotSupportedError,
+        OffsetsError,
+        PaddingIdxError,
         StateDictError,
         TrainingDivergedError,
         UnknownTokenError,
@@ -27,6 +31,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads 
     from .ids.idmap import IdMap
     from .ids.vocab import Vocab
     from .modules.collection import LookupCollection, TableConfig
+    from .modules.embedding import Embedding
     from .modules.embedding_bag import EmbeddingBag
     from .modules.layer import LookupLinear
     from .quant.collection import QuantizedLookupCollection
@@ -45,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "Checkpoint": ".storage.checkpoint",
     "CheckpointNotFoundError": ".errors",
     "DeviceMismatchError": ".errors",
+    "DtypeMismatchError": ".errors",
+    "Embedding": ".modules.embedding",
     "EmbeddingBag": ".modules.embedding_bag",
     "EquivalenceError": ".check",
     "EquivalenceReport": ".check",
@@ -58,7 +65,10 @@ _EXPORTS: dict[str, str] = {
     "LookupIndexError": ".errors",
     "LookupLinear": ".modules.layer",
     "LookupLinearError": ".errors",
+    "ModeNotSupportedError": ".errors",
     "ModelFileError": ".errors",
+    "OffsetsError": ".errors",
+    "PaddingIdxError": ".errors",
     "StateDictError": ".errors",
     "QuantizedEmbeddingBag": ".quant.layer",
     "QuantizedLookupCollection": ".quant.collection",
@@ -99,6 +109,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointNotFoundError",
     "DeviceMismatchError",
+    "DtypeMismatchError",
+    "Embedding",
     "EmbeddingBag",
     "EquivalenceError",
     "EquivalenceReport",
@@ -112,7 +124,10 @@ __all__ = [
     "LookupIndexError",
     "LookupLinear",
     "LookupLinearError",
+    "ModeNotSupportedError",
     "ModelFileError",
+    "OffsetsError",
+    "PaddingIdxError",
     "QuantizedEmbeddingBag",
     "QuantizedLookupCollection",
     "QuantizedLookupLinear",

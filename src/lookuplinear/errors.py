@@ -1,7 +1,19 @@
 """One exception hierarchy for every mistake lookuplinear reports.
 
 Each class is also the built-in exception a Python user would catch for that kind of mistake
-(``IndexError``, ``ValueError``, ``TypeError``), so ``except ValueError`` keeps working.
+(``IndexError``, ``ValueError``, ``TypeError``), so ``except ValueError`` keeps working. Where
+PyTorch raises another built-in for the same mistake in ``nn.Embedding``/``nn.EmbeddingBag``
+(``RuntimeError`` for bad offsets, ``AssertionError`` for a ``padding_idx`` outside the table,
+``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``), the error is
+that one too, so code written against PyTorch catches it as it did:
+
+>>> from lookuplinear import EmbeddingBag
+>>> bag = EmbeddingBag(10, 3, mode="sum")
+>>> try:
+...     bag(torch.tensor([1, 2, 3]), torch.tensor([1, 2]))   # offsets must start at 0
+... except RuntimeError as e:                  # as from nn.EmbeddingBag; also a ValueError
+...     print(type(e).__name__)
+OffsetsError
 
 Examples
 --------
@@ -23,11 +35,15 @@ from __future__ import annotations
 __all__ = [
     "CheckpointNotFoundError",
     "DeviceMismatchError",
+    "DtypeMismatchError",
     "InputTypeError",
     "InputValueError",
     "LookupIndexError",
     "LookupLinearError",
+    "ModeNotSupportedError",
     "ModelFileError",
+    "OffsetsError",
+    "PaddingIdxError",
     "StateDictError",
     "TrainingDivergedError",
     "UnknownTokenError",
@@ -38,8 +54,9 @@ class LookupLinearError(Exception):
     """Base class of every error raised by lookuplinear."""
 
 
-class LookupIndexError(LookupLinearError, IndexError):
-    """An index is outside ``[0, in_features)``."""
+class LookupIndexError(LookupLinearError, IndexError, RuntimeError):
+    """An index is outside ``[0, in_features)``. Also a ``RuntimeError``: PyTorch raises
+    ``IndexError`` from ``F.embedding`` and ``RuntimeError`` from ``F.embedding_bag`` for it."""
 
 
 class InputValueError(LookupLinearError, ValueError):
@@ -52,6 +69,27 @@ class InputTypeError(LookupLinearError, TypeError):
 
 class DeviceMismatchError(InputValueError):
     """The input lives on another device than the layer's weight."""
+
+
+class OffsetsError(InputValueError, RuntimeError):
+    """Offsets that do not cut the entries into bags: not starting at 0, decreasing, or past the
+    end of the input. Also a ``RuntimeError``, as PyTorch's ``embedding_bag`` raises."""
+
+
+class PaddingIdxError(InputValueError, AssertionError, RuntimeError):
+    """``padding_idx`` outside the table. Also an ``AssertionError`` (``nn.Embedding`` and
+    ``nn.EmbeddingBag`` assert it) and a ``RuntimeError`` (``F.embedding_bag`` raises one)."""
+
+
+class ModeNotSupportedError(InputValueError, NotImplementedError):
+    """An argument the layer's ``mode`` has no meaning for in PyTorch (``per_sample_weights``
+    with a mode other than ``"sum"`` in ``EmbeddingBag``). Also a ``NotImplementedError``, as
+    ``nn.EmbeddingBag`` raises."""
+
+
+class DtypeMismatchError(InputTypeError, RuntimeError):
+    """Two tensors that must share a dtype do not (``per_sample_weights`` and the table). Also a
+    ``RuntimeError``, as PyTorch's ``embedding_bag`` raises."""
 
 
 class UnknownTokenError(LookupLinearError, KeyError):

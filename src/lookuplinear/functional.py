@@ -16,8 +16,14 @@ import numpy as np
 import torch
 from torch.autograd import forward_ad
 
-from .errors import DeviceMismatchError, InputTypeError, InputValueError
-from .modes import MODES, Mode, check_mode, row_scale, safe_inverse
+from .errors import (
+    DeviceMismatchError,
+    DtypeMismatchError,
+    InputTypeError,
+    InputValueError,
+    PaddingIdxError,
+)
+from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import bag_max, capturing, offsets_ok
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
@@ -28,15 +34,28 @@ from .sparse.offsets import csr_offsets
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["MODES", "LookupInput", "Mode", "lookup_linear", "normalize_padding_idx", "row_scale"]
+__all__ = ["MODES", "LookupInput", "Mode", "check_per_sample_weights_dtype", "lookup_linear",
+           "normalize_padding_idx", "range_checked", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays
 LookupInput: TypeAlias = "torch.Tensor | Bags | sp.spmatrix | sp.sparray"
 
 
-def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | None:
+def normalize_padding_idx(padding_idx: int | None, in_features: int,
+                          size_name: str = "in_features") -> int | None:
     """``padding_idx`` in ``[0, in_features)``; negative counts from the end, as in PyTorch.
+
+    ``size_name``: what the message calls the table's size (``"num_embeddings"`` for the
+    ``nn.Embedding`` drop-ins).
+
+    Raises
+    ------
+    InputTypeError
+        ``padding_idx`` is not an integer.
+    PaddingIdxError
+        ``padding_idx`` is outside ``[-in_features, in_features)`` (also an ``AssertionError``
+        and a ``RuntimeError``, as PyTorch's modules and functionals raise).
 
     Examples
     --------
@@ -56,14 +75,37 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int) -> int | No
             f"padding_idx must be an int or None, got {padding_idx!r}. Pass int(padding_idx)."
         ) from None
     if not -in_features <= padding_idx < in_features:
-        raise InputValueError(
-            f"padding_idx must be within [-{in_features}, {in_features - 1}] for "
-            f"in_features={in_features}, got {padding_idx}. Pass an index of the table (-1 is "
-            "the last row) or None."
+        raise PaddingIdxError(
+            f"padding_idx must be within {size_name}={in_features} (-{in_features} through "
+            f"{in_features - 1}), got {padding_idx}. Pass an index of the table (-1 is the last "
+            "row) or None."
         )
     # int(): under torch.jit.trace a size is a traced tensor, and so would be the result (the
     # table's size is fixed: the index is a constant of the graph, as in nn.EmbeddingBag's)
     return int(padding_idx % in_features)
+
+
+def check_per_sample_weights_dtype(per_sample_weights: Any, weight: torch.Tensor) -> None:
+    """Raise ``DtypeMismatchError`` unless floating ``per_sample_weights`` (a tensor, or None)
+    have the table's dtype, as ``F.embedding_bag`` requires (it raises a ``RuntimeError``; so
+    does this). Weights that are not floating point are ``Bags``' to refuse.
+
+    Examples
+    --------
+    >>> check_per_sample_weights_dtype(torch.ones(3), torch.zeros(4, 2))
+    >>> check_per_sample_weights_dtype(torch.ones(3, dtype=torch.float64), torch.zeros(4, 2))
+    Traceback (most recent call last):
+        ...
+    lookuplinear.errors.DtypeMismatchError: per_sample_weights must have the same type as ...
+    """
+    if (isinstance(per_sample_weights, torch.Tensor)
+            and per_sample_weights.dtype.is_floating_point
+            and per_sample_weights.dtype != weight.dtype):
+        raise DtypeMismatchError(
+            f"per_sample_weights must have the same type as the table (weight), "
+            f"{weight.dtype}; got {per_sample_weights.dtype}. Convert them with "
+            "per_sample_weights.to(weight.dtype) (nn.EmbeddingBag refuses them too)."
+        )
 
 
 def lookup_linear(
@@ -102,7 +144,9 @@ def lookup_linear(
         (entries must have weight 1). An empty row gives ``bias`` (or zeros), never NaN.
         Index input is one entry per position, so every mode gives the lookup.
     padding_idx : int, optional
-        Entries equal to it contribute nothing and give ``weight[padding_idx]`` no gradient.
+        ``weight[padding_idx]`` gets no gradient. Bag and matrix entries equal to it contribute
+        nothing (as in ``nn.EmbeddingBag``); an index position equal to it gives the row as it
+        holds (as in ``nn.Embedding``: zero unless loaded or written otherwise), plus ``bias``.
     offsets, per_sample_weights : Tensor, optional
         The bags of a 1-D index ``input`` and per-entry weights, as ``F.embedding_bag`` takes
         them: ``N`` start offsets (bag ``b`` is ``input[offsets[b]:offsets[b + 1]]``, the last
@@ -157,7 +201,7 @@ def lookup_linear(
                         _forward_only(weight), indices, bag_offsets, False, _SUM, False, w,
                         csr, None,
                     )[0]
-            except (IndexError, RuntimeError) as exc:  # see _range_checked
+            except (IndexError, RuntimeError) as exc:  # see range_checked
                 failure = exc
             else:
                 return out if bias is None else out + bias
@@ -178,7 +222,9 @@ def lookup_linear(
                 f"{type(input).__name__} of shape {tuple(getattr(input, 'shape', ()))}. Pass the "
                 "bags' indices flattened, or drop offsets= for a per-element lookup."
             )
-        input = Bags(input, csr_offsets(input, offsets, include_last_offset), per_sample_weights)
+        ends = csr_offsets(input, offsets, include_last_offset,
+                           last_to_end=padding_idx is not None or mode == "max")
+        input = Bags(input, ends, per_sample_weights)
     elif per_sample_weights is not None:
         raise InputValueError(
             "per_sample_weights needs offsets: pass offsets= (the bags' start offsets, as for "
@@ -205,7 +251,7 @@ def lookup_linear(
                 f"{input.dtype}. Pass x.real (or x.abs()) for dense rows."
             )
         else:
-            return _range_checked(
+            return range_checked(
                 lambda: _index_forward(input, weight, bias, padding_idx, sparse),
                 input,
                 in_features,
@@ -215,7 +261,7 @@ def lookup_linear(
         bags = as_bags(input, in_features)
         if bags.indices.device != weight.device:  # host data from scipy: move it
             bags = bags.to(weight.device)
-    return _range_checked(
+    return range_checked(
         lambda: _bags_forward(bags, weight, bias, mode, padding_idx, sparse),
         bags.indices,
         in_features,
@@ -277,7 +323,7 @@ def _cpu_sum_operands(
     return bags.indices, bags.offsets, w, True
 
 
-def _range_checked(
+def range_checked(
     forward: Callable[[], torch.Tensor], indices: torch.Tensor, in_features: int, where: str
 ) -> torch.Tensor:
     """``forward()``, raising ``LookupIndexError`` if an index is outside ``[0, in_features)``.
@@ -320,8 +366,8 @@ def _index_forward(
     else:
         # ATen's op: F.embedding's Python checks repeat ours at a cost (benchmarks/bench_layer.py)
         out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
-    if padding_idx is not None:  # one_hot(padding_idx) is dropped: the position gives the bias
-        out = out.masked_fill_((x == padding_idx).unsqueeze(-1), 0)
+    # a padding position gives the padding row as it holds (zero unless loaded otherwise), as
+    # nn.Embedding's; the row gets no gradient (the kernels leave padding positions out)
     return out if bias is None else out.add_(bias)
 
 
@@ -369,7 +415,7 @@ def _bags_forward(
         # slower, docs/performance.md): drop the padding entries and look up the rest (not in
         # a captured graph: whether there are any to drop is a property of one batch).
         bags, padding_idx = bags.drop_index(padding_idx), None
-    w = bags.weights  # indices: range-checked by the caller, _range_checked
+    w = bags.weights  # indices: range-checked by the caller, range_checked
     if w is not None and w.dtype != weight.dtype:
         w = w.to(weight.dtype)
     if mode == "max":
@@ -404,13 +450,13 @@ def _bags_forward(
     elif sparse:  # coalesced row-sparse gradient: one row per unique index
         out = bag_lookup(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
-            out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
+            out = reduce_sums(out, bags, mode, padding_idx)
     elif mode == "mean" and w is None:
         out = _embedding_bag(bags, weight, None, _MEAN, padding_idx)
     else:
         out = _embedding_bag(bags, weight, w, _SUM, padding_idx)
         if mode != "sum":
-            out = out * row_scale(bags, mode, padding_idx, dtype=weight.dtype).unsqueeze(1)
+            out = reduce_sums(out, bags, mode, padding_idx)
     return out if bias is None else out + bias
 
 

@@ -12,7 +12,7 @@ from .errors import InputValueError
 if TYPE_CHECKING:
     from .sparse.bags import Bags
 
-__all__ = ["MODES", "Mode", "check_mode", "row_scale", "safe_inverse"]
+__all__ = ["MODES", "Mode", "check_mode", "reduce_sums", "row_scale", "safe_inverse"]
 
 #: how a row of matrix input is reduced: PyTorch's EmbeddingBag modes plus TensorFlow's sqrtn
 Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
@@ -46,19 +46,58 @@ def row_scale(
     """
     if mode == "sum" or mode == "max":
         return torch.ones_like(bags.offsets[1:], dtype=dtype)
-    w = bags.weights
-    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    if w is None and padding_idx is None:
-        denom = bags.lengths().to(acc)
-    else:
-        # sizes from the tensors (ones_like, zeros_like), so that a trace keeps them as ops
-        vals = torch.ones_like(bags.indices, dtype=acc) if w is None else w.to(acc)
-        if mode == "sqrtn":
-            vals = vals * vals
-        if padding_idx is not None:
-            vals = vals.masked_fill(bags.indices == padding_idx, 0)
-        denom = torch.zeros_like(bags.offsets[1:], dtype=acc).index_add(0, bags.bag_ids(), vals)
+    acc = torch.float32 if dtype in _LOW_PRECISION else dtype
+    denom = _denominator(bags, mode, padding_idx, acc)
     return safe_inverse(denom, sqrt=mode == "sqrtn").to(dtype)
+
+
+def reduce_sums(sums: torch.Tensor, bags: Bags, mode: str, padding_idx: int | None
+                ) -> torch.Tensor:
+    """The bags' weighted sums ``(N, dim)`` reduced as ``mode`` says: each divided by its bag's
+    denominator (``row_scale``'s, 0 for a bag whose denominator is 0).
+
+    Divided, not multiplied by a reciprocal, as ATen's ``embedding_bag`` computes its mean (in
+    float16 and bfloat16 in float32, then rounded once): a reciprocal rounded to the table's
+    precision would round twice, and a bag's mean would then depend on the path that computed
+    it (``sparse=True`` or not).
+
+    Examples
+    --------
+    >>> from lookuplinear import Bags
+    >>> sums = torch.tensor([[3.0], [0.0]], dtype=torch.bfloat16)
+    >>> reduce_sums(sums, Bags.from_lists([[1, 2, 3], []]), "mean", None)   # 3 / 3, empty -> 0
+    tensor([[1.],
+            [0.]], dtype=torch.bfloat16)
+    """
+    if mode == "sum" or mode == "max":
+        return sums
+    acc = torch.float32 if sums.dtype in _LOW_PRECISION else sums.dtype
+    denom = _denominator(bags, mode, padding_idx, acc)
+    nonzero = denom != 0
+    safe = torch.where(nonzero, denom, torch.ones_like(denom))  # no 1/0: gradients stay finite
+    safe = safe.sqrt() if mode == "sqrtn" else safe
+    out = torch.where(nonzero.unsqueeze(1), sums.to(acc) / safe.unsqueeze(1),
+                      torch.zeros((), dtype=acc, device=sums.device))
+    return out.to(sums.dtype)
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _denominator(bags: Bags, mode: str, padding_idx: int | None, acc: torch.dtype
+                 ) -> torch.Tensor:
+    """Per bag, ``(N,)`` in ``acc``: the sum of the non-padding entries' weights (``mean``) or of
+    their squares (``sqrtn``); ``w = 1`` when unweighted."""
+    w = bags.weights
+    if w is None and padding_idx is None:
+        return bags.lengths().to(acc)
+    # sizes from the tensors (ones_like, zeros_like), so that a trace keeps them as ops
+    vals = torch.ones_like(bags.indices, dtype=acc) if w is None else w.to(acc)
+    if mode == "sqrtn":
+        vals = vals * vals
+    if padding_idx is not None:
+        vals = vals.masked_fill(bags.indices == padding_idx, 0)
+    return torch.zeros_like(bags.offsets[1:], dtype=acc).index_add(0, bags.bag_ids(), vals)
 
 
 def safe_inverse(denom: torch.Tensor, *, sqrt: bool) -> torch.Tensor:

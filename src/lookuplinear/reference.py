@@ -39,9 +39,11 @@ def _rows(x: Any, in_features: int, dtype: torch.dtype) -> tuple[torch.Tensor, B
 def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The dense input ``X`` with ``layer(x) == layer.to_linear(strict=False)(X)``.
 
-    One-hot rows for index input, the multi-hot / weighted matrix for matrix input; the
-    ``padding_idx`` column is zeroed, and for ``mode="mean"`` (``"sqrtn"``) each row is divided by
-    the sum of its entries' weights (the square root of the sum of their squares).
+    One-hot rows for index input (a ``padding_idx`` position included: it reads the padding
+    row, as ``nn.Embedding`` does), the multi-hot / weighted matrix for matrix input with the
+    ``padding_idx`` column zeroed (bags drop padding entries, as ``nn.EmbeddingBag`` does); for
+    ``mode="mean"`` (``"sqrtn"``) each matrix row is divided by the sum of its entries' weights
+    (the square root of the sum of their squares).
 
     Raises
     ------
@@ -60,7 +62,8 @@ def densify(x: Any, layer: LookupLinear, *, dtype: torch.dtype | None = None) ->
         and x.layout == torch.strided
         and not (x.dtype.is_floating_point or x.dtype == torch.bool)
     )
-    return _densify(x, layer.in_features, layer.padding_idx,
+    # an index lookup returns the padding row as it is (nn.Embedding); bags drop its entries
+    return _densify(x, layer.in_features, None if per_element else layer.padding_idx,
                     "sum" if per_element else layer.mode, dtype or layer.weight.dtype)
 
 
@@ -98,9 +101,10 @@ def dense_reference(
     """``layer(x)`` computed the dense way: ``linear(densify(x, layer))``.
 
     ``linear`` defaults to ``layer.to_linear(strict=False)``; pass your own (e.g. a float64 copy)
-    to take gradients through it. For ``mode="max"`` on matrix input the output is the
-    element-wise max of ``linear.weight.T``'s rows present in each row (0 for an empty row),
-    plus the bias.
+    to take gradients through it. On index input a ``padding_idx`` position gives the padding
+    row as a constant (``nn.Embedding``'s: its value, no gradient). For ``mode="max"`` on
+    matrix input the output is the element-wise max of ``linear.weight.T``'s rows present in
+    each row (0 for an empty row), plus the bias.
 
     Examples
     --------
@@ -117,6 +121,14 @@ def dense_reference(
         and x.layout == torch.strided
         and not (x.dtype.is_floating_point or x.dtype == torch.bool)
     )
+    if is_index and layer.padding_idx is not None:
+        # nn.Embedding: a padding position reads the padding row, which gets no gradient, so
+        # that column is a constant of the reference (a linear map would give it a gradient)
+        X = densify(x, layer, dtype=dtype)
+        pad = layer.padding_idx
+        at_pad = X[..., pad : pad + 1]  # (..., 1): 1 at padding positions
+        X = X.index_fill(-1, torch.tensor([pad], device=X.device), 0)
+        return lin(X) + at_pad * lin.weight[:, pad].detach()
     if layer.mode != "max" or is_index:
         return lin(densify(x, layer, dtype=dtype))
     X, bags = _rows(x, layer.in_features, dtype)

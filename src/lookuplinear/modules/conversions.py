@@ -91,7 +91,8 @@ class LayerConversions:
         """A bias-free ``LookupLinear`` with the embedding's table, ``padding_idx``, ``mode``,
         ``sparse``, ``include_last_offset`` and ``freeze`` (the table's ``requires_grad``), copied.
 
-        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output;
+        Called as the embedding was (``emb(indices, offsets)``), the layer gives the same output
+        (a padding row that is not zero included: index positions read it, bags drop it);
         a ``(B, N)`` index tensor is ``nn.Embedding``'s input here (one row per position), where
         ``nn.EmbeddingBag`` reads ``B`` bags: :class:`~lookuplinear.EmbeddingBag` keeps that call.
         ``storage``: copy the table into a new table in a file at this path (see
@@ -103,9 +104,7 @@ class LayerConversions:
         InputTypeError
             The table is not floating point (an integer table has no linear layer).
         InputValueError
-            ``max_norm`` or ``scale_grad_by_freq`` is set (a linear layer has neither), or an
-            ``nn.Embedding``'s padding row is non-zero (it would output that row; the layer
-            outputs zero there).
+            ``max_norm`` or ``scale_grad_by_freq`` is set (a linear layer has neither).
 
         Examples
         --------
@@ -137,12 +136,6 @@ class LayerConversions:
                 "nn.Embedding.from_pretrained(table.float())."
             )
         pad = embedding.padding_idx
-        if isinstance(embedding, nn.Embedding) and pad is not None and bool(w[pad].any()):
-            raise InputValueError(
-                f"nn.Embedding's padding row {pad} is non-zero, so the embedding outputs it at "
-                "padding positions while LookupLinear drops padding entries. Zero it first "
-                f"(emb.weight.data[{pad}] = 0) or build the embedding without padding_idx."
-            )
         layer: LookupLinear = cast(Any, cls)(
             embedding.num_embeddings,
             embedding.embedding_dim,
@@ -155,11 +148,9 @@ class LayerConversions:
             dtype=w.dtype,
             storage=storage,
         )
-        table = w.detach()
-        if pad is not None:  # the bag drops padding whatever the row holds
-            table = table.clone()
-            table[pad] = 0
-        layer.load_state_dict({"weight": table})
+        # the padding row as it holds: index positions read it, as nn.Embedding's do; bags drop
+        # padding entries whatever it holds, as nn.EmbeddingBag's do
+        layer.load_state_dict({"weight": w.detach()})
         layer.weight.requires_grad_(w.requires_grad)  # from_pretrained(..., freeze=True)
         return layer
 
@@ -188,7 +179,9 @@ class LayerConversions:
         With ``mode="sum"`` it is a drop-in: ``layer(x) == to_linear()(densify(x))``. For
         ``mean``/``sqrtn`` the mode is a per-row scaling of the input that ``nn.Linear`` cannot
         hold; ``strict=False`` returns the linear map anyway, which then equals the layer on
-        :func:`lookuplinear.densify` 's scaled rows. The padding column is zero.
+        :func:`lookuplinear.densify` 's scaled rows. The padding column is the padding row as it
+        holds: an index position equal to ``padding_idx`` reads it, as its one-hot row does, and
+        ``densify`` zeroes that column for bag and matrix input, which drop padding entries.
 
         Raises
         ------
@@ -223,8 +216,6 @@ class LayerConversions:
         )
         with torch.no_grad():
             lin.weight.copy_(w.T)
-            if self.padding_idx is not None:
-                lin.weight[:, self.padding_idx].fill_(0)
             if self.bias is not None:
                 lin.bias.copy_(self.bias)
         return lin
@@ -307,8 +298,6 @@ class LayerConversions:
             )
 
     def _copy_table(self: _Layer, target: torch.Tensor) -> None:
-        with torch.no_grad():
+        with torch.no_grad():  # the padding row as it holds, which index positions read
             target.copy_(self._whole_table())
-            if self.padding_idx is not None:
-                target[self.padding_idx].fill_(0)
         target.requires_grad_(self.weight.requires_grad)  # a frozen table stays frozen

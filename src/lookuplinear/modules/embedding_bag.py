@@ -17,8 +17,15 @@ from torch import nn
 
 from .._loading import AllOrNothingLoad
 from .._sizes import as_size
-from ..errors import InputTypeError, InputValueError
-from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
+from ..errors import InputTypeError, InputValueError, ModeNotSupportedError
+from ..functional import (
+    LookupInput,
+    Mode,
+    check_mode,
+    check_per_sample_weights_dtype,
+    lookup_linear,
+    normalize_padding_idx,
+)
 from ..sparse.bags import Bags, check_index_range
 
 __all__ = ["EmbeddingBag"]
@@ -39,7 +46,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     incremental :class:`~lookuplinear.Checkpoint` saves, :meth:`quantize`, ``Bags`` and
     scipy.sparse input, ``mode="sqrtn"`` and ``mode="max"`` with ``sparse=True``; and it
     refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
-    index out of range, ``per_sample_weights`` with ``mode="mean"``).
+    index out of range, a 1-D input without ``offsets``). Each error is also the exception
+    ``nn.EmbeddingBag`` raises for the same mistake (``RuntimeError`` for bad offsets,
+    ``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``...).
 
     Parameters
     ----------
@@ -73,8 +82,10 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     Raises
     ------
     InputValueError
-        A size that is not an integer >= 1, an unknown ``mode``, ``padding_idx`` outside the
-        table, or ``_weight`` of another shape.
+        A size that is not an integer >= 1, an unknown ``mode``, or ``_weight`` of another shape.
+    PaddingIdxError
+        ``padding_idx`` outside the table (also the ``AssertionError`` ``nn.EmbeddingBag``
+        raises).
 
     Examples
     --------
@@ -123,7 +134,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                 "which mode='max' (one row per column) does not have; PyTorch refuses it too. "
                 "Use mode 'sum' or 'mean', or drop scale_grad_by_freq."
             )
-        padding_idx = normalize_padding_idx(padding_idx, num_embeddings)
+        padding_idx = normalize_padding_idx(padding_idx, num_embeddings, "num_embeddings")
         if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
             raise InputValueError(
                 f"EmbeddingBag: _weight must have shape (num_embeddings, embedding_dim) = "
@@ -159,9 +170,17 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         ------
         InputValueError
             1-D input without ``offsets``, 2-D input with them, input of another rank, or
-            ``per_sample_weights`` with a mode other than ``"sum"``.
+            ``per_sample_weights`` of another shape than ``input``.
+        OffsetsError
+            ``offsets`` that do not start at 0, decrease or run past the end of ``input`` (also
+            the ``RuntimeError`` ``nn.EmbeddingBag`` raises).
+        ModeNotSupportedError
+            ``per_sample_weights`` with a mode other than ``"sum"`` (also the
+            ``NotImplementedError`` ``nn.EmbeddingBag`` raises).
         InputTypeError
-            A tensor input that is not integer indices.
+            A tensor input that is not integer indices; ``DtypeMismatchError`` (also a
+            ``RuntimeError``, as in PyTorch) for ``per_sample_weights`` of another dtype than
+            ``weight``.
         LookupIndexError
             An index outside ``[0, num_embeddings)``.
         """
@@ -173,6 +192,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     "offsets as nn.EmbeddingBag takes them."
                 )
             return super().forward(input, offsets, per_sample_weights)
+        check_per_sample_weights_dtype(per_sample_weights, self.weight)
         input, offsets, per_sample_weights = bag_input(
             input, offsets, per_sample_weights, self.mode
         )
@@ -225,9 +245,9 @@ def bag_input(
     tensor its rows (both as ``Bags``); a 1-D tensor needs ``offsets``; ``Bags`` and
     scipy.sparse input pass as they are."""
     if per_sample_weights is not None and mode != "sum":
-        raise InputValueError(
-            f"EmbeddingBag: per_sample_weights are for mode='sum' (as in PyTorch), got "
-            f"mode={mode!r}. Build the layer with mode='sum', or drop the weights."
+        raise ModeNotSupportedError(
+            f"EmbeddingBag: per_sample_weights is only supported for mode='sum' (as in "
+            f"PyTorch), got mode={mode!r}. Build the layer with mode='sum', or drop the weights."
         )
     if not isinstance(input, torch.Tensor) or (input.layout != torch.strided
                                                and not input.is_nested):
@@ -240,9 +260,8 @@ def bag_input(
     if (per_sample_weights is not None and not input.is_nested
             and per_sample_weights.shape != input.shape):
         raise InputValueError(
-            f"EmbeddingBag: per_sample_weights must have the shape of input "
-            f"{tuple(input.shape)}, got {tuple(per_sample_weights.shape)}. Give one weight per "
-            "index."
+            f"EmbeddingBag: per_sample_weights {tuple(per_sample_weights.shape)} must have the "
+            f"same shape as the input {tuple(input.shape)}. Give one weight per index."
         )
     if input.is_nested:
         if offsets is not None:

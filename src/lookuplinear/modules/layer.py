@@ -76,8 +76,10 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
         Row reduction for matrix input, see :func:`lookuplinear.functional.lookup_linear`.
     padding_idx : int, optional
-        Entries equal to it contribute nothing and get no gradient; an index position equal to it
-        outputs the bias. Its weight row starts at zero, as in ``nn.Embedding``.
+        Its weight row starts at zero and gets no gradient, as in ``nn.Embedding``. Bag and
+        matrix entries equal to it contribute nothing (``nn.EmbeddingBag``); an index position
+        equal to it gives the row as it holds, plus the bias (``nn.Embedding``: a padding row
+        loaded non-zero is output as loaded).
     init : {"normal", "linear"} or callable, default "normal"
         ``"normal"`` draws ``weight`` as ``nn.Embedding`` does (standard normal, same RNG calls);
         ``"linear"`` gives the values ``nn.Linear(in_features, out_features)`` would get under the

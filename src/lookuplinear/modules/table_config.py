@@ -115,7 +115,8 @@ class TableConfig:
         object.__setattr__(self, "feature_names", names)
         check_mode(self.mode)
         object.__setattr__(self, "padding_idx",
-                           normalize_padding_idx(self.padding_idx, self.num_embeddings))
+                           normalize_padding_idx(self.padding_idx, self.num_embeddings,
+                                                 "num_embeddings"))
         if not (self.init in ("normal", "linear") or callable(self.init)):
             raise InputValueError(
                 f"TableConfig {self.name!r}: init must be 'normal', 'linear' or a callable, "

@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputValueError, LookupIndexError
+from ..errors import InputValueError, LookupIndexError, OffsetsError
 from ..ids.hashing import hash_ids
 from . import _bagmax, _idmap
 from ._columns import interleave as _interleave
@@ -349,12 +349,12 @@ def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
 
 
 def _check_offsets(op: str, offsets: torch.Tensor, nnz: int) -> None:
-    """Raise :class:`InputValueError` unless ``offsets`` are CSR offsets of ``nnz`` entries
+    """Raise :class:`OffsetsError` unless ``offsets`` are CSR offsets of ``nnz`` entries
     (the C kernels read the entries they name). Eager calls have checked them already; a
     recorded graph checks them here, where it runs."""
     if not offsets_ok(offsets, nnz):
         head = offsets.reshape(-1)[:8].tolist()
-        raise InputValueError(
+        raise OffsetsError(
             f"lookuplinear::{op}: offsets must start at 0, never decrease and end at the "
             f"number of entries, {nnz}; got {head}{' ...' if offsets.numel() > 8 else ''} "
             f"({offsets.numel()} offsets). Build the batch with Bags or KeyedBags (they "

@@ -173,8 +173,9 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                 raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
             return self._index_rows(input)
         if offsets is not None:
-            bags = Bags(input, csr_offsets(input, offsets, self.include_last_offset),
-                        per_sample_weights)
+            ends = csr_offsets(input, offsets, self.include_last_offset,
+                               last_to_end=self.padding_idx is not None or self.mode == "max")
+            bags = Bags(input, ends, per_sample_weights)
         else:
             bags = as_bags(input, self.in_features)
         bags.check_indices(self.in_features)

@@ -15,14 +15,14 @@ from typing import Any
 
 import torch
 
-from ..errors import InputValueError
+from ..errors import OffsetsError
 from ..ops import offsets_ok
 
 __all__ = ["check_offsets", "csr_offsets"]
 
 
 def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str = "indices") -> None:
-    """Raise ``InputValueError`` unless ``offsets`` are the CSR offsets of ``nnz`` entries.
+    """Raise ``OffsetsError`` unless ``offsets`` are the CSR offsets of ``nnz`` entries.
 
     Parameters
     ----------
@@ -36,8 +36,9 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
 
     Raises
     ------
-    InputValueError
-        The offsets are empty, do not start at 0, decrease, or do not end at ``nnz``.
+    OffsetsError
+        The offsets are empty, do not start at 0, decrease, or do not end at ``nnz`` (a
+        ``ValueError``, and a ``RuntimeError`` as PyTorch's ``embedding_bag`` raises).
 
     Examples
     --------
@@ -45,10 +46,10 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
     >>> check_offsets(torch.tensor([0, 2, 1, 3]), 3)
     Traceback (most recent call last):
         ...
-    lookuplinear.errors.InputValueError: Bags: offsets must be non-decreasing (CSR offsets), ...
+    lookuplinear.errors.OffsetsError: Bags: offsets must be non-decreasing (CSR offsets), ...
     """
     if (offsets.numel() if isinstance(offsets, torch.Tensor) else offsets.size) == 0:
-        raise InputValueError(
+        raise OffsetsError(
             f"{owner}: offsets must hold N + 1 entries (CSR offsets: 0, end of bag 0, ...), got "
             "an empty tensor. An empty batch has offsets=[0]."
         )
@@ -64,16 +65,16 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
 
 
 def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
-    """Raise ``InputValueError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
+    """Raise ``OffsetsError`` saying how ``vals`` (numpy array or tensor) fail to be the CSR
     offsets of ``nnz`` entries; return if they are fine."""
     first, last = int(vals[0]), int(vals[-1])
     if first != 0:
-        raise InputValueError(
+        raise OffsetsError(
             f"{owner}: offsets must start at 0 (CSR offsets), got offsets[0]={first}. "
             "Prepend 0 to EmbeddingBag-style offsets."
         )
     if last != nnz:
-        raise InputValueError(
+        raise OffsetsError(
             f"{owner}: offsets must end at len({entries})={nnz} (CSR offsets, "
             f"len(offsets) == N + 1), got offsets[-1]={last}. For EmbeddingBag-style start "
             f"offsets, append len({entries})."
@@ -81,7 +82,7 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
     decreasing = vals[1:] < vals[:-1]
     if bool(decreasing.any()):
         bag = int(decreasing.nonzero()[0][0])  # numpy: a tuple of arrays; torch: (k, 1)
-        raise InputValueError(
+        raise OffsetsError(
             f"{owner}: offsets must be non-decreasing (CSR offsets), but offsets[{bag + 1}]="
             f"{int(vals[bag + 1])} < offsets[{bag}]={int(vals[bag])}. Build them as 0 "
             "followed by the cumulative sum of the bag lengths."
@@ -89,22 +90,41 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
 
 
 def csr_offsets(
-    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool
+    indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool,
+    *, last_to_end: bool = False,
 ) -> torch.Tensor:
     """The CSR offsets (``N + 1`` entries) of ``F.embedding_bag``-style ``offsets``: ``N`` start
     offsets with ``len(indices)`` appended, or the CSR offsets themselves
-    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong."""
+    (``include_last_offset=True``). ``Bags`` then checks them and names what is wrong.
+
+    ``last_to_end``: CSR offsets whose last entry falls short of ``len(indices)`` have their last
+    bag run to the end of ``indices``, as ``F.embedding_bag`` reads them with ``padding_idx``
+    set or ``mode="max"`` (its other kernels read them in two different ways, so lookuplinear
+    refuses them there)::
+
+        indices = [a, b, c, d],  offsets = [0, 3, 3]  ->  bags [a, b, c], [d]
+    """
+    if include_last_offset:
+        if (last_to_end and isinstance(offsets, torch.Tensor) and offsets.dim() == 1
+                and offsets.numel() > 1 and not offsets.is_meta
+                and offsets.dtype in (torch.int32, torch.int64)):
+            host = offsets if offsets.is_cpu else offsets.cpu()
+            if (not offsets_ok(host, indices.numel(), include_last=True)  # True in a graph
+                    and int(host[-1]) < indices.numel()):
+                end = torch.full((1,), indices.size(0), dtype=offsets.dtype,
+                                 device=offsets.device)
+                return torch.cat([offsets[:-1], end])
+        return offsets  # CSR: Bags checks them
     if (
-        include_last_offset
-        or not isinstance(offsets, torch.Tensor)
+        not isinstance(offsets, torch.Tensor)
         or offsets.dim() != 1
         or offsets.is_meta
         or offsets.dtype not in (torch.int32, torch.int64)
     ):
-        return offsets  # CSR, or a tensor Bags refuses with its own message
+        return offsets  # a tensor Bags refuses with its own message
     nnz = indices.numel()  # a number: checks only, never in the result (see below)
     if offsets.numel() == 0 and nnz:  # nn.EmbeddingBag drops these entries without a word
-        raise InputValueError(
+        raise OffsetsError(
             f"offsets must hold one start offset per bag (nn.EmbeddingBag's form), got an empty "
             f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
             "(N + 1 entries) need include_last_offset=True."
@@ -118,7 +138,7 @@ def csr_offsets(
         past = host > nnz
         if bool(past.any()):
             k = int(past.nonzero()[0, 0])
-            raise InputValueError(
+            raise OffsetsError(
                 f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
                 "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
                 "len(indices)) build the layer with include_last_offset=True, or pass "

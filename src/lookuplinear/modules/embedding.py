@@ -1,0 +1,181 @@
+"""``Embedding``: an ``nn.Embedding`` (a subclass) whose forward is lookuplinear's lookup.
+
+Replacing ``nn.Embedding`` by ``lookuplinear.Embedding`` in a model changes nothing else: the same
+positional signature and defaults, the same attributes (``num_embeddings``, ``embedding_dim``,
+``padding_idx``, ``weight``...), the same ``state_dict`` keys, ``from_pretrained`` and ``repr``,
+and ``isinstance(m, nn.Embedding)`` holds. :class:`~lookuplinear.EmbeddingBag` is the same for
+``nn.EmbeddingBag``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._fusion import binding
+from .._sizes import as_size
+from ..errors import InputTypeError, InputValueError
+from ..functional import lookup_linear, normalize_padding_idx, range_checked
+from ..sparse.bags import check_index_range
+
+__all__ = ["Embedding"]
+
+
+class Embedding(nn.Embedding):
+    r"""``nn.Embedding`` computed by lookuplinear: a drop-in, with the same arguments and state.
+
+    Dense equivalent: ``nn.Linear(num_embeddings, embedding_dim, bias=False)`` with
+    ``linear.weight == self.weight.T``, applied to ``F.one_hot(input, num_embeddings)``: each
+    index position gives its row of ``weight``, shape ``input.shape + (embedding_dim,)``. That is
+    ``nn.Embedding``'s output, on the same calls, bit for bit; a ``padding_idx`` position gives
+    the padding row as it holds (zero unless loaded or written otherwise), which gets no
+    gradient.
+
+    Against ``nn.Embedding`` it adds what ``LookupLinear`` has: an index out of range raises
+    :class:`~lookuplinear.LookupIndexError` naming the index and its position (PyTorch's says
+    ``index out of range in self``), fused row-wise optimizers of :mod:`lookuplinear.optim`
+    applied in the backward (``sparse=True``), incremental :class:`~lookuplinear.Checkpoint`
+    saves, and :meth:`to_lookup_linear` for the rest (bags, sparse matrices, quantization).
+
+    Parameters
+    ----------
+    num_embeddings : int
+        Rows of the table (0 allowed, as in PyTorch); an int, a numpy integer or a one-element
+        integer tensor.
+    embedding_dim : int
+        Columns of the table.
+    padding_idx : int, optional
+        The row that index positions equal to it read as it is and that gets no gradient; it
+        starts at zero. Negative counts from the end.
+    max_norm : float, optional
+        As in ``nn.Embedding``: before each lookup, the rows the input names whose
+        ``norm_type``-norm exceeds ``max_norm`` are scaled to norm ``max_norm`` in place.
+    norm_type : float, default 2.0
+    scale_grad_by_freq : bool, default False
+        Scale a row's gradient by the inverse of its count in the batch. lookuplinear's lookup
+        has no such gradient, so this forward is PyTorch's own ``F.embedding`` (same output).
+    sparse : bool, default False
+        Gradient of ``weight`` as a sparse COO tensor, one row per index position in input order
+        (uncoalesced), as ``nn.Embedding`` gives it; a ``fused=True`` optimizer of
+        :mod:`lookuplinear.optim` takes it in the backward instead.
+    _weight : Tensor of shape (num_embeddings, embedding_dim), optional
+        The table to hold (as ``nn.Embedding``: used as given, the padding row unchanged).
+    _freeze : bool, default False
+        ``_weight`` without gradient.
+    device, dtype
+        As for any ``nn.Module`` factory.
+
+    Raises
+    ------
+    InputValueError
+        A size that is not an integer >= 0, or ``_weight`` of another shape.
+    PaddingIdxError
+        ``padding_idx`` outside the table (also the ``AssertionError`` ``nn.Embedding`` raises).
+
+    Examples
+    --------
+    >>> import lookuplinear
+    >>> _ = torch.manual_seed(0)
+    >>> emb = lookuplinear.Embedding(10, 3, padding_idx=0)     # was: nn.Embedding(10, 3, ...)
+    >>> emb
+    Embedding(10, 3, padding_idx=0)
+    >>> isinstance(emb, nn.Embedding), list(emb.state_dict())
+    (True, ['weight'])
+    >>> _ = torch.manual_seed(0)
+    >>> ref = nn.Embedding(10, 3, padding_idx=0)               # the same draw
+    >>> x = torch.tensor([[0, 2, 4], [9, 0, 1]])
+    >>> torch.equal(emb(x), ref(x))
+    True
+    >>> with torch.no_grad():                                  # a padding row loaded non-zero
+    ...     emb.weight[0] = ref.weight[0] = 7.0
+    >>> torch.equal(emb(x), ref(x)), emb(x)[0, 0].tolist()
+    (True, [7.0, 7.0, 7.0])
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: torch.Tensor | None = None,
+        _freeze: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        num_embeddings = as_size(num_embeddings, "num_embeddings", low=0, where="Embedding")
+        embedding_dim = as_size(embedding_dim, "embedding_dim", low=0, where="Embedding")
+        padding_idx = normalize_padding_idx(padding_idx, num_embeddings, "num_embeddings")
+        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise InputValueError(
+                f"Embedding: _weight must have shape (num_embeddings, embedding_dim) = "
+                f"({num_embeddings}, {embedding_dim}), got {tuple(_weight.shape)}. Pass sizes "
+                "that match the table, or use Embedding.from_pretrained(table)."
+            )
+        super().__init__(
+            num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
+            scale_grad_by_freq, sparse, _weight, _freeze, device, dtype,
+        )
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """The rows ``input`` names, shape ``input.shape + (embedding_dim,)``, as
+        ``nn.Embedding`` gives them.
+
+        Parameters
+        ----------
+        input : Tensor of any shape, int64 or int32
+            Row indices.
+
+        Raises
+        ------
+        InputTypeError
+            ``input`` is not an integer tensor.
+        LookupIndexError
+            An index outside ``[0, num_embeddings)`` (also an ``IndexError``, as PyTorch's).
+        """
+        if (not isinstance(input, torch.Tensor) or input.layout != torch.strided
+                or input.is_nested or input.dtype.is_floating_point or input.dtype.is_complex
+                or input.dtype == torch.bool):
+            what = (f"dtype {input.dtype}" if isinstance(input, torch.Tensor)
+                    else type(input).__name__)
+            raise InputTypeError(
+                f"Embedding: input must be a tensor of integer indices (int64 or int32), got "
+                f"{what}. Pass the row indices; for bags or sparse rows use "
+                "lookuplinear.EmbeddingBag or LookupLinear."
+            )
+        if self.scale_grad_by_freq:  # a gradient lookuplinear's lookup does not compute
+            return super().forward(input)
+        if self.max_norm is not None:  # as F.embedding: the named rows renormed in place
+            check_index_range(input, self.num_embeddings, where="input")
+            with torch.no_grad():
+                torch.embedding_renorm_(self.weight, input.contiguous(), self.max_norm,
+                                        self.norm_type)
+        if self.sparse and binding(self.weight) is None and not torch.compiler.is_compiling():
+            # nn.Embedding's sparse gradient, one row per position in input order (ATen's
+            # backward); lookup_linear's is coalesced, which a fused optimizer takes instead
+            weight, pad = self.weight, -1 if self.padding_idx is None else self.padding_idx
+            return range_checked(lambda: torch.embedding(weight, input, pad, False, True),
+                                 input, self.num_embeddings, "input")
+        return lookup_linear(input, self.weight, padding_idx=self.padding_idx,
+                             sparse=self.sparse)
+
+    def to_lookup_linear(self) -> Any:
+        """A bias-free :class:`~lookuplinear.LookupLinear` with this table (a copy),
+        ``padding_idx`` and ``sparse``: equal to this layer on index input, and it also takes
+        bags, sparse matrices and :meth:`~lookuplinear.LookupLinear.quantize`.
+
+        Examples
+        --------
+        >>> emb = Embedding(10, 3)
+        >>> x = torch.tensor([[1, 2], [3, 9]])
+        >>> torch.equal(emb.to_lookup_linear()(x), emb(x))
+        True
+        """
+        from .layer import LookupLinear
+
+        return LookupLinear.from_embedding(self)

@@ -1,0 +1,113 @@
+"""lookuplinear.Embedding against nn.Embedding on the same calls: a drop-in (signature,
+defaults, attributes, state, repr), forward and gradients, the padding row."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lookuplinear import Embedding, InputTypeError, LookupIndexError, LookupLinear, optim
+
+X = torch.tensor([[0, 2, 4, 5], [4, 3, 0, 9]])
+
+
+def test_signature_defaults_attributes_and_state_are_nn_embeddings() -> None:
+    def params(f: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
+
+    assert params(Embedding.__init__) == params(nn.Embedding.__init__)
+    assert params(Embedding.forward) == params(nn.Embedding.forward)
+    assert params(Embedding.from_pretrained) == params(nn.Embedding.from_pretrained)
+    torch.manual_seed(0)
+    emb = Embedding(10, 3, padding_idx=-1, max_norm=2.0, sparse=True)
+    torch.manual_seed(0)
+    ref = nn.Embedding(10, 3, padding_idx=-1, max_norm=2.0, sparse=True)
+    assert isinstance(emb, nn.Embedding)
+    assert {k: v for k, v in vars(emb).items() if not k.startswith("_")} == {
+        k: v for k, v in vars(ref).items() if not k.startswith("_")}
+    assert repr(emb) == repr(ref) and torch.equal(emb.weight, ref.weight)  # the same draw
+    assert list(emb.state_dict()) == list(ref.state_dict()) == ["weight"]
+    emb.load_state_dict(ref.state_dict())  # both ways, strict
+    ref.load_state_dict(emb.state_dict())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.float32, torch.float64])
+def test_from_pretrained_as_torchs(dtype: torch.dtype) -> None:
+    table = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).to(dtype)
+    emb = Embedding.from_pretrained(table)
+    assert type(emb) is Embedding and not emb.weight.requires_grad
+    assert torch.equal(emb(torch.tensor([1, 0])), nn.Embedding.from_pretrained(table)(
+        torch.tensor([1, 0])))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("padding_idx", [None, 0, -2])
+def test_forward_and_gradient_equal_torchs(sparse: bool, padding_idx: int | None) -> None:
+    torch.manual_seed(0)
+    table = torch.randn(10, 5, dtype=torch.float64)
+    if padding_idx is not None:
+        table[padding_idx] = 7.0  # a padding row loaded non-zero: both read it as it holds
+    emb = Embedding.from_pretrained(table, freeze=False, padding_idx=padding_idx, sparse=sparse)
+    ref = nn.Embedding.from_pretrained(table, freeze=False, padding_idx=padding_idx,
+                                       sparse=sparse)
+    x = torch.tensor([[7, 1, 3, 8], [8, 0, 0, 1]])
+    assert torch.equal(emb(x), ref(x))
+    g = torch.randn(2, 4, 5, dtype=torch.float64)
+    emb(x).backward(g)
+    ref(x).backward(g)
+    assert emb.weight.grad is not None and ref.weight.grad is not None
+    if sparse:  # nn.Embedding's layout: one row per position, in input order
+        assert torch.equal(emb.weight.grad._indices(), ref.weight.grad._indices())
+        assert torch.equal(emb.weight.grad._values(), ref.weight.grad._values())
+    else:
+        assert torch.equal(emb.weight.grad, ref.weight.grad)
+    if padding_idx is not None:
+        assert not emb.weight.grad.to_dense()[padding_idx].any()
+
+
+def test_max_norm_and_scale_grad_by_freq_as_torchs() -> None:
+    torch.manual_seed(0)
+    table = torch.randn(22, 5) * 3
+    for kwargs in ({"max_norm": 1.0}, {"max_norm": 2.0, "norm_type": 0.5},
+                   {"scale_grad_by_freq": True}):
+        emb = Embedding.from_pretrained(table.clone(), freeze=False, **kwargs)
+        ref = nn.Embedding.from_pretrained(table.clone(), freeze=False, **kwargs)
+        x = torch.tensor([2, 8, 8, 6])
+        assert torch.equal(emb(x), ref(x))
+        assert torch.equal(emb.weight, ref.weight)  # the named rows renormed in place
+        emb(x).sum().backward()
+        ref(x).sum().backward()
+        assert torch.equal(emb.weight.grad, ref.weight.grad)
+
+
+def test_empty_tables_and_errors() -> None:
+    emb = Embedding(0, 0, sparse=True)  # as nn.Embedding allows
+    emb(torch.tensor([], dtype=torch.int64)).sum().backward()
+    assert emb.weight.grad is not None and emb.weight.grad.shape == (0, 0)
+    with pytest.raises(LookupIndexError, match=r"index 10 at input\[1\]"):
+        Embedding(10, 3)(torch.tensor([1, 10]))
+    with pytest.raises(InputTypeError, match="integer indices"):
+        Embedding(10, 3)(torch.tensor([1.0]))
+
+
+def test_fused_optimizer_and_conversion() -> None:
+    """With sparse=True a fused optimizer takes the gradient in the backward, as for the
+    other tables; to_lookup_linear gives the same lookups."""
+    torch.manual_seed(0)
+    emb = Embedding(10, 4, padding_idx=0, sparse=True)
+    ref = nn.Embedding(10, 4, padding_idx=0, sparse=True)
+    ref.load_state_dict(emb.state_dict())
+    fused = optim.SGD(emb.parameters(), lr=0.5, fused=True)
+    plain = torch.optim.SGD(ref.parameters(), lr=0.5)
+    emb(X).square().sum().backward()
+    ref(X).square().sum().backward()
+    fused.step()
+    plain.step()
+    torch.testing.assert_close(emb.weight, ref.weight)
+    layer = emb.to_lookup_linear()
+    assert isinstance(layer, LookupLinear) and layer.padding_idx == 0 and layer.sparse
+    assert torch.equal(layer(X), emb(X))
