@@ -283,3 +283,26 @@ def test_refuses_a_batch_past_the_bound_with_the_estimate_and_a_smaller_call() -
     dense = torch.rand(64, 1000, requires_grad=True)
     with pytest.raises(InputValueError, match=r"densified whole.*x\[:\d+\]"):
         check_equivalence(layer, dense, max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("make", ["layer", "embedding", "quantized"])
+def test_an_index_lookup_reads_a_loaded_padding_row_and_passes(make: str) -> None:
+    """A padding row loaded non-zero is what an index lookup returns (nn.Embedding), with no
+    gradient: the reference reads it too, and gives it no gradient."""
+    layer: Any = (lookuplinear.Embedding(10, 3, padding_idx=0) if make == "embedding"
+                  else LookupLinear(10, 3, padding_idx=0))
+    with torch.no_grad():
+        layer.weight[0] = 5.0
+    if make == "quantized":
+        layer = layer.quantize("int8")
+    x = torch.tensor([[0, 1, 2], [0, 0, 3]])
+    bias = getattr(layer, "bias", None)
+    assert torch.allclose(layer(x)[0, 0] - (0 if bias is None else bias),
+                          torch.full((3,), 5.0), atol=0.05)
+    report = check_equivalence(layer, x)
+    assert report.ok, str(report)
+    # the bags of the same layer still drop the padding entries (nn.EmbeddingBag)
+    if make == "layer":
+        bags = Bags.from_lists([[0, 1], [2, 0]])
+        assert check_equivalence(layer, bags).ok
+        assert torch.allclose(layer(bags)[0], layer.weight[1] + layer.bias)

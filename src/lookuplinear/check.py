@@ -289,8 +289,8 @@ def check_equivalence(
         bags, lead = _reference_bags(layer, x, offsets, per_sample_weights, layer.in_features)
         _fits(bags, layer.out_features, _mode_of(layer, lead), max_bytes)
         ref = touched_reference(layer.rows(torch.unique(bags.indices.long())), layer.bias,
-                                _compact(bags), _mode_of(layer, lead), _compact_pad(
-                                    bags, layer.padding_idx),
+                                _compact(bags), _mode_of(layer, lead), None
+                                if lead is not None else _compact_pad(bags, layer.padding_idx),
                                 torch.zeros(len(bags), layer.out_features),
                                 max_bytes=max_bytes).out
         return EquivalenceReport(_describe(x), [
@@ -463,9 +463,14 @@ def _check(
         out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
     )
     # the table the forward read (an EmbeddingBag's max_norm renorms the probe's copy)
-    ref = touched_reference(probe.weight, bias, bags, mode, layer.padding_idx,
+    # an index lookup reads the padding row, which gets no gradient (nn.Embedding); bags drop
+    # padding entries (nn.EmbeddingBag)
+    pad = layer.padding_idx
+    ref = touched_reference(probe.weight, bias, bags, mode, None if lead is not None else pad,
                             upstream.reshape(-1, out_features), weights_grad=leaf is not None,
                             max_bytes=max_bytes)
+    if lead is not None and pad is not None:
+        ref.weight_grad[ref.rows == pad] = 0
 
     nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
                  *_nonfinite("bias", bias), *_nonfinite("output", out, "bags")]

@@ -20,7 +20,7 @@ from torch import nn
 from .. import hugepages
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
-from ..functional import _range_checked, lookup_linear
+from ..functional import lookup_linear, range_checked
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops.library import mode_weights
 from ..sparse.adapters import as_bags
@@ -196,16 +196,15 @@ class QuantizedLookupLinear(AllOrNothingLoad):
 
     def _index_rows(self, index: torch.Tensor) -> torch.Tensor:
         """``one_hot(index) @ W + b`` on the dequantized table, shape ``(*index.shape,
-        out_features)``: the dequantized row of each index (zero for ``padding_idx``), as
-        ``LookupLinear`` on an index tensor. Only the rows ``index`` names are dequantized, one
-        per entry: no ``torch.unique``, whose size depends on the values, so a recorded graph
-        (``torch.export``, ``torch.compile(fullgraph=True)``) takes the same path."""
+        out_features)``: the dequantized row of each index (``padding_idx`` included: it reads
+        the padding row, as ``nn.Embedding`` does), as ``LookupLinear`` on an index tensor.
+        Only the rows ``index`` names are dequantized, one per entry: no ``torch.unique``, whose
+        size depends on the values, so a recorded graph (``torch.export``,
+        ``torch.compile(fullgraph=True)``) takes the same path."""
         flat = index.reshape(-1)
         if flat.dtype not in (torch.int32, torch.int64):
             flat = flat.long()
-        out = _range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
-        if self.padding_idx is not None:  # one_hot(padding_idx) is dropped: the bias remains
-            out = out.masked_fill_((flat == self.padding_idx).unsqueeze(-1), 0)
+        out = range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
         out = out.reshape(*index.shape, self.out_features)
         return out if self.bias is None else out.add_(self.bias)
 
