@@ -1,4 +1,4 @@
-"""Names every doctest in src/ may use without importing them."""
+"""Names every doctest in src/ may use; torch's thread count restored after each test."""
 
 import numpy as np
 import pytest
@@ -11,3 +11,12 @@ from torch import nn
 @pytest.fixture(autouse=True)
 def _doctest_names(doctest_namespace: dict) -> None:
     doctest_namespace.update(torch=torch, nn=nn, F=F, np=np, sp=sp)
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads() -> object:
+    """A benchmark's main() sets torch's thread count: the next test gets back the one it had."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)

@@ -22,6 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, lookup_linear
+from lookuplinear.functional import normalize_padding_idx
 
 #: Weights exact in bfloat16 and float32, so sums are exact and "sums to 0" really is 0.
 DYADIC = [-2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0]
@@ -181,8 +182,10 @@ def test_huge_in_features_index_lookup() -> None:
     out = lookup_linear(x, W, torch.tensor([0.5, 0.5, 0.5]))
     assert out.shape == (2, 2, 3)
     torch.testing.assert_close(out, (row + 0.5).expand(2, 2, 3))
-    padded = lookup_linear(x, W, padding_idx=-1)  # -1 is index 2**31 + 4
-    assert not padded[0, 0].any() and torch.equal(padded[0, 1], row[0])
+    # -1 is index 2**31 + 4, which an index lookup reads as nn.Embedding reads a padding row
+    assert normalize_padding_idx(-1, n) == n - 1
+    padded = lookup_linear(x, W, padding_idx=-1)
+    assert torch.equal(padded, row.expand(2, 2, 3))
     with pytest.raises(LookupIndexError, match=f"index {n} at input\\[1\\] .* in_features={n}"):
         lookup_linear(torch.tensor([0, n]), W)
 

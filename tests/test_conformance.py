@@ -64,15 +64,19 @@ ERRORS: list[tuple[str, dict[str, Any], tuple[Any, ...], type, str | None, type]
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "args", "builtin", "words", "ours"),
-                         [c[1:] for c in ERRORS], ids=[c[0] for c in ERRORS])
+@pytest.mark.parametrize(("id_", "kwargs", "args", "builtin", "words", "ours"),
+                         ERRORS, ids=[c[0] for c in ERRORS])
 def test_embedding_bag_raises_the_exception_pytorch_raises(
-    kwargs: dict[str, Any], args: tuple[Any, ...], builtin: type, words: str | None, ours: type
+    id_: str, kwargs: dict[str, Any], args: tuple[Any, ...], builtin: type, words: str | None,
+    ours: type,
 ) -> None:
     """Code written against PyTorch catches PyTorch's builtin; code written against lookuplinear
     catches ours: each error is both."""
-    with pytest.raises(builtin, match=words):
-        nn.EmbeddingBag(5, 2, **kwargs)(*args)
+    if id_ != "offsets-decreasing" or torch.get_num_threads() > 1:
+        # PyTorch refuses decreasing offsets only where it splits the bags over threads: on
+        # one thread it reads them as they come (lookuplinear refuses them on any count)
+        with pytest.raises(builtin, match=words):
+            nn.EmbeddingBag(5, 2, **kwargs)(*args)
     with pytest.raises(builtin, match=words) as info:
         EmbeddingBag(5, 2, **kwargs)(*args)
     assert type(info.value) is ours and isinstance(info.value, LookupLinearError)
