@@ -290,7 +290,8 @@ class LookupEstimator(BaseEstimator):
         """``learning_rate_init``, or the stochastic solver's default for the loss."""
         if self.learning_rate_init is not None:
             return float(self.learning_rate_init)
-        return default_learning_rate(self._stochastic_solver(), self._loss_name())
+        return default_learning_rate(self._stochastic_solver(), self._loss_name(),
+                                     network=self.hidden is not None)
 
     def _n_epochs(self) -> int:
         return self._EPOCHS if self.max_iter is None else self.max_iter
