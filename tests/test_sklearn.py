@@ -121,7 +121,8 @@ def test_mode_folded_into_the_rows_is_the_modes_lookup() -> None:
 @NOT_LEARNING
 def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
     """One epoch of one batch with plain SGD: ``fit`` steps the model as ``torch.optim.SGD``
-    steps the dense network (``nn.Linear`` on ``X`` with each row scaled by ``mode``)."""
+    steps the dense network (``nn.Linear`` on ``X`` with each row scaled by ``mode``), the
+    biases in a group at a hundredth of the rate."""
     X, y = _data(n=64, n_features=30)
     params = {"hidden": hidden, "mode": mode, "solver": "sgd", "learning_rate_init": 0.5,
               "max_iter": 1, "batch_size": 64, "random_state": 0}
@@ -142,7 +143,9 @@ def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
     target = torch.from_numpy(y)[order]
     sign = torch.full_like(out, -1.0).scatter_(1, target.unsqueeze(1), 1.0)
     loss = torch.nn.functional.relu(1 - sign * out).pow(2).sum(1).mean()
-    opt = torch.optim.SGD(dense, lr=0.5)
+    biases = [p for p in dense if p.dim() == 1]  # at SGDClassifier's sparse intercept decay
+    opt = torch.optim.SGD([{"params": [p for p in dense if p.dim() > 1]},
+                           {"params": biases, "lr": 0.5 * 0.01}], lr=0.5)
     loss.backward()
     opt.step()
     for got, want in zip(clf.model_.parameters(), dense, strict=True):

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-__all__ = ["DEFAULT_LR", "SGD_BIAS_LR_SCALE", "SGD_LR", "SOLVERS", "LinearDecay",
+__all__ = ["DEFAULT_LR", "LINEAR_LOG_LOSS_LR", "SGD_BIAS_LR_SCALE", "SGD_LR", "SOLVERS",
+           "LinearDecay",
            "default_learning_rate", "make_optimizers", "make_schedulers", "optimizer_class"]
 
 #: solver name -> class name in lookuplinear.optim
@@ -35,6 +36,9 @@ SOLVERS: dict[str, str] = {
 #: the squared gradients a row has summed, so it takes ten times Adam's rate
 DEFAULT_LR: dict[str, float] = {"adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 0.01,
                                 "adamw": 0.01}
+#: exceptions to ``DEFAULT_LR`` for the linear model with log loss: Adagrad at 0.1 scored up
+#: to 1.2 points below Adam there, at 0.3 at or above it on every split
+LINEAR_LOG_LOSS_LR: dict[str, float] = {"adagrad": 0.3}
 #: plain SGD's default per loss and model (``"linear"``: ``hidden=None``; ``"network"``: a
 #: hidden layer), chosen on the same validation splits. As in scikit-learn's ``SGDClassifier``
 #: on sparse data, the biases step at ``SGD_BIAS_LR_SCALE`` times the rate: a bias moves with
@@ -66,6 +70,8 @@ def default_learning_rate(solver: str, loss: str, *, network: bool = False) -> f
     """
     if solver == "sgd":
         return SGD_LR[loss, "network" if network else "linear"]
+    if loss == "log_loss" and not network:
+        return LINEAR_LOG_LOSS_LR.get(solver, DEFAULT_LR[solver])
     return DEFAULT_LR[solver]
 
 
