@@ -57,13 +57,15 @@ default "auto"
     learning_rate_init : float or None, default None
         Initial learning rate of a minibatch solver. None: the solver's own, chosen on the
         validation splits of real text datasets: 0.01 for ``"adam"``/``"adamw"`` (and
-        ``"auto"`` where it is Adam), 0.1 for ``"adagrad"``/``"rowwise_adagrad"``, and for
-        ``"sgd"`` 0.3 with a squared loss, 3.0 with ``loss="log_loss"``. ``fit`` warns
+        ``"auto"`` where it is Adam), 0.1 for ``"adagrad"``/``"rowwise_adagrad"`` (0.3 for
+        ``"adagrad"`` on the linear model with ``loss="log_loss"``), and for ``"sgd"`` 10 with
+        a squared loss, 30 with ``loss="log_loss"`` (1 and 3 with ``hidden``), its biases
+        at a hundredth of that rate, as ``SGDClassifier``'s on sparse data. ``fit`` warns
         (``ConvergenceWarning``) when its last epoch's training loss is above 85% of that of
         the best constant output (the model learned little or nothing from X), or when a
         minibatch solver fitted the linear model that ``"auto"`` solves exactly by
         ``"dual_cd"``: it stops short of that optimum (up to 3.5 points of accuracy below
-        it on multi-class text, plain SGD up to 23).
+        it on multi-class text).
     learning_rate : {"constant", "linear"}, default "constant"
         ``"linear"`` decays the rate linearly to zero over all steps of ``fit`` (fastText).
     max_iter : int or None, default None
