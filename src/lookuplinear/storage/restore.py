@@ -1,0 +1,342 @@
+"""The first half of :meth:`~lookuplinear.Checkpoint.restore`: everything before it writes.
+
+A restore is all or nothing. :class:`Restore` checks the loaded segments against the model and
+its optimizers (every table's full shape and dtype and each segment's rows, the other
+parameters and buffers, the entries modules write themselves such as an ``IdMap``'s strings,
+the optimizers' number, classes, groups and state tensors, the random generator state), then
+stages the optimizers' restored state beside the state they hold. A checkpoint that does not
+fit is a ``ModelFileError`` and changes nothing. What :meth:`~lookuplinear.Checkpoint.restore`
+does then are copies into tensors of checked shapes.
+
+:mod:`lookuplinear.storage.checkpoint` holds the saving, what a segment holds and those copies;
+:mod:`lookuplinear.storage.segments` the files and the manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._loading import check_state_dict
+from ..errors import InputValueError, LookupLinearError, ModelFileError, StateDictError
+from .tables import storage_of
+
+__all__ = ["Restore", "registered_names", "row_sparse"]
+
+Segments = list[tuple[dict[str, Any], dict[str, torch.Tensor]]]
+"""The loaded chain, first to last: each segment's metadata and tensors."""
+
+Staged = list[dict[torch.Tensor, dict[str, Any]] | None]
+"""Each optimizer's restored state by parameter (None: a ``torch.optim`` optimizer, loaded)."""
+
+
+def registered_names(module: nn.Module) -> set[str]:
+    """The names of the module's parameters and buffers (their shapes are the model's)."""
+    return {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
+
+
+def row_sparse(module: nn.Module, p: torch.Tensor) -> bool:
+    """Whether ``p`` belongs to a layer with row-sparse gradients (``sparse=True``)."""
+    for m in module.modules():
+        if any(q is p for q in m._parameters.values()):
+            return bool(getattr(m, "sparse", False))
+    return False
+
+
+class Restore:
+    """The checks and the staged optimizer state of one restore into ``module``.
+
+    Parameters
+    ----------
+    path : Path
+        The checkpoint directory (named by the refusals).
+    module : nn.Module
+        The model the checkpoint is restored into.
+    optimizers : sequence of optimizers
+        Its optimizers, in the order the checkpoint was saved with.
+    names : dict of int to str
+        Each optimized parameter's name in ``module``, by ``id``.
+    tables : dict of str to Tensor
+        The tables saved by rows, by name.
+    whole : dict of str to Tensor
+        Everything else the checkpoint saves whole, by name: the other parameters, the buffers,
+        then the entries modules write into their ``state_dict`` themselves.
+    """
+
+    def __init__(self, path: Path, module: nn.Module,
+                 optimizers: Sequence[torch.optim.Optimizer], names: Mapping[int, str],
+                 tables: Mapping[str, torch.Tensor], whole: Mapping[str, torch.Tensor]) -> None:
+        self.path = path
+        self.module = module
+        self.optimizers = optimizers
+        self.names = names
+        self.tables = tables
+        self.whole = whole
+
+    def refusal(self, what: str) -> ModelFileError:
+        """The error refusing this checkpoint: ``what`` it holds that does not fit."""
+        return ModelFileError(f"the checkpoint at {self.path} {what}. Nothing was loaded.")
+
+    # ------------------------------------------------------------------ checks
+    def check(self, segments: Segments) -> None:
+        """Everything :meth:`~lookuplinear.Checkpoint.restore` will write, checked against the
+        model and optimizers before anything is written."""
+        last_meta, last = segments[-1]
+        if last_meta["tables"] != sorted(self.tables):
+            raise self.refusal(
+                f"holds the tables {last_meta['tables']}, this model has {sorted(self.tables)}: "
+                "it is another model's checkpoint. Restore it into the model it was saved from"
+            )
+        for name, p in self.tables.items():
+            self._check_table(name, p, segments)
+        self._check_whole(last)
+        for i, opt in enumerate(self.optimizers):
+            if i < len(last_meta["optimizers"]):
+                self._check_optimizer(i, opt, segments)
+        saved, have = len(last_meta["optimizers"]), len(self.optimizers)
+        if saved != have:
+            raise self.refusal(
+                f"holds the state of {saved} optimizer{'s' * (saved != 1)}, and "
+                f"{have} {'was' if have == 1 else 'were'} given: build the Checkpoint with the "
+                "optimizers it was saved with, in the same order"
+            )
+        rng = last.get("rng/torch")
+        if rng is None or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+            raise self.refusal("holds no random generator state PyTorch can take")
+
+    def _check_table(self, name: str, p: torch.Tensor, segments: Segments) -> None:
+        """The table's full shape (recorded since checkpoints record it; earlier ones: every
+        saved row exists in the model's table), dtype, and each segment's rows."""
+        shape, dtype = tuple(p.shape), p.dtype
+        recorded = segments[-1][0].get("shapes", {}).get(name)
+        saved_dtype = segments[-1][1][f"table/{name}"].dtype
+        if (recorded is not None and tuple(recorded) != shape) or saved_dtype != dtype:
+            saved_shape = tuple(recorded) if recorded is not None else f"(?, {p.shape[1]})"
+            raise self.refusal(
+                f"holds table {name!r} of shape {saved_shape} ({str(saved_dtype)[6:]}); this "
+                f"model's is {shape} ({str(dtype)[6:]}): it is another model's checkpoint. A "
+                "restore sets every value of a table as saved and never resizes or converts "
+                "one: build the model with the "
+                "checkpoint's shapes and dtypes to restore it (to start a larger table from "
+                "its rows, see 'Resizing a table' in docs/storage.md)"
+            )
+        storage = storage_of(p)
+        if storage is not None and not storage.writable:
+            raise self.refusal(
+                f"would write table {name!r}, whose file {storage.path} is open read-only, "
+                "for serving: open it with LookupLinear.open(path, writable=True)"
+            )
+        for _, tensors in segments:
+            rows, values = tensors[f"rows/{name}"], tensors[f"table/{name}"]
+            if rows.dim() != 1 or rows.dtype != torch.int64 or \
+                    tuple(values.shape) != (rows.numel(), *shape[1:]) or values.dtype != dtype:
+                raise self.refusal(
+                    f"holds rows of table {name!r} of shape {tuple(values.shape)} "
+                    f"({str(values.dtype)[6:]}) for {rows.numel()} rows; this model's table is "
+                    f"{shape} ({str(dtype)[6:]}): it is another model's checkpoint"
+                )
+            if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= shape[0]):
+                raise self.refusal(
+                    f"holds row {int(rows.max())} of table {name!r}, and this model's table "
+                    f"has {shape[0]} rows (shape {shape}): it is a larger table's checkpoint. "
+                    "Build the model with the checkpoint's table sizes to restore it (see "
+                    "'Resizing a table' in docs/storage.md)"
+                )
+
+    def _check_whole(self, last: dict[str, torch.Tensor]) -> None:
+        """The other parameters and buffers (shape and dtype), and the entries modules write
+        themselves (an ``IdMap``'s strings): the same names as the model's, each loadable."""
+        registered = registered_names(self.module)
+        mine = self.whole
+        saved = {k[len("whole/"):] for k in last if k.startswith("whole/")}
+        if saved != set(mine):
+            raise self.refusal(
+                f"holds {sorted(saved - set(mine)) or 'no other entries'} that this model has "
+                f"not, and has not {sorted(set(mine) - saved) or 'the others'}: it is another "
+                "model's checkpoint (an IdMap of another key_type, for one, has other "
+                "key_ entries). Restore it into the model it was saved from"
+            )
+        own = {}
+        for name, t in mine.items():
+            value = last[f"whole/{name}"]
+            if name not in registered:
+                own[name] = value
+            elif value.shape != t.shape or value.dtype != t.dtype:
+                raise self.refusal(
+                    f"holds {name} of shape {tuple(value.shape)} ({str(value.dtype)[6:]}); "
+                    f"this model's is {tuple(t.shape)} ({str(t.dtype)[6:]}): it is another "
+                    "model's checkpoint. Restore it into the model it was saved from"
+                )
+        try:
+            check_state_dict(self.module, own, strict=False)
+        except StateDictError as e:
+            raise self.refusal(f"does not load into this model: {e}") from None
+
+    def _check_optimizer(self, i: int, opt: torch.optim.Optimizer, segments: Segments) -> None:
+        """The class, the groups (their number and options), and the parameters whose state
+        is saved (this optimizer's; for ``lookuplinear.optim``, each state tensor's shape)."""
+        from ..optim._base import RowSparseOptimizer
+
+        meta = segments[-1][0]["optimizers"][i]
+        cls = type(opt).__name__
+        if meta["type"] != cls:
+            raise self.refusal(
+                f"holds optimizer {i} as {meta['type']}, and it is given as {cls}: its state "
+                f"would not be {cls}'s. Build optimizer {i} as {meta['type']} to restore it "
+                f"(to train on with {cls}, restore with {meta['type']}, then start a new {cls})"
+            )
+        if len(meta["groups"]) != len(opt.param_groups):
+            raise self.refusal(
+                f"holds {len(meta['groups'])} parameter groups of {cls} {i}, and it has "
+                f"{len(opt.param_groups)}: build it with the groups it was saved with"
+            )
+        if isinstance(opt, RowSparseOptimizer):
+            try:
+                for saved, group in zip(meta["groups"], opt.param_groups, strict=True):
+                    opt._loadable_group(saved, group)
+            except InputValueError as e:
+                raise self.refusal(f"does not load into {cls} {i}: {e}") from None
+        params = {self.names[id(p)]: p for g in opt.param_groups for p in g["params"]}
+        for pname in meta["state"]:
+            if pname not in params:
+                raise self.refusal(
+                    f"holds {cls} {i}'s state of {pname}, which this {cls} does not optimize "
+                    f"(it has {sorted(params)}): build it over the parameters it was saved with"
+                )
+        if not isinstance(opt, RowSparseOptimizer):
+            return
+        for _, tensors in segments:
+            for key, value in tensors.items():
+                if not key.startswith(f"opt{i}/"):
+                    continue
+                pname, _, state_key = key[len(f"opt{i}/"):].rpartition("/")
+                p = params.get(pname)
+                shape = None if p is None else opt._state_shapes(p).get(state_key)
+                if shape is not None and pname in self.tables:
+                    rows = tensors[f"rows/{pname}"].numel()
+                    shape = (rows, *shape[1:])
+                if p is None or shape is None or tuple(value.shape) != shape or \
+                        value.dtype != p.dtype:
+                    expected = "none" if p is None or shape is None else \
+                        f"{shape} ({str(p.dtype)[6:]})"
+                    raise self.refusal(
+                        f"holds {cls} {i}'s state {state_key!r} of {pname} of shape "
+                        f"{tuple(value.shape)} ({str(value.dtype)[6:]}), where this {cls} "
+                        f"keeps {expected}: it is another optimizer's checkpoint"
+                    )
+
+    # ------------------------------------------------------------------ staging
+    def stage(self, segments: Segments) -> Staged:
+        """The optimizers' restored state, built beside the one they hold, and the checked
+        entries that modules read themselves loaded (an ``IdMap``'s strings, through its
+        load); should either fail, every optimizer gets back what it held.
+
+        The returned state is each ``lookuplinear.optim`` optimizer's (None for the others,
+        whose state their ``load_state_dict`` sets here, replacing their state and groups by
+        new objects: a failure puts the old ones back).
+        """
+        last = segments[-1][1]
+        registered = registered_names(self.module)
+        held = [(opt.state, opt.param_groups, [dict(g) for g in opt.param_groups])
+                for opt in self.optimizers]
+        try:
+            staged = self._stage_optimizers(segments)
+            own = {name: last[f"whole/{name}"] for name in self.whole if name not in registered}
+            if own:
+                self.module.load_state_dict(own, strict=False)
+        except BaseException as e:
+            for opt, (state, groups, values) in zip(self.optimizers, held, strict=True):
+                opt.__dict__.update(state=state, param_groups=groups)
+                for group, value in zip(groups, values, strict=True):
+                    group.clear()
+                    group.update(value)
+            if isinstance(e, LookupLinearError | RuntimeError):
+                raise self.refusal(f"does not load: {e}") from e
+            raise
+        return staged
+
+    def _stage_optimizers(self, segments: Segments) -> Staged:
+        """The restored state of each ``lookuplinear.optim`` optimizer, built beside the one it
+        holds (None for the others, whose state their ``load_state_dict`` sets here, replacing
+        their state and groups by new objects: :meth:`stage` keeps the old ones)."""
+        from ..optim._base import RowSparseOptimizer
+
+        staged: Staged = []
+        for i, opt in enumerate(self.optimizers):
+            if isinstance(opt, RowSparseOptimizer):
+                staged.append(self._staged_rowwise(i, opt, segments))
+            else:
+                self._restore_whole(i, opt, segments[-1])
+                staged.append(None)
+        return staged
+
+    def _staged_rowwise(self, i: int, opt: Any, segments: Segments
+                        ) -> dict[torch.Tensor, dict[str, Any]]:
+        """Fresh state (as the optimizer starts it with the saved options, then laid out as it
+        was saved) for each parameter the checkpoint has state of; a table's rows come from
+        the segments, the rest from the last one."""
+        meta = segments[-1][0]["optimizers"][i]
+        last = segments[-1][1]
+        layouts = meta.get("layout")
+        staged: dict[torch.Tensor, dict[str, Any]] = {}
+        for group, saved in zip(opt.param_groups, meta["groups"], strict=True):
+            options = {**group, **opt._loadable_group(saved, group)}
+            for p in group["params"]:
+                pname = self.names[id(p)]
+                if pname not in meta["state"]:
+                    continue
+                state: dict[str, Any] = {}
+                opt._init_state(p, state, options)
+                state.update(meta["state"][pname])
+                if layouts is not None:
+                    opt._lay_out(p, state, layouts.get(pname))
+                elif not row_sparse(self.module, p):  # saved by an earlier version: as
+                    opt._lay_out(p, state, None)         # torch.optim's (dense gradients)
+                tensors = {k for k, v in state.items() if isinstance(v, torch.Tensor)}
+                prefix = f"opt{i}/{pname}/"
+                if pname in self.tables:  # rows from every segment (a row's state or none)
+                    saved = {k[len(prefix):] for _, seg in segments for k in seg
+                             if k.startswith(prefix)}
+                    fits = saved <= tensors
+                else:  # whole, in the last segment
+                    saved = {k[len(prefix):] for k in last if k.startswith(prefix)}
+                    fits = saved == tensors
+                if not fits:
+                    raise InputValueError(
+                        f"{type(opt).__name__} {i}'s state of {pname} holds {sorted(saved)}, "
+                        f"and {type(opt).__name__} with the saved options keeps "
+                        f"{sorted(tensors)}: it is another optimizer's checkpoint"
+                    )
+                if pname in self.tables:
+                    for _, seg in segments:
+                        rows = seg[f"rows/{pname}"].to(p.device)
+                        for key in saved:
+                            values = seg.get(prefix + key)
+                            if values is not None:
+                                state[key][rows] = values.to(p.device)
+                else:
+                    for key in saved:
+                        state[key].copy_(last[prefix + key].to(p.device))
+                staged[p] = state
+        return staged
+
+    def _restore_whole(self, i: int, opt: torch.optim.Optimizer, last_segment: tuple[
+            dict[str, Any], dict[str, torch.Tensor]]) -> None:
+        """``torch.optim`` optimizer ``i``'s state, through its ``load_state_dict``."""
+        meta, last = last_segment[0]["optimizers"][i], last_segment[1]
+        index = {self.names[id(p)]: k for k, p in
+                 enumerate(p for g in opt.param_groups for p in g["params"])}
+        state: dict[int, dict[str, Any]] = {}
+        for pname, scalars in meta["state"].items():
+            entry: dict[str, Any] = dict(scalars)
+            prefix = f"opt{i}/{pname}/"
+            for key, value in last.items():
+                if key.startswith(prefix):
+                    entry[key[len(prefix):]] = value
+            state[index[pname]] = entry
+        sd = opt.state_dict()
+        opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
