@@ -22,6 +22,7 @@ test: lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples conftest.py docs/conf.py
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -7,7 +7,9 @@ Run from the repository root:
 Prints, for ``src/lookuplinear``:
 
 * the import cycles between its modules (module-level imports, and all imports including those
-  inside functions), found as strongly connected components of the import graph;
+  inside functions), found as strongly connected components of the import graph, and the same
+  between its packages and top-level modules (``ops``, ``modules``, ``errors``...), with the
+  count of imports inside functions that cross from one of them to another;
 * the largest modules by lines;
 * how many calls of the library's own Python functions (and in how many modules) one forward,
   and one backward with its fused ``RowWiseAdagrad`` update, make for a sparse
@@ -70,6 +72,49 @@ def import_graph(top_level_only: bool) -> dict[str, set[str]]:
                         continue  # a package's own __init__ is imported by its modules anyway
                     graph[name].add(t)
     return graph
+
+
+def _unit(module: str) -> str:
+    """The package or top-level module of ``module``: ``lookuplinear.ops._rows`` -> ``ops``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between packages and top-level modules."""
+    out: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        edges = out.setdefault(_unit(name), set())
+        edges.update(_unit(t) for t in targets if _unit(t) != _unit(name))
+    for edges in list(out.values()):
+        for t in edges:
+            out.setdefault(t, set())
+    return out
+
+
+def crossing_imports_in_functions() -> int:
+    """Imports inside functions (or classes) from one package or top-level module to another."""
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    count = 0
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {id(n) for n in tree.body}
+        for block in tree.body:  # TYPE_CHECKING and other guarded blocks: module level too
+            if isinstance(block, ast.If | ast.Try):
+                top |= {id(n) for n in ast.walk(block)}
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if id(node) in top or not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                targets = [_resolve(name, is_pkg, node.level, node.module) if node.level
+                           else node.module or ""]
+            if any(t.startswith("lookuplinear.") and _unit(t) != _unit(name)
+                   and _unit(name) != "lookuplinear" for t in targets):
+                count += 1
+    return count
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -177,10 +222,14 @@ def calls_per_step() -> dict[str, Any]:
 
 def main() -> None:
     top = cycles(import_graph(top_level_only=True))
-    every = cycles(import_graph(top_level_only=False))
+    every_graph = import_graph(top_level_only=False)
+    every = cycles(every_graph)
     result = {
         "import_cycles_module_level": top,
         "import_cycles_any_import": every,
+        "package_cycles_module_level": cycles(package_graph(import_graph(top_level_only=True))),
+        "package_cycles_any_import": cycles(package_graph(every_graph)),
+        "imports_in_functions_between_packages": crossing_imports_in_functions(),
         "largest_modules": largest(),
         "attributes_set_on_tensors_and_optimizers": stamped_attributes(),
         **calls_per_step(),

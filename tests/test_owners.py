@@ -10,7 +10,8 @@ import torch
 
 from lookuplinear import Checkpoint, KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
 from lookuplinear.ops import backend, use_backend
-from lookuplinear.storage.rowwatch import RowTracker, notify
+from lookuplinear.ops._hooks import notify
+from lookuplinear.storage.rowwatch import RowTracker
 
 
 def _stamped(t: torch.Tensor) -> set[str]:

@@ -12,8 +12,8 @@ import torch
 from .._loading import AllOrNothingLoad
 from .._rowreset import RESETS
 from .._sizes import as_size
+from .._tableinit import init_weight_
 from ..errors import InputValueError
-from ..modules.layer import init_weight_
 from ..ops import _idmap as table_ops
 from ..ops import values_known
 from ..ops.library import idmap_find, idmap_rows

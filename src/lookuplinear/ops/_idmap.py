@@ -2,7 +2,7 @@
 
 ``table`` is ``(2 * size,)`` int64, ``size`` a power of 2: slot ``s`` holds a key at ``2s`` and
 its value at ``2s + 1``, a negative value marks an empty slot; linear probing from
-splitmix64(key) (``csrc/idmap.c``; :func:`lookuplinear.ids.hashing.splitmix64_int` in Python). Where
+splitmix64(key) (``csrc/idmap.c``; :func:`._hashing.splitmix64_int` in Python). Where
 the C kernels are not built the same table is probed by
 a Python loop (the same slots, so a saved table reads the same either way; slow).
 """
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..ids.hashing import splitmix64_int
 from ._backend import use_c
 from ._clib import function, ptr
+from ._hashing import splitmix64_int
 
 __all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
 

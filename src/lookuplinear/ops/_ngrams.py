@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..ids.hashing import murmur3_bytes as murmur
 from ._backend import use_c
 from ._clib import function
+from ._hashing import murmur3_bytes as murmur
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

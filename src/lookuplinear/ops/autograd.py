@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from .._fusion import binding
-from ..storage.rowwatch import notify
 from ._bagmax import bag_max_c, bag_max_grad_c, c_operands
 from ._columns import deinterleave, interleave, segment_tensor, split_blocks
+from ._hooks import notify
 from ._rows import gather_rows, group_rows
 from .library import entry_grads, per_sample_weights_grad, routed
 

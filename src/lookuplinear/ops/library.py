@@ -52,10 +52,10 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputValueError, LookupIndexError, OffsetsError
-from ..ids.hashing import hash_ids
 from . import _bagmax, _idmap
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
+from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows, group_rows

@@ -25,8 +25,8 @@ from .._fusion import BackwardQueue, Updates
 from .._rowreset import RESETS
 from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
+from ..ops._hooks import state_tensor
 from ..ops.autograd import row_sparse_grad
-from ..storage.tables import storage_of
 
 __all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
 
@@ -77,9 +77,9 @@ def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> to
     (:mod:`lookuplinear.hugepages`: the update reads its rows scattered, as it reads ``p``'s;
     a table in a file, :class:`lookuplinear.TableStorage`: a file ``state-<name>.bin`` beside
     it)."""
-    storage = storage_of(p)
-    if storage is not None:
-        return storage.state(name, tuple(p.shape), fill)
+    provided = state_tensor(p, name, tuple(p.shape), fill)
+    if provided is not None:
+        return provided
     return hugepages.empty(*p.shape, dtype=p.dtype, device=p.device).fill_(fill)
 
 

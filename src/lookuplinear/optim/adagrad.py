@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ..storage.tables import storage_of
+from ..ops._hooks import state_tensor
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
@@ -140,11 +140,10 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         n_rows = p.shape[0] if p.dim() > 1 else 1
-        storage = storage_of(p)
-        if storage is not None:  # a table in a file: its sums in a file beside it
-            state["sum"] = storage.state("rowwise_sum", (n_rows,))
-        else:
-            state["sum"] = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+        sums = state_tensor(p, "rowwise_sum", (n_rows,))  # a table in a file: a file beside it
+        if sums is None:
+            sums = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+        state["sum"] = sums
 
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"sum": (p.shape[0] if p.dim() > 1 else 1,)}

@@ -9,7 +9,7 @@ import torch
 
 from .. import hugepages
 from ..errors import InputValueError
-from ..storage.tables import storage_of
+from ..ops._hooks import state_tensor
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["Adam", "AdamW", "paired_moments"]
@@ -32,10 +32,9 @@ def paired_moments(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     rows = p.shape[0]
     n = p[0].numel() if rows else 0
-    storage = storage_of(p)
-    if storage is not None:  # a table in a file: its moments in a file beside it
-        block = storage.state("moments", (rows, 2, n))
-    else:
+    # a table in a file provides its moments in a file beside it
+    block = state_tensor(p, "moments", (rows, 2, n))
+    if block is None:
         block = hugepages.empty(rows, 2, n, dtype=p.dtype, device=p.device).zero_()
     return block[:, 0].view(p.shape), block[:, 1].view(p.shape)
 

@@ -5,8 +5,9 @@ without reading the table. Every row-sparse update (``lookuplinear.optim``, fuse
 ``torch.optim.SparseAdam``, sparse ``SGD``/``Adagrad``) changes exactly the rows of a gradient.
 A gradient that is stored reaches the parameter's gradient accumulation, which a tracker hooks:
 the rows of a sparse one, all of them for a dense one. A gradient that a fused optimizer takes
-inside the backward is never stored; the lookup's backward (:mod:`lookuplinear.ops.autograd`) calls
-:func:`notify` with its rows instead, which tells the trackers that follow the table.
+inside the backward is never stored; the lookup's backward tells the event the kernel layer
+offers (:func:`lookuplinear.ops._hooks.notify`) its rows instead, to which the trackers that
+follow the table subscribe.
 
 The checkpoint owns its tracker; each table is followed through a list, keyed weakly by the
 table, of the trackers that follow it, held weakly (a copy of the table is followed by none).
@@ -20,18 +21,22 @@ from collections.abc import Mapping
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-__all__ = ["RowTracker", "notify"]
+from ..ops._hooks import Subscription, on_rows_updated
+
+__all__ = ["RowTracker"]
 
 
 class _Following:
     """The trackers that follow one table (held weakly: their owners hold them, and a tracker
-    holds the table), and the gradient hook that tells them."""
+    holds the table), the gradient hook that tells them, and their subscription to the rows a
+    fused update changes."""
 
-    __slots__ = ("hook", "trackers")
+    __slots__ = ("hook", "subscription", "trackers")
 
-    def __init__(self) -> None:
+    def __init__(self, param: torch.Tensor) -> None:
         self.trackers: dict[int, tuple[weakref.ref[RowTracker], str]] = {}
         self.hook: torch.utils.hooks.RemovableHandle | None = None
+        self.subscription: Subscription = on_rows_updated(param, self.tell)
 
     def tell(self, rows: torch.Tensor | None) -> None:
         for ref, name in list(self.trackers.values()):
@@ -49,20 +54,6 @@ def _accumulated(param: torch.Tensor) -> None:
     following = _FOLLOWED.get(param)
     if grad is not None and following is not None:
         following.tell(grad._indices()[0] if grad.is_sparse else None)
-
-
-def notify(param: torch.Tensor, rows: torch.Tensor) -> None:
-    """Tell the trackers that follow ``param`` that a gradient names ``rows`` (a view's rows
-    are its base's)."""
-    if not _FOLLOWED:  # the usual case: no checkpoint follows any table
-        return
-    base = param._base if param._base is not None else param
-    following = _FOLLOWED.get(base)
-    if following is None or not following.trackers:
-        return
-    if base is not param and base.dim() == 2 and param.dim() == 2:
-        rows = rows + (param.storage_offset() - base.storage_offset()) // base.stride(0)
-    following.tell(rows)
 
 
 class RowTracker:
@@ -85,7 +76,7 @@ class RowTracker:
         for name, p in self.tables.items():
             following = _FOLLOWED.get(p)
             if following is None:
-                following = _FOLLOWED[p] = _Following()
+                following = _FOLLOWED[p] = _Following(p)
             if following.hook is None and p.requires_grad:
                 following.hook = p.register_post_accumulate_grad_hook(_accumulated)
             following.trackers[id(self)] = (weakref.ref(self), name)
@@ -121,4 +112,5 @@ class RowTracker:
             if not following.trackers:
                 if following.hook is not None:
                     following.hook.remove()
+                following.subscription.remove()
                 del _FOLLOWED[p]

@@ -54,6 +54,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import hugepages
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError, ModelFileError
+from ..ops._hooks import provide_state
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags, check_index_range
 
@@ -488,9 +489,11 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
-    """Record that ``param`` lives in ``storage`` (its optimizer state goes there too), for as
-    long as ``param`` lives."""
+    """Record that ``param`` lives in ``storage``, for as long as ``param`` lives; its optimizer
+    state goes there too (``storage.state`` is the allocator the table provides its optimizers,
+    :func:`lookuplinear.ops._hooks.provide_state`)."""
     _FILES[param] = storage
+    provide_state(param, storage.state)
 
 
 def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:

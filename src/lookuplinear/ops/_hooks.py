@@ -1,0 +1,117 @@
+"""What the kernel layer offers the layers above for a table, so that none of them is imported
+from below: an event, *rows updated*, and the table's allocator of optimizer state.
+
+* :func:`on_rows_updated` / :func:`notify`: a lookup's backward whose gradient a ``fused=True``
+  optimizer takes (:mod:`lookuplinear._fusion`) stores none, so no gradient hook sees its rows;
+  it calls :func:`notify` with them instead, and whoever follows the table's rows (a
+  checkpoint's :class:`~lookuplinear.storage.rowwatch.RowTracker`) subscribed with
+  :func:`on_rows_updated`.
+* :func:`provide_state` / :func:`state_tensor`: a table that keeps its optimizer state
+  somewhere of its own (a table in a file: a file beside it, :mod:`lookuplinear.storage.tables`)
+  provides an allocator; an optimizer asks :func:`state_tensor` for its state tensors and makes
+  them itself where the table provides none.
+
+Both are keyed weakly by the table parameter; a view of a table is its base's (a copy is
+neither followed nor provided for).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+__all__ = [
+    "StateAllocator",
+    "Subscription",
+    "notify",
+    "on_rows_updated",
+    "provide_state",
+    "state_tensor",
+]
+
+#: each table's callbacks on rows updated, by subscription id
+_WATCHERS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+#: each table's allocator of optimizer state
+_ALLOCATORS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_next_id = 0
+
+
+def _base(param: torch.Tensor) -> torch.Tensor:
+    return param._base if param._base is not None else param
+
+
+class Subscription:
+    """The handle :func:`on_rows_updated` returns: :meth:`remove` ends the subscription."""
+
+    __slots__ = ("_id", "_param")
+
+    def __init__(self, param: torch.Tensor, id: int) -> None:
+        self._param = weakref.ref(param)  # the subscriber may live as long as the table
+        self._id = id
+
+    def remove(self) -> None:
+        """Stop calling the callback (once is enough; again does nothing)."""
+        param = self._param()
+        callbacks = None if param is None else _WATCHERS.get(param)
+        if callbacks is None:
+            return
+        callbacks.pop(self._id, None)
+        if not callbacks:
+            del _WATCHERS[param]
+
+
+def on_rows_updated(param: torch.Tensor,
+                    callback: Callable[[torch.Tensor], None]) -> Subscription:
+    """Call ``callback(rows)`` whenever an update that stores no gradient changes ``rows`` (int64,
+    duplicates allowed) of table ``param`` (or of a view of it: its base's rows)."""
+    global _next_id
+    _next_id += 1
+    base = _base(param)
+    callbacks = _WATCHERS.get(base)
+    if callbacks is None:
+        callbacks = _WATCHERS[base] = {}
+    callbacks[_next_id] = callback
+    return Subscription(base, _next_id)
+
+
+def notify(param: torch.Tensor, rows: torch.Tensor) -> None:
+    """Tell the subscribers of ``param`` that ``rows`` of it change without a stored gradient
+    (a view's rows are its base's)."""
+    if not _WATCHERS:  # the usual case: nothing follows any table
+        return
+    base = _base(param)
+    callbacks = _WATCHERS.get(base)
+    if not callbacks:
+        return
+    if base is not param and base.dim() == 2 and param.dim() == 2:
+        rows = rows + (param.storage_offset() - base.storage_offset()) // base.stride(0)
+    for callback in list(callbacks.values()):
+        callback(rows)
+
+
+class StateAllocator(Protocol):
+    """``allocator(name, shape, fill)``: a new state tensor ``name`` of ``shape`` in the table's
+    dtype, filled with ``fill``."""
+
+    def __call__(self, name: str, shape: tuple[int, ...], fill: float = 0.0) -> torch.Tensor:
+        ...
+
+
+def provide_state(param: torch.Tensor, allocator: StateAllocator) -> None:
+    """Make ``allocator`` the maker of every optimizer state tensor of table ``param``, for as
+    long as ``param`` lives."""
+    _ALLOCATORS[param] = allocator
+
+
+def state_tensor(param: torch.Tensor, name: str, shape: tuple[int, ...],
+                 fill: float = 0.0) -> torch.Tensor | None:
+    """The state tensor ``name`` of ``shape`` filled with ``fill`` that table ``param`` (or the
+    table it is a view of) provides, or None where it provides none (the optimizer makes it)."""
+    if not _ALLOCATORS:  # the usual case: no table provides its state
+        return None
+    allocator: StateAllocator | None = _ALLOCATORS.get(_base(param))
+    return None if allocator is None else allocator(name, shape, fill)
