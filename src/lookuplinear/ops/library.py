@@ -137,7 +137,7 @@ def _register_autograd(name: str, backward: Callable[..., Any],
                        setup_context: Callable[..., Any]) -> None:
     torch.library.register_autograd(f"lookuplinear::{name}", backward,
                                     setup_context=setup_context,
-                                    lib=_AutogradRegistration())  # type: ignore[arg-type]
+                                    lib=_AutogradRegistration())
 
 
 def _below_autograd(name: str) -> None:
