@@ -8,13 +8,15 @@ DOCS   ?= out/docs
 
 .PHONY: test report docs lint typecheck pytest bench clean
 
-# setup.py, the C sources and their ABI version (VERSION in ops/_clib.py): a change rebuilds the C
-# row kernels (pip install -e . compiles them)
+# setup.py, the C and C++ sources and their ABI version (VERSION in ops/_clib.py): a change rebuilds
+# the C row kernels (pip install -e . compiles them) and the C++ operators (build_ext, once torch is
+# installed: the operators are built against it; without a compiler both are skipped)
 $(STAMP): pyproject.toml constraints.txt setup.py src/lookuplinear/ops/_clib.py $(wildcard src/lookuplinear/ops/csrc/*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	# TorchRec without its requirements, which name FBGEMM's CUDA build (docs/distributed.md)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt --no-deps torchrec==1.8.0
+	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $(STAMP)
 
 # the site is built with warnings as errors by tests/test_apidocs.py, inside pytest

@@ -1,9 +1,19 @@
-"""The package's one compiled part: the C kernels in ``src/lookuplinear/ops/csrc``.
+"""The package's compiled parts: the C kernels in ``src/lookuplinear/ops/csrc``.
 
-Everything else is declared in ``pyproject.toml``. The extension is optional: where no C
-compiler is found the install goes on without it and lookuplinear runs the same computations
-with torch ops (docs/performance.md, "Kernels", for what the C kernels buy). Set
-``LOOKUPLINEAR_NO_C=1`` at install time to skip the build on purpose.
+Everything else is declared in ``pyproject.toml``. Two optional extensions:
+
+* ``lookuplinear.ops._lib``: the C kernels, called through ctypes by the eager path;
+* ``lookuplinear.ops._C``: the operators (``csrc/ops.cpp``, ``TORCH_LIBRARY``) over the same C
+  kernels, compiled into one shared library that ``torch.ops.load_library`` loads (a graph
+  compiled by AOTInductor runs with it alone). It is built against the torch that the build
+  imports (a build without torch skips it: ``python setup.py build_ext --inplace`` or ``pip
+  install --no-build-isolation -e .`` in an environment that has torch), and that torch's
+  version is written beside it (``_C.torch_version``): another torch falls back to the
+  operators registered from Python (lookuplinear/ops/_extension.py).
+
+Where no compiler is found the install goes on without them and lookuplinear runs the same
+computations with torch ops (docs/performance.md, "Kernels", for what the C kernels buy). Set
+``LOOKUPLINEAR_NO_C=1`` at install time to skip both builds on purpose.
 """
 
 import os
@@ -52,10 +62,50 @@ KERNELS = Extension(
 )
 
 
-class BuildKernels(build_ext):
-    """Build the kernels with OpenMP where the compiler has it, else without (one thread)."""
+#: the operators' extension: ops.cpp, and the C kernels (those that do not call Python) as
+#: objects compiled first with the C flags above (BuildKernels.build_operators)
+OPERATORS = "lookuplinear.ops._C"
+OPERATOR_C = [s for s in sorted(glob(f"{C_DIR}/*.c"))
+              if os.path.basename(s) not in ("module.c", "pyids.c")]
+
+
+def operators() -> list[Extension]:
+    """The operators' extension, or none where torch (its headers) cannot be imported."""
+    try:
+        from torch.utils.cpp_extension import CppExtension
+    except ImportError:
+        print("lookuplinear: torch is not importable here, so the C++ operators are not built "
+              "(the operators are registered from Python instead)")
+        return []
+    return [CppExtension(
+        OPERATORS,
+        sources=[f"{C_DIR}/ops.cpp"],
+        depends=[*sorted(glob(f"{C_DIR}/*")), CLIB],
+        # the C++ standard: the one torch's headers ask for (BuildExtension adds it)
+        extra_compile_args=["-O3", *OPENMP],
+        extra_link_args=OPENMP,
+        libraries=["m"],
+        optional=True,
+    )]
+
+
+def torch_build_ext() -> type[build_ext]:
+    """torch's ``BuildExtension`` (its flags for a torch extension) where torch imports."""
+    try:
+        from torch.utils.cpp_extension import BuildExtension
+    except ImportError:
+        return build_ext
+    return BuildExtension.with_options(use_ninja=False)  # type: ignore[no-any-return]
+
+
+class BuildKernels(torch_build_ext()):  # type: ignore[misc]
+    """Build the kernels with OpenMP where the compiler has it, else without (one thread);
+    the operators over the C kernels compiled as C, their torch version written beside them."""
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == OPERATORS:
+            self.build_operators(ext)
+            return
         try:
             super().build_extension(ext)
         except (CCompilerError, CompileError, LinkError):
@@ -65,8 +115,40 @@ class BuildKernels(build_ext):
             ext.extra_compile_args, ext.extra_link_args = list(FLAGS), []
             super().build_extension(ext)
 
+    def build_operators(self, ext: Extension) -> None:
+        import torch
+
+        # the C kernels as C (BuildExtension would pass them C++ flags), linked in as objects
+        objects = self.compiler.compile(OPERATOR_C, output_dir=self.build_temp,
+                                        extra_postargs=[*FLAGS, *OPENMP, "-fPIC"],
+                                        depends=ext.depends)
+        ext.extra_objects = objects
+        super().build_extension(ext)
+        with open(self.version_file(self.get_ext_fullpath(ext.name)), "w",
+                  encoding="utf-8") as f:
+            f.write(torch.__version__ + "\n")
+
+    @staticmethod
+    def version_file(library: str) -> str:
+        """Where the torch version of the operators' ``library`` is written: beside it."""
+        return os.path.join(os.path.dirname(library), "_C.torch_version")
+
+    def copy_extensions_to_source(self) -> None:
+        """``--inplace`` (and an editable install): the libraries and the version file."""
+        super().copy_extensions_to_source()
+        built = os.path.join(self.build_lib, *OPERATORS.split(".")[:-1], "_C.torch_version")
+        if any(ext.name == OPERATORS for ext in self.extensions) and os.path.exists(built):
+            package = self.get_finalized_command("build_py").get_package_dir("lookuplinear.ops")
+            self.copy_file(built, os.path.join(package, "_C.torch_version"))
+
+
+def extensions() -> list[Extension]:
+    if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C"):
+        return []
+    return [KERNELS, *operators()]
+
 
 setup(
-    ext_modules=[] if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C") else [KERNELS],
+    ext_modules=extensions(),
     cmdclass={"build_ext": BuildKernels},
 )

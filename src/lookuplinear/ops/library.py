@@ -51,8 +51,8 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputValueError, LookupIndexError, OffsetsError
-from . import _bagmax, _idmap
+from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
+from . import _bagmax, _extension, _idmap
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._hashing import hash_int_ids as hash_ids
@@ -65,21 +65,90 @@ __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_we
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-LIB = torch.library.Library("lookuplinear", "DEF")
-
-LIB.define(
+#: the schemas, as ``csrc/ops.cpp`` defines them too
+SCHEMAS = (
     "bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
-    "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor"
+    "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor",
+    "in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor",
+    "idmap_find(Tensor table, Tensor keys) -> Tensor",
+    "idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor",
+    "bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
+    "bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
+    "mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
+    "SymInt nnz) -> Tensor",
+    "row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
+    "int? padding_idx, SymInt num_rows) -> Tensor",
 )
-LIB.define("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor")
-LIB.define("idmap_find(Tensor table, Tensor keys) -> Tensor")
-LIB.define("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor")
-LIB.define("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
-LIB.define("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor")
-LIB.define("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
-           "SymInt nnz) -> Tensor")
-LIB.define("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
-           "int? padding_idx, SymInt num_rows) -> Tensor")
+
+#: whether the C++ extension defines the operators (:mod:`._extension`); else they are
+#: defined here, and every implementation below is registered
+CPP = _extension.LOADED
+LIB = torch.library.Library("lookuplinear", "FRAGMENT" if CPP else "DEF")
+if not CPP:
+    for _schema in SCHEMAS:
+        LIB.define(_schema)
+
+
+def _impl(name: str, fn: Callable[..., Any], key: str) -> None:
+    """Register ``fn`` as operator ``name``'s ``key`` kernel, unless the C++ extension has."""
+    if CPP and torch._C._dispatch_has_kernel_for_dispatch_key(f"lookuplinear::{name}", key):
+        return
+    LIB.impl(name, fn, key)
+
+
+def _project_error(e: Exception) -> Exception | None:
+    """The project's error for a builtin one that a C++ kernel raised (``TORCH_CHECK_INDEX``:
+    ``IndexError``, ``TORCH_CHECK_VALUE``: ``ValueError``, the message the Python side's), or
+    None where ``e`` is not one."""
+    message = str(e)
+    if isinstance(e, LookupLinearError) or not message.startswith("lookuplinear::"):
+        return None
+    if isinstance(e, IndexError):
+        return LookupIndexError(message)
+    if isinstance(e, ValueError):
+        return OffsetsError(message) if "offsets must" in message else InputValueError(message)
+    return None
+
+
+def _mapping_errors(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel``, raising the project's errors where the C++ kernels under it raise builtins:
+    the one Python frame between a caller and the C++ kernels (the ``Autograd`` kernel)."""
+    @functools.wraps(kernel)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return kernel(*args, **kwargs)
+        except (IndexError, ValueError) as e:
+            mapped = _project_error(e)
+            if mapped is None:
+                raise
+            raise mapped from None
+    return call
+
+
+class _AutogradRegistration:
+    """Where ``torch.library.register_autograd`` registers (its ``lib``): the library, each
+    kernel wrapped by :func:`_mapping_errors` where the C++ kernels run under it."""
+
+    def impl(self, name: str, kernel: Callable[..., Any], key: str, **kwargs: Any) -> None:
+        LIB.impl(name, _mapping_errors(kernel) if CPP else kernel, key, **kwargs)
+
+
+def _register_autograd(name: str, backward: Callable[..., Any],
+                       setup_context: Callable[..., Any]) -> None:
+    torch.library.register_autograd(f"lookuplinear::{name}", backward,
+                                    setup_context=setup_context,
+                                    lib=_AutogradRegistration())
+
+
+def _below_autograd(name: str) -> None:
+    """An ``Autograd`` kernel for the non-differentiable operator ``name`` under which the C++
+    kernels run with the project's errors (:func:`_mapping_errors`)."""
+    op = getattr(torch.ops.lookuplinear, name).default
+    after = torch._C._after_autograd_keyset
+
+    def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
+        return op.redispatch(keyset & after, *args, **kwargs)
+    LIB.impl(name, _mapping_errors(kernel), "Autograd", with_keyset=True)
 
 
 # ---- bag_lookup ---------------------------------------------------------------------------
@@ -138,8 +207,8 @@ def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
         raise
 
 
-LIB.impl("bag_lookup", _bag_lookup_cpu, "CPU")
-LIB.impl("bag_lookup", _bag_lookup_other, "CompositeExplicitAutograd")
+_impl("bag_lookup", _bag_lookup_cpu, "CPU")
+_impl("bag_lookup", _bag_lookup_other, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::bag_lookup")
@@ -228,8 +297,8 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     return grad_weight, None, None, grad_weights, None
 
 
-torch.library.register_autograd("lookuplinear::bag_lookup", _bag_lookup_backward,
-                                setup_context=_bag_lookup_setup)
+_register_autograd("bag_lookup", _bag_lookup_backward,
+                   setup_context=_bag_lookup_setup)
 
 
 # ---- in_feature_order ---------------------------------------------------------------------
@@ -265,8 +334,8 @@ def _in_feature_order_cpu(outs: Sequence[torch.Tensor], features: Sequence[int],
     return _interleave(_blocks(outs, features), segment_tensor(tuple(segments)))
 
 
-LIB.impl("in_feature_order", _in_feature_order_cpu, "CPU")
-LIB.impl("in_feature_order", _in_feature_order_twin, "CompositeExplicitAutograd")
+_impl("in_feature_order", _in_feature_order_cpu, "CPU")
+_impl("in_feature_order", _in_feature_order_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::in_feature_order")
@@ -301,8 +370,8 @@ def _in_feature_order_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return grads, None, None
 
 
-torch.library.register_autograd("lookuplinear::in_feature_order", _in_feature_order_backward,
-                                setup_context=_in_feature_order_setup)
+_register_autograd("in_feature_order", _in_feature_order_backward,
+                   setup_context=_in_feature_order_setup)
 
 
 # ---- idmap_find ---------------------------------------------------------------------------
@@ -312,8 +381,8 @@ def _idmap_find_twin(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return _idmap._sorted_find(table, keys.reshape(-1).to(torch.int64))
 
 
-LIB.impl("idmap_find", _idmap.find, "CPU")
-LIB.impl("idmap_find", _idmap_find_twin, "CompositeExplicitAutograd")
+_impl("idmap_find", _idmap.find, "CPU")
+_impl("idmap_find", _idmap_find_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::idmap_find")
@@ -335,8 +404,8 @@ def _idmap_rows_cpu(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
     return rows
 
 
-LIB.impl("idmap_rows", _idmap_rows_cpu, "CPU")
-LIB.impl("idmap_rows", _idmap_rows_twin, "CompositeExplicitAutograd")
+_impl("idmap_rows", _idmap_rows_cpu, "CPU")
+_impl("idmap_rows", _idmap_rows_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::idmap_rows")
@@ -379,8 +448,8 @@ def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Ten
         raise
 
 
-LIB.impl("bag_max", _bag_max_cpu, "CPU")
-LIB.impl("bag_max", _bag_max_twin, "CompositeExplicitAutograd")
+_impl("bag_max", _bag_max_cpu, "CPU")
+_impl("bag_max", _bag_max_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::bag_max")
@@ -409,8 +478,8 @@ def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: tor
     return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
 
 
-LIB.impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
-LIB.impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
+_impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
+_impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::bag_max_backward")
@@ -430,8 +499,8 @@ def _bag_max_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets), None, None
 
 
-torch.library.register_autograd("lookuplinear::bag_max", _bag_max_backward,
-                                setup_context=_bag_max_setup)
+_register_autograd("bag_max", _bag_max_backward,
+                   setup_context=_bag_max_setup)
 
 
 # ---- mode_weights --------------------------------------------------------------------------
@@ -453,8 +522,8 @@ def _mode_weights_cpu(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt:
     return _mode_weights(offsets, weights, sqrt, dtype, nnz)
 
 
-LIB.impl("mode_weights", _mode_weights_cpu, "CPU")
-LIB.impl("mode_weights", _mode_weights_twin, "CompositeExplicitAutograd")
+_impl("mode_weights", _mode_weights_cpu, "CPU")
+_impl("mode_weights", _mode_weights_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::mode_weights")
@@ -519,8 +588,8 @@ def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     return _at_first_entries(*_first_of_rows(idx, padding_idx), values)
 
 
-LIB.impl("row_sums", _row_sums_cpu, "CPU")
-LIB.impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
+_impl("row_sums", _row_sums_cpu, "CPU")
+_impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("lookuplinear::row_sums")
@@ -528,6 +597,11 @@ def _row_sums_fake(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Ten
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
                    ) -> torch.Tensor:
     return grad.new_empty((indices.numel(), grad.shape[1]))
+
+
+if CPP:
+    for _name in ("idmap_find", "idmap_rows", "bag_max_backward", "mode_weights", "row_sums"):
+        _below_autograd(_name)
 
 
 # ---- eager, recorded ----------------------------------------------------------------------

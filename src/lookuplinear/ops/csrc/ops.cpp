@@ -1,0 +1,563 @@
+// lookuplinear's operators in PyTorch's dispatcher: every schema, the CPU kernels over the C
+// kernels of this folder (compiled into the same shared library), and the torch-op twins
+// (CompositeExplicitAutograd) that run on every other device.
+//
+// The schemas are the ones lookuplinear/ops/library.py registers from Python where this
+// library is not built (or was built for another torch): both sides give the same bits on the
+// CPU (tests/test_library.py). The fake (shape) implementations and the backward formulas are
+// registered from Python on top of these; a process that only runs a compiled graph
+// (AOTInductor) needs neither, and loads this library alone: torch.ops.load_library(path).
+//
+// Bad input raises from inside the kernels, with the messages of the Python side:
+// TORCH_CHECK_INDEX (Python's IndexError) for an index outside the table, TORCH_CHECK_VALUE
+// (ValueError) for offsets or weights that do not fit the entries.
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" {
+int64_t ll_gather_rows_f32(const float *w, int64_t num_rows, int64_t dim, const int64_t *rows,
+                           int64_t n, float *out);
+int64_t ll_gather_rows_f64(const double *w, int64_t num_rows, int64_t dim, const int64_t *rows,
+                           int64_t n, double *out);
+void ll_interleave(int64_t n, int64_t n_seg, char *const *blocks, const int64_t *block_ld,
+                   const int64_t *seg_block, const int64_t *seg_off, const int64_t *seg_len,
+                   char *out, int64_t out_ld, int64_t to_out);
+void ll_idmap_find(const int64_t *table, int64_t mask, const int64_t *keys, int64_t n,
+                   int64_t *out);
+int64_t ll_murmur3_32(const uint8_t *data, int64_t n);
+#define LL_BAG_MAX_DECL(T, I, SFX)                                                           \
+    int64_t ll_bag_max_##SFX(const T *w, int64_t rows, int64_t dim, const I *idx,         \
+                             const I *offsets, int64_t n_bags, T *out, int64_t *arg);
+LL_BAG_MAX_DECL(float, int32_t, f32_i32)
+LL_BAG_MAX_DECL(float, int64_t, f32_i64)
+LL_BAG_MAX_DECL(double, int32_t, f64_i32)
+LL_BAG_MAX_DECL(double, int64_t, f64_i64)
+void ll_bag_max_backward_f32(float *grad_w, const int64_t *arg, const float *grad_out,
+                             int64_t n_bags, int64_t dim);
+void ll_bag_max_backward_f64(double *grad_w, const int64_t *arg, const double *grad_out,
+                             int64_t n_bags, int64_t dim);
+int64_t ll_offsets_ok_i32(const int32_t *o, int64_t n, int64_t nnz, int64_t include_last);
+int64_t ll_offsets_ok_i64(const int64_t *o, int64_t n, int64_t nnz, int64_t include_last);
+#define LL_MODE_WEIGHTS_DECL(T, I, SFX)                                                      \
+    void ll_mode_weights_##SFX(const I *offsets, int64_t n_bags, const T *w, int64_t sqrt_, \
+                               T *out);
+LL_MODE_WEIGHTS_DECL(float, int32_t, f32_i32)
+LL_MODE_WEIGHTS_DECL(float, int64_t, f32_i64)
+LL_MODE_WEIGHTS_DECL(double, int32_t, f64_i32)
+LL_MODE_WEIGHTS_DECL(double, int64_t, f64_i64)
+int64_t ll_group_rows_f32(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
+                          int64_t padding_idx, const float *weights, const float *grad_out,
+                          int64_t dim, int64_t *rows_out, float *values_out);
+int64_t ll_group_rows_f64(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
+                          int64_t padding_idx, const double *weights, const double *grad_out,
+                          int64_t dim, int64_t *rows_out, double *values_out);
+}
+
+namespace lookuplinear {
+namespace {
+
+using at::Tensor;
+using c10::optional;
+
+bool is_f32_f64(const Tensor &t) {
+    return t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble;
+}
+bool is_i32_i64(const Tensor &t) {
+    return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong;
+}
+
+// ---- checks, with the Python side's messages ---------------------------------------------
+
+// IndexError naming the first index outside [0, num_rows), if any
+void check_range(const char *op, const Tensor &indices, int64_t num_rows) {
+    const Tensor flat = indices.reshape(-1).to(at::kLong).contiguous();
+    const int64_t *p = flat.data_ptr<int64_t>();
+    for (int64_t k = 0; k < flat.numel(); k++) {
+        TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num_rows, "lookuplinear::", op, ": index ", p[k],
+                          " at indices[", k, "] is out of range for a table of ", num_rows,
+                          " rows. Map the IDs into [0, ", num_rows,
+                          ") first (hashing=, or an IdMap for raw IDs), or make the table "
+                          "larger.");
+    }
+}
+
+bool offsets_ok(const Tensor &offsets, int64_t nnz) {
+    const Tensor o = offsets.contiguous();
+    if (o.scalar_type() == at::kInt)
+        return ll_offsets_ok_i32(o.data_ptr<int32_t>(), o.numel(), nnz, 1) != 0;
+    const Tensor l = o.to(at::kLong).contiguous();
+    return ll_offsets_ok_i64(l.data_ptr<int64_t>(), l.numel(), nnz, 1) != 0;
+}
+
+// ValueError unless `offsets` are the CSR offsets of nnz entries (the C kernels read the
+// entries they name)
+void check_offsets(const char *op, const Tensor &offsets, int64_t nnz) {
+    if (offsets_ok(offsets, nnz)) return;
+    const Tensor head = offsets.reshape(-1).slice(0, 0, 8).to(at::kLong).contiguous();
+    std::ostringstream got;
+    got << "[";
+    for (int64_t k = 0; k < head.numel(); k++)
+        got << (k ? ", " : "") << head.data_ptr<int64_t>()[k];
+    got << "]" << (offsets.numel() > 8 ? " ..." : "");
+    TORCH_CHECK_VALUE(false, "lookuplinear::", op, ": offsets must start at 0, never decrease "
+                      "and end at the number of entries, ", nnz, "; got ", got.str(), " (",
+                      offsets.numel(), " offsets). Build the batch with Bags or KeyedBags (they "
+                      "check it), or give lengths instead of offsets.");
+}
+
+// ---- bag_lookup --------------------------------------------------------------------------
+
+Tensor bag_lookup_twin(const Tensor &weight, const Tensor &indices,
+                       const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                       optional<int64_t> padding_idx, bool include_last_offset) {
+    if (!offsets.has_value()) return at::embedding(weight, indices, padding_idx.value_or(-1));
+    return std::get<0>(at::embedding_bag(weight, indices, *offsets, false, 0, false, weights,
+                                         include_last_offset, padding_idx));
+}
+
+Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
+                        const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                        optional<int64_t> padding_idx, bool include_last_offset) {
+    try {
+        return bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+                               include_last_offset);
+    } catch (const c10::Error &) {
+        if (weight.dim() == 2) check_range("bag_lookup", indices.cpu(), weight.size(0));
+        throw;
+    }
+}
+
+Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
+                      const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                      optional<int64_t> padding_idx, bool include_last_offset) {
+    if (!offsets.has_value() && weight.dim() == 2 && is_f32_f64(weight) &&
+        weight.is_contiguous() && is_i32_i64(indices)) {
+        // an index lookup: the C gather (fixed-width copies, the rows ahead prefetched)
+        const Tensor rows = indices.to(at::kLong).contiguous();
+        std::vector<int64_t> shape(indices.sizes().begin(), indices.sizes().end());
+        shape.push_back(weight.size(1));
+        Tensor out = at::empty(shape, weight.options());
+        const int64_t bad =
+            weight.scalar_type() == at::kFloat
+                ? ll_gather_rows_f32(weight.data_ptr<float>(), weight.size(0), weight.size(1),
+                                     rows.data_ptr<int64_t>(), rows.numel(),
+                                     out.data_ptr<float>())
+                : ll_gather_rows_f64(weight.data_ptr<double>(), weight.size(0), weight.size(1),
+                                     rows.data_ptr<int64_t>(), rows.numel(),
+                                     out.data_ptr<double>());
+        if (bad >= 0) check_range("bag_lookup", indices, weight.size(0));
+        return out;
+    }
+    return bag_lookup_other(weight, indices, offsets, weights, padding_idx,
+                            include_last_offset);
+}
+
+// ---- in_feature_order --------------------------------------------------------------------
+
+// the (N, width) blocks of `outs`: a feature-major output (features[i] = F, (F * N, dim)) is
+// one block per feature, an example-major one (0) one block
+std::vector<Tensor> blocks_of(at::TensorList outs, at::IntArrayRef features) {
+    TORCH_CHECK_VALUE(!outs.empty() && outs.size() == features.size(),
+                      "lookuplinear::in_feature_order: one feature count per output (",
+                      outs.size(), " outputs, ", features.size(), " counts)");
+    const int64_t n = features[0] ? outs[0].size(0) / features[0] : outs[0].size(0);
+    std::vector<Tensor> blocks;
+    for (size_t i = 0; i < outs.size(); i++) {
+        if (!features[i]) {
+            blocks.push_back(outs[i]);
+            continue;
+        }
+        for (const Tensor &b : outs[i].view({features[i], n, outs[i].size(1)}).unbind(0))
+            blocks.push_back(b);
+    }
+    return blocks;
+}
+
+Tensor in_feature_order_twin(at::TensorList outs, at::IntArrayRef features,
+                             at::IntArrayRef segments) {
+    TORCH_CHECK_VALUE(segments.size() % 3 == 0, "lookuplinear::in_feature_order: segments are "
+                      "(block, first column, columns) triples; got ", segments.size(),
+                      " numbers");
+    const std::vector<Tensor> blocks = blocks_of(outs, features);
+    std::vector<Tensor> parts;
+    for (size_t s = 0; s < segments.size(); s += 3)
+        parts.push_back(blocks.at(segments[s]).narrow(1, segments[s + 1], segments[s + 2]));
+    return at::cat(parts, 1);
+}
+
+Tensor in_feature_order_cpu(at::TensorList outs, at::IntArrayRef features,
+                            at::IntArrayRef segments) {
+    const std::vector<Tensor> blocks = blocks_of(outs, features);
+    bool c = segments.size() % 3 == 0;
+    for (const Tensor &b : blocks)
+        c = c && b.dim() == 2 && b.scalar_type() == blocks[0].scalar_type() && b.stride(1) == 1;
+    const int64_t n_seg = static_cast<int64_t>(segments.size() / 3);
+    for (int64_t s = 0; c && s < n_seg; s++) {
+        const int64_t b = segments[3 * s], first = segments[3 * s + 1],
+                      cols = segments[3 * s + 2];
+        c = b >= 0 && b < static_cast<int64_t>(blocks.size()) && first >= 0 && cols >= 0 &&
+            first + cols <= blocks[b].size(1);
+    }
+    if (!c) return in_feature_order_twin(outs, features, segments);
+    // one C pass: each row's segments copied side by side (in bytes)
+    const int64_t size = blocks[0].element_size(), n = blocks[0].size(0);
+    int64_t total = 0;
+    std::vector<int64_t> seg_block(n_seg), seg_off(n_seg), seg_len(n_seg);
+    for (int64_t s = 0; s < n_seg; s++) {
+        seg_block[s] = segments[3 * s];
+        seg_off[s] = segments[3 * s + 1] * size;
+        seg_len[s] = segments[3 * s + 2] * size;
+        total += segments[3 * s + 2];
+    }
+    std::vector<char *> pointers;
+    std::vector<int64_t> block_ld;
+    for (const Tensor &b : blocks) {
+        TORCH_CHECK_VALUE(b.size(0) == n, "lookuplinear::in_feature_order: every block has ",
+                          n, " rows; got one of ", b.size(0));
+        pointers.push_back(static_cast<char *>(b.data_ptr()));
+        block_ld.push_back(b.stride(0) * size);
+    }
+    Tensor out = at::empty({n, total}, blocks[0].options());
+    ll_interleave(n, n_seg, pointers.data(), block_ld.data(), seg_block.data(), seg_off.data(),
+                  seg_len.data(), static_cast<char *>(out.data_ptr()), total * size, 1);
+    return out;
+}
+
+// ---- idmap_find, idmap_rows --------------------------------------------------------------
+
+Tensor idmap_find_cpu(const Tensor &table, const Tensor &keys) {
+    TORCH_CHECK_VALUE(table.scalar_type() == at::kLong && table.dim() == 1,
+                      "lookuplinear::idmap_find: the table is 1-D int64; got ",
+                      table.scalar_type(), " of ", table.dim(), " dimensions");
+    const Tensor t = table.contiguous();
+    const Tensor k = keys.reshape(-1).to(at::kLong).contiguous();
+    Tensor out = at::empty_like(k);
+    ll_idmap_find(t.data_ptr<int64_t>(), t.numel() / 2 - 1, k.data_ptr<int64_t>(), k.numel(),
+                  out.data_ptr<int64_t>());
+    return out;
+}
+
+// hash_ids of one int64 ID: abs(murmurhash3_32 of its 8 little-endian bytes) % num_rows,
+// abs(-2**31) taken as 2**31 (scikit-learn's definition)
+int64_t hashed_row(int64_t key, int64_t num_rows) {
+    const int64_t h = ll_murmur3_32(reinterpret_cast<const uint8_t *>(&key), 8);
+    return (h < 0 ? -h : h) % num_rows;
+}
+
+Tensor idmap_rows_cpu(const Tensor &found, const Tensor &keys, int64_t fallback_rows) {
+    TORCH_CHECK_VALUE(found.numel() == keys.numel(), "lookuplinear::idmap_rows: one found "
+                      "value per key; got ", found.numel(), " values for ", keys.numel(),
+                      " keys");
+    const Tensor f = found.to(at::kLong).contiguous();
+    const Tensor k = keys.to(at::kLong).contiguous();
+    Tensor rows = at::empty_like(f);
+    const int64_t *fp = f.data_ptr<int64_t>(), *kp = k.data_ptr<int64_t>();
+    int64_t *rp = rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < f.numel(); i++) {
+        if (fp[i] < 0) {  // only the keys the map does not hold are hashed
+            TORCH_CHECK_VALUE(fallback_rows >= 1, "lookuplinear::idmap_rows: a key absent "
+                              "from the map is hashed into fallback_rows, which must be >= 1; "
+                              "got ", fallback_rows);
+            rp[i] = hashed_row(kp[i], fallback_rows);
+        } else {
+            rp[i] = fp[i] + fallback_rows;
+        }
+    }
+    return rows.to(found.scalar_type());
+}
+
+// ---- bag_max -----------------------------------------------------------------------------
+
+bool bag_max_takes(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
+    return weight.dim() == 2 && is_f32_f64(weight) && weight.is_contiguous() &&
+           is_i32_i64(indices) && is_i32_i64(offsets) && offsets.numel() > 0;
+}
+
+// (out, arg): the max pool by the C kernel, and the row that gave each maximum (-1 in an
+// empty bag); the offsets checked
+std::tuple<Tensor, Tensor> bag_max_c(const char *op, const Tensor &weight,
+                                     const Tensor &indices, const Tensor &offsets) {
+    Tensor idx = indices.reshape(-1), off = offsets;
+    if (idx.scalar_type() != off.scalar_type()) {
+        idx = idx.to(at::kLong);
+        off = off.to(at::kLong);
+    }
+    idx = idx.contiguous();
+    off = off.contiguous();
+    check_offsets(op, off, idx.numel());
+    const Tensor w = weight.contiguous();
+    const int64_t n = off.numel() - 1, dim = w.size(1);
+    Tensor out = at::empty({n, dim}, w.options());
+    Tensor arg = at::empty({n, dim}, w.options().dtype(at::kLong));
+    int64_t bad = -1;
+    AT_DISPATCH_FLOATING_TYPES(w.scalar_type(), "bag_max", [&] {
+        const bool f32 = std::is_same<scalar_t, float>::value;
+        const bool i32 = idx.scalar_type() == at::kInt;
+        auto *wp = w.data_ptr<scalar_t>();
+        auto *op_ = out.data_ptr<scalar_t>();
+        auto *ap = arg.data_ptr<int64_t>();
+        if (f32 && i32)
+            bad = ll_bag_max_f32_i32(reinterpret_cast<const float *>(wp), w.size(0), dim,
+                                     idx.data_ptr<int32_t>(), off.data_ptr<int32_t>(), n,
+                                     reinterpret_cast<float *>(op_), ap);
+        else if (f32)
+            bad = ll_bag_max_f32_i64(reinterpret_cast<const float *>(wp), w.size(0), dim,
+                                     idx.data_ptr<int64_t>(), off.data_ptr<int64_t>(), n,
+                                     reinterpret_cast<float *>(op_), ap);
+        else if (i32)
+            bad = ll_bag_max_f64_i32(reinterpret_cast<const double *>(wp), w.size(0), dim,
+                                     idx.data_ptr<int32_t>(), off.data_ptr<int32_t>(), n,
+                                     reinterpret_cast<double *>(op_), ap);
+        else
+            bad = ll_bag_max_f64_i64(reinterpret_cast<const double *>(wp), w.size(0), dim,
+                                     idx.data_ptr<int64_t>(), off.data_ptr<int64_t>(), n,
+                                     reinterpret_cast<double *>(op_), ap);
+    });
+    if (bad >= 0) check_range("bag_max", idx, w.size(0));
+    return {out, arg};
+}
+
+Tensor bag_max_twin(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
+    try {
+        return std::get<0>(at::embedding_bag(weight, indices, offsets, false, 2, false,
+                                             optional<Tensor>(), true));
+    } catch (const c10::Error &) {
+        if (weight.dim() == 2) check_range("bag_max", indices.cpu(), weight.size(0));
+        throw;
+    }
+}
+
+Tensor bag_max_cpu(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
+    if (!bag_max_takes(weight, indices, offsets)) return bag_max_twin(weight, indices, offsets);
+    return std::get<0>(bag_max_c("bag_max", weight, indices, offsets));
+}
+
+// the rows that gave each maximum found again (ATen's max_indices; none in an empty bag),
+// grad added to them
+Tensor bag_max_backward_twin(const Tensor &grad, const Tensor &weight, const Tensor &indices,
+                             const Tensor &offsets) {
+    const Tensor rows =
+        std::get<3>(at::embedding_bag(weight, indices, offsets, false, 2, false,
+                                      optional<Tensor>(), true));
+    const Tensor empty =
+        offsets.slice(0, 1).eq(offsets.slice(0, 0, -1)).unsqueeze(1).expand_as(rows);
+    return at::zeros(weight.sizes(), grad.options())
+        .scatter_add_(0, rows.masked_fill(empty, 0), grad.masked_fill(empty, 0));
+}
+
+Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &weight, const Tensor &indices,
+                            const Tensor &offsets) {
+    if (!bag_max_takes(weight, indices, offsets) || grad.scalar_type() != weight.scalar_type())
+        return bag_max_backward_twin(grad, weight, indices, offsets);
+    const Tensor arg = std::get<1>(bag_max_c("bag_max_backward", weight, indices, offsets));
+    const Tensor g = grad.contiguous();
+    TORCH_CHECK_VALUE(g.sizes() == arg.sizes(), "lookuplinear::bag_max_backward: the gradient "
+                      "has one row per bag, ", arg.sizes(), "; got ", g.sizes());
+    Tensor grad_weight = at::zeros(weight.sizes(), g.options());
+    if (g.scalar_type() == at::kFloat)
+        ll_bag_max_backward_f32(grad_weight.data_ptr<float>(), arg.data_ptr<int64_t>(),
+                                g.data_ptr<float>(), arg.size(0), arg.size(1));
+    else
+        ll_bag_max_backward_f64(grad_weight.data_ptr<double>(), arg.data_ptr<int64_t>(),
+                                g.data_ptr<double>(), arg.size(0), arg.size(1));
+    return grad_weight;
+}
+
+// ---- mode_weights ------------------------------------------------------------------------
+
+Tensor mode_weights_twin(const Tensor &offsets, const optional<Tensor> &weights, bool sqrt,
+                         at::ScalarType dtype, c10::SymInt nnz) {
+    const auto options = offsets.options();
+    if (offsets.numel() == 0) return at::empty({0}, options.dtype(dtype));
+    const Tensor lengths = (offsets.slice(0, 1) - offsets.slice(0, 0, -1)).to(at::kLong);
+    const int64_t n_bags = lengths.numel();
+    Tensor total;
+    if (!weights.has_value()) {
+        total = lengths.to(at::kDouble);
+    } else {
+        const Tensor bag = at::repeat_interleave_symint(
+            at::arange(n_bags, options.dtype(at::kLong)), lengths, 0, nnz);
+        const Tensor vals = weights->to(at::kDouble);
+        total = at::zeros({n_bags}, options.dtype(at::kDouble))
+                    .index_add_(0, bag, sqrt ? vals * vals : vals);
+    }
+    if (sqrt) total = total.sqrt();
+    const Tensor inv = at::where(total == 0, at::zeros_like(total), 1.0 / total);
+    if (!weights.has_value())
+        return at::repeat_interleave_symint(inv, lengths, 0, nnz).to(dtype);
+    const Tensor bag = at::repeat_interleave_symint(
+        at::arange(n_bags, options.dtype(at::kLong)), lengths, 0, nnz);
+    return (weights->to(at::kDouble) * inv.index_select(0, bag)).to(dtype);
+}
+
+Tensor mode_weights_cpu(const Tensor &offsets, const optional<Tensor> &weights, bool sqrt,
+                        at::ScalarType dtype, int64_t nnz) {
+    if (offsets.numel() > 0) check_offsets("mode_weights", offsets, nnz);
+    TORCH_CHECK_VALUE(!weights.has_value() || weights->numel() == nnz,
+                      "lookuplinear::mode_weights: weights must hold one value per entry, ", nnz,
+                      "; got ", weights.has_value() ? weights->numel() : 0,
+                      ". Give per-entry weights as long as the indices.");
+    const bool c = (dtype == at::kFloat || dtype == at::kDouble) && is_i32_i64(offsets) &&
+                   (!weights.has_value() || weights->scalar_type() == dtype) &&
+                   offsets.numel() > 0;
+    if (!c) return mode_weights_twin(offsets, weights, sqrt, dtype, nnz);
+    const Tensor off = offsets.contiguous();
+    const Tensor w = weights.has_value() ? weights->contiguous() : Tensor();
+    Tensor out = at::empty({nnz}, off.options().dtype(dtype));
+    const int64_t n_bags = off.numel() - 1;
+    const bool i32 = off.scalar_type() == at::kInt;
+    if (dtype == at::kFloat) {
+        const float *wp = w.defined() ? w.data_ptr<float>() : nullptr;
+        if (i32)
+            ll_mode_weights_f32_i32(off.data_ptr<int32_t>(), n_bags, wp, sqrt,
+                                    out.data_ptr<float>());
+        else
+            ll_mode_weights_f32_i64(off.data_ptr<int64_t>(), n_bags, wp, sqrt,
+                                    out.data_ptr<float>());
+    } else {
+        const double *wp = w.defined() ? w.data_ptr<double>() : nullptr;
+        if (i32)
+            ll_mode_weights_f64_i32(off.data_ptr<int32_t>(), n_bags, wp, sqrt,
+                                    out.data_ptr<double>());
+        else
+            ll_mode_weights_f64_i64(off.data_ptr<int64_t>(), n_bags, wp, sqrt,
+                                    out.data_ptr<double>());
+    }
+    return out;
+}
+
+// ---- row_sums ----------------------------------------------------------------------------
+
+// the bag of every entry, for CSR offsets over nnz entries
+Tensor bag_ids(const Tensor &offsets, int64_t nnz) {
+    const Tensor lengths = offsets.slice(0, 1) - offsets.slice(0, 0, -1);
+    return at::repeat_interleave(at::arange(lengths.numel(), offsets.options().dtype(at::kLong)),
+                                 lengths, 0, nnz);
+}
+
+struct FirstOfRows {
+    Tensor order, first, rank;
+};
+
+// for 1-D indices: the stable order that sorts them, whether each sorted entry is the first of
+// its index (never of padding_idx), and the rank of its index among the distinct others
+FirstOfRows first_of_rows(const Tensor &indices, optional<int64_t> padding_idx) {
+    const Tensor order = std::get<1>(at::sort(indices, /*stable=*/true, 0, false));
+    const Tensor ranked = indices.index_select(0, order);
+    Tensor first = at::ones_like(ranked, ranked.options().dtype(at::kBool));
+    if (ranked.numel() > 1)
+        first.slice(0, 1).copy_(ranked.slice(0, 1).ne(ranked.slice(0, 0, -1)));
+    if (padding_idx.has_value()) first.logical_and_(ranked.ne(*padding_idx));
+    return {order, first, at::cumsum(first, 0) - 1};
+}
+
+// sums (a row per distinct index, by rank, and at least one) at each index's first entry,
+// -0.0 at the others: adding -0.0 changes no value, nor a zero's sign
+Tensor at_first_entries(const FirstOfRows &f, const Tensor &sums) {
+    const Tensor picked = sums.index_select(0, f.rank.clamp_min(0));
+    return at::empty_like(picked).index_copy_(
+        0, f.order, at::where(f.first.unsqueeze(1), picked, at::scalar_tensor(-0.0,
+                                                                               picked.options())));
+}
+
+Tensor row_sums_twin(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
+                     const optional<Tensor> &weights, optional<int64_t> padding_idx,
+                     c10::SymInt num_rows) {
+    const Tensor idx = indices.reshape(-1).to(at::kLong);
+    const FirstOfRows f = first_of_rows(idx, padding_idx);
+    Tensor contrib = offsets.has_value() ? grad.index_select(0, bag_ids(*offsets, idx.numel()))
+                                         : grad;
+    if (weights.has_value()) contrib = contrib * weights->to(grad.scalar_type()).unsqueeze(1);
+    Tensor slot = f.rank;  // padding entries add into a row of their own, past the others
+    if (padding_idx.has_value())
+        slot = at::where(idx.index_select(0, f.order).eq(*padding_idx),
+                         at::scalar_tensor(idx.numel(), f.rank.options()), f.rank);
+    Tensor sums = at::zeros({idx.numel() + 1, contrib.size(1)}, contrib.options());
+    sums.index_add_(0, slot, contrib.index_select(0, f.order));
+    return at_first_entries(f, sums);
+}
+
+Tensor row_sums_cpu(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
+                    const optional<Tensor> &weights, optional<int64_t> padding_idx,
+                    int64_t num_rows) {
+    const Tensor idx = indices.reshape(-1).to(at::kLong).contiguous();
+    const Tensor g = grad.contiguous();
+    constexpr int64_t max_entries = std::numeric_limits<int32_t>::max();
+    if (!is_f32_f64(g) || g.dim() != 2 || idx.numel() > max_entries ||
+        g.size(0) > max_entries || num_rows > (int64_t{1} << 32))
+        return row_sums_twin(grad, indices, offsets, weights, padding_idx, num_rows);
+    // the eager backward's sums (ll_group_rows: rows sorted, values summed in entry order)
+    const Tensor off = offsets.has_value() ? offsets->to(at::kLong).contiguous() : Tensor();
+    const Tensor w = weights.has_value() ? weights->to(g.scalar_type()).contiguous() : Tensor();
+    const int64_t n = idx.numel(), dim = g.size(1);
+    const int64_t n_bags = off.defined() ? off.numel() - 1 : -1;
+    Tensor rows = at::empty({n}, idx.options());
+    Tensor values = at::zeros({n + 1, dim}, g.options());  // the last: the rank -1 row
+    int64_t m;
+    if (g.scalar_type() == at::kFloat)
+        m = ll_group_rows_f32(idx.data_ptr<int64_t>(), n,
+                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                              padding_idx.value_or(-1),
+                              w.defined() ? w.data_ptr<float>() : nullptr, g.data_ptr<float>(),
+                              dim, rows.data_ptr<int64_t>(), values.data_ptr<float>());
+    else
+        m = ll_group_rows_f64(idx.data_ptr<int64_t>(), n,
+                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                              padding_idx.value_or(-1),
+                              w.defined() ? w.data_ptr<double>() : nullptr,
+                              g.data_ptr<double>(), dim, rows.data_ptr<int64_t>(),
+                              values.data_ptr<double>());
+    TORCH_CHECK(m >= 0, "lookuplinear::row_sums: out of memory grouping the rows");
+    // the m sums, then a zero row (as the Python side: cat([values[:m], zeros(1, dim)]))
+    const Tensor sums = at::cat({values.slice(0, 0, m), at::zeros({1, dim}, g.options())});
+    return at_first_entries(first_of_rows(idx, padding_idx), sums);
+}
+
+}  // namespace
+}  // namespace lookuplinear
+
+TORCH_LIBRARY(lookuplinear, m) {
+    m.def("bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
+          "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor");
+    m.def("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor");
+    m.def("idmap_find(Tensor table, Tensor keys) -> Tensor");
+    m.def("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor");
+    m.def("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor");
+    m.def("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> "
+          "Tensor");
+    m.def("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
+          "SymInt nnz) -> Tensor");
+    m.def("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
+          "int? padding_idx, SymInt num_rows) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    using namespace lookuplinear;
+    m.impl("bag_lookup", &bag_lookup_cpu);
+    m.impl("in_feature_order", &in_feature_order_cpu);
+    m.impl("idmap_find", &idmap_find_cpu);
+    m.impl("idmap_rows", &idmap_rows_cpu);
+    m.impl("bag_max", &bag_max_cpu);
+    m.impl("bag_max_backward", &bag_max_backward_cpu);
+    m.impl("mode_weights", &mode_weights_cpu);
+    m.impl("row_sums", &row_sums_cpu);
+}
+
+// every other device (CUDA among them): torch ops. idmap_find and idmap_rows have their twins
+// registered from Python (lookuplinear/ops/library.py), the CPU kernels above run in a process
+// without Python.
+TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
+    using namespace lookuplinear;
+    m.impl("bag_lookup", &bag_lookup_other);
+    m.impl("in_feature_order", &in_feature_order_twin);
+    m.impl("bag_max", &bag_max_twin);
+    m.impl("bag_max_backward", &bag_max_backward_twin);
+    m.impl("mode_weights", &mode_weights_twin);
+    m.impl("row_sums", &row_sums_twin);
+}
