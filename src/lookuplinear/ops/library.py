@@ -45,6 +45,7 @@ The operators:
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -94,6 +95,19 @@ def _impl(name: str, fn: Callable[..., Any], key: str) -> None:
     if CPP and torch._C._dispatch_has_kernel_for_dispatch_key(f"lookuplinear::{name}", key):
         return
     LIB.impl(name, fn, key)
+
+
+def _fake(name: str) -> Callable[[_F], _F]:
+    """Register the decorated function as operator ``name``'s fake (shape) implementation; it
+    runs while a graph is recorded, where Inductor learns to call the operators first."""
+    def register(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            _inductor_calls_the_operators()
+            return fn(*args, **kwargs)
+        torch.library.register_fake(f"lookuplinear::{name}", fake, lib=LIB)
+        return fn
+    return register
 
 
 def _project_error(e: Exception) -> Exception | None:
@@ -211,7 +225,7 @@ _impl("bag_lookup", _bag_lookup_cpu, "CPU")
 _impl("bag_lookup", _bag_lookup_other, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::bag_lookup")
+@_fake("bag_lookup")
 def _bag_lookup_fake(weight: torch.Tensor, indices: torch.Tensor,
                      offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                      padding_idx: int | None = None, *,
@@ -338,7 +352,7 @@ _impl("in_feature_order", _in_feature_order_cpu, "CPU")
 _impl("in_feature_order", _in_feature_order_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::in_feature_order")
+@_fake("in_feature_order")
 def _in_feature_order_fake(outs: Sequence[torch.Tensor], features: Sequence[int],
                            segments: Sequence[int]) -> torch.Tensor:
     torch._check(len(outs) == len(features) > 0 and len(segments) % 3 == 0,
@@ -385,7 +399,7 @@ _impl("idmap_find", _idmap.find, "CPU")
 _impl("idmap_find", _idmap_find_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::idmap_find")
+@_fake("idmap_find")
 def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return keys.new_empty((keys.numel(),), dtype=torch.int64)
 
@@ -408,7 +422,7 @@ _impl("idmap_rows", _idmap_rows_cpu, "CPU")
 _impl("idmap_rows", _idmap_rows_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::idmap_rows")
+@_fake("idmap_rows")
 def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
                      ) -> torch.Tensor:
     return torch.empty_like(found)
@@ -452,7 +466,7 @@ _impl("bag_max", _bag_max_cpu, "CPU")
 _impl("bag_max", _bag_max_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::bag_max")
+@_fake("bag_max")
 def _bag_max_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                   ) -> torch.Tensor:
     return weight.new_empty((offsets.shape[0] - 1, weight.shape[1]))
@@ -482,7 +496,7 @@ _impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
 _impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::bag_max_backward")
+@_fake("bag_max_backward")
 def _bag_max_backward_fake(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
                            offsets: torch.Tensor) -> torch.Tensor:
     return grad.new_empty(weight.shape)
@@ -526,7 +540,7 @@ _impl("mode_weights", _mode_weights_cpu, "CPU")
 _impl("mode_weights", _mode_weights_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::mode_weights")
+@_fake("mode_weights")
 def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
                        dtype: torch.dtype, nnz: int) -> torch.Tensor:
     return offsets.new_empty((nnz,), dtype=dtype)
@@ -592,7 +606,7 @@ _impl("row_sums", _row_sums_cpu, "CPU")
 _impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("lookuplinear::row_sums")
+@_fake("row_sums")
 def _row_sums_fake(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
                    ) -> torch.Tensor:
@@ -622,6 +636,29 @@ _TWINS: dict[str, Callable[..., Any]] = {
 # in PyTorch's table too, which torch.onnx.export(dynamo=True) reads
 for _name, _twin in _TWINS.items():
     torch._decomp.register_decomposition(getattr(torch.ops.lookuplinear, _name).default)(_twin)
+
+_inductor_told = False
+
+
+def _inductor_calls_the_operators() -> None:
+    """Tell Inductor, once it is loaded, to call the operators rather than decompose them.
+
+    A decomposition in PyTorch's table (above, for ONNX) makes Inductor's implicit fallback
+    refuse the operator where the ``CI`` environment variable is set ("a decomposition exists,
+    we should switch to it"). An explicit fallback with ``override_decomp`` says that the
+    operator, its C kernel, is what a compiled graph runs. Called by the fake implementations,
+    which run while a graph is recorded, before Inductor lowers it; Inductor is never imported
+    here.
+    """
+    global _inductor_told
+    lowering = sys.modules.get("torch._inductor.lowering")
+    if _inductor_told or lowering is None:
+        return
+    for name in _TWINS:
+        op = getattr(torch.ops.lookuplinear, name).default
+        if op not in lowering.lowerings:
+            lowering.make_fallback(op, warn=False, override_decomp=True)
+    _inductor_told = True
 
 
 def routed(name: str) -> Callable[[_F], _F]:
