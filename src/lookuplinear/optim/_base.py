@@ -3,18 +3,18 @@
 A parameter whose ``.grad`` is a sparse COO tensor (``LookupLinear(sparse=True)``,
 ``nn.Embedding(sparse=True)``) is updated row by row: only the rows the gradient names, and
 only those rows of the optimizer state, are read and written, in one pass (the C kernels on
-CPU, torch ops elsewhere). Any other parameter gets the dense update of the ``torch.optim``
-optimizer of the same name, so one optimizer serves a whole model.
+CPU, torch ops elsewhere). The other parameters of a group are updated together by the
+``torch.optim`` optimizer of the same name: its functional, multi-tensor update (``foreach``),
+so one optimizer serves a whole model.
 
 Each optimizer states its update once, its variants side by side (as ``torch.optim.adam`` keeps
-its single-tensor, multi-tensor and fused variants together): ``_dense_update`` (the
-``torch.optim`` formula), ``_kernel`` and ``_kernel_args`` (its C entry point and operands) and
-``_rows_torch`` (the same row update in torch ops).
+its single-tensor, multi-tensor and fused variants together): ``_dense_step`` (the
+``torch.optim`` update of a group's dense parameters), ``_kernel`` and ``_kernel_args`` (its C
+entry point and operands) and ``_rows_torch`` (the same row update in torch ops).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -28,7 +28,7 @@ from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
 from ..ops.autograd import row_sparse_grad
 from ..storage.tables import storage_of
 
-__all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "zeros_like"]
+__all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "step_tensors", "zeros_like"]
 
 Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
 
@@ -96,10 +96,11 @@ def _bump_version(t: torch.Tensor) -> None:
 
 
 class RowSparseOptimizer(torch.optim.Optimizer):
-    """Base class: ``step`` sends each parameter to ``_sparse_update`` or ``_dense_update``.
+    """Base class: ``step`` sends each sparse gradient to ``_sparse_update`` and a group's dense
+    ones to ``_dense_step``, together.
 
-    Subclasses define ``_init_state(p, state, group)``, ``_dense_update(p, grad, state,
-    group)`` (the ``torch.optim`` formula), ``_kernel`` (the name of the C row kernel,
+    Subclasses define ``_init_state(p, state, group)``, ``_dense_step(params, grads, states,
+    group)`` (the ``torch.optim`` update, multi-tensor), ``_kernel`` (the name of the C row kernel,
     ``lookuplinear.ops.KERNELS``), ``_kernel_args(w, state, group, step)`` (its state
     tensor and scalars, or None where the state's layout is not the kernel's) and
     ``_rows_torch(w, rows, values, state, group, step)`` (the same update with torch ops).
@@ -447,6 +448,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            params, grads, states = [], [], []
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
@@ -455,38 +457,20 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 if grad.is_sparse:
                     rows, values = row_sparse_parts(grad)
                     self._sparse_update(p, rows, values, state, group)
-                elif not self._dense_rows(p, grad, state, group):
-                    self._dense_update(p, grad, state, group)
+                else:
+                    params.append(p)
+                    grads.append(grad)
+                    states.append(state)
+            for chunk in _chunks(params):
+                self._dense_step([params[i] for i in chunk], [grads[i] for i in chunk],
+                                 [states[i] for i in chunk], group)
         return loss
 
-    #: whether the row kernel on every row is the dense update (SGD's first momentum step is
-    #: not: torch.optim.SGD starts its buffer at the gradient, undamped)
-    _dense_by_rows = True
-
-    def _rows_view(self, p: torch.Tensor) -> torch.Tensor | None:
-        """``p`` as the kernel's ``(rows, dim)`` table for a dense update, or None."""
-        return p if p.dim() == 2 else None
-
-    def _dense_rows(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> bool:
-        """The dense update as the C row kernel on every row: one call where ``_dense_update``
-        makes five to ten small torch ops (most of a small parameter's step). False (nothing
-        done) where the kernel does not apply."""
-        if not self._dense_by_rows or grad.layout != torch.strided:
-            return False
-        w = self._rows_view(p)
-        if w is None:
-            return False
-        args = self._c_args(w, state, group, state["step"] + 1)
-        if args is None:
-            return False
-        g = grad if grad.shape == w.shape else grad.reshape(w.shape)
-        if not update_rows(self._kernel, w, args[0], _all_rows(w.shape[0]), g, args[1]):
-            return False
-        state["step"] += 1
-        _bump_version(p)
-        return True
+    def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+        """The dense update of ``params`` together: ``torch.optim``'s functional update of the
+        same name, multi-tensor (``foreach=True``), each state's ``step`` counted."""
+        raise NotImplementedError
 
     def _sparse_update(
         self,
@@ -516,11 +500,6 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _dense_update(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> None:
-        raise NotImplementedError
-
     def _kernel_args(
         self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
     ) -> tuple[torch.Tensor, dict[str, float]] | None:
@@ -538,10 +517,38 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-@functools.lru_cache(maxsize=64)
-def _all_rows(n: int) -> torch.Tensor:
-    """``arange(n)`` (int64, CPU), made once per size: the rows of a dense update."""
-    return torch.arange(n)
+#: the most elements of one multi-tensor call on the CPU: a ``torch._foreach_*`` op runs over
+#: every tensor of its list before the next op starts, so a list of more than the L2 cache holds
+#: (with its state and the update's intermediates) is read from memory once per op, where
+#: ``torch.optim``'s single-tensor loop keeps each parameter in cache (bench_optim.py
+#: --dense-model). A larger parameter is a call of its own.
+CPU_CHUNK = 1 << 17
+
+
+def _chunks(params: list[torch.Tensor]) -> list[list[int]]:
+    """The positions of ``params`` in runs of at most :data:`CPU_CHUNK` elements on the CPU
+    (one run elsewhere, where a foreach op is one fused kernel per tensor list): each run is one
+    multi-tensor update. Elementwise updates: the same values however the runs are cut."""
+    if not params:
+        return []
+    if params[0].device.type != "cpu":
+        return [list(range(len(params)))]
+    runs: list[list[int]] = [[]]
+    size = 0
+    for i, p in enumerate(params):
+        n = p.numel()
+        if runs[-1] and size + n > CPU_CHUNK:
+            runs.append([])
+            size = 0
+        runs[-1].append(i)
+        size += n
+    return runs
+
+
+def step_tensors(states: list[dict[str, Any]]) -> list[torch.Tensor]:
+    """Each state's step count as the tensor ``torch.optim``'s functional updates take (and
+    advance: the counts kept in ``states`` are advanced by the caller)."""
+    return [torch.tensor(float(s["step"])) for s in states]
 
 
 def _upgraded_group(saved: dict[str, Any]) -> dict[str, Any]:
