@@ -302,10 +302,16 @@ def test_sgd_keeps_its_momentum_buffer_and_starts_it_at_the_gradient() -> None:
     assert torch.equal(later.state[q]["momentum_buffer"], torch.ones(3))
 
 
-def test_rowwise_adagrad_dense_step_is_its_row_update_on_every_row() -> None:
-    """RowWiseAdagrad's dense update (2-D and 1-D parameters, several together) ends where its
-    row update on every row (the same gradient, sparse; a 1-D parameter as one row) puts it,
-    float64 to 1e-12."""
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_rowwise_adagrad_dense_step_is_its_row_update_on_every_row(backend: str) -> None:
+    """RowWiseAdagrad's dense update (2-D and 1-D parameters, several together; the C kernel
+    on every row, or the multi-tensor torch ops) ends where its row update on every row (the
+    same gradient, sparse; a 1-D parameter as one row) puts it, float64 to 1e-12."""
+    with use_backend(backend):
+        _rowwise_dense_is_every_row()
+
+
+def _rowwise_dense_is_every_row() -> None:
     ends = []
     for sparse in (False, True):
         torch.manual_seed(3)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch.optim.adagrad import adagrad as adagrad_functional
 
+from ..ops import update_rows
 from ..storage.tables import storage_of
 from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
 
@@ -111,9 +113,9 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     The state is one float per row (``in_features`` values for a ``LookupLinear`` table, where
     ``Adagrad`` keeps ``in_features x out_features``), which is why recommender systems train
-    their tables with it. A dense gradient is the same formula on every row, for all the dense
-    parameters of a group together (``torch._foreach_*`` ops); a 1-D parameter (a bias) is one
-    row.
+    their tables with it. A dense gradient is the same formula on every row (the C row kernel
+    on the CPU, ``torch._foreach_*`` ops on a group's dense parameters together elsewhere); a
+    1-D parameter (a bias) is one row.
 
     State per parameter: ``sum`` of shape ``(rows,)``, ``step``.
 
@@ -154,10 +156,16 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
                     states: list[dict[str, Any]], group: dict[str, Any]) -> None:
-        """Its formula on every row of each parameter, multi-tensor (``torch._foreach_*``)."""
-        sums = [s["sum"] for s in states]
-        w = [p.view(s.shape[0], -1) for p, s in zip(params, sums, strict=True)]  # (rows, n)
-        g = [grad.reshape(x.shape) for grad, x in zip(grads, w, strict=True)]
+        """Its formula on every row of each parameter: on the CPU the C row kernel on all the
+        rows of a parameter (one pass, where the multi-tensor ops below make eight:
+        bench_optim.py --dense-model), elsewhere ``torch._foreach_*`` ops on them together."""
+        rest = [i for i, (p, grad, s) in enumerate(zip(params, grads, states, strict=True))
+                if not self._all_rows_by_kernel(p, grad, s, group)]
+        if not rest:
+            return
+        sums = [states[i]["sum"] for i in rest]
+        w = [params[i].view(s.shape[0], -1) for i, s in zip(rest, sums, strict=True)]
+        g = [grads[i].reshape(x.shape) for i, x in zip(rest, w, strict=True)]  # (rows, n)
         if group["weight_decay"] != 0:
             g = list(torch._foreach_add(g, w, alpha=group["weight_decay"]))
         torch._foreach_add_(sums, [x.mean(1) for x in torch._foreach_mul(g, g)])
@@ -166,8 +174,25 @@ class RowWiseAdagrad(RowSparseOptimizer):
         torch._foreach_reciprocal_(std)
         torch._foreach_mul_(std, group["lr"])  # lr / (sqrt(s) + eps), one per row
         torch._foreach_addcmul_(w, g, [x.unsqueeze(1) for x in std], value=-1)
-        for s in states:
-            s["step"] += 1
+        for i in rest:
+            states[i]["step"] += 1
+
+    def _all_rows_by_kernel(self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any],
+                            group: dict[str, Any]) -> bool:
+        """The dense update of ``p`` as the C row kernel on every row; False (nothing done)
+        where the kernel does not apply."""
+        if not p.is_contiguous():
+            return False
+        w = p.view(p.shape[0] if p.dim() > 1 else 1, -1)  # a 1-D parameter is one row
+        args = self._c_args(w, state, group, state["step"] + 1)
+        if args is None:
+            return False
+        g = grad if grad.shape == w.shape else grad.reshape(w.shape)
+        if not update_rows(self._kernel, w, args[0], _all_rows(w.shape[0]), g, args[1]):
+            return False
+        state["step"] += 1
+        torch.autograd.graph.increment_version(p)  # the kernel wrote through its pointer
+        return True
 
     _kernel = "rowwise_adagrad"
 
@@ -188,3 +213,9 @@ class RowWiseAdagrad(RowSparseOptimizer):
         state["sum"].index_copy_(0, rows, s)
         w.index_add_(0, rows, g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1),
                      alpha=-1.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _all_rows(n: int) -> torch.Tensor:
+    """``arange(n)`` (int64, CPU), made once per size: the rows of a dense update."""
+    return torch.arange(n)
