@@ -195,8 +195,9 @@ DENSE_VARIANTS: list[tuple[str, dict[str, Any]]] = [
 
 
 class ManyDense(nn.Module):
-    """Dense parameters of several sizes: 2-D, 1-D, 3-D, one over ``optim._base.CPU_CHUNK``
-    elements (a multi-tensor call of its own) and several that share one."""
+    """Dense parameters of several sizes: 2-D, 1-D, 3-D, one over
+    ``optim._base.CPU_LARGE_BYTES`` (the single-tensor update), small ones in more than one
+    multi-tensor run."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
@@ -205,10 +206,12 @@ class ManyDense(nn.Module):
         self.b = nn.Linear(33, 5).to(dtype)
         self.big = nn.Parameter(torch.randn(5, 400, 70, dtype=dtype) / 20)  # 140,000 elements
         self.c = nn.Linear(5, 5, bias=False).to(dtype)
+        self.mids = nn.ParameterList([torch.randn(60, 300, dtype=dtype) for _ in range(8)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.b(torch.relu(self.a(x)))
-        return self.c(h) + torch.einsum("bi,ijk->bk", h, self.big)[:, :5] / 400
+        mids = sum(m.sin().mean() for m in self.mids)
+        return self.c(h) + torch.einsum("bi,ijk->bk", h, self.big)[:, :5] / 400 + mids
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -216,11 +219,13 @@ class ManyDense(nn.Module):
 def test_dense_steps_equal_torch_optims_default_to_the_bit(
     name: str, kw: dict[str, Any], dtype: torch.dtype
 ) -> None:
-    """Dense parameters stepped together (torch.optim's multi-tensor update, cut into runs on
-    the CPU) end each step where torch.optim's default update puts them, bit for bit, and
-    with the same state."""
-    from lookuplinear.optim._base import CPU_CHUNK
-    assert ManyDense(dtype).big.numel() > CPU_CHUNK
+    """Dense parameters stepped together (torch.optim's multi-tensor update in runs on the
+    CPU, its single-tensor update for the large ones) end each step where torch.optim's
+    default update puts them, bit for bit, and with the same state."""
+    from lookuplinear.optim._base import CPU_LARGE_BYTES, CPU_RUN_BYTES
+    m = ManyDense(dtype)
+    assert m.big.numel() * m.big.element_size() >= CPU_LARGE_BYTES
+    assert sum(p.numel() * p.element_size() for p in m.mids) > CPU_RUN_BYTES
     ours, theirs = ManyDense(dtype), ManyDense(dtype)
     oa, ob = getattr(optim, name)(ours.parameters(), **kw), \
         getattr(torch.optim, name)(theirs.parameters(), **kw)

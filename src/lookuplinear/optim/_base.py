@@ -4,8 +4,8 @@ A parameter whose ``.grad`` is a sparse COO tensor (``LookupLinear(sparse=True)`
 ``nn.Embedding(sparse=True)``) is updated row by row: only the rows the gradient names, and
 only those rows of the optimizer state, are read and written, in one pass (the C kernels on
 CPU, torch ops elsewhere). The other parameters of a group are updated together by the
-``torch.optim`` optimizer of the same name: its functional, multi-tensor update (``foreach``),
-so one optimizer serves a whole model.
+``torch.optim`` optimizer of the same name: its functional update, multi-tensor (``foreach``)
+where that is faster, so one optimizer serves a whole model.
 
 Each optimizer states its update once, its variants side by side (as ``torch.optim.adam`` keeps
 its single-tensor, multi-tensor and fused variants together): ``_dense_step`` (the
@@ -461,15 +461,17 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     params.append(p)
                     grads.append(grad)
                     states.append(state)
-            for chunk in _chunks(params):
-                self._dense_step([params[i] for i in chunk], [grads[i] for i in chunk],
-                                 [states[i] for i in chunk], group)
+            for foreach, run in _runs(params):
+                self._dense_step([params[i] for i in run], [grads[i] for i in run],
+                                 [states[i] for i in run], group, foreach=foreach)
         return loss
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
         """The dense update of ``params`` together: ``torch.optim``'s functional update of the
-        same name, multi-tensor (``foreach=True``), each state's ``step`` counted."""
+        same name, multi-tensor (``foreach=True``) or single-tensor, each state's ``step``
+        counted."""
         raise NotImplementedError
 
     def _sparse_update(
@@ -517,32 +519,41 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-#: the most elements of one multi-tensor call on the CPU: a ``torch._foreach_*`` op runs over
-#: every tensor of its list before the next op starts, so a list of more than the L2 cache holds
-#: (with its state and the update's intermediates) is read from memory once per op, where
-#: ``torch.optim``'s single-tensor loop keeps each parameter in cache (bench_optim.py
-#: --dense-model). A larger parameter is a call of its own.
-CPU_CHUNK = 1 << 17
+#: on the CPU, a parameter of this many bytes or more is stepped by ``torch.optim``'s
+#: single-tensor update (its default there), the smaller ones by its multi-tensor update in
+#: runs of at most :data:`CPU_RUN_BYTES`: a ``torch._foreach_*`` op goes over every tensor of
+#: its list before the next op starts, so a list larger than the L2 cache is read from memory
+#: once per op, where the single-tensor update keeps a parameter in cache through all its ops.
+#: Measured with ``bench_optim.py --dense-model`` (widths 64, 128, 256): multi-tensor runs of
+#: small parameters are 1.2-1.6x faster, a 256 KiB parameter 1.25-1.35x slower (Adam, Adagrad).
+CPU_LARGE_BYTES = 1 << 18
+CPU_RUN_BYTES = 1 << 19
 
 
-def _chunks(params: list[torch.Tensor]) -> list[list[int]]:
-    """The positions of ``params`` in runs of at most :data:`CPU_CHUNK` elements on the CPU
-    (one run elsewhere, where a foreach op is one fused kernel per tensor list): each run is one
-    multi-tensor update. Elementwise updates: the same values however the runs are cut."""
+def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
+    """``(foreach, positions)``: how ``params`` are stepped, in calls of ``torch.optim``'s
+    functional update. Off the CPU one multi-tensor call (a fused kernel per op there, and
+    ``torch.optim``'s default); on the CPU the large parameters in one single-tensor call and
+    the others in multi-tensor runs (:data:`CPU_LARGE_BYTES`). Elementwise updates: the same
+    values however they are cut, and the same as ``torch.optim``'s default."""
     if not params:
         return []
     if params[0].device.type != "cpu":
-        return [list(range(len(params)))]
+        return [(True, list(range(len(params))))]
+    large: list[int] = []
     runs: list[list[int]] = [[]]
     size = 0
     for i, p in enumerate(params):
-        n = p.numel()
-        if runs[-1] and size + n > CPU_CHUNK:
+        n = p.numel() * p.element_size()
+        if n >= CPU_LARGE_BYTES:
+            large.append(i)
+            continue
+        if runs[-1] and size + n > CPU_RUN_BYTES:
             runs.append([])
             size = 0
         runs[-1].append(i)
         size += n
-    return runs
+    return [(False, large)] * bool(large) + [(True, run) for run in runs if run]
 
 
 def step_tensors(states: list[dict[str, Any]]) -> list[torch.Tensor]:

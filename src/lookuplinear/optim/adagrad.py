@@ -28,9 +28,10 @@ class Adagrad(RowSparseOptimizer):
     With sparse gradients it gives what ``torch.optim.Adagrad`` gives on the same sparse
     gradients (which it also updates row by row), in one pass over the touched rows instead of
     a coalesce, a ``sparse_mask`` and three sparse additions; a dense gradient gets
-    ``torch.optim.Adagrad``'s dense update (``torch.optim.adagrad.adagrad(..., foreach=True)``,
-    the same values as its default). ``weight_decay`` on sparse gradients (which
-    ``torch.optim.Adagrad`` refuses) decays the touched rows only.
+    ``torch.optim.Adagrad``'s dense update (``torch.optim.adagrad.adagrad``, multi-tensor for
+    a group's small parameters together: the values of ``torch.optim.Adagrad``'s default).
+    ``weight_decay`` on sparse gradients (which ``torch.optim.Adagrad`` refuses) decays the
+    touched rows only.
 
     State per parameter: ``sum`` of the parameter's shape (one value per element), ``step``.
 
@@ -72,9 +73,10 @@ class Adagrad(RowSparseOptimizer):
         return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
         adagrad_functional(
-            params, grads, [s["sum"] for s in states], step_tensors(states), foreach=True,
+            params, grads, [s["sum"] for s in states], step_tensors(states), foreach=foreach,
             has_complex=any(map(torch.is_complex, params)), lr=group["lr"],
             weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
             maximize=False)
@@ -155,7 +157,8 @@ class RowWiseAdagrad(RowSparseOptimizer):
         return {"sum": (p.shape[0] if p.dim() > 1 else 1,)}
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
         """Its formula on every row of each parameter: on the CPU the C row kernel on all the
         rows of a parameter (one pass, where the multi-tensor ops below make eight:
         bench_optim.py --dense-model), elsewhere ``torch._foreach_*`` ops on them together."""

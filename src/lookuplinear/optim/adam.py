@@ -70,8 +70,9 @@ class Adam(RowSparseOptimizer):
 
     with ``t`` the parameter's step count. That is ``torch.optim.SparseAdam`` exactly (which
     has no weight decay), computed in one pass over the touched rows. A dense gradient gets
-    ``torch.optim.Adam``'s update (``torch.optim.adam.adam(..., foreach=True)``, the same values
-    as its default), so one optimizer serves the table and the dense layers.
+    ``torch.optim.Adam``'s update (``torch.optim.adam.adam``, multi-tensor for a group's small
+    parameters together: the values of ``torch.optim.Adam``'s default), so one optimizer
+    serves the table and the dense layers.
 
     Lazy vs dense: dense ``torch.optim.Adam`` keeps moving a row the batch did not touch (its
     momentum ``m`` decays towards 0 but is not 0, so ``w`` keeps changing), which costs a pass
@@ -158,11 +159,12 @@ class Adam(RowSparseOptimizer):
             self._pair(p, state, bool((layout or {}).get("paired", False)))
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
         beta1, beta2 = group["betas"]
         adam_functional(
             params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-            step_tensors(states), foreach=True, has_complex=any(map(torch.is_complex, params)),
+            step_tensors(states), foreach=foreach, has_complex=any(map(torch.is_complex, params)),
             decoupled_weight_decay=self._decoupled, amsgrad=False, beta1=beta1, beta2=beta2,
             lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
             maximize=False)

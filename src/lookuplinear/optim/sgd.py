@@ -17,7 +17,8 @@ class SGD(RowSparseOptimizer):
     r"""Stochastic gradient descent (optionally with momentum), row-sparse where gradients are.
 
     Dense equivalent: ``torch.optim.SGD``. A group's dense gradients get its update exactly
-    (``torch.optim.sgd.sgd(..., foreach=True)``, the values of ``torch.optim.SGD``'s default); for
+    (``torch.optim.sgd.sgd``, multi-tensor for small parameters together: the values of
+    ``torch.optim.SGD``'s default); for
     a sparse gradient (``LookupLinear(sparse=True)``) only the touched rows change:
 
     .. code-block:: text
@@ -87,13 +88,14 @@ class SGD(RowSparseOptimizer):
         return ["momentum_buffer"] if group["momentum"] != 0 else []
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
-                    states: list[dict[str, Any]], group: dict[str, Any]) -> None:
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
         momentum = group["momentum"]
         # torch.optim.SGD starts a buffer at the first gradient (None: the functional clones
         # it); a buffer a sparse step has used decays from there
         bufs: list[torch.Tensor | None] = [
             s.get("momentum_buffer") if momentum != 0 and s["step"] else None for s in states]
-        sgd_functional(params, grads, bufs, foreach=True,
+        sgd_functional(params, grads, bufs, foreach=foreach,
                             weight_decay=group["weight_decay"], momentum=momentum,
                             lr=group["lr"], dampening=group["dampening"],
                             nesterov=group["nesterov"], maximize=False)
