@@ -524,8 +524,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 #: runs of at most :data:`CPU_RUN_BYTES`: a ``torch._foreach_*`` op goes over every tensor of
 #: its list before the next op starts, so a list larger than the L2 cache is read from memory
 #: once per op, where the single-tensor update keeps a parameter in cache through all its ops.
-#: Measured with ``bench_optim.py --dense-model`` (widths 64, 128, 256): multi-tensor runs of
-#: small parameters are 1.2-1.6x faster, a 256 KiB parameter 1.25-1.35x slower (Adam, Adagrad).
+#: Timed on 20 square layers (the functional updates alone): at widths 64-128 multi-tensor runs
+#: take 0.6-1.0x the single-tensor time, at width 256 (256 KiB weights) 1.25-1.35x (Adam,
+#: Adagrad; docs/performance.md, "Many small dense parameters").
 CPU_LARGE_BYTES = 1 << 18
 CPU_RUN_BYTES = 1 << 19
 
