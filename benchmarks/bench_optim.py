@@ -14,6 +14,11 @@ medians per step, ratios to the anchors, the bytes each step must move (touched 
 table and of the optimizer state) per second next to a plain memory copy of as many bytes, and
 the optimizer state each adds. FBGEMM
 (``fbgemm-gpu-cpu``, installed in the benchmark environment only) is measured when importable.
+
+``--dense-model`` times instead ``opt.step()`` alone on a model of many small dense parameters
+(an MLP of ``--layers`` square layers of ``--width``, weights and biases, after one
+``LookupLinear(sparse=True)`` table), its gradients computed once and kept: ``lookuplinear.optim``
+against ``torch.optim``'s default (on the CPU its single-tensor loop) and ``foreach=True``.
 """
 
 from __future__ import annotations
@@ -229,6 +234,95 @@ def build_cases(
     return cases
 
 
+class DenseModel(nn.Module):
+    """A ``LookupLinear(sparse=True)`` table (no bias), then ``layers`` square layers + ReLU."""
+
+    def __init__(self, rows: int, width: int, layers: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.table = LookupLinear(rows, width, bias=False, sparse=True)
+        self.mlp = nn.Sequential(*[m for _ in range(layers)
+                                   for m in (nn.Linear(width, width), nn.ReLU())])
+
+    def forward(self, idx: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.table(idx, offsets=offsets))
+
+
+def dense_model_cases(args: argparse.Namespace) -> list[Case]:
+    """``opt.step()`` of each optimizer on its own copy of :class:`DenseModel`, gradients
+    computed once (the table's sparse, the layers' dense) and kept for every step."""
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, args.rows, (args.batch * args.bag,), generator=g)
+    offsets = torch.arange(0, idx.numel() + 1, args.bag)
+    kws: dict[str, dict[str, Any]] = {"SGD": {"lr": LR, "momentum": 0.9}, "Adagrad": {"lr": LR},
+                                      "RowWiseAdagrad": {"lr": LR}, "Adam": {"lr": LR}}
+
+    def case(name: str, make: Callable[[DenseModel], list[torch.optim.Optimizer]]) -> Case:
+        model = DenseModel(args.rows, args.width, args.layers)
+        model(idx, offsets).pow(2).mean().backward()
+        opts = make(model)
+
+        def step() -> None:
+            for o in opts:
+                o.step()
+
+        return Case(name, step)
+
+    def torch_default(name: str, **kw: Any) -> Callable[[DenseModel], list[Any]]:
+        def make(m: DenseModel) -> list[Any]:
+            if name == "Adam":  # torch.optim.Adam refuses the table's sparse gradient
+                return [torch.optim.SparseAdam(m.table.parameters(), lr=LR),
+                        torch.optim.Adam(m.mlp.parameters(), **kws[name], **kw)]
+            return [getattr(torch.optim, name)(m.parameters(), **kws[name], **kw)]
+        return make
+
+    cases = []
+    for name, kw in kws.items():
+        cases.append(case(f"lookuplinear.optim.{name}",
+                          lambda m, name=name, kw=kw: [getattr(optim, name)(m.parameters(), **kw)]))
+        if hasattr(torch.optim, name):
+            cases.append(case(f"torch.optim.{name} (default)", torch_default(name)))
+            cases.append(case(f"torch.optim.{name}(foreach=True)",
+                              torch_default(name, foreach=True)))
+    return cases
+
+
+def run_dense_model(args: argparse.Namespace) -> dict[str, Any]:
+    """Medians of ``opt.step()`` on :class:`DenseModel` over interleaved, shuffled rounds."""
+    cases = dense_model_cases(args)
+    for c in cases:  # warm-up: allocate state
+        for _ in range(2):
+            c.step()
+    load0 = os.getloadavg()[0]
+    shuffle = np.random.default_rng(1)
+    for _ in range(args.repeats):
+        for k in shuffle.permutation(len(cases)):
+            c = cases[k]
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                c.step()
+            c.times.append((time.perf_counter() - t) / args.steps)
+    n_params = 2 * args.layers + 1
+    rows_out = [{"method": c.name, "median_ms": statistics.median(c.times) * 1e3,
+                 "times_ms": [t * 1e3 for t in c.times]} for c in cases]
+    return {"command": "python benchmarks/bench_optim.py " + " ".join(args.argv),
+            "machine": machine_info(),
+            "dense_model": {"layers": args.layers, "width": args.width, "table_rows": args.rows,
+                            "parameters": n_params, "rows": rows_out,
+                            "load_average": [load0, os.getloadavg()[0]]}}
+
+
+def print_dense_model(report: dict[str, Any]) -> None:
+    d = report["dense_model"]
+    print(f"machine: {format_machine(report['machine'])}")
+    print(f"opt.step() on {d['layers']} x nn.Linear({d['width']}, {d['width']}) after a "
+          f"LookupLinear({d['table_rows']:,}, {d['width']}, sparse=True): {d['parameters']} "
+          f"parameters; load average {d['load_average'][0]:.1f} -> {d['load_average'][1]:.1f}")
+    print(f"{'method':45s} {'median ms':>10s}")
+    for r in d["rows"]:
+        print(f"{r['method']:45s} {r['median_ms']:10.3f}")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -348,13 +442,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time the kernels' torch-op twins (the CUDA path) on CPU")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice, one per core)")
+    p.add_argument("--dense-model", action="store_true",
+                   help="time opt.step() on many small dense parameters instead (the MLP below "
+                   "a table; --rows, --batch and --bag then shape the table and its batch)")
+    p.add_argument("--layers", type=int, default=20, help="--dense-model: square layers")
+    p.add_argument("--width", type=int, default=256, help="--dense-model: their width")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     args.argv = argv if argv is not None else __import__("sys").argv[1:]
     if args.threads:
         torch.set_num_threads(args.threads)
-    report = run(args)
-    print_report(report)
+    if args.dense_model:
+        report = run_dense_model(args)
+        print_dense_model(report)
+    else:
+        report = run(args)
+        print_report(report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -37,6 +37,27 @@ def test_bench_optim_runs_and_reports_every_optimizer(
     assert "table 500 x 4" in capsys.readouterr().out
 
 
+def test_bench_optim_dense_model_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = importlib.util.spec_from_file_location("bench_optim", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_optim"] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "dense.json"
+    assert module.main(["--dense-model", "--layers", "2", "--width", "8", "--rows", "50",
+                        "--batch", "4", "--bag", "3", "--repeats", "1", "--steps", "1",
+                        "--json", str(out)]) == 0
+    report = json.loads(out.read_text())["dense_model"]
+    assert report["parameters"] == 5
+    rows = {r["method"]: r for r in report["rows"]}
+    for name in ("SGD", "Adagrad", "RowWiseAdagrad", "Adam"):
+        assert math.isfinite(rows[f"lookuplinear.optim.{name}"]["median_ms"])
+    assert "torch.optim.Adam (default)" in rows and "torch.optim.SGD(foreach=True)" in rows
+    assert "opt.step() on 2 x nn.Linear(8, 8)" in capsys.readouterr().out
+
+
 def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
     path = BENCH.parent / "bench_kernels.py"
     spec = importlib.util.spec_from_file_location("bench_kernels", path)

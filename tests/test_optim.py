@@ -180,26 +180,161 @@ def _dense_parameters_follow_torch() -> None:
         torch.testing.assert_close(a.bias, b.bias, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["Adagrad", "RowWiseAdagrad", "Adam", "AdamW", "SGD"])
-def test_dense_update_by_the_row_kernel_equals_the_torch_ops(name: str) -> None:
-    """A dense parameter (2-D and 1-D) trained on the C backend ends where the torch ops put it,
-    float64 to 1e-12."""
-    kw: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.05}
+DENSE_VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("SGD", {"lr": 0.1}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("SGD", {"lr": 0.1, "momentum": 0.9, "dampening": 0.3}),
+    ("Adagrad", {"lr": 0.1}),
+    ("Adagrad", {"lr": 0.1, "weight_decay": 0.1, "lr_decay": 0.01,
+                 "initial_accumulator_value": 0.1}),
+    ("Adam", {"lr": 0.05}),
+    ("Adam", {"lr": 0.05, "betas": (0.8, 0.99), "weight_decay": 0.1, "eps": 1e-6}),
+    ("AdamW", {"lr": 0.05, "weight_decay": 0.1}),
+]
+
+
+class ManyDense(nn.Module):
+    """Dense parameters of several sizes: 2-D, 1-D, 3-D, one over
+    ``optim._base.CPU_LARGE_BYTES`` (the single-tensor update), small ones in more than one
+    multi-tensor run."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.a = nn.Linear(7, 33).to(dtype)
+        self.b = nn.Linear(33, 5).to(dtype)
+        self.big = nn.Parameter(torch.randn(5, 400, 70, dtype=dtype) / 20)  # 140,000 elements
+        self.c = nn.Linear(5, 5, bias=False).to(dtype)
+        self.mids = nn.ParameterList([torch.randn(60, 300, dtype=dtype) for _ in range(8)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.b(torch.relu(self.a(x)))
+        mids = sum(m.sin().mean() for m in self.mids)
+        return self.c(h) + torch.einsum("bi,ijk->bk", h, self.big)[:, :5] / 400 + mids
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("name", "kw"), DENSE_VARIANTS)
+def test_dense_steps_equal_torch_optims_default_to_the_bit(
+    name: str, kw: dict[str, Any], dtype: torch.dtype
+) -> None:
+    """Dense parameters stepped together (torch.optim's multi-tensor update in runs on the
+    CPU, its single-tensor update for the large ones) end each step where torch.optim's
+    default update puts them, bit for bit, and with the same state."""
+    from lookuplinear.optim._base import CPU_LARGE_BYTES, CPU_RUN_BYTES
+    m = ManyDense(dtype)
+    assert m.big.numel() * m.big.element_size() >= CPU_LARGE_BYTES
+    assert sum(p.numel() * p.element_size() for p in m.mids) > CPU_RUN_BYTES
+    ours, theirs = ManyDense(dtype), ManyDense(dtype)
+    oa, ob = getattr(optim, name)(ours.parameters(), **kw), \
+        getattr(torch.optim, name)(theirs.parameters(), **kw)
+    for step in range(5):
+        x = torch.randn(9, 7, dtype=dtype, generator=torch.Generator().manual_seed(step))
+        for m, o in ((ours, oa), (theirs, ob)):
+            o.zero_grad()
+            m(x).pow(2).mean().backward()
+            o.step()
+        for pa, pb in zip(ours.parameters(), theirs.parameters(), strict=True):
+            assert pa.isfinite().all() and torch.equal(pa, pb), step
+            sa, sb = oa.state[pa], ob.state[pb]
+            assert sa["step"] == step + 1
+            for key, value in sa.items():
+                if key != "step":
+                    assert torch.equal(value, sb[key]), key
+    assert not torch.equal(ours.a.weight, ManyDense(dtype).a.weight)  # it did train
+
+
+def test_sparse_and_dense_in_the_same_groups_equal_torch_optim() -> None:
+    """A group holding the sparse table and dense parameters, another dense only, each with its
+    own rate: the dense parameters as torch.optim's default (to the bit after the first step,
+    when the table's sparse update, equal to float rounding, has not changed the gradients
+    yet), the table as torch.optim's sparse update."""
+    for name in ("SGD", "Adagrad", "Adam"):
+        ours, theirs = lookup_model(), bag_model()
+        extra = [nn.Parameter(torch.ones(C)) for _ in range(2)]
+
+        def groups(m: Model, extra: list[nn.Parameter]) -> list[dict[str, Any]]:
+            return [{"params": [m.table.weight, m.head.weight], "lr": 0.2},
+                    {"params": [m.head.bias, *extra], "lr": 0.05}]
+
+        theirs_extra = [nn.Parameter(p.detach().clone()) for p in extra]
+        oa = getattr(optim, name)(groups(ours, extra))
+        if name == "Adam":  # torch.optim.Adam refuses sparse gradients: SparseAdam the table
+            dense = [{"params": [theirs.head.weight], "lr": 0.2},
+                     *groups(theirs, theirs_extra)[1:]]
+            refs: list[Any] = [torch.optim.SparseAdam([theirs.table.weight], lr=0.2),
+                               torch.optim.Adam(dense)]
+        else:
+            refs = [getattr(torch.optim, name)(groups(theirs, theirs_extra))]
+        for step, (bags, y) in enumerate(batches()):
+            for model, opts, ex in ((ours, [oa], extra), (theirs, refs, theirs_extra)):
+                for o in opts:
+                    o.zero_grad()
+                out = model(bags) * ex[0] + ex[1]
+                F.cross_entropy(out, y).backward()
+                for o in opts:
+                    o.step()
+            pairs = [(ours.head.weight, theirs.head.weight), (ours.head.bias, theirs.head.bias),
+                     *zip(extra, theirs_extra, strict=True)]
+            for pa, pb in pairs:
+                assert torch.equal(pa, pb) or step > 0, name
+                torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(table(ours), table(theirs), rtol=1e-5, atol=1e-6)
+        assert oa.state[ours.table.weight]["step"] == oa.state[extra[0]]["step"] == STEPS
+
+
+def test_sgd_keeps_its_momentum_buffer_and_starts_it_at_the_gradient() -> None:
+    """The buffer SGD allocated is the one the dense update writes (torch.optim.SGD's first
+    step starts it at the gradient, undamped); a momentum set on the group after a step
+    without one starts a buffer then."""
+    p = nn.Parameter(torch.ones(4))
+    opt = optim.SGD([p], lr=0.1, momentum=0.9, dampening=0.5)
+    buf = opt.state[p]["momentum_buffer"] if p in opt.state else None
+    p.grad = torch.full((4,), 2.0)
+    opt.step()
+    buf = opt.state[p]["momentum_buffer"]
+    assert torch.equal(buf, torch.full((4,), 2.0)) and torch.equal(p, torch.full((4,), 0.8))
+    opt.step()
+    assert opt.state[p]["momentum_buffer"] is buf
+    assert torch.equal(buf, torch.full((4,), 2.0 * 0.9 + 0.5 * 2.0))
+    q = nn.Parameter(torch.ones(3))
+    later = optim.SGD([q], lr=0.1)
+    q.grad = torch.ones(3)
+    later.step()
+    later.param_groups[0]["momentum"] = 0.5
+    later.step()
+    assert torch.equal(later.state[q]["momentum_buffer"], torch.ones(3))
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_rowwise_adagrad_dense_step_is_its_row_update_on_every_row(backend: str) -> None:
+    """RowWiseAdagrad's dense update (2-D and 1-D parameters, several together; the C kernel
+    on every row, or the multi-tensor torch ops) ends where its row update on every row (the
+    same gradient, sparse; a 1-D parameter as one row) puts it, float64 to 1e-12."""
+    with use_backend(backend):
+        _rowwise_dense_is_every_row()
+
+
+def _rowwise_dense_is_every_row() -> None:
     ends = []
-    for backend in ("c", "torch"):
+    for sparse in (False, True):
         torch.manual_seed(3)
-        m = nn.Linear(6, 4).double()
-        opt = getattr(optim, name)(m.parameters(), **kw)
-        with use_backend(backend):
-            for step in range(6):
-                x = torch.randn(5, 6, dtype=torch.float64,
-                                generator=torch.Generator().manual_seed(step))
-                opt.zero_grad()
-                m(x).pow(2).sum().backward()
-                opt.step()
-        ends.append([p.detach().clone() for p in m.parameters()])
-    for a, b in zip(*ends, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        w = nn.Parameter(torch.randn(4, 6, dtype=torch.float64))
+        u = nn.Parameter(torch.randn(3, 5, dtype=torch.float64))
+        b = nn.Parameter(torch.randn(1, 4, dtype=torch.float64))
+        if not sparse:
+            b = nn.Parameter(b.detach().view(-1))
+        opt = optim.RowWiseAdagrad([w, u, b], lr=0.1, weight_decay=0.05)
+        for step in range(6):
+            g = torch.Generator().manual_seed(step)
+            grads = [torch.randn(p.shape, dtype=torch.float64, generator=g) for p in (w, u, b)]
+            for p, grad in zip((w, u, b), grads, strict=True):
+                p.grad = grad.view(-1, grad.shape[-1]).to_sparse(1) if sparse else grad
+            opt.step()
+        ends.append([p.detach().reshape(-1).clone() for p in (w, u, b)])
+    for x, y in zip(*ends, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------- the documented formulas

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
+from torch.optim.adagrad import adagrad as adagrad_functional
 
+from ..ops import update_rows
 from ..ops._hooks import state_tensor
-from ._base import Params, RowSparseOptimizer, zeros_like
+from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
 
@@ -25,8 +28,10 @@ class Adagrad(RowSparseOptimizer):
     With sparse gradients it gives what ``torch.optim.Adagrad`` gives on the same sparse
     gradients (which it also updates row by row), in one pass over the touched rows instead of
     a coalesce, a ``sparse_mask`` and three sparse additions; a dense gradient gets
-    ``torch.optim.Adagrad``'s dense update. ``weight_decay`` on sparse gradients (which
-    ``torch.optim.Adagrad`` refuses) decays the touched rows only.
+    ``torch.optim.Adagrad``'s dense update (``torch.optim.adagrad.adagrad``, multi-tensor for
+    a group's small parameters together: the values of ``torch.optim.Adagrad``'s default).
+    ``weight_decay`` on sparse gradients (which ``torch.optim.Adagrad`` refuses) decays the
+    touched rows only.
 
     State per parameter: ``sum`` of the parameter's shape (one value per element), ``step``.
 
@@ -67,15 +72,16 @@ class Adagrad(RowSparseOptimizer):
     def _clr(group: dict[str, Any], step: int) -> float:
         return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))
 
-    def _dense_update(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> None:
-        state["step"] += 1
-        if group["weight_decay"] != 0:
-            grad = grad.add(p, alpha=group["weight_decay"])
-        state["sum"].addcmul_(grad, grad, value=1)
-        std = state["sum"].sqrt().add_(group["eps"])
-        p.addcdiv_(grad, std, value=-self._clr(group, state["step"]))
+    def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
+        adagrad_functional(
+            params, grads, [s["sum"] for s in states], step_tensors(states), foreach=foreach,
+            has_complex=any(map(torch.is_complex, params)), lr=group["lr"],
+            weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
+            maximize=False)
+        for s in states:
+            s["step"] += 1
 
     _kernel = "adagrad"
 
@@ -109,8 +115,9 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     The state is one float per row (``in_features`` values for a ``LookupLinear`` table, where
     ``Adagrad`` keeps ``in_features x out_features``), which is why recommender systems train
-    their tables with it. A dense gradient is the same formula on every row; a 1-D parameter
-    (a bias) is one row.
+    their tables with it. A dense gradient is the same formula on every row (the C row kernel
+    on the CPU, ``torch._foreach_*`` ops on a group's dense parameters together elsewhere); a
+    1-D parameter (a bias) is one row.
 
     State per parameter: ``sum`` of shape ``(rows,)``, ``step``.
 
@@ -148,23 +155,48 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"sum": (p.shape[0] if p.dim() > 1 else 1,)}
 
-    def _dense_update(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> None:
-        state["step"] += 1
-        w = p.view(state["sum"].shape[0], -1)
-        g = grad.reshape(w.shape)
+    def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
+        """Its formula on every row of each parameter: on the CPU the C row kernel on all the
+        rows of a parameter (one pass, where the multi-tensor ops below make eight:
+        bench_optim.py --dense-model), elsewhere ``torch._foreach_*`` ops on them together."""
+        rest = [i for i, (p, grad, s) in enumerate(zip(params, grads, states, strict=True))
+                if not self._all_rows_by_kernel(p, grad, s, group)]
+        if not rest:
+            return
+        sums = [states[i]["sum"] for i in rest]
+        w = [params[i].view(s.shape[0], -1) for i, s in zip(rest, sums, strict=True)]
+        g = [grads[i].reshape(x.shape) for i, x in zip(rest, w, strict=True)]  # (rows, n)
         if group["weight_decay"] != 0:
-            g = g + group["weight_decay"] * w
-        s = state["sum"].add_((g * g).mean(1))
-        w.sub_(g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1))
+            g = list(torch._foreach_add(g, w, alpha=group["weight_decay"]))
+        torch._foreach_add_(sums, [x.mean(1) for x in torch._foreach_mul(g, g)])
+        std = torch._foreach_sqrt(sums)
+        torch._foreach_add_(std, group["eps"])
+        torch._foreach_reciprocal_(std)
+        torch._foreach_mul_(std, group["lr"])  # lr / (sqrt(s) + eps), one per row
+        torch._foreach_addcmul_(w, g, [x.unsqueeze(1) for x in std], value=-1)
+        for i in rest:
+            states[i]["step"] += 1
+
+    def _all_rows_by_kernel(self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any],
+                            group: dict[str, Any]) -> bool:
+        """The dense update of ``p`` as the C row kernel on every row; False (nothing done)
+        where the kernel does not apply."""
+        if not p.is_contiguous():
+            return False
+        w = p.view(p.shape[0] if p.dim() > 1 else 1, -1)  # a 1-D parameter is one row
+        args = self._c_args(w, state, group, state["step"] + 1)
+        if args is None:
+            return False
+        g = grad if grad.shape == w.shape else grad.reshape(w.shape)
+        if not update_rows(self._kernel, w, args[0], _all_rows(w.shape[0]), g, args[1]):
+            return False
+        state["step"] += 1
+        torch.autograd.graph.increment_version(p)  # the kernel wrote through its pointer
+        return True
 
     _kernel = "rowwise_adagrad"
-
-    def _rows_view(self, p: torch.Tensor) -> torch.Tensor | None:
-        if not p.is_contiguous():
-            return None
-        return p.view(p.shape[0] if p.dim() > 1 else 1, -1)  # a 1-D parameter is one row
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
@@ -183,3 +215,9 @@ class RowWiseAdagrad(RowSparseOptimizer):
         state["sum"].index_copy_(0, rows, s)
         w.index_add_(0, rows, g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1),
                      alpha=-1.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _all_rows(n: int) -> torch.Tensor:
+    """``arange(n)`` (int64, CPU), made once per size: the rows of a dense update."""
+    return torch.arange(n)

@@ -6,11 +6,12 @@ import math
 from typing import Any, ClassVar
 
 import torch
+from torch.optim.adam import adam as adam_functional
 
 from .. import hugepages
 from ..errors import InputValueError
 from ..ops._hooks import state_tensor
-from ._base import Params, RowSparseOptimizer, zeros_like
+from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
 
 __all__ = ["Adam", "AdamW", "paired_moments"]
 
@@ -68,7 +69,9 @@ class Adam(RowSparseOptimizer):
 
     with ``t`` the parameter's step count. That is ``torch.optim.SparseAdam`` exactly (which
     has no weight decay), computed in one pass over the touched rows. A dense gradient gets
-    ``torch.optim.Adam``'s update, so one optimizer serves the table and the dense layers.
+    ``torch.optim.Adam``'s update (``torch.optim.adam.adam``, multi-tensor for a group's small
+    parameters together: the values of ``torch.optim.Adam``'s default), so one optimizer
+    serves the table and the dense layers.
 
     Lazy vs dense: dense ``torch.optim.Adam`` keeps moving a row the batch did not touch (its
     momentum ``m`` decays towards 0 but is not 0, so ``w`` keeps changing), which costs a pass
@@ -154,22 +157,18 @@ class Adam(RowSparseOptimizer):
         if "exp_avg" in state:
             self._pair(p, state, bool((layout or {}).get("paired", False)))
 
-    def _dense_update(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> None:
-        state["step"] += 1
-        step = state["step"]
-        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
-        if self._decoupled:
-            p.mul_(1 - lr * wd)
-        elif wd != 0:
-            grad = grad.add(p, alpha=wd)
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(group["eps"])
-        p.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+    def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
+        beta1, beta2 = group["betas"]
+        adam_functional(
+            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+            step_tensors(states), foreach=foreach, has_complex=any(map(torch.is_complex, params)),
+            decoupled_weight_decay=self._decoupled, amsgrad=False, beta1=beta1, beta2=beta2,
+            lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
+            maximize=False)
+        for s in states:
+            s["step"] += 1
 
     def _coefficients(self, group: dict[str, Any], step: int) -> tuple[float, float, float]:
         """``(step_size, l2, decay)``: SparseAdam's step size, L2 factor, AdamW's row decay."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.optim.sgd import sgd as sgd_functional
 
 from ..errors import InputValueError
 from ._base import Params, RowSparseOptimizer, zeros_like
@@ -15,7 +16,9 @@ __all__ = ["SGD"]
 class SGD(RowSparseOptimizer):
     r"""Stochastic gradient descent (optionally with momentum), row-sparse where gradients are.
 
-    Dense equivalent: ``torch.optim.SGD``. For a dense gradient it is that formula exactly; for
+    Dense equivalent: ``torch.optim.SGD``. A group's dense gradients get its update exactly
+    (``torch.optim.sgd.sgd``, multi-tensor for small parameters together: the values of
+    ``torch.optim.SGD``'s default); for
     a sparse gradient (``LookupLinear(sparse=True)``) only the touched rows change:
 
     .. code-block:: text
@@ -84,23 +87,27 @@ class SGD(RowSparseOptimizer):
     def _required_state(self, p: torch.Tensor, group: dict[str, Any]) -> list[str]:
         return ["momentum_buffer"] if group["momentum"] != 0 else []
 
-    def _dense_update(
-        self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
-    ) -> None:
-        state["step"] += 1
-        momentum, wd = group["momentum"], group["weight_decay"]
-        d_p = grad if wd == 0 else grad.add(p, alpha=wd)
-        if momentum != 0:
-            buf = state["momentum_buffer"]
-            if state["step"] == 1:  # torch.optim.SGD: the first buffer is the gradient
-                buf.copy_(d_p)
-            else:
-                buf.mul_(momentum).add_(d_p, alpha=1 - group["dampening"])
-            d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
-        p.add_(d_p, alpha=-group["lr"])
+    def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    states: list[dict[str, Any]], group: dict[str, Any], *,
+                    foreach: bool) -> None:
+        momentum = group["momentum"]
+        # torch.optim.SGD starts a buffer at the first gradient (None: the functional clones
+        # it); a buffer a sparse step has used decays from there
+        bufs: list[torch.Tensor | None] = [
+            s.get("momentum_buffer") if momentum != 0 and s["step"] else None for s in states]
+        sgd_functional(params, grads, bufs, foreach=foreach,
+                            weight_decay=group["weight_decay"], momentum=momentum,
+                            lr=group["lr"], dampening=group["dampening"],
+                            nesterov=group["nesterov"], maximize=False)
+        for s, buf in zip(states, bufs, strict=True):
+            s["step"] += 1
+            if momentum != 0 and buf is not s.get("momentum_buffer"):
+                if "momentum_buffer" in s:  # allocated where the table's state lives
+                    s["momentum_buffer"].copy_(buf)
+                else:
+                    s["momentum_buffer"] = buf
 
     _kernel = "sgd"
-    _dense_by_rows = False
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
