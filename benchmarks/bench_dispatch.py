@@ -15,6 +15,12 @@ Then per training step of that table (forward, backward, ``Adagrad(fused=True)``
 ``fused=False``): the step's time, the C calls it makes (counted by wrapping every entry point
 the kernels look up), and what the step would cost more if each of those calls went through
 an operator (calls x the operator's extra time per call).
+
+Last, the same table's lookup as the ``lookuplinear::bag_lookup`` operator itself, registered
+from C++ (``ops/csrc/ops.cpp``) where the extension is built, else from Python (the line says
+which), under ``torch.inference_mode`` (no autograd layer) and with the table requiring grad
+(the Python autograd formula around it), beside ``nn.EmbeddingBag``'s forward on the same
+bags (``mode="sum"``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Callable
 import torch
 
 from lookuplinear import LookupLinear
-from lookuplinear.ops import _clib
+from lookuplinear.ops import _clib, _extension
 from lookuplinear.ops._clib import function
 from lookuplinear.optim import Adagrad
 from lookuplinear.report.machine import format_machine, machine_info
@@ -102,6 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     w, r = torch.randn(1000, 16), torch.randint(0, 1000, (4,))
     table = LookupLinear(100_000, 16, bias=False, sparse=True)
     indices, offsets = torch.randint(0, 100_000, (1280,)), torch.arange(0, 1280, 10)
+    weight = table.weight
+    csr = torch.cat([offsets, torch.tensor([indices.numel()])])
+    bag_op = torch.ops.lookuplinear.bag_lookup.default
+    stock = torch.nn.EmbeddingBag.from_pretrained(weight.detach().clone(), freeze=False,
+                                                  mode="sum")
+
+    def op_inference() -> object:
+        with torch.inference_mode():
+            return bag_op(weight, indices, csr)
+
     methods: dict[str, Callable[[], object]] = {
         "C kernel, direct (ctypes)": lambda: direct(w, r),
         "C kernel, torch.library.Library op": lambda: library_op(w, r),
@@ -109,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         "DLRM table forward (1 C call)": lambda: table(indices, offsets),
         "DLRM table step, Adagrad(fused=True)": _step(True),
         "DLRM table step, Adagrad(fused=False)": _step(False),
+        "bag_lookup operator, inference_mode": op_inference,
+        "bag_lookup operator, table requires grad": lambda: bag_op(weight, indices, csr),
+        "nn.EmbeddingBag forward (sum)": lambda: stock(indices, offsets),
     }
-    calls = {k: _count_c_calls(f) for k, f in methods.items() if "step" in k}
+    calls = {k: _count_c_calls(f) for k, f in methods.items() if k.startswith("DLRM table step")}
     times: dict[str, list[float]] = {k: [] for k in methods}
     for _ in range(args.rounds):
         for name, f in methods.items():
@@ -121,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                 f()
             times[name].append((time.thread_time() - start) / args.calls * 1e6)
     med = {k: statistics.median(v) for k, v in times.items()}
+    print("lookuplinear operators registered from "
+          + ("C++ (the _C extension)" if _extension.LOADED else
+             f"Python ({_extension.PROBLEM or 'LOOKUPLINEAR_OPS=python'})"))
     for name, us in med.items():
-        print(f"{name:38s} {us:7.2f} us")
+        print(f"{name:41s} {us:7.2f} us")
     base, fwd = med["C kernel, direct (ctypes)"], med["DLRM table forward (1 C call)"]
     for name in ("C kernel, torch.library.Library op", "C kernel, torch.library.custom_op"):
         extra = med[name] - base
