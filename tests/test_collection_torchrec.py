@@ -290,6 +290,18 @@ def test_to_torchrec_refuses_mean_with_weights(is_weighted):
         torch.testing.assert_close(unweighted(kb.to_kjt()).values(), col(kb).values())
 
 
+def test_from_torchrec_refuses_mean_in_a_weighted_ebc():
+    """The EBC fails on every weighted batch there (PyTorch: weights only with sum), so a
+    collection that computed a weighted mean would have no result to equal: refused."""
+    ebc = _ebc([("user", 10, 4, ["user"]), ("item", 8, 3, ["item"])], is_weighted=True,
+               mean=("item",))
+    with pytest.raises(InputValueError, match=r"table 'item' pools with MEAN in a weighted.*"
+                                              r"is_weighted=False"):
+        LookupCollection.from_torchrec(ebc)
+    plain = _ebc([("user", 10, 4, ["user"]), ("item", 8, 3, ["item"])], mean=("item",))
+    assert LookupCollection.from_torchrec(plain).tables[1].mode == "mean"
+
+
 @pytest.mark.parametrize("one_id", [True, False])
 def test_shared_features_take_the_batched_path(one_id, monkeypatch):
     """A batch of the plan's features, one read by several tables of two widths: taken once

@@ -377,7 +377,15 @@ class LookupCollection(CollectionBase):
         (each in its own dtype, its values exactly), features (a feature several tables read
         too, its outputs keyed ``feature@table`` as the EBC keys them), pooling, weights and
         ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
-        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model)."""
+        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model).
+
+        Raises
+        ------
+        InputValueError
+            A table pooled otherwise than SUM or MEAN, or a MEAN table in a weighted EBC
+            (which fails on every weighted batch: ``nn.EmbeddingBag`` has no weights with mean,
+            so there is no result to equal).
+        """
         modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
         tables = []
         for c in ebc.embedding_bag_configs():
@@ -385,6 +393,14 @@ class LookupCollection(CollectionBase):
                 raise InputValueError(
                     f"from_torchrec: table {c.name!r} pools with {c.pooling.name}; "
                     "LookupCollection takes SUM and MEAN."
+                )
+            if c.pooling.name == "MEAN" and ebc.is_weighted():
+                raise InputValueError(
+                    f"from_torchrec: table {c.name!r} pools with MEAN in a weighted "
+                    "EmbeddingBagCollection, which fails on every weighted batch (PyTorch's "
+                    "embedding_bag takes per-sample weights only with sum), so there is no "
+                    "result to equal. Pool it with SUM, or build the EBC with "
+                    "is_weighted=False."
                 )
             tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
                                       list(c.feature_names), mode=modes[c.pooling.name]))
