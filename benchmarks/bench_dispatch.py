@@ -19,8 +19,8 @@ an operator (calls x the operator's extra time per call).
 Last, the same table's lookup as the ``lookuplinear::bag_lookup`` operator itself, registered
 from C++ (``ops/csrc/ops.cpp``) where the extension is built, else from Python (the line says
 which), under ``torch.inference_mode`` (no autograd layer) and with the table requiring grad
-(the Python autograd formula around it), beside ``nn.EmbeddingBag``'s forward on the same
-bags (``mode="sum"``).
+(its C++ autograd kernel, or the Python formula registered around it), beside
+``nn.EmbeddingBag``'s forward on the same bags (``mode="sum"``).
 """
 
 from __future__ import annotations

@@ -84,6 +84,146 @@ def test_cpp_operator_equals_the_python_registration_to_the_bit(
     torch.library.opcheck(getattr(ops, name).default, args, kw)
 
 
+class PythonBagLookup(torch.autograd.Function):
+    """``bag_lookup`` with the Python registration's backward (``library._bag_lookup_backward``),
+    to compare with the C++ one."""
+
+    @staticmethod
+    def forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
+                weights: torch.Tensor | None, padding_idx: int | None,
+                include_last_offset: bool) -> torch.Tensor:
+        return library._bag_lookup_cpu(weight, indices, offsets, weights, padding_idx,
+                                       include_last_offset=include_last_offset)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        library._bag_lookup_setup(ctx, inputs[:5], {"include_last_offset": inputs[5]}, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        return (*library._bag_lookup_backward(ctx, grad), None)
+
+
+def backward_cases() -> list[tuple[str, dict[str, Any]]]:
+    idx = torch.randint(0, 30, (40,), generator=torch.Generator().manual_seed(5))
+    off = torch.tensor([0, 3, 3, 10, 22, 40])
+    return [
+        ("index", {"indices": idx}),
+        ("index 2-D int32", {"indices": idx.reshape(8, 5).int()}),
+        ("index padding", {"indices": idx, "padding_idx": int(idx[0])}),
+        ("bags", {"indices": idx, "offsets": off}),
+        ("bags weighted padding", {"indices": idx, "offsets": off, "weights": True,
+                                   "padding_idx": int(idx[1])}),
+        ("bags weighted", {"indices": idx.int(), "offsets": off.int(), "weights": True}),
+        ("start offsets", {"indices": idx, "offsets": off[:-1], "include_last_offset": False}),
+        ("start offsets weighted", {"indices": idx, "offsets": off[:-1], "weights": True,
+                                    "include_last_offset": False}),
+    ]
+
+
+def _grads(lookup: Any, dtype: torch.dtype, kw: dict[str, Any], create_graph: bool
+           ) -> list[torch.Tensor]:
+    """The weight's gradient (its indices and values, uncoalesced), the per-entry weights'
+    where they are given, and, under ``create_graph``, their gradients in turn."""
+    g = torch.Generator().manual_seed(6)
+    weight = torch.randn(30, 7, dtype=dtype, generator=g).requires_grad_()
+    psw = (torch.rand(40, dtype=dtype, generator=g).requires_grad_() if kw.get("weights")
+           else None)
+    out = lookup(weight, kw["indices"], kw.get("offsets"), psw, kw.get("padding_idx"),
+                 include_last_offset=kw.get("include_last_offset", True))
+    inputs = [weight] if psw is None else [weight, psw]
+    grad_out = torch.randn(out.shape, dtype=dtype, generator=g).requires_grad_(create_graph)
+    grads = torch.autograd.grad(out, inputs, grad_out, create_graph=create_graph)
+    gw = grads[0]
+    found = [gw._indices(), gw._values(), *grads[1:]]
+    if create_graph:  # the gradient's own gradient (values(): differentiable, once coalesced)
+        total = gw.coalesce().values().square().sum() + sum(t.square().sum() for t in grads[1:])
+        found += torch.autograd.grad(total, [grad_out, *inputs], allow_unused=True,
+                                     materialize_grads=True)
+    return found
+
+
+@needs_cpp
+@pytest.mark.parametrize("create_graph", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("name", "kw"), backward_cases(), ids=[c[0] for c in backward_cases()])
+def test_cpp_backward_equals_the_python_one_to_the_bit(
+        name: str, kw: dict[str, Any], dtype: torch.dtype, create_graph: bool) -> None:
+    """``bag_lookup``'s C++ autograd kernel: the Python ``register_autograd`` formula's bits,
+    the sparse weight gradient one row per entry, the per-entry weights' gradient, and under
+    ``create_graph=True`` a gradient that differentiates to the same bits."""
+    ours = _grads(ops.bag_lookup, dtype, kw, create_graph)
+    python = _grads(lambda *args, include_last_offset: PythonBagLookup.apply(
+        *args, include_last_offset), dtype, kw, create_graph)
+    assert len(ours) == len(python)
+    for a, b in zip(ours, python, strict=True):
+        assert _same_bits(a.to_dense() if a.is_sparse else a,
+                          b.to_dense() if b.is_sparse else b), name
+
+
+class Densified(torch.autograd.Function):
+    """The identity, whose backward densifies a sparse gradient (``gradcheck`` compares
+    strided ones)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return grad.to_dense()
+
+
+@pytest.mark.parametrize(("name", "kw"), backward_cases(), ids=[c[0] for c in backward_cases()])
+def test_bag_lookup_gradcheck_and_opcheck(name: str, kw: dict[str, Any]) -> None:
+    """float64 gradients against finite differences (the weight's, densified, and the per-entry
+    weights'), and ``opcheck``; on whichever registration is loaded."""
+    g = torch.Generator().manual_seed(7)
+    weight = torch.randn(30, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    psw = (torch.rand(40, dtype=torch.float64, generator=g, requires_grad=True)
+           if kw.get("weights") else None)
+    rest = (kw.get("offsets"), psw, kw.get("padding_idx"))
+    last = {"include_last_offset": kw.get("include_last_offset", True)}
+
+    def call(w: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
+        return ops.bag_lookup(Densified.apply(w), kw["indices"], rest[0], p, rest[2], **last)
+
+    if kw.get("offsets") is not None or kw.get("padding_idx") is None:
+        # (an index input reads the padding row, which gets no gradient: F.embedding's)
+        assert torch.autograd.gradcheck(call, (weight,) if psw is None else (weight, psw))
+    utils = ["test_schema", "test_faketensor"]
+    if kw.get("padding_idx") is None:  # a data-dependent shape otherwise (test_library.py)
+        utils += ["test_aot_dispatch_static", "test_aot_dispatch_dynamic"]
+    torch.library.opcheck(ops.bag_lookup.default, (weight, kw["indices"], *rest), last,
+                          test_utils=utils)
+
+
+@needs_cpp
+def test_bag_lookup_has_no_python_autograd_layer() -> None:
+    """With the extension loaded, the table's gradient comes from the C++ autograd kernel."""
+    weight = torch.randn(10, 3, requires_grad=True)
+    out = ops.bag_lookup(weight, torch.tensor([1, 2]), torch.tensor([0, 1, 2]))
+    assert type(out.grad_fn).__name__ == "CppFunction"
+
+
+def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Where Python calls the operator (a graph being recorded), an index outside the table is
+    a LookupIndexError, on either registration."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    routed = library.routed("bag_lookup")(lambda *args, **kwargs: None)
+    weight = torch.randn(10, 3, requires_grad=True)
+    with pytest.raises(lookuplinear.LookupIndexError, match=r"index 12 at indices\[1\]"):
+        routed(weight, torch.tensor([1, 12]))
+    with pytest.raises(lookuplinear.OffsetsError, match="offsets must start at 0"):
+        library.routed("bag_max")(lambda *args: None)(weight, torch.tensor([1, 2]),
+                                                       torch.tensor([0, 3]))
+
+
 def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The version written beside the library is compared before it is opened."""
     monkeypatch.setattr(_extension, "library_path", lambda: "/nonexistent/_C.so")

@@ -163,9 +163,15 @@ def test_bag_lookup_fake_shapes() -> None:
 
 
 @pytest.mark.parametrize("offsets", [None, torch.tensor([0, 1, 3])])
-def test_bag_lookup_checks_the_range_inside(offsets: torch.Tensor | None) -> None:
-    with pytest.raises(LookupIndexError, match=r"index 12 at indices\[1\].*table of 10 rows"):
-        ops.bag_lookup(torch.randn(10, 3), torch.tensor([1, 12, 3]), offsets)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_bag_lookup_checks_the_range_inside(offsets: torch.Tensor | None, requires_grad: bool
+                                            ) -> None:
+    """The raw operator raises IndexError with the project's message (the C++ kernels raise
+    the builtin, the Python registration its LookupIndexError; lookuplinear's own calls map
+    it, test_cpp_ops.py)."""
+    weight = torch.randn(10, 3, requires_grad=requires_grad)
+    with pytest.raises(IndexError, match=r"index 12 at indices\[1\].*table of 10 rows"):
+        ops.bag_lookup(weight, torch.tensor([1, 12, 3]), offsets)
 
 
 def test_in_feature_order_equals_twin_and_its_gradient_the_columns_back() -> None:

@@ -3,8 +3,8 @@
 Each operator has a schema, a CPU implementation that runs the C kernel (where the eager path
 runs one), a torch-op implementation for every other device (``CompositeExplicitAutograd``),
 a fake implementation that gives the output's shape, and, where it is differentiable, its
-backward (``torch.library.register_autograd``). The index range is checked inside the
-operator, where it runs.
+backward (``torch.library.register_autograd``; the C++ extension registers
+``bag_lookup``'s in C++). The index range is checked inside the operator, where it runs.
 
 Eager calls do not go through the dispatcher (it costs more than a small lookup:
 ``benchmarks/bench_dispatch.py``): :func:`routed` decides, in one place, whether a call runs
@@ -149,6 +149,11 @@ class _AutogradRegistration:
 
 def _register_autograd(name: str, backward: Callable[..., Any],
                        setup_context: Callable[..., Any]) -> None:
+    """Register operator ``name``'s backward, unless the C++ extension has (an ``Autograd``
+    kernel: its errors then reach Python as builtins, which :func:`routed` maps)."""
+    if CPP and torch._C._dispatch_has_kernel_for_dispatch_key(f"lookuplinear::{name}",
+                                                               "Autograd"):
+        return
     torch.library.register_autograd(f"lookuplinear::{name}", backward,
                                     setup_context=setup_context,
                                     lib=_AutogradRegistration())
@@ -672,9 +677,15 @@ def routed(name: str) -> Callable[[_F], _F]:
     def decorate(direct: _F) -> _F:
         @functools.wraps(direct)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling():
+            if not is_compiling():
+                return direct(*args, **kwargs)
+            try:
                 return op(*args, **kwargs)
-            return direct(*args, **kwargs)
+            except (IndexError, ValueError) as e:  # a C++ kernel's builtin: the project's
+                mapped = _project_error(e)
+                if mapped is None:
+                    raise
+                raise mapped from None
         return call  # type: ignore[return-value]
     return decorate
 

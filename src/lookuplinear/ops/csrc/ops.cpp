@@ -4,14 +4,16 @@
 //
 // The schemas are the ones lookuplinear/ops/library.py registers from Python where this
 // library is not built (or was built for another torch): both sides give the same bits on the
-// CPU (tests/test_library.py). The fake (shape) implementations and the backward formulas are
-// registered from Python on top of these; a process that only runs a compiled graph
-// (AOTInductor) needs neither, and loads this library alone: torch.ops.load_library(path).
+// CPU (tests/test_library.py). The fake (shape) implementations and the backward formulas
+// (bag_lookup's excepted, below) are registered from Python on top of these; a process that
+// only runs a compiled graph (AOTInductor) needs neither, and loads this library alone:
+// torch.ops.load_library(path).
 //
 // Bad input raises from inside the kernels, with the messages of the Python side:
 // TORCH_CHECK_INDEX (Python's IndexError) for an index outside the table, TORCH_CHECK_VALUE
 // (ValueError) for offsets or weights that do not fit the entries.
 #include <torch/library.h>
+#include <torch/autograd.h>
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -519,6 +521,115 @@ Tensor row_sums_cpu(const Tensor &grad, const Tensor &indices, const optional<Te
     return at_first_entries(first_of_rows(idx, padding_idx), sums);
 }
 
+// ---- bag_lookup's backward ---------------------------------------------------------------
+// (sizes as SymInts: a graph records the backward with symbolic shapes)
+
+Tensor call_row_sums(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
+                     const optional<Tensor> &weights, optional<int64_t> padding_idx,
+                     const c10::SymInt &num_rows) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("lookuplinear::row_sums", "")
+                         .typed<Tensor(const Tensor &, const Tensor &, const optional<Tensor> &,
+                                       const optional<Tensor> &, optional<int64_t>,
+                                       c10::SymInt)>();
+    at::AutoDispatchBelowADInplaceOrView below;  // not differentiable: no autograd layer
+    return op.call(grad, indices, offsets, weights, padding_idx, num_rows);
+}
+
+// the bag of every entry, for CSR offsets over nnz entries
+Tensor entry_bags(const Tensor &offsets, const c10::SymInt &nnz) {
+    const Tensor lengths = offsets.slice(0, 1) - offsets.slice(0, 0, -1);
+    return at::repeat_interleave_symint(
+        at::arange(c10::Scalar(lengths.sym_numel()), offsets.options().dtype(at::kLong)),
+        lengths, 0, nnz);
+}
+
+// the weight gradient of a sum lookup whose output rows have the gradient g ((rows, dim);
+// offsets: CSR, or none for one entry per row): an uncoalesced sparse COO tensor, one row per
+// entry (padding entries left out), as nn.EmbeddingBag(sparse=True)'s; its values keep their
+// graph
+Tensor entry_grads(const Tensor &indices, const optional<Tensor> &offsets,
+                   const optional<Tensor> &weights, optional<int64_t> padding_idx,
+                   const Tensor &g, c10::SymIntArrayRef shape) {
+    const Tensor idx = indices.reshape(-1).to(at::kLong);
+    Tensor contrib =
+        offsets.has_value() ? g.index_select(0, entry_bags(*offsets, idx.sym_numel())) : g;
+    if (weights.has_value()) contrib = contrib * weights->to(g.scalar_type()).unsqueeze(1);
+    if (!padding_idx.has_value())
+        return at::_sparse_coo_tensor_unsafe_symint(idx.unsqueeze(0), contrib, shape);
+    // ATen's sparse embedding backward, which leaves the padding entries out
+    return at::embedding_backward_symint(contrib, idx, shape[0], *padding_idx, false, true);
+}
+
+// d out[b] / d weights[e] = g[b] . weight[indices[e]], 0 for a padding entry, in dtype
+Tensor per_sample_weights_grad(const Tensor &g, const Tensor &weight, const Tensor &idx,
+                               const Tensor &offsets, at::ScalarType dtype,
+                               optional<int64_t> padding_idx) {
+    Tensor grad = (g.index_select(0, entry_bags(offsets, idx.sym_numel())) *
+                   weight.index_select(0, idx)).sum(1);
+    if (padding_idx.has_value()) grad = grad.masked_fill(idx.eq(*padding_idx), 0);
+    return grad.to(dtype);
+}
+
+struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
+    static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
+                          const Tensor &indices, const optional<Tensor> &offsets,
+                          const optional<Tensor> &weights, optional<int64_t> padding_idx,
+                          bool include_last_offset) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_lookup", "")
+                             .typed<Tensor(const Tensor &, const Tensor &,
+                                           const optional<Tensor> &, const optional<Tensor> &,
+                                           optional<int64_t>, bool)>();
+        const bool weights_grad = weights.has_value() && weights->requires_grad();
+        ctx->save_for_backward({indices, offsets.value_or(Tensor()),
+                                weights.value_or(Tensor()), weights_grad ? weight : Tensor()});
+        ctx->saved_data["rows"] = weight.sym_size(0);
+        ctx->saved_data["dim"] = weight.sym_size(1);
+        ctx->saved_data["padding_idx"] = padding_idx;
+        ctx->saved_data["include_last_offset"] = include_last_offset;
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weight, indices, offsets, weights, padding_idx, include_last_offset);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        const auto saved = ctx->get_saved_variables();
+        const auto opt = [](const Tensor &t) { return t.defined() ? optional<Tensor>(t)
+                                                                  : optional<Tensor>(); };
+        const Tensor idx = saved[0].reshape(-1);
+        optional<Tensor> offsets = opt(saved[1]);
+        const optional<Tensor> weights = opt(saved[2]);
+        const c10::SymInt rows = ctx->saved_data["rows"].toSymInt(),
+                          dim = ctx->saved_data["dim"].toSymInt();
+        const optional<int64_t> padding_idx =
+            ctx->saved_data["padding_idx"].toOptional<int64_t>();
+        const Tensor g = grads[0].reshape_symint({-1, dim});
+        if (offsets.has_value() && !ctx->saved_data["include_last_offset"].toBool())  // the end
+            offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
+        Tensor grad_weight, grad_weights;
+        const std::vector<c10::SymInt> shape{rows, dim};
+        if (ctx->needs_input_grad(0) && at::GradMode::is_enabled()) {
+            grad_weight = entry_grads(idx, offsets, weights, padding_idx, g, shape);
+        } else if (ctx->needs_input_grad(0)) {
+            const Tensor sums = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
+            grad_weight = entry_grads(idx, optional<Tensor>(), optional<Tensor>(), padding_idx,
+                                      sums, shape);
+        }
+        if (saved[3].defined())
+            grad_weights = per_sample_weights_grad(g, saved[3], idx, *offsets,
+                                                   weights->scalar_type(), padding_idx);
+        return {grad_weight, Tensor(), Tensor(), grad_weights, Tensor(), Tensor()};
+    }
+};
+
+Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
+                           const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                           optional<int64_t> padding_idx, bool include_last_offset) {
+    return BagLookupFunction::apply(weight, indices, offsets, weights, padding_idx,
+                                    include_last_offset);
+}
+
 }  // namespace
 }  // namespace lookuplinear
 
@@ -560,4 +671,10 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("bag_max_backward", &bag_max_backward_twin);
     m.impl("mode_weights", &mode_weights_twin);
     m.impl("row_sums", &row_sums_twin);
+}
+
+// bag_lookup's backward on every device (the others' operators have theirs registered from
+// Python)
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    m.impl("bag_lookup", &lookuplinear::bag_lookup_autograd);
 }
