@@ -14,7 +14,7 @@ import torch
 
 from .errors import InputValueError
 
-__all__ = ["as_size"]
+__all__ = ["as_size", "check_table_shape"]
 
 
 def as_size(value: Any, name: str, *, low: int = 1, where: str = "") -> int:
@@ -61,3 +61,15 @@ def as_size(value: Any, name: str, *, low: int = 1, where: str = "") -> int:
             "whole number of rows / columns / items (int(x) of a float that holds one)."
         )
     return size
+
+
+def check_table_shape(weight: torch.Tensor | None, num_embeddings: int, embedding_dim: int,
+                      where: str) -> None:
+    """Raise :class:`InputValueError` unless ``weight`` (an ``nn.Embedding``-style ``_weight``)
+    is None or of shape ``(num_embeddings, embedding_dim)``; ``where``: the class's name."""
+    if weight is not None and tuple(weight.shape) != (num_embeddings, embedding_dim):
+        raise InputValueError(
+            f"{where}: _weight must have shape (num_embeddings, embedding_dim) = "
+            f"({num_embeddings}, {embedding_dim}), got {tuple(weight.shape)}. Pass sizes "
+            f"that match the table, or use {where}.from_pretrained(table)."
+        )

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from .._fusion import binding
-from .._sizes import as_size
-from ..errors import InputTypeError, InputValueError
+from .._sizes import as_size, check_table_shape
+from ..errors import InputTypeError
 from ..functional import lookup_linear, normalize_padding_idx, range_checked
 from ..sparse.bags import check_index_range
 
@@ -111,12 +111,7 @@ class Embedding(nn.Embedding):
         num_embeddings = as_size(num_embeddings, "num_embeddings", low=0, where="Embedding")
         embedding_dim = as_size(embedding_dim, "embedding_dim", low=0, where="Embedding")
         padding_idx = normalize_padding_idx(padding_idx, num_embeddings, "num_embeddings")
-        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
-            raise InputValueError(
-                f"Embedding: _weight must have shape (num_embeddings, embedding_dim) = "
-                f"({num_embeddings}, {embedding_dim}), got {tuple(_weight.shape)}. Pass sizes "
-                "that match the table, or use Embedding.from_pretrained(table)."
-            )
+        check_table_shape(_weight, num_embeddings, embedding_dim, "Embedding")
         super().__init__(
             num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
             scale_grad_by_freq, sparse, _weight, _freeze, device, dtype,

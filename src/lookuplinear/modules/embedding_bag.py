@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .._loading import AllOrNothingLoad
-from .._sizes import as_size
+from .._sizes import as_size, check_table_shape
 from ..errors import InputTypeError, InputValueError, ModeNotSupportedError
 from ..functional import (
     LookupInput,
@@ -135,12 +135,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                 "Use mode 'sum' or 'mean', or drop scale_grad_by_freq."
             )
         padding_idx = normalize_padding_idx(padding_idx, num_embeddings, "num_embeddings")
-        if _weight is not None and tuple(_weight.shape) != (num_embeddings, embedding_dim):
-            raise InputValueError(
-                f"EmbeddingBag: _weight must have shape (num_embeddings, embedding_dim) = "
-                f"({num_embeddings}, {embedding_dim}), got {tuple(_weight.shape)}. Pass sizes "
-                "that match the table, or use EmbeddingBag.from_pretrained(table)."
-            )
+        check_table_shape(_weight, num_embeddings, embedding_dim, "EmbeddingBag")
         super().__init__(
             num_embeddings, embedding_dim, max_norm, norm_type, scale_grad_by_freq, mode,
             sparse, _weight, include_last_offset, padding_idx, device, dtype,

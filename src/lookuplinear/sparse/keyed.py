@@ -412,13 +412,7 @@ class KeyedBags:
                 "to; give inverse_indices= (the bag each example reads, per key)."
             )
         bags = (self._first_bags()[:, None] + self.inverse_indices.to(self.device)).flatten()
-        positions, lengths = gather_bags(self.offsets, bags)
-        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
-        torch.cumsum(lengths, 0, out=offsets[1:])
-        weights = None if self.weights is None else self.weights.index_select(0, positions)
-        # bags of a checked batch: nothing to check again
-        return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
-                                      offsets, weights)
+        return self._take(bags)
 
     def stride_per_key(self) -> list[int]:
         """Each key's number of bags (``N`` for every key, but for a variable batch)."""
@@ -556,11 +550,15 @@ class KeyedBags:
             )
         picked = rows_index("KeyedBags[rows]", rows, n, self.device)
         bags = (torch.arange(f, device=self.device)[:, None] * n + picked[None, :]).flatten()
+        return self._take(bags)
+
+    def _take(self, bags: torch.Tensor) -> KeyedBags:
+        """A batch of these keys made of bags ``bags`` (positions in the key-major bag order)
+        of this one: bags of a checked batch, so nothing to check again."""
         positions, lengths = gather_bags(self.offsets, bags)
         offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
         weights = None if self.weights is None else self.weights.index_select(0, positions)
-        # a subset of checked bags: nothing to check again
         return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
                                       offsets, weights)
 
