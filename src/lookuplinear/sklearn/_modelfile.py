@@ -290,7 +290,8 @@ def _check_header(p: Path) -> None:
     if len(head) < 9 or n <= 0 or head[8:9] != b"{":  # a short file reads as truncated
         raise ModelFileError(
             f"{p} is not a lookuplinear model file (are MODEL and INPUT swapped?): it does not "
-            "start with a safetensors header. Give the file `lookuplinear train -o` wrote."
+            "start with a safetensors header nor fastText's magic number. Give the file "
+            "`lookuplinear train -o` wrote, or a fastText .bin/.ftz."
         )
 
 
