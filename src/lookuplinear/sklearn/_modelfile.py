@@ -196,20 +196,26 @@ def save_model(
 
 
 def load_model(path: str | Path) -> TextModel:
-    """Read a model file written by :func:`save_model`; never executes anything from it.
+    """Read a model file written by :func:`save_model`, or by fastText (``.bin``/``.ftz``,
+    read by :func:`lookuplinear.text.load_fasttext`); never executes anything from it.
 
     Raises
     ------
     FileNotFoundError
         ``path`` does not exist.
     ModelFileError
-        The file is corrupt, truncated, not a lookuplinear model, or of a newer version.
+        The file is corrupt, truncated, not a lookuplinear or fastText model, or of a newer
+        version.
     """
     from safetensors import safe_open
+
+    from ..text._fasttext_bin import is_fasttext, load_fasttext
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no model file at {p}; train one with `lookuplinear train`.")
+    if is_fasttext(p):  # a model written by fastText itself (.bin, .ftz)
+        return load_fasttext(p)
     _check_header(p)
     try:
         with safe_open(str(p), framework="pt") as f:
@@ -284,7 +290,8 @@ def _check_header(p: Path) -> None:
     if len(head) < 9 or n <= 0 or head[8:9] != b"{":  # a short file reads as truncated
         raise ModelFileError(
             f"{p} is not a lookuplinear model file (are MODEL and INPUT swapped?): it does not "
-            "start with a safetensors header. Give the file `lookuplinear train -o` wrote."
+            "start with a safetensors header nor fastText's magic number. Give the file "
+            "`lookuplinear train -o` wrote, or a fastText .bin/.ftz."
         )
 
 

@@ -1,0 +1,222 @@
+"""fastText's own .bin/.ftz files: read, and predicted with as the fasttext module does.
+
+Three ways to be compared with fastText: tiny models trained by fastText, committed with the
+predictions its module returned (tests/data/fasttext, always run); models written here in
+fastText's format (``write_fasttext`` follows ``FastText::saveModel``), read, quantized and
+predicted with by the ``fasttext`` module (``fasttext-numpy2`` or ``fasttext-wheel``), skipped
+when it is not installed; and bad files, refused with the version or the offset.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lookuplinear.errors import ModelFileError
+from lookuplinear.text import FastTextModel, load_fasttext
+
+DATA = Path(__file__).parent / "data" / "fasttext"
+MAGIC = 793712314
+LOSS = {"hs": 1, "ns": 2, "softmax": 3, "ova": 4}
+WORDS = ["good", "great", "fine", "bad", "awful", "film", "movie", "plot", "café", "naïve", "日本",
+         "ok", "</s>"]
+TEXTS = ["good film", "bad bad movie plot", "café naïve 日本", "unseen wörd", "", "x",
+         "__label__a good", "great\tfine  ok", "awful film good great fine bad", "ok ok ok"]
+
+
+def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: int = 300,
+                   minn: int = 0, maxn: int = 0, word_ngrams: int = 1, n_labels: int = 4,
+                   version: int = 12, model: int = 3, seed: int = 0) -> Path:
+    """A supervised model in fastText's format, with random weights (``FastText::saveModel``:
+    magic, version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output)."""
+    rng = np.random.default_rng(seed)
+    labels = [f"__label__{c}" for c in range(n_labels)]
+    out = struct.pack("<ii", MAGIC, version)
+    out += struct.pack("<12id", dim, 5, 5, 1, 5, word_ngrams, LOSS[loss], model, bucket, minn,
+                       maxn, 100, 1e-4)
+    counts = [int(c) for c in rng.integers(1, 50, len(WORDS) + n_labels)]
+    out += struct.pack("<iiiqq", len(WORDS) + n_labels, len(WORDS), n_labels, sum(counts), -1)
+    for i, w in enumerate(WORDS + labels):
+        out += w.encode() + b"\0" + struct.pack("<qb", counts[i], int(i >= len(WORDS)))
+    rows = len(WORDS) + bucket
+    for m in (rows, n_labels):
+        out += struct.pack("<?qq", False, m, dim)
+        out += rng.normal(0, 1.5, (m, dim)).astype("<f4").tobytes()
+    path.write_bytes(out)
+    return path
+
+
+def same_as(expected: list[list[str]], expected_p: list, got: list[list[str]],
+            got_p: list) -> None:
+    assert [list(x) for x in expected] == got
+    for a, b in zip(expected_p, got_p, strict=True):
+        np.testing.assert_allclose(np.asarray(b, np.float64), np.asarray(a, np.float64),
+                                   rtol=2e-6, atol=0)
+
+
+# ---------------------------------------------------------------------- fastText's own files
+@pytest.mark.parametrize("name", ["softmax.bin", "hs_sub.bin", "ova_sub.bin"])
+def test_trained_by_fasttext(name: str) -> None:
+    """Models trained by fastText (softmax; hs with 1..3-char n-grams; ova with 3..5-char
+    n-grams, non-ASCII words): its module's predictions, labels and ties included."""
+    ref = json.loads((DATA / "predictions.json").read_text(encoding="utf-8"))
+    model = load_fasttext(DATA / name)
+    for key, rows in ref["predictions"][name].items():
+        k, thr = int(key.split()[0]), float(key.split()[1])
+        labels, probs = model.top_k(ref["texts"], k if k > 0 else len(model.labels), thr)
+        same_as([r[0] for r in rows], [r[1] for r in rows], labels, probs)
+
+
+def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None:
+    """`load_model`, `lookuplinear predict` and `test` read a fastText file where a
+    lookuplinear model goes (it used to be refused as 'MODEL and INPUT swapped?')."""
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    model = load_model(DATA / "softmax.bin")
+    assert isinstance(model, FastTextModel)
+    texts = ["good film", "awful boring plot", "fun story"]
+    (tmp_path / "in.txt").write_text("".join(f"__label__pos {t}\n" for t in texts))
+    assert main(["predict", str(DATA / "softmax.bin"), str(tmp_path / "in.txt"), "2"]) == 0
+    labels, _ = model.top_k(texts, 2)
+    assert capsys.readouterr().out.splitlines() == [" ".join(x) for x in labels]
+    assert main(["test", str(DATA / "softmax.bin"), str(tmp_path / "in.txt")]) == 0
+    hits = sum(x[0] == "__label__pos" for x in model.top_k(texts, 1)[0])
+    assert capsys.readouterr().out.split() == ["N", "3", "P@1", f"{hits / 3:.3f}", "R@1",
+                                               f"{hits / 3:.3f}"]
+
+
+# ---------------------------------------------------------------------- the dense equivalent
+@pytest.mark.parametrize("loss", ["softmax", "hs", "ova"])
+def test_layers_equal_scores(tmp_path: Path, loss: str) -> None:
+    """The model as lookuplinear's layers (count matrix -> lookup_linear mean -> output) and
+    the dense path (densified counts, row mean, matmul) give `scores` to float32 rounding."""
+    model = load_fasttext(write_fasttext(tmp_path / "m.bin", loss=loss, minn=2, maxn=4,
+                                         word_ngrams=2))
+    X = model.vectorizer.transform(TEXTS)
+    layers = model.estimator.predict_proba(X)
+    np.testing.assert_allclose(layers, model.scores(TEXTS), rtol=1e-5)
+    dense = X.toarray().astype(np.float64)
+    hidden = dense @ model.input_matrix / dense.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(hidden, model.hidden(TEXTS)[0], rtol=1e-5, atol=1e-6)
+    for i, text in enumerate(TEXTS):  # the counts are the rows fastText averages
+        assert sorted(np.repeat(X[i].indices, X[i].data.astype(int))) == sorted(model.rows(text))
+
+
+# ---------------------------------------------------------------------- the fasttext module
+@pytest.fixture(scope="module")
+def fasttext():  # the module, when installed
+    try:
+        import fasttext as ft
+    except ImportError:
+        pytest.skip("the fasttext module is not installed (pip install fasttext-numpy2): the "
+                    "comparison with it is skipped; the committed fastText files still run")
+    return ft
+
+
+CASES = {
+    "softmax": {"loss": "softmax"},
+    "softmax-ngrams": {"loss": "softmax", "minn": 2, "maxn": 4, "word_ngrams": 2},
+    "hs-words": {"loss": "hs", "word_ngrams": 3, "n_labels": 7},
+    "hs-chars": {"loss": "hs", "minn": 1, "maxn": 3, "n_labels": 5},
+    "ova": {"loss": "ova", "minn": 3, "maxn": 5, "word_ngrams": 2},
+    "ns": {"loss": "ns", "word_ngrams": 2},
+}
+
+
+@pytest.mark.parametrize("quant", [None, "q", "qnorm-cutoff"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_equal_to_fasttext_module(tmp_path: Path, fasttext, case: str, quant: str | None
+                                  ) -> None:
+    """fastText's module reading the same .bin (and the .ftz its quantize writes, with norms
+    and a pruned dictionary): the same labels in the same order, the same probabilities."""
+    path = write_fasttext(tmp_path / "m.bin", **CASES[case])
+    if quant is not None:
+        ft = fasttext.load_model(str(path))
+        ft.quantize(qnorm=quant != "q", cutoff=280 if quant != "q" else 0, retrain=False,
+                    dsub=2)
+        path = tmp_path / "m.ftz"
+        ft.save_model(str(path))
+    ft = fasttext.load_model(str(path))
+    model = load_fasttext(path)
+    for k, thr in ((1, 0.0), (3, 0.0), (-1, 0.0), (5, 0.15)):
+        labels, probs = ft.predict(TEXTS, k=k, threshold=thr)
+        got, got_p = model.top_k(TEXTS, k if k > 0 else len(model.labels), thr)
+        same_as(labels, probs, got, got_p)
+
+
+def test_quantized_output_equal_to_fasttext_module(tmp_path: Path, fasttext) -> None:
+    """-qout: the output matrix product-quantized with norms (256 labels at least)."""
+    path = write_fasttext(tmp_path / "m.bin", n_labels=260, word_ngrams=2, dim=4)
+    ft = fasttext.load_model(str(path))
+    ft.quantize(qnorm=True, qout=True, retrain=False, dsub=2)
+    ft.save_model(str(tmp_path / "m.ftz"))
+    ft = fasttext.load_model(str(tmp_path / "m.ftz"))
+    model = load_fasttext(tmp_path / "m.ftz")
+    assert model.output_norms is not None
+    for k in (1, 5):
+        labels, probs = ft.predict(TEXTS, k=k)
+        same_as(labels, probs, *model.top_k(TEXTS, k))
+
+
+def test_hash_and_subword_rows_equal_fasttext(tmp_path: Path, fasttext) -> None:
+    """Character n-gram rows of known and unknown words (UTF-8 characters, '<' '>')."""
+    path = write_fasttext(tmp_path / "m.bin", minn=1, maxn=4)
+    ft = fasttext.load_model(str(path))
+    model = load_fasttext(path)
+    for word in ["good", "naïve", "日本", "unseen", "wörd", "a"]:
+        ids = ft.get_subwords(word)[1].tolist()
+        assert model.rows(word)[:len(ids)] == ids, word
+
+
+# ---------------------------------------------------------------------- bad files
+@pytest.mark.parametrize("version", [10, 13])
+def test_unsupported_version(tmp_path: Path, version: int) -> None:
+    path = write_fasttext(tmp_path / "m.bin", version=version)
+    with pytest.raises(ModelFileError, match=f"format version {version}; this reader reads "
+                                             "versions 11, 12"):
+        load_fasttext(path)
+
+
+def test_version_11_has_no_char_ngrams(tmp_path: Path) -> None:
+    """fastText reads a version-11 supervised model with maxn = 0, whatever the file says."""
+    old = load_fasttext(write_fasttext(tmp_path / "a.bin", version=11, minn=2, maxn=4))
+    new = load_fasttext(write_fasttext(tmp_path / "b.bin", version=12))
+    assert old.args is not None and old.args.maxn == 0
+    np.testing.assert_array_equal(old.scores(TEXTS), new.scores(TEXTS))
+
+
+def test_word_vector_model_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"word-vector model \(-model skipgram\)"):
+        load_fasttext(write_fasttext(tmp_path / "m.bin", model=2))
+
+
+@pytest.mark.parametrize("cut", [6, 40, 80, 120, 300, -7, -1])
+def test_truncated_file_names_the_offset(tmp_path: Path, cut: int, capsys) -> None:
+    """A truncated file: ModelFileError naming the offset; `predict` writes nothing."""
+    from lookuplinear.cli import main
+
+    data = write_fasttext(tmp_path / "full.bin", minn=2, maxn=3).read_bytes()
+    path = tmp_path / "m.bin"
+    path.write_bytes(data[:cut])
+    with pytest.raises(ModelFileError, match=r"is truncated: .* offset \d+"):
+        load_fasttext(path)
+    (tmp_path / "in.txt").write_text("good film\n")
+    assert main(["predict", str(path), str(tmp_path / "in.txt")]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and "offset" in out.err
+
+
+def test_damaged_content_refused(tmp_path: Path) -> None:
+    data = bytearray(write_fasttext(tmp_path / "m.bin").read_bytes())
+    data[8 + 56 + 28 + len(b'good\0') + 8] = 1  # the first word's type byte: a label
+    (tmp_path / "bad.bin").write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="dictionary entry 0 has type 1"):
+        load_fasttext(tmp_path / "bad.bin")
+    (tmp_path / "long.bin").write_bytes((tmp_path / "m.bin").read_bytes() + b"\0")
+    with pytest.raises(ModelFileError, match="1 bytes after the output matrix"):
+        load_fasttext(tmp_path / "long.bin")
