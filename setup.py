@@ -9,7 +9,11 @@ Everything else is declared in ``pyproject.toml``. Two optional extensions:
   imports (a build without torch skips it: ``python setup.py build_ext --inplace`` or ``pip
   install --no-build-isolation -e .`` in an environment that has torch), and that torch's
   version is written beside it (``_C.torch_version``): another torch falls back to the
-  operators registered from Python (lookuplinear/ops/_extension.py).
+  operators registered from Python (lookuplinear/ops/_extension.py). Where torch is a CUDA
+  build and a CUDA toolkit is found (``torch.utils.cpp_extension.CUDA_HOME``), the ``.cu``
+  files of ``csrc`` (CUDA kernels of the operators, registered under ``LOOKUPLINEAR_CUDA``) are
+  compiled into it too, by nvcc; without them, or where they fail to build, CUDA tensors run
+  the operators' torch-op twins.
 
 Where no compiler is found the install goes on without them and lookuplinear runs the same
 computations with torch ops (docs/performance.md, "Kernels", for what the C kernels buy). Set
@@ -69,24 +73,40 @@ OPERATOR_C = [s for s in sorted(glob(f"{C_DIR}/*.c"))
               if os.path.basename(s) not in ("module.c", "pyids.c")]
 
 
+#: the operators' CUDA kernels, compiled into the same library where a toolkit is found
+CUDA_SOURCES = sorted(glob(f"{C_DIR}/*.cu"))
+#: defined where they are: ops.cpp then registers them for CUDA tensors
+CUDA_MACRO = "LOOKUPLINEAR_CUDA"
+
+
+def cuda_toolkit() -> bool:
+    """Whether CUDA sources can be built here: torch is a CUDA build and a CUDA toolkit is
+    found (``CUDA_HOME``: the environment variable, or nvcc on the PATH)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
 def operators() -> list[Extension]:
-    """The operators' extension, or none where torch (its headers) cannot be imported."""
+    """The operators' extension (with the CUDA kernels where :func:`cuda_toolkit`), or none
+    where torch (its headers) cannot be imported."""
     try:
-        from torch.utils.cpp_extension import CppExtension
+        from torch.utils.cpp_extension import CppExtension, CUDAExtension
     except ImportError:
         print("lookuplinear: torch is not importable here, so the C++ operators are not built "
               "(the operators are registered from Python instead)")
         return []
-    return [CppExtension(
-        OPERATORS,
-        sources=[f"{C_DIR}/ops.cpp"],
-        depends=[*sorted(glob(f"{C_DIR}/*")), CLIB],
-        # the C++ standard: the one torch's headers ask for (BuildExtension adds it)
-        extra_compile_args=["-O3", *OPENMP],
-        extra_link_args=OPENMP,
-        libraries=["m"],
-        optional=True,
-    )]
+    common = {"depends": [*sorted(glob(f"{C_DIR}/*")), CLIB], "extra_link_args": OPENMP,
+              "libraries": ["m"], "optional": True}
+    # the C++ standard: the one torch's headers ask for (BuildExtension adds it)
+    cxx = ["-O3", *OPENMP]
+    if CUDA_SOURCES and cuda_toolkit():
+        return [CUDAExtension(OPERATORS, sources=[f"{C_DIR}/ops.cpp", *CUDA_SOURCES],
+                              define_macros=[(CUDA_MACRO, None)],
+                              extra_compile_args={"cxx": cxx, "nvcc": ["-O3"]}, **common)]
+    return [CppExtension(OPERATORS, sources=[f"{C_DIR}/ops.cpp"], extra_compile_args=cxx,
+                         **common)]
 
 
 def torch_build_ext() -> type[build_ext]:
@@ -123,7 +143,16 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
                                         extra_postargs=[*FLAGS, *OPENMP, "-fPIC"],
                                         depends=ext.depends)
         ext.extra_objects = objects
-        super().build_extension(ext)
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, CompileError, LinkError):
+            if not any(s.endswith(".cu") for s in ext.sources):
+                raise
+            print("lookuplinear: the CUDA kernels did not build; building the operators "
+                  "without them (CUDA tensors run their torch-op twins)")
+            ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
+            ext.define_macros = [m for m in ext.define_macros if m[0] != CUDA_MACRO]
+            super().build_extension(ext)
         with open(self.version_file(self.get_ext_fullpath(ext.name)), "w",
                   encoding="utf-8") as f:
             f.write(torch.__version__ + "\n")

@@ -84,6 +84,72 @@ def test_cpp_operator_equals_the_python_registration_to_the_bit(
     torch.library.opcheck(getattr(ops, name).default, args, kw)
 
 
+OPERATORS = sorted({c[0] for c in op_cases()})
+#: the dispatch key set of a CUDA tensor: redispatched with it, an operator runs its CUDA
+#: kernel (on CPU tensors here, where the CUDA kernel is a torch-op twin)
+CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+
+
+def test_every_operator_has_a_cuda_kernel_in_the_library_alone() -> None:
+    """In a process that loads the shared library and nothing of lookuplinear (an AOTInductor
+    package served on a GPU), every operator has a kernel for CUDA tensors."""
+    if _extension.library_path() is None or not library.CPP:
+        pytest.skip(f"the C++ operators are not loaded ({_extension.PROBLEM})")
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["lookuplinear"] = None  # cannot be imported
+        import torch
+        torch.ops.load_library({_extension.library_path()!r})
+        for name in {OPERATORS!r}:
+            assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(
+                "lookuplinear::" + name, "CUDA"), name
+        print("every operator")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and "every operator" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(("name", "args", "kw"), op_cases(),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(op_cases())])
+def test_cuda_kernel_equals_the_cpu_one(name: str, args: tuple[Any, ...], kw: dict[str, Any]
+                                        ) -> None:
+    """Each operator's CUDA kernel (its torch-op twin, on either registration), run on CPU
+    tensors: the CPU kernel's result (to the bit for the integer operators)."""
+    op = getattr(ops, name).default
+    assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), "CUDA")
+    cuda = op.redispatch(CUDA_KEYS, *args, **kw)
+    cpu = op(*args, **kw)
+    if cpu.is_floating_point():
+        torch.testing.assert_close(cuda, cpu, rtol=1e-12 if cpu.dtype == torch.float64
+                                   else 1e-5, atol=1e-6)
+    else:
+        assert _same_bits(cuda, cpu), name
+
+
+@pytest.mark.parametrize("fallback_rows", [1, 7, 1000, 2**31 + 11])
+def test_idmap_rows_cuda_kernel_hashes_as_the_cpu_one(fallback_rows: int) -> None:
+    """The torch-op MurmurHash3 of the CUDA kernel: the C one's rows, over the whole int64
+    range of keys (the extremes too)."""
+    g = torch.Generator().manual_seed(8)
+    keys = torch.cat([torch.randint(-2**63, 2**63 - 1, (5000,), generator=g),
+                      torch.tensor([0, -1, 2**63 - 1, -2**63, 2**32, -2**32])])
+    found = torch.where(keys % 3 == 0, keys.abs() % 100, -1)
+    cuda = ops.idmap_rows.default.redispatch(CUDA_KEYS, found, keys, fallback_rows)
+    assert _same_bits(cuda, ops.idmap_rows(found, keys, fallback_rows))
+
+
+@needs_cpp
+def test_idmap_rows_cuda_kernel_without_fallback_rows() -> None:
+    """``fallback_rows=0``: right where every key is found, else the CPU kernel's error."""
+    keys = torch.tensor([4, 5])
+    out = ops.idmap_rows.default.redispatch(CUDA_KEYS, torch.tensor([1, 0]), keys, 0)
+    assert out.tolist() == [1, 0]
+    with pytest.raises((ValueError, RuntimeError), match="fallback_rows, which must be >= 1"):
+        ops.idmap_rows.default.redispatch(CUDA_KEYS, torch.tensor([1, -1]), keys, 0)
+
+
 class PythonBagLookup(torch.autograd.Function):
     """``bag_lookup`` with the Python registration's backward (``library._bag_lookup_backward``),
     to compare with the C++ one."""

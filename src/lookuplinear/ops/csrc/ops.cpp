@@ -274,6 +274,74 @@ Tensor idmap_rows_cpu(const Tensor &found, const Tensor &keys, int64_t fallback_
     return rows.to(found.scalar_type());
 }
 
+// ---- idmap_find, idmap_rows on other devices (torch ops) -------------------------------
+// (the Python twins' formulas: library._idmap_find_twin, library._idmap_rows_twin)
+
+// the slots sorted by key (a filled slot before an empty one of the same key), then a binary
+// search: O(size log size) per call where the CPU's probe is O(1), and no loop on the host
+Tensor idmap_find_twin(const Tensor &table, const Tensor &keys) {
+    TORCH_CHECK_VALUE(table.scalar_type() == at::kLong && table.dim() == 1,
+                      "lookuplinear::idmap_find: the table is 1-D int64; got ",
+                      table.scalar_type(), " of ", table.dim(), " dimensions");
+    const Tensor k = keys.reshape(-1).to(at::kLong);
+    const Tensor slot_keys = table.slice(0, 0, std::nullopt, 2);
+    const Tensor values = table.slice(0, 1, std::nullopt, 2);
+    const Tensor by_fill = std::get<1>(at::sort(values.lt(0).to(at::kChar), true, 0, false));
+    const Tensor order = by_fill.index_select(
+        0, std::get<1>(at::sort(slot_keys.index_select(0, by_fill), true, 0, false)));
+    const Tensor sorted_keys = slot_keys.index_select(0, order);
+    const Tensor sorted_values = values.index_select(0, order);
+    const Tensor at_ = at::searchsorted(sorted_keys, k).clamp_max(sorted_keys.numel() - 1);
+    return at::where(sorted_keys.index_select(0, at_).eq(k), sorted_values.index_select(0, at_),
+                     c10::Scalar(int64_t{-1}));
+}
+
+constexpr int64_t M32 = 0xFFFFFFFF;
+
+Tensor rotl32(const Tensor &x, int64_t r) {
+    return (x.__lshift__(r) | x.__rshift__(32 - r)) & M32;
+}
+
+// x * c mod 2**32 for 32-bit x held in int64, c split so that no product passes 2**63
+Tensor mul32(const Tensor &x, int64_t c) {
+    const int64_t lo = c & 0xFFFF, hi = c >> 16;
+    return (x * lo + ((x * hi) & 0xFFFF).__lshift__(16)) & M32;
+}
+
+// hash_ids of int64 IDs with torch ops: abs(signed MurmurHash3_x86_32 (seed 0) of each ID's 8
+// little-endian bytes) % num_rows (ops/_hashing.py's murmur3_int64, the same steps)
+Tensor hashed_rows(const Tensor &ids, int64_t num_rows) {
+    Tensor h = at::zeros_like(ids);
+    for (const Tensor &block : {ids & M32, ids.__rshift__(32) & M32}) {  // low 4 bytes first
+        const Tensor k = mul32(rotl32(mul32(block, 0xCC9E2D51), 15), 0x1B873593);
+        h = rotl32(h ^ k, 13);
+        h = (mul32(h, 5) + 0xE6546B64) & M32;
+    }
+    h = h ^ 8;  // the key's length
+    h = h ^ h.__rshift__(16);
+    h = mul32(h, 0x85EBCA6B);
+    h = h ^ h.__rshift__(13);
+    h = mul32(h, 0xC2B2AE35);
+    h = h ^ h.__rshift__(16);
+    const Tensor signed_h = at::where(h >= (int64_t{1} << 31), h - (int64_t{1} << 32), h);
+    return signed_h.abs().remainder(num_rows);  // abs(-2**31) is 2**31 in int64
+}
+
+Tensor idmap_rows_twin(const Tensor &found, const Tensor &keys, int64_t fallback_rows) {
+    TORCH_CHECK_VALUE(found.numel() == keys.numel(), "lookuplinear::idmap_rows: one found "
+                      "value per key; got ", found.numel(), " values for ", keys.numel(),
+                      " keys");
+    if (fallback_rows < 1) {  // nothing to hash into: right only where every key was found
+        TORCH_CHECK_VALUE(!found.lt(0).any().item<bool>(), "lookuplinear::idmap_rows: a key "
+                          "absent from the map is hashed into fallback_rows, which must be "
+                          ">= 1; got ", fallback_rows);
+        return found + fallback_rows;
+    }
+    const Tensor f = found.to(at::kLong);
+    const Tensor hashed = hashed_rows(keys.reshape(found.sizes()).to(at::kLong), fallback_rows);
+    return at::where(f.lt(0), hashed, f + fallback_rows).to(found.scalar_type());
+}
+
 // ---- bag_max -----------------------------------------------------------------------------
 
 bool bag_max_takes(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
@@ -660,13 +728,15 @@ TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
     m.impl("row_sums", &row_sums_cpu);
 }
 
-// every other device (CUDA among them): torch ops. idmap_find and idmap_rows have their twins
-// registered from Python (lookuplinear/ops/library.py), the CPU kernels above run in a process
-// without Python.
+// every other device (CUDA among them): torch ops, every operator's (a process without Python,
+// an AOTInductor package on a GPU, has them too). No operator has a CUDA kernel of its own:
+// the twins are ATen's CUDA kernels (embedding_bag, index_add, sort, ...).
 TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     using namespace lookuplinear;
     m.impl("bag_lookup", &bag_lookup_other);
     m.impl("in_feature_order", &in_feature_order_twin);
+    m.impl("idmap_find", &idmap_find_twin);
+    m.impl("idmap_rows", &idmap_rows_twin);
     m.impl("bag_max", &bag_max_twin);
     m.impl("bag_max_backward", &bag_max_backward_twin);
     m.impl("mode_weights", &mode_weights_twin);

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# lookuplinear on a GPU, in one unattended command (each step has a time limit: 8 minutes in all):
+#
+#     bash benchmarks/gpu.sh OUT_DIR
+#
+# from the repository root or anywhere, with the Python whose torch is a CUDA build ($PYTHON,
+# default python3); nothing is installed or downloaded. Steps, each bounded by a timeout and
+# logged into OUT_DIR, each run whether the one before passed or not:
+#
+#   1. build.log   the C kernels and the C++ operators, built in place (setup.py compiles the
+#                  .cu files of src/lookuplinear/ops/csrc too where nvcc and a CUDA torch are
+#                  found; a failed build leaves the operators registered from Python);
+#   2. tests.log   the suite's CUDA tests: every test whose id names cuda (pytest -k cuda: the
+#                  "cuda" device parameter of tests/forms.py, and the tests written for CUDA);
+#      ops.log     the operators' own tests (tests/test_cpp_ops.py, tests/test_library.py) with
+#                  the extension built here;
+#   3. bench.log   benchmarks/bench_gpu.py: lookuplinear's layers and collection against
+#                  nn.EmbeddingBag (and FBGEMM's TBE where fbgemm_gpu imports), written to
+#                  bench_gpu.json and bench_gpu.txt;
+#
+# and summary.txt: the GPU, torch, nvcc, each step's exit status, the tests' last lines. The
+# exit status is 0 where every step passed.
+#
+#     bash benchmarks/gpu.sh --dry-run OUT_DIR
+#
+# checks the script on a machine without a GPU (tests/test_gpu.py): no build, the CUDA tests of
+# one file collected only, the benchmark's --dry-run (the CPU, tiny sizes).
+set -u -o pipefail
+
+dry=0
+if [ "${1:-}" = "--dry-run" ]; then
+    dry=1
+    shift
+fi
+if [ $# -ne 1 ]; then
+    echo "usage: bash benchmarks/gpu.sh [--dry-run] OUT_DIR" >&2
+    exit 2
+fi
+mkdir -p "$1" || exit 2
+out=$(cd "$1" && pwd)
+cd "$(dirname "$0")/.." || exit 2
+py=${PYTHON:-python3}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+summary="$out/summary.txt"
+failed=0
+
+# step NAME SECONDS COMMAND...: run COMMAND under a timeout, its output in OUT_DIR/NAME.log
+step() {
+    local name=$1 seconds=$2 start rc
+    shift 2
+    start=$(date +%s)
+    timeout "$seconds" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    echo "$name: exit $rc in $(( $(date +%s) - start )) s$([ $rc -eq 124 ] && echo \
+        " (stopped at its ${seconds} s limit)")" >>"$summary"
+    [ $rc -eq 0 ] || failed=1
+}
+
+{
+    echo "lookuplinear on a GPU: $(date -u '+%Y-%m-%d %H:%M UTC')$([ $dry -eq 1 ] && echo ', dry run')"
+    echo "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+        2>/dev/null || echo 'none (nvidia-smi not found)')"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1 || true)"
+    "$py" - <<'EOF' 2>&1
+import sys
+import torch
+seen = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+      f"torch sees: {seen}")
+EOF
+} >"$summary"
+
+if [ $dry -eq 0 ]; then
+    step build 180 "$py" setup.py build_ext --inplace
+    "$py" -c 'import lookuplinear.ops.library as l, lookuplinear.ops._extension as e
+print(f"C++ operators loaded: {l.CPP}" + ("" if l.CPP else f" ({e.PROBLEM})"))' \
+        >>"$summary" 2>&1
+    step tests 110 "$py" -m pytest tests -k cuda -q -p no:cacheprovider \
+        --continue-on-collection-errors
+    step ops 100 "$py" -m pytest tests/test_cpp_ops.py tests/test_library.py \
+        -k "not cuda and not aoti" -q -p no:cacheprovider
+    step bench 90 "$py" benchmarks/bench_gpu.py --out "$out"
+else
+    step tests 120 "$py" -m pytest tests/test_library.py -k cuda -q -p no:cacheprovider \
+        --collect-only
+    step bench 100 "$py" benchmarks/bench_gpu.py --dry-run --out "$out"
+fi
+
+for log in tests ops; do
+    [ -f "$out/$log.log" ] && echo "$log: $(tail -n 1 "$out/$log.log")" >>"$summary"
+done
+cat "$summary"
+[ -f "$out/bench_gpu.txt" ] && cat "$out/bench_gpu.txt"
+exit $failed

@@ -1,0 +1,101 @@
+"""The GPU tooling as far as a machine without a GPU can check it: ``benchmarks/gpu.sh`` runs
+(``--dry-run``: the benchmark's code on the CPU, tiny sizes, every model equal to
+``nn.EmbeddingBag``), and ``setup.py`` compiles CUDA sources only where torch is a CUDA build and
+a toolkit is found. No timings are asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import setuptools
+import torch
+from torch.utils import cpp_extension
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu.sh"
+BENCH = ROOT / "benchmarks" / "bench_gpu.py"
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def _gpu_sh(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_gpu_script_dry_run_runs_the_benchmark_and_writes_its_files(tmp_path: Path) -> None:
+    run = _gpu_sh("--dry-run", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "tests: exit 0" in summary and "bench: exit 0" in summary, summary
+    report = json.loads((tmp_path / "out" / "bench_gpu.json").read_text())
+    assert report["dry_run"] and set(report["cases"]) == {"bags", "bags, large batch",
+                                                          "one ID", "collection"}
+    for case, result in report["cases"].items():
+        assert result["errors"] == {}, (case, result["errors"])
+        for found in result["checks"].values():  # each model against nn.EmbeddingBag
+            assert found["max_abs_diff"] <= 1e-5 and found["grad_max_abs_diff"] <= 1e-5, case
+        models = {"nn.EmbeddingBag", *result["checks"]}
+        assert set(result["times"]) == {"forward", "forward+backward"}
+        assert all(set(times) == models for times in result["times"].values())
+    assert "nn.EmbeddingBag" in (tmp_path / "out" / "bench_gpu.txt").read_text()
+
+
+def test_gpu_script_needs_an_output_folder() -> None:
+    run = _gpu_sh()
+    assert run.returncode == 2 and "usage: bash benchmarks/gpu.sh" in run.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_gpu_benchmark_without_a_gpu_asks_for_the_dry_run(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    with pytest.raises(SystemExit):
+        _bench().main([])
+    assert "sees no CUDA device; use --dry-run" in capsys.readouterr().err
+
+
+def _setup_namespace(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """setup.py's functions, its ``setup()`` call left out."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
+    namespace = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")
+    globals_: dict[str, Any] = namespace["operators"].__globals__
+    return globals_
+
+
+def test_setup_builds_cuda_sources_only_with_a_cuda_torch_and_a_toolkit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    setup = _setup_namespace(monkeypatch)
+    cu = f"{setup['C_DIR']}/bag_sum.cu"
+    monkeypatch.setitem(setup, "CUDA_SOURCES", [cu])
+    for cuda, home in ((None, None), (None, "/usr/local/cuda"), ("13.0", None)):
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        monkeypatch.setattr(cpp_extension, "CUDA_HOME", home)
+        (ext,) = setup["operators"]()
+        assert ext.sources == [f"{setup['C_DIR']}/ops.cpp"], (cuda, home)
+        assert ext.define_macros == []
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", "/usr/local/cuda")
+    (ext,) = setup["operators"]()
+    assert ext.sources == [f"{setup['C_DIR']}/ops.cpp", cu]
+    assert ext.define_macros == [("LOOKUPLINEAR_CUDA", None)]
+    assert set(ext.extra_compile_args) == {"cxx", "nvcc"}
+    monkeypatch.setitem(setup, "CUDA_SOURCES", [])  # no .cu: the C++ library alone
+    (ext,) = setup["operators"]()
+    assert ext.sources == [f"{setup['C_DIR']}/ops.cpp"]
