@@ -12,6 +12,9 @@ loss, backward and the fused update. Timed, each as the median of ``--repeat`` r
 ``--steps`` batches, interleaved:
 
 * ``step``: the training step on a prepared batch;
+* ``DataLoader(KeyedBagsDataset)``: the next batch of a shuffling ``DataLoader`` over a
+  ``KeyedBagsDataset`` of the whole frame (``batch_size=--batch``, ``shuffle=True``,
+  ``collate_fn=KeyedBagsDataset.collate``), its target included: what a training loop reads;
 * ``kb[rows]``: the batch taken from a ``KeyedBags`` of the whole frame, built once with
   ``KeyedBags.from_dataframe`` (what ``KeyedBagsDataset`` does per batch);
 * ``from_dataframe(df.iloc[rows])``: the batch built from the frame's rows every time;
@@ -31,7 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from lookuplinear import KeyedBags, LookupCollection, TableConfig, optim
+from lookuplinear import KeyedBags, KeyedBagsDataset, LookupCollection, TableConfig, optim
 from lookuplinear.report.machine import format_machine, machine_info
 
 SIZES = {"user": 100_000, "item": 50_000, "tags": 1_000, "history": 50_000}
@@ -100,8 +103,22 @@ def main() -> None:
         loss.backward()
         opt.step()
 
+    loader = torch.utils.data.DataLoader(
+        KeyedBagsDataset(whole, torch.randn(args.rows, 16 * len(SIZES))),
+        batch_size=args.batch, shuffle=True, collate_fn=KeyedBagsDataset.collate)
+    batches_read = iter(loader)
+
+    def next_batch(i: int) -> object:
+        nonlocal batches_read
+        try:
+            return next(batches_read)
+        except StopIteration:  # an epoch is over: the next one, reshuffled
+            batches_read = iter(loader)
+            return next(batches_read)
+
     ways: dict[str, Callable[[int], object]] = {
         "step": step,
+        "DataLoader(KeyedBagsDataset)": next_batch,
         "kb[rows]": lambda i: whole[picked[i]],
         "from_dataframe(df.iloc[rows])": lambda i: KeyedBags.from_dataframe(df.iloc[batches[i]]),
         "python loop": lambda i: python_loop(df, batches[i]),

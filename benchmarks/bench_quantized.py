@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     bags = Bags(idx, offsets)
     w = layer.weight.detach()
     ops = torch.ops.quantized
+    ao_int8 = _ao_int8_embedding(w)
     cases: dict[str, Callable[[], torch.Tensor]] = {
         "F.embedding_bag, float32": lambda: F.embedding_bag(idx, w, offsets[:-1], mode="sum"),
         "LookupLinear, float32": lambda: layer(bags),
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "QuantizedLookupLinear int4": lambda: q4(bags),
         "QuantizedLookupLinear float16": lambda: q16(bags),
         "LookupLinear, float32, index tensor": lambda: layer(grid),
+        "torch.ao quantized nn.Embedding int8, index tensor": lambda: ao_int8(grid),
         "QuantizedLookupLinear int8, index tensor": lambda: q8(grid),
         "QuantizedLookupLinear int4, index tensor": lambda: q4(grid),
         "QuantizedLookupLinear float16, index tensor": lambda: q16(grid),
@@ -81,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     for k in names:
         print(f"| {k} | {statistics.median(times[k]) * 1e3:.3f} | {err[k]:.4f} |")
     return 0
+
+
+def _ao_int8_embedding(weight: torch.Tensor) -> torch.nn.Module:
+    """torch.ao's int8 ``nn.Embedding`` (row-wise float qparams, as its docs build it) of
+    ``weight``."""
+    import warnings
+
+    from torch.ao.nn.quantized import Embedding
+    from torch.ao.quantization import float_qparams_weight_only_qconfig
+
+    emb = torch.nn.Embedding(*weight.shape, _weight=weight)
+    emb.qconfig = float_qparams_weight_only_qconfig  # type: ignore[assignment]
+    with warnings.catch_warnings():  # torch's deprecation of quantized tensor creation
+        warnings.simplefilter("ignore", UserWarning)
+        return Embedding.from_float(emb)
 
 
 if __name__ == "__main__":

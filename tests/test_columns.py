@@ -64,18 +64,23 @@ def batches(draw, weighted: bool | None = None):
 @given(data=st.data(), kb=batches())
 def test_rows_equal_the_obvious_selection(data, kb):
     n = len(kb)
-    form = data.draw(st.sampled_from(["slice", "tensor", "list", "numpy", "mask"]))
+    form = data.draw(st.sampled_from(["slice", "tensor", "list", "numpy", "numpy32", "read-only",
+                                      "mask", "mask list"]))
     if form == "slice":
         sl = slice(data.draw(st.integers(-8, 8)), data.draw(st.integers(-8, 8)),
                    data.draw(st.sampled_from([None, 1, 2, -1])))
         rows, picked = sl, list(range(n))[sl]
-    elif form == "mask":
+    elif form in ("mask", "mask list"):
         mask = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-        rows, picked = torch.tensor(mask, dtype=torch.bool), [i for i in range(n) if mask[i]]
+        rows = mask if form == "mask list" else torch.tensor(mask, dtype=torch.bool)
+        picked = [i for i in range(n) if mask[i]]
     else:
         picked = data.draw(st.lists(st.integers(-n, n - 1), max_size=8)) if n else []
+        read_only = np.array(picked, dtype=np.int64)
+        read_only.flags.writeable = False  # taken without a copy warning
         rows = {"tensor": torch.tensor(picked, dtype=torch.long), "list": picked,
-                "numpy": np.array(picked, dtype=np.int64)}[form]
+                "numpy": np.array(picked, dtype=np.int64),
+                "numpy32": np.array(picked, dtype=np.int32), "read-only": read_only}[form]
     out = kb[rows]
     lists, weights = _lists(kb), _weights(kb)
     assert out.keys() == kb.keys()

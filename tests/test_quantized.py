@@ -98,3 +98,20 @@ def test_int4_needs_an_even_number_of_columns() -> None:
     with pytest.raises(InputValueError, match="even"):
         LookupLinear(10, 7).quantize("int4")
     assert LookupLinear(10, 7).quantize("int8").out_features == 7
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_index_lookup_is_the_dequantized_row_of_each_index(dtype, index_dtype):
+    """An index tensor of any shape gives each index's dequantized row (the padding row as it
+    is stored, as nn.Embedding reads it) plus the bias, to the bit, on int32 and int64."""
+    q = _layer(padding_idx=7).quantize(dtype)
+    x = torch.tensor([[[7, 49, 0], [3, 3, 7]], [[1, 2, 48], [0, 0, 0]]], dtype=index_dtype)
+    flat = x.reshape(-1).long()
+    assert q.bias is not None
+    want = (q.rows(flat) + q.bias).reshape(*x.shape, 8)
+    assert torch.equal(q(x), want)
+    assert torch.equal(q(x[0, 0, :1]), want[0, 0, :1])  # a batch of one
+    assert q(x[:0]).shape == (0, 2, 3, 8)  # no positions
+    with pytest.raises(LookupIndexError, match="50"):
+        q(torch.tensor([[0, 50]], dtype=index_dtype))

@@ -198,13 +198,22 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         """``one_hot(index) @ W + b`` on the dequantized table, shape ``(*index.shape,
         out_features)``: the dequantized row of each index (``padding_idx`` included: it reads
         the padding row, as ``nn.Embedding`` does), as ``LookupLinear`` on an index tensor.
-        Only the rows ``index`` names are dequantized, one per entry: no ``torch.unique``, whose
-        size depends on the values, so a recorded graph (``torch.export``,
+        int8 and int4: PyTorch's quantized embedding-bag kernel with one entry a bag, as
+        torch.ao's quantized ``nn.Embedding`` runs it (the row read and dequantized in one pass);
+        float16: the rows ``index`` names, one per entry. No ``torch.unique``, whose size
+        depends on the values, so a recorded graph (``torch.export``,
         ``torch.compile(fullgraph=True)``) takes the same path."""
         flat = index.reshape(-1)
         if flat.dtype not in (torch.int32, torch.int64):
             flat = flat.long()
-        out = range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
+        if self.dtype in _OPS:
+            ends = torch.arange(flat.numel() + 1, dtype=flat.dtype, device=flat.device)
+            op = getattr(torch.ops.quantized, _OPS[self.dtype][2])
+            out = range_checked(
+                lambda: op(self.packed, flat, ends, False, 0, False, None, None, True),
+                flat, self.in_features, "input")
+        else:
+            out = range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
         out = out.reshape(*index.shape, self.out_features)
         return out if self.bias is None else out.add_(self.bias)
 

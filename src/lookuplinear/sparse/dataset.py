@@ -68,7 +68,8 @@ class KeyedBagsDataset(torch.utils.data.Dataset):
         picked = rows_index("KeyedBagsDataset", list(rows), len(self.features),
                             self.features.device)
         x = self.features[picked]
-        return x if self.target is None else (x, self.target[picked.to(self.target.device)])
+        return x if self.target is None else (
+            x, self.target.index_select(0, picked.to(self.target.device)))
 
     @staticmethod
     def collate(batch: Any) -> Any:

@@ -555,9 +555,8 @@ class KeyedBags:
     def _take(self, bags: torch.Tensor) -> KeyedBags:
         """A batch of these keys made of bags ``bags`` (positions in the key-major bag order)
         of this one: bags of a checked batch, so nothing to check again."""
-        positions, lengths = gather_bags(self.offsets, bags)
-        offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
-        torch.cumsum(lengths, 0, out=offsets[1:])
+        positions, _, offsets = gather_bags(self.offsets, bags)
+        offsets = offsets.to(self.offsets.dtype)
         weights = None if self.weights is None else self.weights.index_select(0, positions)
         return KeyedBags.from_checked(self._keys, self.values.index_select(0, positions),
                                       offsets, weights)

@@ -26,8 +26,14 @@ def rows_index(name: str, rows: Any, n: int, device: torch.device) -> torch.Tens
         return torch.arange(len(r), device=device) * r.step + r.start
     if isinstance(rows, int | np.integer) and not isinstance(rows, bool | np.bool_):
         rows = [int(rows)]
-    t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(np.asarray(rows))
-    t = t.to(device)
+    if isinstance(rows, torch.Tensor):
+        t = rows.to(device)
+    else:
+        a = np.asarray(rows)
+        if not a.flags.writeable:  # torch warns about sharing a read-only array
+            a = a.copy()
+        t = (torch.from_numpy(a) if a.dtype.kind in "iub" and a.dtype.isnative
+             else torch.as_tensor(a)).to(device)
     if t.dtype == torch.bool:
         if t.dim() != 1 or t.numel() != n:
             raise LookupIndexError(
@@ -43,26 +49,31 @@ def rows_index(name: str, rows: Any, n: int, device: torch.device) -> torch.Tens
             f"tensor of dtype {t.dtype} and shape {tuple(t.shape)}."
         )
     t = t.long()
-    bad = (t < -n) | (t >= n)
-    if bool(bad.any()):
+    lo, hi = (int(v) for v in torch.aminmax(t))  # one pass, one sync
+    if lo < -n or hi >= n:
+        bad = (t < -n) | (t >= n)
         i = int(torch.nonzero(bad)[0, 0])
         raise LookupIndexError(
             f"{name}: row {int(t[i])} (rows[{i}]) is out of range for a batch of {n} rows; "
             f"rows must be in [-{n}, {n})."
         )
-    return torch.where(t < 0, t + n, t)
+    return torch.where(t < 0, t + n, t) if lo < 0 else t
 
 
-def gather_bags(offsets: torch.Tensor, bags: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The entries of ``bags`` (positions of CSR bags), in order: ``(entry positions, lengths)``.
+def gather_bags(
+    offsets: torch.Tensor, bags: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The entries of ``bags`` (positions of CSR bags), in order: ``(entry positions, lengths,
+    new offsets)``, the new offsets the CSR offsets of the picked bags (``N + 1``, from 0).
 
-    The result is ``cat([arange(offsets[b], offsets[b + 1]) for b in bags])`` and the lengths
-    of those bags, without a Python loop.
+    The result is ``cat([arange(offsets[b], offsets[b + 1]) for b in bags])``, the lengths of
+    those bags and their cumulative sum, without a Python loop.
     """
-    starts = offsets[bags].long()
-    lengths = offsets[bags + 1].long() - starts
-    ends = torch.cumsum(lengths, 0)
-    total = int(ends[-1]) if ends.numel() else 0
+    starts = offsets.index_select(0, bags).long()
+    lengths = offsets.index_select(0, bags + 1).long() - starts
+    new = lengths.new_zeros(lengths.numel() + 1)
+    ends = torch.cumsum(lengths, 0, out=new[1:])
+    total = int(new[-1])
     # entry p of bag j (output position ends[j] - lengths[j] + p) reads starts[j] + p
-    shift = torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
-    return torch.arange(total, device=offsets.device) + shift, lengths
+    shift = torch.repeat_interleave(starts - ends + lengths, lengths, output_size=total)
+    return torch.arange(total, device=offsets.device) + shift, lengths, new
