@@ -45,16 +45,24 @@ FAST = {"solver": "adam", "max_iter": 30, "learning_rate_init": 0.05, "random_st
 
 
 def _expected_failures(estimator: Any) -> dict[str, str]:
+    why = (
+        "the check wants weighted and repeated rows to agree to rtol=1e-7; the tables are "
+        "float32 and dual_cd stops at tol, and a minibatch solver's batches differ: "
+        + ("the same optimum, to float32 rounding when solved to a small tol"
+           if estimator.solver == "auto" else
+           "the same objective; with one batch the same model to float32 rounding")
+        + " (test_integer_sample_weights_are_repeated_rows_*)"
+    )
+    failures = {"check_sample_weight_equivalence_on_dense_data": why,
+                "check_sample_weight_equivalence_on_sparse_data": why}
     if (isinstance(estimator, LookupClassifier) and estimator.hidden is not None
             and estimator.loss == "log_loss"):
-        return {
-            "check_classifier_multioutput": (
-                "the check ranks predict_proba against decision_function; the hidden-layer "
-                "network reaches multilabel logits above 37, where the sigmoid is exactly 1.0 "
-                "in float64, so probabilities tie where logits do not"
-            ),
-        }
-    return {}
+        failures["check_classifier_multioutput"] = (
+            "the check ranks predict_proba against decision_function; the hidden-layer "
+            "network reaches multilabel logits above 37, where the sigmoid is exactly 1.0 "
+            "in float64, so probabilities tie where logits do not"
+        )
+    return failures
 
 
 @parametrize_with_checks(
@@ -558,3 +566,363 @@ def test_device_is_checked_as_the_command_line_checks_it(cls: Any, device: str,
     if device != "gpu":  # a torch.device is checked alike
         with pytest.raises(InputValueError, match=message):
             cls(device=torch.device(device)).fit(X, y)
+
+
+# ---------------------------------------------------------------------- sample weights
+def _weighted(n: int = 120, seed: int = 0) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """TF-IDF-like rows, 3 classes, and integer weights 0-3 (some rows left out)."""
+    X, y = _tfidf(n=n, n_features=60, seed=seed)
+    return X, y, np.random.default_rng(seed).integers(0, 4, n)
+
+
+def _repeat(X: sp.csr_matrix, y: np.ndarray, sw: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    rows = np.repeat(np.arange(X.shape[0]), sw)
+    return X[rows], y[rows]
+
+
+@pytest.mark.parametrize("target", ["multiclass", "binary", "class_weight", "multilabel",
+                                    "regression", "regression-2d"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_integer_sample_weights_are_repeated_rows_dual_cd(target: str, mode: str) -> None:
+    """``solver="dual_cd"`` (the default) with integer weights solves the problem of the rows
+    repeated that many times (weight 0: left out); solved to a small tol, the same model to
+    float32 rounding."""
+    X, y, sw = _weighted()
+    Y: Any = y
+    est: Any = LookupClassifier(mode=mode, tol=1e-9, max_iter=100_000, random_state=0)
+    if target == "binary":
+        Y = y % 2
+    elif target == "class_weight":
+        est.set_params(class_weight="balanced")
+    elif target == "multilabel":
+        Y = np.column_stack([y == 0, y != 1]).astype(int)
+    elif target.startswith("regression"):
+        est = LookupRegressor(mode=mode, tol=1e-9, max_iter=100_000, random_state=0)
+        Y = y + np.asarray(X[:, :10].sum(1)).ravel()
+        Y = np.column_stack([Y, -2 * Y + 1]) if target == "regression-2d" else Y
+    weighted = clone(est).fit(X, Y, sample_weight=sw)
+    repeated = clone(est).fit(*_repeat(X, Y, sw))
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=2e-5)
+    np.testing.assert_allclose(weighted.intercept_, repeated.intercept_, atol=2e-5)
+    out = "predict" if target.startswith("regression") else "decision_function"
+    np.testing.assert_allclose(getattr(weighted, out)(X), getattr(repeated, out)(X), atol=5e-5)
+
+
+@pytest.mark.parametrize("solver", ["sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"])
+@pytest.mark.parametrize("hidden", [None, 4])
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+@NOT_LEARNING
+@SHORT
+def test_integer_sample_weights_are_repeated_rows_minibatch(solver: str, hidden: int | None,
+                                                            cls: Any) -> None:
+    """A minibatch solver minimises the same objective as on the repeated rows: the loss of
+    a batch is weighted by ``s_i / mean(s)``, an unbiased estimate of the repeated rows' mean
+    loss. With one batch per epoch (``batch_size`` at least the repeated rows) every step is
+    the repeated rows' step: the same model and ``loss_curve_`` to float32 rounding, in
+    ``fit`` and in ``partial_fit``, with ``alpha`` and a network too.
+
+    Not the regressor with AdamW: its bias starts at the targets' mean, where its gradient
+    is float rounding, and AdamW (its decay decoupled from the gradient) steps by the
+    learning rate in the direction of that rounding, which differs between the two sums."""
+    if cls is LookupRegressor and solver == "adamw":
+        pytest.skip("the first step's direction is float rounding (docstring)")
+    X, y, sw = _weighted()
+    Y = y if cls is LookupClassifier else y + np.asarray(X[:, :10].sum(1)).ravel()
+    est = cls(solver=solver, hidden=hidden, batch_size=1000, max_iter=3, alpha=1e-3,
+              learning_rate_init=0.05, random_state=0)
+    weighted = clone(est).fit(X, Y, sample_weight=sw)
+    repeated = clone(est).fit(*_repeat(X, Y, sw))
+    out = "predict" if cls is LookupRegressor else "decision_function"
+    np.testing.assert_allclose(getattr(weighted, out)(X), getattr(repeated, out)(X),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weighted.loss_curve_, repeated.loss_curve_, rtol=1e-5)
+    classes = {"classes": [0, 1, 2]} if cls is LookupClassifier else {}
+    weighted, repeated = clone(est), clone(est)
+    for _ in range(2):
+        weighted.partial_fit(X, Y, sample_weight=sw, **classes)
+        repeated.partial_fit(*_repeat(X, Y, sw), **classes)
+    np.testing.assert_allclose(getattr(weighted, out)(X), getattr(repeated, out)(X),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+@NOT_LEARNING
+@SHORT
+def test_minibatch_sample_weights_give_the_repeated_rows_objective(cls: Any) -> None:
+    """With batches smaller than the data the steps differ from the repeated rows' (other
+    batches), but an epoch's loss is the same objective: at a model that does not move
+    (a learning rate of 1e-30), ``loss_curve_`` is the repeated rows' mean loss."""
+    X, y, sw = _weighted()
+    Y = y if cls is LookupClassifier else y + np.asarray(X[:, :10].sum(1)).ravel()
+    est = cls(solver="adam", hidden=4, batch_size=16, max_iter=1, learning_rate_init=1e-30,
+              random_state=0)
+    weighted = clone(est).fit(X, Y, sample_weight=sw * 2.5)  # the weights' scale is free
+    repeated = clone(est).fit(*_repeat(X, Y, sw))
+    np.testing.assert_allclose(weighted.loss_curve_, repeated.loss_curve_, rtol=1e-5)
+
+
+def test_sample_weight_side_by_side_with_linearsvc_ridge_and_score() -> None:
+    """At the defaults, ``fit(X, y, sample_weight)`` solves what scikit-learn's estimators
+    solve with the same weights: ``LinearSVC()`` (with a binary ``class_weight`` multiplied
+    in: for more classes liblinear weighs only the positive rows of each one-vs-rest
+    problem by their class's weight), and
+    ``Ridge(alpha=1)`` with the bias penalised as ours (a column of ones, no fit_intercept)
+    on the targets centred by their weighted mean. ``score`` takes ``sample_weight`` as
+    scikit-learn's does."""
+    from sklearn.linear_model import Ridge
+    from sklearn.metrics import accuracy_score, r2_score
+    from sklearn.svm import LinearSVC
+
+    X, y, sw = _weighted(n=200)
+    sw = sw * 0.7  # not integers: LinearSVC's C_i = C s_i
+    for labels, class_weight in ((y, None), (y % 2, {0: 2.0, 1: 0.5})):
+        ours = LookupClassifier(class_weight=class_weight, tol=1e-7, max_iter=100_000,
+                                random_state=0).fit(X, labels, sample_weight=sw)
+        svc = LinearSVC(class_weight=class_weight, tol=1e-10, max_iter=100_000,
+                        random_state=0).fit(X, labels, sample_weight=sw)
+        np.testing.assert_allclose(ours.coef_, svc.coef_, atol=1e-4)
+        np.testing.assert_allclose(ours.intercept_, svc.intercept_, atol=1e-4)
+        assert ours.score(X, labels, sample_weight=sw) == accuracy_score(
+            labels, ours.predict(X), sample_weight=sw)
+    t = y + np.asarray(X[:, :10].sum(1)).ravel()
+    ours_r = LookupRegressor(tol=1e-9, max_iter=100_000, random_state=0).fit(X, t,
+                                                                             sample_weight=sw)
+    mean = np.average(t, weights=sw)
+    ones = sp.hstack([X, np.ones((X.shape[0], 1))], format="csr")
+    ridge = Ridge(alpha=1.0, fit_intercept=False, tol=1e-12).fit(ones, t - mean,
+                                                                  sample_weight=sw)
+    np.testing.assert_allclose(ours_r.coef_, ridge.coef_[:-1], atol=1e-4)
+    np.testing.assert_allclose(ours_r.intercept_, ridge.coef_[-1] + mean, atol=1e-4)
+    assert ours_r.score(X, t, sample_weight=sw) == pytest.approx(
+        r2_score(t, ours_r.predict(X), sample_weight=sw))
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        pytest.param(-1.0, r"Negative values in data passed to `sample_weight`", id="negative"),
+        pytest.param(np.nan, r"Input sample_weight contains NaN", id="nan"),
+        pytest.param(np.inf, r"Input sample_weight contains infinity", id="inf"),
+        pytest.param("short", r"sample_weight.shape == \(59,\), expected \(60,\)", id="length"),
+        pytest.param("2d", r"Sample weights must be 1D array or scalar", id="2d"),
+        pytest.param("zeros", r"Sample weights must contain at least one non-zero number",
+                     id="zeros"),
+    ],
+)
+def test_bad_sample_weight_is_refused_as_scikit_learn_refuses_it(cls: Any, bad: Any,
+                                                                 message: str) -> None:
+    """scikit-learn's check and its message (``_check_sample_weight``), as an
+    ``InputValueError`` that adds the fix; a ``partial_fit`` refused leaves the model as it
+    was."""
+    X, y = _tfidf(n=60)
+    sw = np.ones(60)
+    if bad == "short":
+        sw = sw[:59]
+    elif bad == "2d":
+        sw = np.ones((60, 2))
+    elif bad == "zeros":
+        sw = np.zeros(60)
+    else:
+        sw[7] = bad
+    with pytest.raises(InputValueError, match=message + r".*Pass one finite, non-negative"):
+        cls(random_state=0).fit(X, y, sample_weight=sw)
+    classes = {"classes": [0, 1, 2]} if cls is LookupClassifier else {}
+    est = cls(solver="adam", random_state=0).partial_fit(X, y, **classes)
+    table = est.model_.lookup.weight.detach().clone()
+    with pytest.raises(ValueError, match=message):
+        est.partial_fit(X, y, sample_weight=sw)
+    assert torch.equal(est.model_.lookup.weight, table) and est.n_iter_ == 1
+
+
+@NOT_LEARNING
+def test_sample_weight_with_early_stopping_scores_the_held_out_rows_weighted() -> None:
+    """The hold-out takes its rows' weights along: the validation score is the weighted
+    accuracy, as ``SGDClassifier``'s."""
+    X, y, sw = _weighted(n=200)
+    clf = LookupClassifier(early_stopping=True, n_iter_no_change=1, tol=10.0,
+                           **{**FAST, "max_iter": 1}).fit(X, y, sample_weight=sw)
+    from sklearn.model_selection import train_test_split
+
+    keep = np.flatnonzero(sw)
+    _, held = train_test_split(np.arange(len(keep)), test_size=0.1, random_state=clf._seed_,
+                               stratify=y[keep])
+    rows = keep[held]
+    assert clf.validation_scores_ == [clf.score(X[rows], y[rows], sample_weight=sw[rows])]
+
+
+# ---------------------------------------------------------------------- coef_, intercept_
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("hidden", [None, 4])
+@pytest.mark.parametrize("target", ["binary", "multiclass", "regression", "regression-2d"])
+@NOT_LEARNING
+@SHORT
+def test_coef_and_intercept_are_the_linear_map(mode: str, hidden: int | None,
+                                               target: str) -> None:
+    """``decision_function(X) == Xm @ coef_.T + intercept_`` (``Xm``: ``X`` with ``mode``'s
+    row scaling) for the linear model and the network (the product of its two layers), in
+    scikit-learn's shapes: ``(1, n_features)`` for two classes, ``(n_features,)`` and a float
+    for a 1-D regression target; read-only."""
+    X, y = _tfidf(n=100, n_features=30)
+    est: Any
+    if target.startswith("regression"):
+        Y: Any = y.astype(np.float64) if target == "regression" else np.column_stack([y, -y])
+        est = LookupRegressor(hidden=hidden, mode=mode, max_iter=3, random_state=0).fit(X, Y)
+        out = est.predict(X)
+    else:
+        Y = y % 2 if target == "binary" else y
+        est = LookupClassifier(hidden=hidden, mode=mode, max_iter=3, random_state=0).fit(X, Y)
+        out = est.decision_function(X)
+    coef, intercept = est.coef_, est.intercept_
+    shapes = {"binary": ((1, 30), (1,)), "multiclass": ((3, 30), (3,)),
+              "regression": ((30,), ()), "regression-2d": ((2, 30), (2,))}
+    assert (coef.shape, np.shape(intercept)) == shapes[target]
+    if target == "regression":
+        assert isinstance(intercept, float)
+    rows = fold_mode(X, mode).toarray().astype(np.float64)
+    want = rows @ coef.T + intercept
+    np.testing.assert_allclose(want.ravel() if target == "binary" else want, out,
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="read-only"):
+        coef[..., 0] = 1.0
+    with pytest.raises(AttributeError):
+        est.coef_ = coef
+
+
+@NOT_LEARNING
+def test_coef_is_a_view_of_the_linear_table() -> None:
+    """With ``hidden=None``, ``coef_`` is the table itself (no copy): it follows
+    ``partial_fit``; ``coef_.copy()`` is a snapshot."""
+    X, y = _tfidf(n=100, n_features=30)
+    clf = LookupClassifier(solver="adam", random_state=0).partial_fit(X, y, classes=[0, 1, 2])
+    coef, snapshot = clf.coef_, clf.coef_.copy()
+    assert np.shares_memory(coef, clf.model_.lookup.weight.detach().numpy())
+    clf.partial_fit(X, y)
+    np.testing.assert_array_equal(coef, clf.model_.lookup.weight.detach().numpy().T)
+    assert not np.array_equal(coef, snapshot)
+    np.testing.assert_array_equal(clf.intercept_, clf.model_.lookup.bias.detach().numpy())
+
+
+def test_coef_with_select_from_model_top_words_and_quantized() -> None:
+    """What ``coef_`` is for: ``SelectFromModel`` keeps the columns with the largest
+    weights, the usual 'top words per class' code reads them; a quantized model's is its
+    dequantized table."""
+    from sklearn.feature_selection import SelectFromModel
+
+    X, y = _tfidf(n=300, n_features=60)
+    clf = LookupClassifier(random_state=0).fit(X, y)
+    selected = SelectFromModel(clf, prefit=True, max_features=10).get_support()
+    importance = np.abs(clf.coef_).sum(0)
+    assert set(np.flatnonzero(selected)) == set(np.argsort(importance)[-10:])
+    top = np.argsort(clf.coef_, axis=1)[:, -5:]  # (3, 5): each class's own slice (_tfidf)
+    for c in range(3):
+        assert np.isin(top[c] // 20, c).mean() >= 0.8
+    deq = clf.model_.lookup.cpu().quantize("int8").dequantize().weight.detach().numpy().T
+    np.testing.assert_array_equal(clf.quantize("int8").coef_, deq)
+
+
+def test_coef_is_refused_where_the_model_is_not_linear() -> None:
+    """``mode="max"`` takes a maximum over the row's features: no linear map of ``X``, so
+    ``coef_`` / ``intercept_`` raise :class:`NotLinearError` (an ``AttributeError``:
+    ``hasattr`` is False, as before ``fit``)."""
+    from lookuplinear import NotLinearError
+
+    X, y = _tfidf(n=60, n_features=30)
+    clf = LookupClassifier()
+    assert not hasattr(clf, "coef_")
+    clf.fit(X, y)
+    clf.model_ = LookupNet(30, 3, hidden=None, mode="max")  # a model of mode="max"
+    for name in ("coef_", "intercept_"):
+        with pytest.raises(NotLinearError, match=r"mode='max'.*permutation_importance"):
+            getattr(clf, name)
+    assert not hasattr(clf, "coef_") and isinstance(NotLinearError("x"), AttributeError)
+
+
+# ---------------------------------------------------------------------- n_jobs
+def test_n_jobs_counts_as_scikit_learn_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``n_jobs=-1`` is every CPU joblib counts, ``-2`` all but one (at least one); 0 is
+    refused by the parameter check; the thread count is set while fitting and restored."""
+    from joblib import effective_n_jobs
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from lookuplinear.sklearn._minibatch import n_threads
+
+    assert n_threads(-1) == effective_n_jobs(-1)
+    assert n_threads(-2) == max(effective_n_jobs(-1) - 1, 1)
+    assert n_threads(3) == 3 and n_threads(None) is None
+    X, y = _tfidf(n=60, n_features=30)
+    seen: list[int] = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), real(n)))
+    before = torch.get_num_threads()
+    LookupClassifier(n_jobs=-1, random_state=0).fit(X, y)
+    if effective_n_jobs(-1) != before:
+        assert seen[0] == effective_n_jobs(-1)
+    assert torch.get_num_threads() == before
+    with pytest.raises(InvalidParameterError, match="n_jobs"):
+        LookupClassifier(n_jobs=0).fit(X, y)
+
+
+# ---------------------------------------------------------------------- the best constant
+def _lbfgs_constant_loss(est: Any, target: torch.Tensor, weight: torch.Tensor | None) -> float:
+    """The best constant output's loss fitted numerically by ``torch.optim.LBFGS``."""
+    const = torch.zeros(target.shape[1] if target.dim() == 2 else len(est.classes_),
+                        requires_grad=True)
+    opt = torch.optim.LBFGS([const], max_iter=500, tolerance_grad=1e-12,
+                            tolerance_change=1e-14, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = est._loss(const.expand(len(target), -1), target, weight)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return float(est._loss(const.detach().expand(len(target), -1), target, weight))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("case", ["hinge-multiclass", "hinge-binary", "hinge-multilabel",
+                                  "log-multiclass", "log-binary", "log-multilabel",
+                                  "regression"])
+def test_best_constant_in_closed_form_is_the_lbfgs_fit(case: str, weighted: bool) -> None:
+    """The no-progress check's best constant output, in closed form (the weighted class
+    frequencies, their signs' mean, the targets' mean), reaches the loss that L-BFGS fits."""
+    from lookuplinear.sklearn._minibatch import constant_loss
+
+    rng = np.random.default_rng(0)
+    y = rng.choice(4, 500, p=[0.5, 0.3, 0.15, 0.05])
+    est: Any = LookupClassifier(loss="squared_hinge" if case.startswith("hinge") else "log_loss")
+    if case == "regression":
+        est = LookupRegressor()
+        target = torch.from_numpy(rng.normal(size=(500, 2)).astype(np.float32) * [1, 5] + 3)
+    elif case.endswith("multiclass"):
+        est.multilabel_, est.classes_ = False, np.arange(4)
+        target = est._targets(y)
+    elif case.endswith("binary"):
+        est.multilabel_, est.classes_ = False, np.arange(2)
+        target = est._targets((y > 1).astype(int))
+    else:
+        est.multilabel_, est.classes_ = True, np.arange(3)
+        target = est._targets(np.column_stack([y == 0, y > 1, y == 3]).astype(int))
+    weight = torch.from_numpy(rng.uniform(0.2, 3, 500).astype(np.float32)) if weighted else None
+    got = constant_loss(est._loss, est._best_constant, target, weight, rows=10_000)
+    assert got == pytest.approx(_lbfgs_constant_loss(est, target, weight), rel=1e-5)
+
+
+def test_fit_does_not_import_torch_dynamo() -> None:
+    """The no-progress check used to fit its constant with ``torch.optim.LBFGS``, whose
+    constructor imports ``torch._dynamo`` (over a second of a small ``fit``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warnings, numpy as np\n"
+        "from lookuplinear.sklearn import LookupClassifier\n"
+        "warnings.simplefilter('ignore')\n"
+        "LookupClassifier(solver='adam', max_iter=1).fit(np.eye(6), np.arange(6) % 2)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

@@ -42,6 +42,7 @@ __all__ = [
     "LookupLinearError",
     "ModeNotSupportedError",
     "ModelFileError",
+    "NotLinearError",
     "OffsetsError",
     "PaddingIdxError",
     "StateDictError",
@@ -98,6 +99,12 @@ class UnknownTokenError(LookupLinearError, KeyError):
 
 class ModelFileError(LookupLinearError, ValueError):
     """A model file is not a lookuplinear model: corrupt, truncated, or of another format."""
+
+
+class NotLinearError(LookupLinearError, AttributeError):
+    """A linear model's attribute (``coef_``, ``intercept_``) of a fitted model that is not
+    linear in ``X`` (``mode="max"``). An ``AttributeError``, as scikit-learn's attributes an
+    estimator does not define: ``hasattr(est, "coef_")`` is False."""
 
 
 class StateDictError(LookupLinearError, RuntimeError):

@@ -13,10 +13,10 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._device import check_device
-from ..errors import InputValueError, TrainingDivergedError
+from ..errors import InputValueError, NotLinearError, TrainingDivergedError
 from ..functional import MODES, Mode
 from ..sparse.bags import Bags
 from ._input import CSRBatches, csr_first, fold_mode, is_token_lists, to_csr
@@ -45,8 +45,16 @@ class LookupEstimator(BaseEstimator):
     then ``_partial_fit`` for ``max_iter`` epochs (or solved by ``dual_cd``). ``partial_fit``
     is ``_partial_fit`` for one epoch. Subclasses define ``__init__`` (the parameters only)
     and what differs between a classifier and a regressor: the targets (``_set_targets``,
-    ``_encode_targets``, ``_targets``, ``_dual_problem``, ``_held_out``), the number of
-    outputs (``_n_model_outputs``), the model's start (``_start``) and ``_loss``.
+    ``_encode_targets``, ``_targets``, ``_class_weights``, ``_dual_problem``, ``_held_out``),
+    the number of outputs (``_n_model_outputs``), the model's start (``_start``), ``_loss``
+    and its best constant (``_best_constant``).
+
+    Sample weights: a row of weight 0 is left out (as if removed); the others weigh the loss
+    as repeated rows do. The objective is the weighted mean loss plus the penalty,
+    ``sum_i s_i c_i loss_i / sum_i s_i + alpha / 2 ||W||^2`` (``c_i`` the class weight of the
+    row's class), so integer weights give the objective of the data with each row repeated
+    ``s_i`` times. The loss functions see per-row weights ``c_i s_i / mean(s)``: a batch's
+    weighted mean loss is then an unbiased estimate of that objective's loss.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
@@ -65,7 +73,8 @@ class LookupEstimator(BaseEstimator):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "device": [str, torch.device],
-        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "n_jobs": [Interval(Integral, None, -1, closed="right"),
+                   Interval(Integral, 1, None, closed="left"), None],
         "warm_start": ["boolean"],
     }
 
@@ -96,7 +105,7 @@ class LookupEstimator(BaseEstimator):
     _seed_: int  # the seed fit drew: partial_fit and warm starts continue from it
 
     # ------------------------------------------------------------------ the procedure
-    def _fit(self, X: Any, y: Any) -> Self:
+    def _fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
         """``fit``: a new model (with ``warm_start``, the fitted one) trained on ``(X, y)`` for
         ``max_iter`` epochs of a stochastic solver, or solved by ``dual_cd``; returns self."""
         self._check_params()
@@ -105,7 +114,7 @@ class LookupEstimator(BaseEstimator):
         if not warm:
             self._forget()
         return self._partial_fit(X, y, epochs=self._n_epochs(), schedule=self.learning_rate,
-                                 fit=True)
+                                 sample_weight=sample_weight, fit=True)
 
     def _partial_fit(
         self,
@@ -115,6 +124,7 @@ class LookupEstimator(BaseEstimator):
         epochs: int,
         schedule: str,
         classes: Any = None,
+        sample_weight: Any = None,
         fit: bool = False,
     ) -> Self:
         """The one training procedure of ``fit`` and ``partial_fit``.
@@ -122,12 +132,13 @@ class LookupEstimator(BaseEstimator):
         The first call (no ``model_``) learns the targets' form (classes, outputs), draws the
         seed and builds the model; a later call checks ``X`` and ``y`` against them and
         continues from the model and its optimizer state, with the seed moved on by the epochs
-        run so far. Then ``epochs`` minibatch passes at ``schedule``. ``fit=True`` (``fit``)
-        adds what a whole fit does: the early-stopping hold-out, the ``dual_cd`` solver
-        where it applies, and the no-progress warning.
+        run so far. Rows of ``sample_weight`` 0 are left out. Then ``epochs`` minibatch passes
+        at ``schedule``. ``fit=True`` (``fit``) adds what a whole fit does: the early-stopping
+        hold-out, the ``dual_cd`` solver where it applies, and the no-progress warning.
         """
         first = not hasattr(self, "model_")
         Xc, y = self._prepare_xy(X, y, reset=first)
+        sw = self._check_sample_weight(sample_weight, Xc)
         if first:
             y = self._set_targets(y, classes, partial=not fit)
             seed = self._seed_ = self._seed()
@@ -136,28 +147,58 @@ class LookupEstimator(BaseEstimator):
             seed = self._seed_ + self.n_iter_
         if fit or first:
             self.validation_scores_: list[float] = []
+        weight = self._class_weights(y, sw)  # (n,) or None
+        if sw is not None and not sw.all():  # a row of weight 0 is left out, as if removed
+            keep = np.flatnonzero(sw)
+            Xc, y, sw = Xc[keep], y[keep], sw[keep]
+            weight = None if weight is None else weight[keep]
         validation = None
         if fit and self.early_stopping:
             from sklearn.model_selection import train_test_split  # slow to import: only here
 
-            Xc, X_val, y, y_val = train_test_split(
-                Xc, y, test_size=self.validation_fraction, random_state=seed,
+            train, held = train_test_split(
+                np.arange(Xc.shape[0]), test_size=self.validation_fraction, random_state=seed,
                 stratify=self._stratify(y),
             )
-            validation = (X_val, self._held_out(y_val))
+            validation = (Xc[held], self._held_out(y[held]), None if sw is None else sw[held])
+            Xc, y = Xc[train], y[train]
+            sw = None if sw is None else sw[train]
+            weight = None if weight is None else weight[train]
+        # the loss's per-row weights c_i s_i / mean(s), and the rows they stand for (sum(s))
+        n_samples = float(Xc.shape[0] if sw is None else sw.sum())
+        if sw is not None:
+            relative = sw / sw.mean()
+            weight = relative if weight is None else weight * relative
         if first:
             self._init_model(self._n_model_outputs(y), seed, Xc)
-            self._start(y)
+            self._start(y, weight)
         if fit and self._uses_dual_cd(warm=not first):
-            target, sample_weight, offset = self._dual_problem(y)
-            self._fit_dual_cd(Xc, target, sample_weight, seed=seed, offset=offset)
+            target, offset = self._dual_problem(y, weight)
+            self._fit_dual_cd(Xc, target, weight, seed=seed, offset=offset,
+                              n_samples=n_samples)
             return self
-        target_t, weight = self._targets(y)
-        self._run_epochs(Xc, target_t, weight, epochs=epochs, seed=seed, schedule=schedule,
+        target_t = self._targets(y)
+        weight_t = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
+        self._run_epochs(Xc, target_t, weight_t, epochs=epochs, seed=seed, schedule=schedule,
                          validation=validation)
         if fit:
-            self._warn_if_not_converged(target_t, weight, warm=not first)
+            self._warn_if_not_converged(target_t, weight_t, warm=not first)
         return self
+
+    def _check_sample_weight(self, sample_weight: Any, X: sp.csr_matrix) -> np.ndarray | None:
+        """``sample_weight`` as float64 of shape (n_samples,), checked as scikit-learn checks
+        it (``_check_sample_weight``: one finite, non-negative weight per row, not all zero);
+        None for None."""
+        if sample_weight is None:
+            return None
+        try:
+            return _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                        ensure_non_negative=True)
+        except ValueError as e:
+            raise InputValueError(
+                f"sample_weight: {e} Pass one finite, non-negative weight per row of X "
+                f"({X.shape[0]} rows), not all of them zero."
+            ) from e
 
     def _check_params(self) -> None:
         """The declared constraints, and ``device`` as the command line checks ``--device``
@@ -186,8 +227,9 @@ class LookupEstimator(BaseEstimator):
         """Outputs of the model for encoded targets ``y``."""
         raise NotImplementedError
 
-    def _start(self, y: np.ndarray) -> None:
-        """Set the new model's start from the encoded targets (nothing by default)."""
+    def _start(self, y: np.ndarray, weight: np.ndarray | None) -> None:
+        """Set the new model's start from the encoded targets and their row weights (nothing
+        by default)."""
 
     def _stratify(self, y: np.ndarray) -> np.ndarray | None:
         """What the early-stopping hold-out is stratified by (None: not stratified)."""
@@ -197,15 +239,24 @@ class LookupEstimator(BaseEstimator):
         """Encoded held-out targets as ``score`` takes them."""
         raise NotImplementedError
 
-    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The loss's target tensor and per-row weights (or None) of encoded ``y``."""
+    def _targets(self, y: np.ndarray) -> torch.Tensor:
+        """The loss's target tensor of encoded ``y``."""
         raise NotImplementedError
 
+    def _class_weights(self, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray | None:
+        """Each row's class weight (float64, (n,)) for encoded ``y``, or None (the default)."""
+        return None
+
     def _dual_problem(
-        self, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """``dual_cd``'s ``(target, sample_weight, offset)`` for encoded ``y``
+        self, y: np.ndarray, weight: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``dual_cd``'s ``(target, offset)`` for encoded ``y`` and its row weights
         (:func:`~lookuplinear.sklearn._dualcd.solve`)."""
+        raise NotImplementedError
+
+    def _best_constant(self, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """The constant output (n_outputs,) that minimises ``_loss`` on ``target`` with row
+        weights ``weight``, in closed form."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ input
@@ -304,16 +355,20 @@ class LookupEstimator(BaseEstimator):
         *,
         seed: int,
         offset: np.ndarray | None = None,
+        n_samples: float,
     ) -> None:
-        """Solve the linear model exactly (``_dualcd.solve``) into ``model_``."""
+        """Solve the linear model exactly (``_dualcd.solve``) into ``model_``; ``alpha=None``
+        is ``_ALPHA_TIMES_N / n_samples`` (the sum of the sample weights)."""
         from ._dualcd import solve
 
         self._check_trainable()
         lookup = self.model_.lookup
         if lookup.mode in ("mean", "sqrtn"):
             X = fold_mode(X, lookup.mode)
-        n = X.shape[0]
-        alpha = self._ALPHA_TIMES_N / max(n, 1) if self.alpha is None else self.alpha
+        if self.alpha is not None:
+            alpha = float(self.alpha)
+        else:  # no rows (an empty Bags): nothing to solve, any penalty
+            alpha = self._ALPHA_TIMES_N / n_samples if n_samples > 0 else 1.0
         with torch_threads(self.n_jobs):
             self.n_iter_ += solve(
                 lookup, X, target, sample_weight, loss=self._DUAL_LOSS, alpha=alpha,
@@ -367,11 +422,12 @@ class LookupEstimator(BaseEstimator):
         epochs: int,
         seed: int,
         schedule: str,
-        validation: tuple[Any, Any] | None = None,
+        validation: tuple[Any, Any, Any] | None = None,
     ) -> None:
         """Minibatch training (:func:`~._minibatch.train_epochs`) with the estimator's
         bookkeeping after each epoch: ``loss_curve_``, ``n_iter_``, divergence and early
-        stopping on ``validation`` (the best epoch's weights are kept)."""
+        stopping on ``validation`` (``(X, y, sample_weight)`` held out; the best epoch's weights
+        are kept)."""
         self._check_trainable()
         model = self.model_
         best, best_state, no_change = -np.inf, None, 0
@@ -433,7 +489,7 @@ class LookupEstimator(BaseEstimator):
         if not self.loss_curve_:
             return
         epochs = f"{self.n_iter_} epoch{'s' * (self.n_iter_ != 1)}"
-        constant = constant_loss(self._loss, target, weight, self._n_outputs(),
+        constant = constant_loss(self._loss, self._best_constant, target, weight,
                                  rows=CONSTANT_ROWS)
         last = self.loss_curve_[-1]
         if constant > 0 and last > NO_PROGRESS * constant:
@@ -522,6 +578,57 @@ class LookupEstimator(BaseEstimator):
     def _n_outputs(self) -> int:
         out = self.model_.output
         return self.model_.lookup.out_features if out is None else out.out_features
+
+    # ------------------------------------------------------------------ the linear map
+    @property
+    def coef_(self) -> np.ndarray:
+        """The weights of the linear map the fitted model computes, read-only, shape
+        (n_outputs, n_features): ``decision_function(X) == Xm @ coef_.T + intercept_``, with
+        ``Xm`` the rows of ``X`` scaled by ``mode`` (``X`` itself for ``"sum"``).
+
+        With ``hidden=None``, a view of the table, ``model_.lookup.weight.T`` (float32; a
+        copy where the table is on a GPU or quantized): it follows further training. With
+        ``hidden=h``, the product of the two layers, ``output.weight @ lookup.weight.T``,
+        computed (float64) at each access. ``mode="max"`` is not linear in ``X``:
+        :class:`~lookuplinear.NotLinearError` (an ``AttributeError``).
+        """
+        return self._linear_map()[0]
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        """The bias of the linear map (``coef_``), read-only, shape (n_outputs,): a view of
+        ``model_.lookup.bias`` with ``hidden=None``, of ``model_.output.bias`` with
+        ``hidden``."""
+        return self._linear_map()[1]
+
+    def _linear_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(coef, intercept)`` of shapes (n_outputs, n_features) and (n_outputs,), read-only
+        (see ``coef_``)."""
+        from ..quant.layer import QuantizedLookupLinear
+
+        check_is_fitted(self, "model_")
+        lookup = self.model_.lookup
+        if lookup.mode == "max":
+            raise NotLinearError(
+                f"{type(self).__name__}(mode='max') has no coef_ or intercept_: each output "
+                "takes a maximum over a row's features, which no linear map of X computes. "
+                "Use sklearn.inspection.permutation_importance, or fit with mode='sum', "
+                "'mean' or 'sqrtn'."
+            )
+        if isinstance(lookup, QuantizedLookupLinear):
+            lookup = lookup.dequantize()
+        table = lookup.weight.detach()  # (n_features, hidden or n_outputs)
+        out = self.model_.output
+        if out is None:
+            assert lookup.bias is not None  # the linear model has one (LookupNet)
+            coef, bias = table.cpu().numpy().T, lookup.bias.detach().cpu().numpy()
+        else:
+            coef = (out.weight.detach().double() @ table.double().T).cpu().numpy()
+            bias = out.bias.detach().cpu().numpy()
+        coef.flags.writeable = False
+        bias = bias.view()
+        bias.flags.writeable = False
+        return coef, bias
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -20,6 +20,9 @@ from ._base import LookupEstimator
 
 __all__ = ["LookupClassifier"]
 
+#: the smallest probability ``_best_constant`` takes the log of (a logit of about -69)
+_TINY = 1e-30
+
 
 class LookupClassifier(ClassifierMixin, LookupEstimator):
     """A classifier on sparse rows: ``linear(densify(X) @ E)`` scored per class, as LinearSVC.
@@ -89,7 +92,8 @@ default "auto"
         (liblinear's test; None: 0.1, liblinear's default for its dual solvers);
         ``early_stopping`` needs an improvement of more than ``tol`` (None: 1e-4).
     class_weight : dict, "balanced" or None, default None
-        Weights of the classes in the loss, as in scikit-learn's linear models.
+        Weights of the classes in the loss, as in scikit-learn's linear models: multiplied
+        with ``sample_weight``; ``"balanced"`` counts each class's sample weights.
     random_state : int, RandomState instance or None, default None
         Seeds weight initialisation and shuffling: the same seed gives the same model.
     verbose : int, default 0
@@ -100,14 +104,24 @@ default "auto"
         ``fit`` continues from the fitted model (and its optimizer state) instead of starting
         anew: ``max_iter`` more passes; the labels must be among ``classes_``.
     n_jobs : int or None, default 1
-        ``torch.set_num_threads`` while training and predicting (restored afterwards); ``None``
-        keeps torch's setting. With more than one, the table kernels split a minibatch of 4,096
-        IDs or more over the threads.
+        ``torch.set_num_threads`` while training and predicting (restored afterwards), as
+        scikit-learn counts: ``-1`` is every CPU (joblib's ``effective_n_jobs``), ``-2`` all
+        but one; ``None`` keeps torch's setting. With more than one, the table kernels split
+        a minibatch of 4,096 IDs or more over the threads.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         The labels (for multilabel ``y``: ``arange(n_labels)``).
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        The linear map's weights, read-only: one row for two classes, one per class (label)
+        otherwise; ``decision_function(X) == Xm @ coef_.T + intercept_`` with ``Xm`` the rows
+        of ``X`` scaled by ``mode``. With ``hidden=None`` a view of ``model_``'s table (it
+        follows ``partial_fit``; ``coef_.copy()`` keeps a snapshot); with ``hidden``, the
+        product of the two layers, computed at each access. Not defined for ``mode="max"``
+        (:class:`~lookuplinear.NotLinearError`, an ``AttributeError``).
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        The linear map's bias, read-only (a view of the model's bias).
     n_features_in_ : int
     model_ : LookupNet
         The trained ``torch.nn.Module``.
@@ -191,7 +205,7 @@ default "auto"
         self.warm_start = warm_start
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Any, y: Any) -> LookupClassifier:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> LookupClassifier:
         """Train from scratch: solve the linear model (``solver="dual_cd"``), or ``max_iter``
         passes (epochs) of a stochastic solver.
 
@@ -200,23 +214,37 @@ default "auto"
         X : {array-like, sparse matrix} of shape (n_samples, n_features), or list of token-id lists
         y : array-like of shape (n_samples,) or (n_samples, n_labels)
             Class labels, or a 0/1 indicator matrix for multilabel (one-vs-all sigmoid outputs).
+        sample_weight : array-like of shape (n_samples,), float or None, default None
+            Non-negative weight of each row's loss, multiplied by its ``class_weight``. A row
+            of weight 0 is left out; an integer weight ``k`` gives the objective of the row
+            repeated ``k`` times. ``dual_cd`` solves ``LinearSVC().fit(X, y, sample_weight)``'s
+            problem (``alpha=None`` is one over the weights' sum).
 
         Returns
         -------
         self : LookupClassifier
-        """
-        return self._fit(X, y)
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> LookupClassifier:
+        Raises
+        ------
+        InputValueError
+            ``sample_weight`` negative, NaN or infinite, all zero, or not one per row.
+        """
+        return self._fit(X, y, sample_weight)
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None,
+                    sample_weight: Any = None) -> LookupClassifier:
         """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call.
 
         ``classes`` (all labels that will ever appear) is required on the first call, as in
         scikit-learn's ``SGDClassifier.partial_fit``; not for a multilabel indicator ``y``.
+        ``sample_weight`` as in ``fit``, relative to the call's rows: the pass minimises
+        their weighted mean loss.
         """
         if not hasattr(self, "model_"):
             self._check_params()
             self._check_partial_fit_solver()
-        return self._partial_fit(X, y, epochs=1, schedule="constant", classes=classes)
+        return self._partial_fit(X, y, epochs=1, schedule="constant", classes=classes,
+                                 sample_weight=sample_weight)
 
     # ------------------------------------------------------------------ predict
     def decision_function(self, X: Any) -> np.ndarray:
@@ -323,23 +351,46 @@ default "auto"
         return self.classes_[y] if y.ndim == 1 else y
 
     def _dual_problem(
-        self, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        _, weight = self._targets(y)
-        return self._signs(y), None if weight is None else weight.numpy(), None
+        self, y: np.ndarray, weight: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        return self._signs(y), None
 
-    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The loss's target tensor and the per-row class weights (or None)."""
-        weight = None
-        if self.class_weight is not None and not self.multilabel_:
-            cw = compute_class_weight(
-                self.class_weight, classes=self.classes_, y=self.classes_[y]
-            )
-            weight = torch.as_tensor(cw[y], dtype=torch.float32)
+    def _class_weights(self, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray | None:
+        """``class_weight`` of each row's class; ``"balanced"`` counts the classes with the
+        sample weights, as scikit-learn's linear models do (a class whose rows all weigh 0 is
+        infinite, on rows that are left out)."""
+        if self.class_weight is None or self.multilabel_:
+            return None
+        with np.errstate(divide="ignore"):
+            cw = compute_class_weight(self.class_weight, classes=self.classes_,
+                                      y=self.classes_[y], sample_weight=sample_weight)
+        return np.asarray(cw, dtype=np.float64)[y]
+
+    def _targets(self, y: np.ndarray) -> torch.Tensor:
+        """The loss's target tensor: class indices, or 0/1 of shape (n, n_outputs)."""
         if self.multilabel_ or self._binary():
             target = torch.as_tensor(np.asarray(y, dtype=np.float32))
-            return (target if self.multilabel_ else target.reshape(-1, 1)), weight
-        return torch.as_tensor(np.asarray(y, dtype=np.int64)), weight
+            return target if self.multilabel_ else target.reshape(-1, 1)
+        return torch.as_tensor(np.asarray(y, dtype=np.int64))
+
+    def _best_constant(self, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """The loss's minimiser over constant outputs, from each class's (label's) weighted
+        frequency ``p``: ``2 p - 1`` (the weighted mean of the +-1 signs) for the squared
+        hinge; ``log p`` for the softmax, ``logit(p)`` for the sigmoids (clipped at
+        ``+-69``, where a class absent from ``target`` would need an infinite one)."""
+        w = torch.ones(len(target), dtype=torch.float64) if weight is None else weight.double()
+        if target.dtype == torch.int64:
+            counts = torch.bincount(target, weights=w, minlength=len(self.classes_))
+            p = counts / counts.sum().clamp_min(_TINY)
+        else:
+            p = (w.unsqueeze(1) * target.double()).sum(0) / w.sum().clamp_min(_TINY)
+        if self.loss == "squared_hinge":
+            best = 2 * p - 1
+        elif target.dtype == torch.int64:
+            best = p.clamp_min(_TINY).log()
+        else:
+            best = p.clamp_min(_TINY).log() - (1 - p).clamp_min(_TINY).log()
+        return best.float()
 
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None

@@ -15,7 +15,7 @@ from torch.optim import Optimizer
 from ._input import CSRBatches
 from ._optim import make_schedulers
 
-__all__ = ["Loss", "constant_loss", "progress", "torch_threads", "train_epochs"]
+__all__ = ["Loss", "constant_loss", "n_threads", "progress", "torch_threads", "train_epochs"]
 
 #: ``loss(out, target, weight)``: the mean training loss of a batch
 Loss = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -76,35 +76,44 @@ def train_epochs(
 
 
 def constant_loss(
-    loss_fn: Loss, target: torch.Tensor, weight: torch.Tensor | None, n_outputs: int, *,
+    loss_fn: Loss,
+    best: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    *,
     rows: int,
 ) -> float:
-    """The training loss of the best constant output (one value per output, fitted by
-    L-BFGS on up to ``rows`` seeded rows of ``target``): what a model that ignores X reaches."""
+    """The training loss of the best constant output, what a model that ignores X reaches:
+    ``loss_fn`` at ``best(target, weight)`` (the loss's minimiser over constants, one value
+    per output, in closed form) on up to ``rows`` seeded rows of ``target``."""
     n = target.shape[0]
     pick = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:rows]
     t, w = target[pick], None if weight is None else weight[pick]
-    const = torch.zeros(n_outputs, requires_grad=True)
-    opt = torch.optim.LBFGS([const], max_iter=100, line_search_fn="strong_wolfe")
+    const = best(t, w)  # (n_outputs,)
+    with torch.no_grad():
+        return float(loss_fn(const.expand(len(pick), -1), t, w))
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = loss_fn(const.expand(len(pick), -1), t, w)
-        loss.backward()
-        return loss
 
-    with torch.enable_grad():
-        opt.step(closure)
-        return float(loss_fn(const.detach().expand(len(pick), -1), t, w))
+def n_threads(n_jobs: int | None) -> int | None:
+    """scikit-learn's ``n_jobs`` as a number of threads: a positive number itself; ``-1``
+    every CPU joblib counts for this process, ``-2`` all but one, and so on (at least one:
+    ``joblib.effective_n_jobs``); None leaves torch's setting."""
+    if n_jobs is None or n_jobs > 0:
+        return n_jobs
+    from joblib import effective_n_jobs  # scikit-learn's dependency; only where it is needed
+
+    return max(int(effective_n_jobs(n_jobs)), 1)
 
 
 @contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
-    """``torch.set_num_threads(n)`` inside the block, the previous setting after it.
+    """``torch.set_num_threads`` to ``n`` (scikit-learn's ``n_jobs``: :func:`n_threads`) inside
+    the block, the previous setting after it.
 
     Minibatch steps on sparse rows are a few small kernels each; on a small or shared machine
     intra-op threads only add synchronisation, so the estimators default to one thread.
     """
+    n = n_threads(n)
     if n is None or n == torch.get_num_threads():
         yield
         return

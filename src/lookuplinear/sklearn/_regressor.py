@@ -38,6 +38,10 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     Attributes
     ----------
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        The linear map's weights, read-only, as for
+        :class:`~lookuplinear.sklearn.LookupClassifier` (one row per target for 2-D ``y``).
+    intercept_ : float or ndarray of shape (n_targets,)
     n_features_in_ : int
     model_ : LookupNet
     loss_curve_ : list of float
@@ -100,7 +104,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self.n_jobs = n_jobs
         self.warm_start = warm_start
 
-    def fit(self, X: Any, y: Any) -> LookupRegressor:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> LookupRegressor:
         """Train from scratch: solve the linear model (``solver="dual_cd"``), or ``max_iter``
         passes (epochs) of a stochastic solver.
 
@@ -108,19 +112,32 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features), or list of token-id lists
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), float or None, default None
+            Non-negative weight of each row's squared error. A row of weight 0 is left out;
+            an integer weight ``k`` gives the objective of the row repeated ``k`` times.
+            ``dual_cd`` centres the targets by their weighted mean and solves
+            ``Ridge().fit(X, y, sample_weight)``'s problem (up to the penalised bias;
+            ``alpha=None`` is two over the weights' sum).
 
         Returns
         -------
         self : LookupRegressor
-        """
-        return self._fit(X, y)
 
-    def partial_fit(self, X: Any, y: Any) -> LookupRegressor:
-        """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call."""
+        Raises
+        ------
+        InputValueError
+            ``sample_weight`` negative, NaN or infinite, all zero, or not one per row.
+        """
+        return self._fit(X, y, sample_weight)
+
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> LookupRegressor:
+        """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call.
+        ``sample_weight`` as in ``fit``, relative to the call's rows."""
         if not hasattr(self, "model_"):
             self._check_params()
             self._check_partial_fit_solver()
-        return self._partial_fit(X, y, epochs=1, schedule="constant")
+        return self._partial_fit(X, y, epochs=1, schedule="constant",
+                                 sample_weight=sample_weight)
 
     def predict(self, X: Any) -> np.ndarray:
         """``model_(X)``: shape (n_samples,), or (n_samples, n_targets) for 2-D ``y``."""
@@ -129,14 +146,15 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     # ------------------------------------------------------------------ targets
     @torch.no_grad()
-    def _start(self, y: np.ndarray) -> None:
-        """The output bias starts at the targets' mean (as scikit-learn's linear models center
-        ``y``): the weights then learn the deviations, instead of the first hundreds of steps
-        walking the bias to a rating of 4 at Adam's step size."""
+    def _start(self, y: np.ndarray, weight: np.ndarray | None) -> None:
+        """The output bias starts at the targets' (weighted) mean (as scikit-learn's linear
+        models center ``y``): the weights then learn the deviations, instead of the first
+        hundreds of steps walking the bias to a rating of 4 at Adam's step size."""
         net = self.model_
         bias = net.lookup.bias if net.output is None else net.output.bias
         if bias is not None:
-            bias.copy_(torch.as_tensor(y.mean(axis=0), dtype=bias.dtype))
+            mean = np.average(y, axis=0, weights=weight)
+            bias.copy_(torch.as_tensor(mean, dtype=bias.dtype))
 
     def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
         """Remember whether ``y`` is 2-D; ``y`` as float32 of shape (n_samples, n_targets)."""
@@ -159,17 +177,33 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def _held_out(self, y: np.ndarray) -> Any:
         return y if self._y_2d else y.ravel()
 
-    def _targets(self, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return torch.as_tensor(y), None
+    def _targets(self, y: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(y)
 
     def _dual_problem(
-        self, y: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """The centred targets (solved as Ridge solves them) and their mean as the offset."""
-        mean = y.mean(axis=0, dtype=np.float64)
-        return y - mean, None, mean
+        self, y: np.ndarray, weight: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The centred targets (solved as Ridge solves them: by their weighted mean) and
+        that mean as the offset."""
+        mean = np.average(np.asarray(y, dtype=np.float64), axis=0, weights=weight)
+        return y - mean, mean
 
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
     ) -> torch.Tensor:
-        return F.mse_loss(out, target)
+        if weight is None:
+            return F.mse_loss(out, target)
+        return ((out - target).square().mean(1) * weight).mean()
+
+    def _best_constant(self, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        """The squared error's minimiser over constants: the targets' weighted mean."""
+        if weight is None:
+            return target.double().mean(0).float()
+        w = weight.double()
+        return ((w.unsqueeze(1) * target.double()).sum(0) / w.sum()).float()
+
+    def _linear_map(self) -> tuple[np.ndarray, Any]:
+        """As scikit-learn's ``Ridge``: for 1-D ``y``, ``coef_`` of shape (n_features,) and
+        ``intercept_`` a float."""
+        coef, bias = super()._linear_map()
+        return (coef, bias) if self._y_2d else (coef[0], float(bias[0]))
