@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lookuplinear.errors import ModelFileError
-from lookuplinear.text import FastTextModel, load_fasttext
+from lookuplinear.sklearn import FastTextModel, load_fasttext
 
 DATA = Path(__file__).parent / "data" / "fasttext"
 MAGIC = 793712314

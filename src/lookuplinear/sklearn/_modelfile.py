@@ -197,7 +197,7 @@ def save_model(
 
 def load_model(path: str | Path) -> TextModel:
     """Read a model file written by :func:`save_model`, or by fastText (``.bin``/``.ftz``,
-    read by :func:`lookuplinear.text.load_fasttext`); never executes anything from it.
+    read by :func:`lookuplinear.sklearn.load_fasttext`); never executes anything from it.
 
     Raises
     ------
@@ -209,7 +209,7 @@ def load_model(path: str | Path) -> TextModel:
     """
     from safetensors import safe_open
 
-    from ..text._fasttext_bin import is_fasttext, load_fasttext
+    from ._fasttext_bin import is_fasttext, load_fasttext
 
     p = Path(path)
     if not p.is_file():

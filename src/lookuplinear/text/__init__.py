@@ -3,11 +3,9 @@ hashed n-grams as a scipy.sparse matrix, and the text file formats of the comman
 
 ``FastTextVectorizer`` builds the count matrix ``LookupClassifier(mode="mean", hidden=dim)``
 trains fastText's model on; ``read_fasttext`` / ``read_table`` read ``__label__`` files and
-CSV/TSV tables; ``precision_recall_at_k`` scores top-k predictions as ``fasttext test`` does;
-``load_fasttext`` reads a model fastText wrote (``.bin``, ``.ftz``) and predicts as fastText.
+CSV/TSV tables; ``precision_recall_at_k`` scores top-k predictions as ``fasttext test`` does.
 """
 
-from ._fasttext_bin import FastTextModel, load_fasttext
 from ._files import (
     LABEL_PREFIX,
     LabelledTexts,
@@ -21,10 +19,8 @@ from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
 __all__ = [
     "LABEL_PREFIX",
     "TOKEN_PATTERN",
-    "FastTextModel",
     "FastTextVectorizer",
     "LabelledTexts",
-    "load_fasttext",
     "precision_recall_at_k",
     "read_fasttext",
     "read_table",

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFileError
-from ..sklearn._modelfile import TextModel
+from ._modelfile import TextModel
 
 __all__ = ["MAGIC", "VERSIONS", "FastTextArgs", "FastTextFeatures", "FastTextHead", "FastTextModel",
            "is_fasttext", "load_fasttext"]
@@ -314,7 +314,7 @@ class FastTextModel(TextModel):
             ``k < 1`` or a threshold outside [0, 1].
         """
         from ..errors import InputValueError
-        from ._files import check_threshold
+        from ..text._files import check_threshold
 
         assert self.args is not None
         if k < 1:
