@@ -73,9 +73,7 @@ def test_error_bound_per_row(dtype):
 
 def test_inference_only_and_errors():
     q = _layer().quantize("int8")
-    with pytest.raises(InputValueError, match="for inference"):
-        q.train()
-    q.eval()  # allowed
+    q.eval()
     with torch.enable_grad():
         assert not q(Bags.from_lists([[1]])).requires_grad
     with pytest.raises(InputValueError, match="dtype must be"):
@@ -85,6 +83,32 @@ def test_inference_only_and_errors():
     with pytest.raises(LookupIndexError):
         q(torch.tensor([-1]))
     assert q.packed.dtype == torch.uint8 and q.packed.shape == (50, 8 + 8)
+
+
+def test_train_on_a_model_holding_a_quantized_layer_works_as_torch_aos():
+    """``model.train()`` at every epoch, as a training loop calls it: PyTorch's quantized
+    EmbeddingBag takes it and stays an inference layer; so does the quantized layer. What is
+    refused is an optimizer on it (no parameters) and a gradient through it."""
+    from torch.ao.nn.quantized import EmbeddingBag as AoEmbeddingBag
+
+    ao = AoEmbeddingBag(50, 8, dtype=torch.quint8, mode="sum")
+    q = _layer().quantize("int8")
+    x, offsets = torch.tensor([1, 5, 5, 49]), torch.tensor([0, 3])
+    before = q(x, offsets)
+    for layer in (ao, q):
+        model = torch.nn.Sequential(layer, torch.nn.Linear(8, 2))
+        assert model.train() is model and layer.training
+        assert model.eval() is model and not layer.training
+        model.train()
+        assert list(layer.parameters()) == []
+        with pytest.raises(ValueError, match="empty parameter list"):
+            torch.optim.SGD(layer.parameters(), lr=0.1)
+        torch.optim.SGD(model.parameters(), lr=0.1)  # the float layers train
+    with torch.enable_grad():
+        out = q(x, offsets)
+    assert torch.equal(out, before)  # the same lookup in training mode
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        out.sum().backward()
 
 
 def test_dense_rows_and_no_bias():

@@ -106,6 +106,33 @@ def test_qr_and_id_map_tables(dtype, hashing, mode):
         assert len(q.id_maps["user"]) == len(col.id_maps["user"]) == 4
 
 
+def test_train_on_a_model_holding_the_collection_keeps_it_for_inference():
+    """A training loop's ``model.train()`` at every epoch: the quantized collection takes it as
+    PyTorch's quantized modules do, computes the same, adds no ID to its maps (a map in
+    training numbers new IDs) and records no gradient."""
+    torch.manual_seed(0)
+    col = LookupCollection([
+        TableConfig("user", 1000, 4, ["user"], hashing="map"),
+        TableConfig("item", 8, 2, ["item", "last_item"]),
+    ])
+    col(_batch(False, big_ids=True))  # the map learns 4 IDs
+    q = col.quantize({"user": "int8"})  # item stays a frozen float table
+    unseen = KeyedBags.from_dict({**FEATS, "user": [[123456789], [], [5], [2**50]]})
+    before = q(unseen).values()
+    model = torch.nn.ModuleDict({"sparse": q, "top": torch.nn.Linear(10, 1)})
+    for _ in range(2):  # two epochs
+        assert model.train() is model and q.training
+        with torch.enable_grad():
+            out = q(unseen).values()
+        assert torch.equal(out, before) and not out.requires_grad
+        assert len(q.id_maps["user"]) == 4 and not q.id_maps["user"].training
+        assert not any(layer.training for layer in q.layers.values())
+        model.eval()
+        assert not q.training
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        out.sum().backward()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_unpooled_dict_input(dtype):
     col = _collection("sum", "mod")
@@ -152,8 +179,6 @@ def test_errors():
     with pytest.raises(InputTypeError, match="takes a LookupCollection"):
         QuantizedLookupCollection(LookupLinear(4, 2))  # type: ignore[arg-type]
     q = col.quantize("int8")
-    with pytest.raises(InputValueError, match="for inference"):
-        q.train()
     assert q.eval() is q and not q.training
     with pytest.raises(InputValueError, match=r"no feature \['last_item'\]"):
         q(KeyedBags.from_dict({"user": [[1]], "item": [[2]]}))

@@ -345,6 +345,7 @@ def test_report_html_is_self_contained_with_figures_and_verdicts(
     assert 'class="fail"' not in page
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "All checks passed" in md and "same loss curve" in md
+    assert "Seed" not in page and "Seed" not in md  # headings without the notebooks' jargon
 
 
 CHROMIUM = shutil.which("chromium") or (

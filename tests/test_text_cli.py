@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -654,6 +655,67 @@ def test_training_imports_do_not_load_dynamo() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False"]
+
+
+def test_predict_and_test_do_not_import_scikit_learn(ft_file: Path, tmp_path: Path) -> None:
+    """A model read for ``predict`` / ``test`` is scored without scikit-learn (a second of
+    imports, with scipy.stats and pandas), and prints what the estimator computes."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "m.ll"
+    assert main(["train", str(ft_file), "-o", str(model), "--dim", "4", "--epoch", "20",
+                 "--wordNgrams", "2", "--bucket", "1000", "-q"]) == 0
+    code = ("import sys; from lookuplinear.cli import main; "
+            "[main([c, sys.argv[1], sys.argv[2]]) for c in ('test', 'predict-prob')]; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'sklearn', 'pandas', 'matplotlib'}), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code, str(model), str(ft_file)],
+                         capture_output=True, text=True, check=True)
+    assert out.stderr.splitlines()[-1] == "[]"
+    loaded = load_model(model)
+    texts = [line.split(" ", 1)[1] for line in LINES * 5]
+    proba = loaded.estimator.predict_proba(loaded.vectorizer.transform(texts))
+    best = np.asarray(loaded.labels)[proba.argmax(axis=1)]
+    assert [line.split()[0] for line in out.stdout.splitlines()[3:]] == best.tolist()
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel", "squared_hinge",
+                                  "chars", "pruned", "int4"])
+def test_a_model_read_lazily_scores_as_its_estimator(tmp_path: Path, kind: str) -> None:
+    texts = [line.split(" ", 1)[1] for line in LINES] * 5
+    y: Any = [line.split(" ", 1)[0] for line in LINES] * 5
+    if kind == "multiclass":
+        y = [f"{lab}{i % 3}" for i, lab in enumerate(y)]
+    if kind == "multilabel":
+        y = np.array([[i % 2, i % 3 == 0, 1] for i in range(len(texts))], dtype=int)
+    vec = FastTextVectorizer(word_ngrams=2, bucket=512, **(
+        {"minn": 2, "maxn": 3} if kind == "chars" else {}))
+    X = vec.fit_transform(texts)
+    clf = LookupClassifier(loss="squared_hinge" if kind == "squared_hinge" else "log_loss",
+                           hidden=4, mode="mean", max_iter=3, random_state=0).fit(X, y)
+    if kind == "pruned":
+        vec.prune(np.flatnonzero(np.asarray(X.sum(axis=0)).ravel() > 1))
+        clf.model_.lookup.weight.data = clf.model_.lookup.weight.data[
+            np.flatnonzero(np.asarray(X.sum(axis=0)).ravel() > 1)]
+        clf.n_features_in_ = vec.n_features_out_
+    if kind == "int4":
+        clf = clf.quantize("int4")
+    path = save_model(tmp_path / "m.ll", clf, vectorizer=vec,
+                      labels=[str(c) for c in range(3)] if kind == "multilabel"
+                      else clf.classes_.tolist())
+    unseen = [*texts, "an unseen pair of words", ""]
+    lazy = load_model(path, lazy=True)
+    assert lazy.has_vectorizer and lazy._estimator is None and lazy._vectorizer is None
+    scores = lazy.scores(unseen)
+    assert lazy._estimator is None and lazy._vectorizer is None  # neither was built
+    np.testing.assert_array_equal(scores, load_model(path).scores(unseen))
+    expected = (clf.predict_proba(vec.transform(unseen)) if kind != "squared_hinge" else
+                np.column_stack([-(d := clf.decision_function(vec.transform(unseen))), d]))
+    np.testing.assert_array_equal(scores, expected)
+    np.testing.assert_array_equal(lazy.estimator.predict(vec.transform(unseen)),
+                                  clf.predict(vec.transform(unseen)))
 
 
 @NOT_LEARNING

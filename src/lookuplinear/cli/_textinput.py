@@ -173,8 +173,8 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
     if args.threshold is None:
         args.threshold = args.threshold_pos if args.threshold_pos is not None else 0.0
     check_threshold(args.threshold)
-    model = load_model(args.model)
-    if model.vectorizer is None or not model.labels:
+    model = load_model(args.model, lazy=True)
+    if not model.has_vectorizer or not model.labels:
         raise InputValueError(
             f"{args.model} holds an estimator without a text vectorizer and labels; {command} "
             "needs a model written by `lookuplinear train`."

@@ -1,4 +1,5 @@
-"""``lookuplinear explain``: the seeds' walkthrough on any sizes, in text and pictures."""
+"""``lookuplinear explain``: the equivalence worked through on any sizes, in text and
+pictures."""
 
 from __future__ import annotations
 
@@ -27,19 +28,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "explain",
         help="show that the lookup equals nn.Linear on one-hot input, on any sizes",
         description=(
-            "The seeds' walkthrough: the weight table, the one-hot matrix, X @ W.T, the lookup, "
-            "a weighted CSR row, and the verdict of check_equivalence. With no size options it "
-            "reproduces the seed notebooks (4 x 5 table, torch.manual_seed(123), idx = 2 3 1)."
+            "The equivalence worked through: the weight table, the one-hot matrix, X @ W.T, "
+            "the lookup, a weighted CSR row, and the verdict of check_equivalence. With no size "
+            "options: a 4 x 5 table drawn after torch.manual_seed(123), idx = 2 3 1, and three "
+            "more small examples."
         ),
     )
     p.add_argument("--in-features", type=positive_int, default=None, metavar="N",
-                   help="rows of the table (vocabulary size); default 4, the seeds'")
+                   help="rows of the table (vocabulary size); default 4")
     p.add_argument("--out-features", type=positive_int, default=None, metavar="D",
-                   help="columns of the table; default 5, the seeds'")
+                   help="columns of the table; default 5")
     p.add_argument("--indices", type=_index, nargs="+", default=None, metavar="I",
-                   help="rows to look up; default 2 3 1 (the seeds'), or 3 random rows")
+                   help="rows to look up; default 2 3 1 for 4 rows, else 3 random rows")
     p.add_argument("--seed", type=int, default=None, metavar="S",
-                   help="torch.manual_seed for the table; default 123, the seeds'")
+                   help="torch.manual_seed for the table; default 123")
     p.add_argument("--png", type=Path, default=None, metavar="DIR",
                    help="also draw the pictures as PNG files into DIR")
     return p

@@ -21,10 +21,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "report",
         help="explain + bench --quick + training demo, as one HTML page and a Markdown summary",
         description=(
-            "The seeds' walkthrough with pictures, the quick benchmark matrix, and a training "
-            "demonstration (the same loss curve for LookupLinear and nn.Linear on one-hot "
-            "input; then training on a vocabulary the dense path cannot hold), written to "
-            "DIR/report.html (self-contained) and DIR/report.md. No downloads."
+            "The equivalence worked through on small examples, with pictures, the quick "
+            "benchmark matrix, and a training demonstration (the same loss curve for "
+            "LookupLinear and nn.Linear on one-hot input; then training on a vocabulary the "
+            "dense path cannot hold), written to DIR/report.html (self-contained) and "
+            "DIR/report.md. No downloads."
         ),
     )
     p.add_argument("--out", type=Path, default=Path("out/report"), metavar="DIR",
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    print("1/3 explain: the seeds' walkthrough")
+    print("1/3 explain: the equivalence, worked through on small examples")
     steps = seed_walkthrough()
     custom = custom_walkthrough()
     pictures = draw(custom, [2, 3, 1], out)
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sections = [
         Section(
-            "The equivalence: the seeds' walkthrough",
+            "The equivalence, worked through on small examples",
             [f"<p>nn.Embedding(idx) is nn.Linear on one_hot(idx); a bag of indices summed "
              f"through an embedding is nn.Linear on the multi-hot / CSR row. Verdict: "
              f"{verdict(explain_ok)}</p>", steps_html(steps)],
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
                 "<code>lookuplinear report</code>")
     key_points = [
         f"nn.Embedding / a bag of indices through LookupLinear equals nn.Linear on the one-hot / "
-        f"multi-hot rows: {'every seed example checks out' if explain_ok else 'A CHECK FAILED'}"
+        f"multi-hot rows: {'every worked example checks out' if explain_ok else 'A CHECK FAILED'}"
         " (forward and gradients, against float64 nn.Linear).",
         *[h for h in heads if "forward+backward" in h or "skipped" in h],
         f"Training: same loss curve as nn.Linear on one-hot input (largest difference "
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         "",
         "## Equivalence",
         "",
-        f"- Seeds' walkthrough: {'equivalent' if explain_ok else 'MISMATCH'} "
+        f"- Worked examples: {'equivalent' if explain_ok else 'MISMATCH'} "
         f"({len(steps)} steps; full text in walkthrough.md)",
         f"- Training side by side: {'same loss curve' if same.ok else 'DIFFERENT'}: "
         f"{same_text}",

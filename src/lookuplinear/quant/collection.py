@@ -39,7 +39,9 @@ class QuantizedLookupCollection(CollectionBase):
     layer on the rows the float collection reads. Takes what ``LookupCollection.forward``
     takes: a :class:`KeyedBags` (returns a :class:`KeyedTensor`) or a ``{feature: index
     tensor}`` dict (unpooled lookups). Build one with :meth:`from_float` (or
-    ``LookupCollection.quantize``); ``train()`` raises: a quantized table is not trained.
+    ``LookupCollection.quantize``). It stays an inference module in any mode, as PyTorch's
+    quantized modules do: ``train()`` sets ``training`` only, and its output records no
+    gradient.
 
     Parameters
     ----------
@@ -63,7 +65,7 @@ class QuantizedLookupCollection(CollectionBase):
     Raises
     ------
     InputValueError
-        An unknown dtype or table name, or a collection off the CPU; ``train()``.
+        An unknown dtype or table name, or a collection off the CPU.
     InputTypeError
         ``dtype`` neither a string nor a dict.
 
@@ -142,12 +144,12 @@ class QuantizedLookupCollection(CollectionBase):
         return cls(collection, dtype)
 
     def train(self, mode: bool = True) -> QuantizedLookupCollection:
-        if mode:
-            raise InputValueError(
-                "a QuantizedLookupCollection is for inference: its tables are quantized and "
-                "have no gradient. Train the float LookupCollection, then quantize it."
-            )
-        return super().train(False)
+        """Set ``training`` to ``mode`` and return ``self``, as ``nn.Module.train`` does (a
+        training loop calls it on the model that holds the collection); the tables and ID maps
+        stay in inference (an ID map in training would number new IDs), as PyTorch's quantized
+        modules compute the same in either mode."""
+        self.training = mode
+        return self
 
     @torch.no_grad()
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:

@@ -51,7 +51,11 @@ class QuantizedLookupLinear(AllOrNothingLoad):
     forward against it. Every input form and mode of the float layer; int8 and int4 ``sum``,
     ``mean`` and ``sqrtn`` bags run PyTorch's quantized embedding-bag kernels, everything else
     dequantizes only the rows the input names. Build one with ``LookupLinear.quantize``.
-    ``train()`` raises: a quantized table is not trained.
+    It stays an inference layer in any mode, as PyTorch's quantized ``EmbeddingBag`` does:
+    ``train()`` sets ``training`` (a training loop calls it on the model that holds the layer)
+    and changes nothing else; the table is a buffer, so the layer has no parameters for an
+    optimizer (torch's ``optimizer got an empty parameter list``) and its output records no
+    gradient (``backward`` through it raises).
 
     Examples
     --------
@@ -127,14 +131,6 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         if dtype == "float16":
             return rows.half()
         return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
-
-    def train(self, mode: bool = True) -> QuantizedLookupLinear:
-        if mode:
-            raise InputValueError(
-                "a QuantizedLookupLinear is for inference: its table is quantized and has no "
-                "gradient. Train the float LookupLinear, then quantize it."
-            )
-        return super().train(False)
 
     def rows(self, indices: torch.Tensor) -> torch.Tensor:
         """The dequantized rows ``indices`` (float32, ``(len(indices), out_features)``)."""

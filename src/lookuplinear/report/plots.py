@@ -67,10 +67,12 @@ def _draw(ax: Any, sub: Sequence[Row], scale: float, **style: Any) -> bool:
 
 
 def _busy_note(fig: Any, rows: Sequence[Row]) -> None:
-    """Say under the figure what its hollow markers are, where it has any."""
+    """Say under the figure what its hollow markers are, where it has any: as the figure's
+    bottom label, for which the constrained layout makes room below the x-axis labels."""
     if any(r["status"] == "ok" and r["noisy"] for r in rows):
-        fig.text(0.01, 0.005, "hollow markers: the machine was too busy for that number "
-                 "(its rounds disagreed); not a measurement to read", fontsize=6, color="gray")
+        fig.supxlabel("hollow markers: the machine was too busy for that number (its rounds "
+                      "disagreed); not a measurement to read", x=0.01, ha="left", fontsize=6,
+                      color="gray")
 
 
 def _legend(ax: Any, **kw: Any) -> None:
@@ -310,6 +312,7 @@ def plot_readme(rows: Sequence[Row], path: Path, form: str = "bags") -> Path:
     ax.set_yscale("log")
     low = min((r["median_s"] * 1e3 for r in sub if r["status"] == "ok"), default=0.1)
     ax.set_ylim(low / 2, top * 40)
+    ax.margins(x=0.1)  # room for the "skipped" notes at the widest vocabulary
     ax.set_xlabel("in_features (vocabulary size)")
     ax.set_ylabel("forward + backward (ms)")
     ax.grid(True, which="major", alpha=0.3)

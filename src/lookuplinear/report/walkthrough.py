@@ -1,8 +1,8 @@
-"""The seed notebooks' walkthrough, run through the library: embedding == linear on one-hot.
+"""The equivalence worked through on small examples: embedding == linear on one-hot.
 
-Each seed in ``shared/seeds/`` is reproduced with its own numbers: the weight table, the one-hot
-matrix, ``X @ W.T`` through ``nn.Linear``, the lookup through ``LookupLinear``, and the verdict of
-:func:`~lookuplinear.check_equivalence`.
+Each example shows its numbers (the examples of the seed notebooks in ``shared/seeds/``): the
+weight table, the one-hot matrix, ``X @ W.T`` through ``nn.Linear``, the lookup through
+``LookupLinear``, and the verdict of :func:`~lookuplinear.check_equivalence`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def seed_walkthrough() -> list[Step]:
     with torch.no_grad():
         steps.append(
             Step(
-                "Seeds 001/003: the table is nn.Embedding's, the lookup is a one-hot product",
+                "Looking up rows of nn.Embedding's table is nn.Linear on one-hot rows",
                 "After torch.manual_seed(123), LookupLinear(4, 5, bias=False) draws the same "
                 "table as nn.Embedding(4, 5). Looking up idx = [2, 3, 1] equals nn.Linear (weight "
                 "= table.T) applied to one_hot(idx).",
@@ -87,7 +87,7 @@ def seed_walkthrough() -> list[Step]:
     with torch.no_grad():
         steps.append(
             Step(
-                "Seed 000: a permutation of all four rows",
+                "Every row once: the one-hot matrix is a permutation",
                 "idx = [3, 2, 0, 1] selects every row once: the one-hot matrix is a permutation "
                 "matrix and X @ W.T reorders the table.",
                 {
@@ -114,7 +114,7 @@ def seed_walkthrough() -> list[Step]:
         dense_tfidf = torch.tensor(tfidf.toarray(), dtype=torch.float32)
         steps.append(
             Step(
-                "Seed 002: a scipy CSR matrix is a batch of bags",
+                "A scipy CSR matrix is a batch of bags",
                 "Each CSR row is a bag of column indices with the stored values as weights. "
                 "The layer sums the looked-up rows, weighted by the values, so it equals "
                 "nn.Linear on the dense rows (the notebook's `.sum(0)` done for every row at "
@@ -150,7 +150,7 @@ def seed_walkthrough() -> list[Step]:
         out = chars(x)
         steps.append(
             Step(
-                "Seed 004: characters as indices, multi-hot rows as bags",
+                "Characters as indices, multi-hot rows as bags",
                 f"Vocab.characters() holds the {len(vocab)} characters of string.printable. "
                 f"{text!r} encodes to a (1, 25) index tensor; the layer maps it to (1, 25, 10). "
                 "The multi-hot float rows give the same result as their bags.",

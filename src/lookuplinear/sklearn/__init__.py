@@ -4,14 +4,46 @@
 from scipy.sparse rows (``CountVectorizer`` / ``TfidfVectorizer`` output), dense arrays or lists
 of token ids, without densifying. ``save_model`` / ``load_model`` write and read an estimator
 with its text vectorizer as safetensors + JSON; ``load_fasttext`` reads a model fastText wrote
-(``.bin``, ``.ftz``) and predicts as fastText. See ``docs/sklearn.md``.
+(``.bin``, ``.ftz``) and predicts as fastText. See ``docs/sklearn.md``. Each name loads on
+first use: a model file read for prediction (``load_model(path, lazy=True)``) does not import
+scikit-learn.
 """
 
-from ._classifier import LookupClassifier
-from ._fasttext_bin import FastTextModel, load_fasttext
-from ._model import LookupNet
-from ._modelfile import TextModel, load_model, save_model
-from ._regressor import LookupRegressor
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._classifier import LookupClassifier
+    from ._fasttext_bin import FastTextModel, load_fasttext
+    from ._model import LookupNet
+    from ._modelfile import TextModel, load_model, save_model
+    from ._regressor import LookupRegressor
+
+#: public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "FastTextModel": "._fasttext_bin",
+    "LookupClassifier": "._classifier",
+    "LookupNet": "._model",
+    "LookupRegressor": "._regressor",
+    "TextModel": "._modelfile",
+    "load_fasttext": "._fasttext_bin",
+    "load_model": "._modelfile",
+    "save_model": "._modelfile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = ["FastTextModel", "LookupClassifier", "LookupNet", "LookupRegressor", "TextModel",
            "load_fasttext", "load_model", "save_model"]

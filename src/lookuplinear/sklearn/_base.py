@@ -19,15 +19,14 @@ from .._device import check_device
 from ..errors import InputValueError, NotLinearError, TrainingDivergedError
 from ..functional import MODES, Mode
 from ..sparse.bags import Bags
-from ._input import CSRBatches, csr_first, fold_mode, is_token_lists, to_csr
+from ._input import csr_first, fold_mode, is_token_lists, to_csr
 from ._minibatch import constant_loss, progress, torch_threads, train_epochs
 from ._model import LookupNet
 from ._optim import SOLVERS, default_learning_rate, make_optimizers
+from ._predict import raw_output
 
 __all__ = ["LookupEstimator"]
 
-#: rows per forward pass at prediction time
-PREDICT_BATCH = 8192
 #: ``fit`` warns (``ConvergenceWarning``) when a minibatch solver's last epoch left the training
 #: loss above this fraction of the loss of the best constant output (a model that ignores X). On
 #: the benchmark datasets' validation splits, models above it scored at or near the majority
@@ -567,13 +566,8 @@ class LookupEstimator(BaseEstimator):
         """``model_(X)`` as float64 numpy of shape (n_samples, n_outputs), in batches."""
         check_is_fitted(self, "model_")
         Xc = self._prepare_x(X, reset=False)
-        model, device = self.model_, torch.device(self.device)
-        model.eval()
-        outs = [np.zeros((0, self._n_outputs()), dtype=np.float64)]
-        with torch.no_grad(), torch_threads(self.n_jobs):
-            for _, _, bags in CSRBatches(Xc).batches(PREDICT_BATCH):
-                outs.append(model.predict(bags.to(device)).cpu().numpy())
-        return np.concatenate(outs)
+        return raw_output(self.model_, Xc, self._n_outputs(), device=self.device,
+                          n_jobs=self.n_jobs)
 
     def _n_outputs(self) -> int:
         out = self.model_.output

@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.special import expit, softmax
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
@@ -17,6 +16,7 @@ from sklearn.utils.validation import column_or_1d
 
 from ..errors import InputValueError
 from ._base import LookupEstimator
+from ._predict import class_scores
 
 __all__ = ["LookupClassifier"]
 
@@ -249,17 +249,14 @@ default "auto"
     # ------------------------------------------------------------------ predict
     def decision_function(self, X: Any) -> np.ndarray:
         """The logits ``model_(X)``: shape (n_samples,) for two classes, else (n_samples, n_out)."""
-        out = self._raw_output(X)
-        return out.ravel() if self._binary() else out
+        return class_scores(self._raw_output(X), binary=self._binary(),
+                            multilabel=self.multilabel_, proba=False)
 
     @available_if(lambda self: self.loss == "log_loss")
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, shape (n_samples, n_classes); per-label sigmoids for multilabel."""
-        out = self._raw_output(X).astype(np.float64)
-        if self._binary():
-            p = expit(out.ravel())
-            return np.column_stack([1 - p, p])
-        return expit(out) if self.multilabel_ else softmax(out, axis=1)
+        return class_scores(self._raw_output(X), binary=self._binary(),
+                            multilabel=self.multilabel_, proba=True)
 
     @available_if(lambda self: self.loss == "log_loss")
     def predict_log_proba(self, X: Any) -> np.ndarray:

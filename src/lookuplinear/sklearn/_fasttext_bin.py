@@ -128,7 +128,7 @@ class _Reader:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class FastTextModel(TextModel):
     """A supervised fastText model read from its ``.bin``/``.ftz`` file.
 
@@ -156,6 +156,12 @@ class FastTextModel(TextModel):
     label_counts: list[int] = field(default_factory=list)
     _ids: dict[bytes, int] = field(default_factory=dict, repr=False)
     _tree: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        labels = [w.decode("utf-8", errors="replace") for w in self.words[self.n_words:]]
+        TextModel.__init__(self, None, None, labels,
+                           {"format": "fasttext", "label": _LABEL.decode()})
+        self._estimator, self._vectorizer = FastTextHead(self), FastTextFeatures(self)
 
     # ------------------------------------------------------------------ features
     def rows(self, text: str) -> list[int]:
@@ -651,17 +657,13 @@ def load_fasttext(path: str | Path) -> FastTextModel:
         raise r.damaged(
             f"matrices of shapes {inp.shape} and {out.shape} for {nwords} words, {nlabels} "
             f"labels, dim {args.dim} and {need - nwords} n-gram rows")
-    labels = [w.decode("utf-8", errors="replace") for w in words[nwords:]]
     ids: dict[bytes, int] = {}
     for i, w in enumerate(words):  # word2int: a later duplicate wins, as in fastText
         ids[w] = i
     model = FastTextModel(
-        estimator=None, vectorizer=None, labels=labels,
-        input_format={"format": "fasttext", "label": _LABEL.decode()},
         args=args, version=version, words=words, n_words=nwords, input_matrix=inp,
         output_matrix=out, output_norms=norms, pruneidx=pruneidx,
         label_counts=counts[nwords:], _ids=ids)
-    model.vectorizer, model.estimator = FastTextFeatures(model), FastTextHead(model)
     return model
 
 

@@ -52,7 +52,8 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -60,6 +61,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelFileError
+from ._predict import class_scores, raw_output
 
 __all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
 
@@ -77,30 +79,66 @@ READS = ("1", "2", "3")
 _BUCKETS = "vectorizer.buckets"
 
 
-@dataclass
 class TextModel:
     """A fitted estimator with the vectorizer and label names of its training data.
 
     ``labels[j]`` names column ``j`` of ``estimator.predict_proba``; without a vectorizer the
     estimator takes feature matrices directly. ``predict`` and ``test`` read their input as
     ``input_format`` says unless told otherwise.
+
+    A model read by ``load_model(path, lazy=True)`` builds ``estimator`` and ``vectorizer``
+    (scikit-learn objects) on first use; :meth:`scores` needs neither, and computes what they
+    would (the same functions, on the same network).
     """
 
-    estimator: Any
-    vectorizer: Any = None
-    labels: list[str] = field(default_factory=list)
-    #: how ``lookuplinear train`` read its file: ``{"format": "fasttext", "label": prefix}`` or
-    #: ``{"format": "table", "text_column", "label_column", "sep"}``; None in files written
-    #: before models recorded it, or by ``save_model`` without ``input_format``
-    input_format: dict[str, Any] | None = None
+    def __init__(self, estimator: Any, vectorizer: Any = None, labels: list[str] | None = None,
+                 input_format: dict[str, Any] | None = None) -> None:
+        self._estimator = estimator
+        self._vectorizer = vectorizer
+        self.labels: list[str] = list(labels) if labels is not None else []
+        #: how ``lookuplinear train`` read its file: ``{"format": "fasttext", "label": prefix}``
+        #: or ``{"format": "table", "text_column", "label_column", "sep"}``; None in files
+        #: written before models recorded it, or by ``save_model`` without ``input_format``
+        self.input_format = input_format
+        self._file: _ModelParts | None = None
+
+    @property
+    def estimator(self) -> Any:
+        """The fitted ``LookupClassifier`` or ``LookupRegressor``."""
+        if self._estimator is None and self._file is not None:
+            self._estimator = _guarded(self._file.path, self._file.estimator)
+        return self._estimator
+
+    @property
+    def vectorizer(self) -> Any:
+        """The fitted ``FastTextVectorizer``, or None."""
+        if self._vectorizer is None and self._file is not None and self._file.vectorizer:
+            self._vectorizer = _guarded(self._file.path, self._file.full_vectorizer)
+        return self._vectorizer
+
+    @property
+    def has_vectorizer(self) -> bool:
+        """Whether the model holds a text vectorizer (without building it)."""
+        if self._vectorizer is None and self._file is not None:
+            return self._file.vectorizer is not None
+        return self._vectorizer is not None
 
     def scores(self, texts: list[str]) -> np.ndarray:
         """Label probabilities of each text, shape (n_texts, len(labels)); the decision values
         for a model without probabilities (``loss="squared_hinge"``): the same ranking."""
-        X = self.vectorizer.transform(texts)
-        if hasattr(self.estimator, "predict_proba"):
-            return np.asarray(self.estimator.predict_proba(X))
-        d = np.asarray(self.estimator.decision_function(X))
+        part = self._file
+        if part is not None and self._estimator is None and part.classifier is not None:
+            X = (part.features() if self._vectorizer is None else self._vectorizer).transform(
+                texts)
+            binary, multilabel, proba = part.classifier
+            d = class_scores(raw_output(part.net, X, part.n_outputs, device="cpu",
+                                        n_jobs=part.n_jobs),
+                             binary=binary, multilabel=multilabel, proba=proba)
+        else:
+            X = self.vectorizer.transform(texts)
+            if hasattr(self.estimator, "predict_proba"):
+                return np.asarray(self.estimator.predict_proba(X))
+            d = np.asarray(self.estimator.decision_function(X))
         return d if d.ndim == 2 else np.column_stack([-d, d])
 
 
@@ -195,9 +233,13 @@ def save_model(
     return out
 
 
-def load_model(path: str | Path) -> TextModel:
+def load_model(path: str | Path, *, lazy: bool = False) -> TextModel:
     """Read a model file written by :func:`save_model`, or by fastText (``.bin``/``.ftz``,
     read by :func:`lookuplinear.sklearn.load_fasttext`); never executes anything from it.
+
+    ``lazy=True`` reads the network and checks the file as fully, but builds the estimator and
+    vectorizer (importing scikit-learn, about a second) only when they are first used:
+    ``TextModel.scores`` runs without them (``lookuplinear predict`` and ``test`` load so).
 
     Raises
     ------
@@ -238,9 +280,19 @@ def load_model(path: str | Path) -> TextModel:
         )
     if meta.get("version") != "1":  # version 1 files carry no checksums
         _verify(p, meta, tensors)
+    parts = _guarded(p, lambda: _read(p, json.loads(meta["config"]), tensors, lazy=lazy))
+    model = TextModel(None, None, [str(x) for x in parts.config.get("labels") or []],
+                      parts.input_format)
+    model._file = parts
+    if not lazy:
+        _ = model.estimator, model.vectorizer
+    return model
+
+
+def _guarded(p: Path, build: Callable[[], Any]) -> Any:
+    """``build()``, any error but ``ModelFileError`` said as a damaged configuration of ``p``."""
     try:
-        config = json.loads(meta["config"])
-        return _build(config, tensors)
+        return build()
     except ModelFileError:
         raise
     except Exception as e:  # a well-formed header with inconsistent content
@@ -295,26 +347,105 @@ def _check_header(p: Path) -> None:
         )
 
 
-def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextModel:
-    from ..quant.layer import QuantizedLookupLinear
-    from ..text import FastTextVectorizer
-    from ._classifier import LookupClassifier
-    from ._model import LookupNet
-    from ._optim import make_optimizers
-    from ._regressor import LookupRegressor
+@dataclass
+class _ModelParts:
+    """A model file's content, read without scikit-learn: the network with its weights, the
+    estimator's parameters and the vectorizer's configuration."""
 
-    kinds = {"LookupClassifier": LookupClassifier, "LookupRegressor": LookupRegressor}
+    path: Path
+    config: dict[str, Any]
+    params: dict[str, Any]
+    net: Any
+    vectorizer: dict[str, Any] | None
+    input_format: dict[str, Any] | None
+    _features: Any = None
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.config["n_outputs"])
+
+    @property
+    def n_jobs(self) -> int | None:
+        return cast("int | None", self.params.get("n_jobs", 1))
+
+    @property
+    def classifier(self) -> tuple[bool, bool, bool] | None:
+        """A classifier's ``(binary, multilabel, proba)`` (what ``class_scores`` takes), None
+        for a regressor."""
+        if self.config["estimator"] != "LookupClassifier":
+            return None
+        multilabel = bool(self.config["multilabel"])
+        binary = not multilabel and len(self.config["classes"]) == 2
+        return binary, multilabel, self.params["loss"] == "log_loss"
+
+    def features(self) -> Any:
+        """The vectorizer's transform, without scikit-learn (``TextFeatures``)."""
+        if self._features is None:
+            from ..text._features import TextFeatures
+
+            self._features = TextFeatures.from_config(cast(dict, self.vectorizer))
+        return self._features
+
+    def full_vectorizer(self) -> Any:
+        from ..text import FastTextVectorizer
+
+        return FastTextVectorizer.from_config(cast(dict, self.vectorizer))
+
+    def estimator(self) -> Any:
+        """The fitted estimator around :attr:`net` (imports scikit-learn)."""
+        from ._classifier import LookupClassifier
+        from ._optim import make_optimizers
+        from ._regressor import LookupRegressor
+
+        config, net = self.config, self.net
+        kinds = {"LookupClassifier": LookupClassifier, "LookupRegressor": LookupRegressor}
+        est: Any = kinds[config["estimator"]](**self.params,
+                                              random_state=config["random_state"])
+        est.n_features_in_ = int(config["n_features_in"])
+        est.model_ = net.eval()
+        quantized = config.get("quantized")
+        if not quantized:
+            est._touched = net.lookup.weight.detach().any(dim=1).numpy()
+        est.loss_curve_ = list(config["loss_curve"])
+        est.n_iter_ = int(config["n_iter"])
+        est.validation_scores_ = []
+        est._seed_ = est._seed()
+        est._optimizers = [] if quantized else make_optimizers(
+            est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
+            lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
+        if config["estimator"] == "LookupClassifier":
+            est.classes_ = np.asarray(config["classes"])
+            est.multilabel_ = bool(config["multilabel"])
+            if est.multilabel_:
+                est._y_dtype = np.dtype(config["y_dtype"])
+        else:
+            est._y_2d = bool(config["y_2d"])
+        return est
+
+
+#: the estimators' defaults of the parameters that shape the network, for files that lack them
+_NET_DEFAULTS = {"hidden": None, "mode": "sum", "n_jobs": 1}
+
+
+def _read(p: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor], *,
+          lazy: bool) -> _ModelParts:
+    """The network and configuration of a model file; ``lazy``: the vectorizer's
+    configuration checked here (the estimator's vectorizer checks it otherwise)."""
+    from ..quant.layer import QuantizedLookupLinear
+    from ._model import LookupNet
+
+    kinds = ("LookupClassifier", "LookupRegressor")
     name = config["estimator"]
     if name not in kinds:
         raise ModelFileError(f"unknown estimator {name!r}; expected one of {sorted(kinds)}.")
     params = {_RENAMED.get(k, k): v for k, v in config["params"].items()}
     if name == "LookupClassifier":
         params.setdefault("loss", "log_loss")  # what files without the parameter trained with
-    est: Any = kinds[name](**params, random_state=config["random_state"])
-    est.n_features_in_ = int(config["n_features_in"])
+    net_params = {**_NET_DEFAULTS, **{k: params[k] for k in _NET_DEFAULTS if k in params}}
+    n_features = int(config["n_features_in"])
     with torch.device("meta"):  # no memory, no random draw: the file's weights are assigned
-        net = LookupNet(est.n_features_in_, int(config["n_outputs"]), hidden=est.hidden,
-                        mode=est.mode)
+        net = LookupNet(n_features, int(config["n_outputs"]), hidden=net_params["hidden"],
+                        mode=net_params["mode"])
     tensors = dict(tensors)
     buckets = tensors.pop(_BUCKETS, None)
     quantized = config.get("quantized")
@@ -327,7 +458,7 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
         tensors[key] = full
     if quantized:  # the table as stored; the rest of the network loads as usual
         net.lookup = cast(Any, QuantizedLookupLinear.from_packed(
-            tensors["lookup.packed"], quantized["dtype"], in_features=est.n_features_in_,
+            tensors["lookup.packed"], quantized["dtype"], in_features=n_features,
             out_features=int(quantized["out_features"]), bias=tensors.get("lookup.bias"),
             mode=quantized["mode"],
             padding_idx=quantized["padding_idx"]))
@@ -338,30 +469,14 @@ def _build(config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> TextMode
             f"the weights do not match the configuration: {str(e).splitlines()[0]} ... "
             "The file was damaged or edited; train it again."
         ) from None
-    est.model_ = net.eval()
-    if not quantized:
-        est._touched = net.lookup.weight.detach().any(dim=1).numpy()
-    est.loss_curve_ = list(config["loss_curve"])
-    est.n_iter_ = int(config["n_iter"])
-    est.validation_scores_ = []
-    est._seed_ = est._seed()
-    est._optimizers = [] if quantized else make_optimizers(
-        est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
-        lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
-    if name == "LookupClassifier":
-        est.classes_ = np.asarray(config["classes"])
-        est.multilabel_ = bool(config["multilabel"])
-        if est.multilabel_:
-            est._y_dtype = np.dtype(config["y_dtype"])
-    else:
-        est._y_2d = bool(config["y_2d"])
     vec = config.get("vectorizer")
     if vec is not None and buckets is not None:
         vec = {**vec, "buckets": buckets.numpy()}
-    vectorizer = None if vec is None else FastTextVectorizer.from_config(vec)
-    labels = config.get("labels") or []
-    return TextModel(est, vectorizer, [str(x) for x in labels],
-                     _input_format(config.get("input_format")))
+    parts = _ModelParts(p, config, params, net.eval(), vec,
+                        _input_format(config.get("input_format")))
+    if vec is not None and lazy:
+        parts.features()
+    return parts
 
 
 def _input_format(fmt: Any) -> dict[str, Any] | None:

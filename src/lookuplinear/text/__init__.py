@@ -4,17 +4,48 @@ hashed n-grams as a scipy.sparse matrix, and the text file formats of the comman
 ``FastTextVectorizer`` builds the count matrix ``LookupClassifier(mode="mean", hidden=dim)``
 trains fastText's model on; ``read_fasttext`` / ``read_table`` read ``__label__`` files and
 CSV/TSV tables; ``precision_recall_at_k`` scores top-k predictions as ``fasttext test`` does.
+Each name loads on first use: reading a file does not import scikit-learn.
 """
 
-from ._files import (
-    LABEL_PREFIX,
-    LabelledTexts,
-    precision_recall_at_k,
-    read_fasttext,
-    read_table,
-    table_delimiter,
-)
-from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._files import (
+        LABEL_PREFIX,
+        LabelledTexts,
+        precision_recall_at_k,
+        read_fasttext,
+        read_table,
+        table_delimiter,
+    )
+    from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
+
+#: public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "LABEL_PREFIX": "._files",
+    "LabelledTexts": "._files",
+    "TOKEN_PATTERN": "._vectorizer",
+    "FastTextVectorizer": "._vectorizer",
+    "precision_recall_at_k": "._files",
+    "read_fasttext": "._files",
+    "read_table": "._files",
+    "table_delimiter": "._files",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "LABEL_PREFIX",

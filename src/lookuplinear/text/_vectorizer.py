@@ -23,20 +23,17 @@ Requires the ``[sklearn]`` extra.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from itertools import repeat
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.feature_extraction import FeatureHasher
-from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 from sklearn.utils.validation import check_is_fitted
 
-from .._sizes import as_size
 from ..errors import InputValueError
-from ..ops import Tokens, count_matrix, token_ids
+from ..ops import Tokens, token_ids
+from ._features import TextFeatures, check_buckets, check_params, tokenize
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
 
@@ -118,7 +115,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
         self._check_params()
-        self._fit_tokens(token_ids(self._tokenize(raw_documents)))
+        self._fit_tokens(token_ids(tokenize(raw_documents, lowercase=self.lowercase)))
         self.buckets_ = None
         return self
 
@@ -126,18 +123,15 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         """``fit(raw_documents).transform(raw_documents)``, tokenizing each text once."""
         self._check_params()
         docs = list(raw_documents)
-        tokens = token_ids(self._tokenize(docs))
+        tokens = token_ids(tokenize(docs, lowercase=self.lowercase))
         self.buckets_ = None
-        return self._features(docs, tokens, self._fit_tokens(tokens))
+        column = self._fit_tokens(tokens)
+        return self._transform().features(docs, tokens, column)
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
         """The count matrix, shape ``(n_texts, n_features_out_)``, float32 CSR."""
         check_is_fitted(self, "vocabulary_")
-        docs = list(raw_documents)
-        tokens = token_ids(self._tokenize(docs))
-        column = np.fromiter(map(self.vocabulary_.get, tokens.unique, repeat(-1)), np.int64,
-                             len(tokens.unique))
-        return self._features(docs, tokens, column)
+        return self._transform().transform(raw_documents)
 
     def prune(self, columns: Any) -> FastTextVectorizer:
         """Keep only ``columns`` (of :meth:`transform`'s matrix), as fastText's ``quantize
@@ -205,42 +199,17 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         vec.n_features_out_ = len(vec.vocabulary_) + (vec.bucket if vec._hashed() else 0)
         vec.buckets_ = None
         if config.get("buckets") is not None:
-            kept = np.asarray(config["buckets"], dtype=np.int64).ravel()
-            if kept.size and (kept.min() < 0 or kept.max() >= vec.bucket
-                              or np.any(np.diff(kept) <= 0)):
-                raise InputValueError(
-                    f"FastTextVectorizer.from_config: 'buckets' must be increasing bucket "
-                    f"numbers in [0, {vec.bucket}); the configuration was damaged."
-                )
-            vec.buckets_ = kept
-            vec.n_features_out_ = len(vec.vocabulary_) + len(kept)
+            vec.buckets_ = check_buckets(config["buckets"], vec.bucket)
+            vec.n_features_out_ = len(vec.vocabulary_) + len(vec.buckets_)
         return vec
 
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> None:
-        for name, low in (("word_ngrams", 1), ("bucket", 1), ("min_count", 1),
-                          ("minn", 0), ("maxn", 0)):
-            as_size(getattr(self, name), name, low=low, where="FastTextVectorizer")
-        if self.maxn and not 1 <= self.minn <= self.maxn:
-            raise InputValueError(
-                f"FastTextVectorizer: character n-grams need 1 <= minn <= maxn, got "
-                f"minn={self.minn}, maxn={self.maxn}. Set maxn=0 to turn them off."
-            )
+        check_params(word_ngrams=self.word_ngrams, minn=self.minn, maxn=self.maxn,
+                     bucket=self.bucket, min_count=self.min_count)
 
     def _hashed(self) -> bool:
         return self.word_ngrams > 1 or self.maxn > 0
-
-    def _tokenize(self, docs: Iterable[str]) -> Iterator[list[str]]:
-        """Each text's words, one list at a time: scikit-learn's decoder and preprocessor, then
-        ``str.split()``, which gives the lists ``TOKEN_PATTERN``'s ``re.findall`` gives (both
-        split at the characters ``str.isspace`` names; tests/test_text_cli.py checks every code
-        point), without the regular expression engine."""
-        words = CountVectorizer(token_pattern=TOKEN_PATTERN, lowercase=self.lowercase)
-        decode = words.decode
-        if not self.lowercase:  # the preprocessor is the identity
-            return (decode(doc).split() for doc in docs)
-        preprocess = words.build_preprocessor()
-        return (preprocess(decode(doc)).split() for doc in docs)
 
     def _fit_tokens(self, tokens: Tokens) -> np.ndarray:
         """Set the vocabulary: the tokens counted at least ``min_count`` times, sorted as
@@ -259,38 +228,9 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         column[kept] = np.arange(len(kept))
         return column
 
-    def _features(self, docs: list[str], tokens: Tokens, column: np.ndarray) -> sp.csr_matrix:
-        """Word and word n-gram counts, plus the hashed character n-grams: ``[words | buckets]``.
-        """
-        n_words = len(self.vocabulary_)
-        width = n_words + (self.bucket if self._hashed() else 0)
-        X = count_matrix(tokens, column, self.word_ngrams, self.bucket, n_words, width)
-        if self.maxn > 0:
-            chars = HashingVectorizer(analyzer="char_wb", ngram_range=(self.minn, self.maxn),
-                                      lowercase=self.lowercase).build_analyzer()
-            C = self._hasher().transform(map(chars, docs))  # (n_texts, bucket)
-            X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
-        buckets = getattr(self, "buckets_", None)
-        return X if buckets is None else _keep_buckets(X, n_words, buckets)
-
-    def _hasher(self) -> FeatureHasher:
-        """The hashing of ``HashingVectorizer(alternate_sign=False, norm=None)``: n-gram ->
-        ``murmurhash3_32(n-gram) % bucket``, counts summed."""
-        return FeatureHasher(n_features=self.bucket, input_type="string",
-                             alternate_sign=False, dtype=np.float32)
-
-
-def _keep_buckets(X: sp.csr_matrix, n_words: int, buckets: np.ndarray) -> sp.csr_matrix:
-    """``X`` (words, then every bucket) with only ``buckets`` (sorted) after the words,
-    renumbered ``n_words + position``; the entries of the other buckets are dropped."""
-    col = X.indices.astype(np.int64)
-    b = col - n_words
-    at = np.searchsorted(buckets, b)
-    hit = np.zeros(b.shape, dtype=bool)
-    inside = (b >= 0) & (at < len(buckets))
-    hit[inside] = buckets[at[inside]] == b[inside]
-    keep = (b < 0) | hit
-    new = np.where(b < 0, col, n_words + at)[keep]
-    indptr = np.concatenate([[0], np.cumsum(keep)])[X.indptr]  # entries kept before each row
-    return sp.csr_matrix((X.data[keep], new.astype(X.indices.dtype), indptr),
-                         shape=(X.shape[0], n_words + len(buckets)))
+    def _transform(self) -> TextFeatures:
+        """The fitted transform: the words and word n-grams counted by the C kernel, the
+        character n-grams hashed by scikit-learn's ``FeatureHasher``."""
+        return TextFeatures(self.vocabulary_, word_ngrams=self.word_ngrams, minn=self.minn,
+                            maxn=self.maxn, bucket=self.bucket, lowercase=self.lowercase,
+                            buckets=getattr(self, "buckets_", None))

@@ -1,0 +1,178 @@
+"""The transform of a fitted :class:`~lookuplinear.text.FastTextVectorizer`, without
+scikit-learn's estimator classes.
+
+``FastTextVectorizer.transform`` and a model file loaded for prediction
+(``lookuplinear predict`` / ``test``) both run :func:`text_features`: the words and word n-grams
+are counted by the C kernel of :mod:`lookuplinear.ops._ngrams`, so scikit-learn (about a second
+of imports) is imported only for character n-grams (``maxn > 0``), whose hashing is its
+``FeatureHasher``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._sizes import as_size
+from ..errors import InputValueError
+from ..ops import Tokens, count_matrix, token_ids
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+__all__ = ["TextFeatures", "check_buckets", "check_params", "keep_buckets", "text_features",
+           "tokenize"]
+
+
+def tokenize(docs: Iterable[Any], *, lowercase: bool) -> Iterator[list[str]]:
+    """Each text's words, one list at a time: ``CountVectorizer``'s decoding (``bytes`` as
+    UTF-8) and preprocessor (``str.lower`` when ``lowercase``), then ``str.split()``, which
+    gives the lists ``TOKEN_PATTERN``'s ``re.findall`` gives (both split at the characters
+    ``str.isspace`` names; tests/test_text_cli.py checks every code point)."""
+    for doc in docs:
+        if isinstance(doc, bytes):
+            doc = doc.decode("utf-8", "strict")
+        if doc is np.nan:
+            raise InputValueError(
+                "np.nan is an invalid document, expected byte or unicode string."
+            )
+        yield (doc.lower() if lowercase else doc).split()
+
+
+def text_features(
+    docs: list[Any],
+    tokens: Tokens,
+    column: np.ndarray,
+    *,
+    n_words: int,
+    word_ngrams: int,
+    minn: int,
+    maxn: int,
+    bucket: int,
+    lowercase: bool,
+    buckets: np.ndarray | None,
+) -> sp.csr_matrix:
+    """Word and word n-gram counts, plus the hashed character n-grams: ``[words | buckets]``,
+    float32 CSR of shape ``(len(docs), n_words + (bucket or len(buckets)))``.
+
+    ``column`` maps each of ``tokens.unique`` to its word column or -1; ``buckets`` (sorted)
+    keeps those hash buckets only (a pruned vectorizer), None keeps every one.
+    """
+    hashed = word_ngrams > 1 or maxn > 0
+    width = n_words + (bucket if hashed else 0)
+    X = count_matrix(tokens, column, word_ngrams, bucket, n_words, width)
+    if maxn > 0:  # scikit-learn's char_wb analyzer and FeatureHasher define these columns
+        import scipy.sparse as sp
+        from sklearn.feature_extraction import FeatureHasher
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        chars = HashingVectorizer(analyzer="char_wb", ngram_range=(minn, maxn),
+                                  lowercase=lowercase).build_analyzer()
+        # the hashing of HashingVectorizer(alternate_sign=False, norm=None): n-gram ->
+        # murmurhash3_32(n-gram) % bucket, counts summed
+        hasher = FeatureHasher(n_features=bucket, input_type="string", alternate_sign=False,
+                               dtype=np.float32)
+        C = hasher.transform(map(chars, docs))  # (n_texts, bucket)
+        X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
+    return X if buckets is None else keep_buckets(X, n_words, buckets)
+
+
+def keep_buckets(X: sp.csr_matrix, n_words: int, buckets: np.ndarray) -> sp.csr_matrix:
+    """``X`` (words, then every bucket) with only ``buckets`` (sorted) after the words,
+    renumbered ``n_words + position``; the entries of the other buckets are dropped."""
+    import scipy.sparse as sp
+
+    col = X.indices.astype(np.int64)
+    b = col - n_words
+    at = np.searchsorted(buckets, b)
+    hit = np.zeros(b.shape, dtype=bool)
+    inside = (b >= 0) & (at < len(buckets))
+    hit[inside] = buckets[at[inside]] == b[inside]
+    keep = (b < 0) | hit
+    new = np.where(b < 0, col, n_words + at)[keep]
+    indptr = np.concatenate([[0], np.cumsum(keep)])[X.indptr]  # entries kept before each row
+    return sp.csr_matrix((X.data[keep], new.astype(X.indices.dtype), indptr),
+                         shape=(X.shape[0], n_words + len(buckets)))
+
+
+def check_params(*, word_ngrams: int, minn: int, maxn: int, bucket: int, min_count: int = 1,
+                 where: str = "FastTextVectorizer") -> None:
+    """Refuse a parameter out of range, as ``FastTextVectorizer`` names it."""
+    for name, value, low in (("word_ngrams", word_ngrams, 1), ("bucket", bucket, 1),
+                             ("min_count", min_count, 1), ("minn", minn, 0), ("maxn", maxn, 0)):
+        as_size(value, name, low=low, where=where)
+    if maxn and not 1 <= minn <= maxn:
+        raise InputValueError(
+            f"{where}: character n-grams need 1 <= minn <= maxn, got minn={minn}, "
+            f"maxn={maxn}. Set maxn=0 to turn them off."
+        )
+
+
+def check_buckets(buckets: Any, bucket: int) -> np.ndarray:
+    """A pruned vectorizer's kept hash buckets as int64, refused unless increasing in
+    ``[0, bucket)``."""
+    kept = np.asarray(buckets, dtype=np.int64).ravel()
+    if kept.size and (kept.min() < 0 or kept.max() >= bucket or np.any(np.diff(kept) <= 0)):
+        raise InputValueError(
+            f"FastTextVectorizer.from_config: 'buckets' must be increasing bucket numbers in "
+            f"[0, {bucket}); the configuration was damaged."
+        )
+    return kept
+
+
+class TextFeatures:
+    """A fitted ``FastTextVectorizer``'s ``transform`` as a plain object: the vocabulary
+    (word -> column) and the hashing parameters; ``transform(docs)`` is the vectorizer's.
+
+    Examples
+    --------
+    >>> f = TextFeatures({"the": 0, "cat": 1}, word_ngrams=1, minn=0, maxn=0, bucket=10,
+    ...                  lowercase=False)
+    >>> f.transform(["the cat the", "dog"]).toarray().tolist()
+    [[2.0, 1.0], [0.0, 0.0]]
+    """
+
+    def __init__(self, vocabulary: dict[str, int], *, word_ngrams: int, minn: int, maxn: int,
+                 bucket: int, lowercase: bool, buckets: np.ndarray | None = None) -> None:
+        self.vocabulary = vocabulary
+        self.word_ngrams, self.minn, self.maxn = word_ngrams, minn, maxn
+        self.bucket, self.lowercase, self.buckets = bucket, lowercase, buckets
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TextFeatures:
+        """The transform that ``FastTextVectorizer.get_config``'s ``config`` describes, checked
+        as ``FastTextVectorizer.from_config`` checks it."""
+        params = {k: config[k] for k in ("word_ngrams", "minn", "maxn", "bucket")}
+        check_params(**params, min_count=config["min_count"])
+        buckets = config.get("buckets")
+        return cls({str(w): i for i, w in enumerate(config["vocabulary"])}, **params,
+                   lowercase=config["lowercase"],
+                   buckets=None if buckets is None else check_buckets(buckets, params["bucket"]))
+
+    @property
+    def n_features_out(self) -> int:
+        """Columns of ``transform``'s matrix: the words, then the hash buckets kept."""
+        hashed = self.word_ngrams > 1 or self.maxn > 0
+        return len(self.vocabulary) + (0 if not hashed else self.bucket if self.buckets is None
+                                       else len(self.buckets))
+
+    def transform(self, raw_documents: Iterable[Any]) -> sp.csr_matrix:
+        """The count matrix, float32 CSR of shape ``(n_texts, n_features_out)``."""
+        docs = list(raw_documents)
+        tokens = token_ids(tokenize(docs, lowercase=self.lowercase))
+        return self.features(docs, tokens, self.columns(tokens))
+
+    def columns(self, tokens: Tokens) -> np.ndarray:
+        """Each of ``tokens.unique``'s word column, or -1 for a word not in the vocabulary."""
+        return np.fromiter(map(self.vocabulary.get, tokens.unique, repeat(-1)), np.int64,
+                           len(tokens.unique))
+
+    def features(self, docs: list[Any], tokens: Tokens, column: np.ndarray) -> sp.csr_matrix:
+        """:func:`text_features` of ``docs`` (tokenized as ``tokens``) with these parameters."""
+        return text_features(docs, tokens, column, n_words=len(self.vocabulary),
+                             word_ngrams=self.word_ngrams, minn=self.minn, maxn=self.maxn,
+                             bucket=self.bucket, lowercase=self.lowercase,
+                             buckets=self.buckets)
