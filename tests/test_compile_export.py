@@ -30,6 +30,7 @@ from lookuplinear import (
     QuantizedLookupCollection,
     TableConfig,
 )
+from lookuplinear.errors import InputValueError
 from lookuplinear.ops import decompositions
 
 needs_compiler = pytest.mark.skipif(
@@ -356,3 +357,43 @@ def test_exported_max_layer_refuses_offsets_that_do_not_cover_its_entries() -> N
     for bad in ([0, 3, 1], [0, 2, 40], [2, 3, 4]):
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             served(idx, torch.tensor(bad))
+
+
+def weighted_batch(n: int, seed: int, max_weight: float = 1.0) -> KeyedBags:
+    """Weighted bags of raw user IDs (some never seen) and item and tag indices; the tag
+    entries (a max table's) weigh ``max_weight``."""
+    kb = keyed_batch(n, seed, user_ids=True)
+    tags = keyed_batch(n, seed + 50)["item"]
+    g = torch.Generator().manual_seed(seed)
+    values = torch.cat([kb.values, tags.indices])
+    weights = torch.cat([torch.rand(kb.values.numel(), generator=g),
+                         torch.full((tags.indices.numel(),), max_weight)])
+    return KeyedBags(["user", "item", "tag"], values,
+                     lengths=torch.cat([kb.lengths(), tags.lengths()]), weights=weights)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_exported_weighted_collection_with_a_map_and_a_max_table(quantized: bool) -> None:
+    """Weighted batches through an IdMap-keyed table and a max table export (no guard on the
+    batch's values) and equal the module; a max entry of weight other than 1 is refused where
+    the program runs, as the module refuses it."""
+    torch.manual_seed(0)
+    model = Head(LookupCollection([
+        TableConfig("user", 40, 4, ["user"], hashing="map", fallback_rows=3),
+        TableConfig("item", 30, 4, ["item"], mode="mean"),
+        TableConfig("tag", 30, 4, ["tag"], mode="max")]), width=12)
+    with torch.no_grad():
+        model(weighted_batch(6, 0))  # the map takes IDs
+    model.eval()
+    if quantized:
+        model.tables = model.tables.quantize({"user": "int8", "item": "int4", "tag": "int8"})
+    program = torch.export.export(model, (weighted_batch(4, 1),),
+                                  dynamic_shapes=([{0: AUTO}, {0: AUTO}, {0: AUTO}],))
+    for n, seed in [(7, 2), (2, 3)]:
+        kb = weighted_batch(n, seed)
+        with torch.no_grad():
+            assert torch.equal(program.module()(kb), model(kb))
+    with pytest.raises(InputValueError, match="every entry must have weight 1"):
+        model(weighted_batch(3, 4, max_weight=2.0))
+    with pytest.raises(RuntimeError, match="every entry must have weight 1"):
+        program.module()(weighted_batch(3, 4, max_weight=2.0))

@@ -17,6 +17,7 @@ import torch
 
 import lookuplinear
 import lookuplinear.ops.library as library
+from lookuplinear import KeyedBags, LookupCollection, TableConfig
 from lookuplinear.ops import _extension, _idmap, segment_triples
 
 ops = torch.ops.lookuplinear
@@ -312,44 +313,116 @@ def test_the_other_registration_passes_the_operator_tests() -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
+FEATURES = ["user", "item", "tag"]
+
+
+def served_batch(n: int, seed: int, raw: bool = False) -> KeyedBags:
+    """``n`` examples of the three features, 0 to 3 IDs a bag; ``raw``: the user IDs are large
+    raw IDs (an IdMap's), some never seen in training, and every entry has a weight."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (3 * n,), generator=g)
+    values = torch.randint(0, 20, (int(lengths.sum()),), generator=g)
+    if not raw:
+        return KeyedBags(FEATURES, values, lengths=lengths)
+    n_user = int(lengths[:n].sum())
+    values[:n_user] = values[:n_user] * 10**12 + 7
+    return KeyedBags(FEATURES, values, lengths=lengths,
+                     weights=torch.rand(values.numel(), generator=g))
+
+
 class Served(torch.nn.Module):
-    """A sparse sum table and a max table, side by side."""
+    """Every kind of table a served model holds, side by side: a layer with a sparse sum table
+    and one with a max table; a collection of a sum, a mean and a max table; its copy quantized
+    to int8 and int4; a collection whose user table is keyed by an IdMap (raw IDs, weighted
+    bags, a sqrtn table that two features share). Its inputs are tensors: a package runs with
+    them where the batch types are not registered (``KeyedBags`` is built inside)."""
 
     def __init__(self) -> None:
         super().__init__()
+        torch.manual_seed(0)
         self.sums = lookuplinear.LookupLinear(100, 4, sparse=True)
         self.maxes = lookuplinear.LookupLinear(30, 3, mode="max")
+        self.tables = LookupCollection([TableConfig("user", 20, 4, ["user"]),
+                                        TableConfig("item", 30, 4, ["item"], mode="mean"),
+                                        TableConfig("tag", 25, 4, ["tag"], mode="max")])
+        self.quantized = self.tables.quantize({"user": "int8", "item": "int4", "tag": "int8"})
+        self.mapped = LookupCollection([
+            TableConfig("user", 40, 4, ["user"], hashing="map", fallback_rows=3),
+            TableConfig("item", 30, 4, ["item", "tag"], mode="sqrtn")])
+        with torch.no_grad():
+            self.mapped(served_batch(6, 0, raw=True))  # in training mode the map takes IDs
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor, other: torch.Tensor,
-                other_offsets: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.sums(ids, offsets), self.maxes(other, other_offsets)], 1)
+                other_offsets: torch.Tensor, values: torch.Tensor, kb_offsets: torch.Tensor,
+                raw: torch.Tensor, raw_offsets: torch.Tensor, raw_weights: torch.Tensor
+                ) -> torch.Tensor:
+        kb = KeyedBags(FEATURES, values, offsets=kb_offsets)
+        raw_kb = KeyedBags(FEATURES, raw, offsets=raw_offsets, weights=raw_weights)
+        return torch.cat([self.sums(ids, offsets), self.maxes(other, other_offsets),
+                          self.tables(kb).values(), self.quantized(kb).values(),
+                          self.mapped(raw_kb).values()], 1)
+
+
+def served_args(n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """The inputs of :class:`Served` for ``n`` examples (nn.EmbeddingBag's start offsets for
+    the layers, some bags empty)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def starts(nnz: int) -> torch.Tensor:
+        inner = torch.sort(torch.randint(0, nnz + 1, (n - 1,), generator=g)).values
+        return torch.cat([torch.zeros(1, dtype=torch.long), inner])
+
+    ids = torch.randint(0, 100, (3 * n,), generator=g)
+    other = torch.randint(0, 30, (n,), generator=g)
+    kb, raw = served_batch(n, seed), served_batch(n, seed + 100, raw=True)
+    assert raw.weights is not None
+    return (ids, starts(3 * n), other, starts(n), kb.values, kb.offsets, raw.values, raw.offsets,
+            raw.weights)
 
 
 @needs_cpp
 def test_aoti_package_runs_where_lookuplinear_cannot_be_imported(tmp_path: Path) -> None:
-    """Exported, compiled by AOTInductor, run in a process that loads the extension's shared
-    library alone: the module's outputs."""
-    torch.manual_seed(0)
+    """A model of every kind of table (:class:`Served`), exported with dynamic batch sizes,
+    compiled by AOTInductor into one package and run in a fresh process that loads the
+    extension's shared library alone (``import lookuplinear`` fails there): the module's
+    outputs to the bit, on the example batch and on a batch of another size."""
     model = Served().eval()
-    args = (torch.tensor([1, 5, 99, 3, 3, 7]), torch.tensor([0, 2, 2, 6]),
-            torch.tensor([4, 29, 0, 8]), torch.tensor([0, 1, 1, 4]))
-    program = torch.export.export(model, args)
-    targets = {str(n.target) for n in program.graph.nodes}
-    assert {"lookuplinear.bag_lookup.default", "lookuplinear.bag_max.default"} <= targets
+    args = served_args(4, 0)
+    auto = torch.export.Dim.AUTO
+    program = torch.export.export(model, args, dynamic_shapes=tuple({0: auto} for _ in args))
+    targets = {str(n.target) for m in program.graph_module.modules()
+               if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes}
+    assert {"lookuplinear.bag_lookup.default", "lookuplinear.bag_max.default",
+            "lookuplinear.mode_weights.default", "lookuplinear.in_feature_order.default",
+            "lookuplinear.idmap_find.default",
+            "quantized.embedding_bag_4bit_rowwise_offsets.default"} <= targets, targets
+    # the int8 rows dequantized by PyTorch's kernel, as the module does (not by generated code)
     package = torch._inductor.aoti_compile_and_package(
-        program, package_path=str(tmp_path / "served.pt2"))
+        program, package_path=str(tmp_path / "served.pt2"),
+        inductor_configs={"fallback_embedding_bag_byte_unpack": True})
+    batches = [args, served_args(7, 1)]
     with torch.no_grad():
-        expected = model(*args)
-    torch.save({"args": args, "expected": expected}, tmp_path / "io.pt")
+        expected = [model(*b) for b in batches]
+    torch.save({"batches": batches, "expected": expected}, tmp_path / "io.pt")
     script = textwrap.dedent(f"""
         import sys
         sys.modules["lookuplinear"] = None  # cannot be imported
         import torch
+        try:
+            import lookuplinear.ops
+        except ImportError:
+            pass
+        else:
+            raise AssertionError("lookuplinear was imported")
         torch.ops.load_library({_extension.library_path()!r})
         io = torch.load({str(tmp_path / "io.pt")!r})
         runner = torch._inductor.aoti_load_package({package!r})
-        out = runner(*io["args"])
-        assert torch.equal(out, io["expected"]), (out, io["expected"])
+        for batch, expected in zip(io["batches"], io["expected"]):
+            out = runner(*batch)
+            assert out.shape == expected.shape and torch.equal(
+                out.view(torch.int32), expected.view(torch.int32)), (out - expected).abs().max()
+        assert not [m for m in sys.modules if m.startswith("lookuplinear")
+                    and sys.modules[m] is not None]
         print("served")
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -24,7 +24,7 @@ from .errors import (
     PaddingIdxError,
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
-from .ops import bag_max, capturing, offsets_ok
+from .ops import bag_max, capturing, offsets_ok, values_known
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
@@ -427,7 +427,9 @@ def _bags_forward(
         bad = None if w is None else w != 1
         if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
             bad &= bags.indices != padding_idx
-        if w is not None and bad is not None and bool(bad.any()):
+        if bad is not None and not values_known():  # a recorded graph checks when it runs
+            torch._assert_async(~bad.any(), _MAX_WEIGHTS)
+        elif w is not None and bad is not None and bool(bad.any()):
             k = int(torch.nonzero(bad)[0, 0])
             raise InputValueError(
                 f'mode="max" takes the max over the rows present in a bag, so every entry must '
@@ -461,6 +463,9 @@ def _bags_forward(
 
 
 _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
+#: a recorded graph's message for a max bag's entry of weight other than 1
+_MAX_WEIGHTS = ('lookuplinear: mode="max" takes the max over the rows present in a bag, so every '
+                "entry must have weight 1. Use mode='sum'/'mean', or give weights of 1.")
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 

@@ -146,7 +146,7 @@ class LookupCollection(CollectionBase):
                           admit_after=t.admit_after or 1, key_type=t.key_type)
             for t in self.tables if t.hashing == "map"
         })
-        self._mapped: dict[str, torch.Tensor] | None = None
+        self._mapped: dict[str, Bags] | None = None
         stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
         self.table_groups = nn.ParameterList(
             file_table(stored[g], group.dtype, device) if g in stored else
@@ -443,8 +443,7 @@ class LookupCollection(CollectionBase):
         cfg = self._places[self._table_name(name)].config
         feature = self._collection_plan.feature_of[name]
         if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
-            bags = features[feature]
-            return Bags(self._mapped[name], bags.offsets, bags.weights)
+            return self._mapped[name]
         id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
         return table_bags(cfg, features[feature], id_map=id_map,
                           dtype=self.table_groups[self._places[cfg.name].group].dtype,
@@ -497,11 +496,13 @@ class LookupCollection(CollectionBase):
         return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
                            values.to(dtype))
 
-    def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
-        """The rows of every feature of a ``hashing="map"`` table: one map call per table (its
-        features' IDs together, so that no feature takes a row another reads in this batch);
-        rows given to new IDs are re-drawn and their optimizer state marked for a fresh start."""
-        mapped: dict[str, torch.Tensor] = {}
+    def _map_ids(self, kb: KeyedBags) -> dict[str, Bags]:
+        """The bags of rows of every feature of a ``hashing="map"`` table: one map call per
+        table (its features' IDs together, so that no feature takes a row another reads in this
+        batch); rows given to new IDs are re-drawn and their optimizer state marked for a fresh
+        start. Each feature's rows keep the offsets and weights of the slice of ``kb`` they
+        were read from (in a recorded graph, a second slice would have sizes of its own)."""
+        mapped: dict[str, Bags] = {}
         for name, module in self.id_maps.items():
             id_map = cast(IdMap, module)
             if id_map.key_type == "str":
@@ -511,9 +512,11 @@ class LookupCollection(CollectionBase):
                     "of strings (a list, numpy array or pandas column)."
                 )
             feats = [f for f in self.embedding_names if self._table_of[f] == name]
-            ids = [kb[self._collection_plan.feature_of[f]].indices for f in feats]
-            rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
-            mapped.update(zip(feats, rows, strict=True))
+            bags = [kb[self._collection_plan.feature_of[f]] for f in feats]
+            rows = id_map(torch.cat([b.indices for b in bags])).split(
+                [b.indices.numel() for b in bags])
+            mapped.update((f, Bags.from_checked(r.long(), b.offsets.long(), b.weights))
+                          for f, r, b in zip(feats, rows, bags, strict=True))
             _, off, cfg = self._places[name]
             id_map.renew(self.table_groups[self._places[name].group], off, cfg.init)
         return mapped

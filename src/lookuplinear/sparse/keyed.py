@@ -530,6 +530,8 @@ class KeyedBags:
             torch._check(start >= 0)
             torch._check(start <= end)
             torch._check(end <= self.values.numel())
+            if self.weights is not None:  # one weight per value: equal slices' sizes
+                torch._check(self.weights.shape[0] == self.values.shape[0])
         else:
             start, end = int(off[0]), int(off[-1])
         weights = None if self.weights is None else self.weights[start:end]
