@@ -20,7 +20,8 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
         + (" with their probabilities" if name == "predict-prob" else ""),
         description=(
             "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
-            "with --text-column) print its K most likely labels on one line, best first; with "
+            "with --text-column) print its K most likely labels on one line, best first (K -1: "
+            "every label, as fastText); with "
             "--prob each label is followed by its probability (fastText's predict-prob)."
         ),
     )
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_text_model(args, "predict")
     data = read_input(args, need_labels=False, model=model)
     scores = model.scores(data.texts)
-    top = np.argsort(-scores, axis=1, kind="stable")[:, : args.k]
+    top = np.argsort(-scores, axis=1, kind="stable")[:, : args.top]
     lines = []
     for row, best in zip(scores, top, strict=True):
         kept = [j for j in best if row[j] >= args.threshold]

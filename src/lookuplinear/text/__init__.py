@@ -12,6 +12,7 @@ from ._files import (
     precision_recall_at_k,
     read_fasttext,
     read_table,
+    read_word_vectors,
     table_delimiter,
 )
 from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
@@ -24,5 +25,6 @@ __all__ = [
     "precision_recall_at_k",
     "read_fasttext",
     "read_table",
+    "read_word_vectors",
     "table_delimiter",
 ]
