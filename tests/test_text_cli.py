@@ -1201,8 +1201,12 @@ def _check_predict_as_fasttext(predict: object) -> None:
     labels, probs = predict("a great film , truly great", k=-1)  # type: ignore[operator]
     assert labels == ("__label__pos", "__label__neg") and probs[0] >= probs[1]
     assert abs(float(probs.sum()) - 1) < 1e-3
-    labels, probs = predict("unknown words", k=5, threshold=0.99)  # type: ignore[operator]
-    assert labels == () and probs.dtype == np.float64 and probs.shape == (0,)
+    # a threshold above the best label's probability (fastText reports p + 1e-05 and compares
+    # p): nothing; "unknown words" leaves fastText only its end-of-line row, rarely certain
+    best = float(predict("unknown words")[1][0])  # type: ignore[operator]
+    if best + 2e-5 <= 1.0:
+        labels, probs = predict("unknown words", k=5, threshold=best + 2e-5)  # type: ignore[operator]
+        assert labels == () and probs.dtype == np.float64 and probs.shape == (0,)
     many, per_line = predict(["a great film", "bad and boring"], k=2)  # type: ignore[operator]
     assert isinstance(many, list) and all(isinstance(x, list) for x in many)
     assert [x[0] for x in many] == ["__label__pos", "__label__neg"]

@@ -166,18 +166,18 @@ def read_table(
 
 
 def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
-    """Read word vectors in fastText's text format (``.vec``, as ``-pretrainedVectors`` reads
-    them): a first line ``count dim``, then ``count`` lines ``word v1 ... vdim``.
+    """Read the word vectors of a fastText ``.vec`` file, as ``-pretrainedVectors`` reads it.
 
-    Returns the words and their vectors, float32 of shape ``(count, dim)``; lines after the
-    ``count``-th are not read, as in fastText. Raises ``InputValueError`` naming the line when
-    the file is not in that format.
+    The format: a first line ``count dim``, then ``count`` lines of a word and its ``dim``
+    values, separated by spaces. Returns the words and their vectors, float32 of shape
+    ``(count, dim)``; lines after the ``count``-th are not read, as in fastText. Raises
+    ``InputValueError`` naming the line when the file is not in that format.
 
     Examples
     --------
     >>> import tempfile, os
     >>> with tempfile.NamedTemporaryFile("w", suffix=".vec", delete=False) as f:
-    ...     _ = f.write("2 3\ngood 0.1 0.2 0.3\nbad -1 0 1e-2\n")
+    ...     _ = f.write("2 3\\ngood 0.1 0.2 0.3\\nbad -1 0 1e-2\\n")
     >>> words, vectors = read_word_vectors(f.name); os.unlink(f.name)
     >>> words, vectors.shape, vectors.dtype
     (['good', 'bad'], (2, 3), dtype('float32'))
