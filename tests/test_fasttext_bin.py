@@ -69,6 +69,12 @@ def test_trained_by_fasttext(name: str) -> None:
         k, thr = int(key.split()[0]), float(key.split()[1])
         labels, probs = model.top_k(ref["texts"], k if k > 0 else len(model.labels), thr)
         same_as([r[0] for r in rows], [r[1] for r in rows], labels, probs)
+        # TextModel.predict, as the fasttext module's: a list of lines, and one line
+        labels, probs = model.predict(ref["texts"], k if k > 0 else -1, thr)
+        same_as([r[0] for r in rows], [r[1] for r in rows], labels, probs)
+        one, p_one = model.predict(ref["texts"][0], k if k > 0 else -1, thr)
+        assert isinstance(one, tuple) and p_one.dtype == np.float64
+        same_as([rows[0][0]], [rows[0][1]], [list(one)], [p_one])
 
 
 def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None:
@@ -82,8 +88,13 @@ def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None
     texts = ["good film", "awful boring plot", "fun story"]
     (tmp_path / "in.txt").write_text("".join(f"__label__pos {t}\n" for t in texts))
     assert main(["predict", str(DATA / "softmax.bin"), str(tmp_path / "in.txt"), "2"]) == 0
-    labels, _ = model.top_k(texts, 2)
+    labels, probs = model.top_k(texts, 2)
     assert capsys.readouterr().out.splitlines() == [" ".join(x) for x in labels]
+    assert main(["predict-prob", str(DATA / "softmax.bin"), str(tmp_path / "in.txt"), "-1"]) == 0
+    labels, probs = model.top_k(texts, len(model.labels))  # fastText's order, ties included
+    assert capsys.readouterr().out.splitlines() == [
+        " ".join(f"{n} {v:.5f}" for n, v in zip(x, p, strict=True))
+        for x, p in zip(labels, probs, strict=True)]
     assert main(["test", str(DATA / "softmax.bin"), str(tmp_path / "in.txt")]) == 0
     hits = sum(x[0] == "__label__pos" for x in model.top_k(texts, 1)[0])
     assert capsys.readouterr().out.split() == ["N", "3", "P@1", f"{hits / 3:.3f}", "R@1",

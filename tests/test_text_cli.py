@@ -1011,3 +1011,347 @@ def test_ctrl_c_during_train_is_one_line_and_keeps_the_model(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "was not written" in err
     assert model.read_bytes() == b"the previous model"
+
+
+# ---------------------------------------------------------------------- fastText users' habits
+#: every option fastText's Args::parseArgs takes (src/args.cc), with a value where it takes one
+FASTTEXT_FLAGS: dict[str, str | None] = {
+    "-input": "{train}", "-output": "model", "-lr": "0.2", "-lrUpdateRate": "100", "-dim": "8",
+    "-ws": "5", "-epoch": "5", "-minCount": "1", "-minCountLabel": "0", "-neg": "5",
+    "-wordNgrams": "1", "-loss": "softmax", "-bucket": "1000", "-minn": "0", "-maxn": "0",
+    "-thread": "1", "-t": "1e-4", "-label": "__label__", "-verbose": "0",
+    "-pretrainedVectors": "{vec}", "-saveOutput": None, "-seed": "0",
+    "-qnorm": None, "-retrain": None, "-qout": None, "-cutoff": "0", "-dsub": "2",
+    "-autotune-validation": "{train}", "-autotune-metric": "f1", "-autotune-predictions": "1",
+    "-autotune-duration": "300", "-autotune-modelsize": "2M",
+}
+#: those of training that are refused, each with the words of what to use instead
+REFUSED = {"-saveOutput": "load_model(MODEL).estimator.model_.output",
+           "-autotune-validation": "RandomizedSearchCV", "-autotune-metric": "RandomizedSearchCV",
+           "-autotune-predictions": "RandomizedSearchCV",
+           "-autotune-duration": "RandomizedSearchCV", "-autotune-modelsize": "RandomizedSearchCV"}
+#: fastText's quantize options (quantize takes them, not supervised)
+QUANTIZE_ONLY = ("-qnorm", "-retrain", "-qout", "-cutoff", "-dsub")
+
+
+def write_vec(path: Path, vectors: dict[str, list[float]]) -> Path:
+    """A .vec file as fastText writes one (saveVectors): 'count dim', then 'word v1 ... vd'."""
+    dim = len(next(iter(vectors.values())))
+    path.write_text(f"{len(vectors)} {dim}\n" + "".join(
+        f"{w} {' '.join(map(str, v))}\n" for w, v in vectors.items()), encoding="utf-8")
+    return path
+
+
+@NOT_LEARNING
+def test_every_fasttext_training_flag_is_taken_or_refused_by_name(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fastText's supervised takes each of its flags; so does `supervised` here, or it stops
+    with one line naming what to use instead (before, -label and -seed were 'unrecognized')."""
+    monkeypatch.chdir(tmp_path)
+    vec = write_vec(tmp_path / "v.vec", {"great": [0.1] * 8})
+    taken = []
+    for flag, value in FASTTEXT_FLAGS.items():
+        if flag in QUANTIZE_ONLY or flag in ("-input", "-output"):
+            continue
+        args = [flag] if value is None else [flag, value.format(train=ft_file.name, vec=vec)]
+        code = main(["supervised", "-input", ft_file.name, "-output", "model", "-dim", "8",
+                     "-epoch", "1", "-verbose", "0", *args])
+        err = capsys.readouterr().err
+        if flag in REFUSED:
+            assert code == 1 and REFUSED[flag] in err, (flag, err)
+            assert err.startswith("lookuplinear supervised: error: ") and err.count("\n") == 1
+        else:
+            assert code == 0, (flag, err)
+            taken.append(args)
+    # all of them at once, as a fastText command line is written
+    assert main(["supervised", "-input", ft_file.name, "-output", "model",
+                 *[a for args in taken for a in args]]) == 0
+    assert load_model(tmp_path / "model.bin").estimator.hidden == 8
+    # quantize takes its own
+    assert main(["quantize", "-input", ft_file.name, "-output", "model", "-qnorm", "-dsub", "2",
+                 "-cutoff", "10", "-retrain", "-label", "__label__"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-loss", "hs"], "Use -loss softmax"),
+        (["-loss", "ns"], "Use -loss softmax"),
+        (["-minCountLabel", "1000"], "-minCountLabel 1000 drops every label"),
+        (["-pretrainedVectors", "{vec}"], "dimension 8, the model's is 100: pass -dim 8"),
+        (["-pretrainedVectors", "{train}"], "starts with 'COUNT DIM'"),
+    ],
+)
+def test_fasttext_training_flags_bad_values(
+    argv: list[str], message: str, ft_file: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    vec = write_vec(tmp_path / "v.vec", {"great": [0.1] * 8})
+    out = tmp_path / "m"
+    args = [a.format(vec=vec, train=ft_file) for a in argv]
+    assert main(["supervised", "-input", str(ft_file), "-output", str(out), *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.with_suffix(".bin").exists()
+
+
+@pytest.mark.parametrize("command", ["skipgram", "cbow"])
+def test_skipgram_and_cbow_say_what_to_use_instead(
+    command: str, ft_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "-input", str(ft_file), "-output", "vecs", "-dim", "50"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lookuplinear {command}: error: {command} (unsupervised")
+    assert "gensim" in err and "-pretrainedVectors" in err and err.count("\n") == 1
+
+
+@NOT_LEARNING
+def test_loss_one_vs_all_is_ova_and_seed_is_seed(ft_file: Path, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    base = ["supervised", "-input", str(ft_file), "-dim", "4", "-epoch", "2", "-verbose", "0"]
+    assert main([*base, "-output", str(a), "-loss", "one-vs-all", "-seed", "3"]) == 0
+    assert main([*base, "-output", str(b), "--loss", "ova", "--seed", "3"]) == 0
+    ma, mb = load_model(a.with_suffix(".bin")), load_model(b.with_suffix(".bin"))
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    np.testing.assert_array_equal(ma.scores(texts), mb.scores(texts))
+    assert ma.estimator.multilabel_
+
+
+def test_predict_and_test_with_k_minus_one_take_every_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fastText: k = -1 predicts every label (Model::predict), and test prints 'P@-1'."""
+    data = tmp_path / "three.txt"
+    data.write_text("\n".join([*LINES, "__label__meh so so , fine"] * 5) + "\n")
+    model = tmp_path / "m.bin"
+    assert main(["train", str(data), "-o", str(model), "--dim", "4", "-q"]) == 0
+    assert main(["predict-prob", str(model), str(data), "-1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 35 and all(sorted(r[::2]) == ["__label__meh", "__label__neg",
+                                                      "__label__pos"] for r in rows)
+    scores = load_model(model).scores([line.split(" ", 1)[1] for line in data.read_text()
+                                       .splitlines()])
+    for r, s in zip(rows, scores, strict=True):
+        np.testing.assert_allclose([float(p) for p in r[1::2]], np.sort(s)[::-1], atol=5e-6)
+    assert main(["predict", str(model), str(data), "-k", "-1", "--threshold", "0.2"]) == 0
+    kept = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert kept == [[lab for lab, p in zip(r[::2], r[1::2], strict=True) if float(p) >= 0.2]
+                    for r in rows]
+    assert main(["test", str(model), str(data), "-1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["N\t35", "P@-1\t0.333", "R@-1\t1.000"]
+    assert main(["predict", str(model), str(data), "-2"]) == 1
+    assert "k must be >= 1, or -1 for every label" in capsys.readouterr().err
+
+
+def _vector_lines(out: str) -> list[list[str]]:
+    """Lines as fastText prints vectors: every value followed by one space."""
+    lines = out.split("\n")
+    assert lines[-1] == "" and all(line.endswith(" ") for line in lines[:-1])
+    return [line[:-1].split(" ") for line in lines[:-1]]
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", type("S", (), {"buffer": io.BytesIO(data)})())
+
+
+@NOT_LEARNING
+def test_print_word_and_sentence_vectors_are_the_mean_table_rows(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fastText's print-word-vectors prints 'word v1 ... vd ' (getWordVector: the mean of the
+    rows of the word and its subwords), print-sentence-vectors 'v1 ... vd ' per line (for a
+    supervised model, the mean of the rows of the line's words and n-grams, labels left out);
+    each value as C++ prints a float at setprecision(5). The reference: the dense mean of the
+    table's rows over the vectorizer's counts."""
+    model_path = tmp_path / "m.bin"
+    assert main(["train", str(ft_file), "-o", str(model_path), "--dim", "6", "--wordNgrams",
+                 "2", "--minn", "2", "--maxn", "3", "--bucket", "500", "-q"]) == 0
+    model = load_model(model_path)
+    W = model.estimator.model_.lookup.weight.detach().double().numpy()  # (features, 6)
+
+    def dense_mean(texts: list[str]) -> np.ndarray:
+        X = model.vectorizer.transform(texts).toarray().astype(np.float64)
+        total = X.sum(axis=1, keepdims=True)
+        return (X / np.where(total == 0, 1, total)) @ W
+
+    words = ["great", "film", "unseen", "été", "é"]
+    _stdin(monkeypatch, " ".join(words[:2]).encode() + b"\n\t" +
+           " ".join(words[2:]).encode() + b"\n")
+    assert main(["print-word-vectors", str(model_path)]) == 0
+    rows = _vector_lines(capsys.readouterr().out)
+    assert [r[0] for r in rows] == words
+    expected = dense_mean(words)
+    for r, e in zip(rows, expected, strict=True):
+        assert r[1:] == [f"{v:.5g}" for v in np.float32(e)]  # as printed: 5 digits
+    np.testing.assert_allclose(model.word_vectors(words), expected, rtol=1e-5, atol=1e-7)
+
+    lines = ["__label__pos a great film , truly great", "", "great film __label__neg",
+             "nothing known"]
+    _stdin(monkeypatch, "\n".join(lines).encode() + b"\n")
+    assert main(["print-sentence-vectors", str(model_path)]) == 0
+    rows = _vector_lines(capsys.readouterr().out)
+    texts = ["a great film , truly great", "", "great film", "nothing known"]
+    expected = dense_mean(texts)
+    assert len(rows) == 4 and [len(r) for r in rows] == [6] * 4
+    for r, e in zip(rows, expected, strict=True):
+        np.testing.assert_allclose([float(v) for v in r], e, rtol=1e-4, atol=1e-8)
+    assert rows[1] == ["0"] * 6  # a blank line: no feature
+    np.testing.assert_allclose(model.sentence_vectors(texts), expected, rtol=1e-5, atol=1e-7)
+    # the sentence vector is what the output layer reads: its logits are the model's
+    out = model.estimator.model_.output
+    logits = model.sentence_vectors(texts[:1]) @ out.weight.detach().numpy().T + (
+        out.bias.detach().numpy())
+    np.testing.assert_allclose(logits, model.estimator.decision_function(
+        model.vectorizer.transform(texts[:1])).reshape(1, -1), rtol=1e-5, atol=1e-6)
+
+
+@NOT_LEARNING
+def test_pretrained_vectors_start_the_rows_and_join_the_vocabulary(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fastText's -pretrainedVectors (getInputMatrixFromFile): the .vec's words join the
+    dictionary, their rows start from the vectors, the other rows are drawn as usual; a word
+    no training line has keeps its vector."""
+    vectors = {"great": [0.5, -0.25, 0.125, 1.0], "awful": [-1.0, 0.0, 2.0, 0.5],
+               "superb": [0.3, 0.2, 0.1, 0.0]}
+    vec = write_vec(tmp_path / "v.vec", vectors)
+    model_path = tmp_path / "m.bin"
+    # a learning rate so small that training moves no row measurably: the start is seen
+    assert main(["supervised", "-input", str(ft_file), "-output", str(model_path), "-dim", "4",
+                 "-epoch", "1", "-lr", "1e-9", "-pretrainedVectors", str(vec),
+                 "-verbose", "0"]) == 0
+    model = load_model(model_path)
+    vocab = model.vectorizer.vocabulary_
+    assert "superb" in vocab and "great" in vocab
+    W = model.estimator.model_.lookup.weight.detach().numpy()
+    for word, v in vectors.items():
+        np.testing.assert_allclose(W[vocab[word]], v, atol=1e-6)
+    other = [c for w, c in vocab.items() if w not in vectors]
+    assert np.abs(W[other]).max() <= 1 / 4 and np.abs(W[other]).min() > 0  # drawn, 1/dim
+    _stdin(monkeypatch, b"superb\n")
+    assert main(["print-word-vectors", str(model_path)]) == 0
+    assert capsys.readouterr().out == "superb 0.3 0.2 0.1 0 \n"
+
+
+@NOT_LEARNING
+def test_min_count_label_drops_rare_labels_and_their_lines(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "rare.txt"
+    data.write_text(ft_file.read_text() + "__label__rare once only\n"
+                    "__label__pos __label__rare2 great again\n")
+    model = tmp_path / "m"
+    assert main(["supervised", "-input", str(data), "-output", str(model), "-dim", "4",
+                 "-epoch", "1", "-minCountLabel", "2", "-loss", "ova"]) == 0
+    assert "1 lines left without a label are skipped" in capsys.readouterr().err
+    assert load_model(model.with_suffix(".bin")).labels == ["__label__neg", "__label__pos"]
+
+
+def _check_predict_as_fasttext(predict: object) -> None:
+    """What fastText's model.predict returns (python/fasttext_module/fasttext/FastText.py):
+    a str gives (tuple of labels, float64 array), a list ([labels...] per line, float32 array
+    per line); k=-1 every label; a threshold no label reaches gives ((), empty array); k=0
+    and a newline are ValueErrors."""
+    labels, probs = predict("a great film , truly great")  # type: ignore[operator]
+    assert labels == ("__label__pos",) and isinstance(labels, tuple)
+    assert isinstance(probs, np.ndarray) and probs.dtype == np.float64 and probs.shape == (1,)
+    labels, probs = predict("a great film , truly great", k=-1)  # type: ignore[operator]
+    assert labels == ("__label__pos", "__label__neg") and probs[0] >= probs[1]
+    assert abs(float(probs.sum()) - 1) < 1e-3
+    # a threshold above the best label's probability (fastText reports p + 1e-05 and compares
+    # p): nothing; "unknown words" leaves fastText only its end-of-line row, rarely certain
+    best = float(predict("unknown words")[1][0])  # type: ignore[operator]
+    if best + 2e-5 <= 1.0:
+        labels, probs = predict("unknown words", k=5, threshold=best + 2e-5)  # type: ignore[operator]
+        assert labels == () and probs.dtype == np.float64 and probs.shape == (0,)
+    many, per_line = predict(["a great film", "bad and boring"], k=2)  # type: ignore[operator]
+    assert isinstance(many, list) and all(isinstance(x, list) for x in many)
+    assert [x[0] for x in many] == ["__label__pos", "__label__neg"]
+    assert isinstance(per_line, list) and all(p.dtype == np.float32 and p.shape == (2,)
+                                              for p in per_line)
+    with pytest.raises(ValueError, match="one line at a time"):
+        predict("two\nlines")  # type: ignore[operator]
+    with pytest.raises(ValueError, match="k"):
+        predict("a great film", k=0)  # type: ignore[operator]
+
+
+def test_text_model_predict_as_fasttexts_model_predict(ft_file: Path, tmp_path: Path) -> None:
+    model_path = tmp_path / "m.bin"
+    assert main(["train", str(ft_file), "-o", str(model_path), "--dim", "8", "--epoch", "20",
+                 "-q"]) == 0
+    ours = load_model(model_path)
+    _check_predict_as_fasttext(ours.predict)
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    labels, probs = ours.predict(texts, k=-1)
+    scores = ours.scores(texts)
+    for ls, p, s in zip(labels, probs, scores, strict=True):
+        assert ls == [ours.labels[j] for j in np.argsort(-s, kind="stable")]
+        np.testing.assert_allclose(p, np.sort(s)[::-1], rtol=1e-6)
+    # a label token in the text is not text, as in fastText
+    assert ours.predict("__label__neg a great film")[0] == ours.predict("a great film")[0]
+
+
+def test_fasttexts_own_predict_answers_as_the_check_says(ft_file: Path) -> None:
+    """The contract above, checked on fastText's own module (the dev extra installs it)."""
+    fasttext = pytest.importorskip(
+        "fasttext", reason="fastText's Python module (pip install fasttext-numpy2) is absent")
+    for _ in range(10):  # fasttext-numpy2's training stops at random on its NaN check here
+        try:
+            ft = fasttext.train_supervised(str(ft_file), dim=4, epoch=25, lr=0.5, verbose=0,
+                                           thread=1)
+            break
+        except RuntimeError as e:
+            assert "NaN" in str(e)
+    else:
+        pytest.skip("fastText's training stopped on its NaN check 10 times in a row")
+    _check_predict_as_fasttext(ft.predict)
+    # fastText's sentence vector of a supervised model: the mean of its line's input rows
+    # (words and the end-of-line token; no n-grams at these settings), as print-sentence-vectors
+    words = ["a", "great", "film"]
+    ids = [ft.get_word_id(w) for w in [*words, "</s>"]]
+    np.testing.assert_allclose(ft.get_sentence_vector("a great film"),
+                               ft.get_input_matrix()[ids].mean(axis=0), rtol=1e-5, atol=1e-7)
+
+
+@NOT_LEARNING
+def test_labels_are_saved_with_every_classifier(tmp_path: Path) -> None:
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    y = [line.split(" ", 1)[0] for line in LINES]
+    vec = FastTextVectorizer()
+    clf = LookupClassifier(loss="log_loss", hidden=4, mode="mean", max_iter=2,
+                           random_state=0).fit(vec.fit_transform(texts), y)
+    model = load_model(save_model(tmp_path / "m.ll", clf, vectorizer=vec))  # no labels=
+    assert model.labels == ["__label__neg", "__label__pos"] == clf.classes_.tolist()
+    assert model.predict(texts[0])[0][0] in model.labels
+
+
+@NOT_LEARNING
+def test_a_table_model_on_fasttext_lines_and_a_tsv_without_columns_say_what_to_do(
+    tsv_file: Path, ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model trained on a TSV, tested on a .txt of fastText lines with a long first line:
+    one short error naming --label (not the whole line as a 'header'); with --label the
+    lines are read as fastText's, their prefix dropped to match the model's labels. `train
+    x.tsv` without --text-column names --text-column."""
+    model = tmp_path / "m.ll"
+    assert main(["train", str(tsv_file), "-o", str(model), "--dim", "4", "-q",
+                 "--text-column", "text", "--label-column", "label"]) == 0
+    long = tmp_path / "long.txt"
+    long.write_text("__label__pos " + "word " * 600 + "\n" + ft_file.read_text())
+    assert main(["test", str(model), str(long)]) == 1
+    err = capsys.readouterr().err
+    assert "add --label __label__" in err and "(3013 characters)" in err and len(err) < 800
+    assert main(["test", str(model), str(long), "--label", "__label__"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"N\t{len(LINES) * 5 + 1}\n")
+    assert "'__label__' of" in captured.err and "dropped to match" in captured.err
+    assert main(["predict", str(model), str(long), "-label", "__label__"]) == 0
+    assert set(capsys.readouterr().out.split()) <= {"pos", "neg"}
+    assert main(["train", str(tsv_file), "-o", str(tmp_path / "x.ll"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "named like a CSV/TSV table" in err and "--text-column COL --label-column COL" in err

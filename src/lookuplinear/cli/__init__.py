@@ -25,6 +25,10 @@ COMMANDS: dict[str, str] = {
     "predict-prob": "predict",
     "test": "test",
     "quantize": "quantize",
+    "print-word-vectors": "vectors",
+    "print-sentence-vectors": "vectors",
+    "skipgram": "unsupervised",
+    "cbow": "unsupervised",
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -53,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # the subcommand's usage, not the top level's, names what it takes
+    if getattr(args, "_takes_any", False):  # a refused command: its message, not usage
+        args.rest = [*args.rest, *extra]
+    elif extra:  # the subcommand's usage, not the top level's, names what it takes
         args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args))

@@ -13,7 +13,7 @@ def add_k(p: argparse.ArgumentParser, what: str, threshold: str) -> None:
     """``k`` and ``threshold`` as fastText takes them, positional after INPUT, or ``-k K`` and
     ``--threshold T``; ``threshold`` says what the threshold does."""
     p.add_argument("k_pos", nargs="?", type=int, default=None, metavar="K",
-                   help=f"{what} (default 1; also -k K)")
+                   help=f"{what} (default 1; -1: every label, as fastText; also -k K)")
     p.add_argument("-k", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("threshold_pos", nargs="?", type=float, default=None, metavar="THRESHOLD",
                    help=f"{threshold} (default 0; also --threshold THRESHOLD)")
@@ -55,9 +55,11 @@ def add_input_options(p: argparse.ArgumentParser, *, labels: bool, model: bool =
         "input format (default: as MODEL's training file was read, fastText lines or CSV/TSV "
         "with the same columns)"
     )
-    g.add_argument("--label", default=None, metavar="PREFIX",
+    g.add_argument("--label", "-label", default=None, metavar="PREFIX",
                    help="label prefix of fastText-format lines (default: __label__"
-                        + (", or the one MODEL was trained with)" if model else ")"))
+                        + (", or the one MODEL was trained with; given, INPUT is read as "
+                           "fastText lines even when MODEL was trained on a table)"
+                           if model else ")"))
     g.add_argument("--text-column", default=None, metavar="COL",
                    help="read INPUT as CSV/TSV with a header; the text is in column COL "
                         "(name or 0-based position)"
@@ -92,7 +94,9 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
 
     With ``model`` (``predict``, ``test``), the options not given are those of the file MODEL
     was trained on (``model.input_format``); a MODEL that does not record it (an older file)
-    refuses an INPUT named like a table unless ``--text-column`` says how to read it.
+    refuses an INPUT named like a table unless ``--text-column`` says how to read it. An
+    explicit ``--label`` reads fastText lines whatever MODEL was trained on; their labels lose
+    that prefix when MODEL's labels (from a table) have none.
     """
     import sys
 
@@ -100,10 +104,12 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
     from ..text import LABEL_PREFIX, read_fasttext, read_table
 
     label_column = getattr(args, "label_column", None)
-    text_column, sep, option = args.text_column, args.sep, "--text-column"
+    text_column, sep, option, hint = args.text_column, args.sep, "--text-column", ""
     trained = None if model is None else model.input_format
-    if model is not None and text_column is None:
-        if trained is None and str(args.input).endswith(TABLE_SUFFIXES):
+    named_table = str(args.input).endswith(TABLE_SUFFIXES)
+    as_lines = args.label is not None and text_column is None  # --label: fastText lines
+    if model is not None and text_column is None and not as_lines:
+        if trained is None and named_table:
             raise InputValueError(
                 f"{args.model} does not record how its training file was read (it was written "
                 f"by an older lookuplinear) and {args.input} is named like a CSV/TSV table. "
@@ -114,9 +120,13 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
         if trained is not None and trained["format"] == "table":
             text_column = trained["text_column"]
             option = "--text-column (MODEL's, from training)"
+            hint = (f" MODEL was trained on a table, so {args.input} is read as one, its first "
+                    f"line as the header. If {args.input} holds fastText lines ('__label__x "
+                    "some text'), add --label __label__ (the prefix of its labels) to read it "
+                    "as such; if it is a table, give --text-column COL.")
             if need_labels and label_column is None:
                 label_column = trained["label_column"]
-            if sep is None and not str(args.input).endswith(TABLE_SUFFIXES):
+            if sep is None and not named_table:
                 sep = trained["sep"]
     if args.label is None:
         args.label = trained["label"] if trained and trained["format"] == "fasttext" else (
@@ -128,13 +138,19 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
                 "fastText-format lines drop --label-column."
             )
         data = read_fasttext(args.input, label_prefix=args.label)
+        bare = [[lab.removeprefix(args.label) for lab in ls] for ls in data.labels]
+        if trained is not None and trained["format"] == "table" and bare != data.labels:
+            data.labels = bare
+            print(f"lookuplinear {args.command}: note: MODEL was trained on a table, its labels "
+                  f"have no prefix: the '{args.label}' of {args.input}'s labels is dropped to "
+                  "match them.", file=sys.stderr)
     else:
         if need_labels and label_column is None:
             raise InputValueError(
                 "CSV/TSV input needs --label-column COL as well as --text-column."
             )
         data = read_table(args.input, text_column=text_column, label_column=label_column,
-                          delimiter=sep, option=option)
+                          delimiter=sep, option=option, hint=hint)
     if data.undecodable:
         bad = data.undecodable
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
@@ -145,18 +161,28 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
     if need_labels:
         missing = [i for i, ls in enumerate(data.labels) if not ls]
         if missing:
+            table = (f" {args.input} is named like a CSV/TSV table and was read as fastText "
+                     "lines because no --text-column was given: to read it as a table, give "
+                     "--text-column COL --label-column COL (its header names the columns)."
+                     if named_table and text_column is None else "")
             raise InputValueError(
                 f"{len(missing)} of {len(data)} examples have no label (first: line "
                 f"{data.lines[missing[0]]}). fastText lines need a '{args.label}...' "
-                "token; CSV rows a non-empty --label-column."
+                "token; CSV rows a non-empty --label-column." + table
             )
+    if named_table and text_column is None and not as_lines:
+        print(f"lookuplinear {args.command}: note: {args.input} is named like a CSV/TSV table "
+              "but is read as fastText lines (its first line is an example); give "
+              "--text-column COL" + (" --label-column COL" if need_labels else "")
+              + " to read it as a table.", file=sys.stderr)
     return data
 
 
 def load_text_model(args: argparse.Namespace, command: str) -> Any:
     """The model of ``args.model`` for ``predict``/``test``, after checking ``-k`` (and the
-    threshold); raises ``InputValueError`` when ``-k < 1``, a threshold is not in [0, 1], or
-    the file holds no text vectorizer and labels."""
+    threshold); sets ``args.top``, the labels to rank (``-k``, or every label for ``-k -1`` as
+    in fastText). Raises ``InputValueError`` when ``-k`` is neither >= 1 nor -1, a threshold
+    is not in [0, 1], or the file holds no text vectorizer and labels."""
     from ..errors import InputValueError
     from ..sklearn import load_model
     from ..text._files import check_threshold
@@ -164,8 +190,9 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
     if args.k is not None and args.k_pos is not None and args.k != args.k_pos:
         raise InputValueError(f"k given twice, {args.k_pos} and -k {args.k}; give it once.")
     args.k = args.k if args.k is not None else (args.k_pos if args.k_pos is not None else 1)
-    if args.k < 1:
-        raise InputValueError(f"k must be >= 1, got {args.k}.")
+    if args.k < 1 and args.k != -1:
+        raise InputValueError(
+            f"k must be >= 1, or -1 for every label (as in fastText), got {args.k}.")
     if (args.threshold is not None and args.threshold_pos is not None
             and args.threshold != args.threshold_pos):
         raise InputValueError(f"threshold given twice, {args.threshold_pos} and --threshold "
@@ -179,4 +206,5 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
             f"{args.model} holds an estimator without a text vectorizer and labels; {command} "
             "needs a model written by `lookuplinear train`."
         )
+    args.top = len(model.labels) if args.k == -1 else args.k  # k = -1: every label
     return model

@@ -20,7 +20,8 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
         + (" with their probabilities" if name == "predict-prob" else ""),
         description=(
             "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
-            "with --text-column) print its K most likely labels on one line, best first; with "
+            "with --text-column) print its K most likely labels on one line, best first (K -1: "
+            "every label, as fastText); with "
             "--prob each label is followed by its probability (fastText's predict-prob)."
         ),
     )
@@ -40,15 +41,21 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_text_model(args, "predict")
     data = read_input(args, need_labels=False, model=model)
-    scores = model.scores(data.texts)
-    top = np.argsort(-scores, axis=1, kind="stable")[:, : args.k]
     lines = []
-    for row, best in zip(scores, top, strict=True):
-        kept = [j for j in best if row[j] >= args.threshold]
-        if args.prob:
-            lines.append(" ".join(f"{model.labels[j]} {row[j]:.5f}" for j in kept))
-        else:
-            lines.append(" ".join(model.labels[j] for j in kept))
+    if hasattr(model, "top_k"):  # a model fastText wrote: its ranking, ties in its order
+        names, probs = model.top_k(data.texts, args.top, args.threshold)
+        for kept, p in zip(names, probs, strict=True):
+            lines.append(" ".join(f"{n} {v:.5f}" for n, v in zip(kept, p, strict=True))
+                         if args.prob else " ".join(kept))
+    else:
+        scores = model.scores(data.texts)
+        top = np.argsort(-scores, axis=1, kind="stable")[:, : args.top]
+        for row, best in zip(scores, top, strict=True):
+            kept_rows = [j for j in best if row[j] >= args.threshold]
+            if args.prob:
+                lines.append(" ".join(f"{model.labels[j]} {row[j]:.5f}" for j in kept_rows))
+            else:
+                lines.append(" ".join(model.labels[j] for j in kept_rows))
     try:
         print("\n".join(lines))
         sys.stdout.flush()

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     column = {name: j for j, name in enumerate(model.labels)}
     # a label the model never saw counts as a true label it cannot predict (as in fastText)
     truth = [[column.get(lab, -1) for lab in labels] for labels in data.labels]
-    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.k, args.threshold)
+    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.top,
+                                 args.threshold)
     print(f"N\t{len(data)}\nP@{args.k}\t{p:.3f}\nR@{args.k}\t{r:.3f}")
     return 0

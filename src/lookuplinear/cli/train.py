@@ -65,18 +65,70 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
     p.add_argument("--minCount", "-minCount", type=int, default=1, help="min word count")
     p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--loss", "-loss", default="auto", choices=["auto", "softmax", "ova"],
-                   help="softmax (one label per line), ova (one-vs-all, multilabel); auto "
-                        "picks ova when some line has several labels")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same model)")
+    p.add_argument("--loss", "-loss", default="auto",
+                   choices=["auto", "softmax", "ova", "one-vs-all", "hs", "ns"],
+                   help="softmax (one label per line), ova or one-vs-all (multilabel); auto "
+                        "picks ova when some line has several labels; fastText's hs and ns "
+                        "are refused (softmax is computed exactly)")
+    p.add_argument("--seed", "-seed", type=int, default=0,
+                   help="random seed (same seed, same model)")
     p.add_argument("--thread", "-thread", type=int, default=1,
                    help="torch threads (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--verbose", "-verbose", type=int, default=None, metavar="LEVEL",
                    help="fastText's verbosity: 0 is --quiet")
+    p.add_argument("--pretrained-vectors", "-pretrainedVectors", default=None, metavar="VEC",
+                   help="start the rows of these words from a .vec file (fastText's text "
+                        "format: a 'count dim' line, then 'word v1 ... vdim'); its words join "
+                        "the vocabulary, as in fastText; dim must equal --dim")
+    p.add_argument("--min-count-label", "-minCountLabel", type=int, default=0, metavar="N",
+                   help="drop labels seen fewer than N times, and the lines left without a "
+                        "label (default 0: keep all)")
+    ft = p.add_argument_group(
+        "fastText's options without an effect on a supervised model (accepted, as fastText "
+        "accepts them)")
+    ft.add_argument("-ws", type=int, default=None, help="context window of skipgram/cbow")
+    ft.add_argument("-neg", type=int, default=None, help="negatives sampled by -loss ns")
+    ft.add_argument("-t", type=float, default=None, help="skipgram/cbow's sampling threshold")
+    ft.add_argument("-lrUpdateRate", type=int, default=None,
+                    help="fastText updates its linear decay every N tokens; here the learning "
+                         "rate decays every batch (--batch-size), so N changes nothing")
+    no = p.add_argument_group("fastText's options refused, each with what to use instead")
+    no.add_argument("-saveOutput", action="store_true", help=argparse.SUPPRESS)
+    for flag in ("-autotune-validation", "-autotune-metric", "-autotune-predictions",
+                 "-autotune-duration", "-autotune-modelsize"):
+        no.add_argument(flag, dest="autotune", action="append", default=None,
+                        help=argparse.SUPPRESS)
     add_input_options(p, labels=True)
     return p
+
+
+def refuse_fasttext_options(args: argparse.Namespace) -> None:
+    """fastText's options that have no counterpart: one ``InputValueError`` naming what to use
+    instead."""
+    from ..errors import InputValueError
+
+    if args.loss in ("hs", "ns"):
+        name = "hierarchical softmax" if args.loss == "hs" else "negative sampling"
+        raise InputValueError(
+            f"-loss {args.loss} ({name}) approximates the softmax to train faster on many "
+            "labels; lookuplinear computes the softmax exactly over all labels. Use -loss "
+            "softmax (one label per line) or -loss one-vs-all (several)."
+        )
+    if args.autotune:
+        raise InputValueError(
+            "-autotune-* (fastText's hyperparameter search) is not built. Train a few models "
+            "with different -lr/-dim/-epoch/-wordNgrams and compare them with `lookuplinear "
+            "test MODEL VALID`, or search LookupClassifier's parameters with scikit-learn's "
+            "RandomizedSearchCV (docs/sklearn.md)."
+        )
+    if args.saveOutput:
+        raise InputValueError(
+            "-saveOutput is not built: the output layer here has a bias fastText's has not, so "
+            "a NAME.output file would not reproduce the model. Read it from the model file: "
+            "lookuplinear.sklearn.load_model(MODEL).estimator.model_.output (weight, bias)."
+        )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -93,13 +145,20 @@ def check_args(args: argparse.Namespace) -> None:
     args.output = output_path(args.output, args.output_prefix, ".bin")
     if args.verbose is not None:
         args.quiet = args.quiet or args.verbose <= 0
+    refuse_fasttext_options(args)
+    if args.loss == "one-vs-all":
+        args.loss = "ova"
+    if args.lrUpdateRate is not None and not args.quiet:
+        print("lookuplinear train: note: -lrUpdateRate has no counterpart: the learning rate "
+              "decays every batch (--batch-size).", file=sys.stderr)
     for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
         if getattr(args, name) < 1:
             raise InputValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                   f"{getattr(args, name)}.")
-    for name in ("minn", "maxn"):
+    for name in ("minn", "maxn", "min_count_label"):
         if getattr(args, name) < 0:
-            raise InputValueError(f"--{name} must be >= 0, got {getattr(args, name)}.")
+            raise InputValueError(f"--{name.replace('_', '-')} must be >= 0, got "
+                                  f"{getattr(args, name)}.")
     if args.lr is not None and not args.lr > 0:
         raise InputValueError(f"--lr must be > 0, got {args.lr}.")
     if args.weight_decay < 0:
@@ -138,25 +197,108 @@ def run(args: argparse.Namespace) -> int:
     args._interrupted_note = f"; {args.output} was not written (a model there is unchanged)"
     t0 = time.perf_counter()
     data = read_input(args, need_labels=True)
-    vec, clf, labels, X, _y, train_s = fit_text_classifier(data.texts, data.labels, args)
+    pretrained = None
+    if args.pretrained_vectors is not None:  # read before training: a bad file costs nothing
+        pretrained = read_pretrained(args.pretrained_vectors, args.dim)
+    texts, label_lists = drop_rare_labels(data.texts, data.labels, args)
+    vec, clf, labels, X, _y, train_s = fit_text_classifier(texts, label_lists, args,
+                                                           pretrained=pretrained)
     setup_s = time.perf_counter() - t0 - train_s
     save_model(args.output, clf, vectorizer=vec, labels=labels,
                input_format=input_format(args))
     args._interrupted_note = f"; {args.output} was written"
     if not args.quiet:
-        print(f"Read {len(data)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
+        print(f"Read {len(texts)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
               f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
-              f"({len(data) * args.epoch / max(train_s, 1e-9):,.0f} examples/s), final loss "
+              f"({len(texts) * args.epoch / max(train_s, 1e-9):,.0f} examples/s), final loss "
               f"{clf.loss_curve_[-1]:.4f}.", file=sys.stderr)
         print(f"model written to {args.output}", file=sys.stderr)
     return 0
 
 
-def fit_text_classifier(
+def read_pretrained(path: str, dim: int) -> tuple[list[str], Any]:
+    """``-pretrainedVectors``: the words and vectors of a .vec file whose dimension is
+    ``--dim``; raises ``InputValueError`` otherwise (fastText's check)."""
+    from ..errors import InputValueError
+    from ..text import read_word_vectors
+
+    words, vectors = read_word_vectors(path)
+    if vectors.shape[1] != dim:
+        raise InputValueError(
+            f"-pretrainedVectors {path} holds vectors of dimension {vectors.shape[1]}, the "
+            f"model's is {dim}: pass -dim {vectors.shape[1]}."
+        )
+    return words, vectors
+
+
+def drop_rare_labels(
     texts: list[str], label_lists: list[list[str]], args: argparse.Namespace
+) -> tuple[list[str], list[list[str]]]:
+    """``-minCountLabel N``: the labels seen fewer than N times dropped, and the lines left
+    without one (fastText trains on none of them); raises ``InputValueError`` when no line
+    is left."""
+    from collections import Counter
+
+    from ..errors import InputValueError
+
+    if args.min_count_label <= 1:
+        return texts, label_lists
+    counts = Counter(lab for ls in label_lists for lab in ls)
+    kept = [[lab for lab in ls if counts[lab] >= args.min_count_label] for ls in label_lists]
+    pick = [i for i, ls in enumerate(kept) if ls]
+    if not pick:
+        raise InputValueError(
+            f"-minCountLabel {args.min_count_label} drops every label (the most frequent is "
+            f"seen {max(counts.values())} times); lower it."
+        )
+    if not args.quiet and len(pick) < len(texts):
+        print(f"lookuplinear train: -minCountLabel {args.min_count_label}: "
+              f"{len(texts) - len(pick)} lines left without a label are skipped.",
+              file=sys.stderr)
+    return [texts[i] for i in pick], [kept[i] for i in pick]
+
+
+def start_from_pretrained(clf: Any, vec: Any, pretrained: tuple[list[str], Any]) -> Any:
+    """Make ``clf.fit`` start the table rows of the pretrained words from their vectors, as
+    fastText's ``-pretrainedVectors`` does (the other rows are drawn as usual); returns a
+    function to call after ``fit``, which puts back the rows of the words no training line
+    has (``fit`` leaves untouched rows at zero; in fastText they keep their vectors)."""
+    import numpy as np
+    import torch
+
+    words, vectors = pretrained
+    where = dict(zip(words, range(len(words)), strict=True))  # a repeated word: its last row
+    rows = np.fromiter((vec.vocabulary_[w] for w in where), np.int64, len(where))
+    values = torch.from_numpy(vectors[list(where.values())])
+    build = clf._init_model
+
+    def init_model(n_outputs: int, seed: int, X: Any) -> None:
+        build(n_outputs, seed, X)
+        with torch.no_grad():
+            weight = clf.model_.lookup.weight
+            weight[torch.from_numpy(rows).to(weight.device)] = values.to(weight)
+
+    clf._init_model = init_model
+
+    def after_fit() -> None:
+        del clf._init_model  # the class's method again
+        untouched = ~clf._touched[rows]
+        with torch.no_grad():
+            weight = clf.model_.lookup.weight
+            idx = torch.from_numpy(rows[untouched]).to(weight.device)
+            weight[idx] = values[torch.from_numpy(untouched)].to(weight)
+        clf._touched[rows] = True
+
+    return after_fit
+
+
+def fit_text_classifier(
+    texts: list[str], label_lists: list[list[str]], args: argparse.Namespace,
+    *, pretrained: tuple[list[str], Any] | None = None,
 ) -> tuple[Any, Any, list[str], Any, Any, float]:
     """(vectorizer, classifier, label names, X, y, seconds of ``fit``) trained as the options
-    say."""
+    say; ``pretrained`` (words, vectors): their words join the vocabulary and their rows start
+    from the vectors (``-pretrainedVectors``)."""
     import warnings
 
     import numpy as np
@@ -177,6 +319,11 @@ def fit_text_classifier(
     vec = FastTextVectorizer(word_ngrams=args.wordNgrams, minn=args.minn, maxn=args.maxn,
                              bucket=args.bucket, min_count=args.minCount)
     X = vec.fit_transform(texts)
+    if pretrained is not None:  # fastText adds the .vec's words to its dictionary
+        config = vec.get_config()
+        config["vocabulary"] = sorted(set(config["vocabulary"]).union(pretrained[0]))
+        vec = FastTextVectorizer.from_config(config)
+        X = vec.transform(texts)
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     clf = LookupClassifier(
         loss="log_loss", hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
@@ -190,10 +337,13 @@ def fit_text_classifier(
         raise InputValueError(
             f"INPUT has a single label ({labels[0]!r}); a classifier needs at least 2."
         )
+    after_fit = None if pretrained is None else start_from_pretrained(clf, vec, pretrained)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         clf.fit(X, y)
+    if after_fit is not None:
+        after_fit()
     for w in caught:  # one line each, in the options' names
         if not issubclass(w.category, ConvergenceWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -135,11 +135,138 @@ class TextModel:
                                         n_jobs=part.n_jobs),
                              binary=binary, multilabel=multilabel, proba=proba)
         else:
-            X = self.vectorizer.transform(texts)
+            X = self._text_vectorizer("scores").transform(texts)
             if hasattr(self.estimator, "predict_proba"):
                 return np.asarray(self.estimator.predict_proba(X))
             d = np.asarray(self.estimator.decision_function(X))
         return d if d.ndim == 2 else np.column_stack([-d, d])
+
+    def predict(
+        self, text: str | list[str], k: int = 1, threshold: float = 0.0
+    ) -> tuple[Any, Any]:
+        """The ``k`` most likely labels of a line and their probabilities, as fastText's
+        ``model.predict(text, k, threshold)`` returns them.
+
+        Dense equivalent: ``scores([text])[0]`` sorted from the largest, its first ``k``
+        entries that are ``>= threshold``. Tokens with the label prefix (``__label__`` or the
+        one the model was trained with) are not text, as fastText drops them.
+
+        Parameters
+        ----------
+        text : str or list of str
+            One line (no ``"\\n"``), or a list of lines.
+        k : int, default 1
+            Labels per line; -1: every label.
+        threshold : float, default 0.0
+            Only labels with probability ``>= threshold`` are returned, in [0, 1].
+
+        Returns
+        -------
+        labels : tuple of str, or list of lists of str
+            For a str, a tuple of label names (``__label__`` included when the training file
+            had it), best first; for a list, one list per line.
+        probabilities : ndarray of shape (n_kept,), or list of such arrays
+            float64 for a str, float32 per line for a list, as fastText gives them (fastText
+            reports ``p + 1e-05``, its ``exp(log(p + 1e-05))``; here ``p`` itself).
+
+        Raises
+        ------
+        InputValueError
+            A line holds ``"\\n"``, ``k`` is neither >= 1 nor -1, ``threshold`` is outside
+            [0, 1], or the model has no vectorizer and labels (also ``ValueError``).
+
+        Examples
+        --------
+        >>> from lookuplinear.sklearn import LookupClassifier
+        >>> from lookuplinear.text import FastTextVectorizer
+        >>> texts, y = ["good film", "bad film"] * 4, ["__label__pos", "__label__neg"] * 4
+        >>> vec = FastTextVectorizer()
+        >>> clf = LookupClassifier(loss="log_loss", hidden=4, mode="mean", max_iter=50,
+        ...                        learning_rate_init=0.5, random_state=0)
+        >>> model = TextModel(clf.fit(vec.fit_transform(texts), y), vec, ["__label__neg",
+        ...                                                             "__label__pos"])
+        >>> labels, probs = model.predict("a good film", k=-1)
+        >>> labels, probs.dtype, bool(probs[0] > probs[1])
+        (('__label__pos', '__label__neg'), dtype('float64'), True)
+        >>> model.predict(["good", "bad"])[0]
+        [['__label__pos'], ['__label__neg']]
+        """
+        from ..errors import InputValueError
+        from ..text._files import check_threshold
+
+        lines = [text] if isinstance(text, str) else list(text)
+        if any("\n" in line for line in lines):
+            raise InputValueError(
+                "predict processes one line at a time (remove '\\n'); pass a list of lines "
+                "for several."
+            )
+        if k < 1 and k != -1:
+            raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
+        check_threshold(threshold)
+        if not self.labels:
+            raise InputValueError(
+                "predict needs the model's label names; this TextModel has none (a regressor, "
+                "or labels=[]). Use estimator.predict on vectorizer.transform(texts)."
+            )
+        prefix = (self.input_format or {}).get("label") or "__label__"
+        texts = [" ".join(t for t in line.split() if not t.startswith(prefix)) for line in lines]
+        scores = self.scores(texts)
+        top = np.argsort(-scores, axis=1, kind="stable")[:, : len(self.labels) if k == -1 else k]
+        kept = [p[row[p] >= threshold] for row, p in zip(scores, top, strict=True)]
+        labels = [[self.labels[j] for j in p] for p in kept]
+        probs = [row[p].astype(np.float32) for row, p in zip(scores, kept, strict=True)]
+        if isinstance(text, str):
+            return tuple(labels[0]), probs[0].astype(np.float64)
+        return labels, probs
+
+    def sentence_vectors(self, texts: list[str]) -> np.ndarray:
+        """Each text's vector as fastText's ``print-sentence-vectors`` gives a supervised
+        model's: the mean of the table rows of its words and n-grams, the input of the output
+        layer; shape (n_texts, dim), float32.
+
+        Dense equivalent: ``(X / X.sum(1)) @ W`` for ``X = vectorizer.transform(texts)`` and
+        the table ``W`` (``estimator.model_.lookup.weight``); a text with no known feature is
+        the zero vector. Raises ``InputValueError`` for a model without an embedding table.
+        """
+        return self._hidden(self._text_vectorizer("sentence_vectors").transform(texts),
+                            "sentence_vectors")
+
+    def word_vectors(self, words: list[str]) -> np.ndarray:
+        """Each word's vector as fastText's ``print-word-vectors`` gives it: the mean of the
+        rows of the word and its character n-grams (zero for an unknown word without them);
+        shape (n_words, dim), float32. Equals ``sentence_vectors`` of the one-word texts.
+        """
+        return self._hidden(self._text_vectorizer("word_vectors").transform(words), "word_vectors")
+
+    def _text_vectorizer(self, method: str) -> Any:
+        from ..errors import InputValueError
+
+        if self.vectorizer is None:
+            raise InputValueError(
+                f"TextModel.{method} needs a text vectorizer; this model was saved without one "
+                "(save_model(..., vectorizer=...)). Pass feature matrices to the estimator."
+            )
+        return self.vectorizer
+
+    def _hidden(self, X: Any, method: str) -> np.ndarray:
+        """The table's mean rows of ``X`` (the output layer's input), float32 numpy."""
+        from ..errors import InputValueError
+        from ._input import CSRBatches
+        from ._predict import PREDICT_BATCH
+
+        net = self.estimator.model_
+        if net.output is None:
+            raise InputValueError(
+                f"TextModel.{method}: the model is linear (hidden=None), it has no word "
+                "vectors; train with hidden=DIM (`lookuplinear train --dim`)."
+            )
+        Xc = self.estimator._prepare_x(X, reset=False)
+        device = torch.device(self.estimator.device)
+        outs = [np.zeros((0, net.output.in_features), dtype=np.float32)]
+        with torch.no_grad():
+            for _, _, bags in CSRBatches(Xc).batches(PREDICT_BATCH):
+                outs.append(net.lookup(bags.to(device)).float().cpu().numpy())
+        return np.concatenate(outs)
 
 
 def save_model(
@@ -152,6 +279,9 @@ def save_model(
 ) -> Path:
     """Write ``estimator`` (fitted), and optionally its vectorizer, label names and the format
     of its training file (``TextModel.input_format``), to ``path``.
+
+    ``labels`` defaults to a classifier's ``classes_`` (as strings), so that every classifier's
+    ``TextModel.labels`` names its ``predict_proba`` columns.
 
     Examples
     --------
@@ -180,7 +310,7 @@ def save_model(
         "n_outputs": int(est._n_outputs()),
         "loss_curve": [float(x) for x in est.loss_curve_],
         "n_iter": int(est.n_iter_),
-        "labels": list(labels) if labels is not None else None,
+        "labels": [str(x) for x in (labels if labels is not None else _classes(est))] or None,
         "vectorizer": None if vectorizer is None else vectorizer.get_config(),
         "input_format": input_format,
     }
@@ -233,6 +363,12 @@ def save_model(
     return out
 
 
+def _classes(est: Any) -> list[Any]:
+    """A classifier's ``classes_`` (the labels of ``predict_proba``'s columns); [] else."""
+    classes = getattr(est, "classes_", None)
+    return [] if classes is None else classes.tolist()
+
+
 def load_model(path: str | Path, *, lazy: bool = False) -> TextModel:
     """Read a model file written by :func:`save_model`, or by fastText (``.bin``/``.ftz``,
     read by :func:`lookuplinear.sklearn.load_fasttext`); never executes anything from it.
@@ -281,8 +417,8 @@ def load_model(path: str | Path, *, lazy: bool = False) -> TextModel:
     if meta.get("version") != "1":  # version 1 files carry no checksums
         _verify(p, meta, tensors)
     parts = _guarded(p, lambda: _read(p, json.loads(meta["config"]), tensors, lazy=lazy))
-    model = TextModel(None, None, [str(x) for x in parts.config.get("labels") or []],
-                      parts.input_format)
+    labels = parts.config.get("labels") or parts.config.get("classes") or []
+    model = TextModel(None, None, [str(x) for x in labels], parts.input_format)
     model._file = parts
     if not lazy:
         _ = model.estimator, model.vectorizer

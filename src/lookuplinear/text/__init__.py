@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         precision_recall_at_k,
         read_fasttext,
         read_table,
+        read_word_vectors,
         table_delimiter,
     )
     from ._vectorizer import TOKEN_PATTERN, FastTextVectorizer
@@ -30,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "precision_recall_at_k": "._files",
     "read_fasttext": "._files",
     "read_table": "._files",
+    "read_word_vectors": "._files",
     "table_delimiter": "._files",
 }
 
@@ -55,5 +57,6 @@ __all__ = [
     "precision_recall_at_k",
     "read_fasttext",
     "read_table",
+    "read_word_vectors",
     "table_delimiter",
 ]

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import InputValueError
 
 __all__ = ["LABEL_PREFIX", "LabelledTexts", "check_threshold", "precision_recall_at_k",
-           "read_fasttext", "read_table", "table_delimiter"]
+           "read_fasttext", "read_table", "read_word_vectors", "table_delimiter"]
 
 #: fastText's default label prefix (its ``-label`` option)
 LABEL_PREFIX = "__label__"
@@ -119,13 +119,15 @@ def read_table(
     label_column: str | None,
     delimiter: str | None = None,
     option: str = "--text-column",
+    hint: str = "",
 ) -> LabelledTexts:
     """Read a CSV/TSV file with a header row; columns by name or 0-based position.
 
     ``delimiter`` defaults to a tab for ``.tsv``/``.tab`` files and a comma otherwise. A label
     cell may hold several labels separated by spaces. The file is decoded as by
     :func:`read_fasttext`; errors name the line (a quoted field may span lines). ``option``
-    names where ``text_column`` came from, for the message when it is not a column.
+    names where ``text_column`` came from, for the message when it is not a column, and
+    ``hint`` says there what to do (instead of naming a column of the header).
     """
     lines, undecodable = _open_lines(path)
     sep = delimiter or table_delimiter(path)
@@ -142,8 +144,9 @@ def read_table(
     if not rows:
         raise InputValueError(f"{path} is empty; a CSV/TSV input needs a header row.")
     header = rows[0][1]
-    t = _column(header, text_column, path, option)
-    lab = None if label_column is None else _column(header, label_column, path, "--label-column")
+    t = _column(header, text_column, path, option, hint)
+    lab = (None if label_column is None
+           else _column(header, label_column, path, "--label-column", hint))
     texts, labels, numbers = [], [], []
     start = rows[0][0] + 1  # the line where the next row starts
     for end, row in rows[1:]:
@@ -154,7 +157,7 @@ def read_table(
         if len(row) <= need:
             raise InputValueError(
                 f"{path}:{n}: the row has {len(row)} fields but column {need} is needed "
-                f"(header: {header}). Check the delimiter (now {sep!r}) and quoting."
+                f"(header: {_shown(header)}). Check the delimiter (now {sep!r}) and quoting."
             )
         texts.append(row[t])
         labels.append([] if lab is None else row[lab].split())
@@ -162,20 +165,85 @@ def read_table(
     return LabelledTexts(texts, labels, numbers, undecodable)
 
 
+def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
+    """Read the word vectors of a fastText ``.vec`` file, as ``-pretrainedVectors`` reads it.
+
+    The format: a first line ``count dim``, then ``count`` lines of a word and its ``dim``
+    values, separated by spaces. Returns the words and their vectors, float32 of shape
+    ``(count, dim)``; lines after the ``count``-th are not read, as in fastText. Raises
+    ``InputValueError`` naming the line when the file is not in that format.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".vec", delete=False) as f:
+    ...     _ = f.write("2 3\\ngood 0.1 0.2 0.3\\nbad -1 0 1e-2\\n")
+    >>> words, vectors = read_word_vectors(f.name); os.unlink(f.name)
+    >>> words, vectors.shape, vectors.dtype
+    (['good', 'bad'], (2, 3), dtype('float32'))
+    """
+    lines, _ = _open_lines(path)
+    head = lines[0].split() if lines else []
+    if len(head) != 2 or not all(x.isdigit() for x in head):
+        raise InputValueError(
+            f"{path}:1: a .vec file starts with 'COUNT DIM' (two integers), got "
+            f"{(lines[0][:60] if lines else '')!r}. Give the .vec fastText writes beside its "
+            "model (NAME.vec), not the .bin."
+        )
+    count, dim = int(head[0]), int(head[1])
+    if len(lines) - 1 < count:
+        raise InputValueError(
+            f"{path} announces {count} vectors on line 1 but holds {len(lines) - 1}; the file "
+            "is truncated."
+        )
+    words, values = [], []
+    for n, line in enumerate(lines[1 : count + 1], start=2):
+        parts = line.split()
+        if len(parts) != dim + 1:
+            raise InputValueError(
+                f"{path}:{n}: expected a word and {dim} values (DIM from line 1), got "
+                f"{len(parts)} fields."
+            )
+        words.append(parts[0])
+        values.append(parts[1:])
+    try:
+        vectors = np.asarray(values, dtype=np.float32).reshape(count, dim)
+    except ValueError as e:
+        raise InputValueError(f"{path}: a vector value is not a number ({e}).") from None
+    return words, vectors
+
+
 def table_delimiter(path: str | Path) -> str:
     """``read_table``'s default delimiter: a tab for ``.tsv``/``.tab`` files, else a comma."""
     return "\t" if str(path).endswith((".tsv", ".tab")) else ","
 
 
-def _column(header: Sequence[str], name: str, path: str | Path, option: str) -> int:
+def _column(header: Sequence[str], name: str, path: str | Path, option: str,
+            hint: str = "") -> int:
     if name in header:
         return list(header).index(name)
     if name.isdigit() and int(name) < len(header):
         return int(name)
     raise InputValueError(
-        f"{option} {name!r} is not a column of {path}; its header is {list(header)}. Pass a "
-        "column name from the header or a 0-based position."
+        f"{option} {name!r} is not a column of {path}; its header (first line) is "
+        f"{_shown(header)}." + (hint or " Pass a column name from the header or a 0-based "
+                                "position.")
     )
+
+
+def _shown(header: Sequence[str], fields: int = 8, chars: int = 40) -> str:
+    """A header row for a message: at most ``fields`` fields of at most ``chars`` characters
+    (a file that is not a table has one long line as its "header").
+
+    Examples
+    --------
+    >>> _shown(["id", "x" * 50], chars=10)
+    "['id', 'xxxxxxxxx...' (50 characters)]"
+    """
+    shown = [repr(f) if len(f) <= chars else f"{f[: chars - 1] + '...'!r} ({len(f)} characters)"
+             for f in header[:fields]]
+    more = [f"... ({len(header) - fields} more)"] if len(header) > fields else []
+    return "[" + ", ".join(shown + more) + "]"
 
 
 def check_threshold(threshold: float) -> float:

@@ -1,0 +1,97 @@
+"""``lookuplinear print-word-vectors`` / ``print-sentence-vectors``: a model's vectors of the
+words or lines on stdin, printed as fastText prints them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+__all__ = ["add_parser", "format_vector", "run"]
+
+#: lines of stdin turned into vectors at once when stdin is a pipe or a file (a terminal's
+#: lines are answered one at a time, as they are typed)
+BATCH_LINES = 4096
+
+
+def add_parser(sub: Any, name: str = "print-word-vectors") -> argparse.ArgumentParser:
+    """``print-word-vectors``, or ``print-sentence-vectors``."""
+    words = name == "print-word-vectors"
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=("print the vector of each word read from stdin" if words else
+              "print the vector of each line read from stdin"),
+        description=(
+            "Read words (separated by spaces, tabs or newlines) from stdin and print, for each, "
+            "the word and its vector, as fastText's print-word-vectors does: the mean of the "
+            "table rows of the word and its character n-grams (zeros for a word the model does "
+            "not know and that has no character n-gram)." if words else
+            "Read lines from stdin and print, for each, its vector, as fastText's "
+            "print-sentence-vectors does for a supervised model: the mean of the table rows "
+            "of the line's words and n-grams (tokens with the label prefix left out), the input "
+            "of the output layer. A line with no known word or n-gram (a blank one) prints "
+            "zeros."
+        ) + " Values are printed with 5 significant digits, each followed by a space.",
+    )
+    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
+    return p
+
+
+def format_vector(values: Any) -> str:
+    """A vector as fastText's ``operator<<`` writes it: each value with 5 significant digits
+    (C++'s ``setprecision(5)``, printf's ``%.5g``) followed by a space.
+
+    Examples
+    --------
+    >>> format_vector([0.123456, -1e-05, 0.0, 123456.0])
+    '0.12346 -1e-05 0 1.2346e+05 '
+    """
+    return "".join(f"{float(v):.5g} " for v in values)
+
+
+def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
+    """The lines of ``stream`` (each without its ``\\n``), a batch at a time; one line at a
+    time from a terminal."""
+    size = 1 if stream.isatty() else BATCH_LINES
+    batch: list[bytes] = []
+    for line in stream:
+        batch.append(line.removesuffix(b"\n"))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import InputValueError
+    from ..sklearn import load_model
+
+    model = load_model(args.model)
+    if model.vectorizer is None:
+        raise InputValueError(
+            f"{args.model} holds an estimator without a text vectorizer; {args.command} needs "
+            "a model written by `lookuplinear train`."
+        )
+    fmt = model.input_format or {}
+    prefix = fmt.get("label") or "__label__"
+    words = args.command == "print-word-vectors"
+    try:
+        for batch in _batches(sys.stdin.buffer):
+            if words:  # read as C++'s `cin >> word`: split at ASCII whitespace only
+                tokens = [w.decode("utf-8", errors="replace")
+                          for line in batch for w in line.split()]
+                out = [f"{w} {format_vector(v)}"
+                       for w, v in zip(tokens, model.word_vectors(tokens), strict=True)]
+            else:
+                lines = [" ".join(t for t in line.decode("utf-8", errors="replace").split()
+                                  if not t.startswith(prefix)) for line in batch]
+                out = [format_vector(v) for v in model.sentence_vectors(lines)]
+            if out:
+                sys.stdout.write("\n".join(out) + "\n")
+                sys.stdout.flush()
+    except BrokenPipeError:  # `... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
