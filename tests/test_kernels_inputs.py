@@ -319,7 +319,7 @@ def test_bag_max_names_the_first_entry_out_of_range(dtype: torch.dtype) -> None:
     W = torch.randn(10, 4)
     for bad in (-1, 10, torch.iinfo(dtype).max, torch.iinfo(dtype).min):
         indices, offsets = csr([[1, 2], [bad, 3], [4]], dtype)
-        with use_backend("c"), pytest.raises(IndexError, match="entry 2"):
+        with use_backend("c"), pytest.raises(IndexError, match=r"indices\[2\]"):
             bag_max(W, indices, offsets)
 
 

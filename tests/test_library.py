@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import lookuplinear.ops.library as library
 from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ids.hashing import hash_ids
-from lookuplinear.ops import _idmap, segment_triples
+from lookuplinear.ops import _idmap, bag_max, segment_triples
 from lookuplinear.ops.autograd import in_feature_order
 
 ops = torch.ops.lookuplinear
@@ -143,13 +143,15 @@ def test_row_sums_equals_twin_and_opcheck() -> None:
     for args in ((grad, idx, off, w, None, 10), (grad, idx, off, None, 2, 10),
                  (grad[:3].repeat(2, 1), idx, None, None, None, 10),
                  (grad[:0], idx[:0], off[:1], None, 0, 10)):
-        out = ops.row_sums(*args)
-        torch.testing.assert_close(out, library._row_sums_twin(*args))
+        rows, out = ops.row_sums(*args)
+        torch.testing.assert_close((rows, out), library._row_sums_twin(*args))
         assert out.shape == (args[1].numel(), 3)
+        assert torch.equal(rows, torch.sort(args[1]).values)  # the entries sorted by row
         torch.library.opcheck(ops.row_sums.default, args)
-    out = ops.row_sums(grad, idx, off, None, 2, 10)  # rows 0 and 7 at their first entries
-    assert torch.equal(out[0], grad[0] + grad[2] + grad[3]) and torch.equal(out[4], grad[2])
-    assert all(str(v) == "-0.0" for k in (1, 2, 3, 5) for v in out[k].tolist())
+    rows, out = ops.row_sums(grad, idx, off, None, 2, 10)  # rows 0 and 7 at their first entries
+    assert rows.tolist() == [0, 2, 2, 7, 7, 7]
+    assert torch.equal(out[3], grad[0] + grad[2] + grad[3]) and torch.equal(out[0], grad[2])
+    assert all(str(v) == "-0.0" for k in (1, 2, 4, 5) for v in out[k].tolist())
 
 
 def test_bag_lookup_fake_shapes() -> None:
@@ -255,8 +257,12 @@ def test_bag_max_equals_twin_and_its_gradient_atens(dtype: torch.dtype) -> None:
     with FakeTensorMode():
         assert ops.bag_max(torch.empty(10, 3), torch.empty(9, dtype=torch.long),
                            torch.empty(5, dtype=torch.long)).shape == (4, 3)
-    with pytest.raises(LookupIndexError, match="index 10 at indices"):
+    # the operator called directly: the C++ kernel's IndexError (a LookupIndexError where the
+    # operators are registered from Python); lookuplinear's callers raise the project's
+    with pytest.raises(IndexError, match="index 10 at indices"):
         ops.bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2]))
+    with pytest.raises(LookupIndexError, match="index 10 at indices"):
+        bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2]))
 
 
 @pytest.mark.parametrize("sqrt", [False, True])
@@ -283,11 +289,16 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
     not cover the entries exactly are refused, not read past the indices by the C kernels."""
     weight, idx = torch.rand(10, 3), torch.tensor([1, 2, 3, 4])
     off = torch.tensor(offsets)
-    for call in (lambda: ops.bag_max(weight, idx, off),
-                 lambda: ops.bag_max_backward(torch.ones(2, 3), weight, idx, off),
+    for call in (lambda: ops.bag_max_backward(torch.ones(2, 3), weight, idx, off),
                  lambda: ops.mode_weights(off, None, False, torch.float32, 4)):
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             call()
+    # bag_max's C++ autograd kernel: the builtin ValueError (the Python registration's
+    # OffsetsError is one too), and lookuplinear's own call the project's error
+    with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
+        ops.bag_max(weight, idx, off)
+    with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
+        bag_max(weight, idx, off)
     with pytest.raises(InputValueError, match="one value per entry, 4; got 3"):
         ops.mode_weights(torch.tensor([0, 2, 4]), torch.ones(3), False, torch.float32, 4)
 

@@ -1,4 +1,5 @@
-"""The row-sparse backward: one gradient row per unique index, equal to the dense gradient."""
+"""The row-sparse backward: equal to the dense gradient; grouped (one row per unique index) by
+``group_rows``, one row per entry sorted by row from the layer (``lookuplinear::bag_lookup``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from lookuplinear import Bags, LookupLinear
 from lookuplinear.ops import c_available, group_rows, use_backend
 from lookuplinear.ops.autograd import bag_lookup
+from lookuplinear.optim import row_sparse_parts
 
 
 @st.composite
@@ -60,6 +62,69 @@ def test_index_input_groups_one_entry_per_position() -> None:
     assert rows.tolist() == [1, 3]
     torch.testing.assert_close(values[1], g[0, 0] + g[1, 0] + g[1, 1])
     torch.testing.assert_close(values[0], g[0, 1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(bag_batches(), st.sampled_from([torch.float32, torch.float64]),
+       st.sampled_from(["bags", "offsets", "index", "mean"]))
+def test_layer_gradient_is_one_row_per_entry_sorted_by_row(
+    case: tuple[int, list[list[int]], bool, int | None], dtype: torch.dtype, form: str
+) -> None:
+    """``LookupLinear(sparse=True)``'s weight gradient (the operator's backward, eager as
+    compiled): one row per entry but padding, the rows sorted, each row's ``group_rows`` sum at
+    its first entry and ``-0.0`` at its others; ``row_sparse_parts`` gives the grouped rows
+    back to the bit, without a coalesce."""
+    in_features, lists, weighted, padding = case
+    if form == "index":
+        lists = [[i] for b in lists for i in b] or [[0]]
+    g = torch.Generator().manual_seed(len(lists))
+    ws = [[float(torch.rand((), generator=g)) - 0.5 for _ in b] for b in lists]
+    bags = Bags.from_lists(lists, weights=ws if weighted and form != "index" else None)
+    if bags.weights is not None:
+        bags = Bags(bags.indices, bags.offsets, bags.weights.to(dtype))
+    layer = LookupLinear(in_features, 3, bias=False, sparse=True, padding_idx=padding,
+                         mode="mean" if form == "mean" else "sum", dtype=dtype)
+    if form == "bags" or form == "mean":
+        out = layer(bags)
+    elif form == "offsets":
+        out = layer(bags.indices, bags.offsets[:-1], per_sample_weights=bags.weights)
+    else:
+        out = layer(bags.indices.reshape(-1, 1)).reshape(-1, 3)
+    grad_out = torch.randn(out.shape, generator=g, dtype=dtype)
+    out.backward(grad_out)
+    grad = layer.weight.grad
+    assert grad is not None and grad.is_sparse
+    rows, values = grad._indices()[0], grad._values()
+    kept = [i for b in lists for i in b if i != padding]
+    assert rows.tolist() == sorted(kept)  # one row per entry, sorted
+    dense_layer = LookupLinear(in_features, 3, bias=False, padding_idx=padding,
+                               mode="mean" if form == "mean" else "sum", dtype=dtype)
+    dense_layer.weight.data.copy_(layer.weight.data)
+    again = (dense_layer(bags) if form in ("bags", "mean") else
+             dense_layer(bags.indices, bags.offsets[:-1], per_sample_weights=bags.weights)
+             if form == "offsets" else dense_layer(bags.indices.reshape(-1, 1)).reshape(-1, 3))
+    again.backward(grad_out)
+    torch.testing.assert_close(grad.to_dense(), dense_layer.weight.grad)
+    first = torch.ones_like(rows, dtype=torch.bool)
+    first[1:] = rows[1:] != rows[:-1]
+    assert all(str(v) == "-0.0" for v in values[~first].reshape(-1).tolist())
+    unique, sums = row_sparse_parts(grad)
+    assert torch.equal(unique, rows[first]) and torch.equal(sums, values[first])
+
+
+def test_row_sparse_parts_sums_runs_of_sorted_rows() -> None:
+    """Rows that never decrease, with any values: each run summed (as a coalesce sums it), no
+    sort; rows in another order are coalesced; strictly increasing rows are kept as they are."""
+    values = torch.tensor([[1.0], [2.0], [4.0], [8.0], [16.0]])
+    rows, sums = row_sparse_parts(torch.sparse_coo_tensor(torch.tensor([[0, 2, 2, 2, 5]]),
+                                                          values, (6, 1)))
+    assert rows.tolist() == [0, 2, 5] and sums.reshape(-1).tolist() == [1.0, 14.0, 16.0]
+    rows, sums = row_sparse_parts(torch.sparse_coo_tensor(torch.tensor([[2, 0, 2, 5, 2]]),
+                                                          values, (6, 1)))
+    assert rows.tolist() == [0, 2, 5] and sums.reshape(-1).tolist() == [2.0, 21.0, 8.0]
+    increasing = torch.sparse_coo_tensor(torch.tensor([[0, 1, 4]]), values[:3], (6, 1))
+    rows, sums = row_sparse_parts(increasing)
+    assert rows.tolist() == [0, 1, 4] and sums.data_ptr() == increasing._values().data_ptr()
 
 
 @pytest.mark.parametrize("form", ["bags", "offsets", "torch_coo"])

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.autograd import forward_ad
 
+from ._fusion import binding
 from .errors import (
     DeviceMismatchError,
     DtypeMismatchError,
@@ -24,7 +25,7 @@ from .errors import (
     PaddingIdxError,
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
-from .ops import bag_max, capturing, offsets_ok, values_known
+from .ops import capturing, offsets_ok, values_known
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
@@ -155,8 +156,11 @@ def lookup_linear(
     include_last_offset : bool, default False
         As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
-        Make the gradient of ``weight`` a coalesced sparse COO tensor with one row per unique
-        index the input names (index and matrix input; see :mod:`lookuplinear.ops.autograd`).
+        Make the gradient of ``weight`` a sparse COO tensor with one row per entry the input
+        names (index and matrix input; padding entries left out): the entries sorted by row,
+        each row's summed gradient at its first entry and ``-0.0`` at its others (see
+        :mod:`lookuplinear.ops.library`). Densified or coalesced, it is ``densify(x).T @
+        grad``; :mod:`lookuplinear.optim` reads it without a sort.
 
     Returns
     -------
@@ -194,8 +198,11 @@ def lookup_linear(
         if operands is not None:
             indices, bag_offsets, w, csr = operands
             try:
-                if sparse:  # coalesced row-sparse gradient: one row per unique index
-                    out = bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr)
+                if sparse:  # row-sparse gradient: the operator, _sparse_sum's
+                    out = (_BAG_LOOKUP(weight, indices, bag_offsets, w, None,
+                                       include_last_offset=csr)
+                           if _eager_op(weight) else
+                           bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr))
                 else:
                     out = torch.embedding_bag(
                         _forward_only(weight), indices, bag_offsets, False, _SUM, False, w,
@@ -361,8 +368,8 @@ def _index_forward(
 ) -> torch.Tensor:
     if x.dtype not in (torch.int32, torch.int64):
         x = x.long()
-    if sparse:  # coalesced row-sparse gradient: one row per unique index
-        out = bag_lookup(weight, x, None, None, padding_idx)
+    if sparse:  # row-sparse gradient
+        out = _sparse_sum(weight, x, None, None, padding_idx)
     else:
         # ATen's op: F.embedding's Python checks repeat ours at a cost (benchmarks/bench_layer.py)
         out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
@@ -436,21 +443,22 @@ def _bags_forward(
                 f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
                 "pass the matrix with its values set to 1 (X.data[:] = 1)."
             )
-        c_max = None
-        if _compiled_ok(bags, weight, padding_idx):  # ATen's CPU max is far off its fast path
-            c_max = bag_max(weight, bags.indices, bags.offsets)  # None where C does not apply
-        out = _embedding_bag(bags, weight, None, _MAX, padding_idx) if c_max is None else c_max
+        if _compiled_ok(bags, weight, padding_idx):  # ATen's CPU max is far off its fast path:
+            # the C kernel's operator (its backward: bag_max_backward)
+            out = _BAG_MAX(weight, bags.indices, bags.offsets)
+        else:
+            out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
     elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
         # the mode's per-bag factor folded into per-entry weights by one C pass, then one
         # weighted-sum lookup: on weighted rows faster than the sum, the factor and their
         # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
         psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.shape[0])
         if sparse:
-            out = bag_lookup(weight, bags.indices, bags.offsets, psw, None)
+            out = _sparse_sum(weight, bags.indices, bags.offsets, psw, None)
         else:
             out = _embedding_bag(bags, weight, psw, _SUM, None)
-    elif sparse:  # coalesced row-sparse gradient: one row per unique index
-        out = bag_lookup(weight, bags.indices, bags.offsets, w, padding_idx)
+    elif sparse:  # row-sparse gradient
+        out = _sparse_sum(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
             out = reduce_sums(out, bags, mode, padding_idx)
     elif mode == "mean" and w is None:
@@ -466,6 +474,36 @@ _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
 #: a recorded graph's message for a max bag's entry of weight other than 1
 _MAX_WEIGHTS = ('lookuplinear: mode="max" takes the max over the rows present in a bag, so every '
                 "entry must have weight 1. Use mode='sum'/'mean', or give weights of 1.")
+_BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
+_BAG_MAX = torch.ops.lookuplinear.bag_max.default
+
+
+def _eager_op(weight: torch.Tensor) -> bool:
+    """Whether a sum lookup on ``weight`` calls the operator: always in a graph that
+    ``torch.compile`` or ``torch.export`` records, else unless ``weight`` is bound to a
+    ``fused=True`` optimizer or a ``torch.jit.trace`` records (:func:`_sparse_sum`)."""
+    return torch.compiler.is_compiling() or (
+        binding(weight) is None and not torch.jit.is_tracing())
+
+
+def _sparse_sum(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None,
+    per_sample_weights: torch.Tensor | None,
+    padding_idx: int | None,
+) -> torch.Tensor:
+    """The sum lookup whose weight gradient is row-sparse: the operator
+    ``lookuplinear::bag_lookup`` (``offsets``: CSR, or None for index input), whose backward
+    gives one row per entry, the entries sorted by row, each row's sum at its first entry
+    (:mod:`lookuplinear.ops.library`). A table bound to a ``fused=True`` optimizer, whose
+    backward hands the gradient to the optimizer, and a ``torch.jit.trace`` (whose graph and
+    ONNX export hold ATen's ops) take :func:`~lookuplinear.ops.autograd.bag_lookup`."""
+    if _eager_op(weight):
+        return _BAG_LOOKUP(weight, indices, offsets, per_sample_weights, padding_idx)
+    return bag_lookup(weight, indices, offsets, per_sample_weights, padding_idx)
+
+
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 

@@ -1,4 +1,8 @@
-"""Row-sparse weight gradients: one row per unique index, duplicates merged in the backward.
+"""Row-sparse weight gradients of the ``autograd.Function`` lookups: one row per unique index.
+
+(The layers' sum and max lookups call the operators ``lookuplinear::bag_lookup`` and
+``lookuplinear::bag_max``, whose backward is C++: :mod:`.library`. The functions here serve a
+table bound to a ``fused=True`` optimizer, a ``torch.jit.trace``, and the collections.)
 
 The weight gradient of ``densify(x) @ W`` is ``densify(x).T @ grad_out``: non-zero only in the
 rows ``x`` names. ``F.embedding_bag(..., sparse=True)`` returns it as an uncoalesced COO tensor
@@ -21,17 +25,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from .._fusion import binding
-from ._bagmax import bag_max_c, bag_max_grad_c, c_operands
+from ._bagmax import c_operands
 from ._columns import deinterleave, interleave, segment_tensor, split_blocks
 from ._hooks import notify
 from ._rows import gather_rows, group_rows
-from .library import entry_grads, per_sample_weights_grad, routed
+from .library import entry_grads, per_sample_weights_grad, project_error, routed
 
-__all__ = ["BagMax", "GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
+__all__ = ["GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
            "row_sparse_grad", "weight_grad"]
+
+
+_BAG_MAX = torch.ops.lookuplinear.bag_max.default
 
 
 def row_sparse_grad(
@@ -125,6 +131,11 @@ def bag_lookup(
     include_last_offset: bool = True,
 ) -> torch.Tensor:
     """``densify(x) @ weight`` (mode sum) whose weight gradient is coalesced and row-sparse.
+
+    The layers call the operator ``lookuplinear::bag_lookup`` instead (its gradient one row per
+    entry, sorted by row: :mod:`lookuplinear.ops.library`); this function serves a table bound
+    to a ``fused=True`` optimizer, whose backward hands the gradient to the optimizer, and a
+    ``torch.jit.trace``.
 
     ``offsets is None``: index input of any shape ``S``, returns ``S + (out,)`` (equal to
     ``F.embedding``); otherwise bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
@@ -258,32 +269,12 @@ def _blocks(outs: Sequence[torch.Tensor], kinds: list[tuple[bool, int]], n: int
     return blocks
 
 
-class BagMax(torch.autograd.Function):
-    """``mode="max"`` over CPU bags by the C kernel (:func:`~lookuplinear.ops.bag_max`); the
-    backward adds ``grad_out[b, j]`` to the row that gave each maximum."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
-    ) -> torch.Tensor:
-        out, arg = bag_max_c(weight, indices, offsets)
-        ctx.save_for_backward(arg)
-        ctx.weight_shape = tuple(weight.shape)
-        return out
-
-    @staticmethod
-    @once_differentiable  # the backward is a C scatter: no graph for a second derivative
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        (arg,) = ctx.saved_tensors
-        return bag_max_grad_c(arg, grad_out, ctx.weight_shape), None, None
-
-
-@routed("bag_max")
 def bag_max(
     weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
 ) -> torch.Tensor | None:
     """``F.embedding_bag(indices, weight, offsets, mode="max", include_last_offset=True)`` by
-    the C kernels, differentiable in ``weight``; None where they do not apply.
+    the C kernels (the operator ``lookuplinear::bag_max``), differentiable in ``weight``; None
+    where they do not apply.
 
     Parameters
     ----------
@@ -292,15 +283,21 @@ def bag_max(
     indices : torch.Tensor
         ``(nnz,)`` int32/int64 entries.
     offsets : torch.Tensor
-        ``(N + 1,)`` CSR offsets, already checked (``Bags``).
+        ``(N + 1,)`` CSR offsets.
 
     Returns
     -------
     torch.Tensor or None
         ``(N, dim)``; None unless the C kernels apply: the backend runs C, all three on the CPU,
-        ``weight`` contiguous float32/float64, the indices int32/int64. An index outside
-        ``[0, rows)`` raises ``IndexError`` before anything is read outside the table. (While
-        a graph is recorded: the operator ``lookuplinear::bag_max``, never None.)
+        ``weight`` contiguous float32/float64, the indices int32/int64. The backward adds
+        ``grad_out[b, j]`` to the row that gave each maximum (``bag_max_backward``).
+
+    Raises
+    ------
+    LookupIndexError
+        An index outside ``[0, rows)``, before anything is read outside the table.
+    OffsetsError
+        ``offsets`` that are not CSR offsets of the entries.
 
     Examples
     --------
@@ -309,8 +306,13 @@ def bag_max(
     >>> out is None or out.tolist() == [[3.0, 5.0], [0.0, 0.0], [0.0, 0.0]]  # None: no C library
     True
     """
-    c = c_operands(weight, indices, offsets)
-    if c is None:
+    if c_operands(weight, indices, offsets) is None:
         return None
-    out: torch.Tensor = BagMax.apply(weight, *c)
+    try:
+        out: torch.Tensor = _BAG_MAX(weight, indices, offsets)
+    except (IndexError, ValueError) as e:  # a C++ kernel's builtin: the project's
+        mapped = project_error(e)
+        if mapped is None:
+            raise
+        raise mapped from None
     return out

@@ -1,17 +1,17 @@
-"""The kernels as PyTorch operators (``torch.ops.lookuplinear.*``), for graphs that PyTorch records.
+"""The kernels as PyTorch operators (``torch.ops.lookuplinear.*``), eager and in recorded graphs.
 
-Each operator has a schema, a CPU implementation that runs the C kernel (where the eager path
-runs one), a torch-op implementation for every other device (``CompositeExplicitAutograd``),
-a fake implementation that gives the output's shape, and, where it is differentiable, its
-backward (``torch.library.register_autograd``; the C++ extension registers
-``bag_lookup``'s in C++). The index range is checked inside the operator, where it runs.
+Each operator has a schema, a CPU implementation that runs the C kernel, a torch-op
+implementation for every other device (``CompositeExplicitAutograd``), a fake implementation
+that gives the output's shape, and, where it is differentiable, its backward
+(``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s and
+``bag_max``'s in C++). The index range is checked inside the operator, where it runs.
 
-Eager calls do not go through the dispatcher (it costs more than a small lookup:
-``benchmarks/bench_dispatch.py``): :func:`routed` decides, in one place, whether a call runs
-directly or, while ``torch.compile`` or ``torch.export`` records a graph, as its registered
-operator. An exported program then holds ``lookuplinear::`` operators, and runs where this
-module is imported; :func:`decompositions` rewrites them to their torch-op twins for a program
-that runs with PyTorch alone::
+The layers' sum and max lookups call ``bag_lookup`` and ``bag_max`` eagerly as they are
+recorded. Other eager functions are decorated by :func:`routed`: called directly, or, while
+``torch.compile`` or ``torch.export`` records a graph, as their registered operator. An
+exported program then holds ``lookuplinear::`` operators, and runs where this module is
+imported; :func:`decompositions` rewrites them to their torch-op twins for a program that
+runs with PyTorch alone::
 
     program = torch.export.export(model, (batch,))
     aten_only = program.run_decompositions(lookuplinear.ops.decompositions())
@@ -21,9 +21,10 @@ The operators:
 * ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
   include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
   ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
-  gradient is sparse, one row per entry (the indices of ``nn.EmbeddingBag(sparse=True)``'s),
-  each row's sum at its first entry (``row_sums``), so that it densifies to the eager
-  gradient's bits; under ``create_graph=True``, each entry's own contribution.
+  gradient is sparse, one row per entry (the indices of ``nn.EmbeddingBag(sparse=True)``'s,
+  sorted), each row's sum at its first entry, ``-0.0`` at its others (``row_sums``): an
+  optimizer reads its rows in order without a sort; under ``create_graph=True``, each entry's
+  own contribution, in entry order.
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
   side (``features``: per output, its number of features where it is feature-major,
   ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
@@ -37,9 +38,9 @@ The operators:
 * ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
   weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
 * ``row_sums(grad, indices, offsets, weights, padding_idx, num_rows)``: ``bag_lookup``'s
-  weight gradient summed per row by the eager backward's kernel
-  (:func:`~lookuplinear.ops.group_rows`), one row per entry: a row's sum at its first entry,
-  ``-0.0`` at its others.
+  weight gradient one row per entry, ``(rows, values)``: the entries' rows sorted (stably,
+  padding entries among them), each row's sum (as :func:`~lookuplinear.ops.group_rows` sums
+  it) at its first entry, ``-0.0`` at its other entries and at every padding entry.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_rows, group_rows
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
-           "per_sample_weights_grad", "routed"]
+           "per_sample_weights_grad", "project_error", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -78,7 +79,7 @@ SCHEMAS = (
     "mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
     "SymInt nnz) -> Tensor",
     "row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
-    "int? padding_idx, SymInt num_rows) -> Tensor",
+    "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)",
 )
 
 #: whether the C++ extension defines the operators (:mod:`._extension`); else they are
@@ -110,7 +111,7 @@ def _fake(name: str) -> Callable[[_F], _F]:
     return register
 
 
-def _project_error(e: Exception) -> Exception | None:
+def project_error(e: Exception) -> Exception | None:
     """The project's error for a builtin one that a C++ kernel raised (``TORCH_CHECK_INDEX``:
     ``IndexError``, ``TORCH_CHECK_VALUE``: ``ValueError``, the message the Python side's), or
     None where ``e`` is not one."""
@@ -132,7 +133,7 @@ def _mapping_errors(kernel: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return kernel(*args, **kwargs)
         except (IndexError, ValueError) as e:
-            mapped = _project_error(e)
+            mapped = project_error(e)
             if mapped is None:
                 raise
             raise mapped from None
@@ -294,9 +295,9 @@ def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: di
 
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     """The weight gradient one row per entry, as ``nn.EmbeddingBag(sparse=True)``'s: under
-    ``create_graph=True`` each entry's contribution (a graph to differentiate), else each
-    row's sum at its first entry (``row_sums``: the eager backward's kernel, so that the
-    gradient, densified or coalesced, is the eager one to the bit)."""
+    ``create_graph=True`` each entry's contribution (a graph to differentiate), else the
+    entries sorted by row, each row's sum at its first entry (``row_sums``: the C kernel's
+    sums where it runs)."""
     indices, offsets, weights, *table = ctx.saved_tensors
     g = grad_out.reshape(-1, ctx.shape[1])
     idx = indices.reshape(-1)
@@ -306,9 +307,9 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     if ctx.needs_input_grad[0] and torch.is_grad_enabled():
         grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
     elif ctx.needs_input_grad[0]:
-        sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, ctx.padding_idx,
-                                               ctx.shape[0])
-        grad_weight = entry_grads(idx, None, None, ctx.padding_idx, sums, ctx.shape)
+        rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, ctx.padding_idx,
+                                                     ctx.shape[0])
+        grad_weight = entry_grads(rows, None, None, ctx.padding_idx, sums, ctx.shape)
     if table:
         assert offsets is not None
         grad_weights = per_sample_weights_grad(g, table[0], idx, offsets, weights.dtype,
@@ -554,57 +555,57 @@ def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt
 # ---- row_sums -------------------------------------------------------------------------------
 
 
-def _first_of_rows(indices: torch.Tensor, padding_idx: int | None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For 1-D ``indices``: the stable order that sorts them, whether each sorted entry is the
-    first of its index (never of ``padding_idx``), and the rank of its index among the
-    distinct indices other than ``padding_idx`` (-1 before the first). The shapes follow from
-    the input's: a graph records them without reading a value."""
+def _sorted_entries(indices: torch.Tensor, padding_idx: int | None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For 1-D ``indices``: the stable order that sorts them, the sorted indices, whether each
+    sorted entry is the first of its index (never of ``padding_idx``), and the rank of its
+    index among the distinct indices other than ``padding_idx`` (-1 before the first). The
+    shapes follow from the input's: a graph records them without reading a value."""
     order = torch.argsort(indices, stable=True)
-    ranked = indices.index_select(0, order)
-    first = torch.ones_like(ranked, dtype=torch.bool)
-    first[1:] = ranked[1:] != ranked[:-1]
+    rows = indices.index_select(0, order)
+    first = torch.ones_like(rows, dtype=torch.bool)
+    first[1:] = rows[1:] != rows[:-1]
     if padding_idx is not None:
-        first &= ranked != padding_idx
-    return order, first, torch.cumsum(first, 0) - 1
+        first &= rows != padding_idx
+    return order, rows, first, torch.cumsum(first, 0) - 1
 
 
-def _at_first_entries(order: torch.Tensor, first: torch.Tensor, rank: torch.Tensor,
-                      sums: torch.Tensor) -> torch.Tensor:
+def _at_first_entries(first: torch.Tensor, rank: torch.Tensor, sums: torch.Tensor
+                      ) -> torch.Tensor:
     """``sums`` (a row per distinct index, by rank, and at least one) at each index's first
-    entry, ``-0.0`` at the others: adding ``-0.0`` changes no value, nor a zero's sign."""
-    picked = sums.index_select(0, rank.clamp(min=0))
-    return torch.empty_like(picked).index_copy_(
-        0, order, torch.where(first.unsqueeze(1), picked, -0.0))
+    sorted entry, ``-0.0`` at the others: adding ``-0.0`` changes no value, nor a zero's
+    sign."""
+    return torch.where(first.unsqueeze(1), sums.index_select(0, rank.clamp(min=0)), -0.0)
 
 
 def _row_sums_twin(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
-                   ) -> torch.Tensor:
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each entry's contribution (``entry_grads``' values) summed per row in entry order, as
-    :func:`~lookuplinear.ops.group_rows`' torch ops sum them."""
+    :func:`~lookuplinear.ops.group_rows`' torch ops sum them, at the sorted entries."""
     idx = indices.reshape(-1).long()
-    order, first, rank = _first_of_rows(idx, padding_idx)
+    order, rows, first, rank = _sorted_entries(idx, padding_idx)
     contrib = grad if offsets is None else grad.index_select(0, _bag_ids(offsets, idx.numel()))
     if weights is not None:
         contrib = contrib * weights.to(grad.dtype).unsqueeze(1)
     slot = rank  # padding entries add into a row of their own, past the others
     if padding_idx is not None:
-        slot = torch.where(idx.index_select(0, order) == padding_idx, idx.numel(), rank)
+        slot = torch.where(rows == padding_idx, idx.numel(), rank)
     sums = contrib.new_zeros((idx.numel() + 1, contrib.shape[1]))
     sums.index_add_(0, slot, contrib.index_select(0, order))
-    return _at_first_entries(order, first, rank, sums)
+    return rows, _at_first_entries(first, rank, sums)
 
 
 def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                   weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
-                  ) -> torch.Tensor:
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backward's sums (:func:`~lookuplinear.ops.group_rows`: the C kernel where
-    it takes the lookup)."""
+    it takes the lookup) at the sorted entries."""
     idx = indices.reshape(-1).long()
     _, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
     values = torch.cat([values.to(grad.dtype), values.new_zeros((1, grad.shape[1]))])
-    return _at_first_entries(*_first_of_rows(idx, padding_idx), values)
+    _, rows, first, rank = _sorted_entries(idx, padding_idx)
+    return rows, _at_first_entries(first, rank, values)
 
 
 _impl("row_sums", _row_sums_cpu, "CPU")
@@ -614,8 +615,9 @@ _impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
 @_fake("row_sums")
 def _row_sums_fake(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
-                   ) -> torch.Tensor:
-    return grad.new_empty((indices.numel(), grad.shape[1]))
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    return (indices.new_empty((indices.numel(),), dtype=torch.int64),
+            grad.new_empty((indices.numel(), grad.shape[1])))
 
 
 if CPP:
@@ -682,7 +684,7 @@ def routed(name: str) -> Callable[[_F], _F]:
             try:
                 return op(*args, **kwargs)
             except (IndexError, ValueError) as e:  # a C++ kernel's builtin: the project's
-                mapped = _project_error(e)
+                mapped = project_error(e)
                 if mapped is None:
                     raise
                 raise mapped from None

@@ -48,13 +48,21 @@ _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nestero
 def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
 
-    A gradient whose rows are already strictly increasing (``LookupLinear``'s backward) is used
-    as it is; any other is coalesced first (duplicates summed).
+    A lookup's gradient (``LookupLinear(sparse=True)``'s backward) has one row per entry, the
+    entries sorted by row, each row's sum at its first entry and ``-0.0`` at its others: rows
+    that never decrease, whose runs are summed here without a sort (from each run's first
+    value: its sum, to the bit). Strictly increasing rows are used as they are; any other
+    gradient is coalesced first (duplicates summed).
 
     Examples
     --------
-    >>> g = torch.sparse_coo_tensor(torch.tensor([[3, 1, 3]]), torch.ones(3, 2), (5, 2))
+    >>> g = torch.sparse_coo_tensor(torch.tensor([[1, 3, 3]]), torch.tensor(
+    ...     [[1.0, 1.0], [2.0, 2.0], [-0.0, -0.0]]), (5, 2))
     >>> row_sparse_parts(g)
+    (tensor([1, 3]), tensor([[1., 1.],
+            [2., 2.]]))
+    >>> row_sparse_parts(torch.sparse_coo_tensor(torch.tensor([[3, 1, 3]]), torch.ones(3, 2),
+    ...                                          (5, 2)))      # coalesced
     (tensor([1, 3]), tensor([[1., 1.],
             [2., 2.]]))
     """
@@ -65,11 +73,20 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             f"{grad.sparse_dim()} for a gradient of shape {tuple(grad.shape)}. Convert it with "
             "grad.to_dense(), or use a layer with sparse=True."
         )
-    if not grad.is_coalesced():
-        rows = grad._indices()[0]
-        if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
-            grad = grad.coalesce()
-    return grad._indices()[0], grad._values()
+    if grad.is_coalesced():
+        return grad._indices()[0], grad._values()
+    rows, values = grad._indices()[0], grad._values()
+    if rows.numel() < 2:
+        return rows, values
+    if not bool((rows[1:] >= rows[:-1]).all()):
+        grad = grad.coalesce()
+        return grad._indices()[0], grad._values()
+    unique, run = torch.unique_consecutive(rows, return_inverse=True)
+    if unique.numel() == rows.numel():
+        return rows, values
+    # each run summed in order onto -0.0, which adds nothing: -0.0 + x is x, to the bit
+    sums = values.new_full((unique.numel(), *values.shape[1:]), -0.0)
+    return unique, sums.index_add_(0, run, values)
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:

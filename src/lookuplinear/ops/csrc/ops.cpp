@@ -59,6 +59,14 @@ int64_t ll_group_rows_f32(const int64_t *idx, int64_t n, const int64_t *offsets,
 int64_t ll_group_rows_f64(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
                           int64_t padding_idx, const double *weights, const double *grad_out,
                           int64_t dim, int64_t *rows_out, double *values_out);
+int64_t ll_group_entries_f32(const int64_t *idx, int64_t n, const int64_t *offsets,
+                             int64_t n_bags, int64_t padding_idx, const float *weights,
+                             const float *grad_out, int64_t dim, int64_t *rows_out,
+                             float *values_out);
+int64_t ll_group_entries_f64(const int64_t *idx, int64_t n, const int64_t *offsets,
+                             int64_t n_bags, int64_t padding_idx, const double *weights,
+                             const double *grad_out, int64_t dim, int64_t *rows_out,
+                             double *values_out);
 }
 
 namespace lookuplinear {
@@ -503,6 +511,10 @@ Tensor mode_weights_cpu(const Tensor &offsets, const optional<Tensor> &weights, 
 }
 
 // ---- row_sums ----------------------------------------------------------------------------
+// bag_lookup's weight gradient one row per entry, the entries sorted by row (stably, padding
+// entries among them): (rows, values), each row's sum at its first entry, -0.0 at its other
+// entries and at every padding entry (adding -0.0 changes no value, nor a zero's sign). An
+// optimizer reads the rows in order, without a sort (lookuplinear.optim.row_sparse_parts).
 
 // the bag of every entry, for CSR offsets over nnz entries
 Tensor bag_ids(const Tensor &offsets, int64_t nnz) {
@@ -511,95 +523,80 @@ Tensor bag_ids(const Tensor &offsets, int64_t nnz) {
                                  lengths, 0, nnz);
 }
 
-struct FirstOfRows {
-    Tensor order, first, rank;
-};
-
-// for 1-D indices: the stable order that sorts them, whether each sorted entry is the first of
-// its index (never of padding_idx), and the rank of its index among the distinct others
-FirstOfRows first_of_rows(const Tensor &indices, optional<int64_t> padding_idx) {
-    const Tensor order = std::get<1>(at::sort(indices, /*stable=*/true, 0, false));
-    const Tensor ranked = indices.index_select(0, order);
-    Tensor first = at::ones_like(ranked, ranked.options().dtype(at::kBool));
-    if (ranked.numel() > 1)
-        first.slice(0, 1).copy_(ranked.slice(0, 1).ne(ranked.slice(0, 0, -1)));
-    if (padding_idx.has_value()) first.logical_and_(ranked.ne(*padding_idx));
-    return {order, first, at::cumsum(first, 0) - 1};
-}
-
-// sums (a row per distinct index, by rank, and at least one) at each index's first entry,
-// -0.0 at the others: adding -0.0 changes no value, nor a zero's sign
-Tensor at_first_entries(const FirstOfRows &f, const Tensor &sums) {
-    const Tensor picked = sums.index_select(0, f.rank.clamp_min(0));
-    return at::empty_like(picked).index_copy_(
-        0, f.order, at::where(f.first.unsqueeze(1), picked, at::scalar_tensor(-0.0,
-                                                                               picked.options())));
-}
-
-Tensor row_sums_twin(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
-                     const optional<Tensor> &weights, optional<int64_t> padding_idx,
-                     c10::SymInt num_rows) {
+std::tuple<Tensor, Tensor> row_sums_twin(const Tensor &grad, const Tensor &indices,
+                                         const optional<Tensor> &offsets,
+                                         const optional<Tensor> &weights,
+                                         optional<int64_t> padding_idx, c10::SymInt num_rows) {
     const Tensor idx = indices.reshape(-1).to(at::kLong);
-    const FirstOfRows f = first_of_rows(idx, padding_idx);
+    const Tensor order = std::get<1>(at::sort(idx, /*stable=*/true, 0, false));
+    const Tensor rows = idx.index_select(0, order);
+    Tensor first = at::ones_like(rows, rows.options().dtype(at::kBool));
+    if (rows.numel() > 1) first.slice(0, 1).copy_(rows.slice(0, 1).ne(rows.slice(0, 0, -1)));
+    if (padding_idx.has_value()) first.logical_and_(rows.ne(*padding_idx));
+    const Tensor rank = at::cumsum(first, 0) - 1;
     Tensor contrib = offsets.has_value() ? grad.index_select(0, bag_ids(*offsets, idx.numel()))
                                          : grad;
     if (weights.has_value()) contrib = contrib * weights->to(grad.scalar_type()).unsqueeze(1);
-    Tensor slot = f.rank;  // padding entries add into a row of their own, past the others
+    Tensor slot = rank;  // padding entries add into a row of their own, past the others
     if (padding_idx.has_value())
-        slot = at::where(idx.index_select(0, f.order).eq(*padding_idx),
-                         at::scalar_tensor(idx.numel(), f.rank.options()), f.rank);
+        slot = at::where(rows.eq(*padding_idx), at::scalar_tensor(idx.numel(), rank.options()),
+                         rank);
     Tensor sums = at::zeros({idx.numel() + 1, contrib.size(1)}, contrib.options());
-    sums.index_add_(0, slot, contrib.index_select(0, f.order));
-    return at_first_entries(f, sums);
+    sums.index_add_(0, slot, contrib.index_select(0, order));
+    const Tensor picked = sums.index_select(0, rank.clamp_min(0));
+    return {rows, at::where(first.unsqueeze(1), picked,
+                            at::scalar_tensor(-0.0, picked.options()))};
 }
 
-Tensor row_sums_cpu(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
-                    const optional<Tensor> &weights, optional<int64_t> padding_idx,
-                    int64_t num_rows) {
+std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indices,
+                                        const optional<Tensor> &offsets,
+                                        const optional<Tensor> &weights,
+                                        optional<int64_t> padding_idx, int64_t num_rows) {
     const Tensor idx = indices.reshape(-1).to(at::kLong).contiguous();
     const Tensor g = grad.contiguous();
     constexpr int64_t max_entries = std::numeric_limits<int32_t>::max();
     if (!is_f32_f64(g) || g.dim() != 2 || idx.numel() > max_entries ||
         g.size(0) > max_entries || num_rows > (int64_t{1} << 32))
         return row_sums_twin(grad, indices, offsets, weights, padding_idx, num_rows);
-    // the eager backward's sums (ll_group_rows: rows sorted, values summed in entry order)
+    // the eager sums of ll_group_rows (entry order), written at the sorted entries
     const Tensor off = offsets.has_value() ? offsets->to(at::kLong).contiguous() : Tensor();
     const Tensor w = weights.has_value() ? weights->to(g.scalar_type()).contiguous() : Tensor();
     const int64_t n = idx.numel(), dim = g.size(1);
     const int64_t n_bags = off.defined() ? off.numel() - 1 : -1;
     Tensor rows = at::empty({n}, idx.options());
-    Tensor values = at::zeros({n + 1, dim}, g.options());  // the last: the rank -1 row
+    Tensor values = at::empty({n, dim}, g.options());
     int64_t m;
     if (g.scalar_type() == at::kFloat)
-        m = ll_group_rows_f32(idx.data_ptr<int64_t>(), n,
-                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
-                              padding_idx.value_or(-1),
-                              w.defined() ? w.data_ptr<float>() : nullptr, g.data_ptr<float>(),
-                              dim, rows.data_ptr<int64_t>(), values.data_ptr<float>());
+        m = ll_group_entries_f32(idx.data_ptr<int64_t>(), n,
+                                 off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                                 padding_idx.value_or(-1),
+                                 w.defined() ? w.data_ptr<float>() : nullptr,
+                                 g.data_ptr<float>(), dim, rows.data_ptr<int64_t>(),
+                                 values.data_ptr<float>());
     else
-        m = ll_group_rows_f64(idx.data_ptr<int64_t>(), n,
-                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
-                              padding_idx.value_or(-1),
-                              w.defined() ? w.data_ptr<double>() : nullptr,
-                              g.data_ptr<double>(), dim, rows.data_ptr<int64_t>(),
-                              values.data_ptr<double>());
+        m = ll_group_entries_f64(idx.data_ptr<int64_t>(), n,
+                                 off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                                 padding_idx.value_or(-1),
+                                 w.defined() ? w.data_ptr<double>() : nullptr,
+                                 g.data_ptr<double>(), dim, rows.data_ptr<int64_t>(),
+                                 values.data_ptr<double>());
     TORCH_CHECK(m >= 0, "lookuplinear::row_sums: out of memory grouping the rows");
-    // the m sums, then a zero row (as the Python side: cat([values[:m], zeros(1, dim)]))
-    const Tensor sums = at::cat({values.slice(0, 0, m), at::zeros({1, dim}, g.options())});
-    return at_first_entries(first_of_rows(idx, padding_idx), sums);
+    return {rows, values};
 }
 
 // ---- bag_lookup's backward ---------------------------------------------------------------
 // (sizes as SymInts: a graph records the backward with symbolic shapes)
 
-Tensor call_row_sums(const Tensor &grad, const Tensor &indices, const optional<Tensor> &offsets,
-                     const optional<Tensor> &weights, optional<int64_t> padding_idx,
-                     const c10::SymInt &num_rows) {
+std::tuple<Tensor, Tensor> call_row_sums(const Tensor &grad, const Tensor &indices,
+                                         const optional<Tensor> &offsets,
+                                         const optional<Tensor> &weights,
+                                         optional<int64_t> padding_idx,
+                                         const c10::SymInt &num_rows) {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("lookuplinear::row_sums", "")
-                         .typed<Tensor(const Tensor &, const Tensor &, const optional<Tensor> &,
-                                       const optional<Tensor> &, optional<int64_t>,
-                                       c10::SymInt)>();
+                         .typed<std::tuple<Tensor, Tensor>(
+                             const Tensor &, const Tensor &, const optional<Tensor> &,
+                             const optional<Tensor> &, optional<int64_t>, c10::SymInt)>();
     at::AutoDispatchBelowADInplaceOrView below;  // not differentiable: no autograd layer
     return op.call(grad, indices, offsets, weights, padding_idx, num_rows);
 }
@@ -680,9 +677,12 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
         if (ctx->needs_input_grad(0) && at::GradMode::is_enabled()) {
             grad_weight = entry_grads(idx, offsets, weights, padding_idx, g, shape);
         } else if (ctx->needs_input_grad(0)) {
-            const Tensor sums = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
-            grad_weight = entry_grads(idx, optional<Tensor>(), optional<Tensor>(), padding_idx,
-                                      sums, shape);
+            // the entries sorted by row, each row's sum at its first (padding entries left
+            // out by entry_grads: the rows stay sorted)
+            const auto sorted = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
+            grad_weight = entry_grads(std::get<0>(sorted), optional<Tensor>(),
+                                      optional<Tensor>(), padding_idx, std::get<1>(sorted),
+                                      shape);
         }
         if (saved[3].defined())
             grad_weights = per_sample_weights_grad(g, saved[3], idx, *offsets,
@@ -690,6 +690,41 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
         return {grad_weight, Tensor(), Tensor(), grad_weights, Tensor(), Tensor()};
     }
 };
+
+// ---- bag_max's backward -------------------------------------------------------------------
+// the gradient of the row that gave each maximum: bag_max_backward (the maxima found again,
+// grad_out added to their rows), dense as nn.EmbeddingBag's for max; not differentiable again
+
+struct BagMaxFunction : public torch::autograd::Function<BagMaxFunction> {
+    static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
+                          const Tensor &indices, const Tensor &offsets) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_max", "")
+                             .typed<Tensor(const Tensor &, const Tensor &, const Tensor &)>();
+        ctx->save_for_backward({weight, indices, offsets});
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weight, indices, offsets);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_max_backward", "")
+                             .typed<Tensor(const Tensor &, const Tensor &, const Tensor &,
+                                           const Tensor &)>();
+        const auto saved = ctx->get_saved_variables();
+        Tensor grad_weight;
+        if (ctx->needs_input_grad(0)) {
+            at::AutoDispatchBelowADInplaceOrView below;  // no autograd layer: not differentiable
+            grad_weight = op.call(grads[0], saved[0], saved[1], saved[2]);
+        }
+        return {grad_weight, Tensor(), Tensor()};
+    }
+};
+
+Tensor bag_max_autograd(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
+    return BagMaxFunction::apply(weight, indices, offsets);
+}
 
 Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
                            const optional<Tensor> &offsets, const optional<Tensor> &weights,
@@ -713,7 +748,7 @@ TORCH_LIBRARY(lookuplinear, m) {
     m.def("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
           "SymInt nnz) -> Tensor");
     m.def("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
-          "int? padding_idx, SymInt num_rows) -> Tensor");
+          "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
@@ -743,8 +778,13 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("row_sums", &row_sums_twin);
 }
 
-// bag_lookup's backward on every device (the others' operators have theirs registered from
-// Python)
+// bag_lookup's backward on every device (the others' operators, bag_max's excepted, have
+// theirs registered from Python)
 TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("bag_lookup", &lookuplinear::bag_lookup_autograd);
+}
+
+// bag_max's backward on every device
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    m.impl("bag_max", &lookuplinear::bag_max_autograd);
 }

@@ -203,6 +203,59 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
     return j;
 }
 
+/* ---- the same gradient one entry per row: the layout of a sparse gradient whose size a
+ * recorded graph fixes (the entries, not the unique rows) ---- */
+
+LL_INLINE void SFX(entries_dim)(const uint64_t *keys, int64_t m, int64_t padding_idx,
+                                const int32_t *bag, const T *weights, const T *grad_out,
+                                int64_t *rows_out, T *values_out, const int64_t dim) {
+    for (int64_t i = 0; i < m;) {
+        int64_t a = i;
+        uint64_t row = keys[i] >> 32;
+        while (i < m && keys[i] >> 32 == row) i++;
+        for (int64_t j = a; j < i; j++) rows_out[j] = (int64_t)row;
+        const int64_t zeros = (int64_t)row == padding_idx ? a : a + 1;
+        if (zeros == a + 1)
+            SFX(sum_entries)(values_out + a * dim, keys, a, i, bag, weights, grad_out, dim);
+        for (int64_t j = zeros; j < i; j++)
+            for (int64_t d = 0; d < dim; d++) values_out[j * dim + d] = (T)-0.0;
+    }
+}
+
+LL_CLONED void SFX(entries_range)(const uint64_t *keys, int64_t m, int64_t padding_idx,
+                                  const int32_t *bag, const T *weights, const T *grad_out,
+                                  int64_t *rows_out, T *values_out, int64_t dim) {
+    LL_BY_DIM(SFX(entries_dim), keys, m, padding_idx, bag, weights, grad_out, rows_out,
+              values_out)
+}
+
+/* ll_group_rows' gradient with one row per entry (rows_out: n, values_out: n x dim): the
+ * entries' rows sorted, stably (padding entries among them, at padding_idx's place); each
+ * row's sum, computed as ll_group_rows computes it, at the row's first entry, -0.0 at its
+ * other entries and at every padding entry (adding -0.0 changes no value, nor a zero's sign).
+ * Returns n, or -1 out of memory. Split over threads as ll_group_rows: each sorted entry is
+ * written by the thread that sums its row. */
+LL_EXPORT int64_t SFX(ll_group_entries)(const int64_t *idx, int64_t n, const int64_t *offsets,
+                                        int64_t n_bags, int64_t padding_idx, const T *weights,
+                                        const T *grad_out, int64_t dim, int64_t *rows_out,
+                                        T *values_out) {
+    Sorted e = sort_entries(idx, n, offsets, n_bags, -1); /* padding entries kept */
+    const int64_t m = e.m;
+    if (m >= 0) {
+        const int nt = ll_threads(m);
+        _Pragma("omp parallel num_threads(nt)")
+        {
+            const int t = ll_thread(), k = ll_team();
+            const int64_t a = chunk_start(e.keys, m, t, k);
+            const int64_t b = chunk_start(e.keys, m, t + 1, k);
+            SFX(entries_range)(e.keys + a, b - a, padding_idx, e.bag, weights, grad_out,
+                               rows_out + a, values_out + a * dim, dim);
+        }
+    }
+    sorted_free(&e);
+    return m;
+}
+
 /* how many rows ahead the updates prefetch: about LINES_AHEAD cache lines of table and state
  * (a row, its state and one line for a row that straddles lines), between 4 and 64 rows. A
  * fixed number of rows fits one kernel's row size and leaves the others slower
