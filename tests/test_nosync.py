@@ -69,7 +69,7 @@ fake_device = _FakeDevice()
 @contextmanager
 def cpu_off_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """CPU tensors read as another device's: value checks deferred, asserts on the device."""
-    monkeypatch.setattr(offsets_module, "_HOST_DEVICES", ())
+    monkeypatch.setattr(offsets_module, "_CPU_IS_HOST", False)
     fake_device.active = True
     try:
         yield
