@@ -29,8 +29,8 @@ from .ops import capturing, offsets_ok, values_known
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
-from .sparse.bags import Bags, check_index_range, is_scipy_sparse
-from .sparse.offsets import csr_offsets
+from .sparse.bags import Bags, assert_index_range, check_index_range, is_scipy_sparse
+from .sparse.offsets import assert_offsets, csr_offsets, on_host
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -273,6 +273,7 @@ def lookup_linear(
         bags.indices,
         in_features,
         "indices",
+        bags.offsets,
     )
 
 
@@ -331,17 +332,23 @@ def _cpu_sum_operands(
 
 
 def range_checked(
-    forward: Callable[[], torch.Tensor], indices: torch.Tensor, in_features: int, where: str
+    forward: Callable[[], torch.Tensor], indices: torch.Tensor, in_features: int, where: str,
+    offsets: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``forward()``, raising ``LookupIndexError`` if an index is outside ``[0, in_features)``.
 
     PyTorch's CPU lookup kernels check every index themselves, so on the CPU the range check
     only runs after a kernel error, to name the offending index (checking first would cost a
     pass over the indices and two syncs, a tenth of a 1024 x 20 bag lookup). On other devices
-    (a CUDA kernel asserts on a bad index) the indices are checked first.
+    the indices, and the CSR ``offsets`` of the bags they make if given (checked on the CPU
+    where ``Bags`` is built), are asserted on the device first, without a host
+    synchronisation: a bad one is a device-side assert, as in ``nn.EmbeddingBag``'s CUDA
+    kernels; ``Bags.validate`` names it.
     """
-    if not indices.is_cpu:
-        check_index_range(indices, in_features, where=where)
+    if not on_host(indices):
+        assert_index_range(indices, in_features, where=where)
+        if offsets is not None:
+            assert_offsets(offsets, indices.numel())
         return forward()
     try:
         return forward()

@@ -29,12 +29,12 @@ import torch
 
 from ..errors import InputTypeError, InputValueError, LookupIndexError
 from ..ops import drop_entries, values_known
-from .offsets import check_offsets
+from .offsets import check_offsets, on_host
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["Bags", "check_weights", "is_scipy_sparse"]
+__all__ = ["Bags", "assert_index_range", "check_index_range", "check_weights", "is_scipy_sparse"]
 
 
 def is_scipy_sparse(x: Any) -> bool:
@@ -109,8 +109,20 @@ class Bags:
     InputTypeError
         Indices or offsets are not integers, or weights are not floating point.
     InputValueError
-        Offsets do not start at 0, decrease, or do not end at ``len(indices)``; weights of the
-        wrong length; tensors on different devices.
+        Weights of the wrong length; tensors on different devices.
+    OffsetsError
+        Offsets do not start at 0, decrease, or do not end at ``len(indices)`` (checked here
+        for CPU tensors; see below). Also an ``InputValueError``.
+
+    Notes
+    -----
+    The constructor never synchronises with a device. Types, shapes and devices are checked
+    on every device; the offsets' values are checked here only on the CPU, where reading
+    them is free. On another device (a GPU) they are checked where they are read: the lookup
+    asserts on the device that the offsets cut the indices into bags and that every index is
+    in range (a device-side assert, as ``nn.EmbeddingBag`` raises on CUDA), and
+    :meth:`validate` runs every check on the host and names what is wrong. Call it on data
+    from an untrusted source, on a GPU.
 
     Examples
     --------
@@ -140,13 +152,53 @@ class Bags:
             )
         if idx.dtype != off.dtype:  # F.embedding_bag needs one dtype for both
             idx, off = idx.long(), off.long()
-        check_offsets(off, idx.numel())
+        check_offsets(off, idx.numel(), lazy=True)  # values: on the CPU only
         w = None if weights is None else check_weights(
             weights, idx, "Bags", "indices", "index",
             " Pass a 1-D weight for every entry of indices.")
         self.indices = idx
         self.offsets = off
         self.weights = w
+
+    def validate(self, in_features: int | None = None) -> Bags:
+        """Run every check of the batch's values on any device and return ``self``.
+
+        The constructor checks values only on the CPU (see the class notes); on a GPU this
+        copies the offsets (and, with ``in_features``, the smallest and largest index) to the
+        host, a synchronisation. Call it on batches from an untrusted source before a lookup
+        on a GPU, to get the error that names the bad offset or index instead of a
+        device-side assert.
+
+        Parameters
+        ----------
+        in_features : int, optional
+            Also check that every index is in ``[0, in_features)``.
+
+        Returns
+        -------
+        Bags
+            ``self``, for ``bags = Bags(indices, offsets).validate()``.
+
+        Raises
+        ------
+        OffsetsError
+            Offsets that do not start at 0, decrease, or do not end at ``len(indices)``.
+        LookupIndexError
+            An index outside ``[0, in_features)``.
+
+        Examples
+        --------
+        >>> Bags(torch.tensor([3, 1, 2]), torch.tensor([0, 2, 3])).validate(in_features=4)
+        Bags(n_bags=2, nnz=3, weighted=False)
+        >>> Bags.from_checked(torch.tensor([3, 1]), torch.tensor([0, 3, 2])).validate()
+        Traceback (most recent call last):
+            ...
+        lookuplinear.errors.OffsetsError: Bags: offsets must be non-decreasing (CSR offsets), ...
+        """
+        check_offsets(self.offsets, self.indices.numel())
+        if in_features is not None:
+            check_index_range(self.indices, in_features, where="Bags.indices", sync=True)
+        return self
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -207,6 +259,9 @@ class Bags:
         Bags(n_bags=3, nnz=5, weighted=False)
         >>> Bags.from_padded(torch.tensor([[3, 1, 0], [0, 0, 0]]), padding_idx=None)
         Bags(n_bags=2, nnz=6, weighted=False)
+
+        With ``padding_idx`` the number of entries depends on the values: on a GPU, as
+        ``x[x != padding_idx]``, it is read on the host (a synchronisation).
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             raise InputValueError(
@@ -263,6 +318,9 @@ class Bags:
     def from_torch_sparse(cls, t: torch.Tensor) -> Bags:
         """Build from a 2-D torch sparse COO or CSR tensor; values (and their grad) are kept.
 
+        A coalesced tensor is read without a host synchronisation (an uncoalesced COO tensor
+        is coalesced first, which reads its values).
+
         Examples
         --------
         >>> t = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]]).to_sparse()
@@ -287,9 +345,7 @@ class Bags:
         if t.layout == torch.sparse_csr:
             return cls(t.col_indices(), t.crow_indices(), values)
         rows, cols = t.indices()
-        offsets = torch.zeros(t.shape[0] + 1, dtype=torch.long, device=t.device)
-        torch.cumsum(torch.bincount(rows, minlength=t.shape[0]), 0, out=offsets[1:])
-        return cls(cols, offsets, values)
+        return cls(cols, _row_offsets(rows, t.shape[0]), values)
 
     @classmethod
     def from_dense(cls, x: torch.Tensor) -> Bags:
@@ -305,13 +361,11 @@ class Bags:
                 "Bags.from_dense: expected a 2-D tensor of shape (N, in_features), got "
                 f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}."
             )
-        rows, cols = torch.nonzero(x, as_tuple=True)
+        rows, cols = torch.nonzero(x, as_tuple=True)  # sizes read on the host, as nonzero's
         values = x[rows, cols]
         if not values.dtype.is_floating_point:
             values = values.float()
-        offsets = torch.zeros(x.shape[0] + 1, dtype=torch.long, device=x.device)
-        torch.cumsum(torch.bincount(rows, minlength=x.shape[0]), 0, out=offsets[1:])
-        return cls(cols, offsets, values)
+        return cls(cols, _row_offsets(rows, x.shape[0]), values)
 
     # ------------------------------------------------------------------ views
     def __len__(self) -> int:
@@ -396,7 +450,8 @@ class Bags:
         return Bags.from_checked(indices, offsets, weights)  # a subset of checked bags
 
     def check_indices(self, in_features: int) -> None:
-        """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``.
+        """Raise ``LookupIndexError`` if an index is outside ``[0, in_features)``, on any
+        device (on a GPU the smallest and largest index are read on the host).
 
         Examples
         --------
@@ -405,7 +460,7 @@ class Bags:
             ...
         lookuplinear.errors.LookupIndexError: index 7 at Bags.indices[2] is out of range ...
         """
-        check_index_range(self.indices, in_features, where="Bags.indices")
+        check_index_range(self.indices, in_features, where="Bags.indices", sync=True)
 
     def to_dense(self, in_features: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The dense ``(N, in_features)`` matrix these bags stand for (duplicates add up).
@@ -459,17 +514,38 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-def check_index_range(indices: torch.Tensor, in_features: int, *, where: str) -> None:
-    """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``
-    (in a graph that ``torch.compile`` or ``torch.export`` records: a check that runs with it)."""
-    if not values_known():
-        torch._assert_async(
-            ((indices >= 0) & (indices < in_features)).all(),
-            f"lookuplinear: an index of {where} is out of range for in_features={in_features}: "
-            f"every index must be in [0, {in_features - 1}].",
-        )
+def _row_offsets(rows: torch.Tensor, n: int) -> torch.Tensor:
+    """The CSR offsets of ``n`` rows from the sorted row of every entry, int64: row ``b``'s
+    entries are ``offsets[b]:offsets[b + 1]``. Without a host synchronisation (a bincount
+    reads the largest row first)."""
+    return torch.searchsorted(rows, torch.arange(n + 1, dtype=rows.dtype, device=rows.device))
+
+
+def assert_index_range(indices: torch.Tensor, in_features: int, *, where: str) -> None:
+    """Assert on ``indices``' device, without a host synchronisation, that every index is in
+    ``[0, in_features)``: at once on the CPU (a ``RuntimeError``), at the next
+    synchronisation on CUDA (a device-side assert, as ``nn.Embedding`` raises there), where
+    a graph that ``torch.compile`` or ``torch.export`` records runs."""
+    torch._assert_async(
+        ((indices >= 0) & (indices < in_features)).all(),
+        f"lookuplinear: an index of {where} is out of range for in_features={in_features}: "
+        f"every index must be in [0, {in_features - 1}].",
+    )
+
+
+def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
+                      sync: bool = False) -> None:
+    """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``.
+
+    The values are read on the host for CPU tensors; on other devices (unless ``sync``)
+    and while ``torch.compile`` or ``torch.export`` records a graph the check is
+    :func:`assert_index_range`, a device-side assert without a host synchronisation.
+    ``sync=True`` (an explicit check: ``Bags.check_indices``, ``validate``) reads them on
+    any device. Meta tensors have no values to check."""
+    if not values_known() or (not sync and not on_host(indices)):
+        assert_index_range(indices, in_features, where=where)
         return
-    if indices.numel() == 0:
+    if indices.numel() == 0 or indices.is_meta:
         return
     lo, hi = torch.aminmax(indices)
     if int(lo) >= 0 and int(hi) < in_features:

@@ -44,7 +44,7 @@ from ..ops import values_known
 from .bags import Bags, as_int_tensor, check_weights
 from .columns import column_bags
 from .keyed_tensor import KeyedTensor
-from .offsets import check_offsets
+from .offsets import check_offsets, on_host
 from .pytree import register_node
 from .rows import gather_bags, rows_index
 
@@ -90,6 +90,16 @@ class KeyedBags:
     InputTypeError
         Integer tensors that are not integers, weights that are not floating point.
 
+    Notes
+    -----
+    The constructor never synchronises with a device, as TorchRec's ``KeyedJaggedTensor``.
+    Keys, types, shapes, devices and strides are checked on every device; the values of
+    ``lengths`` (>= 0, summing to ``len(values)``), ``offsets`` and ``inverse_indices`` are
+    checked here only on the CPU, where reading them is free. On another device (a GPU) the
+    lookup asserts on the device that the offsets cut the values into bags and that every
+    index is in range, and :meth:`validate` runs every check above on the host and names
+    what is wrong: call it on data from an untrusted source, on a GPU.
+
     Examples
     --------
     >>> kb = KeyedBags(["user", "item"], torch.tensor([3, 1, 4, 7, 7, 2]),
@@ -100,8 +110,8 @@ class KeyedBags:
     (tensor([7, 7, 2]), tensor([0, 3, 3]))
     """
 
-    __slots__ = ("_keys", "_position", "_starts", "_strides", "inverse_indices", "offsets",
-                 "values", "weights")
+    __slots__ = ("_from_lengths", "_keys", "_position", "_starts", "_strides",
+                 "inverse_indices", "offsets", "values", "weights")
 
     def __init__(
         self,
@@ -139,22 +149,13 @@ class KeyedBags:
                     f"KeyedBags: lengths must be 1-D (F * N values), got shape "
                     f"{tuple(lens.shape)}."
                 )
-            if lens.numel() and int(lens.min()) < 0:
-                bad = int(torch.nonzero(lens < 0)[0, 0])
-                raise InputValueError(
-                    f"KeyedBags: lengths must be >= 0, got lengths[{bad}] = {int(lens[bad])}."
-                )
-            total = int(lens.sum())
-            if total != vals.numel():
-                raise InputValueError(
-                    f"KeyedBags: lengths sum to {total} but values holds {vals.numel()} "
-                    "entries; lengths must give every entry of values to one bag."
-                )
+            if on_host(lens):  # elsewhere: validate() and the lookup's asserts
+                _check_lengths(lens, vals.numel())
             off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
             torch.cumsum(lens, 0, out=off[1:])
         else:
             off = as_int_tensor("offsets", offsets).long().to(vals.device)
-            check_offsets(off, vals.numel(), owner="KeyedBags", entries="values")
+            check_offsets(off, vals.numel(), owner="KeyedBags", entries="values", lazy=True)
         n_bags = off.numel() - 1
         strides = None if stride_per_key_per_rank is None else _strides(
             stride_per_key_per_rank, keys, n_bags)
@@ -174,12 +175,50 @@ class KeyedBags:
                                                                  vals.device)
         self._keys = keys
         self._position = {k: i for i, k in enumerate(keys)}
+        self._from_lengths = lengths is not None
         self.values = vals
         self.offsets = off if vals.dtype == off.dtype else off.to(vals.dtype)
         self.weights = w
         self._strides = strides
         self._starts = _starts(strides)
         self.inverse_indices = inverse
+
+    def validate(self) -> KeyedBags:
+        """Run every check of the batch's values on any device and return ``self``.
+
+        The constructor checks values only on the CPU (see the class notes); on a GPU this
+        copies the offsets and ``inverse_indices``' bounds to the host, a synchronisation.
+        Call it on batches from an untrusted source before a lookup on a GPU, to get the
+        error that names the bad length, offset or bag instead of a device-side assert. (The
+        range of the indices depends on each key's table: the lookup checks it.)
+
+        Returns
+        -------
+        KeyedBags
+            ``self``, for ``kb = KeyedBags(keys, values, lengths=lengths).validate()``.
+
+        Raises
+        ------
+        InputValueError
+            Lengths negative or not summing to ``len(values)``; ``inverse_indices`` naming a
+            bag its key does not have.
+        OffsetsError
+            Offsets that do not start at 0, decrease, or do not end at ``len(values)``.
+
+        Examples
+        --------
+        >>> kb = KeyedBags(["a"], torch.tensor([1, 2]), lengths=torch.tensor([2, 0]))
+        >>> kb.validate() is kb
+        True
+        """
+        if self.offsets.is_meta:  # no values to check
+            return self
+        if self._from_lengths:  # the lengths given are the offsets' differences
+            _check_lengths(self.lengths().cpu(), self.values.numel())
+        check_offsets(self.offsets, self.values.numel(), owner="KeyedBags", entries="values")
+        if self.inverse_indices is not None:
+            _check_inverse_range(self.inverse_indices, self._keys, self.stride_per_key())
+        return self
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -203,6 +242,7 @@ class KeyedBags:
         """
         kb = cls.__new__(cls)
         kb._keys, kb._position = list(keys), {k: i for i, k in enumerate(keys)}
+        kb._from_lengths = False
         kb.values, kb.offsets, kb.weights = values, offsets, weights
         kb._strides = None if stride_per_key_per_rank is None else tuple(
             tuple(int(n) for n in r) for r in stride_per_key_per_rank)
@@ -534,6 +574,9 @@ class KeyedBags:
                 torch._check(self.weights.shape[0] == self.values.shape[0])
         else:
             start, end = int(off[0]), int(off[-1])
+            if not 0 <= start <= end <= self.values.numel():  # unvalidated device offsets
+                check_offsets(self.offsets, self.values.numel(), owner="KeyedBags",
+                              entries="values")
         weights = None if self.weights is None else self.weights[start:end]
         return Bags.from_checked(self.values[start:end], off - start, weights)  # a checked slice
 
@@ -722,15 +765,39 @@ def _inverse(given: Any, keys: list[str], per_key: list[int],
             f"per key, got shape {tuple(inv.shape)}."
         )
     inv = inv.to(device)
-    if inv.numel():
-        low, high = inv.amin(dim=1).tolist(), inv.amax(dim=1).tolist()
-        for k, (lo, hi, n) in enumerate(zip(low, high, per_key, strict=True)):
-            if lo < 0 or hi >= n:
-                raise InputValueError(
-                    f"KeyedBags: inverse_indices[{k}] (key {keys[k]!r}) must name bags in "
-                    f"[0, {n}), the key's bags, got values in [{lo}, {hi}]."
-                )
+    if on_host(inv):  # elsewhere: validate() and the lookup
+        _check_inverse_range(inv, keys, per_key)
     return inv
+
+
+def _check_inverse_range(inv: torch.Tensor, keys: list[str], per_key: list[int]) -> None:
+    """Raise ``InputValueError`` unless row ``k`` of ``inverse_indices`` is in
+    ``[0, per_key[k])`` (its key's bags)."""
+    if inv.numel() == 0 or inv.is_meta:
+        return
+    low, high = inv.amin(dim=1).tolist(), inv.amax(dim=1).tolist()
+    for k, (lo, hi, n) in enumerate(zip(low, high, per_key, strict=True)):
+        if lo < 0 or hi >= n:
+            raise InputValueError(
+                f"KeyedBags: inverse_indices[{k}] (key {keys[k]!r}) must name bags in "
+                f"[0, {n}), the key's bags, got values in [{lo}, {hi}]."
+            )
+
+
+def _check_lengths(lens: torch.Tensor, nnz: int) -> None:
+    """Raise ``InputValueError`` unless the bag lengths ``lens`` are >= 0 and sum to ``nnz``
+    (a CPU tensor: values read)."""
+    if lens.numel() and int(lens.min()) < 0:
+        bad = int(torch.nonzero(lens < 0)[0, 0])
+        raise InputValueError(
+            f"KeyedBags: lengths must be >= 0, got lengths[{bad}] = {int(lens[bad])}."
+        )
+    total = int(lens.sum())
+    if total != nnz:
+        raise InputValueError(
+            f"KeyedBags: lengths sum to {total} but values holds {nnz} "
+            "entries; lengths must give every entry of values to one bag."
+        )
 
 
 def _rebuilt(leaves: list[Any], context: tuple[Any, ...]) -> KeyedBags:

@@ -7,6 +7,11 @@ CSR offsets of ``nnz`` entries cut them into ``len(offsets) - 1`` bags::
     offsets = [0,      2,   3,        6]      # bag b is entries[offsets[b]:offsets[b + 1]]
 
 They start at 0, never decrease and end at ``nnz``.
+
+Where they are checked: a CPU batch when it is built (reading the values costs no
+synchronisation); a batch on another device when it is looked up, by device-side asserts
+(:func:`assert_offsets`, as ``nn.EmbeddingBag``'s CUDA kernels assert), or when its
+``validate()`` is called (:func:`check_offsets`, which copies the offsets to the host).
 """
 
 from __future__ import annotations
@@ -18,10 +23,22 @@ import torch
 from ..errors import OffsetsError
 from ..ops import offsets_ok
 
-__all__ = ["check_offsets", "csr_offsets"]
+__all__ = ["assert_offsets", "check_offsets", "csr_offsets", "on_host"]
+
+#: whether CPU tensors are read where they are checked (False runs the path of the other
+#: devices on CPU tensors, whose asserts then fire at once: how the tests see that path)
+_CPU_IS_HOST = True
 
 
-def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str = "indices") -> None:
+def on_host(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read without a host synchronisation (a CPU tensor): batch
+    constructors check the values of these and leave the others to ``validate()`` and to the
+    lookup's device-side asserts."""
+    return t.is_cpu and _CPU_IS_HOST
+
+
+def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str = "indices",
+                  lazy: bool = False) -> None:
     """Raise ``OffsetsError`` unless ``offsets`` are the CSR offsets of ``nnz`` entries.
 
     Parameters
@@ -33,6 +50,10 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
     owner, entries : str
         The batch type and the name of its entries, for the message (``"Bags"`` and
         ``"indices"``, ``"KeyedBags"`` and ``"values"``).
+    lazy : bool
+        Check the values only where reading them costs no host synchronisation (numpy arrays
+        and CPU tensors, :func:`on_host`); on other devices only the shape. ``False`` reads
+        them on any device (a copy to the host). Meta tensors have no values to check.
 
     Raises
     ------
@@ -54,7 +75,7 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
             "an empty tensor. An empty batch has offsets=[0]."
         )
     if isinstance(offsets, torch.Tensor):
-        if offsets.is_meta:  # meta tensors have no values to check
+        if offsets.is_meta or (lazy and not on_host(offsets)):  # no values read here
             return
         if not offsets.is_cpu:
             offsets = offsets.cpu()
@@ -62,6 +83,24 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
     # a graph is recorded, which has no values to check
     if not offsets_ok(offsets, nnz):
         _explain(offsets, nnz, owner, entries)
+
+
+def assert_offsets(offsets: torch.Tensor, nnz: int, *, owner: str = "Bags") -> None:
+    """Assert on ``offsets``' device, without a host synchronisation, that they are the CSR
+    offsets of ``nnz`` entries (non-empty offsets: their shape is checked where they are built).
+
+    A failed assert is raised where the device reports it: at once on the CPU (a
+    ``RuntimeError``), at the next synchronisation on CUDA (a device-side assert, as
+    ``nn.EmbeddingBag``'s kernels raise for a bad index). :func:`check_offsets` names the bad
+    offset instead, at the cost of a copy to the host.
+    """
+    ok = (offsets[0] == 0) & (offsets[-1] == nnz) & (offsets[1:] >= offsets[:-1]).all()
+    torch._assert_async(
+        ok,
+        f"lookuplinear: {owner} offsets are not the CSR offsets of its {nnz} entries (they "
+        "must start at 0, never decrease and end at the number of entries); call validate() "
+        "on the batch to see which offset is wrong.",
+    )
 
 
 def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
@@ -106,11 +145,15 @@ def csr_offsets(
     """
     if include_last_offset:
         if (last_to_end and isinstance(offsets, torch.Tensor) and offsets.dim() == 1
-                and offsets.numel() > 1 and not offsets.is_meta
-                and offsets.dtype in (torch.int32, torch.int64)):
-            host = offsets if offsets.is_cpu else offsets.cpu()
-            if (not offsets_ok(host, indices.numel(), include_last=True)  # True in a graph
-                    and int(host[-1]) < indices.numel()):
+                and offsets.numel() > 1 and offsets.dtype in (torch.int32, torch.int64)):
+            if not on_host(offsets):
+                # the same result without reading the offsets: a last entry short of the end
+                # moves to it, one past the end stays (for the lookup to refuse)
+                end = torch.full((1,), indices.size(0), dtype=offsets.dtype,
+                                 device=offsets.device)
+                return torch.cat([offsets[:-1], torch.maximum(offsets[-1:], end)])
+            if (not offsets_ok(offsets, indices.numel(), include_last=True)  # True in a graph
+                    and int(offsets[-1]) < indices.numel()):
                 end = torch.full((1,), indices.size(0), dtype=offsets.dtype,
                                  device=offsets.device)
                 return torch.cat([offsets[:-1], end])
@@ -118,7 +161,6 @@ def csr_offsets(
     if (
         not isinstance(offsets, torch.Tensor)
         or offsets.dim() != 1
-        or offsets.is_meta
         or offsets.dtype not in (torch.int32, torch.int64)
     ):
         return offsets  # a tensor Bags refuses with its own message
@@ -129,17 +171,19 @@ def csr_offsets(
             f"tensor for {nnz} entries. One bag of all the entries is offsets=[0]; CSR offsets "
             "(N + 1 entries) need include_last_offset=True."
         )
-    host = offsets if offsets.is_cpu else offsets.cpu()
+    # on another device an offset past the end is left to the lookup's assert (it makes the
+    # CSR offsets decrease) and to validate(): reading it here would synchronise
     if (
-        not offsets_ok(host, nnz, include_last=False)  # True while a graph is recorded
-        and host.numel()
-        and int(host[0]) == 0
+        on_host(offsets)
+        and not offsets_ok(offsets, nnz, include_last=False)  # True while a graph is recorded
+        and offsets.numel()
+        and int(offsets[0]) == 0
     ):
-        past = host > nnz
+        past = offsets > nnz
         if bool(past.any()):
             k = int(past.nonzero()[0, 0])
             raise OffsetsError(
-                f"offsets[{k}]={int(host[k])} is past len(indices)={nnz}: offsets are read as "
+                f"offsets[{k}]={int(offsets[k])} is past len(indices)={nnz}: offsets are read as "
                 "nn.EmbeddingBag's N start offsets. For CSR offsets (N + 1 entries ending at "
                 "len(indices)) build the layer with include_last_offset=True, or pass "
                 "Bags(indices, offsets)."

@@ -1,0 +1,334 @@
+"""Batches built without a host synchronisation off the CPU, checked where they are read.
+
+``Bags`` and ``KeyedBags`` on another device check types, shapes and devices only; their values
+are checked by ``validate()`` (today's errors) and by the lookup's device-side asserts. Without
+a GPU, "another device" is the meta device (no values: any read would fail) and CPU tensors
+with the CPU taken off the host devices (values: the asserts fire at once, as ``RuntimeError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lookuplinear import (
+    Bags,
+    InputValueError,
+    KeyedBags,
+    LookupIndexError,
+    LookupLinear,
+    OffsetsError,
+    lookup_linear,
+)
+from lookuplinear.functional import range_checked
+from lookuplinear.sparse import offsets as offsets_module
+from lookuplinear.sparse.offsets import csr_offsets
+
+aten = torch.ops.aten
+
+
+class HostReads(TorchDispatchMode):
+    """Records every op that reads a tensor's values on the host: a scalar read (``.item()``,
+    ``int(t)``, ``bool(t)``), a copy from another device to the CPU, and ops whose output size
+    depends on the values (``nonzero``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        kwargs = kwargs or {}
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        off_host = any(t.device.type != "cpu" for t in tensors) or fake_device.active
+        if func is aten._local_scalar_dense.default and off_host:
+            self.reads.append("scalar read")
+        elif func in (aten.nonzero.default, aten.masked_select.default) and off_host:
+            self.reads.append(str(func))
+        elif func is aten._to_copy.default and kwargs.get("device") is not None:
+            if torch.device(kwargs["device"]).type == "cpu" and tensors[0].device.type != "cpu":
+                self.reads.append("copy to the CPU")
+        elif func is aten.copy_.default and args[0].device.type == "cpu" and \
+                args[1].device.type != "cpu":
+            self.reads.append("copy to the CPU")
+        return func(*args, **kwargs)
+
+
+class _FakeDevice:
+    active = False
+
+
+fake_device = _FakeDevice()
+
+
+@contextmanager
+def cpu_off_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """CPU tensors read as another device's: value checks deferred, asserts on the device."""
+    monkeypatch.setattr(offsets_module, "_CPU_IS_HOST", False)
+    fake_device.active = True
+    try:
+        yield
+    finally:
+        fake_device.active = False
+
+
+def no_host_reads(build: Any) -> Any:
+    with HostReads() as mode:
+        out = build()
+    assert mode.reads == [], mode.reads
+    return out
+
+
+def meta(*values: Any) -> list[torch.Tensor]:
+    return [torch.tensor(v, device="meta") for v in values]
+
+
+# ---- the meta device: no values at all ------------------------------------------------------
+
+
+def test_the_mode_sees_a_host_read() -> None:
+    """The detector itself: ``int()`` and ``.cpu()`` of a non-CPU tensor are caught."""
+    with HostReads() as mode:
+        t = torch.tensor([1, 2])
+        with pytest.raises(RuntimeError):
+            int(t.to("meta").sum())  # meta: no value to read
+    assert mode.reads == ["scalar read"]
+
+
+def test_bags_on_meta_build_without_reading_values() -> None:
+    idx, off, w = meta([3, 1, 2], [0, 2, 3], [0.5, 1.0, 2.0])
+    bags = no_host_reads(lambda: Bags(idx, off, w))
+    assert (len(bags), bags.nnz, bags.device.type) == (2, 3, "meta")
+    no_host_reads(lambda: Bags(idx.int(), off))  # int32 indices with int64 offsets
+    no_host_reads(lambda: Bags.from_padded(torch.zeros(3, 4, dtype=torch.long, device="meta"),
+                                           padding_idx=None))
+    no_host_reads(lambda: Bags.from_lists([[1], [2, 3]]).to("meta"))
+    no_host_reads(lambda: bags.validate(in_features=4))  # meta: no values to check
+
+
+def test_keyed_bags_on_meta_build_without_reading_values() -> None:
+    """Lengths, offsets and inverse_indices on the meta device: before, the lengths were read
+    (``int(lens.min())``), which fails on meta."""
+    vals, lens = meta([3, 1, 4, 7, 7, 2], [1, 2, 3, 0])
+    kb = no_host_reads(lambda: KeyedBags(["user", "item"], vals, lengths=lens))
+    assert (kb.batch_size, kb.device.type) == (2, "meta")
+    (off,) = meta([0, 1, 3, 6, 6])
+    no_host_reads(lambda: KeyedBags(["user", "item"], vals, offsets=off))
+    inv = torch.tensor([[0, 0, 0], [1, 0, 1]], device="meta")
+    vkb = no_host_reads(lambda: KeyedBags(
+        ["user", "item"], vals[:5], lengths=lens[:3], stride_per_key_per_rank=[[1], [2]],
+        inverse_indices=inv))
+    assert vkb.batch_size == 3
+    no_host_reads(lambda: KeyedBags.from_dict({"a": Bags(*meta([1, 2], [0, 1, 2])),
+                                               "b": Bags(*meta([5], [0, 0, 1]))}))
+    no_host_reads(kb.validate)
+
+
+def test_sparse_tensors_on_meta_build_without_reading_values() -> None:
+    """A coalesced COO tensor's row offsets by a search (a bincount reads the largest row)."""
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 0, 2], [1, 2, 0]]), torch.ones(3),
+                                  (3, 4)).coalesce()
+    bags = no_host_reads(lambda: Bags.from_torch_sparse(coo.to("meta")))
+    assert len(bags) == 3
+    csr = torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse_csr()
+    no_host_reads(lambda: Bags.from_torch_sparse(csr.to("meta")))
+
+
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("last_to_end", [False, True])
+def test_csr_offsets_on_meta_read_no_values(include_last_offset: bool, last_to_end: bool
+                                            ) -> None:
+    idx, off = meta([1, 2, 3, 4], [0, 2, 4] if include_last_offset else [0, 2])
+    ends = no_host_reads(lambda: csr_offsets(idx, off, include_last_offset,
+                                             last_to_end=last_to_end))
+    assert ends.shape == (3,)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_lookup_on_meta_reads_no_values(mode: str) -> None:
+    """The lookup's checks are device-side asserts: before, the range check read the smallest
+    and largest index on the host (which fails on meta)."""
+    bags = Bags(*meta([3, 1, 2], [0, 2, 3]))
+    weight = torch.empty(5, 4, device="meta")
+    out = no_host_reads(lambda: lookup_linear(bags, weight, mode=mode))
+    assert out.shape == (2, 4)
+    out = no_host_reads(lambda: lookup_linear(torch.tensor([[1, 2]], device="meta"), weight))
+    assert out.shape == (1, 2, 4)
+    layer = LookupLinear(5, 4, device="meta")
+    assert no_host_reads(lambda: layer(bags)).shape == (2, 4)
+
+
+# ---- values off the host: deferred checks, validate() and the asserts -----------------------
+
+
+BAD_OFFSETS = [
+    ([0, 2, 1, 3], "offsets must be non-decreasing"),
+    ([1, 2, 3], "offsets must start at 0"),
+    ([0, 2, 4], r"offsets must end at len\(indices\)=3"),
+]
+
+
+@pytest.mark.parametrize(("offsets", "message"), BAD_OFFSETS)
+def test_bad_offsets_on_the_cpu_are_refused_when_built(offsets: list[int], message: str
+                                                       ) -> None:
+    """The CPU keeps its checks at construction (reading the values there is free)."""
+    with pytest.raises(OffsetsError, match=message):
+        Bags(torch.tensor([1, 2, 3]), torch.tensor(offsets))
+
+
+@pytest.mark.parametrize(("offsets", "message"), BAD_OFFSETS)
+def test_bad_offsets_off_the_host_wait_for_validate_or_the_lookup(
+        monkeypatch: pytest.MonkeyPatch, offsets: list[int], message: str) -> None:
+    with cpu_off_host(monkeypatch):
+        bags = no_host_reads(lambda: Bags(torch.tensor([1, 2, 3]), torch.tensor(offsets)))
+        with pytest.raises(OffsetsError, match=message):  # today's error and message
+            bags.validate()
+        with pytest.raises(RuntimeError, match="offsets are not the CSR offsets"):
+            lookup_linear(bags, torch.randn(4, 2), mode="mean")
+
+
+def test_good_bags_off_the_host_pass_validate_and_look_up_as_on_the_cpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    weight = torch.randn(5, 3)
+    expected = lookup_linear(Bags.from_lists([[3, 1], [], [2, 2, 0]]), weight, mode="mean")
+    with cpu_off_host(monkeypatch):
+        bags = Bags.from_lists([[3, 1], [], [2, 2, 0]])
+        assert bags.validate(in_features=5) is bags
+        out = no_host_reads(lambda: range_checked(
+            lambda: lookup_linear(bags, weight, mode="mean"), bags.indices, 5, "indices",
+            bags.offsets))
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_an_index_out_of_range_off_the_host_is_a_device_assert(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with cpu_off_host(monkeypatch):
+        bags = Bags(torch.tensor([3, 7]), torch.tensor([0, 1, 2]))
+        with pytest.raises(LookupIndexError, match=r"index 7 at Bags\.indices"):
+            bags.validate(in_features=5)
+        with pytest.raises(LookupIndexError, match=r"index 7 at Bags\.indices"):
+            bags.check_indices(5)  # an explicit check reads the values on any device
+        with pytest.raises(RuntimeError, match="an index of indices is out of range"):
+            lookup_linear(bags, torch.randn(5, 2), mode="mean")
+        with pytest.raises(RuntimeError, match="an index of input is out of range"):
+            lookup_linear(torch.tensor([1, 5]), torch.randn(5, 2))
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"lengths": [2, -1, 2, 0]}, InputValueError, r"lengths must be >= 0, got lengths\[1\] = -1"),
+    ({"lengths": [1, 1, 1, 1]}, InputValueError, "lengths sum to 4 but values holds 3"),
+    ({"offsets": [0, 2, 1, 3, 3]}, OffsetsError, "offsets must be non-decreasing"),
+    ({"offsets": [0, 1, 2, 3, 4]}, OffsetsError, r"offsets must end at len\(values\)=3"),
+])
+def test_bad_keyed_bags_off_the_host_wait_for_validate(
+        monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, list[int]], error: type,
+        message: str) -> None:
+    """``validate()`` raises what the CPU constructor raises, with the same message."""
+    given = {k: torch.tensor(v) for k, v in kwargs.items()}
+    values = torch.tensor([1, 2, 3])
+    with pytest.raises(error, match=message):
+        KeyedBags(["a", "b"], values, **given)
+    with cpu_off_host(monkeypatch):
+        kb = no_host_reads(lambda: KeyedBags(["a", "b"], values, **given))
+        with pytest.raises(error, match=message):
+            kb.validate()
+
+
+def test_bad_inverse_indices_off_the_host_wait_for_validate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    args: dict[str, Any] = {"lengths": torch.tensor([2, 3, 0]),
+                            "stride_per_key_per_rank": [[1], [2]],
+                            "inverse_indices": torch.tensor([[0, 0, 0], [1, 0, 2]])}
+    values = torch.tensor([3, 1, 7, 7, 2])
+    message = r"inverse_indices\[1\] \(key 'item'\) must name bags in \[0, 2\)"
+    with pytest.raises(InputValueError, match=message):
+        KeyedBags(["user", "item"], values, **args)
+    with cpu_off_host(monkeypatch):
+        kb = no_host_reads(lambda: KeyedBags(["user", "item"], values, **args))
+        with pytest.raises(InputValueError, match=message):
+            kb.validate()
+
+
+def test_a_key_read_past_its_values_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kb[key]`` reads the key's first and last offset to slice the values: offsets that
+    run past them (or back before 0) are refused there, never sliced as Python slices."""
+    with cpu_off_host(monkeypatch):
+        kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3]),
+                       offsets=torch.tensor([0, 1, 2, 5, 5]))
+        assert kb["a"].indices.tolist() == [1, 2]
+        with pytest.raises(OffsetsError, match=r"must end at len\(values\)=3"):
+            kb["b"]
+        kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3]),
+                       offsets=torch.tensor([0, 1, -2, -1, 3]))
+        for key in ("a", "b"):  # a: values[0:-2], b: values[-2:3] as Python slices
+            with pytest.raises(OffsetsError, match="KeyedBags: offsets must be non-decr"):
+                kb[key]
+
+
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_csr_offsets_off_the_host_equal_the_cpu_ones(
+        monkeypatch: pytest.MonkeyPatch, include_last_offset: bool) -> None:
+    """The same CSR offsets with and without reading the values, for offsets in range, a last
+    offset short of the end (run to the end with ``last_to_end``) and one past it."""
+    indices = torch.tensor([1, 2, 3, 4])
+    cases = ([[0, 2, 4], [0, 3, 3], [0, 1, 5], [0, 0, 0]] if include_last_offset
+             else [[0, 2], [0, 4], [0, 0]])
+    for given in cases:
+        for last_to_end in (False, True):
+            off = torch.tensor(given)
+            host = csr_offsets(indices, off, include_last_offset, last_to_end=last_to_end)
+            with cpu_off_host(monkeypatch):
+                elsewhere = no_host_reads(lambda o=off, e=last_to_end: csr_offsets(
+                    indices, o, include_last_offset, last_to_end=e))
+            assert elsewhere.tolist() == host.tolist(), (given, last_to_end)
+
+
+def test_start_offsets_past_the_end_off_the_host_fail_as_csr_offsets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """nn.EmbeddingBag-style start offsets past ``len(indices)``: named on the CPU; elsewhere
+    they make the CSR offsets decrease, which validate() and the lookup refuse."""
+    indices, off = torch.tensor([1, 2, 3]), torch.tensor([0, 5])
+    with pytest.raises(OffsetsError, match=r"offsets\[1\]=5 is past len\(indices\)=3"):
+        csr_offsets(indices, off, False)
+    with cpu_off_host(monkeypatch):
+        bags = Bags(indices, csr_offsets(indices, off, False))
+        with pytest.raises(OffsetsError, match="non-decreasing"):
+            bags.validate()
+
+
+def test_from_torch_sparse_and_from_dense_offsets_are_the_bincount_ones() -> None:
+    """The row offsets by a search equal the bincount's, empty rows and an empty matrix
+    included."""
+    gen = torch.Generator().manual_seed(0)
+    for shape in [(5, 4), (1, 3), (0, 2), (6, 1)]:
+        x = (torch.rand(shape, generator=gen) < 0.4).float() * torch.rand(shape, generator=gen)
+        expected = torch.zeros(shape[0] + 1, dtype=torch.long)
+        rows = torch.nonzero(x, as_tuple=True)[0]
+        torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0, out=expected[1:])
+        for bags in (Bags.from_dense(x), Bags.from_torch_sparse(x.to_sparse())):
+            assert bags.offsets.tolist() == expected.tolist()
+            torch.testing.assert_close(bags.to_dense(shape[1]), x, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None:
+    """On CUDA, PyTorch's own sync detector: an error on any synchronising call."""
+    idx = torch.tensor([3, 1, 2, 2, 0], device="cuda")
+    off = torch.tensor([0, 2, 2, 5], device="cuda")
+    lens = torch.tensor([1, 1, 3, 0], device="cuda")
+    weight = torch.randn(5, 4, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        bags = Bags(idx, off)
+        kb = KeyedBags(["a", "b"], idx, lengths=lens)
+        out = lookup_linear(bags, weight)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert kb.validate() is kb and bags.validate(in_features=5) is bags
+    torch.testing.assert_close(out, lookup_linear(bags.to("cpu"), weight.cpu()).cuda())
