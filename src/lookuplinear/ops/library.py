@@ -51,7 +51,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
 from . import _bagmax, _extension, _idmap
@@ -194,8 +193,10 @@ def _bag_lookup_twin(weight: torch.Tensor, indices: torch.Tensor,
                      include_last_offset: bool = True) -> torch.Tensor:
     """``bag_lookup`` with torch ops (its weight gradient, differentiated by autograd, is dense:
     the operator's own backward gives the sparse one)."""
-    if offsets is None:
-        return F.embedding(indices, weight, padding_idx=padding_idx)
+    if offsets is None:  # the rows written into a new tensor: an operator returns no view
+        out = weight.new_empty((*indices.shape, weight.shape[1]))
+        torch.index_select(weight, 0, indices.reshape(-1), out=out.view(-1, weight.shape[1]))
+        return out
     return torch.embedding_bag(weight, indices, offsets, False, 0, False, weights,
                                include_last_offset, padding_idx)[0]
 
