@@ -515,9 +515,13 @@ def _bag_max_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 def _bag_max_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     """The eager backward's scatter, after the rows that gave each maximum are found again
-    (the operator returns only the pooled rows)."""
+    (the operator returns only the pooled rows). Not differentiable again, as the C++
+    kernel's: under ``create_graph=True`` the gradient has no graph, so a second derivative
+    raises instead of being silently zero."""
     weight, indices, offsets = ctx.saved_tensors
-    return torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets), None, None
+    with torch.no_grad():
+        g = torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets)
+    return g, None, None
 
 
 _register_autograd("bag_max", _bag_max_backward,
