@@ -301,6 +301,25 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
         bag_max(weight, idx, off)
     with pytest.raises(InputValueError, match="one value per entry, 4; got 3"):
         ops.mode_weights(torch.tensor([0, 2, 4]), torch.ones(3), False, torch.float32, 4)
+    # bag_lookup, as the eager path calls it (it leaves the offsets to the operator), with the
+    # table requiring grad or not
+    for w in (weight, weight.clone().requires_grad_()):
+        with pytest.raises(ValueError, match="offsets must start at 0, never decrease and end"):
+            ops.bag_lookup(w, idx, off)
+
+
+@pytest.mark.parametrize("offsets", [[0, 3, 1], [1, 2], [0, 5]],
+                         ids=["decreasing", "not from 0", "past the end"])
+def test_bag_lookup_checks_start_offsets_inside(offsets: list[int]) -> None:
+    """nn.EmbeddingBag's start offsets (``include_last_offset=False``), refused as Bags
+    refuses them, where ATen's CPU kernel on one thread takes decreasing ones; valid ones,
+    an empty last bag included, give F.embedding_bag's sums."""
+    weight, idx = torch.rand(10, 3), torch.tensor([1, 2, 3, 4])
+    with pytest.raises(ValueError, match="never decrease and stay within the number of entries"):
+        ops.bag_lookup(weight, idx, torch.tensor(offsets), include_last_offset=False)
+    start = torch.tensor([0, 2, 4])
+    assert torch.equal(ops.bag_lookup(weight, idx, start, include_last_offset=False),
+                       F.embedding_bag(idx, weight, start, mode="sum"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

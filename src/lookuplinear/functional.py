@@ -192,28 +192,31 @@ def lookup_linear(
         and weight.is_cpu
         and weight.dim() == 2
     ):  # the common case in one place: its Python costs show beside a small lookup
+        op = sparse and _eager_op(weight)  # the operator, which checks the offsets itself
         operands = _cpu_sum_operands(
-            input, offsets, per_sample_weights, weight, include_last_offset
+            input, offsets, per_sample_weights, weight, include_last_offset, checked=op
         )
         if operands is not None:
             indices, bag_offsets, w, csr = operands
             try:
-                if sparse:  # row-sparse gradient: the operator, _sparse_sum's
-                    out = (_BAG_LOOKUP(weight, indices, bag_offsets, w, None,
-                                       include_last_offset=csr)
-                           if _eager_op(weight) else
-                           bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr))
+                if op:  # row-sparse gradient: the operator, _sparse_sum's
+                    out = _BAG_LOOKUP(weight, indices, bag_offsets, w, None,
+                                      include_last_offset=csr)
+                elif sparse:
+                    out = bag_lookup(weight, indices, bag_offsets, w, include_last_offset=csr)
                 else:
                     out = torch.embedding_bag(
                         _forward_only(weight), indices, bag_offsets, False, _SUM, False, w,
                         csr, None,
                     )[0]
-            except (IndexError, RuntimeError) as exc:  # see range_checked
+            except (IndexError, ValueError, RuntimeError) as exc:  # see range_checked
                 failure = exc
             else:
                 return out if bias is None else out + bias
-            check_index_range(indices, weight.shape[0], where="indices")
-            raise failure
+            # bad offsets: the general path below names them as Bags does
+            if offsets_ok(bag_offsets, indices.numel(), include_last=csr):
+                check_index_range(indices, weight.shape[0], where="indices")
+                raise failure
     check_mode(mode)
     if weight.dim() != 2:
         raise InputValueError(
@@ -283,6 +286,8 @@ def _cpu_sum_operands(
     per_sample_weights: Any,
     weight: torch.Tensor,
     include_last_offset: bool,
+    *,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool] | None:
     """Checked ``(indices, offsets, per-entry weights, include_last_offset)`` of the common CPU
     bag forms, for a sum with ATen's kernel on the CPU ``weight``; ``None`` for anything else
@@ -290,7 +295,8 @@ def _cpu_sum_operands(
 
     The common forms: ``Bags`` and scipy.sparse input (checked on construction), and a 1-D index
     tensor with ``offsets`` (and ``per_sample_weights``) of the same integer dtype, checked here
-    in one compiled pass over the offsets instead of building ``Bags``.
+    in one compiled pass over the offsets instead of building ``Bags`` (``checked``: not here,
+    the ``bag_lookup`` operator that will take them checks them as it reads them).
     """
     if offsets is not None:
         if (
@@ -312,7 +318,7 @@ def _cpu_sum_operands(
                     and per_sample_weights.is_cpu
                 )
             )
-            and offsets_ok(offsets, input.numel(), include_last=include_last_offset)
+            and (checked or offsets_ok(offsets, input.numel(), include_last=include_last_offset))
         ):
             return input, offsets, per_sample_weights, include_last_offset
         return None

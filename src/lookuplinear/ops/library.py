@@ -205,6 +205,8 @@ def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                     padding_idx: int | None = None, *,
                     include_last_offset: bool = True) -> torch.Tensor:
+    if offsets is not None and offsets.dim() == 1 and not offsets.dtype.is_floating_point:
+        _check_offsets("bag_lookup", offsets, indices.numel(), include_last_offset)
     try:
         out = gather_rows(weight, indices) if offsets is None else None
         if out is None:
@@ -438,14 +440,16 @@ def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
 # ---- bag_max -------------------------------------------------------------------------------
 
 
-def _check_offsets(op: str, offsets: torch.Tensor, nnz: int) -> None:
+def _check_offsets(op: str, offsets: torch.Tensor, nnz: int, include_last: bool = True
+                   ) -> None:
     """Raise :class:`OffsetsError` unless ``offsets`` are CSR offsets of ``nnz`` entries
-    (the C kernels read the entries they name). Eager calls have checked them already; a
-    recorded graph checks them here, where it runs."""
-    if not offsets_ok(offsets, nnz):
+    (``include_last=False``: ``nn.EmbeddingBag``'s start offsets, the last at most ``nnz``),
+    as the C++ kernels check them where they run."""
+    if not offsets_ok(offsets, nnz, include_last=include_last):
         head = offsets.reshape(-1)[:8].tolist()
+        end = "end at" if include_last else "stay within"
         raise OffsetsError(
-            f"lookuplinear::{op}: offsets must start at 0, never decrease and end at the "
+            f"lookuplinear::{op}: offsets must start at 0, never decrease and {end} the "
             f"number of entries, {nnz}; got {head}{' ...' if offsets.numel() > 8 else ''} "
             f"({offsets.numel()} offsets). Build the batch with Bags or KeyedBags (they "
             "check it), or give lengths instead of offsets.")

@@ -97,18 +97,21 @@ void check_range(const char *op, const Tensor &indices, int64_t num_rows) {
     }
 }
 
-bool offsets_ok(const Tensor &offsets, int64_t nnz) {
+// include_last: CSR offsets (N + 1, the last the end), else nn.EmbeddingBag's N start offsets
+bool offsets_ok(const Tensor &offsets, int64_t nnz, bool include_last = true) {
     const Tensor o = offsets.contiguous();
     if (o.scalar_type() == at::kInt)
-        return ll_offsets_ok_i32(o.data_ptr<int32_t>(), o.numel(), nnz, 1) != 0;
+        return ll_offsets_ok_i32(o.data_ptr<int32_t>(), o.numel(), nnz, include_last) != 0;
     const Tensor l = o.to(at::kLong).contiguous();
-    return ll_offsets_ok_i64(l.data_ptr<int64_t>(), l.numel(), nnz, 1) != 0;
+    return ll_offsets_ok_i64(l.data_ptr<int64_t>(), l.numel(), nnz, include_last) != 0;
 }
 
 // ValueError unless `offsets` are the CSR offsets of nnz entries (the C kernels read the
-// entries they name)
-void check_offsets(const char *op, const Tensor &offsets, int64_t nnz) {
-    if (offsets_ok(offsets, nnz)) return;
+// entries they name); include_last=false: nn.EmbeddingBag's start offsets, the last at most
+// nnz
+void check_offsets(const char *op, const Tensor &offsets, int64_t nnz,
+                   bool include_last = true) {
+    if (offsets_ok(offsets, nnz, include_last)) return;
     const Tensor head = offsets.reshape(-1).slice(0, 0, 8).to(at::kLong).contiguous();
     std::ostringstream got;
     got << "[";
@@ -116,7 +119,8 @@ void check_offsets(const char *op, const Tensor &offsets, int64_t nnz) {
         got << (k ? ", " : "") << head.data_ptr<int64_t>()[k];
     got << "]" << (offsets.numel() > 8 ? " ..." : "");
     TORCH_CHECK_VALUE(false, "lookuplinear::", op, ": offsets must start at 0, never decrease "
-                      "and end at the number of entries, ", nnz, "; got ", got.str(), " (",
+                      "and ", include_last ? "end at" : "stay within", " the number of entries, ",
+                      nnz, "; got ", got.str(), " (",
                       offsets.numel(), " offsets). Build the batch with Bags or KeyedBags (they "
                       "check it), or give lengths instead of offsets.");
 }
@@ -168,6 +172,9 @@ Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
         if (bad >= 0) check_range("bag_lookup", indices, weight.size(0));
         return out;
     }
+    // the offsets as Bags checks them (ATen's CPU kernel, on one thread, takes decreasing ones)
+    if (offsets.has_value() && is_i32_i64(*offsets) && offsets->dim() == 1)
+        check_offsets("bag_lookup", *offsets, indices.numel(), include_last_offset);
     return bag_lookup_other(weight, indices, offsets, weights, padding_idx,
                             include_last_offset);
 }
