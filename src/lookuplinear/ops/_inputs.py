@@ -13,14 +13,11 @@ For CSR offsets (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``):
 costs a noticeable share of a small lookup, and running their dispatch machinery between two
 lookups slows the lookup that follows (its data and code are evicted from the core's caches;
 benchmarks/bench_layer.py measures the lookup after each check). The C loop
-(``csrc/inputs.c``) reads the offsets once without temporaries, the rest of the call being
-ctypes' and the tensor's attribute reads.
+(``csrc/inputs.c``) reads the offsets once without temporaries, called as the operator
+``lookuplinear::offsets_ok`` (the dispatcher's call, and the tensor's attribute reads).
 """
 
 from __future__ import annotations
-
-import ctypes
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,19 +31,19 @@ _INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _is_compiling = torch.compiler.is_compiling
 
-#: tensor dtype (and numpy dtype) -> its ``ll_offsets_ok`` entry point, filled on the first call
-#: that runs C. :func:`offsets_ok` runs on every forward call: it looks its entry point up in one
-#: dict, and tests the tensor itself rather than calling ``use_c`` (a generator and
-#: ``Tensor.device``), which together cost more than the C loop.
-_OFFSETS_OK: dict[torch.dtype, Any] = {}
-_NUMPY_OFFSETS_OK: dict[np.dtype[Any], Any] = {}
+#: the offsets' dtypes whose check runs in C. :func:`offsets_ok` runs on every forward call: it
+#: tests the tensor itself rather than calling ``use_c`` (a generator and ``Tensor.device``),
+#: which together cost more than the C loop.
+_C_OFFSETS = (torch.int32, torch.int64)
+_NUMPY_C_OFFSETS = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def _fill_offsets_ok() -> None:
-    """Fill :data:`_OFFSETS_OK` and :data:`_NUMPY_OFFSETS_OK` (the C library must load)."""
-    for dtype, numpy_dtype, sfx in ((torch.int32, np.int32, "i32"), (torch.int64, np.int64, "i64")):
-        fn = function("ll_offsets_ok", sfx)
-        _OFFSETS_OK[dtype] = _NUMPY_OFFSETS_OK[np.dtype(numpy_dtype)] = fn
+def _offsets_ok_op(offsets: torch.Tensor, nnz: int, include_last: bool) -> bool:
+    """The operator ``lookuplinear::offsets_ok``, looked up on the first call (the operators
+    are registered after this module is imported), then called directly."""
+    global _offsets_ok_op
+    _offsets_ok_op = torch.ops.lookuplinear.offsets_ok.default
+    return bool(_offsets_ok_op(offsets, nnz, include_last))
 
 
 def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True) -> bool:
@@ -74,8 +71,9 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
 
     Notes
     -----
-    Contiguous CPU int32/int64 offsets are read in place by one C loop (``ll_offsets_ok_i32``,
-    ``ll_offsets_ok_i64``); anything else, or the ``torch`` backend, runs torch (or numpy) ops.
+    Contiguous CPU int32/int64 offsets (and writable numpy arrays) are read in place by one C
+    loop (the operator ``lookuplinear::offsets_ok``); anything else, or the ``torch`` backend,
+    runs torch (or numpy) ops.
 
     Examples
     --------
@@ -85,38 +83,25 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     """
     if _is_compiling():  # a recorded graph cannot branch on the values: ATen's
         return True  # embedding_bag refuses bad offsets where the graph runs
-    if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
-        _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
-        fn = _NUMPY_OFFSETS_OK.get(offsets.dtype)
         if (
-            fn is not None
+            offsets.dtype in _NUMPY_C_OFFSETS
             and offsets.ndim == 1
-            and offsets.size > 0  # an empty buffer has no address to take
+            and offsets.size > 0
             and offsets.flags.c_contiguous
+            and offsets.flags.writeable  # a tensor over it without a copy or a warning
             and backend() == "c"
-            and not _is_compiling()
         ):
-            return bool(fn(_address(offsets), offsets.size, nnz, include_last))
+            return _offsets_ok_op(torch.from_numpy(offsets), nnz, include_last)
         return _numpy_offsets_ok(offsets, nnz, include_last)
-    fn = _OFFSETS_OK.get(offsets.dtype)
     if (
-        fn is not None
+        offsets.dtype in _C_OFFSETS
         and offsets.is_cpu
         and offsets.is_contiguous()
         and backend() == "c"
     ):
-        return bool(fn(offsets.data_ptr(), offsets.numel(), nnz, include_last))
+        return _offsets_ok_op(offsets, nnz, include_last)
     return _torch_offsets_ok(offsets, nnz, include_last)
-
-
-def _address(a: np.ndarray) -> int:
-    """The address of a non-empty C-contiguous array's first element: through the buffer
-    protocol where the array is writable (a third of the cost of ``__array_interface__``)."""
-    if a.flags.writeable:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
-    address: int = a.__array_interface__["data"][0]
-    return address
 
 
 def _torch_offsets_ok(offsets: torch.Tensor, nnz: int, include_last: bool) -> bool:
@@ -162,10 +147,10 @@ def drop_entries(
 
     Notes
     -----
-    CPU int32/int64 input of one dtype runs C: a count of the entries to drop
-    (``ll_count_equal_<i32|i64>``), then, if any, one pass that copies the others
-    (``ll_drop_entries_<i32|i64>``); boolean-mask indexing with torch ops costs several times
-    more. Other input, or the ``torch`` backend, runs torch ops on its own device.
+    CPU int32/int64 input of one dtype runs the operator ``lookuplinear::drop_entries``: a C
+    count of the entries to drop, then, if any, one C pass that copies the others;
+    boolean-mask indexing with torch ops costs several times more. Other input, or the
+    ``torch`` backend, runs torch ops on its own device.
 
     Examples
     --------
@@ -176,9 +161,8 @@ def drop_entries(
     """
     if not _INT64_MIN <= value <= _INT64_MAX:
         return None  # no integer entry can equal it
-    sfx = _INT_SUFFIX.get(indices.dtype)
     if (
-        sfx is not None
+        indices.dtype in _C_OFFSETS
         and offsets.dtype == indices.dtype
         and offsets.numel() > 0
         and indices.is_cpu  # use_c(indices, offsets), at a third of its cost (every forward)
@@ -186,27 +170,32 @@ def drop_entries(
         and backend() == "c"
         and not capturing()
     ):
-        idx, off = indices.contiguous(), offsets.contiguous()
-        n = idx.numel()
-        # counted first: nothing allocated when nothing is dropped, the outputs sized exactly
-        # (slicing a larger buffer cost more than this pass)
-        dropped = function("ll_count_equal", sfx)(ptr(idx), n, value)
-        if dropped == 0:
-            return None
-        kept = torch.empty(n - dropped, dtype=torch.int64)
-        new_indices = torch.empty(n - dropped, dtype=idx.dtype)
-        new_offsets = torch.empty(off.numel(), dtype=off.dtype)
-        fn = function("ll_drop_entries", sfx)
-        fn(ptr(idx), ptr(off), off.numel() - 1, value, ptr(kept), ptr(new_indices),
-           ptr(new_offsets))
-        return kept, new_indices, new_offsets
+        # the entries to drop counted first, the outputs sized exactly; three empty tensors
+        # where none is dropped
+        kept, new_indices, new_offsets = torch.ops.lookuplinear.drop_entries.default(
+            indices, offsets, value)
+        return None if new_offsets.numel() == 0 else (kept, new_indices, new_offsets)
     return _torch_drop_entries(indices, offsets, value)
+
+
+def drop_entries_twin(indices: torch.Tensor, offsets: torch.Tensor, value: int
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``lookuplinear::drop_entries`` with torch ops: :func:`drop_entries`' three tensors, or
+    three empty ones where no entry equals ``value``."""
+    dropped = _torch_drop_entries(indices, offsets, value)
+    if dropped is None:
+        return (indices.new_empty(0, dtype=torch.int64), indices.new_empty(0),
+                offsets.new_empty(0))
+    return dropped
 
 
 def _torch_drop_entries(
     indices: torch.Tensor, offsets: torch.Tensor, value: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """:func:`drop_entries` with torch ops, on the input's device."""
+    info = torch.iinfo(indices.dtype)
+    if not info.min <= value <= info.max:  # no entry can equal it (compared, it would wrap)
+        return None
     keep = indices != value
     if bool(keep.all()):
         return None
