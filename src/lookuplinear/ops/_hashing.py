@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ._backend import use_c
@@ -116,9 +117,9 @@ def _operands(items: Sequence[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
     joined = bytearray().join(items)  # writable: a tensor over it without a copy or a warning
     data = (torch.frombuffer(joined, dtype=torch.uint8) if joined
             else torch.empty(0, dtype=torch.uint8))
-    starts = torch.zeros(len(items) + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor([len(b) for b in items], dtype=torch.int64), 0, out=starts[1:])
-    return data, starts
+    starts = np.zeros(len(items) + 1, np.int64)  # numpy: a third of torch's cost for a few
+    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=starts[1:])
+    return data, torch.from_numpy(starts)
 
 
 def murmur3_many(items: Sequence[bytes]) -> torch.Tensor:

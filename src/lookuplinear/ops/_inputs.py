@@ -13,11 +13,18 @@ For CSR offsets (bag ``b`` is ``indices[offsets[b]:offsets[b + 1]]``):
 costs a noticeable share of a small lookup, and running their dispatch machinery between two
 lookups slows the lookup that follows (its data and code are evicted from the core's caches;
 benchmarks/bench_layer.py measures the lookup after each check). The C loop
-(``csrc/inputs.c``) reads the offsets once without temporaries, called as the operator
-``lookuplinear::offsets_ok`` (the dispatcher's call, and the tensor's attribute reads).
+(``csrc/inputs.c``) reads the offsets once without temporaries, the rest of the call being
+ctypes' and the tensor's attribute reads. It is the operator ``lookuplinear::offsets_ok`` too,
+but the eager check calls C directly: through the dispatcher a call costs 0.8 us more (2.2
+against 1.4 us), 12% of a small layer's forward (a 256-entry batch); the same holds for
+:func:`drop_entries`' count, which decides before the operator runs whether it has anything to
+drop.
 """
 
 from __future__ import annotations
+
+import ctypes
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,19 +38,30 @@ _INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _is_compiling = torch.compiler.is_compiling
 
-#: the offsets' dtypes whose check runs in C. :func:`offsets_ok` runs on every forward call: it
-#: tests the tensor itself rather than calling ``use_c`` (a generator and ``Tensor.device``),
-#: which together cost more than the C loop.
-_C_OFFSETS = (torch.int32, torch.int64)
-_NUMPY_C_OFFSETS = (np.dtype(np.int32), np.dtype(np.int64))
+#: tensor dtype (and numpy dtype) -> its ``ll_offsets_ok`` entry point, filled on the first call
+#: that runs C. :func:`offsets_ok` runs on every forward call: it looks its entry point up in one
+#: dict, and tests the tensor itself rather than calling ``use_c`` (a generator and
+#: ``Tensor.device``), which together cost more than the C loop.
+_OFFSETS_OK: dict[torch.dtype, Any] = {}
+_NUMPY_OFFSETS_OK: dict[np.dtype[Any], Any] = {}
 
 
-def _offsets_ok_op(offsets: torch.Tensor, nnz: int, include_last: bool) -> bool:
-    """The operator ``lookuplinear::offsets_ok``, looked up on the first call (the operators
-    are registered after this module is imported), then called directly."""
-    global _offsets_ok_op
-    _offsets_ok_op = torch.ops.lookuplinear.offsets_ok.default
-    return bool(_offsets_ok_op(offsets, nnz, include_last))
+def _fill_offsets_ok() -> None:
+    """Fill :data:`_OFFSETS_OK` and :data:`_NUMPY_OFFSETS_OK` (the C library must load)."""
+    for dtype, numpy_dtype, sfx in ((torch.int32, np.int32, "i32"), (torch.int64, np.int64, "i64")):
+        fn = function("ll_offsets_ok", sfx)
+        _OFFSETS_OK[dtype] = _NUMPY_OFFSETS_OK[np.dtype(numpy_dtype)] = fn
+
+
+def _drop_entries_op(indices: torch.Tensor, offsets: torch.Tensor, value: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The operator ``lookuplinear::drop_entries``, looked up on the first call (the operators
+    are registered after this module is imported), then called directly: the overload's
+    dispatcher entry (``OpOverload._op``; ``OpOverload.__call__`` is one Python frame around
+    it, a quarter of the call's cost)."""
+    global _drop_entries_op
+    _drop_entries_op = torch.ops.lookuplinear.drop_entries.default._op
+    return _drop_entries_op(indices, offsets, value)  # type: ignore[no-any-return]
 
 
 def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True) -> bool:
@@ -71,9 +89,10 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
 
     Notes
     -----
-    Contiguous CPU int32/int64 offsets (and writable numpy arrays) are read in place by one C
-    loop (the operator ``lookuplinear::offsets_ok``); anything else, or the ``torch`` backend,
-    runs torch (or numpy) ops.
+    Contiguous CPU int32/int64 offsets are read in place by one C loop (``ll_offsets_ok_i32``,
+    ``ll_offsets_ok_i64``, called directly: the operator ``lookuplinear::offsets_ok`` runs the
+    same loop, at a higher cost per call); anything else, or the ``torch`` backend, runs torch
+    (or numpy) ops.
 
     Examples
     --------
@@ -83,25 +102,38 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     """
     if _is_compiling():  # a recorded graph cannot branch on the values: ATen's
         return True  # embedding_bag refuses bad offsets where the graph runs
+    if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
+        _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
+        fn = _NUMPY_OFFSETS_OK.get(offsets.dtype)
         if (
-            offsets.dtype in _NUMPY_C_OFFSETS
+            fn is not None
             and offsets.ndim == 1
-            and offsets.size > 0
+            and offsets.size > 0  # an empty buffer has no address to take
             and offsets.flags.c_contiguous
-            and offsets.flags.writeable  # a tensor over it without a copy or a warning
             and backend() == "c"
+            and not _is_compiling()
         ):
-            return _offsets_ok_op(torch.from_numpy(offsets), nnz, include_last)
+            return bool(fn(_address(offsets), offsets.size, nnz, include_last))
         return _numpy_offsets_ok(offsets, nnz, include_last)
+    fn = _OFFSETS_OK.get(offsets.dtype)
     if (
-        offsets.dtype in _C_OFFSETS
+        fn is not None
         and offsets.is_cpu
         and offsets.is_contiguous()
         and backend() == "c"
     ):
-        return _offsets_ok_op(offsets, nnz, include_last)
+        return bool(fn(offsets.data_ptr(), offsets.numel(), nnz, include_last))
     return _torch_offsets_ok(offsets, nnz, include_last)
+
+
+def _address(a: np.ndarray) -> int:
+    """The address of a non-empty C-contiguous array's first element: through the buffer
+    protocol where the array is writable (a third of the cost of ``__array_interface__``)."""
+    if a.flags.writeable:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # type: ignore[arg-type]
+    address: int = a.__array_interface__["data"][0]
+    return address
 
 
 def _torch_offsets_ok(offsets: torch.Tensor, nnz: int, include_last: bool) -> bool:
@@ -147,10 +179,10 @@ def drop_entries(
 
     Notes
     -----
-    CPU int32/int64 input of one dtype runs the operator ``lookuplinear::drop_entries``: a C
-    count of the entries to drop, then, if any, one C pass that copies the others;
-    boolean-mask indexing with torch ops costs several times more. Other input, or the
-    ``torch`` backend, runs torch ops on its own device.
+    CPU int32/int64 input of one dtype runs C: a count of the entries to drop
+    (``ll_count_equal_<i32|i64>``), then, if any, the operator ``lookuplinear::drop_entries``
+    (one C pass that copies the others); boolean-mask indexing with torch ops costs several
+    times more. Other input, or the ``torch`` backend, runs torch ops on its own device.
 
     Examples
     --------
@@ -161,8 +193,9 @@ def drop_entries(
     """
     if not _INT64_MIN <= value <= _INT64_MAX:
         return None  # no integer entry can equal it
+    sfx = _INT_SUFFIX.get(indices.dtype)
     if (
-        indices.dtype in _C_OFFSETS
+        sfx is not None
         and offsets.dtype == indices.dtype
         and offsets.numel() > 0
         and indices.is_cpu  # use_c(indices, offsets), at a third of its cost (every forward)
@@ -170,11 +203,12 @@ def drop_entries(
         and backend() == "c"
         and not capturing()
     ):
-        # the entries to drop counted first, the outputs sized exactly; three empty tensors
-        # where none is dropped
-        kept, new_indices, new_offsets = torch.ops.lookuplinear.drop_entries.default(
-            indices, offsets, value)
-        return None if new_offsets.numel() == 0 else (kept, new_indices, new_offsets)
+        idx = indices.contiguous()
+        # counted first, by the C count called directly (the common case, nothing to drop,
+        # at a ctypes call's cost), then the operator (it counts again, to size its outputs)
+        if function("ll_count_equal", sfx)(ptr(idx), idx.numel(), value) == 0:
+            return None
+        return _drop_entries_op(idx, offsets, value)
     return _torch_drop_entries(indices, offsets, value)
 
 

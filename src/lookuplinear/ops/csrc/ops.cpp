@@ -848,7 +848,8 @@ void renumber_ids_cpu(const Tensor &ids) {
     check_vector("renumber_ids", "ids", ids, at::kLong, true);
     int64_t *p = ids.data_ptr<int64_t>();
     bool ok = true;
-    for (int64_t k = 0; k < ids.numel(); k++) ok &= p[k] >= 0 && p[k] <= k;
+    for (int64_t k = 0; k < ids.numel(); k++)  // one unsigned compare: a negative id wraps
+        ok &= static_cast<uint64_t>(p[k]) <= static_cast<uint64_t>(k);
     TORCH_CHECK_VALUE(ok, "lookuplinear::renumber_ids: ids[k] must be the position of the "
                       "first occurrence of token k's string, in [0, k]");
     ll_renumber_ids(p, ids.numel());
@@ -878,7 +879,8 @@ std::tuple<Tensor, Tensor, Tensor> count_rows_cpu(const Tensor &ids, const Tenso
     check_bounds(op, "doc_ptr", dp.data_ptr<int64_t>(), dp.numel(), i.numel());
     const int64_t *ip = i.data_ptr<int64_t>(), n_unique = c.numel();
     bool ok = true;
-    for (int64_t k = 0; k < i.numel(); k++) ok &= ip[k] >= 0 && ip[k] < n_unique;
+    for (int64_t k = 0; k < i.numel(); k++)
+        ok &= static_cast<uint64_t>(ip[k]) < static_cast<uint64_t>(n_unique);
     TORCH_CHECK_VALUE(ok, "lookuplinear::", op, ": every id must be in [0, ", n_unique, ")");
     // at most one word and word_ngrams - 1 n-grams a token
     const int64_t size = i.numel() * std::max<int64_t>(word_ngrams, 1);
