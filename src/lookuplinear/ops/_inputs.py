@@ -61,7 +61,7 @@ def _drop_entries_op(indices: torch.Tensor, offsets: torch.Tensor, value: int
     it, a quarter of the call's cost)."""
     global _drop_entries_op
     _drop_entries_op = torch.ops.lookuplinear.drop_entries.default._op
-    return _drop_entries_op(indices, offsets, value)  # type: ignore[no-any-return]
+    return _drop_entries_op(indices, offsets, value)
 
 
 def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True) -> bool:
