@@ -5,6 +5,7 @@ imported."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import torch
 import lookuplinear
 import lookuplinear.ops.library as library
 from lookuplinear import KeyedBags, LookupCollection, TableConfig
-from lookuplinear.ops import _extension, _idmap, segment_triples
+from lookuplinear.ops import _extension, _idmap, segment_triples, token_ids
 
 ops = torch.ops.lookuplinear
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,13 +123,16 @@ def test_cuda_kernel_equals_the_cpu_one(name: str, args: tuple[Any, ...], kw: di
     tensors: the CPU kernel's result (to the bit for the integer operators)."""
     op = getattr(ops, name).default
     assert torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), "CUDA")
-    cuda = op.redispatch(CUDA_KEYS, *args, **kw)
-    cpu = op(*args, **kw)
-    if cpu.is_floating_point():
-        torch.testing.assert_close(cuda, cpu, rtol=1e-12 if cpu.dtype == torch.float64
-                                   else 1e-5, atol=1e-6)
-    else:
-        assert _same_bits(cuda, cpu), name
+    cudas = op.redispatch(CUDA_KEYS, *args, **kw)
+    cpus = op(*args, **kw)
+    if isinstance(cpus, torch.Tensor):  # row_sums: (rows, values)
+        cudas, cpus = (cudas,), (cpus,)
+    for cuda, cpu in zip(cudas, cpus, strict=True):
+        if cpu.is_floating_point():
+            torch.testing.assert_close(cuda, cpu, rtol=1e-12 if cpu.dtype == torch.float64
+                                       else 1e-5, atol=1e-6)
+        else:
+            assert _same_bits(cuda, cpu), name
 
 
 @pytest.mark.parametrize("fallback_rows", [1, 7, 1000, 2**31 + 11])
@@ -431,3 +435,164 @@ def test_aoti_package_runs_where_lookuplinear_cannot_be_imported(tmp_path: Path)
     run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "served" in run.stdout, run.stdout + run.stderr
+
+
+# ---- the host operators (hashing, n-grams, input checks, dual coordinate descent) ---------------
+
+
+def _bytes_operands(items: list[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
+    data = torch.tensor(list(b"".join(items)), dtype=torch.uint8)
+    starts = torch.tensor([0, *itertools.accumulate(map(len, items))], dtype=torch.int64)
+    return data, starts
+
+
+def _count_rows_operands(texts: list[list[str]], word_ngrams: int, buckets: int,
+                         index_dtype: torch.dtype) -> tuple[Any, ...]:
+    """``count_rows``' operands for tokenized texts, every other distinct word a column."""
+    tokens = token_ids(texts)
+    data, starts = _bytes_operands([w.encode() for w in tokens.unique])
+    column = torch.tensor([k // 2 if k % 2 == 0 else -1 for k in range(len(tokens.unique))],
+                          dtype=torch.int64)
+    n_words = (len(tokens.unique) + 1) // 2
+    return (torch.from_numpy(tokens.ids), torch.from_numpy(tokens.doc_ptr), column, data,
+            starts, word_ngrams, buckets, n_words, index_dtype)
+
+
+def _dual_cd_operands(loss: int, n_out: int, index_dtype: torch.dtype) -> tuple[Any, ...]:
+    """One epoch's operands, half-way through a solve (nonzero duals and weights)."""
+    g = torch.Generator().manual_seed(11)
+    n, n_features = 12, 9
+    lengths = torch.randint(0, 4, (n,), generator=g)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]).to(index_dtype)
+    indices = torch.randint(0, n_features, (int(lengths.sum()),), generator=g).to(index_dtype)
+    data = torch.rand(indices.numel(), generator=g)
+    target = (torch.randint(0, 2, (n, n_out), generator=g) * 2 - 1).double()
+    return (torch.randn(n_features, n_out, generator=g) * 0.1,
+            torch.randn(n_out, generator=g) * 0.1, indptr, indices, data,
+            torch.randperm(n, generator=g), n - 2,
+            torch.rand(n, dtype=torch.float64, generator=g) + 1,
+            target, torch.full((n,), 0.5, dtype=torch.float64),
+            torch.rand(n, n_out, dtype=torch.float64, generator=g) * (loss == 0), loss, 0.3)
+
+
+def host_op_cases() -> list[tuple[str, tuple[Any, ...]]]:
+    strings = [b"", b"a", b"ab", b"abc", b"abcd", b"a b", "\u00e9t\u00e9 \u65e5\u672c".encode(),
+               bytes(range(256)), b"x" * 37]
+    texts = [["a", "b", "a", "c"], [], ["b"], ["d", "e", "f", "a", "b", "c", "a", "b"]]
+    int32_range = [0, 1, -1, 7, -7, 2**31 - 1, -(2**31), 2**31, 2**32 + 3, 2**63 - 1, -(2**63)]
+    idx = torch.tensor([3, 0, 1, 0, 2, 0])
+    off = torch.tensor([0, 3, 3, 4, 6])
+    return [
+        ("murmur3_32", _bytes_operands(strings)),
+        ("murmur3_32", _bytes_operands([b"", b""])),
+        ("splitmix64", (torch.tensor([[0, 1, -1], [2**63 - 1, -(2**63), 12345]]),)),
+        ("ngram_bucket", (torch.tensor(int32_range), 10)),
+        ("ngram_bucket", (torch.tensor(int32_range), 2**31 + 11)),
+        ("renumber_ids", (torch.tensor([0, 0, 2, 1, 2, 5, 0]),)),
+        ("count_rows", _count_rows_operands(texts, 3, 7, torch.int32)),
+        ("count_rows", _count_rows_operands(texts, 1, 7, torch.int64)),
+        ("count_rows", _count_rows_operands([], 2, 7, torch.int32)),
+        ("offsets_ok", (off, 6)),
+        ("offsets_ok", (off.int(), 6, False)),
+        ("offsets_ok", (off[:-1], 6, False)),
+        ("offsets_ok", (torch.tensor([0, 3, 2, 6]), 6)),
+        ("offsets_ok", (torch.tensor([1, 6]).int(), 6)),
+        ("offsets_ok", (torch.tensor([0, 2**40]), 2**40)),
+        ("offsets_ok", (torch.zeros(0, dtype=torch.long), 0)),
+        ("drop_entries", (idx, off, 0)),
+        ("drop_entries", (idx.int(), off.int(), 0)),
+        ("drop_entries", (idx, off, 9)),
+        ("drop_entries", (idx.int(), off.int(), 2**40)),
+        *[("dual_cd_epoch", _dual_cd_operands(loss, n_out, dtype))
+          for loss in (0, 1) for n_out in (1, 3) for dtype in (torch.int32, torch.int64)],
+    ]
+
+
+def _cloned(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _assert_same(a: Any, b: Any, exact: bool) -> None:
+    """The same value: tensors of the same dtype and shape, to the bit (``exact``) or up to
+    float rounding; Python scalars, tuples and None alike."""
+    if isinstance(a, torch.Tensor) and a.numel() == 0:
+        assert isinstance(b, torch.Tensor) and (a.dtype, a.shape) == (b.dtype, b.shape)
+    elif isinstance(a, torch.Tensor):
+        if exact or not a.is_floating_point():
+            assert _same_bits(a, b), (a, b)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y, exact)
+    elif isinstance(a, float) and not exact:
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+HOST_IDS = [f"{c[0]}-{i}" for i, c in enumerate(host_op_cases())]
+
+
+@needs_cpp
+@pytest.mark.parametrize(("name", "args"), host_op_cases(), ids=HOST_IDS)
+def test_cpp_host_operator_equals_its_python_twin(name: str, args: tuple[Any, ...]) -> None:
+    """Each host operator's C++ kernel: its Python twin's result and, for an operator that
+    writes its operands, the same operands after it (to the bit, the dual coordinate descent's
+    floats up to rounding: numpy sums a row's products in another order)."""
+    ours_args, twin_args = _cloned(args), _cloned(args)
+    ours = getattr(ops, name).default(*ours_args)
+    twin = library.HOST_TWINS[name](*twin_args)
+    exact = name != "dual_cd_epoch"
+    _assert_same(ours, twin, exact)
+    _assert_same(ours_args, twin_args, exact)
+
+
+@pytest.mark.parametrize(("name", "args"), host_op_cases(), ids=HOST_IDS)
+def test_host_operator_opcheck(name: str, args: tuple[Any, ...]) -> None:
+    """``opcheck`` of each host operator, on whichever registration is loaded: the schema
+    (what it writes declared), no autograd, and the fake where the output's shape follows from
+    the inputs (``murmur3_32``, ``splitmix64``, ``ngram_bucket``, ``renumber_ids``)."""
+    utils = ["test_schema", "test_autograd_registration"]
+    if name in ("murmur3_32", "splitmix64", "ngram_bucket", "renumber_ids"):
+        utils += ["test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic"]
+    torch.library.opcheck(getattr(ops, name).default, _cloned(args), test_utils=utils)
+
+
+def test_murmur3_32_is_scikit_learns() -> None:
+    """The operator and its twin, each string: scikit-learn's ``murmurhash3_32``."""
+    from sklearn.utils import murmurhash3_32
+
+    strings = [b"", b"a", b"abcde", "\u00e9t\u00e9".encode(), bytes(range(200))]
+    want = [murmurhash3_32(s, seed=0, positive=False) for s in strings]
+    data, starts = _bytes_operands(strings)
+    assert ops.murmur3_32(data, starts).tolist() == want
+    assert library.HOST_TWINS["murmur3_32"](data, starts).tolist() == want
+
+
+@needs_cpp
+@pytest.mark.parametrize(("name", "args", "match"), [
+    ("murmur3_32", (torch.zeros(4, dtype=torch.uint8), torch.tensor([0, 3, 2])), "starts"),
+    ("murmur3_32", (torch.zeros(4, dtype=torch.uint8), torch.tensor([0, 5])), "starts"),
+    ("murmur3_32", (torch.zeros(4), torch.tensor([0, 4])), "data must be"),
+    ("renumber_ids", (torch.tensor([0, 2, 1]),), "first occurrence"),
+    ("count_rows", (torch.tensor([0, 3]), torch.tensor([0, 2]), torch.tensor([0, 1]),
+                    torch.zeros(2, dtype=torch.uint8), torch.tensor([0, 1, 2]), 2, 5, 2,
+                    torch.int32), r"every id must be in \[0, 2\)"),
+    ("count_rows", (torch.tensor([0, 1]), torch.tensor([0, 2]), torch.tensor([0, 1]),
+                    torch.zeros(2, dtype=torch.uint8), torch.tensor([0, 1, 2]), 2, 0, 2,
+                    torch.int32), "buckets >= 1"),
+    ("drop_entries", (torch.tensor([0, 1]), torch.tensor([0, 3]), 0), "offsets must"),
+    ("dual_cd_epoch", (torch.zeros(3, 1), torch.zeros(1), torch.tensor([0, 1]),
+                       torch.tensor([0]), torch.ones(1), torch.tensor([0]), 1,
+                       torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                       torch.ones(1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64),
+                       0, 1.0), "dual must be"),
+])
+def test_cpp_host_operators_refuse_what_their_c_kernels_cannot_read(
+        name: str, args: tuple[Any, ...], match: str) -> None:
+    """A C kernel reads the bytes, entries and rows its operands name: the operator checks
+    them first (a ValueError naming the operand), rather than read past a buffer."""
+    with pytest.raises(ValueError, match=match):
+        getattr(ops, name).default(*args)

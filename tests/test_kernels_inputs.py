@@ -185,6 +185,15 @@ def test_drop_entries_of_huge_index_values(name: str, dtype: torch.dtype) -> Non
             assert drop_entries(indices, offsets, 2**40) is None  # beyond int32
 
 
+@pytest.mark.parametrize("name", BACKENDS)
+def test_drop_entries_of_a_value_beyond_int32_drops_no_zero(name: str) -> None:
+    """int32 entries and a value beyond int32 whose low 32 bits are 0: nothing is dropped (the
+    torch ops compared the value wrapped to int32, and dropped the zeros)."""
+    indices, offsets = csr([[0, 3], [0]], torch.int32)
+    with in_backend(name):
+        assert drop_entries(indices, offsets, 2**40) is None
+
+
 @needs_c
 def test_drop_entries_of_strided_or_mixed_dtypes_equals_torch_ops() -> None:
     """Non-contiguous indices (read through a copy) and offsets of another dtype (torch ops)."""

@@ -26,6 +26,7 @@ from .errors import (
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import capturing, offsets_ok, values_known
+from .ops._backend import torch_only
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
@@ -494,9 +495,11 @@ _BAG_MAX = torch.ops.lookuplinear.bag_max.default
 def _eager_op(weight: torch.Tensor) -> bool:
     """Whether a sum lookup on ``weight`` calls the operator: always in a graph that
     ``torch.compile`` or ``torch.export`` records, else unless ``weight`` is bound to a
-    ``fused=True`` optimizer or a ``torch.jit.trace`` records (:func:`_sparse_sum`)."""
+    ``fused=True`` optimizer, a ``torch.jit.trace`` records, or ``LOOKUPLINEAR_BACKEND=torch``
+    asks for torch ops everywhere (the operator's CPU backward is the C grouping)
+    (:func:`_sparse_sum`)."""
     return torch.compiler.is_compiling() or (
-        binding(weight) is None and not torch.jit.is_tracing())
+        binding(weight) is None and not torch.jit.is_tracing() and not torch_only())
 
 
 def _sparse_sum(

@@ -8,10 +8,11 @@ quotient-remainder rows. MurmurHash3 and SplitMix64 live with the kernels, besid
   the 8 little-endian bytes of an integer ID. As a matrix, hashing is the ``(num_ids, n)`` 0/1
   matrix ``H`` with one 1 per row, so a hashed lookup is ``one_hot(id) @ H @ W``: ``nn.Linear``
   on the hashed one-hot.
-* :func:`murmur3_int64` (torch) and :func:`murmur3_bytes` (C ``ll_murmur3_32``, scikit-learn's
-  where C is not built): MurmurHash3_x86_32 with seed 0, signed.
+* :func:`murmur3_int64` (torch) and :func:`murmur3_bytes` (the operator
+  ``lookuplinear::murmur3_32``, C ``ll_murmur3_32``): MurmurHash3_x86_32 with seed 0, signed.
 * :func:`splitmix64` (torch), :func:`splitmix64_int` (a Python int) and
-  :func:`splitmix64_c` (C ``ll_splitmix64``, the probe start of ``IdMap``'s hash table).
+  :func:`splitmix64_c` (the operator ``lookuplinear::splitmix64``, the probe start of
+  ``IdMap``'s hash table).
 * :func:`qr_rows` and :func:`qr_stored_rows`: the quotient-remainder trick (Shi et al., KDD
   2020), row ``h`` of ``num_embeddings`` read as ``Q[h // m] + R[h % m]``.
 """
@@ -29,6 +30,7 @@ from ..ops._hashing import (
     hash_int_ids,
     murmur3_bytes,
     murmur3_int64,
+    murmur3_many,
     signed_rows,
     splitmix64,
     splitmix64_c,
@@ -91,8 +93,7 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
         return hash_int_ids(as_int_ids(ids, "hash_ids").long(), num_rows)
     strs, shape = as_str_ids(ids, "hash_ids")
     check_strs(strs, "hash_ids")
-    hashes = torch.tensor([murmur3_bytes(s.encode("utf-8", "surrogatepass")) for s in strs],
-                          dtype=torch.int64)
+    hashes = murmur3_many([s.encode("utf-8", "surrogatepass") for s in strs])
     return signed_rows(hashes, num_rows).reshape(shape)
 
 

@@ -24,8 +24,8 @@ from ..errors import InputValueError
 from . import _clib
 from ._clib import load, problem
 
-__all__ = ["BACKENDS", "backend", "c_available", "capturing", "use_backend", "use_c",
-           "values_known"]
+__all__ = ["BACKENDS", "backend", "c_available", "capturing", "torch_only", "use_backend",
+           "use_c", "values_known"]
 
 BACKENDS = ("auto", "c", "torch")
 
@@ -94,6 +94,12 @@ def values_known() -> bool:
     ``nn.EmbeddingBag``'s does: ATen's kernels refuse an index out of range and bad offsets
     when the graph runs; ``torch.jit.trace`` runs the checks on the trace batch."""
     return not torch.compiler.is_compiling()
+
+
+def torch_only() -> bool:
+    """Whether the backend in force is ``torch`` (torch ops everywhere, no C kernel), asked
+    without resolving ``auto``: one context-variable read."""
+    return _chosen.get() == "torch"
 
 
 def use_c(*tensors: torch.Tensor | None) -> bool:

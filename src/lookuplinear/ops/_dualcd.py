@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from ._backend import use_c
-from ._clib import function, ptr, suffix
 
-__all__ = ["LOSSES", "dual_cd_epoch"]
+__all__ = ["LOSSES", "dual_cd_epoch", "dual_cd_twin"]
 
 #: loss name -> the kernel's code
 LOSSES = {"squared_hinge": 0, "squared_error": 1}
@@ -80,23 +79,26 @@ def dual_cd_epoch(
         The largest and smallest projected gradient met (both 0 at the optimum).
     """
     code = LOSSES[loss]
-    n_out = weight.shape[1]
     indptr, indices, data = rows
     if not use_c(weight):
-        return _epoch_python(weight.numpy(), bias.numpy(), indptr.numpy(),
-                             indices.numpy(), data.numpy(), order.numpy(), n_active,
-                             qdiag.numpy(), target.numpy(), diag.numpy(), dual.numpy(), code,
-                             shrink_above)
-    fn = function("ll_dual_cd", f"f32_{suffix(indices.dtype)}")
-    active = torch.tensor([n_active], dtype=torch.int64)
-    pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
-    f = torch.empty(n_out, dtype=torch.float64)
-    step = torch.empty(n_out, dtype=torch.float32)
-    moved = torch.empty(n_out, dtype=torch.int64)
-    fn(ptr(weight), ptr(bias), ptr(indptr), ptr(indices), ptr(data), ptr(order),
-       ptr(active), ptr(qdiag), ptr(target), ptr(diag), ptr(dual), n_out, code, ptr(pg), ptr(f),
-       ptr(step), ptr(moved))
-    return int(active[0]), float(pg[1]), float(pg[2])
+        return dual_cd_twin(weight, bias, indptr, indices, data, order, n_active, qdiag, target,
+                            diag, dual, code, shrink_above)
+    active, pg_max, pg_min = torch.ops.lookuplinear.dual_cd_epoch.default(
+        weight, bias, indptr, indices, data, order, n_active, qdiag, target, diag, dual, code,
+        shrink_above)
+    return active, pg_max, pg_min
+
+
+def dual_cd_twin(weight: torch.Tensor, bias: torch.Tensor, indptr: torch.Tensor,
+                 indices: torch.Tensor, data: torch.Tensor, order: torch.Tensor, n_active: int,
+                 qdiag: torch.Tensor, target: torch.Tensor, diag: torch.Tensor,
+                 dual: torch.Tensor, loss: int, shrink_above: float
+                 ) -> tuple[int, float, float]:
+    """``lookuplinear::dual_cd_epoch`` in numpy (``loss``: its code in :data:`LOSSES`): the
+    same epoch, in place on the same tensors."""
+    return _epoch_python(weight.numpy(), bias.numpy(), indptr.numpy(), indices.numpy(),
+                         data.numpy(), order.numpy(), n_active, qdiag.numpy(), target.numpy(),
+                         diag.numpy(), dual.numpy(), loss, shrink_above)
 
 
 def _epoch_python(

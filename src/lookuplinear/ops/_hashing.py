@@ -1,27 +1,36 @@
 """The hash functions the kernels compute, each defined once beside its C twin (tested equal):
 MurmurHash3 and SplitMix64.
 
-* :func:`murmur3_int64` (torch) and :func:`murmur3_bytes` (C ``ll_murmur3_32``, scikit-learn's
-  where C is not built): MurmurHash3_x86_32 with seed 0, signed.
+* :func:`murmur3_int64` (torch), :func:`murmur3_segments` (torch, of byte strings) and
+  :func:`murmur3_many` / :func:`murmur3_bytes` (the operator ``lookuplinear::murmur3_32``, over
+  C ``ll_murmur3_32``): MurmurHash3_x86_32 with seed 0, signed.
 * :func:`hash_int_ids`: the core of :func:`lookuplinear.hash_ids` for an integer tensor, the row
   ``abs(murmur3_int64(id)) % num_rows``.
 * :func:`splitmix64` (torch), :func:`splitmix64_int` (a Python int) and
-  :func:`splitmix64_c` (C ``ll_splitmix64``, the probe start of ``IdMap``'s hash table).
+  :func:`splitmix64_c` (the operator ``lookuplinear::splitmix64``, over C ``ll_splitmix64``,
+  the probe start of ``IdMap``'s hash table).
+* :func:`ngram_bucket` (torch): ``FeatureHasher``'s column of signed 32-bit hashes, the twin of
+  the operator ``lookuplinear::ngram_bucket`` (C ``ll_ngram_bucket``).
 
 :mod:`lookuplinear.ids.hashing` states what they mean for IDs and re-exports them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
 from ._backend import use_c
-from ._clib import function
 
 __all__ = [
     "hash_int_ids",
     "murmur3_bytes",
     "murmur3_int64",
+    "murmur3_many",
+    "murmur3_segments",
+    "ngram_bucket",
     "splitmix64",
     "splitmix64_c",
     "splitmix64_int",
@@ -48,13 +57,86 @@ def murmur3_int64(ids: torch.Tensor) -> torch.Tensor:
         k = _mul(_rotl(_mul(block, _C1), 15), _C2)
         h = _rotl(h ^ k, 13)
         h = (_mul(h, 5) + 0xE6546B64) & _M32
-    h = h ^ 8  # the key's length
+    return _finish(h, 8)  # the key's length
+
+
+def _scramble(k: torch.Tensor) -> torch.Tensor:
+    """The mix of one 4-byte block (or the tail) before it enters the hash."""
+    return _mul(_rotl(_mul(k, _C1), 15), _C2)
+
+
+def _finish(h: torch.Tensor, length: torch.Tensor | int) -> torch.Tensor:
+    """The final mix of the state ``h`` after ``length`` bytes: the signed 32-bit hash."""
+    h = h ^ (length & _M32)
     h = h ^ (h >> 16)
     h = _mul(h, 0x85EBCA6B)
     h = h ^ (h >> 13)
     h = _mul(h, 0xC2B2AE35)
     h = h ^ (h >> 16)
     return torch.where(h >= 2**31, h - 2**32, h)
+
+
+def murmur3_segments(data: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """Signed MurmurHash3_x86_32 (seed 0) of each byte string ``data[starts[i]:starts[i + 1]]``,
+    as int64, with torch ops (the twin of the operator ``lookuplinear::murmur3_32``): all
+    strings at once, one step per 4-byte block of the longest.
+
+    Examples
+    --------
+    >>> data = torch.tensor(list(b"a bxyz"), dtype=torch.uint8)
+    >>> murmur3_segments(data, torch.tensor([0, 3, 3])).tolist()  # b"a b", b""
+    [1033158525, 0]
+    """
+    d = data.long() if data.numel() else data.new_zeros(1, dtype=torch.int64)
+    begin = starts[:-1].long()
+    lengths = starts[1:].long() - begin
+    blocks = lengths // 4
+    h = torch.zeros_like(lengths)
+
+    def byte(at: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        return torch.where(live, d[torch.where(live, at, 0)], 0)
+
+    for j in range(int(blocks.max()) if blocks.numel() else 0):
+        live = blocks > j
+        at = begin + 4 * j
+        k = byte(at, live) | (byte(at + 1, live) << 8) | (byte(at + 2, live) << 16) | (
+            byte(at + 3, live) << 24)
+        mixed = (_mul(_rotl(h ^ _scramble(k), 13), 5) + 0xE6546B64) & _M32
+        h = torch.where(live, mixed, h)
+    tail, at = lengths % 4, begin + 4 * blocks  # the last 1 to 3 bytes, little-endian
+    k = torch.zeros_like(h)
+    for i in range(3):
+        k = k | (byte(at + i, tail > i) << (8 * i))
+    h = torch.where(tail > 0, h ^ _scramble(k), h)
+    return _finish(h, lengths)
+
+
+def _operands(items: Sequence[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``items`` as the operands of ``murmur3_32``: their bytes one after another (uint8) and
+    the ``len(items) + 1`` bounds between them (int64)."""
+    joined = bytearray().join(items)  # writable: a tensor over it without a copy or a warning
+    data = (torch.frombuffer(joined, dtype=torch.uint8) if joined
+            else torch.empty(0, dtype=torch.uint8))
+    starts = np.zeros(len(items) + 1, np.int64)  # numpy: a third of torch's cost for a few
+    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=starts[1:])
+    return data, torch.from_numpy(starts)
+
+
+def murmur3_many(items: Sequence[bytes]) -> torch.Tensor:
+    """The signed MurmurHash3_x86_32 (seed 0) of every byte string, as int64: one call of the
+    operator ``lookuplinear::murmur3_32`` (C, :func:`murmur3_segments` with the ``torch``
+    backend), scikit-learn's ``murmurhash3_32(item, seed=0, positive=False)`` of each.
+
+    Examples
+    --------
+    >>> murmur3_many([b"a b", b""]).tolist()
+    [1033158525, 0]
+    """
+    data, starts = _operands(items)
+    if use_c():
+        out: torch.Tensor = torch.ops.lookuplinear.murmur3_32.default(data, starts)
+        return out
+    return murmur3_segments(data, starts)
 
 
 def signed_rows(signed: torch.Tensor, num_rows: int) -> torch.Tensor:
@@ -69,8 +151,8 @@ def hash_int_ids(ids: torch.Tensor, num_rows: int) -> torch.Tensor:
 
 
 def murmur3_bytes(data: bytes) -> int:
-    """The signed MurmurHash3_x86_32 (seed 0) of ``data`` (C ``ll_murmur3_32``; scikit-learn's
-    ``murmurhash3_32`` where the C kernels are not built).
+    """The signed MurmurHash3_x86_32 (seed 0) of ``data``, scikit-learn's ``murmurhash3_32``
+    (:func:`murmur3_many` of one string: hash many at once).
 
     ``murmur3_bytes(int(i).to_bytes(8, "little", signed=True)) == murmur3_int64(i)``.
 
@@ -79,12 +161,21 @@ def murmur3_bytes(data: bytes) -> int:
     >>> murmur3_bytes(b"a b")
     1033158525
     """
-    if use_c():
-        h: int = function("ll_murmur3_32")(data, len(data))
-        return h
-    from sklearn.utils import murmurhash3_32
+    return int(murmur3_many([data])[0])
 
-    return int(murmurhash3_32(data, seed=0, positive=False))
+
+def ngram_bucket(hashes: torch.Tensor, buckets: int) -> torch.Tensor:
+    """``FeatureHasher``'s column of each signed 32-bit hash (the low 32 bits of each int64):
+    ``abs(h) % buckets``, ``abs(-2**31)`` taken as ``2**31`` (the twin of the operator
+    ``lookuplinear::ngram_bucket``).
+
+    Examples
+    --------
+    >>> ngram_bucket(torch.tensor([-7, -(2**31), 2**32 + 3]), 10).tolist()
+    [7, 8, 3]
+    """
+    h = ((hashes.long() & _M32) ^ 2**31) - 2**31  # the signed 32-bit value
+    return h.abs() % buckets
 
 
 _U64 = (1 << 64) - 1
@@ -134,10 +225,8 @@ def splitmix64(keys: torch.Tensor) -> torch.Tensor:
 
 
 def splitmix64_c(keys: torch.Tensor) -> torch.Tensor:
-    """:func:`splitmix64` computed by the C kernels' function (``ll_splitmix64``, the one
-    ``IdMap``'s table probes with); the C kernels must be built."""
-    keys = keys.long().contiguous()
-    out = torch.empty_like(keys)
-    function("ll_splitmix64")(
-        keys.data_ptr(), keys.numel(), out.data_ptr())
+    """:func:`splitmix64` of CPU keys computed by the operator ``lookuplinear::splitmix64``
+    (C ``ll_splitmix64``, the function ``IdMap``'s table probes with; :func:`splitmix64` where
+    the operators are registered from Python)."""
+    out: torch.Tensor = torch.ops.lookuplinear.splitmix64.default(keys.long())
     return out

@@ -5,30 +5,35 @@ the words of each n-gram with a space and puts it in column ``abs(h) % n_feature
 is the signed 32-bit MurmurHash3 (x86, seed 0) of its UTF-8 bytes (``FeatureHasher``'s
 ``_hashing_fast.transform``). :func:`count_matrix` streams the bytes of the n-gram's words, and
 the spaces between them, through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
-every n-gram, without building its string. Joining and hashing the strings in Python would be
-most of the time of ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
+every n-gram, without building its string (the operator ``lookuplinear::count_rows``).
+Joining and hashing the strings in Python would be most of the time of
+``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
 
-Where the C library is not built (or with the ``torch`` backend) the same matrix is computed in
-Python, each n-gram string hashed by scikit-learn's own ``murmurhash3_32`` (text features need
-the ``[sklearn]`` extra, so it is there); the tests hold both to ``HashingVectorizer``.
+Where the C++ operators are not built (or with the ``torch`` backend) the same matrix is
+computed by their twin (:func:`count_rows_twin`): each n-gram's string built in Python and all
+of them hashed at once by the torch-op MurmurHash3
+(:func:`~lookuplinear.ops._hashing.murmur3_segments`); the tests hold both to
+``HashingVectorizer``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import chain, count
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+import torch
 
 from ._backend import use_c
-from ._clib import function
 from ._hashing import murmur3_bytes as murmur
+from ._hashing import murmur3_segments, ngram_bucket
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["Tokens", "bucket", "count_matrix", "murmur", "ngram_column", "token_ids"]
+__all__ = ["Tokens", "bucket", "count_matrix", "count_rows_twin", "murmur", "ngram_column",
+           "renumber_twin", "token_ids"]
 
 _INT32_MIN = -(2**31)
 
@@ -40,12 +45,6 @@ class Tokens(NamedTuple):
     ids: np.ndarray  # int64, one per token
     doc_ptr: np.ndarray  # int64, n_texts + 1
     unique: list[str]  # each distinct token once, in order of first occurrence
-
-
-def _at(a: np.ndarray) -> int:
-    """The address of a C-contiguous numpy array's first element."""
-    address: int = a.__array_interface__["data"][0]
-    return address
 
 
 def token_ids(tokens: Iterable[list[str]]) -> Tokens:
@@ -80,13 +79,20 @@ def token_ids(tokens: Iterable[list[str]]) -> Tokens:
 
 def _renumber(ids: np.ndarray) -> None:
     """``ids[k]``, the position of the first occurrence of token ``k``'s string, becomes that
-    string's number in order of first occurrence, in place (``ll_renumber_ids``: one pass)."""
+    string's number in order of first occurrence, in place (the operator
+    ``lookuplinear::renumber_ids``: one pass in C)."""
     if use_c():
-        function("ll_renumber_ids")(_at(ids), ids.size)
-        return
-    first = ids == np.arange(ids.size)  # a string's first occurrence: ids[k] == k
-    number = np.cumsum(first) - 1
-    ids[:] = number[ids]
+        torch.ops.lookuplinear.renumber_ids.default(torch.from_numpy(ids))
+    else:
+        renumber_twin(torch.from_numpy(ids))
+
+
+def renumber_twin(ids: torch.Tensor) -> None:
+    """``lookuplinear::renumber_ids`` with torch ops: ``ids[k]``, the position of the first
+    occurrence of token ``k``'s string, becomes that string's number, in place."""
+    first = ids == torch.arange(ids.numel())  # a string's first occurrence: ids[k] == k
+    number = torch.cumsum(first, 0) - 1
+    ids.copy_(number[ids])
 
 
 def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: int,
@@ -125,80 +131,81 @@ def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: i
     >>> X.toarray()[:, :2].tolist(), X.sum(axis=1).tolist()  # 2 words + 2 bigrams, 1 word
     ([[2.0, 1.0], [0.0, 1.0]], [[5.0], [1.0]])
     """
-    size = tokens.ids.size * max(word_ngrams, 1)  # at most one word and n-1 n-grams a token
-    index_dtype = np.int32 if n_columns <= np.iinfo(np.int32).max else np.int64
-    indices: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = np.empty(size, index_dtype)
-    data = np.empty(size, np.float32)
-    indptr = np.empty(len(tokens.doc_ptr), np.int64)
-    if use_c():
-        encoded = [w.encode("utf-8") for w in tokens.unique]
-        starts = np.zeros(len(encoded) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=starts[1:])
-        text = np.frombuffer(b"".join(encoded) or b"\0", np.uint8)  # a valid address if empty
-        ids = np.ascontiguousarray(tokens.ids, np.int64)
-        doc_ptr = np.ascontiguousarray(tokens.doc_ptr, np.int64)
-        col = np.ascontiguousarray(column, np.int64)
-        sfx = "i32" if index_dtype is np.int32 else "i64"
-        fn = function("ll_count_rows", sfx)
-        nnz = fn(_at(ids), _at(doc_ptr), doc_ptr.size - 1, _at(col), _at(text), _at(starts),
-                 word_ngrams, bucket, n_words, _at(indptr), _at(indices), _at(data))
-    else:
-        nnz = _count_rows_python(tokens, column, word_ngrams, bucket, n_words, indptr, indices,
-                                 data)
+    index_dtype = torch.int32 if n_columns <= np.iinfo(np.int32).max else torch.int64
+    encoded = [w.encode("utf-8") for w in tokens.unique]
+    starts = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=starts[1:])
+    joined = bytearray().join(encoded)  # writable: a tensor over it without a copy or a warning
+    text = (torch.frombuffer(joined, dtype=torch.uint8) if joined
+            else torch.empty(0, dtype=torch.uint8))
+    operands = (torch.from_numpy(np.ascontiguousarray(tokens.ids, np.int64)),
+                torch.from_numpy(np.ascontiguousarray(tokens.doc_ptr, np.int64)),
+                torch.from_numpy(np.ascontiguousarray(column, np.int64)), text,
+                torch.from_numpy(starts), word_ngrams, bucket, n_words, index_dtype)
+    count_rows = torch.ops.lookuplinear.count_rows.default if use_c() else count_rows_twin
+    indptr, indices, data = count_rows(*operands)
     import scipy.sparse as sp
 
-    return sp.csr_matrix((data[:nnz], indices[:nnz], indptr),
+    return sp.csr_matrix((data.numpy(), indices.numpy(), indptr.numpy()),
                          shape=(len(tokens.doc_ptr) - 1, n_columns))
 
 
-def _count_rows_python(tokens: Tokens, column: np.ndarray, word_ngrams: int, n_buckets: int,
-                       n_words: int, indptr: np.ndarray, indices: np.ndarray,
-                       data: np.ndarray) -> int:
-    """``ll_count_rows`` in Python: the same CSR arrays, each n-gram's string built and hashed
-    by scikit-learn's ``murmurhash3_32``. Returns the number of entries."""
-    from sklearn.utils import murmurhash3_32
-
-    ids, doc_ptr, unique = tokens.ids, tokens.doc_ptr, tokens.unique
-    rows: list[int] = []
-    cols: list[int] = []
-    for d in range(doc_ptr.size - 1):
-        a, b = int(doc_ptr[d]), int(doc_ptr[d + 1])
-        words = [unique[t] for t in ids[a:b].tolist()]
-        found = [int(c) for c in column[ids[a:b]].tolist() if c >= 0]
+def count_rows_twin(ids: torch.Tensor, doc_ptr: torch.Tensor, column: torch.Tensor,
+                    text: torch.Tensor, starts: torch.Tensor, word_ngrams: int, buckets: int,
+                    n_words: int, index_dtype: torch.dtype
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``lookuplinear::count_rows`` in Python: the CSR arrays ``(indptr, indices, data)`` of
+    :func:`count_matrix` (text ``d``'s tokens ``ids[doc_ptr[d]:doc_ptr[d + 1]]``, token ``t``'s
+    UTF-8 bytes ``text[starts[t]:starts[t + 1]]``), each n-gram's string built and all of them
+    hashed at once (:func:`~lookuplinear.ops._hashing.murmur3_segments`)."""
+    ids_, doc, col, bounds = ids.numpy(), doc_ptr.numpy(), column.numpy(), starts.numpy()
+    raw = text.numpy().tobytes()
+    words = [raw[bounds[t]:bounds[t + 1]] for t in range(bounds.size - 1)]
+    n_docs = doc.size - 1
+    # the words: one entry per token with a column
+    word_rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc))
+    word_cols = col[ids_[doc[0]:doc[-1]]] if n_docs else np.zeros(0, np.int64)
+    counted = word_cols >= 0
+    gram_rows: list[int] = []
+    grams: list[bytes] = []
+    for d in range(n_docs):
+        text_words = [words[t] for t in ids_[doc[d]:doc[d + 1]].tolist()]
         for n in range(2, word_ngrams + 1):
-            found += [n_words + bucket(murmurhash3_32(" ".join(words[i:i + n]), seed=0,
-                                                      positive=False), n_buckets)
-                      for i in range(len(words) - n + 1)]
-        rows += [d] * len(found)
-        cols += found
-    r = np.array(rows, np.int64)
-    c = np.array(cols, np.int64)
+            found = [b" ".join(text_words[i:i + n]) for i in range(len(text_words) - n + 1)]
+            grams += found
+            gram_rows += [d] * len(found)
+    gram_cols = np.zeros(0, np.int64)
+    if grams:
+        lengths = np.fromiter(map(len, grams), np.int64, len(grams))
+        bounds = np.zeros(len(grams) + 1, np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        data = torch.frombuffer(bytearray().join(grams) or bytearray(1), dtype=torch.uint8)
+        hashes = murmur3_segments(data, torch.from_numpy(bounds))
+        gram_cols = n_words + ngram_bucket(hashes, buckets).numpy()
+    r = np.concatenate([word_rows[counted], np.array(gram_rows, np.int64)])
+    c = np.concatenate([word_cols[counted], gram_cols])
     order = np.lexsort((c, r))  # by row, then column
     r, c = r[order], c[order]
     new = np.ones(r.size, bool)  # the first of each (row, column)
     new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
-    starts = np.flatnonzero(new)
-    nnz = starts.size
-    indices[:nnz] = c[starts]
-    data[:nnz] = np.diff(np.append(starts, r.size))  # the repeats of each
-    indptr[0] = 0
-    np.cumsum(np.bincount(r[starts], minlength=doc_ptr.size - 1), out=indptr[1:])
-    return nnz
+    first = np.flatnonzero(new)
+    indptr = np.zeros(n_docs + 1, np.int64)
+    np.cumsum(np.bincount(r[first], minlength=n_docs), out=indptr[1:])
+    counts = np.diff(np.append(first, r.size)).astype(np.float32)  # the repeats of each
+    return (torch.from_numpy(indptr), torch.from_numpy(c[first]).to(index_dtype),
+            torch.from_numpy(counts))
 
 
 def bucket(h: int, n: int) -> int:
     """``FeatureHasher``'s column of the signed 32-bit hash ``h`` among ``n``: ``abs(h) % n``,
-    with ``abs(-2**31)`` taken as ``2**31`` the way scikit-learn defines it
-    (``ll_ngram_bucket``).
+    with ``abs(-2**31)`` taken as ``2**31`` the way scikit-learn defines it (of many at once:
+    :func:`~lookuplinear.ops._hashing.ngram_bucket`, the operator ``lookuplinear::ngram_bucket``).
 
     Examples
     --------
     >>> bucket(-7, 5), bucket(-(2**31), 10)
     (2, 8)
     """
-    if use_c():
-        b: int = function("ll_ngram_bucket")(h, n)
-        return b
     return (2**31 if h == _INT32_MIN else abs(h)) % n
 
 

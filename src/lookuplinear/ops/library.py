@@ -41,6 +41,11 @@ The operators:
   weight gradient one row per entry, ``(rows, values)``: the entries' rows sorted (stably,
   padding entries among them), each row's sum (as :func:`~lookuplinear.ops.group_rows` sums
   it) at its first entry, ``-0.0`` at its other entries and at every padding entry.
+
+The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one eager function,
+never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
+(:mod:`._hashing`), ``renumber_ids`` and ``count_rows`` (:mod:`._ngrams`), ``offsets_ok``
+and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`).
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
-from . import _bagmax, _extension, _idmap
+from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._hashing import hash_int_ids as hash_ids
@@ -737,3 +742,69 @@ def decompositions() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:
     for name, twin in _TWINS.items():
         table[getattr(torch.ops.lookuplinear, name).default] = twin
     return table
+
+
+# ---- the host operators ----------------------------------------------------------------------
+# Strings, texts, offsets read on the host and a solver's state: CPU kernels (the C++ ones, else
+# these twins), no autograd, never in a recorded graph (the eager functions run the twins while
+# one is recorded). Fakes where the output's shape follows from the inputs' (none is needed
+# where it is data-dependent: count_rows, drop_entries; or not a tensor: offsets_ok,
+# dual_cd_epoch).
+
+#: the host operators' schemas, as the second block of ``csrc/ops.cpp`` defines them
+HOST_SCHEMAS = (
+    "murmur3_32(Tensor data, Tensor starts) -> Tensor",
+    "splitmix64(Tensor keys) -> Tensor",
+    "ngram_bucket(Tensor hashes, int buckets) -> Tensor",
+    "renumber_ids(Tensor(a!) ids) -> ()",
+    "count_rows(Tensor ids, Tensor doc_ptr, Tensor column, Tensor text, Tensor starts, "
+    "int word_ngrams, int buckets, int n_words, ScalarType index_dtype) -> "
+    "(Tensor, Tensor, Tensor)",
+    "offsets_ok(Tensor offsets, int nnz, bool include_last=True) -> bool",
+    "drop_entries(Tensor indices, Tensor offsets, int value) -> (Tensor, Tensor, Tensor)",
+    "dual_cd_epoch(Tensor(a!) weight, Tensor(b!) bias, Tensor indptr, Tensor indices, "
+    "Tensor data, Tensor(c!) order, int n_active, Tensor qdiag, Tensor target, Tensor diag, "
+    "Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)",
+)
+if not CPP:
+    for _schema in HOST_SCHEMAS:
+        LIB.define(_schema)
+
+
+def _offsets_ok_twin(offsets: torch.Tensor, nnz: int, include_last: bool = True) -> bool:
+    return _inputs._torch_offsets_ok(offsets, nnz, include_last)
+
+
+#: each host operator's twin, its CPU kernel where the C++ operators are not loaded
+HOST_TWINS: dict[str, Callable[..., Any]] = {
+    "murmur3_32": _hashing.murmur3_segments,
+    "splitmix64": _hashing.splitmix64,
+    "ngram_bucket": _hashing.ngram_bucket,
+    "renumber_ids": _ngrams.renumber_twin,
+    "count_rows": _ngrams.count_rows_twin,
+    "offsets_ok": _offsets_ok_twin,
+    "drop_entries": _inputs.drop_entries_twin,
+    "dual_cd_epoch": _dualcd.dual_cd_twin,
+}
+for _name, _twin in HOST_TWINS.items():
+    _impl(_name, _twin, "CPU")
+
+
+@_fake("murmur3_32")
+def _murmur3_32_fake(data: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    return starts.new_empty((starts.shape[0] - 1,), dtype=torch.int64)
+
+
+@_fake("splitmix64")
+def _splitmix64_fake(keys: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(keys, dtype=torch.int64)
+
+
+@_fake("ngram_bucket")
+def _ngram_bucket_fake(hashes: torch.Tensor, buckets: int) -> torch.Tensor:
+    return torch.empty_like(hashes, dtype=torch.int64)
+
+
+@_fake("renumber_ids")
+def _renumber_ids_fake(ids: torch.Tensor) -> None:
+    return None
