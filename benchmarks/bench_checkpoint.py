@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             first = time.perf_counter() - t
             times, sizes = [], []
             for x in batches[1:]:
+                opt.zero_grad()
                 layer(x).sum().backward()
                 t = time.perf_counter()
                 ckpt.save()

@@ -132,6 +132,7 @@ def test_a_save_costs_the_rows_that_changed(tmp_path: Path) -> None:
     layer(torch.tensor([1, 2, 3])).sum().backward()
     ckpt.save()
     base = max((tmp_path / "ckpt").glob("seg-*"), key=lambda p: p.stat().st_mtime_ns)
+    opt.zero_grad()
     layer(torch.tensor([5, 3])).sum().backward()
     ckpt.save()
     manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
@@ -146,6 +147,7 @@ def test_compaction_bounds_the_chain(tmp_path: Path) -> None:
     opt = optim.SGD(layer.parameters(), lr=0.1, fused=True)
     ckpt = Checkpoint(tmp_path / "ckpt", layer, opt, compact_ratio=1.5)
     for step in range(60):
+        opt.zero_grad()
         layer(torch.tensor([step % 7, 500 + step % 3])).sum().backward()
         ckpt.save(step=step)
         manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
@@ -154,6 +156,7 @@ def test_compaction_bounds_the_chain(tmp_path: Path) -> None:
         assert listed == on_disk  # replaced segments are deleted
         assert sum(s["bytes"] for s in manifest["segments"]) < 1.5 * 1000 * 4 * 4 + 20_000
     saved = layer.weight.detach().clone()
+    opt.zero_grad()
     layer(torch.tensor([1])).sum().backward()
     assert ckpt.restore() == {"step": 59}
     assert torch.equal(layer.weight, saved)
@@ -171,6 +174,7 @@ def test_a_collection_saves_its_tables_by_rows(tmp_path: Path) -> None:
     def step(i: int) -> None:
         kb = KeyedBags.from_dict({"u": [[i, i + 1], [7]], "item": [[i * 3 % 200], []],
                                   "ids": [[10**12 + i], [i * 999]]})
+        opt.zero_grad()
         coll(kb).values().pow(2).sum().backward()
 
     step(0)
@@ -271,9 +275,11 @@ def test_a_billion_row_table_in_a_file_checkpoints_its_touched_rows(tmp_path: Pa
     ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
     layer(torch.tensor([5, 10**9 - 1])).sum().backward()
     ckpt.save(step=0)
+    opt.zero_grad()
     layer(torch.tensor([7, 5])).sum().backward()
     ckpt.save(step=1)
     kept = layer.weight[[5, 7, 10**9 - 1]].detach().clone()
+    opt.zero_grad()
     layer(torch.tensor([8, 5])).sum().backward()
     assert ckpt.restore() == {"step": 1}
     assert torch.equal(layer.weight[[5, 7, 10**9 - 1]], kept)

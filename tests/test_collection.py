@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unchanged import assert_unchanged, snapshot
 
 from lookuplinear import (
     Bags,
@@ -276,6 +277,42 @@ def test_check_equivalence_changes_nothing():
     for k, v in col.state_dict().items():
         assert torch.equal(v, before[k])
     assert all(p.grad is None for p in col.parameters()) and not opt.state
+
+
+@pytest.mark.parametrize("wrt", ["weights", "tables"])
+def test_autograd_grad_moves_no_fused_table(wrt):
+    """``torch.autograd.grad`` through a collection whose tables a fused optimizer updates
+    (every group in one call, or a lookup per group for weighted bags) accumulates nothing:
+    the tables and the optimizer state stay as they were to the bit and the gradient is the
+    unfused collection's; ``backward()`` then trains as unfused."""
+    cols, opts = [], []
+    for fused in (False, True):
+        col = _collection(sparse=True)
+        opt = optim.Adam(col.parameters(), lr=0.05, fused=fused)
+        col(_batch()).values().pow(2).sum().backward()
+        opt.step()  # the optimizer state exists
+        cols.append(col)
+        opts.append(opt)
+    grads = []
+    for col, opt in zip(cols, opts, strict=True):
+        opt.zero_grad()
+        before = snapshot(col, opt)
+        kb = _batch(weighted=wrt == "weights")
+        targets = [kb.weights.requires_grad_()] if wrt == "weights" else list(col.parameters())
+        grads.append(torch.autograd.grad(col(kb).values().pow(2).sum(), targets))
+        assert_unchanged(before, col, opt)
+    for a, b in zip(*grads, strict=True):
+        if a.is_sparse:
+            a, b = a.coalesce(), b.coalesce()
+            assert torch.equal(a.indices(), b.indices()) and torch.equal(a.values(), b.values())
+        else:
+            assert torch.equal(a, b)
+    for col, opt in zip(cols, opts, strict=True):
+        opt.zero_grad()
+        col(_batch(weighted=True)).values().pow(2).sum().backward()
+        opt.step()
+    for a, b in zip(cols[0].parameters(), cols[1].parameters(), strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("opt_name", ["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from forms import DEVICES
 from torch import nn
+from unchanged import assert_unchanged, snapshot
 
-from lookuplinear import Bags, LookupLinear, optim
+from lookuplinear import Bags, FusedAccumulationWarning, LookupLinear, optim
 from lookuplinear.errors import InputValueError
 from lookuplinear.ops import use_backend
 
@@ -682,6 +683,124 @@ def test_fused_keeps_the_input_values_gradient() -> None:
     assert torch.equal(grads[0][1], grads[1][1])
 
 
+def _weighted_loss(layer: nn.Module, vals: torch.Tensor) -> torch.Tensor:
+    return layer(Bags(torch.tensor([3, 3, 7, 1]), torch.tensor([0, 2, 4]), vals)).pow(2).sum()
+
+
+def _same_sparse(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two row-sparse gradients hold the same rows and values, to the bit."""
+    a, b = a.coalesce(), b.coalesce()
+    return torch.equal(a.indices(), b.indices()) and torch.equal(a.values(), b.values())
+
+
+@pytest.mark.parametrize("how", ["grad per_sample_weights", "grad weight",
+                                 "backward inputs=per_sample_weights"])
+def test_a_gradient_not_accumulated_into_a_fused_table_moves_nothing(how: str) -> None:
+    """``torch.autograd.grad`` (and ``backward(inputs=...)`` without the table) accumulates
+    nothing into the table: with a fused optimizer bound to it, the table and the optimizer
+    state stay as they were to the bit, and the gradient is the unfused layer's (as
+    ``nn.EmbeddingBag`` with ``SparseAdam`` does). ``backward()`` then trains as unfused."""
+    layers, opts = [], []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, sparse=True)
+        opt = optim.Adam(layer.parameters(), lr=0.1, fused=fused)
+        _weighted_loss(layer, torch.tensor([0.5, 2.0, 1.0, -1.0])).backward()
+        opt.step()  # the optimizer state exists
+        layers.append(layer)
+        opts.append(opt)
+    grads = []
+    for layer, opt in zip(layers, opts, strict=True):
+        opt.zero_grad()
+        before = snapshot(layer, opt)
+        vals = torch.tensor([0.5, 2.0, 1.0, -1.0], requires_grad=True)
+        loss = _weighted_loss(layer, vals)
+        if how == "grad weight":
+            grads.append(torch.autograd.grad(loss, [layer.weight])[0])
+        elif how == "grad per_sample_weights":
+            grads.append(torch.autograd.grad(loss, [vals])[0])
+        else:
+            loss.backward(inputs=[vals])
+            grads.append(vals.grad)
+            assert layer.weight.grad is None
+        assert_unchanged(before, layer, opt)
+    unfused, fused = grads
+    assert _same_sparse(unfused, fused) if how == "grad weight" else torch.equal(unfused, fused)
+    for layer, opt in zip(layers, opts, strict=True):
+        opt.zero_grad()
+        _weighted_loss(layer, torch.tensor([1.0, -2.0, 0.5, 3.0])).backward()
+        opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(layers[0].parameters(), layers[1].parameters(),
+                                                 strict=True))
+    assert torch.equal(opts[0].state[layers[0].weight]["exp_avg_sq"],
+                       opts[1].state[layers[1].weight]["exp_avg_sq"])
+
+
+def test_backward_inputs_naming_a_fused_table_updates_it() -> None:
+    """``backward(inputs=[table])`` accumulates into the table: the fused optimizer updates it,
+    as ``fused=False``'s step applies the stored gradient."""
+    weights = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, sparse=True)
+        opt = optim.Adagrad(layer.parameters(), lr=0.1, fused=fused)
+        _weighted_loss(layer, torch.tensor([0.5, 2.0, 1.0, -1.0])).backward(
+            inputs=[layer.weight])
+        assert layer.bias.grad is None
+        opt.step()
+        weights.append(layer.weight.detach().clone())
+    assert torch.equal(*weights)
+
+
+def _two_segments(layers: list[LookupLinear], x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    from torch.utils.checkpoint import checkpoint
+
+    return sum(checkpoint(lambda t, m=m: m(x) * t, h, use_reentrant=True).sum()
+               for m in layers)
+
+
+def _nested_segments(layers: list[LookupLinear], x: torch.Tensor, h: torch.Tensor
+                     ) -> torch.Tensor:
+    from torch.utils.checkpoint import checkpoint
+
+    a, b = layers
+    return checkpoint(lambda t: _two_segments([a], x, t) * t + b(x), h, use_reentrant=True).sum()
+
+
+@pytest.mark.parametrize("forward", ["plain", "reentrant checkpoints", "nested checkpoints"])
+def test_a_second_backward_before_step_warns_once(forward: str) -> None:
+    """Two backward passes without ``step()``/``zero_grad()`` between them: a fused optimizer
+    updates twice where ``torch.optim`` applies the summed gradient once, so it warns, once,
+    naming the line that called ``backward()``. One ``backward()`` that runs reentrant
+    checkpoints' backward passes inside it (each updating at its own end) counts once."""
+    torch.manual_seed(0)
+    layers = [LookupLinear(V, D, bias=False, sparse=True) for _ in range(2)]
+    opt = optim.Adagrad([p for m in layers for p in m.parameters()], lr=0.1, fused=True)
+    x, h = torch.tensor([1, 2, 3]), torch.ones(3, D, requires_grad=True)
+
+    def loss() -> torch.Tensor:
+        if forward == "plain":
+            return sum(m(x).pow(2).sum() for m in layers)
+        return (_two_segments if forward.startswith("reentrant") else _nested_segments)(
+            layers, x, h)
+
+    for reset in (opt.zero_grad, opt.step, opt.zero_grad):
+        reset()
+        loss().backward()  # the first update since: no warning (the suite raises one)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss().backward()
+        loss().backward()
+    assert [w.category for w in caught] == [FusedAccumulationWarning]
+    assert caught[0].filename == __file__
+    assert "fused=False to accumulate gradients" in str(caught[0].message)
+    assert opt.state[layers[0].weight]["step"] == 5  # each backward updated
+    plain = LookupLinear(V, D, sparse=True)
+    optim.Adagrad(plain.parameters(), lr=0.1)
+    for _ in range(2):
+        plain(x).sum().backward()  # fused=False accumulates: no warning (the suite raises one)
+
+
 def test_fused_works_on_the_torch_op_path_too() -> None:
     """A bfloat16 table (no C kernel) is updated in backward too, as the unfused step does."""
     runs = []
@@ -969,8 +1088,8 @@ def test_a_second_fused_optimizer_is_refused_and_the_first_stays_bound() -> None
     x = torch.tensor([4])
     for zero_grad in (True, False):
         w = layer.weight.detach().clone()
+        first.zero_grad()
         if zero_grad:
-            first.zero_grad()
             second.zero_grad()
         layer(x).sum().backward()
         assert layer.weight.grad is None
@@ -991,6 +1110,7 @@ def test_a_second_fused_optimizer_is_refused_and_the_first_stays_bound() -> None
     layer(x).sum().backward()
     assert torch.allclose(w - layer.weight.detach(), 0.1 * torch.eye(V)[4].unsqueeze(1))
     fourth.load_state_dict(fourth.state_dict())  # loading keeps its own binding
+    fourth.zero_grad()
     layer(x).sum().backward()
     assert layer.weight.grad is None
 

@@ -29,6 +29,7 @@ def test_only_the_in_backward_marker_is_set_on_parameters(tmp_path: Path) -> Non
     ckpt = Checkpoint(tmp_path / "ckpt", model, opt)
     for step in range(4):  # new IDs evict rows of a 2-row map: their state restarts
         kb = KeyedBags.from_dict({"ids": [[10 * step], [10 * step + 1]], "f": [[step], [1]]})
+        opt.zero_grad()
         (col(kb).values().sum() + layer(torch.tensor([step, 3])).sum()).backward()
         ckpt.save(step=step)
     assert col.id_maps["ids"].evicted.numel() > 0

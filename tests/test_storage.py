@@ -214,7 +214,8 @@ def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> Non
     for step in range(6):
         kb = KeyedBags.from_dict({"u": [[step, 299], []], "i": [[step * 7 % 200], [3]],
                                   "j": [[1, 1], [step]]})
-        for coll in (filed, memory):
+        for coll, opt in zip((filed, memory), opts, strict=True):
+            opt.zero_grad()
             coll(kb).values().pow(2).sum().backward()
         if step == 3:
             ckpt.save(step=step)

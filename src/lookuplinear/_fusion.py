@@ -16,6 +16,14 @@ instead of storing it. The update is deferred to the end of the backward pass
   the tables of a dtype, whatever their widths);
 * nothing is updated when the backward fails part way (the callback never runs).
 
+Only a backward that accumulates into the table hands its gradient over: ``loss.backward()``,
+or ``backward(inputs=...)`` naming the table. ``torch.autograd.grad`` (which returns gradients
+and accumulates none) and ``backward(inputs=...)`` without the table get the ordinary row-sparse
+gradient, as without the optimizer, and nothing moves. The optimizer's queue counts the
+outermost backward passes that updated its tables since its last ``step()`` or ``zero_grad()``
+and warns (:class:`~lookuplinear.errors.FusedAccumulationWarning`) at the second: that loop
+accumulates gradients, which an update in every backward does not.
+
 A table has at most one such optimizer: :func:`bind` refuses a second while the first is alive
 (an optimizer that is garbage-collected, or whose ``unbind()`` ran, lets another bind).
 A binding refers to the optimizer and the parameter weakly. It does not survive ``deepcopy``
@@ -26,13 +34,16 @@ binds its parameters again when it is copied or unpickled itself.
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 import weakref
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 import torch
 
-from .errors import InputValueError
+from .errors import FusedAccumulationWarning, InputValueError
 
 __all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updates", "bind",
            "binding", "bound_to", "check_free", "reserve", "unbind"]
@@ -53,44 +64,102 @@ class FusedOptimizer(Protocol):
 
     _backward_queue: BackwardQueue
 
-    def _apply_fused(self, updates: Updates) -> None:
+    def _apply_fused(self, updates: Updates) -> bool:
+        """Apply ``updates``; whether a table was updated (not one unbound since, whose
+        gradient is stored instead)."""
         ...
 
 
 class _Backward:
-    """The gradients one optimizer's tables received in one backward pass. Only the callback
-    queued on that backward holds it: a backward that fails drops it with its callbacks."""
+    """The gradients one optimizer's tables received in one backward pass, and whether a
+    backward run inside it (a reentrant checkpoint's) updated them. Only the callback queued on
+    that backward holds it: a backward that fails drops it with its callbacks."""
 
-    __slots__ = ("__weakref__", "updates")
+    __slots__ = ("__weakref__", "inner", "updates")
 
     def __init__(self) -> None:
         self.updates: dict[int, tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = {}
+        self.inner = False
 
 
 class BackwardQueue:
     """An optimizer's open backward passes (a backward may run inside another, as a reentrant
-    checkpoint's does), each flushed by one call to the optimizer at its end. The optimizer
-    owns it (``_backward_queue``)."""
+    checkpoint's does), each flushed by one call to the optimizer at its end, and the number of
+    outermost backward passes that updated its tables since :meth:`reset` (the optimizer's
+    ``step()`` and ``zero_grad()``). The optimizer owns it (``_backward_queue``)."""
 
-    __slots__ = ("_open", "_optimizer")
+    __slots__ = ("_open", "_optimizer", "updated")
 
     def __init__(self, optimizer: FusedOptimizer) -> None:
         self._optimizer = weakref.ref(optimizer)
         self._open: weakref.WeakValueDictionary[int, _Backward] = weakref.WeakValueDictionary()
+        #: outermost backward passes that updated a table since the last reset
+        self.updated = 0
 
     def add(self, task: int, param: torch.Tensor, lookup: Any, grad_out: torch.Tensor) -> None:
+        self._pending(task).updates.setdefault(id(param), (param, []))[1].append(
+            (lookup, grad_out))
+
+    def reset(self) -> None:
+        """A ``step()`` or ``zero_grad()``: the next backward's update is the first again."""
+        self.updated = 0
+
+    def _pending(self, task: int) -> _Backward:
+        """The backward pass ``task``'s entry, opened (its flush queued) on first use."""
         pending = self._open.get(task)
         if pending is None:
             pending = self._open[task] = _Backward()
             torch.autograd.Variable._execution_engine.queue_callback(
                 functools.partial(self._flush, task, pending))
-        pending.updates.setdefault(id(param), (param, []))[1].append((lookup, grad_out))
+        return pending
 
     def _flush(self, task: int, pending: _Backward) -> None:
         self._open.pop(task, None)
         opt = self._optimizer()
-        if opt is not None and pending.updates:
-            opt._apply_fused(list(pending.updates.values()))
+        if opt is None:
+            return
+        updated = bool(pending.updates) and opt._apply_fused(list(pending.updates.values()))
+        if updated or pending.inner:
+            self._count(opt)
+
+    def _count(self, opt: FusedOptimizer) -> None:
+        """Count a backward pass that updated a table: the outermost one. A backward that runs
+        inside another's node (a reentrant checkpoint's) marks the enclosing backward instead,
+        once that node is done, so one ``loss.backward()`` counts once however many such
+        backward passes it runs."""
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            done: list[bool] = []
+
+            def mark(*_: Any) -> None:  # runs in the enclosing backward, as its node ends
+                if not done:
+                    done.append(True)
+                    self._pending(torch._C._current_graph_task_id()).inner = True
+
+            node.register_hook(mark)
+            return
+        self.updated += 1
+        if self.updated == 2:
+            warnings.warn(
+                f"{_name(opt)}, a fused=True optimizer, updated its tables in a second "
+                "backward since its last step() or zero_grad(): a fused=True optimizer "
+                "updates its tables in every backward, so gradients are not accumulated "
+                "(torch.optim would apply their sum once, in step()). Call opt.zero_grad() "
+                "or opt.step() between backwards, or use fused=False to accumulate gradients.",
+                FusedAccumulationWarning, stacklevel=_caller_level())
+
+
+#: the files whose frames a warning skips to name the line that called backward()
+_INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+
+
+def _caller_level() -> int:
+    """``warnings.warn``'s ``stacklevel`` for the first frame outside torch and lookuplinear
+    (the ``backward()`` call) from the function that calls this one."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class FusedBinding:
@@ -110,16 +179,28 @@ class FusedBinding:
         """The optimizer, or None once it is gone."""
         return None if self._optimizer is None else self._optimizer()
 
-    def defer(self, lookup: Any, grad_out: torch.Tensor) -> bool:
+    def defer(self, node: Any, lookup: Any, grad_out: torch.Tensor) -> bool:
         """Keep ``(lookup, grad_out)`` for the update at the end of this backward; False (nothing
-        kept) if the optimizer or the parameter is gone or no backward is running."""
+        kept: the caller returns the gradient) if the optimizer or the parameter is gone, or
+        the running backward does not accumulate into the parameter (``node``: its
+        ``AccumulateGrad``, where the lookup's gradient edge leads)."""
         opt = self.optimizer
         param = None if self._param is None else self._param()
-        task = torch._C._current_graph_task_id()
-        if opt is None or param is None or task < 0:
+        if opt is None or param is None or not _accumulates(node):
             return False
-        opt._backward_queue.add(task, param, lookup, grad_out)
+        opt._backward_queue.add(torch._C._current_graph_task_id(), param, lookup, grad_out)
         return True
+
+
+def _accumulates(node: Any) -> bool:
+    """Whether the backward running now runs ``node``, a parameter's ``AccumulateGrad``: True in
+    ``loss.backward()`` and in ``backward(inputs=...)`` naming the parameter; False in
+    ``torch.autograd.grad`` and in ``backward(inputs=...)`` without it, and outside a
+    backward."""
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:  # autograd.grad() returns this parameter's gradient (torch refuses
+        return False      # the question for a leaf it captures): nothing is accumulated
 
 
 class Reserved(FusedBinding):

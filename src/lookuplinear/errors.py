@@ -36,6 +36,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "DeviceMismatchError",
     "DtypeMismatchError",
+    "FusedAccumulationWarning",
     "InputTypeError",
     "InputValueError",
     "LookupIndexError",
@@ -119,3 +120,15 @@ class CheckpointNotFoundError(LookupLinearError, FileNotFoundError):
 
 class TrainingDivergedError(LookupLinearError, FloatingPointError):
     """The training loss became NaN or infinite (the learning rate is too high for the data)."""
+
+
+class FusedAccumulationWarning(UserWarning):
+    """A ``fused=True`` optimizer updated its tables in a second ``backward`` since its last
+    ``step()`` or ``zero_grad()``.
+
+    Such an optimizer updates its tables inside every backward, so two backward passes apply two
+    updates where ``torch.optim`` would apply their summed gradient once, in ``step()``. Call
+    ``opt.zero_grad()`` or ``opt.step()`` between backward passes, or build the optimizer with
+    ``fused=False`` to accumulate gradients. Warned once until the next ``step()`` or
+    ``zero_grad()``.
+    """

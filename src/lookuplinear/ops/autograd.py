@@ -15,7 +15,8 @@ touched row once::
     offsets = [0, 2, 3]   ->   grad values = [g[0], g[0] + g[1]]     (g = grad_out)
 
 A table bound to a ``fused=True`` optimizer (:mod:`lookuplinear._fusion`) stores no gradient:
-the optimizer takes ``grad_out`` and updates the rows at the end of the backward.
+in a backward that accumulates into it, the optimizer takes ``grad_out`` and updates the rows
+at the end of the backward; ``torch.autograd.grad`` gets the coalesced gradient.
 """
 
 from __future__ import annotations
@@ -52,18 +53,21 @@ def row_sparse_grad(
 def weight_grad(
     param: torch.Tensor, weight: torch.Tensor, g: torch.Tensor, indices: torch.Tensor,
     offsets: torch.Tensor | None = None, per_sample_weights: torch.Tensor | None = None,
-    padding_idx: int | None = None,
+    padding_idx: int | None = None, *, node: Any,
 ) -> torch.Tensor | None:
     """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup of ``indices``
     (``offsets``, ``per_sample_weights``, ``padding_idx``: as :func:`~lookuplinear.ops.group_rows`
     takes them) whose output rows have the gradient ``g`` (``(rows, dim)``), in a backward:
-    coalesced, or taken by the ``fused=True`` optimizer bound to ``param`` (None returned), or
-    one row per entry with its graph under ``create_graph=True``."""
+    coalesced, or taken by the ``fused=True`` optimizer bound to ``param`` (None returned) where
+    this backward accumulates into ``param`` (``node``: the node the lookup's gradient edge to
+    ``param`` leads to, its ``AccumulateGrad``), or one row per entry with its graph under
+    ``create_graph=True``."""
     shape = tuple(weight.shape)
     fused = binding(param)
     if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
         return entry_grads(indices, offsets, per_sample_weights, padding_idx, g, shape)
-    if fused is not None and fused.defer((indices, offsets, per_sample_weights, padding_idx), g):
+    if fused is not None and fused.defer(
+            node, (indices, offsets, per_sample_weights, padding_idx), g):
         # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
         # checkpoint) here which rows the fused update changes
         notify(param, indices)
@@ -116,7 +120,7 @@ class _BagLookup(torch.autograd.Function):
                                                    ctx.padding_idx)
         if ctx.needs_input_grad[0]:
             grad_weight = weight_grad(ctx.param, weight, g, indices, offsets, weights,
-                                      ctx.padding_idx)
+                                      ctx.padding_idx, node=ctx.next_functions[0][0])  # weight's
         return grad_weight, None, None, grad_weights, None, None
 
 
@@ -228,11 +232,12 @@ class GroupLookups(torch.autograd.Function):
         shapes = [(f * ctx.n, w.shape[1]) if fm else (ctx.n, f * w.shape[1])
                   for (fm, f), w in zip(ctx.kinds, weights, strict=True)]
         parts = _apart(grad, ctx.segs, ctx.kinds, shapes, ctx.n)
+        edges = ctx.next_functions[-len(weights):]  # the tensor inputs' edges end with the tables'
         grads = [
-            weight_grad(param, w, part.reshape(-1, w.shape[1]), idx, off)
+            weight_grad(param, w, part.reshape(-1, w.shape[1]), idx, off, node=edge[0])
             if ctx.needs_input_grad[7 + i] else None
-            for i, (idx, off, w, param, part) in enumerate(
-                zip(ctx.indices, ctx.offsets, weights, ctx.params, parts, strict=True))
+            for i, (idx, off, w, param, part, edge) in enumerate(
+                zip(ctx.indices, ctx.offsets, weights, ctx.params, parts, edges, strict=True))
         ]
         return (None, None, None, None, None, None, None, *grads)
 

@@ -193,7 +193,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             _fusion.unbind(group["params"], self)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """As ``torch.optim.Optimizer.zero_grad``."""
+        """As ``torch.optim.Optimizer.zero_grad``. With ``fused=True`` the next backward's
+        update is the first again (a second one before ``step()`` or ``zero_grad()`` warns:
+        :class:`~lookuplinear.FusedAccumulationWarning`)."""
+        self._backward_queue.reset()
         _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -401,9 +404,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         return state
 
     @torch.no_grad()
-    def _apply_fused(self, updates: Updates) -> None:
+    def _apply_fused(self, updates: Updates) -> bool:
         """Update each table of ``updates`` from the ``(lookup, grad_out)`` of every use of it
-        in one backward.
+        in one backward; whether one was updated (a table unbound since stores its gradient).
 
         A table used once: the C kernel groups its rows and updates each as soon as its
         gradient is summed, all such tables of a dtype in one call. Used several times: each
@@ -438,6 +441,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             assert group is not None
             rows, values = row_sparse_parts(self._summed_grad(p, pending))
             self._sparse_update(p, rows, values, self.state[p], group)
+        return bool(tables or rest)
 
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
@@ -460,6 +464,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """One update of every parameter that has a gradient; returns ``closure()``'s loss."""
+        self._backward_queue.reset()
         loss = None
         if closure is not None:
             with torch.enable_grad():
