@@ -1,4 +1,5 @@
-"""Names every doctest in src/ may use; torch's thread count restored after each test."""
+"""Names every doctest in src/ may use; torch's thread count restored after each test, and a
+test that leaves grad mode off fails."""
 
 import numpy as np
 import pytest
@@ -20,3 +21,13 @@ def _restore_threads() -> object:
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _grad_mode_kept(request: pytest.FixtureRequest) -> object:
+    """A test that leaves autograd off (a ``no_grad`` entered and never left) fails itself,
+    instead of every later test in its process."""
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        pytest.fail(f"{request.node.nodeid} left torch's grad mode disabled")

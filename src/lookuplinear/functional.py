@@ -525,9 +525,11 @@ _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
 
 def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> bool:
     """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
-    already dropped (a graph that is recorded records the kernel's operator,
-    :mod:`lookuplinear.ops.library`)."""
-    return padding_idx is None and bags.indices.is_cpu and weight.dtype in _NUMPY_DTYPE
+    already dropped (a graph that ``torch.compile`` or ``torch.export`` records records the
+    kernel's operator, :mod:`lookuplinear.ops.library`); not while ``torch.jit.trace``
+    records (its graph and ONNX export hold ATen's ops) or with ``LOOKUPLINEAR_BACKEND=torch``."""
+    return (padding_idx is None and bags.indices.is_cpu and weight.dtype in _NUMPY_DTYPE
+            and not torch.jit.is_tracing() and not torch_only())
 
 
 def _folds_mode(

@@ -198,10 +198,8 @@ def _bag_lookup_twin(weight: torch.Tensor, indices: torch.Tensor,
                      include_last_offset: bool = True) -> torch.Tensor:
     """``bag_lookup`` with torch ops (its weight gradient, differentiated by autograd, is dense:
     the operator's own backward gives the sparse one)."""
-    if offsets is None:  # the rows written into a new tensor: an operator returns no view
-        out = weight.new_empty((*indices.shape, weight.shape[1]))
-        torch.index_select(weight, 0, indices.reshape(-1), out=out.view(-1, weight.shape[1]))
-        return out
+    if offsets is None:
+        return torch.embedding(weight, indices, -1 if padding_idx is None else padding_idx)
     return torch.embedding_bag(weight, indices, offsets, False, 0, False, weights,
                                include_last_offset, padding_idx)[0]
 
@@ -215,12 +213,18 @@ def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
     try:
         out = gather_rows(weight, indices) if offsets is None else None
         if out is None:
-            out = _bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
-                                   include_last_offset=include_last_offset)
+            out = _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+                                            include_last_offset=include_last_offset))
     except (IndexError, RuntimeError):
         _check_range(indices, weight.shape[0])
         raise
     return out
+
+
+def _no_view(out: torch.Tensor) -> torch.Tensor:
+    """``out``, copied if it is a view (an index lookup of N-D indices is one of its rows):
+    an operator's output that is a view takes no in-place op (a bias added in place)."""
+    return out.clone() if out._is_view() else out
 
 
 def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
@@ -228,8 +232,8 @@ def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
                       padding_idx: int | None = None, *,
                       include_last_offset: bool = True) -> torch.Tensor:
     try:
-        return _bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
-                                include_last_offset=include_last_offset)
+        return _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+                                         include_last_offset=include_last_offset))
     except (IndexError, RuntimeError):
         _check_range(indices, weight.shape[0])
         raise
