@@ -98,7 +98,10 @@ def values_known() -> bool:
 
 def torch_only() -> bool:
     """Whether the backend in force is ``torch`` (torch ops everywhere, no C kernel), asked
-    without resolving ``auto``: one context-variable read."""
+    without resolving ``auto``: one context-variable read. False while ``torch.compile`` or
+    ``torch.export`` records a graph, which records the operators whatever the backend."""
+    if torch.compiler.is_compiling():
+        return False
     return _chosen.get() == "torch"
 
 
