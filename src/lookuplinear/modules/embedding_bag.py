@@ -179,6 +179,17 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         LookupIndexError
             An index outside ``[0, num_embeddings)``.
         """
+        params = self._parameters  # read as LookupLinear.forward reads it (no __getattr__)
+        weight = cast(torch.Tensor, params["weight"] if "weight" in params else self.weight)  # noqa: SIM401
+        if (type(input) is torch.Tensor and offsets is not None and per_sample_weights is None
+                and input.dim() == 1 and input.layout is torch.strided and not input.is_nested
+                and (input.dtype is torch.int64 or input.dtype is torch.int32)
+                and self.max_norm is None and not self.scale_grad_by_freq):
+            # DLRM's call, (indices, offsets): nothing for bag_input to convert or check; its
+            # Python costs show beside a small lookup (bench_dlrm.py)
+            return lookup_linear(input, weight, mode=cast(Mode, self.mode),
+                                 padding_idx=self.padding_idx, offsets=offsets, sparse=self.sparse,
+                                 include_last_offset=self.include_last_offset)
         if self.scale_grad_by_freq:  # a gradient lookuplinear's lookup does not compute
             if not isinstance(input, torch.Tensor):
                 raise InputTypeError(
