@@ -1252,16 +1252,19 @@ def test_min_count_label_drops_rare_labels_and_their_lines(
     assert load_model(model.with_suffix(".bin")).labels == ["__label__neg", "__label__pos"]
 
 
-def _check_predict_as_fasttext(predict: object) -> None:
+def _check_predict_as_fasttext(predict: object, learned: bool = True) -> None:
     """What fastText's model.predict returns (python/fasttext_module/fasttext/FastText.py):
     a str gives (tuple of labels, float64 array), a list ([labels...] per line, float32 array
     per line); k=-1 every label; a threshold no label reaches gives ((), empty array); k=0
-    and a newline are ValueErrors."""
+    and a newline are ValueErrors. ``learned``: the model also ranks the two test lines as
+    their words say (fastText's own training here is too erratic to hold it to that)."""
     labels, probs = predict("a great film , truly great")  # type: ignore[operator]
-    assert labels == ("__label__pos",) and isinstance(labels, tuple)
+    assert isinstance(labels, tuple) and len(labels) == 1
+    assert labels == ("__label__pos",) or not learned
     assert isinstance(probs, np.ndarray) and probs.dtype == np.float64 and probs.shape == (1,)
     labels, probs = predict("a great film , truly great", k=-1)  # type: ignore[operator]
-    assert labels == ("__label__pos", "__label__neg") and probs[0] >= probs[1]
+    assert sorted(labels) == ["__label__neg", "__label__pos"] and probs[0] >= probs[1]
+    assert labels == ("__label__pos", "__label__neg") or not learned
     assert abs(float(probs.sum()) - 1) < 1e-3
     # a threshold above the best label's probability (fastText reports p + 1e-05 and compares
     # p): nothing; "unknown words" leaves fastText only its end-of-line row, rarely certain
@@ -1271,7 +1274,7 @@ def _check_predict_as_fasttext(predict: object) -> None:
         assert labels == () and probs.dtype == np.float64 and probs.shape == (0,)
     many, per_line = predict(["a great film", "bad and boring"], k=2)  # type: ignore[operator]
     assert isinstance(many, list) and all(isinstance(x, list) for x in many)
-    assert [x[0] for x in many] == ["__label__pos", "__label__neg"]
+    assert [x[0] for x in many] == ["__label__pos", "__label__neg"] or not learned
     assert isinstance(per_line, list) and all(p.dtype == np.float32 and p.shape == (2,)
                                               for p in per_line)
     with pytest.raises(ValueError, match="one line at a time"):
@@ -1309,7 +1312,7 @@ def test_fasttexts_own_predict_answers_as_the_check_says(ft_file: Path) -> None:
             assert "NaN" in str(e)
     else:
         pytest.skip("fastText's training stopped on its NaN check 10 times in a row")
-    _check_predict_as_fasttext(ft.predict)
+    _check_predict_as_fasttext(ft.predict, learned=False)
     # fastText's sentence vector of a supervised model: the mean of its line's input rows
     # (words and the end-of-line token; no n-grams at these settings), as print-sentence-vectors
     words = ["a", "great", "film"]
