@@ -4,8 +4,9 @@
 without ever building that matrix.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time each loads on first use
     from . import optim, parallel
@@ -92,18 +93,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lookuplinear' has no attribute {name!r}")
-    loaded = importlib.import_module(module, __name__)
-    value = loaded if name in ("optim", "parallel") else getattr(loaded, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, frozenset({"optim", "parallel"}))
 
 
 __version__ = "0.1.0"

@@ -9,8 +9,9 @@ first use: a model file read for prediction (``load_model(path, lazy=True)``) do
 scikit-learn.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._classifier import LookupClassifier
@@ -32,17 +33,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
 
 
 __all__ = ["FastTextModel", "LookupClassifier", "LookupNet", "LookupRegressor", "TextModel",
