@@ -193,9 +193,7 @@ def lookup_linear(
         and weight.is_cpu
         and weight.dim() == 2
     ):  # the common case in one place: its Python costs show beside a small lookup
-        # the operator (which checks the offsets itself): _eager_op, written out here
-        op = sparse and (torch.compiler.is_compiling() or (
-            binding(weight) is None and not torch.jit.is_tracing() and not torch_only()))
+        op = sparse and _eager_op(weight)  # the operator, which checks the offsets itself
         operands = _cpu_sum_operands(
             input, offsets, per_sample_weights, weight, include_last_offset, checked=op
         )
