@@ -37,25 +37,13 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
 
     model = load_text_model(args, "predict")
     data = read_input(args, need_labels=False, model=model)
-    lines = []
-    if hasattr(model, "top_k"):  # a model fastText wrote: its ranking, ties in its order
-        names, probs = model.top_k(data.texts, args.top, args.threshold)
-        for kept, p in zip(names, probs, strict=True):
-            lines.append(" ".join(f"{n} {v:.5f}" for n, v in zip(kept, p, strict=True))
-                         if args.prob else " ".join(kept))
-    else:
-        scores = model.scores(data.texts)
-        top = np.argsort(-scores, axis=1, kind="stable")[:, : args.top]
-        for row, best in zip(scores, top, strict=True):
-            kept_rows = [j for j in best if row[j] >= args.threshold]
-            if args.prob:
-                lines.append(" ".join(f"{model.labels[j]} {row[j]:.5f}" for j in kept_rows))
-            else:
-                lines.append(" ".join(model.labels[j] for j in kept_rows))
+    # the model's ranking (a model fastText wrote ranks as fastText, ties in its order)
+    names, probs = model.top_k(data.texts, args.top, args.threshold)
+    lines = [" ".join(f"{n} {v:.5f}" for n, v in zip(kept, p, strict=True)) if args.prob
+             else " ".join(kept) for kept, p in zip(names, probs, strict=True)]
     try:
         print("\n".join(lines))
         sys.stdout.flush()

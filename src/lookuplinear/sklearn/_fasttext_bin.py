@@ -308,26 +308,6 @@ class FastTextModel(TextModel):
         out[~has] = np.nan
         return out
 
-    def predict(self, text: str | list[str], k: int = 1, threshold: float = 0.0
-                ) -> tuple[Any, Any]:
-        """As :meth:`TextModel.predict`, ranked as fastText ranks (:meth:`top_k`: ties in its
-        order, its probabilities ``p + 1e-5``): what the ``fasttext`` module's
-        ``model.predict(text, k, threshold)`` returns for this file."""
-        from ..errors import InputValueError
-
-        lines = [text] if isinstance(text, str) else list(text)
-        if any("\n" in line for line in lines):
-            raise InputValueError(
-                "predict processes one line at a time (remove '\\n'); pass a list of lines "
-                "for several."
-            )
-        if k < 1 and k != -1:
-            raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
-        labels, probs = self.top_k(lines, len(self.labels) if k == -1 else k, threshold)
-        if isinstance(text, str):
-            return tuple(labels[0]), probs[0].astype(np.float64)
-        return labels, probs
-
     def top_k(self, texts: list[str], k: int = 1, threshold: float = 0.0
               ) -> tuple[list[list[str]], list[np.ndarray]]:
         """The ``k`` best labels of each text with probability >= ``threshold``, and their

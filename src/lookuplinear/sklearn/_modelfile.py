@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,6 +78,9 @@ PRUNED_VERSION = "3"
 READS = ("1", "2", "3")
 #: the tensor of a pruned vectorizer's hash buckets (``FastTextVectorizer.buckets_``)
 _BUCKETS = "vectorizer.buckets"
+#: the whitespace fastText splits a line at, kept (a captured group): dropping a label token
+#: leaves every other token as fastText and the vectorizer read it
+_SPACES = re.compile(r"([ \t\n\v\f\r\0]+)")
 
 
 class TextModel:
@@ -209,15 +213,23 @@ class TextModel:
                 "or labels=[]). Use estimator.predict on vectorizer.transform(texts)."
             )
         prefix = (self.input_format or {}).get("label") or "__label__"
-        texts = [" ".join(t for t in line.split() if not t.startswith(prefix)) for line in lines]
-        scores = self.scores(texts)
-        top = np.argsort(-scores, axis=1, kind="stable")[:, : len(self.labels) if k == -1 else k]
-        kept = [p[row[p] >= threshold] for row, p in zip(scores, top, strict=True)]
-        labels = [[self.labels[j] for j in p] for p in kept]
-        probs = [row[p].astype(np.float32) for row, p in zip(scores, kept, strict=True)]
+        texts = ["".join(t for t in _SPACES.split(line) if not t.startswith(prefix))
+                 for line in lines]
+        labels, probs = self.top_k(texts, len(self.labels) if k == -1 else k, threshold)
         if isinstance(text, str):
             return tuple(labels[0]), probs[0].astype(np.float64)
         return labels, probs
+
+    def top_k(self, texts: list[str], k: int = 1, threshold: float = 0.0
+              ) -> tuple[list[list[str]], list[np.ndarray]]:
+        """The ``k`` best labels of each text whose score reaches ``threshold``, best first
+        (equal scores in label order), and their scores (float32): the ranking of
+        :meth:`scores` that :meth:`predict` and ``lookuplinear predict`` give."""
+        scores = self.scores(texts)
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        kept = [p[row[p] >= threshold] for row, p in zip(scores, top, strict=True)]
+        labels = [[self.labels[j] for j in p] for p in kept]
+        return labels, [row[p].astype(np.float32) for row, p in zip(scores, kept, strict=True)]
 
     def sentence_vectors(self, texts: list[str]) -> np.ndarray:
         """Each text's vector as fastText's ``print-sentence-vectors`` gives a supervised
