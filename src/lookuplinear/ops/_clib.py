@@ -166,10 +166,11 @@ def function(name: str, variant: str = "") -> Any:
     return fn
 
 
-def scalars(kernel: str, values: Mapping[str, float]) -> list[float]:
+def scalars(kernel: str, values: Mapping[str, float], padded: bool = True) -> list[float]:
     """An optimizer kernel's scalars, given by name, in :data:`SCALARS` order as the C side
-    reads them: ``_N_SCALARS`` doubles (a float32 scalar is exact as a double, converted in
-    C). Raises ``ValueError`` naming the missing or unknown names."""
+    reads them: ``_N_SCALARS`` doubles (``padded``; else the kernel's own, as the operators
+    take them; a float32 scalar is exact as a double, converted in C). Raises ``ValueError``
+    naming the missing or unknown names."""
     names = SCALARS[kernel]
     if values.keys() != _SCALAR_NAMES[kernel]:
         missing = [n for n in names if n not in values]
@@ -177,7 +178,8 @@ def scalars(kernel: str, values: Mapping[str, float]) -> list[float]:
         raise ValueError(f"the {kernel} kernel reads the scalars {names}; missing {missing}, "
                          f"unknown {unknown}")
     # map, not a comprehension: this runs for every table in every fused step
-    return [*map(float, map(values.__getitem__, names))] + [0.0] * (_N_SCALARS - len(names))
+    own = [*map(float, map(values.__getitem__, names))]
+    return own + [0.0] * (_N_SCALARS - len(names)) if padded else own
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

@@ -17,17 +17,20 @@ and return False where those do not apply; the optimizer then runs its torch-op 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import torch
 
 from ._backend import use_c
-from ._clib import SCALARS, SUFFIXES, function, ptr, suffix
+from ._clib import _N_SCALARS, SCALARS, SUFFIXES, function, ptr, suffix
 from ._clib import scalars as c_scalars
+from ._errors import project_error
 
-__all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "gather_into", "gather_rows",
-           "group_rows", "update_rows"]
+__all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "fused_rows_c", "gather_into",
+           "gather_rows", "group_rows", "update_rows", "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -125,12 +128,6 @@ def _group_rows_torch(
     return rows, values.to(grad_out.dtype)
 
 
-def _params(kernel: str, scalars: Mapping[str, float]) -> ctypes.Array[ctypes.c_double]:
-    """An optimizer's scalars as the C kernel ``kernel`` reads them (:data:`._clib.SCALARS`)."""
-    values = c_scalars(kernel, scalars)
-    return (ctypes.c_double * len(values))(*values)
-
-
 def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
     return (
         weight.dim() == 2
@@ -140,6 +137,20 @@ def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
         and state.device.type == "cpu"
         and use_c(weight)
     )
+
+
+@functools.cache
+def _op(name: str) -> Any:
+    """``torch.ops.lookuplinear.<name>``, looked up once: the C++ operator where the extension
+    is loaded (its CPU kernel checks the operands, then runs the C kernel), else the same
+    schema registered from Python (:mod:`.library`: the same checks, the C kernel through
+    ctypes)."""
+    return getattr(torch.ops.lookuplinear, name).default
+
+
+def _mapped(e: Exception) -> Exception:
+    """The project's error for a C++ operator's builtin one (:func:`._errors.project_error`)."""
+    return project_error(e) or e
 
 
 def update_rows(
@@ -153,25 +164,44 @@ def update_rows(
     """Update ``weight``'s ``rows`` (unique) by the gradient rows ``values`` with the C kernel
     ``kernel`` (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
 
-    ``state`` is the optimizer state the kernel reads at its first element (its layout is the
-    optimizer's to check), ``scalars`` the kernel's parameters by name (:data:`._clib.SCALARS`).
+    ``state`` is the optimizer state in the kernel's layout (``lookuplinear::rows_update_``:
+    contiguous, SGD's momentum buffer or an empty tensor without momentum, Adagrad's sums,
+    row-wise Adagrad's, Adam's moments as ``(rows, 2 * dim)``), ``scalars`` the kernel's
+    parameters by name (:data:`._clib.SCALARS`). Runs the operator
+    ``lookuplinear::rows_update_``: bad operands raise the project's errors
+    (``InputValueError``, ``LookupIndexError``) and change nothing.
     """
     if not _table_ok(weight, state) or rows.device.type != "cpu":
         return False
-    rows = rows.to(torch.int64).contiguous()
-    values = values.to(weight.dtype).contiguous()
-    if values.shape != (rows.numel(), weight.shape[1]):
+    values = values.to(weight.dtype)
+    try:
+        _op("rows_update_")(weight, state, rows, values, kernel,
+                            c_scalars(kernel, scalars, False))
+    except (IndexError, ValueError) as e:
+        raise _mapped(e) from None
+    return True
+
+
+def update_rows_c(kernel: str, weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor,
+                  values: torch.Tensor, scalars: Sequence[float]) -> bool:
+    """The C kernel ``ll_rows_<kernel>`` on checked operands (:func:`._updates.check_update`,
+    :func:`._updates.check_rows`), in place; False (nothing done) where it does not take the
+    table (the C library, dtype, layout, device)."""
+    if not (_table_ok(weight, state) and state.is_contiguous() and rows.is_cpu
+            and values.is_cpu):
         return False
+    r = rows.to(torch.int64).contiguous()  # named: they live through the call
+    v = values.contiguous()
+    params = (ctypes.c_double * _N_SCALARS)(*scalars)
     fn = function(f"ll_rows_{kernel}", str(suffix(weight.dtype)))
-    fn(ptr(weight), ptr(state), ptr(rows), rows.numel(), ptr(values), weight.shape[1],
-       _params(kernel, scalars))
+    fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params)
     return True
 
 
 class FusedTable(NamedTuple):
     """One table's part of a fused update: a lookup's ``grad_out`` rows, the table ``weight``,
-    the optimizer ``state`` the kernel reads at its first element, the kernel's ``scalars`` by
-    name, and the lookup's input as :func:`group_rows` takes it."""
+    the optimizer ``state`` in the kernel's layout, the kernel's ``scalars`` by name, and the
+    lookup's input as :func:`group_rows` takes it."""
 
     grad_out: torch.Tensor
     weight: torch.Tensor
@@ -186,31 +216,66 @@ class FusedTable(NamedTuple):
 def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
     """:func:`group_rows` then :func:`update_rows` in one C pass, for several tables: each row
     is updated as soon as its gradient is summed (the same sums, the same update, so the same
-    bits). The tables of one dtype that the C kernels take are updated in one call, whatever
-    their widths. Returns, per table, whether it was updated; False: nothing was done to it
-    (the C kernels do not apply, or it ran out of memory), and the caller updates it another
-    way."""
+    bits). The tables the C kernels take are updated in one call of
+    ``lookuplinear::rows_fused_`` (of any widths and dtypes). Returns, per table, whether it was updated; False:
+    nothing was done to it (the C kernels do not apply), and the caller updates it another
+    way. Bad operands raise the project's errors, and no table is updated then."""
     taken = [False] * len(tables)
     if not use_c():  # the backend, asked once; each table's devices below
         return taken
+    chosen: list[FusedTable] = []
+    for i, t in enumerate(tables):
+        # _table_ok, written out: this loop runs per table per backward
+        weight, state = t.weight, t.state
+        if (SUFFIXES.get(weight.dtype) not in ("f32", "f64") or weight.dim() != 2
+                or not weight.is_contiguous() or not weight.is_cpu
+                or state.dtype != weight.dtype or not state.is_cpu
+                or t.grad_out.dtype != weight.dtype or not t.grad_out.is_cpu
+                or not t.indices.is_cpu):
+            continue
+        taken[i] = True
+        chosen.append(t)
+    if not chosen:
+        return taken
+    scalars = [c_scalars(kernel, t.scalars, False) for t in chosen]
+    try:
+        _op("rows_fused_")(*_fused_operands(chosen, scalars), kernel, [*chain(*scalars)])
+    except (IndexError, ValueError) as e:
+        raise _mapped(e) from None
+    return taken
+
+
+def _fused_operands(tables: Sequence[FusedTable], scalars: list[list[float]]
+                    ) -> tuple[list[Any], ...]:
+    """``rows_fused_``'s list operands of ``tables`` (``padding_idx`` -1: none)."""
+    return ([t.weight for t in tables], [t.state for t in tables],
+            [t.grad_out.detach() for t in tables], [t.indices.detach() for t in tables],
+            [t.offsets for t in tables],
+            [None if t.per_sample_weights is None else t.per_sample_weights.detach()
+             for t in tables],
+            [-1 if t.padding_idx is None else t.padding_idx for t in tables])
+
+
+def fused_rows_c(kernel: str, tables: Sequence[FusedTable], scalars: Sequence[Sequence[float]]
+                 ) -> list[bool]:
+    """The C kernel ``ll_fused_<kernel>`` on checked tables (:func:`._updates._fused_tables`),
+    in place, the tables of one dtype in one call; per table, whether it was updated (False:
+    the C kernels do not take it, or it ran out of memory: nothing was done to it)."""
+    taken = [False] * len(tables)
     by_dtype: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
     for i, t in enumerate(tables):
-        # _table_ok and _c_operands, written out: this loop runs per table per backward
         weight, state, indices = t.weight, t.state, t.indices
         grad_out = t.grad_out.detach().contiguous()
         sfx = SUFFIXES.get(weight.dtype)
-        if (sfx not in ("f32", "f64") or weight.dim() != 2 or not weight.is_contiguous()
-                or not weight.is_cpu or state.dtype != weight.dtype or not state.is_cpu
-                or grad_out.dtype != weight.dtype or grad_out.dim() != 2
-                or grad_out.shape[1] != weight.shape[1] or not grad_out.is_cpu
+        if (not _table_ok(weight, state) or not state.is_contiguous() or not grad_out.is_cpu
                 or not indices.is_cpu or indices.numel() > _MAX_ENTRIES
                 or grad_out.shape[0] > _MAX_ENTRIES or weight.shape[0] > _MAX_ROWS):
             continue
         idx = indices.detach().reshape(-1).to(torch.int64).contiguous()
         off = None if t.offsets is None else t.offsets.to(torch.int64).contiguous()
         psw = t.per_sample_weights
-        w = None if psw is None else psw.detach().to(grad_out.dtype).contiguous()
-        by_dtype.setdefault(sfx, []).append(
+        w = None if psw is None else psw.detach().reshape(-1).to(grad_out.dtype).contiguous()
+        by_dtype.setdefault(str(sfx), []).append(
             (i, (idx, off, -1 if off is None else off.numel() - 1, w, grad_out)))
     for sfx, items in by_dtype.items():
         k = len(items)
@@ -228,7 +293,8 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
             pads[j] = -1 if t.padding_idx is None else t.padding_idx
             dims[j], weights[j], states[j] = (t.weight.shape[1], t.weight.data_ptr(),
                                               t.state.data_ptr())
-            params += c_scalars(kernel, t.scalars)
+            own = list(scalars[i])
+            params += own + [0.0] * (_N_SCALARS - len(own))
         groups = (_I64 * k)()
         fn = function(f"ll_fused_{kernel}", sfx)
         fn(k, ids, n, offs, n_bags, pads, ws, gs, dims, weights, states,

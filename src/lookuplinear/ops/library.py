@@ -46,6 +46,24 @@ The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one e
 never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
 (:mod:`._hashing`), ``renumber_ids`` and ``count_rows`` (:mod:`._ngrams`), ``offsets_ok``
 and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`).
+
+The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
+C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
+the C kernels' bits, on every other device):
+
+* ``rows_update_(weight, state, rows, values, kernel, scalars)``: the update of ``weight``'s
+  ``rows`` (unique) by their gradient rows ``values`` (``(len(rows), dim)``), in place on
+  ``weight`` and the optimizer ``state`` (contiguous, in the kernel's layout: SGD's momentum
+  buffer, or any tensor without momentum; Adagrad's sums, ``(N, dim)``; row-wise Adagrad's,
+  ``(N,)``; Adam's moments, ``(N, 2 * dim)``, a row's ``m`` then its ``v``); ``kernel`` one of
+  ``sgd``, ``adagrad``, ``rowwise_adagrad``, ``adam``, its ``scalars`` in the order of
+  :data:`lookuplinear.ops._clib.SCALARS` (:func:`~lookuplinear.ops.update_rows`).
+* ``rows_fused_(weights, states, grad_outs, indices, offsets, per_sample_weights,
+  padding_idx, kernel, scalars)``: the same update straight from lookups' ``grad_out``, for
+  several tables (each table's lookup as :func:`~lookuplinear.ops.group_rows` takes it,
+  ``padding_idx`` -1 for none, its scalars after the previous table's): each row updated as
+  soon as its gradient is summed, the weights of ``group_rows`` then ``rows_update_``
+  (:func:`~lookuplinear.ops.fused_rows`).
 """
 
 from __future__ import annotations
@@ -58,7 +76,8 @@ from typing import Any, TypeVar
 import torch
 
 from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
-from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams
+from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
+from ._errors import project_error
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._hashing import hash_int_ids as hash_ids
@@ -113,20 +132,6 @@ def _fake(name: str) -> Callable[[_F], _F]:
         torch.library.register_fake(f"lookuplinear::{name}", fake, lib=LIB)
         return fn
     return register
-
-
-def project_error(e: Exception) -> Exception | None:
-    """The project's error for a builtin one that a C++ kernel raised (``TORCH_CHECK_INDEX``:
-    ``IndexError``, ``TORCH_CHECK_VALUE``: ``ValueError``, the message the Python side's), or
-    None where ``e`` is not one."""
-    message = str(e)
-    if isinstance(e, LookupLinearError) or not message.startswith("lookuplinear::"):
-        return None
-    if isinstance(e, IndexError):
-        return LookupIndexError(message)
-    if isinstance(e, ValueError):
-        return OffsetsError(message) if "offsets must" in message else InputValueError(message)
-    return None
 
 
 def _mapping_errors(kernel: Callable[..., Any]) -> Callable[..., Any]:
@@ -811,4 +816,45 @@ def _ngram_bucket_fake(hashes: torch.Tensor, buckets: int) -> torch.Tensor:
 
 @_fake("renumber_ids")
 def _renumber_ids_fake(ids: torch.Tensor) -> None:
+    return None
+
+
+# ---- the optimizers' row updates ---------------------------------------------------------------
+# lookuplinear.optim's updates of a table's rows, in place on the table and its optimizer state
+# (no autograd): CPU kernels over the C kernels (the C++ ones, else these, which call them
+# through ctypes), the torch-op twins (:mod:`._updates`, the same bits where the CPU fuses
+# multiply-adds) on every other device and for what the C kernels do not take.
+
+#: the row updates' schemas, as the last block of ``csrc/ops.cpp`` defines them
+ROW_SCHEMAS = (
+    "rows_update_(Tensor(a!) weight, Tensor(b!) state, Tensor rows, Tensor values, str kernel, "
+    "float[] scalars) -> ()",
+    "rows_fused_(Tensor(a!)[] weights, Tensor(b!)[] states, Tensor[] grad_outs, "
+    "Tensor[] indices, Tensor?[] offsets, Tensor?[] per_sample_weights, int[] padding_idx, "
+    "str kernel, float[] scalars) -> ()",
+)
+if not CPP:
+    for _schema in ROW_SCHEMAS:
+        LIB.define(_schema)
+
+#: each row update's twin (its kernel on every device but the CPU)
+ROW_TWINS: dict[str, Callable[..., Any]] = {
+    "rows_update_": _updates.rows_update_twin,
+    "rows_fused_": _updates.rows_fused_twin,
+}
+_impl("rows_update_", _updates.rows_update_cpu, "CPU")
+_impl("rows_fused_", _updates.rows_fused_cpu, "CPU")
+for _name, _twin in ROW_TWINS.items():
+    _impl(_name, _twin, "CompositeExplicitAutograd")
+    _below_autograd(_name)
+
+
+@_fake("rows_update_")
+def _rows_update_fake(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor,
+                      values: torch.Tensor, kernel: str, scalars: Sequence[float]) -> None:
+    return None
+
+
+@_fake("rows_fused_")
+def _rows_fused_fake(*args: Any) -> None:
     return None

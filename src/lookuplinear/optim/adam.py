@@ -187,7 +187,10 @@ class Adam(RowSparseOptimizer):
             return None  # the kernel reads a row's m and v as one (2, n) block from m's start
         step_size, l2, decay = self._coefficients(group, step)
         beta1, beta2 = group["betas"]
-        return state["exp_avg"], {
+        m = state["exp_avg"]
+        n = m.shape[1] if m.dim() == 2 else m[0].numel()
+        # the (rows, 2, n) block as the kernel reads it: a row's m, then its v
+        return m.as_strided((m.shape[0], 2 * n), (2 * n, 1)), {
             "beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
             "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
             "l2": l2, "decay": decay,

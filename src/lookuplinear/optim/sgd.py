@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -11,6 +12,12 @@ from ..errors import InputValueError
 from ._base import Params, RowSparseOptimizer, zeros_like
 
 __all__ = ["SGD"]
+
+
+@functools.cache
+def _no_state(dtype: torch.dtype) -> torch.Tensor:
+    """The state of the row kernel without momentum, which it does not read: empty."""
+    return torch.empty(0, dtype=dtype)
 
 
 class SGD(RowSparseOptimizer):
@@ -114,7 +121,7 @@ class SGD(RowSparseOptimizer):
         buf = state.get("momentum_buffer")
         if buf is not None and not (buf.is_contiguous() and buf.shape == w.shape):
             return None
-        return w if buf is None else buf, {
+        return _no_state(w.dtype) if buf is None else buf, {
             "lr": group["lr"], "weight_decay": group["weight_decay"],
             "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
             "nesterov": float(group["nesterov"]),

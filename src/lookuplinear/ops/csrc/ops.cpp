@@ -1091,3 +1091,329 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
                              "count_rows", "offsets_ok", "drop_entries", "dual_cd_epoch"})
         m.impl(name, torch::CppFunction::makeFallthrough());
 }
+
+// ==== the optimizers' row updates ==========================================================
+// rows_update_: an optimizer's update of a table's rows by their gradient rows (the step of
+// lookuplinear.optim on a stored row-sparse gradient); rows_fused_: the same update straight
+// from lookups' grad_out, the rows grouped and each updated as soon as its gradient is summed
+// (fused=True), several tables in one call. In place on the tables and their optimizer state;
+// no autograd (a fallthrough). The CPU kernels check every operand the C kernels read (dtype,
+// layout, shapes, rows in range, the scalars' number) and raise a ValueError or IndexError
+// naming it; a table the C kernels do not take (another dtype or layout) is left to the
+// torch-op twins (registered from Python, library.py, with every other device's kernel).
+
+extern "C" {
+#define LL_ROWS_DECL(OPT, T, SFX)                                                             \
+    int64_t ll_rows_##OPT##_##SFX(T *w, T *s, const int64_t *rows, int64_t n,                 \
+                                  const T *values, int64_t dim, const double *params);        \
+    void ll_fused_##OPT##_##SFX(int64_t n_tables, const int64_t *const *idx, const int64_t *n,  \
+                                const int64_t *const *offsets, const int64_t *n_bags,        \
+                                const int64_t *padding_idx, const T *const *weights,         \
+                                const T *const *grad_out, const int64_t *dim, T *const *w,   \
+                                T *const *s, const double *params, int64_t *groups);
+#define LL_ROWS_DECL_ALL(OPT) LL_ROWS_DECL(OPT, float, f32) LL_ROWS_DECL(OPT, double, f64)
+LL_ROWS_DECL_ALL(sgd)
+LL_ROWS_DECL_ALL(adagrad)
+LL_ROWS_DECL_ALL(rowwise_adagrad)
+LL_ROWS_DECL_ALL(adam)
+}
+
+namespace lookuplinear {
+namespace {
+
+template <typename T>
+using RowsFn = int64_t (*)(T *, T *, const int64_t *, int64_t, const T *, int64_t,
+                           const double *);
+template <typename T>
+using FusedFn = void (*)(int64_t, const int64_t *const *, const int64_t *,
+                         const int64_t *const *, const int64_t *, const int64_t *,
+                         const T *const *, const T *const *, const int64_t *, T *const *,
+                         T *const *, const double *, int64_t *);
+
+// one optimizer's C kernels: its name, its number of scalars (ops/_clib.py's SCALARS), the
+// state a table row has (in units of the row's width, or one value a row), the scalar whose
+// zero means the state is not read (SGD without momentum), and the entry points
+struct RowKernel {
+    const char *name;
+    size_t n_scalars;
+    int64_t state_widths;  // a row's state: state_widths * dim values, or 1 where 0
+    int state_unused_if_zero;  // -1: none
+    RowsFn<float> rows_f32;
+    RowsFn<double> rows_f64;
+    FusedFn<float> fused_f32;
+    FusedFn<double> fused_f64;
+};
+
+const RowKernel ROW_KERNELS[] = {
+    {"sgd", 5, 1, 2, ll_rows_sgd_f32, ll_rows_sgd_f64, ll_fused_sgd_f32, ll_fused_sgd_f64},
+    {"adagrad", 3, 1, -1, ll_rows_adagrad_f32, ll_rows_adagrad_f64, ll_fused_adagrad_f32,
+     ll_fused_adagrad_f64},
+    {"rowwise_adagrad", 4, 0, -1, ll_rows_rowwise_adagrad_f32, ll_rows_rowwise_adagrad_f64,
+     ll_fused_rowwise_adagrad_f32, ll_fused_rowwise_adagrad_f64},
+    {"adam", 8, 2, -1, ll_rows_adam_f32, ll_rows_adam_f64, ll_fused_adam_f32,
+     ll_fused_adam_f64},
+};
+constexpr size_t N_SCALARS = 8;  // the C side's array: a kernel's scalars, zero-padded
+
+// ValueError unless kernel names one and scalars has its number of values
+const RowKernel &row_kernel(const char *op, c10::string_view kernel, size_t n_scalars) {
+    for (const RowKernel &k : ROW_KERNELS) {
+        if (kernel != k.name) continue;
+        TORCH_CHECK_VALUE(n_scalars == k.n_scalars, "lookuplinear::", op, ": the ", k.name,
+                          " kernel reads ", k.n_scalars, " scalars (ops/_clib.py's SCALARS); "
+                          "got ", n_scalars);
+        return k;
+    }
+    TORCH_CHECK_VALUE(false, "lookuplinear::", op, ": kernel must be one of sgd, adagrad, "
+                      "rowwise_adagrad, adam; got '", std::string(kernel), "'");
+}
+
+// the values a table of num_rows rows of width dim keeps as kernel k's state, given its
+// scalars (-1: any, the state is not read)
+int64_t state_numel(const RowKernel &k, at::ArrayRef<double> scalars, int64_t num_rows,
+                    int64_t dim) {
+    if (k.state_unused_if_zero >= 0 && scalars[k.state_unused_if_zero] == 0) return -1;
+    return num_rows * (k.state_widths ? k.state_widths * dim : 1);
+}
+
+// whether the C kernels take this table: a 2-D contiguous float32/float64 CPU weight, the state
+// contiguous on the CPU in its dtype
+bool rows_take(const Tensor &weight, const Tensor &state) {
+    return weight.dim() == 2 && is_f32_f64(weight) && weight.is_contiguous() &&
+           weight.device().is_cpu() && state.scalar_type() == weight.scalar_type() &&
+           state.is_contiguous() && state.device().is_cpu() && weight.size(0) < (int64_t{1} << 32);
+}
+
+// ValueError unless the state holds what kernel k reads for this table
+void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalars,
+                 const Tensor &weight, const Tensor &state) {
+    TORCH_CHECK_VALUE(weight.dim() == 2, "lookuplinear::", op, ": weight must be 2-D (rows, "
+                      "dim); got shape ", weight.sizes());
+    TORCH_CHECK_VALUE(state.scalar_type() == weight.scalar_type() &&
+                          state.device() == weight.device() && state.is_contiguous(),
+                      "lookuplinear::", op, ": the state must be contiguous (the kernel's "
+                      "layout), of the weight's dtype and device, ", weight.scalar_type(),
+                      " on ", weight.device(), "; got ", state.scalar_type(), " on ",
+                      state.device(), state.is_contiguous() ? "" : ", not contiguous");
+    const int64_t want = state_numel(k, scalars, weight.size(0), weight.size(1));
+    TORCH_CHECK_VALUE(want < 0 || state.numel() == want, "lookuplinear::", op, ": the ", k.name,
+                      " kernel reads ", want, " state values for a table of shape ",
+                      weight.sizes(), " (", k.state_widths ? std::to_string(k.state_widths) +
+                      " x dim a row" : std::string("one a row"), "); got a state of shape ",
+                      state.sizes());
+}
+
+// IndexError unless every row is in [0, num_rows); ValueError unless they are unique (each row
+// updated once: two threads never write one row). O(n) where they increase, as an optimizer's
+// do; else sorted once.
+void check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
+    const int64_t *p = rows.data_ptr<int64_t>();
+    const int64_t n = rows.numel();
+    bool increasing = true;
+    for (int64_t k = 0; k < n; k++) {
+        TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num_rows, "lookuplinear::", op, ": row ", p[k],
+                          " at rows[", k, "] is out of range for a table of ", num_rows,
+                          " rows. Give the rows of the table the gradient is for.");
+        increasing &= k == 0 || p[k] > p[k - 1];
+    }
+    if (increasing) return;
+    const Tensor sorted = std::get<0>(at::sort(rows));
+    const int64_t *q = sorted.data_ptr<int64_t>();
+    for (int64_t k = 1; k < n; k++)
+        TORCH_CHECK_VALUE(q[k] != q[k - 1], "lookuplinear::", op, ": rows must be unique; row ",
+                          q[k], " comes twice. Sum the gradient rows of one row first "
+                          "(grad.coalesce()).");
+}
+
+// the Python twins (library.py), for what the C kernels do not take
+void call_twin(const char *name, const std::vector<c10::IValue> &args) {
+    const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+    at::AutoDispatchBelowADInplaceOrView below;
+    c10::Stack stack(args.begin(), args.end());
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CompositeExplicitAutograd),
+                       &stack);
+}
+
+void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &rows,
+                     const Tensor &values, c10::string_view kernel, at::ArrayRef<double> scalars) {
+    const char *op = "rows_update_";
+    const RowKernel &k = row_kernel(op, kernel, scalars.size());
+    check_state(op, k, scalars, weight, state);
+    const int64_t n = rows.numel(), dim = weight.size(1);
+    TORCH_CHECK_VALUE(rows.dim() == 1 && is_i32_i64(rows), "lookuplinear::", op, ": rows must "
+                      "be a 1-D int32 or int64 tensor; got ", rows.scalar_type(), " of shape ",
+                      rows.sizes());
+    TORCH_CHECK_VALUE(values.dim() == 2 && values.size(0) == n && values.size(1) == dim &&
+                          values.scalar_type() == weight.scalar_type(),
+                      "lookuplinear::", op, ": values must be one gradient row per row, of the "
+                      "weight's width and dtype, (", n, ", ", dim, ") ", weight.scalar_type(),
+                      "; got ", values.scalar_type(), " of shape ", values.sizes());
+    const Tensor r = rows.to(at::kLong).contiguous();
+    check_rows(op, r, weight.size(0));
+    if (!rows_take(weight, state) || !values.device().is_cpu()) {
+        call_twin("lookuplinear::rows_update_", {weight, state, rows, values,
+                                                 std::string(kernel), scalars.vec()});
+        return;
+    }
+    if (n == 0) return;
+    const Tensor v = values.contiguous();
+    double p[N_SCALARS] = {0};
+    std::copy(scalars.begin(), scalars.end(), p);
+    if (weight.scalar_type() == at::kFloat)
+        k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
+                   r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p);
+    else
+        k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
+                   r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p);
+}
+
+// one table's lookup as the C kernels read it: int64 entries, CSR offsets, per-entry weights
+// in the table's dtype; n_bags -1: one entry per grad_out row
+struct FusedLookup {
+    Tensor idx, off, psw, grad;
+    int64_t n_bags;
+};
+
+FusedLookup fused_lookup(const char *op, size_t t, const Tensor &weight,
+                         const Tensor &grad_out, const Tensor &indices,
+                         const optional<Tensor> &offsets, const optional<Tensor> &psw) {
+    TORCH_CHECK_VALUE(grad_out.dim() == 2 && grad_out.size(1) == weight.size(1) &&
+                          grad_out.scalar_type() == weight.scalar_type(),
+                      "lookuplinear::", op, ": grad_outs[", t, "] must be 2-D, of table ", t,
+                      "'s width and dtype (", weight.size(1), ", ", weight.scalar_type(),
+                      "); got ", grad_out.scalar_type(), " of shape ", grad_out.sizes());
+    TORCH_CHECK_VALUE(is_i32_i64(indices), "lookuplinear::", op, ": indices[", t, "] must be "
+                      "int32 or int64; got ", indices.scalar_type());
+    FusedLookup l;
+    l.idx = indices.reshape(-1).to(at::kLong).contiguous();
+    const int64_t nnz = l.idx.numel();
+    if (offsets.has_value()) {
+        TORCH_CHECK_VALUE(offsets->dim() == 1 && is_i32_i64(*offsets), "lookuplinear::", op,
+                          ": offsets[", t, "] must be 1-D int32 or int64; got ",
+                          offsets->scalar_type(), " of shape ", offsets->sizes());
+        l.off = offsets->to(at::kLong).contiguous();
+        check_offsets(op, l.off, nnz);
+        l.n_bags = l.off.numel() - 1;
+    } else {
+        l.n_bags = -1;
+    }
+    const int64_t n_out = l.n_bags < 0 ? nnz : l.n_bags;
+    TORCH_CHECK_VALUE(grad_out.size(0) == n_out, "lookuplinear::", op, ": grad_outs[", t,
+                      "] must have one row per ", l.n_bags < 0 ? "entry" : "bag", ", ", n_out,
+                      "; got ", grad_out.size(0));
+    TORCH_CHECK_VALUE(nnz < (int64_t{1} << 31) && n_out < (int64_t{1} << 31), "lookuplinear::",
+                      op, ": at most 2**31 - 1 entries and bags a table; got ", nnz, " and ",
+                      n_out);
+    if (psw.has_value()) {
+        TORCH_CHECK_VALUE(psw->numel() == nnz, "lookuplinear::", op, ": per_sample_weights[", t,
+                          "] must hold one value per entry, ", nnz, "; got ", psw->numel());
+        l.psw = psw->reshape(-1).to(weight.scalar_type()).contiguous();
+    }
+    check_range(op, l.idx, weight.size(0));
+    l.grad = grad_out.contiguous();
+    return l;
+}
+
+template <typename T>
+void fused_call(const RowKernel &k, const std::vector<size_t> &tables,
+                at::TensorList weights, at::TensorList states,
+                const std::vector<FusedLookup> &lookups, at::IntArrayRef padding_idx,
+                at::ArrayRef<double> scalars, std::vector<int64_t> &groups) {
+    const size_t m = tables.size();
+    std::vector<const int64_t *> idx(m), off(m);
+    std::vector<int64_t> n(m), n_bags(m), pads(m), dims(m), got(m);
+    std::vector<const T *> psw(m), grad(m);
+    std::vector<T *> w(m), s(m);
+    std::vector<double> params(N_SCALARS * m, 0.0);
+    for (size_t j = 0; j < m; j++) {
+        const size_t t = tables[j];
+        const FusedLookup &l = lookups[t];
+        idx[j] = l.idx.data_ptr<int64_t>();
+        n[j] = l.idx.numel();
+        off[j] = l.off.defined() ? l.off.data_ptr<int64_t>() : nullptr;
+        n_bags[j] = l.n_bags;
+        pads[j] = padding_idx[t];
+        psw[j] = l.psw.defined() ? l.psw.data_ptr<T>() : nullptr;
+        grad[j] = l.grad.data_ptr<T>();
+        dims[j] = weights[t].size(1);
+        w[j] = weights[t].data_ptr<T>();
+        s[j] = static_cast<T *>(states[t].data_ptr());
+        std::copy(scalars.begin() + t * k.n_scalars, scalars.begin() + (t + 1) * k.n_scalars,
+                  params.begin() + N_SCALARS * j);
+    }
+    FusedFn<T> fn;
+    if constexpr (std::is_same<T, float>::value) fn = k.fused_f32;
+    else fn = k.fused_f64;
+    fn(static_cast<int64_t>(m), idx.data(), n.data(), off.data(), n_bags.data(), pads.data(),
+       psw.data(), grad.data(), dims.data(), w.data(), s.data(), params.data(), got.data());
+    for (size_t j = 0; j < m; j++) groups[tables[j]] = got[j];
+}
+
+void rows_fused_cpu(at::TensorList weights, at::TensorList states, at::TensorList grad_outs,
+                    at::TensorList indices, const c10::List<optional<Tensor>> &offsets,
+                    const c10::List<optional<Tensor>> &per_sample_weights,
+                    at::IntArrayRef padding_idx, c10::string_view kernel,
+                    at::ArrayRef<double> scalars) {
+    const char *op = "rows_fused_";
+    const size_t nt = weights.size();
+    TORCH_CHECK_VALUE(states.size() == nt && grad_outs.size() == nt && indices.size() == nt &&
+                          offsets.size() == nt && per_sample_weights.size() == nt &&
+                          padding_idx.size() == nt,
+                      "lookuplinear::", op, ": one state, grad_out, indices, offsets, "
+                      "per_sample_weights and padding_idx per table (", nt, " tables); got ",
+                      states.size(), ", ", grad_outs.size(), ", ", indices.size(), ", ",
+                      offsets.size(), ", ", per_sample_weights.size(), ", ",
+                      padding_idx.size());
+    TORCH_CHECK_VALUE(!nt || scalars.size() % nt == 0, "lookuplinear::", op, ": each table's "
+                      "scalars one after the other; got ", scalars.size(), " for ", nt,
+                      " tables");
+    const RowKernel &k = row_kernel(op, kernel, nt ? scalars.size() / nt : 0);
+    // every operand checked before any table is updated: a refused call changes nothing
+    std::vector<FusedLookup> lookups;
+    std::vector<size_t> f32, f64, twins;
+    for (size_t t = 0; t < nt; t++) {
+        check_state(op, k, scalars.slice(t * k.n_scalars, k.n_scalars), weights[t], states[t]);
+        lookups.push_back(fused_lookup(op, t, weights[t], grad_outs[t], indices[t], offsets[t],
+                                       per_sample_weights[t]));
+        const bool c = rows_take(weights[t], states[t]) && grad_outs[t].device().is_cpu();
+        (c ? weights[t].scalar_type() == at::kFloat ? f32 : f64 : twins).push_back(t);
+    }
+    std::vector<int64_t> groups(nt, 0);
+    if (!f32.empty())
+        fused_call<float>(k, f32, weights, states, lookups, padding_idx, scalars, groups);
+    if (!f64.empty())
+        fused_call<double>(k, f64, weights, states, lookups, padding_idx, scalars, groups);
+    for (size_t t = 0; t < nt; t++)  // out of memory in the C sort (that table untouched)
+        if (groups[t] < 0) twins.push_back(t);
+    for (size_t t : twins) {
+        call_twin("lookuplinear::rows_fused_",
+                  {std::vector<Tensor>{weights[t]}, std::vector<Tensor>{states[t]},
+                   std::vector<Tensor>{grad_outs[t]}, std::vector<Tensor>{indices[t]},
+                   c10::List<optional<Tensor>>({offsets[t]}),
+                   c10::List<optional<Tensor>>({per_sample_weights[t]}),
+                   std::vector<int64_t>{padding_idx[t]}, std::string(kernel),
+                   scalars.slice(t * k.n_scalars, k.n_scalars).vec()});
+    }
+}
+
+}  // namespace
+}  // namespace lookuplinear
+
+// the row updates' schemas (ops/library.py's ROW_SCHEMAS)
+TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
+    m.def("rows_update_(Tensor(a!) weight, Tensor(b!) state, Tensor rows, Tensor values, "
+          "str kernel, float[] scalars) -> ()");
+    m.def("rows_fused_(Tensor(a!)[] weights, Tensor(b!)[] states, Tensor[] grad_outs, "
+          "Tensor[] indices, Tensor?[] offsets, Tensor?[] per_sample_weights, "
+          "int[] padding_idx, str kernel, float[] scalars) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    m.impl("rows_update_", &lookuplinear::rows_update_cpu);
+    m.impl("rows_fused_", &lookuplinear::rows_fused_cpu);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
+    for (const char *name : {"rows_update_", "rows_fused_"})
+        m.impl(name, torch::CppFunction::makeFallthrough());
+}

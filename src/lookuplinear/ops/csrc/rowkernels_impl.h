@@ -74,9 +74,10 @@ LL_INLINE T SFX(sum_of_squares)(const T *restrict g, const T *restrict w, const 
         SFX(v2) a2 = LL_FOLD(SFX(v2), a4);
         total = a2[0] + a2[1];
     }
-    for (int64_t d = d0; d < dim; d++) {
-        T e = wd != 0 ? g[d] + wd * w[d] : g[d];
-        total += e * e;
+    for (int64_t d = d0; d < dim; d++) { /* fused explicitly: left to -ffp-contract, a
+                                           * vectorised tail rounds the products apart */
+        T e = wd != 0 ? FMA(wd, w[d], g[d]) : g[d];
+        total = FMA(e, e, total);
     }
     return total;
 }
@@ -84,7 +85,7 @@ LL_INLINE T SFX(sum_of_squares)(const T *restrict g, const T *restrict w, const 
 LL_INLINE void SFX(rowwise_adagrad_row)(T *restrict w, T *restrict sum, const T *restrict g,
                                         const int64_t dim, const T *p) {
     const T lr = p[0], eps = p[1], wd = p[2], inv_dim = p[3];
-    T s = sum[0] + SFX(sum_of_squares)(g, w, wd, dim) * inv_dim;
+    T s = FMA(SFX(sum_of_squares)(g, w, wd, dim), inv_dim, sum[0]);
     sum[0] = s;
     T mult = lr / (SQRT(s) + eps);
     if (wd == 0) {

@@ -1,0 +1,21 @@
+"""The project's errors for the builtin ones that the C++ operators raise (``csrc/ops.cpp``)."""
+
+from __future__ import annotations
+
+from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
+
+__all__ = ["project_error"]
+
+
+def project_error(e: Exception) -> Exception | None:
+    """The project's error for a builtin one that a C++ kernel raised (``TORCH_CHECK_INDEX``:
+    ``IndexError``, ``TORCH_CHECK_VALUE``: ``ValueError``, the message the Python side's), or
+    None where ``e`` is not one."""
+    message = str(e)
+    if isinstance(e, LookupLinearError) or not message.startswith("lookuplinear::"):
+        return None
+    if isinstance(e, IndexError):
+        return LookupIndexError(message)
+    if isinstance(e, ValueError):
+        return OffsetsError(message) if "offsets must" in message else InputValueError(message)
+    return None
