@@ -308,13 +308,15 @@ def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_other_registration_passes_the_operator_tests() -> None:
-    """tests/test_library.py in a process that registers the operators the other way."""
+    """tests/test_library.py and tests/test_rowops.py in a process that registers the
+    operators the other way."""
     other = "python" if library.CPP else "cpp"
     if other == "cpp" and _extension.library_path() is None:
         pytest.skip("the C++ operators are not built")
     env = {**os.environ, "LOOKUPLINEAR_OPS": other, "PYTHONPATH": str(ROOT / "src")}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-x", str(ROOT / "tests" / "test_library.py")],
+                          "-x", str(ROOT / "tests" / "test_library.py"),
+                          str(ROOT / "tests" / "test_rowops.py")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
