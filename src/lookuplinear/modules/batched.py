@@ -29,7 +29,7 @@ from ..ops import (
     segment_triples,
     shifted_rows,
 )
-from ..ops.autograd import GroupLookups, in_feature_order
+from ..ops.autograd import GroupLookups
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -37,6 +37,8 @@ from .plan import CollectionPlan
 from .table_config import TableConfig
 
 __all__ = ["BatchedLookup", "TableReader"]
+
+_IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 
 
 class TableReader(Protocol):
@@ -108,7 +110,7 @@ class BatchedLookup:
                    tables: TableReader) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
-        order by one copy (:func:`~lookuplinear.ops.autograd.in_feature_order`)."""
+        order by one copy (the operator ``lookuplinear::in_feature_order``)."""
         places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         parts: list[tuple[torch.Tensor, list[str]]] = []
@@ -130,9 +132,10 @@ class BatchedLookup:
             parts.append((lookup_linear(tables._drawn(g, bags), table_groups[g], None,
                                         sparse=sparse), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
-        return in_feature_order([out.to(dtype) for out, _ in parts],
-                                [len(feats) for _, feats in parts],
-                                self._segments_of([(feats, True) for _, feats in parts]))
+        out: torch.Tensor = _IN_FEATURE_ORDER(
+            [out.to(dtype) for out, _ in parts], [len(feats) for _, feats in parts],
+            self._segments_of([(feats, True) for _, feats in parts]))
+        return out
 
     def _segments_of(self, layout: list[tuple[list[str], bool]]) -> tuple[int, ...]:
         """The segments (:func:`~lookuplinear.ops.segment_triples`) that put outputs of this
