@@ -834,7 +834,7 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
                                            ["ll_fused_adam_f32", "ll_fused_adam_f64"])
             else:
                 assert not updates
-            forward = [c for c in calls if c.startswith(("ll_gather", "ll_bag_sum"))]
+            forward = [c for c in calls if c.startswith(("ll_gather_into", "ll_bag_sum_into"))]
             if len(set(dtypes)) == 1 and fused:  # one forward call
                 assert forward == (["ll_gather_into_f64"] if one_id else ["ll_bag_sum_into_f64"])
                 assert calls.count("gather 3") == one_id

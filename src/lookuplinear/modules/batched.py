@@ -180,7 +180,7 @@ class BatchedLookup:
         ``lookuplinear::bag_lookup``, the outputs put in feature order by the operator
         ``lookuplinear::in_feature_order`` (none needed for one group's rows). A collection
         with a table bound to a ``fused=True`` optimizer: :meth:`_written_at_once`."""
-        if not _operators(table_groups):
+        if not all(map(_eager_op, table_groups)):  # as a single table's sum lookup decides
             return self._written_at_once(whole, n, table_groups, tables)
         one_id = isinstance(whole, torch.Tensor)
         outs: list[torch.Tensor] = []
@@ -368,13 +368,6 @@ class BatchedLookup:
         offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
         return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
-
-
-def _operators(table_groups: nn.ParameterList) -> bool:
-    """Whether the usual batch's lookups call the operators: as a single table's sum lookup
-    does (``functional._eager_op``), for every group's parameter (none bound to a
-    ``fused=True`` optimizer)."""
-    return all(_eager_op(w) for w in table_groups)
 
 
 def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:

@@ -170,7 +170,10 @@ def bag_lookup(
 
 
 class GroupLookups(torch.autograd.Function):
-    """Sum lookups of several tables (``indices`` and ``offsets``: one lookup per table of
+    """The usual batch of a collection with a table bound to a ``fused=True`` optimizer (a
+    collection without one calls the operators: :mod:`lookuplinear.modules.batched`).
+
+    Sum lookups of several tables (``indices`` and ``offsets``: one lookup per table of
     ``weights``, ``offsets`` None for one entry per output row; ``kinds``:
     whether its output is feature-major, and its number of features) side by side in feature
     order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does
