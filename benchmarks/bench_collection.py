@@ -31,6 +31,10 @@ columns), as DLRM-style models size them, whose features interleave in the outpu
 collection then keeps a parameter per width (one lookup call and one fused update for all
 widths) and FBGEMM one module over all, and the one-table baseline is left out.
 
+``--unfused``: the collection's step with optimizers that take its gradient after the backward
+instead (``torch.optim.SGD`` and ``lookuplinear.optim.RowWiseAdagrad(fused=False)``), and its
+forward alone (recording the graph, as a training step's).
+
 The script also times the step's loss alone (an MSE forward and backward on an output of the
 step's shape), which every method pays, and prints the FBGEMM ratio without it.
 
@@ -89,6 +93,26 @@ def collection_step(rows: list[int], dims: list[int], kb: KeyedBags, target: tor
     model = LookupCollection([TableConfig(f"t{t}", r, d, [f"f{t}"]) for t, (r, d) in
                               enumerate(zip(rows, dims, strict=True))], sparse=True)
     opt = getattr(optim, opt_name)(model.parameters(), lr=LR, fused=True)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(kb).values(), target).backward()
+        opt.step()
+
+    return step
+
+
+def unfused_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.Tensor,
+                 opt_name: str | None) -> Step:
+    """The collection's step with an optimizer that reads the stored gradient
+    (``torch.optim.SGD``, or ``lookuplinear.optim.<opt_name>(fused=False)``), or, for
+    ``opt_name=None``, its forward alone."""
+    model = LookupCollection([TableConfig(f"t{t}", r, d, [f"f{t}"]) for t, (r, d) in
+                              enumerate(zip(rows, dims, strict=True))], sparse=True)
+    if opt_name is None:
+        return lambda: model(kb)  # type: ignore[return-value]
+    opt = (torch.optim.SGD(model.parameters(), lr=LR) if opt_name == "SGD" else
+           getattr(optim, opt_name)(model.parameters(), lr=LR, fused=False))
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -211,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="multiply every cardinality (a smaller run for a smaller machine)")
     p.add_argument("--adam", action="store_true",
                    help="also fused Adam against nn.EmbeddingBag + SparseAdam (13 GB more)")
+    p.add_argument("--unfused", action="store_true",
+                   help="also the collection with unfused optimizers, and its forward alone")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for every method (default: torch's choice, one per core)")
     p.add_argument("--json", help="write the results here")
@@ -243,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         fb = fbgemm_step(rows, dims, kb, target)
         if fb is not None:
             cases["FBGEMM table-batched, EXACT_ROWWISE_ADAGRAD"] = fb
+        if args.unfused:
+            cases["LookupCollection + torch.optim.SGD"] = unfused_step(
+                rows, dims, kb, target, "SGD")
+            cases["LookupCollection + RowWiseAdagrad (fused=False)"] = unfused_step(
+                rows, dims, kb, target, "RowWiseAdagrad")
+            cases["LookupCollection forward"] = unfused_step(rows, dims, kb, target, None)
         cases[LOSS] = loss_step(target)
         res = measure(cases, args.repeats, args.steps)
         has_fbgemm = fb is not None

@@ -790,10 +790,11 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
 
 @pytest.mark.parametrize("one_id", [True, False])
 def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
-    """Tables of three widths and one of another dtype: a batch (one ID per feature, or bags)
-    over tables of one dtype is looked up by one forward kernel call, and the fused optimizer's
-    update is one C call per dtype for all tables, whatever their widths; the weights equal
-    ``fused=False``'s to the bit."""
+    """Tables of three widths and one of another dtype, bound to a fused optimizer: a batch
+    (one ID per feature, or bags) over tables of one dtype is looked up by one forward kernel
+    call, and the fused optimizer's update is one C call per dtype for all tables, whatever
+    their widths; the weights equal ``fused=False``'s (the operators, no such call) to the
+    bit."""
     import lookuplinear.modules.batched as collection_module
     import lookuplinear.ops._rows as rows_module
 
@@ -833,10 +834,12 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
                                            ["ll_fused_adam_f32", "ll_fused_adam_f64"])
             else:
                 assert not updates
-            if len(set(dtypes)) == 1:  # one forward call
-                forward = [c for c in calls if c.startswith(("ll_gather", "ll_bag_sum"))]
+            forward = [c for c in calls if c.startswith(("ll_gather_into", "ll_bag_sum_into"))]
+            if len(set(dtypes)) == 1 and fused:  # one forward call
                 assert forward == (["ll_gather_into_f64"] if one_id else ["ll_bag_sum_into_f64"])
                 assert calls.count("gather 3") == one_id
+            elif not fused:
+                assert not forward
         assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 
@@ -915,3 +918,80 @@ def test_tables_of_two_dtypes_side_by_side(backend):
     dense_a.index_add_(0, torch.tensor([4, 0]), 2 * want[:, 0:2])
     dense_a.index_add_(0, torch.tensor([5 + 2, 5 + 1]), 2 * want[:, 5:7])
     torch.testing.assert_close(grads[0].to_dense().double(), dense_a, rtol=1e-6, atol=1e-6)
+
+
+def _three_tables(widths: tuple[int, int, int]) -> list[TableConfig]:
+    """Tables a, b and c (c read by features c and d): one parameter for one width, else a
+    parameter per width whose features interleave in the output."""
+    return [TableConfig("a", 5, widths[0], ["a"], dtype=torch.float64),
+            TableConfig("b", 4, widths[1], ["b"], dtype=torch.float64),
+            TableConfig("c", 3, widths[2], ["c", "d"], dtype=torch.float64)]
+
+
+USUAL_BATCHES = {
+    "one-id": {"a": [[4], [0], [4]], "b": [[1], [3], [1]], "c": [[2], [2], [0]],
+               "d": [[0], [2], [1]]},
+    "bags": {"a": [[4, 4], [], [0]], "b": [[1], [3, 0], [3]], "c": [[2], [2, 1], []],
+             "d": [[], [1, 2], [2, 2, 0]]},
+}
+
+
+@pytest.mark.parametrize("batch", list(USUAL_BATCHES))
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+def test_usual_batch_gradient_is_the_operators(batch, widths):
+    """The usual batch of a collection no fused optimizer is bound to (one ID per feature or
+    bags; one parameter or several): the output and each parameter's gradient equal the dense
+    path's, and the gradient has the operator ``bag_lookup``'s layout (one row per entry,
+    sorted by row, each row's sum at its first entry and ``-0.0`` at its others), as a single
+    table's, which ``lookuplinear.optim`` and ``torch.optim`` read."""
+    kb = KeyedBags.from_dict(USUAL_BATCHES[batch])
+    col = LookupCollection(_three_tables(widths), sparse=True)
+    params = list(col.parameters())
+    out = col(kb).values()
+    grads = torch.autograd.grad(out.pow(2).sum(), params)
+
+    dense = [p.detach().clone().requires_grad_() for p in params]
+    entries = [0] * len(params)
+    outs = []
+    for f in "abcd":
+        g, off, cfg = col._places[col._table_of[f]]
+        outs.append(kb[f].to_dense(cfg.num_embeddings).double()
+                    @ dense[g][off:off + cfg.num_embeddings])
+        entries[g] += kb[f].indices.numel()
+    want = torch.cat(outs, 1)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    want_grads = torch.autograd.grad(want.pow(2).sum(), dense)
+    for grad, w, nnz in zip(grads, want_grads, entries, strict=True):
+        rows, values = grad._indices()[0], grad._values()
+        assert rows.numel() == nnz
+        first = torch.ones_like(rows, dtype=torch.bool)
+        first[1:] = rows[1:] != rows[:-1]
+        assert bool((rows[1:] >= rows[:-1]).all())
+        others = values[~first]
+        assert bool((others == 0).all()) and bool(torch.signbit(others).all())
+        torch.testing.assert_close(grad.to_dense(), w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+def test_sparse_collection_under_torch_compile(widths):
+    """A collection with row-sparse gradients through ``torch.compile`` (Dynamo and
+    AOTAutograd), one ID per feature and bags: the eager outputs and gradients, each
+    gradient densified."""
+    try:
+        import torch._dynamo
+    except ImportError as exc:  # pragma: no cover - torch built without dynamo
+        pytest.skip(f"torch.compile unavailable: {exc}")
+    torch._dynamo.reset()
+    col = LookupCollection(_three_tables(widths), sparse=True)
+    compiled = torch.compile(col, backend="aot_eager")
+    params = list(col.parameters())
+    for feats in USUAL_BATCHES.values():
+        kb = KeyedBags.from_dict(feats)
+        out = compiled(kb).values()
+        eager = col(kb).values()
+        torch.testing.assert_close(out, eager, rtol=1e-12, atol=1e-12)
+        grads = torch.autograd.grad(out.pow(2).sum(), params)
+        want = torch.autograd.grad(eager.pow(2).sum(), params)
+        for x, y in zip(grads, want, strict=True):
+            torch.testing.assert_close(x.to_dense(), y.to_dense(), rtol=1e-12, atol=1e-12)
+    torch._dynamo.reset()

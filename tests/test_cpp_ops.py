@@ -28,7 +28,7 @@ needs_cpp = pytest.mark.skipif(not library.CPP, reason="the C++ operators are no
 
 
 def _same_bits(a: Any, b: Any) -> bool:
-    if isinstance(a, tuple):  # every output
+    if isinstance(a, (tuple, list)):  # every output
         return len(a) == len(b) and all(_same_bits(x, y) for x, y in zip(a, b, strict=True))
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
         a.view(-1).view(torch.uint8) if a.is_floating_point() else a,
@@ -61,6 +61,8 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     a, b = torch.randn(6, 2), torch.randn(3, 3)
     cases.append(("in_feature_order", ([a, b], [2, 0], list(segment_triples(
         [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
+    cases.append(("in_feature_order_backward", (torch.randn(3, 7), [2, 0], list(segment_triples(
+        [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
     table = _idmap.empty_table(16)
     _idmap.set_values(table, torch.tensor([5, 10**12, -3]), torch.tensor([0, 1, 2]))
     keys = torch.tensor([[10**12, 7], [-3, 5]])
@@ -74,6 +76,7 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "bag_max_backward": library._bag_max_backward_cpu,
               "mode_weights": library._mode_weights_cpu, "row_sums": library._row_sums_cpu,
               "in_feature_order": library._in_feature_order_cpu,
+              "in_feature_order_backward": library._in_feature_order_backward_cpu,
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu}
 
 

@@ -16,7 +16,6 @@ import lookuplinear.ops.library as library
 from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ids.hashing import hash_ids
 from lookuplinear.ops import _idmap, bag_max, segment_triples
-from lookuplinear.ops.autograd import in_feature_order
 
 ops = torch.ops.lookuplinear
 
@@ -187,15 +186,46 @@ def test_in_feature_order_equals_twin_and_its_gradient_the_columns_back() -> Non
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     torch.testing.assert_close(out, library._in_feature_order_twin([a, b], [2, 0], flat),
                                rtol=0, atol=0)
-    torch.testing.assert_close(out, in_feature_order([a, b], [2, 0], flat), rtol=0, atol=0)
     g = torch.randn_like(out)
     out.backward(g)
-    torch.testing.assert_close(a.grad, torch.cat([g[:, :2], g[:, 5:]], 0))
-    torch.testing.assert_close(b.grad, g[:, 2:5])
+    torch.testing.assert_close(a.grad, torch.cat([g[:, :2], g[:, 5:]], 0), rtol=0, atol=0)
+    torch.testing.assert_close(b.grad, g[:, 2:5], rtol=0, atol=0)
     torch.library.opcheck(ops.in_feature_order.default, ([a, b], [2, 0], list(flat)))
     with FakeTensorMode():
         fake = ops.in_feature_order([torch.empty(6, 2), torch.empty(3, 3)], [2, 0], flat)
     assert fake.shape == (3, 7)
+
+
+def test_in_feature_order_backward_equals_twin_and_the_two_differentiate_again() -> None:
+    """``in_feature_order_backward``: the columns back in each output's layout (its CPU
+    kernel, its twin and the slices to the bit), fake shapes, ``opcheck``; and the two
+    operators, each the other's backward, pass ``gradcheck`` and ``gradgradcheck``."""
+    a = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    flat = segment_triples([(0, 2), (2, 3), (1, 2)], [2, 2, 3])
+    g = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    ga, gb = ops.in_feature_order_backward(g, [2, 0], flat)
+    assert torch.equal(ga, torch.cat([g[:, :2], g[:, 5:]], 0)) and torch.equal(gb, g[:, 2:5])
+    for twin in library._in_feature_order_backward_twin(g, [2, 0], flat), \
+            library._in_feature_order_backward_cpu(g, [2, 0], flat):
+        assert torch.equal(twin[0], ga) and torch.equal(twin[1], gb)
+    torch.library.opcheck(ops.in_feature_order_backward.default, (g, [2, 0], list(flat)))
+    with FakeTensorMode():
+        fakes = ops.in_feature_order_backward(torch.empty(3, 7), [2, 0], flat)
+    assert [f.shape for f in fakes] == [(6, 2), (3, 3)]
+    with pytest.raises(ValueError, match="left to right"):
+        ops.in_feature_order_backward(g, [2, 0], [0, 1, 2, *flat[3:]])
+
+    def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ops.in_feature_order([x, y], [2, 0], flat)
+
+    def backward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(ops.in_feature_order_backward(x, [2, 0], flat))
+
+    assert torch.autograd.gradcheck(forward, (a, b))
+    assert torch.autograd.gradgradcheck(forward, (a, b))
+    assert torch.autograd.gradcheck(backward, (g,))
+    assert torch.autograd.gradgradcheck(backward, (g,))
 
 
 def test_idmap_find_equals_twin() -> None:
@@ -226,6 +256,8 @@ def test_decompositions_give_each_operator_its_twin() -> None:
     ours = {op.name(): fn for op, fn in table.items() if op.name().startswith("lookuplinear::")}
     assert ours == {"lookuplinear::bag_lookup": library._bag_lookup_twin,
                     "lookuplinear::in_feature_order": library._in_feature_order_twin,
+                    "lookuplinear::in_feature_order_backward":
+                        library._in_feature_order_backward_twin,
                     "lookuplinear::idmap_find": library._idmap_find_twin,
                     "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,

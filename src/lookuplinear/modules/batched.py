@@ -3,12 +3,18 @@ feature looked up in one kernel call, or feature by feature.
 
 The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
 collection's features, none read by several tables) is checked and shifted to the rows of the
-groups' parameters in one pass; with row-sparse gradients of one dtype, one kernel call writes
-each group's rows or sums straight into their columns of the output (:class:`GroupLookups`),
-and the gradient is taken back apart by one copy. Any other batch (a ``max``, ``mean`` or
-``sqrtn`` table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes,
-a feature read by several tables) is one lookup per group of its (feature, table) pairs, put
-side by side in output order: the reference the batched way equals.
+groups' parameters in one pass; with row-sparse gradients of one dtype, each group is one call
+of the operator ``lookuplinear::bag_lookup`` on its part of that batch, and the operator
+``lookuplinear::in_feature_order`` puts the groups' outputs in feature order (one copy, and one
+in the backward). Any other batch (a ``max``, ``mean`` or ``sqrtn`` table, padding, hashing,
+per-entry weights, dense gradients, tables of several dtypes, a feature read by several tables)
+is one lookup per group of its (feature, table) pairs, put side by side in output order by the
+same operator: the reference the batched way equals. Eager calls and recorded graphs call the
+same operators (:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
+
+A table bound to a ``fused=True`` optimizer, whose backward hands its gradient to the optimizer
+(:mod:`lookuplinear._fusion`), is the exception: the usual batch of a collection with such a
+table is written by one kernel call straight into the output (:class:`GroupLookups`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from ..functional import lookup_linear
+from ..functional import _eager_op, lookup_linear
 from ..ops import (
     bag_sum_into,
     gather_into,
@@ -29,7 +35,7 @@ from ..ops import (
     segment_triples,
     shifted_rows,
 )
-from ..ops.autograd import GroupLookups, in_feature_order
+from ..ops.autograd import GroupLookups
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -37,6 +43,9 @@ from .plan import CollectionPlan
 from .table_config import TableConfig
 
 __all__ = ["BatchedLookup", "TableReader"]
+
+_BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
+_IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 
 
 class TableReader(Protocol):
@@ -93,14 +102,17 @@ class BatchedLookup:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
 
-        Two ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype in
-        one kernel call (:meth:`_written`); any other batch one lookup per group
-        (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export`` records goes
-        group by group too, after the usual batch's range check (its message names the
-        feature's table), which the graph runs."""
+        Two ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype as
+        one lookup per group of that batch (:meth:`_written`); any other batch one lookup per
+        group of its features' bags (:meth:`_per_group`). A graph that ``torch.compile`` or
+        ``torch.export`` records takes the first way for one group; for several it goes group
+        by group of the features' bags (taking one group's part of the usual batch reads its
+        offsets), after the usual batch's range check (its message names the feature's table),
+        which the graph runs."""
         recording = torch.compiler.is_compiling()
         whole = self._shifted(kb, tables) if sparse or recording else None
-        if whole is not None and not recording and len({w.dtype for w in table_groups}) == 1:
+        if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
+                and (len(self.groups) == 1 or not recording)):
             return self._written(whole, kb.batch_size, table_groups, tables)
         return self._per_group(kb, table_groups, sparse, tables)
 
@@ -108,7 +120,7 @@ class BatchedLookup:
                    tables: TableReader) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
-        order by one copy (:func:`~lookuplinear.ops.autograd.in_feature_order`)."""
+        order by one copy (the operator ``lookuplinear::in_feature_order``)."""
         places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         parts: list[tuple[torch.Tensor, list[str]]] = []
@@ -130,9 +142,10 @@ class BatchedLookup:
             parts.append((lookup_linear(tables._drawn(g, bags), table_groups[g], None,
                                         sparse=sparse), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
-        return in_feature_order([out.to(dtype) for out, _ in parts],
-                                [len(feats) for _, feats in parts],
-                                self._segments_of([(feats, True) for _, feats in parts]))
+        out: torch.Tensor = _IN_FEATURE_ORDER(
+            [out.to(dtype) for out, _ in parts], [len(feats) for _, feats in parts],
+            self._segments_of([(feats, True) for _, feats in parts]))
+        return out
 
     def _segments_of(self, layout: list[tuple[list[str], bool]]) -> tuple[int, ...]:
         """The segments (:func:`~lookuplinear.ops.segment_triples`) that put outputs of this
@@ -162,9 +175,50 @@ class BatchedLookup:
     def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
                  tables: TableReader) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
-        row-sparse gradients (``sparse=True``) of one dtype, looked up by one kernel call
-        straight into the ``(N, sum of dims)`` output in feature order: a one-ID batch's rows
-        gathered, or bags summed (one group's bags: one ``embedding_bag`` and one copy)."""
+        row-sparse gradients (``sparse=True``) of one dtype: each group's part of it (a one-ID
+        batch's ``(N, F_g)`` rows, or its features' bags) looked up by the operator
+        ``lookuplinear::bag_lookup``, the outputs put in feature order by the operator
+        ``lookuplinear::in_feature_order`` (none needed for one group's rows). A collection
+        with a table bound to a ``fused=True`` optimizer: :meth:`_written_at_once`."""
+        if not all(map(_eager_op, table_groups)):  # as a single table's sum lookup decides
+            return self._written_at_once(whole, n, table_groups, tables)
+        one_id = isinstance(whole, torch.Tensor)
+        outs: list[torch.Tensor] = []
+        for (g, feats), at in zip(self.groups, self._positions, strict=True):
+            if isinstance(whole, torch.Tensor):  # (N, F_g) rows: (N, F_g * dim)
+                rows = self._group_rows(whole, g, len(feats), n)
+                if self.stored:
+                    rows = tables._drawn(g, rows)
+                outs.append(_BAG_LOOKUP(table_groups[g], rows).view(
+                    n, len(feats) * table_groups[g].shape[1]))
+            else:  # the F_g * N bags of the group's features: (F_g * N, dim)
+                bags = whole if len(self.groups) == 1 else _select_features(whole, at, n)
+                if self.stored:
+                    bags = tables._drawn(g, bags)
+                outs.append(_BAG_LOOKUP(table_groups[g], bags.indices, bags.offsets))
+        segs = self._written_segments(one_id)
+        if one_id and len(outs) == 1 and segs == (0, 0, outs[0].shape[1]):
+            return outs[0]  # one group's rows, its features in output order
+        out: torch.Tensor = _IN_FEATURE_ORDER(
+            outs, [0 if one_id else len(feats) for _, feats in self.groups], segs)
+        return out
+
+    def _written_segments(self, one_id: bool) -> tuple[int, ...]:
+        """The segments that put the groups' outputs of the usual batch (example-major for a
+        one-ID batch, else feature-major) in feature order; built once."""
+        key = ("written", one_id)
+        if key not in self._segments:
+            self._segments[key] = self._segments_of(
+                [(feats, not one_id) for _, feats in self.groups])
+        return self._segments[key]
+
+    def _written_at_once(self, whole: torch.Tensor | Bags, n: int,
+                         table_groups: nn.ParameterList, tables: TableReader) -> torch.Tensor:
+        """:meth:`_written` for a collection with a table bound to a ``fused=True`` optimizer:
+        looked up by one kernel call straight into the ``(N, sum of dims)`` output in feature
+        order (a one-ID batch's rows gathered, or bags summed; one group's bags: one
+        ``embedding_bag`` and one copy), the backward handing each group's gradient to its
+        optimizer (:class:`~lookuplinear.ops.autograd.GroupLookups`)."""
         one_id = isinstance(whole, torch.Tensor)
         if not one_id and len(self.groups) == 1:
             # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
@@ -173,11 +227,7 @@ class BatchedLookup:
             dim = table_groups[g].shape[1]
             flat = lookup_linear(tables._drawn(g, whole), table_groups[g], None, sparse=True)
             return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
-        key = ("written", one_id)
-        if key not in self._segments:  # the layout of the output blocks: built once
-            self._segments[key] = self._segments_of(
-                [(feats, not one_id) for _, feats in self.groups])
-        segs = segment_tensor(self._segments[key])
+        segs = segment_tensor(self._written_segments(one_id))
         kinds = [(not one_id, len(feats)) for _, feats in self.groups]
         weights: list[torch.Tensor] = []
         indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags

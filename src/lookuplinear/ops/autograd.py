@@ -1,8 +1,9 @@
 """Row-sparse weight gradients of the ``autograd.Function`` lookups: one row per unique index.
 
-(The layers' sum and max lookups call the operators ``lookuplinear::bag_lookup`` and
-``lookuplinear::bag_max``, whose backward is C++: :mod:`.library`. The functions here serve a
-table bound to a ``fused=True`` optimizer, a ``torch.jit.trace``, and the collections.)
+(The layers' and the collections' sum and max lookups call the operators
+``lookuplinear::bag_lookup`` and ``lookuplinear::bag_max``, whose backward is C++:
+:mod:`.library`. The functions here serve a table bound to a ``fused=True`` optimizer, whose
+backward hands its gradient to the optimizer, and a ``torch.jit.trace``.)
 
 The weight gradient of ``densify(x) @ W`` is ``densify(x).T @ grad_out``: non-zero only in the
 rows ``x`` names. ``F.embedding_bag(..., sparse=True)`` returns it as an uncoalesced COO tensor
@@ -29,13 +30,12 @@ import torch.nn.functional as F
 
 from .._fusion import binding
 from ._bagmax import c_operands
-from ._columns import deinterleave, interleave, segment_tensor, split_blocks
+from ._columns import deinterleave, interleave, split_blocks
 from ._hooks import notify
 from ._rows import gather_rows, group_rows
 from .library import entry_grads, per_sample_weights_grad, project_error, routed
 
-__all__ = ["GroupLookups", "InFeatureOrder", "bag_lookup", "bag_max", "in_feature_order",
-           "row_sparse_grad", "weight_grad"]
+__all__ = ["GroupLookups", "bag_lookup", "bag_max", "row_sparse_grad", "weight_grad"]
 
 
 _BAG_MAX = torch.ops.lookuplinear.bag_max.default
@@ -169,38 +169,11 @@ def bag_lookup(
     return out
 
 
-@routed("in_feature_order")
-def in_feature_order(outs: Sequence[torch.Tensor], features: Sequence[int],
-                     segments: tuple[int, ...]) -> torch.Tensor:
-    """Lookup outputs side by side in feature order: ``features``, per output, its number of
-    features where it is feature-major (``(F * N, dim)``), else 0 (``(N, width)``);
-    ``segments``: the ``(block, first column, columns)`` triples, flattened, of
-    :func:`~lookuplinear.ops.segment_triples`."""
-    n = outs[0].shape[0] // features[0] if features[0] else outs[0].shape[0]
-    kinds = [(f > 0, f) for f in features]
-    out: torch.Tensor = InFeatureOrder.apply(segment_tensor(segments), kinds, n, *outs)
-    return out
-
-
-class InFeatureOrder(torch.autograd.Function):
-    """Lookup outputs (``kinds``: per output, feature-major or not and its number of features)
-    side by side in feature order (``segs``: :func:`~lookuplinear.ops.segments`); the
-    backward copies the gradient's columns back into each output's layout."""
-
-    @staticmethod
-    def forward(ctx: Any, segs: torch.Tensor, kinds: list[tuple[bool, int]], n: int,
-                *outs: torch.Tensor) -> torch.Tensor:
-        ctx.segs, ctx.kinds, ctx.n = segs, kinds, n
-        ctx.shapes = [out.shape for out in outs]
-        return interleave(_blocks(outs, kinds, n), segs)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return (None, None, None, *_apart(grad, ctx.segs, ctx.kinds, ctx.shapes, ctx.n))
-
-
 class GroupLookups(torch.autograd.Function):
-    """Sum lookups of several tables (``indices`` and ``offsets``: one lookup per table of
+    """The usual batch of a collection with a table bound to a ``fused=True`` optimizer (a
+    collection without one calls the operators: :mod:`lookuplinear.modules.batched`).
+
+    Sum lookups of several tables (``indices`` and ``offsets``: one lookup per table of
     ``weights``, ``offsets`` None for one entry per output row; ``kinds``:
     whether its output is feature-major, and its number of features) side by side in feature
     order in one ``(N, width)`` output, written by ``write`` (one kernel call; where it does

@@ -29,6 +29,10 @@ The operators:
   side (``features``: per output, its number of features where it is feature-major,
   ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
   flattened, :func:`~lookuplinear.ops.segment_triples`).
+* ``in_feature_order_backward(grad, features, segments)``: its gradient taken back apart, each
+  output's in that output's layout (the segments take each block's columns once, left to
+  right). The two are each other's backward: a gradient differentiates again as often as
+  asked.
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
 * ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
@@ -77,6 +81,7 @@ import torch
 
 from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
 from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
+from ._columns import deinterleave as _deinterleave
 from ._errors import project_error
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -95,6 +100,7 @@ SCHEMAS = (
     "bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
     "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor",
     "in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor",
+    "in_feature_order_backward(Tensor grad, int[] features, int[] segments) -> Tensor[]",
     "idmap_find(Tensor table, Tensor keys) -> Tensor",
     "idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor",
     "bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
@@ -386,29 +392,118 @@ def _in_feature_order_fake(outs: Sequence[torch.Tensor], features: Sequence[int]
 
 
 def _in_feature_order_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    outs, ctx.features, ctx.segments = inputs
-    ctx.shapes = [out.shape for out in outs]
+    _, ctx.features, ctx.segments = inputs
 
 
 def _in_feature_order_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """Each output's gradient in its layout: its blocks' segments of ``grad``, in order (a
-    block's segments take its columns left to right)."""
-    n_blocks = sum(f or 1 for f in ctx.features)
-    pieces: list[list[torch.Tensor]] = [[] for _ in range(n_blocks)]
-    at = 0
-    for b, _, c in _triples(ctx.segments):
-        pieces[b].append(grad.narrow(1, at, c))
-        at += c
-    blocks = iter(torch.cat(p, 1) for p in pieces)
-    grads = []
-    for f, shape in zip(ctx.features, ctx.shapes, strict=True):
-        grads.append(torch.stack([next(blocks) for _ in range(f)]).reshape(shape) if f
-                     else next(blocks))
-    return grads, None, None
+    """Each output's gradient in its layout: the operator ``in_feature_order_backward``."""
+    return (torch.ops.lookuplinear.in_feature_order_backward(grad, ctx.features, ctx.segments),
+            None, None)
 
 
 _register_autograd("in_feature_order", _in_feature_order_backward,
                    setup_context=_in_feature_order_setup)
+
+
+def _block_widths(features: Sequence[int], segments: Sequence[int], total: int) -> list[int]:
+    """The width of every block of ``in_feature_order``'s outputs: the columns its segments
+    take, each block's once and left to right (as ``segment_triples`` gives them), checked
+    against the gradient's ``total`` columns and a feature-major output's common width."""
+    op = "lookuplinear::in_feature_order_backward"
+    if not features or min(features) < 0 or len(segments) % 3:
+        raise InputValueError(f"{op}: at least one output, feature counts >= 0 and (block, "
+                              f"first column, columns) triples; got features {list(features)} "
+                              f"and {len(segments)} numbers")
+    widths = [0] * sum(f or 1 for f in features)
+    for s, (b, first, c) in enumerate(_triples(segments)):
+        if not (0 <= b < len(widths) and c >= 0 and first == widths[b]):
+            raise InputValueError(
+                f"{op}: segment {s} ({b}, {first}, {c}) does not take the next columns of one "
+                f"of the {len(widths)} blocks; the segments take each block's columns once, "
+                "left to right (segment_triples)")
+        widths[b] += c
+    if sum(widths) != total:
+        raise InputValueError(f"{op}: the segments take {sum(widths)} columns; the gradient "
+                              f"has {total}")
+    b = 0
+    for i, f in enumerate(features):
+        if len(set(widths[b:b + f])) > 1:
+            raise InputValueError(f"{op}: the blocks of feature-major output {i} have one "
+                                  f"width; got {widths[b:b + f]}")
+        b += f or 1
+    return widths
+
+
+def _in_feature_order_backward_twin(grad: torch.Tensor, features: Sequence[int],
+                                    segments: Sequence[int]) -> list[torch.Tensor]:
+    """Each block's segments of ``grad``, in order (new tensors: none a view of ``grad``),
+    a feature-major output's blocks one below the other."""
+    widths = _block_widths(features, segments, grad.shape[1])
+    pieces: list[list[torch.Tensor]] = [[] for _ in widths]
+    at = 0
+    for b, _, c in _triples(segments):
+        pieces[b].append(grad.narrow(1, at, c))
+        at += c
+    blocks = [torch.cat(p, 1) if p else grad.narrow(1, 0, 0).clone() for p in pieces]
+    grads, b = [], 0
+    for f in features:
+        grads.append(torch.cat(blocks[b:b + f], 0) if f else blocks[b])
+        b += f or 1
+    return grads
+
+
+def _in_feature_order_backward_cpu(grad: torch.Tensor, features: Sequence[int],
+                                   segments: Sequence[int]) -> list[torch.Tensor]:
+    """One C pass (:func:`~lookuplinear.ops.deinterleave`) into each output's layout."""
+    if grad.dim() != 2:
+        return _in_feature_order_backward_twin(grad, features, segments)
+    widths = _block_widths(features, segments, grad.shape[1])
+    n, b = grad.shape[0], 0
+    grads = []
+    for f in features:
+        grads.append(grad.new_empty(((f or 1) * n, widths[b])))
+        b += f or 1
+    _deinterleave(grad, segment_tensor(tuple(segments)), _blocks(grads, features))
+    return grads
+
+
+_impl("in_feature_order_backward", _in_feature_order_backward_cpu, "CPU")
+_impl("in_feature_order_backward", _in_feature_order_backward_twin,
+      "CompositeExplicitAutograd")
+
+
+@_fake("in_feature_order_backward")
+def _in_feature_order_backward_fake(grad: torch.Tensor, features: Sequence[int],
+                                    segments: Sequence[int]) -> list[torch.Tensor]:
+    widths = _block_widths(features, segments, sum(segments[2::3]))
+    n, b = grad.shape[0], 0
+    grads = []
+    for f in features:
+        grads.append(grad.new_empty(((f or 1) * n, widths[b])))
+        b += f or 1
+    return grads
+
+
+def _in_feature_order_backward_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _, ctx.features, ctx.segments = inputs
+    ctx.shapes = [out.shape for out in output]
+
+
+def _in_feature_order_backward_backward(ctx: Any, grads: Sequence[torch.Tensor | None]
+                                        ) -> tuple[Any, ...]:
+    """The gradient of the outputs' gradients: ``in_feature_order`` of theirs (zeros for an
+    output that has none)."""
+    some = next((g for g in grads if g is not None), None)
+    if some is None:
+        return None, None, None
+    given = [some.new_zeros(shape) if g is None else g
+             for g, shape in zip(grads, ctx.shapes, strict=True)]
+    return (torch.ops.lookuplinear.in_feature_order(given, ctx.features, ctx.segments),
+            None, None)
+
+
+_register_autograd("in_feature_order_backward", _in_feature_order_backward_backward,
+                   setup_context=_in_feature_order_backward_setup)
 
 
 # ---- idmap_find ---------------------------------------------------------------------------
@@ -654,6 +749,7 @@ if CPP:
 _TWINS: dict[str, Callable[..., Any]] = {
     "bag_lookup": _bag_lookup_twin,
     "in_feature_order": _in_feature_order_twin,
+    "in_feature_order_backward": _in_feature_order_backward_twin,
     "idmap_find": _idmap_find_twin,
     "idmap_rows": _idmap_rows_twin,
     "bag_max": _bag_max_twin,

@@ -4,10 +4,10 @@
 //
 // The schemas are the ones lookuplinear/ops/library.py registers from Python where this
 // library is not built (or was built for another torch): both sides give the same bits on the
-// CPU (tests/test_library.py). The fake (shape) implementations and the backward formulas
-// (bag_lookup's excepted, below) are registered from Python on top of these; a process that
-// only runs a compiled graph (AOTInductor) needs neither, and loads this library alone:
-// torch.ops.load_library(path).
+// CPU (tests/test_library.py). The fake (shape) implementations are registered from Python
+// on top of these, and so are the backward formulas of the operators that have none here; a
+// process that only runs a compiled graph (AOTInductor) needs neither, and loads this library
+// alone: torch.ops.load_library(path).
 //
 // Bad input raises from inside the kernels, with the messages of the Python side:
 // TORCH_CHECK_INDEX (Python's IndexError) for an index outside the table, TORCH_CHECK_VALUE
@@ -798,6 +798,202 @@ TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
 // bag_max's backward on every device
 TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("bag_max", &lookuplinear::bag_max_autograd);
+}
+
+// ==== in_feature_order's backward ==========================================================
+// The gradient of lookup outputs put in feature order, taken back apart: each output's
+// gradient in its own layout (features[i] = F: (F * N, dim), its F blocks one feature's
+// columns each; 0: (N, width)), each block's columns those of its segments, in order.
+// in_feature_order and in_feature_order_backward are linear and each other's adjoint: the
+// backward of each is the other, so a gradient differentiates again (create_graph=True) as
+// often as asked, and a recorded graph holds the two operators.
+
+namespace lookuplinear {
+namespace {
+
+// the width of every block (the columns its segments take, left to right: each block's
+// columns exactly once, as segment_triples gives them), checked against the gradient's
+// `total` columns and, for a feature-major output, its blocks' common width
+std::vector<int64_t> block_widths(at::IntArrayRef features, at::IntArrayRef segments,
+                                  int64_t total) {
+    const char *op = "lookuplinear::in_feature_order_backward";
+    int64_t n_blocks = 0;
+    for (const int64_t f : features) {
+        TORCH_CHECK_VALUE(f >= 0, op, ": feature counts are >= 0; got ", features);
+        n_blocks += f ? f : 1;
+    }
+    TORCH_CHECK_VALUE(!features.empty() && segments.size() % 3 == 0, op, ": at least one output "
+                      "and (block, first column, columns) triples; got ", features.size(),
+                      " outputs and ", segments.size(), " numbers");
+    std::vector<int64_t> widths(n_blocks, 0);
+    int64_t cols = 0;
+    for (size_t s = 0; s < segments.size(); s += 3) {
+        const int64_t b = segments[s], first = segments[s + 1], c = segments[s + 2];
+        TORCH_CHECK_VALUE(b >= 0 && b < n_blocks && c >= 0 && first == widths[b], op,
+                          ": segment ", s / 3, " (", b, ", ", first, ", ", c, ") does not take "
+                          "the next columns of one of the ", n_blocks, " blocks; the segments "
+                          "take each block's columns once, left to right (segment_triples)");
+        widths[b] += c;
+        cols += c;
+    }
+    TORCH_CHECK_VALUE(cols == total, op, ": the segments take ", cols, " columns; the gradient "
+                      "has ", total);
+    for (size_t i = 0, b = 0; i < features.size(); b += features[i] ? features[i] : 1, i++)
+        for (int64_t j = 1; j < features[i]; j++)
+            TORCH_CHECK_VALUE(widths[b + j] == widths[b], op, ": the blocks of feature-major "
+                              "output ", i, " have one width; got ", widths[b], " and ",
+                              widths[b + j]);
+    return widths;
+}
+
+std::vector<Tensor> in_feature_order_backward_twin(const Tensor &grad,
+                                                   at::IntArrayRef features,
+                                                   at::IntArrayRef segments) {
+    const std::vector<int64_t> widths = block_widths(features, segments, grad.size(1));
+    std::vector<std::vector<Tensor>> pieces(widths.size());
+    int64_t at_ = 0;
+    for (size_t s = 0; s < segments.size(); s += 3) {
+        pieces[segments[s]].push_back(grad.narrow(1, at_, segments[s + 2]));
+        at_ += segments[s + 2];
+    }
+    std::vector<Tensor> blocks;  // new tensors (cat copies), none a view of grad
+    for (const auto &p : pieces) blocks.push_back(p.empty() ? grad.narrow(1, 0, 0).clone()
+                                                            : at::cat(p, 1));
+    std::vector<Tensor> grads;
+    for (size_t i = 0, b = 0; i < features.size(); i++) {
+        if (!features[i]) {
+            grads.push_back(blocks[b++]);
+            continue;
+        }
+        const std::vector<Tensor> own(blocks.begin() + b, blocks.begin() + b + features[i]);
+        grads.push_back(at::cat(own, 0));  // (F * N, dim)
+        b += features[i];
+    }
+    return grads;
+}
+
+std::vector<Tensor> in_feature_order_backward_cpu(const Tensor &grad, at::IntArrayRef features,
+                                                  at::IntArrayRef segments) {
+    if (grad.dim() != 2) return in_feature_order_backward_twin(grad, features, segments);
+    const std::vector<int64_t> widths = block_widths(features, segments, grad.size(1));
+    // one C pass (ll_interleave, out into the blocks): each row's segments copied to their
+    // blocks' rows, in bytes
+    const Tensor g = grad.contiguous();
+    const int64_t n = g.size(0), size = g.element_size();
+    std::vector<Tensor> grads;
+    std::vector<char *> pointers;
+    std::vector<int64_t> block_ld;
+    for (size_t i = 0, b = 0; i < features.size(); i++) {
+        const int64_t f = features[i] ? features[i] : 1, w = widths[b];
+        grads.push_back(at::empty({f * n, w}, g.options()));
+        char *base = static_cast<char *>(grads.back().data_ptr());
+        for (int64_t j = 0; j < f; j++, b++) {
+            pointers.push_back(base + j * n * w * size);
+            block_ld.push_back(w * size);
+        }
+    }
+    const int64_t n_seg = static_cast<int64_t>(segments.size() / 3);
+    std::vector<int64_t> seg_block(n_seg), seg_off(n_seg), seg_len(n_seg);
+    for (int64_t s = 0; s < n_seg; s++) {
+        seg_block[s] = segments[3 * s];
+        seg_off[s] = segments[3 * s + 1] * size;
+        seg_len[s] = segments[3 * s + 2] * size;
+    }
+    ll_interleave(n, n_seg, pointers.data(), block_ld.data(), seg_block.data(), seg_off.data(),
+                  seg_len.data(), static_cast<char *>(g.data_ptr()), g.size(1) * size, 0);
+    return grads;
+}
+
+Tensor call_in_feature_order(at::TensorList outs, at::IntArrayRef features,
+                             at::IntArrayRef segments) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("lookuplinear::in_feature_order", "")
+                         .typed<Tensor(at::TensorList, at::IntArrayRef, at::IntArrayRef)>();
+    return op.call(outs, features, segments);
+}
+
+std::vector<Tensor> call_in_feature_order_backward(const Tensor &grad, at::IntArrayRef features,
+                                                   at::IntArrayRef segments) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("lookuplinear::in_feature_order_backward", "")
+                         .typed<std::vector<Tensor>(const Tensor &, at::IntArrayRef,
+                                                    at::IntArrayRef)>();
+    return op.call(grad, features, segments);
+}
+
+// each output's gradient: in_feature_order_backward, through the dispatcher's autograd layer
+// (recorded under create_graph=True, its own backward in_feature_order)
+struct InFeatureOrderFunction : public torch::autograd::Function<InFeatureOrderFunction> {
+    static Tensor forward(torch::autograd::AutogradContext *ctx, at::TensorList outs,
+                          at::IntArrayRef features, at::IntArrayRef segments) {
+        ctx->saved_data["features"] = features.vec();
+        ctx->saved_data["segments"] = segments.vec();
+        at::AutoDispatchBelowADInplaceOrView below;
+        return call_in_feature_order(outs, features, segments);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        torch::autograd::variable_list parts = call_in_feature_order_backward(
+            grads[0], ctx->saved_data["features"].toIntVector(),
+            ctx->saved_data["segments"].toIntVector());
+        parts.emplace_back();  // features, segments
+        parts.emplace_back();
+        return parts;
+    }
+};
+
+// the gradient of the outputs' gradients: in_feature_order of theirs
+struct InFeatureOrderBackwardFunction
+    : public torch::autograd::Function<InFeatureOrderBackwardFunction> {
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
+                                                  const Tensor &grad, at::IntArrayRef features,
+                                                  at::IntArrayRef segments) {
+        ctx->saved_data["features"] = features.vec();
+        ctx->saved_data["segments"] = segments.vec();
+        at::AutoDispatchBelowADInplaceOrView below;
+        return call_in_feature_order_backward(grad, features, segments);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        // (an output without a gradient has zeros: the function materializes them)
+        return {call_in_feature_order(grads, ctx->saved_data["features"].toIntVector(),
+                                      ctx->saved_data["segments"].toIntVector()),
+                Tensor(), Tensor()};
+    }
+};
+
+Tensor in_feature_order_autograd(at::TensorList outs, at::IntArrayRef features,
+                                 at::IntArrayRef segments) {
+    return InFeatureOrderFunction::apply(outs, features, segments);
+}
+
+std::vector<Tensor> in_feature_order_backward_autograd(const Tensor &grad,
+                                                       at::IntArrayRef features,
+                                                       at::IntArrayRef segments) {
+    return InFeatureOrderBackwardFunction::apply(grad, features, segments);
+}
+
+}  // namespace
+}  // namespace lookuplinear
+
+TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
+    m.def("in_feature_order_backward(Tensor grad, int[] features, int[] segments) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    m.impl("in_feature_order_backward", &lookuplinear::in_feature_order_backward_cpu);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
+    m.impl("in_feature_order_backward", &lookuplinear::in_feature_order_backward_twin);
+}
+
+// in_feature_order's backward, and its backward's, on every device
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    m.impl("in_feature_order", &lookuplinear::in_feature_order_autograd);
+    m.impl("in_feature_order_backward", &lookuplinear::in_feature_order_backward_autograd);
 }
 
 // ==== hashing, n-grams, input checks, dual coordinate descent ==============================
