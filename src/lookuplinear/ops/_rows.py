@@ -217,9 +217,10 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
     """:func:`group_rows` then :func:`update_rows` in one C pass, for several tables: each row
     is updated as soon as its gradient is summed (the same sums, the same update, so the same
     bits). The tables the C kernels take are updated in one call of
-    ``lookuplinear::rows_fused_`` (of any widths and dtypes). Returns, per table, whether it was updated; False:
-    nothing was done to it (the C kernels do not apply), and the caller updates it another
-    way. Bad operands raise the project's errors, and no table is updated then."""
+    ``lookuplinear::rows_fused_`` (of any widths and dtypes). Returns, per table, whether it
+    was updated; False: nothing was done to it (the C kernels do not apply), and the caller
+    updates it another way. Bad operands raise the project's errors, and no table is updated
+    then."""
     taken = [False] * len(tables)
     if not use_c():  # the backend, asked once; each table's devices below
         return taken

@@ -1,4 +1,5 @@
-"""The row optimizers' updates in torch ops, to the bits of the C kernels (``csrc/rowkernels_impl.h``).
+"""The row optimizers' updates in torch ops, to the bits of the C kernels
+(``csrc/rowkernels_impl.h``).
 
 Each function updates ``weight``'s ``rows`` (unique) by the gradient rows ``values`` with one
 optimizer's formula, in place, its scalars ``p`` in the C kernel's order
@@ -309,14 +310,13 @@ def _fused_tables(weights: Sequence[torch.Tensor], states: Sequence[torch.Tensor
             raise InputValueError(f"lookuplinear::{op}: indices[{t}] must be int32 or int64; "
                                   f"got {idx.dtype}")
         nnz = idx.numel()
-        if off is not None:
-            if off.dim() != 1 or off.dtype not in (torch.int32, torch.int64) \
-                    or not _inputs.offsets_ok(off, nnz):
-                raise OffsetsError(
-                    f"lookuplinear::{op}: offsets must start at 0, never decrease and end at "
-                    f"the number of entries, {nnz}; got offsets[{t}] of {off.dtype} "
-                    f"{list(off.shape)}. Build the batch with Bags or KeyedBags (they check "
-                    "it), or give lengths instead of offsets.")
+        if off is not None and (off.dim() != 1 or off.dtype not in (torch.int32, torch.int64)
+                                or not _inputs.offsets_ok(off, nnz)):
+            raise OffsetsError(
+                f"lookuplinear::{op}: offsets must start at 0, never decrease and end at "
+                f"the number of entries, {nnz}; got offsets[{t}] of {off.dtype} "
+                f"{list(off.shape)}. Build the batch with Bags or KeyedBags (they check "
+                "it), or give lengths instead of offsets.")
         n_out = nnz if off is None else off.numel() - 1
         if g.shape[0] != n_out:
             raise InputValueError(

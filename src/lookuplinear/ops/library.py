@@ -79,12 +79,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
+from ..errors import InputValueError, LookupIndexError, OffsetsError
 from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
 from ._columns import deinterleave as _deinterleave
-from ._errors import project_error
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
+from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
