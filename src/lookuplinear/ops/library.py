@@ -275,10 +275,10 @@ def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
     contrib = g if offsets is None else g.index_select(0, _bag_ids(offsets, idx.numel()))
     if weights is not None:
         contrib = contrib * weights.to(g.dtype).unsqueeze(1)
-    if padding_idx is None:
-        return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
-    # ATen's sparse embedding backward, which leaves the padding entries out
-    return torch.ops.aten.embedding_backward(contrib, idx, shape[0], padding_idx, False, True)
+    if padding_idx is not None:  # left out, as ATen's sparse embedding backward leaves them
+        keep = (idx != padding_idx).nonzero().view(-1)  # (by position: faster than its mask)
+        idx, contrib = idx.index_select(0, keep), contrib.index_select(0, keep)
+    return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
 
 
 def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
