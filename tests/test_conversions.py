@@ -281,3 +281,30 @@ def test_from_embedding_keeps_freeze_and_refuses_integer_tables() -> None:
     assert trainable.weight.requires_grad
     with pytest.raises(InputTypeError, match="floating point"):
         LookupLinear.from_embedding(nn.Embedding.from_pretrained(torch.arange(6).view(3, 2)))
+
+
+@pytest.mark.parametrize("padding_idx", [None, 9])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_index_gradient_is_nn_embeddings_own(padding_idx: int | None,
+                                             dtype: torch.dtype) -> None:
+    """On an index tensor, ``sparse=True``'s weight gradient is ``nn.Embedding(sparse=True)``'s
+    own, to the bit: one row per entry in entry order (padding entries left out), not
+    coalesced; densified it is ``nn.Linear``'s on the one-hot input."""
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 4, padding_idx=padding_idx, sparse=True, dtype=dtype)
+    layer = LookupLinear.from_embedding(emb)
+    g = torch.randn(*X_IDX.shape, 4, dtype=dtype)
+    emb(X_IDX).backward(g)
+    layer(X_IDX).backward(g)
+    ours, theirs = layer.weight.grad, emb.weight.grad
+    assert ours is not None and theirs is not None and ours.is_sparse
+    assert not ours.is_coalesced()
+    assert torch.equal(ours._indices(), theirs._indices())
+    assert torch.equal(ours._values(), theirs._values())
+    lin = nn.Linear(10, 4, bias=False, dtype=dtype)
+    lin(F.one_hot(X_IDX, 10).to(dtype)).backward(g)
+    assert lin.weight.grad is not None
+    want = lin.weight.grad.T
+    if padding_idx is not None:
+        want[padding_idx] = 0
+    torch.testing.assert_close(ours.to_dense(), want)

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import lookuplinear.ops.library as library
@@ -96,8 +98,8 @@ def test_bag_lookup_opcheck(name: str, kw: dict[str, Any]) -> None:
     weight = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
     args = (weight, kw["indices"], kw.get("offsets"), kw.get("weights"), kw.get("padding_idx"))
     # test_autograd_registration compares with a dense gradient; ours is sparse. Leaving
-    # the padding entries out of it is a data-dependent shape (ATen's sparse embedding
-    # backward), which a graph records only with capture_dynamic_output_shape_ops.
+    # the padding entries out of it is a data-dependent shape (the entries kept: a nonzero),
+    # which a graph records only with capture_dynamic_output_shape_ops.
     utils = ["test_schema", "test_faketensor"]
     if kw.get("padding_idx") is None:
         utils += ["test_aot_dispatch_static", "test_aot_dispatch_dynamic"]
@@ -151,6 +153,49 @@ def test_row_sums_equals_twin_and_opcheck() -> None:
     assert rows.tolist() == [0, 2, 2, 7, 7, 7]
     assert torch.equal(out[3], grad[0] + grad[2] + grad[3]) and torch.equal(out[0], grad[2])
     assert all(str(v) == "-0.0" for k in (1, 2, 4, 5) for v in out[k].tolist())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data(), st.sampled_from([1, 3, 50, 5_000, 3_000_000, 2**32]),
+       st.sampled_from([1, 5, 16, 32]), st.sampled_from([torch.float32, torch.float64]),
+       st.booleans())
+def test_row_sums_of_index_input_is_the_dense_gradient(data: st.DataObject, num_rows: int,
+                                                       dim: int, dtype: torch.dtype,
+                                                       padded: bool) -> None:
+    """``row_sums`` of an index tensor (no offsets, no weights): the entries sorted by row
+    (stably), each row's sum at its first entry, ``-0.0`` at its other entries and at every
+    padding entry; summed, the rows are ``one_hot(x).T @ grad`` (the weight gradient of
+    ``nn.Linear`` on the one-hot input). Empty batches, one entry, duplicates, all padding, and
+    indices of up to 32 bits (one to three passes of the sort)."""
+    idx = torch.tensor(data.draw(st.lists(st.integers(0, num_rows - 1), max_size=300)),
+                       dtype=torch.int64)
+    if idx.numel() and data.draw(st.booleans()):  # many duplicates
+        idx = idx[torch.randint(0, min(idx.numel(), 4), (idx.numel(),),
+                                generator=torch.Generator().manual_seed(idx.numel()))]
+    padding_idx = int(idx[0]) if padded and idx.numel() else None
+    grad = torch.randn(idx.numel(), dim, dtype=dtype,
+                       generator=torch.Generator().manual_seed(dim))
+    rows, values = ops.row_sums(grad, idx, None, None, padding_idx, num_rows)
+    assert torch.equal(rows, torch.sort(idx, stable=True).values)
+    assert values.shape == (idx.numel(), dim) and values.dtype == dtype
+    first = torch.ones_like(rows, dtype=torch.bool)
+    first[1:] = rows[1:] != rows[:-1]
+    if padding_idx is not None:
+        first &= rows != padding_idx
+    rest = values[~first]
+    assert torch.equal(rest, torch.full_like(rest, -0.0)) and bool(rest.signbit().all())
+    # the sums, to the bit: each row's grad rows added in entry order
+    twin_rows, twin = library._row_sums_twin(grad, idx, None, None, padding_idx, num_rows)
+    assert torch.equal(rows, twin_rows) and torch.equal(values, twin)
+    # the dense reference: nn.Linear's weight gradient on the one-hot input, at the rows taken
+    keep = torch.ones_like(idx, dtype=torch.bool) if padding_idx is None else idx != padding_idx
+    uniq, inverse = torch.unique(idx[keep], return_inverse=True)
+    one_hot = F.one_hot(inverse, max(uniq.numel(), 1)).to(dtype)[:, :uniq.numel()]  # (n, rows)
+    linear = torch.nn.Linear(uniq.numel(), dim, bias=False, dtype=dtype)
+    linear(one_hot).backward(grad[keep])
+    assert linear.weight.grad is not None
+    assert torch.equal(rows[first], uniq)
+    torch.testing.assert_close(values[first], linear.weight.grad.T)
 
 
 def test_bag_lookup_fake_shapes() -> None:

@@ -21,7 +21,7 @@ from unchanged import assert_unchanged, snapshot
 
 from lookuplinear import Bags, FusedAccumulationWarning, LookupLinear, optim
 from lookuplinear.errors import InputValueError
-from lookuplinear.ops import use_backend
+from lookuplinear.ops import group_rows, use_backend
 
 V, D, C, PAD = 40, 6, 3, 0
 STEPS = 6
@@ -1254,3 +1254,35 @@ def test_a_state_dict_of_earlier_versions_loads() -> None:
     again.load_state_dict(old)
     assert "fused" not in again.param_groups[0] and again.param_groups[0]["in_backward"]
     torch.optim.SGD(model.parameters(), lr=0.1).load_state_dict(again.state_dict())
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_index_tensors_gradient_is_summed_in_entry_order(name: str, padding_idx: int | None,
+                                                             backend: str) -> None:
+    """An index tensor's gradient (``nn.Embedding(sparse=True)``'s: one row per position, in
+    order) with many positions per row: the stored-gradient update sums each row's positions
+    in entry order, as ``fused=True`` sums them (a coalesce adds them in another order), so the
+    two train the table to the same bits."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 5, (64, 32), generator=g)  # about 400 positions per row
+    ends = []
+    with use_backend(backend):
+        for fused in (False, True):
+            torch.manual_seed(0)
+            layer = LookupLinear(5, 8, bias=False, sparse=True, padding_idx=padding_idx)
+            opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+            for step in range(3):
+                opt.zero_grad()
+                out = layer(x) * torch.randn(64, 32, 8,
+                                             generator=torch.Generator().manual_seed(step))
+                out.sum().backward()
+                opt.step()
+            ends.append(layer.weight.detach().clone())
+        values = torch.randn(x.numel(), 8, generator=g)
+        rows, sums = optim.row_sparse_parts(torch.sparse_coo_tensor(x.reshape(1, -1), values,
+                                                                    (5, 8)))
+        want_rows, want = group_rows(values, 5, x.reshape(-1))  # entry order
+    assert torch.equal(ends[0], ends[1])
+    assert torch.equal(rows, want_rows) and torch.equal(sums, want)

@@ -1,5 +1,6 @@
 """The row-sparse backward: equal to the dense gradient; grouped (one row per unique index) by
-``group_rows``, one row per entry sorted by row from the layer (``lookuplinear::bag_lookup``)."""
+``group_rows``, one row per entry from the layer (``lookuplinear::bag_lookup``: sorted by row for
+bags, in entry order for an index tensor)."""
 
 from __future__ import annotations
 
@@ -67,13 +68,15 @@ def test_index_input_groups_one_entry_per_position() -> None:
 @settings(max_examples=40, deadline=None)
 @given(bag_batches(), st.sampled_from([torch.float32, torch.float64]),
        st.sampled_from(["bags", "offsets", "index", "mean"]))
-def test_layer_gradient_is_one_row_per_entry_sorted_by_row(
+def test_layer_gradient_is_one_row_per_entry(
     case: tuple[int, list[list[int]], bool, int | None], dtype: torch.dtype, form: str
 ) -> None:
     """``LookupLinear(sparse=True)``'s weight gradient (the operator's backward, eager as
-    compiled): one row per entry but padding, the rows sorted, each row's ``group_rows`` sum at
-    its first entry and ``-0.0`` at its others; ``row_sparse_parts`` gives the grouped rows
-    back to the bit, without a coalesce."""
+    compiled): one row per entry but padding. For bags the rows sorted, each row's
+    ``group_rows`` sum at its first entry and ``-0.0`` at its others; for an index tensor
+    ``nn.Embedding(sparse=True)``'s, the entries in order with their ``grad_out`` rows. Either
+    way ``row_sparse_parts`` gives ``group_rows``' rows and sums back to the bit, without a
+    coalesce."""
     in_features, lists, weighted, padding = case
     if form == "index":
         lists = [[i] for b in lists for i in b] or [[0]]
@@ -96,7 +99,11 @@ def test_layer_gradient_is_one_row_per_entry_sorted_by_row(
     assert grad is not None and grad.is_sparse
     rows, values = grad._indices()[0], grad._values()
     kept = [i for b in lists for i in b if i != padding]
-    assert rows.tolist() == sorted(kept)  # one row per entry, sorted
+    if form == "index":  # nn.Embedding's: one row per entry, in entry order
+        assert rows.tolist() == kept
+        assert torch.equal(values, grad_out[[i != padding for i in bags.indices.tolist()]])
+    else:
+        assert rows.tolist() == sorted(kept)  # one row per entry, sorted
     dense_layer = LookupLinear(in_features, 3, bias=False, padding_idx=padding,
                                mode="mean" if form == "mean" else "sum", dtype=dtype)
     dense_layer.weight.data.copy_(layer.weight.data)
@@ -105,16 +112,21 @@ def test_layer_gradient_is_one_row_per_entry_sorted_by_row(
              if form == "offsets" else dense_layer(bags.indices.reshape(-1, 1)).reshape(-1, 3))
     again.backward(grad_out)
     torch.testing.assert_close(grad.to_dense(), dense_layer.weight.grad)
+    unique, sums = row_sparse_parts(grad)
+    if form == "index":
+        want_rows, want = group_rows(grad_out, in_features, bags.indices, None, None, padding)
+        assert torch.equal(unique, want_rows) and torch.equal(sums, want)
+        return
     first = torch.ones_like(rows, dtype=torch.bool)
     first[1:] = rows[1:] != rows[:-1]
     assert all(str(v) == "-0.0" for v in values[~first].reshape(-1).tolist())
-    unique, sums = row_sparse_parts(grad)
     assert torch.equal(unique, rows[first]) and torch.equal(sums, values[first])
 
 
 def test_row_sparse_parts_sums_runs_of_sorted_rows() -> None:
     """Rows that never decrease, with any values: each run summed (as a coalesce sums it), no
-    sort; rows in another order are coalesced; strictly increasing rows are kept as they are."""
+    sort; rows in another order grouped, each row's values summed in the order they come;
+    strictly increasing rows are kept as they are."""
     values = torch.tensor([[1.0], [2.0], [4.0], [8.0], [16.0]])
     rows, sums = row_sparse_parts(torch.sparse_coo_tensor(torch.tensor([[0, 2, 2, 2, 5]]),
                                                           values, (6, 1)))

@@ -152,8 +152,9 @@ def bag_lookup(
     needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again. In a graph that
     ``torch.compile`` or ``torch.export`` records (the operator ``lookuplinear::bag_lookup``,
-    :mod:`lookuplinear.ops.library`) it is one row per entry too, each row's sum (computed
-    as here) at its first entry: densified or coalesced, this gradient to the bit.
+    :mod:`lookuplinear.ops.library`) it is one row per entry too: for bags each row's sum
+    (computed as here) at its first entry, for an index tensor ``nn.Embedding(sparse=True)``'s
+    gradient; densified or coalesced, this gradient to the bit.
 
     Examples
     --------

@@ -21,10 +21,11 @@ The operators:
 * ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
   include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
   ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
-  gradient is sparse, one row per entry (the indices of ``nn.EmbeddingBag(sparse=True)``'s,
-  sorted), each row's sum at its first entry, ``-0.0`` at its others (``row_sums``): an
-  optimizer reads its rows in order without a sort; under ``create_graph=True``, each entry's
-  own contribution, in entry order.
+  gradient is sparse, one row per entry: for bags the indices of
+  ``nn.EmbeddingBag(sparse=True)``'s, sorted, each row's sum at its first entry, ``-0.0`` at its
+  others (``row_sums``): an optimizer reads its rows in order without a sort; for an index
+  tensor (no offsets, no weights) and under ``create_graph=True``, each entry's own
+  contribution, in entry order (for an index tensor ``nn.Embedding(sparse=True)``'s gradient).
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
   side (``features``: per output, its number of features where it is feature-major,
   ``(F * N, dim)``, else 0; ``segments``: ``(block, first column, columns)`` triples,
@@ -286,10 +287,10 @@ def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
     contrib = g if offsets is None else g.index_select(0, _bag_ids(offsets, idx.numel()))
     if weights is not None:
         contrib = contrib * weights.to(g.dtype).unsqueeze(1)
-    if padding_idx is None:
-        return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
-    # ATen's sparse embedding backward, which leaves the padding entries out
-    return torch.ops.aten.embedding_backward(contrib, idx, shape[0], padding_idx, False, True)
+    if padding_idx is not None:  # left out, as ATen's sparse embedding backward leaves them
+        keep = (idx != padding_idx).nonzero().view(-1)  # (by position: faster than its mask)
+        idx, contrib = idx.index_select(0, keep), contrib.contiguous().index_select(0, keep)
+    return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
 
 
 def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
@@ -318,16 +319,18 @@ def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: di
 
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     """The weight gradient one row per entry, as ``nn.EmbeddingBag(sparse=True)``'s: under
-    ``create_graph=True`` each entry's contribution (a graph to differentiate), else the
-    entries sorted by row, each row's sum at its first entry (``row_sums``: the C kernel's
-    sums where it runs)."""
+    ``create_graph=True``, and for an index tensor (no offsets, no weights: then
+    ``nn.Embedding(sparse=True)``'s gradient), each entry's contribution in entry order (under
+    ``create_graph`` a graph to differentiate); else the entries sorted by row, each row's sum
+    at its first entry (``row_sums``: the C kernel's sums where it runs)."""
     indices, offsets, weights, *table = ctx.saved_tensors
     g = grad_out.reshape(-1, ctx.shape[1])
     idx = indices.reshape(-1)
     if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
         offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
     grad_weight = grad_weights = None
-    if ctx.needs_input_grad[0] and torch.is_grad_enabled():
+    if ctx.needs_input_grad[0] and (torch.is_grad_enabled() or (offsets is None
+                                                                and weights is None)):
         grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
     elif ctx.needs_input_grad[0]:
         rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, ctx.padding_idx,

@@ -27,6 +27,7 @@ from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
 from ..ops._hooks import state_tensor
 from ..ops.autograd import row_sparse_grad
+from ..ops.library import entry_grads
 
 __all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "step_tensors", "zeros_like"]
 
@@ -48,11 +49,14 @@ _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nestero
 def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
 
-    A lookup's gradient (``LookupLinear(sparse=True)``'s backward) has one row per entry, the
-    entries sorted by row, each row's sum at its first entry and ``-0.0`` at its others: rows
-    that never decrease, whose runs are summed here without a sort (from each run's first
-    value: its sum, to the bit). Strictly increasing rows are used as they are; any other
-    gradient is coalesced first (duplicates summed).
+    A bag lookup's gradient (``LookupLinear(sparse=True)``'s backward on bags) has one row per
+    entry, the entries sorted by row, each row's sum at its first entry and ``-0.0`` at its
+    others: rows that never decrease, whose runs are summed here without a sort (from each
+    run's first value: its sum, to the bit). Strictly increasing rows are used as they are. Any
+    other gradient (an index tensor's, ``nn.Embedding(sparse=True)``'s: one row per entry in
+    entry order; several lookups' gradients summed by autograd: one after the other) has each
+    row's values summed in the order they come (:func:`~lookuplinear.ops.group_rows`), as the
+    fused update sums them.
 
     Examples
     --------
@@ -79,8 +83,9 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if rows.numel() < 2:
         return rows, values
     if not bool((rows[1:] >= rows[:-1]).all()):
-        grad = grad.coalesce()
-        return grad._indices()[0], grad._values()
+        flat = values.reshape(values.shape[0], -1)
+        rows, sums = group_rows(flat, grad.shape[0], rows)
+        return rows, sums.reshape(-1, *values.shape[1:])
     unique, run = torch.unique_consecutive(rows, return_inverse=True)
     if unique.numel() == rows.numel():
         return rows, values
@@ -445,11 +450,20 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
+        """The uses' gradients summed as autograd sums them (its buffer of a node's inputs
+        puts a sparse gradient that comes later first): an index tensor's one row per entry in
+        entry order, as its backward gives it, a bag lookup's rows grouped; the unfused update
+        then adds each row's values in the same order."""
         total: torch.Tensor | None = None
         for lookup, g in pending:
-            rows, values = group_rows(g, p.shape[0], *lookup)
-            grad = row_sparse_grad(rows, values.to(p.dtype), tuple(p.shape))
-            total = grad if total is None else total + grad
+            indices, offsets, weights, padding_idx = lookup
+            if offsets is None and weights is None:
+                grad = entry_grads(indices, None, None, padding_idx,
+                                   g.detach().reshape(-1, p.shape[1]).to(p.dtype), tuple(p.shape))
+            else:
+                rows, values = group_rows(g, p.shape[0], *lookup)
+                grad = row_sparse_grad(rows, values.to(p.dtype), tuple(p.shape))
+            total = grad if total is None else grad + total
         assert total is not None
         return total
 

@@ -633,8 +633,13 @@ Tensor entry_grads(const Tensor &indices, const optional<Tensor> &offsets,
     if (weights.has_value()) contrib = contrib * weights->to(g.scalar_type()).unsqueeze(1);
     if (!padding_idx.has_value())
         return at::_sparse_coo_tensor_unsafe_symint(idx.unsqueeze(0), contrib, shape);
-    // ATen's sparse embedding backward, which leaves the padding entries out
-    return at::embedding_backward_symint(contrib, idx, shape[0], *padding_idx, false, true);
+    // the padding entries left out, as ATen's sparse embedding backward leaves them out (the
+    // same rows, selected by position: faster than its boolean mask; index_select reads a
+    // broadcast gradient, out.sum()'s, element by element: made contiguous first)
+    const Tensor keep = at::nonzero(idx.ne(*padding_idx)).view(-1);
+    return at::_sparse_coo_tensor_unsafe_symint(idx.index_select(0, keep).unsqueeze(0),
+                                                contrib.contiguous().index_select(0, keep),
+                                                shape);
 }
 
 // d out[b] / d weights[e] = g[b] . weight[indices[e]], 0 for a padding entry, in dtype
@@ -685,7 +690,10 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
             offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
         Tensor grad_weight, grad_weights;
         const std::vector<c10::SymInt> shape{rows, dim};
-        if (ctx->needs_input_grad(0) && at::GradMode::is_enabled()) {
+        if (ctx->needs_input_grad(0) &&
+            (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))) {
+            // each entry's contribution: a graph to differentiate, or, for an index tensor (one
+            // entry per output row), nn.Embedding(sparse=True)'s gradient as it is
             grad_weight = entry_grads(idx, offsets, weights, padding_idx, g, shape);
         } else if (ctx->needs_input_grad(0)) {
             // the entries sorted by row, each row's sum at its first (padding entries left

@@ -98,12 +98,24 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     const int width = passes ? (bits + passes - 1) / passes : 0;
     const uint64_t mask = ((uint64_t)1 << width) - 1;
     const int nt = ll_threads(m);
-    if (nt == 1) { /* every pass's histogram counted in one read */
+    if (nt == 1) { /* every pass's histogram counted in one read, the passes unrolled */
         int64_t count[(32 + RADIX_BITS - 1) / RADIX_BITS][RADIX];
-        memset(count, 0, sizeof(count));
-        for (int64_t i = 0; i < m; i++) {
-            uint64_t row = a[i] >> 32;
-            for (int p = 0; p < passes; p++) count[p][(row >> (p * width)) & mask]++;
+        memset(count, 0, sizeof(int64_t) * RADIX * (size_t)passes);
+        if (passes == 1) {
+            for (int64_t i = 0; i < m; i++) count[0][(a[i] >> 32) & mask]++;
+        } else if (passes == 2) {
+            for (int64_t i = 0; i < m; i++) {
+                uint64_t row = a[i] >> 32;
+                count[0][row & mask]++;
+                count[1][(row >> width) & mask]++;
+            }
+        } else {
+            for (int64_t i = 0; i < m; i++) {
+                uint64_t row = a[i] >> 32;
+                count[0][row & mask]++;
+                count[1][(row >> width) & mask]++;
+                count[2][(row >> 2 * width) & mask]++;
+            }
         }
         for (int p = 0; p < passes; p++) {
             int64_t *c = count[p], at = 0;
