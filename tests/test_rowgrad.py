@@ -104,14 +104,20 @@ def test_layer_gradient_is_one_row_per_entry(
         assert torch.equal(values, grad_out[[i != padding for i in bags.indices.tolist()]])
     else:
         assert rows.tolist() == sorted(kept)  # one row per entry, sorted
+    # the dense path in float64 on the same values: a weighted mean divides by the sum of its
+    # weights, which can cancel, so two float32 evaluations may differ by more than rounding
     dense_layer = LookupLinear(in_features, 3, bias=False, padding_idx=padding,
-                               mode="mean" if form == "mean" else "sum", dtype=dtype)
+                               mode="mean" if form == "mean" else "sum", dtype=torch.float64)
     dense_layer.weight.data.copy_(layer.weight.data)
-    again = (dense_layer(bags) if form in ("bags", "mean") else
-             dense_layer(bags.indices, bags.offsets[:-1], per_sample_weights=bags.weights)
-             if form == "offsets" else dense_layer(bags.indices.reshape(-1, 1)).reshape(-1, 3))
-    again.backward(grad_out)
-    torch.testing.assert_close(grad.to_dense(), dense_layer.weight.grad)
+    wide = bags if bags.weights is None else Bags(bags.indices, bags.offsets,
+                                                  bags.weights.double())
+    again = (dense_layer(wide) if form in ("bags", "mean") else
+             dense_layer(wide.indices, wide.offsets[:-1], per_sample_weights=wide.weights)
+             if form == "offsets" else dense_layer(wide.indices.reshape(-1, 1)).reshape(-1, 3))
+    again.backward(grad_out.double())
+    assert dense_layer.weight.grad is not None
+    torch.testing.assert_close(grad.to_dense().double(), dense_layer.weight.grad,
+                               **({"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}))
     unique, sums = row_sparse_parts(grad)
     if form == "index":
         want_rows, want = group_rows(grad_out, in_features, bags.indices, None, None, padding)
