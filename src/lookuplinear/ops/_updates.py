@@ -80,7 +80,11 @@ def _sqrt(s: torch.Tensor) -> torch.Tensor:
 
 def _sum_of_squares(e: torch.Tensor) -> torch.Tensor:
     """Each row's sum of squares as the C kernel adds it: the first ``16k`` elements in 16
-    lanes (element ``d`` in lane ``d % 16``), folded in halves, then the rest one by one."""
+    lanes (element ``d`` in lane ``d % 16``), folded in halves, then the rest one by one.
+    Half-precision rows (no C kernel) are summed in float32, as torch sums them (``mean``,
+    ``sum``), and the float32 sums returned: in 16-bit lanes a wide row's sum would lose
+    digits."""
+    e = e.float() if e.dtype in (torch.float16, torch.bfloat16) else e
     n, dim = e.shape
     d0 = dim // 16 * 16
     total = e.new_zeros(n)
