@@ -14,9 +14,10 @@ run where the C kernels do not (``LOOKUPLINEAR_BACKEND=torch``, CUDA, other dtyp
 - ``group_rows``, the row-sparse gradient of the lookup: C against ``torch.unique`` +
   ``index_add_``;
 - the stored-gradient row update ``update_rows`` of ``SGD``, ``RowWiseAdagrad`` and ``Adam``
-  on the unique rows: C against the optimizer's ``_rows_torch``;
+  on the unique rows: C against its torch-op twin (``lookuplinear.ops._updates``, what the
+  optimizer runs where the C kernel does not);
 - the fused backward of ``RowWiseAdagrad`` and ``Adam`` (``fused=True``: ``fused_rows``
-  groups, sums and updates in one pass) against torch ``group_rows`` + ``_rows_torch``.
+  groups, sums and updates in one pass) against torch ``group_rows`` + the twin.
 
 Every case runs once per round, the rounds in an order drawn anew every round (seeded), so no
 case always follows the same neighbour; times are medians over the rounds. The table and the
@@ -47,6 +48,8 @@ from lookuplinear.ops import (
     update_rows,
     use_backend,
 )
+from lookuplinear.ops._clib import scalars as c_scalars
+from lookuplinear.ops._updates import ROW_UPDATES
 from lookuplinear.report.machine import format_machine, machine_info
 
 OPTIMIZERS = {"sgd": optim.SGD, "rowwise_adagrad": optim.RowWiseAdagrad, "adam": optim.Adam}
@@ -74,7 +77,9 @@ class Table:
             raise RuntimeError("the C row update did not run")
 
     def update_torch(self, rows: torch.Tensor, values: torch.Tensor) -> None:
-        self.opt._rows_torch(self.w.data, rows, values, self.state, self.group, 1)
+        kernel, w = self.opt._kernel, self.w.data
+        ROW_UPDATES[kernel](w, *self.opt._state_rows(w, self.state), rows, values,
+                            c_scalars(kernel, self.opt._scalars(w, self.group, 1), False))
 
     def fused_c(self, idx: torch.Tensor, offsets: torch.Tensor, grad_out: torch.Tensor) -> None:
         state, scalars = self.c_args()

@@ -85,14 +85,15 @@ def lookup_case(
 
     def phases() -> tuple[float, float, float]:
         """Seconds of (forward + loss, backward, optimizer step) of one step."""
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(layer(idx, offsets=offsets), target)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        return t1 - t0, t2 - t1, time.perf_counter() - t2
+        with use_backend(backend):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.mse_loss(layer(idx, offsets=offsets), target)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            opt.step()
+            return t1 - t0, t2 - t1, time.perf_counter() - t2
 
     step.phases = phases  # type: ignore[attr-defined]
     return step

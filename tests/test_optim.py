@@ -21,7 +21,7 @@ from unchanged import assert_unchanged, snapshot
 
 from lookuplinear import Bags, FusedAccumulationWarning, LookupLinear, optim
 from lookuplinear.errors import InputValueError
-from lookuplinear.ops import group_rows, use_backend
+from lookuplinear.ops import c_available, group_rows, use_backend
 
 V, D, C, PAD = 40, 6, 3, 0
 STEPS = 6
@@ -440,6 +440,65 @@ def test_c_kernels_equal_torch_ops(name: str, fused: bool) -> None:
             train(model, [getattr(optim, name)(model.parameters(), **kw)], batches())
         runs.append(model)
     assert_same_model(runs[0], runs[1], rtol=1e-12, atol=1e-12)
+
+
+#: options that make every optimizer use every term of its row update
+ROW_OPTIONS: dict[str, dict[str, Any]] = {
+    "SGD": {"lr": 0.1, "weight_decay": 0.01, "momentum": 0.5, "nesterov": True},
+    "Adagrad": {"lr": 0.1, "weight_decay": 0.01, "lr_decay": 0.1},
+    "RowWiseAdagrad": {"lr": 0.1, "weight_decay": 0.01},
+    "Adam": {"lr": 0.1, "weight_decay": 0.01},
+    "AdamW": {"lr": 0.1, "weight_decay": 0.1},
+}
+
+
+def _row_steps(name: str, shape: tuple[int, ...], backend: str, apart: bool = False
+               ) -> list[torch.Tensor]:
+    """The table and its state tensors (each as ``(rows, -1)``) after 4 steps of stored sparse
+    gradients; ``apart``: Adam's moments laid out as ``torch.optim.Adam`` keeps them."""
+    g = torch.Generator().manual_seed(0)
+    w = nn.Parameter(torch.randn(shape, generator=g))
+    opt = getattr(optim, name)([w], **ROW_OPTIONS[name])
+    with use_backend(backend):
+        for step in range(4):
+            rows = torch.unique(torch.randint(0, shape[0], (12,), generator=g))
+            values = torch.randn(rows.numel(), *shape[1:], generator=g)
+            w.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values, shape)
+            opt.step()
+            if apart and step == 0:
+                opt._set_layout(w, None)
+    state = opt.state[w]
+    return [t.detach().reshape(shape[0], -1).contiguous()
+            for t in (w, *(state[k] for k in sorted(state) if k != "step"))]
+
+
+@pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_rows_the_c_kernel_does_not_take_get_its_bits(name: str) -> None:
+    """Where the C kernel does not run (the torch backend; a table of more than 2 dims;
+    Adam's moments apart; CUDA and other dtypes alike), a stored sparse gradient's rows are
+    updated by the kernel's torch-op twin: the C kernel's table and state to the bit (on a
+    CPU that fuses multiply-adds, as tests/test_rowops.py)."""
+    want = _row_steps(name, (30, 6), "c")
+    for got in (_row_steps(name, (30, 6), "torch"), _row_steps(name, (30, 2, 3), "c"),
+                _row_steps(name, (30, 6), "torch", apart=True)):
+        for x, y in zip(got, want, strict=True):
+            assert torch.equal(x.view(torch.int32), y.view(torch.int32))
+
+
+def test_rowwise_adagrad_sums_half_precision_rows_in_float32() -> None:
+    """A bfloat16 table of wide rows (no C kernel): each touched row's mean of squares is
+    summed in float32 and rounded once, within an ulp of the exact mean (summed in 16-bit
+    lanes it would be several ulps off)."""
+    g = torch.Generator().manual_seed(0)
+    w = nn.Parameter(torch.randn(300, 600, generator=g).bfloat16())
+    opt = optim.RowWiseAdagrad([w], lr=0.1)
+    rows = torch.arange(0, 300, 2)
+    values = torch.randn(rows.numel(), 600, generator=g).bfloat16()
+    w.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values, w.shape)
+    opt.step()
+    exact = (values.double() ** 2).mean(1)
+    torch.testing.assert_close(opt.state[w]["sum"][rows].double(), exact, rtol=2**-7, atol=0)
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)

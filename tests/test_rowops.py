@@ -8,13 +8,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from lookuplinear import InputValueError, LookupIndexError, OffsetsError
 from lookuplinear.ops import c_available, library
 from lookuplinear.ops._clib import SCALARS
-from lookuplinear.ops._updates import group_rows_twin
+from lookuplinear.ops._updates import _sqrt, group_rows_twin
 
 ops = torch.ops.lookuplinear
 needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
@@ -127,6 +128,20 @@ def test_rows_fused_equals_its_twin_and_the_unfused_update_to_the_bit(
         ops.rows_update_(w3, s3, rows, values, kernel, p)
         assert _same(w, w3) and _same(s, s3)
         assert not torch.equal(w, w0)  # it did train
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16, torch.float16])
+def test_twins_square_root_is_correctly_rounded(dtype: torch.dtype) -> None:
+    """The twins' square root is C's ``sqrt``, correctly rounded, where ``torch.sqrt`` may be an
+    ulp off: numpy's float64 root (the CPU's instruction), rounded to the dtype."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.cat([torch.rand(100_000, dtype=torch.float64, generator=g) * 10,
+                   torch.randn(1_000, dtype=torch.float64, generator=g).exp() ** 20,
+                   torch.tensor([0.0, 1.0, 4.0, 2.0, float("inf")], dtype=torch.float64)])
+    s = s.to(dtype)
+    want = torch.from_numpy(np.sqrt(s.double().numpy())).to(dtype)
+    assert _same(_sqrt(s), want)
+    assert _sqrt(torch.tensor([float("nan"), -1.0], dtype=dtype)).isnan().all()
 
 
 @needs_c

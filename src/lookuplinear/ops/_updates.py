@@ -63,24 +63,32 @@ def adagrad_rows(weight: torch.Tensor, sums: torch.Tensor, rows: torch.Tensor,
 
 
 def _sqrt(s: torch.Tensor) -> torch.Tensor:
-    """``sqrt(s)`` correctly rounded, as C's ``sqrt``: ``torch.sqrt`` (a vector library's, within
-    an ulp) moved to the neighbour that Tuckerman's test picks (``y`` is the rounded root of
-    ``s`` iff ``y * prev(y) < s <= y * next(y)``, each product's sign read from one fused
-    multiply-add)."""
+    """``sqrt(s)`` correctly rounded, as C's ``sqrt`` (``torch.sqrt``, a vector library's, may
+    be an ulp off). Below float64: the float64 root rounded to ``s``'s dtype, which is the
+    correctly rounded one (the float64 root is within an ulp of the exact one, and a ``p``-bit
+    number's root is never within a relative ``2**-(2p + 1)`` of a ``p``-bit midpoint). In
+    float64:
+    ``torch.sqrt`` moved to the neighbour that Tuckerman's test picks (``y`` is the rounded
+    root of ``s`` iff ``y * prev(y) < s <= y * next(y)``, each product's sign read from one
+    fused multiply-add; exact for normal ``s``)."""
+    if s.dtype != torch.float64 and s.device.type != "mps":  # MPS has no float64
+        return s.double().sqrt_().to(s.dtype)
     y = s.sqrt()
-    positive = (s > 0) & s.isfinite()  # 0, inf and nan are exact
-    for _ in range(2):
-        below = torch.nextafter(y, torch.zeros_like(y))
-        above = torch.nextafter(y, torch.full_like(y, float("inf")))
-        high = positive & (torch.addcmul(s, y, below, value=-1) <= 0)
-        low = positive & (torch.addcmul(s, y, above, value=-1) > 0)
-        y = torch.where(high, below, torch.where(low, above, y))
-    return y
+    below = torch.nextafter(y, y.new_zeros(()))
+    above = torch.nextafter(y, y.new_full((), float("inf")))
+    positive = s > 0  # 0 is exact; inf and nan fail both tests
+    high = positive & (torch.addcmul(s, y, below, value=-1) <= 0)
+    low = positive & (torch.addcmul(s, y, above, value=-1) > 0)
+    return torch.where(high, below, torch.where(low, above, y))
 
 
 def _sum_of_squares(e: torch.Tensor) -> torch.Tensor:
     """Each row's sum of squares as the C kernel adds it: the first ``16k`` elements in 16
-    lanes (element ``d`` in lane ``d % 16``), folded in halves, then the rest one by one."""
+    lanes (element ``d`` in lane ``d % 16``), folded in halves, then the rest one by one.
+    Half-precision rows (no C kernel) are summed in float32, as torch sums them (``mean``,
+    ``sum``), and the float32 sums returned: in 16-bit lanes a wide row's sum would lose
+    digits."""
+    e = e.float() if e.dtype in (torch.float16, torch.bfloat16) else e
     n, dim = e.shape
     d0 = dim // 16 * 16
     total = e.new_zeros(n)

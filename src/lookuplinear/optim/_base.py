@@ -9,8 +9,10 @@ where that is faster, so one optimizer serves a whole model.
 
 Each optimizer states its update once, its variants side by side (as ``torch.optim.adam`` keeps
 its single-tensor, multi-tensor and fused variants together): ``_dense_step`` (the
-``torch.optim`` update of a group's dense parameters), ``_kernel`` and ``_kernel_args`` (its C
-entry point and operands) and ``_rows_torch`` (the same row update in torch ops).
+``torch.optim`` update of a group's dense parameters), ``_kernel`` (its row update, a C kernel
+with its torch-op twin, :mod:`lookuplinear.ops._updates`), ``_scalars`` (that update's
+scalars), ``_kernel_args`` (the state in the C kernel's layout) and ``_state_rows`` (the state
+as the twin takes it, which runs the rows the C kernel does not take).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from .._fusion import BackwardQueue, Updates
 from .._rowreset import RESETS
 from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
+from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import state_tensor
+from ..ops._updates import ROW_UPDATES
 from ..ops.autograd import row_sparse_grad
 from ..ops.library import entry_grads
 
@@ -123,9 +127,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     Subclasses define ``_init_state(p, state, group)``, ``_dense_step(params, grads, states,
     group)`` (the ``torch.optim`` update, multi-tensor), ``_kernel`` (the name of the C row kernel,
-    ``lookuplinear.ops.KERNELS``), ``_kernel_args(w, state, group, step)`` (its state
-    tensor and scalars, or None where the state's layout is not the kernel's) and
-    ``_rows_torch(w, rows, values, state, group, step)`` (the same update with torch ops).
+    ``lookuplinear.ops.KERNELS``), ``_scalars(w, group, step)`` (its scalars by name),
+    ``_kernel_args(w, state, group, step)`` (its state tensor and scalars, or None where the
+    state's layout is not the kernel's) and ``_state_rows(w, state)`` (the state tensors as
+    the kernel's torch-op twin takes them, each with a row per row of ``w``: what runs on
+    another device, dtype or layout, and with the ``torch`` backend).
 
     ``fused=True``: a ``LookupLinear(sparse=True)`` table is bound to the optimizer
     (:mod:`lookuplinear._fusion`) and updated at the end of ``backward``: no gradient is
@@ -530,9 +536,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             _bump_version(p)
-        else:
-            self._rows_torch(
-                p.view(p.shape[0], -1), rows.long(), values, state, group, state["step"]
+        else:  # the C kernel does not take it (device, dtype, layout, backend): its twin
+            w = p.view(p.shape[0], -1)
+            ROW_UPDATES[self._kernel](
+                w, *self._state_rows(w, state), rows.long(), values,
+                c_scalars(self._kernel, self._scalars(w, group, state["step"]), False)
             )
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
@@ -543,15 +551,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     ) -> tuple[torch.Tensor, dict[str, float]] | None:
         raise NotImplementedError
 
-    def _rows_torch(
-        self,
-        w: torch.Tensor,
-        rows: torch.Tensor,
-        values: torch.Tensor,
-        state: dict[str, Any],
-        group: dict[str, Any],
-        step: int,
-    ) -> None:
+    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+        """The row update's scalars by name (:data:`lookuplinear.ops._clib.SCALARS`) for the
+        table ``w`` (2-D) at ``step``."""
+        raise NotImplementedError
+
+    def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
+                    ) -> tuple[torch.Tensor | None, ...]:
+        """``state``'s tensors as the row update's torch-op twin takes them
+        (:data:`lookuplinear.ops._updates.ROW_UPDATES`): views with a row per row of ``w``, in
+        whatever layout the state has."""
         raise NotImplementedError
 
 

@@ -90,18 +90,15 @@ class Adagrad(RowSparseOptimizer):
         s = state["sum"]
         if not (s.is_contiguous() and s.shape == w.shape):
             return None
-        return s, {"clr": self._clr(group, step), "eps": group["eps"],
-                   "weight_decay": group["weight_decay"]}
+        return s, self._scalars(w, group, step)
 
-    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
-        g = values
-        if group["weight_decay"] != 0:
-            g = g + group["weight_decay"] * w.index_select(0, rows)
-        s_all = state["sum"].view(w.shape)
-        s = s_all.index_select(0, rows) + g * g
-        s_all.index_copy_(0, rows, s)
-        w.index_add_(0, rows, g / (s.sqrt() + group["eps"]), alpha=-self._clr(group, step))
+    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+        return {"clr": self._clr(group, step), "eps": group["eps"],
+                "weight_decay": group["weight_decay"]}
+
+    def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
+                    ) -> tuple[torch.Tensor | None, ...]:
+        return (state["sum"].view(w.shape),)
 
 
 class RowWiseAdagrad(RowSparseOptimizer):
@@ -203,18 +200,15 @@ class RowWiseAdagrad(RowSparseOptimizer):
         s = state["sum"]
         if not (s.is_contiguous() and s.shape == w.shape[:1]):
             return None
-        return s, {"lr": group["lr"], "eps": group["eps"], "weight_decay": group["weight_decay"],
-                   "inv_dim": 1 / w.shape[1]}
+        return s, self._scalars(w, group, step)
 
-    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
-        g = values
-        if group["weight_decay"] != 0:
-            g = g + group["weight_decay"] * w.index_select(0, rows)
-        s = state["sum"].index_select(0, rows) + (g * g).mean(1)
-        state["sum"].index_copy_(0, rows, s)
-        w.index_add_(0, rows, g * (group["lr"] / (s.sqrt() + group["eps"])).unsqueeze(1),
-                     alpha=-1.0)
+    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+        return {"lr": group["lr"], "eps": group["eps"], "weight_decay": group["weight_decay"],
+                "inv_dim": 1 / w.shape[1]}
+
+    def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
+                    ) -> tuple[torch.Tensor | None, ...]:
+        return (state["sum"],)  # (rows,)
 
 
 @functools.lru_cache(maxsize=64)

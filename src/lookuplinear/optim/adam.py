@@ -170,44 +170,30 @@ class Adam(RowSparseOptimizer):
         for s in states:
             s["step"] += 1
 
-    def _coefficients(self, group: dict[str, Any], step: int) -> tuple[float, float, float]:
-        """``(step_size, l2, decay)``: SparseAdam's step size, L2 factor, AdamW's row decay."""
+    _kernel = "adam"
+
+    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+        """SparseAdam's step size; the L2 factor (Adam) or the touched rows' decay (AdamW)."""
         lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
         step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
-        if self._decoupled:
-            return step_size, 0.0, 1 - lr * wd
-        return step_size, wd, 1.0
-
-    _kernel = "adam"
+        l2, decay = (0.0, 1 - lr * wd) if self._decoupled else (wd, 1.0)
+        return {"beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
+                "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
+                "l2": l2, "decay": decay}
 
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         self._prepare_state(w, state)
         if not _is_paired(state["exp_avg"], state["exp_avg_sq"]):
             return None  # the kernel reads a row's m and v as one (2, n) block from m's start
-        step_size, l2, decay = self._coefficients(group, step)
-        beta1, beta2 = group["betas"]
         m = state["exp_avg"]
         n = m.shape[1] if m.dim() == 2 else m[0].numel()
         # the (rows, 2, n) block as the kernel reads it: a row's m, then its v
-        return m.as_strided((m.shape[0], 2 * n), (2 * n, 1)), {
-            "beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
-            "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
-            "l2": l2, "decay": decay,
-        }
+        return m.as_strided((m.shape[0], 2 * n), (2 * n, 1)), self._scalars(w, group, step)
 
-    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
-        step_size, l2, decay = self._coefficients(group, step)
-        beta1, beta2 = group["betas"]
-        wr = w.index_select(0, rows) * decay
-        g = values + l2 * wr if l2 != 0 else values
-        m_all, v_all = state["exp_avg"].view(w.shape), state["exp_avg_sq"].view(w.shape)
-        m = beta1 * m_all.index_select(0, rows) + (1 - beta1) * g
-        v = beta2 * v_all.index_select(0, rows) + (1 - beta2) * g * g
-        m_all.index_copy_(0, rows, m)
-        v_all.index_copy_(0, rows, v)
-        w.index_copy_(0, rows, wr - step_size * m / (v.sqrt() + group["eps"]))
+    def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
+                    ) -> tuple[torch.Tensor | None, ...]:
+        return state["exp_avg"].view(w.shape), state["exp_avg_sq"].view(w.shape)
 
 
 class AdamW(Adam):

@@ -116,26 +116,19 @@ class SGD(RowSparseOptimizer):
 
     _kernel = "sgd"
 
+    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+        return {"lr": group["lr"], "weight_decay": group["weight_decay"],
+                "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
+                "nesterov": float(group["nesterov"])}
+
     def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
                      step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
         buf = state.get("momentum_buffer")
         if buf is not None and not (buf.is_contiguous() and buf.shape == w.shape):
             return None
-        return _no_state(w.dtype) if buf is None else buf, {
-            "lr": group["lr"], "weight_decay": group["weight_decay"],
-            "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
-            "nesterov": float(group["nesterov"]),
-        }
+        return _no_state(w.dtype) if buf is None else buf, self._scalars(w, group, step)
 
-    def _rows_torch(self, w: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                    state: dict[str, Any], group: dict[str, Any], step: int) -> None:
-        momentum, wd = group["momentum"], group["weight_decay"]
-        g = values
-        if wd != 0:
-            g = g + wd * w.index_select(0, rows)
-        if momentum != 0:
-            buf = state["momentum_buffer"].view(w.shape)
-            b = momentum * buf.index_select(0, rows) + (1 - group["dampening"]) * g
-            buf.index_copy_(0, rows, b)
-            g = g + momentum * b if group["nesterov"] else b
-        w.index_add_(0, rows, g, alpha=-group["lr"])
+    def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
+                    ) -> tuple[torch.Tensor | None, ...]:
+        buf = state.get("momentum_buffer")
+        return (None if buf is None else buf.view(w.shape),)
