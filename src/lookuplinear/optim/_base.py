@@ -520,8 +520,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
-            _bump_version(p)  # each run of rows summed as the kernel read it
-        else:
+            _bump_version(p)
+        else:  # the torch ops update unique rows
             rows, values = summed_runs(rows, values)
             self._rows_torch(
                 p.view(p.shape[0], -1), rows.long(), values, state, group, state["step"]

@@ -1291,10 +1291,10 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
 
 // ==== the optimizers' row updates ==========================================================
 // rows_update_: an optimizer's update of a table's rows by their gradient rows (the step of
-// lookuplinear.optim on a stored row-sparse gradient: a row's entries next to each other, their
-// gradient rows summed in entry order, as a lookup's gradient has them); rows_fused_: the same update straight
-// from lookups' grad_out, the rows grouped and each updated as soon as its gradient is summed
-// (fused=True), several tables in one call. In place on the tables and their optimizer state;
+// lookuplinear.optim on a stored row-sparse gradient: a row's entries next to each other, as a
+// lookup's gradient has them, their gradient rows summed in entry order as the row is updated);
+// rows_fused_: the same update straight from lookups' grad_out, the rows grouped and each
+// updated as soon as its gradient is summed (fused=True), several tables in one call. In place on the tables and their optimizer state;
 // no autograd (a fallthrough). The CPU kernels check every operand the C kernels read (dtype,
 // layout, shapes, rows in range, the scalars' number) and raise a ValueError or IndexError
 // naming it; a table the C kernels do not take (another dtype or layout) is left to the
