@@ -1294,11 +1294,12 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
 // lookuplinear.optim on a stored row-sparse gradient: a row's entries next to each other, as a
 // lookup's gradient has them, their gradient rows summed in entry order as the row is updated);
 // rows_fused_: the same update straight from lookups' grad_out, the rows grouped and each
-// updated as soon as its gradient is summed (fused=True), several tables in one call. In place on the tables and their optimizer state;
-// no autograd (a fallthrough). The CPU kernels check every operand the C kernels read (dtype,
-// layout, shapes, rows in range, the scalars' number) and raise a ValueError or IndexError
-// naming it; a table the C kernels do not take (another dtype or layout) is left to the
-// torch-op twins (registered from Python, library.py, with every other device's kernel).
+// updated as soon as its gradient is summed (fused=True), several tables in one call. In place
+// on the tables and their optimizer state; no autograd (a fallthrough). The CPU kernels check
+// every operand the C kernels read (dtype, layout, shapes, rows in range, the scalars' number)
+// and raise a ValueError or IndexError naming it; a table the C kernels do not take (another
+// dtype or layout) is left to the torch-op twins (registered from Python, library.py, with
+// every other device's kernel).
 
 extern "C" {
 #define LL_ROWS_DECL(OPT, T, SFX)                                                             \
