@@ -9,11 +9,11 @@ gradient::
 
 :func:`update_rows` applies an optimizer's update to such rows (or to a gradient's rows as a
 lookup's backward stores them, one per entry, each row's summed as it is read:
-:func:`summed_runs`), :func:`fused_rows` the same
-update straight from a lookup's ``grad_out`` (grouped and updated row after row, the gradient
-never stored; several tables in one call). Both run the C kernels (``csrc/rowkernels_impl.h``)
-and return False where those do not apply; the optimizer then runs its torch-op twin on
-:func:`group_rows`' result, which gives the same bits (tests/test_kernels.py).
+:func:`summed_runs`), :func:`fused_rows` the same update straight from a lookup's ``grad_out``
+(grouped and updated row after row, the gradient never stored; several tables in one call).
+Both run the C kernels (``csrc/rowkernels_impl.h``) and return False where those do not apply;
+the optimizer then runs its torch-op twin on :func:`group_rows`' result, which gives the same
+bits (tests/test_kernels.py).
 """
 
 from __future__ import annotations
