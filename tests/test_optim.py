@@ -607,6 +607,97 @@ def test_accumulated_gradients_are_coalesced_before_the_update() -> None:
     assert_same_model(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+#: each row update's variants (lookuplinear.optim's options for a sparse gradient)
+UNFUSED_VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("SGD", {}), ("SGD", {"weight_decay": 0.01}), ("SGD", {"momentum": 0.9}),
+    ("SGD", {"momentum": 0.9, "dampening": 0.2, "weight_decay": 0.01}),
+    ("SGD", {"momentum": 0.5, "nesterov": True, "weight_decay": 0.01}),
+    ("Adagrad", {}), ("Adagrad", {"weight_decay": 0.01}),
+    ("RowWiseAdagrad", {}), ("RowWiseAdagrad", {"weight_decay": 0.01}),
+    ("Adam", {"weight_decay": 0.01}), ("AdamW", {}),
+]
+
+
+def summed_grad(grad: torch.Tensor) -> torch.Tensor:
+    """A row-sparse gradient with unique rows: runs of rows that never decrease summed in
+    order onto ``-0.0`` (``index_add_``, as a coalesce sums), any other gradient coalesced."""
+    rows, values = grad._indices()[0], grad._values()
+    if rows.numel() > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+        return grad.coalesce()
+    heads, run = torch.unique_consecutive(rows, return_inverse=True)
+    sums = torch.full((heads.numel(), *values.shape[1:]), -0.0, dtype=values.dtype)
+    return torch.sparse_coo_tensor(heads.unsqueeze(0), sums.index_add_(0, run, values),
+                                   grad.shape)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).view(torch.uint8)
+
+
+def _backwards(kind: str, dtype: torch.dtype) -> list[list[tuple[Bags, torch.Tensor]]]:
+    """Per step, the ``(bags, grad_out)`` of each backward before it: bags with runs (and
+    ``grad_out`` rows of ``+0.0`` and ``-0.0``), two backwards accumulated, no entries, one bag
+    of one ID."""
+    g = torch.Generator().manual_seed(1)
+    steps = []
+    for bags, _ in batches(seed=2, steps=3):
+        grad_out = torch.randn(8, D, generator=g, dtype=dtype)
+        grad_out[2], grad_out[3] = 0.0, -0.0
+        if kind == "runs":
+            steps.append([(bags, grad_out)])
+        elif kind == "accumulated":
+            other = Bags.from_lists([[9, 3, 1], [3], [11, 11, 2]])
+            steps.append([(bags, grad_out), (other, torch.randn(3, D, generator=g,
+                                                                dtype=dtype))])
+        elif kind == "empty":
+            steps.append([(Bags.from_lists([[], []]), grad_out[:2])])
+        else:
+            steps.append([(Bags.from_lists([[7]]), grad_out[:1])])
+    return steps
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("kind", ["runs", "accumulated", "empty", "one"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("name", "kw"), UNFUSED_VARIANTS)
+def test_unfused_step_on_the_lookup_gradient_equals_its_summed_rows_to_the_bit(
+        name: str, kw: dict[str, Any], dtype: torch.dtype, kind: str, backend: str) -> None:
+    """The step on a lookup's gradient as the backward stores it (one row per entry, its runs
+    summed as the update reads them) gives the bits of the step on the same gradient with
+    unique rows (each run summed first, in entry order); accumulated gradients (rows in no
+    order) are coalesced first either way."""
+    layers, opts = [], []
+    for _ in range(2):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, bias=False, padding_idx=PAD, sparse=True, dtype=dtype)
+        layers.append(layer)
+        opts.append(getattr(optim, name)(layer.parameters(), lr=0.1, **kw))
+    with use_backend(backend):
+        for backwards in _backwards(kind, dtype):
+            for i, (layer, opt) in enumerate(zip(layers, opts, strict=True)):
+                opt.zero_grad()
+                for bags, grad_out in backwards:
+                    layer(bags).backward(grad_out)
+                if i == 1:
+                    assert layer.weight.grad is not None
+                    layer.weight.grad = summed_grad(layer.weight.grad)
+                opt.step()
+    a, b = (layer.weight for layer in layers)
+    assert torch.equal(_bits(a), _bits(b))
+    sa, sb = opts[0].state[a], opts[1].state[b]
+    assert sa.keys() == sb.keys()
+    for key, value in sa.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(_bits(value), _bits(sb[key])), key
+    if kind != "empty":
+        assert not torch.equal(a.detach(), _first_weight(dtype))  # it did train
+
+
+def _first_weight(dtype: torch.dtype) -> torch.Tensor:
+    torch.manual_seed(0)
+    return LookupLinear(V, D, bias=False, padding_idx=PAD, sparse=True, dtype=dtype).weight.detach()
+
+
 def test_step_takes_a_closure_and_skips_parameters_without_gradient() -> None:
     model = lookup_model()
     frozen = nn.Parameter(torch.ones(3))

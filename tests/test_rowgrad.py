@@ -145,6 +145,58 @@ def test_row_sparse_parts_sums_runs_of_sorted_rows() -> None:
     assert rows.tolist() == [0, 1, 4] and sums.data_ptr() == increasing._values().data_ptr()
 
 
+#: an optimizer of each row update, with options that read every term of its formula
+STEPPERS = [("SGD", {"momentum": 0.5, "nesterov": True, "weight_decay": 0.01}),
+            ("SGD", {}), ("Adagrad", {"weight_decay": 0.01}),
+            ("RowWiseAdagrad", {"weight_decay": 0.01}), ("Adam", {}), ("AdamW", {})]
+
+
+@settings(max_examples=40, deadline=None)
+@given(bag_batches(), st.sampled_from([torch.float32, torch.float64]),
+       st.sampled_from(STEPPERS), st.sampled_from(["auto", "torch"]))
+def test_unfused_step_reads_the_layer_gradient_as_its_summed_rows(
+    case: tuple[int, list[list[int]], bool, int | None], dtype: torch.dtype,
+    stepper: tuple[str, dict[str, float]], backend: str,
+) -> None:
+    """An unfused ``lookuplinear.optim`` step on the layer's gradient (one row per entry, runs
+    summed as the update reads them) gives the bits of the step on ``row_sparse_parts``'
+    unique rows (each run summed first)."""
+    from lookuplinear import optim
+
+    in_features, lists, weighted, padding = case
+    g = torch.Generator().manual_seed(len(lists))
+    ws = [[float(torch.rand((), generator=g)) - 0.5 for _ in b] for b in lists]
+    bags = Bags.from_lists(lists, weights=ws if weighted else None)
+    if bags.weights is not None:
+        bags = Bags(bags.indices, bags.offsets, bags.weights.to(dtype))
+    grad_out = torch.randn(len(lists), 3, generator=g, dtype=dtype)
+    name, kw = stepper
+    weights, states = [], []
+    for summed in (False, True):
+        layer = LookupLinear(in_features, 3, bias=False, sparse=True, padding_idx=padding,
+                             dtype=dtype)
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(in_features, 3, generator=torch.Generator()
+                                           .manual_seed(0), dtype=dtype))
+        opt = getattr(optim, name)(layer.parameters(), lr=0.1, **kw)
+        with use_backend(backend):
+            for _ in range(2):
+                opt.zero_grad()
+                layer(bags).backward(grad_out)
+                grad = layer.weight.grad
+                assert grad is not None
+                if summed:
+                    rows, values = row_sparse_parts(grad)
+                    layer.weight.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values,
+                                                                grad.shape)
+                opt.step()
+        weights.append(layer.weight.detach().reshape(-1).view(torch.uint8))
+        states.append([v.reshape(-1).view(torch.uint8) for v in opt.state[layer.weight].values()
+                       if isinstance(v, torch.Tensor)])
+    assert torch.equal(weights[0], weights[1])
+    assert all(torch.equal(a, b) for a, b in zip(*states, strict=True))
+
+
 @pytest.mark.parametrize("form", ["bags", "offsets", "torch_coo"])
 @pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
 def test_sparse_true_input_values_get_the_dense_gradient(form: str, mode: str) -> None:

@@ -89,6 +89,70 @@ def test_rows_update_equals_its_twin_to_the_bit(kernel: str, named: dict[str, fl
     assert _same(w, w2) and _same(s, s2)
 
 
+def summed(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each run of equal rows one row, its values summed in order onto ``-0.0`` (a coalesce's
+    sum, written independently of the library's)."""
+    heads, run = torch.unique_consecutive(rows, return_inverse=True)
+    sums = torch.full((heads.numel(), values.shape[1]), -0.0, dtype=values.dtype)
+    return heads, sums.index_add_(0, run, values)
+
+
+def runs_of_rows(dim: int, dtype: torch.dtype, seed: int, order: str
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A lookup gradient's layout (``order="sorted"``: one row per entry, rows never
+    decreasing, each row's sum at its first entry and ``-0.0`` at its others, some sums
+    ``+0.0`` and ``-0.0``), runs of random values (``"values"``), or runs of rows in no order
+    (``"unsorted"``)."""
+    g = torch.Generator().manual_seed(seed)
+    heads = torch.randperm(40, generator=g)[:18]
+    if order != "unsorted":
+        heads = heads.sort().values
+    counts = torch.randint(1, 5, (heads.numel(),), generator=g)
+    rows = torch.repeat_interleave(heads, counts)
+    values = torch.randn(rows.numel(), dim, dtype=dtype, generator=g)
+    if order == "sorted":
+        first = torch.ones(rows.numel(), dtype=torch.bool)
+        first[1:] = rows[1:] != rows[:-1]
+        values[~first] = -0.0
+        values[0] = 0.0
+        values[int(torch.nonzero(first)[1, 0])] = -0.0
+    else:
+        values[::7] = -0.0
+        values[3::7] = 0.0
+    return rows, values
+
+
+@pytest.mark.parametrize("order", ["sorted", "values", "unsorted"])
+@pytest.mark.parametrize(("kernel", "named", "dim", "dtype"), cases(), ids=map(_ids, cases()))
+def test_rows_update_sums_each_run_of_rows_to_the_bit(
+        kernel: str, named: dict[str, float], dim: int, dtype: torch.dtype, order: str) -> None:
+    """Rows whose entries come in runs (a lookup's gradient: one row per entry): each run
+    summed in entry order, then its row updated once, to the bits of the update of the summed
+    rows; the twin the same."""
+    p = scalars(kernel, named, dim)
+    w, s = table(kernel, p, dim, dtype)
+    by_runs, twin = (w.clone(), s.clone()), (w.clone(), s.clone())
+    for step in range(3):
+        rows, values = runs_of_rows(dim, dtype, 10 * dim + step, order)
+        ops.rows_update_(*by_runs, rows, values, kernel, p)
+        library.ROW_TWINS["rows_update_"](*twin, rows, values, kernel, p)
+        ops.rows_update_(w, s, *summed(rows, values), kernel, p)
+    for a, b in (by_runs, twin):
+        assert _same(a, w) and _same(b, s)
+
+
+def test_rows_update_takes_no_rows_and_one_row() -> None:
+    """No rows: nothing changes; one row: its update."""
+    p = scalars("adam", SCALAR_CASES["adam"][0], 4)
+    w, s = table("adam", p, 4, torch.float32)
+    before = w.clone(), s.clone()
+    ops.rows_update_(w, s, torch.empty(0, dtype=torch.long), torch.empty(0, 4), "adam", p)
+    assert _same(w, before[0]) and _same(s, before[1])
+    ops.rows_update_(w, s, torch.tensor([7]), torch.ones(1, 4), "adam", p)
+    changed = (w != before[0]).any(1)
+    assert changed.nonzero().reshape(-1).tolist() == [7]
+
+
 def lookups(dtype: torch.dtype, dim: int, seed: int) -> list[tuple[Any, ...]]:
     """(grad_out, indices, offsets, per_sample_weights, padding_idx): bags with duplicates,
     an empty bag, padding, weights; index input (no offsets)."""
@@ -200,7 +264,8 @@ def _bad_update_cases() -> list[tuple[str, dict[str, Any], type[Exception], str]
         ("state layout", {"state": torch.zeros(20)[::2]}, InputValueError, "not contiguous"),
         ("row past", {"rows": torch.tensor([1, 10])}, LookupIndexError, r"row 10 at rows\[1\]"),
         ("row below", {"rows": torch.tensor([-1, 2])}, LookupIndexError, r"row -1 at rows\[0\]"),
-        ("rows twice", {"rows": torch.tensor([3, 3])}, InputValueError, "row 3 comes twice"),
+        ("rows twice, apart", {"rows": torch.tensor([3, 1, 3]), "values": torch.ones(3, 4)},
+         InputValueError, "row 3 comes twice, apart"),
         ("rows float", {"rows": torch.tensor([1.0, 2.0])}, InputValueError, "rows must be"),
         ("values shape", {"values": torch.ones(2, 3)}, InputValueError, "values must be"),
         ("values dtype", {"values": torch.ones(2, 4, dtype=torch.float64)}, InputValueError,

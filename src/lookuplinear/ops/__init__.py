@@ -28,6 +28,7 @@ from ._rows import (
     gather_into,
     gather_rows,
     group_rows,
+    summed_runs,
     update_rows,
 )
 from .autograd import bag_max
@@ -61,6 +62,7 @@ __all__ = [
     "segments",
     "shifted_rows",
     "split_blocks",
+    "summed_runs",
     "token_ids",
     "update_rows",
     "use_backend",

@@ -7,11 +7,13 @@ gradient::
     indices = [3, 1, 3]        rows   = [1, 3]
     offsets = [0, 2, 3]   ->   values = [g[0], g[0] + g[1]]     (g = grad_out)
 
-:func:`update_rows` applies an optimizer's update to such rows, :func:`fused_rows` the same
-update straight from a lookup's ``grad_out`` (grouped and updated row after row, the gradient
-never stored; several tables in one call). Both run the C kernels (``csrc/rowkernels_impl.h``)
-and return False where those do not apply; the optimizer then runs its torch-op twin on
-:func:`group_rows`' result, which gives the same bits (tests/test_kernels.py).
+:func:`update_rows` applies an optimizer's update to such rows (or to a gradient's rows as a
+lookup's backward stores them, one per entry, each row's summed as it is read:
+:func:`summed_runs`), :func:`fused_rows` the same update straight from a lookup's ``grad_out``
+(grouped and updated row after row, the gradient never stored; several tables in one call).
+Both run the C kernels (``csrc/rowkernels_impl.h``) and return False where those do not apply;
+the optimizer then runs its torch-op twin on :func:`group_rows`' result, which gives the same
+bits (tests/test_kernels.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ._clib import scalars as c_scalars
 from ._errors import project_error
 
 __all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "fused_rows_c", "gather_into",
-           "gather_rows", "group_rows", "update_rows", "update_rows_c"]
+           "gather_rows", "group_rows", "summed_runs", "update_rows", "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
 _MAX_ENTRIES = 2**31 - 1
@@ -153,6 +155,27 @@ def _mapped(e: Exception) -> Exception:
     return project_error(e) or e
 
 
+def summed_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` with each run of equal rows next to each other made one row, its
+    value rows summed in entry order (``v0 + v1 + ...``, as a coalesce sums them): the update
+    :func:`update_rows` makes, in torch ops. Unique rows are returned as they are.
+
+    Examples
+    --------
+    >>> summed_runs(torch.tensor([1, 3, 3]), torch.tensor([[1.0], [2.0], [-0.0]]))
+    (tensor([1, 3]), tensor([[1.],
+            [2.]]))
+    """
+    if rows.numel() < 2:
+        return rows, values
+    heads, run = torch.unique_consecutive(rows, return_inverse=True)
+    if heads.numel() == rows.numel():
+        return rows, values
+    # each run summed in order onto -0.0, which adds nothing: -0.0 + x is x, to the bit
+    sums = values.new_full((heads.numel(), *values.shape[1:]), -0.0)
+    return heads, sums.index_add_(0, run, values)
+
+
 def update_rows(
     kernel: str,
     weight: torch.Tensor,
@@ -161,8 +184,13 @@ def update_rows(
     values: torch.Tensor,
     scalars: Mapping[str, float],
 ) -> bool:
-    """Update ``weight``'s ``rows`` (unique) by the gradient rows ``values`` with the C kernel
-    ``kernel`` (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
+    """Update ``weight``'s ``rows`` by the gradient rows ``values`` with the C kernel ``kernel``
+    (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
+
+    Each row is updated once, by the sum of its value rows: a row's entries must be one run,
+    next to each other (rows unique, or never decreasing, as a lookup's gradient stores them:
+    one row per entry, sorted), and are summed in entry order as they are read, the sums
+    :func:`summed_runs` gives, never stored.
 
     ``state`` is the optimizer state in the kernel's layout (``lookuplinear::rows_update_``:
     contiguous, SGD's momentum buffer or an empty tensor without momentum, Adagrad's sums,
@@ -194,7 +222,9 @@ def update_rows_c(kernel: str, weight: torch.Tensor, state: torch.Tensor, rows: 
     v = values.contiguous()
     params = (ctypes.c_double * _N_SCALARS)(*scalars)
     fn = function(f"ll_rows_{kernel}", str(suffix(weight.dtype)))
-    fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params)
+    if fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params) < 0:
+        raise MemoryError("lookuplinear::rows_update_: out of memory summing the gradient rows "
+                          "(nothing was updated)")
     return True
 
 

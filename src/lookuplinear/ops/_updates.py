@@ -24,7 +24,7 @@ import torch
 from ..errors import InputValueError, LookupIndexError, OffsetsError
 from . import _inputs
 from ._clib import SCALARS
-from ._rows import FusedTable, fused_rows_c, update_rows_c
+from ._rows import FusedTable, fused_rows_c, summed_runs, update_rows_c
 
 __all__ = ["ROW_UPDATES", "adagrad_rows", "adam_rows", "check_rows", "check_update",
            "group_rows_twin", "rows_fused_cpu", "rows_fused_twin", "rows_update_cpu",
@@ -200,9 +200,9 @@ def check_update(op: str, kernel: str, scalars: Sequence[float], weight: torch.T
 
 
 def check_rows(op: str, rows: torch.Tensor, values: torch.Tensor, weight: torch.Tensor) -> None:
-    """``InputValueError`` unless ``rows`` are 1-D integers, unique, with one gradient row of
-    ``values`` each (``weight``'s width and dtype); ``LookupIndexError`` naming the first row
-    outside the table."""
+    """``InputValueError`` unless ``rows`` are 1-D integers, each row's entries one run (next
+    to each other), with one gradient row of ``values`` each (``weight``'s width and dtype);
+    ``LookupIndexError`` naming the first row outside the table."""
     n, dim = rows.numel(), weight.shape[1]
     if rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64):
         raise InputValueError(f"lookuplinear::{op}: rows must be a 1-D int32 or int64 tensor; "
@@ -218,13 +218,15 @@ def check_rows(op: str, rows: torch.Tensor, values: torch.Tensor, weight: torch.
         raise LookupIndexError(
             f"lookuplinear::{op}: row {int(rows[k])} at rows[{k}] is out of range for a table "
             f"of {weight.shape[0]} rows. Give the rows of the table the gradient is for.")
-    if n > 1 and not bool((rows[1:] > rows[:-1]).all()):
-        s = torch.sort(rows).values
-        same = torch.nonzero(s[1:] == s[:-1])
+    if n > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+        heads = torch.sort(torch.unique_consecutive(rows)).values  # each run's row
+        same = torch.nonzero(heads[1:] == heads[:-1])
         if same.numel():
             raise InputValueError(
-                f"lookuplinear::{op}: rows must be unique; row {int(s[int(same[0, 0]) + 1])} "
-                "comes twice. Sum the gradient rows of one row first (grad.coalesce()).")
+                f"lookuplinear::{op}: each row's entries must be next to each other (rows "
+                f"unique, or sorted); row {int(heads[int(same[0, 0]) + 1])} comes twice, "
+                "apart. Sort the entries by row, or sum the gradient rows of one row first "
+                "(grad.coalesce()).")
 
 
 def group_rows_twin(grad_out: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
@@ -265,10 +267,12 @@ def group_rows_twin(grad_out: torch.Tensor, indices: torch.Tensor, offsets: torc
 
 def rows_update_twin(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor,
                      values: torch.Tensor, kernel: str, scalars: Sequence[float]) -> None:
-    """``lookuplinear::rows_update_`` with torch ops, on any device."""
+    """``lookuplinear::rows_update_`` with torch ops, on any device: each run of a row's
+    entries summed first (:func:`._rows.summed_runs`)."""
     op = "rows_update_"
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
+    rows, values = summed_runs(rows, values)
     ROW_UPDATES[kernel](weight, *state_parts(kernel, state, weight), rows.long(), values,
                         list(scalars))
 

@@ -26,7 +26,7 @@ from .. import _fusion, hugepages
 from .._fusion import BackwardQueue, Updates
 from .._rowreset import RESETS
 from ..errors import InputValueError
-from ..ops import FusedTable, fused_rows, group_rows, update_rows, use_c
+from ..ops import FusedTable, fused_rows, group_rows, summed_runs, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import state_tensor
 from ..ops._updates import ROW_UPDATES
@@ -50,7 +50,8 @@ _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nestero
                          "initial_accumulator_value"})
 
 
-def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
 
     A bag lookup's gradient (``LookupLinear(sparse=True)``'s backward on bags) has one row per
@@ -62,6 +63,9 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     row's values summed in the order they come (:func:`~lookuplinear.ops.group_rows`), as the
     fused update sums them.
 
+    ``sum_runs=False`` leaves rows that never decrease as they are, runs and all (what
+    :func:`lookuplinear.ops.update_rows` reads, summing each run as it updates its row).
+
     Examples
     --------
     >>> g = torch.sparse_coo_tensor(torch.tensor([[1, 3, 3]]), torch.tensor(
@@ -69,6 +73,8 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> row_sparse_parts(g)
     (tensor([1, 3]), tensor([[1., 1.],
             [2., 2.]]))
+    >>> row_sparse_parts(g, sum_runs=False)[0]
+    tensor([1, 3, 3])
     >>> row_sparse_parts(torch.sparse_coo_tensor(torch.tensor([[3, 1, 3]]), torch.ones(3, 2),
     ...                                          (5, 2)))      # coalesced
     (tensor([1, 3]), tensor([[1., 1.],
@@ -81,21 +87,14 @@ def row_sparse_parts(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             f"{grad.sparse_dim()} for a gradient of shape {tuple(grad.shape)}. Convert it with "
             "grad.to_dense(), or use a layer with sparse=True."
         )
-    if grad.is_coalesced():
-        return grad._indices()[0], grad._values()
     rows, values = grad._indices()[0], grad._values()
-    if rows.numel() < 2:
+    if grad.is_coalesced() or rows.numel() < 2:
         return rows, values
     if not bool((rows[1:] >= rows[:-1]).all()):
         flat = values.reshape(values.shape[0], -1)
         rows, sums = group_rows(flat, grad.shape[0], rows)
         return rows, sums.reshape(-1, *values.shape[1:])
-    unique, run = torch.unique_consecutive(rows, return_inverse=True)
-    if unique.numel() == rows.numel():
-        return rows, values
-    # each run summed in order onto -0.0, which adds nothing: -0.0 + x is x, to the bit
-    sums = values.new_full((unique.numel(), *values.shape[1:]), -0.0)
-    return unique, sums.index_add_(0, run, values)
+    return summed_runs(rows, values) if sum_runs else (rows, values)
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:
@@ -450,7 +449,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         for p, pending in rest:
             group = self._group(p)
             assert group is not None
-            rows, values = row_sparse_parts(self._summed_grad(p, pending))
+            rows, values = row_sparse_parts(self._summed_grad(p, pending), sum_runs=False)
             self._sparse_update(p, rows, values, self.state[p], group)
         return bool(tables or rest)
 
@@ -497,7 +496,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     continue
                 state = self._state(p, group)
                 if grad.is_sparse:
-                    rows, values = row_sparse_parts(grad)
+                    rows, values = row_sparse_parts(grad, sum_runs=False)
                     self._sparse_update(p, rows, values, state, group)
                 else:
                     params.append(p)
@@ -524,6 +523,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any],
         group: dict[str, Any],
     ) -> None:
+        """One step of ``p``'s ``rows`` by the gradient rows ``values``: each row's entries one
+        run (rows unique, or never decreasing: :func:`row_sparse_parts` with
+        ``sum_runs=False``), each run summed in entry order and its row updated once."""
         state["step"] += 1
         if rows.numel() == 0:
             return
@@ -532,11 +534,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
-        values = values.reshape(values.shape[0], -1).to(p.dtype)
+        values = values.reshape(values.shape[0], -1)
+        if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
+            rows, values = summed_runs(rows, values)
+            values = values.to(p.dtype)
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             _bump_version(p)
-        else:  # the C kernel does not take it (device, dtype, layout, backend): its twin
+        else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
+            # which updates unique rows
+            rows, values = summed_runs(rows, values)
             w = p.view(p.shape[0], -1)
             ROW_UPDATES[self._kernel](
                 w, *self._state_rows(w, state), rows.long(), values,

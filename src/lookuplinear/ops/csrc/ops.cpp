@@ -16,6 +16,7 @@
 #include <torch/autograd.h>
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -1298,13 +1299,15 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
 
 // ==== the optimizers' row updates ==========================================================
 // rows_update_: an optimizer's update of a table's rows by their gradient rows (the step of
-// lookuplinear.optim on a stored row-sparse gradient); rows_fused_: the same update straight
-// from lookups' grad_out, the rows grouped and each updated as soon as its gradient is summed
-// (fused=True), several tables in one call. In place on the tables and their optimizer state;
-// no autograd (a fallthrough). The CPU kernels check every operand the C kernels read (dtype,
-// layout, shapes, rows in range, the scalars' number) and raise a ValueError or IndexError
-// naming it; a table the C kernels do not take (another dtype or layout) is left to the
-// torch-op twins (registered from Python, library.py, with every other device's kernel).
+// lookuplinear.optim on a stored row-sparse gradient: a row's entries next to each other, as a
+// lookup's gradient has them, their gradient rows summed in entry order as the row is updated);
+// rows_fused_: the same update straight from lookups' grad_out, the rows grouped and each
+// updated as soon as its gradient is summed (fused=True), several tables in one call. In place
+// on the tables and their optimizer state; no autograd (a fallthrough). The CPU kernels check
+// every operand the C kernels read (dtype, layout, shapes, rows in range, the scalars' number)
+// and raise a ValueError or IndexError naming it; a table the C kernels do not take (another
+// dtype or layout) is left to the torch-op twins (registered from Python, library.py, with
+// every other device's kernel).
 
 extern "C" {
 #define LL_ROWS_DECL(OPT, T, SFX)                                                             \
@@ -1407,26 +1410,30 @@ void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalar
                       state.sizes());
 }
 
-// IndexError unless every row is in [0, num_rows); ValueError unless they are unique (each row
-// updated once: two threads never write one row). O(n) where they increase, as an optimizer's
-// do; else sorted once.
+// IndexError unless every row is in [0, num_rows); ValueError unless each row's entries are one
+// run (next to each other: their gradient rows are summed, then the row updated once, by one
+// thread). O(n) where rows never decrease, as a lookup's gradient's do; else the runs' rows
+// sorted once.
 void check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
     const int64_t *p = rows.data_ptr<int64_t>();
     const int64_t n = rows.numel();
-    bool increasing = true;
+    bool sorted = true;
     for (int64_t k = 0; k < n; k++) {
         TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num_rows, "lookuplinear::", op, ": row ", p[k],
                           " at rows[", k, "] is out of range for a table of ", num_rows,
                           " rows. Give the rows of the table the gradient is for.");
-        increasing &= k == 0 || p[k] > p[k - 1];
+        sorted &= k == 0 || p[k] >= p[k - 1];
     }
-    if (increasing) return;
-    const Tensor sorted = std::get<0>(at::sort(rows));
-    const int64_t *q = sorted.data_ptr<int64_t>();
-    for (int64_t k = 1; k < n; k++)
-        TORCH_CHECK_VALUE(q[k] != q[k - 1], "lookuplinear::", op, ": rows must be unique; row ",
-                          q[k], " comes twice. Sum the gradient rows of one row first "
-                          "(grad.coalesce()).");
+    if (sorted) return;
+    std::vector<int64_t> heads;  // each run's row
+    for (int64_t k = 0; k < n; k++)
+        if (k == 0 || p[k] != p[k - 1]) heads.push_back(p[k]);
+    std::sort(heads.begin(), heads.end());
+    for (size_t k = 1; k < heads.size(); k++)
+        TORCH_CHECK_VALUE(heads[k] != heads[k - 1], "lookuplinear::", op, ": each row's "
+                          "entries must be next to each other (rows unique, or sorted); row ",
+                          heads[k], " comes twice, apart. Sort the entries by row, or sum the "
+                          "gradient rows of one row first (grad.coalesce()).");
 }
 
 // the Python twins (library.py), for what the C kernels do not take
@@ -1463,12 +1470,14 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
     const Tensor v = values.contiguous();
     double p[N_SCALARS] = {0};
     std::copy(scalars.begin(), scalars.end(), p);
-    if (weight.scalar_type() == at::kFloat)
-        k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
-                   r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p);
-    else
-        k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
-                   r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p);
+    const int64_t done =
+        weight.scalar_type() == at::kFloat
+            ? k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
+                         r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p)
+            : k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
+                         r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p);
+    TORCH_CHECK(done >= 0, "lookuplinear::", op, ": out of memory summing the gradient rows "
+                "(nothing was updated)");
 }
 
 // one table's lookup as the C kernels read it: int64 entries, CSR offsets, per-entry weights

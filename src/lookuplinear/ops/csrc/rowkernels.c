@@ -183,6 +183,14 @@ static int64_t chunk_start(const uint64_t *keys, int64_t m, int t, int k) {
     return i;
 }
 
+/* where part t of k of a stored gradient's n rows starts: at a run's first row, so that each
+ * row (whose entries are one run) is updated by one thread, from the same sum whatever k is */
+static int64_t run_start(const int64_t *rows, int64_t n, int t, int k) {
+    int64_t i = ll_part(n, t, k);
+    while (i > 0 && i < n && rows[i] == rows[i - 1]) i++;
+    return i;
+}
+
 /* the two halves of a vector, added: the order of the sum is fixed by the code */
 #define LL_FOLD(HALF, x)                                             \
     ({                                                               \

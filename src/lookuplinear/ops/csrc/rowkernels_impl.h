@@ -2,8 +2,10 @@
  * SFX(x) = x_f32, once with T = double and SFX(x) = x_f64.
  *
  * Exported, per optimizer OPT in sgd, adagrad, rowwise_adagrad, adam:
- *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of rows[r] by the gradient
- *       row values[r] (unique rows), lookuplinear.optim's step on a stored row-sparse gradient;
+ *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of each row of rows by
+ *       the sum of its gradient rows (values[r] for rows[r]; a row's entries in one run, next
+ *       to each other, summed in entry order: sum_run), lookuplinear.optim's step on a stored
+ *       row-sparse gradient; returns n, or -1 out of memory (nothing written);
  *   ll_fused_OPT_f32(n_tables, idx[], n[], offsets[], n_bags[], padding_idx[], weights[],
  *       grad_out[], dim[], w[], s[], params, groups): the same update straight from bag
  *       lookups' grad_out (fused=True), for several tables (of any widths) in one call;
@@ -204,6 +206,20 @@ LL_EXPORT int64_t SFX(ll_group_rows)(const int64_t *idx, int64_t n, const int64_
     return j;
 }
 
+/* ---- a run of a stored gradient's value rows (one row's), summed in entry order ---- */
+
+/* acc = v[0] + v[1] + ... + v[count - 1], each v[j] a row of dim values at values + j * dim,
+ * added in that order: a coalesce's sum (index_add_ of the run onto -0.0, which adds nothing:
+ * -0.0 + x is x, to the bit) */
+LL_INLINE void SFX(sum_run)(T *restrict acc, const T *restrict values, int64_t count,
+                            const int64_t dim) {
+    for (int64_t d = 0; d < dim; d++) acc[d] = values[d];
+    for (int64_t j = 1; j < count; j++) {
+        const T *src = values + j * dim;
+        for (int64_t d = 0; d < dim; d++) acc[d] += src[d];
+    }
+}
+
 /* ---- the same gradient one entry per row: the layout of a sparse gradient whose size a
  * recorded graph fixes (the entries, not the unique rows) ---- */
 
@@ -292,21 +308,31 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
  * starts, STATE_BYTES how many bytes of it a step touches */
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
     LL_INLINE void SFX(OPT##_rows_dim)(T *w, T *s, const int64_t *rows, int64_t n,            \
-                                       const T *values, const T *p, const int64_t dim) {      \
+                                       const T *values, T *restrict acc, const T *p,          \
+                                       const int64_t dim) {                                   \
         const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
-        for (int64_t r = 0; r < n; r++) {                                                     \
-            if (r + dist < n) {                                                               \
-                int64_t ahead = rows[r + dist];                                               \
-                prefetch_row_w(w + ahead * dim, dim * (int64_t)sizeof(T));                    \
-                prefetch_row_w(STATE(s, ahead, dim), (STATE_BYTES));                          \
+        int64_t ahead = 0, pending = 0;                                                       \
+        for (int64_t r = 0; r < n;) {                                                         \
+            for (; ahead < n && pending < dist; pending++) { /* rows of runs ahead */         \
+                int64_t next = rows[ahead];                                                   \
+                prefetch_row_w(w + next * dim, dim * (int64_t)sizeof(T));                     \
+                prefetch_row_w(STATE(s, next, dim), (STATE_BYTES));                           \
+                while (ahead < n && rows[ahead] == next) ahead++;                             \
             }                                                                                 \
-            int64_t i = rows[r];                                                              \
-            SFX(OPT##_row)(w + i * dim, STATE(s, i, dim), values + r * dim, dim, p);          \
+            const int64_t a = r, i = rows[r];                                                 \
+            while (r < n && rows[r] == i) r++;                                                \
+            const T *g = values + a * dim;                                                    \
+            if (r > a + 1) { /* else the row's gradient is its one value row */              \
+                SFX(sum_run)(acc, g, r - a, dim);                                             \
+                g = acc;                                                                      \
+            }                                                                                 \
+            SFX(OPT##_row)(w + i * dim, STATE(s, i, dim), g, dim, p);                         \
+            pending--;                                                                        \
         }                                                                                     \
     }                                                                                         \
     LL_CLONED void SFX(OPT##_rows_range)(T *w, T *s, const int64_t *rows, int64_t n,          \
-                                         const T *values, const T *p, int64_t dim) {          \
-        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, p)                              \
+                                         const T *values, T *acc, const T *p, int64_t dim) {  \
+        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, acc, p)                         \
     }                                                                                         \
     LL_EXPORT int64_t SFX(ll_rows_##OPT)(T *w, T *s, const int64_t *rows, int64_t n,          \
                                          const T *values, int64_t dim,                        \
@@ -314,12 +340,16 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         const int nt = ll_threads(n);                                                         \
+        T *accs = malloc(sizeof(T) * (size_t)(dim + 1) * (size_t)nt); /* runs' sums */        \
+        if (!accs) return -1;                                                                 \
         _Pragma("omp parallel num_threads(nt)")                                               \
         {                                                                                     \
-            const int64_t a = ll_part(n, ll_thread(), ll_team());                             \
-            const int64_t b = ll_part(n, ll_thread() + 1, ll_team());                         \
-            SFX(OPT##_rows_range)(w, s, rows + a, b - a, values + a * dim, p, dim);           \
+            const int t = ll_thread(), k = ll_team();                                         \
+            const int64_t a = run_start(rows, n, t, k), b = run_start(rows, n, t + 1, k);     \
+            SFX(OPT##_rows_range)(w, s, rows + a, b - a, values + a * dim,                    \
+                                  accs + (size_t)t * (size_t)(dim + 1), p, dim);              \
         }                                                                                     \
+        free(accs);                                                                           \
         return n;                                                                             \
     }                                                                                         \
     LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const uint64_t *keys, int64_t m,       \
