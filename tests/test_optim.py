@@ -1345,3 +1345,36 @@ def test_an_index_tensors_gradient_is_summed_in_entry_order(name: str, padding_i
         want_rows, want = group_rows(values, 5, x.reshape(-1))  # entry order
     assert torch.equal(ends[0], ends[1])
     assert torch.equal(rows, want_rows) and torch.equal(sums, want)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_index_tensor_read_twice_trains_fused_and_unfused_alike(
+        name: str, padding_idx: int | None, backend: str) -> None:
+    """A table that one forward reads twice with index tensors: its stored gradient is
+    ``nn.Embedding(sparse=True)``'s for each read, on either backend (the torch backend's
+    sorted sums added a row's entries in another order than ``fused=True``'s), so the two
+    train the table to the same bits."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 5, (64,), generator=g)
+    go = torch.randn(64, 8, generator=g)
+    ends, grads = [], []
+    with use_backend(backend):
+        for fused in (False, True):
+            torch.manual_seed(0)
+            layer = LookupLinear(5, 8, bias=False, sparse=True, padding_idx=padding_idx)
+            opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+            ((layer(x) * go).sum() + (layer(x.flip(0)) * go).sum()).backward()
+            if not fused:
+                grads.append(layer.weight.grad)
+            opt.step()
+            ends.append(layer.weight.detach().clone())
+    emb = nn.Embedding(5, 8, sparse=True, padding_idx=padding_idx)
+    emb(x).backward(go)
+    with use_backend(backend):
+        layer = LookupLinear(5, 8, bias=False, sparse=True, padding_idx=padding_idx)
+        layer(x).backward(go)
+    assert torch.equal(ends[0], ends[1])
+    assert torch.equal(layer.weight.grad._indices(), emb.weight.grad._indices())
+    assert torch.equal(layer.weight.grad._values(), emb.weight.grad._values())
