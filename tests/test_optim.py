@@ -1378,3 +1378,24 @@ def test_an_index_tensor_read_twice_trains_fused_and_unfused_alike(
     assert torch.equal(ends[0], ends[1])
     assert torch.equal(layer.weight.grad._indices(), emb.weight.grad._indices())
     assert torch.equal(layer.weight.grad._values(), emb.weight.grad._values())
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_table_of_three_dims_whose_strides_have_no_rows_view(name: str) -> None:
+    """A (rows, a, b) parameter whose strides cannot be viewed as (rows, a * b) (its last two
+    dimensions transposed) with a sparse gradient: updated as its contiguous copy is, in
+    place (the torch-op update viewed it as rows and raised)."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 3, 2, generator=g)
+    strided = nn.Parameter(base.transpose(1, 2).contiguous().transpose(1, 2))
+    plain = nn.Parameter(base.clone())
+    assert torch.equal(strided, plain) and not strided.is_contiguous()
+    opts = [getattr(optim, name)([p], lr=0.1) for p in (strided, plain)]
+    for _ in range(2):
+        grad = torch.sparse_coo_tensor(torch.tensor([[4, 0, 4]]),
+                                       torch.randn(3, 3, 2, generator=g), (6, 3, 2))
+        for p, opt in zip((strided, plain), opts, strict=True):
+            p.grad = grad.clone()
+            opt.step()
+    assert torch.equal(strided, plain)
+    assert not torch.equal(plain, base)
