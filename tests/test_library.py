@@ -241,6 +241,43 @@ def test_in_feature_order_equals_twin_and_its_gradient_the_columns_back() -> Non
     assert fake.shape == (3, 7)
 
 
+@pytest.mark.parametrize("case", ["block past the last", "columns past the width",
+                                  "feature-major rows", "negative count", "rows differ",
+                                  "1-D output", "counts short"])
+def test_in_feature_order_refuses_bad_operands(case: str) -> None:
+    """Operands that do not fit (a segment outside the blocks, outputs whose rows do not
+    match): a ValueError naming the operator, from both registrations (the Python one's CPU
+    kernel read past the blocks in C)."""
+    a, b = torch.randn(6, 2), torch.randn(3, 3)  # 2 features x 3 examples; 3 examples
+    flat = list(segment_triples([(0, 2), (2, 3), (1, 2)], [2, 2, 3]))
+    outs, features = [a, b], [2, 0]
+    if case == "block past the last":
+        flat[3] = 9
+    elif case == "columns past the width":
+        flat[5] = 30
+    elif case == "feature-major rows":
+        features = [3, 0]
+    elif case == "negative count":
+        features = [-1, 0]
+    elif case == "rows differ":
+        outs = [a, torch.randn(2, 3)]
+    elif case == "1-D output":
+        outs = [a, torch.randn(3)]
+    else:
+        features = [2]
+    with pytest.raises(ValueError, match="lookuplinear::in_feature_order"):
+        ops.in_feature_order(outs, features, flat)
+    with pytest.raises(ValueError, match="lookuplinear::in_feature_order"):
+        library._in_feature_order_twin(outs, features, flat)
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 7, 1)])
+def test_in_feature_order_backward_refuses_a_gradient_not_2d(shape: tuple[int, ...]) -> None:
+    flat = segment_triples([(0, 2), (2, 3), (1, 2)], [2, 2, 3])
+    with pytest.raises(ValueError, match="the gradient is 2-D"):
+        ops.in_feature_order_backward(torch.randn(shape), [2, 0], flat)
+
+
 def test_in_feature_order_backward_equals_twin_and_the_two_differentiate_again() -> None:
     """``in_feature_order_backward``: the columns back in each output's layout (its CPU
     kernel, its twin and the slices to the bit), fake shapes, ``opcheck``; and the two

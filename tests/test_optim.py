@@ -1436,3 +1436,57 @@ def test_an_index_tensors_gradient_is_summed_in_entry_order(name: str, padding_i
         want_rows, want = group_rows(values, 5, x.reshape(-1))  # entry order
     assert torch.equal(ends[0], ends[1])
     assert torch.equal(rows, want_rows) and torch.equal(sums, want)
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_index_tensor_read_twice_trains_fused_and_unfused_alike(
+        name: str, padding_idx: int | None, backend: str) -> None:
+    """A table that one forward reads twice with index tensors: its stored gradient is
+    ``nn.Embedding(sparse=True)``'s for each read, on either backend (the torch backend's
+    sorted sums added a row's entries in another order than ``fused=True``'s), so the two
+    train the table to the same bits."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 5, (64,), generator=g)
+    go = torch.randn(64, 8, generator=g)
+    ends, grads = [], []
+    with use_backend(backend):
+        for fused in (False, True):
+            torch.manual_seed(0)
+            layer = LookupLinear(5, 8, bias=False, sparse=True, padding_idx=padding_idx)
+            opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+            ((layer(x) * go).sum() + (layer(x.flip(0)) * go).sum()).backward()
+            if not fused:
+                grads.append(layer.weight.grad)
+            opt.step()
+            ends.append(layer.weight.detach().clone())
+    emb = nn.Embedding(5, 8, sparse=True, padding_idx=padding_idx)
+    emb(x).backward(go)
+    with use_backend(backend):
+        layer = LookupLinear(5, 8, bias=False, sparse=True, padding_idx=padding_idx)
+        layer(x).backward(go)
+    assert torch.equal(ends[0], ends[1])
+    assert torch.equal(layer.weight.grad._indices(), emb.weight.grad._indices())
+    assert torch.equal(layer.weight.grad._values(), emb.weight.grad._values())
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_table_of_three_dims_whose_strides_have_no_rows_view(name: str) -> None:
+    """A (rows, a, b) parameter whose strides cannot be viewed as (rows, a * b) (its last two
+    dimensions transposed) with a sparse gradient: updated as its contiguous copy is, in
+    place (the torch-op update viewed it as rows and raised)."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 3, 2, generator=g)
+    strided = nn.Parameter(base.transpose(1, 2).contiguous().transpose(1, 2))
+    plain = nn.Parameter(base.clone())
+    assert torch.equal(strided, plain) and not strided.is_contiguous()
+    opts = [getattr(optim, name)([p], lr=0.1) for p in (strided, plain)]
+    for _ in range(2):
+        grad = torch.sparse_coo_tensor(torch.tensor([[4, 0, 4]]),
+                                       torch.randn(3, 3, 2, generator=g), (6, 3, 2))
+        for p, opt in zip((strided, plain), opts, strict=True):
+            p.grad = grad.clone()
+            opt.step()
+    assert torch.equal(strided, plain)
+    assert not torch.equal(plain, base)

@@ -53,16 +53,20 @@ def test_group_rows_equals_dense_gradient(
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_index_input_groups_one_entry_per_position() -> None:
+@pytest.mark.parametrize("padding_idx", [None, 1])
+def test_index_input_gradient_is_nn_embeddings(padding_idx: int | None) -> None:
+    """An index tensor's gradient is ``nn.Embedding(sparse=True)``'s (one row per position in
+    order, padding left out), as the operator's backward gives it: a table read twice then
+    sums a row's positions in the order ``fused=True`` sums them."""
     W = torch.randn(10, 4, requires_grad=True)
     x = torch.tensor([[3, 1], [3, 3]])
     g = torch.randn(2, 2, 4)
-    bag_lookup(W, x).backward(g)
-    assert W.grad is not None
-    rows, values = W.grad._indices()[0], W.grad._values()
-    assert rows.tolist() == [1, 3]
-    torch.testing.assert_close(values[1], g[0, 0] + g[1, 0] + g[1, 1])
-    torch.testing.assert_close(values[0], g[0, 1])
+    bag_lookup(W, x, padding_idx=padding_idx).backward(g)
+    emb = torch.nn.Embedding(10, 4, sparse=True, padding_idx=padding_idx)
+    emb(x).backward(g)
+    assert W.grad is not None and emb.weight.grad is not None
+    assert torch.equal(W.grad._indices(), emb.weight.grad._indices())
+    assert torch.equal(W.grad._values(), emb.weight.grad._values())
 
 
 @settings(max_examples=40, deadline=None)

@@ -58,10 +58,11 @@ def weight_grad(
     """The row-sparse gradient of ``weight`` (the saved ``param``) for a lookup of ``indices``
     (``offsets``, ``per_sample_weights``, ``padding_idx``: as :func:`~lookuplinear.ops.group_rows`
     takes them) whose output rows have the gradient ``g`` (``(rows, dim)``), in a backward:
-    coalesced, or taken by the ``fused=True`` optimizer bound to ``param`` (None returned) where
-    this backward accumulates into ``param`` (``node``: the node the lookup's gradient edge to
-    ``param`` leads to, its ``AccumulateGrad``), or one row per entry with its graph under
-    ``create_graph=True``."""
+    coalesced (an index tensor's: ``nn.Embedding(sparse=True)``'s, one row per entry in entry
+    order, padding left out), or taken by the ``fused=True`` optimizer bound to ``param``
+    (None returned) where this backward accumulates into ``param`` (``node``: the node the
+    lookup's gradient edge to ``param`` leads to, its ``AccumulateGrad``), or one row per
+    entry with its graph under ``create_graph=True``."""
     shape = tuple(weight.shape)
     fused = binding(param)
     if torch.is_grad_enabled():  # create_graph=True: a gradient that can be differentiated
@@ -72,12 +73,16 @@ def weight_grad(
         # checkpoint) here which rows the fused update changes
         notify(param, indices)
         return None
+    if offsets is None and per_sample_weights is None:  # nn.Embedding(sparse=True)'s, as the
+        # operator's backward gives it: the fused update sums a table's uses in that order
+        return entry_grads(indices, None, None, padding_idx, g.to(weight.dtype), shape)
     rows, values = group_rows(g, shape[0], indices, offsets, per_sample_weights, padding_idx)
     return row_sparse_grad(rows, values.to(weight.dtype), shape)
 
 
 class _BagLookup(torch.autograd.Function):
-    """``embedding_bag`` sum forward; backward returns the coalesced row-sparse gradient."""
+    """``embedding_bag`` sum forward; backward returns the coalesced row-sparse gradient
+    (an index tensor's: ``nn.Embedding(sparse=True)``'s)."""
 
     @staticmethod
     def forward(
@@ -145,11 +150,12 @@ def bag_lookup(
     ``F.embedding``); otherwise bags, returns ``(N, out)`` (``F.embedding_bag`` sum with
     ``per_sample_weights``): CSR offsets (``N + 1``), or with ``include_last_offset=False``
     ``nn.EmbeddingBag``'s ``N`` start offsets, the last bag running to the end of ``indices``
-    (in a traced graph too: no entry count is fixed). ``weight.grad`` is a sparse COO tensor
-    whose indices are the unique touched rows, sorted, and whose values hold one summed
-    gradient row each. (Autograd's accumulation drops the tensor's ``is_coalesced`` flag;
-    :mod:`lookuplinear.optim` sees from the strictly increasing rows that no coalesce is
-    needed.) With ``create_graph=True`` the
+    (in a traced graph too: no entry count is fixed). ``weight.grad`` of an index tensor is
+    ``nn.Embedding(sparse=True)``'s (one row per entry, in entry order, padding left out); of
+    bags a sparse COO tensor whose indices are the unique touched rows, sorted, and whose
+    values hold one summed gradient row each. (Autograd's accumulation drops the tensor's
+    ``is_coalesced`` flag; :mod:`lookuplinear.optim` sees from the strictly increasing rows
+    that no coalesce is needed.) With ``create_graph=True`` the
     gradient is one row per entry and can be differentiated again. In a graph that
     ``torch.compile`` or ``torch.export`` records (the operator ``lookuplinear::bag_lookup``,
     :mod:`lookuplinear.ops.library`) it is one row per entry too: for bags each row's sum

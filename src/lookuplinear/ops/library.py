@@ -364,22 +364,53 @@ def _rows_of(outs: Sequence[torch.Tensor], features: Sequence[int]) -> Any:
 def _blocks(outs: Sequence[torch.Tensor], features: Sequence[int]) -> list[torch.Tensor]:
     """The ``(N, width)`` blocks of ``outs``: a feature-major output (``features[i] = F``,
     ``(F * N, dim)``) is one block per feature, an example-major one (``0``) one block."""
+    op = "lookuplinear::in_feature_order"
+    if not outs or len(outs) != len(features) or min(features) < 0:
+        raise InputValueError(f"{op}: one feature count >= 0 per output; got {len(outs)} "
+                              f"outputs and the counts {list(features)}")
+    if any(out.dim() != 2 for out in outs):
+        raise InputValueError(f"{op}: the outputs are 2-D, (F * N, dim) or (N, width); got "
+                              f"shapes {[list(out.shape) for out in outs]}")
     n = _rows_of(outs, features)
+    for i, (out, f) in enumerate(zip(outs, features, strict=True)):
+        if out.shape[0] != (f or 1) * n:
+            raise InputValueError(
+                f"{op}: output {i} has {out.shape[0]} rows; its {f or 1} block(s) of the "
+                f"batch's {n} rows (output 0's) take {(f or 1) * n}")
     blocks: list[torch.Tensor] = []
     for out, f in zip(outs, features, strict=True):
         blocks.extend(out.view(f, n, out.shape[1]).unbind(0) if f else (out,))
     return blocks
 
 
+def _segments_checked(blocks: Sequence[torch.Tensor], segments: Sequence[int]) -> None:
+    """``InputValueError`` unless ``segments`` are ``(block, first column, columns)`` triples
+    inside ``blocks``."""
+    op = "lookuplinear::in_feature_order"
+    if len(segments) % 3:
+        raise InputValueError(f"{op}: segments are (block, first column, columns) triples; "
+                              f"got {len(segments)} numbers")
+    for s, (b, first, c) in enumerate(_triples(segments)):
+        if not (0 <= b < len(blocks) and first >= 0 and c >= 0
+                and first + c <= blocks[b].shape[1]):
+            raise InputValueError(
+                f"{op}: segment {s} ({b}, {first}, {c}) is not columns of one of the "
+                f"{len(blocks)} blocks (widths {[blk.shape[1] for blk in blocks]}); build the "
+                "segments with segment_triples")
+
+
 def _in_feature_order_twin(outs: Sequence[torch.Tensor], features: Sequence[int],
                            segments: Sequence[int]) -> torch.Tensor:
     blocks = _blocks(outs, features)
+    _segments_checked(blocks, segments)
     return torch.cat([blocks[b].narrow(1, o, c) for b, o, c in _triples(segments)], 1)
 
 
 def _in_feature_order_cpu(outs: Sequence[torch.Tensor], features: Sequence[int],
                           segments: Sequence[int]) -> torch.Tensor:
-    return _interleave(_blocks(outs, features), segment_tensor(tuple(segments)))
+    blocks = _blocks(outs, features)
+    _segments_checked(blocks, segments)
+    return _interleave(blocks, segment_tensor(tuple(segments)))
 
 
 _impl("in_feature_order", _in_feature_order_cpu, "CPU")
@@ -443,6 +474,9 @@ def _in_feature_order_backward_twin(grad: torch.Tensor, features: Sequence[int],
                                     segments: Sequence[int]) -> list[torch.Tensor]:
     """Each block's segments of ``grad``, in order (new tensors: none a view of ``grad``),
     a feature-major output's blocks one below the other."""
+    if grad.dim() != 2:
+        raise InputValueError("lookuplinear::in_feature_order_backward: the gradient is 2-D, "
+                              f"(N, width); got shape {list(grad.shape)}")
     widths = _block_widths(features, segments, grad.shape[1])
     pieces: list[list[torch.Tensor]] = [[] for _ in widths]
     at = 0

@@ -544,11 +544,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
             rows, values = summed_runs(rows, values)
-            w = p.view(p.shape[0], -1)
+            w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
             ROW_UPDATES[self._kernel](
                 w, *self._state_rows(w, state), rows.long(), values,
                 c_scalars(self._kernel, self._scalars(w, group, state["step"]), False)
             )
+            if w.data_ptr() != p.data_ptr():
+                p.copy_(w.view(p.shape))
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError

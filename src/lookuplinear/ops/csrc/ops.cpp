@@ -185,10 +185,21 @@ Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
 // the (N, width) blocks of `outs`: a feature-major output (features[i] = F, (F * N, dim)) is
 // one block per feature, an example-major one (0) one block
 std::vector<Tensor> blocks_of(at::TensorList outs, at::IntArrayRef features) {
-    TORCH_CHECK_VALUE(!outs.empty() && outs.size() == features.size(),
-                      "lookuplinear::in_feature_order: one feature count per output (",
-                      outs.size(), " outputs, ", features.size(), " counts)");
+    const char *op = "lookuplinear::in_feature_order";
+    TORCH_CHECK_VALUE(!outs.empty() && outs.size() == features.size(), op,
+                      ": one feature count per output (", outs.size(), " outputs, ",
+                      features.size(), " counts)");
+    for (size_t i = 0; i < outs.size(); i++)
+        TORCH_CHECK_VALUE(features[i] >= 0 && outs[i].dim() == 2, op, ": the outputs are 2-D, "
+                          "(F * N, dim) or (N, width), with feature counts F >= 0; got output ",
+                          i, " of shape ", outs[i].sizes(), " and the count ", features[i]);
     const int64_t n = features[0] ? outs[0].size(0) / features[0] : outs[0].size(0);
+    for (size_t i = 0; i < outs.size(); i++) {
+        const int64_t f = features[i] ? features[i] : 1;
+        TORCH_CHECK_VALUE(outs[i].size(0) == f * n, op, ": output ", i, " has ",
+                          outs[i].size(0), " rows; its ", f, " block(s) of the batch's ", n,
+                          " rows (output 0's) take ", f * n);
+    }
     std::vector<Tensor> blocks;
     for (size_t i = 0; i < outs.size(); i++) {
         if (!features[i]) {
@@ -208,8 +219,15 @@ Tensor in_feature_order_twin(at::TensorList outs, at::IntArrayRef features,
                       " numbers");
     const std::vector<Tensor> blocks = blocks_of(outs, features);
     std::vector<Tensor> parts;
-    for (size_t s = 0; s < segments.size(); s += 3)
-        parts.push_back(blocks.at(segments[s]).narrow(1, segments[s + 1], segments[s + 2]));
+    for (size_t s = 0; s < segments.size(); s += 3) {
+        const int64_t b = segments[s], first = segments[s + 1], cols = segments[s + 2];
+        TORCH_CHECK_VALUE(b >= 0 && b < static_cast<int64_t>(blocks.size()) && first >= 0 &&
+                              cols >= 0 && first + cols <= blocks[b].size(1),
+                          "lookuplinear::in_feature_order: segment ", s / 3, " (", b, ", ",
+                          first, ", ", cols, ") is not columns of one of the ", blocks.size(),
+                          " blocks; build the segments with segment_triples");
+        parts.push_back(blocks[b].narrow(1, first, cols));
+    }
     return at::cat(parts, 1);
 }
 
@@ -858,6 +876,8 @@ std::vector<int64_t> block_widths(at::IntArrayRef features, at::IntArrayRef segm
 std::vector<Tensor> in_feature_order_backward_twin(const Tensor &grad,
                                                    at::IntArrayRef features,
                                                    at::IntArrayRef segments) {
+    TORCH_CHECK_VALUE(grad.dim() == 2, "lookuplinear::in_feature_order_backward: the gradient "
+                      "is 2-D, (N, width); got shape ", grad.sizes());
     const std::vector<int64_t> widths = block_widths(features, segments, grad.size(1));
     std::vector<std::vector<Tensor>> pieces(widths.size());
     int64_t at_ = 0;
