@@ -29,6 +29,7 @@ int64_t ll_gather_rows_f32(const float *w, int64_t num_rows, int64_t dim, const 
                            int64_t n, float *out);
 int64_t ll_gather_rows_f64(const double *w, int64_t num_rows, int64_t dim, const int64_t *rows,
                            int64_t n, double *out);
+int64_t ll_first_outside(const int64_t *rows, int64_t n, int64_t num_rows);
 void ll_gather_into_f32(int64_t n_tables, const float *const *ws, const int64_t *dims,
                         const int64_t *const *rows, int64_t n, const int64_t *f,
                         const int64_t *const *cols, float *out, int64_t ld);
@@ -1105,15 +1106,11 @@ void gather_groups_range(at::TensorList weights, at::TensorList rows) {
     for (size_t g = 0; g < weights.size(); g++) {
         const Tensor r = rows[g].to(at::kLong).contiguous();
         const int64_t *p = r.data_ptr<int64_t>(), num = weights[g].size(0), f = r.size(1);
-        int64_t bad = 0;
-        for (int64_t k = 0; k < r.numel(); k++)
-            bad |= static_cast<int64_t>(static_cast<uint64_t>(p[k]) >=
-                                        static_cast<uint64_t>(num));
-        for (int64_t k = 0; bad && k < r.numel(); k++)
-            TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num, "lookuplinear::gather_groups: row ",
-                              p[k], " at rows[", g, "][", k / f, ", ", k % f, "] is out of "
-                              "range for table ", g, " of ", num, " rows. Map the IDs into "
-                              "[0, ", num, ") first, or make the table larger.");
+        const int64_t k = ll_first_outside(p, r.numel(), num);  // one vectorized pass
+        TORCH_CHECK_INDEX(k < 0, "lookuplinear::gather_groups: row ", k < 0 ? 0 : p[k],
+                          " at rows[", g, "][", k / f, ", ", k % f, "] is out of range for "
+                          "table ", g, " of ", num, " rows. Map the IDs into [0, ", num,
+                          ") first, or make the table larger.");
     }
 }
 
