@@ -3,8 +3,9 @@
 Each operator has a schema, a CPU implementation that runs the C kernel, a torch-op
 implementation for every other device (``CompositeExplicitAutograd``), a fake implementation
 that gives the output's shape, and, where it is differentiable, its backward
-(``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s and
-``bag_max``'s in C++). The index range is checked inside the operator, where it runs.
+(``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s,
+``bag_max``'s, ``in_feature_order``'s and ``gather_groups``' in C++). The index range is
+checked inside the operator, where it runs.
 
 The layers' sum and max lookups call ``bag_lookup`` and ``bag_max`` eagerly as they are
 recorded. Other eager functions are decorated by :func:`routed`: called directly, or, while
