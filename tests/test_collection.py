@@ -842,8 +842,11 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
             if len(set(dtypes)) == 1 and fused:  # one forward call
                 assert forward == (["ll_gather_into_f64"] if one_id else ["ll_bag_sum_into_f64"])
                 assert calls.count("gather 3") == one_id
-            elif not fused:
-                assert not forward
+            elif not fused:  # the operators: bag_lookup for bags, gather_groups for one ID
+                # over one dtype (the same C kernel, called by the Python registration's
+                # kernel through this module, by the C++ one directly)
+                same = one_id and len(set(dtypes)) == 1
+                assert forward in (([], ["ll_gather_into_f64"]) if same else ([],))
         assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 
@@ -976,6 +979,37 @@ def test_usual_batch_gradient_is_the_operators(batch, widths):
             others = values[~first]
             assert bool((others == 0).all()) and bool(torch.signbit(others).all())
         torch.testing.assert_close(grad.to_dense(), w, rtol=1e-12, atol=1e-12)
+    if batch == "one-id":  # the same bits as bag_lookup on each group's rows, put in order
+        plan = col._lookup_plan
+        ops = torch.ops.lookuplinear
+        rows = [torch.stack([kb[f].indices + col._places[col._table_of[f]][1]
+                             for f in feats], 1) for _, feats in plan.groups]
+        old = ops.in_feature_order(
+            [ops.bag_lookup(p, r).view(3, -1) for p, r in zip(params, rows, strict=True)],
+            [0] * len(rows), plan._written_segments(True))
+        assert torch.equal(out, old)
+        for grad, was, r in zip(grads, torch.autograd.grad(old.pow(2).sum(), params), rows,
+                                strict=True):
+            assert torch.equal(grad._indices(), was._indices())
+            assert torch.equal(grad._indices()[0], r.reshape(-1))  # nn.Embedding's order
+            assert torch.equal(grad._values(), was._values())
+
+
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+def test_one_id_batch_of_several_groups_is_one_gather_groups_call(widths, monkeypatch):
+    """The usual one-ID batch over several groups, no table bound to a fused optimizer: one
+    call of the operator ``gather_groups`` writes the output (none of ``bag_lookup`` or
+    ``in_feature_order``); one group keeps its one ``bag_lookup``."""
+    from lookuplinear.modules import batched
+
+    calls: list[str] = []
+    for name in ("_GATHER_GROUPS", "_BAG_LOOKUP", "_IN_FEATURE_ORDER"):
+        op = getattr(batched, name)
+        monkeypatch.setattr(batched, name, lambda *a, _op=op, _n=name, **k: (
+            calls.append(_n), _op(*a, **k))[1])
+    col = LookupCollection(_three_tables(widths), sparse=True)
+    col(KeyedBags.from_dict(USUAL_BATCHES["one-id"])).values().sum().backward()
+    assert calls == (["_BAG_LOOKUP"] if widths == (2, 2, 2) else ["_GATHER_GROUPS"])
 
 
 @pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])

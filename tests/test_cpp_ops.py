@@ -63,6 +63,12 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
     cases.append(("in_feature_order_backward", (torch.randn(3, 7), [2, 0], list(segment_triples(
         [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
+    for dtype in (torch.float32, torch.float64):
+        cases.append(("gather_groups", ([torch.randn(9, 2, dtype=dtype, generator=g),
+                                         torch.randn(6, 3, dtype=dtype, generator=g)],
+                                        [torch.randint(0, 9, (4, 2), generator=g),
+                                         torch.randint(0, 6, (4, 1), generator=g).int()],
+                                        [0, 5, 2], 7), {}))
     table = _idmap.empty_table(16)
     _idmap.set_values(table, torch.tensor([5, 10**12, -3]), torch.tensor([0, 1, 2]))
     keys = torch.tensor([[10**12, 7], [-3, 5]])
@@ -77,6 +83,7 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "mode_weights": library._mode_weights_cpu, "row_sums": library._row_sums_cpu,
               "in_feature_order": library._in_feature_order_cpu,
               "in_feature_order_backward": library._in_feature_order_backward_cpu,
+              "gather_groups": library._gather_groups_cpu,
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu}
 
 

@@ -340,6 +340,7 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::in_feature_order": library._in_feature_order_twin,
                     "lookuplinear::in_feature_order_backward":
                         library._in_feature_order_backward_twin,
+                    "lookuplinear::gather_groups": library._gather_groups_twin,
                     "lookuplinear::idmap_find": library._idmap_find_twin,
                     "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,
@@ -347,6 +348,103 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::mode_weights": library._mode_weights_twin,
                     "lookuplinear::row_sums": library._row_sums_twin}
     assert len(table) > len(ours)  # and PyTorch's own, to core ATen
+
+
+def _groups(dtype: torch.dtype = torch.float64, requires_grad: bool = False
+            ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int], int]:
+    """Two tables (widths 2 and 3) read by three features over three examples: table 0's two
+    features at columns 0 and 5, table 1's one at column 2, of 7."""
+    g = torch.Generator().manual_seed(4)
+    weights = [torch.randn(5, 2, dtype=dtype, generator=g).requires_grad_(requires_grad),
+               torch.randn(4, 3, dtype=dtype, generator=g).requires_grad_(requires_grad)]
+    rows = [torch.tensor([[4, 0], [1, 1], [0, 3]]), torch.tensor([[2], [3], [0]]).int()]
+    return weights, rows, [0, 5, 2], 7
+
+
+def _operator_path(weights: list[torch.Tensor], rows: list[torch.Tensor]) -> torch.Tensor:
+    """The same lookups as ``bag_lookup`` per table and ``in_feature_order``."""
+    outs = [ops.bag_lookup(w, r).view(r.shape[0], -1) for w, r in zip(weights, rows, strict=True)]
+    return ops.in_feature_order(outs, [0, 0], segment_triples([(0, 2), (1, 3), (0, 2)], [4, 3]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gather_groups_is_bag_lookup_then_in_feature_order_to_the_bit(dtype: torch.dtype
+                                                                      ) -> None:
+    """``gather_groups``: the output, its CPU kernel's and its twin's, equal the dense path and
+    ``bag_lookup`` per table put in order by ``in_feature_order``, to the bit; each table's
+    gradient is that path's (``nn.Embedding(sparse=True)``'s: the same indices in the same
+    order, the same values), also under ``create_graph=True`` and differentiated again; fake
+    shape and ``opcheck``."""
+    weights, rows, columns, width = _groups(dtype, requires_grad=True)
+    out = ops.gather_groups(weights, rows, columns, width)
+    old = _operator_path(weights, rows)
+    assert torch.equal(out, old)
+    assert torch.equal(library._gather_groups_twin(weights, rows, columns, width), out)
+    assert torch.equal(library._gather_groups_cpu(weights, rows, columns, width), out)
+    dense = torch.cat([F.one_hot(rows[0][:, 0], 5).to(dtype) @ weights[0],
+                       F.one_hot(rows[1][:, 0].long(), 4).to(dtype) @ weights[1],
+                       F.one_hot(rows[0][:, 1], 5).to(dtype) @ weights[0]], 1)
+    torch.testing.assert_close(out, dense)
+    g = torch.randn(3, width, dtype=dtype)
+    ours = torch.autograd.grad(out, weights, g, retain_graph=True)
+    theirs = torch.autograd.grad(old, weights, g, retain_graph=True)
+    want = torch.autograd.grad(dense, weights, g)
+    for a, b, d, r in zip(ours, theirs, want, rows, strict=True):
+        assert a.is_sparse and torch.equal(a._indices(), b._indices())
+        assert torch.equal(a._indices()[0], r.reshape(-1).long())  # entry order
+        assert torch.equal(a._values(), b._values())
+        torch.testing.assert_close(a.to_dense(), d)
+    loss = [(x.pow(2).sum() * 3).sum() for x in (out, old)]
+    again = [torch.autograd.grad(x, weights, create_graph=True) for x in loss]
+    second = [torch.autograd.grad(sum(v.to_dense().pow(2).sum() for v in grads), weights)
+              for grads in again]
+    for a, b in zip(*second, strict=True):
+        assert torch.equal(a.to_dense(), b.to_dense())
+    torch.library.opcheck(ops.gather_groups.default, (weights, rows, columns, width))
+    with FakeTensorMode():
+        fake = ops.gather_groups([torch.empty(5, 2), torch.empty(4, 3)],
+                                 [torch.empty(3, 2, dtype=torch.long),
+                                  torch.empty(3, 1, dtype=torch.long)], columns, width)
+    assert fake.shape == (3, width)
+
+
+@pytest.mark.parametrize("case", ["tables short", "dtypes differ", "float rows", "rows differ",
+                                  "columns short", "columns overlap", "columns past the width",
+                                  "group not left to right", "1-D table"])
+def test_gather_groups_refuses_bad_operands(case: str) -> None:
+    """Operands the C kernel cannot read: a ValueError naming the operator, from the operator
+    and its twin (both registrations); a row outside its table an IndexError naming it."""
+    weights, rows, columns, width = _groups()
+    if case == "tables short":
+        weights = weights[:1]
+    elif case == "dtypes differ":
+        weights = [weights[0], weights[1].float()]
+    elif case == "float rows":
+        rows = [rows[0].double(), rows[1]]
+    elif case == "rows differ":
+        rows = [rows[0], rows[1][:2]]
+    elif case == "columns short":
+        columns = columns[:2]
+    elif case == "columns overlap":
+        columns = [0, 4, 1]
+    elif case == "columns past the width":
+        width = 6
+    elif case == "group not left to right":
+        columns = [5, 0, 2]
+    else:
+        weights = [torch.randn(10), weights[1]]
+    for run in ops.gather_groups, library._gather_groups_twin:
+        with pytest.raises(ValueError, match="lookuplinear::gather_groups"):
+            run(weights, rows, columns, width)
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_gather_groups_checks_the_range_inside(bad: int) -> None:
+    weights, rows, columns, width = _groups()
+    rows[0][2, 1] = bad
+    for run in ops.gather_groups, library._gather_groups_twin, library._gather_groups_cpu:
+        with pytest.raises(IndexError, match=rf"row {bad} at rows\[0\]\[2, 1\]"):
+            run(weights, rows, columns, width)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

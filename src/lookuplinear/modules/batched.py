@@ -6,11 +6,14 @@ collection's features, none read by several tables) is checked and shifted to th
 groups' parameters in one pass; with row-sparse gradients of one dtype, each group is one call
 of the operator ``lookuplinear::bag_lookup`` on its part of that batch, and the operator
 ``lookuplinear::in_feature_order`` puts the groups' outputs in feature order (one copy, and one
-in the backward). Any other batch (a ``max``, ``mean`` or ``sqrtn`` table, padding, hashing,
-per-entry weights, dense gradients, tables of several dtypes, a feature read by several tables)
-is one lookup per group of its (feature, table) pairs, put side by side in output order by the
-same operator: the reference the batched way equals. Eager calls and recorded graphs call the
-same operators (:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
+in the backward); one ID per feature over several groups is one call of the operator
+``lookuplinear::gather_groups``, which writes every group's rows into their columns (the
+same gradient, one copy in the backward). Any other batch (a ``max``, ``mean`` or ``sqrtn``
+table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes, a
+feature read by several tables) is one lookup per group of its (feature, table) pairs, put
+side by side in output order by the same operator: the reference the batched way equals. Eager
+calls and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), and the
+sparse gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer, whose backward hands its gradient to the optimizer
 (:mod:`lookuplinear._fusion`), is the exception: the usual batch of a collection with such a
@@ -46,6 +49,7 @@ __all__ = ["BatchedLookup", "TableReader"]
 
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
+_GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
 
 
 class TableReader(Protocol):
@@ -93,6 +97,8 @@ class BatchedLookup:
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
         self._feature_cols = list(plan.columns)
+        #: every group's features' first columns, group after group (``gather_groups``')
+        self._all_columns = [c for group in plan.groups for c in group.columns]
         self._segments: dict[Any, tuple[int, ...]] = {}
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
@@ -175,14 +181,26 @@ class BatchedLookup:
     def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
                  tables: TableReader) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
-        row-sparse gradients (``sparse=True``) of one dtype: each group's part of it (a one-ID
-        batch's ``(N, F_g)`` rows, or its features' bags) looked up by the operator
-        ``lookuplinear::bag_lookup``, the outputs put in feature order by the operator
-        ``lookuplinear::in_feature_order`` (none needed for one group's rows). A collection
-        with a table bound to a ``fused=True`` optimizer: :meth:`_written_at_once`."""
+        row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
+        by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
+        written into their columns by one kernel call; its gradient each group's index
+        lookup's); else each group's part of it (one group's rows, or its features' bags)
+        looked up by the operator ``lookuplinear::bag_lookup``, the outputs put in feature
+        order by the operator ``lookuplinear::in_feature_order`` (none needed for one group's
+        rows). A collection with a table bound to a ``fused=True`` optimizer:
+        :meth:`_written_at_once`."""
         if not all(map(_eager_op, table_groups)):  # as a single table's sum lookup decides
             return self._written_at_once(whole, n, table_groups, tables)
         one_id = isinstance(whole, torch.Tensor)
+        if isinstance(whole, torch.Tensor) and len(self.groups) > 1:
+            # every group's (N, F_g) rows gathered into their columns by one kernel call
+            rows_of = []
+            for g, feats in self.groups:
+                rows = self._group_rows(whole, g, len(feats), n)
+                rows_of.append(tables._drawn(g, rows) if self.stored else rows)
+            gathered: torch.Tensor = _GATHER_GROUPS(list(table_groups), rows_of,
+                                                    self._all_columns, self.plan.width)
+            return gathered
         outs: list[torch.Tensor] = []
         for (g, feats), at in zip(self.groups, self._positions, strict=True):
             if isinstance(whole, torch.Tensor):  # (N, F_g) rows: (N, F_g * dim)

@@ -28,7 +28,7 @@ __all__ = ["ENTRIES", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "lo
 #: ``ll_version()`` of the library this loader was written for: the one source of the C kernels'
 #: ABI version, which setup.py reads and compiles into ``csrc/module.c``. Raise it whenever an
 #: exported function changes.
-VERSION = 14
+VERSION = 15
 
 #: the entry points' suffix per dtype (:func:`suffix`)
 SUFFIXES = {torch.float32: "f32", torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
@@ -72,6 +72,7 @@ _FUSED = (_I64, *[_P] * 12)
 #: every entry point of the library, by name
 ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("ll_gather_rows", _I64, (_P, _I64, _I64, _P, _I64, _P), _F),
+    Entry("ll_first_outside", _I64, (_P, _I64, _I64)),
     Entry("ll_gather_into", None, (_I64, _P, _P, _P, _I64, _P, _P, _P, _I64), _F),
     Entry("ll_bag_sum_into", None, (_I64, _P, _P, _P, _P, _P, _I64, _P, _I64), _F),
     Entry("ll_group_rows", _I64, (_P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P), _F),

@@ -3,8 +3,9 @@
 Each operator has a schema, a CPU implementation that runs the C kernel, a torch-op
 implementation for every other device (``CompositeExplicitAutograd``), a fake implementation
 that gives the output's shape, and, where it is differentiable, its backward
-(``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s and
-``bag_max``'s in C++). The index range is checked inside the operator, where it runs.
+(``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s,
+``bag_max``'s, ``in_feature_order``'s and ``gather_groups``' in C++). The index range is
+checked inside the operator, where it runs.
 
 The layers' sum and max lookups call ``bag_lookup`` and ``bag_max`` eagerly as they are
 recorded. Other eager functions are decorated by :func:`routed`: called directly, or, while
@@ -34,6 +35,13 @@ The operators:
   output's in that output's layout (the segments take each block's columns once, left to
   right). The two are each other's backward: a gradient differentiates again as often as
   asked.
+* ``gather_groups(weights, rows, columns, width)``: index lookups of several tables written
+  side by side into one ``(N, width)`` output, ``out[i, c:c + dim_g] = weights[g][rows[g][i,
+  j]]`` for the first column ``c`` of feature ``j`` of group ``g`` (``rows[g]``: ``(N, F_g)``;
+  ``columns``: every group's features' first columns, group after group, each group's
+  increasing; the features' columns tile ``[0, width)``); one C kernel call. Its weight
+  gradient is each table's index lookup's, ``nn.Embedding(sparse=True)``'s: what
+  ``bag_lookup`` on each group's rows, put in order by ``in_feature_order``, gives.
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
 * ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
@@ -91,6 +99,7 @@ from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
+from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
@@ -104,6 +113,7 @@ SCHEMAS = (
     "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor",
     "in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor",
     "in_feature_order_backward(Tensor grad, int[] features, int[] segments) -> Tensor[]",
+    "gather_groups(Tensor[] weights, Tensor[] rows, int[] columns, int width) -> Tensor",
     "idmap_find(Tensor table, Tensor keys) -> Tensor",
     "idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor",
     "bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
@@ -545,6 +555,136 @@ _register_autograd("in_feature_order_backward", _in_feature_order_backward_backw
                    setup_context=_in_feature_order_backward_setup)
 
 
+# ---- gather_groups ------------------------------------------------------------------------
+
+
+def _gather_groups_segments(weights: Sequence[torch.Tensor], rows: Sequence[torch.Tensor],
+                            columns: Sequence[int], width: int) -> tuple[int, ...]:
+    """The operands checked (:class:`InputValueError` naming what came), and the segments that
+    put the groups' ``(N, F_g * dim_g)`` outputs in the output's column order (every output
+    example-major): each group's features left to right, the features' columns tiling
+    ``[0, width)``."""
+    op = "lookuplinear::gather_groups"
+    if not weights or len(weights) != len(rows):
+        raise InputValueError(f"{op}: one (N, F_g) row tensor per table; got {len(weights)} "
+                              f"tables and {len(rows)} row tensors")
+    for g, (w, r) in enumerate(zip(weights, rows, strict=True)):
+        if w.dim() != 2 or w.dtype != weights[0].dtype or not w.is_floating_point():
+            raise InputValueError(f"{op}: the tables are 2-D, of one floating dtype; got table "
+                                  f"{g} of shape {list(w.shape)} and dtype {w.dtype} (table 0: "
+                                  f"{weights[0].dtype})")
+        if (r.dim() != 2 or r.dtype not in (torch.int32, torch.int64)
+                or r.shape[0] != rows[0].shape[0]):
+            raise InputValueError(f"{op}: the rows are (N, F_g) int32/int64, one N for all; got "
+                                  f"rows {g} of shape {list(r.shape)} and dtype {r.dtype} "
+                                  f"(rows 0: {list(rows[0].shape)})")
+    n_cols = sum(r.shape[1] for r in rows)
+    if len(columns) != n_cols:
+        raise InputValueError(f"{op}: one first column per feature ({n_cols} features); got "
+                              f"{len(columns)}")
+    at, k = [], 0
+    for g, r in enumerate(rows):
+        for j in range(r.shape[1]):
+            if j and columns[k] <= columns[k - 1]:
+                raise InputValueError(f"{op}: a group's features take its columns left to "
+                                      f"right; got first columns {columns[k - 1]} then "
+                                      f"{columns[k]} in group {g}")
+            at.append((columns[k], g, j))
+            k += 1
+    segments: list[list[int]] = []
+    end = 0
+    for first, g, j in sorted(at):
+        dim = weights[g].shape[1]
+        if first != end:
+            raise InputValueError(f"{op}: the features' columns tile the output's {width} "
+                                  f"columns, each feature's next to the one before; a feature "
+                                  f"of group {g} starts at column {first} where column {end} "
+                                  "was due")
+        if segments and segments[-1][0] == g and segments[-1][1] + segments[-1][2] == j * dim:
+            segments[-1][2] += dim  # the group's next feature: one segment
+        else:
+            segments.append([g, j * dim, dim])
+        end += dim
+    if end != width:
+        raise InputValueError(f"{op}: the features take {end} columns; the output has {width}")
+    return tuple(v for seg in segments for v in seg)
+
+
+def _gather_groups_range(weights: Sequence[torch.Tensor], rows: Sequence[torch.Tensor]
+                         ) -> None:
+    """:class:`LookupIndexError` naming the first row outside its table."""
+    for g, (w, r) in enumerate(zip(weights, rows, strict=True)):
+        bad = (r < 0) | (r >= w.shape[0])
+        if r.numel() == 0 or not bool(bad.any()):
+            continue
+        i, j = (int(v) for v in torch.nonzero(bad)[0])
+        raise LookupIndexError(
+            f"lookuplinear::gather_groups: row {int(r[i, j])} at rows[{g}][{i}, {j}] is out of "
+            f"range for table {g} of {w.shape[0]} rows. Map the IDs into [0, {w.shape[0]}) "
+            "first, or make the table larger.")
+
+
+def _gather_groups_twin(weights: Sequence[torch.Tensor], rows: Sequence[torch.Tensor],
+                        columns: Sequence[int], width: int) -> torch.Tensor:
+    """``gather_groups`` with torch ops: an ``index_select`` per table, one ``cat`` of their
+    columns in output order."""
+    segments = _gather_groups_segments(weights, rows, columns, width)
+    try:
+        outs = [w.index_select(0, r.reshape(-1)).view(r.shape[0], r.shape[1] * w.shape[1])
+                for w, r in zip(weights, rows, strict=True)]
+    except (IndexError, RuntimeError):
+        _gather_groups_range(weights, [r.cpu() for r in rows])
+        raise
+    return _in_feature_order_twin(outs, [0] * len(outs), segments)
+
+
+def _gather_groups_cpu(weights: Sequence[torch.Tensor], rows: Sequence[torch.Tensor],
+                       columns: Sequence[int], width: int) -> torch.Tensor:
+    """One call of the C kernel ``ll_gather_into`` (:func:`~lookuplinear.ops.gather_into`),
+    the rows checked first; the twin where it does not apply."""
+    _gather_groups_segments(weights, rows, columns, width)
+    _gather_groups_range(weights, rows)
+    out = weights[0].new_empty((rows[0].shape[0], width))
+    cols = torch.tensor(list(columns), dtype=torch.int64).split([r.shape[1] for r in rows])
+    if _gather_into(list(zip(weights, rows, cols, strict=True)), out):
+        return out
+    return _gather_groups_twin(weights, rows, columns, width)
+
+
+_impl("gather_groups", _gather_groups_cpu, "CPU")
+_impl("gather_groups", _gather_groups_twin, "CompositeExplicitAutograd")
+
+
+@_fake("gather_groups")
+def _gather_groups_fake(weights: Sequence[torch.Tensor], rows: Sequence[torch.Tensor],
+                        columns: Sequence[int], width: int) -> torch.Tensor:
+    torch._check(len(weights) == len(rows) > 0, lambda: "gather_groups: one (N, F_g) row "
+                 f"tensor per table; got {len(weights)} tables and {len(rows)} row tensors")
+    return weights[0].new_empty((rows[0].shape[0], width))
+
+
+def _gather_groups_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    weights, rows, columns, width = inputs
+    ctx.segments = _gather_groups_segments(weights, rows, columns, width)
+    ctx.shapes = [tuple(w.shape) for w in weights]
+    ctx.save_for_backward(*rows)
+
+
+def _gather_groups_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """Each table's gradient as its index lookup's (``bag_lookup``'s, one row per entry in
+    entry order): the gradient's columns copied back by ``in_feature_order_backward``."""
+    rows = ctx.saved_tensors
+    parts = torch.ops.lookuplinear.in_feature_order_backward(grad, [0] * len(rows),
+                                                             ctx.segments)
+    grads = [entry_grads(r.reshape(-1), None, None, None, part.reshape(-1, shape[1]), shape)
+             for r, part, shape in zip(rows, parts, ctx.shapes, strict=True)]
+    return grads, [None] * len(rows), None, None
+
+
+_register_autograd("gather_groups", _gather_groups_backward,
+                   setup_context=_gather_groups_setup)
+
+
 # ---- idmap_find ---------------------------------------------------------------------------
 
 
@@ -789,6 +929,7 @@ _TWINS: dict[str, Callable[..., Any]] = {
     "bag_lookup": _bag_lookup_twin,
     "in_feature_order": _in_feature_order_twin,
     "in_feature_order_backward": _in_feature_order_backward_twin,
+    "gather_groups": _gather_groups_twin,
     "idmap_find": _idmap_find_twin,
     "idmap_rows": _idmap_rows_twin,
     "bag_max": _bag_max_twin,

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ int64_t ll_gather_rows_f32(const float *w, int64_t num_rows, int64_t dim, const 
                            int64_t n, float *out);
 int64_t ll_gather_rows_f64(const double *w, int64_t num_rows, int64_t dim, const int64_t *rows,
                            int64_t n, double *out);
+int64_t ll_first_outside(const int64_t *rows, int64_t n, int64_t num_rows);
+void ll_gather_into_f32(int64_t n_tables, const float *const *ws, const int64_t *dims,
+                        const int64_t *const *rows, int64_t n, const int64_t *f,
+                        const int64_t *const *cols, float *out, int64_t ld);
+void ll_gather_into_f64(int64_t n_tables, const double *const *ws, const int64_t *dims,
+                        const int64_t *const *rows, int64_t n, const int64_t *f,
+                        const int64_t *const *cols, double *out, int64_t ld);
 void ll_interleave(int64_t n, int64_t n_seg, char *const *blocks, const int64_t *block_ld,
                    const int64_t *seg_block, const int64_t *seg_off, const int64_t *seg_len,
                    char *out, int64_t out_ld, int64_t to_out);
@@ -1023,6 +1031,200 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("in_feature_order", &lookuplinear::in_feature_order_autograd);
     m.impl("in_feature_order_backward", &lookuplinear::in_feature_order_backward_autograd);
+}
+
+// ==== gather_groups ==========================================================================
+// Index lookups of several tables (a collection's groups, one width each) written straight
+// into their columns of one (N, width) output by one call of the C kernel ll_gather_into:
+// out[i, columns of feature j of group g] = weights[g][rows[g][i, j]]. Its gradient is each
+// group's index lookup's (nn.Embedding(sparse=True)'s: one row per entry, in entry order, the
+// gradient's columns copied back by in_feature_order_backward), as bag_lookup on that group's
+// rows followed by in_feature_order gives it, to the bit.
+
+namespace lookuplinear {
+namespace {
+
+// the operands checked (ValueError naming what came), and the segments that take the groups'
+// (N, F_g * dim_g) outputs into the output's columns, in order (in_feature_order's, every
+// output example-major): every feature's columns inside [0, width), the features' columns
+// tiling it, a group's features left to right
+std::vector<int64_t> gather_groups_segments(at::TensorList weights, at::TensorList rows,
+                                            at::IntArrayRef columns, int64_t width) {
+    const char *op = "lookuplinear::gather_groups";
+    TORCH_CHECK_VALUE(!weights.empty() && weights.size() == rows.size(), op, ": one (N, F_g) "
+                      "row tensor per table; got ", weights.size(), " tables and ",
+                      rows.size(), " row tensors");
+    int64_t n_cols = 0;
+    for (size_t g = 0; g < weights.size(); g++) {
+        TORCH_CHECK_VALUE(weights[g].dim() == 2 && weights[g].scalar_type() ==
+                              weights[0].scalar_type() && weights[g].is_floating_point(),
+                          op, ": the tables are 2-D, of one floating dtype; got table ", g,
+                          " of shape ", weights[g].sizes(), " and dtype ",
+                          weights[g].scalar_type(), " (table 0: ", weights[0].scalar_type(),
+                          ")");
+        TORCH_CHECK_VALUE(rows[g].dim() == 2 && is_i32_i64(rows[g]) &&
+                              rows[g].size(0) == rows[0].size(0),
+                          op, ": the rows are (N, F_g) int32/int64, one N for all; got rows ",
+                          g, " of shape ", rows[g].sizes(), " and dtype ",
+                          rows[g].scalar_type(), " (rows 0: ", rows[0].sizes(), ")");
+        n_cols += rows[g].size(1);
+    }
+    TORCH_CHECK_VALUE(static_cast<int64_t>(columns.size()) == n_cols, op, ": one first "
+                      "column per feature (", n_cols, " features); got ", columns.size());
+    // (first column, group, feature of the group), sorted by column: they must tile [0, width)
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> at_;
+    for (size_t g = 0, k = 0; g < weights.size(); g++)
+        for (int64_t j = 0; j < rows[g].size(1); j++, k++) {
+            TORCH_CHECK_VALUE(j == 0 || columns[k] > columns[k - 1], op, ": a group's "
+                              "features take its columns left to right; got first columns ",
+                              columns[k - 1], " then ", columns[k], " in group ", g);
+            at_.emplace_back(columns[k], static_cast<int64_t>(g), j);
+        }
+    std::sort(at_.begin(), at_.end());
+    std::vector<int64_t> segments;
+    int64_t end = 0;
+    for (const auto &[first, g, j] : at_) {
+        const int64_t dim = weights[g].size(1);
+        TORCH_CHECK_VALUE(first == end, op, ": the features' columns tile the output's ", width,
+                          " columns, each feature's next to the one before; a feature of "
+                          "group ", g, " starts at column ", first, " where column ", end,
+                          " was due");
+        if (!segments.empty() && segments[segments.size() - 3] == g &&
+            segments[segments.size() - 2] + segments.back() == j * dim)
+            segments.back() += dim;  // the group's next feature: one segment
+        else
+            segments.insert(segments.end(), {g, j * dim, dim});
+        end += dim;
+    }
+    TORCH_CHECK_VALUE(end == width, op, ": the features take ", end, " columns; the output "
+                      "has ", width);
+    return segments;
+}
+
+// IndexError naming the first row outside its table
+void gather_groups_range(at::TensorList weights, at::TensorList rows) {
+    for (size_t g = 0; g < weights.size(); g++) {
+        const Tensor r = rows[g].to(at::kLong).contiguous();
+        const int64_t *p = r.data_ptr<int64_t>(), num = weights[g].size(0), f = r.size(1);
+        const int64_t k = ll_first_outside(p, r.numel(), num);  // one vectorized pass
+        TORCH_CHECK_INDEX(k < 0, "lookuplinear::gather_groups: row ", k < 0 ? 0 : p[k],
+                          " at rows[", g, "][", k / f, ", ", k % f, "] is out of range for "
+                          "table ", g, " of ", num, " rows. Map the IDs into [0, ", num,
+                          ") first, or make the table larger.");
+    }
+}
+
+Tensor gather_groups_twin(at::TensorList weights, at::TensorList rows, at::IntArrayRef columns,
+                          int64_t width) {
+    const std::vector<int64_t> segments = gather_groups_segments(weights, rows, columns, width);
+    std::vector<Tensor> outs;  // each group's (N, F_g * dim_g)
+    try {
+        for (size_t g = 0; g < weights.size(); g++)
+            outs.push_back(weights[g].index_select(0, rows[g].reshape(-1))
+                               .view({rows[g].size(0), rows[g].size(1) * weights[g].size(1)}));
+    } catch (const c10::Error &) {
+        std::vector<Tensor> host;
+        for (const Tensor &r : rows) host.push_back(r.cpu());
+        gather_groups_range(weights, host);
+        throw;
+    }
+    const std::vector<int64_t> features(outs.size(), 0);
+    return in_feature_order_twin(outs, features, segments);
+}
+
+Tensor gather_groups_cpu(at::TensorList weights, at::TensorList rows, at::IntArrayRef columns,
+                         int64_t width) {
+    gather_groups_segments(weights, rows, columns, width);
+    const bool f32 = weights[0].scalar_type() == at::kFloat;
+    bool c = f32 || weights[0].scalar_type() == at::kDouble;
+    for (const Tensor &w : weights) c = c && w.is_contiguous();
+    if (!c) return gather_groups_twin(weights, rows, columns, width);
+    gather_groups_range(weights, rows);  // before the C kernel reads a row
+    const int64_t k = static_cast<int64_t>(weights.size()), n = rows[0].size(0);
+    std::vector<Tensor> alive;  // the int64 rows, alive through the call
+    std::vector<const void *> ws(k);
+    std::vector<const int64_t *> rp(k), cp(k);
+    std::vector<int64_t> dims(k), f(k);
+    for (int64_t g = 0, first = 0; g < k; first += f[g], g++) {
+        alive.push_back(rows[g].to(at::kLong).contiguous());
+        ws[g] = weights[g].data_ptr();
+        rp[g] = alive.back().data_ptr<int64_t>();
+        cp[g] = columns.data() + first;
+        dims[g] = weights[g].size(1);
+        f[g] = rows[g].size(1);
+    }
+    Tensor out = at::empty({n, width}, weights[0].options());
+    if (f32)
+        ll_gather_into_f32(k, reinterpret_cast<const float *const *>(ws.data()), dims.data(),
+                           rp.data(), n, f.data(), cp.data(), out.data_ptr<float>(), width);
+    else
+        ll_gather_into_f64(k, reinterpret_cast<const double *const *>(ws.data()), dims.data(),
+                           rp.data(), n, f.data(), cp.data(), out.data_ptr<double>(), width);
+    return out;
+}
+
+struct GatherGroupsFunction : public torch::autograd::Function<GatherGroupsFunction> {
+    static Tensor forward(torch::autograd::AutogradContext *ctx, at::TensorList weights,
+                          at::TensorList rows, at::IntArrayRef columns, int64_t width) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::gather_groups", "")
+                             .typed<Tensor(at::TensorList, at::TensorList, at::IntArrayRef,
+                                           int64_t)>();
+        ctx->saved_data["segments"] = gather_groups_segments(weights, rows, columns, width);
+        for (size_t g = 0; g < weights.size(); g++) {
+            ctx->saved_data["rows" + std::to_string(g)] = weights[g].sym_size(0);
+            ctx->saved_data["dim" + std::to_string(g)] = weights[g].sym_size(1);
+        }
+        ctx->save_for_backward(rows.vec());
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weights, rows, columns, width);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        const auto rows = ctx->get_saved_variables();
+        const size_t k = rows.size();
+        // each group's (N, F_g * dim_g) gradient: through the dispatcher's autograd layer
+        // (recorded under create_graph=True, its own backward in_feature_order)
+        const std::vector<int64_t> features(k, 0);
+        const auto parts = call_in_feature_order_backward(
+            grads[0], features, ctx->saved_data["segments"].toIntVector());
+        torch::autograd::variable_list out(2 * k + 2);
+        for (size_t g = 0; g < k; g++) {
+            if (!ctx->needs_input_grad(g)) continue;
+            const c10::SymInt num = ctx->saved_data["rows" + std::to_string(g)].toSymInt(),
+                              dim = ctx->saved_data["dim" + std::to_string(g)].toSymInt();
+            const std::vector<c10::SymInt> shape{num, dim};
+            out[g] = entry_grads(rows[g].reshape(-1), optional<Tensor>(), optional<Tensor>(),
+                                 optional<int64_t>(), parts[g].reshape_symint({-1, dim}),
+                                 shape);
+        }
+        return out;
+    }
+};
+
+Tensor gather_groups_autograd(at::TensorList weights, at::TensorList rows,
+                              at::IntArrayRef columns, int64_t width) {
+    return GatherGroupsFunction::apply(weights, rows, columns, width);
+}
+
+}  // namespace
+}  // namespace lookuplinear
+
+TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
+    m.def("gather_groups(Tensor[] weights, Tensor[] rows, int[] columns, int width) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    m.impl("gather_groups", &lookuplinear::gather_groups_cpu);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
+    m.impl("gather_groups", &lookuplinear::gather_groups_twin);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    m.impl("gather_groups", &lookuplinear::gather_groups_autograd);
 }
 
 // ==== hashing, n-grams, input checks, dual coordinate descent ==============================
