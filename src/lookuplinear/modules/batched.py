@@ -191,34 +191,31 @@ class BatchedLookup:
         :meth:`_written_at_once`."""
         if not all(map(_eager_op, table_groups)):  # as a single table's sum lookup decides
             return self._written_at_once(whole, n, table_groups, tables)
-        one_id = isinstance(whole, torch.Tensor)
-        if isinstance(whole, torch.Tensor) and len(self.groups) > 1:
-            # every group's (N, F_g) rows gathered into their columns by one kernel call
+        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
             for g, feats in self.groups:
                 rows = self._group_rows(whole, g, len(feats), n)
                 rows_of.append(tables._drawn(g, rows) if self.stored else rows)
-            gathered: torch.Tensor = _GATHER_GROUPS(list(table_groups), rows_of,
-                                                    self._all_columns, self.plan.width)
-            return gathered
-        outs: list[torch.Tensor] = []
-        for (g, feats), at in zip(self.groups, self._positions, strict=True):
-            if isinstance(whole, torch.Tensor):  # (N, F_g) rows: (N, F_g * dim)
-                rows = self._group_rows(whole, g, len(feats), n)
-                if self.stored:
-                    rows = tables._drawn(g, rows)
-                outs.append(_BAG_LOOKUP(table_groups[g], rows).view(
-                    n, len(feats) * table_groups[g].shape[1]))
-            else:  # the F_g * N bags of the group's features: (F_g * N, dim)
-                bags = whole if len(self.groups) == 1 else _select_features(whole, at, n)
-                if self.stored:
-                    bags = tables._drawn(g, bags)
-                outs.append(_BAG_LOOKUP(table_groups[g], bags.indices, bags.offsets))
-        segs = self._written_segments(one_id)
-        if one_id and len(outs) == 1 and segs == (0, 0, outs[0].shape[1]):
-            return outs[0]  # one group's rows, its features in output order
+            if len(rows_of) > 1:  # gathered into their columns by one kernel call
+                gathered: torch.Tensor = _GATHER_GROUPS(list(table_groups), rows_of,
+                                                        self._all_columns, self.plan.width)
+                return gathered
+            g, feats = self.groups[0]
+            rows_out = _BAG_LOOKUP(table_groups[g], rows_of[0]).view(
+                n, len(feats) * table_groups[g].shape[1])
+            segs = self._written_segments(True)
+            if segs == (0, 0, rows_out.shape[1]):
+                return rows_out  # one group's rows, its features in output order
+            ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
+            return ordered
+        outs: list[torch.Tensor] = []  # each group's F_g * N bags: (F_g * N, dim)
+        for (g, _), at in zip(self.groups, self._positions, strict=True):
+            bags = whole if len(self.groups) == 1 else _select_features(whole, at, n)
+            if self.stored:
+                bags = tables._drawn(g, bags)
+            outs.append(_BAG_LOOKUP(table_groups[g], bags.indices, bags.offsets))
         out: torch.Tensor = _IN_FEATURE_ORDER(
-            outs, [0 if one_id else len(feats) for _, feats in self.groups], segs)
+            outs, [len(feats) for _, feats in self.groups], self._written_segments(False))
         return out
 
     def _written_segments(self, one_id: bool) -> tuple[int, ...]:
