@@ -7,20 +7,27 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_optim.py"
 
 
+def _bench(name: str) -> Any:
+    """The benchmark script ``benchmarks/<name>.py``, imported as the module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, BENCH.parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_bench_optim_runs_and_reports_every_optimizer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = importlib.util.spec_from_file_location("bench_optim", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_optim"] = module
-    spec.loader.exec_module(module)
+    module = _bench("bench_optim")
     out = tmp_path / "optim.json"
     assert module.main(["--rows", "500", "--dim", "4", "--batch", "8", "--bag", "3",
                         "--repeats", "1", "--steps", "1", "--torch-ops", "--json", str(out)]) == 0
@@ -40,11 +47,7 @@ def test_bench_optim_runs_and_reports_every_optimizer(
 def test_bench_optim_dense_model_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = importlib.util.spec_from_file_location("bench_optim", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_optim"] = module
-    spec.loader.exec_module(module)
+    module = _bench("bench_optim")
     out = tmp_path / "dense.json"
     assert module.main(["--dense-model", "--layers", "2", "--width", "8", "--rows", "50",
                         "--batch", "4", "--bag", "3", "--repeats", "1", "--steps", "1",
@@ -59,12 +62,7 @@ def test_bench_optim_dense_model_runs(
 
 
 def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    path = BENCH.parent / "bench_kernels.py"
-    spec = importlib.util.spec_from_file_location("bench_kernels", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_kernels"] = module
-    spec.loader.exec_module(module)
+    module = _bench("bench_kernels")
     assert module.main(["--rows", "5000", "--dim", "8", "--entries", "200", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "| kernel | C, ms | torch ops, ms | C / torch ops |" in out
@@ -72,12 +70,7 @@ def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bench_stored_step_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    path = BENCH.parent / "bench_stored_step.py"
-    spec = importlib.util.spec_from_file_location("bench_stored_step", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_stored_step"] = module
-    spec.loader.exec_module(module)
+    module = _bench("bench_stored_step")
     assert module.main(["--rows", "5000", "--entries", "300", "--unique", "100",
                         "--repeats", "1"]) == 0
     out = capsys.readouterr().out
