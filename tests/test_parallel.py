@@ -8,6 +8,7 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from processes import one_process
 from safetensors.torch import load_file
 
+import lookuplinear
 from lookuplinear import InputValueError, LookupLinear, optim
 from lookuplinear.parallel import DistributedDataParallel, sparse_tables
 
@@ -146,3 +148,66 @@ def test_a_model_of_tables_only(tmp_path: Path) -> None:
         moved = (table.weight.detach() != before).any(1).nonzero().squeeze(1).tolist()
         assert moved == [4, 5]
         torch.testing.assert_close(before[4] - table.weight.detach()[4], torch.full((3,), 2.0))
+
+
+def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:
+    """The weight of table ``make()`` (20 x 4, one start) after 6 steps of ``opt`` on an MSE
+    loss of its lookups of (6, 5) index tensors (IDs repeated within a batch), the model
+    ``wrap``-ped."""
+    table = make().to(dtype)
+    with torch.no_grad():
+        table.weight.copy_(torch.randn(20, 4, generator=torch.Generator().manual_seed(3)))
+    model = wrap(table)
+    step = opt(model.parameters(), lr=0.1, **kw)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        x = torch.randint(0, 20, (6, 5), generator=g)
+        y = torch.randn(6, 5, 4, generator=g, dtype=dtype)
+        step.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        step.step()
+    return table.weight.detach().clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("name", "kw"), [("SGD", {"momentum": 0.9}), ("Adagrad", {}),
+                                          ("Adam", {})])
+def test_index_tables_train_under_ddp_as_torchs_embedding_under_torchs_ddp(
+        tmp_path: Path, dtype: torch.dtype, name: str, kw: dict[str, Any]) -> None:
+    """A table read by an index tensor (``LookupLinear(sparse=True)`` on a LongTensor, and
+    ``lookuplinear.Embedding(sparse=True)``) under this wrapper with ``lookuplinear.optim``
+    (fused=False) in a one-process world: the weights of ``nn.Embedding(sparse=True)`` under
+    PyTorch's DDP with the same optimizer, to the bit; and those without DDP up to rounding.
+    Both DDPs hand the optimizer the all-reduced gradient coalesced (a row's entries summed
+    by ``coalesce``); without DDP the optimizer sums a row's entries itself, in entry order:
+    another order of the same additions, so the last bits may differ, as they do between
+    PyTorch's DDP and no DDP."""
+    opt = getattr(optim, name)
+    ours = {"LookupLinear": lambda: LookupLinear(20, 4, sparse=True, bias=False),
+            "Embedding": lambda: lookuplinear.Embedding(20, 4, sparse=True)}
+    with one_process(tmp_path):
+        torchs = _trained(lambda: torch.nn.Embedding(20, 4, sparse=True),
+                          torch.nn.parallel.DistributedDataParallel, opt, dtype, **kw)
+        for label, make in ours.items():
+            under_ddp = _trained(make, DistributedDataParallel, opt, dtype, **kw)
+            alone = _trained(make, lambda m: m, opt, dtype, **kw)
+            assert torch.equal(under_ddp, torchs), label
+            torch.testing.assert_close(under_ddp, alone, rtol=0, atol=4 * torch.finfo(dtype).eps)
+            start = torch.randn(20, 4, generator=torch.Generator().manual_seed(3)).to(dtype)
+            assert not torch.equal(under_ddp, start), label  # it trained
+
+
+def test_ddp_refuses_a_fused_embedding(tmp_path: Path) -> None:
+    """``lookuplinear.Embedding`` (an ``nn.Embedding``: PyTorch's reducer reduces it) bound to
+    a ``fused=True`` optimizer, before or after the wrapper is built: refused as the tables
+    are (before: accepted, and its first backward failed inside PyTorch)."""
+    with one_process(tmp_path):
+        table = lookuplinear.Embedding(20, 4, sparse=True)
+        opt = optim.Adam(table.parameters(), lr=0.1, fused=True)
+        with pytest.raises(InputValueError, match="fused=False"):
+            DistributedDataParallel(torch.nn.Sequential(table, torch.nn.Linear(4, 1)))
+        del opt
+        fresh = lookuplinear.Embedding(20, 4, sparse=True)
+        ddp = DistributedDataParallel(torch.nn.Sequential(fresh, torch.nn.Linear(4, 1)))
+        with pytest.raises(InputValueError, match="fused=False"):
+            optim.Adam(ddp.parameters(), lr=0.1, fused=True)

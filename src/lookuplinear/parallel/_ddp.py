@@ -85,10 +85,12 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                 "every process (torchrun sets the environment it reads)."
             )
         tables = sparse_tables(module)
-        for name, p in tables.items():
+        # every parameter: a table PyTorch's reducer handles (lookuplinear.Embedding is an
+        # nn.Embedding) is updated too early as well
+        for name, p in module.named_parameters():
             if bound_to(p) is not None:
                 raise InputValueError(
-                    f"the table {name} is bound to a fused=True optimizer, which updates it "
+                    f"the parameter {name} is bound to a fused=True optimizer, which updates it "
                     "inside the backward, before the other processes' gradients arrive. Build "
                     "the optimizer with fused=False for data-parallel training."
                 )
@@ -125,9 +127,10 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         with torch.no_grad():
             for p in self._tables:
                 dist.broadcast(p.data, src=ranks[0], group=self._table_group)
-        # this wrapper handles the tables' gradients in the backward: a fused optimizer made
-        # later refuses them
-        reserve(self._tables, "lookuplinear.parallel.DistributedDataParallel")
+        # this wrapper (or PyTorch's reducer) handles the gradients in the backward: a fused
+        # optimizer made later refuses them
+        reserve([p for p in module.parameters() if p.requires_grad],
+                "lookuplinear.parallel.DistributedDataParallel")
         # The hooks reach this wrapper through a weak reference: a tensor's hooks are held in
         # C++, where the garbage collector cannot see a cycle, so a bound method there would
         # keep the wrapper, PyTorch's reducer and both process groups alive until the
