@@ -608,3 +608,72 @@ def test_cpp_host_operators_refuse_what_their_c_kernels_cannot_read(
     them first (a ValueError naming the operand), rather than read past a buffer."""
     with pytest.raises(ValueError, match=match):
         getattr(ops, name).default(*args)
+
+
+def _bad_operand_cases() -> list[tuple[str, str, tuple[Any, ...], type[Exception], str]]:
+    """(what, operator, operands, the project's error, message) of operands each registration
+    refuses: an int outside the range its kernel reads, a dtype no kernel computes in."""
+    w, idx, off = torch.randn(10, 4), torch.tensor([1, 8, 9]), torch.tensor([0, 1, 3])
+    pad = r"padding_idx must be a row of the table, in \[0, 10\), or None; got "
+    cases = []
+    for p in (-1, -2, 10, 12):
+        cases += [(f"bag_lookup bags padding_idx {p}", "bag_lookup", (w, idx, off, None, p),
+                   lookuplinear.PaddingIdxError, pad + str(p)),
+                  (f"bag_lookup padding_idx {p}", "bag_lookup", (w, idx, None, None, p),
+                   lookuplinear.PaddingIdxError, pad + str(p)),
+                  (f"row_sums padding_idx {p}", "row_sums",
+                   (torch.ones(2, 4), idx, off, None, p, 10), lookuplinear.PaddingIdxError,
+                   pad + str(p))]
+    cases += [
+        ("row_sums index past num_rows", "row_sums", (torch.ones(2, 4), idx, off, None, None, 5),
+         lookuplinear.LookupIndexError, r"row_sums: index 8 at indices\[1\]"),
+        ("row_sums negative index", "row_sums",
+         (torch.ones(2, 4), torch.tensor([1, -3, 2]), off, None, None, 10),
+         lookuplinear.LookupIndexError, r"row_sums: index -3 at indices\[1\]"),
+        ("row_sums int64 gradient", "row_sums",
+         (torch.ones(2, 4, dtype=torch.long), idx, off, None, None, 10),
+         lookuplinear.InputValueError, "grad must be a real floating dtype"),
+        ("idmap_rows negative fallback_rows", "idmap_rows",
+         (torch.tensor([0, 2]), torch.tensor([5, 6]), -3), lookuplinear.InputValueError,
+         "fallback_rows .* must be >= 0; got -3"),
+        ("idmap_rows absent key, no fallback rows", "idmap_rows",
+         (torch.tensor([0, -1]), torch.tensor([5, 6]), 0), lookuplinear.InputValueError,
+         "which must be >= 1; got 0"),
+        ("ngram_bucket negative buckets", "ngram_bucket", (torch.tensor([5]), -1),
+         lookuplinear.InputValueError, "buckets must be >= 1; got -1"),
+    ]
+    cases += [(f"mode_weights {dtype}", "mode_weights", (off, None, False, dtype, 3),
+               lookuplinear.InputValueError, "dtype must be a real floating dtype")
+              for dtype in (torch.int64, torch.bool, torch.complex64)]
+    return cases
+
+
+@pytest.mark.parametrize(("what", "name", "args", "error", "match"), _bad_operand_cases(),
+                         ids=[c[0] for c in _bad_operand_cases()])
+def test_operators_refuse_ints_out_of_range_and_dtypes_they_do_not_compute_in(
+        what: str, name: str, args: tuple[Any, ...], error: type[Exception], match: str,
+        ) -> None:
+    """Called directly, on either registration (tests/test_cpp_ops.py runs under both): the
+    builtin error that the project's maps to, naming the operand (before: a silent result,
+    the two registrations' different from each other, or a crash deep in PyTorch)."""
+    builtin = IndexError if issubclass(error, IndexError) else ValueError
+    with pytest.raises(builtin, match=match) as e:
+        getattr(ops, name).default(*args)
+    mapped = library.project_error(e.value) or e.value
+    assert isinstance(mapped, error)
+
+
+@pytest.mark.parametrize("where", ["CPU", "CompositeExplicitAutograd"])
+def test_every_device_kernel_refuses_a_padding_idx_past_the_table(where: str) -> None:
+    """The kernels of the other devices (the twins, redispatched on CPU tensors here) check
+    ``padding_idx`` as the CPU's."""
+    keys = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, where))
+    w, idx, off = torch.randn(10, 4), torch.tensor([1, 8, 9]), torch.tensor([0, 1, 3])
+    with pytest.raises(ValueError, match="padding_idx must be a row"):
+        ops.bag_lookup.default.redispatch(keys, w, idx, off, None, 10)
+    with pytest.raises(ValueError, match="padding_idx must be a row"):
+        ops.row_sums.default.redispatch(keys, torch.ones(2, 4), idx, off, None, 10, 10)
+    with pytest.raises(ValueError, match="dtype must be a real floating"):
+        ops.mode_weights.default.redispatch(keys, off, None, False, torch.int64, 3)
+    with pytest.raises(ValueError, match="fallback_rows"):
+        ops.idmap_rows.default.redispatch(keys, torch.tensor([0, 2]), torch.tensor([5, 6]), -3)

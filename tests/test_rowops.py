@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lookuplinear import InputValueError, LookupIndexError, OffsetsError
+from lookuplinear import InputValueError, LookupIndexError, OffsetsError, PaddingIdxError
 from lookuplinear.ops import c_available, library
 from lookuplinear.ops._clib import SCALARS
 from lookuplinear.ops._updates import _sqrt, group_rows_twin
@@ -271,6 +271,11 @@ def _bad_update_cases() -> list[tuple[str, dict[str, Any], type[Exception], str]
         ("values dtype", {"values": torch.ones(2, 4, dtype=torch.float64)}, InputValueError,
          "values must be"),
         ("weight 1-D", {"weight": torch.zeros(10)}, InputValueError, "weight must be 2-D"),
+        *[(f"{dtype} table", {"weight": torch.zeros(10, 4, dtype=dtype),
+                              "state": torch.zeros(10, dtype=dtype),
+                              "values": torch.ones(2, 4, dtype=dtype)},
+           InputValueError, "weight must be a real floating dtype")
+          for dtype in (torch.int64, torch.int32, torch.bool, torch.complex64)],
     ]
 
 
@@ -325,6 +330,66 @@ def test_rows_fused_refuses_mismatched_lists() -> None:
         ops.rows_fused_([torch.zeros(3, 2)], [torch.empty(0)], [torch.zeros(2, 2)],
                         [torch.tensor([0])], [torch.tensor([0, 1])], [None], [-1], "sgd",
                         [0.1, 0.0, 0.0, 1.0, 0.0])
+
+
+def _fused_args(**change: Any) -> dict[str, Any]:
+    """A ``rows_fused_`` call on one table of 10 rows (two bags), with ``change``."""
+    args: dict[str, Any] = {"weights": [torch.zeros(10, 4)], "states": [torch.zeros(10)],
+                            "grad_outs": [torch.ones(2, 4)], "indices": [torch.tensor([1, 3, 9])],
+                            "offsets": [torch.tensor([0, 1, 3])], "per_sample_weights": [None],
+                            "padding_idx": [-1], "kernel": "rowwise_adagrad",
+                            "scalars": [0.1, 1e-8, 0.0, 0.25]}
+    args.update(change)
+    return args
+
+
+def _bad_fused_cases() -> list[tuple[str, dict[str, Any], type[Exception], str]]:
+    return [
+        *[(f"padding_idx {pad}", {"padding_idx": [pad]}, PaddingIdxError,
+           rf"padding_idx must be a row of the table, in \[0, 10\), or -1 for none; got {pad}")
+          for pad in (10, 12, -2, -10)],
+        *[(f"{dtype} table", {"weights": [torch.zeros(10, 4, dtype=dtype)],
+                              "states": [torch.zeros(10, dtype=dtype)],
+                              "grad_outs": [torch.ones(2, 4, dtype=dtype)]},
+           InputValueError, "weight must be a real floating dtype")
+          for dtype in (torch.int64, torch.bool, torch.complex64)],
+        ("complex per_sample_weights",
+         {"per_sample_weights": [torch.ones(3, dtype=torch.complex64)]}, InputValueError,
+         "per_sample_weights must be a real floating dtype"),
+    ]
+
+
+@pytest.mark.parametrize(("what", "change", "error", "match"), _bad_fused_cases(),
+                         ids=[c[0] for c in _bad_fused_cases()])
+def test_rows_fused_refuses_bad_operands_and_writes_nothing(
+        what: str, change: dict[str, Any], error: type[Exception], match: str) -> None:
+    """A ``padding_idx`` no entry can equal (past the table, or negative but -1) and a table
+    the kernels cannot compute in are refused before any table is updated: the builtin error
+    that the project's maps to (a second, good table left as it was)."""
+    good = _fused_args()
+    args = _fused_args(**change)
+    for key in ("weights", "states", "grad_outs", "indices", "offsets", "per_sample_weights",
+                "padding_idx"):
+        args[key] = [good[key][0], *args[key]]
+    args["scalars"] = good["scalars"] * 2
+    before = [w.clone() for w in args["weights"]]
+    builtin = IndexError if issubclass(error, IndexError) else ValueError
+    with pytest.raises(builtin, match=match) as e:
+        ops.rows_fused_(*args.values())
+    mapped = library.project_error(e.value) or e.value
+    assert isinstance(mapped, error)
+    assert all(torch.equal(w, b) for w, b in zip(args["weights"], before, strict=True))
+
+
+def test_rows_fused_takes_the_last_row_as_padding() -> None:
+    """``padding_idx`` 9, the last row of 10: its entries are left out (the bounds refused
+    above are the table's)."""
+    args = _fused_args(padding_idx=[9], kernel="sgd", scalars=[1.0, 0.0, 0.0, 1.0, 0.0],
+                       states=[torch.empty(0)])
+    ops.rows_fused_(*args.values())
+    w = args["weights"][0]
+    assert torch.equal(w[1], -torch.ones(4)) and torch.equal(w[3], -torch.ones(4))
+    assert not w[9].any()
 
 
 @pytest.mark.parametrize("name", ["rows_update_", "rows_fused_"])

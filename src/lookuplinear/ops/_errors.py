@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ..errors import InputValueError, LookupIndexError, LookupLinearError, OffsetsError
+from ..errors import (
+    InputValueError,
+    LookupIndexError,
+    LookupLinearError,
+    OffsetsError,
+    PaddingIdxError,
+)
 
 __all__ = ["project_error"]
 
@@ -17,5 +23,8 @@ def project_error(e: Exception) -> Exception | None:
     if isinstance(e, IndexError):
         return LookupIndexError(message)
     if isinstance(e, ValueError):
-        return OffsetsError(message) if "offsets must" in message else InputValueError(message)
+        if "offsets must" in message:
+            return OffsetsError(message)
+        return PaddingIdxError(message) if "padding_idx must" in message else \
+            InputValueError(message)
     return None

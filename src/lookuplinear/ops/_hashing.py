@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..errors import InputValueError
 from ._backend import use_c
 
 __all__ = [
@@ -174,6 +175,8 @@ def ngram_bucket(hashes: torch.Tensor, buckets: int) -> torch.Tensor:
     >>> ngram_bucket(torch.tensor([-7, -(2**31), 2**32 + 3]), 10).tolist()
     [7, 8, 3]
     """
+    if buckets < 1:
+        raise InputValueError(f"lookuplinear::ngram_bucket: buckets must be >= 1; got {buckets}")
     h = ((hashes.long() & _M32) ^ 2**31) - 2**31  # the signed 32-bit value
     return h.abs() % buckets
 

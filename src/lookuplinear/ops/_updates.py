@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..errors import InputValueError, LookupIndexError, OffsetsError
+from ..errors import InputValueError, LookupIndexError, OffsetsError, PaddingIdxError
 from . import _inputs
 from ._clib import SCALARS
 from ._rows import FusedTable, fused_rows_c, summed_runs, update_rows_c
 
-__all__ = ["ROW_UPDATES", "adagrad_rows", "adam_rows", "check_rows", "check_update",
+__all__ = ["FLOAT_DTYPES", "ROW_UPDATES", "adagrad_rows", "adam_rows", "check_float",
+           "check_padding", "check_rows", "check_update",
            "group_rows_twin", "rows_fused_cpu", "rows_fused_twin", "rows_update_cpu",
            "rows_update_twin", "rowwise_adagrad_rows", "sgd_rows", "state_parts"]
 
@@ -165,6 +166,31 @@ ROW_UPDATES: dict[str, Callable[..., None]] = {
 #: a row's state per kernel: that many rows of the table's width, or one value (0)
 _STATE_WIDTHS = {"sgd": 1, "adagrad": 1, "rowwise_adagrad": 0, "adam": 2}
 
+#: the dtypes the twins compute in (the C kernels: float32 and float64)
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def check_float(op: str, what: str, dtype: torch.dtype) -> None:
+    """``InputValueError`` unless ``dtype`` (operand ``what``'s) is a real floating dtype (the
+    C++ kernels' check, ``csrc/ops.cpp``)."""
+    if dtype not in FLOAT_DTYPES:
+        raise InputValueError(
+            f"lookuplinear::{op}: {what} must be a real floating dtype (float32, float64, "
+            f"float16 or bfloat16); got {dtype}. Convert it first (.float()).")
+
+
+def check_padding(op: str, what: str, padding_idx: int, num_rows: int,
+                  none: int | None = None) -> None:
+    """``PaddingIdxError`` unless ``padding_idx`` is a row of a table of ``num_rows`` rows (or
+    ``none``, the value that means no padding) (the C++ kernels' check)."""
+    if (none is not None and padding_idx == none) or 0 <= padding_idx < num_rows:
+        return
+    alternative = f", or {none} for none" if none is not None else ", or None"
+    raise PaddingIdxError(
+        f"lookuplinear::{op}: {what} must be a row of the table, in [0, {num_rows})"
+        f"{alternative}; got {padding_idx}. Normalize it first (a negative padding_idx counts "
+        "from the end, as nn.Embedding's).")
+
 
 def check_update(op: str, kernel: str, scalars: Sequence[float], weight: torch.Tensor,
                  state: torch.Tensor) -> None:
@@ -180,6 +206,7 @@ def check_update(op: str, kernel: str, scalars: Sequence[float], weight: torch.T
     if weight.dim() != 2:
         raise InputValueError(f"lookuplinear::{op}: weight must be 2-D (rows, dim); got shape "
                               f"{list(weight.shape)}")
+    check_float(op, "weight", weight.dtype)
     if (state.dtype != weight.dtype or state.device != weight.device
             or not state.is_contiguous()):
         raise InputValueError(
@@ -338,6 +365,8 @@ def _fused_tables(weights: Sequence[torch.Tensor], states: Sequence[torch.Tensor
             raise InputValueError(
                 f"lookuplinear::{op}: per_sample_weights[{t}] must hold one value per entry, "
                 f"{nnz}; got {psw.numel()}")
+        if psw is not None:
+            check_float(op, "per_sample_weights", psw.dtype)
         flat = idx.reshape(-1)
         bad = (flat < 0) | (flat >= w.shape[0])
         if nnz and bool(bad.any()):
@@ -346,7 +375,8 @@ def _fused_tables(weights: Sequence[torch.Tensor], states: Sequence[torch.Tensor
                 f"lookuplinear::{op}: index {int(flat[e])} at indices[{e}] is out of range for "
                 f"a table of {w.shape[0]} rows. Map the IDs into [0, {w.shape[0]}) first "
                 "(hashing=, or an IdMap for raw IDs), or make the table larger.")
-        pad = None if padding_idx[t] < 0 else padding_idx[t]
+        check_padding(op, "padding_idx", padding_idx[t], w.shape[0], none=-1)
+        pad = None if padding_idx[t] == -1 else padding_idx[t]
         tables.append((FusedTable(g, w, states[t], {}, idx, off, psw, pad), own))
     return tables
 

@@ -101,6 +101,7 @@ from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
+from ._updates import check_float, check_padding
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
            "per_sample_weights_grad", "project_error", "routed"]
@@ -202,7 +203,7 @@ def _below_autograd(name: str) -> None:
 # ---- bag_lookup ---------------------------------------------------------------------------
 
 
-def _check_range(indices: torch.Tensor, num_rows: int) -> None:
+def _check_range(indices: torch.Tensor, num_rows: int, op: str = "bag_lookup") -> None:
     """Raise :class:`LookupIndexError` naming the first index outside ``[0, num_rows)``."""
     flat = indices.reshape(-1)
     bad = (flat < 0) | (flat >= num_rows)
@@ -211,7 +212,7 @@ def _check_range(indices: torch.Tensor, num_rows: int) -> None:
     k = int(torch.nonzero(bad)[0, 0])
     torch._check_with(
         LookupIndexError, False,
-        lambda: f"lookuplinear::bag_lookup: index {int(flat[k])} at indices[{k}] is out of "
+        lambda: f"lookuplinear::{op}: index {int(flat[k])} at indices[{k}] is out of "
         f"range for a table of {num_rows} rows. Map the IDs into [0, {num_rows}) first "
         "(hashing=, or an IdMap for raw IDs), or make the table larger.")
 
@@ -232,6 +233,8 @@ def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                     padding_idx: int | None = None, *,
                     include_last_offset: bool = True) -> torch.Tensor:
+    if padding_idx is not None and weight.dim() == 2:
+        check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     if offsets is not None and offsets.dim() == 1 and not offsets.dtype.is_floating_point:
         _check_offsets("bag_lookup", offsets, indices.numel(), include_last_offset)
     try:
@@ -255,6 +258,8 @@ def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
                       offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                       padding_idx: int | None = None, *,
                       include_last_offset: bool = True) -> torch.Tensor:
+    if padding_idx is not None and weight.dim() == 2:
+        check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     try:
         return _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
                                          include_last_offset=include_last_offset))
@@ -701,13 +706,28 @@ def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return keys.new_empty((keys.numel(),), dtype=torch.int64)
 
 
+def _check_fallback_rows(found: torch.Tensor, fallback_rows: int) -> None:
+    """``InputValueError`` unless ``fallback_rows >= 0``, and ``>= 1`` where a key is absent
+    (``found < 0``: hashed into the fallback rows), as the C++ kernels check it."""
+    if fallback_rows < 0:
+        raise InputValueError("lookuplinear::idmap_rows: fallback_rows (the rows before the "
+                              f"map's) must be >= 0; got {fallback_rows}")
+    if fallback_rows == 0 and bool((found < 0).any()):
+        raise InputValueError("lookuplinear::idmap_rows: a key absent from the map is hashed "
+                              "into fallback_rows, which must be >= 1; got 0")
+
+
 def _idmap_rows_twin(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
                      ) -> torch.Tensor:
+    _check_fallback_rows(found, fallback_rows)
+    if fallback_rows == 0:  # every key found: nothing to hash
+        return found + 0
     return torch.where(found < 0, hash_ids(keys, fallback_rows), found + fallback_rows)
 
 
 def _idmap_rows_cpu(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
                     ) -> torch.Tensor:
+    _check_fallback_rows(found, fallback_rows)
     rows = found + fallback_rows
     miss = found < 0
     if bool(miss.any()):  # only the keys the map does not hold are hashed
@@ -825,11 +845,13 @@ _register_autograd("bag_max", _bag_max_backward,
 
 def _mode_weights_twin(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
                        dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    check_float("mode_weights", "dtype", dtype)
     return _torch_mode_weights(offsets, weights, sqrt, dtype, nnz)
 
 
 def _mode_weights_cpu(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt: bool,
                       dtype: torch.dtype, nnz: int) -> torch.Tensor:
+    check_float("mode_weights", "dtype", dtype)
     if offsets.numel() > 0:
         _check_offsets("mode_weights", offsets, nnz)
     if weights is not None and weights.numel() != nnz:
@@ -880,6 +902,9 @@ def _row_sums_twin(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Ten
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each entry's contribution (``entry_grads``' values) summed per row in entry order, as
     :func:`~lookuplinear.ops.group_rows`' torch ops sum them, at the sorted entries."""
+    check_float("row_sums", "grad", grad.dtype)
+    if padding_idx is not None and isinstance(num_rows, int):
+        check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
     order, rows, first, rank = _sorted_entries(idx, padding_idx)
     contrib = grad if offsets is None else grad.index_select(0, _bag_ids(offsets, idx.numel()))
@@ -898,7 +923,11 @@ def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backward's sums (:func:`~lookuplinear.ops.group_rows`: the C kernel where
     it takes the lookup) at the sorted entries."""
+    check_float("row_sums", "grad", grad.dtype)
+    if padding_idx is not None:
+        check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
+    _check_range(idx, num_rows, "row_sums")
     _, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
     values = torch.cat([values.to(grad.dtype), values.new_zeros((1, grad.shape[1]))])
     _, rows, first, rank = _sorted_entries(idx, padding_idx)

@@ -90,6 +90,11 @@ bool is_f32_f64(const Tensor &t) {
 bool is_i32_i64(const Tensor &t) {
     return t.scalar_type() == at::kInt || t.scalar_type() == at::kLong;
 }
+// the real floating dtypes: a table's, a gradient's (the C kernels take float32 and float64,
+// the torch-op twins float16 and bfloat16 too)
+bool is_real_float(at::ScalarType t) {
+    return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
+}
 
 // ---- checks, with the Python side's messages ---------------------------------------------
 
@@ -104,6 +109,26 @@ void check_range(const char *op, const Tensor &indices, int64_t num_rows) {
                           ") first (hashing=, or an IdMap for raw IDs), or make the table "
                           "larger.");
     }
+}
+
+// ValueError unless `what` (an operand's dtype) is a real floating dtype
+void check_float(const char *op, const char *what, at::ScalarType dtype) {
+    TORCH_CHECK_VALUE(is_real_float(dtype), "lookuplinear::", op, ": ", what, " must be a real "
+                      "floating dtype (float32, float64, float16 or bfloat16); got ", dtype,
+                      ". Convert it first (.float()).");
+}
+
+// ValueError unless padding_idx is a row of a table of num_rows rows (or `none`, the value
+// that means no padding)
+void check_padding(const char *op, const char *what, int64_t padding_idx, int64_t num_rows,
+                   optional<int64_t> none = c10::nullopt) {
+    TORCH_CHECK_VALUE((none.has_value() && padding_idx == *none) ||
+                          (padding_idx >= 0 && padding_idx < num_rows),
+                      "lookuplinear::", op, ": ", what, " must be a row of the table, in [0, ",
+                      num_rows, ")", none.has_value() ? ", or " + std::to_string(*none) +
+                      " for none" : std::string(", or None"), "; got ", padding_idx,
+                      ". Normalize it first (a negative padding_idx counts from the end, as "
+                      "nn.Embedding's).");
 }
 
 // include_last: CSR offsets (N + 1, the last the end), else nn.EmbeddingBag's N start offsets
@@ -151,6 +176,8 @@ Tensor bag_lookup_twin(const Tensor &weight, const Tensor &indices,
 Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
                         const optional<Tensor> &offsets, const optional<Tensor> &weights,
                         optional<int64_t> padding_idx, bool include_last_offset) {
+    if (padding_idx.has_value() && weight.dim() == 2)
+        check_padding("bag_lookup", "padding_idx", *padding_idx, weight.size(0));
     try {
         return bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
                                include_last_offset);
@@ -163,6 +190,8 @@ Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
 Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
                       const optional<Tensor> &offsets, const optional<Tensor> &weights,
                       optional<int64_t> padding_idx, bool include_last_offset) {
+    if (padding_idx.has_value() && weight.dim() == 2)
+        check_padding("bag_lookup", "padding_idx", *padding_idx, weight.size(0));
     if (!offsets.has_value() && weight.dim() == 2 && is_f32_f64(weight) &&
         weight.is_contiguous() && is_i32_i64(indices)) {
         // an index lookup: the C gather (fixed-width copies, the rows ahead prefetched)
@@ -299,6 +328,8 @@ int64_t hashed_row(int64_t key, int64_t num_rows) {
 }
 
 Tensor idmap_rows_cpu(const Tensor &found, const Tensor &keys, int64_t fallback_rows) {
+    TORCH_CHECK_VALUE(fallback_rows >= 0, "lookuplinear::idmap_rows: fallback_rows (the "
+                      "rows before the map's) must be >= 0; got ", fallback_rows);
     TORCH_CHECK_VALUE(found.numel() == keys.numel(), "lookuplinear::idmap_rows: one found "
                       "value per key; got ", found.numel(), " values for ", keys.numel(),
                       " keys");
@@ -374,6 +405,8 @@ Tensor hashed_rows(const Tensor &ids, int64_t num_rows) {
 }
 
 Tensor idmap_rows_twin(const Tensor &found, const Tensor &keys, int64_t fallback_rows) {
+    TORCH_CHECK_VALUE(fallback_rows >= 0, "lookuplinear::idmap_rows: fallback_rows (the "
+                      "rows before the map's) must be >= 0; got ", fallback_rows);
     TORCH_CHECK_VALUE(found.numel() == keys.numel(), "lookuplinear::idmap_rows: one found "
                       "value per key; got ", found.numel(), " values for ", keys.numel(),
                       " keys");
@@ -489,6 +522,7 @@ Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &weight, const Tens
 
 Tensor mode_weights_twin(const Tensor &offsets, const optional<Tensor> &weights, bool sqrt,
                          at::ScalarType dtype, c10::SymInt nnz) {
+    check_float("mode_weights", "dtype", dtype);
     const auto options = offsets.options();
     if (offsets.numel() == 0) return at::empty({0}, options.dtype(dtype));
     const Tensor lengths = (offsets.slice(0, 1) - offsets.slice(0, 0, -1)).to(at::kLong);
@@ -514,6 +548,7 @@ Tensor mode_weights_twin(const Tensor &offsets, const optional<Tensor> &weights,
 
 Tensor mode_weights_cpu(const Tensor &offsets, const optional<Tensor> &weights, bool sqrt,
                         at::ScalarType dtype, int64_t nnz) {
+    check_float("mode_weights", "dtype", dtype);
     if (offsets.numel() > 0) check_offsets("mode_weights", offsets, nnz);
     TORCH_CHECK_VALUE(!weights.has_value() || weights->numel() == nnz,
                       "lookuplinear::mode_weights: weights must hold one value per entry, ", nnz,
@@ -565,6 +600,9 @@ std::tuple<Tensor, Tensor> row_sums_twin(const Tensor &grad, const Tensor &indic
                                          const optional<Tensor> &offsets,
                                          const optional<Tensor> &weights,
                                          optional<int64_t> padding_idx, c10::SymInt num_rows) {
+    check_float("row_sums", "grad", grad.scalar_type());
+    if (padding_idx.has_value() && num_rows.maybe_as_int().has_value())
+        check_padding("row_sums", "padding_idx", *padding_idx, *num_rows.maybe_as_int());
     const Tensor idx = indices.reshape(-1).to(at::kLong);
     const Tensor order = std::get<1>(at::sort(idx, /*stable=*/true, 0, false));
     const Tensor rows = idx.index_select(0, order);
@@ -590,7 +628,10 @@ std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indice
                                         const optional<Tensor> &offsets,
                                         const optional<Tensor> &weights,
                                         optional<int64_t> padding_idx, int64_t num_rows) {
+    check_float("row_sums", "grad", grad.scalar_type());
+    if (padding_idx.has_value()) check_padding("row_sums", "padding_idx", *padding_idx, num_rows);
     const Tensor idx = indices.reshape(-1).to(at::kLong).contiguous();
+    check_range("row_sums", idx, num_rows);
     const Tensor g = grad.contiguous();
     constexpr int64_t max_entries = std::numeric_limits<int32_t>::max();
     if (!is_f32_f64(g) || g.dim() != 2 || idx.numel() > max_entries ||
@@ -1618,6 +1659,7 @@ void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalar
                  const Tensor &weight, const Tensor &state) {
     TORCH_CHECK_VALUE(weight.dim() == 2, "lookuplinear::", op, ": weight must be 2-D (rows, "
                       "dim); got shape ", weight.sizes());
+    check_float(op, "weight", weight.scalar_type());
     TORCH_CHECK_VALUE(state.scalar_type() == weight.scalar_type() &&
                           state.device() == weight.device() && state.is_contiguous(),
                       "lookuplinear::", op, ": the state must be contiguous (the kernel's "
@@ -1742,6 +1784,7 @@ FusedLookup fused_lookup(const char *op, size_t t, const Tensor &weight,
     if (psw.has_value()) {
         TORCH_CHECK_VALUE(psw->numel() == nnz, "lookuplinear::", op, ": per_sample_weights[", t,
                           "] must hold one value per entry, ", nnz, "; got ", psw->numel());
+        check_float(op, "per_sample_weights", psw->scalar_type());
         l.psw = psw->reshape(-1).to(weight.scalar_type()).contiguous();
     }
     check_range(op, l.idx, weight.size(0));
@@ -1810,6 +1853,7 @@ void rows_fused_cpu(at::TensorList weights, at::TensorList states, at::TensorLis
         check_state(op, k, scalars.slice(t * k.n_scalars, k.n_scalars), weights[t], states[t]);
         lookups.push_back(fused_lookup(op, t, weights[t], grad_outs[t], indices[t], offsets[t],
                                        per_sample_weights[t]));
+        check_padding(op, "padding_idx", padding_idx[t], weights[t].size(0), -1);
         const bool c = rows_take(weights[t], states[t]) && grad_outs[t].device().is_cpu();
         (c ? weights[t].scalar_type() == at::kFloat ? f32 : f64 : twins).push_back(t);
     }
