@@ -401,11 +401,40 @@ def test_exported_weighted_collection_with_a_map_and_a_max_table(quantized: bool
         program.module()(weighted_batch(3, 4, max_weight=2.0))
 
 
+def test_a_compiled_fused_loss_updates_only_where_it_accumulates() -> None:
+    """Compiled with fullgraph=True, a loss over a fused table: ``torch.autograd.grad`` of the
+    table returns its gradient and moves nothing (the table and the optimizer state), a
+    second ``backward()`` before ``step()`` warns as eager does."""
+    import warnings
+
+    from lookuplinear import FusedAccumulationWarning, optim
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer = LookupLinear(30, 4, bias=False, sparse=True)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.1, fused=True)
+    idx, off = torch.tensor([3, 1, 3, 7]), torch.tensor([0, 2, 4])
+    compiled = torch.compile(lambda: layer(idx, off).square().sum(), fullgraph=True,
+                             dynamic=False, backend="aot_eager")
+    compiled().backward()  # the state exists
+    before = layer.weight.detach().clone()
+    state = opt.state[layer.weight]["sum"].clone()
+    (g,) = torch.autograd.grad(compiled(), [layer.weight])
+    assert g.is_sparse and torch.equal(layer.weight, before)
+    assert torch.equal(opt.state[layer.weight]["sum"], state) and layer.weight.grad is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled().backward()
+    assert any(issubclass(w.category, FusedAccumulationWarning) for w in caught)
+    assert not torch.equal(layer.weight, before) and layer.weight.grad is None
+
+
 @pytest.mark.parametrize("name", ["RowWiseAdagrad", "Adam"])
 def test_compiled_fused_step_equals_eager(name: str) -> None:
     """A fused=True optimizer over a layer and a collection: a loss compiled with
-    fullgraph=True stores the tables' gradients (the recorded operators' backward) and step()
-    applies them, to the bits of the eager step that updates in the backward."""
+    fullgraph=True updates the tables at the end of its backward as the eager loss does (the
+    recorded operators' gradient taken from the tables' gradient accumulation), to the bits,
+    leaving no gradient; step() has nothing left to do for them."""
     from lookuplinear import optim
 
     torch._dynamo.reset()
@@ -432,10 +461,9 @@ def test_compiled_fused_step_equals_eager(name: str) -> None:
             o.zero_grad()
         loss(model, b).backward()
         compiled(b).backward()
-        assert all(p.grad is None for p in model.parameters())  # eager: applied in backward
-        assert all(q.grad is not None for q in twin.parameters())  # compiled: stored
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            assert p.grad is None and q.grad is None  # applied in the backward, both
+            assert torch.equal(p, q)
         for o in opts:
             o.step()
-        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
-            assert torch.equal(p, q)
     assert not any(torch.equal(p, s) for p, s in zip(twin.parameters(), start, strict=True))

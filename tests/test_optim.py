@@ -1202,6 +1202,42 @@ def test_a_fused_gradient_penalty_trains_as_unfused() -> None:
     assert torch.equal(weights[0], weights[1])
 
 
+@pytest.mark.parametrize("name", ["SGD", "RowWiseAdagrad", "Adam"])
+def test_a_penalty_on_a_fused_table_is_one_update_with_the_summed_gradient(name: str) -> None:
+    """A loss that reads a fused table by a lookup and by a penalty on its values: the fused
+    update takes the penalty's (dense) gradient with the lookup's, and applies their sum once
+    in the backward, to the bits of ``fused=False``'s step (``torch.optim`` applies the sum)."""
+    x = torch.tensor([[1, 2, 2], [3, 1, 0]])
+    runs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(V, D, bias=False, sparse=True)
+        opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+        for _ in range(3):
+            opt.zero_grad()
+            (layer(x).pow(2).sum() + 0.01 * layer.weight.pow(2).sum()).backward()
+            assert (layer.weight.grad is None) == fused
+            opt.step()
+        runs.append((layer.weight.detach(), opt.state[layer.weight]))
+    (wa, sa), (wb, sb) = runs
+    assert torch.equal(wa, wb)
+    assert sa["step"] == sb["step"] == 3
+
+
+def test_a_fused_optimizer_leaves_a_dense_parameter_for_step() -> None:
+    """A parameter with rows that no lookup reads (a ``nn.Linear`` weight) in a fused
+    optimizer's group keeps its gradient in ``.grad`` until ``step()``, as ``torch.optim``'s
+    (gradient clipping sees it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(LookupLinear(V, D, sparse=True), nn.Linear(D, 2))
+    opt = optim.SGD(model.parameters(), lr=0.1, fused=True)
+    model(torch.tensor([[1, 2], [3, 4]])).sum().backward()
+    assert model[0].weight.grad is None and model[1].weight.grad is not None
+    before = model[1].weight.detach().clone()
+    opt.step()
+    assert not torch.equal(model[1].weight, before)
+
+
 # ---------------------------------------------------------------- one fused optimizer per table
 
 

@@ -16,6 +16,16 @@ instead of storing it. The update is deferred to the end of the backward pass
   the tables of a dtype, whatever their widths);
 * nothing is updated when the backward fails part way (the callback never runs).
 
+A gradient that reaches the table's gradient accumulation in such a backward is taken too (the
+binding's ``register_post_accumulate_grad_hook``), at the same end of the backward and in the
+same update: a row-sparse one (the lookups of a graph that ``torch.compile`` or
+``torch.export`` recorded, whose operators' backward accumulates the gradient: they are
+updated in their backward as eager lookups are), and any other in a backward that also
+handed the table a lookup's gradient (a penalty on the table's values: one update with the
+summed gradient, as ``torch.optim`` applies it). A dense gradient on its own (a parameter with
+rows that no lookup reads, such as a ``nn.Linear`` weight) stays in ``.grad`` for ``step()``,
+and so does a gradient with a graph (``create_graph=True``).
+
 Only a backward that accumulates into the table hands its gradient over: ``loss.backward()``,
 or ``backward(inputs=...)`` naming the table. ``torch.autograd.grad`` (which returns gradients
 and accumulates none) and ``backward(inputs=...)`` without the table get the ordinary row-sparse
@@ -52,10 +62,11 @@ __all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updat
 _ATTR = "_lookuplinear_in_backward"
 
 
-#: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...])``,
-#: ``lookup`` the input as ``ops.group_rows`` takes it: ``(indices, offsets,
-#: per_sample_weights, padding_idx)``
-Updates = list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]]
+#: one backward's gradients of one optimizer's tables: ``(param, [(lookup, grad_out), ...],
+#: stored)``, ``lookup`` the input as ``ops.group_rows`` takes it: ``(indices, offsets,
+#: per_sample_weights, padding_idx)``, ``stored``: whether the gradient accumulated in
+#: ``param.grad`` in this backward is taken too
+Updates = list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]], bool]]
 
 
 class FusedOptimizer(Protocol):
@@ -75,10 +86,12 @@ class _Backward:
     backward run inside it (a reentrant checkpoint's) updated them. Only the callback queued on
     that backward holds it: a backward that fails drops it with its callbacks."""
 
-    __slots__ = ("__weakref__", "inner", "updates")
+    __slots__ = ("__weakref__", "inner", "stored", "updates")
 
     def __init__(self) -> None:
         self.updates: dict[int, tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = {}
+        #: the parameters whose accumulated ``.grad`` the update takes
+        self.stored: set[int] = set()
         self.inner = False
 
 
@@ -100,6 +113,18 @@ class BackwardQueue:
         self._pending(task).updates.setdefault(id(param), (param, []))[1].append(
             (lookup, grad_out))
 
+    def take(self, task: int, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Take ``param``'s accumulated gradient ``grad`` into the update at the end of the
+        backward pass ``task``: a row-sparse one always, any other where a lookup of
+        ``param`` handed its gradient over in the same backward (:meth:`add`)."""
+        pending = self._open.get(task)
+        if not grad.is_sparse and (pending is None or id(param) not in pending.updates):
+            return
+        if pending is None:
+            pending = self._pending(task)
+        pending.updates.setdefault(id(param), (param, []))
+        pending.stored.add(id(param))
+
     def reset(self) -> None:
         """A ``step()`` or ``zero_grad()``: the next backward's update is the first again."""
         self.updated = 0
@@ -118,7 +143,8 @@ class BackwardQueue:
         opt = self._optimizer()
         if opt is None:
             return
-        updated = bool(pending.updates) and opt._apply_fused(list(pending.updates.values()))
+        updated = bool(pending.updates) and opt._apply_fused(
+            [(p, lookups, key in pending.stored) for key, (p, lookups) in pending.updates.items()])
         if updated or pending.inner:
             self._count(opt)
 
@@ -165,11 +191,13 @@ def _caller_level() -> int:
 class FusedBinding:
     """The ``fused=True`` optimizer of one parameter."""
 
-    __slots__ = ("_optimizer", "_param")
+    __slots__ = ("_optimizer", "_param", "hook")
 
     def __init__(self, param: torch.Tensor | None, optimizer: FusedOptimizer | None) -> None:
         self._param = None if param is None else weakref.ref(param)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
+        #: the parameter's post-accumulate-grad hook (:meth:`accumulated`), while bound
+        self.hook: torch.utils.hooks.RemovableHandle | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FusedBinding, (None, None))  # unbound: the optimizer binds again when loaded
@@ -190,6 +218,15 @@ class FusedBinding:
             return False
         opt._backward_queue.add(torch._C._current_graph_task_id(), param, lookup, grad_out)
         return True
+
+
+    def accumulated(self, param: torch.Tensor) -> None:
+        """``param``'s post-accumulate-grad hook: its gradient, accumulated in a backward,
+        taken by the update at the end of it (:meth:`BackwardQueue.take`); a gradient with a
+        graph (``create_graph=True``) is left in ``.grad``."""
+        opt, grad = self.optimizer, param.grad
+        if opt is not None and grad is not None and not grad.requires_grad:
+            opt._backward_queue.take(torch._C._current_graph_task_id(), param, grad)
 
 
 def _accumulates(node: Any) -> bool:
@@ -246,7 +283,10 @@ def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
             )
         _refuse_taken(param, optimizer, "a second one would take its gradients over")
     for param in params:
-        setattr(param, _ATTR, FusedBinding(param, optimizer))
+        found = FusedBinding(param, optimizer)
+        if param.requires_grad:
+            found.hook = param.register_post_accumulate_grad_hook(found.accumulated)
+        setattr(param, _ATTR, found)
 
 
 def check_free(params: Iterable[torch.Tensor], optimizer: Any) -> None:
@@ -272,7 +312,9 @@ def unbind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
     """Undo :func:`bind` for each of ``params`` that is bound to ``optimizer``."""
     for param in params:
         if bound_to(param) is optimizer:
-            param.__dict__.pop(_ATTR, None)
+            found = param.__dict__.pop(_ATTR)
+            if found.hook is not None:
+                found.hook.remove()
 
 
 def bound_to(param: torch.Tensor) -> FusedOptimizer | None:

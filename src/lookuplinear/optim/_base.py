@@ -416,42 +416,61 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def _apply_fused(self, updates: Updates) -> bool:
         """Update each table of ``updates`` from the ``(lookup, grad_out)`` of every use of it
-        in one backward; whether one was updated (a table unbound since stores its gradient).
+        in one backward and, where taken, the gradient accumulated in its ``.grad`` (which is
+        then cleared); whether one was updated (a table unbound since stores its gradient).
 
-        A table used once: the C kernel groups its rows and updates each as soon as its
-        gradient is summed, all such tables of a dtype in one call. Used several times: each
-        use's row-sparse gradient, summed as autograd would sum them, then the stored-gradient
-        update. Either way the weights ``fused=False`` gives.
+        A table used once, nothing accumulated: the C kernel groups its rows and updates each
+        as soon as its gradient is summed, all such tables of a dtype in one call. Otherwise
+        the uses' row-sparse gradients and the accumulated one, summed as autograd would sum
+        them, then the stored-gradient update of :meth:`step`. Either way the weights
+        ``fused=False`` gives.
         """
-        tables: list[tuple[torch.Tensor, dict[str, Any], list[tuple[Any, torch.Tensor]],
-                           FusedTable]] = []
-        rest: list[tuple[torch.Tensor, list[tuple[Any, torch.Tensor]]]] = []
-        for p, pending in updates:
+        tables: list[tuple[torch.Tensor, dict[str, Any], FusedTable]] = []
+        rest: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for p, pending, stored in updates:
+            grad = None
+            if stored:
+                grad, p.grad = p.grad, None
             group = self._group(p)
             if group is None or not group.get(IN_BACKWARD):  # unbound since: store the gradient
-                grad = self._summed_grad(p, pending)
-                p.grad = grad if p.grad is None else p.grad + grad
+                p.grad = self._total_grad(p, pending, grad)
                 continue
             state = self._state(p, group)
-            args = self._c_args(p, state, group, state["step"] + 1) if len(pending) == 1 else None
+            args = (self._c_args(p, state, group, state["step"] + 1)
+                    if grad is None and len(pending) == 1 else None)
             if args is not None:
                 lookup, grad_out = pending[0]
-                tables.append((p, state, pending, FusedTable(grad_out, p, *args, *lookup)))
+                tables.append((p, state, FusedTable(grad_out, p, *args, *lookup)))
             else:
-                rest.append((p, pending))
+                rest.append((p, self._total_grad(p, pending, grad)))
         taken = fused_rows(self._kernel, [t for *_, t in tables]) if tables else []
-        for (p, state, pending, _), done in zip(tables, taken, strict=True):
+        for (p, state, table), done in zip(tables, taken, strict=True):
             if done:
                 state["step"] += 1
                 _bump_version(p)
             else:
-                rest.append((p, pending))
-        for p, pending in rest:
+                rest.append((p, self._total_grad(p, [(table[-4:], table.grad_out)], None)))
+        for p, grad in rest:
             group = self._group(p)
             assert group is not None
-            rows, values = row_sparse_parts(self._summed_grad(p, pending), sum_runs=False)
-            self._sparse_update(p, rows, values, self.state[p], group)
+            state = self.state[p]
+            if grad.is_sparse:
+                rows, values = row_sparse_parts(grad, sum_runs=False)
+                self._sparse_update(p, rows, values, state, group)
+            else:
+                ((foreach, _),) = _runs([p])
+                self._dense_step([p], [grad], [state], group, foreach=foreach)
         return bool(tables or rest)
+
+    def _total_grad(self, p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]],
+                    grad: torch.Tensor | None) -> torch.Tensor:
+        """The uses' gradients (:meth:`_summed_grad`) and ``grad``, the one accumulated in
+        ``p.grad`` (a dense one first: torch adds a sparse tensor to a dense one)."""
+        if not pending:
+            assert grad is not None
+            return grad
+        total = self._summed_grad(p, pending)
+        return total if grad is None else grad + total
 
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
