@@ -20,10 +20,10 @@
 
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, SLOTS_AHEAD = 16 };
 
-/* The memory of a sort, kept between calls: faulting in fresh pages for every batch takes longer
- * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
- * at most SCRATCH_KEEP bytes is kept; a sort that needs more, or that runs while another thread
- * holds the kept one, allocates its own. */
+/* The memory of a sort or of a fused update's slots, kept between calls: faulting in fresh
+ * pages for every batch takes longer than the sort itself (the multi-hot step of
+ * benchmarks/bench_collection.py). One buffer of at most SCRATCH_KEEP bytes is kept; a call
+ * that needs more, or that runs while another thread holds the kept one, allocates its own. */
 enum { SCRATCH_KEEP = 64 << 20 };
 static char *kept;
 static size_t kept_bytes;
