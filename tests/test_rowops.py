@@ -153,31 +153,30 @@ def test_rows_update_takes_no_rows_and_one_row() -> None:
     assert changed.nonzero().reshape(-1).tolist() == [7]
 
 
-def lookups(dtype: torch.dtype, dim: int, seed: int) -> list[tuple[Any, ...]]:
+def lookups(dtype: torch.dtype, dim: int, seed: int, rows: int = 40, n: int = 60
+            ) -> list[tuple[Any, ...]]:
     """(grad_out, indices, offsets, per_sample_weights, padding_idx): bags with duplicates,
-    an empty bag, padding, weights; index input (no offsets)."""
+    an empty bag, padding, weights; index input (no offsets). ``n`` entries into ``rows``
+    rows, in six bags."""
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, 40, (60,), generator=g)
+    idx = torch.randint(0, rows, (n,), generator=g)
     idx[:5] = 3  # a row of many entries
-    off = torch.tensor([0, 5, 5, 17, 30, 44, 60])
-    psw = torch.rand(60, dtype=dtype, generator=g) + 0.5
+    idx[n // 2:n // 2 + n // 4] = torch.randint(0, 8, (n // 4,), generator=g)  # and a few more
+    off = torch.tensor([0, 5, 5, n // 4, n // 2, 3 * n // 4, n])
+    psw = torch.rand(n, dtype=dtype, generator=g) + 0.5
     return [
         (torch.randn(6, dim, dtype=dtype, generator=g), idx, off, None, -1),
         (torch.randn(6, dim, dtype=dtype, generator=g), idx.int(), off.int(), psw, int(idx[7])),
-        (torch.randn(60, dim, dtype=dtype, generator=g), idx, None, None, 3),
-        (torch.randn(60, dim, dtype=dtype, generator=g), idx, None, psw, -1),
+        (torch.randn(n, dim, dtype=dtype, generator=g), idx, None, None, 3),
+        (torch.randn(n, dim, dtype=dtype, generator=g), idx, None, psw, -1),
     ]
 
 
-@needs_c
-@pytest.mark.parametrize(("kernel", "named", "dim", "dtype"), cases(), ids=map(_ids, cases()))
-def test_rows_fused_equals_its_twin_and_the_unfused_update_to_the_bit(
-        kernel: str, named: dict[str, float], dim: int, dtype: torch.dtype) -> None:
-    """Four tables in one ``rows_fused_`` call (sum and weighted bags, index input, padding):
-    the twin's bits, and those of ``group_rows`` then ``rows_update_`` table by table."""
+def fused_equals_twin_and_unfused(kernel: str, named: dict[str, float], dim: int,
+                                  dtype: torch.dtype, rows: int = 40, n: int = 60) -> None:
     p = scalars(kernel, named, dim)
-    looks = lookups(dtype, dim, dim)
-    tables = [table(kernel, p, dim, dtype, seed=t) for t in range(len(looks))]
+    looks = lookups(dtype, dim, dim, rows, n)
+    tables = [table(kernel, p, dim, dtype, rows, seed=t) for t in range(len(looks))]
     fused = [(w.clone(), s.clone()) for w, s in tables]
     twin = [(w.clone(), s.clone()) for w, s in tables]
     start = [w.clone() for w, _ in tables]
@@ -188,10 +187,37 @@ def test_rows_fused_equals_its_twin_and_the_unfused_update_to_the_bit(
     for (w, s), (w2, s2), (w3, s3), (g, idx, off, psw, pad), w0 in zip(
             fused, twin, tables, looks, start, strict=True):
         assert _same(w, w2) and _same(s, s2)
-        rows, values = group_rows_twin(g, idx, off, psw, None if pad < 0 else pad)
-        ops.rows_update_(w3, s3, rows, values, kernel, p)
+        rows_, values = group_rows_twin(g, idx, off, psw, None if pad < 0 else pad)
+        ops.rows_update_(w3, s3, rows_, values, kernel, p)
         assert _same(w, w3) and _same(s, s3)
         assert not torch.equal(w, w0)  # it did train
+
+
+@needs_c
+@pytest.mark.parametrize(("kernel", "named", "dim", "dtype"), cases(), ids=map(_ids, cases()))
+def test_rows_fused_equals_its_twin_and_the_unfused_update_to_the_bit(
+        kernel: str, named: dict[str, float], dim: int, dtype: torch.dtype) -> None:
+    """Four tables in one ``rows_fused_`` call (sum and weighted bags, index input, padding):
+    the twin's bits, and those of ``group_rows`` then ``rows_update_`` table by table."""
+    fused_equals_twin_and_unfused(kernel, named, dim, dtype)
+
+
+@needs_c
+@pytest.mark.parametrize("kernel", list(SCALAR_CASES))
+@pytest.mark.parametrize(("rows", "n", "threads"), [(200_000, 60, 1), (200_000, 9000, 2),
+                                                     (3000, 9000, 2), (3000, 9000, 1)])
+def test_rows_fused_on_large_tables_and_batches_to_the_bit(kernel: str, rows: int, n: int,
+                                                            threads: int) -> None:
+    """The fused update's rows looked up by hash (a table of many rows beside the entries) or
+    by row, on one thread or split over two (a batch of thousands of entries): the twin's bits
+    and the unfused update's."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fused_equals_twin_and_unfused(kernel, SCALAR_CASES[kernel][0], 16, torch.float32, rows,
+                                      n)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16, torch.float16])

@@ -60,6 +60,7 @@ LL_INLINE void prefetch_row_w(const void *p, int64_t nbytes) { LL_PREFETCH_ROW(p
  * registers), any other width as it comes; the caller has a variable `dim` */
 #define LL_BY_DIM(F, ...)                                \
     switch (dim) {                                       \
+    case 8: F(__VA_ARGS__, 8); break;                    \
     case 16: F(__VA_ARGS__, 16); break;                  \
     case 32: F(__VA_ARGS__, 32); break;                  \
     case 64: F(__VA_ARGS__, 64); break;                  \

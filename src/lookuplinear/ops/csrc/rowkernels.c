@@ -18,12 +18,12 @@
  */
 #include "common.h"
 
-enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192 };
+enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, SLOTS_AHEAD = 16 };
 
-/* The memory of a sort, kept between calls: faulting in fresh pages for every batch takes longer
- * than the sort itself (the multi-hot step of benchmarks/bench_collection.py). One buffer of
- * at most SCRATCH_KEEP bytes is kept; a sort that needs more, or that runs while another thread
- * holds the kept one, allocates its own. */
+/* The memory of a sort or of a fused update's slots, kept between calls: faulting in fresh
+ * pages for every batch takes longer than the sort itself (the multi-hot step of
+ * benchmarks/bench_collection.py). One buffer of at most SCRATCH_KEEP bytes is kept; a call
+ * that needs more, or that runs while another thread holds the kept one, allocates its own. */
 enum { SCRATCH_KEEP = 64 << 20 };
 static char *kept;
 static size_t kept_bytes;
@@ -54,12 +54,14 @@ static char *scratch_take(size_t bytes, int *owned) {
     return kept;
 }
 
-static void sorted_free(Sorted *s) {
-    if (s->owned)
-        free(s->mem);
+static void scratch_give(char *mem, int owned) {
+    if (owned)
+        free(mem);
     else
         __atomic_clear(&kept_busy, __ATOMIC_RELEASE);
 }
+
+static void sorted_free(Sorted *s) { scratch_give(s->mem, s->owned); }
 
 LL_INLINE int64_t bag_of(const int32_t *bag, uint64_t key) {
     uint32_t k = (uint32_t)key;
@@ -173,6 +175,46 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     s.keys = a;
     s.m = m;
     return s;
+}
+
+/* The rows a fused update changes, each given a slot (0, 1, ... in the order the rows first
+ * appear in the batch) where its gradient is summed as the entries come. Rows few beside the
+ * entries (direct) index an array of slots; others are looked up in an open-addressing hash
+ * table of at least twice as many positions as rows. */
+typedef struct {
+    int64_t *keys; /* hashed: the row at each position, -1: empty; direct: NULL */
+    int32_t *slot; /* the slot of each position (hashed) or row (direct); -1: none yet */
+    uint64_t mask; /* hashed: positions - 1 */
+    int shift;     /* hashed: 64 - log2(positions) */
+} RowMap;
+
+LL_INLINE uint64_t row_hash(const RowMap *m, int64_t row) {
+    return ((uint64_t)row * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift;
+}
+
+/* where row's slot is kept (its row inserted where the table is hashed) */
+LL_INLINE int32_t *row_slot(const RowMap *m, int64_t row) {
+    if (!m->keys) return m->slot + row;
+    uint64_t h = row_hash(m, row);
+    while (m->keys[h] != row) {
+        if (m->keys[h] < 0) {
+            m->keys[h] = row;
+            break;
+        }
+        h = (h + 1) & m->mask;
+    }
+    return m->slot + h;
+}
+
+/* the line of row's slot (or of its first probe), requested ahead */
+LL_INLINE void prefetch_slot(const RowMap *m, int64_t row) {
+    if (m->keys) {
+        uint64_t h = row_hash(m, row);
+        __builtin_prefetch(m->keys + h, 1, 3);
+        __builtin_prefetch(m->slot + h, 1, 3);
+    } else {
+        __builtin_prefetch(m->slot + row, 1, 3);
+    }
 }
 
 /* where chunk t of k of the sorted keys starts: at a row's first key, so that each row is

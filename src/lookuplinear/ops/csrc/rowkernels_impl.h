@@ -352,40 +352,69 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         free(accs);                                                                           \
         return n;                                                                             \
     }                                                                                         \
-    LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const uint64_t *keys, int64_t m,       \
-                                           const int32_t *bag, const T *weights,              \
-                                           const T *grad_out, T *restrict acc, const T *p,    \
-                                           const int64_t dim) {                               \
-        const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
-        int64_t ahead = 0, pending = 0, groups = 0;                                           \
-        for (int64_t i = 0; i < m; groups++) {                                                \
-            for (; ahead < m && pending < dist; pending++) { /* rows of groups ahead */   \
-                int64_t next = (int64_t)(keys[ahead] >> 32);                                  \
-                prefetch_row_w(w + next * dim, dim * (int64_t)sizeof(T));                     \
-                prefetch_row_w(STATE(s, next, dim), (STATE_BYTES));                           \
-                while (ahead < m && (int64_t)(keys[ahead] >> 32) == next) ahead++;            \
+    /* the update of the rows of part `part` of `parts` (row % parts == part) from a lookup's \
+     * entries: each entry's grad_out row added to its row's slot in entry order (a row's     \
+     * first entry copied), grad_out read once, in order; then each row updated from its sum \
+     * (the sort's sums: the same bits), its table and state rows requested ahead */          \
+    LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const int64_t *idx, int64_t n,         \
+                                           const int64_t *offsets, int64_t n_bags,            \
+                                           int64_t padding_idx, const T *weights,             \
+                                           const T *grad_out, RowMap map, int part,           \
+                                           int parts, int64_t *urows, T *restrict acc,        \
+                                           const T *p, const int64_t dim) {                   \
+        int64_t u = 0;                                                                        \
+        const int64_t nb = n_bags < 0 ? n : n_bags;                                           \
+        for (int64_t q = 0; q < nb; q++) {                                                    \
+            const T *restrict g = grad_out + q * dim;                                         \
+            const int64_t k1 = n_bags < 0 ? q + 1 : offsets[q + 1];                           \
+            for (int64_t k = n_bags < 0 ? q : offsets[q]; k < k1; k++) {                      \
+                if (k + SLOTS_AHEAD < n) prefetch_slot(&map, idx[k + SLOTS_AHEAD]);           \
+                const int64_t r = idx[k];                                                     \
+                if (r == padding_idx || (parts > 1 && r % parts != part)) continue;           \
+                int32_t *c = row_slot(&map, r);                                               \
+                const T wk = weights ? weights[k] : 1;                                        \
+                if (*c < 0) {                                                                 \
+                    *c = (int32_t)u;                                                          \
+                    urows[u] = r;                                                             \
+                    T *a = acc + u++ * dim;                                                   \
+                    /* weighted: fused explicitly, as in sum_entries */                      \
+                    if (weights)                                                              \
+                        for (int64_t d = 0; d < dim; d++) a[d] = wk * g[d];                   \
+                    else                                                                      \
+                        for (int64_t d = 0; d < dim; d++) a[d] = g[d];                        \
+                } else {                                                                      \
+                    T *a = acc + (int64_t)*c * dim;                                           \
+                    if (weights)                                                              \
+                        for (int64_t d = 0; d < dim; d++) a[d] = FMA(wk, g[d], a[d]);         \
+                    else                                                                      \
+                        for (int64_t d = 0; d < dim; d++) a[d] += g[d];                       \
+                }                                                                             \
             }                                                                                 \
-            int64_t a = i;                                                                    \
-            int64_t row = (int64_t)(keys[i] >> 32);                                           \
-            while (i < m && (int64_t)(keys[i] >> 32) == row) i++;                             \
-            const T *g = grad_out + bag_of(bag, keys[a]) * dim;                               \
-            if (i > a + 1 || weights) { /* else the row's gradient is one grad_out row */     \
-                SFX(sum_entries)(acc, keys, a, i, bag, weights, grad_out, dim);               \
-                g = acc;                                                                      \
-            }                                                                                 \
-            SFX(OPT##_row)(w + row * dim, STATE(s, row, dim), g, dim, p);                     \
-            pending--;                                                                        \
         }                                                                                     \
-        return groups;                                                                        \
+        const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
+        for (int64_t j = 0; j < u; j++) {                                                     \
+            if (j + dist < u) {                                                               \
+                prefetch_row_w(w + urows[j + dist] * dim, dim * (int64_t)sizeof(T));          \
+                prefetch_row_w(STATE(s, urows[j + dist], dim), (STATE_BYTES));                \
+            }                                                                                 \
+            const int64_t row = urows[j];                                                     \
+            SFX(OPT##_row)(w + row * dim, STATE(s, row, dim), acc + j * dim, dim, p);         \
+        }                                                                                     \
+        return u;                                                                             \
     }                                                                                         \
-    LL_CLONED int64_t SFX(OPT##_fused_range)(T *w, T *s, const uint64_t *keys, int64_t m,     \
-                                             const int32_t *bag, const T *weights,            \
-                                             const T *grad_out, T *acc, const T *p,           \
+    LL_CLONED int64_t SFX(OPT##_fused_range)(T *w, T *s, const int64_t *idx, int64_t n,       \
+                                             const int64_t *offsets, int64_t n_bags,          \
+                                             int64_t padding_idx, const T *weights,           \
+                                             const T *grad_out, RowMap map, int part,         \
+                                             int parts, int64_t *urows, T *acc, const T *p,   \
                                              int64_t dim) {                                   \
         int64_t groups = 0;                                                                   \
-        LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, keys, m, bag, weights, grad_out, acc, p) \
+        LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, idx, n, offsets, n_bags, padding_idx,  \
+                  weights, grad_out, map, part, parts, urows, acc, p)                         \
         return groups;                                                                        \
     }                                                                                         \
+    /* one table's update, its rows split over the threads by row % threads (each row's sum  \
+     * in entry order whatever their number: the same bits) */                                \
     LL_INLINE int64_t SFX(OPT##_fused_table)(const int64_t *idx, int64_t n,                   \
                                              const int64_t *offsets, int64_t n_bags,          \
                                              int64_t padding_idx, const T *weights,           \
@@ -393,24 +422,41 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
                                              const double *params) {                          \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
-        Sorted e = sort_entries(idx, n, offsets, n_bags, padding_idx);                       \
-        const int nt = ll_threads(e.m);                                                       \
-        T *accs = malloc(sizeof(T) * (size_t)(dim + 1) * (size_t)nt); /* rows' sums */        \
-        int64_t groups = -1;                                                                  \
-        if (e.m >= 0 && accs) {                                                               \
-            groups = 0;                                                                       \
-            _Pragma("omp parallel num_threads(nt) reduction(+ : groups)")                     \
-            {                                                                                 \
-                const int t = ll_thread(), k = ll_team();                                     \
-                const int64_t a = chunk_start(e.keys, e.m, t, k);                             \
-                const int64_t b = chunk_start(e.keys, e.m, t + 1, k);                         \
-                groups += SFX(OPT##_fused_range)(w, s, e.keys + a, b - a, e.bag, weights,     \
-                                                 grad_out, accs + (size_t)t * (size_t)(dim + 1), \
-                                                 p, dim);                                     \
+        int64_t top = -1;                                                                     \
+        for (int64_t k = 0; k < n; k++) top = idx[k] > top ? idx[k] : top;                    \
+        const int64_t most = n < top + 1 ? n : top + 1; /* rows at most */                    \
+        int hbits = 1;                                                                        \
+        while (((int64_t)1 << hbits) < 2 * most) hbits++;                                     \
+        const int64_t positions = (int64_t)1 << hbits;                                        \
+        const int direct = top + 1 <= 4 * positions;                                          \
+        const int nt = ll_threads(n);                                                         \
+        const size_t own = (sizeof(int64_t) + sizeof(T) * (size_t)dim) * (size_t)most +      \
+                           (direct ? 0 : (sizeof(int64_t) + sizeof(int32_t)) *               \
+                                          (size_t)positions);                                 \
+        const size_t shared = direct ? sizeof(int32_t) * (size_t)(top + 1) : 0;               \
+        int owned;                                                                            \
+        char *mem = scratch_take(shared + own * (size_t)nt, &owned);                          \
+        if (!mem) return -1;                                                                  \
+        if (direct) memset(mem, 0xff, shared);                                                \
+        int64_t groups = 0;                                                                   \
+        _Pragma("omp parallel num_threads(nt) reduction(+ : groups)")                         \
+        {                                                                                     \
+            const int t = ll_thread(), k = ll_team();                                         \
+            char *mine = mem + shared + own * (size_t)t;                                      \
+            int64_t *urows = (int64_t *)mine;                                                 \
+            T *acc = (T *)(urows + most);                                                     \
+            RowMap map = {NULL, (int32_t *)mem, 0, 0};                                        \
+            if (!direct) {                                                                    \
+                map.keys = (int64_t *)(acc + most * dim);                                     \
+                map.slot = (int32_t *)(map.keys + positions);                                 \
+                map.mask = (uint64_t)positions - 1;                                           \
+                map.shift = 64 - hbits;                                                       \
+                memset(map.keys, 0xff, (sizeof(int64_t) + sizeof(int32_t)) * (size_t)positions); \
             }                                                                                 \
+            groups += SFX(OPT##_fused_range)(w, s, idx, n, offsets, n_bags, padding_idx,      \
+                                             weights, grad_out, map, t, k, urows, acc, p, dim); \
         }                                                                                     \
-        sorted_free(&e);                                                                      \
-        free(accs);                                                                           \
+        scratch_give(mem, owned);                                                             \
         return groups;                                                                        \
     }                                                                                         \
     /* The update of n_tables tables in one call, each from its own lookup: table t's        \
