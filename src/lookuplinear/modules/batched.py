@@ -23,7 +23,6 @@ table is written by one kernel call straight into the output (:class:`GroupLooku
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -51,7 +50,6 @@ __all__ = ["BatchedLookup", "TableReader"]
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
-_DTYPE = operator.attrgetter("dtype")
 
 
 class TableReader(Protocol):
@@ -129,7 +127,7 @@ class BatchedLookup:
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
         whole = self._shifted(kb, n, tables) if sparse or recording else None
-        if (whole is not None and sparse and len(set(map(_DTYPE, table_groups))) == 1
+        if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording)):
             return self._written(whole, n, table_groups, tables)
         return self._per_group(kb, table_groups, sparse, tables)

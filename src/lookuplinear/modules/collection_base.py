@@ -81,7 +81,9 @@ class CollectionBase(AllOrNothingLoad):
                 )
             kb = features if self.is_weighted is None else weighted_as(
                 features, self.is_weighted, name)
-            return self._pooled_variable(kb, name) if kb.variable else self._pooled(kb)
+            # kb.variable written out: the property's call costs beside a small batch
+            variable = kb.inverse_indices is not None or kb._starts is not None
+            return self._pooled_variable(kb, name) if variable else self._pooled(kb)
         if isinstance(features, Mapping):
             plan = self._collection_plan
             unknown = [f for f in features if f not in plan.feature_names]
