@@ -65,7 +65,7 @@ def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[s
             out[path] = float(node)
             return out
         if parts[0] in SETTINGS or any(w in parts[-1] for w in NOT_TIME) \
-                or any(p.startswith(("rounds", "spread")) for p in parts) \
+                or any(p.startswith(("rounds", "spread")) and p not in under for p in parts) \
                 or parts[-1].isdigit():  # medians only, not each round's time
             return out
         if any(p.endswith(("_s", "_ms", "_us")) or any(w in p for w in TIME_WORDS)

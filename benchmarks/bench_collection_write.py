@@ -57,7 +57,7 @@ def per_width(self: batched.BatchedLookup, whole: Any, n: int, table_groups: Any
     outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
             .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
     out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs),
-                                                  self._written_segments(True))
+                                                  self._written_segs[True])
     return out
 
 

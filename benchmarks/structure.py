@@ -3,6 +3,7 @@
 Run from the repository root:
 
     .venv/bin/python benchmarks/structure.py
+    .venv/bin/python benchmarks/structure.py --calls   # the calls by function
 
 Prints, for ``src/lookuplinear``:
 
@@ -14,6 +15,9 @@ Prints, for ``src/lookuplinear``:
 * how many calls of the library's own Python functions (and in how many modules) one forward,
   and one backward with its fused ``RowWiseAdagrad`` update, make for a sparse
   ``LookupCollection`` batch over tables of three widths (``sys.setprofile``; deterministic);
+  the same collection's forward without a fused optimizer (``collection_forward_calls_unfused``),
+  and one ``LookupLinear(..., sparse=True)`` forward on bags given as ``(indices, offsets)`` and
+  on an index tensor (``layer_forward_calls``);
 * the names of the attributes the library sets on tensors and optimizers (string constants
   ``"_lookuplinear_*"``).
 """
@@ -166,17 +170,39 @@ def stamped_attributes() -> list[str]:
     return sorted(names)
 
 
-def calls_per_step() -> dict[str, Any]:
-    """Library Python calls in the forward and in the backward + fused update of one batch."""
+def _counted(fn: Any, by_function: bool = False) -> Counter[str]:
+    """The calls ``fn()`` makes of the library's Python functions, by file (or by function)."""
+    hits: Counter[str] = Counter()
+    pkg = str(ROOT)
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(pkg):
+            name = code.co_filename[len(pkg) + 1:]
+            hits[f"{name}:{code.co_qualname}" if by_function else name] += 1
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return hits
+
+
+def calls_per_step(by_function: bool = False) -> dict[str, Any]:
+    """Library Python calls in one forward (a layer's, a collection's) and in the backward +
+    fused update of one collection batch; with ``by_function``, the calls of each function."""
     import torch
 
-    from lookuplinear import KeyedBags, LookupCollection, TableConfig, optim
+    from lookuplinear import KeyedBags, LookupCollection, LookupLinear, TableConfig, optim
 
     torch.manual_seed(0)
     tables = [TableConfig("t8", 1_000, 8, ["f8"]), TableConfig("t16", 50_000, 16, ["f16"]),
               TableConfig("t32", 200_000, 32, ["f32", "g32"])]
     model = LookupCollection(tables, sparse=True)
+    unfused = LookupCollection(tables, sparse=True)
     opt = optim.RowWiseAdagrad(model.parameters(), lr=0.1, fused=True)
+    layer = LookupLinear(50_000, 16, sparse=True)
     n = 256
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(0, 6, (4 * n,), generator=gen)
@@ -184,26 +210,18 @@ def calls_per_step() -> dict[str, Any]:
     values = torch.cat([torch.randint(0, s, (int(lengths[i * n:(i + 1) * n].sum()),),
                                       generator=gen) for i, s in enumerate(sizes)])
     kb = KeyedBags(["f8", "f16", "f32", "g32"], values, lengths=lengths)
-
-    def counted(fn: Any) -> tuple[int, int]:
-        hits: Counter[str] = Counter()
-        pkg = str(ROOT)
-
-        def prof(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code.co_filename.startswith(pkg):
-                hits[frame.f_code.co_filename] += 1
-
-        sys.setprofile(prof)
-        try:
-            fn()
-        finally:
-            sys.setprofile(None)
-        return sum(hits.values()), len(hits)
+    ids = torch.randint(0, 50_000, (n,), generator=gen)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths[:n].cumsum(0)])
+    indices = torch.randint(0, 50_000, (int(offsets[-1]),), generator=gen)
+    offsets = offsets[:-1]  # nn.EmbeddingBag's start offsets
 
     for _ in range(2):  # warm: lazy imports and first-call caches out of the count
         opt.zero_grad()
         model(kb).values().sum().backward()
         opt.step()
+        unfused(kb)
+        layer(indices, offsets)
+        layer(ids)
     holder: dict[str, Any] = {}
 
     def forward() -> None:
@@ -214,13 +232,27 @@ def calls_per_step() -> dict[str, Any]:
         opt.step()
 
     opt.zero_grad()
-    fwd = counted(forward)
-    bwd = counted(backward)
-    return {"forward_calls": fwd[0], "forward_modules": fwd[1],
-            "backward_and_update_calls": bwd[0], "backward_and_update_modules": bwd[1]}
+    runs = {"forward": forward, "backward_and_update": backward,
+            "collection_forward_unfused": lambda: unfused(kb),
+            "layer_forward_bags": lambda: layer(indices, offsets),
+            "layer_forward_index": lambda: layer(ids)}
+    counts = {name: _counted(fn, by_function) for name, fn in runs.items()}
+    if by_function:
+        return {name: dict(c.most_common()) for name, c in counts.items()}
+    out: dict[str, Any] = {}
+    for name in ("forward", "backward_and_update"):
+        out[f"{name}_calls"] = sum(counts[name].values())
+        out[f"{name}_modules"] = len(counts[name])
+    out["collection_forward_calls_unfused"] = sum(counts["collection_forward_unfused"].values())
+    out["layer_forward_calls"] = {"bags": sum(counts["layer_forward_bags"].values()),
+                                  "index": sum(counts["layer_forward_index"].values())}
+    return out
 
 
 def main() -> None:
+    if "--calls" in sys.argv[1:]:  # where the calls go: each function's count, per run
+        print(json.dumps(calls_per_step(by_function=True), indent=1))
+        return
     top = cycles(import_graph(top_level_only=True))
     every_graph = import_graph(top_level_only=False)
     every = cycles(every_graph)

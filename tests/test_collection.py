@@ -986,7 +986,7 @@ def test_usual_batch_gradient_is_the_operators(batch, widths):
                              for f in feats], 1) for _, feats in plan.groups]
         old = ops.in_feature_order(
             [ops.bag_lookup(p, r).view(3, -1) for p, r in zip(params, rows, strict=True)],
-            [0] * len(rows), plan._written_segments(True))
+            [0] * len(rows), plan._written_segs[True])
         assert torch.equal(out, old)
         for grad, was, r in zip(grads, torch.autograd.grad(old.pow(2).sum(), params), rows,
                                 strict=True):

@@ -26,7 +26,7 @@ from .errors import (
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import capturing, offsets_ok, values_known
-from .ops._backend import torch_only
+from .ops._backend import _chosen, torch_only
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
@@ -194,6 +194,28 @@ def lookup_linear(
         and weight.dim() == 2
     ):  # the common case in one place: its Python costs show beside a small lookup
         op = sparse and _eager_op(weight)  # the operator, which checks the offsets itself
+        if (
+            offsets is None
+            and per_sample_weights is None
+            and type(input) is torch.Tensor
+            and (input.dtype is torch.int64 or input.dtype is torch.int32)
+            and input.is_cpu
+            and input.layout is torch.strided
+            and not input.is_nested
+        ):  # an index tensor: _index_forward's lookup, range_checked's error
+            try:
+                if op:
+                    out = _BAG_LOOKUP(weight, input, None, None, None)
+                elif sparse:
+                    out = bag_lookup(weight, input, None, None, None)
+                else:
+                    out = torch.embedding(weight, input)
+            except (IndexError, RuntimeError) as exc:  # the kernel's: name the index
+                failed = exc
+            else:
+                return out if bias is None else out.add_(bias)
+            check_index_range(input, weight.shape[0], where="input")
+            raise failed
         operands = _cpu_sum_operands(
             input, offsets, per_sample_weights, weight, include_last_offset, checked=op
         )
@@ -498,8 +520,9 @@ def _eager_op(weight: torch.Tensor) -> bool:
     ``fused=True`` optimizer, a ``torch.jit.trace`` records, or ``LOOKUPLINEAR_BACKEND=torch``
     asks for torch ops everywhere (the operator's CPU backward is the C grouping)
     (:func:`_sparse_sum`)."""
+    # torch_only() written out: is_compiling() is False here, so it is one context read
     return torch.compiler.is_compiling() or (
-        binding(weight) is None and not torch.jit.is_tracing() and not torch_only())
+        binding(weight) is None and not torch.jit.is_tracing() and _chosen.get() != "torch")
 
 
 def _sparse_sum(

@@ -100,6 +100,15 @@ class BatchedLookup:
         #: every group's features' first columns, group after group (``gather_groups``')
         self._all_columns = [c for group in plan.groups for c in group.columns]
         self._segments: dict[Any, tuple[int, ...]] = {}
+        #: the usual batch's groups' outputs put in feature order (a one-ID batch's, example-major,
+        #: under True; bags', feature-major, under False): their segments, as a tensor, and the
+        #: outputs' kinds (:class:`GroupLookups`')
+        self._written_segs = {one_id: self._segments_of(
+            [(feats, not one_id) for _, feats in self.groups]) for one_id in (True, False)}
+        self._written_segs_tensor = {k: segment_tensor(v) for k, v in self._written_segs.items()}
+        self._kinds = {one_id: [(not one_id, len(feats)) for _, feats in self.groups]
+                       for one_id in (True, False)}
+        self._at = [list(group.positions) for group in plan.groups]
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
@@ -116,10 +125,11 @@ class BatchedLookup:
         offsets), after the usual batch's range check (its message names the feature's table),
         which the graph runs."""
         recording = torch.compiler.is_compiling()
-        whole = self._shifted(kb, tables) if sparse or recording else None
+        n = kb.batch_size
+        whole = self._shifted(kb, n, tables) if sparse or recording else None
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording)):
-            return self._written(whole, kb.batch_size, table_groups, tables)
+            return self._written(whole, n, table_groups, tables)
         return self._per_group(kb, table_groups, sparse, tables)
 
     def _per_group(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
@@ -203,29 +213,40 @@ class BatchedLookup:
             g, feats = self.groups[0]
             rows_out = _BAG_LOOKUP(table_groups[g], rows_of[0]).view(
                 n, len(feats) * table_groups[g].shape[1])
-            segs = self._written_segments(True)
+            segs = self._written_segs[True]
             if segs == (0, 0, rows_out.shape[1]):
                 return rows_out  # one group's rows, its features in output order
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
         outs: list[torch.Tensor] = []  # each group's F_g * N bags: (F_g * N, dim)
-        for (g, _), at in zip(self.groups, self._positions, strict=True):
-            bags = whole if len(self.groups) == 1 else _select_features(whole, at, n)
+        for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n), strict=True):
             if self.stored:
-                bags = tables._drawn(g, bags)
-            outs.append(_BAG_LOOKUP(table_groups[g], bags.indices, bags.offsets))
+                bags = tables._drawn(g, Bags.from_checked(indices, offsets))
+                indices, offsets = bags.indices, bags.offsets
+            outs.append(_BAG_LOOKUP(table_groups[g], indices, offsets))
         out: torch.Tensor = _IN_FEATURE_ORDER(
-            outs, [len(feats) for _, feats in self.groups], self._written_segments(False))
+            outs, [len(feats) for _, feats in self.groups], self._written_segs[False])
         return out
 
-    def _written_segments(self, one_id: bool) -> tuple[int, ...]:
-        """The segments that put the groups' outputs of the usual batch (example-major for a
-        one-ID batch, else feature-major) in feature order; built once."""
-        key = ("written", one_id)
-        if key not in self._segments:
-            self._segments[key] = self._segments_of(
-                [(feats, not one_id) for _, feats in self.groups])
-        return self._segments[key]
+    def _split(self, whole: Bags, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
+        feature-major): its features' bags, feature after feature, as indices (one copy) and
+        CSR offsets; ``whole``'s own for one group."""
+        if len(self.groups) == 1:
+            return [(whole.indices, whole.offsets)]
+        offsets = whole.offsets
+        lengths = (offsets[1:] - offsets[:-1]).view(-1, n)  # (F, N)
+        starts = offsets[::n].tolist()
+        parts = []
+        for at, positions in zip(self._at, self._positions, strict=True):
+            own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=offsets.device)
+            torch.cumsum(lengths.index_select(0, positions.to(offsets.device)).reshape(-1), 0,
+                         out=own[1:])
+            pieces = []
+            for f in at:
+                pieces.append(whole.indices[starts[f]:starts[f + 1]])
+            parts.append((torch.cat(pieces), own))
+        return parts
 
     def _written_at_once(self, whole: torch.Tensor | Bags, n: int,
                          table_groups: nn.ParameterList, tables: TableReader) -> torch.Tensor:
@@ -242,8 +263,8 @@ class BatchedLookup:
             dim = table_groups[g].shape[1]
             flat = lookup_linear(tables._drawn(g, whole), table_groups[g], None, sparse=True)
             return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
-        segs = segment_tensor(self._written_segments(one_id))
-        kinds = [(not one_id, len(feats)) for _, feats in self.groups]
+        segs = self._written_segs_tensor[one_id]
+        kinds = self._kinds[one_id]
         weights: list[torch.Tensor] = []
         indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags
         offsets: list[torch.Tensor | None] = []
@@ -260,15 +281,15 @@ class BatchedLookup:
                 rows_of.append((weights[-1], rows, self._cols[g]))
             write = functools.partial(gather_into, rows_of)
         else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
-            for (g, _), at in zip(self.groups, self._positions, strict=True):
-                bags = _select_features(whole, at, n)
+            for (g, _), (idx, off) in zip(self.groups, self._split(whole, n), strict=True):
                 if self.stored:
-                    bags = tables._drawn(g, bags)
+                    bags = tables._drawn(g, Bags.from_checked(idx, off))
+                    idx, off = bags.indices, bags.offsets
                 weights.append(table_groups[g])
-                indices.append(bags.indices)
-                offsets.append(bags.offsets)
+                indices.append(idx)
+                offsets.append(off)
             write = functools.partial(bag_sum_into,
-                                      [weights[g] for g in self.plan.feature_group],
+                                      list(map(weights.__getitem__, self.plan.feature_group)),
                                       self._feature_cols, whole.indices, whole.offsets)
         values: torch.Tensor = GroupLookups.apply(indices, offsets, write, segs, kinds, n,
                                                   self.plan.width, *weights)
@@ -320,24 +341,23 @@ class BatchedLookup:
         """For a batch of every feature in order, of ``n`` examples on ``device``: each
         feature's first row in its group's parameter and its table's rows (int64), and where
         its rows go among a one-ID batch's (``one_id_rows``' ``place``; None for one group).
-        Built once per device and batch size (each time while a graph is recorded: its
-        batch size is symbolic, and its tensors are not the ones a later call runs on)."""
-        recording = torch.compiler.is_compiling()
-        found = None if recording else self._layouts.get((device, n))
-        if found is None:
-            plan = self.plan
-            both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
-                                 for f in plan.embedding_names], device=device)
-            place = None if len(plan.groups) == 1 else torch.stack(
-                [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
-            found = (both[:, 0], both[:, 1], place)
-            if not recording:
-                if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
-                    self._layouts.clear()
-                self._layouts[(device, n)] = found
+        Built once per device and batch size, kept in ``_layouts`` (which :meth:`_shifted`
+        reads first), except while a graph is recorded (its batch size is symbolic, and its
+        tensors are not the ones a later call runs on)."""
+        plan = self.plan
+        both = torch.tensor([[plan.place_of(f).offset, plan.place_of(f).config.num_embeddings]
+                             for f in plan.embedding_names], device=device)
+        place = None if len(plan.groups) == 1 else torch.stack(
+            [self._place[:, 0] * n + self._place[:, 1], self._place[:, 2]], 1).to(device)
+        found = (both[:, 0], both[:, 1], place)
+        if not torch.compiler.is_compiling():
+            if len(self._layouts) >= 8:  # batch sizes that change every call: keep a few
+                self._layouts.clear()
+            self._layouts[(device, n)] = found
         return found
 
-    def _shifted(self, kb: KeyedBags, tables: TableReader) -> torch.Tensor | Bags | None:
+    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
+                 ) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
         the plan's features; a feature read by several tables taken once per table,
         :meth:`_per_output`) checked and shifted to the rows of the groups' parameters in one
@@ -347,21 +367,24 @@ class BatchedLookup:
         feats = self.feature_names
         if not self.plan.plain or kb.weights is not None:
             return None
-        batch = kb if kb.keys() == self.inputs else (
+        batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
             self._per_output(kb) if self._shared else None)
         if batch is None:
             return None
-        shift, limit, place = self._layout(kb.device, kb.batch_size)
+        recording = torch.compiler.is_compiling()
+        device = kb.values.device
+        layout = None if recording else self._layouts.get((device, n))
+        shift, limit, place = layout or self._layout(device, n)
         found: torch.Tensor | int | None = None
         values, offsets = batch.values, batch.offsets
-        if not torch.compiler.is_compiling() and values.numel() == offsets.numel() - 1:
+        if not recording and values.numel() == offsets.numel() - 1:
             found = one_id_rows(values, offsets, len(feats), shift, limit, place)
         if found is None:
             found = shifted_rows(values, offsets, len(feats), shift, limit)
             if not isinstance(found, int):
                 return Bags.from_checked(found, offsets)  # a checked batch, shifted
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
-            starts = offsets[::kb.batch_size].tolist()
+            starts = offsets[::n].tolist()
             self._checked(kb, feats[next(f for f in range(len(feats))
                                          if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
@@ -384,14 +407,3 @@ class BatchedLookup:
         torch.cumsum(lengths, 0, out=offsets[1:])
         return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
 
-
-def _select_features(bags: Bags, at: torch.Tensor, n: int) -> Bags:
-    """The bags of the features at positions ``at`` of a feature-major batch of ``n`` bags per
-    feature, feature after feature (one copy of their indices)."""
-    lengths = (bags.offsets[1:] - bags.offsets[:-1]).view(-1, n).index_select(
-        0, at.to(bags.offsets.device))
-    starts = bags.offsets[::n].tolist()
-    offsets = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=bags.offsets.device)
-    torch.cumsum(lengths.reshape(-1), 0, out=offsets[1:])
-    indices = torch.cat([bags.indices[starts[f]:starts[f + 1]] for f in at.tolist()])
-    return Bags.from_checked(indices, offsets)  # parts of a checked batch

@@ -71,7 +71,7 @@ class CollectionBase(AllOrNothingLoad):
         """
         name = type(self).__name__
         if isinstance(features, KeyedBags):
-            keys = features.keys()
+            keys = features._keys  # read, not copied as keys() does
             missing = [] if keys == self.feature_names else [
                 f for f in self.feature_names if f not in keys]
             if missing:
@@ -79,8 +79,11 @@ class CollectionBase(AllOrNothingLoad):
                     f"{name}: the batch has no feature {missing} (its keys are "
                     f"{features.keys()}); every feature of the tables must be in it."
                 )
-            kb = weighted_as(features, self.is_weighted, name)
-            return self._pooled_variable(kb, name) if kb.variable else self._pooled(kb)
+            kb = features if self.is_weighted is None else weighted_as(
+                features, self.is_weighted, name)
+            # kb.variable written out: the property's call costs beside a small batch
+            variable = kb.inverse_indices is not None or kb._starts is not None
+            return self._pooled_variable(kb, name) if variable else self._pooled(kb)
         if isinstance(features, Mapping):
             plan = self._collection_plan
             unknown = [f for f in features if f not in plan.feature_names]

@@ -407,15 +407,19 @@ def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: 
     of one ``(N, width)`` output by one call of the C kernel ``ll_bag_sum_into``
     (``csrc/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
     written) where it does not apply; the caller then runs torch's."""
-    sfx = suffix(out.dtype)
+    sfx = SUFFIXES.get(out.dtype)
     if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out, indices, offsets):
         return False
+    dims = []
     for w in weights:
         if w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not w.is_cpu:
             return False
+        dims.append(w.shape[1])
     idx = indices.to(torch.int64).contiguous()  # named: they live through the call
     off = offsets.to(torch.int64).contiguous()
     fn = function("ll_bag_sum_into", sfx)
-    fn(len(weights), _ptrs(weights), _i64s([w.shape[1] for w in weights]), _i64s(cols),
-       idx.data_ptr(), off.data_ptr(), out.shape[0], out.data_ptr(), out.shape[1])
+    k = len(weights)  # the C arrays (_ptrs, _i64s) written out: this runs on every forward
+    fn(k, (_P * k)(*map(torch.Tensor.data_ptr, weights)), (_I64 * k)(*dims),
+       (_I64 * len(cols))(*cols), idx.data_ptr(), off.data_ptr(), out.shape[0], out.data_ptr(),
+       out.shape[1])
     return True

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, pairwise
 
-import numpy as np
 import torch
 
 from .pytree import register_node
@@ -32,9 +32,9 @@ class KeyedTensor:
     def __init__(self, keys: Sequence[str], length_per_key: Sequence[int],
                  values: torch.Tensor) -> None:
         self._keys = list(keys)
-        self._lengths = [int(n) for n in length_per_key]
-        starts = np.concatenate([[0], np.cumsum(self._lengths)]).astype(int).tolist()
-        self._starts = {k: (starts[i], starts[i + 1]) for i, k in enumerate(self._keys)}
+        self._lengths = list(map(int, length_per_key))
+        starts = [0, *accumulate(self._lengths)]
+        self._starts = dict(zip(self._keys, pairwise(starts), strict=True))
         self._values = values
 
     def keys(self) -> list[str]:
