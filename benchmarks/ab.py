@@ -61,9 +61,6 @@ def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[s
             out.update(timings(v, f"{path}/{label or i}", under))
     elif isinstance(node, (int, float)) and not isinstance(node, bool):
         parts = path.lower().strip("/").split("/")
-        if any(p in under for p in parts[:-1]):  # a script's times, named by the caller
-            out[path] = float(node)
-            return out
         if parts[0] in SETTINGS or any(w in parts[-1] for w in NOT_TIME) \
                 or any(p.startswith(("rounds", "spread")) and p not in under for p in parts) \
                 or parts[-1].isdigit():  # medians only, not each round's time

@@ -357,6 +357,20 @@ def test_deepcopy_and_pickle():
         assert other.table_groups[0].data_ptr() != col.table_groups[0].data_ptr()
 
 
+def test_a_pickle_of_another_version_builds_the_lookup_again_from_its_plan():
+    """A collection's lookup keeps its plan across pickles and builds the rest from it, so a
+    pickle that lacks an attribute of this version (or holds an old one) runs."""
+    col, kb = _collection(), _batch()
+    lookup = col._lookup_plan
+    old = {"plan": lookup.plan, "groups": lookup.groups, "_a_removed_cache": {}}
+    again = type(lookup).__new__(type(lookup))
+    again.__setstate__(old)
+    other = copy.copy(col)
+    other._lookup_plan = again
+    torch.testing.assert_close(other(kb).values(), col(kb).values())
+    assert not hasattr(again, "_a_removed_cache")
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     data=st.data(),

@@ -112,6 +112,13 @@ class BatchedLookup:
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self.plan}  # everything else is built from it
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Built again from the plan (a pickle of another version keeps other attributes)."""
+        self.__init__(state["plan"])  # type: ignore[misc]
+
     def lookup(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
                tables: TableReader) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
