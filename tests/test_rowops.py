@@ -205,12 +205,13 @@ def test_rows_fused_equals_its_twin_and_the_unfused_update_to_the_bit(
 @needs_c
 @pytest.mark.parametrize("kernel", list(SCALAR_CASES))
 @pytest.mark.parametrize(("rows", "n", "threads"), [(200_000, 60, 1), (200_000, 9000, 2),
-                                                     (3000, 9000, 2), (3000, 9000, 1)])
+                                                     (3000, 9000, 2), (3000, 9000, 1),
+                                                     (200_000, 9000, 5), (3000, 9000, 3)])
 def test_rows_fused_on_large_tables_and_batches_to_the_bit(kernel: str, rows: int, n: int,
                                                             threads: int) -> None:
     """The fused update's rows looked up by hash (a table of many rows beside the entries) or
-    by row, on one thread or split over two (a batch of thousands of entries): the twin's bits
-    and the unfused update's."""
+    by row, on one thread or split over several (a batch of thousands of entries; more threads
+    than cores too): the twin's bits and the unfused update's."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

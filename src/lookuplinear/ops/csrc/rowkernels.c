@@ -206,6 +206,13 @@ LL_INLINE int32_t *row_slot(const RowMap *m, int64_t row) {
     return m->slot + h;
 }
 
+/* which of parts (the threads of a fused update) updates row: the rows hashed, so parts of
+ * similar sizes whatever the rows, without a division */
+LL_INLINE int row_part(int64_t row, int parts) {
+    const uint64_t h = ((uint64_t)row * UINT64_C(0x9E3779B97F4A7C15)) >> 32;
+    return (int)((h * (uint64_t)parts) >> 32);
+}
+
 /* the line of row's slot (or of its first probe), requested ahead */
 LL_INLINE void prefetch_slot(const RowMap *m, int64_t row) {
     if (m->keys) {

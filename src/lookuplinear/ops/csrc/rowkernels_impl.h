@@ -370,7 +370,7 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             for (int64_t k = n_bags < 0 ? q : offsets[q]; k < k1; k++) {                      \
                 if (k + SLOTS_AHEAD < n) prefetch_slot(&map, idx[k + SLOTS_AHEAD]);           \
                 const int64_t r = idx[k];                                                     \
-                if (r == padding_idx || (parts > 1 && r % parts != part)) continue;           \
+                if (r == padding_idx || (parts > 1 && row_part(r, parts) != part)) continue;           \
                 int32_t *c = row_slot(&map, r);                                               \
                 const T wk = weights ? weights[k] : 1;                                        \
                 if (*c < 0) {                                                                 \
@@ -422,40 +422,72 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
                                              const double *params) {                          \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
+        if (n == 0) return 0;                                                                 \
         int64_t top = -1;                                                                     \
         for (int64_t k = 0; k < n; k++) top = idx[k] > top ? idx[k] : top;                    \
         const int64_t most = n < top + 1 ? n : top + 1; /* rows at most */                    \
         int hbits = 1;                                                                        \
         while (((int64_t)1 << hbits) < 2 * most) hbits++;                                     \
-        const int64_t positions = (int64_t)1 << hbits;                                        \
-        const int direct = top + 1 <= 4 * positions;                                          \
+        const int direct = top + 1 <= 4 * ((int64_t)1 << hbits);                              \
+        /* the rows split in parts by row_part, one per thread; each part's scratch holds as  \
+         * many rows as the part has entries (or the table rows): all parts hold what one would */\
         const int nt = ll_threads(n);                                                         \
-        const size_t own = (sizeof(int64_t) + sizeof(T) * (size_t)dim) * (size_t)most +      \
-                           (direct ? 0 : (sizeof(int64_t) + sizeof(int32_t)) *               \
-                                          (size_t)positions);                                 \
-        const size_t shared = direct ? sizeof(int32_t) * (size_t)(top + 1) : 0;               \
+        int64_t *cap = calloc((size_t)nt * 2, sizeof(int64_t)); /* rows, then log2(positions) */\
+        size_t *at = malloc(sizeof(size_t) * (size_t)(nt + 1));   /* where each part's starts */\
+        if (!cap || !at) {                                                                    \
+            free(cap);                                                                        \
+            free(at);                                                                         \
+            return -1;                                                                        \
+        }                                                                                     \
+        if (nt == 1)                                                                          \
+            cap[0] = n;                                                                       \
+        else                                                                                  \
+            for (int64_t k = 0; k < n; k++) cap[row_part(idx[k], nt)]++;                      \
+        const size_t row_bytes = sizeof(int64_t) + sizeof(T) * (size_t)dim;                   \
+        /* direct: the shared slots first; each part on its own cache lines: (hashed) its     \
+         * positions' rows, its rows, (hashed) its positions' slots, its rows' sums */        \
+        at[0] = direct ? sizeof(int32_t) * (size_t)(top + 1) : 0;                             \
+        at[0] = (at[0] + LL_LINE - 1) & ~(size_t)(LL_LINE - 1);                               \
+        for (int q = 0; q < nt; q++) {                                                        \
+            cap[q] = cap[q] < top + 1 ? cap[q] : top + 1;                                     \
+            int bits = 1;                                                                     \
+            while (((int64_t)1 << bits) < 2 * cap[q]) bits++;                                 \
+            cap[nt + q] = bits;                                                               \
+            at[q + 1] = at[q] + row_bytes * (size_t)cap[q] +                                  \
+                        (direct ? 0 : (sizeof(int64_t) + sizeof(int32_t)) << bits);           \
+            at[q + 1] = (at[q + 1] + LL_LINE - 1) & ~(size_t)(LL_LINE - 1);                   \
+        }                                                                                     \
         int owned;                                                                            \
-        char *mem = scratch_take(shared + own * (size_t)nt, &owned);                          \
-        if (!mem) return -1;                                                                  \
-        if (direct) memset(mem, 0xff, shared);                                                \
+        char *mem = scratch_take(at[nt], &owned);                                             \
+        if (!mem) {                                                                           \
+            free(cap);                                                                        \
+            free(at);                                                                         \
+            return -1;                                                                        \
+        }                                                                                     \
+        if (direct) memset(mem, 0xff, at[0]);                                                 \
         int64_t groups = 0;                                                                   \
         _Pragma("omp parallel num_threads(nt) reduction(+ : groups)")                         \
         {                                                                                     \
-            const int t = ll_thread(), k = ll_team();                                         \
-            char *mine = mem + shared + own * (size_t)t;                                      \
-            int64_t *urows = (int64_t *)mine;                                                 \
-            T *acc = (T *)(urows + most);                                                     \
-            RowMap map = {NULL, (int32_t *)mem, 0, 0};                                        \
-            if (!direct) {                                                                    \
-                map.keys = (int64_t *)(acc + most * dim);                                     \
-                map.slot = (int32_t *)(map.keys + positions);                                 \
-                map.mask = (uint64_t)positions - 1;                                           \
-                map.shift = 64 - hbits;                                                       \
-                memset(map.keys, 0xff, (sizeof(int64_t) + sizeof(int32_t)) * (size_t)positions); \
+            for (int q = ll_thread(); q < nt; q += ll_team()) {                               \
+                const int64_t positions = direct ? 0 : (int64_t)1 << cap[nt + q];             \
+                RowMap map = {NULL, (int32_t *)mem, 0, 0};                                    \
+                int64_t *urows = (int64_t *)(mem + at[q]) + positions;                        \
+                T *acc = (T *)((int32_t *)(urows + cap[q]) + positions);                      \
+                if (!direct) {                                                                \
+                    map.keys = urows - positions;                                             \
+                    map.slot = (int32_t *)(urows + cap[q]);                                   \
+                    map.mask = (uint64_t)positions - 1;                                       \
+                    map.shift = 64 - (int)cap[nt + q];                                        \
+                    memset(map.keys, 0xff, sizeof(int64_t) * (size_t)positions);              \
+                    memset(map.slot, 0xff, sizeof(int32_t) * (size_t)positions);              \
+                }                                                                             \
+                groups += SFX(OPT##_fused_range)(w, s, idx, n, offsets, n_bags, padding_idx,  \
+                                                 weights, grad_out, map, q, nt, urows, acc, p,\
+                                                 dim);                                        \
             }                                                                                 \
-            groups += SFX(OPT##_fused_range)(w, s, idx, n, offsets, n_bags, padding_idx,      \
-                                             weights, grad_out, map, t, k, urows, acc, p, dim); \
         }                                                                                     \
+        free(cap);                                                                            \
+        free(at);                                                                             \
         scratch_give(mem, owned);                                                             \
         return groups;                                                                        \
     }                                                                                         \
