@@ -370,7 +370,8 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             for (int64_t k = n_bags < 0 ? q : offsets[q]; k < k1; k++) {                      \
                 if (k + SLOTS_AHEAD < n) prefetch_slot(&map, idx[k + SLOTS_AHEAD]);           \
                 const int64_t r = idx[k];                                                     \
-                if (r == padding_idx || (parts > 1 && row_part(r, parts) != part)) continue;           \
+                if (r == padding_idx || (parts > 1 && row_part(r, parts) != part))            \
+                    continue;                                                                 \
                 int32_t *c = row_slot(&map, r);                                               \
                 const T wk = weights ? weights[k] : 1;                                        \
                 if (*c < 0) {                                                                 \
@@ -430,10 +431,11 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
         while (((int64_t)1 << hbits) < 2 * most) hbits++;                                     \
         const int direct = top + 1 <= 4 * ((int64_t)1 << hbits);                              \
         /* the rows split in parts by row_part, one per thread; each part's scratch holds as  \
-         * many rows as the part has entries (or the table rows): all parts hold what one would */\
+         * many rows as the part has entries (or the table has): all together what one would */\
         const int nt = ll_threads(n);                                                         \
-        int64_t *cap = calloc((size_t)nt * 2, sizeof(int64_t)); /* rows, then log2(positions) */\
-        size_t *at = malloc(sizeof(size_t) * (size_t)(nt + 1));   /* where each part's starts */\
+        /* each part's rows at most, then log2 of its positions; where each part starts */    \
+        int64_t *cap = calloc((size_t)nt * 2, sizeof(int64_t));                               \
+        size_t *at = malloc(sizeof(size_t) * (size_t)(nt + 1));                               \
         if (!cap || !at) {                                                                    \
             free(cap);                                                                        \
             free(at);                                                                         \
