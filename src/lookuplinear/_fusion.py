@@ -109,14 +109,10 @@ class BackwardQueue:
         #: outermost backward passes that updated a table since the last reset
         self.updated = 0
 
-    def add(self, task: int, param: torch.Tensor, lookup: Any, grad_out: torch.Tensor) -> None:
-        self._pending(task).updates.setdefault(id(param), (param, []))[1].append(
-            (lookup, grad_out))
-
     def take(self, task: int, param: torch.Tensor, grad: torch.Tensor) -> None:
         """Take ``param``'s accumulated gradient ``grad`` into the update at the end of the
         backward pass ``task``: a row-sparse one always, any other where a lookup of
-        ``param`` handed its gradient over in the same backward (:meth:`add`)."""
+        ``param`` handed its gradient over in the same backward (:meth:`FusedBinding.defer`)."""
         pending = self._open.get(task)
         if not grad.is_sparse and (pending is None or id(param) not in pending.updates):
             return
@@ -212,32 +208,37 @@ class FusedBinding:
         kept: the caller returns the gradient) if the optimizer or the parameter is gone, or
         the running backward does not accumulate into the parameter (``node``: its
         ``AccumulateGrad``, where the lookup's gradient edge leads)."""
-        opt = self.optimizer
+        # written out (the optimizer, the queue's entry): this runs per lookup per backward
+        opt = None if self._optimizer is None else self._optimizer()
         param = None if self._param is None else self._param()
-        if opt is None or param is None or not _accumulates(node):
+        if opt is None or param is None:
             return False
-        opt._backward_queue.add(torch._C._current_graph_task_id(), param, lookup, grad_out)
+        try:  # True in loss.backward() and in backward(inputs=...) naming the parameter;
+            # False in autograd.grad() and in backward(inputs=...) without it
+            if not torch._C._will_engine_execute_node(node):
+                return False
+        except RuntimeError:  # autograd.grad() returns this parameter's gradient (torch
+            return False      # refuses the question for a leaf it captures)
+        queue = opt._backward_queue
+        task = torch._C._current_graph_task_id()
+        pending = queue._open.get(task) or queue._pending(task)
+        uses = pending.updates.get(id(param))
+        if uses is None:
+            pending.updates[id(param)] = (param, [(lookup, grad_out)])
+        else:
+            uses[1].append((lookup, grad_out))
         return True
-
 
     def accumulated(self, param: torch.Tensor) -> None:
         """``param``'s post-accumulate-grad hook: its gradient, accumulated in a backward,
         taken by the update at the end of it (:meth:`BackwardQueue.take`); a gradient with a
         graph (``create_graph=True``) is left in ``.grad``."""
-        opt, grad = self.optimizer, param.grad
-        if opt is not None and grad is not None and not grad.requires_grad:
+        grad = param.grad
+        if grad is None or grad.requires_grad or self._optimizer is None:
+            return
+        opt = self._optimizer()
+        if opt is not None:
             opt._backward_queue.take(torch._C._current_graph_task_id(), param, grad)
-
-
-def _accumulates(node: Any) -> bool:
-    """Whether the backward running now runs ``node``, a parameter's ``AccumulateGrad``: True in
-    ``loss.backward()`` and in ``backward(inputs=...)`` naming the parameter; False in
-    ``torch.autograd.grad`` and in ``backward(inputs=...)`` without it, and outside a
-    backward."""
-    try:
-        return bool(torch._C._will_engine_execute_node(node))
-    except RuntimeError:  # autograd.grad() returns this parameter's gradient (torch refuses
-        return False      # the question for a leaf it captures): nothing is accumulated
 
 
 class Reserved(FusedBinding):

@@ -25,6 +25,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
+    "WATCHERS",
     "StateAllocator",
     "Subscription",
     "notify",
@@ -33,8 +34,9 @@ __all__ = [
     "state_tensor",
 ]
 
-#: each table's callbacks on rows updated, by subscription id
-_WATCHERS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+#: each table's callbacks on rows updated, by subscription id (empty, false: nothing follows a
+#: table, which a caller may ask before :func:`notify`)
+WATCHERS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 #: each table's allocator of optimizer state
 _ALLOCATORS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _next_id = 0
@@ -56,12 +58,12 @@ class Subscription:
     def remove(self) -> None:
         """Stop calling the callback (once is enough; again does nothing)."""
         param = self._param()
-        callbacks = None if param is None else _WATCHERS.get(param)
+        callbacks = None if param is None else WATCHERS.get(param)
         if callbacks is None:
             return
         callbacks.pop(self._id, None)
         if not callbacks:
-            del _WATCHERS[param]
+            del WATCHERS[param]
 
 
 def on_rows_updated(param: torch.Tensor,
@@ -71,9 +73,9 @@ def on_rows_updated(param: torch.Tensor,
     global _next_id
     _next_id += 1
     base = _base(param)
-    callbacks = _WATCHERS.get(base)
+    callbacks = WATCHERS.get(base)
     if callbacks is None:
-        callbacks = _WATCHERS[base] = {}
+        callbacks = WATCHERS[base] = {}
     callbacks[_next_id] = callback
     return Subscription(base, _next_id)
 
@@ -81,10 +83,10 @@ def on_rows_updated(param: torch.Tensor,
 def notify(param: torch.Tensor, rows: torch.Tensor) -> None:
     """Tell the subscribers of ``param`` that ``rows`` of it change without a stored gradient
     (a view's rows are its base's)."""
-    if not _WATCHERS:  # the usual case: nothing follows any table
+    if not WATCHERS:  # the usual case: nothing follows any table
         return
     base = _base(param)
-    callbacks = _WATCHERS.get(base)
+    callbacks = WATCHERS.get(base)
     if not callbacks:
         return
     if base is not param and base.dim() == 2 and param.dim() == 2:

@@ -255,6 +255,7 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
     if not use_c():  # the backend, asked once; each table's devices below
         return taken
     chosen: list[FusedTable] = []
+    scalars: list[list[float]] = []
     for i, t in enumerate(tables):
         # _table_ok, written out: this loop runs per table per backward
         weight, state = t.weight, t.state
@@ -266,25 +267,34 @@ def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
             continue
         taken[i] = True
         chosen.append(t)
+        scalars.append(c_scalars(kernel, t.scalars, False))
     if not chosen:
         return taken
-    scalars = [c_scalars(kernel, t.scalars, False) for t in chosen]
     try:
-        _op("rows_fused_")(*_fused_operands(chosen, scalars), kernel, [*chain(*scalars)])
+        _op("rows_fused_")(*_fused_operands(chosen), kernel, [*chain(*scalars)])
     except (IndexError, ValueError) as e:
         raise _mapped(e) from None
     return taken
 
 
-def _fused_operands(tables: Sequence[FusedTable], scalars: list[list[float]]
-                    ) -> tuple[list[Any], ...]:
-    """``rows_fused_``'s list operands of ``tables`` (``padding_idx`` -1: none)."""
-    return ([t.weight for t in tables], [t.state for t in tables],
-            [t.grad_out.detach() for t in tables], [t.indices.detach() for t in tables],
-            [t.offsets for t in tables],
-            [None if t.per_sample_weights is None else t.per_sample_weights.detach()
-             for t in tables],
-            [-1 if t.padding_idx is None else t.padding_idx for t in tables])
+def _fused_operands(tables: Sequence[FusedTable]) -> tuple[list[Any], ...]:
+    """``rows_fused_``'s list operands of ``tables`` (``padding_idx`` -1: none), in one pass."""
+    weights: list[Any] = []
+    states: list[Any] = []
+    grad_outs: list[Any] = []
+    indices: list[Any] = []
+    offsets: list[Any] = []
+    psws: list[Any] = []
+    pads: list[Any] = []
+    for t in tables:
+        weights.append(t.weight)
+        states.append(t.state)
+        grad_outs.append(t.grad_out.detach())
+        indices.append(t.indices.detach())
+        offsets.append(t.offsets)
+        psws.append(None if t.per_sample_weights is None else t.per_sample_weights.detach())
+        pads.append(-1 if t.padding_idx is None else t.padding_idx)
+    return weights, states, grad_outs, indices, offsets, psws, pads
 
 
 def fused_rows_c(kernel: str, tables: Sequence[FusedTable], scalars: Sequence[Sequence[float]]

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .._fusion import binding
 from ._bagmax import c_operands
 from ._columns import deinterleave, interleave, split_blocks
-from ._hooks import notify
+from ._hooks import WATCHERS, notify
 from ._rows import gather_rows, group_rows
 from .library import entry_grads, per_sample_weights_grad, project_error, routed
 
@@ -71,7 +71,8 @@ def weight_grad(
             node, (indices, offsets, per_sample_weights, padding_idx), g):
         # no gradient is stored, so no accumulation hook fires: tell the row watchers (a
         # checkpoint) here which rows the fused update changes
-        notify(param, indices)
+        if WATCHERS:
+            notify(param, indices)
         return None
     if offsets is None and per_sample_weights is None:  # nn.Embedding(sparse=True)'s, as the
         # operator's backward gives it: the fused update sums a table's uses in that order

@@ -396,13 +396,6 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """:meth:`_set_layout` of ``state``, a state of ``p`` this optimizer may not hold yet
         (a :class:`~lookuplinear.Checkpoint` builds the restored state beside the old one)."""
 
-    def _group(self, p: torch.Tensor) -> dict[str, Any] | None:
-        for group in self.param_groups:  # loops, not generators: this runs per table per step
-            for q in group["params"]:
-                if q is p:
-                    return group
-        return None
-
     def _state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         state: dict[str, Any] = self.state[p]
         if not state:
@@ -427,14 +420,21 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """
         tables: list[tuple[torch.Tensor, dict[str, Any], FusedTable]] = []
         rest: list[tuple[torch.Tensor, torch.Tensor]] = []
+        group_of: dict[int, dict[str, Any]] = {}  # one pass, not one per table
+        for group in self.param_groups:
+            for q in group["params"]:
+                group_of[id(q)] = group
         for p, pending, stored in updates:
             grad = None
             if stored:
                 grad, p.grad = p.grad, None
-            group = self._group(p)
-            if group is None or not group.get(IN_BACKWARD):  # unbound since: store the gradient
+                if grad is None and not pending:  # cleared since it was taken: nothing to do
+                    continue
+            found = group_of.get(id(p))
+            if found is None or not found.get(IN_BACKWARD):  # unbound since: store the gradient
                 p.grad = self._total_grad(p, pending, grad)
                 continue
+            group = found
             state = self._state(p, group)
             args = (self._c_args(p, state, group, state["step"] + 1)
                     if grad is None and len(pending) == 1 else None)
@@ -447,12 +447,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         for (p, state, table), done in zip(tables, taken, strict=True):
             if done:
                 state["step"] += 1
-                _bump_version(p)
+                torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
             else:
                 rest.append((p, self._total_grad(p, [(table[-4:], table.grad_out)], None)))
         for p, grad in rest:
-            group = self._group(p)
-            assert group is not None
+            group = group_of[id(p)]
             state = self.state[p]
             if grad.is_sparse:
                 rows, values = row_sparse_parts(grad, sum_runs=False)
