@@ -13,10 +13,11 @@ DOCS   ?= out/docs
 # installed: the operators are built against it; without a compiler both are skipped)
 $(STAMP): pyproject.toml constraints.txt setup.py src/lookuplinear/ops/_clib.py $(wildcard src/lookuplinear/ops/csrc/*)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	# the package without its kernels (the build_ext below builds both libraries in place, side by side)
+	LOOKUPLINEAR_NO_C=1 $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	# TorchRec without its requirements, which name FBGEMM's CUDA build (docs/distributed.md)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt --no-deps torchrec==1.8.0
-	$(BIN)/python setup.py --quiet build_ext --inplace
+	$(BIN)/python setup.py --quiet build_ext --inplace --parallel 2
 	touch $(STAMP)
 
 # the site is built with warnings as errors by tests/test_apidocs.py, inside pytest

@@ -70,10 +70,10 @@ def test_a_collected_table_drops_its_subscribers_and_allocator() -> None:
     table = torch.zeros(3, 2)
     _hooks.on_rows_updated(table, lambda rows: None)
     _hooks.provide_state(table, lambda name, shape, fill=0.0: torch.full(shape, fill))
-    before = (len(_hooks._WATCHERS), len(_hooks._ALLOCATORS))
+    before = (len(_hooks.WATCHERS), len(_hooks._ALLOCATORS))
     del table
     gc.collect()
-    assert (len(_hooks._WATCHERS), len(_hooks._ALLOCATORS)) == (before[0] - 1, before[1] - 1)
+    assert (len(_hooks.WATCHERS), len(_hooks._ALLOCATORS)) == (before[0] - 1, before[1] - 1)
 
 
 @pytest.mark.parametrize("make", [
