@@ -115,11 +115,6 @@ def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
     return getattr(method, "__wrapped__", method)
 
 
-def _bump_version(t: torch.Tensor) -> None:
-    """Tell autograd ``t`` changed in place (the C kernels write through its pointer)."""
-    torch.autograd.graph.increment_version(t)
-
-
 class RowSparseOptimizer(torch.optim.Optimizer):
     """Base class: ``step`` sends each sparse gradient to ``_sparse_update`` and a group's dense
     ones to ``_dense_step``, together.
@@ -558,7 +553,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
-            _bump_version(p)
+            torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
             rows, values = summed_runs(rows, values)
