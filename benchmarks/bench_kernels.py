@@ -78,8 +78,9 @@ class Table:
 
     def update_torch(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         kernel, w = self.opt._kernel, self.w.data
+        named = self.opt._scalars(self.group, [(w.shape[1], 1)])[0]
         ROW_UPDATES[kernel](w, *self.opt._state_rows(w, self.state), rows, values,
-                            c_scalars(kernel, self.opt._scalars(w, self.group, 1), False))
+                            c_scalars(kernel, named, False))
 
     def fused_c(self, idx: torch.Tensor, offsets: torch.Tensor, grad_out: torch.Tensor) -> None:
         state, scalars = self.c_args()

@@ -5,11 +5,14 @@ An ``IdMap`` that evicts gives a row to a new ID, and its collection draws the r
 moments) belongs to the old ID: the next update of the table by a :mod:`lookuplinear.optim`
 optimizer, fused or not, zeroes it before it reads it, and a :class:`~lookuplinear.Checkpoint`
 saves the zeroed state. The rows are held here, by table, until then: the collection that
-renews them tells :data:`RESETS`, and an optimizer :meth:`~RowResets.take` s them. A table
+renews them tells :data:`RESETS`, and an optimizer :meth:`~RowResets.take` s them (a fused
+update asks once for all its tables: :meth:`~RowResets.take_all`). A table
 that is garbage-collected drops its rows; a copy of a table has none.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -43,6 +46,19 @@ class RowResets:
             return None
         found: torch.Tensor | None = self._rows.pop(param, None)
         return found
+
+    def take_all(self, params: Iterable[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(param, rows)`` for each of ``params`` with rows marked since the last take (those
+        rows are then forgotten), in the order of ``params``: :meth:`take` of many tables in
+        one call."""
+        if not self._rows:  # the usual case: no table renews rows
+            return []
+        taken = []
+        for param in params:
+            found = self._rows.pop(param, None)
+            if found is not None:
+                taken.append((param, found))
+        return taken
 
 
 #: the rows every table has given to new IDs and no optimizer has started afresh yet

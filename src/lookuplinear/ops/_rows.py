@@ -21,13 +21,12 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from typing import Any, NamedTuple
 
 import torch
 
 from ._backend import use_c
-from ._clib import _N_SCALARS, SCALARS, SUFFIXES, function, ptr, suffix
+from ._clib import _N_SCALARS, _SCALAR_NAMES, SCALARS, SUFFIXES, function, ptr, suffix
 from ._clib import scalars as c_scalars
 from ._errors import project_error
 
@@ -243,42 +242,22 @@ class FusedTable(NamedTuple):
     padding_idx: int | None = None
 
 
-def fused_rows(kernel: str, tables: Sequence[FusedTable]) -> list[bool]:
+def fused_rows(kernel: str, tables: Sequence[FusedTable], *, c: bool | None = None
+               ) -> list[bool]:
     """:func:`group_rows` then :func:`update_rows` in one C pass, for several tables: each row
     is updated as soon as its gradient is summed (the same sums, the same update, so the same
     bits). The tables the C kernels take are updated in one call of
     ``lookuplinear::rows_fused_`` (of any widths and dtypes). Returns, per table, whether it
     was updated; False: nothing was done to it (the C kernels do not apply), and the caller
-    updates it another way. Bad operands raise the project's errors, and no table is updated
-    then."""
+    updates it another way. ``c``: :func:`~lookuplinear.ops.use_c` ``()`` where the caller
+    has asked it already (None: asked here). Bad operands raise the project's errors, and no
+    table is updated then."""
     taken = [False] * len(tables)
-    if not use_c():  # the backend, asked once; each table's devices below
+    if not (use_c() if c is None else c):  # the backend, asked once; each table's devices below
         return taken
-    chosen: list[FusedTable] = []
-    scalars: list[list[float]] = []
-    for i, t in enumerate(tables):
-        # _table_ok, written out: this loop runs per table per backward
-        weight, state = t.weight, t.state
-        if (SUFFIXES.get(weight.dtype) not in ("f32", "f64") or weight.dim() != 2
-                or not weight.is_contiguous() or not weight.is_cpu
-                or state.dtype != weight.dtype or not state.is_cpu
-                or t.grad_out.dtype != weight.dtype or not t.grad_out.is_cpu
-                or not t.indices.is_cpu):
-            continue
-        taken[i] = True
-        chosen.append(t)
-        scalars.append(c_scalars(kernel, t.scalars, False))
-    if not chosen:
-        return taken
-    try:
-        _op("rows_fused_")(*_fused_operands(chosen), kernel, [*chain(*scalars)])
-    except (IndexError, ValueError) as e:
-        raise _mapped(e) from None
-    return taken
-
-
-def _fused_operands(tables: Sequence[FusedTable]) -> tuple[list[Any], ...]:
-    """``rows_fused_``'s list operands of ``tables`` (``padding_idx`` -1: none), in one pass."""
+    names, expected = SCALARS[kernel], _SCALAR_NAMES[kernel]
+    # rows_fused_'s list operands (padding_idx -1: none) and each table's scalars after the
+    # previous table's; written out, no call per table: this loop runs per table per backward
     weights: list[Any] = []
     states: list[Any] = []
     grad_outs: list[Any] = []
@@ -286,15 +265,35 @@ def _fused_operands(tables: Sequence[FusedTable]) -> tuple[list[Any], ...]:
     offsets: list[Any] = []
     psws: list[Any] = []
     pads: list[Any] = []
-    for t in tables:
-        weights.append(t.weight)
-        states.append(t.state)
-        grad_outs.append(t.grad_out.detach())
+    scalars: list[float] = []
+    for i, t in enumerate(tables):
+        weight, state, grad_out = t.weight, t.state, t.grad_out
+        if (SUFFIXES.get(weight.dtype) not in ("f32", "f64") or weight.dim() != 2
+                or not weight.is_contiguous() or not weight.is_cpu
+                or state.dtype != weight.dtype or not state.is_cpu
+                or grad_out.dtype != weight.dtype or not grad_out.is_cpu
+                or not t.indices.is_cpu):
+            continue
+        named = t.scalars
+        if named.keys() != expected:
+            c_scalars(kernel, named, False)  # raises, naming the missing and unknown names
+        taken[i] = True
+        weights.append(weight)
+        states.append(state)
+        grad_outs.append(grad_out.detach())
         indices.append(t.indices.detach())
         offsets.append(t.offsets)
         psws.append(None if t.per_sample_weights is None else t.per_sample_weights.detach())
         pads.append(-1 if t.padding_idx is None else t.padding_idx)
-    return weights, states, grad_outs, indices, offsets, psws, pads
+        scalars += map(float, map(named.__getitem__, names))  # c_scalars, written out
+    if not weights:
+        return taken
+    try:
+        _op("rows_fused_")(weights, states, grad_outs, indices, offsets, psws, pads, kernel,
+                           scalars)
+    except (IndexError, ValueError) as e:
+        raise _mapped(e) from None
+    return taken
 
 
 def fused_rows_c(kernel: str, tables: Sequence[FusedTable], scalars: Sequence[Sequence[float]]

@@ -11,8 +11,10 @@ Each optimizer states its update once, its variants side by side (as ``torch.opt
 its single-tensor, multi-tensor and fused variants together): ``_dense_step`` (the
 ``torch.optim`` update of a group's dense parameters), ``_kernel`` (its row update, a C kernel
 with its torch-op twin, :mod:`lookuplinear.ops._updates`), ``_scalars`` (that update's
-scalars), ``_kernel_args`` (the state in the C kernel's layout) and ``_state_rows`` (the state
-as the twin takes it, which runs the rows the C kernel does not take).
+scalars), ``_kernel_states`` (the state in the C kernel's layout) and ``_state_rows`` (the
+state as the twin takes it, which runs the rows the C kernel does not take). The scalars and
+states are asked for many tables at once: a fused update asks once per group, however many
+tables it updates.
 """
 
 from __future__ import annotations
@@ -121,9 +123,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     Subclasses define ``_init_state(p, state, group)``, ``_dense_step(params, grads, states,
     group)`` (the ``torch.optim`` update, multi-tensor), ``_kernel`` (the name of the C row kernel,
-    ``lookuplinear.ops.KERNELS``), ``_scalars(w, group, step)`` (its scalars by name),
-    ``_kernel_args(w, state, group, step)`` (its state tensor and scalars, or None where the
-    state's layout is not the kernel's) and ``_state_rows(w, state)`` (the state tensors as
+    ``lookuplinear.ops.KERNELS``), ``_scalars(group, at)`` (its scalars by name, for tables
+    of each ``(width, step)`` of ``at``), ``_kernel_states(tables)`` (each ``(w, state)``'s
+    state tensor in the kernel's layout, or None where it is not laid out so) and
+    ``_state_rows(w, state)`` (the state tensors as
     the kernel's torch-op twin takes them, each with a row per row of ``w``: what runs on
     another device, dtype or layout, and with the ``torch`` backend).
 
@@ -396,10 +399,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         if not state:
             self._init_state(p, state, group)
         rows = RESETS.take(p)
-        if rows is not None:  # rows re-initialised since the last update: fresh state there
-            for key in self._row_state(p):
-                state[key][rows.to(state[key].device)] = 0
+        if rows is not None:
+            self._fresh_rows(p, state, rows)
         return state
+
+    def _fresh_rows(self, p: torch.Tensor, state: dict[str, Any], rows: torch.Tensor) -> None:
+        """Zero ``p``'s state in ``rows``, re-initialised since the last update
+        (:mod:`lookuplinear._rowreset`): their state starts afresh."""
+        for key in self._row_state(p, state):
+            state[key][rows.to(state[key].device)] = 0
 
     @torch.no_grad()
     def _apply_fused(self, updates: Updates) -> bool:
@@ -412,13 +420,21 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         the uses' row-sparse gradients and the accumulated one, summed as autograd would sum
         them, then the stored-gradient update of :meth:`step`. Either way the weights
         ``fused=False`` gives.
+
+        The backend, the rows to start afresh (:meth:`_fresh_rows`) and the kernel's state and
+        scalars (:meth:`_kernel_args`, from the group's values as they are now: a scheduler
+        changes them between steps) are asked once per update or per group, not per table.
         """
-        tables: list[tuple[torch.Tensor, dict[str, Any], FusedTable]] = []
-        rest: list[tuple[torch.Tensor, torch.Tensor]] = []
         group_of: dict[int, dict[str, Any]] = {}  # one pass, not one per table
         for group in self.param_groups:
             for q in group["params"]:
                 group_of[id(q)] = group
+        c = use_c()
+        bound: list[torch.Tensor] = []
+        # the tables the C kernel may take, by group: (p, state, (lookup, grad_out))
+        by_group: dict[int, tuple[dict[str, Any], list[tuple[torch.Tensor, dict[str, Any],
+                                                             Any]]]] = {}
+        rest: list[tuple[torch.Tensor, torch.Tensor]] = []
         for p, pending, stored in updates:
             grad = None
             if stored:
@@ -430,16 +446,32 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 p.grad = self._total_grad(p, pending, grad)
                 continue
             group = found
-            state = self._state(p, group)
-            args = (self._c_args(p, state, group, state["step"] + 1)
-                    if grad is None and len(pending) == 1 else None)
-            if args is not None:
-                lookup, grad_out = pending[0]
-                tables.append((p, state, FusedTable(grad_out, p, *args, *lookup)))
+            state = self.state[p]
+            if not state:
+                self._init_state(p, state, group)
+            bound.append(p)
+            if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
+                    and p.is_contiguous():
+                by_group.setdefault(id(group), (group, []))[1].append((p, state, pending[0]))
             else:
                 rest.append((p, self._total_grad(p, pending, grad)))
-        taken = fused_rows(self._kernel, [t for *_, t in tables]) if tables else []
-        for (p, state, table), done in zip(tables, taken, strict=True):
+        for p, rows in RESETS.take_all(bound):  # before any update reads the state
+            self._fresh_rows(p, self.state[p], rows)
+        tables: list[FusedTable] = []
+        done_states: list[tuple[torch.Tensor, dict[str, Any]]] = []
+        for group, items in by_group.values():
+            asked = []
+            for p, state, _ in items:
+                asked.append((p, state, state["step"] + 1))
+            for (p, state, (lookup, grad_out)), args in zip(
+                    items, self._kernel_args(group, asked), strict=True):
+                if args is None:  # the state's layout is not the kernel's
+                    rest.append((p, self._total_grad(p, [(lookup, grad_out)], None)))
+                else:
+                    tables.append(FusedTable(grad_out, p, *args, *lookup))
+                    done_states.append((p, state))
+        taken = fused_rows(self._kernel, tables, c=True) if tables else []
+        for (p, state), table, done in zip(done_states, tables, taken, strict=True):
             if done:
                 state["step"] += 1
                 torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
@@ -491,7 +523,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """The C kernel's ``(state, scalars)`` for ``p``, or None where it cannot run."""
         if not (use_c(p) and p.dim() == 2 and p.is_contiguous()):
             return None
-        return self._kernel_args(p, state, group, step)
+        return self._kernel_args(group, [(p, state, step)])[0]
+
+    def _kernel_args(
+        self, group: dict[str, Any], tables: list[tuple[torch.Tensor, dict[str, Any], int]]
+    ) -> list[tuple[torch.Tensor, dict[str, float]] | None]:
+        """The C kernel's ``(state, scalars)`` for each ``(w, state, step)`` of ``tables``
+        (``w`` a 2-D table of ``group``), or None where the state's layout is not the
+        kernel's: :meth:`_kernel_states` and :meth:`_scalars`, each asked once for them all."""
+        layouts: list[tuple[torch.Tensor, dict[str, Any]]] = []
+        at: list[tuple[int, int]] = []
+        for w, state, step in tables:
+            layouts.append((w, state))
+            at.append((w.shape[1], step))
+        args: list[tuple[torch.Tensor, dict[str, float]] | None] = []
+        for s, named in zip(self._kernel_states(layouts), self._scalars(group, at),
+                            strict=True):
+            args.append(None if s is None else (s, named))
+        return args
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -515,6 +564,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     params.append(p)
                     grads.append(grad)
                     states.append(state)
+            if not params:  # every gradient sparse, or none (a fused=True group's tables)
+                continue
             for foreach, run in _runs(params):
                 self._dense_step([params[i] for i in run], [grads[i] for i in run],
                                  [states[i] for i in run], group, foreach=foreach)
@@ -558,24 +609,26 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             # which updates unique rows
             rows, values = summed_runs(rows, values)
             w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
-            ROW_UPDATES[self._kernel](
-                w, *self._state_rows(w, state), rows.long(), values,
-                c_scalars(self._kernel, self._scalars(w, group, state["step"]), False)
-            )
+            named = self._scalars(group, [(w.shape[1], state["step"])])[0]
+            ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,
+                                      c_scalars(self._kernel, named, False))
             if w.data_ptr() != p.data_ptr():
                 p.copy_(w.view(p.shape))
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _kernel_args(
-        self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
-    ) -> tuple[torch.Tensor, dict[str, float]] | None:
+    def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
+                       ) -> list[torch.Tensor | None]:
+        """The state of each ``(w, state)`` of ``tables`` (``w`` 2-D) in the C kernel's layout
+        (``lookuplinear::rows_update_``), or None where ``state`` is not laid out so."""
         raise NotImplementedError
 
-    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
-        """The row update's scalars by name (:data:`lookuplinear.ops._clib.SCALARS`) for the
-        table ``w`` (2-D) at ``step``."""
+    def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
+                 ) -> list[dict[str, float]]:
+        """The row update's scalars by name (:data:`lookuplinear.ops._clib.SCALARS`), from
+        ``group``'s values, for a table of each ``(width, step)`` of ``at`` (``width``: the
+        columns of the table as a 2-D ``w``). Tables with the same scalars may share a dict."""
         raise NotImplementedError
 
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]

@@ -85,16 +85,26 @@ class Adagrad(RowSparseOptimizer):
 
     _kernel = "adagrad"
 
-    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
-        s = state["sum"]
-        if not (s.is_contiguous() and s.shape == w.shape):
-            return None
-        return s, self._scalars(w, group, step)
+    def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
+                       ) -> list[torch.Tensor | None]:
+        out: list[torch.Tensor | None] = []
+        for w, state in tables:
+            s = state["sum"]
+            out.append(s if s.is_contiguous() and s.shape == w.shape else None)
+        return out
 
-    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
-        return {"clr": self._clr(group, step), "eps": group["eps"],
-                "weight_decay": group["weight_decay"]}
+    def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
+                 ) -> list[dict[str, float]]:
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        by_step: dict[int, dict[str, float]] = {}  # clr depends on the step alone
+        out: list[dict[str, float]] = []
+        for _, step in at:
+            named = by_step.get(step)
+            if named is None:
+                named = by_step[step] = {"clr": self._clr(group, step), "eps": eps,
+                                         "weight_decay": weight_decay}
+            out.append(named)
+        return out
 
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:
@@ -195,16 +205,22 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     _kernel = "rowwise_adagrad"
 
-    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
-        s = state["sum"]
-        if not (s.is_contiguous() and s.shape == w.shape[:1]):
-            return None
-        return s, self._scalars(w, group, step)
+    def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
+                       ) -> list[torch.Tensor | None]:
+        out: list[torch.Tensor | None] = []
+        for w, state in tables:
+            s = state["sum"]
+            out.append(s if s.is_contiguous() and s.shape == w.shape[:1] else None)
+        return out
 
-    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
-        return {"lr": group["lr"], "eps": group["eps"], "weight_decay": group["weight_decay"],
-                "inv_dim": 1 / w.shape[1]}
+    def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
+                 ) -> list[dict[str, float]]:
+        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        out: list[dict[str, float]] = []
+        for width, _ in at:  # inv_dim: the mean over a row of the table
+            out.append({"lr": lr, "eps": eps, "weight_decay": weight_decay,
+                        "inv_dim": 1 / width})
+        return out
 
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:

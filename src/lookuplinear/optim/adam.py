@@ -172,24 +172,37 @@ class Adam(RowSparseOptimizer):
 
     _kernel = "adam"
 
-    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
+    def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
+                 ) -> list[dict[str, float]]:
         """SparseAdam's step size; the L2 factor (Adam) or the touched rows' decay (AdamW)."""
         lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
-        step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
         l2, decay = (0.0, 1 - lr * wd) if self._decoupled else (wd, 1.0)
-        return {"beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
-                "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
-                "l2": l2, "decay": decay}
+        by_step: dict[int, dict[str, float]] = {}  # the step size depends on the step alone
+        out: list[dict[str, float]] = []
+        for _, step in at:
+            named = by_step.get(step)
+            if named is None:
+                step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+                named = by_step[step] = {
+                    "beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
+                    "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
+                    "l2": l2, "decay": decay}
+            out.append(named)
+        return out
 
-    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
-        self._prepare_state(w, state)
-        if not _is_paired(state["exp_avg"], state["exp_avg_sq"]):
-            return None  # the kernel reads a row's m and v as one (2, n) block from m's start
-        m = state["exp_avg"]
-        n = m.shape[1] if m.dim() == 2 else m[0].numel()
-        # the (rows, 2, n) block as the kernel reads it: a row's m, then its v
-        return m.as_strided((m.shape[0], 2 * n), (2 * n, 1)), self._scalars(w, group, step)
+    def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
+                       ) -> list[torch.Tensor | None]:
+        out: list[torch.Tensor | None] = []
+        for w, state in tables:
+            self._prepare_state(w, state)
+            m = state["exp_avg"]
+            if not _is_paired(m, state["exp_avg_sq"]):
+                out.append(None)  # the kernel reads a row's m and v as one (2, n) block
+                continue
+            n = m.shape[1] if m.dim() == 2 else m[0].numel()
+            # the (rows, 2, n) block as the kernel reads it: a row's m, then its v
+            out.append(m.as_strided((m.shape[0], 2 * n), (2 * n, 1)))
+        return out
 
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:

@@ -116,17 +116,23 @@ class SGD(RowSparseOptimizer):
 
     _kernel = "sgd"
 
-    def _scalars(self, w: torch.Tensor, group: dict[str, Any], step: int) -> dict[str, float]:
-        return {"lr": group["lr"], "weight_decay": group["weight_decay"],
-                "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
-                "nesterov": float(group["nesterov"])}
+    def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
+                 ) -> list[dict[str, float]]:
+        named = {"lr": group["lr"], "weight_decay": group["weight_decay"],
+                 "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
+                 "nesterov": float(group["nesterov"])}
+        return [named] * len(at)  # the same for every table and step
 
-    def _kernel_args(self, w: torch.Tensor, state: dict[str, Any], group: dict[str, Any],
-                     step: int) -> tuple[torch.Tensor, dict[str, float]] | None:
-        buf = state.get("momentum_buffer")
-        if buf is not None and not (buf.is_contiguous() and buf.shape == w.shape):
-            return None
-        return _no_state(w.dtype) if buf is None else buf, self._scalars(w, group, step)
+    def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
+                       ) -> list[torch.Tensor | None]:
+        out: list[torch.Tensor | None] = []
+        for w, state in tables:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                out.append(_no_state(w.dtype))
+            else:
+                out.append(buf if buf.is_contiguous() and buf.shape == w.shape else None)
+        return out
 
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:
