@@ -133,3 +133,33 @@ def test_map_table_in_a_collection():
     opt.step()
     state = opt.state[col.table_groups[0]]["sum"]
     torch.testing.assert_close(state[3], g3.pow(2).mean())  # not the old ID's sum plus it
+
+
+@pytest.mark.parametrize(("name", "kw"), [("SGD", {"momentum": 0.9}),
+                                          ("Adagrad", {"initial_accumulator_value": 0.5}),
+                                          ("RowWiseAdagrad", {}), ("Adam", {})])
+def test_a_fused_update_starts_evicted_rows_afresh_as_step_does(name, kw):
+    """Rows given to new IDs get fresh optimizer state in a ``fused=True`` update (which asks
+    for the rows of all its tables at once) as in ``step()``: the same weights and state, to
+    the bit, beside a table that evicts nothing."""
+    runs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        col = LookupCollection([TableConfig("ids", 3, 2, ["ids"], hashing="map"),
+                                TableConfig("other", 8, 3, ["f"])], sparse=True)
+        opt = getattr(optim, name)(col.parameters(), lr=0.1, fused=fused, **kw)
+        for step in range(4):  # new IDs evict rows of a 2-row map
+            kb = KeyedBags.from_dict({"ids": [[10 * step], [10 * step + 1, 7]],
+                                      "f": [[step], [1]]})
+            opt.zero_grad()
+            col(kb).values().pow(2).sum().backward()
+            opt.step()
+        assert col.id_maps["ids"].evicted.numel() > 0
+        runs.append((col, opt))
+    (a, oa), (b, ob) = runs
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+        sa, sb = oa.state[pa], ob.state[pb]
+        assert sa.keys() == sb.keys()
+        for key in sa:
+            assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key

@@ -1035,6 +1035,40 @@ def test_a_fused_table_used_twice_trains_as_unfused(name: str, backend: str) -> 
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
+def test_fused_tables_of_several_groups_widths_and_steps_train_as_unfused(name: str) -> None:
+    """One backward updates tables of two groups (each with its own, scheduled ``lr``), of
+    three widths, whose step counts differ (one table skips every other batch, one comes
+    later): the scalars and states asked once per group give each table its own, to the
+    bit."""
+    runs = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        tables = [LookupLinear(V, d, bias=False, sparse=True) for d in (2, 3, 5, 3)]
+        opt = getattr(optim, name)(
+            [{"params": [t.weight for t in tables[:2]], "lr": 0.2},
+             {"params": [tables[2].weight], "weight_decay": 0.01}], lr=0.1, fused=fused)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+        for step, (bags, _) in enumerate(batches()):
+            if step == 2:
+                opt.add_param_group({"params": [tables[3].weight], "lr": 0.05})
+            used = [t for i, t in enumerate(tables)
+                    if (i != 1 or step % 2 == 0) and (i != 3 or step >= 2)]
+            opt.zero_grad()
+            sum(t(bags).pow(2).sum() for t in used).backward()
+            opt.step()
+            sched.step()
+        runs.append((tables, opt))
+    (ta, oa), (tb, ob) = runs
+    for a, b in zip(ta, tb, strict=True):
+        assert torch.equal(a.weight, b.weight)
+        sa, sb = oa.state[a.weight], ob.state[b.weight]
+        assert sa.keys() == sb.keys()
+        for key in sa:
+            assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
+    assert [oa.state[t.weight]["step"] for t in ta] == [STEPS, STEPS // 2, STEPS, STEPS - 2]
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_kernels_split_over_threads_give_the_same_bits(name: str) -> None:
     """Batches large enough for the C kernels to split them over PyTorch's threads (the
     forward's rows, the fused update's rows, the stored gradient's update): the same weights on
