@@ -804,20 +804,14 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
 
 @pytest.mark.parametrize("one_id", [True, False])
 def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
-    """Tables of three widths and one of another dtype, bound to a fused optimizer: a batch
-    (one ID per feature, or bags) over tables of one dtype is looked up by one forward kernel
-    call, and the fused optimizer's update is one operator call for all tables, whatever
-    their widths; the weights equal ``fused=False``'s (the operators, no such call) to the
-    bit."""
-    import lookuplinear.modules.batched as collection_module
+    """Tables of three widths and one of another dtype, bound to a fused optimizer: the fused
+    optimizer's update is one operator call for all tables, whatever their widths, and the
+    lookups are the operators ``fused=False`` calls; the weights equal ``fused=False``'s to
+    the bit."""
     import lookuplinear.ops._rows as rows_module
 
     calls: list[str] = []
-    gather, function, op = rows_module.gather_into, rows_module.function, rows_module._op
-
-    def counted_gather(tables, out):
-        calls.append(f"gather {len(tables)}")
-        return gather(tables, out)
+    function, op = rows_module.function, rows_module._op
 
     def counted_function(name, variant=""):
         fn = function(name, variant)
@@ -828,7 +822,6 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
         fn = op(name)
         return lambda *args: (calls.append(name), fn(*args))[1]
 
-    monkeypatch.setattr(collection_module, "gather_into", counted_gather)
     monkeypatch.setattr(rows_module, "function", counted_function)
     monkeypatch.setattr(rows_module, "_op", counted_op)
     for dtypes in ([torch.float64] * 4, [torch.float64] * 3 + [torch.float32]):
@@ -852,15 +845,12 @@ def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
                 assert updates == ["rows_fused_"]
             else:
                 assert not updates
+            # the operators: bag_lookup for bags, gather_groups for one ID over one dtype (the
+            # same C kernel, called by the Python registration's kernel through this module,
+            # by the C++ one directly)
             forward = [c for c in calls if c.startswith(("ll_gather_into", "ll_bag_sum_into"))]
-            if len(set(dtypes)) == 1 and fused:  # one forward call
-                assert forward == (["ll_gather_into_f64"] if one_id else ["ll_bag_sum_into_f64"])
-                assert calls.count("gather 3") == one_id
-            elif not fused:  # the operators: bag_lookup for bags, gather_groups for one ID
-                # over one dtype (the same C kernel, called by the Python registration's
-                # kernel through this module, by the C++ one directly)
-                same = one_id and len(set(dtypes)) == 1
-                assert forward in (([], ["ll_gather_into_f64"]) if same else ([],))
+            same = one_id and len(set(dtypes)) == 1
+            assert forward in (([], ["ll_gather_into_f64"]) if same else ([],))
         assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 

@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import lookuplinear.ops.library as library
 from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ids.hashing import hash_ids
-from lookuplinear.ops import _idmap, bag_max, segment_triples
+from lookuplinear.ops import _idmap, bag_max, group_rows, segment_triples
 
 ops = torch.ops.lookuplinear
 
@@ -112,24 +112,26 @@ def test_bag_lookup_opcheck(name: str, kw: dict[str, Any]) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_bag_lookup_gradient_densifies_to_the_eager_one_to_the_bit(
         name: str, kw: dict[str, Any], dtype: torch.dtype) -> None:
-    """The operator's gradient, one row per entry, densified or coalesced, is the eager
-    ``bag_lookup``'s to the bit: each row summed by the eager backward's kernel, whose weighted
-    sums fuse each multiply-add where torch ops round the product first (a mean table's
-    weights are rarely exact in binary). Rows ``row_sums`` left at -0.0 change no bit."""
-    from lookuplinear.ops.autograd import bag_lookup
-
+    """The operator's gradient, one row per entry, densified or coalesced, is the grouping's
+    (``group_rows``, which the fused update sums by) to the bit: each row summed by the same
+    kernel, whose weighted sums fuse each multiply-add where torch ops round the product first
+    (a mean table's weights are rarely exact in binary). Rows ``row_sums`` left at -0.0 change
+    no bit."""
     kw = {**kw, "weights": kw["weights"].to(dtype)} if "weights" in kw else kw
     g = torch.Generator().manual_seed(3)
     weight = torch.randn(10, 5, dtype=dtype, generator=g)
-    grads = []
-    for lookup in (ops.bag_lookup, bag_lookup):
-        w = weight.clone().requires_grad_()
-        out = lookup(w, **kw)
-        out.backward(torch.randn(out.shape, dtype=dtype, generator=torch.Generator()
-                                 .manual_seed(4)))
-        assert w.grad is not None and w.grad.is_sparse
-        grads.append(w.grad)
-    ours, eager = grads
+    w = weight.clone().requires_grad_()
+    out = ops.bag_lookup(w, **kw)
+    grad_out = torch.randn(out.shape, dtype=dtype, generator=torch.Generator().manual_seed(4))
+    out.backward(grad_out)
+    ours = w.grad
+    assert ours is not None and ours.is_sparse
+    offsets = kw.get("offsets")
+    if offsets is not None and not kw.get("include_last_offset", True):
+        offsets = torch.cat([offsets, offsets.new_tensor([kw["indices"].numel()])])
+    rows, values = group_rows(grad_out.reshape(-1, 5), 10, kw["indices"].reshape(-1),
+                                  offsets, kw.get("weights"), kw.get("padding_idx"))
+    eager = torch.sparse_coo_tensor(rows.unsqueeze(0), values, (10, 5))
     assert ours._nnz() == kw["indices"].numel() - (
         0 if kw.get("padding_idx") is None else int((kw["indices"] == kw["padding_idx"]).sum()))
     assert torch.equal(ours.to_dense(), eager.to_dense())

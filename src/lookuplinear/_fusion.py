@@ -203,22 +203,16 @@ class FusedBinding:
         """The optimizer, or None once it is gone."""
         return None if self._optimizer is None else self._optimizer()
 
-    def defer(self, node: Any, lookup: Any, grad_out: torch.Tensor) -> bool:
-        """Keep ``(lookup, grad_out)`` for the update at the end of this backward; False (nothing
-        kept: the caller returns the gradient) if the optimizer or the parameter is gone, or
-        the running backward does not accumulate into the parameter (``node``: its
-        ``AccumulateGrad``, where the lookup's gradient edge leads)."""
+    def defer(self, lookup: Any, grad_out: torch.Tensor) -> bool:
+        """Keep ``(lookup, grad_out)`` for the update at the end of the running backward, which
+        accumulates into the parameter (the operators' backward asks that first:
+        :func:`lookuplinear.ops.library.fused_defer`); False (nothing kept: the caller returns
+        the gradient) if the optimizer or the parameter is gone."""
         # written out (the optimizer, the queue's entry): this runs per lookup per backward
         opt = None if self._optimizer is None else self._optimizer()
         param = None if self._param is None else self._param()
         if opt is None or param is None:
             return False
-        try:  # True in loss.backward() and in backward(inputs=...) naming the parameter;
-            # False in autograd.grad() and in backward(inputs=...) without it
-            if not torch._C._will_engine_execute_node(node):
-                return False
-        except RuntimeError:  # autograd.grad() returns this parameter's gradient (torch
-            return False      # refuses the question for a leaf it captures)
         queue = opt._backward_queue
         task = torch._C._current_graph_task_id()
         pending = queue._open.get(task) or queue._pending(task)
@@ -288,6 +282,7 @@ def bind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
         if param.requires_grad:
             found.hook = param.register_post_accumulate_grad_hook(found.accumulated)
         setattr(param, _ATTR, found)
+        torch.ops.lookuplinear.fused_bind(param, True)  # the operators' backward asks
 
 
 def check_free(params: Iterable[torch.Tensor], optimizer: Any) -> None:
@@ -316,6 +311,7 @@ def unbind(params: Iterable[torch.Tensor], optimizer: FusedOptimizer) -> None:
             found = param.__dict__.pop(_ATTR)
             if found.hook is not None:
                 found.hook.remove()
+            torch.ops.lookuplinear.fused_bind(param, False)
 
 
 def bound_to(param: torch.Tensor) -> FusedOptimizer | None:

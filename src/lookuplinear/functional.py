@@ -16,7 +16,6 @@ import numpy as np
 import torch
 from torch.autograd import forward_ad
 
-from ._fusion import binding
 from .errors import (
     DeviceMismatchError,
     DtypeMismatchError,
@@ -26,7 +25,7 @@ from .errors import (
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import capturing, offsets_ok, values_known
-from .ops._backend import _chosen, torch_only
+from .ops._backend import torch_only
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
@@ -193,7 +192,7 @@ def lookup_linear(
         and weight.is_cpu
         and weight.dim() == 2
     ):  # the common case in one place: its Python costs show beside a small lookup
-        op = sparse and _eager_op(weight)  # the operator, which checks the offsets itself
+        op = sparse and _eager_op()  # the operator, which checks the offsets itself
         if (
             offsets is None
             and per_sample_weights is None
@@ -514,15 +513,11 @@ _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _BAG_MAX = torch.ops.lookuplinear.bag_max.default
 
 
-def _eager_op(weight: torch.Tensor) -> bool:
-    """Whether a sum lookup on ``weight`` calls the operator: always in a graph that
-    ``torch.compile`` or ``torch.export`` records, else unless ``weight`` is bound to a
-    ``fused=True`` optimizer, a ``torch.jit.trace`` records, or ``LOOKUPLINEAR_BACKEND=torch``
-    asks for torch ops everywhere (the operator's CPU backward is the C grouping)
-    (:func:`_sparse_sum`)."""
-    # torch_only() written out: is_compiling() is False here, so it is one context read
-    return torch.compiler.is_compiling() or (
-        binding(weight) is None and not torch.jit.is_tracing() and _chosen.get() != "torch")
+def _eager_op() -> bool:
+    """Whether a sum lookup with a row-sparse gradient calls the operator
+    ``lookuplinear::bag_lookup``: always, but while a ``torch.jit.trace`` records (whose graph
+    and ONNX export hold ATen's ops: :func:`_sparse_sum`)."""
+    return not torch.jit.is_tracing()
 
 
 def _sparse_sum(
@@ -535,10 +530,10 @@ def _sparse_sum(
     """The sum lookup whose weight gradient is row-sparse: the operator
     ``lookuplinear::bag_lookup`` (``offsets``: CSR, or None for index input), whose backward
     gives one row per entry, the entries sorted by row, each row's sum at its first entry
-    (:mod:`lookuplinear.ops.library`). A table bound to a ``fused=True`` optimizer, whose
-    backward hands the gradient to the optimizer, and a ``torch.jit.trace`` (whose graph and
-    ONNX export hold ATen's ops) take :func:`~lookuplinear.ops.autograd.bag_lookup`."""
-    if _eager_op(weight):
+    (:mod:`lookuplinear.ops.library`; a table bound to a ``fused=True`` optimizer hands it
+    to the optimizer instead). A ``torch.jit.trace`` (whose graph and ONNX export hold ATen's
+    ops) takes torch's own sparse lookup (:func:`~lookuplinear.ops.autograd.bag_lookup`)."""
+    if _eager_op():
         return _BAG_LOOKUP(weight, indices, offsets, per_sample_weights, padding_idx)
     return bag_lookup(weight, indices, offsets, per_sample_weights, padding_idx)
 

@@ -15,30 +15,21 @@ side by side in output order by the same operator: the reference the batched way
 calls and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), and the
 sparse gradient has their one layout.
 
-A table bound to a ``fused=True`` optimizer, whose backward hands its gradient to the optimizer
-(:mod:`lookuplinear._fusion`), is the exception: the usual batch of a collection with such a
-table is written by one kernel call straight into the output (:class:`GroupLookups`).
+A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
+its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` takes the way
+of any other batch, whose lookups are then torch's own.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from ..functional import _eager_op, lookup_linear
-from ..ops import (
-    bag_sum_into,
-    gather_into,
-    one_id_rows,
-    segment_tensor,
-    segment_triples,
-    shifted_rows,
-)
-from ..ops.autograd import GroupLookups
+from ..ops import one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -101,13 +92,9 @@ class BatchedLookup:
         self._all_columns = [c for group in plan.groups for c in group.columns]
         self._segments: dict[Any, tuple[int, ...]] = {}
         #: the usual batch's groups' outputs put in feature order (a one-ID batch's, example-major,
-        #: under True; bags', feature-major, under False): their segments, as a tensor, and the
-        #: outputs' kinds (:class:`GroupLookups`')
+        #: under True; bags', feature-major, under False): their segments
         self._written_segs = {one_id: self._segments_of(
             [(feats, not one_id) for _, feats in self.groups]) for one_id in (True, False)}
-        self._written_segs_tensor = {k: segment_tensor(v) for k, v in self._written_segs.items()}
-        self._kinds = {one_id: [(not one_id, len(feats)) for _, feats in self.groups]
-                       for one_id in (True, False)}
         self._at = [list(group.positions) for group in plan.groups]
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
@@ -135,7 +122,7 @@ class BatchedLookup:
         n = kb.batch_size
         whole = self._shifted(kb, n, tables) if sparse or recording else None
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
-                and (len(self.groups) == 1 or not recording)):
+                and (len(self.groups) == 1 or not recording) and _eager_op()):
             return self._written(whole, n, table_groups, tables)
         return self._per_group(kb, table_groups, sparse, tables)
 
@@ -204,10 +191,7 @@ class BatchedLookup:
         lookup's); else each group's part of it (one group's rows, or its features' bags)
         looked up by the operator ``lookuplinear::bag_lookup``, the outputs put in feature
         order by the operator ``lookuplinear::in_feature_order`` (none needed for one group's
-        rows). A collection with a table bound to a ``fused=True`` optimizer:
-        :meth:`_written_at_once`."""
-        if not all(map(_eager_op, table_groups)):  # as a single table's sum lookup decides
-            return self._written_at_once(whole, n, table_groups, tables)
+        rows)."""
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
             for g, feats in self.groups:
@@ -254,53 +238,6 @@ class BatchedLookup:
                 pieces.append(whole.indices[starts[f]:starts[f + 1]])
             parts.append((torch.cat(pieces), own))
         return parts
-
-    def _written_at_once(self, whole: torch.Tensor | Bags, n: int,
-                         table_groups: nn.ParameterList, tables: TableReader) -> torch.Tensor:
-        """:meth:`_written` for a collection with a table bound to a ``fused=True`` optimizer:
-        looked up by one kernel call straight into the ``(N, sum of dims)`` output in feature
-        order (a one-ID batch's rows gathered, or bags summed; one group's bags: one
-        ``embedding_bag`` and one copy), the backward handing each group's gradient to its
-        optimizer (:class:`~lookuplinear.ops.autograd.GroupLookups`)."""
-        one_id = isinstance(whole, torch.Tensor)
-        if not one_id and len(self.groups) == 1:
-            # one group's bags: one embedding_bag, whose ATen kernel beats the one-call
-            # kernel's at one width, then one copy into example order (its backward one too)
-            g, feats = self.groups[0]
-            dim = table_groups[g].shape[1]
-            flat = lookup_linear(tables._drawn(g, whole), table_groups[g], None, sparse=True)
-            return flat.view(len(feats), n, dim).transpose(0, 1).reshape(n, len(feats) * dim)
-        segs = self._written_segs_tensor[one_id]
-        kinds = self._kinds[one_id]
-        weights: list[torch.Tensor] = []
-        indices: list[torch.Tensor] = []  # each group's lookup: one entry per row, or bags
-        offsets: list[torch.Tensor | None] = []
-        write: Callable[[torch.Tensor], bool]
-        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
-            rows_of = []
-            for g, feats in self.groups:
-                rows = self._group_rows(whole, g, len(feats), n)
-                if self.stored:
-                    rows = tables._drawn(g, rows)
-                weights.append(table_groups[g])
-                indices.append(rows.reshape(-1))
-                offsets.append(None)
-                rows_of.append((weights[-1], rows, self._cols[g]))
-            write = functools.partial(gather_into, rows_of)
-        else:  # each group's F_g * N bags; the kernel reads every feature's from ``whole``
-            for (g, _), (idx, off) in zip(self.groups, self._split(whole, n), strict=True):
-                if self.stored:
-                    bags = tables._drawn(g, Bags.from_checked(idx, off))
-                    idx, off = bags.indices, bags.offsets
-                weights.append(table_groups[g])
-                indices.append(idx)
-                offsets.append(off)
-            write = functools.partial(bag_sum_into,
-                                      list(map(weights.__getitem__, self.plan.feature_group)),
-                                      self._feature_cols, whole.indices, whole.offsets)
-        values: torch.Tensor = GroupLookups.apply(indices, offsets, write, segs, kinds, n,
-                                                  self.plan.width, *weights)
-        return values
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
         """``tables.rows(kb, feature)`` with every index checked against its table's rows."""

@@ -50,6 +50,15 @@ The operators:
   (``bag_max_backward``: its weight gradient).
 * ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
   weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
+* ``fused_bind(table, bind)``: name (``bind=True``) or forget a table bound to a
+  ``fused=True`` optimizer (:mod:`lookuplinear._fusion`). In a backward that accumulates into
+  such a table (``loss.backward()``, or ``backward(inputs=...)`` naming it; not
+  ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup`` and
+  of ``gather_groups`` hands the table's ``grad_out`` and its lookup to
+  ``fused_defer(table, grad_out, indices, offsets, weights, padding_idx)``, which the
+  optimizer's side implements (:func:`fused_defer`): where it returns True, the backward
+  returns no gradient for the table, whose rows the optimizer updates at the end of the
+  backward.
 * ``row_sums(grad, indices, offsets, weights, padding_idx, num_rows)``: ``bag_lookup``'s
   weight gradient one row per entry, ``(rows, values)``: the entries' rows sorted (stably,
   padding entries among them), each row's sum (as :func:`~lookuplinear.ops.group_rows` sums
@@ -90,6 +99,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from .._fusion import binding
 from ..errors import InputValueError, LookupIndexError, OffsetsError
 from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
 from ._columns import deinterleave as _deinterleave
@@ -97,14 +107,15 @@ from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
+from ._hooks import WATCHERS, notify
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
-__all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows", "mode_weights",
-           "per_sample_weights_grad", "project_error", "routed"]
+__all__ = ["decompositions", "entry_grads", "fused_defer", "idmap_find", "idmap_rows",
+           "mode_weights", "per_sample_weights_grad", "project_error", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -123,6 +134,9 @@ SCHEMAS = (
     "SymInt nnz) -> Tensor",
     "row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
     "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)",
+    "fused_bind(Tensor table, bool bind) -> ()",
+    "fused_defer(Tensor table, Tensor grad_out, Tensor indices, Tensor? offsets, "
+    "Tensor? weights, int? padding_idx) -> bool",
 )
 
 #: whether the C++ extension defines the operators (:mod:`._extension`); else they are
@@ -323,9 +337,62 @@ def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torc
     return grad.to(dtype)
 
 
+# ---- fused_bind, fused_defer ---------------------------------------------------------------
+
+
+def fused_defer(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Tensor,
+                offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                padding_idx: int | None = None) -> bool:
+    """The operator ``lookuplinear::fused_defer``: hand the gradient ``grad_out`` of a lookup
+    of ``table`` (``indices``, ``offsets``, ``weights``, ``padding_idx``: as
+    :func:`~lookuplinear.ops.group_rows` takes them) to the ``fused=True`` optimizer bound to
+    ``table``, for its update at the end of the running backward; whether it took them (False:
+    the optimizer or the table is gone, and the caller returns the gradient). The rows
+    the update will change are told to the table's row watchers (a checkpoint's), which no
+    gradient hook tells."""
+    found = binding(table)
+    if found is None or not found.defer((indices, offsets, weights, padding_idx), grad_out):
+        return False
+    if WATCHERS:
+        notify(table, indices)
+    return True
+
+
+def _fused_bind(table: torch.Tensor, bind: bool) -> None:
+    """Registered from Python, the operators' backward reads the binding itself
+    (:func:`_fused_taken`)."""
+
+
+_impl("fused_defer", fused_defer, "CompositeExplicitAutograd")
+_impl("fused_bind", _fused_bind, "CompositeExplicitAutograd")
+
+
+def _fused_taken(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Tensor,
+                 offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                 padding_idx: int | None = None) -> bool:
+    """In a backward, whether the ``fused=True`` optimizer bound to ``table`` took the gradient
+    of its lookup (:func:`fused_defer`): only where the backward accumulates into ``table``
+    (``loss.backward()``, ``backward(inputs=...)`` naming it; not ``autograd.grad``, which
+    captures its gradient, nor a gradient with a graph under ``create_graph=True``). What the
+    C++ operators' backward asks, asked from Python."""
+    if torch.is_grad_enabled() or binding(table) is None:
+        return False
+    try:
+        if not torch._C._will_engine_execute_node(
+                torch.autograd.graph.get_gradient_edge(table).node):
+            return False
+    except RuntimeError:  # autograd.grad() returns this table's gradient (torch refuses the
+        return False      # question for a leaf it captures)
+    return fused_defer(table, grad_out, indices, offsets, weights, padding_idx)
+
+
+# ---- bag_lookup's backward -----------------------------------------------------------------
+
+
 def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any],
                       output: torch.Tensor) -> None:
     weight, indices, offsets, weights, padding_idx = inputs
+    ctx.table = weight  # the parameter itself: a fused=True optimizer may be bound to it
     if weights is not None and ctx.needs_input_grad[3]:
         ctx.save_for_backward(indices, offsets, weights, weight)
     else:
@@ -346,8 +413,11 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
         offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
     grad_weight = grad_weights = None
-    if ctx.needs_input_grad[0] and (torch.is_grad_enabled() or (offsets is None
-                                                                and weights is None)):
+    if ctx.needs_input_grad[0] and _fused_taken(ctx.table, g, idx, offsets, weights,
+                                                ctx.padding_idx):
+        pass  # taken by the table's fused=True optimizer: no gradient
+    elif ctx.needs_input_grad[0] and (torch.is_grad_enabled() or (offsets is None
+                                                                  and weights is None)):
         grad_weight = entry_grads(idx, offsets, weights, ctx.padding_idx, g, ctx.shape)
     elif ctx.needs_input_grad[0]:
         rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, ctx.padding_idx,
@@ -672,6 +742,7 @@ def _gather_groups_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor
     weights, rows, columns, width = inputs
     ctx.segments = _gather_groups_segments(weights, rows, columns, width)
     ctx.shapes = [tuple(w.shape) for w in weights]
+    ctx.tables = weights  # the parameters: a fused=True optimizer may be bound to one
     ctx.save_for_backward(*rows)
 
 
@@ -681,8 +752,11 @@ def _gather_groups_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     rows = ctx.saved_tensors
     parts = torch.ops.lookuplinear.in_feature_order_backward(grad, [0] * len(rows),
                                                              ctx.segments)
-    grads = [entry_grads(r.reshape(-1), None, None, None, part.reshape(-1, shape[1]), shape)
-             for r, part, shape in zip(rows, parts, ctx.shapes, strict=True)]
+    grads: list[torch.Tensor | None] = []
+    for r, part, shape, table in zip(rows, parts, ctx.shapes, ctx.tables, strict=True):
+        g, idx = part.reshape(-1, shape[1]), r.reshape(-1)
+        grads.append(None if _fused_taken(table, g, idx)  # taken by a fused=True optimizer
+                     else entry_grads(idx, None, None, None, g, shape))
     return grads, [None] * len(rows), None, None
 
 

@@ -14,10 +14,15 @@
 // (ValueError) for offsets or weights that do not fit the entries.
 #include <torch/library.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <limits>
 #include <sstream>
 #include <tuple>
@@ -720,6 +725,70 @@ Tensor per_sample_weights_grad(const Tensor &g, const Tensor &weight, const Tens
     return grad.to(dtype);
 }
 
+// ---- tables an optimizer updates in the backward ------------------------------------------
+// A table bound to a fused=True optimizer (lookuplinear/_fusion.py) is named here by
+// fused_bind. In a backward that accumulates into such a table, its lookup's backward hands
+// (grad_out, the lookup) to the optimizer (the operator fused_defer, implemented by the
+// optimizer's side) instead of returning the weight gradient; where the operator says it took
+// them, no gradient is returned. The rows are updated at the end of the backward.
+
+std::mutex bound_mutex;
+std::atomic<size_t> bound_count{0};
+// the bound tables, by their TensorImpl; the weak reference keeps the address from being
+// reused while it is here, and says whether the table is still alive
+std::unordered_map<const c10::TensorImpl *, c10::weak_intrusive_ptr<c10::TensorImpl>> bound;
+
+void fused_bind(const Tensor &table, bool bind) {
+    std::lock_guard<std::mutex> lock(bound_mutex);
+    for (auto it = bound.begin(); it != bound.end();)  // the tables gone since
+        it = it->second.expired() ? bound.erase(it) : std::next(it);
+    if (bind)
+        bound.insert_or_assign(table.unsafeGetTensorImpl(),
+                               c10::weak_intrusive_ptr<c10::TensorImpl>(table.getIntrusivePtr()));
+    else
+        bound.erase(table.unsafeGetTensorImpl());
+    bound_count.store(bound.size());
+}
+
+// The bound table the running node's gradient edge `edge` accumulates into in this backward,
+// or an undefined tensor: none bound, a gradient with a graph (create_graph=True), an edge
+// that leads elsewhere, or a backward that does not accumulate into it (autograd.grad, which
+// captures the table's gradient, or backward(inputs=...) without the table)
+Tensor fused_table(size_t edge) {
+    if (bound_count.load(std::memory_order_relaxed) == 0 || at::GradMode::is_enabled())
+        return Tensor();
+    const auto node = torch::autograd::get_current_node();
+    if (!node || edge >= node->num_outputs()) return Tensor();
+    auto *acc = dynamic_cast<torch::autograd::AccumulateGrad *>(node->next_edge(edge).function.get());
+    if (acc == nullptr) return Tensor();
+    const Tensor &table = acc->variable;
+    {
+        std::lock_guard<std::mutex> lock(bound_mutex);
+        const auto it = bound.find(table.unsafeGetTensorImpl());
+        if (it == bound.end() || it->second.expired()) return Tensor();
+    }
+    const auto *info = torch::autograd::get_current_graph_task_exec_info();
+    if (info == nullptr) return Tensor();
+    if (!info->empty()) {  // autograd.grad or backward(inputs=...): executed only if needed
+        const auto it = info->find(acc);
+        if (it == info->end() || !it->second.needed_) return Tensor();
+    }
+    return table;
+}
+
+// whether the optimizer bound to `table` took this lookup's gradient (fused_defer)
+bool fused_defer(const Tensor &table, const Tensor &grad_out, const Tensor &indices,
+                 const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                 optional<int64_t> padding_idx) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("lookuplinear::fused_defer", "")
+                         .typed<bool(const Tensor &, const Tensor &, const Tensor &,
+                                     const optional<Tensor> &, const optional<Tensor> &,
+                                     optional<int64_t>)>();
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(table, grad_out, indices, offsets, weights, padding_idx);
+}
+
 struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
     static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
                           const Tensor &indices, const optional<Tensor> &offsets,
@@ -758,7 +827,10 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
             offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
         Tensor grad_weight, grad_weights;
         const std::vector<c10::SymInt> shape{rows, dim};
-        if (ctx->needs_input_grad(0) &&
+        const Tensor table = ctx->needs_input_grad(0) ? fused_table(0) : Tensor();
+        if (table.defined() && fused_defer(table, g, idx, offsets, weights, padding_idx)) {
+            // taken by the table's fused=True optimizer: no gradient
+        } else if (ctx->needs_input_grad(0) &&
             (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))) {
             // each entry's contribution: a graph to differentiate, or, for an index tensor (one
             // entry per output row), nn.Embedding(sparse=True)'s gradient as it is
@@ -834,6 +906,9 @@ TORCH_LIBRARY(lookuplinear, m) {
           "Tensor");
     m.def("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
           "SymInt nnz) -> Tensor");
+    m.def("fused_bind(Tensor table, bool bind) -> ()");
+    m.def("fused_defer(Tensor table, Tensor grad_out, Tensor indices, Tensor? offsets, "
+          "Tensor? weights, int? padding_idx) -> bool");
     m.def("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
           "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)");
 }
@@ -856,6 +931,7 @@ TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
 TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     using namespace lookuplinear;
     m.impl("bag_lookup", &bag_lookup_other);
+    m.impl("fused_bind", &fused_bind);  // on every device
     m.impl("in_feature_order", &in_feature_order_twin);
     m.impl("idmap_find", &idmap_find_twin);
     m.impl("idmap_rows", &idmap_rows_twin);
@@ -1235,6 +1311,11 @@ struct GatherGroupsFunction : public torch::autograd::Function<GatherGroupsFunct
             if (!ctx->needs_input_grad(g)) continue;
             const c10::SymInt num = ctx->saved_data["rows" + std::to_string(g)].toSymInt(),
                               dim = ctx->saved_data["dim" + std::to_string(g)].toSymInt();
+            const Tensor table = fused_table(g);
+            if (table.defined() &&
+                fused_defer(table, parts[g].reshape_symint({-1, dim}), rows[g].reshape(-1),
+                            optional<Tensor>(), optional<Tensor>(), optional<int64_t>()))
+                continue;  // taken by the table's fused=True optimizer
             const std::vector<c10::SymInt> shape{num, dim};
             out[g] = entry_grads(rows[g].reshape(-1), optional<Tensor>(), optional<Tensor>(),
                                  optional<int64_t>(), parts[g].reshape_symint({-1, dim}),
