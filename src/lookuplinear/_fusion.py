@@ -56,7 +56,7 @@ import torch
 from .errors import FusedAccumulationWarning, InputValueError
 
 __all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updates", "bind",
-           "binding", "bound_to", "check_free", "reserve", "unbind"]
+           "binding", "bound_to", "check_free", "defer", "reserve", "unbind"]
 
 #: the one attribute the library sets on a parameter: its in-backward owner
 _ATTR = "_lookuplinear_in_backward"
@@ -112,7 +112,7 @@ class BackwardQueue:
     def take(self, task: int, param: torch.Tensor, grad: torch.Tensor) -> None:
         """Take ``param``'s accumulated gradient ``grad`` into the update at the end of the
         backward pass ``task``: a row-sparse one always, any other where a lookup of
-        ``param`` handed its gradient over in the same backward (:meth:`FusedBinding.defer`)."""
+        ``param`` handed its gradient over in the same backward (:func:`defer`)."""
         pending = self._open.get(task)
         if not grad.is_sparse and (pending is None or id(param) not in pending.updates):
             return
@@ -139,8 +139,10 @@ class BackwardQueue:
         opt = self._optimizer()
         if opt is None:
             return
-        updated = bool(pending.updates) and opt._apply_fused(
-            [(p, lookups, key in pending.stored) for key, (p, lookups) in pending.updates.items()])
+        updates: Updates = []
+        for key, (p, lookups) in pending.updates.items():
+            updates.append((p, lookups, key in pending.stored))
+        updated = bool(updates) and opt._apply_fused(updates)
         if updated or pending.inner:
             self._count(opt)
 
@@ -203,26 +205,6 @@ class FusedBinding:
         """The optimizer, or None once it is gone."""
         return None if self._optimizer is None else self._optimizer()
 
-    def defer(self, lookup: Any, grad_out: torch.Tensor) -> bool:
-        """Keep ``(lookup, grad_out)`` for the update at the end of the running backward, which
-        accumulates into the parameter (the operators' backward asks that first:
-        :func:`lookuplinear.ops.library.fused_defer`); False (nothing kept: the caller returns
-        the gradient) if the optimizer or the parameter is gone."""
-        # written out (the optimizer, the queue's entry): this runs per lookup per backward
-        opt = None if self._optimizer is None else self._optimizer()
-        param = None if self._param is None else self._param()
-        if opt is None or param is None:
-            return False
-        queue = opt._backward_queue
-        task = torch._C._current_graph_task_id()
-        pending = queue._open.get(task) or queue._pending(task)
-        uses = pending.updates.get(id(param))
-        if uses is None:
-            pending.updates[id(param)] = (param, [(lookup, grad_out)])
-        else:
-            uses[1].append((lookup, grad_out))
-        return True
-
     def accumulated(self, param: torch.Tensor) -> None:
         """``param``'s post-accumulate-grad hook: its gradient, accumulated in a backward,
         taken by the update at the end of it (:meth:`BackwardQueue.take`); a gradient with a
@@ -247,6 +229,37 @@ class Reserved(FusedBinding):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Reserved, (self.by,))
+
+
+def defer(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Tensor,
+          offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+          padding_idx: int | None = None) -> bool:
+    """The operator ``lookuplinear::fused_defer`` (:mod:`lookuplinear.ops.library`), which the
+    operators' backward calls in a backward that accumulates into ``table``: keep the gradient
+    ``grad_out`` of a lookup of ``table`` (``indices``, ``offsets``, ``weights``,
+    ``padding_idx``: as :func:`~lookuplinear.ops.group_rows` takes them) for the update at the
+    end of the running backward by the ``fused=True`` optimizer bound to ``table``; False
+    (nothing kept: the caller returns the gradient) if none is bound, or the optimizer or the
+    table is gone."""
+    # written out (the binding, the optimizer, the queue's entry): this runs per lookup per
+    # backward
+    found: FusedBinding | None = table.__dict__.get(_ATTR)
+    if found is None or found._optimizer is None or found._param is None:
+        return False
+    opt = found._optimizer()
+    param = found._param()
+    if opt is None or param is None:
+        return False
+    queue = opt._backward_queue
+    task = torch._C._current_graph_task_id()
+    pending = queue._open.get(task) or queue._pending(task)
+    uses = pending.updates.get(id(param))
+    lookup = (indices, offsets, weights, padding_idx)
+    if uses is None:
+        pending.updates[id(param)] = (param, [(lookup, grad_out)])
+    else:
+        uses[1].append((lookup, grad_out))
+    return True
 
 
 def reserve(params: Iterable[torch.Tensor], by: str) -> None:

@@ -3,7 +3,8 @@ from below: an event, *rows updated*, and the table's allocator of optimizer sta
 
 * :func:`on_rows_updated` / :func:`notify`: a lookup's backward whose gradient a ``fused=True``
   optimizer takes (:mod:`lookuplinear._fusion`) stores none, so no gradient hook sees its rows;
-  it calls :func:`notify` with them instead, and whoever follows the table's rows (a
+  the optimizer's update calls :func:`notify` with them instead, and whoever follows the
+  table's rows (a
   checkpoint's :class:`~lookuplinear.storage.rowwatch.RowTracker`) subscribed with
   :func:`on_rows_updated`.
 * :func:`provide_state` / :func:`state_tensor`: a table that keeps its optimizer state

@@ -56,9 +56,9 @@ The operators:
   ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup`` and
   of ``gather_groups`` hands the table's ``grad_out`` and its lookup to
   ``fused_defer(table, grad_out, indices, offsets, weights, padding_idx)``, which the
-  optimizer's side implements (:func:`fused_defer`): where it returns True, the backward
-  returns no gradient for the table, whose rows the optimizer updates at the end of the
-  backward.
+  optimizer's side implements (:func:`lookuplinear._fusion.defer`): where it returns True,
+  the backward returns no gradient for the table, whose rows the optimizer updates at the end
+  of the backward (and tells the table's row watchers, :mod:`._hooks`, which rows).
 * ``row_sums(grad, indices, offsets, weights, padding_idx, num_rows)``: ``bag_lookup``'s
   weight gradient one row per entry, ``(rows, values)``: the entries' rows sorted (stably,
   padding entries among them), each row's sum (as :func:`~lookuplinear.ops.group_rows` sums
@@ -100,6 +100,7 @@ from typing import Any, TypeVar
 import torch
 
 from .._fusion import binding
+from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError, OffsetsError
 from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
 from ._columns import deinterleave as _deinterleave
@@ -107,14 +108,13 @@ from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
-from ._hooks import WATCHERS, notify
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
 from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
-__all__ = ["decompositions", "entry_grads", "fused_defer", "idmap_find", "idmap_rows",
+__all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows",
            "mode_weights", "per_sample_weights_grad", "project_error", "routed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -340,24 +340,6 @@ def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torc
 # ---- fused_bind, fused_defer ---------------------------------------------------------------
 
 
-def fused_defer(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Tensor,
-                offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                padding_idx: int | None = None) -> bool:
-    """The operator ``lookuplinear::fused_defer``: hand the gradient ``grad_out`` of a lookup
-    of ``table`` (``indices``, ``offsets``, ``weights``, ``padding_idx``: as
-    :func:`~lookuplinear.ops.group_rows` takes them) to the ``fused=True`` optimizer bound to
-    ``table``, for its update at the end of the running backward; whether it took them (False:
-    the optimizer or the table is gone, and the caller returns the gradient). The rows
-    the update will change are told to the table's row watchers (a checkpoint's), which no
-    gradient hook tells."""
-    found = binding(table)
-    if found is None or not found.defer((indices, offsets, weights, padding_idx), grad_out):
-        return False
-    if WATCHERS:
-        notify(table, indices)
-    return True
-
-
 def _fused_bind(table: torch.Tensor, bind: bool) -> None:
     """Registered from Python, the operators' backward reads the binding itself
     (:func:`_fused_taken`)."""
@@ -371,9 +353,10 @@ def _fused_taken(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Ten
                  offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                  padding_idx: int | None = None) -> bool:
     """In a backward, whether the ``fused=True`` optimizer bound to ``table`` took the gradient
-    of its lookup (:func:`fused_defer`): only where the backward accumulates into ``table``
-    (``loss.backward()``, ``backward(inputs=...)`` naming it; not ``autograd.grad``, which
-    captures its gradient, nor a gradient with a graph under ``create_graph=True``). What the
+    of its lookup (:func:`lookuplinear._fusion.defer`): only where the backward accumulates
+    into ``table`` (``loss.backward()``, ``backward(inputs=...)`` naming it; not
+    ``autograd.grad``, which captures its gradient, nor a gradient with a graph under
+    ``create_graph=True``). What the
     C++ operators' backward asks, asked from Python."""
     if torch.is_grad_enabled() or binding(table) is None:
         return False

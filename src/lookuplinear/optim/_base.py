@@ -30,7 +30,7 @@ from .._rowreset import RESETS
 from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, group_rows, summed_runs, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
-from ..ops._hooks import state_tensor
+from ..ops._hooks import WATCHERS, notify, state_tensor
 from ..ops._updates import ROW_UPDATES
 from ..ops.autograd import row_sparse_grad
 from ..ops.library import entry_grads
@@ -435,7 +435,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         by_group: dict[int, tuple[dict[str, Any], list[tuple[torch.Tensor, dict[str, Any],
                                                              Any]]]] = {}
         rest: list[tuple[torch.Tensor, torch.Tensor]] = []
+        watched = bool(WATCHERS)
         for p, pending, stored in updates:
+            if watched:  # no gradient hook sees the rows the lookups' gradients change
+                for lookup, _ in pending:
+                    notify(p, lookup[0])
             grad = None
             if stored:
                 grad, p.grad = p.grad, None
