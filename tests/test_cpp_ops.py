@@ -293,6 +293,54 @@ def test_bag_lookup_has_no_python_autograd_layer() -> None:
     assert type(out.grad_fn).__name__ == "CppFunction"
 
 
+@needs_cpp
+@pytest.mark.parametrize("batch", [{"a": [[1], [2]], "b": [[3], [4]]},
+                                   {"a": [[1, 2], [2]], "b": [[3], [4, 5, 5]]}],
+                         ids=["one ID", "bags"])
+def test_fused_tables_are_looked_up_by_the_cpp_operators(batch: dict[str, Any]) -> None:
+    """A collection bound to a ``fused=True`` optimizer is looked up by the C++ operators,
+    whose backward (no Python autograd node) hands the tables' gradients to the optimizer:
+    no ``.grad``, and the weights of ``fused=False`` to the bit."""
+    tables = [TableConfig("a", 10, 2, ["a"]), TableConfig("b", 10, 3, ["b"])]
+    kb = KeyedBags.from_dict(batch)
+    ends = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        col = LookupCollection(tables, sparse=True)
+        opt = lookuplinear.optim.RowWiseAdagrad(col.parameters(), lr=0.1, fused=fused)
+        out = col(kb).values()
+        nodes, seen = [out.grad_fn], []
+        while nodes:  # every node between the output and the tables is C++
+            node = nodes.pop()
+            if node is not None and type(node).__name__ != "AccumulateGrad":
+                seen.append(type(node).__name__)
+                nodes += [fn for fn, _ in node.next_functions]
+        assert seen and set(seen) == {"CppFunction"}
+        out.pow(2).sum().backward()
+        assert all((p.grad is None) == fused for p in col.parameters())
+        opt.step()
+        ends.append([p.detach().clone() for p in col.parameters()])
+    assert all(_same_bits(x, y) for x, y in zip(*ends, strict=True))
+
+
+def test_fused_binding_of_a_table_gone_is_forgotten() -> None:
+    """The operators' record of tables bound to a fused optimizer keeps no table alive, and a
+    new table (at whatever address) is not taken for a bound one that is gone."""
+    import gc
+    import weakref
+
+    layer = lookuplinear.LookupLinear(10, 2, sparse=True, bias=False)
+    opt = lookuplinear.optim.SGD(layer.parameters(), lr=0.1, fused=True)
+    gone = weakref.ref(layer.weight)
+    del layer, opt
+    gc.collect()
+    assert gone() is None
+    for _ in range(20):  # fresh tables: their gradient is stored, never deferred
+        weight = torch.nn.Parameter(torch.ones(10, 2))
+        ops.bag_lookup(weight, torch.tensor([1, 1]), torch.tensor([0, 2])).sum().backward()
+        assert weight.grad is not None and weight.grad.is_sparse
+
+
 def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """Where Python calls the operator (a graph being recorded), an index outside the table is
