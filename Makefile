@@ -30,15 +30,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# then the lookups, their gradients, optimizers and errors once more on the operators registered
-# from Python (an install without a C++ compiler runs those): the two sides give the same results
+# then the lookups, their gradients, the optimizers' row updates and errors once more on the
+# operators registered from Python (an install without a C++ compiler runs those): the two sides
+# give the same results
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 	LOOKUPLINEAR_OPS=python $(BIN)/python -m pytest -n 2 -q -p no:cacheprovider $(FALLBACK_TESTS)
 
-FALLBACK_TESTS := tests/test_library.py tests/test_rowgrad.py tests/test_layer.py \
-	tests/test_embedding_bag.py tests/test_embedding.py tests/test_optim.py tests/test_errors.py \
-	tests/test_kernels_inputs.py
+FALLBACK_TESTS := tests/test_library.py tests/test_rowops.py tests/test_rowgrad.py \
+	tests/test_layer.py tests/test_embedding_bag.py tests/test_embedding.py tests/test_optim.py \
+	tests/test_errors.py tests/test_kernels_inputs.py
 
 # The site: README.md, docs/*.md and the API reference from the docstrings, warnings as errors
 # (-E: read every page again, so a changed docstring is never served from the cache)
