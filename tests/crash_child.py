@@ -5,11 +5,18 @@ fused Adam, saving a :class:`lookuplinear.Checkpoint` (``DIR/ckpt``) every ``EVE
 printing ``saved <generation> <step>`` once each save has returned. When ``DIR/ckpt`` holds a
 checkpoint, it restores it and goes on from the step after it. Batch ``i`` depends only on
 ``i``, so an interrupted run that resumes ends as an uninterrupted one.
+
+``python tests/crash_child.py --fork DIR STEPS EVERY`` imports all that once, then starts one
+such run per line it reads, each in a process of its own forked from it (to be killed without
+paying for the imports again): the run prints ``ready <pid>`` once it has restored, and when it
+has ended this process prints ``ended <exit code>`` (``-9``: killed by ``SIGKILL``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +57,7 @@ def train(root: Path, steps: int, every: int, on_save: OnSave | None = None) -> 
         start = int(ckpt.restore()["step"]) + 1
     else:  # a run killed before its first save left rows in the table: start it over
         model.reset_parameters()
-    print("ready", flush=True)
+    print(f"ready {os.getpid()}", flush=True)
     for step in range(start, steps):
         x, y = batch(step)
         opt.zero_grad()
@@ -79,6 +86,32 @@ def snapshot(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, to
     return out
 
 
+def fork_runs(root: Path, steps: int, every: int) -> None:
+    """One run of :func:`train` per line of stdin, each in a forked process writing to this
+    one's stdout; then ``ended <exit code>``."""
+    for _ in sys.stdin:
+        pid = os.fork()
+        if pid == 0:  # the run: its lines go to the same pipe, this process writes none meanwhile
+            code = 1
+            try:
+                train(root, steps, every)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(f"ended {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
 if __name__ == "__main__":
+    # one thread, set before anything runs: the forked runs start from a process with no pool
     torch.set_num_threads(1)
-    train(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    fork = sys.argv[1] == "--fork"
+    root, steps, every = Path(sys.argv[1 + fork]), int(sys.argv[2 + fork]), int(sys.argv[3 + fork])
+    if fork:
+        fork_runs(root, steps, every)
+    else:
+        train(root, steps, every)

@@ -4,7 +4,9 @@ a run killed at random instants always reopens at its last completed checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
@@ -233,37 +235,48 @@ def test_killed_at_random_instants_reopens_at_the_last_completed_checkpoint(
     run = tmp_path / "run"
     run.mkdir()
     rng = random.Random(0)
-    child = [sys.executable, crash_child.__file__, str(run), str(steps), str(every)]
+    # each run a process forked from one that has imported lookuplinear, killed with SIGKILL
+    runs = [sys.executable, crash_child.__file__, "--fork", str(run), str(steps), str(every)]
     reopened = []
     last = 0
-    for kill in range(kills + 1):
-        with subprocess.Popen(child, stdout=subprocess.PIPE, text=True) as proc:
-            assert proc.stdout is not None
-            assert proc.stdout.readline() == "ready\n"
+    with subprocess.Popen(runs, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as fork:
+        assert fork.stdin is not None and fork.stdout is not None
+        for kill in range(kills + 1):
+            fork.stdin.write("run\n")
+            fork.stdin.flush()
+            ready = fork.stdout.readline()
+            assert ready.startswith("ready "), ready
             seen = ""
             if kill < kills:  # the first kill lands before the run's first save
                 # after 0-3 more saves (so the run moves on however slow the machine is),
                 # at a random instant of the steps and saves that follow
                 for _ in range(0 if kill == 0 else rng.randint(0, 3)):
-                    seen += proc.stdout.readline()
+                    seen += fork.stdout.readline()
                 time.sleep(0.008 if kill == 0 else rng.uniform(0.0, 0.03))
-                proc.send_signal(signal.SIGKILL)
-            out = seen + proc.stdout.read()
-            assert proc.wait() in (0, -signal.SIGKILL)
-        logged = [int(line.split()[1]) for line in out.splitlines() if line.startswith("saved")]
-        expected = logged[-1] if logged else last
-        model, opt, ckpt = crash_child.build(run)
-        if expected:
-            ckpt.restore()
-        # the last save that printed, or one that completed just before the kill
-        assert ckpt.generation in (expected, expected + 1)
-        if ckpt.generation:
-            got = crash_child.snapshot(model, opt)
-            _assert_same(got, refs[ckpt.generation])
-        last = ckpt.generation
-        reopened.append(last)
-        ckpt.close()
-        del model, opt, ckpt
+                with contextlib.suppress(ProcessLookupError):  # unless it has ended
+                    os.kill(int(ready.split()[1]), signal.SIGKILL)
+            out = seen
+            while not (line := fork.stdout.readline()).startswith("ended"):
+                assert line, "the forking process ended"
+                out += line
+            assert int(line.split()[1]) in (0, -signal.SIGKILL)
+            logged = [int(line.split()[1]) for line in out.splitlines()
+                      if line.startswith("saved")]
+            expected = logged[-1] if logged else last
+            model, opt, ckpt = crash_child.build(run)
+            if expected:
+                ckpt.restore()
+            # the last save that printed, or one that completed just before the kill
+            assert ckpt.generation in (expected, expected + 1)
+            if ckpt.generation:
+                got = crash_child.snapshot(model, opt)
+                _assert_same(got, refs[ckpt.generation])
+            last = ckpt.generation
+            reopened.append(last)
+            ckpt.close()
+            del model, opt, ckpt
+        fork.stdin.close()
+    assert fork.returncode == 0
     print("reopened at generations", reopened)
     assert reopened[-1] == max(refs)  # the last run resumed and finished as the reference
     assert len(set(reopened)) > 5  # the kills landed at many points of the run

@@ -145,8 +145,10 @@ def test_inductor_layer_step_equals_eager(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CI", "true")
     import torch._inductor.config
 
-    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # lowered anew
-    train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
+    # lowered anew; config.patch, not monkeypatch.setattr: after the latter's undo, a later
+    # Inductor compile in the same process failed reading the option (AttributeError)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
 
 
 def tables_of(kind: str, sparse: bool) -> tuple[LookupCollection, int]:

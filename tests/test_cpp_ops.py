@@ -1,7 +1,7 @@
 """The C++ operators (``lookuplinear.ops._C``, ``csrc/ops.cpp``): the same bits as the Python
-registration on the CPU, a stale build never loaded, the other registration's operator tests
-in a process of its own, and an AOTInductor package that runs where lookuplinear cannot be
-imported."""
+registration on the CPU, a stale build never loaded, and an AOTInductor package that runs where
+lookuplinear cannot be imported (``make test`` runs the operator tests on the other registration
+too)."""
 
 from __future__ import annotations
 
@@ -363,20 +363,6 @@ def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPat
     assert not loaded and why is not None and "built for torch 1.0.0" in why
     monkeypatch.setattr(_extension, "library_path", lambda: None)
     assert "was not built" in str(_extension._load()[1])
-
-
-def test_the_other_registration_passes_the_operator_tests() -> None:
-    """tests/test_library.py and tests/test_rowops.py in a process that registers the
-    operators the other way."""
-    other = "python" if library.CPP else "cpp"
-    if other == "cpp" and _extension.library_path() is None:
-        pytest.skip("the C++ operators are not built")
-    env = {**os.environ, "LOOKUPLINEAR_OPS": other, "PYTHONPATH": str(ROOT / "src")}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-x", str(ROOT / "tests" / "test_library.py"),
-                          str(ROOT / "tests" / "test_rowops.py")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 FEATURES = ["user", "item", "tag"]

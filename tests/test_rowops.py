@@ -1,7 +1,7 @@
 """The optimizers' row updates as operators (``lookuplinear::rows_update_``, ``rows_fused_``):
 the C kernels' bits from the torch-op twins, ``torch.optim``'s result on the dense gradient,
 bad operands refused before anything is written, on whichever registration is loaded
-(tests/test_cpp_ops.py runs this file on the other one too)."""
+(``make test`` runs this file on both)."""
 
 from __future__ import annotations
 
