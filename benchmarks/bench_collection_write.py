@@ -1,4 +1,4 @@
-"""A collection's usual batch written three ways, side by side in one process.
+"""A collection's usual batch written two ways, side by side in one process.
 
 Run from the repository root:
 
@@ -6,24 +6,20 @@ Run from the repository root:
 
 The 26 Criteo tables of ``bench_collection.py`` (``--scale`` of their rows), of three widths
 (``--mixed-dims``' sizes: 8, 16 and 32, features of the three widths interleaved in the
-output) or of one (16), ``sparse=True``, no optimizer bound; a batch of ``--batch`` examples,
-one ID per feature (one-hot) or 1 to 20 (multi-hot). The collection's usual batch is written:
+output) or of one (16), ``sparse=True``; a batch of ``--batch`` examples, one ID per feature
+(one-hot) or 1 to 20 (multi-hot). The collection's usual batch is written:
 
-* ``operators``: as a collection without a ``fused=True`` optimizer writes it (one ID per
-  feature over several widths: one call of ``lookuplinear::gather_groups``, every width's rows
-  gathered into their columns; bags, or one width: ``lookuplinear::bag_lookup`` per width and
-  ``lookuplinear::in_feature_order``);
-* ``per width + copy``: ``lookuplinear::bag_lookup`` per width on its ``(N, F_g)`` rows and one
-  copy into the features' order (``lookuplinear::in_feature_order``), for one ID per feature
-  too (the same gradient as ``gather_groups``, to the bit);
-* ``one-call write``: the ``autograd.Function`` a collection with a ``fused=True`` optimizer
-  runs (``GroupLookups``: one C kernel call writes every width's rows or sums into the output;
-  its backward hands each table the gradient of its own lookup).
+* ``operators``: as a collection writes it (over several widths one call of
+  ``lookuplinear::gather_groups`` for one ID per feature, of ``lookuplinear::bag_groups`` for
+  bags: every width's rows or sums written into their columns; one width:
+  ``lookuplinear::bag_lookup`` and ``lookuplinear::in_feature_order``);
+* ``per width + copy``: ``lookuplinear::bag_lookup`` per width on its rows or bags and one copy
+  into the features' order (``lookuplinear::in_feature_order``): the same gradient, to the bit.
 
 Timed, each as the median of ``--repeats`` rounds of 5 calls, the ways interleaved in an order
 shuffled each round: the forward alone (recording the graph, as a training step's) and forward
 and backward of an MSE loss (the gradients stored, then dropped). Printed: milliseconds and
-each way's ratio to the one-call write.
+each way's ratio to the per-width write.
 """
 
 from __future__ import annotations
@@ -51,24 +47,24 @@ OPERATORS: Written = batched.BatchedLookup._written
 
 def per_width(self: batched.BatchedLookup, whole: Any, n: int, table_groups: Any,
               tables: Any) -> torch.Tensor:
-    """``bag_lookup`` per width on its ``(N, F_g)`` rows and one ``in_feature_order`` copy."""
-    if not isinstance(whole, torch.Tensor) or len(self.groups) == 1:
+    """``bag_lookup`` per width on its ``(N, F_g)`` rows or its features' bags, and one
+    ``in_feature_order`` copy."""
+    if len(self.groups) == 1:
         return OPERATORS(self, whole, n, table_groups, tables)
-    outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
-            .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
-    out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs),
-                                                  self._written_segs[True])
-    return out
+    if isinstance(whole, torch.Tensor):
+        outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
+                .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
+        out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs),
+                                                      self._written_segs[True])
+        return out
+    outs = [batched._BAG_LOOKUP(table_groups[g], indices, offsets) for (g, _), (indices, offsets)
+            in zip(self.groups, self._split(whole, n), strict=True)]
+    bags: torch.Tensor = batched._IN_FEATURE_ORDER(
+        outs, [len(feats) for _, feats in self.groups], self._written_segs[False])
+    return bags
 
 
-def one_call(self: batched.BatchedLookup, whole: Any, n: int, table_groups: Any,
-             tables: Any) -> torch.Tensor:
-    """``GroupLookups``: the write of a collection with a ``fused=True`` optimizer."""
-    return self._written_at_once(whole, n, table_groups, tables)
-
-
-WAYS: dict[str, Written] = {"operators": OPERATORS, "per width + copy": per_width,
-                            "one-call write": one_call}
+WAYS: dict[str, Written] = {"operators": OPERATORS, "per width + copy": per_width}
 
 
 def calls(col: LookupCollection, kb: Any, target: torch.Tensor) -> dict[str, Callable[[], None]]:
@@ -113,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {format_machine(machine_info())} ({torch.get_num_threads()} threads)")
     rows = [max(1, int(r * args.scale)) for r in CRITEO]
     print(f"26 tables, {sum(rows):,} rows, batch {args.batch}\n")
-    print("| widths | batch | timed | " + " | ".join(f"{w} ms (x one-call)" for w in WAYS)
+    print("| widths | batch | timed | " + " | ".join(f"{w} ms (x per width)" for w in WAYS)
           + " |\n|---|---|---|" + "---|" * len(WAYS))
     for label, dims in (("8/16/32", mixed_dims(rows)), ("16", [16] * len(rows))):
         for kind in ("one-hot", "multi-hot"):
@@ -122,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                                     enumerate(zip(rows, dims, strict=True))], sparse=True)
             for timed, fn in calls(col, kb, torch.randn(args.batch, sum(dims))).items():
                 med = measure(fn, args.repeats)
-                base = med["one-call write"]
+                base = med["per width + copy"]
                 print(f"| {label} | {kind} | {timed} | " + " | ".join(
                     f"{v:.3f} ({v / base:.2f}x)" for v in med.values()) + " |", flush=True)
     return 0

@@ -3,12 +3,13 @@ feature looked up in one kernel call, or feature by feature.
 
 The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
 collection's features, none read by several tables) is checked and shifted to the rows of the
-groups' parameters in one pass; with row-sparse gradients of one dtype, each group is one call
-of the operator ``lookuplinear::bag_lookup`` on its part of that batch, and the operator
-``lookuplinear::in_feature_order`` puts the groups' outputs in feature order (one copy, and one
-in the backward); one ID per feature over several groups is one call of the operator
-``lookuplinear::gather_groups``, which writes every group's rows into their columns (the
-same gradient, one copy in the backward). Any other batch (a ``max``, ``mean`` or ``sqrtn``
+groups' parameters in one pass; with row-sparse gradients of one dtype, bags over several
+groups are one call of the operator ``lookuplinear::bag_groups``, which sums every group's part
+of that batch into its columns, and one ID per feature over several groups one call of the
+operator ``lookuplinear::gather_groups``, which writes every group's rows into their columns
+(their gradient each group's lookup's, one copy in the backward); one group is one call of the
+operator ``lookuplinear::bag_lookup``, and the operator ``lookuplinear::in_feature_order`` puts
+its output in feature order where it is not. Any other batch (a ``max``, ``mean`` or ``sqrtn``
 table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes, a
 feature read by several tables) is one lookup per group of its (feature, table) pairs, put
 side by side in output order by the same operator: the reference the batched way equals. Eager
@@ -41,6 +42,7 @@ __all__ = ["BatchedLookup", "TableReader"]
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
+_BAG_GROUPS = torch.ops.lookuplinear.bag_groups.default
 
 
 class TableReader(Protocol):
@@ -88,8 +90,10 @@ class BatchedLookup:
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
         self._feature_cols = list(plan.columns)
-        #: every group's features' first columns, group after group (``gather_groups``')
+        #: every group's features' first columns, group after group (``gather_groups``' and
+        #: ``bag_groups``'), and each group's number of features
         self._all_columns = [c for group in plan.groups for c in group.columns]
+        self._features = [len(group.features) for group in plan.groups]
         self._segments: dict[Any, tuple[int, ...]] = {}
         #: the usual batch's groups' outputs put in feature order (a one-ID batch's, example-major,
         #: under True; bags', feature-major, under False): their segments
@@ -188,10 +192,11 @@ class BatchedLookup:
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
         written into their columns by one kernel call; its gradient each group's index
-        lookup's); else each group's part of it (one group's rows, or its features' bags)
-        looked up by the operator ``lookuplinear::bag_lookup``, the outputs put in feature
-        order by the operator ``lookuplinear::in_feature_order`` (none needed for one group's
-        rows)."""
+        lookup's), bags over several groups by the operator ``lookuplinear::bag_groups``
+        (every group's features' bags summed into their columns); one group's part of it (its
+        rows, or its features' bags) looked up by the operator ``lookuplinear::bag_lookup``,
+        the output put in feature order by the operator ``lookuplinear::in_feature_order``
+        (none needed for one group's rows)."""
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
             for g, feats in self.groups:
@@ -209,14 +214,21 @@ class BatchedLookup:
                 return rows_out  # one group's rows, its features in output order
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
-        outs: list[torch.Tensor] = []  # each group's F_g * N bags: (F_g * N, dim)
+        parts = []  # each group's F_g * N bags
         for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n), strict=True):
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets))
                 indices, offsets = bags.indices, bags.offsets
-            outs.append(_BAG_LOOKUP(table_groups[g], indices, offsets))
+            parts.append((indices, offsets))
+        if len(parts) > 1:  # summed into their columns by one kernel call per group
+            summed: torch.Tensor = _BAG_GROUPS(list(table_groups), [i for i, _ in parts],
+                                               [o for _, o in parts], self._features,
+                                               self._all_columns, self.plan.width)
+            return summed
+        (g, feats), (indices, offsets) = self.groups[0], parts[0]
         out: torch.Tensor = _IN_FEATURE_ORDER(
-            outs, [len(feats) for _, feats in self.groups], self._written_segs[False])
+            [_BAG_LOOKUP(table_groups[g], indices, offsets)], [len(feats)],
+            self._written_segs[False])
         return out
 
     def _split(self, whole: Bags, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -41,6 +41,12 @@ void ll_gather_into_f32(int64_t n_tables, const float *const *ws, const int64_t 
 void ll_gather_into_f64(int64_t n_tables, const double *const *ws, const int64_t *dims,
                         const int64_t *const *rows, int64_t n, const int64_t *f,
                         const int64_t *const *cols, double *out, int64_t ld);
+void ll_bag_sum_into_f32(int64_t n_feats, const float *const *ws, const int64_t *dims,
+                         const int64_t *cols, const int64_t *idx, const int64_t *offsets,
+                         int64_t n, float *out, int64_t ld);
+void ll_bag_sum_into_f64(int64_t n_feats, const double *const *ws, const int64_t *dims,
+                         const int64_t *cols, const int64_t *idx, const int64_t *offsets,
+                         int64_t n, double *out, int64_t ld);
 void ll_interleave(int64_t n, int64_t n_seg, char *const *blocks, const int64_t *block_ld,
                    const int64_t *seg_block, const int64_t *seg_off, const int64_t *seg_len,
                    char *out, int64_t out_ld, int64_t to_out);
@@ -789,6 +795,27 @@ bool fused_defer(const Tensor &table, const Tensor &grad_out, const Tensor &indi
     return op.call(table, grad_out, indices, offsets, weights, padding_idx);
 }
 
+// The weight gradient of a sum lookup (the running node's gradient edge `edge` leads to the
+// table) whose output rows have the gradient g: taken by the table's fused=True optimizer
+// (undefined: no gradient); each entry's contribution, a graph to differentiate, or, for an
+// index tensor (one entry per output row), nn.Embedding(sparse=True)'s gradient as it is; else
+// the entries sorted by row, each row's sum at its first (padding entries left out by
+// entry_grads: the rows stay sorted)
+Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
+                       const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                       optional<int64_t> padding_idx, const c10::SymInt &rows,
+                       const c10::SymInt &dim) {
+    const Tensor table = fused_table(edge);
+    if (table.defined() && fused_defer(table, g, idx, offsets, weights, padding_idx))
+        return Tensor();
+    const std::vector<c10::SymInt> shape{rows, dim};
+    if (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))
+        return entry_grads(idx, offsets, weights, padding_idx, g, shape);
+    const auto sorted = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
+    return entry_grads(std::get<0>(sorted), optional<Tensor>(), optional<Tensor>(), padding_idx,
+                       std::get<1>(sorted), shape);
+}
+
 struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
     static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
                           const Tensor &indices, const optional<Tensor> &offsets,
@@ -826,23 +853,8 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
         if (offsets.has_value() && !ctx->saved_data["include_last_offset"].toBool())  // the end
             offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
         Tensor grad_weight, grad_weights;
-        const std::vector<c10::SymInt> shape{rows, dim};
-        const Tensor table = ctx->needs_input_grad(0) ? fused_table(0) : Tensor();
-        if (table.defined() && fused_defer(table, g, idx, offsets, weights, padding_idx)) {
-            // taken by the table's fused=True optimizer: no gradient
-        } else if (ctx->needs_input_grad(0) &&
-            (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))) {
-            // each entry's contribution: a graph to differentiate, or, for an index tensor (one
-            // entry per output row), nn.Embedding(sparse=True)'s gradient as it is
-            grad_weight = entry_grads(idx, offsets, weights, padding_idx, g, shape);
-        } else if (ctx->needs_input_grad(0)) {
-            // the entries sorted by row, each row's sum at its first (padding entries left
-            // out by entry_grads: the rows stay sorted)
-            const auto sorted = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
-            grad_weight = entry_grads(std::get<0>(sorted), optional<Tensor>(),
-                                      optional<Tensor>(), padding_idx, std::get<1>(sorted),
-                                      shape);
-        }
+        if (ctx->needs_input_grad(0))
+            grad_weight = sum_weight_grad(0, g, idx, offsets, weights, padding_idx, rows, dim);
         if (saved[3].defined())
             grad_weights = per_sample_weights_grad(g, saved[3], idx, *offsets,
                                                    weights->scalar_type(), padding_idx);
@@ -1347,6 +1359,199 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
 
 TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("gather_groups", &lookuplinear::gather_groups_autograd);
+}
+
+// ==== bag_groups ==============================================================================
+// Sum lookups of bags over several tables (a collection's groups, one width each), written
+// straight into their columns of one (N, width) output by the C kernel ll_bag_sum_into:
+// out[i, columns of feature j of group g] = sum of weights[g] over the bag j * N + i of
+// (indices[g], offsets[g]) (each group's bags feature-major, CSR). Its gradient is each group's
+// bag_lookup's (one row per entry, sorted, each row's sum at its first), the gradient's columns
+// copied back by in_feature_order_backward: what bag_lookup on each group's bags followed by
+// in_feature_order gives, to the bit.
+
+namespace lookuplinear {
+namespace {
+
+// the operands checked (ValueError naming what came), the number of bags per feature, and the
+// segments that take the groups' feature-major (F_g * N, dim_g) outputs into the output's
+// columns (in_feature_order's: one block per feature, group after group)
+std::tuple<c10::SymInt, std::vector<int64_t>> bag_groups_segments(
+    at::TensorList weights, at::TensorList indices, at::TensorList offsets,
+    at::IntArrayRef features, at::IntArrayRef columns, int64_t width) {
+    const char *op = "lookuplinear::bag_groups";
+    const size_t k = weights.size();
+    TORCH_CHECK_VALUE(k > 0 && indices.size() == k && offsets.size() == k &&
+                          features.size() == k,
+                      op, ": one indices, offsets and feature count per table; got ", k,
+                      " tables, ", indices.size(), " indices, ", offsets.size(),
+                      " offsets and ", features.size(), " feature counts");
+    c10::SymInt n = -1;  // (sizes as SymInts: a graph records the operator with symbolic ones)
+    int64_t n_cols = 0;
+    for (size_t g = 0; g < k; g++) {
+        TORCH_CHECK_VALUE(weights[g].dim() == 2 && weights[g].scalar_type() ==
+                              weights[0].scalar_type() && weights[g].is_floating_point(),
+                          op, ": the tables are 2-D, of one floating dtype; got table ", g,
+                          " of shape ", weights[g].sizes(), " and dtype ",
+                          weights[g].scalar_type(), " (table 0: ", weights[0].scalar_type(),
+                          ")");
+        TORCH_CHECK_VALUE(indices[g].dim() == 1 && is_i32_i64(indices[g]) &&
+                              offsets[g].dim() == 1 && is_i32_i64(offsets[g]),
+                          op, ": each group's indices and CSR offsets are 1-D int32/int64; "
+                          "got indices ", g, " of shape ", indices[g].sizes(), " (",
+                          indices[g].scalar_type(), "), offsets of shape ",
+                          offsets[g].sizes(), " (", offsets[g].scalar_type(), ")");
+        const c10::SymInt bags = offsets[g].sym_numel() - 1;
+        TORCH_CHECK_VALUE(features[g] > 0 && bags >= 0 && bags % features[g] == 0 &&
+                              (n < 0 || bags / features[g] == n),
+                          op, ": group ", g, "'s offsets must hold N bags for each of its ",
+                          features[g], " features, one N for all groups; got ", bags,
+                          " bags", n < 0 ? std::string() : c10::str(" where N is ", n));
+        n = bags / features[g];
+        n_cols += features[g];
+    }
+    TORCH_CHECK_VALUE(static_cast<int64_t>(columns.size()) == n_cols, op, ": one first "
+                      "column per feature (", n_cols, " features); got ", columns.size());
+    // (first column, block, width), sorted by column: they must tile [0, width)
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> at_;
+    for (size_t g = 0, b = 0; g < k; g++)
+        for (int64_t j = 0; j < features[g]; j++, b++)
+            at_.emplace_back(columns[b], static_cast<int64_t>(b),
+                             weights[g].sym_size(1).guard_int(__FILE__, __LINE__));
+    std::sort(at_.begin(), at_.end());
+    std::vector<int64_t> segments;
+    int64_t end = 0;
+    for (const auto &[first, block, dim] : at_) {
+        TORCH_CHECK_VALUE(first == end, op, ": the features' columns must tile [0, width): "
+                          "feature ", block, " starts at column ", first, " where column ",
+                          end, " was due");
+        segments.insert(segments.end(), {block, 0, dim});
+        end += dim;
+    }
+    TORCH_CHECK_VALUE(end == width, op, ": the features take ", end, " columns; the output "
+                      "has ", width);
+    return {n, segments};
+}
+
+Tensor bag_groups_twin(at::TensorList weights, at::TensorList indices, at::TensorList offsets,
+                       at::IntArrayRef features, at::IntArrayRef columns, int64_t width) {
+    const auto [n, segments] =
+        bag_groups_segments(weights, indices, offsets, features, columns, width);
+    Tensor out = at::empty_symint({n, width}, weights[0].options());
+    for (size_t g = 0, b = 0; g < weights.size(); g++) {
+        Tensor sums;
+        try {
+            sums = std::get<0>(at::_embedding_bag_forward_only(
+                weights[g], indices[g], offsets[g], false, 0, false, optional<Tensor>(), true,
+                -1));
+        } catch (const c10::Error &) {
+            check_range("bag_groups", indices[g].cpu(), weights[g].size(0));
+            throw;
+        }
+        const c10::SymInt dim = weights[g].sym_size(1);
+        for (int64_t j = 0; j < features[g]; j++, b++)
+            out.narrow_symint(1, columns[b], dim).copy_(sums.narrow_symint(0, n * j, n));
+    }
+    return out;
+}
+
+Tensor bag_groups_cpu(at::TensorList weights, at::TensorList indices, at::TensorList offsets,
+                      at::IntArrayRef features, at::IntArrayRef columns, int64_t width) {
+    const int64_t n = std::get<0>(
+        bag_groups_segments(weights, indices, offsets, features, columns, width)).expect_int();
+    const bool f32 = weights[0].scalar_type() == at::kFloat;
+    bool c = f32 || weights[0].scalar_type() == at::kDouble;
+    for (const Tensor &w : weights) c = c && w.is_contiguous();
+    if (!c) return bag_groups_twin(weights, indices, offsets, features, columns, width);
+    Tensor out = at::empty({n, width}, weights[0].options());
+    for (size_t g = 0, b = 0; g < weights.size(); b += features[g], g++) {
+        const Tensor idx = indices[g].to(at::kLong).contiguous();
+        const Tensor off = offsets[g].to(at::kLong).contiguous();
+        check_offsets("bag_groups", off, idx.numel());
+        if (ll_first_outside(idx.data_ptr<int64_t>(), idx.numel(), weights[g].size(0)) >= 0)
+            check_range("bag_groups", idx, weights[g].size(0));  // raises, naming the index
+        const int64_t f = features[g], dim = weights[g].size(1);
+        const std::vector<const void *> ws(f, weights[g].data_ptr());
+        const std::vector<int64_t> dims(f, dim);
+        if (f32)
+            ll_bag_sum_into_f32(f, reinterpret_cast<const float *const *>(ws.data()),
+                                dims.data(), columns.data() + b, idx.data_ptr<int64_t>(),
+                                off.data_ptr<int64_t>(), n, out.data_ptr<float>(), width);
+        else
+            ll_bag_sum_into_f64(f, reinterpret_cast<const double *const *>(ws.data()),
+                                dims.data(), columns.data() + b, idx.data_ptr<int64_t>(),
+                                off.data_ptr<int64_t>(), n, out.data_ptr<double>(), width);
+    }
+    return out;
+}
+
+struct BagGroupsFunction : public torch::autograd::Function<BagGroupsFunction> {
+    static Tensor forward(torch::autograd::AutogradContext *ctx, at::TensorList weights,
+                          at::TensorList indices, at::TensorList offsets,
+                          at::IntArrayRef features, at::IntArrayRef columns, int64_t width) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_groups", "")
+                             .typed<Tensor(at::TensorList, at::TensorList, at::TensorList,
+                                           at::IntArrayRef, at::IntArrayRef, int64_t)>();
+        ctx->saved_data["segments"] = std::get<1>(
+            bag_groups_segments(weights, indices, offsets, features, columns, width));
+        ctx->saved_data["features"] = features.vec();
+        for (size_t g = 0; g < weights.size(); g++) {
+            ctx->saved_data["rows" + std::to_string(g)] = weights[g].sym_size(0);
+            ctx->saved_data["dim" + std::to_string(g)] = weights[g].sym_size(1);
+        }
+        std::vector<Tensor> saved = indices.vec();
+        saved.insert(saved.end(), offsets.begin(), offsets.end());
+        ctx->save_for_backward(saved);
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weights, indices, offsets, features, columns, width);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        const auto saved = ctx->get_saved_variables();
+        const size_t k = saved.size() / 2;
+        // each group's feature-major (F_g * N, dim_g) gradient: through the dispatcher's
+        // autograd layer (recorded under create_graph=True, its own backward in_feature_order)
+        const auto parts = call_in_feature_order_backward(
+            grads[0], ctx->saved_data["features"].toIntVector(),
+            ctx->saved_data["segments"].toIntVector());
+        torch::autograd::variable_list out(3 * k + 3);
+        for (size_t g = 0; g < k; g++) {
+            if (!ctx->needs_input_grad(g)) continue;
+            const c10::SymInt rows = ctx->saved_data["rows" + std::to_string(g)].toSymInt(),
+                              dim = ctx->saved_data["dim" + std::to_string(g)].toSymInt();
+            out[g] = sum_weight_grad(g, parts[g], saved[g], saved[k + g], optional<Tensor>(),
+                                     optional<int64_t>(), rows, dim);
+        }
+        return out;
+    }
+};
+
+Tensor bag_groups_autograd(at::TensorList weights, at::TensorList indices,
+                           at::TensorList offsets, at::IntArrayRef features,
+                           at::IntArrayRef columns, int64_t width) {
+    return BagGroupsFunction::apply(weights, indices, offsets, features, columns, width);
+}
+
+}  // namespace
+}  // namespace lookuplinear
+
+TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
+    m.def("bag_groups(Tensor[] weights, Tensor[] indices, Tensor[] offsets, int[] features, "
+          "int[] columns, int width) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    m.impl("bag_groups", &lookuplinear::bag_groups_cpu);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
+    m.impl("bag_groups", &lookuplinear::bag_groups_twin);
+}
+
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    m.impl("bag_groups", &lookuplinear::bag_groups_autograd);
 }
 
 // ==== hashing, n-grams, input checks, dual coordinate descent ==============================
