@@ -5,9 +5,12 @@ A parameter carries one marker, the attribute ``_lookuplinear_in_backward`` (as 
 :class:`FusedBinding` naming the optimizer that updates it inside its backward, or a
 :class:`Reserved` one where another owner handles its gradient in the backward
 (``lookuplinear.parallel``). Everything else belongs to an owner object: the backward passes
-an optimizer has open are its :class:`BackwardQueue`. :func:`bind` sets the marker, and the
-row-sparse backward of a lookup (:mod:`lookuplinear.ops.autograd`) asks it to take the gradient
-instead of storing it. The update is deferred to the end of the backward pass
+an optimizer has open are its :class:`BackwardQueue`. :func:`bind` sets the marker and names
+the table to the operators (``lookuplinear::fused_bind``); in a backward that accumulates into
+the table, the C++ backward of a lookup operator (``bag_lookup``, ``gather_groups``,
+``bag_groups``: :mod:`lookuplinear.ops.library`) hands its ``grad_out`` to :func:`defer` (the
+operator ``lookuplinear::fused_defer``) instead of returning the gradient. The update is
+deferred to the end of the backward pass
 (``queue_callback`` on autograd's engine), so that
 
 * a table used several times in one forward is updated once, with the summed gradient, after
