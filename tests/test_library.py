@@ -657,3 +657,38 @@ def test_operators_on_cuda_equal_the_cpu_ones() -> None:
     torch.testing.assert_close(ops.in_feature_order([cuda[0][:5], cuda[0][5:]], [0, 0], flat)
                                .cpu(), ops.in_feature_order([weight[:5], weight[5:]], [0, 0],
                                                             flat))
+
+
+@pytest.mark.parametrize("op", ["bag_lookup", "gather_groups", "bag_groups"])
+def test_a_fused_tables_gradient_is_handed_to_its_optimizer(op: str) -> None:
+    """The backward of each lookup operator (this registration's) hands a table bound to a
+    ``fused=True`` optimizer its gradient instead of returning it: no ``.grad``, the weights
+    of ``fused=False`` to the bit; ``torch.autograd.grad`` gets the gradient and moves
+    nothing."""
+    import lookuplinear
+
+    def run(weights: list[torch.Tensor]) -> torch.Tensor:
+        if op == "gather_groups":
+            _, rows, columns, width = _groups()
+            return ops.gather_groups(weights, rows, columns, width)
+        _, indices, offsets, features, columns, width = _bag_groups()
+        if op == "bag_groups":
+            return ops.bag_groups(weights, indices, offsets, features, columns, width)
+        return ops.bag_lookup(weights[0], indices[0], offsets[0])
+
+    ends = []
+    for fused in (False, True):
+        weights = [torch.nn.Parameter(w.detach()) for w in _groups()[0]]
+        opt = lookuplinear.optim.Adam(weights, lr=0.1, fused=fused)
+        loss = run(weights).pow(2).sum()
+        if fused:
+            before = [w.detach().clone() for w in weights]
+            grads = torch.autograd.grad(loss, weights[:1], retain_graph=True)
+            assert grads[0].is_sparse
+            assert all(torch.equal(w, b) for w, b in zip(weights, before, strict=True))
+        loss.backward()
+        read = weights[:1] if op == "bag_lookup" else weights  # the tables the lookup reads
+        assert all((w.grad is None) == fused for w in read)
+        opt.step()
+        ends.append([w.detach().clone() for w in weights])
+    assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
