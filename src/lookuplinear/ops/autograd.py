@@ -1,21 +1,12 @@
-"""The lookup that is not the operators' (``torch.jit.trace``'s), the coalesced row-sparse
-gradient, and the C kernels' max lookup.
+"""The lookup that is not the operators' (``torch.jit.trace``'s), and the C kernels' max lookup.
 
 The layers' and the collections' sum and max lookups call the operators
-``lookuplinear::bag_lookup``, ``lookuplinear::gather_groups`` and ``lookuplinear::bag_max``
-(:mod:`.library`), whose backward is C++ (or registered from Python where the extension is not
-built), eagerly and in recorded graphs alike. A table bound to a ``fused=True`` optimizer
-(:mod:`lookuplinear._fusion`) is no exception: in a backward that accumulates into it, the
-operators' backward hands ``grad_out`` and the lookup to the optimizer
+``lookuplinear::bag_lookup``, ``lookuplinear::gather_groups``, ``lookuplinear::bag_groups`` and
+``lookuplinear::bag_max`` (:mod:`.library`), whose backward is C++ (or registered from Python
+where the extension is not built), eagerly and in recorded graphs alike. A table bound to a
+``fused=True`` optimizer (:mod:`lookuplinear._fusion`) is no exception: in a backward that
+accumulates into it, the operators' backward hands ``grad_out`` and the lookup to the optimizer
 (``lookuplinear::fused_defer``), which updates the rows at the end of the backward.
-
-The weight gradient of ``densify(x) @ W`` is ``densify(x).T @ grad_out``: non-zero only in the
-rows ``x`` names. :func:`row_sparse_grad` holds it coalesced: rows sorted and unique, their
-contributions summed (:func:`lookuplinear.ops.group_rows`), so an optimizer step reads each
-touched row once::
-
-    indices = [3, 1, 3]        grad rows  = [1, 3]
-    offsets = [0, 2, 3]   ->   grad values = [g[0], g[0] + g[1]]     (g = grad_out)
 """
 
 from __future__ import annotations
@@ -26,19 +17,10 @@ import torch.nn.functional as F
 from ._bagmax import c_operands
 from .library import project_error
 
-__all__ = ["bag_lookup", "bag_max", "row_sparse_grad"]
+__all__ = ["bag_lookup", "bag_max"]
 
 
 _BAG_MAX = torch.ops.lookuplinear.bag_max.default
-
-
-def row_sparse_grad(
-    rows: torch.Tensor, values: torch.Tensor, shape: tuple[int, ...]
-) -> torch.Tensor:
-    """A coalesced COO tensor of ``shape`` holding ``values`` in ``rows`` (sorted, unique)."""
-    return torch.sparse_coo_tensor(
-        rows.unsqueeze(0), values, shape, is_coalesced=True, check_invariants=False
-    )
 
 
 def bag_lookup(

@@ -32,8 +32,9 @@ from ..ops import FusedTable, fused_rows, group_rows, summed_runs, update_rows, 
 from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import WATCHERS, notify, state_tensor
 from ..ops._updates import ROW_UPDATES
-from ..ops.autograd import row_sparse_grad
 from ..ops.library import entry_grads
+
+_ROW_SUMS = torch.ops.lookuplinear.row_sums.default
 
 __all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "step_tensors", "zeros_like"]
 
@@ -504,19 +505,22 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
-        """The uses' gradients summed as autograd sums them (its buffer of a node's inputs
-        puts a sparse gradient that comes later first): an index tensor's one row per entry in
-        entry order, as its backward gives it, a bag lookup's rows grouped; the unfused update
-        then adds each row's values in the same order."""
+        """The uses' gradients as the lookup operator's backward gives them (``bag_lookup``'s:
+        an index tensor's one row per entry in entry order, a bag lookup's entries sorted by
+        row, each row's sum at its first, ``row_sums``), summed as autograd sums them (its
+        buffer of a node's inputs puts a sparse gradient that comes later first): the
+        gradient ``fused=False`` stores, to the bit, on either backend."""
         total: torch.Tensor | None = None
+        shape = tuple(p.shape)
         for lookup, g in pending:
             indices, offsets, weights, padding_idx = lookup
+            g = g.detach().reshape(-1, p.shape[1])
             if offsets is None and weights is None:
-                grad = entry_grads(indices, None, None, padding_idx,
-                                   g.detach().reshape(-1, p.shape[1]).to(p.dtype), tuple(p.shape))
+                grad = entry_grads(indices, None, None, padding_idx, g.to(p.dtype), shape)
             else:
-                rows, values = group_rows(g, p.shape[0], *lookup)
-                grad = row_sparse_grad(rows, values.to(p.dtype), tuple(p.shape))
+                rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
+                                       p.shape[0])
+                grad = entry_grads(rows, None, None, padding_idx, sums.to(p.dtype), shape)
             total = grad if total is None else grad + total
         assert total is not None
         return total
