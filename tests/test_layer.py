@@ -224,6 +224,27 @@ def test_no_grad_does_not_drop_a_forward_mode_tangent() -> None:
             lookup_linear(bags, dual)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("op", ["bag_lookup", "bag_max"])
+def test_the_operators_never_drop_a_forward_mode_tangent(op: str, grad: bool) -> None:
+    """The lookup operators, which skip their autograd node where nothing records a backward,
+    still see a forward-mode tangent on the table, with grad mode on or off: refused (they have
+    no forward AD), never a result without its tangent."""
+    from torch.autograd import forward_ad
+
+    weight = torch.randn(10, 3)
+    bags = Bags.from_lists([[3, 1, 3], [], [2, 7]])
+    run = getattr(torch.ops.lookuplinear, op)
+    with torch.set_grad_enabled(grad), forward_ad.dual_level():
+        dual = forward_ad.make_dual(weight, torch.randn(10, 3))
+        with pytest.raises((NotImplementedError, RuntimeError), match=r"jvp|forward-mode AD"):
+            run(dual, bags.indices, bags.offsets)
+    with torch.no_grad():  # and without a tangent, the lookup itself
+        torch.testing.assert_close(run(weight, bags.indices, bags.offsets),
+                                   lookup_linear(bags, weight, mode="sum" if op == "bag_lookup"
+                                                 else "max"))
+
+
 def test_the_huge_page_policy_follows_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table allocated, moved, loaded with ``assign=True`` or unpickled goes through the same
     policy; ``set_enabled(False)`` turns it off; values never change."""

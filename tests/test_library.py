@@ -692,3 +692,22 @@ def test_a_fused_tables_gradient_is_handed_to_its_optimizer(op: str) -> None:
         opt.step()
         ends.append([w.detach().clone() for w in weights])
     assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
+
+
+@pytest.mark.parametrize("op", ["gather_groups", "bag_groups"])
+def test_the_group_operators_refuse_a_forward_mode_tangent(op: str) -> None:
+    """No forward-mode formula: a table with a tangent is refused on both registrations, never
+    looked up without its tangent."""
+    from torch.autograd import forward_ad
+
+    with forward_ad.dual_level():
+        if op == "gather_groups":
+            weights, rows, columns, width = _groups()
+            dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
+            args: tuple[Any, ...] = (dual, rows, columns, width)
+        else:
+            weights, indices, offsets, features, columns, width = _bag_groups()
+            dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
+            args = (dual, indices, offsets, features, columns, width)
+        with pytest.raises((NotImplementedError, RuntimeError), match=r"jvp|forward-mode AD"):
+            getattr(ops, op)(*args)

@@ -106,6 +106,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
+from torch.autograd import forward_ad
 
 from .._fusion import binding
 from .._fusion import defer as fused_defer
@@ -194,11 +195,34 @@ def _mapping_errors(kernel: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _refusing_tangents(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel``, refusing a tensor argument with a forward-mode tangent (``forward_ad``): the
+    operators have no forward-mode formula, and the ``autograd.Function`` that
+    ``register_autograd`` builds would return the output without a tangent, silently (the C++
+    autograd kernels refuse it too)."""
+    @functools.wraps(kernel)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if getattr(forward_ad, "_current_level", -1) >= 0:
+            for arg in args:
+                for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+                    if (isinstance(t, torch.Tensor)
+                            and forward_ad.unpack_dual(t).tangent is not None):
+                        raise NotImplementedError(
+                            f"lookuplinear::{name}: forward-mode AD is not implemented (an "
+                            "operand is a dual tensor with a tangent). Take the gradient with "
+                            "backward() or torch.func.vjp, or compute the jvp on the dense "
+                            "path (nn.Linear on the densified input).")
+        return kernel(*args, **kwargs)
+    return call
+
+
 class _AutogradRegistration:
     """Where ``torch.library.register_autograd`` registers (its ``lib``): the library, each
-    kernel wrapped by :func:`_mapping_errors` where the C++ kernels run under it."""
+    kernel refusing forward-mode tangents (:func:`_refusing_tangents`) and wrapped by
+    :func:`_mapping_errors` where the C++ kernels run under it."""
 
     def impl(self, name: str, kernel: Callable[..., Any], key: str, **kwargs: Any) -> None:
+        kernel = _refusing_tangents(name, kernel)
         LIB.impl(name, _mapping_errors(kernel) if CPP else kernel, key, **kwargs)
 
 

@@ -893,13 +893,40 @@ struct BagMaxFunction : public torch::autograd::Function<BagMaxFunction> {
     }
 };
 
+// whether a call goes through its autograd node: grad mode on and a differentiable input
+// requiring grad, or a forward-mode tangent on one (which the node refuses, as it did); else
+// the autograd kernels below call the kernel straight away: what the node's forward would do,
+// without building it (about 1.5 us of a small lookup)
+bool records(const Tensor &weight, const optional<Tensor> &weights = c10::nullopt) {
+    const bool w = weights.has_value() && weights->defined();
+    return (at::GradMode::is_enabled() &&
+            (weight.requires_grad() || (w && weights->requires_grad()))) ||
+           weight._fw_grad(0).defined() || (w && weights->_fw_grad(0).defined());
+}
+
 Tensor bag_max_autograd(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
+    if (!records(weight)) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_max", "")
+                             .typed<Tensor(const Tensor &, const Tensor &, const Tensor &)>();
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weight, indices, offsets);
+    }
     return BagMaxFunction::apply(weight, indices, offsets);
 }
 
 Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
                            const optional<Tensor> &offsets, const optional<Tensor> &weights,
                            optional<int64_t> padding_idx, bool include_last_offset) {
+    if (!records(weight, weights)) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_lookup", "")
+                             .typed<Tensor(const Tensor &, const Tensor &,
+                                           const optional<Tensor> &, const optional<Tensor> &,
+                                           optional<int64_t>, bool)>();
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weight, indices, offsets, weights, padding_idx, include_last_offset);
+    }
     return BagLookupFunction::apply(weight, indices, offsets, weights, padding_idx,
                                     include_last_offset);
 }
