@@ -61,8 +61,8 @@ The operators:
 * ``fused_bind(table, bind)``: name (``bind=True``) or forget a table bound to a
   ``fused=True`` optimizer (:mod:`lookuplinear._fusion`). In a backward that accumulates into
   such a table (``loss.backward()``, or ``backward(inputs=...)`` naming it; not
-  ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup`` and
-  of ``gather_groups`` hands the table's ``grad_out`` and its lookup to
+  ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup``,
+  ``gather_groups`` and ``bag_groups`` hands the table's ``grad_out`` and its lookup to
   ``fused_defer(table, grad_out, indices, offsets, weights, padding_idx)``, which the
   optimizer's side implements (:func:`lookuplinear._fusion.defer`): where it returns True,
   the backward returns no gradient for the table, whose rows the optimizer updates at the end
