@@ -16,7 +16,6 @@ from ._columns import (
     segment_tensor,
     segment_triples,
     segments,
-    split_blocks,
 )
 from ._inputs import drop_entries, mode_weights, offsets_ok, one_id_rows, shifted_rows
 from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
@@ -61,7 +60,6 @@ __all__ = [
     "segment_triples",
     "segments",
     "shifted_rows",
-    "split_blocks",
     "summed_runs",
     "token_ids",
     "update_rows",

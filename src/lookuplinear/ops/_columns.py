@@ -26,8 +26,7 @@ import torch
 from ._backend import use_c
 from ._clib import function, ptr
 
-__all__ = ["deinterleave", "interleave", "segment_tensor", "segment_triples",
-           "segments", "split_blocks"]
+__all__ = ["deinterleave", "interleave", "segment_tensor", "segment_triples", "segments"]
 
 _P = ctypes.c_void_p
 
@@ -98,15 +97,6 @@ def deinterleave(out: torch.Tensor, segs: torch.Tensor, blocks: Sequence[torch.T
     for b, o, c in segs.T.tolist():
         blocks[b].narrow(1, o, c).copy_(out.narrow(1, at, c))
         at += c
-
-
-def split_blocks(out: torch.Tensor, segs: torch.Tensor) -> list[torch.Tensor]:
-    """The inverse of :func:`interleave` as new tensors, one per block, by torch ops that
-    autograd can differentiate (a backward under ``create_graph=True``)."""
-    parts: dict[int, list[torch.Tensor]] = {}
-    for b, cols in zip(segs[0].tolist(), out.split(segs[2].tolist(), 1), strict=True):
-        parts.setdefault(b, []).append(cols)
-    return [torch.cat(parts[b], 1) for b in sorted(parts)]
 
 
 def _c_takes(tensors: Sequence[torch.Tensor]) -> bool:
