@@ -364,6 +364,28 @@ def _groups(dtype: torch.dtype = torch.float64, requires_grad: bool = False
     return weights, rows, [0, 5, 2], 7
 
 
+def _same_gradients(out: torch.Tensor, old: torch.Tensor, dense: torch.Tensor,
+                    weights: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A group operator's table gradients (returned) are ``old``'s (its lookups per table put
+    in order by ``in_feature_order``) to the bit, and the dense path's; under
+    ``create_graph=True`` and differentiated again, ``old``'s to the bit."""
+    g = torch.randn(out.shape, dtype=out.dtype)
+    ours = torch.autograd.grad(out, weights, g, retain_graph=True)
+    theirs = torch.autograd.grad(old, weights, g, retain_graph=True)
+    want = torch.autograd.grad(dense, weights, g)
+    for a, b, d in zip(ours, theirs, want, strict=True):
+        assert a.is_sparse and torch.equal(a._indices(), b._indices())
+        assert torch.equal(a._values(), b._values())
+        torch.testing.assert_close(a.to_dense(), d)
+    loss = [(x.pow(2).sum() * 3).sum() for x in (out, old)]
+    again = [torch.autograd.grad(x, weights, create_graph=True) for x in loss]
+    second = [torch.autograd.grad(sum(v.to_dense().pow(2).sum() for v in grads), weights)
+              for grads in again]
+    for a, b in zip(*second, strict=True):
+        assert torch.equal(a.to_dense(), b.to_dense())
+    return ours
+
+
 def _operator_path(weights: list[torch.Tensor], rows: list[torch.Tensor]) -> torch.Tensor:
     """The same lookups as ``bag_lookup`` per table and ``in_feature_order``."""
     outs = [ops.bag_lookup(w, r).view(r.shape[0], -1) for w, r in zip(weights, rows, strict=True)]
@@ -388,21 +410,9 @@ def test_gather_groups_is_bag_lookup_then_in_feature_order_to_the_bit(dtype: tor
                        F.one_hot(rows[1][:, 0].long(), 4).to(dtype) @ weights[1],
                        F.one_hot(rows[0][:, 1], 5).to(dtype) @ weights[0]], 1)
     torch.testing.assert_close(out, dense)
-    g = torch.randn(3, width, dtype=dtype)
-    ours = torch.autograd.grad(out, weights, g, retain_graph=True)
-    theirs = torch.autograd.grad(old, weights, g, retain_graph=True)
-    want = torch.autograd.grad(dense, weights, g)
-    for a, b, d, r in zip(ours, theirs, want, rows, strict=True):
-        assert a.is_sparse and torch.equal(a._indices(), b._indices())
+    ours = _same_gradients(out, old, dense, weights)
+    for a, r in zip(ours, rows, strict=True):
         assert torch.equal(a._indices()[0], r.reshape(-1).long())  # entry order
-        assert torch.equal(a._values(), b._values())
-        torch.testing.assert_close(a.to_dense(), d)
-    loss = [(x.pow(2).sum() * 3).sum() for x in (out, old)]
-    again = [torch.autograd.grad(x, weights, create_graph=True) for x in loss]
-    second = [torch.autograd.grad(sum(v.to_dense().pow(2).sum() for v in grads), weights)
-              for grads in again]
-    for a, b in zip(*second, strict=True):
-        assert torch.equal(a.to_dense(), b.to_dense())
     torch.library.opcheck(ops.gather_groups.default, (weights, rows, columns, width))
     with FakeTensorMode():
         fake = ops.gather_groups([torch.empty(5, 2), torch.empty(4, 3)],
@@ -487,20 +497,7 @@ def test_bag_groups_is_bag_lookup_then_in_feature_order_to_the_bit(dtype: torch.
         dense_parts.append((x @ w).view(f, 3, -1))
     dense = torch.cat([dense_parts[0][0], dense_parts[1][0], dense_parts[0][1]], 1)
     torch.testing.assert_close(out, dense)
-    g = torch.randn(3, width, dtype=dtype)
-    ours = torch.autograd.grad(out, weights, g, retain_graph=True)
-    theirs = torch.autograd.grad(old, weights, g, retain_graph=True)
-    want = torch.autograd.grad(dense, weights, g)
-    for a, b, d in zip(ours, theirs, want, strict=True):
-        assert a.is_sparse and torch.equal(a._indices(), b._indices())
-        assert torch.equal(a._values(), b._values())
-        torch.testing.assert_close(a.to_dense(), d)
-    loss = [(x.pow(2).sum() * 3).sum() for x in (out, old)]
-    again = [torch.autograd.grad(x, weights, create_graph=True) for x in loss]
-    second = [torch.autograd.grad(sum(v.to_dense().pow(2).sum() for v in grads), weights)
-              for grads in again]
-    for a, b in zip(*second, strict=True):
-        assert torch.equal(a.to_dense(), b.to_dense())
+    _same_gradients(out, old, dense, weights)
     torch.library.opcheck(ops.bag_groups.default,
                           (weights, indices, offsets, features, columns, width))
     with FakeTensorMode():
