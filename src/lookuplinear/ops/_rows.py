@@ -33,9 +33,10 @@ from ._errors import project_error
 __all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "fused_rows_c", "gather_into",
            "gather_rows", "group_rows", "summed_runs", "update_rows", "update_rows_c"]
 
-#: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort
+#: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort (a row + 1 in
+#: the fused update's hash table: at most 2**32 - 1 rows, as the C++ operators take)
 _MAX_ENTRIES = 2**31 - 1
-_MAX_ROWS = 2**32
+_MAX_ROWS = 2**32 - 1
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
 #: the optimizers' C entry points (``ll_rows_<name>_f32``, ``ll_fused_<name>_f32``, ...)

@@ -37,13 +37,19 @@ typedef struct {
     int owned;
 } Sorted;
 
+/* bytes from the line's start (a scratch's parts are laid out on whole cache lines) */
+static char *line_alloc(size_t bytes) {
+    void *p = NULL;
+    return posix_memalign(&p, LL_LINE, bytes ? bytes : 1) ? NULL : p;
+}
+
 static char *scratch_take(size_t bytes, int *owned) {
     *owned = 1;
     if (bytes > SCRATCH_KEEP || __atomic_test_and_set(&kept_busy, __ATOMIC_ACQUIRE))
-        return malloc(bytes);
+        return line_alloc(bytes);
     if (kept_bytes < bytes) {
         free(kept);
-        kept = malloc(bytes);
+        kept = line_alloc(bytes);
         kept_bytes = kept ? bytes : 0;
     }
     if (!kept) {
@@ -180,10 +186,19 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
 /* The rows a fused update changes, each given a slot (0, 1, ... in the order the rows first
  * appear in the batch) where its gradient is summed as the entries come. Rows few beside the
  * entries (direct) index an array of slots; others are looked up in an open-addressing hash
- * table of at least twice as many positions as rows. */
+ * table of at least twice as many positions as rows, each position a row (plus one; 0: empty)
+ * and its slot side by side, so that a probe reads one cache line. */
+/* bytes rounded up to whole cache lines */
+#define LL_LINE_UP(bytes) (((size_t)(bytes) + LL_LINE - 1) & ~(size_t)(LL_LINE - 1))
+
 typedef struct {
-    int64_t *keys; /* hashed: the row at each position, -1: empty; direct: NULL */
-    int32_t *slot; /* the slot of each position (hashed) or row (direct); -1: none yet */
+    uint32_t row1; /* the row + 1; 0: the position is empty */
+    int32_t slot;
+} RowPos;
+
+typedef struct {
+    RowPos *pos;   /* hashed: the positions; direct: NULL */
+    int32_t *slot; /* direct: the slot of each row; -1: none yet */
     uint64_t mask; /* hashed: positions - 1 */
     int shift;     /* hashed: 64 - log2(positions) */
 } RowMap;
@@ -192,18 +207,20 @@ LL_INLINE uint64_t row_hash(const RowMap *m, int64_t row) {
     return ((uint64_t)row * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift;
 }
 
-/* where row's slot is kept (its row inserted where the table is hashed) */
+/* where row's slot is kept (its row inserted where the table is hashed, its slot -1) */
 LL_INLINE int32_t *row_slot(const RowMap *m, int64_t row) {
-    if (!m->keys) return m->slot + row;
+    if (!m->pos) return m->slot + row;
+    const uint32_t key = (uint32_t)row + 1;
     uint64_t h = row_hash(m, row);
-    while (m->keys[h] != row) {
-        if (m->keys[h] < 0) {
-            m->keys[h] = row;
+    while (m->pos[h].row1 != key) {
+        if (!m->pos[h].row1) {
+            m->pos[h].row1 = key;
+            m->pos[h].slot = -1;
             break;
         }
         h = (h + 1) & m->mask;
     }
-    return m->slot + h;
+    return &m->pos[h].slot;
 }
 
 /* which of parts (the threads of a fused update) updates row: the rows hashed, so parts of
@@ -215,10 +232,8 @@ LL_INLINE int row_part(int64_t row, int parts) {
 
 /* the line of row's slot (or of its first probe), requested ahead */
 LL_INLINE void prefetch_slot(const RowMap *m, int64_t row) {
-    if (m->keys) {
-        uint64_t h = row_hash(m, row);
-        __builtin_prefetch(m->keys + h, 1, 3);
-        __builtin_prefetch(m->slot + h, 1, 3);
+    if (m->pos) {
+        __builtin_prefetch(m->pos + row_hash(m, row), 1, 3);
     } else {
         __builtin_prefetch(m->slot + row, 1, 3);
     }

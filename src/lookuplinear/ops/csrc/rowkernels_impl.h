@@ -304,6 +304,12 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
     return d < 4 ? 4 : d > 64 ? 64 : d;
 }
 
+/* the bytes of a fused update's part before its rows' sums: its hash table's positions (1 <<
+ * bits of them; bits 0: none, the slots direct) and its rows (cap of them), up to a line */
+LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
+    return LL_LINE_UP((bits ? sizeof(RowPos) << bits : 0) + sizeof(int64_t) * (size_t)cap);
+}
+
 /* ll_rows_OPT and ll_fused_OPT for one optimizer: STATE(s, i, dim) is where row i's state
  * starts, STATE_BYTES how many bytes of it a step touches */
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
@@ -445,19 +451,18 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             cap[0] = n;                                                                       \
         else                                                                                  \
             for (int64_t k = 0; k < n; k++) cap[row_part(idx[k], nt)]++;                      \
-        const size_t row_bytes = sizeof(int64_t) + sizeof(T) * (size_t)dim;                   \
         /* direct: the shared slots first; each part on its own cache lines: (hashed) its     \
-         * positions' rows, its rows, (hashed) its positions' slots, its rows' sums */        \
+         * positions, its rows, then its rows' sums from a line's start */                   \
         at[0] = direct ? sizeof(int32_t) * (size_t)(top + 1) : 0;                             \
-        at[0] = (at[0] + LL_LINE - 1) & ~(size_t)(LL_LINE - 1);                               \
+        at[0] = LL_LINE_UP(at[0]);                                                            \
         for (int q = 0; q < nt; q++) {                                                        \
             cap[q] = cap[q] < top + 1 ? cap[q] : top + 1;                                     \
             int bits = 1;                                                                     \
             while (((int64_t)1 << bits) < 2 * cap[q]) bits++;                                 \
-            cap[nt + q] = bits;                                                               \
-            at[q + 1] = at[q] + row_bytes * (size_t)cap[q] +                                  \
-                        (direct ? 0 : (sizeof(int64_t) + sizeof(int32_t)) << bits);           \
-            at[q + 1] = (at[q + 1] + LL_LINE - 1) & ~(size_t)(LL_LINE - 1);                   \
+            cap[nt + q] = direct ? 0 : bits;                                                  \
+            at[q + 1] = at[q] + SFX(part_head)(cap[q], cap[nt + q]) +                         \
+                        sizeof(T) * (size_t)dim * (size_t)cap[q];                             \
+            at[q + 1] = LL_LINE_UP(at[q + 1]);                                                \
         }                                                                                     \
         int owned;                                                                            \
         char *mem = scratch_take(at[nt], &owned);                                             \
@@ -473,15 +478,13 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
             for (int q = ll_thread(); q < nt; q += ll_team()) {                               \
                 const int64_t positions = direct ? 0 : (int64_t)1 << cap[nt + q];             \
                 RowMap map = {NULL, (int32_t *)mem, 0, 0};                                    \
-                int64_t *urows = (int64_t *)(mem + at[q]) + positions;                        \
-                T *acc = (T *)((int32_t *)(urows + cap[q]) + positions);                      \
+                int64_t *urows = (int64_t *)((RowPos *)(mem + at[q]) + positions);            \
+                T *acc = (T *)(mem + at[q] + SFX(part_head)(cap[q], cap[nt + q]));            \
                 if (!direct) {                                                                \
-                    map.keys = urows - positions;                                             \
-                    map.slot = (int32_t *)(urows + cap[q]);                                   \
+                    map.pos = (RowPos *)(mem + at[q]);                                        \
                     map.mask = (uint64_t)positions - 1;                                       \
                     map.shift = 64 - (int)cap[nt + q];                                        \
-                    memset(map.keys, 0xff, sizeof(int64_t) * (size_t)positions);              \
-                    memset(map.slot, 0xff, sizeof(int32_t) * (size_t)positions);              \
+                    memset(map.pos, 0, sizeof(RowPos) * (size_t)positions);                   \
                 }                                                                             \
                 groups += SFX(OPT##_fused_range)(w, s, idx, n, offsets, n_bags, padding_idx,  \
                                                  weights, grad_out, map, q, nt, urows, acc, p,\
