@@ -12,6 +12,9 @@ the same minutes, with the same arguments, so the ratio holds where absolute tim
 The script must take ``--json PATH`` (``bench_text.py`` takes ``--out DIR`` and is handled). A
 timing is a number in the JSON under a key that names a unit of time (``..._s``, ``..._ms``,
 ``seconds``, ``time``); the run's arguments and machine, ratios and counts are left out.
+``--tables`` reads a script without ``--json`` from what it prints instead: every number of
+its Markdown tables in a column whose header names a unit of time (``ms``, ``us``, ``s``),
+keyed by the table's header and the row's other cells.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import argparse
 import json
 import os
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +48,22 @@ def build(rev: str, into: Path) -> Path:
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into,
                    check=True, capture_output=True)
     return into / "src"
+
+
+def kept_build(rev: str, into: Path) -> Path:
+    """``rev``'s build in ``into``: the one there if ``into/COMMIT`` names the same commit,
+    else a new one (``into`` emptied first)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", f"{rev}^{{commit}}"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    stamp = into / "COMMIT"
+    if stamp.is_file() and stamp.read_text().strip() == commit:
+        return into / "src"
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    src = build(commit, into)
+    stamp.write_text(commit + "\n")
+    return src
 
 
 def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[str, float]:
@@ -71,13 +92,51 @@ def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[s
     return out
 
 
-def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...]
-             ) -> dict[str, float]:
-    """One run of ``script`` (that version's copy of it: its imports match its code)."""
+#: a column header naming a unit of time ("C, ms", "first save s", "ms per step")
+TIME_HEADER = re.compile(r"(^|[\s,(])(ms|us|µs|s|seconds)($|[\s,):])")
+#: a cell's leading number ("1.23", "1,234", "0.53 (0.78x)")
+NUMBER = re.compile(r"^[-+]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
+
+
+def table_timings(text: str) -> dict[str, float]:
+    """Every number of the Markdown tables in ``text`` in a column whose header names a unit of
+    time, keyed ``header/label/column``: the label the row's cells outside such columns that
+    are not decimal numbers (a measurement beside the times, an accuracy, is not a label)."""
+    out: dict[str, float] = {}
+    rows = [[c.strip() for c in ln.strip()[1:-1].split("|")]
+            if ln.strip().startswith("|") and ln.strip().endswith("|") and len(ln.strip()) > 1
+            else None for ln in text.splitlines()]
+    under_line = [r is not None and all(c and set(c) <= set("-: ") for c in r) for r in rows]
+    header: list[str] | None = None
+    for i, cells in enumerate(rows):
+        if cells is None:
+            header = None  # a table ends at the first line that is not a row
+        elif i + 1 < len(rows) and under_line[i + 1]:
+            header = cells  # a table's header: the row over its line of dashes
+        elif header is not None and not under_line[i]:
+            timed = [bool(TIME_HEADER.search(h.lower())) for h in header]
+            label = " / ".join(c for c, t in zip(cells, timed, strict=False)
+                               if not t and not re.fullmatch(r"[-+]?\d[\d,]*\.\d+x?", c))
+            for h, c, t in zip(header, cells, timed, strict=False):
+                found = NUMBER.match(c) if t else None
+                if found:
+                    key = f"{' | '.join(header)}/{label}/{h}"
+                    out[key] = float(found.group().replace(",", ""))
+    return out
+
+
+def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...],
+             tables: bool = False) -> dict[str, float]:
+    """One run of ``script`` (that version's copy of it: its imports match its code); its
+    timings from its JSON, or (``tables``) from the tables it prints."""
     root = src.parent
     script = [str(root / Path(script[0]).resolve().relative_to(ROOT)), *script[1:]]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(src), *filter(None, [os.environ.get("PYTHONPATH")])]))  # the version first
+    if tables:
+        printed = subprocess.run([sys.executable, *script], env=env, check=True, cwd=root,
+                                 stdout=subprocess.PIPE, text=True).stdout
+        return table_timings(printed)
     if Path(script[0]).name == "bench_text.py":
         cmd = [sys.executable, *script, "--out", str(workdir)]
         result = workdir / "results.json"
@@ -93,8 +152,14 @@ def main() -> None:
     p.add_argument("--old-rev", required=True, help="the git revision to compare against")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--old-build", metavar="DIR",
+                   help="build the old revision here and keep it, or reuse the build there of "
+                        "the same commit (several benchmarks against one revision build once)")
     p.add_argument("--times-under", nargs="*", default=[], metavar="KEY",
                    help="JSON keys whose numbers are times (e.g. results for bench_collection)")
+    p.add_argument("--tables", action="store_true",
+                   help="read the timings from the Markdown tables the script prints (a "
+                        "script without --json)")
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="-- then the benchmark script and its arguments")
     args = p.parse_args()
@@ -103,8 +168,10 @@ def main() -> None:
         p.error("name the benchmark script after --")
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "old").mkdir()
-        old_src = build(args.old_rev, Path(tmp) / "old")
+        old_src = kept_build(args.old_rev, Path(args.old_build)) if args.old_build else None
+        if old_src is None:
+            (Path(tmp) / "old").mkdir()
+            old_src = build(args.old_rev, Path(tmp) / "old")
         sides = {"old": old_src, "new": ROOT / "src"}
         runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
         for r in range(args.rounds):
@@ -113,7 +180,8 @@ def main() -> None:
             for side in order:
                 work = Path(tmp) / f"{side}{r}"
                 work.mkdir()
-                runs[side].append(run_once(script, sides[side], work, tuple(args.times_under)))
+                runs[side].append(run_once(script, sides[side], work, tuple(args.times_under),
+                                           args.tables))
             print(f"round {r + 1}/{args.rounds} done ({' then '.join(order)})", file=sys.stderr)
     print(f"{' '.join(script)}: {args.old_rev} (old) vs this checkout (new), "
           f"{args.rounds} interleaved rounds; {format_machine(machine_info())}")

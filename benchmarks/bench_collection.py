@@ -242,6 +242,10 @@ def kernels_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.
         per_width.append(per_wid)
     loss = loss_step(target)
     update = torch.ops.lookuplinear.rows_fused_
+    tables, states = [p[0] for p in per_width], [p[1] for p in per_width]
+    operands = ([p[5] for p in per_width], [p[2] for p in per_width], [p[3] for p in per_width],
+                [None] * len(per_width), [-1] * len(per_width), "rowwise_adagrad",
+                [v for w in tables for v in (LR, 1e-8, 0.0, 1 / w.shape[1])])
 
     def step() -> None:
         with torch.no_grad():
@@ -252,10 +256,7 @@ def kernels_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.
                     out.copy_(F.embedding_bag(idx, w, offsets, mode="sum",
                                               include_last_offset=True))
         loss()
-        update([p[0] for p in per_width], [p[1] for p in per_width],
-               [p[5] for p in per_width], [p[2] for p in per_width],
-               [p[3] for p in per_width], [None] * len(per_width), [-1] * len(per_width),
-               "rowwise_adagrad", [v for p in per_width for v in (LR, 1e-8, 0.0, 1 / p[0].shape[1])])
+        update(tables, states, *operands)
 
     return step
 

@@ -1,0 +1,30 @@
+"""benchmarks/bench_collection.py on tiny tables: every method and the kernels-alone floor run,
+on one width and on several, and their numbers are finite (no timings asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collection.py"
+
+
+@pytest.mark.parametrize("widths", [[], ["--mixed-dims"]])
+def test_bench_collection_runs_on_tiny_tables(tmp_path: Path, widths: list[str]) -> None:
+    spec = importlib.util.spec_from_file_location("bench_collection", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "result.json"
+    assert bench.main(["--scale", "0.0005", "--batch", "64", "--repeats", "1", "--steps", "1",
+                       *widths, "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"one-hot", "multi-hot"}
+    for times in results.values():
+        assert {bench.LOSS, bench.KERNELS, "LookupCollection + RowWiseAdagrad (fused)"} <= set(
+            times)
+        assert all(math.isfinite(t) and t > 0 for t in times.values())
