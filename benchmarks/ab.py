@@ -2,19 +2,20 @@
 
 Runs a benchmark script of this folder in rounds, each round once against an older revision of
 the code (its sources and benchmarks, built from git into a temporary folder) and once against
-this checkout, in a shuffled
-order, and prints every timing of the script's JSON output as the median over rounds for each
-version and their ratio (new / old: below 1 is faster). Both sides run on the same machine, in
-the same minutes, with the same arguments, so the ratio holds where absolute times drift.
+this checkout, in a shuffled order, and prints every timing of the script's JSON output as the
+median over rounds for each version and their ratio (new / old: below 1 is faster). Both sides
+run on the same machine, in the same minutes, with the same arguments, so the ratio holds where
+absolute times drift.
 
     python benchmarks/ab.py --old-rev main~5 --rounds 5 -- benchmarks/bench_layer.py --repeats 7
 
-The script must take ``--json PATH`` (``bench_text.py`` takes ``--out DIR`` and is handled). A
-timing is a number in the JSON under a key that names a unit of time (``..._s``, ``..._ms``,
-``seconds``, ``time``); the run's arguments and machine, ratios and counts are left out.
-``--tables`` reads a script without ``--json`` from what it prints instead: every number of
-its Markdown tables in a column whose header names a unit of time (``ms``, ``us``, ``s``),
-keyed by the table's header and the row's other cells.
+The script must take ``--json PATH`` (``bench_text.py`` takes ``--out DIR``, and
+``bench_embedding_bag.py`` prints its JSON: both are handled). A timing is a number in the JSON
+under a key that names a unit of time (``..._s``, ``..._ms``, ``seconds``, ``time``); the run's
+arguments and machine, ratios and counts are left out. ``--tables`` reads a script without
+``--json`` from what it prints instead: every number of its Markdown tables in a column whose
+header names a unit of time (``ms``, ``us``, ``s``), keyed by the table's header and the row's
+other cells.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def timings(node: object, path: str = "", under: tuple[str, ...] = ()) -> dict[s
     return out
 
 
+#: scripts whose ``--json`` is a flag: the JSON printed as their last line
+PRINTS_JSON = ("bench_embedding_bag.py",)
 #: a column header naming a unit of time ("C, ms", "first save s", "ms per step")
 TIME_HEADER = re.compile(r"(^|[\s,(])(ms|us|µs|s|seconds)($|[\s,):])")
 #: a cell's leading number ("1.23", "1,234", "0.53 (0.78x)")
@@ -137,6 +140,10 @@ def run_once(script: list[str], src: Path, workdir: Path, under: tuple[str, ...]
         printed = subprocess.run([sys.executable, *script], env=env, check=True, cwd=root,
                                  stdout=subprocess.PIPE, text=True).stdout
         return table_timings(printed)
+    if Path(script[0]).name in PRINTS_JSON:
+        printed = subprocess.run([sys.executable, *script, "--json"], env=env, check=True,
+                                 cwd=root, stdout=subprocess.PIPE, text=True).stdout
+        return timings(json.loads(printed.strip().splitlines()[-1]), under=under)
     if Path(script[0]).name == "bench_text.py":
         cmd = [sys.executable, *script, "--out", str(workdir)]
         result = workdir / "results.json"
