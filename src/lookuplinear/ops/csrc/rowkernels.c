@@ -20,6 +20,13 @@
 
 enum { RADIX_BITS = 11, RADIX = 1 << RADIX_BITS, LINES_AHEAD = 192, SLOTS_AHEAD = 16 };
 
+/* A fused update sums a row's entries in a slot of its own; where grad_out stays in the cache
+ * (at most LAZY_BYTES), a row's first entry is only noted, copied into the slot when a second
+ * comes, and a row of one entry is updated from its grad_out row: a batch of rows seen once
+ * (bags over a large table) then copies no gradient. A larger grad_out would be read from
+ * memory again for those rows, so its rows' first entries are copied as they are read. */
+enum { LAZY_BYTES = 512 << 10 };
+
 /* The memory of a sort or of a fused update's slots, kept between calls: faulting in fresh
  * pages for every batch takes longer than the sort itself (the multi-hot step of
  * benchmarks/bench_collection.py). One buffer of at most SCRATCH_KEEP bytes is kept; a call

@@ -305,9 +305,13 @@ LL_INLINE int64_t SFX(ahead_rows)(const int64_t dim, const int64_t state_bytes) 
 }
 
 /* the bytes of a fused update's part before its rows' sums: its hash table's positions (1 <<
- * bits of them; bits 0: none, the slots direct) and its rows (cap of them), up to a line */
-LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
-    return LL_LINE_UP((bits ? sizeof(RowPos) << bits : 0) + sizeof(int64_t) * (size_t)cap);
+ * bits of them; bits 0: none, the slots direct), and for each of its rows (cap of them) the
+ * row and, where first entries are noted (lazy), its first entry's grad_out row and weight,
+ * up to a line */
+LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
+    return LL_LINE_UP((bits ? sizeof(RowPos) << bits : 0) +
+                      (sizeof(int64_t) + (lazy ? sizeof(const T *) + sizeof(T) : 0)) *
+                          (size_t)cap);
 }
 
 /* ll_rows_OPT and ll_fused_OPT for one optimizer: STATE(s, i, dim) is where row i's state
@@ -359,14 +363,17 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
         return n;                                                                             \
     }                                                                                         \
     /* the update of the rows of part `part` of `parts` (row % parts == part) from a lookup's \
-     * entries: each entry's grad_out row added to its row's slot in entry order (a row's     \
-     * first entry copied), grad_out read once, in order; then each row updated from its sum \
-     * (the sort's sums: the same bits), its table and state rows requested ahead */          \
+     * entries: each entry's grad_out row added to its row's slot in entry order, grad_out    \
+     * read once, in order (a row's first entry is only noted, and copied into the slot when  \
+     * a second comes: a row of one entry is updated from its grad_out row); then each row    \
+     * updated from its sum (the sort's sums: the same bits), its table and state rows        \
+     * requested ahead */                                                                     \
     LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const int64_t *idx, int64_t n,         \
                                            const int64_t *offsets, int64_t n_bags,            \
                                            int64_t padding_idx, const T *weights,             \
                                            const T *grad_out, RowMap map, int part,           \
-                                           int parts, int64_t *urows, T *restrict acc,        \
+                                           int parts, int64_t *urows, int lazy,               \
+                                           const T **first, T *first_w, T *restrict acc,      \
                                            const T *p, const int64_t dim) {                   \
         int64_t u = 0;                                                                        \
         const int64_t nb = n_bags < 0 ? n : n_bags;                                           \
@@ -380,17 +387,32 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
                     continue;                                                                 \
                 int32_t *c = row_slot(&map, r);                                               \
                 const T wk = weights ? weights[k] : 1;                                        \
-                if (*c < 0) {                                                                 \
+                if (*c < 0) { /* the row's first entry: noted, or copied */                  \
                     *c = (int32_t)u;                                                          \
                     urows[u] = r;                                                             \
-                    T *a = acc + u++ * dim;                                                   \
-                    /* weighted: fused explicitly, as in sum_entries */                      \
-                    if (weights)                                                              \
-                        for (int64_t d = 0; d < dim; d++) a[d] = wk * g[d];                   \
-                    else                                                                      \
-                        for (int64_t d = 0; d < dim; d++) a[d] = g[d];                        \
+                    if (lazy) {                                                               \
+                        first[u] = g;                                                         \
+                        if (weights) first_w[u] = wk;                                         \
+                    } else {                                                                  \
+                        T *a = acc + u * dim;                                                 \
+                        /* weighted: fused explicitly, as in sum_entries */                  \
+                        if (weights)                                                          \
+                            for (int64_t d = 0; d < dim; d++) a[d] = wk * g[d];               \
+                        else                                                                  \
+                            for (int64_t d = 0; d < dim; d++) a[d] = g[d];                    \
+                    }                                                                         \
+                    u++;                                                                      \
                 } else {                                                                      \
                     T *a = acc + (int64_t)*c * dim;                                           \
+                    const T *g0 = lazy ? first[*c] : NULL;                                    \
+                    if (g0) { /* its second: the sum starts from the first */                \
+                        first[*c] = NULL;                                                     \
+                        /* weighted: fused explicitly, as in sum_entries */                  \
+                        if (weights)                                                          \
+                            for (int64_t d = 0; d < dim; d++) a[d] = first_w[*c] * g0[d];     \
+                        else                                                                  \
+                            for (int64_t d = 0; d < dim; d++) a[d] = g0[d];                   \
+                    }                                                                         \
                     if (weights)                                                              \
                         for (int64_t d = 0; d < dim; d++) a[d] = FMA(wk, g[d], a[d]);         \
                     else                                                                      \
@@ -405,7 +427,15 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
                 prefetch_row_w(STATE(s, urows[j + dist], dim), (STATE_BYTES));                \
             }                                                                                 \
             const int64_t row = urows[j];                                                     \
-            SFX(OPT##_row)(w + row * dim, STATE(s, row, dim), acc + j * dim, dim, p);         \
+            const T *g = lazy ? first[j] : NULL;                                              \
+            if (!g) {                                                                         \
+                g = acc + j * dim;                                                            \
+            } else if (weights) { /* one weighted entry: its product, as a sum of one */     \
+                T *a = acc + j * dim;                                                         \
+                for (int64_t d = 0; d < dim; d++) a[d] = first_w[j] * g[d];                   \
+                g = a;                                                                        \
+            }                                                                                 \
+            SFX(OPT##_row)(w + row * dim, STATE(s, row, dim), g, dim, p);                     \
         }                                                                                     \
         return u;                                                                             \
     }                                                                                         \
@@ -413,11 +443,18 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
                                              const int64_t *offsets, int64_t n_bags,          \
                                              int64_t padding_idx, const T *weights,           \
                                              const T *grad_out, RowMap map, int part,         \
-                                             int parts, int64_t *urows, T *acc, const T *p,   \
+                                             int parts, int64_t *urows, int lazy,             \
+                                             const T **first, T *first_w, T *acc, const T *p, \
                                              int64_t dim) {                                   \
         int64_t groups = 0;                                                                   \
-        LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, idx, n, offsets, n_bags, padding_idx,  \
-                  weights, grad_out, map, part, parts, urows, acc, p)                         \
+        if (lazy) /* a constant in each: the other way's code left out */                    \
+            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, idx, n, offsets, n_bags,           \
+                      padding_idx, weights, grad_out, map, part, parts, urows, 1, first,      \
+                      first_w, acc, p)                                                        \
+        else                                                                                  \
+            LL_BY_DIM(groups = SFX(OPT##_fused_dim), w, s, idx, n, offsets, n_bags,           \
+                      padding_idx, weights, grad_out, map, part, parts, urows, 0, first,      \
+                      first_w, acc, p)                                                        \
         return groups;                                                                        \
     }                                                                                         \
     /* one table's update, its rows split over the threads by row % threads (each row's sum  \
@@ -436,6 +473,8 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
         int hbits = 1;                                                                        \
         while (((int64_t)1 << hbits) < 2 * most) hbits++;                                     \
         const int direct = top + 1 <= 4 * ((int64_t)1 << hbits);                              \
+        /* a grad_out that stays in the cache: a row's first entry only noted (LAZY_BYTES) */ \
+        const int lazy = (n_bags < 0 ? n : n_bags) * dim * (int64_t)sizeof(T) <= LAZY_BYTES;  \
         /* the rows split in parts by row_part, one per thread; each part's scratch holds as  \
          * many rows as the part has entries (or the table has): all together what one would */\
         const int nt = ll_threads(n);                                                         \
@@ -460,7 +499,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
             int bits = 1;                                                                     \
             while (((int64_t)1 << bits) < 2 * cap[q]) bits++;                                 \
             cap[nt + q] = direct ? 0 : bits;                                                  \
-            at[q + 1] = at[q] + SFX(part_head)(cap[q], cap[nt + q]) +                         \
+            at[q + 1] = at[q] + SFX(part_head)(cap[q], cap[nt + q], lazy) +                   \
                         sizeof(T) * (size_t)dim * (size_t)cap[q];                             \
             at[q + 1] = LL_LINE_UP(at[q + 1]);                                                \
         }                                                                                     \
@@ -479,7 +518,9 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
                 const int64_t positions = direct ? 0 : (int64_t)1 << cap[nt + q];             \
                 RowMap map = {NULL, (int32_t *)mem, 0, 0};                                    \
                 int64_t *urows = (int64_t *)((RowPos *)(mem + at[q]) + positions);            \
-                T *acc = (T *)(mem + at[q] + SFX(part_head)(cap[q], cap[nt + q]));            \
+                const T **first = (const T **)(urows + cap[q]);                               \
+                T *first_w = (T *)(first + cap[q]);                                           \
+                T *acc = (T *)(mem + at[q] + SFX(part_head)(cap[q], cap[nt + q], lazy));      \
                 if (!direct) {                                                                \
                     map.pos = (RowPos *)(mem + at[q]);                                        \
                     map.mask = (uint64_t)positions - 1;                                       \
@@ -487,8 +528,8 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits) {
                     memset(map.pos, 0, sizeof(RowPos) * (size_t)positions);                   \
                 }                                                                             \
                 groups += SFX(OPT##_fused_range)(w, s, idx, n, offsets, n_bags, padding_idx,  \
-                                                 weights, grad_out, map, q, nt, urows, acc, p,\
-                                                 dim);                                        \
+                                                 weights, grad_out, map, q, nt, urows, lazy,  \
+                                                 first, first_w, acc, p, dim);                \
             }                                                                                 \
         }                                                                                     \
         free(cap);                                                                            \
