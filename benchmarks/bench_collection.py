@@ -58,7 +58,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -211,6 +211,19 @@ def loss_step(target: torch.Tensor) -> Step:
     return step
 
 
+class _Width(NamedTuple):
+    """One width's part of :func:`kernels_step`: its tables' rows in one table, the row-wise
+    state, the batch's rows of it, their bags' offsets (None: one ID per feature), the output
+    buffer of a one-ID batch, and a gradient of the output's shape."""
+
+    table: torch.Tensor
+    state: torch.Tensor
+    indices: torch.Tensor
+    offsets: torch.Tensor | None
+    out: torch.Tensor
+    grad: torch.Tensor
+
+
 def kernels_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.Tensor
                  ) -> Step:
     """The floor of a fused step: only the kernels any method must run, one after the other,
@@ -220,43 +233,42 @@ def kernels_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.
     of the batch's rows from a gradient of the lookup's shape (``lookuplinear::rows_fused_``,
     all widths in one call). Each kernel meets the caches the kernels before it left, as in a
     step; timed alone and repeated, each would find its rows in the cache."""
-    widths = sorted(set(dims))
-    per_width = []  # (table, state, indices, offsets or None, output buffer, gradient)
     lengths = kb.lengths().view(len(rows), -1)
     values = torch.split(kb.values, lengths.sum(1).tolist())
     one_hot = bool((lengths == 1).all())
-    for d in widths:
-        tables = [t for t, w in enumerate(dims) if w == d]
-        starts = np.concatenate([[0], np.cumsum([rows[t] for t in tables])[:-1]]).tolist()
-        idx = torch.cat([values[t] + s for t, s in zip(tables, starts, strict=True)])
+    parts: list[_Width] = []
+    for d in sorted(set(dims)):
+        of_width = [t for t, w in enumerate(dims) if w == d]
+        n_rows = sum(rows[t] for t in of_width)
+        starts = np.concatenate([[0], np.cumsum([rows[t] for t in of_width])[:-1]]).tolist()
+        idx = torch.cat([values[t] + s for t, s in zip(of_width, starts, strict=True)])
         offsets = None
         if one_hot:  # batch-major, as an output row holds every feature
-            idx = idx.view(len(tables), -1).t().contiguous().view(-1)
+            idx = idx.view(len(of_width), -1).t().contiguous().view(-1)
         else:
-            offsets = torch.zeros(lengths[tables].numel() + 1, dtype=torch.long)
-            torch.cumsum(lengths[tables].reshape(-1), 0, out=offsets[1:])
-        n_out = idx.numel() if one_hot else offsets.numel() - 1
-        per_wid = (hugepages.place(torch.randn(sum(rows[t] for t in tables), d) * 0.01),
-                   hugepages.place(torch.zeros(sum(rows[t] for t in tables))), idx, offsets,
-                   torch.empty(n_out, d), torch.randn(n_out, d) * 1e-3)
-        per_width.append(per_wid)
+            offsets = torch.zeros(lengths[of_width].numel() + 1, dtype=torch.long)
+            torch.cumsum(lengths[of_width].reshape(-1), 0, out=offsets[1:])
+        n_out = idx.numel() if offsets is None else offsets.numel() - 1
+        parts.append(_Width(hugepages.place(torch.randn(n_rows, d) * 0.01),
+                            hugepages.place(torch.zeros(n_rows)), idx, offsets,
+                            torch.empty(n_out, d), torch.randn(n_out, d) * 1e-3))
     loss = loss_step(target)
     update = torch.ops.lookuplinear.rows_fused_
-    tables, states = [p[0] for p in per_width], [p[1] for p in per_width]
-    operands = ([p[5] for p in per_width], [p[2] for p in per_width], [p[3] for p in per_width],
-                [None] * len(per_width), [-1] * len(per_width), "rowwise_adagrad",
-                [v for w in tables for v in (LR, 1e-8, 0.0, 1 / w.shape[1])])
+    operands = ([p.table for p in parts], [p.state for p in parts], [p.grad for p in parts],
+                [p.indices for p in parts], [p.offsets for p in parts], [None] * len(parts),
+                [-1] * len(parts), "rowwise_adagrad",
+                [v for p in parts for v in (LR, 1e-8, 0.0, 1 / p.table.shape[1])])
 
     def step() -> None:
         with torch.no_grad():
-            for w, _, idx, offsets, out, _ in per_width:
-                if offsets is None:
-                    torch.index_select(w, 0, idx, out=out)
+            for p in parts:
+                if p.offsets is None:
+                    torch.index_select(p.table, 0, p.indices, out=p.out)
                 else:
-                    out.copy_(F.embedding_bag(idx, w, offsets, mode="sum",
-                                              include_last_offset=True))
+                    F.embedding_bag(p.indices, p.table, p.offsets, mode="sum",
+                                    include_last_offset=True)
         loss()
-        update(tables, states, *operands)
+        update(*operands)
 
     return step
 
