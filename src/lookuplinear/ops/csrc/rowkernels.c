@@ -190,19 +190,20 @@ static Sorted sort_entries(const int64_t *idx, int64_t n, const int64_t *offsets
     return s;
 }
 
-/* The rows a fused update changes, each given a slot (0, 1, ... in the order the rows first
- * appear in the batch) where its gradient is summed as the entries come. Rows few beside the
- * entries (direct) index an array of slots; others are looked up in an open-addressing hash
- * table of at least twice as many positions as rows, each position a row (plus one; 0: empty)
- * and its slot side by side, so that a probe reads one cache line. */
 /* bytes rounded up to whole cache lines */
 #define LL_LINE_UP(bytes) (((size_t)(bytes) + LL_LINE - 1) & ~(size_t)(LL_LINE - 1))
 
+/* a position of a fused update's hash table: a row (plus one; 0: empty) and its slot side by
+ * side, so that a probe reads one cache line */
 typedef struct {
-    uint32_t row1; /* the row + 1; 0: the position is empty */
+    uint32_t row1;
     int32_t slot;
 } RowPos;
 
+/* The rows a fused update changes, each given a slot (0, 1, ... in the order the rows first
+ * appear in the batch) where its gradient is summed as the entries come. Rows few beside the
+ * entries (direct) index an array of slots; others are looked up in an open-addressing hash
+ * table of at least twice as many positions as rows (RowPos). */
 typedef struct {
     RowPos *pos;   /* hashed: the positions; direct: NULL */
     int32_t *slot; /* direct: the slot of each row; -1: none yet */

@@ -364,8 +364,8 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
     }                                                                                         \
     /* the update of the rows of part `part` of `parts` (row % parts == part) from a lookup's \
      * entries: each entry's grad_out row added to its row's slot in entry order, grad_out    \
-     * read once, in order (a row's first entry is only noted, and copied into the slot when  \
-     * a second comes: a row of one entry is updated from its grad_out row); then each row    \
+     * read once, in order (lazy: a row's first entry only noted, and copied into the slot    \
+     * when a second comes, a row of one entry updated from its grad_out row); then each row  \
      * updated from its sum (the sort's sums: the same bits), its table and state rows        \
      * requested ahead */                                                                     \
     LL_INLINE int64_t SFX(OPT##_fused_dim)(T *w, T *s, const int64_t *idx, int64_t n,         \
