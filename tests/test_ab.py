@@ -3,20 +3,7 @@ tables a script without ``--json`` prints."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
-AB = Path(__file__).resolve().parents[1] / "benchmarks" / "ab.py"
-
-
-def _ab() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ab", AB)
-    assert spec is not None and spec.loader is not None
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
-    return ab
-
+from benchmark_scripts import load
 
 PRINTED = """machine: AMD EPYC
 | kernel | C, ms | torch ops, ms | C / torch ops |
@@ -36,7 +23,7 @@ a line between tables
 
 
 def test_table_timings_reads_the_time_columns_of_every_table() -> None:
-    got = _ab().table_timings(PRINTED)
+    got = load("ab").table_timings(PRINTED)
     kernels = "kernel | C, ms | torch ops, ms | C / torch ops"
     assert got == {
         f"{kernels}/group_rows/C, ms": 1.234,
@@ -52,6 +39,6 @@ def test_table_timings_reads_the_time_columns_of_every_table() -> None:
 
 
 def test_json_timings_keep_times_and_leave_settings_and_ratios() -> None:
-    got = _ab().timings({"args": {"repeats_s": 3}, "forward": {"ours_ms": 1.5, "ratio": 0.9},
+    got = load("ab").timings({"args": {"repeats_s": 3}, "forward": {"ours_ms": 1.5, "ratio": 0.9},
                          "rounds_s": [1.0, 3.0, 2.0]}, under=("rounds_s",))
     assert got == {"/forward/ours_ms": 1.5, "/rounds_s": 2.0}

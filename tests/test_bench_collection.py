@@ -3,22 +3,17 @@ on one width and on several, and their numbers are finite (no timings asserted).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collection.py"
+from benchmark_scripts import load
 
 
 @pytest.mark.parametrize("widths", [[], ["--mixed-dims"]])
 def test_bench_collection_runs_on_tiny_tables(tmp_path: Path, widths: list[str]) -> None:
-    spec = importlib.util.spec_from_file_location("bench_collection", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_collection")
     out = tmp_path / "result.json"
     assert bench.main(["--scale", "0.0005", "--batch", "64", "--repeats", "1", "--steps", "1",
                        *widths, "--json", str(out)]) == 0

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dlrm.py"
+from benchmark_scripts import load
 
 
 def test_bench_dlrm_runs_and_reports_every_ratio(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = importlib.util.spec_from_file_location("bench_dlrm", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_dlrm"] = module
-    spec.loader.exec_module(module)
+    module = load("bench_dlrm")
     out = tmp_path / "dlrm.json"
     assert module.main(["--rows", "50-40-30", "--dim", "4", "--bottom", "5-8", "--top", "8",
                         "--batch", "6", "--bag", "3", "--repeats", "1", "--warmup", "1",

@@ -3,18 +3,13 @@ finite (no timings)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_embedding_bag.py"
+from benchmark_scripts import load
 
 
 def test_bench_embedding_bag_runs_on_tiny_sizes() -> None:
-    spec = importlib.util.spec_from_file_location("bench_embedding_bag", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load("bench_embedding_bag")
     out = bench.main(["--rows", "20", "300", "--dim", "4", "--bags", "4", "--bag-size", "3",
                       "--repeats", "1", "--warmup", "0", "--sample-ms", "0.01", "--json"])
     assert set(out) == {"forward", "forward+backward"}

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from benchmark_scripts import load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_layer.py"
 TINY = ["--bags", "8", "--bag-size", "3", "--in-features", "50", "--out-features", "4",
         "--memory-in-features", "1000", "--memory-nnz", "40", "--memory-rows", "8",
         "--repeats", "1", "--warmup", "1", "--sample-ms", "0.01"]
@@ -20,12 +18,7 @@ TINY = ["--bags", "8", "--bag-size", "3", "--in-features", "50", "--out-features
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_layer", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_layer"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load("bench_layer")
 
 
 def test_every_method_computes_the_same_layer(bench: ModuleType) -> None:

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_optim.py"
-
-
-def _bench(name: str) -> Any:
-    """The benchmark script ``benchmarks/<name>.py``, imported as the module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, BENCH.parent / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchmark_scripts import load as _bench
 
 
 def test_bench_optim_runs_and_reports_every_optimizer(

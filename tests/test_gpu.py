@@ -5,7 +5,6 @@ a toolkit is found. No timings are asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import runpy
@@ -17,20 +16,11 @@ from typing import Any
 import pytest
 import setuptools
 import torch
+from benchmark_scripts import load
 from torch.utils import cpp_extension
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu.sh"
-BENCH = ROOT / "benchmarks" / "bench_gpu.py"
-
-
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
-    return bench
 
 
 def _gpu_sh(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,7 +56,7 @@ def test_gpu_script_needs_an_output_folder() -> None:
 def test_gpu_benchmark_without_a_gpu_asks_for_the_dry_run(capsys: pytest.CaptureFixture[str]
                                                           ) -> None:
     with pytest.raises(SystemExit):
-        _bench().main([])
+        load("bench_gpu").main([])
     assert "sees no CUDA device; use --dry-run" in capsys.readouterr().err
 
 
