@@ -51,8 +51,8 @@ LL_GATHER(float, f32)
 LL_GATHER(double, f64)
 
 /* -1, or the position of the first of rows[0:n] outside [0, num_rows): one vectorized pass,
- * then, only where a row is outside, one that finds it (the gather_groups operator's check,
- * ops.cpp, before ll_gather_into reads a row) */
+ * then, only where a row is outside, one that finds it (the operators' range checks, ops.cpp,
+ * before a kernel reads a row) */
 LL_EXPORT int64_t ll_first_outside(const int64_t *rows, int64_t n, int64_t num_rows) {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad |= (int64_t)((uint64_t)rows[i] >= (uint64_t)num_rows);

@@ -109,28 +109,16 @@ bool is_real_float(at::ScalarType t) {
 
 // ---- checks, with the Python side's messages ---------------------------------------------
 
-// IndexError naming the first index outside [0, num_rows), if any
-// whether any of the n values is outside [0, num_rows): one pass without a branch, which
-// vectorizes (a check that exits at the first bad value runs one value at a time)
-bool any_outside(const int64_t *p, int64_t n, int64_t num_rows) {
-    uint64_t bad = 0;
-    const uint64_t top = static_cast<uint64_t>(num_rows);  // a negative value wraps above it
-    for (int64_t k = 0; k < n; k++) bad |= static_cast<uint64_t>(p[k]) >= top;
-    return bad != 0;
-}
-
+// IndexError naming the first index outside [0, num_rows), if any (found by one vectorized
+// pass, ll_first_outside)
 void check_range(const char *op, const Tensor &indices, int64_t num_rows) {
     const Tensor flat = indices.reshape(-1).to(at::kLong).contiguous();
     const int64_t *p = flat.data_ptr<int64_t>();
-    const int64_t n = flat.numel();
-    if (!any_outside(p, n, num_rows)) return;
-    for (int64_t k = 0; k < n; k++) {  // the first one out, named
-        TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num_rows, "lookuplinear::", op, ": index ", p[k],
-                          " at indices[", k, "] is out of range for a table of ", num_rows,
-                          " rows. Map the IDs into [0, ", num_rows,
-                          ") first (hashing=, or an IdMap for raw IDs), or make the table "
-                          "larger.");
-    }
+    const int64_t k = ll_first_outside(p, flat.numel(), num_rows);
+    TORCH_CHECK_INDEX(k < 0, "lookuplinear::", op, ": index ", k < 0 ? 0 : p[k], " at indices[",
+                      k, "] is out of range for a table of ", num_rows, " rows. Map the IDs "
+                      "into [0, ", num_rows, ") first (hashing=, or an IdMap for raw IDs), or "
+                      "make the table larger.");
 }
 
 // ValueError unless `what` (an operand's dtype) is a real floating dtype
@@ -2006,13 +1994,11 @@ void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalar
 void check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
     const int64_t *p = rows.data_ptr<int64_t>();
     const int64_t n = rows.numel();
-    if (any_outside(p, n, num_rows)) {
-        for (int64_t k = 0; k < n; k++)  // the first one out, named
-            TORCH_CHECK_INDEX(p[k] >= 0 && p[k] < num_rows, "lookuplinear::", op, ": row ",
-                              p[k], " at rows[", k, "] is out of range for a table of ",
-                              num_rows, " rows. Give the rows of the table the gradient is for.");
-    }
-    uint64_t down = 0;  // branch-free, as any_outside
+    const int64_t bad = ll_first_outside(p, n, num_rows);
+    TORCH_CHECK_INDEX(bad < 0, "lookuplinear::", op, ": row ", bad < 0 ? 0 : p[bad], " at rows[",
+                      bad, "] is out of range for a table of ", num_rows, " rows. Give the rows "
+                      "of the table the gradient is for.");
+    uint64_t down = 0;  // branch-free, so that the pass vectorizes
     for (int64_t k = 1; k < n; k++) down |= p[k] < p[k - 1];
     if (!down) return;
     std::vector<int64_t> heads;  // each run's row
