@@ -201,6 +201,51 @@ def test_unfused_step_reads_the_layer_gradient_as_its_summed_rows(
     assert all(torch.equal(a, b) for a, b in zip(*states, strict=True))
 
 
+@pytest.mark.parametrize("change", ["set a row", "add in place", "through a view", "none"])
+@pytest.mark.parametrize("name", ["SGD", "RowWiseAdagrad", "Adam"])
+def test_unfused_step_reads_a_gradient_changed_in_place(change: str, name: str) -> None:
+    """The layer's gradient changed in place after its backward (a row's later entry, whose
+    value is ``-0.0`` as the backward leaves it, given a value): the step reads the change, to
+    the bits of the step on the changed gradient's summed rows."""
+    from lookuplinear import optim
+
+    bags = Bags.from_lists([[3, 3, 5, 3], [5, 1], [6, 6]])
+    grad_out = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    results = []
+    for summed in (False, True):
+        layer = LookupLinear(8, 4, bias=False, sparse=True)
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)))
+        opt = getattr(optim, name)(layer.parameters(), lr=0.1)
+        layer(bags).backward(grad_out)
+        grad = layer.weight.grad
+        assert grad is not None
+        rows, values = grad._indices()[0], grad._values()
+        assert rows.tolist() == [1, 3, 3, 3, 5, 5, 6, 6]
+        if change == "set a row":
+            values[2] = 1.5
+        elif change == "add in place":
+            values.add_(0.25)
+        elif change == "through a view":
+            values.detach()[7].fill_(-2.0)
+        if summed:  # new tensors: read whole
+            unique, sums = row_sparse_parts(grad)
+            layer.weight.grad = torch.sparse_coo_tensor(unique.unsqueeze(0).clone(),
+                                                        sums.clone(), grad.shape)
+        opt.step()
+        results.append(layer.weight.detach().clone())
+    assert torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
+    if change != "none":
+        unchanged = LookupLinear(8, 4, bias=False, sparse=True)
+        with torch.no_grad():
+            unchanged.weight.copy_(torch.randn(8, 4,
+                                               generator=torch.Generator().manual_seed(0)))
+        opt = getattr(optim, name)(unchanged.parameters(), lr=0.1)
+        unchanged(bags).backward(grad_out)
+        opt.step()
+        assert not torch.equal(unchanged.weight.detach(), results[0])  # the change counted
+
+
 @pytest.mark.parametrize("form", ["bags", "offsets", "torch_coo"])
 @pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
 def test_sparse_true_input_values_get_the_dense_gradient(form: str, mode: str) -> None:

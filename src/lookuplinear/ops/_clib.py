@@ -66,7 +66,8 @@ class Entry:
         return [f"{self.name}_{v}" if v else self.name for v in self.variants]
 
 
-_ROWS = (_P, _P, _P, _I64, _P, _I64, _P)  # weight, state, rows, n, values, dim, scalars
+# weight, state, rows, n, values, dim, scalars, heads (each run's first value row its sum)
+_ROWS = (_P, _P, _P, _I64, _P, _I64, _P, _I64)
 _FUSED = (_I64, *[_P] * 12)
 
 #: every entry point of the library, by name

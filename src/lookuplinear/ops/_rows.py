@@ -187,10 +187,11 @@ def update_rows(
     """Update ``weight``'s ``rows`` by the gradient rows ``values`` with the C kernel ``kernel``
     (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
 
-    Each row is updated once, by the sum of its value rows: a row's entries must be one run,
-    next to each other (rows unique, or never decreasing, as a lookup's gradient stores them:
-    one row per entry, sorted), and are summed in entry order as they are read, the sums
-    :func:`summed_runs` gives, never stored.
+    Each row is updated once, by the sum of its value rows, in entry order: the sums
+    :func:`summed_runs` gives, never stored. Rows may come in any order; a row's entries
+    apart are first sorted next to each other (stably). A lookup's gradient, rows sorted and
+    each row's sum at its first entry (``-0.0`` at its others), is read by its runs' first
+    rows alone while it is unchanged since its backward (its version counters).
 
     ``state`` is the optimizer state in the kernel's layout (``lookuplinear::rows_update_``:
     contiguous, SGD's momentum buffer or an empty tensor without momentum, Adagrad's sums,
@@ -222,7 +223,7 @@ def update_rows_c(kernel: str, weight: torch.Tensor, state: torch.Tensor, rows: 
     v = values.contiguous()
     params = (ctypes.c_double * _N_SCALARS)(*scalars)
     fn = function(f"ll_rows_{kernel}", str(suffix(weight.dtype)))
-    if fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params) < 0:
+    if fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params, 0) < 0:
         raise MemoryError("lookuplinear::rows_update_: out of memory summing the gradient rows "
                           "(nothing was updated)")
     return True

@@ -227,9 +227,9 @@ def check_update(op: str, kernel: str, scalars: Sequence[float], weight: torch.T
 
 
 def check_rows(op: str, rows: torch.Tensor, values: torch.Tensor, weight: torch.Tensor) -> None:
-    """``InputValueError`` unless ``rows`` are 1-D integers, each row's entries one run (next
-    to each other), with one gradient row of ``values`` each (``weight``'s width and dtype);
-    ``LookupIndexError`` naming the first row outside the table."""
+    """``InputValueError`` unless ``rows`` are 1-D integers with one gradient row of ``values``
+    each (``weight``'s width and dtype); ``LookupIndexError`` naming the first row outside the
+    table."""
     n, dim = rows.numel(), weight.shape[1]
     if rows.dim() != 1 or rows.dtype not in (torch.int32, torch.int64):
         raise InputValueError(f"lookuplinear::{op}: rows must be a 1-D int32 or int64 tensor; "
@@ -245,15 +245,15 @@ def check_rows(op: str, rows: torch.Tensor, values: torch.Tensor, weight: torch.
         raise LookupIndexError(
             f"lookuplinear::{op}: row {int(rows[k])} at rows[{k}] is out of range for a table "
             f"of {weight.shape[0]} rows. Give the rows of the table the gradient is for.")
-    if n > 1 and not bool((rows[1:] >= rows[:-1]).all()):
-        heads = torch.sort(torch.unique_consecutive(rows)).values  # each run's row
-        same = torch.nonzero(heads[1:] == heads[:-1])
-        if same.numel():
-            raise InputValueError(
-                f"lookuplinear::{op}: each row's entries must be next to each other (rows "
-                f"unique, or sorted); row {int(heads[int(same[0, 0]) + 1])} comes twice, "
-                "apart. Sort the entries by row, or sum the gradient rows of one row first "
-                "(grad.coalesce()).")
+
+
+def in_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` with each row's entries next to each other, in entry order: as they
+    are where rows never decrease, else sorted by row (stably)."""
+    if rows.numel() < 2 or bool((rows[1:] >= rows[:-1]).all()):
+        return rows, values
+    order = torch.sort(rows, stable=True).indices
+    return rows[order], values[order]
 
 
 def group_rows_twin(grad_out: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
@@ -299,7 +299,7 @@ def rows_update_twin(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     op = "rows_update_"
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
-    rows, values = summed_runs(rows, values)
+    rows, values = summed_runs(*in_runs(rows, values))
     ROW_UPDATES[kernel](weight, *state_parts(kernel, state, weight), rows.long(), values,
                         list(scalars))
 
@@ -311,6 +311,7 @@ def rows_update_cpu(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tenso
     op = "rows_update_"
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
+    rows, values = in_runs(rows, values)
     if not update_rows_c(kernel, weight, state, rows, values, list(scalars)):
         rows_update_twin(weight, state, rows, values, kernel, scalars)
 

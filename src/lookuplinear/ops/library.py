@@ -82,9 +82,9 @@ C kernels that checks every operand first, the torch-op twins of :mod:`._updates
 the C kernels' bits, on every other device):
 
 * ``rows_update_(weight, state, rows, values, kernel, scalars)``: the update of ``weight``'s
-  ``rows`` by their gradient rows ``values`` (``(len(rows), dim)``; a row's entries one run,
-  next to each other, summed in entry order: rows unique, or never decreasing as a lookup's
-  gradient stores them, one row per entry), each row updated once, in place on
+  ``rows`` by their gradient rows ``values`` (``(len(rows), dim)``; rows in any order, a
+  row's entries summed in entry order: a lookup's gradient stores them one row per entry,
+  sorted), each row updated once, in place on
   ``weight`` and the optimizer ``state`` (contiguous, in the kernel's layout: SGD's momentum
   buffer, or any tensor without momentum; Adagrad's sums, ``(N, dim)``; row-wise Adagrad's,
   ``(N,)``; Adam's moments, ``(N, 2 * dim)``, a row's ``m`` then its ``v``); ``kernel`` one of

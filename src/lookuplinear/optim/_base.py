@@ -66,8 +66,8 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
     row's values summed in the order they come (:func:`~lookuplinear.ops.group_rows`), as the
     fused update sums them.
 
-    ``sum_runs=False`` leaves rows that never decrease as they are, runs and all (what
-    :func:`lookuplinear.ops.update_rows` reads, summing each run as it updates its row).
+    ``sum_runs=False`` leaves the rows as they are, in any order (what
+    :func:`lookuplinear.ops.update_rows` reads, summing each row's entries as it updates it).
 
     Examples
     --------
@@ -91,13 +91,22 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
             "grad.to_dense(), or use a layer with sparse=True."
         )
     rows, values = grad._indices()[0], grad._values()
-    if grad.is_coalesced() or rows.numel() < 2:
+    if grad.is_coalesced() or not sum_runs:
+        return rows, values
+    return _grouped(rows, values, grad.shape[0])
+
+
+def _grouped(rows: torch.Tensor, values: torch.Tensor, num_rows: int
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` with each row once, its value rows summed in entry order: the runs of
+    rows that never decrease summed, any other rows grouped (:func:`group_rows`)."""
+    if rows.numel() < 2:
         return rows, values
     if not bool((rows[1:] >= rows[:-1]).all()):
         flat = values.reshape(values.shape[0], -1)
-        rows, sums = group_rows(flat, grad.shape[0], rows)
+        rows, sums = group_rows(flat, num_rows, rows)
         return rows, sums.reshape(-1, *values.shape[1:])
-    return summed_runs(rows, values) if sum_runs else (rows, values)
+    return summed_runs(rows, values)
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:
@@ -595,9 +604,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any],
         group: dict[str, Any],
     ) -> None:
-        """One step of ``p``'s ``rows`` by the gradient rows ``values``: each row's entries one
-        run (rows unique, or never decreasing: :func:`row_sparse_parts` with
-        ``sum_runs=False``), each run summed in entry order and its row updated once."""
+        """One step of ``p``'s ``rows`` by the gradient rows ``values`` (rows in any order:
+        :func:`row_sparse_parts` with ``sum_runs=False``), each row's entries summed in entry
+        order and the row updated once."""
         state["step"] += 1
         if rows.numel() == 0:
             return
@@ -608,14 +617,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             )
         values = values.reshape(values.shape[0], -1)
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
-            rows, values = summed_runs(rows, values)
+            rows, values = _grouped(rows, values, p.shape[0])
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
-            rows, values = summed_runs(rows, values)
+            rows, values = _grouped(rows, values, p.shape[0])
             w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
             named = self._scalars(group, [(w.shape[1], state["step"])])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,

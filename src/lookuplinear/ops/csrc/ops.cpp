@@ -673,6 +673,70 @@ std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indice
     return {rows, values};
 }
 
+// ---- the gradients row_sums laid out ---------------------------------------------------
+// A weight gradient the lookup's backward stored as row_sums lays it out (rows sorted, each
+// row's sum at its first entry, -0.0 at its others) is noted here, its two tensors by storage,
+// place and version. An update of its rows (rows_update_) given those same tensors, unchanged
+// since (the versions autograd checks its saved tensors by), reads each row's first value row
+// alone: the others add nothing. Any other tensor, or one changed in place, is read whole.
+
+struct Stored {  // one tensor, as it was when noted
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    const void *data;
+    int64_t numel;
+    int64_t version;
+};
+
+struct HeadsGrad {
+    Stored rows, values;
+};
+
+std::mutex heads_mutex;
+std::vector<HeadsGrad> heads_grads;  // the live ones: a few, one per table's gradient
+constexpr size_t max_heads_grads = 64;
+
+Stored stored(const Tensor &t) {
+    return {t.storage().getWeakStorageImpl(), t.data_ptr(), t.numel(), t._version()};
+}
+
+bool same(const Stored &s, const Tensor &t) {
+    if (s.data != t.data_ptr() || s.numel != t.numel() || !t.is_contiguous() ||
+        t.is_inference() || s.version != t._version())
+        return false;
+    const auto live = s.storage.lock();
+    return live && live.get() == t.storage().unsafeGetStorageImpl();
+}
+
+// a CPU tensor whose data is there to read: not a fake or functional tensor a graph records
+bool readable_cpu(const Tensor &t) {
+    const c10::DispatchKeySet traced{c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
+                                     c10::DispatchKey::PythonTLSSnapshot};
+    return t.device().is_cpu() && t.layout() == at::kStrided && !t.key_set().has_any(traced) &&
+           t.has_storage() && !t.is_inference();
+}
+
+void note_heads(const Tensor &rows, const Tensor &values) {
+    if (!readable_cpu(rows) || !readable_cpu(values)) return;
+    std::lock_guard<std::mutex> lock(heads_mutex);
+    heads_grads.erase(std::remove_if(heads_grads.begin(), heads_grads.end(),
+                                     [](const HeadsGrad &g) {
+                                         return g.rows.storage.expired() ||
+                                                g.values.storage.expired();
+                                     }),
+                      heads_grads.end());
+    if (heads_grads.size() >= max_heads_grads) heads_grads.erase(heads_grads.begin());
+    heads_grads.push_back({stored(rows), stored(values)});
+}
+
+// whether (rows, values) are a gradient note_heads noted, unchanged since
+bool noted_heads(const Tensor &rows, const Tensor &values) {
+    if (!readable_cpu(rows) || !readable_cpu(values)) return false;
+    std::lock_guard<std::mutex> lock(heads_mutex);
+    for (const HeadsGrad &g : heads_grads)
+        if (same(g.rows, rows) && same(g.values, values)) return true;
+    return false;
+}
+
 // ---- bag_lookup's backward ---------------------------------------------------------------
 // (sizes as SymInts: a graph records the backward with symbolic shapes)
 
@@ -812,8 +876,10 @@ Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
     if (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))
         return entry_grads(idx, offsets, weights, padding_idx, g, shape);
     const auto sorted = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
-    return entry_grads(std::get<0>(sorted), optional<Tensor>(), optional<Tensor>(), padding_idx,
-                       std::get<1>(sorted), shape);
+    Tensor grad = entry_grads(std::get<0>(sorted), optional<Tensor>(), optional<Tensor>(),
+                              padding_idx, std::get<1>(sorted), shape);
+    note_heads(grad._indices(), grad._values());
+    return grad;
 }
 
 struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
@@ -1888,7 +1954,8 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
 extern "C" {
 #define LL_ROWS_DECL(OPT, T, SFX)                                                             \
     int64_t ll_rows_##OPT##_##SFX(T *w, T *s, const int64_t *rows, int64_t n,                 \
-                                  const T *values, int64_t dim, const double *params);        \
+                                  const T *values, int64_t dim, const double *params,         \
+                                  int64_t heads);                                             \
     void ll_fused_##OPT##_##SFX(int64_t n_tables, const int64_t *const *idx, const int64_t *n,  \
                                 const int64_t *const *offsets, const int64_t *n_bags,        \
                                 const int64_t *padding_idx, const T *const *weights,         \
@@ -1906,7 +1973,7 @@ namespace {
 
 template <typename T>
 using RowsFn = int64_t (*)(T *, T *, const int64_t *, int64_t, const T *, int64_t,
-                           const double *);
+                           const double *, int64_t);
 template <typename T>
 using FusedFn = void (*)(int64_t, const int64_t *const *, const int64_t *,
                          const int64_t *const *, const int64_t *, const int64_t *,
@@ -1987,11 +2054,11 @@ void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalar
                       state.sizes());
 }
 
-// IndexError unless every row is in [0, num_rows); ValueError unless each row's entries are one
-// run (next to each other: their gradient rows are summed, then the row updated once, by one
+// IndexError unless every row is in [0, num_rows); whether each row's entries are one run
+// (next to each other: the kernels sum a run's gradient rows, then update the row once, by one
 // thread). O(n) where rows never decrease, as a lookup's gradient's do; else the runs' rows
 // sorted once.
-void check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
+bool check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
     const int64_t *p = rows.data_ptr<int64_t>();
     const int64_t n = rows.numel();
     const int64_t bad = ll_first_outside(p, n, num_rows);
@@ -2000,16 +2067,12 @@ void check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
                       "of the table the gradient is for.");
     uint64_t down = 0;  // branch-free, so that the pass vectorizes
     for (int64_t k = 1; k < n; k++) down |= p[k] < p[k - 1];
-    if (!down) return;
+    if (!down) return true;
     std::vector<int64_t> heads;  // each run's row
     for (int64_t k = 0; k < n; k++)
         if (k == 0 || p[k] != p[k - 1]) heads.push_back(p[k]);
     std::sort(heads.begin(), heads.end());
-    for (size_t k = 1; k < heads.size(); k++)
-        TORCH_CHECK_VALUE(heads[k] != heads[k - 1], "lookuplinear::", op, ": each row's "
-                          "entries must be next to each other (rows unique, or sorted); row ",
-                          heads[k], " comes twice, apart. Sort the entries by row, or sum the "
-                          "gradient rows of one row first (grad.coalesce()).");
+    return std::adjacent_find(heads.begin(), heads.end()) == heads.end();
 }
 
 // the Python twins (library.py), for what the C kernels do not take
@@ -2035,23 +2098,31 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
                       "lookuplinear::", op, ": values must be one gradient row per row, of the "
                       "weight's width and dtype, (", n, ", ", dim, ") ", weight.scalar_type(),
                       "; got ", values.scalar_type(), " of shape ", values.sizes());
-    const Tensor r = rows.to(at::kLong).contiguous();
-    check_rows(op, r, weight.size(0));
+    Tensor r = rows.to(at::kLong).contiguous();
+    const bool runs = check_rows(op, r, weight.size(0));
     if (!rows_take(weight, state) || !values.device().is_cpu()) {
         call_twin("lookuplinear::rows_update_", {weight, state, rows, values,
                                                  std::string(kernel), scalars.vec()});
         return;
     }
     if (n == 0) return;
-    const Tensor v = values.contiguous();
+    Tensor v = values.contiguous();
+    int64_t heads = 0;
+    if (!runs) {  // a row's entries apart: sorted next to each other, in entry order
+        const Tensor order = std::get<1>(at::sort(r, /*stable=*/true, 0, false));
+        r = r.index_select(0, order);
+        v = v.index_select(0, order);
+    } else {
+        heads = noted_heads(rows, values);
+    }
     double p[N_SCALARS] = {0};
     std::copy(scalars.begin(), scalars.end(), p);
     const int64_t done =
         weight.scalar_type() == at::kFloat
             ? k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p)
+                         r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p, heads)
             : k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p);
+                         r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p, heads);
     TORCH_CHECK(done >= 0, "lookuplinear::", op, ": out of memory summing the gradient rows "
                 "(nothing was updated)");
 }

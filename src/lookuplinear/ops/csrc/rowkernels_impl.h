@@ -2,10 +2,12 @@
  * SFX(x) = x_f32, once with T = double and SFX(x) = x_f64.
  *
  * Exported, per optimizer OPT in sgd, adagrad, rowwise_adagrad, adam:
- *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of each row of rows by
- *       the sum of its gradient rows (values[r] for rows[r]; a row's entries in one run, next
- *       to each other, summed in entry order: sum_run), lookuplinear.optim's step on a stored
- *       row-sparse gradient; returns n, or -1 out of memory (nothing written);
+ *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params, heads): the update of each row of
+ *       rows by the sum of its gradient rows (values[r] for rows[r]; a row's entries in one
+ *       run, next to each other, summed in entry order: sum_run), lookuplinear.optim's step on
+ *       a stored row-sparse gradient; heads != 0: each run's first value row is its sum (the
+ *       others -0.0, which add nothing: a lookup's gradient as row_sums stores it), read
+ *       alone; returns n, or -1 out of memory (nothing written);
  *   ll_fused_OPT_f32(n_tables, idx[], n[], offsets[], n_bags[], padding_idx[], weights[],
  *       grad_out[], dim[], w[], s[], params, groups): the same update straight from bag
  *       lookups' grad_out (fused=True), for several tables (of any widths) in one call;
@@ -319,7 +321,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
     LL_INLINE void SFX(OPT##_rows_dim)(T *w, T *s, const int64_t *rows, int64_t n,            \
                                        const T *values, T *restrict acc, const T *p,          \
-                                       const int64_t dim) {                                   \
+                                       int heads, const int64_t dim) {                        \
         const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
         int64_t ahead = 0, pending = 0;                                                       \
         for (int64_t r = 0; r < n;) {                                                         \
@@ -332,7 +334,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
             const int64_t a = r, i = rows[r];                                                 \
             while (r < n && rows[r] == i) r++;                                                \
             const T *g = values + a * dim;                                                    \
-            if (r > a + 1) { /* else the row's gradient is its one value row */              \
+            if (r > a + 1 && !heads) { /* else the row's gradient is its first value row */  \
                 SFX(sum_run)(acc, g, r - a, dim);                                             \
                 g = acc;                                                                      \
             }                                                                                 \
@@ -341,12 +343,13 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
         }                                                                                     \
     }                                                                                         \
     LL_CLONED void SFX(OPT##_rows_range)(T *w, T *s, const int64_t *rows, int64_t n,          \
-                                         const T *values, T *acc, const T *p, int64_t dim) {  \
-        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, acc, p)                         \
+                                         const T *values, T *acc, const T *p, int heads,      \
+                                         int64_t dim) {                                       \
+        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, acc, p, heads)                  \
     }                                                                                         \
     LL_EXPORT int64_t SFX(ll_rows_##OPT)(T *w, T *s, const int64_t *rows, int64_t n,          \
-                                         const T *values, int64_t dim,                        \
-                                         const double *params) {                              \
+                                         const T *values, int64_t dim, const double *params,  \
+                                         int64_t heads) {                                     \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         const int nt = ll_threads(n);                                                         \
@@ -357,7 +360,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
             const int t = ll_thread(), k = ll_team();                                         \
             const int64_t a = run_start(rows, n, t, k), b = run_start(rows, n, t + 1, k);     \
             SFX(OPT##_rows_range)(w, s, rows + a, b - a, values + a * dim,                    \
-                                  accs + (size_t)t * (size_t)(dim + 1), p, dim);              \
+                                  accs + (size_t)t * (size_t)(dim + 1), p, heads != 0, dim);  \
         }                                                                                     \
         free(accs);                                                                           \
         return n;                                                                             \
