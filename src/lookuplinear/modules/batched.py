@@ -214,20 +214,21 @@ class BatchedLookup:
                 return rows_out  # one group's rows, its features in output order
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
-        parts = []  # each group's F_g * N bags
+        indices_of, offsets_of = [], []  # each group's F_g * N bags
         for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n), strict=True):
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets))
                 indices, offsets = bags.indices, bags.offsets
-            parts.append((indices, offsets))
-        if len(parts) > 1:  # summed into their columns by one kernel call per group
-            summed: torch.Tensor = _BAG_GROUPS(list(table_groups), [i for i, _ in parts],
-                                               [o for _, o in parts], self._features,
-                                               self._all_columns, self.plan.width)
+            indices_of.append(indices)
+            offsets_of.append(offsets)
+        if len(indices_of) > 1:  # summed into their columns by one kernel call per group
+            summed: torch.Tensor = _BAG_GROUPS(list(table_groups), indices_of, offsets_of,
+                                               self._features, self._all_columns,
+                                               self.plan.width)
             return summed
-        (g, feats), (indices, offsets) = self.groups[0], parts[0]
+        g, feats = self.groups[0]
         out: torch.Tensor = _IN_FEATURE_ORDER(
-            [_BAG_LOOKUP(table_groups[g], indices, offsets)], [len(feats)],
+            [_BAG_LOOKUP(table_groups[g], indices_of[0], offsets_of[0])], [len(feats)],
             self._written_segs[False])
         return out
 
