@@ -24,7 +24,7 @@ import torch
 from ..errors import InputValueError, LookupIndexError, OffsetsError, PaddingIdxError
 from . import _inputs
 from ._clib import SCALARS
-from ._rows import FusedTable, fused_rows_c, summed_runs, update_rows_c
+from ._rows import FusedTable, fused_rows_c, group_rows, summed_runs, update_rows_c
 
 __all__ = ["FLOAT_DTYPES", "ROW_UPDATES", "adagrad_rows", "adam_rows", "check_float",
            "check_padding", "check_rows", "check_update",
@@ -311,7 +311,8 @@ def rows_update_cpu(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tenso
     op = "rows_update_"
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
-    rows, values = in_runs(rows, values)
+    if rows.numel() > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+        rows, values = group_rows(values, weight.shape[0], rows)  # each row once, summed
     if not update_rows_c(kernel, weight, state, rows, values, list(scalars)):
         rows_update_twin(weight, state, rows, values, kernel, scalars)
 

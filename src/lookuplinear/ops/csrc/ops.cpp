@@ -2054,10 +2054,8 @@ void check_state(const char *op, const RowKernel &k, at::ArrayRef<double> scalar
                       state.sizes());
 }
 
-// IndexError unless every row is in [0, num_rows); whether each row's entries are one run
-// (next to each other: the kernels sum a run's gradient rows, then update the row once, by one
-// thread). O(n) where rows never decrease, as a lookup's gradient's do; else the runs' rows
-// sorted once.
+// IndexError unless every row is in [0, num_rows); whether the rows never decrease (one
+// vectorized pass)
 bool check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
     const int64_t *p = rows.data_ptr<int64_t>();
     const int64_t n = rows.numel();
@@ -2067,12 +2065,32 @@ bool check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
                       "of the table the gradient is for.");
     uint64_t down = 0;  // branch-free, so that the pass vectorizes
     for (int64_t k = 1; k < n; k++) down |= p[k] < p[k - 1];
-    if (!down) return true;
-    std::vector<int64_t> heads;  // each run's row
-    for (int64_t k = 0; k < n; k++)
-        if (k == 0 || p[k] != p[k - 1]) heads.push_back(p[k]);
-    std::sort(heads.begin(), heads.end());
-    return std::adjacent_find(heads.begin(), heads.end()) == heads.end();
+    return !down;
+}
+
+// (rows, values) grouped: each row once, sorted, its value rows summed in entry order (the
+// sums of ll_group_rows, group_rows' kernel)
+std::tuple<Tensor, Tensor> grouped_rows(const Tensor &rows, const Tensor &values,
+                                        int64_t num_rows) {
+    const int64_t n = rows.numel(), dim = values.size(1);
+    if (n > std::numeric_limits<int32_t>::max() || num_rows > (int64_t{1} << 32) ||
+        !is_f32_f64(values)) {
+        const Tensor order = std::get<1>(at::sort(rows, /*stable=*/true, 0, false));
+        return {rows.index_select(0, order), values.index_select(0, order)};
+    }
+    Tensor out_rows = at::empty({n}, rows.options());
+    Tensor sums = at::empty({n, dim}, values.options());
+    const int64_t m =
+        values.scalar_type() == at::kFloat
+            ? ll_group_rows_f32(rows.data_ptr<int64_t>(), n, nullptr, -1, -1, nullptr,
+                                values.data_ptr<float>(), dim, out_rows.data_ptr<int64_t>(),
+                                sums.data_ptr<float>())
+            : ll_group_rows_f64(rows.data_ptr<int64_t>(), n, nullptr, -1, -1, nullptr,
+                                values.data_ptr<double>(), dim, out_rows.data_ptr<int64_t>(),
+                                sums.data_ptr<double>());
+    TORCH_CHECK(m >= 0, "lookuplinear::rows_update_: out of memory grouping the gradient rows "
+                "(nothing was updated)");
+    return {out_rows.narrow(0, 0, m), sums.narrow(0, 0, m)};
 }
 
 // the Python twins (library.py), for what the C kernels do not take
@@ -2099,7 +2117,7 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
                       "weight's width and dtype, (", n, ", ", dim, ") ", weight.scalar_type(),
                       "; got ", values.scalar_type(), " of shape ", values.sizes());
     Tensor r = rows.to(at::kLong).contiguous();
-    const bool runs = check_rows(op, r, weight.size(0));
+    const bool sorted = check_rows(op, r, weight.size(0));
     if (!rows_take(weight, state) || !values.device().is_cpu()) {
         call_twin("lookuplinear::rows_update_", {weight, state, rows, values,
                                                  std::string(kernel), scalars.vec()});
@@ -2108,21 +2126,18 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
     if (n == 0) return;
     Tensor v = values.contiguous();
     int64_t heads = 0;
-    if (!runs) {  // a row's entries apart: sorted next to each other, in entry order
-        const Tensor order = std::get<1>(at::sort(r, /*stable=*/true, 0, false));
-        r = r.index_select(0, order);
-        v = v.index_select(0, order);
-    } else {
+    if (!sorted)  // each row's entries next to each other (summed, or in entry order)
+        std::tie(r, v) = grouped_rows(r, v, weight.size(0));
+    else
         heads = noted_heads(rows, values);
-    }
     double p[N_SCALARS] = {0};
     std::copy(scalars.begin(), scalars.end(), p);
     const int64_t done =
         weight.scalar_type() == at::kFloat
             ? k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), n, v.data_ptr<float>(), dim, p, heads)
+                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<float>(), dim, p, heads)
             : k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), n, v.data_ptr<double>(), dim, p, heads);
+                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<double>(), dim, p, heads);
     TORCH_CHECK(done >= 0, "lookuplinear::", op, ": out of memory summing the gradient rows "
                 "(nothing was updated)");
 }
