@@ -156,11 +156,11 @@ def lookup_linear(
     include_last_offset : bool, default False
         As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
-        Make the gradient of ``weight`` a sparse COO tensor with one row per entry the input
-        names (index and matrix input; padding entries left out): the entries sorted by row,
-        each row's summed gradient at its first entry and ``-0.0`` at its others (see
-        :mod:`lookuplinear.ops.library`). Densified or coalesced, it is ``densify(x).T @
-        grad``; :mod:`lookuplinear.optim` reads it without a sort.
+        Make the gradient of ``weight`` a sparse COO tensor (padding entries left out): for
+        bags and matrix input coalesced, one row per distinct row the input names, sorted, its
+        summed gradient; for an index tensor one row per entry, in entry order, as
+        ``nn.Embedding(sparse=True)``'s (see :mod:`lookuplinear.ops.library`). Densified, it
+        is ``densify(x).T @ grad``.
 
     Returns
     -------
@@ -529,7 +529,7 @@ def _sparse_sum(
 ) -> torch.Tensor:
     """The sum lookup whose weight gradient is row-sparse: the operator
     ``lookuplinear::bag_lookup`` (``offsets``: CSR, or None for index input), whose backward
-    gives one row per entry, the entries sorted by row, each row's sum at its first entry
+    gives bags' gradient one row per distinct row, sorted, its sum
     (:mod:`lookuplinear.ops.library`; a table bound to a ``fused=True`` optimizer hands it
     to the optimizer instead). A ``torch.jit.trace`` (whose graph and ONNX export hold ATen's
     ops) takes torch's own sparse lookup (:func:`~lookuplinear.ops.autograd.bag_lookup`)."""

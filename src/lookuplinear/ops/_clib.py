@@ -66,8 +66,7 @@ class Entry:
         return [f"{self.name}_{v}" if v else self.name for v in self.variants]
 
 
-# weight, state, rows, n, values, dim, scalars, heads (each run's first value row its sum)
-_ROWS = (_P, _P, _P, _I64, _P, _I64, _P, _I64)
+_ROWS = (_P, _P, _P, _I64, _P, _I64, _P)  # weight, state, rows, n, values, dim, scalars
 _FUSED = (_I64, *[_P] * 12)
 
 #: every entry point of the library, by name
@@ -77,8 +76,6 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("ll_gather_into", None, (_I64, _P, _P, _P, _I64, _P, _P, _P, _I64), _F),
     Entry("ll_bag_sum_into", None, (_I64, _P, _P, _P, _P, _P, _I64, _P, _I64), _F),
     Entry("ll_group_rows", _I64, (_P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P), _F),
-    # the same grouping, one row per entry (the bag_lookup operator's backward, ops.cpp)
-    Entry("ll_group_entries", _I64, (_P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P), _F),
     *[Entry(f"ll_rows_{k}", _I64, _ROWS, _F) for k in SCALARS],
     *[Entry(f"ll_fused_{k}", None, _FUSED, _F) for k in SCALARS],
     Entry("ll_bag_max", _I64, (_P, _I64, _I64, _P, _P, _I64, _P, _P), _FI),

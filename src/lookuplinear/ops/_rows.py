@@ -188,10 +188,8 @@ def update_rows(
     (one of :data:`KERNELS`), in place; False (nothing done) where it does not apply.
 
     Each row is updated once, by the sum of its value rows, in entry order: the sums
-    :func:`summed_runs` gives, never stored. Rows may come in any order; a row's entries
-    apart are first sorted next to each other (stably). A lookup's gradient, rows sorted and
-    each row's sum at its first entry (``-0.0`` at its others), is read by its runs' first
-    rows alone while it is unchanged since its backward (its version counters).
+    :func:`summed_runs` gives, never stored where the rows never decrease. Rows in any other
+    order are first grouped (:func:`group_rows`' sums).
 
     ``state`` is the optimizer state in the kernel's layout (``lookuplinear::rows_update_``:
     contiguous, SGD's momentum buffer or an empty tensor without momentum, Adagrad's sums,

@@ -22,9 +22,8 @@ The operators:
 * ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
   include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
   ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
-  gradient is sparse, one row per entry: for bags the indices of
-  ``nn.EmbeddingBag(sparse=True)``'s, sorted, each row's sum at its first entry, ``-0.0`` at its
-  others (``row_sums``): an optimizer reads its rows in order without a sort; for an index
+  gradient is sparse: for bags coalesced, one row per distinct row, sorted, its sum
+  (``row_sums``; how many rows the batch decides, a recorded graph included); for an index
   tensor (no offsets, no weights) and under ``create_graph=True``, each entry's own
   contribution, in entry order (for an index tensor ``nn.Embedding(sparse=True)``'s gradient).
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
@@ -68,9 +67,9 @@ The operators:
   the backward returns no gradient for the table, whose rows the optimizer updates at the end
   of the backward (and tells the table's row watchers, :mod:`._hooks`, which rows).
 * ``row_sums(grad, indices, offsets, weights, padding_idx, num_rows)``: ``bag_lookup``'s
-  weight gradient one row per entry, ``(rows, values)``: the entries' rows sorted (stably,
-  padding entries among them), each row's sum (as :func:`~lookuplinear.ops.group_rows` sums
-  it) at its first entry, ``-0.0`` at its other entries and at every padding entry.
+  weight gradient, ``(rows, values)``: one row per distinct row of the entries, sorted
+  (``padding_idx`` left out), its sum (as :func:`~lookuplinear.ops.group_rows` sums it); its
+  size is the data's (a recorded graph gives it a size of its own).
 
 The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one eager function,
 never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
@@ -83,8 +82,8 @@ the C kernels' bits, on every other device):
 
 * ``rows_update_(weight, state, rows, values, kernel, scalars)``: the update of ``weight``'s
   ``rows`` by their gradient rows ``values`` (``(len(rows), dim)``; rows in any order, a
-  row's entries summed in entry order: a lookup's gradient stores them one row per entry,
-  sorted), each row updated once, in place on
+  row's entries summed in entry order: a bag lookup's gradient has each row once, sorted, an
+  index lookup's one row per entry), each row updated once, in place on
   ``weight`` and the optimizer ``state`` (contiguous, in the kernel's layout: SGD's momentum
   buffer, or any tensor without momentum; Adagrad's sums, ``(N, dim)``; row-wise Adagrad's,
   ``(N,)``; Adam's moments, ``(N, 2 * dim)``, a row's ``m`` then its ``v``); ``kernel`` one of
@@ -426,20 +425,19 @@ def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
     ``g``: None where ``table``'s ``fused=True`` optimizer took it (:func:`_fused_taken`);
     under ``create_graph=True``, and for an index tensor (no offsets, no weights: then
     ``nn.Embedding(sparse=True)``'s gradient), each entry's contribution in entry order (under
-    ``create_graph`` a graph to differentiate); else the entries sorted by row, each row's sum
-    at its first entry (``row_sums``: the C kernel's sums where it runs)."""
+    ``create_graph`` a graph to differentiate); else one row per distinct row, sorted, its sum
+    (``row_sums``: the C kernel's sums where it runs)."""
     if _fused_taken(table, g, idx, offsets, weights, padding_idx):
         return None
     if torch.is_grad_enabled() or (offsets is None and weights is None):
         return entry_grads(idx, offsets, weights, padding_idx, g, shape)
     rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, padding_idx,
                                                  shape[0])
-    return entry_grads(rows, None, None, padding_idx, sums, shape)
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), sums, shape, is_coalesced=True)
 
 
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-    """The weight gradient one row per entry, as ``nn.EmbeddingBag(sparse=True)``'s
-    (:func:`_sum_weight_grad`), and the per-entry weights'."""
+    """The weight gradient (:func:`_sum_weight_grad`), and the per-entry weights'."""
     indices, offsets, weights, *table = ctx.saved_tensors
     g = grad_out.reshape(-1, ctx.shape[1])
     idx = indices.reshape(-1)
@@ -1098,64 +1096,46 @@ def _mode_weights_fake(offsets: torch.Tensor, weights: torch.Tensor | None, sqrt
 # ---- row_sums -------------------------------------------------------------------------------
 
 
-def _sorted_entries(indices: torch.Tensor, padding_idx: int | None
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For 1-D ``indices``: the stable order that sorts them, the sorted indices, whether each
-    sorted entry is the first of its index (never of ``padding_idx``), and the rank of its
-    index among the distinct indices other than ``padding_idx`` (-1 before the first). The
-    shapes follow from the input's: a graph records them without reading a value."""
-    order = torch.argsort(indices, stable=True)
-    rows = indices.index_select(0, order)
-    first = torch.ones_like(rows, dtype=torch.bool)
-    first[1:] = rows[1:] != rows[:-1]
-    if padding_idx is not None:
-        first &= rows != padding_idx
-    return order, rows, first, torch.cumsum(first, 0) - 1
-
-
-def _at_first_entries(first: torch.Tensor, rank: torch.Tensor, sums: torch.Tensor
-                      ) -> torch.Tensor:
-    """``sums`` (a row per distinct index, by rank, and at least one) at each index's first
-    sorted entry, ``-0.0`` at the others: adding ``-0.0`` changes no value, nor a zero's
-    sign."""
-    return torch.where(first.unsqueeze(1), sums.index_select(0, rank.clamp(min=0)), -0.0)
-
-
 def _row_sums_twin(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each entry's contribution (``entry_grads``' values) summed per row in entry order, as
-    :func:`~lookuplinear.ops.group_rows`' torch ops sum them, at the sorted entries."""
+    """Each entry's contribution (``entry_grads``' values) summed per distinct row in entry
+    order, as :func:`~lookuplinear.ops.group_rows`' torch ops sum them: the rows sorted,
+    ``padding_idx`` left out."""
     check_float("row_sums", "grad", grad.dtype)
     if padding_idx is not None and isinstance(num_rows, int):
         check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
-    order, rows, first, rank = _sorted_entries(idx, padding_idx)
+    order = torch.argsort(idx, stable=True)
+    rows = idx.index_select(0, order)
+    first = torch.ones_like(rows, dtype=torch.bool)
+    first[1:] = rows[1:] != rows[:-1]
+    if padding_idx is not None:
+        first &= rows != padding_idx
+    distinct = rows[first]  # how many: the data's (a graph records a size of its own)
+    slot = torch.cumsum(first, 0) - 1  # each sorted entry's row among the distinct ones
     contrib = grad if offsets is None else grad.index_select(0, _bag_ids(offsets, idx.numel()))
     if weights is not None:
         contrib = contrib * weights.to(grad.dtype).unsqueeze(1)
-    slot = rank  # padding entries add into a row of their own, past the others
-    if padding_idx is not None:
-        slot = torch.where(rows == padding_idx, idx.numel(), rank)
-    sums = contrib.new_zeros((idx.numel() + 1, contrib.shape[1]))
+    if padding_idx is not None:  # padding entries add into a row of their own, past the others
+        slot = torch.where(rows == padding_idx, distinct.shape[0], slot)
+    sums = contrib.new_zeros((distinct.shape[0] + 1, contrib.shape[1]))
     sums.index_add_(0, slot, contrib.index_select(0, order))
-    return rows, _at_first_entries(first, rank, sums)
+    return distinct, sums[:-1]
 
 
 def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                   weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The eager backward's sums (:func:`~lookuplinear.ops.group_rows`: the C kernel where
-    it takes the lookup) at the sorted entries."""
+    it takes the lookup)."""
     check_float("row_sums", "grad", grad.dtype)
     if padding_idx is not None:
         check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
     _check_range(idx, num_rows, "row_sums")
-    _, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
-    values = torch.cat([values.to(grad.dtype), values.new_zeros((1, grad.shape[1]))])
-    _, rows, first, rank = _sorted_entries(idx, padding_idx)
-    return rows, _at_first_entries(first, rank, values)
+    rows, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
+    return rows, values.to(grad.dtype)
 
 
 _impl("row_sums", _row_sums_cpu, "CPU")
@@ -1166,8 +1146,10 @@ _impl("row_sums", _row_sums_twin, "CompositeExplicitAutograd")
 def _row_sums_fake(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                    weights: torch.Tensor | None, padding_idx: int | None, num_rows: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    return (indices.new_empty((indices.numel(),), dtype=torch.int64),
-            grad.new_empty((indices.numel(), grad.shape[1])))
+    # as many rows as the entries have distinct rows: known when the graph runs
+    distinct = torch.library.get_ctx().new_dynamic_size(max=indices.numel())
+    return (indices.new_empty((distinct,), dtype=torch.int64),
+            grad.new_empty((distinct, grad.shape[1])))
 
 
 if CPP:

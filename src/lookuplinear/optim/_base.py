@@ -57,11 +57,10 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
 
-    A bag lookup's gradient (``LookupLinear(sparse=True)``'s backward on bags) has one row per
-    entry, the entries sorted by row, each row's sum at its first entry and ``-0.0`` at its
-    others: rows that never decrease, whose runs are summed here without a sort (from each
-    run's first value: its sum, to the bit). Strictly increasing rows are used as they are. Any
-    other gradient (an index tensor's, ``nn.Embedding(sparse=True)``'s: one row per entry in
+    A bag lookup's gradient (``LookupLinear(sparse=True)``'s backward on bags) is coalesced:
+    one row per distinct row, sorted, its sum; it is used as it is. Rows that never decrease
+    have each run summed here without a sort; strictly increasing rows are used as they are.
+    Any other gradient (an index tensor's, ``nn.Embedding(sparse=True)``'s: one row per entry in
     entry order; several lookups' gradients summed by autograd: one after the other) has each
     row's values summed in the order they come (:func:`~lookuplinear.ops.group_rows`), as the
     fused update sums them.
@@ -515,8 +514,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
         """The uses' gradients as the lookup operator's backward gives them (``bag_lookup``'s:
-        an index tensor's one row per entry in entry order, a bag lookup's entries sorted by
-        row, each row's sum at its first, ``row_sums``), summed as autograd sums them (its
+        an index tensor's one row per entry in entry order, a bag lookup's one row per distinct
+        row, sorted, its sum, ``row_sums``), summed as autograd sums them (its
         buffer of a node's inputs puts a sparse gradient that comes later first): the
         gradient ``fused=False`` stores, to the bit, on either backend."""
         total: torch.Tensor | None = None
@@ -529,7 +528,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             else:
                 rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
                                        p.shape[0])
-                grad = entry_grads(rows, None, None, padding_idx, sums.to(p.dtype), shape)
+                grad = torch.sparse_coo_tensor(rows.unsqueeze(0), sums.to(p.dtype), shape,
+                                               is_coalesced=True)
             total = grad if total is None else grad + total
         assert total is not None
         return total

@@ -79,14 +79,6 @@ int64_t ll_group_rows_f32(const int64_t *idx, int64_t n, const int64_t *offsets,
 int64_t ll_group_rows_f64(const int64_t *idx, int64_t n, const int64_t *offsets, int64_t n_bags,
                           int64_t padding_idx, const double *weights, const double *grad_out,
                           int64_t dim, int64_t *rows_out, double *values_out);
-int64_t ll_group_entries_f32(const int64_t *idx, int64_t n, const int64_t *offsets,
-                             int64_t n_bags, int64_t padding_idx, const float *weights,
-                             const float *grad_out, int64_t dim, int64_t *rows_out,
-                             float *values_out);
-int64_t ll_group_entries_f64(const int64_t *idx, int64_t n, const int64_t *offsets,
-                             int64_t n_bags, int64_t padding_idx, const double *weights,
-                             const double *grad_out, int64_t dim, int64_t *rows_out,
-                             double *values_out);
 }
 
 namespace lookuplinear {
@@ -594,10 +586,10 @@ Tensor mode_weights_cpu(const Tensor &offsets, const optional<Tensor> &weights, 
 }
 
 // ---- row_sums ----------------------------------------------------------------------------
-// bag_lookup's weight gradient one row per entry, the entries sorted by row (stably, padding
-// entries among them): (rows, values), each row's sum at its first entry, -0.0 at its other
-// entries and at every padding entry (adding -0.0 changes no value, nor a zero's sign). An
-// optimizer reads the rows in order, without a sort (lookuplinear.optim.row_sparse_parts).
+// bag_lookup's weight gradient, one row per distinct row of the entries: (rows, values), the
+// rows sorted (padding entries left out), each row's sum in entry order (as ll_group_rows,
+// group_rows' kernel, sums it). How many rows the data decides: a recorded graph's fake
+// implementation gives it a size of its own (lookuplinear/ops/library.py).
 
 // the bag of every entry, for CSR offsets over nnz entries
 Tensor bag_ids(const Tensor &offsets, int64_t nnz) {
@@ -629,9 +621,8 @@ std::tuple<Tensor, Tensor> row_sums_twin(const Tensor &grad, const Tensor &indic
                          rank);
     Tensor sums = at::zeros({idx.numel() + 1, contrib.size(1)}, contrib.options());
     sums.index_add_(0, slot, contrib.index_select(0, order));
-    const Tensor picked = sums.index_select(0, rank.clamp_min(0));
-    return {rows, at::where(first.unsqueeze(1), picked,
-                            at::scalar_tensor(-0.0, picked.options()))};
+    const Tensor distinct = rows.masked_select(first);
+    return {distinct, sums.narrow(0, 0, distinct.numel())};
 }
 
 std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indices,
@@ -647,94 +638,27 @@ std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indice
     if (!is_f32_f64(g) || g.dim() != 2 || idx.numel() > max_entries ||
         g.size(0) > max_entries || num_rows > (int64_t{1} << 32))
         return row_sums_twin(grad, indices, offsets, weights, padding_idx, num_rows);
-    // the eager sums of ll_group_rows (entry order), written at the sorted entries
     const Tensor off = offsets.has_value() ? offsets->to(at::kLong).contiguous() : Tensor();
     const Tensor w = weights.has_value() ? weights->to(g.scalar_type()).contiguous() : Tensor();
     const int64_t n = idx.numel(), dim = g.size(1);
     const int64_t n_bags = off.defined() ? off.numel() - 1 : -1;
-    Tensor rows = at::empty({n}, idx.options());
+    Tensor rows = at::empty({n}, idx.options());  // at most one row per entry
     Tensor values = at::empty({n, dim}, g.options());
     int64_t m;
     if (g.scalar_type() == at::kFloat)
-        m = ll_group_entries_f32(idx.data_ptr<int64_t>(), n,
-                                 off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
-                                 padding_idx.value_or(-1),
-                                 w.defined() ? w.data_ptr<float>() : nullptr,
-                                 g.data_ptr<float>(), dim, rows.data_ptr<int64_t>(),
-                                 values.data_ptr<float>());
+        m = ll_group_rows_f32(idx.data_ptr<int64_t>(), n,
+                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                              padding_idx.value_or(-1),
+                              w.defined() ? w.data_ptr<float>() : nullptr, g.data_ptr<float>(),
+                              dim, rows.data_ptr<int64_t>(), values.data_ptr<float>());
     else
-        m = ll_group_entries_f64(idx.data_ptr<int64_t>(), n,
-                                 off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
-                                 padding_idx.value_or(-1),
-                                 w.defined() ? w.data_ptr<double>() : nullptr,
-                                 g.data_ptr<double>(), dim, rows.data_ptr<int64_t>(),
-                                 values.data_ptr<double>());
+        m = ll_group_rows_f64(idx.data_ptr<int64_t>(), n,
+                              off.defined() ? off.data_ptr<int64_t>() : nullptr, n_bags,
+                              padding_idx.value_or(-1),
+                              w.defined() ? w.data_ptr<double>() : nullptr, g.data_ptr<double>(),
+                              dim, rows.data_ptr<int64_t>(), values.data_ptr<double>());
     TORCH_CHECK(m >= 0, "lookuplinear::row_sums: out of memory grouping the rows");
-    return {rows, values};
-}
-
-// ---- the gradients row_sums laid out ---------------------------------------------------
-// A weight gradient the lookup's backward stored as row_sums lays it out (rows sorted, each
-// row's sum at its first entry, -0.0 at its others) is noted here, its two tensors by storage,
-// place and version. An update of its rows (rows_update_) given those same tensors, unchanged
-// since (the versions autograd checks its saved tensors by), reads each row's first value row
-// alone: the others add nothing. Any other tensor, or one changed in place, is read whole.
-
-struct Stored {  // one tensor, as it was when noted
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
-    const void *data;
-    int64_t numel;
-    int64_t version;
-};
-
-struct HeadsGrad {
-    Stored rows, values;
-};
-
-std::mutex heads_mutex;
-std::vector<HeadsGrad> heads_grads;  // the live ones: a few, one per table's gradient
-constexpr size_t max_heads_grads = 64;
-
-Stored stored(const Tensor &t) {
-    return {t.storage().getWeakStorageImpl(), t.data_ptr(), t.numel(), t._version()};
-}
-
-bool same(const Stored &s, const Tensor &t) {
-    if (s.data != t.data_ptr() || s.numel != t.numel() || !t.is_contiguous() ||
-        t.is_inference() || s.version != t._version())
-        return false;
-    const auto live = s.storage.lock();
-    return live && live.get() == t.storage().unsafeGetStorageImpl();
-}
-
-// a CPU tensor whose data is there to read: not a fake or functional tensor a graph records
-bool readable_cpu(const Tensor &t) {
-    const c10::DispatchKeySet traced{c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-                                     c10::DispatchKey::PythonTLSSnapshot};
-    return t.device().is_cpu() && t.layout() == at::kStrided && !t.key_set().has_any(traced) &&
-           t.has_storage() && !t.is_inference();
-}
-
-void note_heads(const Tensor &rows, const Tensor &values) {
-    if (!readable_cpu(rows) || !readable_cpu(values)) return;
-    std::lock_guard<std::mutex> lock(heads_mutex);
-    heads_grads.erase(std::remove_if(heads_grads.begin(), heads_grads.end(),
-                                     [](const HeadsGrad &g) {
-                                         return g.rows.storage.expired() ||
-                                                g.values.storage.expired();
-                                     }),
-                      heads_grads.end());
-    if (heads_grads.size() >= max_heads_grads) heads_grads.erase(heads_grads.begin());
-    heads_grads.push_back({stored(rows), stored(values)});
-}
-
-// whether (rows, values) are a gradient note_heads noted, unchanged since
-bool noted_heads(const Tensor &rows, const Tensor &values) {
-    if (!readable_cpu(rows) || !readable_cpu(values)) return false;
-    std::lock_guard<std::mutex> lock(heads_mutex);
-    for (const HeadsGrad &g : heads_grads)
-        if (same(g.rows, rows) && same(g.values, values)) return true;
-    return false;
+    return {rows.narrow(0, 0, m), values.narrow(0, 0, m)};
 }
 
 // ---- bag_lookup's backward ---------------------------------------------------------------
@@ -863,8 +787,7 @@ bool fused_defer(const Tensor &table, const Tensor &grad_out, const Tensor &indi
 // table) whose output rows have the gradient g: taken by the table's fused=True optimizer
 // (undefined: no gradient); each entry's contribution, a graph to differentiate, or, for an
 // index tensor (one entry per output row), nn.Embedding(sparse=True)'s gradient as it is; else
-// the entries sorted by row, each row's sum at its first (padding entries left out by
-// entry_grads: the rows stay sorted)
+// one row per distinct row, sorted, its sum (row_sums: padding entries left out)
 Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
                        const optional<Tensor> &offsets, const optional<Tensor> &weights,
                        optional<int64_t> padding_idx, const c10::SymInt &rows,
@@ -875,11 +798,11 @@ Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
     const std::vector<c10::SymInt> shape{rows, dim};
     if (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))
         return entry_grads(idx, offsets, weights, padding_idx, g, shape);
-    const auto sorted = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
-    Tensor grad = entry_grads(std::get<0>(sorted), optional<Tensor>(), optional<Tensor>(),
-                              padding_idx, std::get<1>(sorted), shape);
-    note_heads(grad._indices(), grad._values());
-    return grad;
+    const auto grouped = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
+    const Tensor &sums = std::get<1>(grouped);  // the rows distinct and sorted: coalesced
+    return at::_sparse_coo_tensor_with_dims_and_tensors_symint(
+        1, 1, shape, std::get<0>(grouped).unsqueeze(0), sums,
+        sums.options().layout(at::kSparse), /*is_coalesced=*/true);
 }
 
 struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
@@ -1954,8 +1877,7 @@ TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
 extern "C" {
 #define LL_ROWS_DECL(OPT, T, SFX)                                                             \
     int64_t ll_rows_##OPT##_##SFX(T *w, T *s, const int64_t *rows, int64_t n,                 \
-                                  const T *values, int64_t dim, const double *params,         \
-                                  int64_t heads);                                             \
+                                  const T *values, int64_t dim, const double *params);        \
     void ll_fused_##OPT##_##SFX(int64_t n_tables, const int64_t *const *idx, const int64_t *n,  \
                                 const int64_t *const *offsets, const int64_t *n_bags,        \
                                 const int64_t *padding_idx, const T *const *weights,         \
@@ -1973,7 +1895,7 @@ namespace {
 
 template <typename T>
 using RowsFn = int64_t (*)(T *, T *, const int64_t *, int64_t, const T *, int64_t,
-                           const double *, int64_t);
+                           const double *);
 template <typename T>
 using FusedFn = void (*)(int64_t, const int64_t *const *, const int64_t *,
                          const int64_t *const *, const int64_t *, const int64_t *,
@@ -2125,19 +2047,16 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
     }
     if (n == 0) return;
     Tensor v = values.contiguous();
-    int64_t heads = 0;
     if (!sorted)  // each row's entries next to each other (summed, or in entry order)
         std::tie(r, v) = grouped_rows(r, v, weight.size(0));
-    else
-        heads = noted_heads(rows, values);
     double p[N_SCALARS] = {0};
     std::copy(scalars.begin(), scalars.end(), p);
     const int64_t done =
         weight.scalar_type() == at::kFloat
             ? k.rows_f32(weight.data_ptr<float>(), static_cast<float *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<float>(), dim, p, heads)
+                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<float>(), dim, p)
             : k.rows_f64(weight.data_ptr<double>(), static_cast<double *>(state.data_ptr()),
-                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<double>(), dim, p, heads);
+                         r.data_ptr<int64_t>(), r.numel(), v.data_ptr<double>(), dim, p);
     TORCH_CHECK(done >= 0, "lookuplinear::", op, ": out of memory summing the gradient rows "
                 "(nothing was updated)");
 }

@@ -2,12 +2,10 @@
  * SFX(x) = x_f32, once with T = double and SFX(x) = x_f64.
  *
  * Exported, per optimizer OPT in sgd, adagrad, rowwise_adagrad, adam:
- *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params, heads): the update of each row of
- *       rows by the sum of its gradient rows (values[r] for rows[r]; a row's entries in one
- *       run, next to each other, summed in entry order: sum_run), lookuplinear.optim's step on
- *       a stored row-sparse gradient; heads != 0: each run's first value row is its sum (the
- *       others -0.0, which add nothing: a lookup's gradient as row_sums stores it), read
- *       alone; returns n, or -1 out of memory (nothing written);
+ *   ll_rows_OPT_f32(w, s, rows, n, values, dim, params): the update of each row of rows by
+ *       the sum of its gradient rows (values[r] for rows[r]; a row's entries in one run, next
+ *       to each other, summed in entry order: sum_run), lookuplinear.optim's step on a stored
+ *       row-sparse gradient; returns n, or -1 out of memory (nothing written);
  *   ll_fused_OPT_f32(n_tables, idx[], n[], offsets[], n_bags[], padding_idx[], weights[],
  *       grad_out[], dim[], w[], s[], params, groups): the same update straight from bag
  *       lookups' grad_out (fused=True), for several tables (of any widths) in one call;
@@ -222,80 +220,6 @@ LL_INLINE void SFX(sum_run)(T *restrict acc, const T *restrict values, int64_t c
     }
 }
 
-/* ---- the same gradient one entry per row: the layout of a sparse gradient whose size a
- * recorded graph fixes (the entries, not the unique rows) ---- */
-
-/* a row of grad_out copied: the sum of a row's one unweighted entry (what sum_entries gives),
- * in vectors of 16, without a call to memmove for each row */
-LL_INLINE void SFX(copy_row)(T *restrict dst, const T *restrict src, const int64_t dim) {
-    int64_t d = 0;
-    for (; d + 16 <= dim; d += 16) {
-        SFX(v16) x;
-        memcpy(&x, src + d, sizeof x);
-        memcpy(dst + d, &x, sizeof x);
-    }
-    for (; d < dim; d++) dst[d] = src[d];
-}
-
-LL_INLINE void SFX(negative_zeros)(T *restrict dst, const int64_t n) {
-    for (int64_t d = 0; d < n; d++) dst[d] = (T)-0.0;
-}
-
-LL_INLINE void SFX(entries_dim)(const uint64_t *keys, int64_t m, int64_t padding_idx,
-                                const int32_t *bag, const T *weights, const T *grad_out,
-                                int64_t *rows_out, T *values_out, const int64_t dim) {
-    for (int64_t i = 0; i < m;) {
-        const int64_t a = i;
-        const uint64_t row = keys[i] >> 32;
-        while (++i < m && keys[i] >> 32 == row) {
-        }
-        for (int64_t j = a; j < i; j++) rows_out[j] = (int64_t)row;
-        T *out = values_out + a * dim;
-        if ((int64_t)row == padding_idx) {
-            SFX(negative_zeros)(out, (i - a) * dim);
-        } else if (i == a + 1 && !weights) {
-            SFX(copy_row)(out, grad_out + bag_of(bag, keys[a]) * dim, dim);
-        } else {
-            SFX(sum_entries)(out, keys, a, i, bag, weights, grad_out, dim);
-            SFX(negative_zeros)(out + dim, (i - a - 1) * dim);
-        }
-    }
-}
-
-LL_CLONED void SFX(entries_range)(const uint64_t *keys, int64_t m, int64_t padding_idx,
-                                  const int32_t *bag, const T *weights, const T *grad_out,
-                                  int64_t *rows_out, T *values_out, int64_t dim) {
-    LL_BY_DIM(SFX(entries_dim), keys, m, padding_idx, bag, weights, grad_out, rows_out,
-              values_out)
-}
-
-/* ll_group_rows' gradient with one row per entry (rows_out: n, values_out: n x dim): the
- * entries' rows sorted, stably (padding entries among them, at padding_idx's place); each
- * row's sum, computed as ll_group_rows computes it, at the row's first entry, -0.0 at its
- * other entries and at every padding entry (adding -0.0 changes no value, nor a zero's sign).
- * Returns n, or -1 out of memory. Split over threads as ll_group_rows: each sorted entry is
- * written by the thread that sums its row. */
-LL_EXPORT int64_t SFX(ll_group_entries)(const int64_t *idx, int64_t n, const int64_t *offsets,
-                                        int64_t n_bags, int64_t padding_idx, const T *weights,
-                                        const T *grad_out, int64_t dim, int64_t *rows_out,
-                                        T *values_out) {
-    Sorted e = sort_entries(idx, n, offsets, n_bags, -1); /* padding entries kept */
-    const int64_t m = e.m;
-    if (m >= 0) {
-        const int nt = ll_threads(m);
-        _Pragma("omp parallel num_threads(nt)")
-        {
-            const int t = ll_thread(), k = ll_team();
-            const int64_t a = chunk_start(e.keys, m, t, k);
-            const int64_t b = chunk_start(e.keys, m, t + 1, k);
-            SFX(entries_range)(e.keys + a, b - a, padding_idx, e.bag, weights, grad_out,
-                               rows_out + a, values_out + a * dim, dim);
-        }
-    }
-    sorted_free(&e);
-    return m;
-}
-
 /* how many rows ahead the updates prefetch: about LINES_AHEAD cache lines of table and state
  * (a row, its state and one line for a row that straddles lines), between 4 and 64 rows. A
  * fixed number of rows fits one kernel's row size and leaves the others slower
@@ -321,7 +245,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
 #define LL_OPTIMIZER(OPT, STATE, STATE_BYTES)                                                 \
     LL_INLINE void SFX(OPT##_rows_dim)(T *w, T *s, const int64_t *rows, int64_t n,            \
                                        const T *values, T *restrict acc, const T *p,          \
-                                       int heads, const int64_t dim) {                        \
+                                       const int64_t dim) {                                   \
         const int64_t dist = SFX(ahead_rows)(dim, (STATE_BYTES));                             \
         int64_t ahead = 0, pending = 0;                                                       \
         for (int64_t r = 0; r < n;) {                                                         \
@@ -334,7 +258,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
             const int64_t a = r, i = rows[r];                                                 \
             while (r < n && rows[r] == i) r++;                                                \
             const T *g = values + a * dim;                                                    \
-            if (r > a + 1 && !heads) { /* else the row's gradient is its first value row */  \
+            if (r > a + 1) { /* else the row's gradient is its one value row */              \
                 SFX(sum_run)(acc, g, r - a, dim);                                             \
                 g = acc;                                                                      \
             }                                                                                 \
@@ -343,13 +267,12 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
         }                                                                                     \
     }                                                                                         \
     LL_CLONED void SFX(OPT##_rows_range)(T *w, T *s, const int64_t *rows, int64_t n,          \
-                                         const T *values, T *acc, const T *p, int heads,      \
-                                         int64_t dim) {                                       \
-        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, acc, p, heads)                  \
+                                         const T *values, T *acc, const T *p, int64_t dim) {  \
+        LL_BY_DIM(SFX(OPT##_rows_dim), w, s, rows, n, values, acc, p)                         \
     }                                                                                         \
     LL_EXPORT int64_t SFX(ll_rows_##OPT)(T *w, T *s, const int64_t *rows, int64_t n,          \
-                                         const T *values, int64_t dim, const double *params,  \
-                                         int64_t heads) {                                     \
+                                         const T *values, int64_t dim,                        \
+                                         const double *params) {                              \
         T p[8];                                                                               \
         for (int q = 0; q < 8; q++) p[q] = (T)params[q];                                      \
         const int nt = ll_threads(n);                                                         \
@@ -360,7 +283,7 @@ LL_INLINE size_t SFX(part_head)(int64_t cap, int64_t bits, int lazy) {
             const int t = ll_thread(), k = ll_team();                                         \
             const int64_t a = run_start(rows, n, t, k), b = run_start(rows, n, t + 1, k);     \
             SFX(OPT##_rows_range)(w, s, rows + a, b - a, values + a * dim,                    \
-                                  accs + (size_t)t * (size_t)(dim + 1), p, heads != 0, dim);  \
+                                  accs + (size_t)t * (size_t)(dim + 1), p, dim);              \
         }                                                                                     \
         free(accs);                                                                           \
         return n;                                                                             \
