@@ -53,12 +53,3 @@ def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "| kernel | C, ms | torch ops, ms | C / torch ops |" in out
     assert "`group_rows` (the row-sparse gradient)" in out
-
-
-def test_bench_stored_step_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    module = _bench("bench_stored_step")
-    assert module.main(["--rows", "5000", "--entries", "300", "--unique", "100",
-                        "--repeats", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "| step (`fused=False`) | as stored, ms | runs summed first, ms | ratio |" in out
-    assert "| `RowWiseAdagrad` |" in out
