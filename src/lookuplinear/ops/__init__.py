@@ -27,6 +27,7 @@ from ._rows import (
     gather_into,
     gather_rows,
     group_rows,
+    grouped_rows,
     summed_runs,
     update_rows,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "gather_into",
     "gather_rows",
     "group_rows",
+    "grouped_rows",
     "interleave",
     "mode_weights",
     "ngram_column",

@@ -31,7 +31,8 @@ from ._clib import scalars as c_scalars
 from ._errors import project_error
 
 __all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "fused_rows_c", "gather_into",
-           "gather_rows", "group_rows", "summed_runs", "update_rows", "update_rows_c"]
+           "gather_rows", "group_rows", "grouped_rows", "summed_runs", "update_rows",
+           "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort (a row + 1 in
 #: the fused update's hash table: at most 2**32 - 1 rows, as the C++ operators take)
@@ -176,6 +177,28 @@ def summed_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor,
     return heads, sums.index_add_(0, run, values)
 
 
+
+def grouped_rows(rows: torch.Tensor, values: torch.Tensor, num_rows: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` with each row once, its value rows summed in entry order: the runs of
+    rows that never decrease summed (:func:`summed_runs`), any other rows grouped
+    (:func:`group_rows`).
+
+    Examples
+    --------
+    >>> grouped_rows(torch.tensor([3, 1, 3]), torch.tensor([[1.0], [2.0], [4.0]]), 5)
+    (tensor([1, 3]), tensor([[2.],
+            [5.]]))
+    """
+    if rows.numel() < 2:
+        return rows, values
+    if not bool((rows[1:] >= rows[:-1]).all()):
+        flat = values.reshape(values.shape[0], -1)
+        rows, sums = group_rows(flat, num_rows, rows)
+        return rows, sums.reshape(-1, *values.shape[1:])
+    return summed_runs(rows, values)
+
+
 def update_rows(
     kernel: str,
     weight: torch.Tensor,
@@ -221,7 +244,7 @@ def update_rows_c(kernel: str, weight: torch.Tensor, state: torch.Tensor, rows: 
     v = values.contiguous()
     params = (ctypes.c_double * _N_SCALARS)(*scalars)
     fn = function(f"ll_rows_{kernel}", str(suffix(weight.dtype)))
-    if fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params, 0) < 0:
+    if fn(ptr(weight), ptr(state), ptr(r), r.numel(), ptr(v), weight.shape[1], params) < 0:
         raise MemoryError("lookuplinear::rows_update_: out of memory summing the gradient rows "
                           "(nothing was updated)")
     return True

@@ -24,7 +24,7 @@ import torch
 from ..errors import InputValueError, LookupIndexError, OffsetsError, PaddingIdxError
 from . import _inputs
 from ._clib import SCALARS
-from ._rows import FusedTable, fused_rows_c, group_rows, summed_runs, update_rows_c
+from ._rows import FusedTable, fused_rows_c, group_rows, grouped_rows, update_rows_c
 
 __all__ = ["FLOAT_DTYPES", "ROW_UPDATES", "adagrad_rows", "adam_rows", "check_float",
            "check_padding", "check_rows", "check_update",
@@ -247,15 +247,6 @@ def check_rows(op: str, rows: torch.Tensor, values: torch.Tensor, weight: torch.
             f"of {weight.shape[0]} rows. Give the rows of the table the gradient is for.")
 
 
-def in_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)`` with each row's entries next to each other, in entry order: as they
-    are where rows never decrease, else sorted by row (stably)."""
-    if rows.numel() < 2 or bool((rows[1:] >= rows[:-1]).all()):
-        return rows, values
-    order = torch.sort(rows, stable=True).indices
-    return rows[order], values[order]
-
-
 def group_rows_twin(grad_out: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
                     per_sample_weights: torch.Tensor | None, padding_idx: int | None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,12 +285,12 @@ def group_rows_twin(grad_out: torch.Tensor, indices: torch.Tensor, offsets: torc
 
 def rows_update_twin(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor,
                      values: torch.Tensor, kernel: str, scalars: Sequence[float]) -> None:
-    """``lookuplinear::rows_update_`` with torch ops, on any device: each run of a row's
-    entries summed first (:func:`._rows.summed_runs`)."""
+    """``lookuplinear::rows_update_`` with torch ops, on any device: each row's entries summed
+    first (:func:`._rows.grouped_rows`)."""
     op = "rows_update_"
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
-    rows, values = summed_runs(*in_runs(rows, values))
+    rows, values = grouped_rows(rows, values, weight.shape[0])
     ROW_UPDATES[kernel](weight, *state_parts(kernel, state, weight), rows.long(), values,
                         list(scalars))
 

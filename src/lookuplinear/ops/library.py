@@ -124,7 +124,7 @@ from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows",
-           "mode_weights", "per_sample_weights_grad", "project_error", "routed"]
+           "mode_weights", "per_sample_weights_grad", "project_error", "routed", "row_sums_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -358,6 +358,13 @@ def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
     return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
 
 
+def row_sums_grad(rows: torch.Tensor, sums: torch.Tensor, shape: tuple[int, ...]
+                  ) -> torch.Tensor:
+    """A bag lookup's weight gradient of ``shape`` from ``row_sums``' ``(rows, sums)``: a
+    coalesced sparse COO tensor (each row once, sorted)."""
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), sums, shape, is_coalesced=True)
+
+
 def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
                             offsets: torch.Tensor, dtype: torch.dtype,
                             padding_idx: int | None) -> torch.Tensor:
@@ -433,7 +440,7 @@ def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
         return entry_grads(idx, offsets, weights, padding_idx, g, shape)
     rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, padding_idx,
                                                  shape[0])
-    return torch.sparse_coo_tensor(rows.unsqueeze(0), sums, shape, is_coalesced=True)
+    return row_sums_grad(rows, sums, shape)
 
 
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:

@@ -28,11 +28,11 @@ from .. import _fusion, hugepages
 from .._fusion import BackwardQueue, Updates
 from .._rowreset import RESETS
 from ..errors import InputValueError
-from ..ops import FusedTable, fused_rows, group_rows, summed_runs, update_rows, use_c
+from ..ops import FusedTable, fused_rows, grouped_rows, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import WATCHERS, notify, state_tensor
 from ..ops._updates import ROW_UPDATES
-from ..ops.library import entry_grads
+from ..ops.library import entry_grads, row_sums_grad
 
 _ROW_SUMS = torch.ops.lookuplinear.row_sums.default
 
@@ -92,20 +92,7 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
     rows, values = grad._indices()[0], grad._values()
     if grad.is_coalesced() or not sum_runs:
         return rows, values
-    return _grouped(rows, values, grad.shape[0])
-
-
-def _grouped(rows: torch.Tensor, values: torch.Tensor, num_rows: int
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)`` with each row once, its value rows summed in entry order: the runs of
-    rows that never decrease summed, any other rows grouped (:func:`group_rows`)."""
-    if rows.numel() < 2:
-        return rows, values
-    if not bool((rows[1:] >= rows[:-1]).all()):
-        flat = values.reshape(values.shape[0], -1)
-        rows, sums = group_rows(flat, num_rows, rows)
-        return rows, sums.reshape(-1, *values.shape[1:])
-    return summed_runs(rows, values)
+    return grouped_rows(rows, values, grad.shape[0])
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:
@@ -528,8 +515,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             else:
                 rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
                                        p.shape[0])
-                grad = torch.sparse_coo_tensor(rows.unsqueeze(0), sums.to(p.dtype), shape,
-                                               is_coalesced=True)
+                grad = row_sums_grad(rows, sums.to(p.dtype), shape)
             total = grad if total is None else grad + total
         assert total is not None
         return total
@@ -617,14 +603,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             )
         values = values.reshape(values.shape[0], -1)
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
-            rows, values = _grouped(rows, values, p.shape[0])
+            rows, values = grouped_rows(rows, values, p.shape[0])
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, state["step"])
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
-            rows, values = _grouped(rows, values, p.shape[0])
+            rows, values = grouped_rows(rows, values, p.shape[0])
             w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
             named = self._scalars(group, [(w.shape[1], state["step"])])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,

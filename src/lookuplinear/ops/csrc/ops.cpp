@@ -1990,31 +1990,6 @@ bool check_rows(const char *op, const Tensor &rows, int64_t num_rows) {
     return !down;
 }
 
-// (rows, values) grouped: each row once, sorted, its value rows summed in entry order (the
-// sums of ll_group_rows, group_rows' kernel)
-std::tuple<Tensor, Tensor> grouped_rows(const Tensor &rows, const Tensor &values,
-                                        int64_t num_rows) {
-    const int64_t n = rows.numel(), dim = values.size(1);
-    if (n > std::numeric_limits<int32_t>::max() || num_rows > (int64_t{1} << 32) ||
-        !is_f32_f64(values)) {
-        const Tensor order = std::get<1>(at::sort(rows, /*stable=*/true, 0, false));
-        return {rows.index_select(0, order), values.index_select(0, order)};
-    }
-    Tensor out_rows = at::empty({n}, rows.options());
-    Tensor sums = at::empty({n, dim}, values.options());
-    const int64_t m =
-        values.scalar_type() == at::kFloat
-            ? ll_group_rows_f32(rows.data_ptr<int64_t>(), n, nullptr, -1, -1, nullptr,
-                                values.data_ptr<float>(), dim, out_rows.data_ptr<int64_t>(),
-                                sums.data_ptr<float>())
-            : ll_group_rows_f64(rows.data_ptr<int64_t>(), n, nullptr, -1, -1, nullptr,
-                                values.data_ptr<double>(), dim, out_rows.data_ptr<int64_t>(),
-                                sums.data_ptr<double>());
-    TORCH_CHECK(m >= 0, "lookuplinear::rows_update_: out of memory grouping the gradient rows "
-                "(nothing was updated)");
-    return {out_rows.narrow(0, 0, m), sums.narrow(0, 0, m)};
-}
-
 // the Python twins (library.py), for what the C kernels do not take
 void call_twin(const char *name, const std::vector<c10::IValue> &args) {
     const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
@@ -2047,8 +2022,9 @@ void rows_update_cpu(const Tensor &weight, const Tensor &state, const Tensor &ro
     }
     if (n == 0) return;
     Tensor v = values.contiguous();
-    if (!sorted)  // each row's entries next to each other (summed, or in entry order)
-        std::tie(r, v) = grouped_rows(r, v, weight.size(0));
+    if (!sorted)  // each row once, its entries summed (row_sums of one entry per value row)
+        std::tie(r, v) = row_sums_cpu(v, r, std::nullopt, std::nullopt, std::nullopt,
+                                      weight.size(0));
     double p[N_SCALARS] = {0};
     std::copy(scalars.begin(), scalars.end(), p);
     const int64_t done =
