@@ -22,6 +22,8 @@ computations with torch ops (docs/performance.md, "Kernels", for what the C kern
 
 import os
 import re
+import subprocess
+import sys
 from glob import glob
 
 from setuptools import Extension, setup
@@ -153,8 +155,18 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
             ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
             ext.define_macros = [m for m in ext.define_macros if m[0] != CUDA_MACRO]
             super().build_extension(ext)
-        with open(self.version_file(self.get_ext_fullpath(ext.name)), "w",
-                  encoding="utf-8") as f:
+        library = self.get_ext_fullpath(ext.name)
+        crash = raise_crashes(library)
+        if crash is not None:
+            for made in (library, self.version_file(library)):
+                if os.path.exists(made):
+                    os.remove(made)
+            raise CompileError(
+                f"lookuplinear: the C++ operators built here do not survive an error they "
+                f"raise ({crash}), so they are not installed: the operators are registered "
+                "from Python (the same results). The compiler and torch's build differ in a "
+                "way that breaks C++ exceptions; build with the compiler torch was built with")
+        with open(self.version_file(library), "w", encoding="utf-8") as f:
             f.write(torch.__version__ + "\n")
 
     @staticmethod
@@ -163,12 +175,47 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
         return os.path.join(os.path.dirname(library), "_C.torch_version")
 
     def copy_extensions_to_source(self) -> None:
-        """``--inplace`` (and an editable install): the libraries and the version file."""
+        """``--inplace`` (and an editable install): the libraries and the version file; where
+        the operators did not build, no earlier build of them is left in place."""
         super().copy_extensions_to_source()
-        built = os.path.join(self.build_lib, *OPERATORS.split(".")[:-1], "_C.torch_version")
-        if any(ext.name == OPERATORS for ext in self.extensions) and os.path.exists(built):
-            package = self.get_finalized_command("build_py").get_package_dir("lookuplinear.ops")
-            self.copy_file(built, os.path.join(package, "_C.torch_version"))
+        if not any(ext.name == OPERATORS for ext in self.extensions):
+            return
+        built = os.path.join(self.build_lib, self.get_ext_filename(OPERATORS))
+        package = self.get_finalized_command("build_py").get_package_dir("lookuplinear.ops")
+        if os.path.exists(built):
+            self.copy_file(self.version_file(built), os.path.join(package, "_C.torch_version"))
+        else:
+            for stale in glob(os.path.join(package, "_C.*")):
+                os.remove(stale)
+
+
+#: run by :func:`raise_crashes` in a process of its own: load the operators' library, make one
+#: of them raise (``idmap_rows`` with a key absent and no rows to hash it into), exit 0 where
+#: the error reaches Python as the ValueError it is
+RAISE_PROBE = """
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+try:
+    torch.ops.lookuplinear.idmap_rows(torch.tensor([-1]), torch.tensor([4]), 0)
+except ValueError:
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def raise_crashes(library: str) -> str | None:
+    """How the library at ``library`` fails when one of its operators raises (a compiler whose
+    C++ runtime differs from torch's can build one whose exceptions kill the process), or None
+    where the error arrives as a Python ``ValueError``."""
+    try:
+        done = subprocess.run([sys.executable, "-c", RAISE_PROBE, library], capture_output=True,
+                              text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "a process that made one raise did not finish in 300 s"
+    if done.returncode == 0:
+        return None
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return f"a process that made one raise ended with exit status {done.returncode}: {last}"
 
 
 def extensions() -> list[Extension]:

@@ -367,12 +367,42 @@ def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.Mo
 
 def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The version written beside the library is compared before it is opened."""
+    monkeypatch.delenv("LOOKUPLINEAR_NO_C", raising=False)
     monkeypatch.setattr(_extension, "library_path", lambda: "/nonexistent/_C.so")
     monkeypatch.setattr(_extension, "torch_version", lambda path: "1.0.0")
     loaded, why = _extension._load()
     assert not loaded and why is not None and "built for torch 1.0.0" in why
     monkeypatch.setattr(_extension, "library_path", lambda: None)
     assert "was not built" in str(_extension._load()[1])
+
+
+def _setup_functions(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """setup.py's functions, its ``setup()`` call left out."""
+    import runpy
+
+    import setuptools
+
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
+    return runpy.run_path(str(Path(__file__).resolve().parent.parent / "setup.py"),
+                          run_name="setup")
+
+
+@needs_cpp
+def test_a_build_whose_errors_crash_is_not_installed(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """The build makes one operator of the library it built raise, in a process of its own:
+    the library is installed only where the error reaches Python (a compiler whose C++ runtime
+    differs from torch's can build one whose first error kills the process)."""
+    raise_crashes = _setup_functions(monkeypatch)["raise_crashes"]
+    assert raise_crashes(_extension.library_path()) is None
+    not_a_library = tmp_path / "_C.so"
+    not_a_library.write_bytes(b"\x7fELF broken")
+    why = raise_crashes(str(not_a_library))
+    assert why is not None and "exit status 1" in why, why
+    monkeypatch.setitem(raise_crashes.__globals__, "RAISE_PROBE",
+                        "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    why = raise_crashes(_extension.library_path())
+    assert why is not None and f"exit status {-11}" in why, why
 
 
 FEATURES = ["user", "item", "tag"]
