@@ -38,15 +38,16 @@ lint: $(DEPS)
 typecheck: $(DEPS)
 	$(BIN)/mypy
 
-# then the lookups, their gradients, the optimizers' row updates and errors once more on the
-# operators registered from Python (an install without a C++ compiler runs those): the two sides
-# give the same results.
+# then the lookups, their gradients, the optimizers' row updates and errors once more as an
+# install without a compiler runs them (LOOKUPLINEAR_NO_C=1: neither library loaded, the
+# operators registered from Python, torch ops for the kernels): the two sides give the same
+# results.
 # OMP_WAIT_POLICY=passive: two workers, each with torch's threads, share the cores; an OpenMP
 # thread waiting for work sleeps instead of spinning on a core the other worker needs (the same
 # threads and the same results, only the wait changes)
 pytest: $(STAMP)
 	OMP_WAIT_POLICY=passive $(BIN)/python -m pytest -n 2 -q
-	OMP_WAIT_POLICY=passive LOOKUPLINEAR_OPS=python $(BIN)/python -m pytest -n 2 -q -p no:cacheprovider $(FALLBACK_TESTS)
+	OMP_WAIT_POLICY=passive LOOKUPLINEAR_NO_C=1 $(BIN)/python -m pytest -n 2 -q -p no:cacheprovider $(FALLBACK_TESTS)
 
 FALLBACK_TESTS := tests/test_library.py tests/test_rowops.py tests/test_rowgrad.py \
 	tests/test_layer.py tests/test_embedding_bag.py tests/test_embedding.py tests/test_optim.py \

@@ -17,6 +17,15 @@ import torch
 from torch import nn
 
 from lookuplinear import Bags, LookupLinear
+from lookuplinear.ops import c_available
+
+#: a test of the C kernels: skipped where they were not built (an install without a compiler,
+#: or LOOKUPLINEAR_NO_C set)
+needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels were not built")
+#: the kernel backends a test body runs on (``use_backend``): ``"c"`` where built, ``"torch"``
+BACKENDS = [pytest.param("c", marks=needs_c), "torch"]
+#: the same, as names (for hypothesis)
+BACKEND_NAMES = ["c", "torch"] if c_available() else ["torch"]
 
 MODES = ("sum", "mean", "sqrtn", "max")
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from benchmark_scripts import load as _bench
+from forms import needs_c
 
 
 def test_bench_optim_runs_and_reports_every_optimizer(
@@ -47,6 +48,7 @@ def test_bench_optim_dense_model_runs(
     assert "opt.step() on 2 x nn.Linear(8, 8)" in capsys.readouterr().out
 
 
+@needs_c  # it times the C kernels against their torch ops
 def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
     module = _bench("bench_kernels")
     assert module.main(["--rows", "5000", "--dim", "8", "--entries", "200", "--repeats", "1"]) == 0

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from forms import BACKEND_NAMES, BACKENDS, needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unchanged import assert_unchanged, snapshot
@@ -144,7 +145,7 @@ def test_keyed_tensor():
 @pytest.mark.parametrize(
     ("mode", "weighted"), [(m, w) for m in MODES for w in (False, True) if (m, w) != ("max", True)]
 )
-@pytest.mark.parametrize("backend", ["c", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_forward_and_gradients_equal_dense(mode, weighted, backend):
     col, kb = _collection(mode, dtype=torch.float64), _batch(weighted)
     with use_backend(backend):
@@ -316,7 +317,7 @@ def test_autograd_grad_moves_no_fused_table(wrt):
 
 
 @pytest.mark.parametrize("opt_name", ["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])
-@pytest.mark.parametrize("backend", ["c", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_fused_equals_unfused_to_the_bit(opt_name, backend):
     cls = getattr(optim, opt_name)
     kbs = [_batch(), _batch(weighted=True)] * 2
@@ -722,7 +723,7 @@ def test_max_table_beside_sparse_tables(fused):
 
 
 @pytest.mark.parametrize("opt_name", ["SGD", "RowWiseAdagrad", "Adam"])
-@pytest.mark.parametrize("backend", ["c", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_one_id_per_feature(opt_name, backend):
     """The usual categorical batch (one ID per feature, keys in table order) is looked up as
     an (N, F) index tensor: equal to the dense path, checked, fused equal to unfused."""
@@ -749,7 +750,7 @@ def test_one_id_per_feature(opt_name, backend):
 
 @pytest.mark.parametrize("dims", [(2, 2), (2, 3)])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-@pytest.mark.parametrize("backend", ["c", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_batch_of_no_examples(dims, mode, backend):
     col = LookupCollection([TableConfig("a", 5, dims[0], ["a"], mode=mode),
                             TableConfig("b", 3, dims[1], ["b"], mode=mode)],
@@ -765,7 +766,7 @@ def test_a_batch_of_no_examples(dims, mode, backend):
 
 @settings(max_examples=30, deadline=None)
 @given(data=st.data(), n=st.integers(1, 4), one_id=st.booleans(),
-       backend=st.sampled_from(["c", "torch"]))
+       backend=st.sampled_from(BACKEND_NAMES))
 def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
     """Tables of two widths whose features alternate in the output (groups [a, c, d] and [b]):
     each group one lookup, the outputs put in feature order; equal to the dense path, fused
@@ -802,6 +803,7 @@ def test_widths_interleaved_in_feature_order(data, n, one_id, backend):
             col(KeyedBags.from_dict(bad))
 
 
+@needs_c
 @pytest.mark.parametrize("one_id", [True, False])
 def test_all_widths_in_one_kernel_call(monkeypatch, one_id):
     """Tables of three widths and one of another dtype, bound to a fused optimizer: the fused
@@ -907,7 +909,7 @@ def test_widths_interleaved_under_torch_compile():
     torch._dynamo.reset()  # compiled frames of this collection are not reused by other tests
 
 
-@pytest.mark.parametrize("backend", ["c", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_tables_of_two_dtypes_side_by_side(backend):
     """A float32 and a float64 table: the output in the promoted dtype (as ``torch.cat``), each
     table's gradient in its own dtype, equal to the dense path's."""

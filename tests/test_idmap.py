@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from forms import needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,6 +82,7 @@ def test_eval_mode_changes_nothing_and_state_dict_round_trip():
     assert torch.equal(other(torch.tensor([2**40, -5, 5])), m(torch.tensor([2**40, -5, 5])))
 
 
+@needs_c
 def test_backends_build_the_same_table():
     states = []
     for backend in ("c", "torch"):

@@ -9,6 +9,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from forms import needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,6 +276,7 @@ def test_a_quantized_collection_reads_string_ids_as_the_float_one():
     torch.testing.assert_close(q(ids)["user"], col(ids)["user"], atol=1e-2, rtol=1e-2)
 
 
+@needs_c
 def test_backends_map_strings_the_same():
     from lookuplinear.ops import use_backend
 

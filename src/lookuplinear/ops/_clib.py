@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,7 +105,10 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
 
 
 def _open() -> tuple[Any, str | None]:
-    """The library and None, or None and why it is not used (None too: it was not built)."""
+    """The library and None, or None and why it is not used (None too: it was not built, or
+    ``LOOKUPLINEAR_NO_C`` is set: the process runs as an install without a compiler)."""
+    if os.environ.get("LOOKUPLINEAR_NO_C"):
+        return None, None
     try:
         from . import _lib  # type: ignore[attr-defined]
 

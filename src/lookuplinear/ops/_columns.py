@@ -94,9 +94,10 @@ def deinterleave(out: torch.Tensor, segs: torch.Tensor, blocks: Sequence[torch.T
         _call(blocks, segs, out.contiguous(), to_out=False)
         return
     at = 0
-    for b, o, c in segs.T.tolist():
-        blocks[b].narrow(1, o, c).copy_(out.narrow(1, at, c))
-        at += c
+    with torch.no_grad():  # a copy, as the C pass: no graph (out may require grad)
+        for b, o, c in segs.T.tolist():
+            blocks[b].narrow(1, o, c).copy_(out.narrow(1, at, c))
+            at += c
 
 
 def _c_takes(tensors: Sequence[torch.Tensor]) -> bool:

@@ -55,6 +55,8 @@ def torch_version(path: str) -> str | None:
 def _load() -> tuple[bool, str | None]:
     """Load the extension where it is built for this torch: ``(True, None)``, or ``(False,
     why)``."""
+    if os.environ.get("LOOKUPLINEAR_NO_C"):
+        return False, "LOOKUPLINEAR_NO_C is set (the process runs as an install without a compiler)"
     path = library_path()
     if path is None:
         return False, ("the C++ extension lookuplinear.ops._C was not built (no C++ compiler or "

@@ -999,8 +999,8 @@ def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
 def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                  ) -> torch.Tensor:
     c = _bagmax.c_operands(weight, indices, offsets)
-    if c is not None:
-        _check_offsets("bag_max", c[1], c[0].numel())
+    # ATen's CPU kernel takes some offsets that do not cover the entries (decreasing ones)
+    _check_offsets("bag_max", offsets if c is None else c[1], indices.numel())
     try:
         return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
             weight, *c)[0]
@@ -1033,9 +1033,9 @@ def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: to
 def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
                           offsets: torch.Tensor) -> torch.Tensor:
     c = _bagmax.c_operands(weight, indices, offsets)
+    _check_offsets("bag_max_backward", offsets if c is None else c[1], indices.numel())
     if c is None or grad.dtype != weight.dtype:
         return _bag_max_backward_twin(grad, weight, indices, offsets)
-    _check_offsets("bag_max_backward", c[1], c[0].numel())
     _, arg = _bagmax.bag_max_c(weight, *c)
     return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
 
