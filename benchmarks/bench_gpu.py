@@ -328,6 +328,30 @@ def run_case(build: Callable[[], dict[str, Model]], repeats: int, warmup: int,
     return result
 
 
+def profile(models: dict[str, Model], calls: int, sync: Callable[[], None]) -> str:
+    """Each model's forward and step, ``calls`` times each, under ``torch.profiler``: the ops
+    (and on a GPU the kernels) that take its time, as tables (where a ratio does not say why)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    parts = []
+    for name, m in models.items():
+        for phase, fn in (("forward", m.forward), ("forward+backward", m.step)):
+            fn()
+            sync()
+            with torch_profile(activities=activities) as prof:
+                for _ in range(calls):
+                    fn()
+                sync()
+            table = prof.key_averages().table(sort_by=sort, row_limit=20, max_name_column_width=60)
+            parts.append(f"== {name}, {phase}, {calls} calls\n{table}")
+    return "\n".join(parts)
+
+
 def summary(report: dict[str, Any]) -> str:
     """The report as text: the machine, then per case and phase each model's time and its
     ratio to ``nn.EmbeddingBag``'s."""
@@ -358,6 +382,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--sample-ms", type=float, default=20.0)
+    p.add_argument("--profile", action="store_true",
+                   help="also write profile.txt to --out: the bags case's models under "
+                        "torch.profiler, forward and forward+backward")
     a = p.parse_args(argv)
     if a.dry_run:
         device, sizes = torch.device("cpu"), TINY
@@ -396,6 +423,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "bench_gpu.json").write_text(json.dumps(report, indent=1) + "\n")
         (a.out / "bench_gpu.txt").write_text(text + "\n")
+        if a.profile:
+            models = builds["bags"]()
+            (a.out / "profile.txt").write_text(profile(models, 10, sync) + "\n")
     return report
 
 

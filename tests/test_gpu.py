@@ -45,6 +45,10 @@ def test_gpu_script_dry_run_runs_the_benchmark_and_writes_its_files(tmp_path: Pa
         assert set(result["times"]) == {"forward", "forward+backward"}
         assert all(set(times) == models for times in result["times"].values())
     assert "nn.EmbeddingBag" in (tmp_path / "out" / "bench_gpu.txt").read_text()
+    profiled = (tmp_path / "out" / "profile.txt").read_text()
+    for name in ("nn.EmbeddingBag", "LookupLinear"):
+        assert f"== {name}, forward+backward, 10 calls" in profiled
+    assert "aten::embedding_bag" in profiled
 
 
 def test_gpu_script_needs_an_output_folder() -> None:
