@@ -158,14 +158,15 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
         library = self.get_ext_fullpath(ext.name)
         crash = raise_crashes(library)
         if crash is not None:
-            for made in (library, self.version_file(library)):
-                if os.path.exists(made):
-                    os.remove(made)
+            if os.path.exists(self.version_file(library)):
+                os.remove(self.version_file(library))
+            os.replace(library, library + ".refused")  # for benchmarks/gpu_raise.py
             raise CompileError(
                 f"lookuplinear: the C++ operators built here do not survive an error they "
                 f"raise ({crash}), so they are not installed: the operators are registered "
                 "from Python (the same results). The compiler and torch's build differ in a "
-                "way that breaks C++ exceptions; build with the compiler torch was built with")
+                "way that breaks C++ exceptions; build with the compiler torch was built with "
+                f"(the library is kept as {library}.refused; benchmarks/gpu_raise.py probes it)")
         with open(self.version_file(library), "w", encoding="utf-8") as f:
             f.write(torch.__version__ + "\n")
 

@@ -11,7 +11,9 @@
 #                  .cu files of src/lookuplinear/ops/csrc too where nvcc and a CUDA torch are
 #                  found; a failed build, or a library whose errors crash the process, leaves
 #                  the operators registered from Python). ops.cpp alone took 130-170 s on a
-#                  16-core Xeon with g++ 13: BUILD_SECONDS (default 300) is the step's limit;
+#                  16-core Xeon with g++ 13: BUILD_SECONDS (default 300) is the step's limit.
+#                  Where the build refused the library, benchmarks/gpu_raise.py --minimal
+#                  probes it and a one-operator library under a debugger (appended);
 #   2. tests.log   the suite's CUDA tests: every test whose id names cuda (pytest -k cuda: the
 #                  "cuda" device parameter of tests/forms.py, and the tests written for CUDA);
 #      ops.log     the operators' own tests (tests/test_cpp_ops.py, tests/test_library.py) with
@@ -75,7 +77,11 @@ EOF
 
 if [ $dry -eq 0 ]; then
     step build "${BUILD_SECONDS:-300}" "$py" setup.py build_ext --inplace --parallel "$(nproc)"
-    grep -h "do not survive an error" "$out/build.log" >>"$summary"
+    if grep -h "do not survive an error" "$out/build.log" >>"$summary"; then
+        # the refused library and a minimal one under a debugger, appended to build.log
+        step raise 180 "$py" benchmarks/gpu_raise.py --minimal
+        cat "$out/raise.log" >>"$out/build.log" && rm -f "$out/raise.log"
+    fi
     "$py" -c 'import lookuplinear.ops.library as l, lookuplinear.ops._extension as e
 print(f"C++ operators loaded: {l.CPP}" + ("" if l.CPP else f" ({e.PROBLEM})"))' \
         >>"$summary" 2>&1

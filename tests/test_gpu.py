@@ -19,6 +19,8 @@ import torch
 from benchmark_scripts import load
 from torch.utils import cpp_extension
 
+from lookuplinear.ops import _extension, library
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu.sh"
 
@@ -93,3 +95,18 @@ def test_setup_builds_cuda_sources_only_with_a_cuda_torch_and_a_toolkit(
     monkeypatch.setitem(setup, "CUDA_SOURCES", [])  # no .cu: the C++ library alone
     (ext,) = setup["operators"]()
     assert ext.sources == [f"{setup['C_DIR']}/ops.cpp"]
+
+
+@pytest.mark.skipif(_extension.library_path() is None or not library.CPP,
+                    reason="the C++ operators are not built here")
+def test_raise_probe_reports_how_a_library_takes_an_error(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """``benchmarks/gpu_raise.py`` runs setup.py's probe on a library: the one built here
+    raises into Python; with no library named and none refused under build/, nothing."""
+    module = load("gpu_raise")
+    path = _extension.library_path()
+    assert module.main([path]) == 0
+    assert f"== {path}\nexit status 0: the error reached Python" in capsys.readouterr().out
+    module.ROOT = Path("/nonexistent")
+    assert module.main([]) == 0
+    assert "nothing to probe" in capsys.readouterr().out
