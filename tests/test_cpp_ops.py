@@ -751,3 +751,24 @@ def test_every_device_kernel_refuses_a_padding_idx_past_the_table(where: str) ->
         ops.mode_weights.default.redispatch(keys, off, None, False, torch.int64, 3)
     with pytest.raises(ValueError, match="fallback_rows"):
         ops.idmap_rows.default.redispatch(keys, torch.tensor([0, 2]), torch.tensor([5, 6]), -3)
+
+
+def test_an_older_torch_is_told_the_version_lookuplinear_needs() -> None:
+    """pyproject.toml declares the minimum the kernel layer checks; a torch older than it gets
+    one ImportError naming both versions (not an AttributeError from torch.library)."""
+    from lookuplinear.ops._torch_version import MINIMUM
+
+    root = Path(__file__).resolve().parent.parent
+    assert f'"torch>={MINIMUM}",' in (root / "pyproject.toml").read_text()
+    code = textwrap.dedent("""
+        import torch
+        torch.__version__ = torch.torch_version.TorchVersion("2.9.1+cu128")
+        try:
+            import lookuplinear.ops
+        except ImportError as e:
+            print(e)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert done.stdout.startswith(f"lookuplinear needs torch {MINIMUM} or later; this is torch "
+                                  "2.9.1+cu128."), done.stdout + done.stderr

@@ -9,6 +9,7 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 (:mod:`.library`), which run the same C or torch ops where the graph runs.
 """
 
+from . import _torch_version  # noqa: F401 - first: an older torch stops here, clearly
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
 from ._columns import (
     deinterleave,
