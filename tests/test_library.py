@@ -618,9 +618,14 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             call()
     # bag_max's C++ autograd kernel: the builtin ValueError (the Python registration's
-    # OffsetsError is one too), and lookuplinear's own call the project's error
+    # OffsetsError is one too), and lookuplinear's own call the project's error; a bfloat16
+    # table (ATen's kernel, not C) the same
     with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
         ops.bag_max(weight, idx, off)
+    for call in (lambda: ops.bag_max(weight.bfloat16(), idx, off),
+                 lambda: ops.bag_max_backward(torch.ones(2, 3), weight.bfloat16(), idx, off)):
+        with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
+            call()
     if c_available():
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             bag_max(weight, idx, off)

@@ -484,8 +484,18 @@ Tensor bag_max_twin(const Tensor &weight, const Tensor &indices, const Tensor &o
     }
 }
 
+// the offsets of the bags the twin takes on the CPU, checked as the C kernel checks them
+// (ATen's CPU kernel takes some that do not cover the entries: decreasing ones)
+void check_twin_offsets(const char *op, const Tensor &indices, const Tensor &offsets) {
+    if (offsets.dim() == 1 && offsets.numel() > 0 && is_i32_i64(offsets))
+        check_offsets(op, offsets, indices.numel());
+}
+
 Tensor bag_max_cpu(const Tensor &weight, const Tensor &indices, const Tensor &offsets) {
-    if (!bag_max_takes(weight, indices, offsets)) return bag_max_twin(weight, indices, offsets);
+    if (!bag_max_takes(weight, indices, offsets)) {
+        check_twin_offsets("bag_max", indices, offsets);
+        return bag_max_twin(weight, indices, offsets);
+    }
     return std::get<0>(bag_max_c("bag_max", weight, indices, offsets));
 }
 
@@ -504,8 +514,10 @@ Tensor bag_max_backward_twin(const Tensor &grad, const Tensor &weight, const Ten
 
 Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &weight, const Tensor &indices,
                             const Tensor &offsets) {
-    if (!bag_max_takes(weight, indices, offsets) || grad.scalar_type() != weight.scalar_type())
+    if (!bag_max_takes(weight, indices, offsets) || grad.scalar_type() != weight.scalar_type()) {
+        check_twin_offsets("bag_max_backward", indices, offsets);
         return bag_max_backward_twin(grad, weight, indices, offsets);
+    }
     const Tensor arg = std::get<1>(bag_max_c("bag_max_backward", weight, indices, offsets));
     const Tensor g = grad.contiguous();
     TORCH_CHECK_VALUE(g.sizes() == arg.sizes(), "lookuplinear::bag_max_backward: the gradient "
