@@ -140,8 +140,16 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
     def build_operators(self, ext: Extension) -> None:
         import torch
 
+        library = self.get_ext_fullpath(ext.name)
+        refusal = self.refusal_file(library)
+        if os.path.exists(refusal):  # an earlier build's: this one says again
+            os.remove(refusal)
+
         # the C kernels as C (BuildExtension would pass them C++ flags), linked in as objects
-        objects = self.compiler.compile(OPERATOR_C, output_dir=self.build_temp,
+        # of their own: `build_ext --parallel` builds the C kernels' library at the same time,
+        # from the same sources, and the two must not write the same object files
+        objects = self.compiler.compile(OPERATOR_C,
+                                        output_dir=os.path.join(self.build_temp, "operators"),
                                         extra_postargs=[*FLAGS, *OPENMP, "-fPIC"],
                                         depends=ext.depends)
         ext.extra_objects = objects
@@ -155,18 +163,20 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
             ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
             ext.define_macros = [m for m in ext.define_macros if m[0] != CUDA_MACRO]
             super().build_extension(ext)
-        library = self.get_ext_fullpath(ext.name)
         crash = raise_crashes(library)
         if crash is not None:
             if os.path.exists(self.version_file(library)):
                 os.remove(self.version_file(library))
-            os.replace(library, library + ".refused")  # for benchmarks/gpu_raise.py
-            raise CompileError(
-                f"lookuplinear: the C++ operators built here do not survive an error they "
-                f"raise ({crash}), so they are not installed: the operators are registered "
-                "from Python (the same results). The compiler and torch's build differ in a "
-                "way that breaks C++ exceptions; build with the compiler torch was built with "
-                f"(the library is kept as {library}.refused; benchmarks/gpu_raise.py probes it)")
+            # out of the package (kept for benchmarks/gpu_raise.py), its reason in it
+            kept = os.path.join(self.build_temp, os.path.basename(library) + ".refused")
+            os.replace(library, kept)
+            why = (f"the C++ extension built at install time was left out: it did not survive "
+                   f"an error one of its operators raised ({crash}); the compiler's C++ runtime "
+                   "and torch's differ. Build with the compiler torch was built with")
+            with open(refusal, "w", encoding="utf-8") as f:
+                f.write(why + "\n")
+            raise CompileError(f"lookuplinear: {why} (the library is kept as {kept}); the "
+                               "operators are registered from Python (the same results)")
         with open(self.version_file(library), "w", encoding="utf-8") as f:
             f.write(torch.__version__ + "\n")
 
@@ -175,19 +185,27 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
         """Where the torch version of the operators' ``library`` is written: beside it."""
         return os.path.join(os.path.dirname(library), "_C.torch_version")
 
+    @staticmethod
+    def refusal_file(library: str) -> str:
+        """Where the reason a built ``library`` was left out is written, in its place (the
+        loader names it in its warning)."""
+        return os.path.join(os.path.dirname(library), "_C.refused")
+
     def copy_extensions_to_source(self) -> None:
-        """``--inplace`` (and an editable install): the libraries and the version file; where
-        the operators did not build, no earlier build of them is left in place."""
+        """``--inplace`` (and an editable install): the libraries and the version file, or
+        the reason the operators' library was left out; where it did not build, no earlier
+        build of it is left in place."""
         super().copy_extensions_to_source()
         if not any(ext.name == OPERATORS for ext in self.extensions):
             return
         built = os.path.join(self.build_lib, self.get_ext_filename(OPERATORS))
         package = self.get_finalized_command("build_py").get_package_dir("lookuplinear.ops")
-        if os.path.exists(built):
-            self.copy_file(self.version_file(built), os.path.join(package, "_C.torch_version"))
-        else:
-            for stale in glob(os.path.join(package, "_C.*")):
+        for stale in glob(os.path.join(package, "_C.*")):
+            if not (os.path.exists(built) and stale.endswith(os.path.basename(built))):
                 os.remove(stale)
+        made = self.version_file(built) if os.path.exists(built) else self.refusal_file(built)
+        if os.path.exists(made):
+            self.copy_file(made, os.path.join(package, os.path.basename(made)))
 
 
 #: run by :func:`raise_crashes` in a process of its own: load the operators' library, make one

@@ -77,7 +77,7 @@ EOF
 
 if [ $dry -eq 0 ]; then
     step build "${BUILD_SECONDS:-300}" "$py" setup.py build_ext --inplace --parallel "$(nproc)"
-    if grep -h "do not survive an error" "$out/build.log" >>"$summary"; then
+    if grep -h "did not survive an error" "$out/build.log" >>"$summary"; then
         # the refused library and a minimal one under a debugger, appended to build.log
         step raise 180 "$py" benchmarks/gpu_raise.py --minimal
         cat "$out/raise.log" >>"$out/build.log" && rm -f "$out/raise.log"

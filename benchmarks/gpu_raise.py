@@ -1,9 +1,9 @@
 """Why a built operators' library dies on its first error: evidence for the next fix.
 
 ``setup.py`` keeps the operators' library only where an error one of its operators raises
-reaches Python (``raise_crashes``); a refused build is left beside the build's output as
-``_C....so.refused``. ``benchmarks/gpu.sh`` runs this script when the build refused one, and
-it prints, for each library given:
+reaches Python (``raise_crashes``); a refused build is kept in the build's temporary folder,
+``build/temp*/_C....so.refused``. ``benchmarks/gpu.sh`` runs this script when the build refused
+one, and it prints, for each library given:
 
 * how the probe process ends (setup.py's ``RAISE_PROBE``: load the library, make
   ``idmap_rows`` raise, exit 0 where Python catches the ``ValueError``);
@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minimal", action="store_true",
                    help="also compile and probe a one-operator library, with and without OpenMP")
     a = p.parse_args(argv)
-    libraries = a.libraries or sorted(glob.glob(str(ROOT / "build/lib*/lookuplinear/ops/"
-                                                    "_C*.refused")))
+    libraries = a.libraries or sorted(glob.glob(str(ROOT / "build/temp*/_C*.refused")))
     if not libraries and not a.minimal:
         print("no refused library under build/ and --minimal not asked: nothing to probe")
         return 0

@@ -373,7 +373,22 @@ def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPat
     loaded, why = _extension._load()
     assert not loaded and why is not None and "built for torch 1.0.0" in why
     monkeypatch.setattr(_extension, "library_path", lambda: None)
+    monkeypatch.setattr(_extension, "REFUSAL", "/nonexistent/_C.refused")
     assert "was not built" in str(_extension._load()[1])
+
+
+def test_a_build_left_out_is_named_with_the_reason_the_build_wrote(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the install's build refused the library (setup.py's probe), the loader's reason
+    is the one the build wrote beside the package (``_C.refused``), not "not built"."""
+    monkeypatch.delenv("LOOKUPLINEAR_NO_C", raising=False)
+    monkeypatch.setattr(_extension, "library_path", lambda: None)
+    refusal = tmp_path / "_C.refused"
+    refusal.write_text("the C++ extension built at install time was left out: it did not "
+                       "survive an error one of its operators raised (exit status -11)\n")
+    monkeypatch.setattr(_extension, "REFUSAL", str(refusal))
+    loaded, why = _extension._load()
+    assert not loaded and why is not None and why.endswith("(exit status -11)"), why
 
 
 def _setup_functions(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

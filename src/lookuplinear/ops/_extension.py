@@ -33,6 +33,9 @@ __all__ = ["CHOICES", "LOADED", "PROBLEM", "library_path", "torch_version"]
 
 CHOICES = ("auto", "cpp", "python")
 _NAME = "lookuplinear.ops._C"
+#: where the install's build writes why it left the library out (setup.py: a library whose
+#: first error killed the process)
+REFUSAL = os.path.join(os.path.dirname(__file__), "_C.refused")
 
 
 def library_path() -> str | None:
@@ -59,6 +62,11 @@ def _load() -> tuple[bool, str | None]:
         return False, "LOOKUPLINEAR_NO_C is set (the process runs as an install without a compiler)"
     path = library_path()
     if path is None:
+        try:  # the install's build left it out, saying why
+            with open(REFUSAL, encoding="utf-8") as f:
+                return False, f.read().strip()
+        except OSError:
+            pass
         return False, ("the C++ extension lookuplinear.ops._C was not built (no C++ compiler or "
                        "no torch at install time, or LOOKUPLINEAR_NO_C=1)")
     built_for = torch_version(path)
