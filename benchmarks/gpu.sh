@@ -96,8 +96,13 @@ else
     step bench 100 "$py" benchmarks/bench_gpu.py --dry-run --profile --out "$out"
 fi
 
+# each test step's outcome: pytest's last count line, and where the process died, the test
 for log in tests ops; do
-    [ -f "$out/$log.log" ] && echo "$log: $(tail -n 1 "$out/$log.log")" >>"$summary"
+    [ -f "$out/$log.log" ] || continue
+    echo "$log: $(grep -E '[0-9]+ (passed|failed|error)|tests? collected|no tests ran' "$out/$log.log" | tail -n 1)" \
+        >>"$summary"
+    grep -h -A 12 "Fatal Python error" "$out/$log.log" | grep -oE "Fatal Python error.*|File .*tests/.*" \
+        | head -n 2 | sed "s/^/$log: /" >>"$summary"
 done
 cat "$summary"
 [ -f "$out/bench_gpu.txt" ] && cat "$out/bench_gpu.txt"
