@@ -469,3 +469,26 @@ def test_compiled_fused_step_equals_eager(name: str) -> None:
         for o in opts:
             o.step()
     assert not any(torch.equal(p, s) for p, s in zip(twin.parameters(), start, strict=True))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("sparse", [False, True])
+def test_compiled_layer_on_cuda_equals_eager(sparse: bool) -> None:
+    """On CUDA, where the operators run their torch-op twins: a layer compiled whole
+    (``fullgraph=True``, Inductor) gives the eager output and weight gradient (an H200 run:
+    equal to the bit)."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, 1000, (256 * 20,), generator=g).cuda()
+    off = torch.arange(0, 256 * 20 + 1, 20).cuda()
+    layer = LookupLinear(1000, 16, sparse=sparse, include_last_offset=True, device="cuda")
+    found = []
+    for call in (layer, torch.compile(layer, fullgraph=True)):
+        layer.zero_grad(set_to_none=True)
+        out = call(idx, off)
+        out.square().sum().backward()
+        assert layer.weight.grad is not None and layer.weight.grad.is_sparse == sparse
+        found.append((out.detach(), layer.weight.grad.to_dense()))
+    for eager, compiled in zip(*found, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()

@@ -332,3 +332,45 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
         torch.cuda.set_sync_debug_mode("default")
     assert kb.validate() is kb and bags.validate(in_features=5) is bags
     torch.testing.assert_close(out, lookup_linear(bags.to("cpu"), weight.cpu()).cuda())
+
+
+def _cuda_syncs(fn: Any) -> int:
+    """How many synchronising CUDA calls ``fn()`` makes (PyTorch's sync detector, warning)."""
+    torch.cuda.synchronize()
+    with _recorded() as seen:
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing CUDA operation" in str(w.message) for w in seen)
+
+
+@contextmanager
+def _recorded() -> Iterator[list[Any]]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        yield seen
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sparse_backward_synchronises_no_more_than_nn_embedding_bag() -> None:
+    """A ``sparse=True`` bag lookup's backward on CUDA: no more synchronising calls than
+    ``nn.EmbeddingBag(sparse=True)``'s on the same bags (an H200 run: one each), and the
+    same gradient."""
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 1000, (2048 * 20,), generator=g).cuda()
+    off = torch.arange(0, 2048 * 20 + 1, 20).cuda()
+    ours = LookupLinear(1000, 16, bias=False, sparse=True, include_last_offset=True,
+                        device="cuda")
+    stock = torch.nn.EmbeddingBag(1000, 16, mode="sum", sparse=True, include_last_offset=True,
+                                  _weight=ours.weight.detach().clone())
+    for m in (ours, stock):
+        m(idx, off).sum().backward()  # warm: allocations, kernels loaded
+        m.zero_grad(set_to_none=True)
+    outs = {m: m(idx, off) for m in (ours, stock)}
+    counts = {m: _cuda_syncs(lambda m=m: outs[m].sum().backward()) for m in (ours, stock)}
+    assert counts[ours] <= counts[stock], counts
+    torch.testing.assert_close(ours.weight.grad.to_dense(), stock.weight.grad.to_dense())
