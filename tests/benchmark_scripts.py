@@ -1,13 +1,20 @@
-"""The benchmark scripts of ``benchmarks/`` imported as modules, for the tests that run them."""
+"""The benchmark scripts of ``benchmarks/`` and ``setup.py`` imported as modules, for the tests
+that run them."""
 
 from __future__ import annotations
 
 import importlib.util
+import runpy
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+import pytest
+import setuptools
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def load(name: str) -> ModuleType:
@@ -19,3 +26,13 @@ def load(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def setup_py(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """setup.py's functions (their module globals), its ``setup()`` call left out, run from the
+    repository's root."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
+    namespace = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")
+    globals_: dict[str, Any] = namespace["operators"].__globals__
+    return globals_

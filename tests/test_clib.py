@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forms import needs_c
 
-from lookuplinear.ops import _clib, c_available
+from lookuplinear.ops import _clib
 from lookuplinear.ops._clib import ENTRIES, SCALARS, Entry
-
-needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels were not built")
 
 
 @needs_c

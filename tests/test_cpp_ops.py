@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 import torch
+from benchmark_scripts import setup_py
 
 import lookuplinear
 import lookuplinear.ops.library as library
 from lookuplinear import KeyedBags, LookupCollection, TableConfig
-from lookuplinear.ops import _extension, _idmap, segment_triples, token_ids
+from lookuplinear.ops import _clib, _extension, _idmap, segment_triples, token_ids
 
 ops = torch.ops.lookuplinear
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,7 +368,7 @@ def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.Mo
 
 def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The version written beside the library is compared before it is opened."""
-    monkeypatch.delenv("LOOKUPLINEAR_NO_C", raising=False)
+    monkeypatch.setattr(_clib, "NO_C", False)
     monkeypatch.setattr(_extension, "library_path", lambda: "/nonexistent/_C.so")
     monkeypatch.setattr(_extension, "torch_version", lambda path: "1.0.0")
     loaded, why = _extension._load()
@@ -381,7 +382,7 @@ def test_a_build_left_out_is_named_with_the_reason_the_build_wrote(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where the install's build refused the library (setup.py's probe), the loader's reason
     is the one the build wrote beside the package (``_C.refused``), not "not built"."""
-    monkeypatch.delenv("LOOKUPLINEAR_NO_C", raising=False)
+    monkeypatch.setattr(_clib, "NO_C", False)
     monkeypatch.setattr(_extension, "library_path", lambda: None)
     refusal = tmp_path / "_C.refused"
     refusal.write_text("the C++ extension built at install time was left out: it did not "
@@ -391,24 +392,13 @@ def test_a_build_left_out_is_named_with_the_reason_the_build_wrote(
     assert not loaded and why is not None and why.endswith("(exit status -11)"), why
 
 
-def _setup_functions(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """setup.py's functions, its ``setup()`` call left out."""
-    import runpy
-
-    import setuptools
-
-    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
-    return runpy.run_path(str(Path(__file__).resolve().parent.parent / "setup.py"),
-                          run_name="setup")
-
-
 @needs_cpp
 def test_a_build_whose_errors_crash_is_not_installed(monkeypatch: pytest.MonkeyPatch,
                                                      tmp_path: Path) -> None:
     """The build makes one operator of the library it built raise, in a process of its own:
     the library is installed only where the error reaches Python (a compiler whose C++ runtime
     differs from torch's can build one whose first error kills the process)."""
-    raise_crashes = _setup_functions(monkeypatch)["raise_crashes"]
+    raise_crashes = setup_py(monkeypatch)["raise_crashes"]
     assert raise_crashes(_extension.library_path()) is None
     not_a_library = tmp_path / "_C.so"
     not_a_library.write_bytes(b"\x7fELF broken")

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import setuptools
 import torch
-from benchmark_scripts import load
+from benchmark_scripts import load, setup_py
 from torch.utils import cpp_extension
 
 from lookuplinear.ops import _extension, library
@@ -66,18 +63,9 @@ def test_gpu_benchmark_without_a_gpu_asks_for_the_dry_run(capsys: pytest.Capture
     assert "sees no CUDA device; use --dry-run" in capsys.readouterr().err
 
 
-def _setup_namespace(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """setup.py's functions, its ``setup()`` call left out."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: None)
-    namespace = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")
-    globals_: dict[str, Any] = namespace["operators"].__globals__
-    return globals_
-
-
 def test_setup_builds_cuda_sources_only_with_a_cuda_torch_and_a_toolkit(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    setup = _setup_namespace(monkeypatch)
+    setup = setup_py(monkeypatch)
     cu = f"{setup['C_DIR']}/bag_sum.cu"
     monkeypatch.setitem(setup, "CUDA_SOURCES", [cu])
     for cuda, home in ((None, None), (None, "/usr/local/cuda"), ("13.0", None)):

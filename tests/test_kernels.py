@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from forms import needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ from lookuplinear.ops import (
     update_rows,
     use_backend,
 )
+from lookuplinear.ops._clib import NO_C
 
 WIDTHS = [1, 6, 10, 16, 24, 64, 128, 600]
 PAD = 0
@@ -46,7 +48,7 @@ BACKENDS = ["c", "torch"]
 def test_built_where_a_compiler_is() -> None:
     """``pip install`` builds the extension wherever it finds the C compiler Python was built
     with; a failed build would otherwise pass unnoticed behind the torch-op fallback."""
-    if os.environ.get("LOOKUPLINEAR_NO_C"):
+    if NO_C:
         pytest.skip("LOOKUPLINEAR_NO_C is set: the process runs as an install without a compiler")
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
@@ -54,7 +56,6 @@ def test_built_where_a_compiler_is() -> None:
     assert c_available()
 
 
-needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
 
 
 def in_backend(name: str) -> Any:

@@ -16,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+from forms import needs_c
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +35,6 @@ from lookuplinear.ops import (
 )
 
 BACKENDS = ["c", "torch"]
-needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
 INT_DTYPES = [torch.int32, torch.int64]
 FLOAT_DTYPES = [torch.float32, torch.float64]
 #: weights exact in float32, so every bag's sum (and sum of squares) is exact in float64 and "sums

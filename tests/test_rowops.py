@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from forms import needs_c
 
 from lookuplinear import InputValueError, LookupIndexError, OffsetsError, PaddingIdxError
 from lookuplinear.ops import c_available, library
@@ -18,7 +19,6 @@ from lookuplinear.ops._clib import SCALARS
 from lookuplinear.ops._updates import _sqrt, group_rows_twin
 
 ops = torch.ops.lookuplinear
-needs_c = pytest.mark.skipif(not c_available(), reason="the C kernels are not built")
 
 #: per kernel, scalars by name (SGD with and without momentum)
 SCALAR_CASES: dict[str, list[dict[str, float]]] = {

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["ENTRIES", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load", "problem",
-           "ptr", "scalars", "suffix"]
+__all__ = ["ENTRIES", "NO_C", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load",
+           "problem", "ptr", "scalars", "suffix"]
 
 #: ``ll_version()`` of the library this loader was written for: the one source of the C kernels'
 #: ABI version, which setup.py reads and compiles into ``csrc/module.c``. Raise it whenever an
@@ -104,10 +104,15 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
 ]}
 
 
+#: ``LOOKUPLINEAR_NO_C`` set when the process starts: it runs as an install without a compiler
+#: (neither the C kernels nor the C++ operators are loaded)
+NO_C = bool(os.environ.get("LOOKUPLINEAR_NO_C"))
+
+
 def _open() -> tuple[Any, str | None]:
     """The library and None, or None and why it is not used (None too: it was not built, or
     ``LOOKUPLINEAR_NO_C`` is set: the process runs as an install without a compiler)."""
-    if os.environ.get("LOOKUPLINEAR_NO_C"):
+    if NO_C:
         return None, None
     try:
         from . import _lib  # type: ignore[attr-defined]

@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from ..errors import InputValueError
+from . import _clib
 
 __all__ = ["CHOICES", "LOADED", "PROBLEM", "library_path", "torch_version"]
 
@@ -58,7 +59,7 @@ def torch_version(path: str) -> str | None:
 def _load() -> tuple[bool, str | None]:
     """Load the extension where it is built for this torch: ``(True, None)``, or ``(False,
     why)``."""
-    if os.environ.get("LOOKUPLINEAR_NO_C"):
+    if _clib.NO_C:
         return False, "LOOKUPLINEAR_NO_C is set (the process runs as an install without a compiler)"
     path = library_path()
     if path is None:

@@ -177,7 +177,6 @@ def summed_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor,
     return heads, sums.index_add_(0, run, values)
 
 
-
 def grouped_rows(rows: torch.Tensor, values: torch.Tensor, num_rows: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)`` with each row once, its value rows summed in entry order: the runs of

@@ -1005,7 +1005,6 @@ def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Ten
         return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
             weight, *c)[0]
     except (IndexError, RuntimeError):  # torch's kernel refused it: the operator's error
-        _check_offsets("bag_max", offsets, indices.numel())
         _check_range(indices, weight.shape[0])
         raise
 
