@@ -358,7 +358,7 @@ def _recorded() -> Iterator[list[Any]]:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_sparse_backward_synchronises_no_more_than_nn_embedding_bag() -> None:
     """A ``sparse=True`` bag lookup's backward on CUDA: no more synchronising calls than
-    ``nn.EmbeddingBag(sparse=True)``'s on the same bags (an H200 run: one each), and the
+    ``nn.EmbeddingBag(sparse=True)``'s on the same bags, and the
     same gradient."""
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, 1000, (2048 * 20,), generator=g).cuda()
