@@ -107,7 +107,7 @@ def test_cpp_operator_equals_the_python_registration_to_the_bit(
     torch.library.opcheck(getattr(ops, name).default, args, kw)
 
 
-OPERATORS = sorted({c[0] for c in op_cases()})
+OPERATORS = sorted({c[0] for c in op_cases()} | {"assert_bags"})
 #: the dispatch key set of a CUDA tensor: redispatched with it, an operator runs its CUDA
 #: kernel (on CPU tensors here, where the CUDA kernel is a torch-op twin)
 CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
@@ -364,6 +364,23 @@ def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.Mo
     with pytest.raises(lookuplinear.OffsetsError, match="offsets must start at 0"):
         library.routed("bag_max")(lambda *args: None)(weight, torch.tensor([1, 2]),
                                                        torch.tensor([0, 3]))
+
+
+def test_the_source_distribution_ships_every_source_the_build_compiles() -> None:
+    """MANIFEST.in takes every source of ``csrc`` that setup.py compiles (the C kernels,
+    ``ops.cpp``, the ``.cu`` files) into the sdist: an install from it builds what an install
+    from the repository builds."""
+    import fnmatch
+
+    csrc = "src/lookuplinear/ops/csrc"
+    patterns = [line.split()[2:] for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+                if line.split()[:2] == ["recursive-include", csrc]]
+    assert len(patterns) == 1, patterns
+    sources = sorted(p.name for p in (ROOT / csrc).iterdir() if p.is_file()
+                     and p.suffix in (".c", ".h", ".cpp", ".cu"))
+    assert {".c", ".cpp", ".cu"} <= {Path(s).suffix for s in sources}
+    left_out = [s for s in sources if not any(fnmatch.fnmatch(s, p) for p in patterns[0])]
+    assert left_out == []
 
 
 def test_a_build_for_another_torch_is_never_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
