@@ -90,6 +90,19 @@ def cuda_toolkit() -> bool:
     return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 
 
+def cuda_arch_list() -> str | None:
+    """``TORCH_CUDA_ARCH_LIST`` for a build that sees no GPU: the architectures torch was built
+    for (torch's build of a CUDA extension reads the visible GPUs', and fails where there are
+    none), or None where it is set, a GPU is visible, or torch does not say."""
+    import torch
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or torch.cuda.device_count() > 0:
+        return None
+    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)() or ""
+    arches = [f"{a[3:-1]}.{a[-1]}" for a in flags.split() if re.fullmatch(r"sm_\d+", a)]
+    return ";".join(arches) + "+PTX" if arches else None
+
+
 def operators() -> list[Extension]:
     """The operators' extension (with the CUDA kernels where :func:`cuda_toolkit`), or none
     where torch (its headers) cannot be imported."""
@@ -153,13 +166,18 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
                                         extra_postargs=[*FLAGS, *OPENMP, "-fPIC"],
                                         depends=ext.depends)
         ext.extra_objects = objects
+        cuda = any(s.endswith(".cu") for s in ext.sources)
+        arches = cuda_arch_list() if cuda else None
+        if arches is not None:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arches
         try:
             super().build_extension(ext)
-        except (CCompilerError, CompileError, LinkError):
-            if not any(s.endswith(".cu") for s in ext.sources):
+        except Exception as e:  # a compiler's error, or torch's build failing on the way
+            if not cuda:
                 raise
-            print("lookuplinear: the CUDA kernels did not build; building the operators "
-                  "without them (CUDA tensors run their torch-op twins)")
+            print(f"lookuplinear: the CUDA kernels did not build ({type(e).__name__}: {e}); "
+                  "building the operators without them (CUDA tensors run their torch-op "
+                  "twins)")
             ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
             ext.define_macros = [m for m in ext.define_macros if m[0] != CUDA_MACRO]
             super().build_extension(ext)

@@ -82,9 +82,10 @@ if [ $dry -eq 0 ]; then
         step raise 180 "$py" benchmarks/gpu_raise.py --minimal
         cat "$out/raise.log" >>"$out/build.log" && rm -f "$out/raise.log"
     fi
-    "$py" -c 'import lookuplinear.ops.library as l, lookuplinear.ops._extension as e
-print(f"C++ operators loaded: {l.CPP}" + ("" if l.CPP else f" ({e.PROBLEM})"))' \
-        >>"$summary" 2>&1
+    "$py" -c 'import torch, lookuplinear.ops.library as l, lookuplinear.ops._extension as e
+cuda = torch._C._dispatch_has_kernel_for_dispatch_key("lookuplinear::assert_bags", "CUDA")
+print(f"C++ operators loaded: {l.CPP}" + (f", CUDA kernels (asserts.cu) built: {cuda}" if l.CPP
+      else f" ({e.PROBLEM})"))' >>"$summary" 2>&1
     step tests 100 "$py" -m pytest tests -k cuda -q -p no:cacheprovider \
         --continue-on-collection-errors
     step ops 80 "$py" -m pytest tests/test_cpp_ops.py tests/test_library.py \

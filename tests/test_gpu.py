@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -83,6 +84,67 @@ def test_setup_builds_cuda_sources_only_with_a_cuda_torch_and_a_toolkit(
     monkeypatch.setitem(setup, "CUDA_SOURCES", [])  # no .cu: the C++ library alone
     (ext,) = setup["operators"]()
     assert ext.sources == [f"{setup['C_DIR']}/ops.cpp"]
+
+
+@pytest.mark.parametrize(("flags", "visible", "preset", "expected"), [
+    ("sm_75 sm_80 sm_90a sm_100 sm_120", 0, None, "7.5;8.0;10.0;12.0+PTX"),
+    ("sm_75 sm_80", 1, None, None),  # torch's build reads the visible GPU's
+    ("sm_75 sm_80", 0, "8.0", None),  # the user's choice stands
+    (None, 0, None, None),
+])
+def test_a_cuda_build_that_sees_no_gpu_compiles_for_torchs_architectures(
+        monkeypatch: pytest.MonkeyPatch, flags: str | None, visible: int, preset: str | None,
+        expected: str | None) -> None:
+    """Without ``TORCH_CUDA_ARCH_LIST``, torch's build of a CUDA extension compiles for the
+    visible GPUs, and fails (an ``IndexError`` inside torch) where none is: a build machine,
+    a container built without its GPU. setup.py then names the architectures torch was
+    built for."""
+    setup = setup_py(monkeypatch)
+    monkeypatch.setattr(torch._C, "_cuda_getArchFlags", lambda: flags, raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    if preset is None:
+        monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", preset)
+    assert setup["cuda_arch_list"]() == expected
+
+
+def test_a_cuda_build_that_fails_in_any_way_builds_the_operators_without_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """Whatever stops the CUDA kernels' build (a compiler error, or torch's build code
+    raising), the operators are built without them: an install never fails for them."""
+    from setuptools import Distribution
+
+    setup = setup_py(monkeypatch)
+    kernels = setup["BuildKernels"]
+    built: list[list[str]] = []
+
+    def build_extension(self: Any, ext: Any) -> None:
+        built.append(list(ext.sources))
+        if any(s.endswith(".cu") for s in ext.sources):
+            raise IndexError("list index out of range")  # torch's, with no GPU visible
+        Path(self.get_ext_fullpath(ext.name)).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.get_ext_fullpath(ext.name)).write_bytes(b"")
+
+    monkeypatch.setattr(kernels.__mro__[1], "build_extension", build_extension)
+    monkeypatch.setitem(setup, "raise_crashes", lambda library: None)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    cmd = kernels(Distribution({"name": "lookuplinear"}))
+    cmd.initialize_options()
+    cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "temp")
+    cmd.finalize_options()
+    cmd.compiler = type("Compiler", (), {"compile": lambda self, *a, **k: []})()
+    ops_cpp, cu = f"{setup['C_DIR']}/ops.cpp", f"{setup['C_DIR']}/asserts.cu"
+    ext = setup["Extension"](setup["OPERATORS"], sources=[ops_cpp, cu],
+                             define_macros=[("LOOKUPLINEAR_CUDA", None)])
+    cmd.build_extension(ext)
+    assert built == [[ops_cpp, cu], [ops_cpp]]
+    assert ext.define_macros == []
+    assert "the CUDA kernels did not build (IndexError: list index out of range)" in \
+        capsys.readouterr().out
+    written = Path(cmd.get_ext_fullpath(setup["OPERATORS"])).parent / "_C.torch_version"
+    assert written.read_text() == torch.__version__ + "\n"
 
 
 @pytest.mark.skipif(_extension.library_path() is None or not library.CPP,

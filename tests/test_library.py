@@ -5,6 +5,10 @@ and the decompositions an exported program uses."""
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -652,6 +656,92 @@ def test_bag_lookup_checks_start_offsets_inside(offsets: list[int]) -> None:
     start = torch.tensor([0, 2, 4])
     assert torch.equal(ops.bag_lookup(weight, idx, start, include_last_offset=False),
                        F.embedding_bag(idx, weight, start, mode="sum"))
+
+
+ASSERT_BAGS_BAD = [
+    ([1, -1, 3], None, "an index of kb.values is out of range for in_features=4: every index "
+     r"must be in \[0, 3\]"),
+    ([1, 2, 4], [0, 2, 3], "an index of kb.values is out of range"),
+    ([1, 2, 3], [1, 2, 3], "KeyedBags offsets are not the CSR offsets of its 3 entries"),
+    ([1, 2, 3], [0, 3, 2, 3], "KeyedBags offsets are not the CSR"),
+    ([1, 2, 3], [0, 2], "KeyedBags offsets are not the CSR"),
+    ([1, 2, 3], [0, 2, 4], "KeyedBags offsets are not the CSR"),
+]
+
+
+@pytest.mark.parametrize(("indices", "offsets", "message"), ASSERT_BAGS_BAD,
+                         ids=["negative", "past the table", "not from 0", "decreasing",
+                              "short of the end", "past the end"])
+def test_assert_bags_refuses_a_bad_batch_with_its_message(
+        indices: list[int], offsets: list[int] | None, message: str) -> None:
+    """On the CPU the device-side asserts fire at once (a RuntimeError with the message), on
+    either registration, for int64 and int32 operands."""
+    for dtype in (torch.int64, torch.int32):
+        off = None if offsets is None else torch.tensor(offsets, dtype=dtype)
+        with pytest.raises(RuntimeError, match=message):
+            ops.assert_bags(torch.tensor(indices, dtype=dtype), off, 4, "kb.values",
+                            "KeyedBags")
+
+
+@pytest.mark.parametrize(("indices", "offsets"), [
+    ([1, 2, 3], [0, 2, 3]), ([0, 3], None), ([], [0]), ([], None), ([[0, 1], [2, 3]], None),
+    ([3, 3], [0, 0, 2, 2]),
+], ids=["bags", "index", "one empty bag", "no entries", "2-D indices", "empty bags"])
+def test_assert_bags_passes_a_good_batch_and_opcheck(indices: list[int],
+                                                     offsets: list[int] | None) -> None:
+    idx = torch.tensor(indices, dtype=torch.long)
+    off = None if offsets is None else torch.tensor(offsets)
+    assert ops.assert_bags(idx, off, 4, "indices", "Bags") is None
+    assert ops.assert_bags(idx.int(), None if off is None else off.int(), 4, "indices",
+                           "Bags") is None
+    torch.library.opcheck(ops.assert_bags.default, (idx, off, 4, "indices", "Bags"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_assert_bags_on_cuda_passes_good_batches_without_a_synchronisation() -> None:
+    """The CUDA kernel (the torch-op twin where the build had no toolkit): every operand
+    dtype, empty bags and no entries, without a host synchronisation."""
+    cases = [([1, 2, 3], [0, 2, 3]), ([0, 3], None), ([], [0]), ([3, 3], [0, 0, 2, 2]),
+             (list(range(4)) * 50_000, [0, 100_000, 200_000])]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for indices, offsets in cases:
+            for i_dtype, o_dtype in itertools.product((torch.int64, torch.int32), repeat=2):
+                idx = torch.tensor(indices, dtype=i_dtype, device="cuda")
+                off = (None if offsets is None
+                       else torch.tensor(offsets, dtype=o_dtype, device="cuda"))
+                ops.assert_bags(idx, off, 4, "indices", "Bags")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()  # no device-side assert
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize(("indices", "offsets"), [c[:2] for c in ASSERT_BAGS_BAD],
+                         ids=["negative", "past the table", "not from 0", "decreasing",
+                              "short of the end", "past the end"])
+def test_assert_bags_on_cuda_fails_a_bad_batch_as_a_device_assert(
+        indices: list[int], offsets: list[int] | None) -> None:
+    """A bad batch is a device-side assert at the next synchronisation, as
+    ``nn.EmbeddingBag``'s for a bad index (in a process of its own: it ends the CUDA
+    context)."""
+    script = textwrap.dedent(f"""
+        import torch, lookuplinear
+        idx = torch.tensor({indices!r}, device="cuda")
+        off = None if {offsets!r} is None else torch.tensor({offsets!r}, device="cuda")
+        try:
+            torch.ops.lookuplinear.assert_bags(idx, off, 4, "kb.values", "KeyedBags")
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            print("refused:", e)
+        else:
+            print("taken")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert "refused:" in run.stdout and "device-side assert" in run.stdout, \
+        run.stdout + run.stderr
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

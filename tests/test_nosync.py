@@ -26,6 +26,7 @@ from lookuplinear import (
     lookup_linear,
 )
 from lookuplinear.functional import range_checked
+from lookuplinear.ops import library
 from lookuplinear.sparse import offsets as offsets_module
 from lookuplinear.sparse.offsets import csr_offsets
 
@@ -217,6 +218,43 @@ def test_an_index_out_of_range_off_the_host_is_a_device_assert(
             lookup_linear(bags, torch.randn(5, 2), mode="mean")
         with pytest.raises(RuntimeError, match="an index of input is out of range"):
             lookup_linear(torch.tensor([1, 5]), torch.randn(5, 2))
+
+
+class Dispatched(TorchDispatchMode):
+    """Records every op dispatched from Python (an operator's own torch ops, called from C++
+    inside it, are not seen)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("form", ["bags", "index"])
+def test_a_lookup_off_the_host_checks_its_batch_in_one_operator_call(
+        monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """Off the host the batch's checks are one call of ``lookuplinear::assert_bags`` where the
+    C++ operators are loaded (on CUDA one kernel launch, where the build compiled it), not a
+    dozen torch ops dispatched from Python, one launch each; registered from Python, those
+    ops. Either way the lookup is PyTorch's."""
+    bags = Bags(torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3]))
+    weight = torch.randn(10, 4)
+    with cpu_off_host(monkeypatch), Dispatched() as seen:
+        out = (lookup_linear(bags, weight, mode="mean") if form == "bags"
+               else lookup_linear(torch.tensor([[1, 2]]), weight, mode="mean"))
+    if library.CPP:
+        assert seen.ops.count("lookuplinear.assert_bags.default") == 1, seen.ops
+        assert "aten._assert_async.msg" not in seen.ops, seen.ops
+    else:
+        assert seen.ops.count("aten._assert_async.msg") == (2 if form == "bags" else 1), \
+            seen.ops
+    expected = (lookup_linear(bags, weight, mode="mean") if form == "bags"
+                else lookup_linear(torch.tensor([[1, 2]]), weight, mode="mean"))
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [

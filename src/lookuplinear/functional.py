@@ -24,13 +24,13 @@ from .errors import (
     PaddingIdxError,
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
-from .ops import capturing, offsets_ok, values_known
+from .ops import assert_bags, capturing, offsets_ok, values_known
 from .ops._backend import torch_only
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse.adapters import as_bags, check_columns
-from .sparse.bags import Bags, assert_index_range, check_index_range, is_scipy_sparse
-from .sparse.offsets import assert_offsets, csr_offsets, on_host
+from .sparse.bags import Bags, check_index_range, is_scipy_sparse
+from .sparse.offsets import csr_offsets, on_host
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -370,13 +370,12 @@ def range_checked(
     pass over the indices and two syncs, a tenth of a 1024 x 20 bag lookup). On other devices
     the indices, and the CSR ``offsets`` of the bags they make if given (checked on the CPU
     where ``Bags`` is built), are asserted on the device first, without a host
-    synchronisation: a bad one is a device-side assert, as in ``nn.EmbeddingBag``'s CUDA
-    kernels; ``Bags.validate`` names it.
+    synchronisation, by one operator call (:func:`~lookuplinear.ops.assert_bags`): a bad one
+    is a device-side assert, as in ``nn.EmbeddingBag``'s CUDA kernels; ``Bags.validate``
+    names it.
     """
     if not on_host(indices):
-        assert_index_range(indices, in_features, where=where)
-        if offsets is not None:
-            assert_offsets(offsets, indices.numel())
+        assert_bags(indices, offsets, in_features, where=where)
         return forward()
     try:
         return forward()

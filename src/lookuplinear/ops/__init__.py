@@ -10,6 +10,7 @@ the same (tests/test_kernels.py holds them to each other and to the dense path).
 """
 
 from . import _torch_version  # noqa: F401 - first: an older torch stops here, clearly
+from ._asserts import assert_bags
 from ._backend import BACKENDS, backend, c_available, capturing, use_backend, use_c, values_known
 from ._columns import (
     deinterleave,
@@ -40,6 +41,7 @@ __all__ = [
     "KERNELS",
     "FusedTable",
     "Tokens",
+    "assert_bags",
     "backend",
     "bag_max",
     "bag_sum_into",

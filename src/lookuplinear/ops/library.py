@@ -70,6 +70,11 @@ The operators:
   weight gradient, ``(rows, values)``: one row per distinct row of the entries, sorted
   (``padding_idx`` left out), its sum (as :func:`~lookuplinear.ops.group_rows` sums it); its
   size is the data's (a recorded graph gives it a size of its own).
+* ``assert_bags(indices, offsets, num_rows, where, owner)``: device-side asserts, without a
+  host synchronisation, that every index is in ``[0, num_rows)`` and that ``offsets`` (or
+  None) are the CSR offsets of the entries, ``where`` and ``owner`` naming them in the
+  message (:func:`lookuplinear.ops.assert_bags`; one kernel on CUDA where the install
+  compiled the CUDA kernels).
 
 The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one eager function,
 never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
@@ -110,7 +115,7 @@ from torch.autograd import forward_ad
 from .._fusion import binding
 from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError, OffsetsError
-from . import _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
+from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -148,6 +153,7 @@ SCHEMAS = (
     "fused_bind(Tensor table, bool bind) -> ()",
     "fused_defer(Tensor table, Tensor grad_out, Tensor indices, Tensor? offsets, "
     "Tensor? weights, int? padding_idx) -> bool",
+    "assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner) -> ()",
 )
 
 #: whether the C++ extension defines the operators (:mod:`._extension`); else they are
@@ -376,6 +382,18 @@ def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torc
     if padding_idx is not None:
         grad = grad.masked_fill(indices == padding_idx, 0)
     return grad.to(dtype)
+
+
+# ---- assert_bags ---------------------------------------------------------------------------
+
+_impl("assert_bags", _asserts.assert_bags_twin, "CompositeExplicitAutograd")
+
+
+@_fake("assert_bags")
+def _assert_bags_fake(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
+                      where: str, owner: str) -> None:
+    """No output: the values it asserts are the device's (a recorded graph records
+    :func:`~._asserts.assert_bags_twin`'s ops instead)."""
 
 
 # ---- fused_bind, fused_defer ---------------------------------------------------------------

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..errors import InputTypeError, InputValueError, LookupIndexError
-from ..ops import drop_entries, values_known
+from ..ops import assert_bags, drop_entries, values_known
 from .offsets import check_offsets, on_host
 
 if TYPE_CHECKING:
@@ -525,12 +525,9 @@ def assert_index_range(indices: torch.Tensor, in_features: int, *, where: str) -
     """Assert on ``indices``' device, without a host synchronisation, that every index is in
     ``[0, in_features)``: at once on the CPU (a ``RuntimeError``), at the next
     synchronisation on CUDA (a device-side assert, as ``nn.Embedding`` raises there), where
-    a graph that ``torch.compile`` or ``torch.export`` records runs."""
-    torch._assert_async(
-        ((indices >= 0) & (indices < in_features)).all(),
-        f"lookuplinear: an index of {where} is out of range for in_features={in_features}: "
-        f"every index must be in [0, {in_features - 1}].",
-    )
+    a graph that ``torch.compile`` or ``torch.export`` records runs
+    (:func:`lookuplinear.ops.assert_bags`)."""
+    assert_bags(indices, None, in_features, where=where)
 
 
 def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,

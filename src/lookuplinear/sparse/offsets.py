@@ -10,7 +10,7 @@ They start at 0, never decrease and end at ``nnz``.
 
 Where they are checked: a CPU batch when it is built (reading the values costs no
 synchronisation); a batch on another device when it is looked up, by device-side asserts
-(:func:`assert_offsets`, as ``nn.EmbeddingBag``'s CUDA kernels assert), or when its
+(:func:`lookuplinear.ops.assert_bags`, as ``nn.EmbeddingBag``'s CUDA kernels assert), or when its
 ``validate()`` is called (:func:`check_offsets`, which copies the offsets to the host).
 """
 
@@ -23,7 +23,7 @@ import torch
 from ..errors import OffsetsError
 from ..ops import offsets_ok
 
-__all__ = ["assert_offsets", "check_offsets", "csr_offsets", "on_host"]
+__all__ = ["check_offsets", "csr_offsets", "on_host"]
 
 #: whether CPU tensors are read where they are checked (False runs the path of the other
 #: devices on CPU tensors, whose asserts then fire at once: how the tests see that path)
@@ -83,24 +83,6 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
     # a graph is recorded, which has no values to check
     if not offsets_ok(offsets, nnz):
         _explain(offsets, nnz, owner, entries)
-
-
-def assert_offsets(offsets: torch.Tensor, nnz: int, *, owner: str = "Bags") -> None:
-    """Assert on ``offsets``' device, without a host synchronisation, that they are the CSR
-    offsets of ``nnz`` entries (non-empty offsets: their shape is checked where they are built).
-
-    A failed assert is raised where the device reports it: at once on the CPU (a
-    ``RuntimeError``), at the next synchronisation on CUDA (a device-side assert, as
-    ``nn.EmbeddingBag``'s kernels raise for a bad index). :func:`check_offsets` names the bad
-    offset instead, at the cost of a copy to the host.
-    """
-    ok = (offsets[0] == 0) & (offsets[-1] == nnz) & (offsets[1:] >= offsets[:-1]).all()
-    torch._assert_async(
-        ok,
-        f"lookuplinear: {owner} offsets are not the CSR offsets of its {nnz} entries (they "
-        "must start at 0, never decrease and end at the number of entries); call validate() "
-        "on the batch to see which offset is wrong.",
-    )
 
 
 def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:

@@ -933,6 +933,42 @@ Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
 }
 
 }  // namespace
+
+// ---- assert_bags -------------------------------------------------------------------------
+// A batch read off the CPU, checked without a host synchronisation: every index in
+// [0, num_rows) and, where given, the offsets the CSR offsets of the entries. A failed check
+// is raised where the device reports it: at once on the CPU (a RuntimeError), at the next
+// synchronisation on CUDA (a device-side assert, as nn.EmbeddingBag's CUDA kernels raise for a
+// bad index). Here with torch ops, one _assert_async per check; CUDA tensors take one kernel
+// launch for both where the build compiled asserts.cu. The messages are the Python side's
+// (ops/_asserts.py).
+void assert_bags_twin(const Tensor &indices, const optional<Tensor> &offsets, int64_t num_rows,
+                      c10::string_view where, c10::string_view owner) {
+    std::ostringstream index_message;
+    index_message << "lookuplinear: an index of " << where << " is out of range for "
+                  << "in_features=" << num_rows << ": every index must be in [0, "
+                  << num_rows - 1 << "].";
+    at::_assert_async(at::logical_and(indices.ge(0), indices.lt(num_rows)).all(),
+                      index_message.str());
+    if (!offsets.has_value()) return;
+    const Tensor &o = *offsets;
+    const int64_t nnz = indices.numel();
+    Tensor ok = at::logical_and(o.select(0, 0).eq(0), o.select(0, -1).eq(nnz));
+    ok = at::logical_and(ok, o.slice(0, 1).ge(o.slice(0, 0, -1)).all());
+    std::ostringstream offsets_message;
+    offsets_message << "lookuplinear: " << owner << " offsets are not the CSR offsets of its "
+                    << nnz << " entries (they must start at 0, never decrease and end at the "
+                    << "number of entries); call validate() on the batch to see which offset "
+                    << "is wrong.";
+    at::_assert_async(ok, offsets_message.str());
+}
+
+#ifdef LOOKUPLINEAR_CUDA
+// asserts.cu: both checks in one kernel launch (other dtypes: assert_bags_twin)
+void assert_bags_cuda(const Tensor &indices, const optional<Tensor> &offsets, int64_t num_rows,
+                      c10::string_view where, c10::string_view owner);
+#endif
+
 }  // namespace lookuplinear
 
 TORCH_LIBRARY(lookuplinear, m) {
@@ -951,6 +987,8 @@ TORCH_LIBRARY(lookuplinear, m) {
           "Tensor? weights, int? padding_idx) -> bool");
     m.def("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
           "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)");
+    m.def("assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner) -> "
+          "()");
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
@@ -966,10 +1004,12 @@ TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
 }
 
 // every other device (CUDA among them): torch ops, every operator's (a process without Python,
-// an AOTInductor package on a GPU, has them too). No operator has a CUDA kernel of its own:
-// the twins are ATen's CUDA kernels (embedding_bag, index_add, sort, ...).
+// an AOTInductor package on a GPU, has them too). The twins are ATen's CUDA kernels
+// (embedding_bag, index_add, sort, ...); assert_bags alone has a CUDA kernel of its own
+// (where the build had a CUDA toolkit).
 TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     using namespace lookuplinear;
+    m.impl("assert_bags", &assert_bags_twin);
     m.impl("bag_lookup", &bag_lookup_other);
     m.impl("fused_bind", &fused_bind);  // on every device
     m.impl("in_feature_order", &in_feature_order_twin);
@@ -980,6 +1020,12 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("mode_weights", &mode_weights_twin);
     m.impl("row_sums", &row_sums_twin);
 }
+
+#ifdef LOOKUPLINEAR_CUDA
+TORCH_LIBRARY_IMPL(lookuplinear, CUDA, m) {
+    m.impl("assert_bags", &lookuplinear::assert_bags_cuda);
+}
+#endif
 
 // bag_lookup's backward on every device (the others' operators, bag_max's excepted, have
 // theirs registered from Python)

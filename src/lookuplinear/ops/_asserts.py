@@ -1,0 +1,78 @@
+"""Checks of a batch read off the CPU, without a host synchronisation: device-side asserts.
+
+A lookup on another device (CUDA) does not read its batch's values on the host: that would
+synchronise with the device at every call. It asserts on the device instead that every index
+is a row of the table and that the CSR offsets cut the entries into bags, as
+``nn.EmbeddingBag``'s CUDA kernels assert an index. A failed assert is raised where the device
+reports it: at once on the CPU (a ``RuntimeError``), at the next synchronisation on CUDA (a
+device-side assert). ``Bags.validate()`` names the bad value instead, at the cost of a copy to
+the host.
+
+The operator ``lookuplinear::assert_bags`` runs both checks in one call: on CUDA one kernel
+launch where the install compiled the CUDA kernels (``csrc/asserts.cu``), else torch ops
+(:func:`assert_bags_twin`, two ``_assert_async``). While a graph is recorded the torch ops are
+recorded instead, so that the graph keeps them (an operator that returns nothing would be
+dropped from it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _extension
+from ._backend import capturing
+
+__all__ = ["assert_bags", "assert_bags_twin", "index_message", "offsets_message"]
+
+
+def index_message(where: str, num_rows: int) -> str:
+    """What a failed index assert says: ``where`` names the indices."""
+    return (f"lookuplinear: an index of {where} is out of range for in_features={num_rows}: "
+            f"every index must be in [0, {num_rows - 1}].")
+
+
+def offsets_message(owner: str, nnz: int) -> str:
+    """What a failed offsets assert says: ``owner`` names the batch (``Bags``)."""
+    return (f"lookuplinear: {owner} offsets are not the CSR offsets of its {nnz} entries (they "
+            "must start at 0, never decrease and end at the number of entries); call validate() "
+            "on the batch to see which offset is wrong.")
+
+
+def assert_bags_twin(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
+                     where: str, owner: str) -> None:
+    """``lookuplinear::assert_bags`` with torch ops: every index in ``[0, num_rows)`` and,
+    where given, ``offsets`` the CSR offsets of the entries (non-empty: the batch's
+    constructor checked their shape)."""
+    torch._assert_async(((indices >= 0) & (indices < num_rows)).all(),
+                        index_message(where, num_rows))
+    if offsets is not None:
+        nnz = indices.numel()
+        ok = (offsets[0] == 0) & (offsets[-1] == nnz) & (offsets[1:] >= offsets[:-1]).all()
+        torch._assert_async(ok, offsets_message(owner, nnz))
+
+
+def assert_bags(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int, *,
+                where: str, owner: str = "Bags") -> None:
+    """Assert on ``indices``' device, without a host synchronisation, that every index is in
+    ``[0, num_rows)`` and, where ``offsets`` are given, that they are the CSR offsets of the
+    entries (non-empty).
+
+    Parameters
+    ----------
+    indices : Tensor, integer
+        The entries' rows, of any shape.
+    offsets : Tensor of shape (N + 1,), integer, or None
+        The bags' CSR offsets, on the same device.
+    num_rows : int
+        The table's rows.
+    where, owner : str
+        What the messages call the indices and the batch.
+
+    The dense equivalent reads the values: ``0 <= indices.min()``, ``indices.max() <
+    num_rows``, ``offsets[0] == 0``, ``offsets[-1] == indices.numel()``,
+    ``offsets.diff().min() >= 0``.
+    """
+    if _extension.LOADED and not capturing():  # the C++ operator: one call, no Python per op
+        torch.ops.lookuplinear.assert_bags.default(indices, offsets, num_rows, where, owner)
+    else:  # the Python registration would run these; a recorded graph keeps them
+        assert_bags_twin(indices, offsets, num_rows, where, owner)
