@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from benchmark_scripts import load as _bench
-from forms import needs_c
+from forms import c_by_default
 
 
 def test_bench_optim_runs_and_reports_every_optimizer(
@@ -48,7 +48,7 @@ def test_bench_optim_dense_model_runs(
     assert "opt.step() on 2 x nn.Linear(8, 8)" in capsys.readouterr().out
 
 
-@needs_c  # it times the C kernels against their torch ops
+@c_by_default  # it times the C kernels against their torch ops
 def test_bench_kernels_runs(capsys: pytest.CaptureFixture[str]) -> None:
     module = _bench("bench_kernels")
     assert module.main(["--rows", "5000", "--dim", "8", "--entries", "200", "--repeats", "1"]) == 0

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from forms import needs_c
+from forms import c_by_default, needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,7 +274,7 @@ def test_shifted_rows_c_equals_torch_ops(n_features: int, n: int, dtype: torch.d
         assert torch.equal(c, want) and torch.equal(torch_ops, want)
 
 
-@needs_c
+@c_by_default
 @settings(max_examples=60, deadline=None)
 @given(
     st.sampled_from([*WIDTHS, 32]),
@@ -295,7 +295,7 @@ def test_gather_rows_equals_embedding(width: int, dtype: torch.dtype, idx_dtype:
     assert got is not None and torch.equal(got, F.embedding(x, w))
 
 
-@needs_c
+@c_by_default
 def test_gather_rows_refuses_rows_outside_the_table() -> None:
     """A row below 0 or past the table: torch's IndexError, which a layer turns into a
     LookupIndexError naming it; a table of another layout is left to torch."""
@@ -309,7 +309,7 @@ def test_gather_rows_refuses_rows_outside_the_table() -> None:
         layer(torch.tensor([[0, 5]]))
 
 
-@needs_c
+@c_by_default
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_large_batches_split_over_threads_group_as_torch_ops(threads: int) -> None:
     """Batches large enough for the C sort and gather to split over PyTorch's threads (bags,
@@ -371,7 +371,7 @@ def test_sorts_share_no_memory_across_threads_or_sizes() -> None:
         assert torch.equal(rows, want_rows)
         torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-6)
 
-@needs_c
+@c_by_default
 def test_layouts_the_c_kernels_do_not_take_are_declined() -> None:
     """A non-contiguous table, a state of another dtype: False, nothing done, so that the
     optimizer runs its torch ops."""

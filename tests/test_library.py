@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from forms import C_BY_DEFAULT, same_kernel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -21,7 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import lookuplinear.ops.library as library
 from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ids.hashing import hash_ids
-from lookuplinear.ops import _idmap, bag_max, c_available, group_rows, segment_triples
+from lookuplinear.ops import _idmap, bag_max, group_rows, segment_triples
 
 ops = torch.ops.lookuplinear
 
@@ -116,6 +117,7 @@ def test_bag_lookup_opcheck(name: str, kw: dict[str, Any]) -> None:
                           test_utils=utils)
 
 
+@same_kernel
 @pytest.mark.parametrize(("name", "kw"), bag_cases(), ids=[c[0] for c in bag_cases()])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_bag_lookup_gradient_densifies_to_the_eager_one_to_the_bit(
@@ -586,7 +588,7 @@ def test_bag_max_equals_twin_and_its_gradient_atens(dtype: torch.dtype) -> None:
     # operators are registered from Python); lookuplinear's callers raise the project's
     with pytest.raises(IndexError, match="index 10 at indices"):
         ops.bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2]))
-    if not c_available():  # no C kernels: the caller takes ATen's path
+    if not C_BY_DEFAULT:  # torch ops (no C kernels): the caller takes ATen's path
         assert bag_max(weight.detach(), torch.tensor([1, 10]), torch.tensor([0, 2])) is None
         return
     with pytest.raises(LookupIndexError, match="index 10 at indices"):
@@ -630,7 +632,7 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
                  lambda: ops.bag_max_backward(torch.ones(2, 3), weight.bfloat16(), idx, off)):
         with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
             call()
-    if c_available():
+    if C_BY_DEFAULT:
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             bag_max(weight, idx, off)
     else:  # it leaves the bags to the caller's ATen path, whose batch checked them

@@ -5,7 +5,9 @@
 * ``auto`` (the default): the C kernels for CPU tensors where the install built them, torch ops
   for everything else (CUDA, other dtypes, while a graph is captured: :func:`capturing`, no C
   library);
-* ``torch``: torch ops everywhere (to compare, or to debug);
+* ``torch``: torch ops for every kernel the Python side calls (to compare, or to debug); the
+  C++ operators' CPU kernels run C as built (``LOOKUPLINEAR_OPS=python`` registers the
+  operators from Python, where this choice holds for them too);
 * ``c``: as ``auto``, but the first kernel call raises if the C library is not built (for CI).
 
 :func:`use_backend` changes it for a block of code (the tests run one body on both).
