@@ -20,9 +20,11 @@ from lookuplinear import (
     Bags,
     InputValueError,
     KeyedBags,
+    LookupCollection,
     LookupIndexError,
     LookupLinear,
     OffsetsError,
+    TableConfig,
     lookup_linear,
 )
 from lookuplinear.functional import range_checked
@@ -162,6 +164,20 @@ def test_lookup_on_meta_reads_no_values(mode: str) -> None:
     assert out.shape == (1, 2, 4)
     layer = LookupLinear(5, 4, device="meta")
     assert no_host_reads(lambda: layer(bags)).shape == (2, 4)
+
+
+@pytest.mark.parametrize("lengths", [[1, 1, 1, 1, 1, 1], [2, 0, 1, 1, 3, 1]],
+                         ids=["one ID a bag", "bags"])
+def test_collection_lookup_on_meta_reads_no_values(lengths: list[int]) -> None:
+    """Off the CPU a collection's lookup reads no values: whether every bag holds one ID is
+    not asked (a host synchronisation at every call: the general path runs), and each
+    feature's ID range is asserted on the device."""
+    col = LookupCollection([TableConfig("a", 10, 4, ["a"]), TableConfig("b", 7, 4, ["b"])],
+                           sparse=True, device="meta")
+    kb = KeyedBags(["a", "b"], torch.zeros(sum(lengths), dtype=torch.long, device="meta"),
+                   lengths=torch.tensor(lengths, device="meta"))
+    out = no_host_reads(lambda: col(kb))
+    assert out.values().shape == (3, 8)
 
 
 # ---- values off the host: deferred checks, validate() and the asserts -----------------------
@@ -360,16 +376,25 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
     off = torch.tensor([0, 2, 2, 5], device="cuda")
     lens = torch.tensor([1, 1, 3, 0], device="cuda")
     weight = torch.randn(5, 4, device="cuda")
+    col = LookupCollection([TableConfig("a", 5, 4, ["a"]), TableConfig("b", 6, 3, ["b"])],
+                           sparse=True, device="cuda")
+    ones = torch.ones(4, dtype=torch.long, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         bags = Bags(idx, off)
         kb = KeyedBags(["a", "b"], idx, lengths=lens)
         out = lookup_linear(bags, weight)
+        pooled = col(kb).values()
+        one_id = col(KeyedBags(["a", "b"], idx[:4], lengths=ones)).values()
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert kb.validate() is kb and bags.validate(in_features=5) is bags
     torch.testing.assert_close(out, lookup_linear(bags.to("cpu"), weight.cpu()).cuda())
+    cpu = col.to("cpu")
+    torch.testing.assert_close(pooled.cpu(), cpu(kb.to("cpu")).values())
+    torch.testing.assert_close(one_id.cpu(), cpu(KeyedBags(["a", "b"], idx[:4].cpu(),
+                                                           lengths=ones.cpu())).values())
 
 
 def _cuda_syncs(fn: Any) -> int:

@@ -401,16 +401,16 @@ def _torch_one_id_rows(
     limit: torch.Tensor,
     place: torch.Tensor | None = None,
 ) -> torch.Tensor | int | None:
-    """:func:`one_id_rows` with torch ops, on the input's device."""
-    if not values_known():  # a branch on the values: the general path instead
+    """:func:`one_id_rows` with torch ops, on the input's device: on the CPU; elsewhere (and
+    while a graph is recorded) None, the general path, since whether every bag holds one ID is
+    a branch on the values (off the CPU a host synchronisation at every call)."""
+    if not values_known() or not values.is_cpu:
         return None
     if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
         return None
     ids = values.long().view(n_features, -1)  # (F, N)
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
-    if not values_known():  # a recorded graph checks the range when it runs
-        torch._assert_async(~bad.any(), _OUT_OF_RANGE)
-    elif bool(bad.any()):
+    if bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
     rows = ids + shift.unsqueeze(1)
     if place is None:
@@ -513,7 +513,9 @@ def _torch_shifted_rows(
     shift: torch.Tensor,
     limit: torch.Tensor,
 ) -> torch.Tensor | int:
-    """:func:`shifted_rows` with torch ops, on the input's device."""
+    """:func:`shifted_rows` with torch ops, on the input's device. Off the CPU (and while a
+    graph is recorded) the range is asserted on the device, without a host synchronisation:
+    a device-side assert, as ``nn.EmbeddingBag``'s CUDA kernels raise for a bad index."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
     # each feature's first entry: gathered, not a slice of stride n (a recorded graph keeps
     # the batch size symbolic, 1 included)
@@ -523,7 +525,7 @@ def _torch_shifted_rows(
         torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if not values_known():  # a recorded graph checks the range when it runs
+    if not values_known() or not ids.is_cpu:  # checked where the device runs
         torch._assert_async(~bad.any(), _OUT_OF_RANGE)
     elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])
