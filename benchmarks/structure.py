@@ -19,7 +19,12 @@ Prints, for ``src/lookuplinear``:
   and one ``LookupLinear(..., sparse=True)`` forward on bags given as ``(indices, offsets)`` and
   on an index tensor (``layer_forward_calls``);
 * the names of the attributes the library sets on tensors and optimizers (string constants
-  ``"_lookuplinear_*"``).
+  ``"_lookuplinear_*"``);
+* how many ops one forward dispatches from Python on another device than the CPU
+  (``device_ops_per_forward``): on a GPU each is at least one kernel launch, whose host-side
+  cost a small lookup shows. Counted on the meta device (shapes only, every op dispatched; a
+  stand-in for a GPU, where the lookups take the same path), beside ``nn.EmbeddingBag`` on the
+  same batch; an operator counts once, whatever it runs inside.
 """
 
 from __future__ import annotations
@@ -249,6 +254,64 @@ def calls_per_step(by_function: bool = False) -> dict[str, Any]:
     return out
 
 
+def device_ops_per_forward() -> dict[str, int]:
+    """Ops dispatched from Python in one forward on the meta device: ``LookupLinear`` (a 20-ID
+    bag as ``Bags`` and as ``(indices, offsets)``, one ID), ``lookuplinear.EmbeddingBag``, a
+    ``LookupCollection`` of 8 sum tables (one ID a bag, and bags), each beside
+    ``nn.EmbeddingBag`` (one per table)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import lookuplinear
+    from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableConfig
+
+    class Dispatched(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    meta, n, f = torch.device("meta"), 256, 8
+    layer = LookupLinear(50_000, 16, bias=False, sparse=True, device=meta)
+    drop_in = lookuplinear.EmbeddingBag(50_000, 16, mode="sum", sparse=True, device=meta)
+    stock = torch.nn.EmbeddingBag(50_000, 16, mode="sum", sparse=True, device=meta)
+    collection = LookupCollection([TableConfig(f"t{i}", 50_000, 16, [f"f{i}"])
+                                   for i in range(f)], sparse=True, device=meta)
+    tables = [torch.nn.EmbeddingBag(50_000, 16, mode="sum", sparse=True, device=meta)
+              for _ in range(f)]
+    ids = torch.empty(n, dtype=torch.long, device=meta)
+    indices = torch.empty(20 * n, dtype=torch.long, device=meta)
+    starts = torch.empty(n, dtype=torch.long, device=meta)
+    bags = Bags(indices, torch.empty(n + 1, dtype=torch.long, device=meta))
+    keys = [f"f{i}" for i in range(f)]
+    one_id = KeyedBags(keys, torch.empty(f * n, dtype=torch.long, device=meta),
+                       lengths=torch.empty(f * n, dtype=torch.long, device=meta))
+    keyed = KeyedBags(keys, torch.empty(f * 20 * n, dtype=torch.long, device=meta),
+                      lengths=torch.empty(f * n, dtype=torch.long, device=meta))
+    runs = {
+        "nn.EmbeddingBag, bags": lambda: stock(indices, starts),
+        "nn.EmbeddingBag, one ID": lambda: stock(ids.view(-1, 1)),
+        "LookupLinear, Bags": lambda: layer(bags),
+        "LookupLinear, (indices, offsets)": lambda: layer(indices, starts),
+        "LookupLinear, one ID": lambda: layer(ids),
+        "lookuplinear.EmbeddingBag, bags": lambda: drop_in(indices, starts),
+        "8 x nn.EmbeddingBag, one ID": lambda: [t(ids.view(-1, 1)) for t in tables],
+        "LookupCollection, 8 tables, one ID": lambda: collection(one_id).values(),
+        "LookupCollection, 8 tables, bags": lambda: collection(keyed).values(),
+    }
+    counts = {}
+    for name, run in runs.items():
+        run()  # warm: lazy imports, cached layouts
+        with Dispatched() as seen:
+            run()
+        counts[name] = seen.count
+    return counts
+
+
 def main() -> None:
     if "--calls" in sys.argv[1:]:  # where the calls go: each function's count, per run
         print(json.dumps(calls_per_step(by_function=True), indent=1))
@@ -265,6 +328,7 @@ def main() -> None:
         "largest_modules": largest(),
         "attributes_set_on_tensors_and_optimizers": stamped_attributes(),
         **calls_per_step(),
+        "device_ops_per_forward": device_ops_per_forward(),
     }
     print(json.dumps(result, indent=1))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from benchmark_scripts import load
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lookuplinear import (
@@ -178,6 +179,22 @@ def test_collection_lookup_on_meta_reads_no_values(lengths: list[int]) -> None:
                    lengths=torch.tensor(lengths, device="meta"))
     out = no_host_reads(lambda: col(kb))
     assert out.values().shape == (3, 8)
+
+
+def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
+    """``benchmarks/structure.py``'s count of the ops a forward dispatches from Python off the
+    CPU (each a kernel launch at least on a GPU): with the C++ operators, a layer's lookup is
+    ``assert_bags`` and the lookup; a collection of 8 tables dispatches fewer than 8
+    ``nn.EmbeddingBag``; and it reads no values on the way (the meta device has none)."""
+    counts = load("structure").device_ops_per_forward()
+    assert counts["nn.EmbeddingBag, bags"] == 1
+    if library.CPP:
+        assert counts["LookupLinear, Bags"] == counts["LookupLinear, one ID"] == 2, counts
+    else:  # the checks' torch ops from Python
+        assert counts["LookupLinear, Bags"] > 2, counts
+    for form in ("one ID", "bags"):
+        assert (counts[f"LookupCollection, 8 tables, {form}"]
+                < counts["8 x nn.EmbeddingBag, one ID"]), counts
 
 
 # ---- values off the host: deferred checks, validate() and the asserts -----------------------
