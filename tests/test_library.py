@@ -699,6 +699,20 @@ def test_assert_bags_passes_a_good_batch_and_opcheck(indices: list[int],
     torch.library.opcheck(ops.assert_bags.default, (idx, off, 4, "indices", "Bags"))
 
 
+def test_assert_bags_takes_nn_embedding_bags_start_offsets() -> None:
+    """``include_last_offset=False``: start offsets, the last at most the number of entries
+    (an empty last bag), refused past it, decreasing or not from 0."""
+    idx = torch.tensor([1, 2, 3])
+    for good in ([0, 2, 2], [0, 3], [0]):
+        ops.assert_bags(idx, torch.tensor(good), 4, "indices", "Bags", False)
+    for bad in ([0, 4], [1], [0, 2, 1]):
+        with pytest.raises(RuntimeError, match=r"Bags offsets are not the start offsets of its "
+                           r"3 entries .* stay within the number of entries"):
+            ops.assert_bags(idx, torch.tensor(bad), 4, "indices", "Bags", False)
+    torch.library.opcheck(ops.assert_bags.default,
+                          (idx, torch.tensor([0, 2]), 4, "indices", "Bags", False))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_assert_bags_on_cuda_passes_good_batches_without_a_synchronisation() -> None:
     """The CUDA kernel (the torch-op twin where the build had no toolkit): every operand
@@ -714,26 +728,31 @@ def test_assert_bags_on_cuda_passes_good_batches_without_a_synchronisation() -> 
                 off = (None if offsets is None
                        else torch.tensor(offsets, dtype=o_dtype, device="cuda"))
                 ops.assert_bags(idx, off, 4, "indices", "Bags")
+                if off is not None:  # the same as start offsets, the last bag empty
+                    ops.assert_bags(idx, off, 4, "indices", "Bags", False)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()  # no device-side assert
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize(("indices", "offsets"), [c[:2] for c in ASSERT_BAGS_BAD],
+@pytest.mark.parametrize(("indices", "offsets"), [c[:2] for c in ASSERT_BAGS_BAD]
+                         + [([1, 2, 3], [0, 4])],
                          ids=["negative", "past the table", "not from 0", "decreasing",
-                              "short of the end", "past the end"])
+                              "short of the end", "past the end", "start offsets past the end"])
 def test_assert_bags_on_cuda_fails_a_bad_batch_as_a_device_assert(
         indices: list[int], offsets: list[int] | None) -> None:
     """A bad batch is a device-side assert at the next synchronisation, as
     ``nn.EmbeddingBag``'s for a bad index (in a process of its own: it ends the CUDA
     context)."""
+    include_last = offsets != [0, 4]  # [0, 4]: start offsets past the 3 entries
     script = textwrap.dedent(f"""
-        import torch, lookuplinear
+        import torch, lookuplinear.ops.library
         idx = torch.tensor({indices!r}, device="cuda")
         off = None if {offsets!r} is None else torch.tensor({offsets!r}, device="cuda")
         try:
-            torch.ops.lookuplinear.assert_bags(idx, off, 4, "kb.values", "KeyedBags")
+            torch.ops.lookuplinear.assert_bags(idx, off, 4, "kb.values", "KeyedBags",
+                                               {include_last!r})
             torch.cuda.synchronize()
         except RuntimeError as e:
             print("refused:", e)

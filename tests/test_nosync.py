@@ -181,6 +181,53 @@ def test_collection_lookup_on_meta_reads_no_values(lengths: list[int]) -> None:
     assert out.values().shape == (3, 8)
 
 
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_embedding_bags_call_off_the_host_takes_its_offsets_as_they_are(
+        monkeypatch: pytest.MonkeyPatch, include_last_offset: bool, sparse: bool,
+        weighted: bool) -> None:
+    """``layer(indices, offsets)`` off the CPU: the offsets as given (no CSR offsets built),
+    asserted with the indices by one ``assert_bags`` call, then the lookup:
+    ``nn.EmbeddingBag``'s output and gradient."""
+    idx = torch.tensor([1, 4, 4, 9, 0, 2])
+    off = torch.tensor([0, 2, 2, 5, 6] if include_last_offset else [0, 2, 2, 5])
+    psw = torch.rand(6, generator=torch.Generator().manual_seed(0)) if weighted else None
+    stock = torch.nn.EmbeddingBag(10, 3, mode="sum", sparse=sparse,
+                                  include_last_offset=include_last_offset)
+    ours = LookupLinear(10, 3, bias=False, sparse=sparse,
+                        include_last_offset=include_last_offset)
+    with torch.no_grad():
+        ours.weight.copy_(stock.weight)
+    with cpu_off_host(monkeypatch), Dispatched() as seen:
+        out = ours(idx, off, per_sample_weights=psw)
+    expected = stock(idx, off, per_sample_weights=psw)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    out.backward(g)
+    expected.backward(g)
+    assert ours.weight.grad is not None and stock.weight.grad is not None
+    torch.testing.assert_close(ours.weight.grad.to_dense(), stock.weight.grad.to_dense())
+    if library.CPP:
+        assert seen.ops[0] == "lookuplinear.assert_bags.default", seen.ops
+        assert len(seen.ops) == 2 if sparse else len(seen.ops) <= 3, seen.ops
+
+
+@pytest.mark.parametrize(("indices", "offsets", "include_last_offset", "message"), [
+    ([1, 2, 3], [0, 3, 2], False, "Bags offsets are not the start offsets of its 3 entries"),
+    ([1, 2, 3], [0, 4], False, "not the start offsets"),
+    ([1, 2, 3], [1, 2], False, "not the start offsets"),
+    ([1, 2, 3], [0, 2, 2], True, "Bags offsets are not the CSR offsets of its 3 entries"),
+    ([1, 2, 10], [0, 2], False, "an index of indices is out of range for in_features=10"),
+])
+def test_embedding_bags_call_off_the_host_asserts_what_it_reads(
+        monkeypatch: pytest.MonkeyPatch, indices: list[int], offsets: list[int],
+        include_last_offset: bool, message: str) -> None:
+    layer = LookupLinear(10, 3, sparse=True, include_last_offset=include_last_offset)
+    with cpu_off_host(monkeypatch), pytest.raises(RuntimeError, match=message):
+        layer(torch.tensor(indices), torch.tensor(offsets))
+
+
 def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
     """``benchmarks/structure.py``'s count of the ops a forward dispatches from Python off the
     CPU (each a kernel launch at least on a GPU): with the C++ operators, a layer's lookup is
@@ -189,7 +236,9 @@ def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
     counts = load("structure").device_ops_per_forward()
     assert counts["nn.EmbeddingBag, bags"] == 1
     if library.CPP:
-        assert counts["LookupLinear, Bags"] == counts["LookupLinear, one ID"] == 2, counts
+        for form in ("Bags", "(indices, offsets)", "one ID"):
+            assert counts[f"LookupLinear, {form}"] == 2, counts
+        assert counts["lookuplinear.EmbeddingBag, bags"] == 2, counts
     else:  # the checks' torch ops from Python
         assert counts["LookupLinear, Bags"] > 2, counts
     for form in ("one ID", "bags"):

@@ -28,6 +28,7 @@ from .ops import assert_bags, capturing, offsets_ok, values_known
 from .ops._backend import torch_only
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
+from .sparse import offsets as _host
 from .sparse.adapters import as_bags, check_columns
 from .sparse.bags import Bags, check_index_range, is_scipy_sparse
 from .sparse.offsets import csr_offsets, on_host
@@ -190,6 +191,7 @@ def lookup_linear(
         mode == "sum"
         and padding_idx is None
         and weight.is_cpu
+        and _host._CPU_IS_HOST  # (False: the tests run the other devices' path on the CPU)
         and weight.dim() == 2
     ):  # the common case in one place: its Python costs show beside a small lookup
         op = sparse and _eager_op()  # the operator, which checks the offsets itself
@@ -239,6 +241,42 @@ def lookup_linear(
             if offsets_ok(bag_offsets, indices.numel(), include_last=csr):
                 check_index_range(indices, weight.shape[0], where="indices")
                 raise failure
+    elif (
+        mode == "sum"
+        and padding_idx is None
+        and offsets is not None
+        and weight.dim() == 2
+        and type(input) is torch.Tensor
+        and type(offsets) is torch.Tensor
+        and (input.dtype is torch.int64 or input.dtype is torch.int32)
+        and offsets.dtype is input.dtype
+        and input.dim() == 1
+        and offsets.dim() == 1
+        and offsets.numel() > 0
+        and input.device == weight.device
+        and offsets.device == weight.device
+        and (
+            per_sample_weights is None
+            or (
+                type(per_sample_weights) is torch.Tensor
+                and per_sample_weights.dtype is weight.dtype
+                and per_sample_weights.shape == input.shape
+                and per_sample_weights.device == weight.device
+                and (sparse or weight.dtype is not torch.bfloat16)  # _embedding_bag's case
+            )
+        )
+        and not capturing()
+    ):  # nn.EmbeddingBag's call off the CPU: its offsets as they are (no CSR offsets built),
+        # asserted on the device with the indices by one operator call, then the lookup
+        assert_bags(input, offsets, weight.shape[0], where="indices",
+                    include_last_offset=include_last_offset)
+        if sparse:
+            out = _BAG_LOOKUP(weight, input, offsets, per_sample_weights, None,
+                              include_last_offset=include_last_offset)
+        else:
+            out = torch.embedding_bag(_forward_only(weight), input, offsets, False, _SUM, False,
+                                      per_sample_weights, include_last_offset, None)[0]
+        return out if bias is None else out + bias
     check_mode(mode)
     if weight.dim() != 2:
         raise InputValueError(

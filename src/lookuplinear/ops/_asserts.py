@@ -31,48 +31,54 @@ def index_message(where: str, num_rows: int) -> str:
             f"every index must be in [0, {num_rows - 1}].")
 
 
-def offsets_message(owner: str, nnz: int) -> str:
+def offsets_message(owner: str, nnz: int, include_last_offset: bool = True) -> str:
     """What a failed offsets assert says: ``owner`` names the batch (``Bags``)."""
-    return (f"lookuplinear: {owner} offsets are not the CSR offsets of its {nnz} entries (they "
-            "must start at 0, never decrease and end at the number of entries); call validate() "
-            "on the batch to see which offset is wrong.")
+    kind, last = ("CSR", "end at") if include_last_offset else ("start", "stay within")
+    return (f"lookuplinear: {owner} offsets are not the {kind} offsets of its {nnz} entries "
+            f"(they must start at 0, never decrease and {last} the number of entries); call "
+            "validate() on the batch to see which offset is wrong.")
 
 
 def assert_bags_twin(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
-                     where: str, owner: str) -> None:
+                     where: str, owner: str, include_last_offset: bool = True) -> None:
     """``lookuplinear::assert_bags`` with torch ops: every index in ``[0, num_rows)`` and,
-    where given, ``offsets`` the CSR offsets of the entries (non-empty: the batch's
-    constructor checked their shape)."""
+    where given, ``offsets`` the CSR offsets of the entries (``include_last_offset=False``:
+    start offsets, the last at most the number of entries); non-empty (the batch's
+    constructor, or the caller, checked their shape)."""
     torch._assert_async(((indices >= 0) & (indices < num_rows)).all(),
                         index_message(where, num_rows))
     if offsets is not None:
         nnz = indices.numel()
-        ok = (offsets[0] == 0) & (offsets[-1] == nnz) & (offsets[1:] >= offsets[:-1]).all()
-        torch._assert_async(ok, offsets_message(owner, nnz))
+        last = offsets[-1] == nnz if include_last_offset else offsets[-1] <= nnz
+        ok = (offsets[0] == 0) & last & (offsets[1:] >= offsets[:-1]).all()
+        torch._assert_async(ok, offsets_message(owner, nnz, include_last_offset))
 
 
 def assert_bags(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int, *,
-                where: str, owner: str = "Bags") -> None:
+                where: str, owner: str = "Bags", include_last_offset: bool = True) -> None:
     """Assert on ``indices``' device, without a host synchronisation, that every index is in
     ``[0, num_rows)`` and, where ``offsets`` are given, that they are the CSR offsets of the
-    entries (non-empty).
+    entries (non-empty; ``include_last_offset=False``: ``nn.EmbeddingBag``'s start offsets).
 
     Parameters
     ----------
     indices : Tensor, integer
         The entries' rows, of any shape.
-    offsets : Tensor of shape (N + 1,), integer, or None
+    offsets : Tensor of shape (N + 1,) (or (N,): start offsets), integer, or None
         The bags' CSR offsets, on the same device.
     num_rows : int
         The table's rows.
     where, owner : str
         What the messages call the indices and the batch.
+    include_last_offset : bool
+        As ``nn.EmbeddingBag``'s: whether ``offsets`` end with the number of entries.
 
     The dense equivalent reads the values: ``0 <= indices.min()``, ``indices.max() <
-    num_rows``, ``offsets[0] == 0``, ``offsets[-1] == indices.numel()``,
-    ``offsets.diff().min() >= 0``.
+    num_rows``, ``offsets[0] == 0``, ``offsets[-1] == indices.numel()`` (``<=`` for start
+    offsets), ``offsets.diff().min() >= 0``.
     """
     if _extension.LOADED and not capturing():  # the C++ operator: one call, no Python per op
-        torch.ops.lookuplinear.assert_bags.default(indices, offsets, num_rows, where, owner)
+        torch.ops.lookuplinear.assert_bags.default(indices, offsets, num_rows, where, owner,
+                                                   include_last_offset)
     else:  # the Python registration would run these; a recorded graph keeps them
-        assert_bags_twin(indices, offsets, num_rows, where, owner)
+        assert_bags_twin(indices, offsets, num_rows, where, owner, include_last_offset)

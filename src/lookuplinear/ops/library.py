@@ -70,11 +70,13 @@ The operators:
   weight gradient, ``(rows, values)``: one row per distinct row of the entries, sorted
   (``padding_idx`` left out), its sum (as :func:`~lookuplinear.ops.group_rows` sums it); its
   size is the data's (a recorded graph gives it a size of its own).
-* ``assert_bags(indices, offsets, num_rows, where, owner)``: device-side asserts, without a
-  host synchronisation, that every index is in ``[0, num_rows)`` and that ``offsets`` (or
-  None) are the CSR offsets of the entries, ``where`` and ``owner`` naming them in the
-  message (:func:`lookuplinear.ops.assert_bags`; one kernel on CUDA where the install
-  compiled the CUDA kernels).
+* ``assert_bags(indices, offsets, num_rows, where, owner, include_last_offset=True)``:
+  device-side asserts, without a host synchronisation, that every index is in
+  ``[0, num_rows)`` and that ``offsets`` (or None) are the CSR offsets of the entries
+  (``include_last_offset=False``: ``nn.EmbeddingBag``'s start offsets, the last at most the
+  number of entries), ``where`` and ``owner`` naming them in the message
+  (:func:`lookuplinear.ops.assert_bags`; one kernel on CUDA where the install compiled the
+  CUDA kernels).
 
 The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one eager function,
 never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
@@ -153,7 +155,8 @@ SCHEMAS = (
     "fused_bind(Tensor table, bool bind) -> ()",
     "fused_defer(Tensor table, Tensor grad_out, Tensor indices, Tensor? offsets, "
     "Tensor? weights, int? padding_idx) -> bool",
-    "assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner) -> ()",
+    "assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner, "
+    "bool include_last_offset=True) -> ()",
 )
 
 #: whether the C++ extension defines the operators (:mod:`._extension`); else they are
@@ -391,7 +394,7 @@ _impl("assert_bags", _asserts.assert_bags_twin, "CompositeExplicitAutograd")
 
 @_fake("assert_bags")
 def _assert_bags_fake(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
-                      where: str, owner: str) -> None:
+                      where: str, owner: str, include_last_offset: bool = True) -> None:
     """No output: the values it asserts are the device's (a recorded graph records
     :func:`~._asserts.assert_bags_twin`'s ops instead)."""
 

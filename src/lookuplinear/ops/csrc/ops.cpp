@@ -936,14 +936,15 @@ Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
 
 // ---- assert_bags -------------------------------------------------------------------------
 // A batch read off the CPU, checked without a host synchronisation: every index in
-// [0, num_rows) and, where given, the offsets the CSR offsets of the entries. A failed check
+// [0, num_rows) and, where given, the offsets the CSR offsets of the entries (include_last
+// false: nn.EmbeddingBag's start offsets, the last at most the entries'). A failed check
 // is raised where the device reports it: at once on the CPU (a RuntimeError), at the next
 // synchronisation on CUDA (a device-side assert, as nn.EmbeddingBag's CUDA kernels raise for a
 // bad index). Here with torch ops, one _assert_async per check; CUDA tensors take one kernel
 // launch for both where the build compiled asserts.cu. The messages are the Python side's
 // (ops/_asserts.py).
 void assert_bags_twin(const Tensor &indices, const optional<Tensor> &offsets, int64_t num_rows,
-                      c10::string_view where, c10::string_view owner) {
+                      c10::string_view where, c10::string_view owner, bool include_last) {
     std::ostringstream index_message;
     index_message << "lookuplinear: an index of " << where << " is out of range for "
                   << "in_features=" << num_rows << ": every index must be in [0, "
@@ -953,20 +954,22 @@ void assert_bags_twin(const Tensor &indices, const optional<Tensor> &offsets, in
     if (!offsets.has_value()) return;
     const Tensor &o = *offsets;
     const int64_t nnz = indices.numel();
-    Tensor ok = at::logical_and(o.select(0, 0).eq(0), o.select(0, -1).eq(nnz));
+    const Tensor last = o.select(0, -1);
+    Tensor ok = at::logical_and(o.select(0, 0).eq(0), include_last ? last.eq(nnz) : last.le(nnz));
     ok = at::logical_and(ok, o.slice(0, 1).ge(o.slice(0, 0, -1)).all());
     std::ostringstream offsets_message;
-    offsets_message << "lookuplinear: " << owner << " offsets are not the CSR offsets of its "
-                    << nnz << " entries (they must start at 0, never decrease and end at the "
-                    << "number of entries); call validate() on the batch to see which offset "
-                    << "is wrong.";
+    offsets_message << "lookuplinear: " << owner << " offsets are not the "
+                    << (include_last ? "CSR" : "start") << " offsets of its " << nnz
+                    << " entries (they must start at 0, never decrease and "
+                    << (include_last ? "end at" : "stay within") << " the number of entries); "
+                    << "call validate() on the batch to see which offset is wrong.";
     at::_assert_async(ok, offsets_message.str());
 }
 
 #ifdef LOOKUPLINEAR_CUDA
 // asserts.cu: both checks in one kernel launch (other dtypes: assert_bags_twin)
 void assert_bags_cuda(const Tensor &indices, const optional<Tensor> &offsets, int64_t num_rows,
-                      c10::string_view where, c10::string_view owner);
+                      c10::string_view where, c10::string_view owner, bool include_last);
 #endif
 
 }  // namespace lookuplinear
@@ -987,8 +990,8 @@ TORCH_LIBRARY(lookuplinear, m) {
           "Tensor? weights, int? padding_idx) -> bool");
     m.def("row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
           "int? padding_idx, SymInt num_rows) -> (Tensor, Tensor)");
-    m.def("assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner) -> "
-          "()");
+    m.def("assert_bags(Tensor indices, Tensor? offsets, int num_rows, str where, str owner, "
+          "bool include_last_offset=True) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
