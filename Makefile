@@ -51,7 +51,7 @@ pytest: $(STAMP)
 
 FALLBACK_TESTS := tests/test_library.py tests/test_rowops.py tests/test_rowgrad.py \
 	tests/test_layer.py tests/test_embedding_bag.py tests/test_embedding.py tests/test_optim.py \
-	tests/test_errors.py tests/test_kernels_inputs.py tests/test_nosync.py
+	tests/test_errors.py tests/test_kernels_inputs.py tests/test_nosync.py tests/test_cpp_ops.py
 
 # The site: README.md, docs/*.md and the API reference from the docstrings, warnings as errors
 # (-E: read every page again, so a changed docstring is never served from the cache)

@@ -84,6 +84,10 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     cases.append(("idmap_find", (table, keys), {}))
     cases.append(("idmap_rows", (torch.tensor([3, -1, 0, -1, -1]),
                                  torch.tensor([10, 10**12, 7, -5, -(2**63)]), 7), {}))
+    for dtype in (torch.int64, torch.int32):  # 2 features of 3 bags, an empty bag among them
+        cases.append(("shifted_rows", (torch.tensor([4, 0, 1, 2, 2, 0, 1], dtype=dtype),
+                                       torch.tensor([0, 2, 2, 3, 5, 6, 7], dtype=dtype), 2,
+                                       torch.tensor([0, 5]), torch.tensor([5, 3])), {}))
     return cases
 
 
@@ -94,7 +98,8 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "in_feature_order_backward": library._in_feature_order_backward_cpu,
               "gather_groups": library._gather_groups_cpu,
               "bag_groups": library._bag_groups_cpu,
-              "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu}
+              "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu,
+              "shifted_rows": library._shifted_rows_cpu}
 
 
 @needs_cpp
@@ -681,6 +686,36 @@ def test_murmur3_32_is_scikit_learns() -> None:
     data, starts = _bytes_operands(strings)
     assert ops.murmur3_32(data, starts).tolist() == want
     assert library.HOST_TWINS["murmur3_32"](data, starts).tolist() == want
+
+
+def test_shifted_rows_opcheck_and_fake_on_either_registration() -> None:
+    _, args, _ = next(c for c in op_cases() if c[0] == "shifted_rows")
+    torch.library.opcheck(ops.shifted_rows.default, args)
+    assert ops.shifted_rows(*args).tolist() == [4, 0, 1, 7, 7, 5, 6]
+
+
+@pytest.mark.parametrize(("bad", "feature", "limit"), [(5, 0, 5), (-1, 0, 5), (3, 1, 3)])
+def test_shifted_rows_names_an_id_outside_its_table(bad: int, feature: int, limit: int
+                                                    ) -> None:
+    """On the CPU (either registration) an ID outside its feature's table is an IndexError
+    naming it, its position and its feature; offsets that are not the entries' CSR offsets are
+    refused before the C pass reads them; and the collection's eager call names the feature
+    by its name, as it did through ctypes."""
+    values = torch.tensor([4, 0, 1, 2, 2, 0, 1])
+    at = 1 if feature == 0 else 5
+    values[at] = bad
+    offsets = torch.tensor([0, 2, 2, 3, 5, 6, 7])
+    with pytest.raises(IndexError, match=rf"ID {bad} at values\[{at}\] \(feature {feature}\) "
+                       rf"is outside its table's rows \[0, {limit}\)"):
+        ops.shifted_rows(values, offsets, 2, torch.tensor([0, 5]), torch.tensor([5, 3]))
+    with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
+        ops.shifted_rows(values, torch.tensor([0, 2, 2, 3, 5, 6, 9]), 2, torch.tensor([0, 5]),
+                         torch.tensor([5, 3]))
+    col = LookupCollection([TableConfig("a", 5, 2, ["a"]), TableConfig("b", 3, 2, ["b"])],
+                           sparse=True)
+    kb = KeyedBags(["a", "b"], values, offsets=offsets)
+    with pytest.raises(lookuplinear.LookupIndexError, match=f"kb\\['{'ab'[feature]}'\\]"):
+        col(kb)
 
 
 @needs_cpp

@@ -231,7 +231,8 @@ def test_embedding_bags_call_off_the_host_asserts_what_it_reads(
 def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
     """``benchmarks/structure.py``'s count of the ops a forward dispatches from Python off the
     CPU (each a kernel launch at least on a GPU): with the C++ operators, a layer's lookup is
-    ``assert_bags`` and the lookup; a collection of 8 tables dispatches fewer than 8
+    ``assert_bags`` and the lookup, a collection's ``shifted_rows``, the lookup and
+    ``in_feature_order``; a collection of 8 tables dispatches fewer than 8
     ``nn.EmbeddingBag``; and it reads no values on the way (the meta device has none)."""
     counts = load("structure").device_ops_per_forward()
     assert counts["nn.EmbeddingBag, bags"] == 1
@@ -239,6 +240,8 @@ def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
         for form in ("Bags", "(indices, offsets)", "one ID"):
             assert counts[f"LookupLinear, {form}"] == 2, counts
         assert counts["lookuplinear.EmbeddingBag, bags"] == 2, counts
+        for form in ("one ID", "bags"):
+            assert counts[f"LookupCollection, 8 tables, {form}"] <= 4, counts
     else:  # the checks' torch ops from Python
         assert counts["LookupLinear, Bags"] > 2, counts
     for form in ("one ID", "bags"):

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import _extension
 from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
@@ -447,8 +448,10 @@ def shifted_rows(
 
     Notes
     -----
-    CPU input runs one C pass (``ll_shifted_rows_<i32|i64>``); the torch ops it replaces made
-    two passes and two small ops per feature.
+    CPU input runs one C pass (``ll_shifted_rows_<i32|i64>``): the operator
+    ``lookuplinear::shifted_rows`` where the C++ operators are loaded, else through ctypes; the
+    torch ops it replaces made two passes and two small ops per feature. Other devices run the
+    operator's torch ops (one call from Python), the range asserted on the device.
 
     Examples
     --------
@@ -456,6 +459,25 @@ def shifted_rows(
     ...              torch.tensor([0, 4]), torch.tensor([4, 3]))
     tensor([3, 1, 4, 4, 6])
     """
+    if (_extension.LOADED and (values.dtype is torch.int64 or values.dtype is torch.int32)
+            and offsets.dtype is values.dtype and n_features > 0 and not capturing()):
+        try:
+            return torch.ops.lookuplinear.shifted_rows.default(
+                values, offsets, n_features, shift, limit)
+        except IndexError:  # the CPU kernel's: an ID out of range, found again for its position
+            return _torch_shifted_rows(values, offsets, n_features, shift, limit)
+    return direct_shifted_rows(values, offsets, n_features, shift, limit)
+
+
+def direct_shifted_rows(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    n_features: int,
+    shift: torch.Tensor,
+    limit: torch.Tensor,
+) -> torch.Tensor | int:
+    """:func:`shifted_rows` without the operator: the C pass through ctypes on the CPU (where
+    the backend is ``c``), else torch ops."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
     c = _keyed_c("ll_shifted_rows", values, offsets, n_features, n, shift, limit,
                  (values.numel(),))
@@ -512,10 +534,13 @@ def _torch_shifted_rows(
     n_features: int,
     shift: torch.Tensor,
     limit: torch.Tensor,
+    asserted: bool = False,
 ) -> torch.Tensor | int:
     """:func:`shifted_rows` with torch ops, on the input's device. Off the CPU (and while a
-    graph is recorded) the range is asserted on the device, without a host synchronisation:
-    a device-side assert, as ``nn.EmbeddingBag``'s CUDA kernels raise for a bad index."""
+    graph is recorded, or ``asserted``: the operator's twin) the range is asserted on the
+    device, without a host synchronisation: a device-side assert, as ``nn.EmbeddingBag``'s
+    CUDA kernels raise for a bad index; on the CPU an ID out of range is returned as its
+    position."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
     # each feature's first entry: gathered, not a slice of stride n (a recorded graph keeps
     # the batch size symbolic, 1 included)
@@ -525,7 +550,7 @@ def _torch_shifted_rows(
         torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if not values_known() or not ids.is_cpu:  # checked where the device runs
+    if not values_known() or not ids.is_cpu or asserted:  # checked where the device runs
         torch._assert_async(~bad.any(), _OUT_OF_RANGE)
     elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])

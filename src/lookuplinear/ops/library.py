@@ -81,7 +81,10 @@ The operators:
 The host operators (:data:`HOST_SCHEMAS`: CPU kernels only, each called by one eager function,
 never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
 (:mod:`._hashing`), ``renumber_ids`` and ``count_rows`` (:mod:`._ngrams`), ``offsets_ok``
-and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`).
+and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`); and
+``shifted_rows`` (:func:`lookuplinear.ops.shifted_rows`: a keyed batch's IDs as rows of its
+tables' parameter), which has a torch-op twin on every other device, its range asserted
+there, and which the collection calls eagerly wherever its batch is.
 
 The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
 C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
@@ -1313,10 +1316,72 @@ HOST_SCHEMAS = (
     "dual_cd_epoch(Tensor(a!) weight, Tensor(b!) bias, Tensor indptr, Tensor indices, "
     "Tensor data, Tensor(c!) order, int n_active, Tensor qdiag, Tensor target, Tensor diag, "
     "Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)",
+    "shifted_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, Tensor limit) "
+    "-> Tensor",
 )
 if not CPP:
     for _schema in HOST_SCHEMAS:
         LIB.define(_schema)
+
+
+# ---- shifted_rows: a keyed batch's IDs as rows of its tables' parameter -------------------
+# (a host operator with a twin on every other device: the collection's input, on any device)
+
+
+def _check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                            shift: torch.Tensor, limit: torch.Tensor) -> None:
+    """Raise :class:`InputValueError` for operands ``shifted_rows`` cannot read, as the C++
+    kernel checks them (before the C pass reads the entries the offsets name)."""
+    ints = (torch.int32, torch.int64)
+    if not (values.dtype in ints and offsets.dtype == values.dtype and values.dim() == 1
+            and offsets.dim() == 1 and offsets.numel() > 0):
+        raise InputValueError(
+            "lookuplinear::shifted_rows: 1-D values and offsets of one dtype, int32 or int64, "
+            f"and at least one offset; got {values.dtype} {tuple(values.shape)} and "
+            f"{offsets.dtype} {tuple(offsets.shape)}")
+    if n_features < 1 or (offsets.numel() - 1) % n_features:
+        raise InputValueError(f"lookuplinear::shifted_rows: n_features must divide the "
+                              f"{offsets.numel() - 1} bags; got {n_features}")
+    for t in (shift, limit):
+        if t.dtype != torch.int64 or t.shape != (n_features,):
+            raise InputValueError(
+                f"lookuplinear::shifted_rows: shift and limit must be int64 of shape "
+                f"({n_features},); got {t.dtype} {tuple(t.shape)}")
+
+
+def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                      shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    _check_shifted_operands(values, offsets, n_features, shift, limit)
+    _check_offsets("shifted_rows", offsets, values.numel())  # the C pass reads their entries
+    found = _inputs.direct_shifted_rows(values, offsets, n_features, shift, limit)
+    if isinstance(found, int):
+        ends = offsets[::(offsets.numel() - 1) // n_features][1:].contiguous()
+        f = int(torch.searchsorted(ends, found, right=True))
+        torch._check_with(
+            LookupIndexError, False,
+            lambda: f"lookuplinear::shifted_rows: ID {int(values[found])} at values[{found}] "
+            f"(feature {f}) is outside its table's rows [0, {int(limit[f])}). Map raw IDs to "
+            "rows first (IdMap, or a hashing TableConfig).")
+    assert isinstance(found, torch.Tensor)
+    return found
+
+
+def _shifted_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                       shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    _check_shifted_operands(values, offsets, n_features, shift, limit)
+    out = _inputs._torch_shifted_rows(values, offsets, n_features, shift, limit, asserted=True)
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
+_impl("shifted_rows", _shifted_rows_cpu, "CPU")
+_impl("shifted_rows", _shifted_rows_twin, "CompositeExplicitAutograd")
+
+
+@_fake("shifted_rows")
+def _shifted_rows_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                       shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    return values.new_empty(values.shape, dtype=torch.int64)
 
 
 def _offsets_ok_twin(offsets: torch.Tensor, nnz: int, include_last: bool = True) -> bool:

@@ -1655,6 +1655,11 @@ int64_t ll_count_equal_i64(const int64_t *indices, int64_t n, int64_t value);
                                   I *new_offsets);
 LL_DROP_ENTRIES_DECL(int32_t, i32)
 LL_DROP_ENTRIES_DECL(int64_t, i64)
+#define LL_SHIFTED_ROWS_DECL(I, SFX)                                                         \
+    int64_t ll_shifted_rows_##SFX(const I *values, const I *offsets, int64_t F, int64_t N,  \
+                                  const int64_t *shift, const int64_t *limit, int64_t *out);
+LL_SHIFTED_ROWS_DECL(int32_t, i32)
+LL_SHIFTED_ROWS_DECL(int64_t, i64)
 #define LL_DUAL_CD_DECL(I, SFX)                                                              \
     void ll_dual_cd_##SFX(float *w, float *b, const I *indptr, const I *indices,            \
                           const float *data, int64_t *order, int64_t *n_active,             \
@@ -1886,6 +1891,79 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
     return {n_active, pg[1], pg[2]};
 }
 
+// ---- shifted_rows ------------------------------------------------------------------------
+// A keyed batch's IDs as rows of the table that holds its features' tables one after another:
+// values[k] + shift[f] for the entries k of feature f (n_features features of N bags each,
+// feature-major, CSR offsets), every ID of feature f in [0, limit[f]). On the CPU one C pass
+// (an ID out of range: IndexError naming it); on other devices torch ops, the range asserted
+// on the device without a host synchronisation.
+
+void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                            const Tensor &shift, const Tensor &limit) {
+    TORCH_CHECK_VALUE(is_i32_i64(values) && offsets.scalar_type() == values.scalar_type() &&
+                          values.dim() == 1 && offsets.dim() == 1 && offsets.numel() > 0,
+                      "lookuplinear::shifted_rows: 1-D values and offsets of one dtype, int32 "
+                      "or int64, and at least one offset; got ", values.scalar_type(), " ",
+                      values.sizes(), " and ", offsets.scalar_type(), " ", offsets.sizes());
+    TORCH_CHECK_VALUE(n_features >= 1 && (offsets.numel() - 1) % n_features == 0,
+                      "lookuplinear::shifted_rows: n_features must divide the ",
+                      offsets.numel() - 1, " bags; got ", n_features);
+    for (const Tensor *t : {&shift, &limit})
+        TORCH_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 &&
+                              t->numel() == n_features,
+                          "lookuplinear::shifted_rows: shift and limit must be int64 of shape (",
+                          n_features, ",); got ", t->scalar_type(), " ", t->sizes());
+}
+
+Tensor shifted_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                        const Tensor &shift, const Tensor &limit) {
+    check_shifted_operands(values, offsets, n_features, shift, limit);
+    check_offsets("shifted_rows", offsets, values.numel());  // the kernel reads their entries
+    const Tensor v = values.contiguous(), o = offsets.contiguous();
+    const Tensor s = shift.contiguous(), l = limit.contiguous();
+    const int64_t n = (o.numel() - 1) / n_features;
+    Tensor out = at::empty({v.numel()}, v.options().dtype(at::kLong));
+    const int64_t bad =
+        v.scalar_type() == at::kInt
+            ? ll_shifted_rows_i32(v.data_ptr<int32_t>(), o.data_ptr<int32_t>(), n_features, n,
+                                  s.data_ptr<int64_t>(), l.data_ptr<int64_t>(),
+                                  out.data_ptr<int64_t>())
+            : ll_shifted_rows_i64(v.data_ptr<int64_t>(), o.data_ptr<int64_t>(), n_features, n,
+                                  s.data_ptr<int64_t>(), l.data_ptr<int64_t>(),
+                                  out.data_ptr<int64_t>());
+    if (bad >= 0) {
+        const Tensor ends = o.to(at::kLong);
+        int64_t f = 0;
+        while (f + 1 < n_features && ends.data_ptr<int64_t>()[(f + 1) * n] <= bad) f++;
+        TORCH_CHECK_INDEX(false, "lookuplinear::shifted_rows: ID ",
+                          v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad,
+                          "] (feature ", f, ") is outside its table's rows [0, ",
+                          l.data_ptr<int64_t>()[f], "). Map raw IDs to rows first (IdMap, or a "
+                          "hashing TableConfig).");
+    }
+    return out;
+}
+
+Tensor shifted_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                         const Tensor &shift, const Tensor &limit) {
+    check_shifted_operands(values, offsets, n_features, shift, limit);
+    const int64_t n = (offsets.numel() - 1) / n_features;
+    // each feature's first entry: gathered (its bounds), no value read on the host
+    const Tensor at_ = at::arange(n_features + 1, offsets.options().dtype(at::kLong)) * n;
+    const Tensor bounds = offsets.index_select(0, at_).to(at::kLong);
+    const Tensor counts = bounds.slice(0, 1) - bounds.slice(0, 0, -1);
+    const Tensor feature = at::repeat_interleave(
+        at::arange(n_features, values.options().dtype(at::kLong)), counts, 0,
+        values.numel());
+    const Tensor ids = values.to(at::kLong);
+    const Tensor bad = at::logical_or(
+        ids.lt(0), ids.ge(limit.to(ids.device()).index_select(0, feature)));
+    at::_assert_async(bad.any().logical_not(),
+                      "lookuplinear: an ID is outside its feature's table [0, num_embeddings). "
+                      "Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
+    return ids + shift.to(ids.device()).index_select(0, feature);
+}
+
 }  // namespace
 }  // namespace lookuplinear
 
@@ -1903,6 +1981,16 @@ TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
     m.def("dual_cd_epoch(Tensor(a!) weight, Tensor(b!) bias, Tensor indptr, Tensor indices, "
           "Tensor data, Tensor(c!) order, int n_active, Tensor qdiag, Tensor target, "
           "Tensor diag, Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)");
+    m.def("shifted_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
+          "Tensor limit) -> Tensor");
+}
+
+// shifted_rows: the C pass on the CPU, torch ops on every other device (no autograd: integers)
+TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
+    m.impl("shifted_rows", &lookuplinear::shifted_rows_cpu);
+}
+TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
+    m.impl("shifted_rows", &lookuplinear::shifted_rows_twin);
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
