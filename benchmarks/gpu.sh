@@ -11,7 +11,7 @@
 #                  .cu files of src/lookuplinear/ops/csrc too where nvcc and a CUDA torch are
 #                  found; a failed build, or a library whose errors crash the process, leaves
 #                  the operators registered from Python). ops.cpp alone took 130-170 s on a
-#                  16-core Xeon with g++ 13: BUILD_SECONDS (default 300) is the step's limit.
+#                  16-core Xeon with g++ 13: BUILD_SECONDS (default 270) is the step's limit.
 #                  Where the build refused the library, benchmarks/gpu_raise.py --minimal
 #                  probes it and a one-operator library under a debugger (appended);
 #   2. tests.log   the suite's CUDA tests: every test whose id names cuda (pytest -k cuda: the
@@ -76,7 +76,7 @@ EOF
 } >"$summary"
 
 if [ $dry -eq 0 ]; then
-    step build "${BUILD_SECONDS:-300}" "$py" setup.py build_ext --inplace --parallel "$(nproc)"
+    step build "${BUILD_SECONDS:-270}" "$py" setup.py build_ext --inplace --parallel "$(nproc)"
     if grep -h "did not survive an error" "$out/build.log" >>"$summary"; then
         # the refused library and a minimal one under a debugger, appended to build.log
         step raise 180 "$py" benchmarks/gpu_raise.py --minimal
@@ -86,7 +86,7 @@ if [ $dry -eq 0 ]; then
 cuda = torch._C._dispatch_has_kernel_for_dispatch_key("lookuplinear::assert_bags", "CUDA")
 print(f"C++ operators loaded: {l.CPP}" + (f", CUDA kernels (asserts.cu) built: {cuda}" if l.CPP
       else f" ({e.PROBLEM})"))' >>"$summary" 2>&1
-    step tests 100 "$py" -m pytest tests -k cuda -q -p no:cacheprovider \
+    step tests 130 "$py" -m pytest tests -k cuda -q -p no:cacheprovider \
         --continue-on-collection-errors
     step ops 80 "$py" -m pytest tests/test_cpp_ops.py tests/test_library.py \
         -k "not cuda and not aoti" -q -p no:cacheprovider
