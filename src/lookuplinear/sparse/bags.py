@@ -34,7 +34,7 @@ from .offsets import check_offsets, on_host
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["Bags", "assert_index_range", "check_index_range", "check_weights", "is_scipy_sparse"]
+__all__ = ["Bags", "check_index_range", "check_weights", "is_scipy_sparse"]
 
 
 def is_scipy_sparse(x: Any) -> bool:
@@ -521,26 +521,19 @@ def _row_offsets(rows: torch.Tensor, n: int) -> torch.Tensor:
     return torch.searchsorted(rows, torch.arange(n + 1, dtype=rows.dtype, device=rows.device))
 
 
-def assert_index_range(indices: torch.Tensor, in_features: int, *, where: str) -> None:
-    """Assert on ``indices``' device, without a host synchronisation, that every index is in
-    ``[0, in_features)``: at once on the CPU (a ``RuntimeError``), at the next
-    synchronisation on CUDA (a device-side assert, as ``nn.Embedding`` raises there), where
-    a graph that ``torch.compile`` or ``torch.export`` records runs
-    (:func:`lookuplinear.ops.assert_bags`)."""
-    assert_bags(indices, None, in_features, where=where)
-
-
 def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
                       sync: bool = False) -> None:
     """Raise ``LookupIndexError`` naming the first index outside ``[0, in_features)``.
 
     The values are read on the host for CPU tensors; on other devices (unless ``sync``)
     and while ``torch.compile`` or ``torch.export`` records a graph the check is
-    :func:`assert_index_range`, a device-side assert without a host synchronisation.
+    :func:`lookuplinear.ops.assert_bags`, a device-side assert without a host
+    synchronisation (at once on the CPU, a ``RuntimeError``; at the next synchronisation on
+    CUDA, as ``nn.Embedding`` raises there).
     ``sync=True`` (an explicit check: ``Bags.check_indices``, ``validate``) reads them on
     any device. Meta tensors have no values to check."""
     if not values_known() or (not sync and not on_host(indices)):
-        assert_index_range(indices, in_features, where=where)
+        assert_bags(indices, None, in_features, where=where)
         return
     if indices.numel() == 0 or indices.is_meta:
         return
