@@ -375,6 +375,50 @@ def test_routed_maps_the_operators_errors_to_the_projects(monkeypatch: pytest.Mo
                                                        torch.tensor([0, 3]))
 
 
+@needs_cpp
+def test_eager_calls_of_the_read_only_operators_are_the_cpp_operators() -> None:
+    """Where the extension is loaded, lookuplinear's eager ``mode_weights``, ``idmap_find`` and
+    ``idmap_rows`` call the C++ operators, with no Python frame between (an ``Autograd``
+    fallthrough: the outputs never require grad), equal to the direct path to the bit, and
+    their errors are the project's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    from lookuplinear.ops import _inputs
+    off, w = torch.tensor([0, 2, 2, 5]), torch.rand(5, requires_grad=True)
+    table = _idmap.empty_table(8)
+    _idmap.set_values(table, torch.tensor([7, 99]), torch.tensor([0, 1]))
+    keys = torch.tensor([99, 5, 7])
+    found = _idmap.find(table, keys)
+    calls = {
+        "mode_weights": (lambda: library.mode_weights(off, w, True, torch.float32, 5),
+                         _inputs.mode_weights(off, w, True, torch.float32, 5)),
+        "idmap_find": (lambda: library.idmap_find(table, keys), found),
+        "idmap_rows": (lambda: library.idmap_rows(found, keys, 3),
+                       library._idmap_rows_cpu(found, keys, 3)),
+    }
+    for name, (call, direct) in calls.items():
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"lookuplinear::{name}",
+                                                               "Autograd")
+        with Seen() as seen:
+            out = call()
+        assert seen.ops == [f"lookuplinear.{name}.default"], seen.ops
+        assert not out.requires_grad and _same_bits(out, direct)
+    with pytest.raises(lookuplinear.OffsetsError, match="offsets must start at 0"):
+        library.mode_weights(torch.tensor([0, 2, 9]), None, False, torch.float32, 5)
+    with pytest.raises(lookuplinear.InputValueError, match=r"fallback_rows .* must be >= 0"):
+        library.idmap_rows(found, keys, -1)
+
+
 def test_the_source_distribution_ships_every_source_the_build_compiles() -> None:
     """MANIFEST.in takes every source of ``csrc`` that setup.py compiles (the C kernels,
     ``ops.cpp``, the ``.cu`` files) into the sdist: an install from it builds what an install

@@ -39,9 +39,10 @@ def _c(table: torch.Tensor) -> bool:
 
 
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """The value of every key (``-1`` where absent), int64, ``(keys.numel(),)``. (A graph that
-    ``torch.compile`` or ``torch.export`` records calls the operator
-    ``lookuplinear::idmap_find`` instead: :func:`lookuplinear.ops.library.idmap_find`.)"""
+    """The value of every key (``-1`` where absent), int64, ``(keys.numel(),)``. (Where the C++
+    extension is loaded, and in a graph that ``torch.compile`` or ``torch.export`` records, the
+    operator ``lookuplinear::idmap_find`` runs instead:
+    :func:`lookuplinear.ops.library.idmap_find`.)"""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):

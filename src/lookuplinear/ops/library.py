@@ -251,7 +251,10 @@ def _register_autograd(name: str, backward: Callable[..., Any],
 
 def _below_autograd(name: str) -> None:
     """An ``Autograd`` kernel for the non-differentiable operator ``name`` under which the C++
-    kernels run with the project's errors (:func:`_mapping_errors`)."""
+    kernels run with the project's errors (:func:`_mapping_errors`); none where the C++
+    extension has one (a fallthrough: the eager callers map, :func:`routed`)."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(f"lookuplinear::{name}", "Autograd"):
+        return
     op = getattr(torch.ops.lookuplinear, name).default
     after = torch._C._after_autograd_keyset
 
@@ -1234,17 +1237,20 @@ def _inductor_calls_the_operators() -> None:
 
 
 def routed(name: str) -> Callable[[_F], _F]:
-    """Decorate the eager function of operator ``name`` (of the same signature): called
-    directly, or as ``torch.ops.lookuplinear.<name>`` while ``torch.compile`` or
-    ``torch.export`` records a graph. (``torch.jit.trace`` runs it directly: the kernels run
-    their torch ops while a trace records, :func:`~lookuplinear.ops.use_c`.)"""
+    """Decorate the eager function of operator ``name`` (of the same signature): called as
+    ``torch.ops.lookuplinear.<name>`` where the C++ extension is loaded, and while
+    ``torch.compile`` or ``torch.export`` records a graph; directly otherwise (the Python
+    registration's kernel, without the dispatcher's Python frames), and while
+    ``torch.jit.trace`` records (its graph holds the torch ops the function runs,
+    :func:`~lookuplinear.ops.use_c`). The operator's builtin errors become the project's."""
     op = getattr(torch.ops.lookuplinear, name).default
     is_compiling = torch.compiler.is_compiling
+    is_tracing = torch.jit.is_tracing
 
     def decorate(direct: _F) -> _F:
         @functools.wraps(direct)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if not is_compiling():
+            if not (CPP or is_compiling()) or is_tracing():
                 return direct(*args, **kwargs)
             try:
                 return op(*args, **kwargs)
@@ -1270,7 +1276,8 @@ idmap_rows = routed("idmap_rows")(_idmap_rows_cpu)
 idmap_rows.__doc__ = """The row of every key: its value ``found`` in the map plus ``fallback_rows``,
 or where the map does not hold it (``found < 0``) ``hash_ids(key, fallback_rows)``."""
 idmap_find.__doc__ = """The value of every key of an :class:`~lookuplinear.IdMap` table (``-1``
-where absent): the C probe, or the operator while a graph is recorded."""
+where absent): the operator (its C probe on the CPU), or without the C++ extension the probe
+through ctypes."""
 
 
 def decompositions() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:

@@ -1041,6 +1041,14 @@ TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("bag_max", &lookuplinear::bag_max_autograd);
 }
 
+// the operators that are read, not differentiated, and that Python calls eagerly: no autograd
+// layer (their outputs never require grad); the eager callers map their errors to the
+// project's (library.routed)
+TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
+    for (const char *name : {"idmap_find", "idmap_rows", "mode_weights"})
+        m.impl(name, torch::CppFunction::makeFallthrough());
+}
+
 // ==== in_feature_order's backward ==========================================================
 // The gradient of lookup outputs put in feature order, taken back apart: each output's
 // gradient in its own layout (features[i] = F: (F * N, dim), its F blocks one feature's
