@@ -181,6 +181,40 @@ def test_collection_lookup_on_meta_reads_no_values(lengths: list[int]) -> None:
     assert out.values().shape == (3, 8)
 
 
+@pytest.mark.parametrize("variable", [False, True], ids=["N per key", "variable batch"])
+def test_a_keyed_batch_moved_from_the_cpu_slices_its_keys_without_reading(
+        monkeypatch: pytest.MonkeyPatch, variable: bool) -> None:
+    """A batch moved off the CPU keeps each key's first entry, which the host knew (TorchRec's
+    ``offset_per_key``): ``kb[key]``, and a collection's forward with tables that are not a
+    plain sum (mean, sqrtn, max, weighted bags), read no offsets back; the slices are the
+    CPU's."""
+    strides = [[2], [1]] if variable else None
+    lengths = [2, 0, 3] if variable else [2, 0, 3, 1]
+    values = torch.arange(sum(lengths)) % 5
+    kb = KeyedBags(["a", "b"], values, lengths=torch.tensor(lengths),
+                   weights=torch.rand(sum(lengths)), stride_per_key_per_rank=strides)
+    moved = kb.to("meta")
+    for key in ("a", "b"):
+        bags = no_host_reads(lambda key=key: moved[key])
+        assert (bags.nnz, len(bags)) == (kb[key].nnz, len(kb[key]))
+    if not variable:
+        for mode in ("mean", "sqrtn", "max"):
+            col = LookupCollection([TableConfig("a", 10, 4, ["a"], mode=mode),
+                                    TableConfig("b", 7, 3, ["b"])], device="meta")
+            out = no_host_reads(lambda col=col: col(moved))
+            assert out.values().shape == (2, 7)
+            out = no_host_reads(lambda col=col: col(moved.unweighted()))
+    with cpu_off_host(monkeypatch):  # the same bounds on tensors with values: the same slices
+        checked = KeyedBags.from_checked(["a", "b"], kb.values, kb.offsets, kb.weights,
+                                         stride_per_key_per_rank=strides)
+        checked._bounds = moved._bounds
+        for key in ("a", "b"):
+            got = no_host_reads(lambda key=key: checked[key])
+            assert got.indices.tolist() == kb[key].indices.tolist()
+            assert got.offsets.tolist() == kb[key].offsets.tolist()
+            assert torch.equal(got.weights, kb[key].weights)
+
+
 @pytest.mark.parametrize("include_last_offset", [False, True])
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
@@ -257,6 +291,22 @@ BAD_OFFSETS = [
     ([1, 2, 3], "offsets must start at 0"),
     ([0, 2, 4], r"offsets must end at len\(indices\)=3"),
 ]
+
+
+def test_max_over_weights_other_than_one_off_the_host_is_a_device_assert(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mode="max"`` refuses weights other than 1: on the host with the entry named, off it
+    by an assert where the device runs (no read back), which raises when it runs there."""
+    bags = Bags(torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3]), torch.tensor([1.0, 2.0, 1.0]))
+    with pytest.raises(InputValueError, match=r"entry 1 has weight 2\.0"):
+        lookup_linear(bags, torch.randn(5, 2), mode="max")
+    with cpu_off_host(monkeypatch), pytest.raises(RuntimeError, match="every entry must have"):
+        lookup_linear(bags, torch.randn(5, 2), mode="max")
+    ones = Bags(torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3]), torch.ones(3))
+    with cpu_off_host(monkeypatch):
+        torch.testing.assert_close(lookup_linear(ones, torch.eye(5, 2), mode="max"),
+                                   lookup_linear(Bags(ones.indices, ones.offsets), torch.eye(5, 2),
+                                                 mode="max"))
 
 
 @pytest.mark.parametrize(("offsets", "message"), BAD_OFFSETS)
@@ -448,6 +498,12 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
     col = LookupCollection([TableConfig("a", 5, 4, ["a"]), TableConfig("b", 6, 3, ["b"])],
                            sparse=True, device="cuda")
     ones = torch.ones(4, dtype=torch.long, device="cuda")
+    # tables that are not a plain sum, fed a weighted batch moved from the CPU (its keys'
+    # bounds known on the host)
+    mixed = LookupCollection([TableConfig("a", 5, 4, ["a"], mode="mean"),
+                              TableConfig("b", 6, 3, ["b"], mode="max")], device="cuda")
+    host = KeyedBags(["a", "b"], idx.cpu(), lengths=lens.cpu(), weights=torch.ones(5))
+    moved = host.to("cuda")  # a copy from the host: synchronising, as every such copy
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -456,8 +512,10 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
         out = lookup_linear(bags, weight)
         pooled = col(kb).values()
         one_id = col(KeyedBags(["a", "b"], idx[:4], lengths=ones)).values()
+        mixed_out = mixed(moved).values()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(mixed_out.cpu(), mixed.to("cpu")(host).values())
     assert kb.validate() is kb and bags.validate(in_features=5) is bags
     torch.testing.assert_close(out, lookup_linear(bags.to("cpu"), weight.cpu()).cuda())
     cpu = col.to("cpu")

@@ -506,7 +506,8 @@ def _bags_forward(
         bad = None if w is None else w != 1
         if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
             bad &= bags.indices != padding_idx
-        if bad is not None and not values_known():  # a recorded graph checks when it runs
+        if bad is not None and (not values_known() or not on_host(bad)):
+            # checked where the graph, or the device, runs: no read back to the host
             torch._assert_async(~bad.any(), _MAX_WEIGHTS)
         elif w is not None and bad is not None and bool(bad.any()):
             k = int(torch.nonzero(bad)[0, 0])

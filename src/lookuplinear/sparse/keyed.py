@@ -110,7 +110,7 @@ class KeyedBags:
     (tensor([7, 7, 2]), tensor([0, 3, 3]))
     """
 
-    __slots__ = ("_from_lengths", "_keys", "_position", "_starts", "_strides",
+    __slots__ = ("_bounds", "_from_lengths", "_keys", "_position", "_starts", "_strides",
                  "inverse_indices", "offsets", "values", "weights")
 
     def __init__(
@@ -181,6 +181,7 @@ class KeyedBags:
         self.weights = w
         self._strides = strides
         self._starts = _starts(strides)
+        self._bounds: list[int] | None = None
         self.inverse_indices = inverse
 
     def validate(self) -> KeyedBags:
@@ -247,6 +248,7 @@ class KeyedBags:
         kb._strides = None if stride_per_key_per_rank is None else tuple(
             tuple(int(n) for n in r) for r in stride_per_key_per_rank)
         kb._starts = _starts(kb._strides)
+        kb._bounds = None
         kb.inverse_indices = inverse_indices
         return kb
 
@@ -572,6 +574,8 @@ class KeyedBags:
             torch._check(end <= self.values.numel())
             if self.weights is not None:  # one weight per value: equal slices' sizes
                 torch._check(self.weights.shape[0] == self.values.shape[0])
+        elif self._bounds is not None:  # known on the host: no read of the offsets
+            start, end = self._bounds[pos], self._bounds[pos + 1]
         else:
             start, end = int(off[0]), int(off[-1])
             if not 0 <= start <= end <= self.values.numel():  # unvalidated device offsets
@@ -687,10 +691,24 @@ class KeyedBags:
             return self
         weights = None if self.weights is None else self.weights.to(device)
         inverse = None if self.inverse_indices is None else self.inverse_indices.to(device)
-        return KeyedBags.from_checked(self._keys, self.values.to(device),
-                                      self.offsets.to(device), weights,
-                                      stride_per_key_per_rank=self._strides,
-                                      inverse_indices=inverse)
+        moved = KeyedBags.from_checked(self._keys, self.values.to(device),
+                                       self.offsets.to(device), weights,
+                                       stride_per_key_per_rank=self._strides,
+                                       inverse_indices=inverse)
+        moved._bounds = self._entry_bounds()
+        return moved
+
+    def _entry_bounds(self) -> list[int] | None:
+        """Each key's first entry and the end of the last (``F + 1`` ints), where the host
+        knows them without a synchronisation: kept from the batch this one was moved from, or
+        read from offsets on the host; else None. ``kb[key]`` then slices a batch moved to a
+        GPU without reading its offsets back (TorchRec's ``offset_per_key``)."""
+        if self._bounds is not None or not self._keys or not on_host(self.offsets):
+            return self._bounds
+        if self._starts is None:
+            n = (self.offsets.numel() - 1) // len(self._keys)
+            return self.offsets[::n].tolist() if n else [0] * (len(self._keys) + 1)
+        return self.offsets[self._starts].tolist()
 
     def unweighted(self) -> KeyedBags:
         """The same bags without weights (this object if it has none; tensors shared).
@@ -704,9 +722,11 @@ class KeyedBags:
         """
         if self.weights is None:
             return self
-        return KeyedBags.from_checked(self._keys, self.values, self.offsets,
-                                      stride_per_key_per_rank=self._strides,
-                                      inverse_indices=self.inverse_indices)
+        kb = KeyedBags.from_checked(self._keys, self.values, self.offsets,
+                                    stride_per_key_per_rank=self._strides,
+                                    inverse_indices=self.inverse_indices)
+        kb._bounds = self._bounds
+        return kb
 
     def __repr__(self) -> str:
         variable = f", stride_per_key={self.stride_per_key()}" if self.variable else ""
