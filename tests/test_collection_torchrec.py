@@ -60,6 +60,27 @@ def _assert_equal_to_ebc(col: LookupCollection, ebc, kb: KeyedBags, kjt) -> None
     assert report.ok, str(report)
 
 
+def test_from_kjt_off_the_cpu_keeps_torchrecs_offset_per_key() -> None:
+    """A ``KeyedJaggedTensor`` off the CPU that holds its ``offset_per_key`` on the host gives a
+    batch whose keys slice without reading offsets back (the meta device has none to read),
+    with the CPU's slices; one without it reads them, as TorchRec's own split."""
+    kjt = KJT.from_lengths_sync(keys=["a", "b"], values=torch.tensor([1, 2, 3, 4, 5]),
+                                lengths=torch.tensor([2, 0, 1, 2]))
+    assert kjt.offset_per_key() == [0, 2, 5]  # computed on the CPU, kept by .to()
+    kb = KeyedBags.from_kjt(kjt.to(torch.device("meta")))
+    col = LookupCollection([TableConfig("a", 10, 4, ["a"], mode="mean"),
+                            TableConfig("b", 7, 3, ["b"])], device="meta")
+    assert col(kb).values().shape == (2, 7)
+    cpu = KeyedBags.from_kjt(kjt)
+    for key in ("a", "b"):
+        assert (kb[key].nnz, len(kb[key])) == (cpu[key].nnz, len(cpu[key]))
+    bare = KJT(keys=["a", "b"], values=torch.tensor([1, 2, 3, 4, 5], device="meta"),
+               lengths=torch.tensor([2, 0, 1, 2], device="meta"))
+    assert bare.offset_per_key_or_none() is None
+    with pytest.raises(RuntimeError, match="meta"):
+        KeyedBags.from_kjt(bare)["b"]
+
+
 # ---------------------------------------------------------------------- shared features
 @pytest.mark.parametrize("sparse", [False, True])
 def test_shared_features_equal_torchrec(sparse):

@@ -367,10 +367,13 @@ class KeyedBags:
     def from_kjt(cls, kjt: Any) -> KeyedBags:
         """Build from TorchRec's ``KeyedJaggedTensor`` (same layout; the tensors are shared).
 
-        A variable batch per key (``stride_per_key_per_rank``) and ``inverse_indices`` are
-        kept, as TorchRec reads them: key ``k`` has ``kjt.stride_per_key()[k]`` bags, and
-        example ``i`` reads its bag ``inverse_indices[k, i]`` (the rows of ``inverse_indices``
-        taken by key name). ``KeyedBags.from_kjt(kjt).to_kjt()`` is ``kjt`` again.
+        Off the CPU, the entry bounds of each key that the ``KeyedJaggedTensor`` holds on the
+        host (``offset_per_key``) are kept, so ``kb[key]`` reads no offsets back, as in
+        TorchRec's own split. A variable batch per key (``stride_per_key_per_rank``) and
+        ``inverse_indices`` are kept, as TorchRec reads them: key ``k`` has
+        ``kjt.stride_per_key()[k]`` bags, and example ``i`` reads its bag
+        ``inverse_indices[k, i]`` (the rows of ``inverse_indices`` taken by key name).
+        ``KeyedBags.from_kjt(kjt).to_kjt()`` is ``kjt`` again.
 
         Raises
         ------
@@ -401,8 +404,16 @@ class KeyedBags:
                     "each example reads). Build its inverse_indices with a row per key."
                 )
             inverse = table if names == keys else table[[names.index(k) for k in keys]]
-        return cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none(),
-                   stride_per_key_per_rank=per_rank, inverse_indices=inverse)
+        kb = cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none(),
+                 stride_per_key_per_rank=per_rank, inverse_indices=inverse)
+        bounds = kjt.offset_per_key_or_none()  # TorchRec's, where it has them on the host
+        if bounds is not None and not on_host(kb.values):
+            bounds = [int(b) for b in bounds]
+            if (len(bounds) == len(keys) + 1 and bounds[0] == 0
+                    and bounds[-1] == kb.values.numel()
+                    and all(a <= b for a, b in itertools.pairwise(bounds))):
+                kb._bounds = bounds
+        return kb
 
     def to_kjt(self) -> Any:
         """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package),
