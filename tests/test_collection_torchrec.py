@@ -74,6 +74,9 @@ def test_from_kjt_off_the_cpu_keeps_torchrecs_offset_per_key() -> None:
     cpu = KeyedBags.from_kjt(kjt)
     for key in ("a", "b"):
         assert (kb[key].nnz, len(kb[key])) == (cpu[key].nnz, len(cpu[key]))
+    # and back: the KeyedJaggedTensor of a moved batch holds them, as TorchRec's .to() keeps
+    assert kb.offset_per_key() == cpu.offset_per_key() == [0, 2, 5]
+    assert cpu.to("meta").to_kjt().offset_per_key_or_none() == [0, 2, 5]
     bare = KJT(keys=["a", "b"], values=torch.tensor([1, 2, 3, 4, 5], device="meta"),
                lengths=torch.tensor([2, 0, 1, 2], device="meta"))
     assert bare.offset_per_key_or_none() is None

@@ -194,6 +194,7 @@ def test_a_keyed_batch_moved_from_the_cpu_slices_its_keys_without_reading(
     kb = KeyedBags(["a", "b"], values, lengths=torch.tensor(lengths),
                    weights=torch.rand(sum(lengths)), stride_per_key_per_rank=strides)
     moved = kb.to("meta")
+    assert moved.offset_per_key() == kb.offset_per_key() == [0, 2, 5 if variable else 6]
     for key in ("a", "b"):
         bags = no_host_reads(lambda key=key: moved[key])
         assert (bags.nnz, len(bags)) == (kb[key].nnz, len(kb[key]))
@@ -428,14 +429,18 @@ def test_bad_inverse_indices_off_the_host_wait_for_validate(
 
 
 def test_a_key_read_past_its_values_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``kb[key]`` reads the key's first and last offset to slice the values: offsets that
-    run past them (or back before 0) are refused there, never sliced as Python slices."""
+    """``kb[key]`` reads every key's first entry (``offset_per_key``) to slice the values:
+    offsets that run past them (or back before 0) are refused there, for any key, never
+    sliced as Python slices."""
     with cpu_off_host(monkeypatch):
         kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3]),
                        offsets=torch.tensor([0, 1, 2, 5, 5]))
-        assert kb["a"].indices.tolist() == [1, 2]
-        with pytest.raises(OffsetsError, match=r"must end at len\(values\)=3"):
-            kb["b"]
+        for key in ("a", "b"):
+            with pytest.raises(OffsetsError, match=r"must end at len\(values\)=3"):
+                kb[key]
+        kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3]),
+                       offsets=torch.tensor([0, 1, 2, 2, 3]))
+        assert kb["a"].indices.tolist() == [1, 2] and kb["b"].indices.tolist() == [3]
         kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3]),
                        offsets=torch.tensor([0, 1, -2, -1, 3]))
         for key in ("a", "b"):  # a: values[0:-2], b: values[-2:3] as Python slices

@@ -357,7 +357,7 @@ class BatchedLookup:
         n = kb.batch_size
         position = {f: i for i, f in enumerate(kb.keys())}
         at = [position[f] for f in self.inputs]
-        starts = kb.offsets[::n].tolist() if n else [0] * (len(position) + 1)
+        starts = kb.offset_per_key()  # kept on the host where known: no read back
         values = torch.cat([kb.values[starts[p]:starts[p + 1]] for p in at])
         lengths = kb.lengths().view(-1, n)[at].reshape(-1) if n else kb.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)

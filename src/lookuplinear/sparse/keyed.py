@@ -432,6 +432,8 @@ class KeyedBags:
             extra["stride_per_key_per_rank"] = [list(r) for r in strides]
         if self.inverse_indices is not None:
             extra["inverse_indices"] = (self.keys(), self.inverse_indices)
+        if self._bounds is not None:  # known on the host: TorchRec's split reads nothing back
+            extra["offset_per_key"] = list(self._bounds)
         return KeyedJaggedTensor(keys=self.keys(), values=self.values, lengths=self.lengths(),
                                  weights=self.weights, **extra)
 
@@ -466,6 +468,42 @@ class KeyedBags:
             )
         bags = (self._first_bags()[:, None] + self.inverse_indices.to(self.device)).flatten()
         return self._take(bags)
+
+    def offset_per_key(self) -> list[int]:
+        """Each key's first entry in ``values``, and the end of the last: ``F + 1`` ints
+        (TorchRec's ``KeyedJaggedTensor.offset_per_key``).
+
+        Read from the offsets once, then kept: on a GPU that read is a host synchronisation,
+        which a batch moved from the CPU (``kb.to("cuda")``) or built by :meth:`from_kjt` from
+        a ``KeyedJaggedTensor`` that holds them does not make; ``kb[key]`` slices with them.
+
+        Raises
+        ------
+        OffsetsError
+            Offsets (unchecked off the CPU) whose key bounds leave ``values``.
+
+        Examples
+        --------
+        >>> KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7, 7, 2], []]}).offset_per_key()
+        [0, 3, 6]
+        """
+        return list(self._key_bounds())
+
+    def _key_bounds(self) -> list[int]:
+        """:meth:`offset_per_key`, not copied."""
+        if self._bounds is None:
+            if self._starts is not None:
+                bounds = self.offsets[self._starts].tolist()
+            elif self._keys and self.offsets.numel() > 1:
+                bounds = self.offsets[::(self.offsets.numel() - 1) // len(self._keys)].tolist()
+            else:
+                bounds = [0] * (len(self._keys) + 1)
+            if bounds[0] != 0 or bounds[-1] != self.values.numel() or any(
+                    a > b for a, b in itertools.pairwise(bounds)):  # unchecked device offsets
+                check_offsets(self.offsets, self.values.numel(), owner="KeyedBags",
+                              entries="values")
+            self._bounds = bounds
+        return self._bounds
 
     def stride_per_key(self) -> list[int]:
         """Each key's number of bags (``N`` for every key, but for a variable batch)."""
@@ -585,13 +623,9 @@ class KeyedBags:
             torch._check(end <= self.values.numel())
             if self.weights is not None:  # one weight per value: equal slices' sizes
                 torch._check(self.weights.shape[0] == self.values.shape[0])
-        elif self._bounds is not None:  # known on the host: no read of the offsets
-            start, end = self._bounds[pos], self._bounds[pos + 1]
-        else:
-            start, end = int(off[0]), int(off[-1])
-            if not 0 <= start <= end <= self.values.numel():  # unvalidated device offsets
-                check_offsets(self.offsets, self.values.numel(), owner="KeyedBags",
-                              entries="values")
+        else:  # every key's bounds in one read, kept (none where the host knows them)
+            bounds = self._key_bounds()
+            start, end = bounds[pos], bounds[pos + 1]
         weights = None if self.weights is None else self.weights[start:end]
         return Bags.from_checked(self.values[start:end], off - start, weights)  # a checked slice
 
@@ -706,20 +740,9 @@ class KeyedBags:
                                        self.offsets.to(device), weights,
                                        stride_per_key_per_rank=self._strides,
                                        inverse_indices=inverse)
-        moved._bounds = self._entry_bounds()
+        if self._bounds is not None or on_host(self.offsets):  # known without a sync
+            moved._bounds = self._key_bounds()
         return moved
-
-    def _entry_bounds(self) -> list[int] | None:
-        """Each key's first entry and the end of the last (``F + 1`` ints), where the host
-        knows them without a synchronisation: kept from the batch this one was moved from, or
-        read from offsets on the host; else None. ``kb[key]`` then slices a batch moved to a
-        GPU without reading its offsets back (TorchRec's ``offset_per_key``)."""
-        if self._bounds is not None or not self._keys or not on_host(self.offsets):
-            return self._bounds
-        if self._starts is None:
-            n = (self.offsets.numel() - 1) // len(self._keys)
-            return self.offsets[::n].tolist() if n else [0] * (len(self._keys) + 1)
-        return self.offsets[self._starts].tolist()
 
     def unweighted(self) -> KeyedBags:
         """The same bags without weights (this object if it has none; tensors shared).
