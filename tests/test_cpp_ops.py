@@ -21,7 +21,7 @@ from forms import SPLIT_BACKENDS
 import lookuplinear
 import lookuplinear.ops.library as library
 from lookuplinear import KeyedBags, LookupCollection, TableConfig
-from lookuplinear.ops import _clib, _extension, _idmap, segment_triples, token_ids
+from lookuplinear.ops import _clib, _extension, _idmap, one_id_rows, segment_triples, token_ids
 
 ops = torch.ops.lookuplinear
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +88,11 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         cases.append(("shifted_rows", (torch.tensor([4, 0, 1, 2, 2, 0, 1], dtype=dtype),
                                        torch.tensor([0, 2, 2, 3, 5, 6, 7], dtype=dtype), 2,
                                        torch.tensor([0, 5]), torch.tensor([5, 3])), {}))
+        # 3 features of 2 bags of one ID: example order, and placed for two groups
+        one = (torch.tensor([4, 0, 1, 2, 2, 0], dtype=dtype), torch.arange(7, dtype=dtype), 3,
+               torch.tensor([0, 5, 0]), torch.tensor([5, 3, 4]))
+        cases.append(("one_id_rows", one, {}))
+        cases.append(("one_id_rows", (*one, torch.tensor([[0, 2], [1, 2], [4, 1]])), {}))
     return cases
 
 
@@ -99,7 +104,7 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "gather_groups": library._gather_groups_cpu,
               "bag_groups": library._bag_groups_cpu,
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu,
-              "shifted_rows": library._shifted_rows_cpu}
+              "shifted_rows": library._shifted_rows_cpu, "one_id_rows": library._one_id_rows_cpu}
 
 
 @needs_cpp
@@ -736,6 +741,42 @@ def test_shifted_rows_opcheck_and_fake_on_either_registration() -> None:
     _, args, _ = next(c for c in op_cases() if c[0] == "shifted_rows")
     torch.library.opcheck(ops.shifted_rows.default, args)
     assert ops.shifted_rows(*args).tolist() == [4, 0, 1, 7, 7, 5, 6]
+
+
+def test_one_id_rows_opcheck_and_fake_on_either_registration() -> None:
+    for _, args, _ in (c for c in op_cases() if c[0] == "one_id_rows"):
+        torch.library.opcheck(ops.one_id_rows.default, args)
+    one = next(c[1] for c in op_cases() if c[0] == "one_id_rows")
+    assert ops.one_id_rows(*one).tolist() == [[4, 6, 2], [0, 7, 0]]
+    placed = ops.one_id_rows(*one, torch.tensor([[0, 2], [1, 2], [4, 1]]))
+    assert placed.tolist() == [4, 6, 0, 7, 2, 0]
+    twin = library._one_id_rows_twin(*one, torch.tensor([[0, 2], [1, 2], [4, 1]]))
+    assert twin.tolist() == placed.tolist()
+
+
+@pytest.mark.parametrize(("bad", "feature"), [(5, 0), (-1, 0), (3, 1)])
+def test_one_id_rows_refuses_what_it_cannot_read_and_names_an_id_out_of_range(
+        bad: int, feature: int) -> None:
+    """Either registration: an ID outside its table is an IndexError naming it, a bag that is
+    not one ID a ValueError (the eager caller's general path), and a place that would write
+    outside the output a ValueError, before the C pass writes; the eager function returns
+    the position, and None, as it did through ctypes."""
+    values, offsets = torch.tensor([4, 0, 1, 2, 2, 0]), torch.arange(7)
+    shift, limit = torch.tensor([0, 5, 0]), torch.tensor([5, 3, 4])
+    at = 1 if feature == 0 else 3
+    values[at] = bad
+    with pytest.raises(IndexError, match=rf"ID {bad} at values\[{at}\] \(feature {feature}\)"):
+        ops.one_id_rows(values, offsets, 3, shift, limit)
+    assert one_id_rows(values, offsets, 3, shift, limit) == at
+    uneven = torch.tensor([0, 2, 2, 3, 4, 5, 6])
+    with pytest.raises(ValueError, match="every bag must hold one ID"):
+        ops.one_id_rows(values.clamp(0, 2), uneven, 3, shift, limit)
+    assert one_id_rows(values.clamp(0, 2), uneven, 3, shift, limit) is None
+    with pytest.raises(ValueError, match=r"place\[2\] = \(5, 1\) puts feature 2's rows outside"):
+        ops.one_id_rows(values.clamp(0, 2), offsets, 3, shift, limit,
+                        torch.tensor([[0, 2], [1, 2], [5, 1]]))
+    with pytest.raises(ValueError, match="one ID per bag; got 5 IDs for 6 bags"):
+        ops.one_id_rows(values[:5], offsets, 3, shift, limit)
 
 
 @pytest.mark.parametrize(("bad", "feature", "limit"), [(5, 0, 5), (-1, 0, 5), (3, 1, 3)])

@@ -369,8 +369,10 @@ def one_id_rows(
     Notes
     -----
     CPU input runs one C pass (``ll_one_id_rows_<i32|i64>``) that checks the offsets, checks
-    and shifts the IDs and writes them in example order; the torch ops it replaces made six
-    passes and a transposed copy.
+    and shifts the IDs and writes them in example order: the operator
+    ``lookuplinear::one_id_rows`` where the C++ operators are loaded, else through ctypes. The
+    torch ops it replaces made six passes and a transposed copy. Other devices get None (the
+    general path): whether every bag holds one ID is a branch on the values.
 
     Examples
     --------
@@ -385,7 +387,29 @@ def one_id_rows(
     n_bags = offsets.numel() - 1
     if values.numel() != n_bags or n_features <= 0 or n_bags % n_features:
         return None
-    n = n_bags // n_features
+    if (_extension.LOADED and (values.dtype is torch.int64 or values.dtype is torch.int32)
+            and offsets.dtype is values.dtype and values.is_cpu and not capturing()):
+        try:
+            return torch.ops.lookuplinear.one_id_rows.default(
+                values, offsets, n_features, shift, limit, place)
+        except IndexError:  # the CPU kernel's: an ID out of range, found again for its position
+            return _torch_one_id_rows(values, offsets, n_features, shift, limit, place)
+        except ValueError:  # a bag that does not hold one ID: the general path
+            return None
+    return direct_one_id_rows(values, offsets, n_features, shift, limit, place)
+
+
+def direct_one_id_rows(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    n_features: int,
+    shift: torch.Tensor,
+    limit: torch.Tensor,
+    place: torch.Tensor | None = None,
+) -> torch.Tensor | int | None:
+    """:func:`one_id_rows` without the operator: the C pass through ctypes on the CPU (where
+    the backend is ``c``), else torch ops."""
+    n = values.numel() // n_features
     shape = (n, n_features) if place is None else (n * n_features,)
     c = _keyed_c("ll_one_id_rows", values, offsets, n_features, n, shift, limit, shape, place)
     if c is None:

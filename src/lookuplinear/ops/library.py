@@ -83,8 +83,10 @@ never recorded in a graph): ``murmur3_32``, ``splitmix64`` and ``ngram_bucket``
 (:mod:`._hashing`), ``renumber_ids`` and ``count_rows`` (:mod:`._ngrams`), ``offsets_ok``
 and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`); and
 ``shifted_rows`` (:func:`lookuplinear.ops.shifted_rows`: a keyed batch's IDs as rows of its
-tables' parameter), which has a torch-op twin on every other device, its range asserted
-there, and which the collection calls eagerly wherever its batch is.
+tables' parameter) and ``one_id_rows`` (:func:`lookuplinear.ops.one_id_rows`: the same for a
+batch of one ID a bag, in example order), which have torch-op twins on every other device,
+their checks asserted there; the collection calls ``shifted_rows`` eagerly wherever its batch
+is, ``one_id_rows`` on the CPU.
 
 The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
 C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
@@ -1325,6 +1327,8 @@ HOST_SCHEMAS = (
     "Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)",
     "shifted_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, Tensor limit) "
     "-> Tensor",
+    "one_id_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, Tensor limit, "
+    "Tensor? place=None) -> Tensor",
 )
 if not CPP:
     for _schema in HOST_SCHEMAS:
@@ -1336,23 +1340,25 @@ if not CPP:
 
 
 def _check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
-                            shift: torch.Tensor, limit: torch.Tensor) -> None:
-    """Raise :class:`InputValueError` for operands ``shifted_rows`` cannot read, as the C++
-    kernel checks them (before the C pass reads the entries the offsets name)."""
+                            shift: torch.Tensor, limit: torch.Tensor,
+                            op: str = "shifted_rows") -> None:
+    """Raise :class:`InputValueError` for operands ``shifted_rows`` (or ``one_id_rows``)
+    cannot read, as the C++ kernel checks them (before the C pass reads the entries the
+    offsets name)."""
     ints = (torch.int32, torch.int64)
     if not (values.dtype in ints and offsets.dtype == values.dtype and values.dim() == 1
             and offsets.dim() == 1 and offsets.numel() > 0):
         raise InputValueError(
-            "lookuplinear::shifted_rows: 1-D values and offsets of one dtype, int32 or int64, "
+            f"lookuplinear::{op}: 1-D values and offsets of one dtype, int32 or int64, "
             f"and at least one offset; got {values.dtype} {tuple(values.shape)} and "
             f"{offsets.dtype} {tuple(offsets.shape)}")
     if n_features < 1 or (offsets.numel() - 1) % n_features:
-        raise InputValueError(f"lookuplinear::shifted_rows: n_features must divide the "
+        raise InputValueError(f"lookuplinear::{op}: n_features must divide the "
                               f"{offsets.numel() - 1} bags; got {n_features}")
     for t in (shift, limit):
         if t.dtype != torch.int64 or t.shape != (n_features,):
             raise InputValueError(
-                f"lookuplinear::shifted_rows: shift and limit must be int64 of shape "
+                f"lookuplinear::{op}: shift and limit must be int64 of shape "
                 f"({n_features},); got {t.dtype} {tuple(t.shape)}")
 
 
@@ -1389,6 +1395,89 @@ _impl("shifted_rows", _shifted_rows_twin, "CompositeExplicitAutograd")
 def _shifted_rows_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                        shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
     return values.new_empty(values.shape, dtype=torch.int64)
+
+
+# ---- one_id_rows: a keyed batch of one ID a bag as rows, in example order -----------------
+
+
+def _check_one_id_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                           shift: torch.Tensor, limit: torch.Tensor,
+                           place: torch.Tensor | None) -> None:
+    """Raise :class:`InputValueError` for operands ``one_id_rows`` cannot read (the C++
+    kernel's checks)."""
+    _check_shifted_operands(values, offsets, n_features, shift, limit, "one_id_rows")
+    if values.numel() != offsets.numel() - 1:
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: one ID per bag; got {values.numel()} IDs for "
+            f"{offsets.numel() - 1} bags. Give bags of any length to shifted_rows.")
+    if place is not None and (place.dtype != torch.int64 or place.shape != (n_features, 2)):
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: place must be int64 of shape ({n_features}, 2); got "
+            f"{place.dtype} {tuple(place.shape)}")
+
+
+def _one_id_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                     shift: torch.Tensor, limit: torch.Tensor,
+                     place: torch.Tensor | None = None) -> torch.Tensor:
+    _check_one_id_operands(values, offsets, n_features, shift, limit, place)
+    n = values.numel() // n_features
+    if place is not None and n:  # every row it names inside the output, before C writes
+        first, last = place[:, 0], place[:, 0] + (n - 1) * place[:, 1]
+        lo, hi = torch.minimum(first, last), torch.maximum(first, last)
+        if bool((lo < 0).any()) or bool((hi >= n_features * n).any()):
+            f = int(torch.nonzero((lo < 0) | (hi >= n_features * n))[0, 0])
+            raise InputValueError(
+                f"lookuplinear::one_id_rows: place[{f}] = ({int(place[f, 0])}, "
+                f"{int(place[f, 1])}) puts feature {f}'s rows outside the {n_features * n} "
+                "outputs")
+    found = _inputs.direct_one_id_rows(values, offsets, n_features, shift, limit, place)
+    if found is None:
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: every bag must hold one ID (offsets equal to "
+            f"arange({offsets.numel()})); these offsets do not. Give bags of any length to "
+            "shifted_rows.")
+    if isinstance(found, int):
+        f = found // n
+        torch._check_with(
+            LookupIndexError, False,
+            lambda: f"lookuplinear::one_id_rows: ID {int(values[found])} at values[{found}] "
+            f"(feature {f}) is outside its table's rows [0, {int(limit[f])}). Map raw IDs to "
+            "rows first (IdMap, or a hashing TableConfig).")
+    assert isinstance(found, torch.Tensor)
+    return found
+
+
+def _one_id_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                      shift: torch.Tensor, limit: torch.Tensor,
+                      place: torch.Tensor | None = None) -> torch.Tensor:
+    _check_one_id_operands(values, offsets, n_features, shift, limit, place)
+    n = values.numel() // n_features
+    longs = torch.arange(offsets.numel(), device=values.device)
+    torch._assert_async(offsets.long().eq(longs).all(),
+                        "lookuplinear: one_id_rows: every bag must hold one ID.")
+    ids = values.long().view(n_features, n)
+    bad = (ids < 0) | (ids >= limit.to(ids.device).unsqueeze(1))
+    torch._assert_async(~bad.any(), _inputs._OUT_OF_RANGE)
+    rows = ids + shift.to(ids.device).unsqueeze(1)
+    if place is None:
+        return rows.t().contiguous()
+    p = place.to(ids.device)
+    at = p[:, :1] + torch.arange(n, device=ids.device) * p[:, 1:]
+    return torch.empty(n_features * n, dtype=torch.int64, device=ids.device).index_put_(
+        (at.reshape(-1),), rows.reshape(-1))
+
+
+_impl("one_id_rows", _one_id_rows_cpu, "CPU")
+_impl("one_id_rows", _one_id_rows_twin, "CompositeExplicitAutograd")
+
+
+@_fake("one_id_rows")
+def _one_id_rows_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                      shift: torch.Tensor, limit: torch.Tensor,
+                      place: torch.Tensor | None = None) -> torch.Tensor:
+    if place is not None:
+        return values.new_empty(values.shape, dtype=torch.int64)
+    return values.new_empty((values.shape[0] // n_features, n_features), dtype=torch.int64)
 
 
 def _offsets_ok_twin(offsets: torch.Tensor, nnz: int, include_last: bool = True) -> bool:

@@ -1668,6 +1668,12 @@ LL_DROP_ENTRIES_DECL(int64_t, i64)
                                   const int64_t *shift, const int64_t *limit, int64_t *out);
 LL_SHIFTED_ROWS_DECL(int32_t, i32)
 LL_SHIFTED_ROWS_DECL(int64_t, i64)
+#define LL_ONE_ID_ROWS_DECL(I, SFX)                                                          \
+    int64_t ll_one_id_rows_##SFX(const I *values, const I *offsets, int64_t F, int64_t N,   \
+                                 const int64_t *shift, const int64_t *limit,                \
+                                 const int64_t *place, int64_t *rows);
+LL_ONE_ID_ROWS_DECL(int32_t, i32)
+LL_ONE_ID_ROWS_DECL(int64_t, i64)
 #define LL_DUAL_CD_DECL(I, SFX)                                                              \
     void ll_dual_cd_##SFX(float *w, float *b, const I *indptr, const I *indices,            \
                           const float *data, int64_t *order, int64_t *n_active,             \
@@ -1907,19 +1913,20 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
 // on the device without a host synchronisation.
 
 void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
-                            const Tensor &shift, const Tensor &limit) {
+                            const Tensor &shift, const Tensor &limit,
+                            const char *op = "shifted_rows") {
     TORCH_CHECK_VALUE(is_i32_i64(values) && offsets.scalar_type() == values.scalar_type() &&
                           values.dim() == 1 && offsets.dim() == 1 && offsets.numel() > 0,
-                      "lookuplinear::shifted_rows: 1-D values and offsets of one dtype, int32 "
+                      "lookuplinear::", op, ": 1-D values and offsets of one dtype, int32 "
                       "or int64, and at least one offset; got ", values.scalar_type(), " ",
                       values.sizes(), " and ", offsets.scalar_type(), " ", offsets.sizes());
     TORCH_CHECK_VALUE(n_features >= 1 && (offsets.numel() - 1) % n_features == 0,
-                      "lookuplinear::shifted_rows: n_features must divide the ",
+                      "lookuplinear::", op, ": n_features must divide the ",
                       offsets.numel() - 1, " bags; got ", n_features);
     for (const Tensor *t : {&shift, &limit})
         TORCH_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 &&
                               t->numel() == n_features,
-                          "lookuplinear::shifted_rows: shift and limit must be int64 of shape (",
+                          "lookuplinear::", op, ": shift and limit must be int64 of shape (",
                           n_features, ",); got ", t->scalar_type(), " ", t->sizes());
 }
 
@@ -1972,6 +1979,95 @@ Tensor shifted_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_
     return ids + shift.to(ids.device()).index_select(0, feature);
 }
 
+// ---- one_id_rows -------------------------------------------------------------------------
+// A keyed batch whose every bag holds one ID (offsets equal to arange(F * N + 1)) as rows of
+// the table that holds its features' tables: values (F, N) feature-major plus shift[f], in
+// example order (N, F), or with place (F * N,): feature f's row of example n at
+// place[f, 0] + n * place[f, 1] (the input of several lookups side by side). On the CPU one C
+// pass: a bag that does not hold one ID is a ValueError, an ID out of range an IndexError
+// naming it; on other devices torch ops, both asserted on the device.
+
+void check_one_id_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                           const Tensor &shift, const Tensor &limit,
+                           const optional<Tensor> &place) {
+    check_shifted_operands(values, offsets, n_features, shift, limit, "one_id_rows");
+    TORCH_CHECK_VALUE(values.numel() == offsets.numel() - 1, "lookuplinear::one_id_rows: one "
+                      "ID per bag; got ", values.numel(), " IDs for ", offsets.numel() - 1,
+                      " bags. Give bags of any length to shifted_rows.");
+    if (!place.has_value()) return;
+    TORCH_CHECK_VALUE(place->scalar_type() == at::kLong && place->dim() == 2 &&
+                          place->size(0) == n_features && place->size(1) == 2,
+                      "lookuplinear::one_id_rows: place must be int64 of shape (", n_features,
+                      ", 2); got ", place->scalar_type(), " ", place->sizes());
+}
+
+// place read on the host: every row it names inside the output, before the C pass writes it
+void check_place(const Tensor &place, int64_t n_features, int64_t n) {
+    const Tensor p = place.contiguous();
+    const int64_t *pp = p.data_ptr<int64_t>(), size = n_features * n;
+    for (int64_t f = 0; f < n_features && n > 0; f++) {
+        const int64_t first = pp[2 * f], last = first + (n - 1) * pp[2 * f + 1];
+        TORCH_CHECK_VALUE(std::min(first, last) >= 0 && std::max(first, last) < size,
+                          "lookuplinear::one_id_rows: place[", f, "] = (", first, ", ",
+                          pp[2 * f + 1], ") puts feature ", f, "'s rows outside the ", size,
+                          " outputs");
+    }
+}
+
+Tensor one_id_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                       const Tensor &shift, const Tensor &limit,
+                       const optional<Tensor> &place) {
+    check_one_id_operands(values, offsets, n_features, shift, limit, place);
+    const int64_t n = values.numel() / n_features;
+    if (place.has_value()) check_place(*place, n_features, n);
+    const Tensor v = values.contiguous(), o = offsets.contiguous();
+    const Tensor s = shift.contiguous(), l = limit.contiguous();
+    const Tensor p = place.has_value() ? place->contiguous() : Tensor();
+    const int64_t *pp = p.defined() ? p.data_ptr<int64_t>() : nullptr;
+    Tensor out = place.has_value() ? at::empty({v.numel()}, v.options().dtype(at::kLong))
+                                   : at::empty({n, n_features}, v.options().dtype(at::kLong));
+    const int64_t bad =
+        v.scalar_type() == at::kInt
+            ? ll_one_id_rows_i32(v.data_ptr<int32_t>(), o.data_ptr<int32_t>(), n_features, n,
+                                 s.data_ptr<int64_t>(), l.data_ptr<int64_t>(), pp,
+                                 out.data_ptr<int64_t>())
+            : ll_one_id_rows_i64(v.data_ptr<int64_t>(), o.data_ptr<int64_t>(), n_features, n,
+                                 s.data_ptr<int64_t>(), l.data_ptr<int64_t>(), pp,
+                                 out.data_ptr<int64_t>());
+    TORCH_CHECK_VALUE(bad != -2, "lookuplinear::one_id_rows: every bag must hold one ID "
+                      "(offsets equal to arange(", offsets.numel(), ")); these offsets do not. "
+                      "Give bags of any length to shifted_rows.");
+    if (bad >= 0) {
+        const int64_t f = bad / n;
+        TORCH_CHECK_INDEX(false, "lookuplinear::one_id_rows: ID ",
+                          v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad,
+                          "] (feature ", f, ") is outside its table's rows [0, ",
+                          l.data_ptr<int64_t>()[f], "). Map raw IDs to rows first (IdMap, or a "
+                          "hashing TableConfig).");
+    }
+    return out;
+}
+
+Tensor one_id_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                        const Tensor &shift, const Tensor &limit,
+                        const optional<Tensor> &place) {
+    check_one_id_operands(values, offsets, n_features, shift, limit, place);
+    const int64_t n = values.numel() / n_features;
+    const auto longs = values.options().dtype(at::kLong);
+    at::_assert_async(offsets.to(at::kLong).eq(at::arange(offsets.numel(), longs)).all(),
+                      "lookuplinear: one_id_rows: every bag must hold one ID.");
+    const Tensor ids = values.to(at::kLong).view({n_features, n});
+    const Tensor bad = at::logical_or(ids.lt(0), ids.ge(limit.to(ids.device()).unsqueeze(1)));
+    at::_assert_async(bad.any().logical_not(),
+                      "lookuplinear: an ID is outside its feature's table [0, num_embeddings). "
+                      "Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
+    const Tensor rows = ids + shift.to(ids.device()).unsqueeze(1);
+    if (!place.has_value()) return rows.t().contiguous();
+    const Tensor p = place->to(ids.device());
+    const Tensor at_ = p.slice(1, 0, 1) + at::arange(n, longs) * p.slice(1, 1, 2);
+    return at::empty({n_features * n}, longs).index_put_({at_.reshape(-1)}, rows.reshape(-1));
+}
+
 }  // namespace
 }  // namespace lookuplinear
 
@@ -1991,14 +2087,19 @@ TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
           "Tensor diag, Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)");
     m.def("shifted_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
           "Tensor limit) -> Tensor");
+    m.def("one_id_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
+          "Tensor limit, Tensor? place=None) -> Tensor");
 }
 
-// shifted_rows: the C pass on the CPU, torch ops on every other device (no autograd: integers)
+// shifted_rows, one_id_rows: the C pass on the CPU, torch ops on every other device (no
+// autograd: integers)
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
     m.impl("shifted_rows", &lookuplinear::shifted_rows_cpu);
+    m.impl("one_id_rows", &lookuplinear::one_id_rows_cpu);
 }
 TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("shifted_rows", &lookuplinear::shifted_rows_twin);
+    m.impl("one_id_rows", &lookuplinear::one_id_rows_twin);
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
