@@ -5,22 +5,29 @@ Run from the repository root:
     .venv/bin/python benchmarks/bench_dispatch.py
 
 One C kernel (the row gather, ``ll_gather_rows_f32``, on 4 rows) called three ways: directly
-through ctypes (what the eager path does), as a ``torch.library.Library`` operator with a CPU
-implementation, and as a ``torch.library.custom_op``; beside them one DLRM table's forward
-(``LookupLinear(100_000, 16, sparse=True)``, 128 bags of 10 indices), which makes one C call.
+through ctypes, as a ``torch.library.Library`` operator with a Python CPU implementation, and
+as a ``torch.library.custom_op``; beside them one DLRM table's forward
+(``LookupLinear(100_000, 16, sparse=True)``, 128 bags of 10 indices).
 Every method runs once per round in the same order after a warm-up; each time is the median
 over the rounds of this thread's CPU time per call, on one torch thread.
 
 Then per training step of that table (forward, backward, ``Adagrad(fused=True)`` step, and
-``fused=False``): the step's time, the C calls it makes (counted by wrapping every entry point
-the kernels look up), and what the step would cost more if each of those calls went through
-an operator (calls x the operator's extra time per call).
+``fused=False``): the step's time, the C calls it makes through ctypes (counted by wrapping
+every entry point the kernels look up; none where the C++ operators are loaded), and what the
+step would cost more if each of those calls went through a Python-implemented operator (calls
+x the operator's extra time per call).
 
 Last, the same table's lookup as the ``lookuplinear::bag_lookup`` operator itself, registered
 from C++ (``ops/csrc/ops.cpp``) where the extension is built, else from Python (the line says
 which), under ``torch.inference_mode`` (no autograd layer) and with the table requiring grad
 (its C++ autograd kernel, or the Python formula registered around it), beside
 ``nn.EmbeddingBag``'s forward on the same bags (``mode="sum"``).
+
+And two host passes each called both ways: the offsets check that every batch constructor
+runs (``ll_offsets_ok`` on 129 offsets: through ctypes, as the constructors call it, and as the
+operator ``lookuplinear::offsets_ok``), and a one-ID keyed batch of 26 features x 128 examples
+turned into rows (``lookuplinear.ops.one_id_rows``, which calls the operator
+``lookuplinear::one_id_rows`` where the extension is loaded, against its ctypes path).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from collections.abc import Callable
 import torch
 
 from lookuplinear import LookupLinear
-from lookuplinear.ops import _clib, _extension
+from lookuplinear.ops import _clib, _extension, _inputs, one_id_rows
 from lookuplinear.ops._clib import function
 from lookuplinear.optim import Adagrad
 from lookuplinear.report.machine import format_machine, machine_info
@@ -118,16 +125,27 @@ def main(argv: list[str] | None = None) -> int:
         with torch.inference_mode():
             return bag_op(weight, indices, csr)
 
+    check = function("ll_offsets_ok", "i64")
+    n_feat = 26
+    ids, ones = torch.randint(0, 1000, (n_feat * 128,)), torch.arange(n_feat * 128 + 1)
+    shift, limit = torch.arange(n_feat) * 1000, torch.full((n_feat,), 1000)
     methods: dict[str, Callable[[], object]] = {
         "C kernel, direct (ctypes)": lambda: direct(w, r),
         "C kernel, torch.library.Library op": lambda: library_op(w, r),
         "C kernel, torch.library.custom_op": lambda: custom(w, r),
-        "DLRM table forward (1 C call)": lambda: table(indices, offsets),
+        "DLRM table forward": lambda: table(indices, offsets),
         "DLRM table step, Adagrad(fused=True)": _step(True),
         "DLRM table step, Adagrad(fused=False)": _step(False),
         "bag_lookup operator, inference_mode": op_inference,
         "bag_lookup operator, table requires grad": lambda: bag_op(weight, indices, csr),
         "nn.EmbeddingBag forward (sum)": lambda: stock(indices, offsets),
+        "offsets check, ctypes": lambda: check(csr.data_ptr(), csr.numel(), 1280, True),
+        "offsets check, operator": lambda: torch.ops.lookuplinear.offsets_ok.default(
+            csr, 1280, True),
+        "one-ID rows 26 x 128, ops.one_id_rows": lambda: one_id_rows(ids, ones, n_feat, shift,
+                                                                     limit),
+        "one-ID rows 26 x 128, ctypes": lambda: _inputs.direct_one_id_rows(
+            ids, ones, n_feat, shift, limit),
     }
     calls = {k: _count_c_calls(f) for k, f in methods.items() if k.startswith("DLRM table step")}
     times: dict[str, list[float]] = {k: [] for k in methods}
@@ -145,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
              f"Python ({_extension.PROBLEM or 'LOOKUPLINEAR_OPS=python'})"))
     for name, us in med.items():
         print(f"{name:41s} {us:7.2f} us")
-    base, fwd = med["C kernel, direct (ctypes)"], med["DLRM table forward (1 C call)"]
+    base, fwd = med["C kernel, direct (ctypes)"], med["DLRM table forward"]
     for name in ("C kernel, torch.library.Library op", "C kernel, torch.library.custom_op"):
         extra = med[name] - base
         print(f"{name}: +{extra:.2f} us a call, {100 * extra / fwd:.0f}% of a table's forward")
