@@ -208,7 +208,7 @@ def test_a_keyed_batch_moved_from_the_cpu_slices_its_keys_without_reading(
     with cpu_off_host(monkeypatch):  # the same bounds on tensors with values: the same slices
         checked = KeyedBags.from_checked(["a", "b"], kb.values, kb.offsets, kb.weights,
                                          stride_per_key_per_rank=strides)
-        checked._bounds = moved._bounds
+        checked._keep_bounds(moved.offset_per_key())
         for key in ("a", "b"):
             got = no_host_reads(lambda key=key: checked[key])
             assert got.indices.tolist() == kb[key].indices.tolist()
@@ -292,6 +292,21 @@ BAD_OFFSETS = [
     ([1, 2, 3], "offsets must start at 0"),
     ([0, 2, 4], r"offsets must end at len\(indices\)=3"),
 ]
+
+
+def test_kept_key_bounds_follow_the_offsets_they_were_read_from() -> None:
+    """``offset_per_key`` is kept for the offsets it was read from: offsets changed in place,
+    or other offsets (or values) given to the batch, are read again, never sliced with stale
+    bounds."""
+    kb = KeyedBags(["a", "b"], torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([1, 1, 2, 0]))
+    assert kb.offset_per_key() == [0, 2, 4] and kb["b"].indices.tolist() == [3, 4]
+    kb.offsets[2] = 1  # a: bags [1], []; b: [2, 3, 4], []
+    assert kb.offset_per_key() == [0, 1, 4] and kb["b"].indices.tolist() == [2, 3, 4]
+    kb.offsets = torch.tensor([0, 0, 0, 1, 4])
+    assert kb.offset_per_key() == [0, 0, 4] and kb["a"].nnz == 0
+    with torch.inference_mode():  # inference tensors have no version counter
+        frozen = KeyedBags(["a"], torch.tensor([5, 6]), lengths=torch.tensor([2]))
+        assert frozen.offset_per_key() == [0, 2] and frozen["a"].nnz == 2
 
 
 def test_max_over_weights_other_than_one_off_the_host_is_a_device_assert(

@@ -181,7 +181,7 @@ class KeyedBags:
         self.weights = w
         self._strides = strides
         self._starts = _starts(strides)
-        self._bounds: list[int] | None = None
+        self._bounds: tuple[torch.Tensor, int, list[int]] | None = None
         self.inverse_indices = inverse
 
     def validate(self) -> KeyedBags:
@@ -412,7 +412,7 @@ class KeyedBags:
             if (len(bounds) == len(keys) + 1 and bounds[0] == 0
                     and bounds[-1] == kb.values.numel()
                     and all(a <= b for a, b in itertools.pairwise(bounds))):
-                kb._bounds = bounds
+                kb._keep_bounds(bounds)
         return kb
 
     def to_kjt(self) -> Any:
@@ -432,8 +432,9 @@ class KeyedBags:
             extra["stride_per_key_per_rank"] = [list(r) for r in strides]
         if self.inverse_indices is not None:
             extra["inverse_indices"] = (self.keys(), self.inverse_indices)
-        if self._bounds is not None:  # known on the host: TorchRec's split reads nothing back
-            extra["offset_per_key"] = list(self._bounds)
+        known = self._known_bounds()
+        if known is not None:  # known on the host: TorchRec's split reads nothing back
+            extra["offset_per_key"] = list(known)
         return KeyedJaggedTensor(keys=self.keys(), values=self.values, lengths=self.lengths(),
                                  weights=self.weights, **extra)
 
@@ -489,9 +490,26 @@ class KeyedBags:
         """
         return list(self._key_bounds())
 
+    def _known_bounds(self) -> list[int] | None:
+        """:meth:`offset_per_key` where it is kept and still holds: for these offsets (the same
+        tensor, unchanged in place since) and values; else None."""
+        kept = self._bounds
+        if kept is None:
+            return None
+        offsets, version, bounds = kept
+        if (offsets is not self.offsets or bounds[-1] != self.values.numel()
+                or version != _version(offsets)):
+            return None
+        return bounds
+
+    def _keep_bounds(self, bounds: list[int]) -> None:
+        """Keep ``bounds`` as :meth:`offset_per_key` of the offsets as they are now."""
+        self._bounds = (self.offsets, _version(self.offsets), bounds)
+
     def _key_bounds(self) -> list[int]:
         """:meth:`offset_per_key`, not copied."""
-        if self._bounds is None:
+        known = self._known_bounds()
+        if known is None:
             if self._starts is not None:
                 bounds = self.offsets[self._starts].tolist()
             elif self._keys and self.offsets.numel() > 1:
@@ -502,8 +520,9 @@ class KeyedBags:
                     a > b for a, b in itertools.pairwise(bounds)):  # unchecked device offsets
                 check_offsets(self.offsets, self.values.numel(), owner="KeyedBags",
                               entries="values")
-            self._bounds = bounds
-        return self._bounds
+            self._keep_bounds(bounds)
+            known = bounds
+        return known
 
     def stride_per_key(self) -> list[int]:
         """Each key's number of bags (``N`` for every key, but for a variable batch)."""
@@ -740,8 +759,8 @@ class KeyedBags:
                                        self.offsets.to(device), weights,
                                        stride_per_key_per_rank=self._strides,
                                        inverse_indices=inverse)
-        if self._bounds is not None or on_host(self.offsets):  # known without a sync
-            moved._bounds = self._key_bounds()
+        if self._known_bounds() is not None or on_host(self.offsets):  # known without a sync
+            moved._keep_bounds(self._key_bounds())
         return moved
 
     def unweighted(self) -> KeyedBags:
@@ -759,7 +778,9 @@ class KeyedBags:
         kb = KeyedBags.from_checked(self._keys, self.values, self.offsets,
                                     stride_per_key_per_rank=self._strides,
                                     inverse_indices=self.inverse_indices)
-        kb._bounds = self._bounds
+        known = self._known_bounds()
+        if known is not None:
+            kb._keep_bounds(known)
         return kb
 
     def __repr__(self) -> str:
@@ -796,6 +817,12 @@ def _strides(given: Sequence[Sequence[int]], keys: list[str],
             f"but lengths (or offsets) give {n_bags}; give one length per bag of every key."
         )
     return rows
+
+
+def _version(t: torch.Tensor) -> int:
+    """``t``'s version counter (which an in-place change moves on); -1 for an inference
+    tensor, which has none."""
+    return -1 if t.is_inference() else t._version
 
 
 def _starts(strides: tuple[tuple[int, ...], ...] | None) -> list[int] | None:
