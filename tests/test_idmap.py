@@ -165,3 +165,42 @@ def test_a_fused_update_starts_evicted_rows_afresh_as_step_does(name, kw):
         assert sa.keys() == sb.keys()
         for key in sa:
             assert torch.equal(torch.as_tensor(sa[key]), torch.as_tensor(sb[key])), key
+
+
+def test_the_map_stays_on_the_cpu_when_its_model_moves() -> None:
+    """The map is a host structure: ``.to(device)`` (and dtype casts) leave its state on the
+    CPU, int64, while the tables move; ``share_memory()`` still reaches it; and it maps as
+    before."""
+    col = LookupCollection([TableConfig("user", 40, 4, ["user"], hashing="map"),
+                            TableConfig("item", 30, 4, ["item"])])
+    col(KeyedBags.from_dict({"user": [[10**12], [7]], "item": [[1], [2]]}))
+    before = {n: b.clone() for n, b in col.named_buffers()}
+    col.to("meta")
+    assert all(p.device.type == "meta" for p in col.parameters())
+    col.to(torch.float64)
+    for name, buf in col.named_buffers():
+        assert buf.device.type == "cpu" and torch.equal(buf, before[name]), name
+    ids = col.id_maps["user"]
+    ids.share_memory()
+    assert all(b.is_shared() for b in ids.buffers())
+    ids.eval()
+    assert ids(torch.tensor([10**12, 7, 5])).tolist()[:2] == [1, 2]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("training", [False, True])
+def test_an_id_mapped_collection_on_cuda_equals_the_cpu_one(training: bool) -> None:
+    """A collection keyed by an IdMap, moved to CUDA: its map stays on the CPU, and its
+    forward (admitting IDs in training mode, looking up in eval mode) equals the CPU one's."""
+    batches = [KeyedBags.from_dict({"user": [[10**12, 3], [7]], "item": [[1], [2, 2]]}),
+               KeyedBags.from_dict({"user": [[5], [10**12]], "item": [[0], []]})]
+    outs = []
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        col = LookupCollection([TableConfig("user", 40, 4, ["user"], hashing="map"),
+                                TableConfig("item", 30, 4, ["item"])]).to(device)
+        col.train(training)
+        assert col.id_maps["user"].table.device.type == "cpu"
+        outs.append([col(kb.to(device)).values().cpu() for kb in batches])
+    for cpu, cuda in zip(*outs, strict=True):
+        torch.testing.assert_close(cuda, cpu)

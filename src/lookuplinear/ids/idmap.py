@@ -52,6 +52,8 @@ class IdMap(AllOrNothingLoad):
     rows the last call gave to new IDs after taking them from others (their values and optimizer
     state belong to the old ID: a :class:`~lookuplinear.LookupCollection` re-initialises them).
     In eval mode a call only looks up (unknown IDs read their fallback row) and changes nothing.
+    The map's state stays on the CPU when a model moves to another device (``model.cuda()``):
+    IDs are looked up on the host, and the rows go back to the IDs' device.
     The map is deterministic for a given sequence of calls, and its state (``state_dict``:
     the hash table, each row's ID and last use, the admission counts) is saved and loaded with
     the model.
@@ -140,6 +142,18 @@ class IdMap(AllOrNothingLoad):
         self.register_buffer("pending", table_ops.empty_table(size if admit_after > 1 else 16))
         self.register_buffer("pending_used", torch.zeros((), dtype=torch.int64))
         self.evicted = torch.zeros(0, dtype=torch.int64)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+               ) -> IdMap:
+        """``Module.to``, ``cuda()``, ``share_memory()``, ... applied to the map's state, which
+        stays on the CPU: the map is a host structure (its IDs are looked up on the CPU and the
+        rows sent to the IDs' device), so a model moved to a GPU keeps its map where its
+        probes run."""
+        def on_cpu(t: torch.Tensor) -> torch.Tensor:
+            moved = fn(t)
+            return moved if moved.device.type == "cpu" else t
+        super()._apply(on_cpu, recurse)
+        return self
 
     @property
     def capacity(self) -> int:
