@@ -208,6 +208,8 @@ def test_exported_collection_equals_module_on_other_batches(name: str, decompose
     program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
     if name == "IdMap-keyed":
         assert "lookuplinear.idmap_find.default" in lookuplinear_ops(program)
+    if name == "LookupCollection":  # the input's shift: one operator, as eagerly
+        assert "lookuplinear.shifted_rows.default" in lookuplinear_ops(program)
     if decomposed:
         program = program.run_decompositions(decompositions())
         assert not lookuplinear_ops(program)
@@ -262,12 +264,18 @@ def test_quantized_layer_exports_and_compiles_as_the_float_layer(dtype: str, for
 
 
 def test_exported_program_checks_the_index_range() -> None:
+    """An ID outside its table is a RuntimeError, as ``F.embedding_bag`` raises: on the CPU
+    the operator's, naming the ID and its feature; decomposed to ATen, the assert's."""
     model, make = models()["LookupCollection"]
     program = torch.export.export(model, (make(4, 0),), dynamic_shapes=(KB_DYNAMIC,))
     kb = make(3, 1)
     kb.values[-1] = 30  # item has 30 rows
-    with pytest.raises(RuntimeError, match="outside its feature's table"):
+    with pytest.raises(RuntimeError, match=r"ID 30 at values\[\d+\] \(feature 1\) is outside "
+                       "its feature's table"):
         program.module()(kb)
+    aten = program.run_decompositions(decompositions())
+    with pytest.raises(RuntimeError, match="outside its feature's table"):
+        aten.module()(kb)
 
 
 FRESH = """
@@ -494,3 +502,29 @@ def test_compiled_layer_on_cuda_equals_eager(sparse: bool) -> None:
     for eager, compiled in zip(*found, strict=True):
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
+
+
+FRESH_COMPILE = """
+import torch
+import lookuplinear
+from lookuplinear import Bags
+layer = lookuplinear.LookupLinear(50, 4, mode="mean").eval()
+compiled = torch.compile(layer, dynamic=True, fullgraph=True)
+bags = Bags(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 2, 5]))
+with torch.no_grad():
+    assert torch.equal(compiled(bags), layer(bags))
+print("compiled")
+"""
+
+
+def test_a_first_compile_with_dynamic_shapes_in_ci_calls_the_operators(tmp_path: Path) -> None:
+    """In a fresh process with ``CI`` set (as GitHub Actions sets it) and an empty Inductor
+    cache, a graph with symbolic sizes compiles: its fake tensors run the operators'
+    decompositions, not their fakes, and those tell Inductor to call the operators too
+    (else Inductor refuses an operator that has a decomposition there)."""
+    import os
+
+    env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    run = subprocess.run([sys.executable, "-c", FRESH_COMPILE], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]

@@ -757,15 +757,17 @@ def test_one_id_rows_opcheck_and_fake_on_either_registration() -> None:
 @pytest.mark.parametrize(("bad", "feature"), [(5, 0), (-1, 0), (3, 1)])
 def test_one_id_rows_refuses_what_it_cannot_read_and_names_an_id_out_of_range(
         bad: int, feature: int) -> None:
-    """Either registration: an ID outside its table is an IndexError naming it, a bag that is
-    not one ID a ValueError (the eager caller's general path), and a place that would write
-    outside the output a ValueError, before the C pass writes; the eager function returns
-    the position, and None, as it did through ctypes."""
+    """Either registration: an ID outside its table is a RuntimeError naming it (as
+    ``F.embedding_bag`` raises; the Python registration's ``LookupIndexError`` is one), a bag
+    that is not one ID a ValueError (the eager caller's general path), and a place that would
+    write outside the output a ValueError, before the C pass writes; the eager function
+    returns the position, and None, as it did through ctypes."""
     values, offsets = torch.tensor([4, 0, 1, 2, 2, 0]), torch.arange(7)
     shift, limit = torch.tensor([0, 5, 0]), torch.tensor([5, 3, 4])
     at = 1 if feature == 0 else 3
     values[at] = bad
-    with pytest.raises(IndexError, match=rf"ID {bad} at values\[{at}\] \(feature {feature}\)"):
+    with pytest.raises(RuntimeError,
+                       match=rf"ID {bad} at values\[{at}\] \(feature {feature}\)"):
         ops.one_id_rows(values, offsets, 3, shift, limit)
     assert one_id_rows(values, offsets, 3, shift, limit) == at
     uneven = torch.tensor([0, 2, 2, 3, 4, 5, 6])
@@ -782,7 +784,7 @@ def test_one_id_rows_refuses_what_it_cannot_read_and_names_an_id_out_of_range(
 @pytest.mark.parametrize(("bad", "feature", "limit"), [(5, 0, 5), (-1, 0, 5), (3, 1, 3)])
 def test_shifted_rows_names_an_id_outside_its_table(bad: int, feature: int, limit: int
                                                     ) -> None:
-    """On the CPU (either registration) an ID outside its feature's table is an IndexError
+    """On the CPU (either registration) an ID outside its feature's table is a RuntimeError
     naming it, its position and its feature; offsets that are not the entries' CSR offsets are
     refused before the C pass reads them; and the collection's eager call names the feature
     by its name, as it did through ctypes."""
@@ -790,8 +792,8 @@ def test_shifted_rows_names_an_id_outside_its_table(bad: int, feature: int, limi
     at = 1 if feature == 0 else 5
     values[at] = bad
     offsets = torch.tensor([0, 2, 2, 3, 5, 6, 7])
-    with pytest.raises(IndexError, match=rf"ID {bad} at values\[{at}\] \(feature {feature}\) "
-                       rf"is outside its table's rows \[0, {limit}\)"):
+    with pytest.raises(RuntimeError, match=rf"ID {bad} at values\[{at}\] \(feature {feature}\) "
+                       rf"is outside its feature's table, rows \[0, {limit}\)"):
         ops.shifted_rows(values, offsets, 2, torch.tensor([0, 5]), torch.tensor([5, 3]))
     with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
         ops.shifted_rows(values, torch.tensor([0, 2, 2, 3, 5, 6, 9]), 2, torch.tensor([0, 5]),

@@ -358,7 +358,8 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::bag_max": library._bag_max_twin,
                     "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
                     "lookuplinear::mode_weights": library._mode_weights_twin,
-                    "lookuplinear::row_sums": library._row_sums_twin}
+                    "lookuplinear::row_sums": library._row_sums_twin,
+                    "lookuplinear::shifted_rows": library._shifted_rows_twin}
     assert len(table) > len(ours)  # and PyTorch's own, to core ATen
 
 

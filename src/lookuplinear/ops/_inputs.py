@@ -392,7 +392,7 @@ def one_id_rows(
         try:
             return torch.ops.lookuplinear.one_id_rows.default(
                 values, offsets, n_features, shift, limit, place)
-        except IndexError:  # the CPU kernel's: an ID out of range, found again for its position
+        except RuntimeError:  # the CPU kernel's: an ID out of range, found again for its place
             return _torch_one_id_rows(values, offsets, n_features, shift, limit, place)
         except ValueError:  # a bag that does not hold one ID: the general path
             return None
@@ -475,7 +475,10 @@ def shifted_rows(
     CPU input runs one C pass (``ll_shifted_rows_<i32|i64>``): the operator
     ``lookuplinear::shifted_rows`` where the C++ operators are loaded, else through ctypes; the
     torch ops it replaces made two passes and two small ops per feature. Other devices run the
-    operator's torch ops (one call from Python), the range asserted on the device.
+    operator's torch ops (one call from Python), the range asserted on the device. A graph that
+    ``torch.compile`` or ``torch.export`` records holds the operator (on the CPU its C pass
+    when the graph runs, an ID out of range a ``RuntimeError`` naming it); ``torch.jit.trace``
+    records the torch ops.
 
     Examples
     --------
@@ -483,12 +486,13 @@ def shifted_rows(
     ...              torch.tensor([0, 4]), torch.tensor([4, 3]))
     tensor([3, 1, 4, 4, 6])
     """
-    if (_extension.LOADED and (values.dtype is torch.int64 or values.dtype is torch.int32)
-            and offsets.dtype is values.dtype and n_features > 0 and not capturing()):
+    if ((values.dtype is torch.int64 or values.dtype is torch.int32)
+            and offsets.dtype is values.dtype and n_features > 0
+            and (_extension.LOADED or _is_compiling()) and not torch.jit.is_tracing()):
         try:
             return torch.ops.lookuplinear.shifted_rows.default(
                 values, offsets, n_features, shift, limit)
-        except IndexError:  # the CPU kernel's: an ID out of range, found again for its position
+        except RuntimeError:  # the CPU kernel's: an ID out of range, found again for its place
             return _torch_shifted_rows(values, offsets, n_features, shift, limit)
     return direct_shifted_rows(values, offsets, n_features, shift, limit)
 

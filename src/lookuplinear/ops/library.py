@@ -85,8 +85,8 @@ and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`); and
 ``shifted_rows`` (:func:`lookuplinear.ops.shifted_rows`: a keyed batch's IDs as rows of its
 tables' parameter) and ``one_id_rows`` (:func:`lookuplinear.ops.one_id_rows`: the same for a
 batch of one ID a bag, in example order), which have torch-op twins on every other device,
-their checks asserted there; the collection calls ``shifted_rows`` eagerly wherever its batch
-is, ``one_id_rows`` on the CPU.
+their checks asserted there; the collection calls ``shifted_rows`` wherever its batch is,
+eagerly and in recorded graphs, and ``one_id_rows`` eagerly on the CPU.
 
 The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
 C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
@@ -1210,11 +1210,24 @@ _TWINS: dict[str, Callable[..., Any]] = {
 }
 
 
-# in PyTorch's table too, which torch.onnx.export(dynamo=True) reads
-for _name, _twin in _TWINS.items():
-    torch._decomp.register_decomposition(getattr(torch.ops.lookuplinear, _name).default)(_twin)
-
 _inductor_told = False
+
+
+def _in_torch_table(name: str, twin: Callable[..., Any]) -> None:
+    """Put operator ``name``'s twin in PyTorch's decomposition table, which
+    ``torch.onnx.export(dynamo=True)`` reads. A fake tensor with symbolic sizes runs that entry
+    instead of the operator's fake (an ``export`` or AOTInductor trace with dynamic shapes), so
+    the entry tells Inductor first, as the fakes do (:func:`_inductor_calls_the_operators`)."""
+    @functools.wraps(twin)
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        _inductor_calls_the_operators()
+        return twin(*args, **kwargs)
+    torch._decomp.register_decomposition(getattr(torch.ops.lookuplinear, name).default)(
+        decomposition)
+
+
+for _name, _twin in _TWINS.items():
+    _in_torch_table(_name, _twin)
 
 
 def _inductor_calls_the_operators() -> None:
@@ -1223,9 +1236,9 @@ def _inductor_calls_the_operators() -> None:
     A decomposition in PyTorch's table (above, for ONNX) makes Inductor's implicit fallback
     refuse the operator where the ``CI`` environment variable is set ("a decomposition exists,
     we should switch to it"). An explicit fallback with ``override_decomp`` says that the
-    operator, its C kernel, is what a compiled graph runs. Called by the fake implementations,
-    which run while a graph is recorded, before Inductor lowers it; Inductor is never imported
-    here.
+    operator, its C kernel, is what a compiled graph runs. Called by the fake implementations
+    and by the decompositions in PyTorch's table (:func:`_in_torch_table`), one of which runs
+    while a graph is recorded, before Inductor lowers it; Inductor is never imported here.
     """
     global _inductor_told
     lowering = sys.modules.get("torch._inductor.lowering")
@@ -1307,9 +1320,9 @@ def decompositions() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:
 # ---- the host operators ----------------------------------------------------------------------
 # Strings, texts, offsets read on the host and a solver's state: CPU kernels (the C++ ones, else
 # these twins), no autograd, never in a recorded graph (the eager functions run the twins while
-# one is recorded). Fakes where the output's shape follows from the inputs' (none is needed
-# where it is data-dependent: count_rows, drop_entries; or not a tensor: offsets_ok,
-# dual_cd_epoch).
+# one is recorded) but shifted_rows, the collection's input, which has a twin on every device.
+# Fakes where the output's shape follows from the inputs' (none is needed where it is
+# data-dependent: count_rows, drop_entries; or not a tensor: offsets_ok, dual_cd_epoch).
 
 #: the host operators' schemas, as the second block of ``csrc/ops.cpp`` defines them
 HOST_SCHEMAS = (
@@ -1373,8 +1386,8 @@ def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: i
         torch._check_with(
             LookupIndexError, False,
             lambda: f"lookuplinear::shifted_rows: ID {int(values[found])} at values[{found}] "
-            f"(feature {f}) is outside its table's rows [0, {int(limit[f])}). Map raw IDs to "
-            "rows first (IdMap, or a hashing TableConfig).")
+            f"(feature {f}) is outside its feature's table, rows [0, {int(limit[f])}). Map "
+            "raw IDs to rows first (IdMap, or a hashing TableConfig).")
     assert isinstance(found, torch.Tensor)
     return found
 
@@ -1389,6 +1402,10 @@ def _shifted_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: 
 
 _impl("shifted_rows", _shifted_rows_cpu, "CPU")
 _impl("shifted_rows", _shifted_rows_twin, "CompositeExplicitAutograd")
+# recorded in graphs (the collection's input), as the lookups are: rewritten to its twin by
+# decompositions() and ONNX, called as the operator by Inductor
+_TWINS["shifted_rows"] = _shifted_rows_twin
+_in_torch_table("shifted_rows", _shifted_rows_twin)
 
 
 @_fake("shifted_rows")
@@ -1441,8 +1458,8 @@ def _one_id_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: in
         torch._check_with(
             LookupIndexError, False,
             lambda: f"lookuplinear::one_id_rows: ID {int(values[found])} at values[{found}] "
-            f"(feature {f}) is outside its table's rows [0, {int(limit[f])}). Map raw IDs to "
-            "rows first (IdMap, or a hashing TableConfig).")
+            f"(feature {f}) is outside its feature's table, rows [0, {int(limit[f])}). Map "
+            "raw IDs to rows first (IdMap, or a hashing TableConfig).")
     assert isinstance(found, torch.Tensor)
     return found
 

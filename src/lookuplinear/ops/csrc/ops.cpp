@@ -1909,8 +1909,9 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
 // A keyed batch's IDs as rows of the table that holds its features' tables one after another:
 // values[k] + shift[f] for the entries k of feature f (n_features features of N bags each,
 // feature-major, CSR offsets), every ID of feature f in [0, limit[f]). On the CPU one C pass
-// (an ID out of range: IndexError naming it); on other devices torch ops, the range asserted
-// on the device without a host synchronisation.
+// (an ID out of range: a RuntimeError naming it, as F.embedding_bag's and the recorded graphs'
+// asserts raise); on other devices torch ops, the range asserted on the device without a host
+// synchronisation.
 
 void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
                             const Tensor &shift, const Tensor &limit,
@@ -1950,11 +1951,10 @@ Tensor shifted_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_f
         const Tensor ends = o.to(at::kLong);
         int64_t f = 0;
         while (f + 1 < n_features && ends.data_ptr<int64_t>()[(f + 1) * n] <= bad) f++;
-        TORCH_CHECK_INDEX(false, "lookuplinear::shifted_rows: ID ",
-                          v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad,
-                          "] (feature ", f, ") is outside its table's rows [0, ",
-                          l.data_ptr<int64_t>()[f], "). Map raw IDs to rows first (IdMap, or a "
-                          "hashing TableConfig).");
+        TORCH_CHECK(false, "lookuplinear::shifted_rows: ID ",
+                    v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad, "] (feature ",
+                    f, ") is outside its feature's table, rows [0, ", l.data_ptr<int64_t>()[f],
+                    "). Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
     }
     return out;
 }
@@ -1984,7 +1984,7 @@ Tensor shifted_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_
 // the table that holds its features' tables: values (F, N) feature-major plus shift[f], in
 // example order (N, F), or with place (F * N,): feature f's row of example n at
 // place[f, 0] + n * place[f, 1] (the input of several lookups side by side). On the CPU one C
-// pass: a bag that does not hold one ID is a ValueError, an ID out of range an IndexError
+// pass: a bag that does not hold one ID is a ValueError, an ID out of range a RuntimeError
 // naming it; on other devices torch ops, both asserted on the device.
 
 void check_one_id_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
@@ -2039,11 +2039,10 @@ Tensor one_id_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_fe
                       "Give bags of any length to shifted_rows.");
     if (bad >= 0) {
         const int64_t f = bad / n;
-        TORCH_CHECK_INDEX(false, "lookuplinear::one_id_rows: ID ",
-                          v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad,
-                          "] (feature ", f, ") is outside its table's rows [0, ",
-                          l.data_ptr<int64_t>()[f], "). Map raw IDs to rows first (IdMap, or a "
-                          "hashing TableConfig).");
+        TORCH_CHECK(false, "lookuplinear::one_id_rows: ID ",
+                    v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad, "] (feature ",
+                    f, ") is outside its feature's table, rows [0, ", l.data_ptr<int64_t>()[f],
+                    "). Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
     }
     return out;
 }
