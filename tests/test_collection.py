@@ -1037,3 +1037,54 @@ def test_sparse_collection_under_torch_compile(widths):
         for x, y in zip(grads, want, strict=True):
             torch.testing.assert_close(x.to_dense(), y.to_dense(), rtol=1e-12, atol=1e-12)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("one_id", [False, True], ids=["bags", "one ID"])
+@pytest.mark.parametrize("dims", [(4, 4, 4), (4, 3, 4)], ids=["one group", "two groups"])
+def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
+        one_id: bool, dims: tuple[int, int, int]) -> None:
+    """``sparse=False`` (dense gradients) over the usual batch: one ATen lookup per group of
+    tables (``F.embedding`` of one-ID rows, ``F.embedding_bag`` of bags), not one slice of the
+    batch per feature; outputs and dense table gradients those of one ``nn.EmbeddingBag`` per
+    table on the same weights."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    names = ["a", "b", "c"]
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig(k, 9 + i, d, [k]) for i, (k, d) in
+                            enumerate(zip(names, dims, strict=True))])
+    lists = ([[[1], [8]], [[0], [9]], [[4], [10]]] if one_id else
+             [[[1, 2], [], [8, 8, 1]], [[0], [9, 3], [2]], [[4, 10], [5], []]])
+    kb = KeyedBags.from_dict(dict(zip(names, lists, strict=True)))
+    with Seen() as seen:
+        out = col(kb).values()
+    groups = len(col.table_groups)
+    assert groups == len(set(dims))
+    lookups = [op for op in seen.ops if "embedding" in op]
+    assert lookups == (["aten.embedding.default"] * groups if one_id else
+                       ["aten._embedding_bag.default"] * groups)
+    ours = [op for op in seen.ops if op.startswith("lookuplinear.")]  # the shift (ctypes
+    assert ours[-1:] == ["lookuplinear.in_feature_order.default"]  # without the extension)
+    assert not any("bag_lookup" in op or "bag_groups" in op for op in ours)
+    stock = [torch.nn.EmbeddingBag.from_pretrained(col[k].weight.detach().clone(),
+                                                   freeze=False, mode="sum") for k in names]
+    bags = [kb[k] for k in names]
+    ref = torch.cat([e(b.indices, b.offsets[:-1]) for e, b in zip(stock, bags, strict=True)], 1)
+    assert torch.equal(out, ref)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref.backward(grad_out)
+    for k, e in zip(names, stock, strict=True):
+        g, first, cfg = col._places[k]
+        grad = col.table_groups[g].grad
+        assert grad is not None and not grad.is_sparse
+        assert torch.equal(grad[first:first + cfg.num_embeddings], e.weight.grad)

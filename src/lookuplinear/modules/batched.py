@@ -115,20 +115,49 @@ class BatchedLookup:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
 
-        Two ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype as
-        one lookup per group of that batch (:meth:`_written`); any other batch one lookup per
-        group of its features' bags (:meth:`_per_group`). A graph that ``torch.compile`` or
-        ``torch.export`` records takes the first way for one group; for several it goes group
-        by group of the features' bags (taking one group's part of the usual batch reads its
-        offsets), after the usual batch's range check (its message names the feature's table),
-        which the graph runs."""
+        Three ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype as
+        one lookup per group of that batch (:meth:`_written`), or of dense gradients as one
+        ATen lookup per group (:meth:`_dense`); any other batch one lookup per group of its
+        features' bags (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export``
+        records takes the first way for one group; for several, or dense gradients, it goes
+        group by group of the features' bags (taking one group's part of the usual batch reads
+        its offsets), after the usual batch's range check (its message names the feature's
+        table), which the graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
-        whole = self._shifted(kb, n, tables) if sparse or recording else None
+        dense = not (sparse or recording or self.stored)
+        whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
+        if whole is not None and dense:
+            return self._dense(whole, n, table_groups)
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
             return self._written(whole, n, table_groups, tables)
         return self._per_group(kb, table_groups, sparse, tables)
+
+    def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList
+               ) -> torch.Tensor:
+        """The usual batch (``whole``: :meth:`_shifted`'s) with dense gradients
+        (``sparse=False``, no table in a file): each group's part of it looked up by one ATen
+        call on the group's parameter (``F.embedding`` of a one-ID batch's rows,
+        ``F.embedding_bag`` of bags: their gradients dense, as ``nn.EmbeddingBag``'s), put in
+        feature order by the operator ``lookuplinear::in_feature_order``. The same lookups as
+        :meth:`_per_group`'s, without slicing the batch feature by feature."""
+        outs: list[torch.Tensor] = []
+        if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
+            for g, feats in self.groups:
+                rows = self._group_rows(whole, g, len(feats), n)
+                outs.append(torch.nn.functional.embedding(rows, table_groups[g]).view(n, -1))
+            features, segs = [0] * len(outs), self._written_segs[True]
+        else:
+            for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n),
+                                                  strict=True):
+                outs.append(torch.nn.functional.embedding_bag(
+                    indices, table_groups[g], offsets, mode="sum", include_last_offset=True))
+            features = [len(feats) for _, feats in self.groups]
+            segs = self._written_segs[False]
+        dtype = functools.reduce(torch.promote_types, (out.dtype for out in outs))
+        out: torch.Tensor = _IN_FEATURE_ORDER([o.to(dtype) for o in outs], features, segs)
+        return out
 
     def _per_group(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
                    tables: TableReader) -> torch.Tensor:
