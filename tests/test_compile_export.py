@@ -511,8 +511,8 @@ from lookuplinear import Bags
 layer = lookuplinear.LookupLinear(50, 4, mode="mean").eval()
 compiled = torch.compile(layer, dynamic=True, fullgraph=True)
 bags = Bags(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 2, 5]))
-with torch.no_grad():
-    assert torch.equal(compiled(bags), layer(bags))
+with torch.no_grad():  # to rounding: LOOKUPLINEAR_BACKEND=torch's eager mean is ATen's
+    torch.testing.assert_close(compiled(bags), layer(bags))
 print("compiled")
 """
 
