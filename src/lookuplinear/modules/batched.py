@@ -119,13 +119,13 @@ class BatchedLookup:
         one lookup per group of that batch (:meth:`_written`), or of dense gradients as one
         ATen lookup per group (:meth:`_dense`); any other batch one lookup per group of its
         features' bags (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export``
-        records takes the first way for one group; for several, or dense gradients, it goes
-        group by group of the features' bags (taking one group's part of the usual batch reads
-        its offsets), after the usual batch's range check (its message names the feature's
-        table), which the graph runs."""
+        records takes the first two ways for one group; for several it goes group by group of
+        the features' bags (taking one group's part of the usual batch reads its offsets),
+        after the usual batch's range check (its message names the feature's table), which the
+        graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
-        dense = not (sparse or recording or self.stored)
+        dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
         whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
         if whole is not None and dense:
             return self._dense(whole, n, table_groups)
