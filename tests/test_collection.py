@@ -1088,3 +1088,21 @@ def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
         grad = col.table_groups[g].grad
         assert grad is not None and not grad.is_sparse
         assert torch.equal(grad[first:first + cfg.num_embeddings], e.weight.grad)
+
+
+@pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_batch_of_no_examples_or_empty_bags(dims: tuple[int, int], sparse: bool) -> None:
+    """Batches of no examples, of one-ID bags, and of empty bags, on every lookup path (dense
+    and row-sparse gradients, one group and two): the dense equivalent's output, zeros where
+    the bags are empty, and a backward."""
+    col = LookupCollection([TableConfig("a", 5, dims[0], ["a"]),
+                            TableConfig("b", 5, dims[1], ["b"])], sparse=sparse)
+    none = torch.zeros(0, dtype=torch.long)
+    for kb in (KeyedBags(["a", "b"], none, lengths=none),
+               KeyedBags.from_dict({"a": [[1]], "b": [[2]]}),
+               KeyedBags.from_dict({"a": [[]], "b": [[]]})):
+        out = col(kb).values()
+        want = torch.cat([kb[k].to_dense(5) @ col[k].weight for k in ("a", "b")], 1)
+        torch.testing.assert_close(out, want)
+        out.sum().backward()

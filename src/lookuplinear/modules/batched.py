@@ -146,7 +146,8 @@ class BatchedLookup:
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             for g, feats in self.groups:
                 rows = self._group_rows(whole, g, len(feats), n)
-                outs.append(torch.nn.functional.embedding(rows, table_groups[g]).view(n, -1))
+                outs.append(torch.nn.functional.embedding(rows, table_groups[g]).view(
+                    n, len(feats) * table_groups[g].shape[1]))
             features, segs = [0] * len(outs), self._written_segs[True]
         else:
             for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n),
