@@ -1039,14 +1039,15 @@ def test_sparse_collection_under_torch_compile(widths):
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["", "weighted"])
 @pytest.mark.parametrize("one_id", [False, True], ids=["bags", "one ID"])
 @pytest.mark.parametrize("dims", [(4, 4, 4), (4, 3, 4)], ids=["one group", "two groups"])
 def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
-        one_id: bool, dims: tuple[int, int, int]) -> None:
+        one_id: bool, dims: tuple[int, int, int], weighted: bool) -> None:
     """``sparse=False`` (dense gradients) over the usual batch: one ATen lookup per group of
-    tables (``F.embedding`` of one-ID rows, ``F.embedding_bag`` of bags), not one slice of the
-    batch per feature; outputs and dense table gradients those of one ``nn.EmbeddingBag`` per
-    table on the same weights."""
+    tables (``F.embedding`` of one-ID rows, ``F.embedding_bag`` of bags or weighted bags), not
+    one slice of the batch per feature; outputs and dense table gradients (and the weights'
+    gradient) those of one ``nn.EmbeddingBag`` per table on the same weights."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Seen(TorchDispatchMode):
@@ -1065,12 +1066,15 @@ def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
     lists = ([[[1], [8]], [[0], [9]], [[4], [10]]] if one_id else
              [[[1, 2], [], [8, 8, 1]], [[0], [9, 3], [2]], [[4, 10], [5], []]])
     kb = KeyedBags.from_dict(dict(zip(names, lists, strict=True)))
+    if weighted:
+        kb = KeyedBags(names, kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel()).requires_grad_())
     with Seen() as seen:
         out = col(kb).values()
     groups = len(col.table_groups)
     assert groups == len(set(dims))
     lookups = [op for op in seen.ops if "embedding" in op]
-    assert lookups == (["aten.embedding.default"] * groups if one_id else
+    assert lookups == (["aten.embedding.default"] * groups if one_id and not weighted else
                        ["aten._embedding_bag.default"] * groups)
     ours = [op for op in seen.ops if op.startswith("lookuplinear.")]  # the shift (ctypes
     assert ours[-1:] == ["lookuplinear.in_feature_order.default"]  # without the extension)
@@ -1078,11 +1082,17 @@ def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
     stock = [torch.nn.EmbeddingBag.from_pretrained(col[k].weight.detach().clone(),
                                                    freeze=False, mode="sum") for k in names]
     bags = [kb[k] for k in names]
-    ref = torch.cat([e(b.indices, b.offsets[:-1]) for e, b in zip(stock, bags, strict=True)], 1)
+    psw = [None if b.weights is None else b.weights.detach().clone().requires_grad_()
+           for b in bags]
+    ref = torch.cat([e(b.indices, b.offsets[:-1], per_sample_weights=w)
+                     for e, b, w in zip(stock, bags, psw, strict=True)], 1)
     assert torch.equal(out, ref)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
     ref.backward(grad_out)
+    if weighted:
+        assert kb.weights is not None and kb.weights.grad is not None
+        assert torch.equal(kb.weights.grad, torch.cat([w.grad for w in psw]))
     for k, e in zip(names, stock, strict=True):
         g, first, cfg = col._places[k]
         grad = col.table_groups[g].grad

@@ -126,7 +126,8 @@ class BatchedLookup:
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
-        whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
+        whole = (self._shifted(kb, n, tables, weighted=dense) if sparse or recording or dense
+                 else None)
         if whole is not None and dense:
             return self._dense(whole, n, table_groups)
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
@@ -150,10 +151,12 @@ class BatchedLookup:
                     n, len(feats) * table_groups[g].shape[1]))
             features, segs = [0] * len(outs), self._written_segs[True]
         else:
-            for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n),
-                                                  strict=True):
+            for (g, _), (indices, offsets, weights) in zip(self.groups, self._split(whole, n),
+                                                           strict=True):
+                param = table_groups[g]
                 outs.append(torch.nn.functional.embedding_bag(
-                    indices, table_groups[g], offsets, mode="sum", include_last_offset=True))
+                    indices, param, offsets, mode="sum", include_last_offset=True,
+                    per_sample_weights=None if weights is None else weights.to(param.dtype)))
             features = [len(feats) for _, feats in self.groups]
             segs = self._written_segs[False]
         dtype = functools.reduce(torch.promote_types, (out.dtype for out in outs))
@@ -245,7 +248,8 @@ class BatchedLookup:
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
         indices_of, offsets_of = [], []  # each group's F_g * N bags
-        for (g, _), (indices, offsets) in zip(self.groups, self._split(whole, n), strict=True):
+        for (g, _), (indices, offsets, _) in zip(self.groups, self._split(whole, n),
+                                                 strict=True):
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets))
                 indices, offsets = bags.indices, bags.offsets
@@ -262,12 +266,13 @@ class BatchedLookup:
             self._written_segs[False])
         return out
 
-    def _split(self, whole: Bags, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _split(self, whole: Bags, n: int
+               ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
         """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
-        feature-major): its features' bags, feature after feature, as indices (one copy) and
-        CSR offsets; ``whole``'s own for one group."""
+        feature-major): its features' bags, feature after feature, as indices and weights (one
+        copy each) and CSR offsets; ``whole``'s own for one group."""
         if len(self.groups) == 1:
-            return [(whole.indices, whole.offsets)]
+            return [(whole.indices, whole.offsets, whole.weights)]
         offsets = whole.offsets
         lengths = (offsets[1:] - offsets[:-1]).view(-1, n)  # (F, N)
         starts = offsets[::n].tolist()
@@ -276,10 +281,10 @@ class BatchedLookup:
             own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=offsets.device)
             torch.cumsum(lengths.index_select(0, positions.to(offsets.device)).reshape(-1), 0,
                          out=own[1:])
-            pieces = []
-            for f in at:
-                pieces.append(whole.indices[starts[f]:starts[f + 1]])
-            parts.append((torch.cat(pieces), own))
+            pieces = [whole.indices[starts[f]:starts[f + 1]] for f in at]
+            weights = None if whole.weights is None else torch.cat(
+                [whole.weights[starts[f]:starts[f + 1]] for f in at])
+            parts.append((torch.cat(pieces), own, weights))
         return parts
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
@@ -343,16 +348,19 @@ class BatchedLookup:
             self._layouts[(device, n)] = found
         return found
 
-    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
+    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader, *, weighted: bool = False
                  ) -> torch.Tensor | Bags | None:
         """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
         the plan's features; a feature read by several tables taken once per table,
         :meth:`_per_output`) checked and shifted to the rows of the groups' parameters in one
         pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example
         order, group after group (the ``(N, F)`` rows for one group); else the batch's bags
-        with shifted indices. None for any other batch (each group then builds its own)."""
+        with shifted indices. ``weighted``: a batch of per-entry weights too, as bags that
+        keep them (its keys exactly the plan's outputs). None for any other batch (each group
+        then builds its own)."""
         feats = self.feature_names
-        if not self.plan.plain or kb.weights is not None:
+        if not self.plan.plain or (kb.weights is not None and not (
+                weighted and kb._keys == self.inputs)):
             return None
         batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
             self._per_output(kb) if self._shared else None)
@@ -364,12 +372,12 @@ class BatchedLookup:
         shift, limit, place = layout or self._layout(device, n)
         found: torch.Tensor | int | None = None
         values, offsets = batch.values, batch.offsets
-        if not recording and values.numel() == offsets.numel() - 1:
+        if not recording and kb.weights is None and values.numel() == offsets.numel() - 1:
             found = one_id_rows(values, offsets, len(feats), shift, limit, place)
         if found is None:
             found = shifted_rows(values, offsets, len(feats), shift, limit)
-            if not isinstance(found, int):
-                return Bags.from_checked(found, offsets)  # a checked batch, shifted
+            if not isinstance(found, int):  # a checked batch, shifted
+                return Bags.from_checked(found, offsets, kb.weights)
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
             starts = offsets[::n].tolist()
             self._checked(kb, feats[next(f for f in range(len(feats))
