@@ -294,6 +294,24 @@ BAD_OFFSETS = [
 ]
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("lengths", [[1, 1, 1, 1], [2, 0, 3, 1]], ids=["one ID a bag", "bags"])
+def test_a_collection_of_several_groups_reads_nothing_of_a_batch_moved_from_the_cpu(
+        sparse: bool, lengths: list[int]) -> None:
+    """Tables of two widths (two groups): the usual batch is split into the groups' bags at
+    its keys' bounds, which a batch moved from the CPU keeps (``offset_per_key``): no value
+    read back, with dense or row-sparse gradients, and the CPU's output."""
+    tables = [TableConfig("a", 10, 4, ["a"]), TableConfig("b", 7, 3, ["b"])]
+    host = KeyedBags(["a", "b"], torch.tensor([1, 2, 3, 4, 5, 6][:sum(lengths)]),
+                     lengths=torch.tensor(lengths))
+    col = LookupCollection(tables, sparse=sparse, device="meta")
+    out = no_host_reads(lambda: col(host.to("meta")))
+    assert out.values().shape == (2, 7)
+    cpu = LookupCollection(tables, sparse=sparse)
+    want = torch.cat([host[k].to_dense(r) @ cpu[k].weight for k, r in (("a", 10), ("b", 7))], 1)
+    torch.testing.assert_close(cpu(host).values(), want)
+
+
 def test_kept_key_bounds_follow_the_offsets_they_were_read_from() -> None:
     """``offset_per_key`` is kept for the offsets it was read from: offsets changed in place,
     or other offsets (or values) given to the batch, are read again, never sliced with stale
@@ -510,13 +528,19 @@ def test_from_torch_sparse_and_from_dense_offsets_are_the_bincount_ones() -> Non
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None:
-    """On CUDA, PyTorch's own sync detector: an error on any synchronising call."""
+    """On CUDA, PyTorch's own sync detector: an error on any synchronising call. A collection
+    of tables of one width reads nothing of a batch built on the GPU; tables of two widths
+    split the batch at its keys' bounds, which a batch moved from the CPU keeps (one read,
+    a synchronisation, for a batch built on the GPU, as TorchRec's without its
+    ``offset_per_key``)."""
     idx = torch.tensor([3, 1, 2, 2, 0], device="cuda")
     off = torch.tensor([0, 2, 2, 5], device="cuda")
     lens = torch.tensor([1, 1, 3, 0], device="cuda")
     weight = torch.randn(5, 4, device="cuda")
-    col = LookupCollection([TableConfig("a", 5, 4, ["a"]), TableConfig("b", 6, 3, ["b"])],
+    col = LookupCollection([TableConfig("a", 5, 4, ["a"]), TableConfig("b", 6, 4, ["b"])],
                            sparse=True, device="cuda")
+    widths = LookupCollection([TableConfig("a", 5, 4, ["a"]), TableConfig("b", 6, 3, ["b"])],
+                              device="cuda")
     ones = torch.ones(4, dtype=torch.long, device="cuda")
     # tables that are not a plain sum, fed a weighted batch moved from the CPU (its keys'
     # bounds known on the host)
@@ -524,6 +548,9 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
                               TableConfig("b", 6, 3, ["b"], mode="max")], device="cuda")
     host = KeyedBags(["a", "b"], idx.cpu(), lengths=lens.cpu(), weights=torch.ones(5))
     moved = host.to("cuda")  # a copy from the host: synchronising, as every such copy
+    for model in (mixed, widths):  # a first call per batch size copies the collection's
+        model(moved)  # layout to the device (each table's first row and rows, once)
+    col(KeyedBags(["a", "b"], idx, lengths=lens))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -533,9 +560,11 @@ def test_cuda_batches_build_and_look_up_without_a_host_synchronisation() -> None
         pooled = col(kb).values()
         one_id = col(KeyedBags(["a", "b"], idx[:4], lengths=ones)).values()
         mixed_out = mixed(moved).values()
+        widths_out = widths(moved).values()
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(mixed_out.cpu(), mixed.to("cpu")(host).values())
+    torch.testing.assert_close(widths_out.cpu(), widths.to("cpu")(host).values())
     assert kb.validate() is kb and bags.validate(in_features=5) is bags
     torch.testing.assert_close(out, lookup_linear(bags.to("cpu"), weight.cpu()).cuda())
     cpu = col.to("cpu")

@@ -86,6 +86,8 @@ class BatchedLookup:
         self._shared = len(set(plan.inputs)) < len(plan.inputs)
         self._index = {f: i for i, f in enumerate(self.feature_names)}
         self._positions = [torch.tensor(group.positions) for group in plan.groups]
+        #: :attr:`_positions` on each device a batch came from
+        self._positions_on: dict[torch.device, list[torch.Tensor]] = {}
         self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
@@ -128,15 +130,18 @@ class BatchedLookup:
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
         whole = (self._shifted(kb, n, tables, weighted=dense) if sparse or recording or dense
                  else None)
+        # where the batch's own: its keys' bounds, kept on the host where known (no read back)
+        starts = (kb.offset_per_key() if isinstance(whole, Bags) and len(self.groups) > 1
+                  and whole.offsets is kb.offsets and not recording else None)
         if whole is not None and dense:
-            return self._dense(whole, n, table_groups)
+            return self._dense(whole, n, table_groups, starts)
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
-            return self._written(whole, n, table_groups, tables)
+            return self._written(whole, n, table_groups, tables, starts)
         return self._per_group(kb, table_groups, sparse, tables)
 
-    def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList
-               ) -> torch.Tensor:
+    def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
+               starts: list[int] | None = None) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) with dense gradients
         (``sparse=False``, no table in a file): each group's part of it looked up by one ATen
         call on the group's parameter (``F.embedding`` of a one-ID batch's rows,
@@ -151,8 +156,8 @@ class BatchedLookup:
                     n, len(feats) * table_groups[g].shape[1]))
             features, segs = [0] * len(outs), self._written_segs[True]
         else:
-            for (g, _), (indices, offsets, weights) in zip(self.groups, self._split(whole, n),
-                                                           strict=True):
+            for (g, _), (indices, offsets, weights) in zip(
+                    self.groups, self._split(whole, n, starts), strict=True):
                 param = table_groups[g]
                 outs.append(torch.nn.functional.embedding_bag(
                     indices, param, offsets, mode="sum", include_last_offset=True,
@@ -220,7 +225,7 @@ class BatchedLookup:
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
-                 tables: TableReader) -> torch.Tensor:
+                 tables: TableReader, starts: list[int] | None = None) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
@@ -248,7 +253,7 @@ class BatchedLookup:
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
         indices_of, offsets_of = [], []  # each group's F_g * N bags
-        for (g, _), (indices, offsets, _) in zip(self.groups, self._split(whole, n),
+        for (g, _), (indices, offsets, _) in zip(self.groups, self._split(whole, n, starts),
                                                  strict=True):
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets))
@@ -266,21 +271,27 @@ class BatchedLookup:
             self._written_segs[False])
         return out
 
-    def _split(self, whole: Bags, n: int
+    def _split(self, whole: Bags, n: int, starts: list[int] | None = None
                ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
         """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
         feature-major): its features' bags, feature after feature, as indices and weights (one
-        copy each) and CSR offsets; ``whole``'s own for one group."""
+        copy each) and CSR offsets; ``whole``'s own for one group. ``starts``: each feature's
+        first entry and the end, where the caller knows them (else read from the offsets: on a
+        GPU a host synchronisation)."""
         if len(self.groups) == 1:
             return [(whole.indices, whole.offsets, whole.weights)]
         offsets = whole.offsets
         lengths = (offsets[1:] - offsets[:-1]).view(-1, n)  # (F, N)
-        starts = offsets[::n].tolist()
+        if starts is None:
+            starts = offsets[::n].tolist()
+        device = offsets.device
+        positions_of = self._positions_on.get(device)
+        if positions_of is None:  # copied to the device once
+            positions_of = self._positions_on[device] = [p.to(device) for p in self._positions]
         parts = []
-        for at, positions in zip(self._at, self._positions, strict=True):
-            own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=offsets.device)
-            torch.cumsum(lengths.index_select(0, positions.to(offsets.device)).reshape(-1), 0,
-                         out=own[1:])
+        for at, positions in zip(self._at, positions_of, strict=True):
+            own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=device)
+            torch.cumsum(lengths.index_select(0, positions).reshape(-1), 0, out=own[1:])
             pieces = [whole.indices[starts[f]:starts[f + 1]] for f in at]
             weights = None if whole.weights is None else torch.cat(
                 [whole.weights[starts[f]:starts[f + 1]] for f in at])
