@@ -437,10 +437,17 @@ def _torch_one_id_rows(
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
     if bool(bad.any()):
         return int(torch.nonzero(bad.reshape(-1))[0, 0])
-    rows = ids + shift.unsqueeze(1)
+    return placed_rows(ids + shift.unsqueeze(1), place)
+
+
+def placed_rows(rows: torch.Tensor, place: torch.Tensor | None) -> torch.Tensor:
+    """A one-ID batch's ``(F, N)`` feature-major rows in :func:`one_id_rows`' layout: ``(N, F)``
+    in example order, or with ``place`` the flat ``(F * N,)`` output, feature ``f``'s row of
+    example ``n`` at ``place[f, 0] + n * place[f, 1]``."""
     if place is None:
         return rows.t().contiguous()
-    at = place[:, :1] + torch.arange(ids.shape[1], device=ids.device) * place[:, 1:]
+    p = place.to(rows.device)
+    at = p[:, :1] + torch.arange(rows.shape[1], device=rows.device) * p[:, 1:]
     return torch.empty_like(rows).view(-1).index_put_((at.reshape(-1),), rows.reshape(-1))
 
 

@@ -1375,6 +1375,17 @@ def _check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_featu
                 f"({n_features},); got {t.dtype} {tuple(t.shape)}")
 
 
+def _id_out_of_range(op: str, values: torch.Tensor, found: int, feature: int,
+                     limit: torch.Tensor) -> None:
+    """Raise the :class:`LookupIndexError` (a ``RuntimeError`` too) of both keyed passes for
+    the ID at ``values[found]`` of ``feature``, outside its table ``[0, limit[feature])``."""
+    torch._check_with(
+        LookupIndexError, False,
+        lambda: f"lookuplinear::{op}: ID {int(values[found])} at values[{found}] (feature "
+        f"{feature}) is outside its feature's table, rows [0, {int(limit[feature])}). Map raw "
+        "IDs to rows first (IdMap, or a hashing TableConfig).")
+
+
 def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                       shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
     _check_shifted_operands(values, offsets, n_features, shift, limit)
@@ -1382,12 +1393,8 @@ def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: i
     found = _inputs.direct_shifted_rows(values, offsets, n_features, shift, limit)
     if isinstance(found, int):
         ends = offsets[::(offsets.numel() - 1) // n_features][1:].contiguous()
-        f = int(torch.searchsorted(ends, found, right=True))
-        torch._check_with(
-            LookupIndexError, False,
-            lambda: f"lookuplinear::shifted_rows: ID {int(values[found])} at values[{found}] "
-            f"(feature {f}) is outside its feature's table, rows [0, {int(limit[f])}). Map "
-            "raw IDs to rows first (IdMap, or a hashing TableConfig).")
+        _id_out_of_range("shifted_rows", values, found,
+                         int(torch.searchsorted(ends, found, right=True)), limit)
     assert isinstance(found, torch.Tensor)
     return found
 
@@ -1454,12 +1461,7 @@ def _one_id_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: in
             f"arange({offsets.numel()})); these offsets do not. Give bags of any length to "
             "shifted_rows.")
     if isinstance(found, int):
-        f = found // n
-        torch._check_with(
-            LookupIndexError, False,
-            lambda: f"lookuplinear::one_id_rows: ID {int(values[found])} at values[{found}] "
-            f"(feature {f}) is outside its feature's table, rows [0, {int(limit[f])}). Map "
-            "raw IDs to rows first (IdMap, or a hashing TableConfig).")
+        _id_out_of_range("one_id_rows", values, found, found // n, limit)
     assert isinstance(found, torch.Tensor)
     return found
 
@@ -1475,13 +1477,7 @@ def _one_id_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: i
     ids = values.long().view(n_features, n)
     bad = (ids < 0) | (ids >= limit.to(ids.device).unsqueeze(1))
     torch._assert_async(~bad.any(), _inputs._OUT_OF_RANGE)
-    rows = ids + shift.to(ids.device).unsqueeze(1)
-    if place is None:
-        return rows.t().contiguous()
-    p = place.to(ids.device)
-    at = p[:, :1] + torch.arange(n, device=ids.device) * p[:, 1:]
-    return torch.empty(n_features * n, dtype=torch.int64, device=ids.device).index_put_(
-        (at.reshape(-1),), rows.reshape(-1))
+    return _inputs.placed_rows(ids + shift.to(ids.device).unsqueeze(1), place)
 
 
 _impl("one_id_rows", _one_id_rows_cpu, "CPU")

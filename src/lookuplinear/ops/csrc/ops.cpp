@@ -1931,6 +1931,16 @@ void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t
                           n_features, ",); got ", t->scalar_type(), " ", t->sizes());
 }
 
+// an ID outside its feature's table, at values[pos] of feature f: the RuntimeError of both
+// keyed passes (shifted_rows, one_id_rows), as F.embedding_bag and a recorded graph raise
+void id_out_of_range(const char *op, const Tensor &values, int64_t pos, int64_t f,
+                     const Tensor &limit) {
+    TORCH_CHECK(false, "lookuplinear::", op, ": ID ", values.to(at::kLong).data_ptr<int64_t>()[pos],
+                " at values[", pos, "] (feature ", f, ") is outside its feature's table, rows "
+                "[0, ", limit.data_ptr<int64_t>()[f], "). Map raw IDs to rows first (IdMap, or "
+                "a hashing TableConfig).");
+}
+
 Tensor shifted_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_features,
                         const Tensor &shift, const Tensor &limit) {
     check_shifted_operands(values, offsets, n_features, shift, limit);
@@ -1951,10 +1961,7 @@ Tensor shifted_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_f
         const Tensor ends = o.to(at::kLong);
         int64_t f = 0;
         while (f + 1 < n_features && ends.data_ptr<int64_t>()[(f + 1) * n] <= bad) f++;
-        TORCH_CHECK(false, "lookuplinear::shifted_rows: ID ",
-                    v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad, "] (feature ",
-                    f, ") is outside its feature's table, rows [0, ", l.data_ptr<int64_t>()[f],
-                    "). Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
+        id_out_of_range("shifted_rows", v, bad, f, l);
     }
     return out;
 }
@@ -2037,13 +2044,7 @@ Tensor one_id_rows_cpu(const Tensor &values, const Tensor &offsets, int64_t n_fe
     TORCH_CHECK_VALUE(bad != -2, "lookuplinear::one_id_rows: every bag must hold one ID "
                       "(offsets equal to arange(", offsets.numel(), ")); these offsets do not. "
                       "Give bags of any length to shifted_rows.");
-    if (bad >= 0) {
-        const int64_t f = bad / n;
-        TORCH_CHECK(false, "lookuplinear::one_id_rows: ID ",
-                    v.to(at::kLong).data_ptr<int64_t>()[bad], " at values[", bad, "] (feature ",
-                    f, ") is outside its feature's table, rows [0, ", l.data_ptr<int64_t>()[f],
-                    "). Map raw IDs to rows first (IdMap, or a hashing TableConfig).");
-    }
+    if (bad >= 0) id_out_of_range("one_id_rows", v, bad, bad / n, l);
     return out;
 }
 
