@@ -25,11 +25,13 @@ def test_bench_collection_runs_on_tiny_tables(tmp_path: Path, widths: list[str])
         assert all(math.isfinite(t) and t > 0 for t in times.values())
 
 
-def test_bench_dense_collection_runs_and_checks_its_outputs(capsys: pytest.CaptureFixture[str]
-                                                             ) -> None:
-    """benchmarks/bench_dense_collection.py: both batches, both sides, their outputs held equal
-    before timing (an assert in the script), a ratio printed for each (no timing asserted)."""
-    bench = load("bench_dense_collection")
-    assert bench.main(["--batch", "4", "--rounds", "1", "--calls", "1"]) == 0
+@pytest.mark.parametrize("args", [[], ["--mode", "mean", "--sparse"]])
+def test_bench_collection_tables_runs_and_checks_its_outputs(
+        args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/bench_collection_tables.py: both batches, both sides, their outputs held
+    equal before timing (an assert in the script), a ratio printed for each (no timing
+    asserted); sum tables with dense gradients, and mean tables with row-sparse ones."""
+    bench = load("bench_collection_tables")
+    assert bench.main(["--batch", "4", "--rounds", "1", "--calls", "1", *args]) == 0
     out = capsys.readouterr().out
     assert "one ID: ours / stock" in out and "bags: ours / stock" in out

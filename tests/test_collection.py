@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 
 import pytest
@@ -1098,6 +1099,118 @@ def test_dense_collection_is_one_aten_lookup_per_group_equal_to_per_table_bags(
         grad = col.table_groups[g].grad
         assert grad is not None and not grad.is_sparse
         assert torch.equal(grad[first:first + cfg.num_embeddings], e.weight.grad)
+
+
+_LOOKUPS = ("lookuplinear.bag_lookup", "lookuplinear.bag_groups", "lookuplinear.gather_groups",
+            "aten.embedding.", "aten._embedding_bag.")
+
+
+class _Seen:
+    """The operators a forward dispatches, by name (a ``TorchDispatchMode``)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        seen = self.ops = []  # type: list[str]
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                seen.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+    def __enter__(self) -> _Seen:
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mode.__exit__(*exc)
+
+    def lookups(self) -> list[str]:
+        return [op for op in self.ops if op.startswith(_LOOKUPS)]
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["", "weighted"])
+@pytest.mark.parametrize("batch", list(USUAL_BATCHES))
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("modes", [("mean",) * 3, ("sqrtn",) * 3, ("sum", "mean", "sqrtn"),
+                                   ("mean", "sum", "mean")],
+                         ids=["mean", "sqrtn", "sum-mean-sqrtn", "mean-sum-mean"])
+def test_mean_and_sqrtn_tables_take_the_one_lookup_path(
+        modes: tuple[str, str, str], sparse: bool, widths: tuple[int, int, int], batch: str,
+        weighted: bool) -> None:
+    """A collection of ``mean``/``sqrtn`` tables (alone or beside sums) over the usual batch,
+    weighted or not, with dense or row-sparse gradients: one lookup per group of tables (or
+    one kernel call for all), the modes folded into per-entry weights over the whole batch
+    (one ``mode_weights`` per mode), not one lookup per feature. Output and gradients are
+    the feature-by-feature reference's, and the dense equivalent's."""
+    tables = [dataclasses.replace(t, mode=m)
+              for t, m in zip(_three_tables(widths), modes, strict=True)]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=sparse)
+    kb = KeyedBags.from_dict(USUAL_BATCHES[batch])
+    if weighted:
+        kb = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel(), dtype=torch.float64))
+    with _Seen() as seen:
+        out = col(kb).values()
+    groups = len(col.table_groups)
+    lookups = seen.lookups()
+    assert len(lookups) == groups or lookups in (["lookuplinear.bag_groups.default"],
+                                                 ["lookuplinear.gather_groups.default"])
+    folds = [op for op in seen.ops if op == "lookuplinear.mode_weights.default"]
+    assert len(folds) <= len(set(modes) - {"sum"})
+    params = list(col.parameters())
+    ref = col._lookup_plan._per_group(kb, col.table_groups, sparse, col)
+    torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, params, grad_out)
+    want = torch.autograd.grad(ref, params, grad_out)
+    for got, w in zip(grads, want, strict=True):
+        assert got.is_sparse == sparse
+        torch.testing.assert_close(got.to_dense(), w.to_dense(), rtol=1e-14, atol=1e-14)
+    assert check_equivalence(col, kb).ok
+
+
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_weights_that_need_a_gradient_over_the_usual_batch(widths: tuple[int, int, int],
+                                                           mode: str) -> None:
+    """Per-entry weights that need their gradient, row-sparse tables: a sum takes the
+    one-lookup path (one lookup per group, the weights' gradient through it); a (weighted)
+    mean, whose folded factors carry no gradient, the feature-by-feature one. Either way the
+    weights' and tables' gradients are the dense equivalent's."""
+    tables = [dataclasses.replace(t, mode=mode) for t in _three_tables(widths)]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=True)
+    plain = KeyedBags.from_dict(USUAL_BATCHES["bags"])
+    weights = torch.rand(plain.values.numel(), dtype=torch.float64, requires_grad=True)
+    kb = KeyedBags(plain.keys(), plain.values, offsets=plain.offsets, weights=weights)
+    with _Seen() as seen:
+        out = col(kb).values()
+    n_lookups = len(seen.lookups())
+    assert n_lookups == (len(col.table_groups) if mode == "sum" else 4)
+    grad_out = torch.randn_like(out)
+    params = list(col.parameters())
+    grads = torch.autograd.grad(out, [weights, *params], grad_out)
+    dense = [p.detach().clone().requires_grad_() for p in params]
+    w = weights.detach().clone().requires_grad_()
+    wkb = KeyedBags(plain.keys(), plain.values, offsets=plain.offsets, weights=w)
+    outs = []
+    for f in "abcd":
+        g, off, cfg = col._places[col._table_of[f]]
+        rows = wkb[f].to_dense(cfg.num_embeddings)
+        if mode == "mean":  # the weighted mean: over the bag's sum of weights
+            total = rows.sum(1, keepdim=True)
+            rows = torch.where(total > 0, rows / total.where(total > 0, 1), 0)
+        outs.append(rows @ dense[g][off:off + cfg.num_embeddings])
+    ref = torch.cat(outs, 1)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    want = torch.autograd.grad(ref, [w, *dense], grad_out)
+    for got, x in zip(grads, want, strict=True):
+        torch.testing.assert_close(got.to_dense(), x, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])

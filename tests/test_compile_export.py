@@ -155,18 +155,24 @@ def test_inductor_layer_step_equals_eager(monkeypatch: pytest.MonkeyPatch) -> No
 
 def tables_of(kind: str, sparse: bool) -> tuple[LookupCollection, int]:
     """A collection of ``kind`` and its output width: ``plain`` (two sum tables of width 4),
-    ``mixed`` (a mean table of width 4 beside a sum table of width 6: two groups) or
-    ``shared`` (both features read one table)."""
+    ``mixed`` (a mean table of width 4 beside a sum table of width 6: two groups), ``mean``
+    and ``mean-sqrtn`` (two tables of width 4 of those modes: one group) or ``shared`` (both
+    features read one table)."""
     if kind == "plain":
         return collection(sparse=sparse), 8
     torch.manual_seed(0)
+    if kind.startswith("mean"):
+        modes = kind.split("-") * 2
+        return LookupCollection([TableConfig("user", 20, 4, ["user"], mode=modes[0]),
+                                 TableConfig("item", 30, 4, ["item"], mode=modes[1])],
+                                sparse=sparse), 8
     if kind == "mixed":
         return LookupCollection([TableConfig("user", 20, 4, ["user"], mode="mean"),
                                  TableConfig("item", 30, 6, ["item"])], sparse=sparse), 10
     return LookupCollection([TableConfig("both", 30, 4, ["user", "item"])], sparse=sparse), 8
 
 
-@pytest.mark.parametrize("kind", ["plain", "mixed", "shared"])
+@pytest.mark.parametrize("kind", ["plain", "mixed", "mean", "mean-sqrtn", "shared"])
 @pytest.mark.parametrize("sparse", [False, True])
 def test_compiled_collection_step_equals_eager(sparse: bool, kind: str) -> None:
     def loss(m: nn.Module, kb: KeyedBags) -> torch.Tensor:

@@ -1,20 +1,24 @@
 """The execution of a collection's plan (:mod:`lookuplinear.modules.plan`): a batch of every
 feature looked up in one kernel call, or feature by feature.
 
-The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly the
-collection's features, none read by several tables) is checked and shifted to the rows of the
-groups' parameters in one pass; with row-sparse gradients of one dtype, bags over several
-groups are one call of the operator ``lookuplinear::bag_groups``, which sums every group's part
-of that batch into its columns, and one ID per feature over several groups one call of the
-operator ``lookuplinear::gather_groups``, which writes every group's rows into their columns
-(their gradient each group's lookup's, one copy in the backward); one group is one call of the
-operator ``lookuplinear::bag_lookup``, and the operator ``lookuplinear::in_feature_order`` puts
-its output in feature order where it is not. Any other batch (a ``max``, ``mean`` or ``sqrtn``
-table, padding, hashing, per-entry weights, dense gradients, tables of several dtypes, a
-feature read by several tables) is one lookup per group of its (feature, table) pairs, put
-side by side in output order by the same operator: the reference the batched way equals. Eager
-calls and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), and the
-sparse gradient has their one layout.
+The usual batch (plain tables: sums, means and sqrtn without padding or hashing; the batch's
+keys exactly the collection's features, or a feature read by several tables taken once per
+table) is checked and shifted to the rows of the groups' parameters in one pass. A mean or
+sqrtn of one ID is that ID's row; bags get the modes' factors folded into per-entry weights by
+one pass over the whole batch (the weights the feature-by-feature way folds). With row-sparse
+gradients of one dtype, unweighted bags over several groups are one call of the operator
+``lookuplinear::bag_groups``, which sums every group's part of that batch into its columns,
+and one ID per feature over several groups one call of the operator
+``lookuplinear::gather_groups``, which writes every group's rows into their columns (their
+gradient each group's lookup's, one copy in the backward); one group, or weighted bags, one
+call of the operator ``lookuplinear::bag_lookup`` per group, and the operator
+``lookuplinear::in_feature_order`` puts the outputs in feature order where they are not. With
+dense gradients each group is one ATen lookup. Any other batch (a ``max`` table, padding,
+hashing, per-entry weights that need a gradient beside a mean, a mix of modes or several groups
+while a graph is recorded) is one lookup per group of its (feature, table) pairs, put side by
+side in output order by the same operator: the reference the batched way equals. Eager calls
+and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), and the sparse
+gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
 its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` takes the way
@@ -104,6 +108,16 @@ class BatchedLookup:
         self._at = [list(group.positions) for group in plan.groups]
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        #: the outputs' modes as runs of consecutive outputs ``(first, end, mode)``; none
+        #: where every table sums (a batch's bags then need no per-entry factor)
+        modes = [plan.place_of(f).config.mode for f in plan.embedding_names]
+        runs: list[tuple[int, int, str]] = []
+        for i, mode in enumerate(modes):
+            if runs and runs[-1][2] == mode:
+                runs[-1] = (runs[-1][0], i + 1, mode)
+            else:
+                runs.append((i, i + 1, mode))
+        self._runs = [] if set(modes) <= {"sum"} else runs
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan}  # everything else is built from it
@@ -117,28 +131,67 @@ class BatchedLookup:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
 
-        Three ways: the usual batch (:meth:`_shifted`) of row-sparse gradients of one dtype as
-        one lookup per group of that batch (:meth:`_written`), or of dense gradients as one
-        ATen lookup per group (:meth:`_dense`); any other batch one lookup per group of its
-        features' bags (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export``
-        records takes the first two ways for one group; for several it goes group by group of
-        the features' bags (taking one group's part of the usual batch reads its offsets),
-        after the usual batch's range check (its message names the feature's table), which the
-        graph runs."""
+        Three ways: the usual batch (:meth:`_shifted`, its modes folded where its bags need
+        it, :meth:`_folded`) of row-sparse gradients of one dtype as one lookup per group of
+        that batch (:meth:`_written`), or of dense gradients as one ATen lookup per group
+        (:meth:`_dense`); any other batch one lookup per group of its features' bags
+        (:meth:`_per_group`). A graph that ``torch.compile`` or ``torch.export`` records takes
+        the first two ways for one group whose tables share one mode; else it goes group by
+        group of the features' bags (taking one group's part of the usual batch reads its
+        offsets), after the usual batch's range check (its message names the feature's table),
+        which the graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
-        whole = (self._shifted(kb, n, tables, weighted=dense) if sparse or recording or dense
-                 else None)
-        # where the batch's own: its keys' bounds, kept on the host where known (no read back)
-        starts = (kb.offset_per_key() if isinstance(whole, Bags) and len(self.groups) > 1
-                  and whole.offsets is kb.offsets and not recording else None)
+        whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
+        starts = None
+        if isinstance(whole, Bags) and not recording and (
+                len(self.groups) > 1 or len(self._runs) > 1):
+            # each output's first entry: the batch's own bounds, kept on the host where known
+            # (no read back), else read once
+            starts = (kb.offset_per_key() if whole.offsets is kb.offsets
+                      else whole.offsets[::n].tolist())
+        if isinstance(whole, Bags) and self._runs and (sparse or dense):
+            whole = self._folded(whole, n, table_groups, starts)
         if whole is not None and dense:
             return self._dense(whole, n, table_groups, starts)
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
             return self._written(whole, n, table_groups, tables, starts)
         return self._per_group(kb, table_groups, sparse, tables)
+
+    def _folded(self, whole: Bags, n: int, table_groups: nn.ParameterList,
+                starts: list[int] | None) -> Bags | None:
+        """The usual batch's bags ``whole`` with its ``mean``/``sqrtn`` outputs' factors
+        folded into per-entry weights (times the batch's own weights, where it has them): the
+        weights :meth:`_group_bags` folds, in the tables' dtype, by ``mode_weights`` over the
+        whole batch for the first output's such mode, the other outputs' entries then written
+        over (their weights as they are, or ones, for a sum; the other mode's factors).
+        ``starts``: each output's first entry (None while a graph is recorded). None where the
+        fold cannot be the reference's: tables of several dtypes, weights that need a gradient
+        (the factors carry none), a mix of modes while a graph is recorded."""
+        dtypes = {w.dtype for w in table_groups}
+        weights = whole.weights
+        if len(dtypes) > 1 or (weights is not None and weights.requires_grad) or (
+                len(self._runs) > 1 and starts is None):
+            return None
+        dtype = dtypes.pop()
+        modes = [mode for _, _, mode in self._runs if mode != "sum"]
+        factors = {mode: mode_weights(whole.offsets, weights, mode == "sqrtn", dtype, whole.nnz)
+                   for mode in dict.fromkeys(modes)}
+        folded = factors[modes[0]]
+        for first, end, mode in self._runs:
+            if mode == modes[0]:
+                continue
+            assert starts is not None
+            part = folded[starts[first]:starts[end]]
+            if mode != "sum":
+                part.copy_(factors[mode][starts[first]:starts[end]])
+            elif weights is not None:
+                part.copy_(weights[starts[first]:starts[end]])
+            else:
+                part.fill_(1)
+        return Bags.from_checked(whole.indices, whole.offsets, folded)
 
     def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
                starts: list[int] | None = None) -> torch.Tensor:
@@ -230,10 +283,11 @@ class BatchedLookup:
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
         written into their columns by one kernel call; its gradient each group's index
-        lookup's), bags over several groups by the operator ``lookuplinear::bag_groups``
-        (every group's features' bags summed into their columns); one group's part of it (its
-        rows, or its features' bags) looked up by the operator ``lookuplinear::bag_lookup``,
-        the output put in feature order by the operator ``lookuplinear::in_feature_order``
+        lookup's), unweighted bags over several groups by the operator
+        ``lookuplinear::bag_groups`` (every group's features' bags summed into their columns);
+        else each group's part of it (its rows, or its features' bags with their weights: the
+        batch's, or the modes' folded) looked up by the operator ``lookuplinear::bag_lookup``,
+        the outputs put in feature order by the operator ``lookuplinear::in_feature_order``
         (none needed for one group's rows)."""
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
@@ -252,23 +306,25 @@ class BatchedLookup:
                 return rows_out  # one group's rows, its features in output order
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
-        indices_of, offsets_of = [], []  # each group's F_g * N bags
-        for (g, _), (indices, offsets, _) in zip(self.groups, self._split(whole, n, starts),
-                                                 strict=True):
+        indices_of, offsets_of, weights_of = [], [], []  # each group's F_g * N bags
+        for (g, _), (indices, offsets, weights) in zip(
+                self.groups, self._split(whole, n, starts), strict=True):
             if self.stored:
-                bags = tables._drawn(g, Bags.from_checked(indices, offsets))
+                bags = tables._drawn(g, Bags.from_checked(indices, offsets, weights))
                 indices, offsets = bags.indices, bags.offsets
             indices_of.append(indices)
             offsets_of.append(offsets)
-        if len(indices_of) > 1:  # summed into their columns by one kernel call per group
-            summed: torch.Tensor = _BAG_GROUPS(list(table_groups), indices_of, offsets_of,
-                                               self._features, self._all_columns,
-                                               self.plan.width)
+            weights_of.append(None if weights is None else weights.to(table_groups[g].dtype))
+        if len(indices_of) > 1 and whole.weights is None:  # summed into their columns by
+            summed: torch.Tensor = _BAG_GROUPS(  # one kernel call per group
+                list(table_groups), indices_of, offsets_of, self._features, self._all_columns,
+                self.plan.width)
             return summed
-        g, feats = self.groups[0]
         out: torch.Tensor = _IN_FEATURE_ORDER(
-            [_BAG_LOOKUP(table_groups[g], indices_of[0], offsets_of[0])], [len(feats)],
-            self._written_segs[False])
+            [_BAG_LOOKUP(table_groups[g], indices, offsets, weights) for (g, _), indices,
+             offsets, weights in zip(self.groups, indices_of, offsets_of, weights_of,
+                                     strict=True)],
+            self._features, self._written_segs[False])
         return out
 
     def _split(self, whole: Bags, n: int, starts: list[int] | None = None
@@ -359,19 +415,18 @@ class BatchedLookup:
             self._layouts[(device, n)] = found
         return found
 
-    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader, *, weighted: bool = False
+    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
                  ) -> torch.Tensor | Bags | None:
-        """The usual batch (plain sum tables, no per-entry weights, the batch's keys exactly
-        the plan's features; a feature read by several tables taken once per table,
-        :meth:`_per_output`) checked and shifted to the rows of the groups' parameters in one
-        pass: when every bag holds one ID, its rows, each group's ``(N, F_g)`` in example
-        order, group after group (the ``(N, F)`` rows for one group); else the batch's bags
-        with shifted indices. ``weighted``: a batch of per-entry weights too, as bags that
-        keep them (its keys exactly the plan's outputs). None for any other batch (each group
-        then builds its own)."""
+        """The usual batch (plain tables: sums, means or sqrtn without padding or hashing;
+        the batch's keys exactly the plan's features, a feature read by several tables taken
+        once per table, :meth:`_per_output`) checked and shifted to the rows of the groups'
+        parameters in one pass: when every bag holds one ID (and the batch no weights: a mean
+        of one row is that row), its rows, each group's ``(N, F_g)`` in example order, group
+        after group (the ``(N, F)`` rows for one group); else the batch's bags with shifted
+        indices and its weights (a batch of weights only with the plan's outputs as keys).
+        None for any other batch (each group then builds its own)."""
         feats = self.feature_names
-        if not self.plan.plain or (kb.weights is not None and not (
-                weighted and kb._keys == self.inputs)):
+        if not self.plan.plain or (kb.weights is not None and kb._keys != self.inputs):
             return None
         batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
             self._per_output(kb) if self._shared else None)

@@ -93,7 +93,8 @@ class CollectionPlan:
     groups: tuple[GroupPlan, ...]
     #: each output's group
     feature_group: tuple[int, ...]
-    #: every table a plain sum (no padding, no hashing): a batch's IDs are its rows
+    #: every table pooled by a sum, mean or sqrtn, without padding or hashing: a batch's IDs
+    #: are its rows, and its tables' modes per-entry weights
     plain: bool
 
     def outputs_of(self, feature: str) -> list[str]:
@@ -197,7 +198,7 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
         dims=dims, columns=columns, width=sum(dims), table_of=owner,
         feature_of=dict(zip(features, inputs, strict=True)),
         places=places, groups=tuple(groups), feature_group=feature_group,
-        plain=all(t.mode == "sum" and t.padding_idx is None and t.hashing is None
+        plain=all(t.mode != "max" and t.padding_idx is None and t.hashing is None
                   for t in tables),
     )
 
