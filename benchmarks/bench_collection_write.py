@@ -1,4 +1,4 @@
-"""A collection's usual batch written two ways, side by side in one process.
+"""A collection's one-ID batch written two ways, side by side in one process.
 
 Run from the repository root:
 
@@ -7,14 +7,17 @@ Run from the repository root:
 The 26 Criteo tables of ``bench_collection.py`` (``--scale`` of their rows), of three widths
 (``--mixed-dims``' sizes: 8, 16 and 32, features of the three widths interleaved in the
 output) or of one (16), ``sparse=True``; a batch of ``--batch`` examples, one ID per feature
-(one-hot) or 1 to 20 (multi-hot). The collection's usual batch is written:
+(one-hot). The collection's batch is written:
 
 * ``operators``: as a collection writes it (over several widths one call of
-  ``lookuplinear::gather_groups`` for one ID per feature, of ``lookuplinear::bag_groups`` for
-  bags: every width's rows or sums written into their columns; one width:
+  ``lookuplinear::gather_groups``: every width's rows written into their columns; one width:
   ``lookuplinear::bag_lookup`` and ``lookuplinear::in_feature_order``);
-* ``per width + copy``: ``lookuplinear::bag_lookup`` per width on its rows or bags and one copy
-  into the features' order (``lookuplinear::in_feature_order``): the same gradient, to the bit.
+* ``per width + copy``: ``lookuplinear::bag_lookup`` per width on its rows and one copy into the
+  features' order (``lookuplinear::in_feature_order``): the same gradient, to the bit.
+
+(Bags are ``bag_lookup`` per width and one copy on both sides: ATen's ``embedding_bag``, which
+``bag_lookup`` calls for bags, sums faster than a kernel writing every width's sums into their
+columns did.)
 
 Timed, each as the median of ``--repeats`` rounds of 5 calls, the ways interleaved in an order
 shuffled each round: the forward alone (recording the graph, as a training step's) and forward
@@ -46,22 +49,15 @@ OPERATORS: Written = batched.BatchedLookup._written
 
 
 def per_width(self: batched.BatchedLookup, whole: Any, n: int, table_groups: Any,
-              tables: Any) -> torch.Tensor:
-    """``bag_lookup`` per width on its ``(N, F_g)`` rows or its features' bags, and one
-    ``in_feature_order`` copy."""
-    if len(self.groups) == 1:
-        return OPERATORS(self, whole, n, table_groups, tables)
-    if isinstance(whole, torch.Tensor):
-        outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
-                .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
-        out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs),
-                                                      self._written_segs[True])
-        return out
-    outs = [batched._BAG_LOOKUP(table_groups[g], indices, offsets) for (g, _), (indices, offsets)
-            in zip(self.groups, self._split(whole, n), strict=True)]
-    bags: torch.Tensor = batched._IN_FEATURE_ORDER(
-        outs, [len(feats) for _, feats in self.groups], self._written_segs[False])
-    return bags
+              tables: Any, starts: list[int] | None = None) -> torch.Tensor:
+    """``bag_lookup`` per width on its ``(N, F_g)`` rows, and one ``in_feature_order`` copy
+    (one width, and bags: the collection's own calls)."""
+    if len(self.groups) == 1 or not isinstance(whole, torch.Tensor):
+        return OPERATORS(self, whole, n, table_groups, tables, starts)
+    outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
+            .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
+    out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs), self._written_segs[True])
+    return out
 
 
 WAYS: dict[str, Written] = {"operators": OPERATORS, "per width + copy": per_width}
@@ -109,18 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {format_machine(machine_info())} ({torch.get_num_threads()} threads)")
     rows = [max(1, int(r * args.scale)) for r in CRITEO]
     print(f"26 tables, {sum(rows):,} rows, batch {args.batch}\n")
-    print("| widths | batch | timed | " + " | ".join(f"{w} ms (x per width)" for w in WAYS)
-          + " |\n|---|---|---|" + "---|" * len(WAYS))
+    print("| widths | timed | " + " | ".join(f"{w} ms (x per width)" for w in WAYS)
+          + " |\n|---|---|" + "---|" * len(WAYS))
     for label, dims in (("8/16/32", mixed_dims(rows)), ("16", [16] * len(rows))):
-        for kind in ("one-hot", "multi-hot"):
-            kb, _ = batch(rows, args.batch, kind == "multi-hot", np.random.default_rng(0))
-            col = LookupCollection([TableConfig(f"t{t}", r, d, [f"f{t}"]) for t, (r, d) in
-                                    enumerate(zip(rows, dims, strict=True))], sparse=True)
-            for timed, fn in calls(col, kb, torch.randn(args.batch, sum(dims))).items():
-                med = measure(fn, args.repeats)
-                base = med["per width + copy"]
-                print(f"| {label} | {kind} | {timed} | " + " | ".join(
-                    f"{v:.3f} ({v / base:.2f}x)" for v in med.values()) + " |", flush=True)
+        kb, _ = batch(rows, args.batch, False, np.random.default_rng(0))  # one-hot
+        col = LookupCollection([TableConfig(f"t{t}", r, d, [f"f{t}"]) for t, (r, d) in
+                                enumerate(zip(rows, dims, strict=True))], sparse=True)
+        for timed, fn in calls(col, kb, torch.randn(args.batch, sum(dims))).items():
+            med = measure(fn, args.repeats)
+            base = med["per width + copy"]
+            print(f"| {label} | {timed} | " + " | ".join(
+                f"{v:.3f} ({v / base:.2f}x)" for v in med.values()) + " |", flush=True)
     return 0
 
 if __name__ == "__main__":

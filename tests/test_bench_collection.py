@@ -35,3 +35,13 @@ def test_bench_collection_tables_runs_and_checks_its_outputs(
     assert bench.main(["--batch", "4", "--rounds", "1", "--calls", "1", *args]) == 0
     out = capsys.readouterr().out
     assert "one ID: ours / stock" in out and "bags: ours / stock" in out
+
+
+def test_bench_collection_write_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/bench_collection_write.py on tiny tables: both widths, both ways, both timed
+    calls printed (no timing asserted)."""
+    bench = load("bench_collection_write")
+    assert bench.main(["--scale", "0.0005", "--batch", "16", "--repeats", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| 8/16/32 |", "| 16 |"))]
+    assert len(rows) == 4

@@ -71,13 +71,6 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
                                         [torch.randint(0, 9, (4, 2), generator=g),
                                          torch.randint(0, 6, (4, 1), generator=g).int()],
                                         [0, 5, 2], 7), {}))
-        cases.append(("bag_groups", ([torch.randn(9, 2, dtype=dtype, generator=g),
-                                      torch.randn(6, 3, dtype=dtype, generator=g)],
-                                     [torch.randint(0, 9, (20,), generator=g),
-                                      torch.randint(0, 6, (7,), generator=g).int()],
-                                     [torch.tensor([0, 3, 3, 6, 9, 12, 15, 18, 20]),
-                                      torch.tensor([0, 2, 2, 5, 7]).int()],
-                                     [2, 1], [0, 5, 2], 7), {}))
     table = _idmap.empty_table(16)
     _idmap.set_values(table, torch.tensor([5, 10**12, -3]), torch.tensor([0, 1, 2]))
     keys = torch.tensor([[10**12, 7], [-3, 5]])
@@ -102,7 +95,6 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "in_feature_order": library._in_feature_order_cpu,
               "in_feature_order_backward": library._in_feature_order_backward_cpu,
               "gather_groups": library._gather_groups_cpu,
-              "bag_groups": library._bag_groups_cpu,
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu,
               "shifted_rows": library._shifted_rows_cpu, "one_id_rows": library._one_id_rows_cpu}
 

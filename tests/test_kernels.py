@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, optim
 from lookuplinear.ops import (
     backend,
-    bag_sum_into,
     c_available,
     deinterleave,
     gather_rows,
@@ -334,17 +333,6 @@ def test_large_batches_split_over_threads_group_as_torch_ops(threads: int) -> No
             table = torch.randn(rows if rows < 10**4 else 10**4, 16, generator=g)
             ids = idx % table.shape[0]
             assert torch.equal(gather_rows(table, ids), F.embedding(ids, table))
-            # two features' bags (the first and second halves), from tables of widths 16 and
-            # 5, pooled into columns 3 and 19 of a 24-column output
-            other = torch.randn(table.shape[0], 5, generator=g)
-            n = (offsets.numel() - 1) // 2
-            out = torch.full((n, 24), float("nan"))
-            assert bag_sum_into([table, other], [3, 19], ids, offsets, out)
-            for f, (w, c) in enumerate(((table, 3), (other, 19))):
-                off = offsets[f * n:(f + 1) * n + 1]
-                want = F.embedding_bag(ids[off[0]:off[-1]], w, off - off[0], mode="sum",
-                                       include_last_offset=True)
-                torch.testing.assert_close(out[:, c:c + w.shape[1]], want, rtol=1e-6, atol=1e-6)
     finally:
         torch.set_num_threads(before)
 

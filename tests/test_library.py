@@ -352,7 +352,6 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::in_feature_order_backward":
                         library._in_feature_order_backward_twin,
                     "lookuplinear::gather_groups": library._gather_groups_twin,
-                    "lookuplinear::bag_groups": library._bag_groups_twin,
                     "lookuplinear::idmap_find": library._idmap_find_twin,
                     "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,
@@ -468,99 +467,6 @@ def test_gather_groups_checks_the_range_inside(bad: int) -> None:
     for run in ops.gather_groups, library._gather_groups_twin, library._gather_groups_cpu:
         with pytest.raises(IndexError, match=rf"row {bad} at rows\[0\]\[2, 1\]"):
             run(weights, rows, columns, width)
-
-
-def _bag_groups(dtype: torch.dtype = torch.float64, requires_grad: bool = False
-                ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[int],
-                           list[int], int]:
-    """Two tables (widths 2 and 3), three features over three examples, as bags (an empty
-    bag, a repeated row): table 0's two features at columns 0 and 5, table 1's one at
-    column 2, of 7; each table's bags feature-major."""
-    g = torch.Generator().manual_seed(4)
-    weights = [torch.randn(5, 2, dtype=dtype, generator=g).requires_grad_(requires_grad),
-               torch.randn(4, 3, dtype=dtype, generator=g).requires_grad_(requires_grad)]
-    indices = [torch.tensor([4, 0, 1, 1, 1, 0, 3, 3]), torch.tensor([2, 3, 0, 1]).int()]
-    offsets = [torch.tensor([0, 2, 2, 3, 5, 6, 8]), torch.tensor([0, 1, 3, 4]).int()]
-    return weights, indices, offsets, [2, 1], [0, 5, 2], 7
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_bag_groups_is_bag_lookup_then_in_feature_order_to_the_bit(dtype: torch.dtype) -> None:
-    """``bag_groups``: the output, its CPU kernel's and its twin's, equal the dense path and
-    ``bag_lookup`` per table put in order by ``in_feature_order``, to the bit; each table's
-    gradient is that path's (the same rows, the same values), also under
-    ``create_graph=True`` and differentiated again; fake shape and ``opcheck``."""
-    weights, indices, offsets, features, columns, width = _bag_groups(dtype, True)
-    out = ops.bag_groups(weights, indices, offsets, features, columns, width)
-    outs = [ops.bag_lookup(w, i, o) for w, i, o in zip(weights, indices, offsets, strict=True)]
-    old = ops.in_feature_order(outs, features, segment_triples([(0, 2), (2, 3), (1, 2)],
-                                                               [2, 2, 3]))
-    assert torch.equal(out, old)
-    for run in library._bag_groups_twin, library._bag_groups_cpu:
-        assert torch.equal(run(weights, indices, offsets, features, columns, width), out)
-    dense_parts = []
-    for w, i, o, f in zip(weights, indices, offsets, features, strict=True):
-        x = torch.zeros(len(o) - 1, w.shape[0], dtype=dtype)
-        for b in range(len(o) - 1):
-            for r in i[o[b]:o[b + 1]].tolist():
-                x[b, r] += 1
-        dense_parts.append((x @ w).view(f, 3, -1))
-    dense = torch.cat([dense_parts[0][0], dense_parts[1][0], dense_parts[0][1]], 1)
-    torch.testing.assert_close(out, dense)
-    _same_gradients(out, old, dense, weights)
-    torch.library.opcheck(ops.bag_groups.default,
-                          (weights, indices, offsets, features, columns, width))
-    with FakeTensorMode():
-        fake = ops.bag_groups([torch.empty(5, 2), torch.empty(4, 3)],
-                              [torch.empty(8, dtype=torch.long), torch.empty(4, dtype=torch.long)],
-                              [torch.empty(7, dtype=torch.long), torch.empty(4, dtype=torch.long)],
-                              features, columns, width)
-    assert fake.shape == (3, width)
-
-
-@pytest.mark.parametrize("case", ["tables short", "dtypes differ", "float indices", "2-D offsets",
-                                  "N differs", "features short", "columns short",
-                                  "columns overlap", "columns past the width", "1-D table"])
-def test_bag_groups_refuses_bad_operands(case: str) -> None:
-    """Operands the C kernel cannot read: a ValueError naming the operator, from the operator
-    and its twin (both registrations)."""
-    weights, indices, offsets, features, columns, width = _bag_groups()
-    if case == "tables short":
-        weights = weights[:1]
-    elif case == "dtypes differ":
-        weights = [weights[0], weights[1].float()]
-    elif case == "float indices":
-        indices = [indices[0].double(), indices[1]]
-    elif case == "2-D offsets":
-        offsets = [offsets[0].view(1, -1), offsets[1]]
-    elif case == "N differs":
-        offsets = [offsets[0], torch.tensor([0, 1, 3, 4, 4])]
-    elif case == "features short":
-        features = [2]
-    elif case == "columns short":
-        columns = columns[:2]
-    elif case == "columns overlap":
-        columns = [0, 4, 1]
-    elif case == "columns past the width":
-        width = 6
-    else:
-        weights = [torch.randn(10), weights[1]]
-    for run in ops.bag_groups, library._bag_groups_twin:
-        with pytest.raises(ValueError, match="lookuplinear::bag_groups") as raised:
-            run(weights, indices, offsets, features, columns, width)
-        assert "-1" not in str(raised.value)  # no placeholder in the message
-
-
-def test_bag_groups_checks_the_range_and_the_offsets_inside() -> None:
-    weights, indices, offsets, features, columns, width = _bag_groups()
-    bad = [indices[0], torch.tensor([2, 3, 4, 1]).int()]
-    for run in ops.bag_groups, library._bag_groups_twin, library._bag_groups_cpu:
-        with pytest.raises(IndexError, match=r"index 4 at indices\[2\]"):
-            run(weights, bad, offsets, features, columns, width)
-    off = [offsets[0], torch.tensor([0, 3, 1, 4]).int()]
-    for run in ops.bag_groups, library._bag_groups_cpu:
-        with pytest.raises(ValueError, match="lookuplinear::bag_groups: offsets"):
-            run(weights, indices, off, features, columns, width)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -789,7 +695,7 @@ def test_operators_on_cuda_equal_the_cpu_ones() -> None:
                                                             flat))
 
 
-@pytest.mark.parametrize("op", ["bag_lookup", "gather_groups", "bag_groups"])
+@pytest.mark.parametrize("op", ["bag_lookup", "gather_groups"])
 def test_a_fused_tables_gradient_is_handed_to_its_optimizer(op: str) -> None:
     """The backward of each lookup operator (this registration's) hands a table bound to a
     ``fused=True`` optimizer its gradient instead of returning it: no ``.grad``, the weights
@@ -801,10 +707,8 @@ def test_a_fused_tables_gradient_is_handed_to_its_optimizer(op: str) -> None:
         if op == "gather_groups":
             _, rows, columns, width = _groups()
             return ops.gather_groups(weights, rows, columns, width)
-        _, indices, offsets, features, columns, width = _bag_groups()
-        if op == "bag_groups":
-            return ops.bag_groups(weights, indices, offsets, features, columns, width)
-        return ops.bag_lookup(weights[0], indices[0], offsets[0])
+        return ops.bag_lookup(weights[0], torch.tensor([4, 0, 1, 1, 1, 0, 3, 3]),
+                              torch.tensor([0, 2, 2, 3, 5, 6, 8]))
 
     ends = []
     for fused in (False, True):
@@ -824,20 +728,13 @@ def test_a_fused_tables_gradient_is_handed_to_its_optimizer(op: str) -> None:
     assert all(torch.equal(x, y) for x, y in zip(*ends, strict=True))
 
 
-@pytest.mark.parametrize("op", ["gather_groups", "bag_groups"])
-def test_the_group_operators_refuse_a_forward_mode_tangent(op: str) -> None:
+def test_gather_groups_refuses_a_forward_mode_tangent() -> None:
     """No forward-mode formula: a table with a tangent is refused on both registrations, never
     looked up without its tangent."""
     from torch.autograd import forward_ad
 
     with forward_ad.dual_level():
-        if op == "gather_groups":
-            weights, rows, columns, width = _groups()
-            dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
-            args: tuple[Any, ...] = (dual, rows, columns, width)
-        else:
-            weights, indices, offsets, features, columns, width = _bag_groups()
-            dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
-            args = (dual, indices, offsets, features, columns, width)
+        weights, rows, columns, width = _groups()
+        dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
         with pytest.raises((NotImplementedError, RuntimeError), match=r"jvp|forward-mode AD"):
-            getattr(ops, op)(*args)
+            ops.gather_groups(dual, rows, columns, width)

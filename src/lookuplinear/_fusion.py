@@ -7,8 +7,8 @@ A parameter carries one marker, the attribute ``_lookuplinear_in_backward`` (as 
 (``lookuplinear.parallel``). Everything else belongs to an owner object: the backward passes
 an optimizer has open are its :class:`BackwardQueue`. :func:`bind` sets the marker and names
 the table to the operators (``lookuplinear::fused_bind``); in a backward that accumulates into
-the table, the C++ backward of a lookup operator (``bag_lookup``, ``gather_groups``,
-``bag_groups``: :mod:`lookuplinear.ops.library`) hands its ``grad_out`` to :func:`defer` (the
+the table, the C++ backward of a lookup operator (``bag_lookup``, ``gather_groups``:
+:mod:`lookuplinear.ops.library`) hands its ``grad_out`` to :func:`defer` (the
 operator ``lookuplinear::fused_defer``) instead of returning the gradient. The update is
 deferred to the end of the backward pass
 (``queue_callback`` on autograd's engine), so that

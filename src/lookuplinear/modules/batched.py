@@ -6,12 +6,10 @@ keys exactly the collection's features, or a feature read by several tables take
 table) is checked and shifted to the rows of the groups' parameters in one pass. A mean or
 sqrtn of one ID is that ID's row; bags get the modes' factors folded into per-entry weights by
 one pass over the whole batch (the weights the feature-by-feature way folds). With row-sparse
-gradients of one dtype, unweighted bags over several groups are one call of the operator
-``lookuplinear::bag_groups``, which sums every group's part of that batch into its columns,
-and one ID per feature over several groups one call of the operator
+gradients of one dtype, one ID per feature over several groups is one call of the operator
 ``lookuplinear::gather_groups``, which writes every group's rows into their columns (their
-gradient each group's lookup's, one copy in the backward); one group, or weighted bags, one
-call of the operator ``lookuplinear::bag_lookup`` per group, and the operator
+gradient each group's lookup's, one copy in the backward); one group, or bags, one call of the
+operator ``lookuplinear::bag_lookup`` per group, and the operator
 ``lookuplinear::in_feature_order`` puts the outputs in feature order where they are not. With
 dense gradients each group is one ATen lookup. Any other batch (a ``max`` table, padding,
 hashing, per-entry weights that need a gradient beside a mean, a mix of modes or several groups
@@ -46,7 +44,6 @@ __all__ = ["BatchedLookup", "TableReader"]
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
-_BAG_GROUPS = torch.ops.lookuplinear.bag_groups.default
 
 
 class TableReader(Protocol):
@@ -96,8 +93,8 @@ class BatchedLookup:
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
         self._feature_cols = list(plan.columns)
-        #: every group's features' first columns, group after group (``gather_groups``' and
-        #: ``bag_groups``'), and each group's number of features
+        #: every group's features' first columns, group after group (``gather_groups``'), and
+        #: each group's number of features
         self._all_columns = [c for group in plan.groups for c in group.columns]
         self._features = [len(group.features) for group in plan.groups]
         self._segments: dict[Any, tuple[int, ...]] = {}
@@ -283,12 +280,10 @@ class BatchedLookup:
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
         written into their columns by one kernel call; its gradient each group's index
-        lookup's), unweighted bags over several groups by the operator
-        ``lookuplinear::bag_groups`` (every group's features' bags summed into their columns);
-        else each group's part of it (its rows, or its features' bags with their weights: the
-        batch's, or the modes' folded) looked up by the operator ``lookuplinear::bag_lookup``,
-        the outputs put in feature order by the operator ``lookuplinear::in_feature_order``
-        (none needed for one group's rows)."""
+        lookup's); else each group's part of it (its rows, or its features' bags with their
+        weights: the batch's, or the modes' folded) looked up by the operator
+        ``lookuplinear::bag_lookup``, the outputs put in feature order by the operator
+        ``lookuplinear::in_feature_order`` (none needed for one group's rows)."""
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
             for g, feats in self.groups:
@@ -306,25 +301,15 @@ class BatchedLookup:
                 return rows_out  # one group's rows, its features in output order
             ordered: torch.Tensor = _IN_FEATURE_ORDER([rows_out], [0], segs)
             return ordered
-        indices_of, offsets_of, weights_of = [], [], []  # each group's F_g * N bags
+        outs = []  # each group's F_g * N bags' sums, feature-major
         for (g, _), (indices, offsets, weights) in zip(
                 self.groups, self._split(whole, n, starts), strict=True):
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets, weights))
                 indices, offsets = bags.indices, bags.offsets
-            indices_of.append(indices)
-            offsets_of.append(offsets)
-            weights_of.append(None if weights is None else weights.to(table_groups[g].dtype))
-        if len(indices_of) > 1 and whole.weights is None:  # summed into their columns by
-            summed: torch.Tensor = _BAG_GROUPS(  # one kernel call per group
-                list(table_groups), indices_of, offsets_of, self._features, self._all_columns,
-                self.plan.width)
-            return summed
-        out: torch.Tensor = _IN_FEATURE_ORDER(
-            [_BAG_LOOKUP(table_groups[g], indices, offsets, weights) for (g, _), indices,
-             offsets, weights in zip(self.groups, indices_of, offsets_of, weights_of,
-                                     strict=True)],
-            self._features, self._written_segs[False])
+            outs.append(_BAG_LOOKUP(table_groups[g], indices, offsets, None if weights is None
+                                    else weights.to(table_groups[g].dtype)))
+        out: torch.Tensor = _IN_FEATURE_ORDER(outs, self._features, self._written_segs[False])
         return out
 
     def _split(self, whole: Bags, n: int, starts: list[int] | None = None

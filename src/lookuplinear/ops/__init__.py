@@ -24,7 +24,6 @@ from ._ngrams import Tokens, count_matrix, ngram_column, token_ids
 from ._rows import (
     KERNELS,
     FusedTable,
-    bag_sum_into,
     fused_rows,
     gather_into,
     gather_rows,
@@ -44,7 +43,6 @@ __all__ = [
     "assert_bags",
     "backend",
     "bag_max",
-    "bag_sum_into",
     "c_available",
     "capturing",
     "count_matrix",

@@ -75,7 +75,6 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("ll_gather_rows", _I64, (_P, _I64, _I64, _P, _I64, _P), _F),
     Entry("ll_first_outside", _I64, (_P, _I64, _I64)),
     Entry("ll_gather_into", None, (_I64, _P, _P, _P, _I64, _P, _P, _P, _I64), _F),
-    Entry("ll_bag_sum_into", None, (_I64, _P, _P, _P, _P, _P, _I64, _P, _I64), _F),
     Entry("ll_group_rows", _I64, (_P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _P), _F),
     *[Entry(f"ll_rows_{k}", _I64, _ROWS, _F) for k in SCALARS],
     *[Entry(f"ll_fused_{k}", None, _FUSED, _F) for k in SCALARS],

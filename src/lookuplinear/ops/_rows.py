@@ -30,7 +30,7 @@ from ._clib import _N_SCALARS, _SCALAR_NAMES, SCALARS, SUFFIXES, function, ptr, 
 from ._clib import scalars as c_scalars
 from ._errors import project_error
 
-__all__ = ["KERNELS", "FusedTable", "bag_sum_into", "fused_rows", "fused_rows_c", "gather_into",
+__all__ = ["KERNELS", "FusedTable", "fused_rows", "fused_rows_c", "gather_into",
            "gather_rows", "group_rows", "grouped_rows", "summed_runs", "update_rows",
            "update_rows_c"]
 
@@ -426,31 +426,4 @@ def gather_into(tables: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
             w.data_ptr(), w.shape[1], r.data_ptr(), r.shape[1], c.data_ptr())
     fn = function("ll_gather_into", sfx)
     fn(k, weights, dims, rows, out.shape[0], widths, cols, out.data_ptr(), out.shape[1])
-    return True
-
-
-def bag_sum_into(weights: Sequence[torch.Tensor], cols: Sequence[int], indices: torch.Tensor,
-                 offsets: torch.Tensor, out: torch.Tensor) -> bool:
-    """``out[:, cols[f]:cols[f] + dim_f] = densify(bags of f) @ weights[f]`` for every feature
-    ``f`` of a feature-major batch (``offsets``: ``F * N + 1``, the bags of feature ``f`` are
-    ``f * N`` to ``(f + 1) * N``; ``indices`` checked rows of each feature's table), in place:
-    sum-pooled lookups of several tables, of any widths, written straight into column ranges
-    of one ``(N, width)`` output by one call of the C kernel ``ll_bag_sum_into``
-    (``csrc/gather.c``; the sums in entry order, as ``F.embedding_bag``'s). False (nothing
-    written) where it does not apply; the caller then runs torch's."""
-    sfx = SUFFIXES.get(out.dtype)
-    if sfx not in ("f32", "f64") or not out.is_contiguous() or not use_c(out, indices, offsets):
-        return False
-    dims = []
-    for w in weights:
-        if w.dim() != 2 or not w.is_contiguous() or w.dtype != out.dtype or not w.is_cpu:
-            return False
-        dims.append(w.shape[1])
-    idx = indices.to(torch.int64).contiguous()  # named: they live through the call
-    off = offsets.to(torch.int64).contiguous()
-    fn = function("ll_bag_sum_into", sfx)
-    k = len(weights)  # the C arrays (_ptrs, _i64s) written out: this runs on every forward
-    fn(k, (_P * k)(*map(torch.Tensor.data_ptr, weights)), (_I64 * k)(*dims),
-       (_I64 * len(cols))(*cols), idx.data_ptr(), off.data_ptr(), out.shape[0], out.data_ptr(),
-       out.shape[1])
     return True

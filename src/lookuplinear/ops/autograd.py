@@ -1,9 +1,9 @@
 """The lookup that is not the operators' (``torch.jit.trace``'s), and the C kernels' max lookup.
 
 The layers' and the collections' sum and max lookups call the operators
-``lookuplinear::bag_lookup``, ``lookuplinear::gather_groups``, ``lookuplinear::bag_groups`` and
-``lookuplinear::bag_max`` (:mod:`.library`), whose backward is C++ (or registered from Python
-where the extension is not built), eagerly and in recorded graphs alike. A table bound to a
+``lookuplinear::bag_lookup``, ``lookuplinear::gather_groups`` and ``lookuplinear::bag_max``
+(:mod:`.library`), whose backward is C++ (or registered from Python where the extension is not
+built), eagerly and in recorded graphs alike. A table bound to a
 ``fused=True`` optimizer (:mod:`lookuplinear._fusion`) is no exception: in a backward that
 accumulates into it, the operators' backward hands ``grad_out`` and the lookup to the optimizer
 (``lookuplinear::fused_defer``), which updates the rows at the end of the backward.

@@ -4,7 +4,7 @@ Each operator has a schema, a CPU implementation that runs the C kernel, a torch
 implementation for every other device (``CompositeExplicitAutograd``), a fake implementation
 that gives the output's shape, and, where it is differentiable, its backward
 (``torch.library.register_autograd``; the C++ extension registers ``bag_lookup``'s,
-``bag_max``'s, ``in_feature_order``'s, ``gather_groups``' and ``bag_groups``' in C++). The
+``bag_max``'s, ``in_feature_order``'s and ``gather_groups``' in C++). The
 index range is checked inside the operator, where it runs.
 
 The layers' sum and max lookups call ``bag_lookup`` and ``bag_max`` eagerly as they are
@@ -41,14 +41,6 @@ The operators:
   increasing; the features' columns tile ``[0, width)``); one C kernel call. Its weight
   gradient is each table's index lookup's, ``nn.Embedding(sparse=True)``'s: what
   ``bag_lookup`` on each group's rows, put in order by ``in_feature_order``, gives.
-* ``bag_groups(weights, indices, offsets, features, columns, width)``: sum lookups of bags
-  over several tables written side by side into one ``(N, width)`` output, ``out[i, c:c +
-  dim_g]`` the sum of ``weights[g]``'s rows in bag ``j * N + i`` of ``(indices[g],
-  offsets[g])`` for the first column ``c`` of feature ``j`` of group ``g`` (each group's
-  ``features[g] * N`` bags feature-major, CSR offsets; ``columns``: every group's features'
-  first columns, group after group; they tile ``[0, width)``); one C kernel call per table.
-  Its weight gradient is each table's ``bag_lookup``'s: what ``bag_lookup`` on each group's
-  bags, put in order by ``in_feature_order``, gives.
 * ``idmap_find(table, keys)``: the value of every key in an :class:`~lookuplinear.IdMap`
   table, ``-1`` where absent.
 * ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
@@ -60,8 +52,8 @@ The operators:
 * ``fused_bind(table, bind)``: name (``bind=True``) or forget a table bound to a
   ``fused=True`` optimizer (:mod:`lookuplinear._fusion`). In a backward that accumulates into
   such a table (``loss.backward()``, or ``backward(inputs=...)`` naming it; not
-  ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup``,
-  ``gather_groups`` and ``bag_groups`` hands the table's ``grad_out`` and its lookup to
+  ``torch.autograd.grad``, nor under ``create_graph=True``), the backward of ``bag_lookup``
+  and ``gather_groups`` hands the table's ``grad_out`` and its lookup to
   ``fused_defer(table, grad_out, indices, offsets, weights, padding_idx)``, which the
   optimizer's side implements (:func:`lookuplinear._fusion.defer`): where it returns True,
   the backward returns no gradient for the table, whose rows the optimizer updates at the end
@@ -130,7 +122,6 @@ from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights, offsets_ok
 from ._inputs import mode_weights as _mode_weights
-from ._rows import bag_sum_into as _bag_sum_into
 from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
@@ -147,8 +138,6 @@ SCHEMAS = (
     "in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor",
     "in_feature_order_backward(Tensor grad, int[] features, int[] segments) -> Tensor[]",
     "gather_groups(Tensor[] weights, Tensor[] rows, int[] columns, int width) -> Tensor",
-    "bag_groups(Tensor[] weights, Tensor[] indices, Tensor[] offsets, int[] features, "
-    "int[] columns, int width) -> Tensor",
     "idmap_find(Tensor table, Tensor keys) -> Tensor",
     "idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor",
     "bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
@@ -824,129 +813,6 @@ _register_autograd("gather_groups", _gather_groups_backward,
                    setup_context=_gather_groups_setup)
 
 
-# ---- bag_groups ---------------------------------------------------------------------------
-
-
-def _bag_groups_segments(weights: Sequence[torch.Tensor], indices: Sequence[torch.Tensor],
-                         offsets: Sequence[torch.Tensor], features: Sequence[int],
-                         columns: Sequence[int], width: int) -> tuple[int, tuple[int, ...]]:
-    """The operands checked (:class:`InputValueError` naming what came), the number of bags
-    per feature, and the segments that put the groups' feature-major ``(F_g * N, dim_g)``
-    outputs in the output's column order (one block per feature, group after group), the
-    features' columns tiling ``[0, width)``."""
-    op = "lookuplinear::bag_groups"
-    k = len(weights)
-    if not k or not len(indices) == len(offsets) == len(features) == k:
-        raise InputValueError(f"{op}: one indices, offsets and feature count per table; got "
-                              f"{k} tables, {len(indices)} indices, {len(offsets)} offsets and "
-                              f"{len(features)} feature counts")
-    n = -1
-    for g, (w, idx, off, f) in enumerate(zip(weights, indices, offsets, features, strict=True)):
-        if w.dim() != 2 or w.dtype != weights[0].dtype or not w.is_floating_point():
-            raise InputValueError(f"{op}: the tables are 2-D, of one floating dtype; got table "
-                                  f"{g} of shape {list(w.shape)} and dtype {w.dtype} (table 0: "
-                                  f"{weights[0].dtype})")
-        if (idx.dim() != 1 or off.dim() != 1 or idx.dtype not in (torch.int32, torch.int64)
-                or off.dtype not in (torch.int32, torch.int64)):
-            raise InputValueError(f"{op}: each group's indices and CSR offsets are 1-D "
-                                  f"int32/int64; got indices {g} of shape {list(idx.shape)} "
-                                  f"({idx.dtype}), offsets of shape {list(off.shape)} "
-                                  f"({off.dtype})")
-        bags = off.shape[0] - 1
-        if f <= 0 or bags < 0 or bags % f or (n >= 0 and bags // f != n):
-            raise InputValueError(f"{op}: group {g}'s offsets must hold N bags for each of its "
-                                  f"{f} features, one N for all groups; got {bags} bags"
-                                  + ("" if n < 0 else f" where N is {n}"))
-        n = bags // f
-    if len(columns) != sum(features):
-        raise InputValueError(f"{op}: one first column per feature ({sum(features)} features); "
-                              f"got {len(columns)}")
-    dims = [w.shape[1] for w, f in zip(weights, features, strict=True) for _ in range(f)]
-    segments: list[int] = []
-    end = 0
-    for first, block in sorted((c, b) for b, c in enumerate(columns)):
-        if first != end:
-            raise InputValueError(f"{op}: the features' columns must tile [0, width): feature "
-                                  f"{block} starts at column {first} where column {end} was "
-                                  "due")
-        segments += (block, 0, dims[block])
-        end += dims[block]
-    if end != width:
-        raise InputValueError(f"{op}: the features take {end} columns; the output has {width}")
-    return n, tuple(segments)
-
-
-def _bag_groups_twin(weights: Sequence[torch.Tensor], indices: Sequence[torch.Tensor],
-                     offsets: Sequence[torch.Tensor], features: Sequence[int],
-                     columns: Sequence[int], width: int) -> torch.Tensor:
-    """``bag_groups`` with torch ops: an ``embedding_bag`` per table, one copy of their
-    columns in output order (``in_feature_order``'s)."""
-    _, segments = _bag_groups_segments(weights, indices, offsets, features, columns, width)
-    outs = []
-    for w, idx, off in zip(weights, indices, offsets, strict=True):
-        try:
-            outs.append(torch.embedding_bag(w, idx, off, False, 0, False, None, True)[0])
-        except (IndexError, RuntimeError):
-            _check_range(idx.cpu(), w.shape[0], "bag_groups")
-            raise
-    return _in_feature_order_twin(outs, list(features), segments)
-
-
-def _bag_groups_cpu(weights: Sequence[torch.Tensor], indices: Sequence[torch.Tensor],
-                    offsets: Sequence[torch.Tensor], features: Sequence[int],
-                    columns: Sequence[int], width: int) -> torch.Tensor:
-    """The C kernel ``ll_bag_sum_into`` once per table (:func:`~lookuplinear.ops.bag_sum_into`),
-    the offsets and the indices checked first; the twin where it does not apply."""
-    n, _ = _bag_groups_segments(weights, indices, offsets, features, columns, width)
-    for idx, off, w in zip(indices, offsets, weights, strict=True):
-        _check_offsets("bag_groups", off, idx.numel(), True)
-        _check_range(idx, w.shape[0], "bag_groups")
-    out = weights[0].new_empty((n, width))
-    first = 0
-    for w, idx, off, f in zip(weights, indices, offsets, features, strict=True):
-        if not _bag_sum_into([w] * f, columns[first:first + f], idx, off, out):
-            return _bag_groups_twin(weights, indices, offsets, features, columns, width)
-        first += f
-    return out
-
-
-_impl("bag_groups", _bag_groups_cpu, "CPU")
-_impl("bag_groups", _bag_groups_twin, "CompositeExplicitAutograd")
-
-
-@_fake("bag_groups")
-def _bag_groups_fake(weights: Sequence[torch.Tensor], indices: Sequence[torch.Tensor],
-                     offsets: Sequence[torch.Tensor], features: Sequence[int],
-                     columns: Sequence[int], width: int) -> torch.Tensor:
-    torch._check(len(weights) == len(offsets) == len(features) > 0, lambda: "bag_groups: one "
-                 f"indices, offsets and feature count per table; got {len(weights)} tables")
-    return weights[0].new_empty(((offsets[0].shape[0] - 1) // features[0], width))
-
-
-def _bag_groups_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    weights, indices, offsets, features, columns, width = inputs
-    _, ctx.segments = _bag_groups_segments(weights, indices, offsets, features, columns, width)
-    ctx.features = list(features)
-    ctx.shapes = [tuple(w.shape) for w in weights]
-    ctx.tables = weights  # the parameters: a fused=True optimizer may be bound to one
-    ctx.save_for_backward(*indices, *offsets)
-
-
-def _bag_groups_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """Each table's gradient as its ``bag_lookup``'s (:func:`_sum_weight_grad`): the
-    gradient's columns copied back by ``in_feature_order_backward``."""
-    saved = ctx.saved_tensors
-    k = len(saved) // 2
-    parts = torch.ops.lookuplinear.in_feature_order_backward(grad, ctx.features, ctx.segments)
-    grads = [_sum_weight_grad(table, part, idx, off, None, None, shape)
-             for table, part, idx, off, shape in zip(ctx.tables, parts, saved[:k], saved[k:],
-                                                     ctx.shapes, strict=True)]
-    return grads, [None] * k, [None] * k, None, None, None
-
-
-_register_autograd("bag_groups", _bag_groups_backward, setup_context=_bag_groups_setup)
-
-
 # ---- idmap_find ---------------------------------------------------------------------------
 
 
@@ -1200,7 +1066,6 @@ _TWINS: dict[str, Callable[..., Any]] = {
     "in_feature_order": _in_feature_order_twin,
     "in_feature_order_backward": _in_feature_order_backward_twin,
     "gather_groups": _gather_groups_twin,
-    "bag_groups": _bag_groups_twin,
     "idmap_find": _idmap_find_twin,
     "idmap_rows": _idmap_rows_twin,
     "bag_max": _bag_max_twin,

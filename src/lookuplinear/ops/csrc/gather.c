@@ -105,50 +105,6 @@ LL_EXPORT int64_t ll_first_outside(const int64_t *rows, int64_t n, int64_t num_r
 LL_GATHER_INTO(float, f32)
 LL_GATHER_INTO(double, f64)
 
-/* out[i * ld + cols[f] : ... + dims[f]] = sum of ws[f][idx[k]] over the entries k of bag
- * f * n + i (CSR offsets, in entry order, from zero; an empty bag gives zeros) for i < n and
- * f < n_feats: the feature-major bags of n_feats features, n bags each, every feature pooled
- * from its own table (ws[f], of width dims[f]) into its columns of one (n, ld) output; the
- * examples split over threads. The rows are checked by the caller.
- *
- * Dense equivalent: out[:, cols[f]:][:, :dims[f]] = densify(bags of f) @ ws[f], for every f. */
-#define LL_BAG_SUM_INTO(T, SFX)                                                                  \
-    LL_INLINE void bag_sum_into_dim_##SFX(const T *w, const int64_t *idx, const int64_t *off,    \
-                                          int64_t n, T *out, int64_t ld, const int64_t dim) {    \
-        const int64_t end = off[n];                                                              \
-        for (int64_t i = 0; i < n; i++) {                                                        \
-            T *o = out + i * ld;                                                                 \
-            for (int64_t d = 0; d < dim; d++) o[d] = 0;                                          \
-            for (int64_t k = off[i]; k < off[i + 1]; k++) {                                      \
-                if (k + PREFETCH_ROWS < end)                                                     \
-                    prefetch_row(w + idx[k + PREFETCH_ROWS] * dim, dim * (int64_t)sizeof(T));    \
-                const T *r = w + idx[k] * dim;                                                   \
-                for (int64_t d = 0; d < dim; d++) o[d] += r[d];                                  \
-            }                                                                                    \
-        }                                                                                        \
-    }                                                                                            \
-    LL_CLONED void bag_sum_into_range_##SFX(const T *w, const int64_t *idx, const int64_t *off,  \
-                                            int64_t n, T *out, int64_t ld, int64_t dim) {        \
-        LL_BY_DIM(bag_sum_into_dim_##SFX, w, idx, off, n, out, ld)                               \
-    }                                                                                            \
-    LL_EXPORT void ll_bag_sum_into_##SFX(int64_t n_feats, const T *const *ws,                    \
-                                         const int64_t *dims, const int64_t *cols,               \
-                                         const int64_t *idx, const int64_t *offsets, int64_t n,  \
-                                         T *out, int64_t ld) {                                   \
-        const int nt = ll_threads(offsets[n_feats * n] - offsets[0]);                            \
-        _Pragma("omp parallel num_threads(nt)")                                                  \
-        {                                                                                        \
-            const int64_t a = ll_part(n, ll_thread(), ll_team());                                \
-            const int64_t b = ll_part(n, ll_thread() + 1, ll_team());                            \
-            for (int64_t f = 0; f < n_feats; f++)                                                \
-                bag_sum_into_range_##SFX(ws[f], idx, offsets + f * n + a, b - a,                 \
-                                         out + a * ld + cols[f], ld, dims[f]);                   \
-        }                                                                                        \
-    }
-
-LL_BAG_SUM_INTO(float, f32)
-LL_BAG_SUM_INTO(double, f64)
-
 /* ---------------------------------------------------------------- columns of blocks */
 
 /* len bytes from s to d, as a few vector moves for the row widths of common tables */
