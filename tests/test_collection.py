@@ -399,6 +399,41 @@ def test_random_batches_equal_dense(data, n, mode, item_dim):
     assert report.ok, str(report)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(0, 4),
+    modes=st.lists(st.sampled_from(["sum", "mean", "sqrtn"]), min_size=3, max_size=3),
+    dims=st.lists(st.sampled_from([2, 3]), min_size=3, max_size=3),
+    weighted=st.booleans(),
+    sparse=st.booleans(),
+    shared=st.booleans(),
+)
+def test_random_batches_of_mixed_modes_equal_dense(data, n, modes, dims, weighted, sparse,
+                                                   shared):
+    """Tables of sum, mean and sqrtn side by side, of one width or several, a feature read by
+    two tables or not, weighted or not, dense or row-sparse gradients: the usual batch's one
+    lookup path (its modes folded over the whole batch) equals the dense equivalent; empty
+    bags, a batch of none, duplicates, one ID per bag among them."""
+    sizes = [6, 4, 5]
+    feats = ["a", "b", "c"]
+    tables = [TableConfig(f"t{i}", sizes[i], dims[i],
+                          ["a", "c"] if shared and i == 2 else [feats[i]],
+                          mode=modes[i], dtype=torch.float64) for i in range(3)]
+    one_id = data.draw(st.booleans())
+    lists = {f: data.draw(st.lists(st.lists(st.integers(0, 3), min_size=int(one_id),
+                                            max_size=1 if one_id else 4),
+                                   min_size=n, max_size=n)) for f in feats}
+    kb = KeyedBags.from_dict(lists)
+    if weighted:
+        g = torch.Generator().manual_seed(n)
+        kb = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel(), dtype=torch.float64, generator=g))
+    col = LookupCollection(tables, sparse=sparse)
+    report = check_equivalence(col, kb)
+    assert report.ok, str(report)
+
+
 # ---------------------------------------------------------------------- hashing
 def test_hash_ids_is_scikit_learns_murmurhash():
     from sklearn.feature_extraction.text import HashingVectorizer
