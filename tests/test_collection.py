@@ -1250,13 +1250,14 @@ def test_weights_that_need_a_gradient_over_the_usual_batch(widths: tuple[int, in
 @pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])
 @pytest.mark.parametrize("sparse", [False, True])
 def test_a_batch_of_no_examples_or_empty_bags(dims: tuple[int, int], sparse: bool) -> None:
-    """Batches of no examples, of one-ID bags, and of empty bags, on every lookup path (dense
-    and row-sparse gradients, one group and two): the dense equivalent's output, zeros where
-    the bags are empty, and a backward."""
+    """Batches of no examples (weighted or not), of one-ID bags, and of empty bags, on every
+    lookup path (dense and row-sparse gradients, one group and two): the dense equivalent's
+    output, zeros where the bags are empty, and a backward."""
     col = LookupCollection([TableConfig("a", 5, dims[0], ["a"]),
                             TableConfig("b", 5, dims[1], ["b"])], sparse=sparse)
     none = torch.zeros(0, dtype=torch.long)
     for kb in (KeyedBags(["a", "b"], none, lengths=none),
+               KeyedBags(["a", "b"], none, lengths=none, weights=torch.zeros(0)),
                KeyedBags.from_dict({"a": [[1]], "b": [[2]]}),
                KeyedBags.from_dict({"a": [[]], "b": [[]]})):
         out = col(kb).values()

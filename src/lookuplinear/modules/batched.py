@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..functional import _eager_op, lookup_linear
-from ..ops import one_id_rows, segment_triples, shifted_rows
+from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -322,6 +322,10 @@ class BatchedLookup:
         if len(self.groups) == 1:
             return [(whole.indices, whole.offsets, whole.weights)]
         offsets = whole.offsets
+        if n == 0:  # a batch of no examples: no bags in any group
+            none = (whole.indices, torch.zeros(1, dtype=torch.long, device=offsets.device),
+                    whole.weights)
+            return [none] * len(self.groups)
         lengths = (offsets[1:] - offsets[:-1]).view(-1, n)  # (F, N)
         if starts is None:
             starts = offsets[::n].tolist()
@@ -423,7 +427,8 @@ class BatchedLookup:
         shift, limit, place = layout or self._layout(device, n)
         found: torch.Tensor | int | None = None
         values, offsets = batch.values, batch.offsets
-        if not recording and kb.weights is None and values.numel() == offsets.numel() - 1:
+        if not capturing() and kb.weights is None and values.numel() == offsets.numel() - 1:
+            # (a branch on the batch's sizes: not in a graph, which would keep it)
             found = one_id_rows(values, offsets, len(feats), shift, limit, place)
         if found is None:
             found = shifted_rows(values, offsets, len(feats), shift, limit)
