@@ -214,3 +214,58 @@ def test_onnx_torchscript_export_of_index_input_equals_eager(tmp_path: Path) -> 
         x = torch.randint(0, IN, shape, generator=g)
         got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
         torch.testing.assert_close(got, layer(x).detach())
+
+
+class _Keyed(nn.Module):
+    """A collection over a keyed batch built from plain tensors (what a trace takes)."""
+
+    def __init__(self, collection: nn.Module) -> None:
+        super().__init__()
+        self.collection = collection
+
+    def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from lookuplinear import KeyedBags
+
+        return self.collection(KeyedBags(["a", "b", "c"], values, lengths=lengths)).values()
+
+
+def _keyed(seed: int, one_id: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = (torch.ones(9, dtype=torch.long) if one_id
+               else torch.randint(0, 4, (9,), generator=g))
+    return torch.randint(0, 5, (int(lengths.sum()),), generator=g), lengths
+
+
+@pytest.mark.parametrize("one_id", [True, False], ids=["traced on one ID", "traced on bags"])
+def test_jit_trace_of_a_collection_of_one_width_equals_eager(one_id: bool) -> None:
+    """A collection whose batch is one lookup (one width, dense gradients) traces: the graph
+    takes no branch on the trace batch (one ID per bag or not), so later batches of either
+    kind give the eager outputs."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    torch.manual_seed(0)
+    model = _Keyed(LookupCollection([TableConfig(k, 6, 4, [k]) for k in "abc"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, _keyed(0, one_id), check_trace=False)
+    for seed, later_one_id in [(1, True), (2, False), (3, False)]:
+        x = _keyed(seed, later_one_id)
+        torch.testing.assert_close(traced(*x), model(*x))
+
+
+@pytest.mark.parametrize("kind", ["sparse", "two widths", "mixed modes"])
+def test_jit_trace_of_a_collection_split_by_feature_is_refused(kind: str) -> None:
+    """A collection that cuts its batch by feature (each feature's bounds read from the
+    offsets) cannot be traced: the trace would keep the trace batch's bounds and cut every
+    later batch at them, a wrong result without an error. It is refused, naming
+    ``torch.export``."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    dims = {"a": 4, "b": 3 if kind == "two widths" else 4, "c": 4}
+    modes = {"a": "mean", "b": "sum", "c": "mean"} if kind == "mixed modes" else {}
+    col = LookupCollection([TableConfig(k, 6, dims[k], [k], mode=modes.get(k, "sum"))
+                            for k in "abc"], sparse=kind == "sparse")
+    with warnings.catch_warnings(), pytest.raises(
+            InputValueError, match=r"torch\.jit\.trace.*torch\.export\.export"):
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        torch.jit.trace(_Keyed(col), _keyed(0, False), check_trace=False)

@@ -507,7 +507,18 @@ class KeyedBags:
         self._bounds = (self.offsets, _version(self.offsets), bounds)
 
     def _key_bounds(self) -> list[int]:
-        """:meth:`offset_per_key`, not copied."""
+        """:meth:`offset_per_key`, not copied.
+
+        Refused while ``torch.jit.trace`` records: the trace would keep this batch's bounds as
+        constants, and slice every later batch at them (a wrong result, no error)."""
+        if torch.jit.is_tracing():
+            raise InputValueError(
+                "KeyedBags: torch.jit.trace cannot record a keyed batch split by feature (a "
+                "LookupCollection's forward, kb[key], offset_per_key()): the trace would keep "
+                "this batch's per-feature bounds as constants and cut every later batch at "
+                "them. Record the model with torch.export.export or torch.compile "
+                "(docs/serving.md), which keep them symbolic."
+            )
         known = self._known_bounds()
         if known is None:
             if self._starts is not None:
