@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..functional import _eager_op, lookup_linear
-from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
+from ..ops import one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -146,7 +146,7 @@ class BatchedLookup:
                 len(self.groups) > 1 or len(self._runs) > 1):
             # each output's first entry: the batch's own bounds, kept on the host where known
             # (no read back), else read once
-            starts = (kb.offset_per_key() if whole.offsets is kb.offsets
+            starts = (kb._key_bounds() if whole.offsets is kb.offsets
                       else whole.offsets[::n].tolist())
         if isinstance(whole, Bags) and self._runs and (sparse or dense):
             whole = self._folded(whole, n, table_groups, starts)
@@ -337,10 +337,12 @@ class BatchedLookup:
         for at, positions in zip(self._at, positions_of, strict=True):
             own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=device)
             torch.cumsum(lengths.index_select(0, positions).reshape(-1), 0, out=own[1:])
-            pieces = [whole.indices[starts[f]:starts[f + 1]] for f in at]
-            weights = None if whole.weights is None else torch.cat(
-                [whole.weights[starts[f]:starts[f + 1]] for f in at])
-            parts.append((torch.cat(pieces), own, weights))
+            pieces, weighed = [], []  # each feature's entries (a loop: no frame per group)
+            for f in at:
+                pieces.append(whole.indices[starts[f]:starts[f + 1]])
+                if whole.weights is not None:
+                    weighed.append(whole.weights[starts[f]:starts[f + 1]])
+            parts.append((torch.cat(pieces), own, torch.cat(weighed) if weighed else None))
         return parts
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
@@ -427,7 +429,8 @@ class BatchedLookup:
         shift, limit, place = layout or self._layout(device, n)
         found: torch.Tensor | int | None = None
         values, offsets = batch.values, batch.offsets
-        if not capturing() and kb.weights is None and values.numel() == offsets.numel() - 1:
+        if (not recording and not torch.jit.is_tracing() and kb.weights is None
+                and values.numel() == offsets.numel() - 1):
             # (a branch on the batch's sizes: not in a graph, which would keep it)
             found = one_id_rows(values, offsets, len(feats), shift, limit, place)
         if found is None:
