@@ -26,10 +26,10 @@ of any other batch, whose lookups are then torch's own.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
-from torch import nn
 
 from ..functional import _eager_op, lookup_linear
 from ..ops import one_id_rows, segment_triples, shifted_rows
@@ -63,9 +63,10 @@ class BatchedLookup:
     the tables out: the plan, and the tensors and caches built from it.
 
     Holds no parameter: each call is given the collection's ``table_groups`` (one parameter
-    per group of the plan), its ``sparse`` flag and its :class:`TableReader`. Its tensors are
-    no module's state (no ``state_dict`` entry, no buffer); those that depend on the device
-    are kept per device, so the collection's ``to(device)`` needs nothing of it.
+    per group of the plan, as a list: a ``ParameterList``'s indexing costs a microsecond), its
+    ``sparse`` flag and its :class:`TableReader`. Its tensors are no module's state (no
+    ``state_dict`` entry, no buffer); those that depend on the device are kept per device, so
+    the collection's ``to(device)`` needs nothing of it.
 
     Parameters
     ----------
@@ -123,7 +124,7 @@ class BatchedLookup:
         """Built again from the plan (a pickle of another version keeps other attributes)."""
         self.__init__(state["plan"])  # type: ignore[misc]
 
-    def lookup(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
+    def lookup(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
                tables: TableReader) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
@@ -157,7 +158,7 @@ class BatchedLookup:
             return self._written(whole, n, table_groups, tables, starts)
         return self._per_group(kb, table_groups, sparse, tables)
 
-    def _folded(self, whole: Bags, n: int, table_groups: nn.ParameterList,
+    def _folded(self, whole: Bags, n: int, table_groups: Sequence[torch.Tensor],
                 starts: list[int] | None) -> Bags | None:
         """The usual batch's bags ``whole`` with its ``mean``/``sqrtn`` outputs' factors
         folded into per-entry weights (times the batch's own weights, where it has them): the
@@ -190,7 +191,7 @@ class BatchedLookup:
                 part.fill_(1)
         return Bags.from_checked(whole.indices, whole.offsets, folded)
 
-    def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
+    def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
                starts: list[int] | None = None) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) with dense gradients
         (``sparse=False``, no table in a file): each group's part of it looked up by one ATen
@@ -218,7 +219,7 @@ class BatchedLookup:
         out: torch.Tensor = _IN_FEATURE_ORDER([o.to(dtype) for o in outs], features, segs)
         return out
 
-    def _per_group(self, kb: KeyedBags, table_groups: nn.ParameterList, sparse: bool,
+    def _per_group(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
                    tables: TableReader) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
@@ -274,7 +275,7 @@ class BatchedLookup:
         first = self.plan.groups[g].first * n
         return rows[first:first + n * n_feats].view(n, n_feats)
 
-    def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: nn.ParameterList,
+    def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
                  tables: TableReader, starts: list[int] | None = None) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
@@ -290,7 +291,7 @@ class BatchedLookup:
                 rows = self._group_rows(whole, g, len(feats), n)
                 rows_of.append(tables._drawn(g, rows) if self.stored else rows)
             if len(rows_of) > 1:  # gathered into their columns by one kernel call
-                gathered: torch.Tensor = _GATHER_GROUPS(list(table_groups), rows_of,
+                gathered: torch.Tensor = _GATHER_GROUPS(table_groups, rows_of,
                                                         self._all_columns, self.plan.width)
                 return gathered
             g, feats = self.groups[0]

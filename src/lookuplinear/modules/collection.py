@@ -484,14 +484,18 @@ class LookupCollection(CollectionBase):
                              sparse=self._sparse(cfg))
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
-        self._mapped = self._map_ids(kb) if len(self.id_maps) else None
-        try:
-            values = self._lookup_plan.lookup(kb, self.table_groups, self.sparse, self)
-        finally:
-            self._mapped = None
+        groups = list(self.table_groups)  # read once: a ParameterList's indexing is slow
+        if len(self.id_maps):  # the mapped rows, for rows() during this lookup
+            self._mapped = self._map_ids(kb)
+            try:
+                values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
+            finally:
+                self._mapped = None
+        else:  # (no attribute set: a module's __setattr__ costs microseconds)
+            values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
         # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
         dtype = torch.float32
-        for w in self.table_groups:
+        for w in groups:
             dtype = torch.promote_types(dtype, w.dtype)
         return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
                            values.to(dtype))
