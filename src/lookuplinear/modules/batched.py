@@ -19,8 +19,10 @@ and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), a
 gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
-its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` takes the way
-of any other batch, whose lookups are then torch's own.
+its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` records
+one group's lookup with dense gradients (torch's own ops); a batch cut by feature raises there
+(:meth:`KeyedBags.offset_per_key <lookuplinear.KeyedBags.offset_per_key>`: its bounds would be
+the trace's constants).
 """
 
 from __future__ import annotations
