@@ -482,6 +482,9 @@ class KeyedBags:
         ------
         OffsetsError
             Offsets (unchecked off the CPU) whose key bounds leave ``values``.
+        InputValueError
+            Read while ``torch.jit.trace`` records (so is ``kb[key]``): the trace would keep
+            them as constants. ``torch.export.export`` keeps them symbolic.
 
         Examples
         --------
