@@ -28,6 +28,7 @@ the trace's constants).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -336,16 +337,19 @@ class BatchedLookup:
         positions_of = self._positions_on.get(device)
         if positions_of is None:  # copied to the device once
             positions_of = self._positions_on[device] = [p.to(device) for p in self._positions]
+        sizes = [b - a for a, b in itertools.pairwise(starts)]
+        chunks = whole.indices.split(sizes)  # each feature's entries: views, one call
+        weighed = None if whole.weights is None else whole.weights.split(sizes)
         parts = []
         for at, positions in zip(self._at, positions_of, strict=True):
             own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=device)
             torch.cumsum(lengths.index_select(0, positions).reshape(-1), 0, out=own[1:])
-            pieces, weighed = [], []  # each feature's entries (a loop: no frame per group)
+            pieces, weights = [], []  # (a loop: no frame per group)
             for f in at:
-                pieces.append(whole.indices[starts[f]:starts[f + 1]])
-                if whole.weights is not None:
-                    weighed.append(whole.weights[starts[f]:starts[f + 1]])
-            parts.append((torch.cat(pieces), own, torch.cat(weighed) if weighed else None))
+                pieces.append(chunks[f])
+                if weighed is not None:
+                    weights.append(weighed[f])
+            parts.append((torch.cat(pieces), own, torch.cat(weights) if weights else None))
         return parts
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
