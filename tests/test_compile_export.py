@@ -534,3 +534,38 @@ def test_a_first_compile_with_dynamic_shapes_in_ci_calls_the_operators(tmp_path:
     run = subprocess.run([sys.executable, "-c", FRESH_COMPILE], env=env, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
+
+
+class _FromLengths(nn.Module):
+    """A collection over a keyed batch the forward builds from values and bag lengths."""
+
+    def __init__(self, collection: nn.Module) -> None:
+        super().__init__()
+        self.collection = collection
+
+    def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.collection(KeyedBags(["user", "item"], values, lengths=lengths)).values()
+
+
+@pytest.mark.parametrize("kind", ["plain", "mixed", "mean-sqrtn"])
+def test_exported_forward_that_builds_its_batch_from_lengths(kind: str) -> None:
+    """A ``KeyedBags(keys, values, lengths=...)`` built inside an exported forward: the
+    constructor reads no length in the graph (a data-dependent guard would stop the export),
+    the program equals the module on other batches, and lengths that do not cut the values
+    into bags are refused where it runs, as the eager constructor refuses them."""
+    model = _FromLengths(tables_of(kind, sparse=True)[0]).eval()
+    first = keyed_batch(4, 0)
+    program = torch.export.export(model, (first.values, first.lengths()),
+                                  dynamic_shapes=({0: AUTO}, {0: AUTO}))
+    with torch.no_grad():
+        for n, seed in [(6, 1), (2, 2)]:
+            kb = keyed_batch(n, seed)
+            torch.testing.assert_close(program.module()(kb.values, kb.lengths()),
+                                       model(kb.values, kb.lengths()))
+        kb = keyed_batch(5, 3)
+        bad = kb.lengths().clone()
+        bad[0] += 1  # one entry more than values holds
+        with pytest.raises(InputValueError, match="lengths sum to"):
+            model(kb.values, bad)
+        with pytest.raises((ValueError, RuntimeError), match="offsets"):
+            program.module()(kb.values, bad)

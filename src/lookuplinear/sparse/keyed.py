@@ -149,8 +149,8 @@ class KeyedBags:
                     f"KeyedBags: lengths must be 1-D (F * N values), got shape "
                     f"{tuple(lens.shape)}."
                 )
-            if on_host(lens):  # elsewhere: validate() and the lookup's asserts
-                _check_lengths(lens, vals.numel())
+            if on_host(lens) and values_known():  # elsewhere, and in a recorded graph:
+                _check_lengths(lens, vals.numel())  # validate() and the lookup's asserts
             off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
             torch.cumsum(lens, 0, out=off[1:])
         else:
