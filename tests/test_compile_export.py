@@ -569,3 +569,39 @@ def test_exported_forward_that_builds_its_batch_from_lengths(kind: str) -> None:
             model(kb.values, bad)
         with pytest.raises((ValueError, RuntimeError), match="offsets"):
             program.module()(kb.values, bad)
+
+
+def test_exported_forward_of_a_variable_batch_per_key() -> None:
+    """A variable batch per key (TorchRec's VBE: a stride per key and ``inverse_indices``)
+    built inside an exported forward: its strides are read on the host, never from a tensor,
+    so the export takes no data-dependent guard, and the program equals the module; an
+    inverse index past its key's bags is refused where it runs."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 6, 4, ["user"]),
+                            TableConfig("item", 6, 3, ["item"])]).eval()
+
+    class Variable(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.col = col
+
+        def forward(self, values: torch.Tensor, lengths: torch.Tensor,
+                    inverse: torch.Tensor) -> torch.Tensor:
+            kb = KeyedBags(["user", "item"], values, lengths=lengths,
+                           stride_per_key_per_rank=[[2], [3]], inverse_indices=inverse)
+            return self.col(kb).values()
+
+    model = Variable()
+    values, lengths = torch.tensor([1, 2, 3, 4, 5, 0]), torch.tensor([2, 1, 1, 1, 1])
+    inverse = torch.tensor([[0, 1, 1, 0], [2, 0, 1, 2]])
+    program = torch.export.export(model, (values, lengths, inverse))
+    with torch.no_grad():
+        assert torch.equal(program.module()(values, lengths, inverse),
+                           model(values, lengths, inverse))
+        other = torch.tensor([[1, 1, 0, 0], [0, 2, 2, 1]])
+        assert torch.equal(program.module()(values, lengths, other),
+                           model(values, lengths, other))
+        bad = inverse.clone()
+        bad[0, 0] = 5  # the user key has 2 bags
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            program.module()(values, lengths, bad)

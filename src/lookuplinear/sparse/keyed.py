@@ -553,12 +553,15 @@ class KeyedBags:
             if self.inverse_indices is None:
                 return self
             return KeyedBags.from_checked(self._keys, self.values, self.offsets, self.weights)
-        strides = torch.tensor(self.stride_per_key(), device=self.device)
+        strides = np.asarray(self.stride_per_key(), dtype=np.int64)  # host: no value read
         s = int(strides.max())
-        lengths = torch.zeros(len(self._keys), s, dtype=self.offsets.dtype, device=self.device)
-        lengths[torch.arange(s, device=self.device)[None, :] < strides[:, None]] = self.lengths()
+        first = np.arange(len(strides), dtype=np.int64) * s - (np.cumsum(strides) - strides)
+        at = torch.from_numpy(np.repeat(first, strides) + np.arange(int(strides.sum())))
+        at = at.to(self.device)  # each bag's place among the padded ones
+        lengths = torch.zeros(len(self._keys) * s, dtype=self.offsets.dtype, device=self.device)
+        lengths[at] = self.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
-        torch.cumsum(lengths.flatten(), 0, out=offsets[1:])
+        torch.cumsum(lengths, 0, out=offsets[1:])
         return KeyedBags.from_checked(self._keys, self.values, offsets, self.weights)
 
     def _first_bags(self) -> torch.Tensor:
@@ -860,8 +863,8 @@ def _inverse(given: Any, keys: list[str], per_key: list[int],
             f"per key, got shape {tuple(inv.shape)}."
         )
     inv = inv.to(device)
-    if on_host(inv):  # elsewhere: validate() and the lookup
-        _check_inverse_range(inv, keys, per_key)
+    if on_host(inv) and values_known():  # elsewhere, and in a recorded graph: validate()
+        _check_inverse_range(inv, keys, per_key)  # and the lookup
     return inv
 
 
