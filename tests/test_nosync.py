@@ -312,6 +312,26 @@ def test_a_collection_of_several_groups_reads_nothing_of_a_batch_moved_from_the_
     torch.testing.assert_close(cpu(host).values(), want)
 
 
+@pytest.mark.parametrize("modes", [("sum", "sum"), ("mean", "sum")], ids=["sum", "mean+sum"])
+@pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])
+def test_a_variable_batch_moved_from_the_cpu_reads_nothing(dims: tuple[int, int],
+                                                          modes: tuple[str, str]) -> None:
+    """A variable batch per key (strides and ``inverse_indices``) moved from the CPU: its
+    bags are padded to one stride from the host strides and keep their keys' bounds, so a
+    collection that splits by feature or folds a mean reads no value back; the CPU equals its
+    full batch's output."""
+    tables = [TableConfig("f1", 8, dims[0], ["f1"], mode=modes[0]),  # type: ignore[arg-type]
+              TableConfig("f2", 8, dims[1], ["f2"], mode=modes[1])]  # type: ignore[arg-type]
+    host = KeyedBags(["f1", "f2"], torch.tensor([3, 1, 7, 5, 2]), lengths=torch.tensor([2, 3, 0]),
+                     stride_per_key_per_rank=[[1], [2]],
+                     inverse_indices=torch.tensor([[0, 0, 0], [1, 0, 1]]))
+    col = LookupCollection(tables, sparse=True, device="meta")
+    out = no_host_reads(lambda: col(host.to("meta")))
+    assert out.values().shape == (3, sum(dims))
+    cpu = LookupCollection(tables, sparse=True)
+    torch.testing.assert_close(cpu(host).values(), cpu(host.full_batch()).values())
+
+
 def test_kept_key_bounds_follow_the_offsets_they_were_read_from() -> None:
     """``offset_per_key`` is kept for the offsets it was read from: offsets changed in place,
     or other offsets (or values) given to the batch, are read again, never sliced with stale

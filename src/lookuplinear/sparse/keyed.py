@@ -562,7 +562,11 @@ class KeyedBags:
         lengths[at] = self.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
-        return KeyedBags.from_checked(self._keys, self.values, offsets, self.weights)
+        padded = KeyedBags.from_checked(self._keys, self.values, offsets, self.weights)
+        bounds = self._known_bounds()
+        if bounds is not None:  # the same entries per key: the same bounds, kept (no read)
+            padded._keep_bounds(bounds)
+        return padded
 
     def _first_bags(self) -> torch.Tensor:
         """Each key's first bag, ``(F,)`` int64."""
