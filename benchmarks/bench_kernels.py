@@ -13,6 +13,8 @@ run where the C kernels do not (``LOOKUPLINEAR_BACKEND=torch``, CUDA, other dtyp
   against ``torch.embedding``;
 - ``group_rows``, the row-sparse gradient of the lookup: C against ``torch.unique`` +
   ``index_add_``;
+- ``hash_ids`` of the entries as IDs (a ``hashing="mod"`` table's rows): the C MurmurHash3
+  over the IDs' bytes against its torch ops;
 - the stored-gradient row update ``update_rows`` of ``SGD``, ``RowWiseAdagrad`` and ``Adam``
   on the unique rows: C against its torch-op twin (``lookuplinear.ops._updates``, what the
   optimizer runs where the C kernel does not);
@@ -39,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lookuplinear import hugepages, optim
+from lookuplinear import hash_ids, hugepages, optim
 from lookuplinear.ops import (
     FusedTable,
     fused_rows,
@@ -108,6 +110,10 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
         with use_backend("torch"):
             return group_rows(grad_out, args.rows, idx, offsets)
 
+    def hash_torch() -> object:
+        with use_backend("torch"):
+            return hash_ids(idx, args.rows)
+
     tables = {k: Table(k, args.rows, args.dim) for k in OPTIMIZERS}
     table = tables["sgd"].w.detach()
     out: dict[str, tuple[Callable[[], Any], ...]] = {
@@ -115,6 +121,8 @@ def cases(args: argparse.Namespace) -> tuple[dict[str, tuple[Callable[[], Any], 
             partial(gather_rows, table, idx), partial(torch.embedding, table, idx)),
         "`group_rows` (the row-sparse gradient)": (
             lambda: group_rows(grad_out, args.rows, idx, offsets), group_torch),
+        "`hash_ids` of the entries (`hashing=\"mod\"`)": (
+            partial(hash_ids, idx, args.rows), hash_torch),
     }
     for k, t in tables.items():
         out[f"`update_rows` {k} (stored gradient)"] = (

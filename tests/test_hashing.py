@@ -44,6 +44,29 @@ def test_murmur3_torch_equals_bytes_hash() -> None:
         assert int(murmur3_int64(torch.tensor([k]))[0]) == murmur3_bytes(data)
 
 
+@pytest.mark.skipif(not c_available(), reason="C kernels not built")
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_hash_ids_of_an_integer_tensor_the_c_way_equals_the_torch_way(dtype: torch.dtype
+                                                                      ) -> None:
+    """``hash_ids`` of integer IDs on the CPU is one call of the C hash over the IDs' bytes;
+    the same rows as the torch ops' (``murmur3_int64``), for every shape and int dtype, and
+    for an empty tensor."""
+    from lookuplinear import hash_ids
+    from lookuplinear.ops import use_backend
+
+    info = torch.iinfo(dtype)
+    keys = torch.cat([KEYS.clamp(info.min, info.max).to(dtype),
+                      torch.randint(info.min, info.max, (999,), dtype=dtype)])
+    for ids in (keys, keys[:990].view(10, 99), keys[:0]):
+        for rows in (1, 997, 2**31 - 1):
+            with use_backend("c"):
+                got = hash_ids(ids, rows)
+            with use_backend("torch"):
+                want = hash_ids(ids, rows)
+            assert got.shape == ids.shape and got.dtype == torch.int64
+            assert torch.equal(got, want)
+
+
 def test_qr_rows_cover_the_stored_rows_once_per_pair() -> None:
     n, m = 10, 4
     q, r = qr_rows(torch.arange(n), n, m)

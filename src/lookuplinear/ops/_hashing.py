@@ -17,6 +17,7 @@ MurmurHash3 and SplitMix64.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -147,7 +148,16 @@ def signed_rows(signed: torch.Tensor, num_rows: int) -> torch.Tensor:
 
 def hash_int_ids(ids: torch.Tensor, num_rows: int) -> torch.Tensor:
     """The row of every int64 ID among ``num_rows``: ``abs(murmur3_int64(id)) % num_rows``
-    (:func:`lookuplinear.hash_ids` of an integer tensor, without its checks)."""
+    (:func:`lookuplinear.hash_ids` of an integer tensor, without its checks).
+
+    On the CPU with the C kernels, one call of the operator ``lookuplinear::murmur3_32`` over
+    the IDs' own bytes (each ID the string of its 8 little-endian bytes); elsewhere, and while a
+    graph is recorded, :func:`murmur3_int64`'s torch ops (about fifty of them)."""
+    if ids.numel() and sys.byteorder == "little" and use_c(ids):
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        starts = torch.arange(0, 8 * flat.numel() + 1, 8)
+        signed = torch.ops.lookuplinear.murmur3_32.default(flat.view(torch.uint8), starts)
+        return signed_rows(signed.view(ids.shape), num_rows)
     return signed_rows(murmur3_int64(ids), num_rows)
 
 
