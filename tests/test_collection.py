@@ -1208,6 +1208,48 @@ def test_mean_and_sqrtn_tables_take_the_one_lookup_path(
     assert check_equivalence(col, kb).ok
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["", "weighted"])
+@pytest.mark.parametrize("one_id", [False, True], ids=["bags", "one ID"])
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("hashed", [(True, True, True), (True, False, True)],
+                         ids=["all hashed", "hashed beside plain"])
+def test_hashed_tables_take_the_one_lookup_path(hashed: tuple[bool, bool, bool], sparse: bool,
+                                                widths: tuple[int, int, int], one_id: bool,
+                                                weighted: bool) -> None:
+    """Tables with ``hashing="mod"`` (alone or beside plain ones, one a mean): the batch's
+    raw IDs hashed to their rows by one hash of every value, then the usual one lookup per
+    group, not one per feature; output and gradients the feature-by-feature reference's (which
+    hashes feature by feature with ``hash_ids``), and the dense equivalent's."""
+    tables = [dataclasses.replace(t, hashing="mod" if h else None,
+                                  mode="mean" if t.name == "c" else "sum")
+              for t, h in zip(_three_tables(widths), hashed, strict=True)]
+    torch.manual_seed(0)
+    col = LookupCollection(tables, sparse=sparse)
+    sizes = [1, 1, 1] if one_id else [2, 0, 3]  # bags: an empty one, a repeated ID
+    raw = {}
+    for k, h in zip("abcd", (*hashed, hashed[2]), strict=True):  # d reads table c
+        first = 10**12 + ord(k) if h else 1  # raw IDs where the table hashes, else rows
+        raw[k] = [[first + (i * j) % 2 for j in range(size)] for i, size in enumerate(sizes)]
+    kb = KeyedBags.from_dict(raw)
+    if weighted:
+        kb = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel(), dtype=torch.float64))
+    with _Seen() as seen:
+        out = col(kb).values()
+    lookups = seen.lookups()
+    assert len(lookups) == len(col.table_groups) or lookups == [
+        "lookuplinear.gather_groups.default"]
+    params = list(col.parameters())
+    ref = col._lookup_plan._per_group(kb, list(col.table_groups), sparse, col)
+    torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)
+    grad_out = torch.randn_like(out)
+    for got, want in zip(torch.autograd.grad(out, params, grad_out),
+                         torch.autograd.grad(ref, params, grad_out), strict=True):
+        torch.testing.assert_close(got.to_dense(), want.to_dense(), rtol=1e-14, atol=1e-14)
+    assert check_equivalence(col, kb).ok
+
+
 @pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_weights_that_need_a_gradient_over_the_usual_batch(widths: tuple[int, int, int],

@@ -29,6 +29,7 @@ from .._sizes import as_size
 from ..ops._hashing import (
     hash_int_ids,
     murmur3_bytes,
+    murmur3_ids,
     murmur3_int64,
     murmur3_many,
     signed_rows,
@@ -41,6 +42,7 @@ from .rawids import as_int_ids, as_str_ids, check_strs, key_type_of
 __all__ = [
     "hash_ids",
     "murmur3_bytes",
+    "murmur3_ids",
     "murmur3_int64",
     "qr_rows",
     "qr_stored_rows",

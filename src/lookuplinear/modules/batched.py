@@ -1,22 +1,23 @@
 """The execution of a collection's plan (:mod:`lookuplinear.modules.plan`): a batch of every
 feature looked up in one kernel call, or feature by feature.
 
-The usual batch (plain tables: sums, means and sqrtn without padding or hashing; the batch's
-keys exactly the collection's features, or a feature read by several tables taken once per
-table) is checked and shifted to the rows of the groups' parameters in one pass. A mean or
-sqrtn of one ID is that ID's row; bags get the modes' factors folded into per-entry weights by
-one pass over the whole batch (the weights the feature-by-feature way folds). With row-sparse
-gradients of one dtype, one ID per feature over several groups is one call of the operator
+The usual batch (tables of sums, means and sqrtn without padding, their IDs their rows or hashed
+to them by ``hashing="mod"``; the batch's keys exactly the collection's features, or a feature
+read by several tables taken once per table) is hashed where its tables hash (one hash of every
+ID), checked and shifted to the rows of the groups' parameters in one pass. A mean or sqrtn of
+one ID is that ID's row; bags get the modes' factors folded into per-entry weights by one pass
+over the whole batch (the weights the feature-by-feature way folds). With row-sparse gradients
+of one dtype, one ID per feature over several groups is one call of the operator
 ``lookuplinear::gather_groups``, which writes every group's rows into their columns (their
 gradient each group's lookup's, one copy in the backward); one group, or bags, one call of the
 operator ``lookuplinear::bag_lookup`` per group, and the operator
 ``lookuplinear::in_feature_order`` puts the outputs in feature order where they are not. With
-dense gradients each group is one ATen lookup. Any other batch (a ``max`` table, padding,
-hashing, per-entry weights that need a gradient beside a mean, a mix of modes or several groups
-while a graph is recorded) is one lookup per group of its (feature, table) pairs, put side by
-side in output order by the same operator: the reference the batched way equals. Eager calls
-and recorded graphs call the same operators (:mod:`lookuplinear.ops.library`), and the sparse
-gradient has their one layout.
+dense gradients each group is one ATen lookup. Any other batch (a ``max`` table, padding, an
+``IdMap`` or ``"qr"`` table, per-entry weights that need a gradient beside a mean; while a graph
+is recorded, hashing, a mix of modes or several groups) is one lookup per group of its (feature,
+table) pairs, put side by side in output order by the same operator: the reference the batched
+way equals. Eager calls and recorded graphs call the same operators
+(:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
 its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` records
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 import torch
 
 from ..functional import _eager_op, lookup_linear
+from ..ids.hashing import murmur3_ids, signed_rows
 from ..ops import one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
@@ -119,6 +121,13 @@ class BatchedLookup:
             else:
                 runs.append((i, i + 1, mode))
         self._runs = [] if set(modes) <= {"sum"} else runs
+        configs = [plan.place_of(f).config for f in plan.embedding_names]
+        #: every table a sum, mean or sqrtn without padding, its IDs its rows or hashed to
+        #: them (``hashing="mod"``): the usual batch is looked up in one pass (:meth:`_shifted`)
+        self._usual = all(c.mode != "max" and c.padding_idx is None
+                          and c.hashing in (None, "mod") for c in configs)
+        #: each output's rows where its table hashes its IDs, else 0
+        self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan}  # everything else is built from it
@@ -415,27 +424,33 @@ class BatchedLookup:
 
     def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
                  ) -> torch.Tensor | Bags | None:
-        """The usual batch (plain tables: sums, means or sqrtn without padding or hashing;
-        the batch's keys exactly the plan's features, a feature read by several tables taken
-        once per table, :meth:`_per_output`) checked and shifted to the rows of the groups'
-        parameters in one pass: when every bag holds one ID (and the batch no weights: a mean
-        of one row is that row), its rows, each group's ``(N, F_g)`` in example order, group
-        after group (the ``(N, F)`` rows for one group); else the batch's bags with shifted
-        indices and its weights (a batch of weights only with the plan's outputs as keys).
-        None for any other batch (each group then builds its own)."""
+        """The usual batch (tables of sums, means or sqrtn without padding, hashed by
+        ``hashing="mod"`` or not, :attr:`_usual`; the batch's keys exactly the plan's
+        features, a feature read by several tables taken once per table,
+        :meth:`_per_output`) hashed where its tables hash (:meth:`_hashed_rows`; not while a
+        graph is recorded), checked and shifted to the rows of the groups' parameters in one
+        pass: when every bag holds one ID (and the batch no weights: a mean of one row is
+        that row), its rows, each group's ``(N, F_g)`` in example order, group after group
+        (the ``(N, F)`` rows for one group); else the batch's bags with shifted indices and
+        its weights (a batch of weights only with the plan's outputs as keys). None for any
+        other batch (each group then builds its own)."""
         feats = self.feature_names
-        if not self.plan.plain or (kb.weights is not None and kb._keys != self.inputs):
+        if not self._usual or (kb.weights is not None and kb._keys != self.inputs):
             return None
         batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
             self._per_output(kb) if self._shared else None)
         if batch is None:
             return None
         recording = torch.compiler.is_compiling()
+        values, offsets = batch.values, batch.offsets
+        if any(self._hashed):  # hashed to their rows first (in a graph: feature by feature)
+            if recording or torch.jit.is_tracing():
+                return None
+            values = self._hashed_rows(batch)
         device = kb.values.device
         layout = None if recording else self._layouts.get((device, n))
         shift, limit, place = layout or self._layout(device, n)
         found: torch.Tensor | int | None = None
-        values, offsets = batch.values, batch.offsets
         if (not recording and not torch.jit.is_tracing() and kb.weights is None
                 and values.numel() == offsets.numel() - 1):
             # (a branch on the batch's sizes: not in a graph, which would keep it)
@@ -450,6 +465,22 @@ class BatchedLookup:
                                          if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
         return found
+
+    def _hashed_rows(self, batch: KeyedBags) -> torch.Tensor:
+        """The rows of ``batch``'s values (one key per output, in output order) in their tables:
+        ``hash_ids(id, num_embeddings)`` for the outputs of ``hashing="mod"`` tables (one hash
+        of every value, then each output's modulus), the IDs themselves for the others; in the
+        offsets' dtype."""
+        values = batch.values
+        device = values.device
+        counts = torch.tensor([b - a for a, b in itertools.pairwise(batch._key_bounds())],
+                              device=device)
+        rows = torch.tensor(self._hashed, device=device).repeat_interleave(
+            counts, output_size=values.numel())  # each entry's table rows where it hashes
+        hashed = signed_rows(murmur3_ids(values), rows.clamp(min=1))
+        if all(self._hashed):
+            return hashed.to(batch.offsets.dtype)
+        return torch.where(rows > 0, hashed, values).to(batch.offsets.dtype)
 
     def _per_output(self, kb: KeyedBags) -> KeyedBags | None:
         """A batch of exactly the plan's features, one of them read by several tables, as a

@@ -5,7 +5,7 @@ MurmurHash3 and SplitMix64.
   :func:`murmur3_many` / :func:`murmur3_bytes` (the operator ``lookuplinear::murmur3_32``, over
   C ``ll_murmur3_32``): MurmurHash3_x86_32 with seed 0, signed.
 * :func:`hash_int_ids`: the core of :func:`lookuplinear.hash_ids` for an integer tensor, the row
-  ``abs(murmur3_int64(id)) % num_rows``.
+  ``abs(murmur3_int64(id)) % num_rows``, over :func:`murmur3_ids` (C where it can).
 * :func:`splitmix64` (torch), :func:`splitmix64_int` (a Python int) and
   :func:`splitmix64_c` (the operator ``lookuplinear::splitmix64``, over C ``ll_splitmix64``,
   the probe start of ``IdMap``'s hash table).
@@ -29,6 +29,7 @@ from ._backend import use_c
 __all__ = [
     "hash_int_ids",
     "murmur3_bytes",
+    "murmur3_ids",
     "murmur3_int64",
     "murmur3_many",
     "murmur3_segments",
@@ -141,24 +142,33 @@ def murmur3_many(items: Sequence[bytes]) -> torch.Tensor:
     return murmur3_segments(data, starts)
 
 
-def signed_rows(signed: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """The row of each signed 32-bit hash among ``num_rows``: ``abs(h) % num_rows``."""
+def signed_rows(signed: torch.Tensor, num_rows: int | torch.Tensor) -> torch.Tensor:
+    """The row of each signed 32-bit hash among ``num_rows`` (one count, or one per hash):
+    ``abs(h) % num_rows``."""
     return signed.abs() % num_rows  # abs(-2**31) is 2**31 in int64, as scikit-learn defines it
+
+
+def murmur3_ids(ids: torch.Tensor) -> torch.Tensor:
+    """:func:`murmur3_int64` of integer IDs (of any int dtype, hashed as int64), the fastest
+    way: on the CPU with the C kernels, one call of the operator ``lookuplinear::murmur3_32``
+    over the IDs' own bytes (each ID the string of its 8 little-endian bytes); elsewhere, and
+    while a graph is recorded, :func:`murmur3_int64`'s torch ops (about fifty of them)."""
+    ids = ids.to(torch.int64)
+    # use_c first: False while a graph is recorded, whose sizes are not read
+    if use_c(ids) and sys.byteorder == "little" and ids.numel():
+        flat = ids.reshape(-1).contiguous()
+        starts = torch.arange(0, 8 * flat.numel() + 1, 8)
+        signed: torch.Tensor = torch.ops.lookuplinear.murmur3_32.default(
+            flat.view(torch.uint8), starts)
+        return signed.view(ids.shape)
+    return murmur3_int64(ids)
 
 
 def hash_int_ids(ids: torch.Tensor, num_rows: int) -> torch.Tensor:
     """The row of every int64 ID among ``num_rows``: ``abs(murmur3_int64(id)) % num_rows``
-    (:func:`lookuplinear.hash_ids` of an integer tensor, without its checks).
-
-    On the CPU with the C kernels, one call of the operator ``lookuplinear::murmur3_32`` over
-    the IDs' own bytes (each ID the string of its 8 little-endian bytes); elsewhere, and while a
-    graph is recorded, :func:`murmur3_int64`'s torch ops (about fifty of them)."""
-    if ids.numel() and sys.byteorder == "little" and use_c(ids):
-        flat = ids.reshape(-1).to(torch.int64).contiguous()
-        starts = torch.arange(0, 8 * flat.numel() + 1, 8)
-        signed = torch.ops.lookuplinear.murmur3_32.default(flat.view(torch.uint8), starts)
-        return signed_rows(signed.view(ids.shape), num_rows)
-    return signed_rows(murmur3_int64(ids), num_rows)
+    (:func:`lookuplinear.hash_ids` of an integer tensor, without its checks;
+    :func:`murmur3_ids`)."""
+    return signed_rows(murmur3_ids(ids), num_rows)
 
 
 def murmur3_bytes(data: bytes) -> int:
