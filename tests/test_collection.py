@@ -408,18 +408,21 @@ def test_random_batches_equal_dense(data, n, mode, item_dim):
     weighted=st.booleans(),
     sparse=st.booleans(),
     shared=st.booleans(),
+    hashed=st.lists(st.booleans(), min_size=3, max_size=3),
 )
 def test_random_batches_of_mixed_modes_equal_dense(data, n, modes, dims, weighted, sparse,
-                                                   shared):
-    """Tables of sum, mean and sqrtn side by side, of one width or several, a feature read by
-    two tables or not, weighted or not, dense or row-sparse gradients: the usual batch's one
-    lookup path (its modes folded over the whole batch) equals the dense equivalent; empty
-    bags, a batch of none, duplicates, one ID per bag among them."""
+                                                   shared, hashed):
+    """Tables of sum, mean and sqrtn side by side, of one width or several, hashed
+    (``hashing="mod"``) or not, a feature read by two tables or not, weighted or not, dense or
+    row-sparse gradients: the usual batch's one lookup path (its IDs hashed and its modes
+    folded over the whole batch) equals the dense equivalent; empty bags, a batch of none,
+    duplicates, one ID per bag among them."""
     sizes = [6, 4, 5]
     feats = ["a", "b", "c"]
     tables = [TableConfig(f"t{i}", sizes[i], dims[i],
                           ["a", "c"] if shared and i == 2 else [feats[i]],
-                          mode=modes[i], dtype=torch.float64) for i in range(3)]
+                          mode=modes[i], hashing="mod" if hashed[i] else None,
+                          dtype=torch.float64) for i in range(3)]
     one_id = data.draw(st.booleans())
     lists = {f: data.draw(st.lists(st.lists(st.integers(0, 3), min_size=int(one_id),
                                             max_size=1 if one_id else 4),
