@@ -1217,14 +1217,16 @@ def test_mean_and_sqrtn_tables_take_the_one_lookup_path(
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("hashed", [(True, True, True), (True, False, True)],
                          ids=["all hashed", "hashed beside plain"])
-def test_hashed_tables_take_the_one_lookup_path(hashed: tuple[bool, bool, bool], sparse: bool,
-                                                widths: tuple[int, int, int], one_id: bool,
-                                                weighted: bool) -> None:
-    """Tables with ``hashing="mod"`` (alone or beside plain ones, one a mean): the batch's
-    raw IDs hashed to their rows by one hash of every value, then the usual one lookup per
-    group, not one per feature; output and gradients the feature-by-feature reference's (which
-    hashes feature by feature with ``hash_ids``), and the dense equivalent's."""
-    tables = [dataclasses.replace(t, hashing="mod" if h else None,
+@pytest.mark.parametrize("kind", ["mod", "map"])
+def test_hashed_tables_take_the_one_lookup_path(kind: str, hashed: tuple[bool, bool, bool],
+                                                sparse: bool, widths: tuple[int, int, int],
+                                                one_id: bool, weighted: bool) -> None:
+    """Tables with ``hashing="mod"`` or an ``IdMap`` (alone or beside plain ones, one a
+    mean): the batch's raw IDs turned into their rows first (one hash of every value; each
+    table's map), then the usual one lookup per group, not one per feature; output and
+    gradients the feature-by-feature reference's (which hashes or maps feature by feature),
+    and the dense equivalent's."""
+    tables = [dataclasses.replace(t, hashing=kind if h else None,
                                   mode="mean" if t.name == "c" else "sum")
               for t, h in zip(_three_tables(widths), hashed, strict=True)]
     torch.manual_seed(0)

@@ -1,22 +1,22 @@
 """The execution of a collection's plan (:mod:`lookuplinear.modules.plan`): a batch of every
 feature looked up in one kernel call, or feature by feature.
 
-The usual batch (tables of sums, means and sqrtn without padding, their IDs their rows or hashed
-to them by ``hashing="mod"``; the batch's keys exactly the collection's features, or a feature
-read by several tables taken once per table) is hashed where its tables hash (one hash of every
-ID), checked and shifted to the rows of the groups' parameters in one pass. A mean or sqrtn of
-one ID is that ID's row; bags get the modes' factors folded into per-entry weights by one pass
-over the whole batch (the weights the feature-by-feature way folds). With row-sparse gradients
-of one dtype, one ID per feature over several groups is one call of the operator
-``lookuplinear::gather_groups``, which writes every group's rows into their columns (their
-gradient each group's lookup's, one copy in the backward); one group, or bags, one call of the
-operator ``lookuplinear::bag_lookup`` per group, and the operator
-``lookuplinear::in_feature_order`` puts the outputs in feature order where they are not. With
-dense gradients each group is one ATen lookup. Any other batch (a ``max`` table, padding, an
-``IdMap`` or ``"qr"`` table, per-entry weights that need a gradient beside a mean; while a graph
-is recorded, hashing, a mix of modes or several groups) is one lookup per group of its (feature,
-table) pairs, put side by side in output order by the same operator: the reference the batched
-way equals. Eager calls and recorded graphs call the same operators
+The usual batch (tables of sums, means and sqrtn without padding, their IDs their rows, hashed
+to them by ``hashing="mod"`` or mapped by an ``IdMap``; the batch's keys exactly the
+collection's features, or a feature read by several tables taken once per table) is hashed where
+its tables hash (one hash of every ID) and mapped where they map, checked and shifted to the
+rows of the groups' parameters in one pass. A mean or sqrtn of one ID is that ID's row; bags get
+the modes' factors folded into per-entry weights by one pass over the whole batch (the weights
+the feature-by-feature way folds). With row-sparse gradients of one dtype, one ID per feature
+over several groups is one call of the operator ``lookuplinear::gather_groups``, which writes
+every group's rows into their columns (their gradient each group's lookup's, one copy in the
+backward); one group, or bags, one call of the operator ``lookuplinear::bag_lookup`` per group,
+and the operator ``lookuplinear::in_feature_order`` puts the outputs in feature order where they
+are not. With dense gradients each group is one ATen lookup. Any other batch (a ``max`` table,
+padding, a ``"qr"`` table, per-entry weights that need a gradient beside a mean; while a graph
+is recorded, hashing, ID maps, a mix of modes or several groups) is one lookup per group of its
+(feature, table) pairs, put side by side in output order by the same operator: the reference the
+batched way equals. Eager calls and recorded graphs call the same operators
 (:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
@@ -122,12 +122,15 @@ class BatchedLookup:
                 runs.append((i, i + 1, mode))
         self._runs = [] if set(modes) <= {"sum"} else runs
         configs = [plan.place_of(f).config for f in plan.embedding_names]
-        #: every table a sum, mean or sqrtn without padding, its IDs its rows or hashed to
-        #: them (``hashing="mod"``): the usual batch is looked up in one pass (:meth:`_shifted`)
+        #: every table a sum, mean or sqrtn without padding, its IDs its rows, hashed to them
+        #: (``hashing="mod"``) or mapped (``"map"``): the usual batch is looked up in one pass
+        #: (:meth:`_shifted`)
         self._usual = all(c.mode != "max" and c.padding_idx is None
-                          and c.hashing in (None, "mod") for c in configs)
-        #: each output's rows where its table hashes its IDs, else 0
+                          and c.hashing in (None, "mod", "map") for c in configs)
+        #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
+        #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
+        self._mapped = [i for i, c in enumerate(configs) if c.hashing == "map"]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan}  # everything else is built from it
@@ -425,15 +428,15 @@ class BatchedLookup:
     def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
                  ) -> torch.Tensor | Bags | None:
         """The usual batch (tables of sums, means or sqrtn without padding, hashed by
-        ``hashing="mod"`` or not, :attr:`_usual`; the batch's keys exactly the plan's
-        features, a feature read by several tables taken once per table,
-        :meth:`_per_output`) hashed where its tables hash (:meth:`_hashed_rows`; not while a
-        graph is recorded), checked and shifted to the rows of the groups' parameters in one
-        pass: when every bag holds one ID (and the batch no weights: a mean of one row is
-        that row), its rows, each group's ``(N, F_g)`` in example order, group after group
-        (the ``(N, F)`` rows for one group); else the batch's bags with shifted indices and
-        its weights (a batch of weights only with the plan's outputs as keys). None for any
-        other batch (each group then builds its own)."""
+        ``hashing="mod"``, mapped or neither, :attr:`_usual`; the batch's keys exactly the
+        plan's features, a feature read by several tables taken once per table,
+        :meth:`_per_output`) hashed or mapped where its tables do (:meth:`_table_rows`; not
+        while a graph is recorded), checked and shifted to the rows of the groups'
+        parameters in one pass: when every bag holds one ID (and the batch no weights: a
+        mean of one row is that row), its rows, each group's ``(N, F_g)`` in example order,
+        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
+        shifted indices and its weights (a batch of weights only with the plan's outputs as
+        keys). None for any other batch (each group then builds its own)."""
         feats = self.feature_names
         if not self._usual or (kb.weights is not None and kb._keys != self.inputs):
             return None
@@ -443,10 +446,10 @@ class BatchedLookup:
             return None
         recording = torch.compiler.is_compiling()
         values, offsets = batch.values, batch.offsets
-        if any(self._hashed):  # hashed to their rows first (in a graph: feature by feature)
+        if any(self._hashed) or self._mapped:  # their rows first (in a graph: by feature)
             if recording or torch.jit.is_tracing():
                 return None
-            values = self._hashed_rows(batch)
+            values = self._table_rows(kb, batch, tables)
         device = kb.values.device
         layout = None if recording else self._layouts.get((device, n))
         shift, limit, place = layout or self._layout(device, n)
@@ -465,6 +468,21 @@ class BatchedLookup:
                                          if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
         return found
+
+    def _table_rows(self, kb: KeyedBags, batch: KeyedBags, tables: TableReader
+                    ) -> torch.Tensor:
+        """The rows of ``batch``'s values (one key per output, in output order) in their tables:
+        hashed where they hash (:meth:`_hashed_rows`), each mapped output's rows as the
+        collection's maps gave them for this forward (``tables.rows``), the IDs themselves
+        elsewhere; in the offsets' dtype."""
+        values = self._hashed_rows(batch) if any(self._hashed) else batch.values
+        if self._mapped:
+            bounds = batch._key_bounds()
+            pieces = [values[a:b] for a, b in itertools.pairwise(bounds)]
+            for i in self._mapped:
+                pieces[i] = tables.rows(kb, self.feature_names[i]).indices.to(values.dtype)
+            values = torch.cat(pieces)
+        return values.to(batch.offsets.dtype)
 
     def _hashed_rows(self, batch: KeyedBags) -> torch.Tensor:
         """The rows of ``batch``'s values (one key per output, in output order) in their tables:
