@@ -106,6 +106,10 @@ def test_torchrec_table_wise_equals_one_process_and_comes_back(tmp_path: Path) -
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", str(TORCHREC_EXAMPLE), "--steps", "20", "--save", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    if run.returncode != 0 and "terminate called without an active exception" in run.stderr:
+        # a worker aborted in the process group's teardown (a thread still joinable at exit,
+        # seen once under a loaded two-core CI run): run once more; any other failure stands
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stderr[-3000:]
     state = load_file(str(out))
     keys = sorted(k[len("one."):] for k in state if k.startswith("one."))
