@@ -111,9 +111,10 @@ class BatchedLookup:
         self._at = [list(group.positions) for group in plan.groups]
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        configs = [plan.place_of(f).config for f in plan.embedding_names]
         #: the outputs' modes as runs of consecutive outputs ``(first, end, mode)``; none
         #: where every table sums (a batch's bags then need no per-entry factor)
-        modes = [plan.place_of(f).config.mode for f in plan.embedding_names]
+        modes = [c.mode for c in configs]
         runs: list[tuple[int, int, str]] = []
         for i, mode in enumerate(modes):
             if runs and runs[-1][2] == mode:
@@ -121,12 +122,6 @@ class BatchedLookup:
             else:
                 runs.append((i, i + 1, mode))
         self._runs = [] if set(modes) <= {"sum"} else runs
-        configs = [plan.place_of(f).config for f in plan.embedding_names]
-        #: every table a sum, mean or sqrtn without padding, its IDs its rows, hashed to them
-        #: (``hashing="mod"``) or mapped (``"map"``): the usual batch is looked up in one pass
-        #: (:meth:`_shifted`)
-        self._usual = all(c.mode != "max" and c.padding_idx is None
-                          and c.hashing in (None, "mod", "map") for c in configs)
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
@@ -333,18 +328,12 @@ class BatchedLookup:
         """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
         feature-major): its features' bags, feature after feature, as indices and weights (one
         copy each) and CSR offsets; ``whole``'s own for one group. ``starts``: each feature's
-        first entry and the end, where the caller knows them (else read from the offsets: on a
-        GPU a host synchronisation)."""
+        first entry and the end (:meth:`lookup` reads them, kept on the host where known)."""
         if len(self.groups) == 1:
             return [(whole.indices, whole.offsets, whole.weights)]
+        assert starts is not None, "several groups: the caller reads the bounds"
         offsets = whole.offsets
-        if n == 0:  # a batch of no examples: no bags in any group
-            none = (whole.indices, torch.zeros(1, dtype=torch.long, device=offsets.device),
-                    whole.weights)
-            return [none] * len(self.groups)
-        lengths = (offsets[1:] - offsets[:-1]).view(-1, n)  # (F, N)
-        if starts is None:
-            starts = offsets[::n].tolist()
+        lengths = (offsets[1:] - offsets[:-1]).view(len(self.feature_names), n)  # (F, N)
         device = offsets.device
         positions_of = self._positions_on.get(device)
         if positions_of is None:  # copied to the device once
@@ -428,7 +417,7 @@ class BatchedLookup:
     def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
                  ) -> torch.Tensor | Bags | None:
         """The usual batch (tables of sums, means or sqrtn without padding, hashed by
-        ``hashing="mod"``, mapped or neither, :attr:`_usual`; the batch's keys exactly the
+        ``hashing="mod"``, mapped or neither: ``plan.plain``; the batch's keys exactly the
         plan's features, a feature read by several tables taken once per table,
         :meth:`_per_output`) hashed or mapped where its tables do (:meth:`_table_rows`; not
         while a graph is recorded), checked and shifted to the rows of the groups'
@@ -438,7 +427,7 @@ class BatchedLookup:
         shifted indices and its weights (a batch of weights only with the plan's outputs as
         keys). None for any other batch (each group then builds its own)."""
         feats = self.feature_names
-        if not self._usual or (kb.weights is not None and kb._keys != self.inputs):
+        if not self.plan.plain or (kb.weights is not None and kb._keys != self.inputs):
             return None
         batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
             self._per_output(kb) if self._shared else None)
@@ -487,8 +476,7 @@ class BatchedLookup:
     def _hashed_rows(self, batch: KeyedBags) -> torch.Tensor:
         """The rows of ``batch``'s values (one key per output, in output order) in their tables:
         ``hash_ids(id, num_embeddings)`` for the outputs of ``hashing="mod"`` tables (one hash
-        of every value, then each output's modulus), the IDs themselves for the others; in the
-        offsets' dtype."""
+        of every value, then each output's modulus), the IDs themselves for the others."""
         values = batch.values
         device = values.device
         counts = torch.tensor([b - a for a, b in itertools.pairwise(batch._key_bounds())],
@@ -496,9 +484,9 @@ class BatchedLookup:
         rows = torch.tensor(self._hashed, device=device).repeat_interleave(
             counts, output_size=values.numel())  # each entry's table rows where it hashes
         hashed = signed_rows(murmur3_ids(values), rows.clamp(min=1))
-        if all(self._hashed):
-            return hashed.to(batch.offsets.dtype)
-        return torch.where(rows > 0, hashed, values).to(batch.offsets.dtype)
+        if all(self._hashed):  # every output hashes (the usual hashed collection: 8% of its
+            return hashed      # forward, 8 tables of 128 bags)
+        return torch.where(rows > 0, hashed, values)
 
     def _per_output(self, kb: KeyedBags) -> KeyedBags | None:
         """A batch of exactly the plan's features, one of them read by several tables, as a

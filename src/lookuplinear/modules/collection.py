@@ -485,14 +485,16 @@ class LookupCollection(CollectionBase):
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         groups = list(self.table_groups)  # read once: a ParameterList's indexing is slow
-        if len(self.id_maps):  # the mapped rows, for rows() during this lookup
+        # the mapped rows, for rows() during this lookup (set only where there are maps: a
+        # module's __setattr__ costs microseconds)
+        mapping = len(self.id_maps) > 0
+        if mapping:
             self._mapped = self._map_ids(kb)
-            try:
-                values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
-            finally:
-                self._mapped = None
-        else:  # (no attribute set: a module's __setattr__ costs microseconds)
+        try:
             values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
+        finally:
+            if mapping:
+                self._mapped = None
         # float16 and bfloat16 tables pool in their dtype and give float32, as TorchRec's
         dtype = torch.float32
         for w in groups:

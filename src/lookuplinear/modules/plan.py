@@ -93,8 +93,9 @@ class CollectionPlan:
     groups: tuple[GroupPlan, ...]
     #: each output's group
     feature_group: tuple[int, ...]
-    #: every table pooled by a sum, mean or sqrtn, without padding or hashing: a batch's IDs
-    #: are its rows, and its tables' modes per-entry weights
+    #: every table pooled by a sum, mean or sqrtn, without padding, its IDs its rows, hashed to
+    #: them (``hashing="mod"``) or mapped (``"map"``): a batch is turned into rows and looked
+    #: up in one pass, its tables' modes per-entry weights
     plain: bool
 
     def outputs_of(self, feature: str) -> list[str]:
@@ -198,8 +199,8 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
         dims=dims, columns=columns, width=sum(dims), table_of=owner,
         feature_of=dict(zip(features, inputs, strict=True)),
         places=places, groups=tuple(groups), feature_group=feature_group,
-        plain=all(t.mode != "max" and t.padding_idx is None and t.hashing is None
-                  for t in tables),
+        plain=all(t.mode != "max" and t.padding_idx is None
+                  and t.hashing in (None, "mod", "map") for t in tables),
     )
 
 
