@@ -484,8 +484,8 @@ class BatchedLookup:
         rows = torch.tensor(self._hashed, device=device).repeat_interleave(
             counts, output_size=values.numel())  # each entry's table rows where it hashes
         hashed = signed_rows(murmur3_ids(values), rows.clamp(min=1))
-        if all(self._hashed):  # every output hashes (the usual hashed collection: 8% of its
-            return hashed      # forward, 8 tables of 128 bags)
+        if all(self._hashed):  # every output hashes: no select (it shows in a small forward)
+            return hashed
         return torch.where(rows > 0, hashed, values)
 
     def _per_output(self, kb: KeyedBags) -> KeyedBags | None:
