@@ -1311,3 +1311,18 @@ def test_a_batch_of_no_examples_or_empty_bags(dims: tuple[int, int], sparse: boo
         want = torch.cat([kb[k].to_dense(5) @ col[k].weight for k in ("a", "b")], 1)
         torch.testing.assert_close(out, want)
         out.sum().backward()
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_refused_batch_leaves_the_id_maps_as_they_were(sparse: bool) -> None:
+    """A batch with an ID past a plain table, beside a table keyed by an ``IdMap`` in training
+    mode: the ``LookupIndexError`` comes before the map takes the batch's new IDs, so the
+    maps, tables and optimizer state are as they were."""
+    col = LookupCollection([TableConfig("u", 8, 4, ["u"], hashing="map"),
+                            TableConfig("p", 5, 4, ["p"])], sparse=sparse)
+    opt = optim.RowWiseAdagrad(col.parameters(), lr=0.1, fused=sparse) if sparse else None
+    col(KeyedBags.from_dict({"u": [[3]], "p": [[1]]}))  # the map holds one ID
+    before = snapshot(col, *([opt] if opt else []))
+    with pytest.raises(LookupIndexError, match=r"kb\['p'\]"):
+        col(KeyedBags.from_dict({"u": [[10**12], [7]], "p": [[1], [9]]}))
+    assert_unchanged(before, col, *([opt] if opt else []))

@@ -489,6 +489,9 @@ class LookupCollection(CollectionBase):
         # module's __setattr__ costs microseconds)
         mapping = len(self.id_maps) > 0
         if mapping:
+            for name in self.embedding_names:  # checked before the maps take new IDs: a
+                if self._places[self._table_of[name]].config.hashing is None:  # batch refused
+                    self._lookup_plan._checked(kb, name, self)  # leaves them as they were
             self._mapped = self._map_ids(kb)
         try:
             values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
