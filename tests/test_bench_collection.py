@@ -25,7 +25,8 @@ def test_bench_collection_runs_on_tiny_tables(tmp_path: Path, widths: list[str])
         assert all(math.isfinite(t) and t > 0 for t in times.values())
 
 
-@pytest.mark.parametrize("args", [[], ["--mode", "mean", "--sparse"]])
+@pytest.mark.parametrize("args", [[], ["--mode", "mean", "--sparse"], ["--hashing", "map"],
+                                  ["--hashing", "mod", "--sparse"]])
 def test_bench_collection_tables_runs_and_checks_its_outputs(
         args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """benchmarks/bench_collection_tables.py: both batches, both sides, their outputs held

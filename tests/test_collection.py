@@ -1326,3 +1326,49 @@ def test_a_refused_batch_leaves_the_id_maps_as_they_were(sparse: bool) -> None:
     with pytest.raises(LookupIndexError, match=r"kb\['p'\]"):
         col(KeyedBags.from_dict({"u": [[10**12], [7]], "p": [[1], [9]]}))
     assert_unchanged(before, col, *([opt] if opt else []))
+
+
+def _mapped_beside(table: TableConfig, **kw) -> LookupCollection:
+    """A collection of a table keyed by an ``IdMap`` (feature ``u``, one ID held) and
+    ``table``, in training mode."""
+    col = LookupCollection([TableConfig("u", 8, 4, ["u"], hashing="map"), table], **kw)
+    col({"u": torch.tensor([3]), **{f: torch.tensor([1]) for f in table.feature_names}})
+    return col
+
+
+def test_a_batch_refused_after_mapping_leaves_the_id_maps_as_they_were() -> None:
+    """The lookup's other refusals come before the maps take the batch's new IDs too: a
+    ``max`` bag's entry of weight other than 1, weights that require grad where a
+    ``hashing="qr"`` table folds its mean into them."""
+    col = _mapped_beside(TableConfig("m", 5, 4, ["m"], mode="max"))
+    before = snapshot(col)
+    ones = torch.ones(4, dtype=torch.long)
+    kb = KeyedBags(["u", "m"], torch.tensor([10**12, 7, 1, 2]), lengths=ones,
+                   weights=torch.tensor([1.0, 1.0, 1.0, 2.0]))
+    with pytest.raises(InputValueError, match=r"entry 1 has weight 2\.0"):
+        col(kb)
+    assert_unchanged(before, col)
+    col = _mapped_beside(TableConfig("q", 50, 4, ["q"], mode="mean", hashing="qr",
+                                     qr_buckets=8))
+    before = snapshot(col)
+    with pytest.raises(InputValueError, match="weights that require grad"):
+        col(KeyedBags(["u", "q"], torch.tensor([10**12, 7, 1, 2]), lengths=ones,
+                      weights=torch.ones(4, requires_grad=True)))
+    assert_unchanged(before, col)
+
+
+def test_an_unpooled_input_refused_leaves_the_id_maps_as_they_were() -> None:
+    """Unpooled inputs (a ``{feature: IDs}`` dict): the maps' outputs come last, so an ID past
+    a plain table, or a bad input of a second map, leaves every map as it was."""
+    col = _mapped_beside(TableConfig("p", 5, 4, ["p"]))
+    before = snapshot(col)
+    with pytest.raises(LookupIndexError):
+        col({"u": torch.tensor([10**12, 7]), "p": torch.tensor([1, 9])})
+    assert_unchanged(before, col)
+    col = _mapped_beside(TableConfig("v", 8, 4, ["v"], hashing="map"))
+    before = snapshot(col)
+    with pytest.raises(InputTypeError, match="integer tensor"):
+        col({"u": torch.tensor([10**12, 7]), "v": torch.tensor([1.0, 2.0])})
+    assert_unchanged(before, col)
+    out = col({"v": torch.tensor([9]), "u": torch.tensor([10**12])})  # then taken, in order
+    assert list(out) == ["v", "u"] and len(col.id_maps["u"]) == len(col.id_maps["v"]) == 2

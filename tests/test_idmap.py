@@ -67,6 +67,17 @@ def test_lru_eviction_is_deterministic_and_spares_rows_in_use():
         assert torch.equal(v, twin.state_dict()[k]), k
 
 
+def test_a_call_that_finds_every_id_marks_its_rows_used():
+    m = IdMap(4, fallback_rows=1)                  # 3 rows for IDs: table rows 1, 2, 3
+    assert m(torch.tensor([10, 20, 30])).tolist() == [1, 2, 3]
+    assert m(torch.tensor([10, 10])).tolist() == [1, 1]  # every ID found: 10 now the newest
+    assert m(torch.tensor([40])).tolist() == [2]   # 20 the least recent (the lower row of two)
+    assert m.evicted.tolist() == [2]
+    assert m(torch.tensor([], dtype=torch.int64)).tolist() == []  # nothing to mark
+    assert m(torch.tensor([50])).tolist() == [3]   # then 30
+    assert m.last_used.tolist() == [1, 2, 4]
+
+
 def test_eval_mode_changes_nothing_and_state_dict_round_trip():
     m = IdMap(8, fallback_rows=2)
     m(torch.tensor([5, -5, 2**40]))

@@ -36,7 +36,8 @@ from .sparse.offsets import csr_offsets, on_host
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["MODES", "LookupInput", "Mode", "check_per_sample_weights_dtype", "lookup_linear",
+__all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_per_sample_weights_dtype",
+           "lookup_linear",
            "normalize_padding_idx", "range_checked", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
@@ -503,19 +504,7 @@ def _bags_forward(
                 'mode="max" with sparse=True on bags or matrix input: F.embedding_bag has no '
                 "sparse gradient for max. Use sparse=False, or another mode."
             )
-        bad = None if w is None else w != 1
-        if bad is not None and padding_idx is not None:  # padding entries are dropped anyway
-            bad &= bags.indices != padding_idx
-        if bad is not None and (not values_known() or not on_host(bad)):
-            # checked where the graph, or the device, runs: no read back to the host
-            torch._assert_async(~bad.any(), _MAX_WEIGHTS)
-        elif w is not None and bad is not None and bool(bad.any()):
-            k = int(torch.nonzero(bad)[0, 0])
-            raise InputValueError(
-                f'mode="max" takes the max over the rows present in a bag, so every entry must '
-                f"have weight 1; entry {k} has weight {float(w[k])}. Use mode='sum'/'mean', or "
-                "pass the matrix with its values set to 1 (X.data[:] = 1)."
-            )
+        check_max_weights(bags.indices, w, padding_idx)
         if _compiled_ok(bags, weight, padding_idx):  # ATen's CPU max is far off its fast path:
             # the C kernel's operator (its backward: bag_max_backward)
             out = _BAG_MAX(weight, bags.indices, bags.offsets)
@@ -541,6 +530,28 @@ def _bags_forward(
         if mode != "sum":
             out = reduce_sums(out, bags, mode, padding_idx)
     return out if bias is None else out + bias
+
+
+def check_max_weights(indices: torch.Tensor, weights: torch.Tensor | None,
+                      padding_idx: int | None = None) -> None:
+    """Refuse weights other than 1 on the entries of ``mode="max"`` bags (padding entries
+    aside): a max takes the rows present in a bag, unweighted. Where the values cannot be read
+    on the host (a recorded graph, a device tensor), asserted where the program runs."""
+    if weights is None:
+        return
+    bad = weights != 1
+    if padding_idx is not None:  # padding entries are dropped anyway
+        bad &= indices != padding_idx
+    if not values_known() or not on_host(bad):
+        # checked where the graph, or the device, runs: no read back to the host
+        torch._assert_async(~bad.any(), _MAX_WEIGHTS)
+    elif bool(bad.any()):
+        k = int(torch.nonzero(bad)[0, 0])
+        raise InputValueError(
+            f'mode="max" takes the max over the rows present in a bag, so every entry must '
+            f"have weight 1; entry {k} has weight {float(weights[k])}. Use mode='sum'/'mean', "
+            "or pass the matrix with its values set to 1 (X.data[:] = 1)."
+        )
 
 
 _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes

@@ -175,15 +175,17 @@ class IdMap(AllOrNothingLoad):
             ids = as_int_ids(ids, "IdMap")
             shape, device = ids.shape, ids.device
             flat = ids.reshape(-1).to("cpu", torch.int64).contiguous()
-        if values_known():  # a recorded graph (eval mode) evicts nothing
-            self.evicted = torch.zeros(0, dtype=torch.int64)
+        if values_known() and self.evicted.numel():  # a recorded graph (eval mode) evicts
+            self.evicted = torch.zeros(0, dtype=torch.int64)  # nothing
         if not self.training:
             found = idmap_find(self.table, flat)
         elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear
-            found, nxt = table_ops.assign(self.table, flat, int(self.assigned), self.capacity)
-            new_rows = torch.arange(int(self.assigned), nxt)
-            self.row_id[new_rows] = self._ids_of_new_rows(new_rows, flat, found)
-            self.assigned.fill_(nxt)
+            start = int(self.assigned)
+            found, nxt = table_ops.assign(self.table, flat, start, self.capacity)
+            if nxt > start:
+                new_rows = torch.arange(start, nxt)
+                self.row_id[new_rows] = self._ids_of_new_rows(new_rows, flat, found)
+                self.assigned.fill_(nxt)
             found = self._admit(flat, found)
         else:
             found = self._admit(flat, idmap_find(self.table, flat))
@@ -198,6 +200,15 @@ class IdMap(AllOrNothingLoad):
         if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)
+
+    def check(self, ids: Any) -> None:
+        """Raise what :meth:`forward` raises for ``ids`` (IDs of the wrong type, missing or
+        out of int64), changing nothing: a caller that maps several inputs checks them all
+        before the first map takes new IDs."""
+        if self.key_type == "str":
+            check_strs(as_str_ids(ids, "IdMap(key_type='str')")[0], "IdMap(key_type='str')")
+        else:
+            as_int_ids(ids, "IdMap")
 
     def _keys_of(self, strs: list[Any] | np.ndarray) -> torch.Tensor:
         """The int64 key of every string (``-1`` for one without a key in eval mode); in
@@ -244,6 +255,9 @@ class IdMap(AllOrNothingLoad):
         now = int(self.clock)
         self.clock += 1
         hit = found >= 0
+        if bool(hit.all()):  # the usual call: every ID holds a row (no mask to apply)
+            self.last_used.index_fill_(0, found, now)
+            return found
         self.last_used[found[hit]] = now  # rows read in this call are never taken
         missing = flat[~hit]
         if missing.numel() == 0:

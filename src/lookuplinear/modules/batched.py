@@ -53,10 +53,13 @@ _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
 
 class TableReader(Protocol):
     """What the execution of a plan reads of its collection besides the parameters: a
-    feature's bags as its table reads them, a group's input with a file table's rows drawn
-    first, and whether a table's gradient is row-sparse."""
+    feature's bags as its table reads them (and the rows an ``IdMap`` gave its IDs), a
+    group's input with a file table's rows drawn first, and whether a table's gradient is
+    row-sparse."""
 
     def rows(self, features: KeyedBags, feature: str) -> Bags: ...
+
+    def _map_rows(self, features: KeyedBags, feature: str) -> torch.Tensor: ...
 
     def _drawn(self, g: int, input: Any) -> Any: ...
 
@@ -469,7 +472,7 @@ class BatchedLookup:
             bounds = batch._key_bounds()
             pieces = [values[a:b] for a, b in itertools.pairwise(bounds)]
             for i in self._mapped:
-                pieces[i] = tables.rows(kb, self.feature_names[i]).indices.to(values.dtype)
+                pieces[i] = tables._map_rows(kb, self.feature_names[i]).to(values.dtype)
             values = torch.cat(pieces)
         return values.to(batch.offsets.dtype)
 

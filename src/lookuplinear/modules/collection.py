@@ -29,14 +29,15 @@ from torch import nn
 
 from .. import hugepages
 from ..errors import InputTypeError, InputValueError
-from ..functional import Mode, lookup_linear
+from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
+from ..ops import values_known
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from ..storage.tables import attach, drawn_eagerly, refuse_assign, storage_of
 from .batched import BatchedLookup
-from .collection_base import CollectionBase, table_bags, weighted_as
+from .collection_base import CollectionBase, check_qr_weights, table_bags, weighted_as
 from .layer import LookupLinear, init_weight_
 from .plan import plan_collection
 from .table_config import TableConfig
@@ -146,7 +147,8 @@ class LookupCollection(CollectionBase):
                           admit_after=t.admit_after or 1, key_type=t.key_type)
             for t in self.tables if t.hashing == "map"
         })
-        self._mapped: dict[str, Bags] | None = None
+        #: during a forward: the rows of each mapped output's IDs, as its map gave them
+        self._mapped: dict[str, torch.Tensor] | None = None
         stored = {plan.places[t.name].group: t for t in self.tables if t.storage is not None}
         self.table_groups = nn.ParameterList(
             file_table(stored[g], group.dtype, device) if g in stored else
@@ -443,7 +445,8 @@ class LookupCollection(CollectionBase):
         cfg = self._places[self._table_name(name)].config
         feature = self._collection_plan.feature_of[name]
         if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
-            return self._mapped[name]
+            bags = features[feature]
+            return Bags.from_checked(self._mapped[name], bags.offsets.long(), bags.weights)
         id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
         return table_bags(cfg, features[feature], id_map=id_map,
                           dtype=self.table_groups[self._places[cfg.name].group].dtype,
@@ -489,9 +492,7 @@ class LookupCollection(CollectionBase):
         # module's __setattr__ costs microseconds)
         mapping = len(self.id_maps) > 0
         if mapping:
-            for name in self.embedding_names:  # checked before the maps take new IDs: a
-                if self._places[self._table_of[name]].config.hashing is None:  # batch refused
-                    self._lookup_plan._checked(kb, name, self)  # leaves them as they were
+            self._check_before_mapping(kb)
             self._mapped = self._map_ids(kb)
         try:
             values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
@@ -505,13 +506,40 @@ class LookupCollection(CollectionBase):
         return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
                            values.to(dtype))
 
-    def _map_ids(self, kb: KeyedBags) -> dict[str, Bags]:
-        """The bags of rows of every feature of a ``hashing="map"`` table: one map call per
+    def _check_before_mapping(self, kb: KeyedBags) -> None:
+        """The refusals of ``kb`` by its lookup, run before the maps take its new IDs (a
+        refused batch leaves them as they were): each ID of a table that does not hash in its
+        table's rows, weights of 1 on ``max`` tables, no weights that require grad where a
+        ``hashing="qr"`` table folds its mode into them."""
+        feature_of = self._collection_plan.feature_of
+        for name in self.embedding_names:
+            cfg = self._places[self._table_of[name]].config
+            if cfg.hashing is None:
+                bags = self._lookup_plan._checked(kb, name, self)
+            elif kb.weights is not None and (cfg.mode == "max" or cfg.hashing == "qr"):
+                bags = kb[feature_of[name]]
+            else:
+                continue
+            if cfg.mode == "max":
+                check_max_weights(bags.indices, bags.weights, cfg.padding_idx)
+            check_qr_weights(cfg, bags.weights, feature_of[name])
+
+    def _map_rows(self, features: KeyedBags, name: str) -> torch.Tensor:
+        """The rows of output ``name``'s IDs, of a ``hashing="map"`` table: ``rows(features,
+        name).indices``, as mapped once in this forward."""
+        if self._mapped is not None:
+            return self._mapped[name]
+        return self.rows(features, name).indices
+
+    def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
+        """The rows of the IDs of every output of a ``hashing="map"`` table: one map call per
         table (its features' IDs together, so that no feature takes a row another reads in this
         batch); rows given to new IDs are re-drawn and their optimizer state marked for a fresh
-        start. Each feature's rows keep the offsets and weights of the slice of ``kb`` they
-        were read from (in a recorded graph, a second slice would have sizes of its own)."""
-        mapped: dict[str, Bags] = {}
+        start. Each output's IDs are a slice of ``kb.values`` between its key's bounds (in a
+        recorded graph, ``kb[feature]``: its bounds are symbolic)."""
+        mapped: dict[str, torch.Tensor] = {}
+        bounds = kb._key_bounds() if values_known() else None
+        feature_of, position = self._collection_plan.feature_of, kb._position
         for name, module in self.id_maps.items():
             id_map = cast(IdMap, module)
             if id_map.key_type == "str":
@@ -520,12 +548,17 @@ class LookupCollection(CollectionBase):
                     "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
                     "of strings (a list, numpy array or pandas column)."
                 )
-            feats = [f for f in self.embedding_names if self._table_of[f] == name]
-            bags = [kb[self._collection_plan.feature_of[f]] for f in feats]
-            rows = id_map(torch.cat([b.indices for b in bags])).split(
-                [b.indices.numel() for b in bags])
-            mapped.update((f, Bags.from_checked(r.long(), b.offsets.long(), b.weights))
-                          for f, r, b in zip(feats, rows, bags, strict=True))
+            outputs = self._collection_plan.outputs_by_table[name]
+            if bounds is None:
+                ids = [kb[feature_of[f]].indices for f in outputs]
+            else:
+                at = [position[feature_of[f]] for f in outputs]
+                ids = [kb.values[bounds[p]:bounds[p + 1]] for p in at]
+            if len(ids) == 1:
+                mapped[outputs[0]] = id_map(ids[0])
+            else:
+                rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
+                mapped.update(zip(outputs, rows, strict=True))
             _, off, cfg = self._places[name]
             id_map.renew(self.table_groups[self._places[name].group], off, cfg.init)
         return mapped

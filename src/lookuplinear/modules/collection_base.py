@@ -10,8 +10,10 @@ hashed, mapped, or split into quotient and remainder rows).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
+from torch import nn
 
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
@@ -23,14 +25,15 @@ from ..sparse.keyed import KeyedBags, KeyedTensor
 from .plan import CollectionPlan, TablePlace
 from .table_config import TableConfig
 
-__all__ = ["CollectionBase", "table_bags", "weighted_as"]
+__all__ = ["CollectionBase", "check_qr_weights", "table_bags", "weighted_as"]
 
 
 class CollectionBase(AllOrNothingLoad):
     """The forward of a collection: a batch checked and sent to the pooled or unpooled path.
 
-    Subclasses set :attr:`tables`, :attr:`feature_names`, :attr:`is_weighted` and the plan
-    (``_collection_plan``), and implement ``_pooled(kb) -> KeyedTensor`` (every output of the
+    Subclasses set :attr:`tables`, :attr:`feature_names`, :attr:`is_weighted`, the plan
+    (``_collection_plan``) and :attr:`id_maps` (an :class:`~lookuplinear.IdMap` per
+    ``hashing="map"`` table), and implement ``_pooled(kb) -> KeyedTensor`` (every output of the
     plan, its feature present in ``kb``, ``N`` bags per key) and ``_unpooled(name, x) ->
     Tensor`` (output ``name``).
     """
@@ -39,6 +42,7 @@ class CollectionBase(AllOrNothingLoad):
     feature_names: list[str]
     is_weighted: bool | None
     _collection_plan: CollectionPlan
+    id_maps: nn.ModuleDict
 
     @property
     def _places(self) -> Mapping[str, TablePlace]:
@@ -92,8 +96,17 @@ class CollectionBase(AllOrNothingLoad):
                     f"{name}: no table reads feature(s) {unknown}; the features are "
                     f"{self.feature_names}."
                 )
-            return {n: self._unpooled(n, x) for f, x in features.items()
-                    for n in plan.outputs_of(f)}
+            # the outputs of ID maps last, their inputs checked first: an input refused
+            # leaves the maps as they were
+            mapped = [(n, x) for f, x in features.items() for n in plan.outputs_of(f)
+                      if plan.place_of(n).config.hashing == "map"]
+            out = {n: self._unpooled(n, x) for f, x in features.items()
+                   for n in plan.outputs_of(f) if plan.place_of(n).config.hashing != "map"}
+            if len(mapped) > 1:
+                for n, x in mapped:
+                    cast(IdMap, self.id_maps[plan.table_of[n]]).check(x)
+            out.update((n, self._unpooled(n, x)) for n, x in mapped)
+            return {n: out[n] for f in features for n in plan.outputs_of(f)}
         raise InputTypeError(
             f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
             f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
@@ -164,12 +177,19 @@ def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: tor
     # ID's weight (mode folded in from the ID's bag), so the table's sum is the mode's
     two = torch.stack(qr_rows(h, cfg.num_embeddings, int(cfg.qr_buckets or 1)), dim=1).reshape(-1)
     w = bags.weights
+    check_qr_weights(cfg, w, feature)
     if cfg.mode in ("mean", "sqrtn"):
-        if w is not None and w.requires_grad:
-            raise InputValueError(
-                f"LookupCollection: feature {feature!r} has weights that require grad, and "
-                f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
-                "into them without a gradient. Use mode='sum', or detach the weights."
-            )
         w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype, bags.indices.numel())
     return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
+
+
+def check_qr_weights(cfg: TableConfig, weights: torch.Tensor | None, feature: str) -> None:
+    """Refuse weights that require grad on the feature of a ``hashing="qr"`` table of mode
+    ``mean`` or ``sqrtn``: its mode is folded into the entries' weights, without a gradient."""
+    if (cfg.hashing == "qr" and cfg.mode in ("mean", "sqrtn") and weights is not None
+            and weights.requires_grad):
+        raise InputValueError(
+            f"LookupCollection: feature {feature!r} has weights that require grad, and "
+            f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
+            "into them without a gradient. Use mode='sum', or detach the weights."
+        )

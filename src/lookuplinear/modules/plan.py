@@ -89,6 +89,8 @@ class CollectionPlan:
     #: each output's table, and the batch key it reads
     table_of: Mapping[str, str]
     feature_of: Mapping[str, str]
+    #: each table's outputs, in output order
+    outputs_by_table: Mapping[str, tuple[str, ...]]
     places: Mapping[str, TablePlace]
     groups: tuple[GroupPlan, ...]
     #: each output's group
@@ -198,6 +200,8 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
         embedding_names=features, inputs=inputs, feature_names=tuple(dict.fromkeys(inputs)),
         dims=dims, columns=columns, width=sum(dims), table_of=owner,
         feature_of=dict(zip(features, inputs, strict=True)),
+        outputs_by_table={t.name: tuple(f for f in features if owner[f] == t.name)
+                          for t in tables},
         places=places, groups=tuple(groups), feature_group=feature_group,
         plain=all(t.mode != "max" and t.padding_idx is None
                   and t.hashing in (None, "mod", "map") for t in tables),
