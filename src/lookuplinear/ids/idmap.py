@@ -253,7 +253,7 @@ class IdMap(AllOrNothingLoad):
     @torch.no_grad()
     def _admit(self, flat: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
         now = int(self.clock)
-        self.clock += 1
+        self.clock.add_(1)  # in place (a buffer's += goes through Module.__setattr__)
         hit = found >= 0
         if bool(hit.all()):  # the usual call: every ID holds a row (no mask to apply)
             self.last_used.index_fill_(0, found, now)
@@ -285,16 +285,16 @@ class IdMap(AllOrNothingLoad):
             self.pending_used.zero_()
             new, seen = new[:room], seen[:room]
         counts, added = table_ops.add(self.pending, new, seen)
-        self.pending_used += added
+        self.pending_used.add_(added)
         admitted = new[counts >= self.admit_after]
-        self.pending_used -= table_ops.erase(self.pending, admitted)
+        self.pending_used.sub_(table_ops.erase(self.pending, admitted))
         return admitted
 
     def _free_rows(self, n: int, now: int) -> torch.Tensor:
         """``n`` rows for new IDs: never-used rows first, then the least recently used ones."""
         start = int(self.assigned)
         fresh = torch.arange(start, min(start + n, self.capacity), dtype=torch.int64)
-        self.assigned += fresh.numel()
+        self.assigned.add_(fresh.numel())
         if fresh.numel() == n:
             return fresh
         # LRU: the oldest last use first, ties to the lower row; never a row used now

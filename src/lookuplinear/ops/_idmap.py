@@ -9,6 +9,7 @@ a Python loop (the same slots, so a saved table reads the same either way; slow)
 
 from __future__ import annotations
 
+import ctypes
 from itertools import repeat
 from typing import Any
 
@@ -140,10 +141,11 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):
-        nxt = torch.tensor([next_value], dtype=torch.int64)
+        nxt = ctypes.c_int64(next_value)
         function("ll_idmap_assign")(
-            ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(nxt), end, ptr(out))
-        return out, int(nxt)
+            ptr(table), _mask(table), ptr(keys), keys.numel(), ctypes.addressof(nxt), end,
+            ptr(out))
+        return out, nxt.value
     t, mask = table.tolist(), _mask(table)
     for i, k in enumerate(keys.tolist()):
         s = _slot(t, mask, k)
