@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -95,9 +96,12 @@ class BatchedLookup:
         #: a feature read by several tables: the usual batch is taken once per output
         self._shared = len(set(plan.inputs)) < len(plan.inputs)
         self._index = {f: i for i, f in enumerate(self.feature_names)}
-        self._positions = [torch.tensor(group.positions) for group in plan.groups]
-        #: :attr:`_positions` on each device a batch came from
-        self._positions_on: dict[torch.device, list[torch.Tensor]] = {}
+        #: the outputs in group order (each group's in output order), as indices, on each
+        #: device a batch came from, and as a picker of a sequence's items in that order
+        order = [i for group in plan.groups for i in group.positions]
+        self._order = torch.tensor(order, dtype=torch.int64)
+        self._order_on: dict[torch.device, torch.Tensor] = {}
+        self._pick = operator.itemgetter(*order)
         self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
@@ -329,31 +333,37 @@ class BatchedLookup:
     def _split(self, whole: Bags, n: int, starts: list[int] | None = None
                ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
         """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
-        feature-major): its features' bags, feature after feature, as indices and weights (one
-        copy each) and CSR offsets; ``whole``'s own for one group. ``starts``: each feature's
-        first entry and the end (:meth:`lookup` reads them, kept on the host where known)."""
+        feature-major): its features' bags, feature after feature, as indices and weights and
+        CSR offsets; ``whole``'s own for one group. The batch is put in group order once (one
+        copy of its indices and of its weights, one cumulative sum of its lengths), each
+        group's part then a slice of it (its offsets less the entries before it).
+        ``starts``: each feature's first entry and the end (:meth:`lookup` reads them, kept on
+        the host where known)."""
         if len(self.groups) == 1:
             return [(whole.indices, whole.offsets, whole.weights)]
         assert starts is not None, "several groups: the caller reads the bounds"
         offsets = whole.offsets
-        lengths = (offsets[1:] - offsets[:-1]).view(len(self.feature_names), n)  # (F, N)
         device = offsets.device
-        positions_of = self._positions_on.get(device)
-        if positions_of is None:  # copied to the device once
-            positions_of = self._positions_on[device] = [p.to(device) for p in self._positions]
+        order = self._order_on.get(device)
+        if order is None:  # copied to the device once
+            order = self._order_on[device] = self._order.to(device)
+        lengths = (offsets[1:] - offsets[:-1]).view(len(self.feature_names), n)  # (F, N)
+        own = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=device)
+        torch.cumsum(lengths.index_select(0, order).view(-1), 0, out=own[1:])  # group order
         sizes = [b - a for a, b in itertools.pairwise(starts)]
-        chunks = whole.indices.split(sizes)  # each feature's entries: views, one call
-        weighed = None if whole.weights is None else whole.weights.split(sizes)
+        indices = torch.cat(self._pick(whole.indices.split(sizes)))  # each feature's entries:
+        weights = None if whole.weights is None else torch.cat(  # views, then one copy
+            self._pick(whole.weights.split(sizes)))
         parts = []
-        for at, positions in zip(self._at, positions_of, strict=True):
-            own = torch.zeros(len(at) * n + 1, dtype=torch.long, device=device)
-            torch.cumsum(lengths.index_select(0, positions).reshape(-1), 0, out=own[1:])
-            pieces, weights = [], []  # (a loop: no frame per group)
+        first = bag = 0  # the group's first entry and first bag
+        for at in self._at:  # (a loop: no frame per group)
+            end = first
             for f in at:
-                pieces.append(chunks[f])
-                if weighed is not None:
-                    weights.append(weighed[f])
-            parts.append((torch.cat(pieces), own, torch.cat(weights) if weights else None))
+                end += sizes[f]
+            bags = own[bag:bag + len(at) * n + 1]
+            parts.append((indices[first:end], bags - first if first else bags,
+                          None if weights is None else weights[first:end]))
+            first, bag = end, bag + len(at) * n
         return parts
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
