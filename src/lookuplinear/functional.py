@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_per_sample_weights_dtype",
-           "lookup_linear",
-           "normalize_padding_idx", "range_checked", "row_scale"]
+           "lookup_linear", "normalize_padding_idx", "range_checked", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays

@@ -548,7 +548,7 @@ class LookupCollection(CollectionBase):
                     "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
                     "of strings (a list, numpy array or pandas column)."
                 )
-            outputs = self._collection_plan.outputs_by_table[name]
+            outputs = self._collection_plan.outputs_of_table(name)
             if bounds is None:
                 ids = [kb[feature_of[f]].indices for f in outputs]
             else:

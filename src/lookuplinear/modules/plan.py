@@ -89,8 +89,6 @@ class CollectionPlan:
     #: each output's table, and the batch key it reads
     table_of: Mapping[str, str]
     feature_of: Mapping[str, str]
-    #: each table's outputs, in output order
-    outputs_by_table: Mapping[str, tuple[str, ...]]
     places: Mapping[str, TablePlace]
     groups: tuple[GroupPlan, ...]
     #: each output's group
@@ -104,6 +102,10 @@ class CollectionPlan:
         """The outputs that read batch key ``feature`` (one per table that reads it)."""
         return [n for n, f in zip(self.embedding_names, self.inputs, strict=True)
                 if f == feature]
+
+    def outputs_of_table(self, table: str) -> list[str]:
+        """The outputs of table ``table`` (one per feature it reads), in output order."""
+        return [n for n in self.embedding_names if self.table_of[n] == table]
 
     def place_of(self, name: str) -> TablePlace:
         """The place of the table that output ``name`` reads."""
@@ -200,8 +202,6 @@ def plan_collection(tables: Sequence[TableConfig]) -> CollectionPlan:
         embedding_names=features, inputs=inputs, feature_names=tuple(dict.fromkeys(inputs)),
         dims=dims, columns=columns, width=sum(dims), table_of=owner,
         feature_of=dict(zip(features, inputs, strict=True)),
-        outputs_by_table={t.name: tuple(f for f in features if owner[f] == t.name)
-                          for t in tables},
         places=places, groups=tuple(groups), feature_group=feature_group,
         plain=all(t.mode != "max" and t.padding_idx is None
                   and t.hashing in (None, "mod", "map") for t in tables),
