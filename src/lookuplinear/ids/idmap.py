@@ -250,8 +250,9 @@ class IdMap(AllOrNothingLoad):
         first[found[sel] - int(rows.min())] = flat[sel]
         return first
 
-    @torch.no_grad()
     def _admit(self, flat: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+        # (no grad mode entered: every tensor here is an integer one, which autograd never
+        # records, and the context manager costs a tenth of a call)
         now = int(self.clock)
         self.clock.add_(1)  # in place (a buffer's += goes through Module.__setattr__)
         hit = found >= 0
