@@ -86,6 +86,12 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
                torch.tensor([0, 5, 0]), torch.tensor([5, 3, 4]))
         cases.append(("one_id_rows", one, {}))
         cases.append(("one_id_rows", (*one, torch.tensor([[0, 2], [1, 2], [4, 1]])), {}))
+        # 3 features of 2 bags (empty ones among them) in two groups: features 2, 0 and 1
+        for offsets_dtype in (dtype, torch.int64 if dtype == torch.int32 else torch.int32):
+            cases.append(("group_order", (torch.tensor([4, 0, 1, 2, 2, 0, 7], dtype=dtype),
+                                          torch.tensor([0, 2, 2, 3, 6, 6, 7],
+                                                       dtype=offsets_dtype),
+                                          3, [2, 0, 1], [2, 1]), {}))
     return cases
 
 
@@ -96,7 +102,8 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "in_feature_order_backward": library._in_feature_order_backward_cpu,
               "gather_groups": library._gather_groups_cpu,
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu,
-              "shifted_rows": library._shifted_rows_cpu, "one_id_rows": library._one_id_rows_cpu}
+              "shifted_rows": library._shifted_rows_cpu, "one_id_rows": library._one_id_rows_cpu,
+              "group_order": library._group_order_cpu}
 
 
 @needs_cpp
@@ -733,6 +740,42 @@ def test_shifted_rows_opcheck_and_fake_on_either_registration() -> None:
     _, args, _ = next(c for c in op_cases() if c[0] == "shifted_rows")
     torch.library.opcheck(ops.shifted_rows.default, args)
     assert ops.shifted_rows(*args).tolist() == [4, 0, 1, 7, 7, 5, 6]
+
+
+def test_group_order_on_either_registration_and_its_twin() -> None:
+    """``group_order`` puts features 2, 0 and 1 (groups of 2 and 1) of a batch of 3 features
+    x 2 bags in that order: each group's entries one after the other, its offsets from 0;
+    the same on the registration loaded, its twin (every other device's kernel) and the meta
+    device; ``opcheck``."""
+    for _, args, _ in (c for c in op_cases() if c[0] == "group_order"):
+        torch.library.opcheck(ops.group_order.default, args)
+        values, offsets = ops.group_order(*args)
+        assert values.tolist() == [7, 4, 0, 1, 2, 2, 0] and values.dtype == args[0].dtype
+        # group (2, 0): bags [], [7], [4, 0], [];  group (1,): [1], [2, 2, 0]
+        assert offsets.tolist() == [0, 0, 1, 3, 3, 0, 1, 4] and offsets.dtype == torch.int64
+        twin = library._group_order_twin(*args)
+        assert [t.tolist() for t in twin] == [values.tolist(), offsets.tolist()]
+        meta = ops.group_order(args[0].to("meta"), args[1].to("meta"), *args[2:])
+        assert [tuple(t.shape) for t in meta] == [(7,), (8,)]
+
+
+@pytest.mark.parametrize(("order", "groups", "match"), [
+    ([0, 0, 1], [2, 1], "each of the 3 features once"),
+    ([0, 1], [1, 1], "each of the 3 features once"),
+    ([2, 0, 1], [2, 2], "add up to the 3 features"),
+    ([2, 0, 1], [3, 0], "every group has a feature"),
+])
+def test_group_order_refuses_what_it_cannot_read(order: list[int], groups: list[int],
+                                                 match: str) -> None:
+    """Either registration, and the twin: an order that is not a permutation of the
+    features, or groups that do not cover them, is a ValueError naming the fix; so are
+    offsets that leave the values (before the pass reads them)."""
+    values, offsets = torch.tensor([4, 0, 1, 2, 2, 0, 7]), torch.tensor([0, 2, 2, 3, 6, 6, 7])
+    for fn in (ops.group_order, library._group_order_twin):
+        with pytest.raises(ValueError, match=match):
+            fn(values, offsets, 3, order, groups)
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        ops.group_order(values, torch.tensor([0, 2, 2, 3, 6, 6, 9]), 3, [2, 0, 1], [2, 1])
 
 
 def test_one_id_rows_opcheck_and_fake_on_either_registration() -> None:

@@ -50,6 +50,7 @@ __all__ = ["BatchedLookup", "TableReader"]
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
 _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
+_GROUP_ORDER = torch.ops.lookuplinear.group_order.default
 
 
 class TableReader(Protocol):
@@ -96,12 +97,10 @@ class BatchedLookup:
         #: a feature read by several tables: the usual batch is taken once per output
         self._shared = len(set(plan.inputs)) < len(plan.inputs)
         self._index = {f: i for i, f in enumerate(self.feature_names)}
-        #: the outputs in group order (each group's in output order), as indices, on each
-        #: device a batch came from, and as a picker of a sequence's items in that order
-        order = [i for group in plan.groups for i in group.positions]
-        self._order = torch.tensor(order, dtype=torch.int64)
-        self._order_on: dict[torch.device, torch.Tensor] = {}
-        self._pick = operator.itemgetter(*order)
+        #: the outputs in group order (each group's in output order), and a picker of a
+        #: sequence's items in that order
+        self._order = [i for group in plan.groups for i in group.positions]
+        self._pick = operator.itemgetter(*self._order)
         self._place = torch.tensor(plan.one_id_place(), dtype=torch.int64).reshape(-1, 3)
         self._cols = {g: torch.tensor(group.columns, dtype=torch.int64)
                       for g, group in enumerate(plan.groups)}
@@ -334,36 +333,29 @@ class BatchedLookup:
                ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
         """Each group's bags of the usual batch ``whole`` (``n`` bags per feature,
         feature-major): its features' bags, feature after feature, as indices and weights and
-        CSR offsets; ``whole``'s own for one group. The batch is put in group order once (one
-        copy of its indices and of its weights, one cumulative sum of its lengths), each
-        group's part then a slice of it (its offsets less the entries before it).
+        CSR offsets; ``whole``'s own for one group. The batch is put in group order by one
+        pass (the operator ``lookuplinear::group_order``: the indices, and each group's offsets
+        from 0) and its weights by one copy; each group's part is then slices of them.
         ``starts``: each feature's first entry and the end (:meth:`lookup` reads them, kept on
         the host where known)."""
         if len(self.groups) == 1:
             return [(whole.indices, whole.offsets, whole.weights)]
         assert starts is not None, "several groups: the caller reads the bounds"
-        offsets = whole.offsets
-        device = offsets.device
-        order = self._order_on.get(device)
-        if order is None:  # copied to the device once
-            order = self._order_on[device] = self._order.to(device)
-        lengths = (offsets[1:] - offsets[:-1]).view(len(self.feature_names), n)  # (F, N)
-        own = torch.zeros(lengths.numel() + 1, dtype=torch.long, device=device)
-        torch.cumsum(lengths.index_select(0, order).view(-1), 0, out=own[1:])  # group order
+        indices, own = _GROUP_ORDER(whole.indices, whole.offsets, len(self.feature_names),
+                                    self._order, self._features)
         sizes = [b - a for a, b in itertools.pairwise(starts)]
-        indices = torch.cat(self._pick(whole.indices.split(sizes)))  # each feature's entries:
-        weights = None if whole.weights is None else torch.cat(  # views, then one copy
-            self._pick(whole.weights.split(sizes)))
+        weights = None if whole.weights is None else torch.cat(  # each feature's: views,
+            self._pick(whole.weights.split(sizes)))  # then one copy
         parts = []
-        first = bag = 0  # the group's first entry and first bag
+        first = bag = 0  # the group's first entry and first offset
         for at in self._at:  # (a loop: no frame per group)
             end = first
             for f in at:
                 end += sizes[f]
-            bags = own[bag:bag + len(at) * n + 1]
-            parts.append((indices[first:end], bags - first if first else bags,
+            bags = len(at) * n + 1
+            parts.append((indices[first:end], own[bag:bag + bags],
                           None if weights is None else weights[first:end]))
-            first, bag = end, bag + len(at) * n
+            first, bag = end, bag + bags
         return parts
 
     def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:

@@ -78,7 +78,12 @@ and ``drop_entries`` (:mod:`._inputs`), ``dual_cd_epoch`` (:mod:`._dualcd`); and
 tables' parameter) and ``one_id_rows`` (:func:`lookuplinear.ops.one_id_rows`: the same for a
 batch of one ID a bag, in example order), which have torch-op twins on every other device,
 their checks asserted there; the collection calls ``shifted_rows`` wherever its batch is,
-eagerly and in recorded graphs, and ``one_id_rows`` eagerly on the CPU.
+eagerly and in recorded graphs, and ``one_id_rows`` eagerly on the CPU. So does
+``group_order(values, offsets, n_features, order, group_features)``: a keyed batch's
+features in the order ``order`` lists them, ``group_features`` of them per group (each group's
+entries one slice of the values out, its CSR offsets from 0, group after group), which the
+collection calls eagerly for bags over tables of several widths (each group's bags then
+slices: one lookup per group).
 
 The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
 C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
@@ -1207,6 +1212,8 @@ HOST_SCHEMAS = (
     "-> Tensor",
     "one_id_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, Tensor limit, "
     "Tensor? place=None) -> Tensor",
+    "group_order(Tensor values, Tensor offsets, int n_features, int[] order, "
+    "int[] group_features) -> (Tensor, Tensor)",
 )
 if not CPP:
     for _schema in HOST_SCHEMAS:
@@ -1356,6 +1363,72 @@ def _one_id_rows_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: i
     if place is not None:
         return values.new_empty(values.shape, dtype=torch.int64)
     return values.new_empty((values.shape[0] // n_features, n_features), dtype=torch.int64)
+
+
+# ---- group_order: a keyed batch in group order, each group's bags then slices ------------
+
+
+def _check_group_order_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                                order: Sequence[int], group_features: Sequence[int]) -> None:
+    """Raise :class:`InputValueError` for operands ``group_order`` cannot read, as the C++
+    kernel checks them."""
+    ints = (torch.int32, torch.int64)
+    if not (values.dtype in ints and offsets.dtype in ints and values.dim() == 1
+            and offsets.dim() == 1 and offsets.numel() > 0):
+        raise InputValueError(
+            f"lookuplinear::group_order: 1-D int32 or int64 values and offsets, and at least "
+            f"one offset; got {values.dtype} {tuple(values.shape)} and {offsets.dtype} "
+            f"{tuple(offsets.shape)}")
+    if n_features < 1 or (offsets.numel() - 1) % n_features:
+        raise InputValueError(f"lookuplinear::group_order: n_features must divide the "
+                              f"{offsets.numel() - 1} bags; got {n_features}")
+    if sorted(order) != list(range(n_features)):
+        raise InputValueError(f"lookuplinear::group_order: order must list each of the "
+                              f"{n_features} features once; got {list(order)}")
+    if any(k < 1 for k in group_features) or sum(group_features) != n_features:
+        raise InputValueError(f"lookuplinear::group_order: every group has a feature, and "
+                              f"group_features add up to the {n_features} features; got "
+                              f"{list(group_features)}")
+
+
+def _group_order_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                      order: Sequence[int], group_features: Sequence[int]
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_group_order_operands(values, offsets, n_features, order, group_features)
+    n = (offsets.numel() - 1) // n_features
+    o = offsets.long()
+    perm = torch.tensor(list(order), dtype=torch.int64).to(offsets.device)
+    lengths = (o[1:] - o[:-1]).view(n_features, n).index_select(0, perm)
+    pieces, k = [], 0  # each group: a zero, then its bags' ends
+    for features in group_features:
+        pieces += [o.new_zeros(1), lengths[k:k + features].reshape(-1).cumsum(0)]
+        k += features
+    # each entry's place in the input: its feature's first entry there, plus its rank in it
+    counts = lengths.sum(1)
+    moved = counts.cumsum(0) - counts  # each feature's first place out
+    source = torch.arange(values.numel(), device=values.device) + torch.repeat_interleave(
+        o.index_select(0, perm * n) - moved, counts, output_size=values.numel())
+    return values.index_select(0, source), torch.cat(pieces)
+
+
+def _group_order_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                     order: Sequence[int], group_features: Sequence[int]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_group_order_operands(values, offsets, n_features, order, group_features)
+    _check_offsets("group_order", offsets, values.numel())  # as the C++ pass reads them
+    return _group_order_twin(values, offsets, n_features, order, group_features)
+
+
+_impl("group_order", _group_order_cpu, "CPU")
+_impl("group_order", _group_order_twin, "CompositeExplicitAutograd")
+
+
+@_fake("group_order")
+def _group_order_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                      order: Sequence[int], group_features: Sequence[int]
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    return (values.new_empty(values.shape),
+            offsets.new_empty((offsets.shape[0] - 1 + len(group_features),), dtype=torch.int64))
 
 
 def _offsets_ok_twin(offsets: torch.Tensor, nnz: int, include_last: bool = True) -> bool:

@@ -1869,6 +1869,115 @@ Tensor one_id_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_f
     return at::empty({n_features * n}, longs).index_put_({at_.reshape(-1)}, rows.reshape(-1));
 }
 
+// ---- group_order -------------------------------------------------------------------------
+// A keyed batch (n_features features of N bags each, feature-major, CSR offsets) in group
+// order: the features taken as `order` lists them, `group_features` of them per group; the
+// entries of each feature copied in that order, and each group's CSR offsets from 0 (its
+// features' N bags each, one after the other), group after group (n_features * N + groups
+// offsets, int64). Each group's bags are then slices: the input of one lookup per group. On
+// the CPU one pass; on other devices torch ops, no value read on the host.
+
+void check_group_order_operands(const Tensor &values, const Tensor &offsets,
+                                int64_t n_features, at::IntArrayRef order,
+                                at::IntArrayRef group_features) {
+    TORCH_CHECK_VALUE(is_i32_i64(values) && is_i32_i64(offsets) && values.dim() == 1 &&
+                          offsets.dim() == 1 && offsets.numel() > 0,
+                      "lookuplinear::group_order: 1-D int32 or int64 values and offsets, and at "
+                      "least one offset; got ", values.scalar_type(), " ", values.sizes(),
+                      " and ", offsets.scalar_type(), " ", offsets.sizes());
+    TORCH_CHECK_VALUE(n_features >= 1 && (offsets.numel() - 1) % n_features == 0,
+                      "lookuplinear::group_order: n_features must divide the ",
+                      offsets.numel() - 1, " bags; got ", n_features);
+    std::vector<bool> seen(n_features, false);
+    bool permutation = (int64_t)order.size() == n_features;
+    for (const int64_t f : order) {
+        permutation = permutation && f >= 0 && f < n_features && !seen[f];
+        if (f >= 0 && f < n_features) seen[f] = true;
+    }
+    TORCH_CHECK_VALUE(permutation, "lookuplinear::group_order: order must list each of the ",
+                      n_features, " features once; got ", order);
+    int64_t total = 0;
+    for (const int64_t k : group_features) {
+        TORCH_CHECK_VALUE(k >= 1, "lookuplinear::group_order: every group has a feature; got "
+                          "group_features ", group_features);
+        total += k;
+    }
+    TORCH_CHECK_VALUE(total == n_features, "lookuplinear::group_order: group_features must "
+                      "add up to the ", n_features, " features; got ", group_features);
+}
+
+template <typename V, typename O>
+void group_order_pass(const V *v, const O *o, int64_t n, at::IntArrayRef order,
+                      at::IntArrayRef group_features, V *out_v, int64_t *out_o) {
+    int64_t k = 0, pos = 0, at_ = 0;
+    for (const int64_t features : group_features) {
+        const int64_t base = pos;  // the group's first entry
+        out_o[at_++] = 0;
+        for (int64_t j = 0; j < features; j++, k++) {
+            const int64_t f = order[k];
+            const int64_t a = (int64_t)o[f * n], b = (int64_t)o[(f + 1) * n];
+            const int64_t shift = pos - base - a;
+            for (int64_t q = 1; q <= n; q++) out_o[at_++] = (int64_t)o[f * n + q] + shift;
+            std::copy(v + a, v + b, out_v + pos);
+            pos += b - a;
+        }
+    }
+}
+
+std::tuple<Tensor, Tensor> group_order_cpu(const Tensor &values, const Tensor &offsets,
+                                           int64_t n_features, at::IntArrayRef order,
+                                           at::IntArrayRef group_features) {
+    check_group_order_operands(values, offsets, n_features, order, group_features);
+    check_offsets("group_order", offsets, values.numel());  // the pass reads their entries
+    const Tensor v = values.contiguous(), o = offsets.contiguous();
+    const int64_t n = (o.numel() - 1) / n_features;
+    Tensor out_v = at::empty_like(v);
+    Tensor out_o = at::empty({o.numel() - 1 + (int64_t)group_features.size()},
+                             o.options().dtype(at::kLong));
+    int64_t *oo = out_o.data_ptr<int64_t>();
+    if (v.scalar_type() == at::kInt) {
+        if (o.scalar_type() == at::kInt)
+            group_order_pass(v.data_ptr<int32_t>(), o.data_ptr<int32_t>(), n, order,
+                             group_features, out_v.data_ptr<int32_t>(), oo);
+        else
+            group_order_pass(v.data_ptr<int32_t>(), o.data_ptr<int64_t>(), n, order,
+                             group_features, out_v.data_ptr<int32_t>(), oo);
+    } else if (o.scalar_type() == at::kInt) {
+        group_order_pass(v.data_ptr<int64_t>(), o.data_ptr<int32_t>(), n, order,
+                         group_features, out_v.data_ptr<int64_t>(), oo);
+    } else {
+        group_order_pass(v.data_ptr<int64_t>(), o.data_ptr<int64_t>(), n, order,
+                         group_features, out_v.data_ptr<int64_t>(), oo);
+    }
+    return {out_v, out_o};
+}
+
+std::tuple<Tensor, Tensor> group_order_twin(const Tensor &values, const Tensor &offsets,
+                                            int64_t n_features, at::IntArrayRef order,
+                                            at::IntArrayRef group_features) {
+    check_group_order_operands(values, offsets, n_features, order, group_features);
+    const int64_t n = (offsets.numel() - 1) / n_features;
+    const auto longs = offsets.options().dtype(at::kLong);
+    const Tensor o = offsets.to(at::kLong);
+    const Tensor perm = at::tensor(order.vec(), at::kLong).to(offsets.device());
+    const Tensor lengths =
+        (o.slice(0, 1) - o.slice(0, 0, -1)).view({n_features, n}).index_select(0, perm);
+    std::vector<Tensor> pieces;  // each group: a zero, then its bags' ends
+    int64_t k = 0;
+    for (const int64_t features : group_features) {
+        pieces.push_back(at::zeros({1}, longs));
+        pieces.push_back(lengths.slice(0, k, k + features).reshape(-1).cumsum(0));
+        k += features;
+    }
+    // each entry's place in the input: its feature's first entry there, plus its rank in it
+    const Tensor counts = lengths.sum(1);
+    const Tensor starts = o.index_select(0, perm * n);
+    const Tensor moved = at::cumsum(counts, 0) - counts;  // each feature's first place out
+    const Tensor from = at::arange(values.numel(), longs) +
+                        at::repeat_interleave(starts - moved, counts, 0, values.numel());
+    return {values.index_select(0, from), at::cat(pieces)};
+}
+
 }  // namespace
 }  // namespace lookuplinear
 
@@ -1890,17 +1999,21 @@ TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
           "Tensor limit) -> Tensor");
     m.def("one_id_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
           "Tensor limit, Tensor? place=None) -> Tensor");
+    m.def("group_order(Tensor values, Tensor offsets, int n_features, int[] order, "
+          "int[] group_features) -> (Tensor, Tensor)");
 }
 
-// shifted_rows, one_id_rows: the C pass on the CPU, torch ops on every other device (no
-// autograd: integers)
+// shifted_rows, one_id_rows, group_order: one pass on the CPU, torch ops on every other
+// device (no autograd: integers)
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
     m.impl("shifted_rows", &lookuplinear::shifted_rows_cpu);
     m.impl("one_id_rows", &lookuplinear::one_id_rows_cpu);
+    m.impl("group_order", &lookuplinear::group_order_cpu);
 }
 TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("shifted_rows", &lookuplinear::shifted_rows_twin);
     m.impl("one_id_rows", &lookuplinear::one_id_rows_twin);
+    m.impl("group_order", &lookuplinear::group_order_twin);
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
