@@ -20,11 +20,14 @@ computations with torch ops (docs/performance.md, "Kernels", for what the C kern
 ``LOOKUPLINEAR_NO_C=1`` at install time to skip both builds on purpose.
 """
 
+import copy
 import os
 import re
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from glob import glob
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -59,7 +62,9 @@ OPENMP = ["-fopenmp"]
 KERNELS = Extension(
     "lookuplinear.ops._lib",
     sources=sorted(glob(f"{C_DIR}/*.c")),
-    depends=[*sorted(glob(f"{C_DIR}/*.h")), CLIB],
+    # (every C source: where the operators are built too, this library compiles only the two
+    # that call Python and links the objects it shares with them, BuildKernels.shared)
+    depends=[*sorted(glob(f"{C_DIR}/*.h")), *sorted(glob(f"{C_DIR}/*.c")), CLIB],
     define_macros=[("LL_ABI_VERSION", abi_version())],
     extra_compile_args=[*FLAGS, *OPENMP],
     extra_link_args=OPENMP,
@@ -69,10 +74,10 @@ KERNELS = Extension(
 
 
 #: the operators' extension: ops.cpp, and the C kernels (those that do not call Python) as
-#: objects compiled first with the C flags above (BuildKernels.build_operators)
+#: objects compiled with the C flags above, once for both libraries (BuildKernels.shared)
 OPERATORS = "lookuplinear.ops._C"
-OPERATOR_C = [s for s in sorted(glob(f"{C_DIR}/*.c"))
-              if os.path.basename(s) not in ("module.c", "pyids.c")]
+PYTHON_C = ("module.c", "pyids.c")
+OPERATOR_C = [s for s in sorted(glob(f"{C_DIR}/*.c")) if os.path.basename(s) not in PYTHON_C]
 
 
 #: the operators' CUDA kernels, compiled into the same library where a toolkit is found
@@ -135,12 +140,56 @@ def torch_build_ext() -> type[build_ext]:
 
 class BuildKernels(torch_build_ext()):  # type: ignore[misc]
     """Build the kernels with OpenMP where the compiler has it, else without (one thread);
-    the operators over the C kernels compiled as C, their torch version written beside them."""
+    the operators over the C kernels compiled as C, their torch version written beside them.
+
+    Where both libraries are built, the C kernels they share (:data:`OPERATOR_C`) are compiled
+    once, in a thread of their own from the start (:attr:`shared`), while the operators' C++
+    compiles: each library links those objects, the operators' waiting for them only to link.
+    """
+
+    #: the shared C objects being compiled, or None (one library built, or the compile failed
+    #: and each library compiles its own)
+    shared: Future[list[str]] | None = None
+
+    def build_extensions(self) -> None:
+        names = {ext.name for ext in self.extensions}
+        if {OPERATORS, KERNELS.name} <= names:
+            # a compiler of its own, copied before torch's build wraps this one's compile for
+            # C++ (and, for the .cu files, swaps its executable while one compiles)
+            compiler = copy.copy(self.compiler)
+            pool = ThreadPoolExecutor(1)
+            self.shared = pool.submit(
+                compiler.compile, OPERATOR_C, output_dir=os.path.join(self.build_temp, "shared"),
+                extra_postargs=[*FLAGS, *OPENMP, "-fPIC"], depends=KERNELS.depends)
+            pool.shutdown(wait=False)
+        super().build_extensions()
+
+    def shared_objects(self) -> list[str] | None:
+        """The shared C objects, once compiled; None where they are not (their compile failed:
+        each library then compiles its C sources itself, as without the other)."""
+        if self.shared is None:
+            return None
+        try:
+            return self.shared.result()
+        except (CCompilerError, CompileError):
+            return None
 
     def build_extension(self, ext: Extension) -> None:
         if ext.name == OPERATORS:
             self.build_operators(ext)
             return
+        objects = self.shared_objects()
+        if objects is not None:  # the two sources that call Python, and the shared objects
+            sources = ext.sources
+            ext.sources = [s for s in sources if os.path.basename(s) in PYTHON_C]
+            ext.extra_objects = objects
+            try:
+                super().build_extension(ext)
+                return
+            except (CCompilerError, CompileError, LinkError):
+                pass  # built again below from all its sources, as without the operators
+            finally:
+                ext.sources, ext.extra_objects = sources, []
         try:
             super().build_extension(ext)
         except (CCompilerError, CompileError, LinkError):
@@ -151,21 +200,37 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
             super().build_extension(ext)
 
     def build_operators(self, ext: Extension) -> None:
-        import torch
-
         library = self.get_ext_fullpath(ext.name)
         refusal = self.refusal_file(library)
         if os.path.exists(refusal):  # an earlier build's: this one says again
             os.remove(refusal)
 
-        # the C kernels as C (BuildExtension would pass them C++ flags), linked in as objects
-        # of their own: `build_ext --parallel` builds the C kernels' library at the same time,
-        # from the same sources, and the two must not write the same object files
-        objects = self.compiler.compile(OPERATOR_C,
-                                        output_dir=os.path.join(self.build_temp, "operators"),
-                                        extra_postargs=[*FLAGS, *OPENMP, "-fPIC"],
-                                        depends=ext.depends)
-        ext.extra_objects = objects
+        # the C kernels as C (BuildExtension would pass them C++ flags), linked in as objects:
+        # the shared ones, which the link waits for (the C++ compiles meanwhile), or, without
+        # them, compiled here first
+        link = self.compiler.link_shared_object
+        if self.shared is not None:
+            shared = self.shared
+            ext.extra_objects = self.compiler.object_filenames(
+                OPERATOR_C, output_dir=os.path.join(self.build_temp, "shared"))
+
+            def linked(*args: Any, **kwargs: Any) -> Any:
+                shared.result()  # (its compiler's error, where it failed)
+                return link(*args, **kwargs)
+
+            self.compiler.link_shared_object = linked
+        else:
+            ext.extra_objects = self.compiler.compile(
+                OPERATOR_C, output_dir=os.path.join(self.build_temp, "operators"),
+                extra_postargs=[*FLAGS, *OPENMP, "-fPIC"], depends=ext.depends)
+        try:
+            self.link_operators(ext)
+        finally:
+            self.compiler.link_shared_object = link
+        self.check_operators(library, refusal)
+
+    def link_operators(self, ext: Extension) -> None:
+        """Compile the operators' C++ (and CUDA) and link them with the C kernels' objects."""
         cuda = any(s.endswith(".cu") for s in ext.sources)
         arches = cuda_arch_list() if cuda else None
         if arches is not None:
@@ -181,6 +246,12 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
             ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
             ext.define_macros = [m for m in ext.define_macros if m[0] != CUDA_MACRO]
             super().build_extension(ext)
+
+    def check_operators(self, library: str, refusal: str) -> None:
+        """Leave the built operators' ``library`` out where an error one of them raises kills
+        the process (saying why in ``refusal``); else write its torch version beside it."""
+        import torch
+
         crash = raise_crashes(library)
         if crash is not None:
             if os.path.exists(self.version_file(library)):
@@ -258,7 +329,9 @@ def raise_crashes(library: str) -> str | None:
 def extensions() -> list[Extension]:
     if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C"):
         return []
-    return [KERNELS, *operators()]
+    # the operators first: a build of one extension at a time compiles their C++ while the C
+    # objects both share compile beside it (BuildKernels.shared)
+    return [*operators(), KERNELS]
 
 
 setup(
