@@ -208,9 +208,13 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
         # the C kernels as C (BuildExtension would pass them C++ flags), linked in as objects:
         # the shared ones, which the link waits for (the C++ compiles meanwhile), or, without
         # them, compiled here first
-        link = self.compiler.link_shared_object
-        if self.shared is not None:
-            shared = self.shared
+        if self.shared is None:
+            ext.extra_objects = self.compiler.compile(
+                OPERATOR_C, output_dir=os.path.join(self.build_temp, "operators"),
+                extra_postargs=[*FLAGS, *OPENMP, "-fPIC"], depends=ext.depends)
+            self.link_operators(ext)
+        else:
+            shared, link = self.shared, self.compiler.link_shared_object
             ext.extra_objects = self.compiler.object_filenames(
                 OPERATOR_C, output_dir=os.path.join(self.build_temp, "shared"))
 
@@ -219,14 +223,10 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
                 return link(*args, **kwargs)
 
             self.compiler.link_shared_object = linked
-        else:
-            ext.extra_objects = self.compiler.compile(
-                OPERATOR_C, output_dir=os.path.join(self.build_temp, "operators"),
-                extra_postargs=[*FLAGS, *OPENMP, "-fPIC"], depends=ext.depends)
-        try:
-            self.link_operators(ext)
-        finally:
-            self.compiler.link_shared_object = link
+            try:
+                self.link_operators(ext)
+            finally:
+                self.compiler.link_shared_object = link
         self.check_operators(library, refusal)
 
     def link_operators(self, ext: Extension) -> None:

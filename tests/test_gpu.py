@@ -147,6 +147,72 @@ def test_a_cuda_build_that_fails_in_any_way_builds_the_operators_without_it(
     assert written.read_text() == torch.__version__ + "\n"
 
 
+def test_both_libraries_link_the_c_kernels_compiled_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Both libraries built: the C kernels they share are compiled once (in a thread, on a copy
+    of the compiler); the operators' link waits for them and links them, and the C library
+    compiles only its two Python-calling sources beside them. Where that compile fails, the
+    C library builds from all its sources, as without the operators."""
+    from setuptools import Distribution
+
+    setup = setup_py(monkeypatch)
+    kernels = setup["BuildKernels"]
+    events: list[str] = []
+    built: dict[str, tuple[list[str], list[str]]] = {}
+
+    class Compiler:
+        fail = False
+
+        def compile(self, sources: list[str], output_dir: str, **kw: Any) -> list[str]:
+            events.append("compiled")
+            if self.fail:
+                raise setup["CompileError"]("no OpenMP")
+            return self.object_filenames(sources, output_dir=output_dir)
+
+        def object_filenames(self, sources: list[str], output_dir: str) -> list[str]:
+            return [os.path.join(output_dir, s[:-2] + ".o") for s in sources]
+
+        def link_shared_object(self, *args: Any, **kw: Any) -> None:
+            events.append("linked")
+
+    def build_extension(self: Any, ext: Any) -> None:
+        self.compiler.link_shared_object()
+        built[ext.name] = (list(ext.sources), list(ext.extra_objects or []))
+        Path(self.get_ext_fullpath(ext.name)).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.get_ext_fullpath(ext.name)).write_bytes(b"")
+
+    monkeypatch.setattr(kernels.__mro__[1], "build_extension", build_extension)
+    monkeypatch.setattr(kernels.__mro__[1], "build_extensions", lambda self: [
+        self.build_extension(ext) for ext in self.extensions])
+    monkeypatch.setitem(setup, "raise_crashes", lambda library: None)
+    for fail in (False, True):
+        events.clear()
+        built.clear()
+        cmd = kernels(Distribution({"name": "lookuplinear"}))
+        cmd.initialize_options()
+        cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "temp")
+        cmd.finalize_options()
+        cmd.compiler = Compiler()
+        cmd.compiler.fail = fail
+        operators = setup["Extension"](setup["OPERATORS"], sources=[f"{setup['C_DIR']}/ops.cpp"])
+        cmd.extensions = [operators, setup["KERNELS"]]
+        if fail:  # the operators' link raises the shared compile's error
+            with pytest.raises(setup["CompileError"], match="no OpenMP"):
+                cmd.build_extensions()
+            cmd.build_extension(setup["KERNELS"])
+            assert built[setup["KERNELS"].name] == (setup["KERNELS"].sources, [])
+            continue
+        cmd.build_extensions()
+        shared = Compiler().object_filenames(setup["OPERATOR_C"],
+                                             output_dir=os.path.join(cmd.build_temp, "shared"))
+        assert events == ["compiled", "linked", "linked"]
+        assert built[setup["OPERATORS"]] == ([f"{setup['C_DIR']}/ops.cpp"], shared)
+        assert built[setup["KERNELS"].name] == (
+            [s for s in setup["KERNELS"].sources if os.path.basename(s) in setup["PYTHON_C"]],
+            shared)
+        assert setup["KERNELS"].extra_objects == []  # as it was
+
+
 @pytest.mark.skipif(_extension.library_path() is None or not library.CPP,
                     reason="the C++ operators are not built here")
 def test_raise_probe_reports_how_a_library_takes_an_error(capsys: pytest.CaptureFixture[str]
