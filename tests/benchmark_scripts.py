@@ -19,7 +19,10 @@ BENCHMARKS = ROOT / "benchmarks"
 
 def load(name: str) -> ModuleType:
     """``benchmarks/<name>.py`` as the module ``name`` (registered in ``sys.modules``: a
-    script's dataclasses look their module up there)."""
+    script's dataclasses look their module up there), with the folder on ``sys.path`` as it is
+    for a script run from it (a benchmark imports another's helpers)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
