@@ -146,8 +146,12 @@ def one_table_step(rows: list[int], dim: int, kb: KeyedBags, target: torch.Tenso
     return step
 
 
-def fbgemm_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.Tensor
-                ) -> Step | None:
+def fbgemm_tables(tables: list[tuple[int, int]], optimizer: str, **kwargs: Any) -> Any:
+    """FBGEMM's CPU table-batched module (``SplitTableBatchedEmbeddingBagsCodegen``) of
+    ``tables`` (``(rows, dim)`` each, on the host), sum pooling, the optimizer
+    ``EmbOptimType.<optimizer>`` fused into its backward with ``kwargs`` (``learning_rate``,
+    ``eps``, ...); None where ``fbgemm_gpu`` is not importable. Also used by
+    ``bench_optim.py`` and ``bench_dlrm.py``."""
     try:
         with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
             warnings.simplefilter("ignore")
@@ -162,12 +166,17 @@ def fbgemm_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.T
             )
     except ImportError:
         return None
-    emb = SplitTableBatchedEmbeddingBagsCodegen(
-        [(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU)
-         for r, d in zip(rows, dims, strict=True)],
-        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=LR, eps=1e-8,
-        pooling_mode=PoolingMode.SUM,
-    )
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        [(r, d, EmbeddingLocation.HOST, ComputeDevice.CPU) for r, d in tables],
+        optimizer=getattr(EmbOptimType, optimizer), pooling_mode=PoolingMode.SUM, **kwargs)
+
+
+def fbgemm_step(rows: list[int], dims: list[int], kb: KeyedBags, target: torch.Tensor
+                ) -> Step | None:
+    emb = fbgemm_tables(list(zip(rows, dims, strict=True)), "EXACT_ROWWISE_ADAGRAD",
+                        learning_rate=LR, eps=1e-8)
+    if emb is None:
+        return None
     for name in ("weights_host", "momentum1_host"):  # the same pages as lookuplinear's tables
         getattr(emb, name).data = hugepages.place(getattr(emb, name).detach())
     idx, offsets = kb.values, kb.offsets

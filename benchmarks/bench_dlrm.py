@@ -44,11 +44,11 @@ import random
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from bench_collection import fbgemm_tables
 from torch import nn
 
 from lookuplinear import LookupLinear, optim
@@ -105,33 +105,18 @@ class Pooled(nn.Module):
 
 
 class TableBatched(DLRMShaped):
-    """The model with its tables as FBGEMM's table-batched module (one call for every table,
-    the SGD update fused into its backward, ``EXACT_SGD``): the anchor's way. Takes the batch
-    as FBGEMM does, every table's indices in one tensor with their offsets
-    (:func:`table_batched`)."""
+    """The model with its tables as FBGEMM's table-batched module ``tbe`` (one call for every
+    table, the SGD update fused into its backward, ``EXACT_SGD``: :func:`table_batched_model`):
+    the anchor's way. Takes the batch as FBGEMM does, every table's indices in one tensor with
+    their offsets (:func:`table_batched`)."""
 
-    def __init__(self, stock: DLRMShaped, lr: float) -> None:
-        with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
-            warnings.simplefilter("ignore")
-            from fbgemm_gpu.split_embedding_configs import EmbOptimType
-            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-                EmbeddingLocation,
-                PoolingMode,
-            )
-            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-                ComputeDevice,
-                SplitTableBatchedEmbeddingBagsCodegen,
-            )
+    def __init__(self, stock: DLRMShaped, tbe: nn.Module) -> None:
         super().__init__([], [], [])
         self.bot, self.top = copy.deepcopy(stock.bot), copy.deepcopy(stock.top)
         self.rows, self.cols = stock.rows, stock.cols
-        tables = list(stock.emb)
-        self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
-            [(t.num_embeddings, t.embedding_dim, EmbeddingLocation.HOST, ComputeDevice.CPU)
-             for t in tables],
-            optimizer=EmbOptimType.EXACT_SGD, learning_rate=lr, pooling_mode=PoolingMode.SUM)
+        self.tbe = tbe
         with torch.no_grad():  # stock's weights
-            for w, t in zip(self.tbe.split_embedding_weights(), tables, strict=True):
+            for w, t in zip(tbe.split_embedding_weights(), stock.emb, strict=True):
                 w.copy_(t.weight)
 
     def forward(self, dense: torch.Tensor, indices: list[torch.Tensor],
@@ -142,6 +127,14 @@ class TableBatched(DLRMShaped):
         z = torch.bmm(t, t.transpose(1, 2))
         r = torch.cat([x, z[:, self.rows, self.cols]], dim=1)
         return self.top(r)
+
+
+def table_batched_model(stock: DLRMShaped, lr: float) -> TableBatched | None:
+    """Stock's model with its tables (and weights) in FBGEMM's table-batched module, SGD at
+    ``lr`` fused into its backward; None where FBGEMM is not importable."""
+    tbe = fbgemm_tables([(t.num_embeddings, t.embedding_dim) for t in stock.emb], "EXACT_SGD",
+                        learning_rate=lr)
+    return None if tbe is None else TableBatched(stock, tbe)
 
 
 def table_batched(b: Batch) -> Batch:
@@ -210,9 +203,8 @@ def check_step(stock: DLRMShaped, ours: DLRMShaped, b: Batch, lr: float) -> floa
             if diff > 1e-5:
                 raise AssertionError(f"{name} differs by {diff} after one step (fused={fused})")
             worst = max(worst, diff)
-    try:
-        tbe = TableBatched(stock, lr)
-    except ImportError:
+    tbe = table_batched_model(stock, lr)
+    if tbe is None:
         return worst
     dense = [p for name, p in tbe.named_parameters() if not name.startswith("tbe.")]
     loss = train_step(tbe, torch.optim.SGD(dense, lr=lr), loss_fn, table_batched(b))
@@ -271,9 +263,8 @@ def methods(stock: DLRMShaped, ours: DLRMShaped, batches: list[Batch], lr: float
     floor.emb = nn.ModuleList(Pooled(batches[0][0].shape[0], eb.embedding_dim)
                               for _ in floor.emb)
     fns[FLOOR] = step(floor, torch.optim.SGD(floor.parameters(), lr=lr))
-    try:
-        tbe = TableBatched(stock, lr)
-    except ImportError:  # no FBGEMM: its row is left out
+    tbe = table_batched_model(stock, lr)
+    if tbe is None:  # no FBGEMM: its row is left out
         return fns
     dense = [p for name, p in tbe.named_parameters() if not name.startswith("tbe.")]
     tbe_opt = torch.optim.SGD(dense, lr=lr)  # the tables' update is in the backward

@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from bench_collection import fbgemm_tables
 from torch import nn
 
 from lookuplinear import LookupLinear, optim
@@ -116,25 +116,9 @@ def torch_case(cls: type, init: torch.Tensor, batch: tuple[Any, ...], sparse: bo
 def fbgemm_table(rows: int, dim: int, kind: str, init: torch.Tensor) -> Any:
     """FBGEMM's CPU table-batched embedding (one table, sum pooling, fused ``kind`` optimizer)
     holding ``init``; None when ``fbgemm_gpu`` is not importable."""
-    try:
-        with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
-            warnings.simplefilter("ignore")
-            from fbgemm_gpu.split_embedding_configs import EmbOptimType
-            from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-                EmbeddingLocation,
-                PoolingMode,
-            )
-            from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-                ComputeDevice,
-                SplitTableBatchedEmbeddingBagsCodegen,
-            )
-    except ImportError:
+    emb = fbgemm_tables([(rows, dim)], kind, learning_rate=LR, eps=1e-8)
+    if emb is None:
         return None
-    emb = SplitTableBatchedEmbeddingBagsCodegen(
-        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
-        optimizer=getattr(EmbOptimType, kind), learning_rate=LR, eps=1e-8,
-        pooling_mode=PoolingMode.SUM,
-    )
     with torch.no_grad():
         emb.split_embedding_weights()[0].copy_(init)
     return emb
