@@ -1224,22 +1224,31 @@ if not CPP:
 # (a host operator with a twin on every other device: the collection's input, on any device)
 
 
+def _check_keyed_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                          op: str, *, one_dtype: bool) -> None:
+    """Raise :class:`InputValueError` unless ``values`` and ``offsets`` are a keyed batch of
+    ``n_features`` features (1-D, int32 or int64, of one dtype where ``one_dtype``, at least
+    one offset, ``n_features`` dividing the bags): the keyed passes' common operands."""
+    ints = (torch.int32, torch.int64)
+    if not (values.dtype in ints and offsets.dtype in ints and values.dim() == 1
+            and offsets.dim() == 1 and offsets.numel() > 0
+            and (offsets.dtype == values.dtype or not one_dtype)):
+        kind = "of one dtype, int32 or int64" if one_dtype else "int32 or int64"
+        raise InputValueError(
+            f"lookuplinear::{op}: 1-D values and offsets {kind}, and at least one offset; got "
+            f"{values.dtype} {tuple(values.shape)} and {offsets.dtype} {tuple(offsets.shape)}")
+    if n_features < 1 or (offsets.numel() - 1) % n_features:
+        raise InputValueError(f"lookuplinear::{op}: n_features must divide the "
+                              f"{offsets.numel() - 1} bags; got {n_features}")
+
+
 def _check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                             shift: torch.Tensor, limit: torch.Tensor,
                             op: str = "shifted_rows") -> None:
     """Raise :class:`InputValueError` for operands ``shifted_rows`` (or ``one_id_rows``)
     cannot read, as the C++ kernel checks them (before the C pass reads the entries the
     offsets name)."""
-    ints = (torch.int32, torch.int64)
-    if not (values.dtype in ints and offsets.dtype == values.dtype and values.dim() == 1
-            and offsets.dim() == 1 and offsets.numel() > 0):
-        raise InputValueError(
-            f"lookuplinear::{op}: 1-D values and offsets of one dtype, int32 or int64, "
-            f"and at least one offset; got {values.dtype} {tuple(values.shape)} and "
-            f"{offsets.dtype} {tuple(offsets.shape)}")
-    if n_features < 1 or (offsets.numel() - 1) % n_features:
-        raise InputValueError(f"lookuplinear::{op}: n_features must divide the "
-                              f"{offsets.numel() - 1} bags; got {n_features}")
+    _check_keyed_operands(values, offsets, n_features, op, one_dtype=True)
     for t in (shift, limit):
         if t.dtype != torch.int64 or t.shape != (n_features,):
             raise InputValueError(
@@ -1372,16 +1381,7 @@ def _check_group_order_operands(values: torch.Tensor, offsets: torch.Tensor, n_f
                                 order: Sequence[int], group_features: Sequence[int]) -> None:
     """Raise :class:`InputValueError` for operands ``group_order`` cannot read, as the C++
     kernel checks them."""
-    ints = (torch.int32, torch.int64)
-    if not (values.dtype in ints and offsets.dtype in ints and values.dim() == 1
-            and offsets.dim() == 1 and offsets.numel() > 0):
-        raise InputValueError(
-            f"lookuplinear::group_order: 1-D int32 or int64 values and offsets, and at least "
-            f"one offset; got {values.dtype} {tuple(values.shape)} and {offsets.dtype} "
-            f"{tuple(offsets.shape)}")
-    if n_features < 1 or (offsets.numel() - 1) % n_features:
-        raise InputValueError(f"lookuplinear::group_order: n_features must divide the "
-                              f"{offsets.numel() - 1} bags; got {n_features}")
+    _check_keyed_operands(values, offsets, n_features, "group_order", one_dtype=False)
     if sorted(order) != list(range(n_features)):
         raise InputValueError(f"lookuplinear::group_order: order must list each of the "
                               f"{n_features} features once; got {list(order)}")

@@ -1714,17 +1714,27 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
 // asserts raise); on other devices torch ops, the range asserted on the device without a host
 // synchronisation.
 
-void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
-                            const Tensor &shift, const Tensor &limit,
-                            const char *op = "shifted_rows") {
-    TORCH_CHECK_VALUE(is_i32_i64(values) && offsets.scalar_type() == values.scalar_type() &&
-                          values.dim() == 1 && offsets.dim() == 1 && offsets.numel() > 0,
-                      "lookuplinear::", op, ": 1-D values and offsets of one dtype, int32 "
-                      "or int64, and at least one offset; got ", values.scalar_type(), " ",
+// a keyed batch of n_features features: 1-D int32 or int64 values and offsets (of one dtype
+// where one_dtype), at least one offset, n_features dividing the bags (the keyed passes'
+// common operands)
+void check_keyed_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                          const char *op, bool one_dtype) {
+    TORCH_CHECK_VALUE(is_i32_i64(values) && is_i32_i64(offsets) && values.dim() == 1 &&
+                          offsets.dim() == 1 && offsets.numel() > 0 &&
+                          (!one_dtype || offsets.scalar_type() == values.scalar_type()),
+                      "lookuplinear::", op, ": 1-D values and offsets ",
+                      one_dtype ? "of one dtype, int32 or int64" : "int32 or int64",
+                      ", and at least one offset; got ", values.scalar_type(), " ",
                       values.sizes(), " and ", offsets.scalar_type(), " ", offsets.sizes());
     TORCH_CHECK_VALUE(n_features >= 1 && (offsets.numel() - 1) % n_features == 0,
                       "lookuplinear::", op, ": n_features must divide the ",
                       offsets.numel() - 1, " bags; got ", n_features);
+}
+
+void check_shifted_operands(const Tensor &values, const Tensor &offsets, int64_t n_features,
+                            const Tensor &shift, const Tensor &limit,
+                            const char *op = "shifted_rows") {
+    check_keyed_operands(values, offsets, n_features, op, true);
     for (const Tensor *t : {&shift, &limit})
         TORCH_CHECK_VALUE(t->scalar_type() == at::kLong && t->dim() == 1 &&
                               t->numel() == n_features,
@@ -1880,14 +1890,7 @@ Tensor one_id_rows_twin(const Tensor &values, const Tensor &offsets, int64_t n_f
 void check_group_order_operands(const Tensor &values, const Tensor &offsets,
                                 int64_t n_features, at::IntArrayRef order,
                                 at::IntArrayRef group_features) {
-    TORCH_CHECK_VALUE(is_i32_i64(values) && is_i32_i64(offsets) && values.dim() == 1 &&
-                          offsets.dim() == 1 && offsets.numel() > 0,
-                      "lookuplinear::group_order: 1-D int32 or int64 values and offsets, and at "
-                      "least one offset; got ", values.scalar_type(), " ", values.sizes(),
-                      " and ", offsets.scalar_type(), " ", offsets.sizes());
-    TORCH_CHECK_VALUE(n_features >= 1 && (offsets.numel() - 1) % n_features == 0,
-                      "lookuplinear::group_order: n_features must divide the ",
-                      offsets.numel() - 1, " bags; got ", n_features);
+    check_keyed_operands(values, offsets, n_features, "group_order", false);
     std::vector<bool> seen(n_features, false);
     bool permutation = (int64_t)order.size() == n_features;
     for (const int64_t f : order) {
