@@ -32,7 +32,6 @@ from ..errors import InputTypeError, InputValueError
 from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
-from ..ops import values_known
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from ..storage.tables import attach, drawn_eagerly, refuse_assign, storage_of
@@ -535,11 +534,9 @@ class LookupCollection(CollectionBase):
         """The rows of the IDs of every output of a ``hashing="map"`` table: one map call per
         table (its features' IDs together, so that no feature takes a row another reads in this
         batch); rows given to new IDs are re-drawn and their optimizer state marked for a fresh
-        start. Each output's IDs are a slice of ``kb.values`` between its key's bounds (in a
-        recorded graph, ``kb[feature]``: its bounds are symbolic)."""
+        start. Each output's IDs are its feature's, ``kb[feature].indices``."""
         mapped: dict[str, torch.Tensor] = {}
-        bounds = kb._key_bounds() if values_known() else None
-        feature_of, position = self._collection_plan.feature_of, kb._position
+        feature_of = self._collection_plan.feature_of
         for name, module in self.id_maps.items():
             id_map = cast(IdMap, module)
             if id_map.key_type == "str":
@@ -549,11 +546,7 @@ class LookupCollection(CollectionBase):
                     "of strings (a list, numpy array or pandas column)."
                 )
             outputs = self._collection_plan.outputs_of_table(name)
-            if bounds is None:
-                ids = [kb[feature_of[f]].indices for f in outputs]
-            else:
-                at = [position[feature_of[f]] for f in outputs]
-                ids = [kb.values[bounds[p]:bounds[p + 1]] for p in at]
+            ids = [kb[feature_of[f]].indices for f in outputs]
             if len(ids) == 1:
                 mapped[outputs[0]] = id_map(ids[0])
             else:
