@@ -85,11 +85,18 @@ def _pair(**kwargs: Any) -> tuple[EmbeddingBag, nn.EmbeddingBag]:
     return bag, ref
 
 
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a tensor of stride 2 (a column of a wider one, say), which ATen's
+    internal bag kernels would read as contiguous."""
+    return torch.stack([t, torch.full_like(t, 99)], 1)[:, 0]
+
+
 def _calls(include_last_offset: bool) -> list[tuple[Any, ...]]:
     flat = torch.tensor([1, 2, 2, 9, 9, 3, 0])
     starts = torch.tensor([0, 0, 3, 3, 6])  # bags 0 and 3 empty
     offsets = torch.cat([starts, torch.tensor([7])]) if include_last_offset else starts
-    calls: list[tuple[Any, ...]] = [(flat, offsets), (flat.int(), offsets.int())]
+    calls: list[tuple[Any, ...]] = [(flat, offsets), (flat.int(), offsets.int()),
+                                    (_strided(flat), _strided(offsets))]
     if not include_last_offset:  # a (B, N) input ignores include_last_offset in torch too
         calls.append((torch.tensor([[1, 2, 2], [9, 0, 3]]),))
     calls.append((torch.tensor([[4, 7], [0, 0]]),))

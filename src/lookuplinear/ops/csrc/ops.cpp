@@ -163,10 +163,11 @@ Tensor bag_lookup_twin(const Tensor &weight, const Tensor &indices,
     if (!offsets.has_value()) return at::embedding(weight, indices, padding_idx.value_or(-1));
     // ATen's forward-only kernel: the operator's backward is its own, so the offset2bag and
     // bag sizes that embedding_bag builds for its backward would be wasted (about half of a
-    // 128-bag lookup); the same sums, in the same order
-    return std::get<0>(at::_embedding_bag_forward_only(weight, indices, *offsets, false, 0,
-                                                       false, weights, include_last_offset,
-                                                       padding_idx.value_or(-1)));
+    // 128-bag lookup); the same sums, in the same order. It reads indices and offsets as
+    // contiguous whatever their strides (embedding_bag makes them so before calling it)
+    return std::get<0>(at::_embedding_bag_forward_only(
+        weight, indices.contiguous(), offsets->contiguous(), false, 0, false, weights,
+        include_last_offset, padding_idx.value_or(-1)));
 }
 
 Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
