@@ -640,6 +640,19 @@ def _dual_cd_operands(loss: int, n_out: int, index_dtype: torch.dtype) -> tuple[
             torch.rand(n, n_out, dtype=torch.float64, generator=g) * (loss == 0), loss, 0.3)
 
 
+def _admit_operands(capacity: int, keys: list[int], before: list[int] | None = None
+                    ) -> tuple[Any, ...]:
+    """``idmap_admit_``'s operands: a map of ``capacity`` rows (in a table of 16 slots, two
+    fallback rows, 3 calls so far) holding ``before``'s keys, and ``keys`` to admit."""
+    state = (_idmap.empty_table(16), torch.zeros(capacity, dtype=torch.long),
+             torch.full((capacity,), -1, dtype=torch.long), torch.tensor(0), torch.tensor(3))
+    table, row_id, last_used, assigned, clock = state
+    if before:
+        library.HOST_TWINS["idmap_admit_"](table, torch.tensor(before, dtype=torch.long),
+                                           row_id, last_used, assigned, clock, 2)
+    return table, torch.tensor(keys, dtype=torch.long), row_id, last_used, assigned, clock, 2
+
+
 def host_op_cases() -> list[tuple[str, tuple[Any, ...]]]:
     strings = [b"", b"a", b"ab", b"abc", b"abcd", b"a b", "\u00e9t\u00e9 \u65e5\u672c".encode(),
                bytes(range(256)), b"x" * 37]
@@ -670,6 +683,10 @@ def host_op_cases() -> list[tuple[str, tuple[Any, ...]]]:
         ("drop_entries", (idx.int(), off.int(), 2**40)),
         *[("dual_cd_epoch", _dual_cd_operands(loss, n_out, dtype))
           for loss in (0, 1) for n_out in (1, 3) for dtype in (torch.int32, torch.int64)],
+        ("idmap_admit_", _admit_operands(5, [7, -(2**63), 7, 2**63 - 1, 0, 7])),
+        ("idmap_admit_", _admit_operands(5, [])),
+        ("idmap_admit_", _admit_operands(5, [9, 7, 8, 1], before=[7, 8])),  # 2 held, 2 new
+        ("idmap_admit_", _admit_operands(3, [4, 5, 6, 4, 2, 1], before=[4])),  # 2 without a row
     ]
 
 
@@ -858,6 +875,15 @@ def test_shifted_rows_names_an_id_outside_its_table(bad: int, feature: int, limi
                        torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
                        torch.ones(1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64),
                        0, 1.0), "dual must be"),
+    # a full table would never end a probe; a fallback row is needed for the keys without one
+    ("idmap_admit_", _admit_operands(16, [1]), "more than the map's 16 rows"),
+    ("idmap_admit_", (*_admit_operands(5, [1])[:6], 0), "fallback_rows, which must be >= 1"),
+    ("idmap_admit_", (*_admit_operands(5, [1])[:4], torch.tensor(6), torch.tensor(0), 2),
+     r"assigned counts the rows given out, in \[0, 5\]"),
+    ("idmap_admit_", (*_admit_operands(5, [1])[:3], torch.zeros(4, dtype=torch.long),
+                      *_admit_operands(5, [1])[4:]), "one entry per row"),
+    ("idmap_admit_", (*_admit_operands(5, [1])[:1], torch.tensor([1.0]),
+                      *_admit_operands(5, [1])[2:]), "keys must be a 1-D Long"),
 ])
 def test_cpp_host_operators_refuse_what_their_c_kernels_cannot_read(
         name: str, args: tuple[Any, ...], match: str) -> None:

@@ -20,6 +20,9 @@ from ..ops.library import idmap_find, idmap_rows
 from .hashing import hash_ids
 from .rawids import as_int_ids, as_str_ids, check_strs
 
+#: an int64 map's call in training with ``admit_after=1``, in place on its state
+_ADMIT = torch.ops.lookuplinear.idmap_admit_.default
+
 __all__ = ["IdMap"]
 
 
@@ -178,25 +181,22 @@ class IdMap(AllOrNothingLoad):
         if values_known() and self.evicted.numel():  # a recorded graph (eval mode) evicts
             self.evicted = torch.zeros(0, dtype=torch.int64)  # nothing
         if not self.training:
-            found = idmap_find(self.table, flat)
-        elif self.admit_after == 1:  # one pass: new IDs numbered as they first appear
-            start = int(self.assigned)
-            found, nxt = table_ops.assign(self.table, flat, start, self.capacity)
-            if nxt > start:
-                new_rows = torch.arange(start, nxt)
-                self.row_id[new_rows] = self._ids_of_new_rows(new_rows, flat, found)
-                self.assigned.fill_(nxt)
-            found = self._admit(flat, found)
+            rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
+        elif self.admit_after == 1:  # one pass: new IDs take free rows as they first appear
+            rows, missing = _ADMIT(self.table, flat, self.row_id, self.last_used, self.assigned,
+                                   self.clock, self.fallback_rows)
+            if missing:  # every row taken: the least recently used ones go to new IDs
+                self._take_rows(torch.unique(flat[rows < self.fallback_rows]),
+                                int(self.clock) - 1)
+                rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
         else:
-            found = self._admit(flat, idmap_find(self.table, flat))
+            rows = idmap_rows(self._admit(flat, idmap_find(self.table, flat)), flat,
+                              self.fallback_rows)
         if self.key_type == "str":  # the strings themselves hashed, where the map has none
-            rows = found + self.fallback_rows
-            miss = found < 0
+            miss = rows < self.fallback_rows
             if bool(miss.any()):
                 at = torch.nonzero(miss).reshape(-1).tolist()
                 rows[miss] = hash_ids([strs[i] for i in at], self.fallback_rows)
-        else:
-            rows = idmap_rows(found, flat, self.fallback_rows)
         if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)
@@ -239,42 +239,37 @@ class IdMap(AllOrNothingLoad):
         live.update(self.pending[0::2][self.pending[1::2] >= 0].tolist())
         self._keys = {s: k for s, k in self._keys.items() if k in live}
 
-    @staticmethod
-    def _ids_of_new_rows(rows: torch.Tensor, flat: torch.Tensor,
-                          found: torch.Tensor) -> torch.Tensor:
-        """The ID that got each of ``rows`` (new rows, each given to one ID of ``flat``)."""
-        if rows.numel() == 0:
-            return rows
-        first = torch.full((int(rows.max()) + 1 - int(rows.min()),), -1, dtype=torch.int64)
-        sel = (found >= int(rows.min())) & (found <= int(rows.max()))
-        first[found[sel] - int(rows.min())] = flat[sel]
-        return first
-
     def _admit(self, flat: torch.Tensor, found: torch.Tensor) -> torch.Tensor:
+        """A call in training with ``admit_after > 1``: the rows read stamped with this call,
+        the sightings of the IDs without one counted, those now admitted given rows; the
+        value of every ID of ``flat`` in the map after it (``-1``: none)."""
         # (no grad mode entered: every tensor here is an integer one, which autograd never
         # records, and the context manager costs a tenth of a call)
         now = int(self.clock)
         self.clock.add_(1)  # in place (a buffer's += goes through Module.__setattr__)
         hit = found >= 0
-        if bool(hit.all()):  # the usual call: every ID holds a row (no mask to apply)
+        if bool(hit.all()):  # every ID holds a row (no mask to apply)
             self.last_used.index_fill_(0, found, now)
             return found
         self.last_used[found[hit]] = now  # rows read in this call are never taken
-        missing = flat[~hit]
-        if missing.numel() == 0:
-            return found
-        new, seen = torch.unique(missing, return_counts=True)  # sorted: deterministic
-        if self.admit_after > 1:
-            new = self._count(new, seen)
+        new, seen = torch.unique(flat[~hit], return_counts=True)  # sorted: deterministic
+        if self._take_rows(self._count(new, seen), now):
+            return idmap_find(self.table, flat)
+        return found
+
+    def _take_rows(self, new: torch.Tensor, now: int) -> bool:
+        """Give rows to the IDs ``new`` (admitted in call ``now``, each once, in order), free
+        rows first, then the least recently used ones (never one used in this call); whether
+        any ID got one."""
         if new.numel() == 0:
-            return found
+            return False
         rows = self._free_rows(new.numel(), now)
         new = new[: rows.numel()]  # the rest stays unmapped (every row was used in this call)
         if new.numel():
             table_ops.set_values(self.table, new, rows)
             self.row_id[rows] = new
             self.last_used[rows] = now
-        return idmap_find(self.table, flat)
+        return bool(new.numel())
 
     def _count(self, new: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """Add this call's sightings to the pending counts; the IDs now admitted. The counts

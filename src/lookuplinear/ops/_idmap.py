@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import InputValueError
 from ._backend import use_c
 from ._clib import function, ptr
-from ._hashing import splitmix64_int
+from ._hashing import hash_int_ids, splitmix64_int
 
-__all__ = ["add", "assign", "dict_keys", "empty_table", "erase", "find", "set_values"]
+__all__ = ["add", "admit_twin", "assign", "dict_keys", "empty_table", "erase", "find",
+           "set_values"]
 
 
 def empty_table(size: int) -> torch.Tensor:
@@ -159,6 +161,64 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
             out[i] = -1
     table.copy_(torch.tensor(t, dtype=torch.int64))
     return out, next_value
+
+
+def _check_admit_operands(table: torch.Tensor, keys: torch.Tensor, row_id: torch.Tensor,
+                          last_used: torch.Tensor, assigned: torch.Tensor, clock: torch.Tensor,
+                          fallback_rows: int) -> None:
+    """Raise :class:`InputValueError` for operands ``idmap_admit_`` cannot take, as the C++
+    kernel checks them (the same messages)."""
+    op = "lookuplinear::idmap_admit_"
+    for name, t, contiguous in (("table", table, True), ("keys", keys, False),
+                                ("row_id", row_id, True), ("last_used", last_used, True)):
+        if (t.dim() != 1 or t.dtype != torch.int64 or not t.is_cpu
+                or (contiguous and not t.is_contiguous())):
+            raise InputValueError(
+                f"{op}: {name} must be a 1-D {'contiguous ' if contiguous else ''}Long CPU "
+                f"tensor; got {t.dtype} of shape {list(t.shape)} on {t.device}")
+    capacity, slots = row_id.numel(), table.numel() // 2
+    if last_used.numel() != capacity:
+        raise InputValueError(f"{op}: row_id and last_used hold one entry per row of the map; "
+                              f"got {capacity} and {last_used.numel()}")
+    if table.numel() % 2 or slots <= capacity or slots & (slots - 1):
+        raise InputValueError(f"{op}: the table holds a power of 2 of (key, value) slots, more "
+                              f"than the map's {capacity} rows; got {table.numel()} entries")
+    for t in (assigned, clock):
+        if t.dim() != 0 or t.dtype != torch.int64 or not t.is_cpu:
+            raise InputValueError(f"{op}: assigned and clock are 0-dimensional int64 CPU "
+                                  f"tensors; got {t.dtype} of shape {list(t.shape)}")
+    if not 0 <= int(assigned) <= capacity:
+        raise InputValueError(f"{op}: assigned counts the rows given out, in [0, {capacity}]; "
+                              f"got {int(assigned)}")
+    if fallback_rows < 1:
+        raise InputValueError(f"{op}: a key without a row is hashed into fallback_rows, which "
+                              f"must be >= 1; got {fallback_rows}")
+
+
+def admit_twin(table: torch.Tensor, keys: torch.Tensor, row_id: torch.Tensor,
+               last_used: torch.Tensor, assigned: torch.Tensor, clock: torch.Tensor,
+               fallback_rows: int) -> tuple[torch.Tensor, int]:
+    """``lookuplinear::idmap_admit_`` from Python (:func:`assign`, then torch ops), in place on
+    the same state: an :class:`~lookuplinear.IdMap`'s call in training with ``admit_after=1``.
+    Every key's row (new keys take the free rows ``assigned, assigned + 1, ...`` in order of
+    first appearance; ``row_id`` records them), the rows read stamped ``last_used = clock``,
+    ``clock`` counted. Returns each key's table row (its map row ``+ fallback_rows``, or
+    ``hash_ids(key, fallback_rows)`` where no row was free) and how many keys got no map row."""
+    _check_admit_operands(table, keys, row_id, last_used, assigned, clock, fallback_rows)
+    start, now = int(assigned), int(clock)
+    found, nxt = assign(table, keys, start, row_id.numel())
+    if nxt > start:
+        new = found >= start
+        row_id[found[new]] = keys[new]  # a key seen twice writes its row twice, the same
+    hit = found >= 0
+    last_used[found[hit]] = now
+    assigned.fill_(nxt)
+    clock.fill_(now + 1)
+    rows = found + fallback_rows
+    missing = int((~hit).sum())
+    if missing:
+        rows[~hit] = hash_int_ids(keys[~hit], fallback_rows)
+    return rows, missing
 
 
 def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray:

@@ -1214,6 +1214,8 @@ HOST_SCHEMAS = (
     "Tensor? place=None) -> Tensor",
     "group_order(Tensor values, Tensor offsets, int n_features, int[] order, "
     "int[] group_features) -> (Tensor, Tensor)",
+    "idmap_admit_(Tensor(a!) table, Tensor keys, Tensor(b!) row_id, Tensor(c!) last_used, "
+    "Tensor(d!) assigned, Tensor(e!) clock, int fallback_rows) -> (Tensor, int)",
 )
 if not CPP:
     for _schema in HOST_SCHEMAS:
@@ -1445,6 +1447,7 @@ HOST_TWINS: dict[str, Callable[..., Any]] = {
     "offsets_ok": _offsets_ok_twin,
     "drop_entries": _inputs.drop_entries_twin,
     "dual_cd_epoch": _dualcd.dual_cd_twin,
+    "idmap_admit_": _idmap.admit_twin,
 }
 for _name, _twin in HOST_TWINS.items():
     _impl(_name, _twin, "CPU")

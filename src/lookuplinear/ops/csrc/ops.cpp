@@ -1484,6 +1484,8 @@ LL_ONE_ID_ROWS_DECL(int64_t, i64)
                           float *step, int64_t *moved);
 LL_DUAL_CD_DECL(int32_t, f32_i32)
 LL_DUAL_CD_DECL(int64_t, f32_i64)
+int64_t ll_idmap_assign(int64_t *table, int64_t mask, const int64_t *keys, int64_t n,
+                        int64_t *next, int64_t end, int64_t *out);
 }
 
 namespace lookuplinear {
@@ -1647,6 +1649,62 @@ std::tuple<Tensor, Tensor, Tensor> drop_entries_cpu(const Tensor &indices,
                             value, kept.data_ptr<int64_t>(), new_indices.data_ptr<int64_t>(),
                             new_offsets.data_ptr<int64_t>());
     return {kept, new_indices, new_offsets};
+}
+
+// ---- idmap_admit_ ------------------------------------------------------------------------
+
+// An IdMap's call in training (admit_after=1), in place on its state: every key's row (new keys
+// take the free rows in order of first appearance), the rows read stamped with the call's
+// number, the call counted. Returns each key's table row (its map row + fallback_rows, or its
+// hashed fallback row where no row is free) and how many keys got no map row.
+std::tuple<Tensor, int64_t> idmap_admit_cpu(const Tensor &table, const Tensor &keys,
+                                            const Tensor &row_id, const Tensor &last_used,
+                                            const Tensor &assigned, const Tensor &clock,
+                                            int64_t fallback_rows) {
+    const char *op = "idmap_admit_";
+    check_vector(op, "table", table, at::kLong, true);
+    check_vector(op, "keys", keys, at::kLong);
+    check_vector(op, "row_id", row_id, at::kLong, true);
+    check_vector(op, "last_used", last_used, at::kLong, true);
+    const int64_t capacity = row_id.numel(), slots = table.numel() / 2;
+    TORCH_CHECK_VALUE(last_used.numel() == capacity, "lookuplinear::idmap_admit_: row_id and "
+                      "last_used hold one entry per row of the map; got ", capacity, " and ",
+                      last_used.numel());
+    // a probe ends at an empty slot: the table has more slots than the map has rows
+    TORCH_CHECK_VALUE(table.numel() % 2 == 0 && slots > capacity && (slots & (slots - 1)) == 0,
+                      "lookuplinear::idmap_admit_: the table holds a power of 2 of (key, value) "
+                      "slots, more than the map's ", capacity, " rows; got ", table.numel(),
+                      " entries");
+    for (const Tensor *t : {&assigned, &clock})
+        TORCH_CHECK_VALUE(t->dim() == 0 && t->scalar_type() == at::kLong && t->device().is_cpu(),
+                          "lookuplinear::idmap_admit_: assigned and clock are 0-dimensional "
+                          "int64 CPU tensors; got ", t->scalar_type(), " of shape ", t->sizes());
+    int64_t *next_row = assigned.data_ptr<int64_t>(), *calls = clock.data_ptr<int64_t>();
+    const int64_t start = *next_row, now = *calls;  // (read in place: no dispatch)
+    TORCH_CHECK_VALUE(start >= 0 && start <= capacity, "lookuplinear::idmap_admit_: assigned "
+                      "counts the rows given out, in [0, ", capacity, "]; got ", start);
+    TORCH_CHECK_VALUE(fallback_rows >= 1, "lookuplinear::idmap_admit_: a key without a row is "
+                      "hashed into fallback_rows, which must be >= 1; got ", fallback_rows);
+    const Tensor k = keys.contiguous();
+    const int64_t n = k.numel(), *kp = k.data_ptr<int64_t>();
+    Tensor rows = at::empty({n}, k.options());
+    int64_t *rp = rows.data_ptr<int64_t>(), *ids = row_id.data_ptr<int64_t>(),
+            *used = last_used.data_ptr<int64_t>(), next = start, missing = 0;
+    ll_idmap_assign(table.data_ptr<int64_t>(), slots - 1, kp, n, &next, capacity, rp);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = rp[i];
+        if (r < 0) {
+            missing++;
+            rp[i] = hashed_row(kp[i], fallback_rows);
+            continue;
+        }
+        if (r >= start) ids[r] = kp[i];  // a row given in this call: its key
+        used[r] = now;
+        rp[i] = r + fallback_rows;
+    }
+    *next_row = next;
+    *calls = now + 1;
+    return {rows, missing};
 }
 
 // ---- dual_cd_epoch -----------------------------------------------------------------------
@@ -1999,6 +2057,8 @@ TORCH_LIBRARY_FRAGMENT(lookuplinear, m) {
     m.def("dual_cd_epoch(Tensor(a!) weight, Tensor(b!) bias, Tensor indptr, Tensor indices, "
           "Tensor data, Tensor(c!) order, int n_active, Tensor qdiag, Tensor target, "
           "Tensor diag, Tensor(d!) dual, int loss, float shrink_above) -> (int, float, float)");
+    m.def("idmap_admit_(Tensor(a!) table, Tensor keys, Tensor(b!) row_id, Tensor(c!) last_used, "
+          "Tensor(d!) assigned, Tensor(e!) clock, int fallback_rows) -> (Tensor, int)");
     m.def("shifted_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
           "Tensor limit) -> Tensor");
     m.def("one_id_rows(Tensor values, Tensor offsets, int n_features, Tensor shift, "
@@ -2030,11 +2090,13 @@ TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
     m.impl("offsets_ok", &offsets_ok_cpu);
     m.impl("drop_entries", &drop_entries_cpu);
     m.impl("dual_cd_epoch", &dual_cd_epoch_cpu);
+    m.impl("idmap_admit_", &idmap_admit_cpu);
 }
 
 TORCH_LIBRARY_IMPL(lookuplinear, AutogradCPU, m) {
     for (const char *name : {"murmur3_32", "splitmix64", "ngram_bucket", "renumber_ids",
-                             "count_rows", "offsets_ok", "drop_entries", "dual_cd_epoch"})
+                             "count_rows", "offsets_ok", "drop_entries", "dual_cd_epoch",
+                             "idmap_admit_"})
         m.impl(name, torch::CppFunction::makeFallthrough());
 }
 
