@@ -96,7 +96,9 @@ def _calls(include_last_offset: bool) -> list[tuple[Any, ...]]:
     starts = torch.tensor([0, 0, 3, 3, 6])  # bags 0 and 3 empty
     offsets = torch.cat([starts, torch.tensor([7])]) if include_last_offset else starts
     calls: list[tuple[Any, ...]] = [(flat, offsets), (flat.int(), offsets.int()),
-                                    (_strided(flat), _strided(offsets))]
+                                    (_strided(flat), _strided(offsets)),
+                                    (flat, offsets.to(torch.int16)),
+                                    (flat, offsets.to(torch.uint8))]
     if not include_last_offset:  # a (B, N) input ignores include_last_offset in torch too
         calls.append((torch.tensor([[1, 2, 2], [9, 0, 3]]),))
     calls.append((torch.tensor([[4, 7], [0, 0]]),))

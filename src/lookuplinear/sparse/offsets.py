@@ -124,7 +124,14 @@ def csr_offsets(
     refuses them there)::
 
         indices = [a, b, c, d],  offsets = [0, 3, 3]  ->  bags [a, b, c], [d]
+
+    Offsets of another integer dtype (int8, int16, uint8, ...) are read as int64, as
+    ``F.embedding_bag`` reads them.
     """
+    if (isinstance(offsets, torch.Tensor) and offsets.dtype not in (torch.int32, torch.int64)
+            and not offsets.dtype.is_floating_point and not offsets.dtype.is_complex
+            and offsets.dtype is not torch.bool):
+        offsets = offsets.to(torch.int64)
     if include_last_offset:
         if (last_to_end and isinstance(offsets, torch.Tensor) and offsets.dim() == 1
                 and offsets.numel() > 1 and offsets.dtype in (torch.int32, torch.int64)):
