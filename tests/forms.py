@@ -148,6 +148,16 @@ def make_case(form: str, batch: Batch, *, requires_grad: bool = False) -> Case:
         if weighted:
             kw["per_sample_weights"] = v
         return Case(c, kw, leaf, raw, merges=False)
+    if form == "offsets_strided":  # every tensor a column of a wider one (stride 2)
+        def strided(t: torch.Tensor) -> torch.Tensor:
+            wide = torch.stack([t.detach(), torch.zeros_like(t.detach())], 1)
+            return wide[:, 0].requires_grad_(t.requires_grad)
+
+        kw = {"offsets": strided(torch.from_numpy(indptr[:-1]))}
+        if weighted:
+            kw["per_sample_weights"] = strided(v)
+        leaf_s = kw.get("per_sample_weights") if requires_grad else None
+        return Case(strided(c), kw, leaf_s, raw, merges=False)
     if form == "offsets_int32":
         kw = {"offsets": torch.from_numpy(indptr[:-1]).int()}
         if weighted:
@@ -203,6 +213,7 @@ MATRIX_FORMS = (
     "bags",
     "offsets",
     "offsets_int32",
+    "offsets_strided",
     "scipy_csr",
     "scipy_csr_array",
     "scipy_csc",
@@ -214,7 +225,8 @@ MATRIX_FORMS = (
     "bool",
 )
 #: Forms whose values can require grad (scipy holds numpy data; bool has no gradient).
-GRAD_FORMS = ("bags", "offsets", "torch_coo", "torch_coo_coalesced", "torch_csr", "dense")
+GRAD_FORMS = ("bags", "offsets", "offsets_strided", "torch_coo", "torch_coo_coalesced",
+              "torch_csr", "dense")
 
 
 def _safe_inverse(d: torch.Tensor, *, sqrt: bool = False) -> torch.Tensor:
