@@ -16,7 +16,7 @@ from torch import nn
 
 from .._fusion import binding
 from .._sizes import as_size, check_table_shape
-from ..errors import InputTypeError
+from ..errors import DtypeMismatchError, InputTypeError
 from ..functional import lookup_linear, normalize_padding_idx, range_checked
 from ..sparse.bags import check_index_range
 
@@ -138,7 +138,11 @@ class Embedding(nn.Embedding):
                 or input.dtype == torch.bool):
             what = (f"dtype {input.dtype}" if isinstance(input, torch.Tensor)
                     else type(input).__name__)
-            raise InputTypeError(
+            # a tensor of another dtype: a RuntimeError too, as F.embedding raises
+            error = (DtypeMismatchError if isinstance(input, torch.Tensor)
+                     and input.layout == torch.strided and not input.is_nested
+                     else InputTypeError)
+            raise error(
                 f"Embedding: input must be a tensor of integer indices (int64 or int32), got "
                 f"{what}. Pass the row indices; for bags or sparse rows use "
                 "lookuplinear.EmbeddingBag or LookupLinear."

@@ -17,7 +17,7 @@ from torch import nn
 
 from .._loading import AllOrNothingLoad
 from .._sizes import as_size, check_table_shape
-from ..errors import InputTypeError, InputValueError, ModeNotSupportedError
+from ..errors import DtypeMismatchError, InputTypeError, InputValueError, ModeNotSupportedError
 from ..functional import (
     LookupInput,
     Mode,
@@ -198,10 +198,10 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     "offsets as nn.EmbeddingBag takes them."
                 )
             return super().forward(input, offsets, per_sample_weights)
-        check_per_sample_weights_dtype(per_sample_weights, self.weight)
-        input, offsets, per_sample_weights = bag_input(
+        input, offsets, per_sample_weights = bag_input(  # the mode checked first, as torch's
             input, offsets, per_sample_weights, self.mode
         )
+        check_per_sample_weights_dtype(per_sample_weights, self.weight)
         if self.max_norm is not None:  # as F.embedding_bag: the named rows renormed in place
             indices = input.indices if isinstance(input, Bags) else input
             if not isinstance(indices, torch.Tensor) or indices.layout != torch.strided:
@@ -259,7 +259,7 @@ def bag_input(
                                                and not input.is_nested):
         return input, offsets, per_sample_weights
     if input.dtype.is_floating_point or input.dtype.is_complex or input.dtype == torch.bool:
-        raise InputTypeError(
+        raise DtypeMismatchError(  # a RuntimeError too, as F.embedding_bag raises
             f"EmbeddingBag: input must be integer indices (int64 or int32), got dtype "
             f"{input.dtype}. Pass the row indices; for weighted entries use per_sample_weights."
         )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..errors import InputTypeError, InputValueError, LookupIndexError
+from ..errors import DtypeMismatchError, InputTypeError, InputValueError, LookupIndexError
 from ..ops import assert_bags, drop_entries, values_known
 from .offsets import check_offsets, on_host
 
@@ -49,7 +49,7 @@ def as_int_tensor(name: str, value: Any) -> torch.Tensor:
     if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
         return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise InputTypeError(
+        raise DtypeMismatchError(  # a RuntimeError too, as F.embedding_bag raises
             f"Bags: {name} must be an integer tensor, got dtype {t.dtype}. "
             f"Convert it with {name}.long() (offsets and indices are positions, not values)."
         )
@@ -70,7 +70,7 @@ def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, pe
     w = (weights if isinstance(weights, torch.Tensor)
          else torch.as_tensor(np.asarray(weights, dtype=np.float32)))
     if not w.dtype.is_floating_point:
-        raise InputTypeError(
+        raise DtypeMismatchError(  # a RuntimeError too, as F.embedding_bag raises
             f"{owner}: weights must be floating point, got dtype {w.dtype}; "
             "convert with weights.float()."
         )
