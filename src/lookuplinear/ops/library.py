@@ -83,7 +83,11 @@ eagerly and in recorded graphs, and ``one_id_rows`` eagerly on the CPU. So does
 features in the order ``order`` lists them, ``group_features`` of them per group (each group's
 entries one slice of the values out, its CSR offsets from 0, group after group), which the
 collection calls eagerly for bags over tables of several widths (each group's bags then
-slices: one lookup per group).
+slices: one lookup per group). ``idmap_admit_(table, keys, row_id, last_used, assigned, clock,
+fallback_rows) -> (rows, missing)``: an :class:`~lookuplinear.IdMap`'s call in training with
+``admit_after=1``, in place on its state (new keys take the free rows in order of first
+appearance, the rows read are stamped with the call's number); each key's row, and how many
+keys found no free row (the map then gives them the least recently used rows in Python).
 
 The optimizers' row updates (:data:`ROW_SCHEMAS`: in place, no autograd; a CPU kernel over the
 C kernels that checks every operand first, the torch-op twins of :mod:`._updates`, which give
