@@ -32,9 +32,11 @@ def _layer(mode: str = "sum", padding_idx: int | None = None, bias: bool = True)
 def _inputs(mode: str) -> list[object]:
     lists = [[1, 5, 5], [], [49, 0, 7, 7, 7], [3]]
     weighted = Bags.from_lists(lists, [[0.5, 2.0, 1.0], [], [1.0, 3.0, 0.5, 0.5, 1.0], [2.0]])
-    forms: list[object] = [Bags.from_lists(lists), torch.tensor([[1, 5], [49, 0]])]
+    forms: list[object] = [Bags.from_lists(lists), torch.tensor([[1, 5], [49, 0]]),
+                           Bags.from_lists(lists).to_dense(50) != 0]  # dense bool rows
     if mode != "max":
-        forms += [weighted, sp.csr_matrix(weighted.to_dense(50).numpy())]
+        forms += [weighted, sp.csr_matrix(weighted.to_dense(50).numpy()),
+                  weighted.to_dense(50)]  # dense float rows
     return forms
 
 

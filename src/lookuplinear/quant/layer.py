@@ -164,7 +164,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
             if input.dtype.is_floating_point or input.dtype == torch.bool:  # dense rows
                 return lookup_linear(input, self.rows(torch.arange(self.in_features)),
-                                     self.bias, mode=self.mode)
+                                     self.bias, mode=self.mode, padding_idx=self.padding_idx)
             if input.dtype.is_complex:
                 raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
             return self._index_rows(input)
