@@ -198,10 +198,11 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     "offsets as nn.EmbeddingBag takes them."
                 )
             return super().forward(input, offsets, per_sample_weights)
-        input, offsets, per_sample_weights = bag_input(  # the mode checked first, as torch's
+        if self.mode == "sum":  # (another mode refuses any weights first, as torch's does)
+            check_per_sample_weights_dtype(per_sample_weights, self.weight)
+        input, offsets, per_sample_weights = bag_input(
             input, offsets, per_sample_weights, self.mode
         )
-        check_per_sample_weights_dtype(per_sample_weights, self.weight)
         if self.max_norm is not None:  # as F.embedding_bag: the named rows renormed in place
             indices = input.indices if isinstance(input, Bags) else input
             if not isinstance(indices, torch.Tensor) or indices.layout != torch.strided:
