@@ -522,6 +522,26 @@ def test_state_dict_resumes_bit_identically(name: str) -> None:
         assert torch.equal(pa, pb)
 
 
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_optimizer_loads_again_after_a_load_a_copy_or_a_pickle(name: str) -> None:
+    """``torch.optim.Optimizer`` adds ``differentiable`` to an optimizer's defaults when it
+    loads a state dict, is copied or unpickled; none of these makes the next load refuse the
+    optimizer's own state."""
+    import copy
+    import pickle
+
+    model = lookup_model()
+    opt = getattr(optim, name)(model.parameters(), lr=0.1)
+    train(model, [opt], batches(steps=2))
+    saved = opt.state_dict()
+    opt.load_state_dict(saved)
+    opt.load_state_dict(saved)  # a second load
+    opt.load_state_dict(opt.state_dict())
+    copied = copy.deepcopy(opt)
+    copied.load_state_dict(copied.state_dict())
+    pickle.loads(pickle.dumps(opt)).load_state_dict(saved)
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_adam_moments_paired_and_repaired(fused: bool) -> None:
     """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded

@@ -51,6 +51,10 @@ IN_BACKWARD = "in_backward"
 _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
                          "betas", "eps", "amsgrad", "decoupled_weight_decay", "lr_decay",
                          "initial_accumulator_value"})
+#: the group keys that say how ``torch.optim`` runs an update, which
+#: ``torch.optim.Optimizer.__setstate__`` adds to an optimizer's defaults when it loads a state
+#: dict, is copied or unpickled: never one a state dict must hold
+_HOW_KEYS = frozenset({"foreach", "fused", "capturable", "differentiable"})
 
 
 def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
@@ -277,7 +281,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     "loaded."
                 )
         own = {k: v for k, v in self._fixed.items() if k in self.defaults}
-        missing = sorted(set(self.defaults) - set(saved) - set(own) - {IN_BACKWARD})
+        missing = sorted(set(self.defaults) - set(saved) - set(own) - {IN_BACKWARD} - _HOW_KEYS)
         if missing:
             raise InputValueError(
                 f"{type(self).__name__}.load_state_dict: the state dict's parameter group has "
