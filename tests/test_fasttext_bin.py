@@ -231,3 +231,17 @@ def test_damaged_content_refused(tmp_path: Path) -> None:
     (tmp_path / "long.bin").write_bytes((tmp_path / "m.bin").read_bytes() + b"\0")
     with pytest.raises(ModelFileError, match="1 bytes after the output matrix"):
         load_fasttext(tmp_path / "long.bin")
+
+
+def test_predict_prints_a_line_for_every_input_line(tmp_path: Path, fasttext, capsys) -> None:
+    """Blank and whitespace-only lines get a prediction too (fastText reads them as `</s>`),
+    so that output line i answers input line i."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin")
+    lines = ["good film", "", "bad plot", "   \t", "__label__1", "ok"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    assert main(["predict", str(path), str(tmp_path / "in.txt"), "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [" ".join(ft.predict(t, k=2)[0])
+                                                    for t in lines]

@@ -89,8 +89,12 @@ def input_format(args: argparse.Namespace) -> dict[str, Any]:
             "label_column": args.label_column, "sep": args.sep or table_delimiter(args.input)}
 
 
-def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None) -> Any:
+def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None,
+               every_line: bool = False) -> Any:
     """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage.
+
+    ``every_line`` (``predict``): every line of fastText-format input is an example, a blank
+    one included, so that the output has one line per input line, as fastText's.
 
     With ``model`` (``predict``, ``test``), the options not given are those of the file MODEL
     was trained on (``model.input_format``); a MODEL that does not record it (an older file)
@@ -137,7 +141,7 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
                 "--label-column needs --text-column (it selects CSV/TSV input); for "
                 "fastText-format lines drop --label-column."
             )
-        data = read_fasttext(args.input, label_prefix=args.label)
+        data = read_fasttext(args.input, label_prefix=args.label, keep_blank=every_line)
         bare = [[lab.removeprefix(args.label) for lab in ls] for ls in data.labels]
         if trained is not None and trained["format"] == "table" and bare != data.labels:
             data.labels = bare

@@ -21,7 +21,8 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
         description=(
             "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
             "with --text-column) print its K most likely labels on one line, best first (K -1: "
-            "every label, as fastText); with "
+            "every label, as fastText); a fastText-format INPUT gets one output line per line, "
+            "a blank line included, as in fastText; with "
             "--prob each label is followed by its probability (fastText's predict-prob)."
         ),
     )
@@ -39,7 +40,7 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
 
     model = load_text_model(args, "predict")
-    data = read_input(args, need_labels=False, model=model)
+    data = read_input(args, need_labels=False, model=model, every_line=True)
     # the model's ranking (a model fastText wrote ranks as fastText, ties in its order)
     names, probs = model.top_k(data.texts, args.top, args.threshold)
     lines = [" ".join(f"{n} {v:.5f}" for n, v in zip(kept, p, strict=True)) if args.prob

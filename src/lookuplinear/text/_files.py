@@ -75,8 +75,14 @@ def _open_lines(path: str | Path) -> tuple[list[str], list[int]]:
     return [line.removesuffix("\r") for line in lines], undecodable
 
 
-def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> LabelledTexts:
-    """Read a fastText-format file (``-`` for stdin); blank lines are skipped.
+def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
+                  keep_blank: bool = False) -> LabelledTexts:
+    """Read a fastText-format file (``-`` for stdin); blank lines are skipped unless
+    ``keep_blank``.
+
+    With ``keep_blank=True`` every line is an example, a blank or whitespace-only one an empty
+    text with no label, so that example ``i`` is line ``i + 1`` (what ``predict`` needs to
+    print one line per input line, as fastText's ``predict`` does).
 
     Lines end at ``\\n`` (as in fastText; other Unicode line breaks are part of the text), a
     UTF-8 byte order mark is skipped, and bytes that are not UTF-8 read as U+FFFD (the lines are
@@ -95,7 +101,7 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX) -> Labe
     lines, undecodable = _open_lines(path)
     for n, line in enumerate(lines, start=1):
         tokens = line.split()
-        if not tokens:
+        if not tokens and not keep_blank:
             continue
         k = 0  # labels usually lead the line: take those, then look for others in one search
         while k < len(tokens) and tokens[k].startswith(label_prefix):
