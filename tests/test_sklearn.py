@@ -206,6 +206,38 @@ def test_token_lists_equal_their_count_matrix() -> None:
         a.predict([[3, 50]])
 
 
+@SHORT
+@pytest.mark.parametrize("solver", ["auto", "adam"])
+def test_duplicate_entries_of_a_csr_matrix_are_their_sum(solver: str) -> None:
+    """A CSR matrix that stores an entry as several at one (row, column) is, as in scipy and
+    scikit-learn, the matrix of their sums: fit, partial_fit and predict with mode="sqrtn"
+    (whose norm depends on how the values are stored) see that matrix, and X is not changed."""
+    X, y = _data(n=60, n_features=12)
+    canonical = sp.csr_matrix(X)
+    # each entry v stored twice at its (row, column): v - 0.5, then 0.5
+    dup = sp.csr_matrix(
+        (np.ravel(np.column_stack([canonical.data - 0.5, np.full(canonical.nnz, 0.5)])),
+         np.repeat(canonical.indices, 2), canonical.indptr * 2), shape=X.shape)
+    assert not dup.has_canonical_format and (dup.toarray() == X).all()
+    stored = (dup.data.copy(), dup.indices.copy(), dup.indptr.copy())
+    params = {"mode": "sqrtn", "random_state": 0}
+    if solver != "auto":
+        params = {**FAST, "max_iter": 5, "mode": "sqrtn"}
+    ref = LookupClassifier(**params).fit(canonical, y)
+    got = LookupClassifier(**params).fit(dup, y)
+    np.testing.assert_allclose(got.decision_function(X), ref.decision_function(X), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(ref.decision_function(dup), ref.decision_function(X), rtol=1e-6,
+                               atol=1e-6)
+    if solver != "auto":
+        ref.partial_fit(canonical, y)
+        got.partial_fit(dup, y)
+        np.testing.assert_allclose(got.decision_function(X), ref.decision_function(X),
+                                   rtol=1e-5, atol=1e-6)
+    for before, after in zip(stored, (dup.data, dup.indices, dup.indptr), strict=True):
+        np.testing.assert_array_equal(before, after)  # the user's matrix as it was
+
+
 def test_same_seed_same_model_and_global_rng_untouched() -> None:
     X, y = _data()
     torch.manual_seed(1)

@@ -72,8 +72,15 @@ def csr_first(X: Any) -> Any:
 
 
 def to_csr(X: Any) -> sp.csr_matrix:
-    """Validated ``X`` (sparse of any format, or dense) as a float32 CSR matrix."""
+    """Validated ``X`` (sparse of any format, or dense) as a float32 CSR matrix in canonical
+    format: entries stored twice at one ``(row, column)`` are summed into one (on a copy;
+    ``X`` is left as it is), as scipy and scikit-learn read them, so that ``mode="sqrtn"``
+    (and ``"max"``) see the matrix's values and not how they were stored."""
     if sp.issparse(X):
         m: Any = X
-        return sp.csr_matrix(m, dtype=np.float32)
+        out = sp.csr_matrix(m, dtype=np.float32)
+        if not out.has_canonical_format:
+            out = out.copy()  # may share its arrays with X
+            out.sum_duplicates()
+        return out
     return sp.csr_matrix(np.asarray(X, dtype=np.float32))
