@@ -238,6 +238,34 @@ def test_duplicate_entries_of_a_csr_matrix_are_their_sum(solver: str) -> None:
         np.testing.assert_array_equal(before, after)  # the user's matrix as it was
 
 
+def test_nested_lists_rectangular_are_dense_ragged_are_token_lists(tmp_path: Any) -> None:
+    """A rectangular nested list is the dense matrix scikit-learn reads (ints as floats); a
+    ragged list of int lists is token-id lists, and after a fit on those every list of int
+    lists is (one document: predict([[3, 1]])), in a model file too."""
+    from sklearn.svm import LinearSVC
+
+    from lookuplinear import Bags
+    from lookuplinear.sklearn import load_model, save_model
+
+    X = np.array([[3.0, 0, 0, 1], [0, 2, 1, 0], [2, 0, 0, 1], [0, 1, 2, 0]])
+    y = [0, 1, 0, 1]
+    rows = X.astype(int).tolist()
+    clf = LookupClassifier(random_state=0).fit(rows, y)
+    assert clf.n_features_in_ == LinearSVC().fit(rows, y).n_features_in_ == 4
+    ref = LookupClassifier(random_state=0).fit(X, y)
+    np.testing.assert_allclose(clf.decision_function(X), ref.decision_function(X))
+    for row in ([[0, 2, 1, 0]], [[0.0, 2.0, 1.0, 0.0]]):
+        np.testing.assert_allclose(ref.decision_function(row),
+                                   ref.decision_function(np.array([[0.0, 2, 1, 0]])))
+    lists = [[3, 1], [0], [2, 2, 0], [1, 3, 3]]
+    bags = LookupClassifier(random_state=0).fit(lists, y)
+    assert bags.n_features_in_ == 4
+    want = bags.decision_function(Bags.from_lists([[3, 1]]))
+    np.testing.assert_allclose(bags.decision_function([[3, 1]]), want)
+    again = load_model(save_model(tmp_path / "m.ll", bags)).estimator
+    np.testing.assert_allclose(again.decision_function([[3, 1]]), want)
+
+
 def test_same_seed_same_model_and_global_rng_untouched() -> None:
     X, y = _data()
     torch.manual_seed(1)

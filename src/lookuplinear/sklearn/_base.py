@@ -102,6 +102,7 @@ class LookupEstimator(BaseEstimator):
     n_jobs: int | None
     warm_start: bool
     _seed_: int  # the seed fit drew: partial_fit and warm starts continue from it
+    _token_lists: bool  # fitted on token-id bags: a list of lists of ints is read as bags
 
     # ------------------------------------------------------------------ the procedure
     def _fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
@@ -259,13 +260,21 @@ class LookupEstimator(BaseEstimator):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ input
+    def _is_bags(self, X: Any, *, reset: bool) -> bool:
+        """Whether ``X`` is token-id bags (``Bags``, or lists that ``is_token_lists`` reads
+        so; after a fit on bags, any list of lists of ints) rather than a matrix."""
+        fitted = not reset and getattr(self, "_token_lists", False)
+        return isinstance(X, Bags) or is_token_lists(X, fitted_on_tokens=fitted)
+
     def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:
-        """``X`` as a float32 CSR matrix; sets or checks ``n_features_in_``."""
-        if isinstance(X, Bags) or is_token_lists(X):
+        """``X`` as a float32 CSR matrix; sets or checks ``n_features_in_`` (and, with
+        ``reset``, whether the estimator is fitted on token-id bags)."""
+        if self._is_bags(X, reset=reset):
             bags = X if isinstance(X, Bags) else Bags.from_lists(X)
             if reset:
                 top = int(bags.indices.max()) + 1 if bags.nnz else 1
                 self.n_features_in_ = top
+                self._token_lists = True
                 if hasattr(self, "feature_names_in_"):
                     del self.feature_names_in_
             else:
@@ -274,10 +283,12 @@ class LookupEstimator(BaseEstimator):
         X = validate_data(
             self, csr_first(X), accept_sparse=True, dtype=[np.float32, np.float64], reset=reset
         )
+        if reset:
+            self._token_lists = False
         return to_csr(X)
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
-        if isinstance(X, Bags) or is_token_lists(X):
+        if self._is_bags(X, reset=reset):
             Xc = self._prepare_x(X, reset=reset)
             y = np.asarray(y)
             if y.shape[0] != Xc.shape[0]:
@@ -290,6 +301,8 @@ class LookupEstimator(BaseEstimator):
             self, csr_first(X), y, accept_sparse=True, dtype=[np.float32, np.float64],
             multi_output=True, reset=reset,
         )
+        if reset:
+            self._token_lists = False
         return to_csr(X), y
 
     # ------------------------------------------------------------------ solvers

@@ -211,7 +211,9 @@ default "auto"
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features), or list of token-id lists
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), or token-id lists
+            A rectangular nested list is a dense matrix, as in scikit-learn; a ragged list of
+            lists of ints (or ``Bags``) is token-id bags (see docs/sklearn.md).
         y : array-like of shape (n_samples,) or (n_samples, n_labels)
             Class labels, or a 0/1 indicator matrix for multilabel (one-vs-all sigmoid outputs).
         sample_weight : array-like of shape (n_samples,), float or None, default None

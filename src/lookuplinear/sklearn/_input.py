@@ -15,16 +15,38 @@ from ..sparse.bags import Bags
 __all__ = ["CSRBatches", "csr_first", "fold_mode", "is_token_lists", "to_csr"]
 
 
-def is_token_lists(X: Any) -> bool:
-    """A Python list/tuple whose rows are lists/tuples of Python ints: fastText-style token ids."""
+def _int_rows(X: Any) -> bool:
+    """A non-empty Python list/tuple whose rows are lists/tuples of Python (or numpy) ints
+    (the first 20 rows are checked for their type, every row's length is read)."""
     if not isinstance(X, list | tuple) or len(X) == 0:
         return False
-    rows = X[: min(len(X), 20)]
+    if not all(isinstance(r, list | tuple) for r in X):
+        return False
     return all(
-        isinstance(r, list | tuple)
-        and all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in r)
-        for r in rows
-    ) and any(len(r) for r in X)
+        all(isinstance(i, int | np.integer) and not isinstance(i, bool) for i in r)
+        for r in X[: min(len(X), 20)]
+    )
+
+
+def is_token_lists(X: Any, *, fitted_on_tokens: bool = False) -> bool:
+    """Whether ``X`` is read as fastText-style token-id lists rather than as scikit-learn reads
+    a nested list (a dense 2-D array).
+
+    A list of lists of ints is token-id lists when its rows differ in length (scikit-learn
+    refuses such ragged input, so nothing else reads it), or when the estimator was fitted on
+    token-id lists (``fitted_on_tokens``: ``predict([[3, 1]])`` is then one document). A
+    rectangular one is otherwise a dense matrix, as for any scikit-learn estimator.
+
+    Examples
+    --------
+    >>> is_token_lists([[3, 1], [], [2, 2, 0]]), is_token_lists([[0, 2, 1], [1, 0, 0]])
+    (True, False)
+    >>> is_token_lists([[3, 1]], fitted_on_tokens=True)
+    True
+    """
+    if not _int_rows(X):
+        return False
+    return fitted_on_tokens or len({len(r) for r in X}) > 1
 
 
 class CSRBatches:

@@ -325,6 +325,7 @@ def save_model(
         "labels": [str(x) for x in (labels if labels is not None else _classes(est))] or None,
         "vectorizer": None if vectorizer is None else vectorizer.get_config(),
         "input_format": input_format,
+        "token_lists": bool(getattr(est, "_token_lists", False)),
     }
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
@@ -550,6 +551,7 @@ class _ModelParts:
         est: Any = kinds[config["estimator"]](**self.params,
                                               random_state=config["random_state"])
         est.n_features_in_ = int(config["n_features_in"])
+        est._token_lists = bool(config.get("token_lists", False))
         est.model_ = net.eval()
         quantized = config.get("quantized")
         if not quantized:

@@ -110,7 +110,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features), or list of token-id lists
+        X : {array-like, sparse matrix} of shape (n_samples, n_features), or token-id lists
+            A rectangular nested list is a dense matrix, as in scikit-learn; a ragged list of
+            lists of ints (or ``Bags``) is token-id bags (see docs/sklearn.md).
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
         sample_weight : array-like of shape (n_samples,), float or None, default None
             Non-negative weight of each row's squared error. A row of weight 0 is left out;
