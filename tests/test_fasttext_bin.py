@@ -245,3 +245,35 @@ def test_predict_prints_a_line_for_every_input_line(tmp_path: Path, fasttext, ca
     assert main(["predict", str(path), str(tmp_path / "in.txt"), "2"]) == 0
     assert capsys.readouterr().out.splitlines() == [" ".join(ft.predict(t, k=2)[0])
                                                     for t in lines]
+
+
+@pytest.mark.parametrize("case", ["softmax-ngrams", "hs-chars"])
+def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case: str,
+                                                  capsys, monkeypatch) -> None:
+    """`word_vectors` / `sentence_vectors` and `print-word-vectors` / `print-sentence-vectors`
+    on a fastText file: its module's `get_word_vector` / `get_sentence_vector`."""
+    import io
+
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    path = write_fasttext(tmp_path / "m.bin", **CASES[case])
+    ft = fasttext.load_model(str(path))
+    model = load_model(path)
+    words = ["good", "naïve", "日本", "unseen", "wörd", "a", "</s>", "__label__1"]
+    want = np.array([ft.get_word_vector(w) for w in words])
+    np.testing.assert_allclose(model.word_vectors(words), want, rtol=1e-5, atol=1e-6)
+    want = np.array([ft.get_sentence_vector(t) for t in TEXTS])
+    np.testing.assert_allclose(model.sentence_vectors(TEXTS), want, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(" ".join(words).encode())))
+    assert main(["print-word-vectors", str(path)]) == 0
+    out = [line.split(" ") for line in capsys.readouterr().out.splitlines()]
+    assert [o[0] for o in out] == words
+    np.testing.assert_allclose(np.array([o[1:-1] for o in out], float),
+                               [ft.get_word_vector(w) for w in words], rtol=1e-4, atol=1e-5)
+    lines = [t for t in TEXTS if t]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode())))
+    assert main(["print-sentence-vectors", str(path)]) == 0
+    out = [line.split(" ")[:-1] for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(np.array(out, float),
+                               [ft.get_sentence_vector(t) for t in lines], rtol=1e-4, atol=1e-5)

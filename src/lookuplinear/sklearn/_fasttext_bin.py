@@ -237,14 +237,18 @@ class FastTextModel(TextModel):
         """fastText's hidden vectors, shape (n_texts, dim) float32, and which texts have any
         input row (fastText predicts nothing for the others)."""
         cache: dict[bytes, tuple[list[int], int, bool]] = {}
-        rows = [self._rows(t, cache) for t in texts]
+        return self._mean_rows([self._rows(t, cache) for t in texts])
+
+    def _mean_rows(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The mean of each list's input rows, added in its order in float32 as fastText adds
+        them (zeros for an empty list), and which lists are not empty."""
         table = self.input_matrix
         dim = table.shape[1]
-        out = np.zeros((len(texts), dim), _F32)
+        out = np.zeros((len(rows), dim), _F32)
         lengths = np.array([len(r) for r in rows], dtype=np.int64)
         zero = len(table)  # a zero row for padding: x + 0 is x, the order of the sums is kept
         padded = np.vstack([table, np.zeros((1, dim), _F32)])
-        for start in range(0, len(texts), 256):
+        for start in range(0, len(rows), 256):
             part = rows[start:start + 256]
             width = max((len(r) for r in part), default=0)
             idx = np.full((len(part), width), zero, dtype=np.int64)
@@ -255,10 +259,33 @@ class FastTextModel(TextModel):
                 acc += padded[idx[:, c]]
             out[start:start + len(part)] = acc
         has = lengths > 0
-        scale = np.zeros(len(texts), _F32)
+        scale = np.zeros(len(rows), _F32)
         scale[has] = (1.0 / lengths[has]).astype(_F32)  # x.mul(1.0 / rows.size())
         out *= scale[:, None]
         return out, has
+
+    def sentence_vectors(self, texts: list[str]) -> np.ndarray:
+        """Each text's vector as fastText's ``get_sentence_vector`` (and
+        ``print-sentence-vectors``) gives a supervised model's: the mean of the input rows of
+        its words, n-grams and ``</s>``, the output layer's input; shape (n_texts, dim),
+        float32."""
+        return self.hidden(list(texts))[0]
+
+    def word_vectors(self, words: list[str]) -> np.ndarray:
+        """Each word's vector as fastText's ``get_word_vector`` (and ``print-word-vectors``)
+        gives it: the mean of the input rows of the word (if in the dictionary) and of its
+        character n-grams (with ``maxn > 0``); zeros for an unknown word without n-grams;
+        shape (n_words, dim), float32."""
+        rows = []
+        for word in words:
+            token = word.encode("utf-8")
+            wid = self._ids.get(token, -1)
+            # a label's id names a row too in fastText (one past the words); never past the end
+            ids = [wid] if 0 <= wid < len(self.input_matrix) else []
+            if token != _EOS:  # Dictionary::getSubwords: the n-grams of "<word>"
+                self._subwords(b"<" + token + b">", ids)
+            rows.append(ids)
+        return self._mean_rows(rows)[0]
 
     def logits(self, hidden: np.ndarray) -> np.ndarray:
         """``output @ hidden`` per text, shape (n_texts, n_output_rows), summed in order."""
