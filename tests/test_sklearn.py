@@ -124,14 +124,19 @@ def test_mode_folded_into_the_rows_is_the_modes_lookup() -> None:
             torch.testing.assert_close(net(X), h, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
-@pytest.mark.parametrize("hidden", [None, 4])
+@pytest.mark.parametrize(("mode", "hidden"), [
+    *((m, h) for m in ("sum", "mean", "sqrtn") for h in (None, 4)),
+    ("max", 4),  # the linear model starts at zero, where a maximum's gradient picks one of ties
+])
 @NOT_LEARNING
 def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
     """One epoch of one batch with plain SGD: ``fit`` steps the model as ``torch.optim.SGD``
-    steps the dense network (``nn.Linear`` on ``X`` with each row scaled by ``mode``), the
-    biases in a group at a hundredth of the rate."""
+    steps the dense network (``nn.Linear`` on ``X`` with each row scaled by ``mode``; for
+    ``"max"``, on 0/1 ``X``, each output the maximum of the table rows of a row's features),
+    the biases in a group at a hundredth of the rate."""
     X, y = _data(n=64, n_features=30)
+    if mode == "max":
+        X = (X > 0).astype(np.float32)
     params = {"hidden": hidden, "mode": mode, "solver": "sgd", "learning_rate_init": 0.5,
               "max_iter": 1, "batch_size": 64, "random_state": 0}
     clf = LookupClassifier(**params)
@@ -141,12 +146,16 @@ def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
     start = [p.detach().clone() for p in clf.model_.parameters()]  # the model fit starts from
     clf = LookupClassifier(**params).fit(X, y)
     rows = torch.from_numpy(X)
-    if mode != "sum":
+    if mode in ("mean", "sqrtn"):
         norm = rows.sum(1) if mode == "mean" else rows.square().sum(1).sqrt()
         rows = rows / norm.unsqueeze(1)
     dense = [torch.nn.Parameter(p.clone()) for p in start]  # table (in, out), bias or output
     order = torch.randperm(64, generator=torch.Generator().manual_seed(clf._seed_))
-    h = rows[order] @ dense[0]  # (64, hidden or 3)
+    if mode == "max":  # (64, in, out) with -inf where a row lacks the feature, max over in
+        masked = torch.where(rows[order].unsqueeze(2) > 0, dense[0], float("-inf"))
+        h = masked.amax(dim=1)
+    else:
+        h = rows[order] @ dense[0]  # (64, hidden or 3)
     out = h + dense[1] if hidden is None else torch.nn.functional.linear(h, *dense[1:])
     target = torch.from_numpy(y)[order]
     sign = torch.full_like(out, -1.0).scatter_(1, target.unsqueeze(1), 1.0)
@@ -158,6 +167,30 @@ def test_a_fit_step_is_the_dense_step(mode: str, hidden: int | None) -> None:
     opt.step()
     for got, want in zip(clf.model_.parameters(), dense, strict=True):
         torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+@pytest.mark.parametrize("hidden", [None, 3])
+@NOT_LEARNING
+def test_mode_max_fits_and_predicts_the_dense_maximum(cls: Any, hidden: int | None) -> None:
+    """mode="max" (0/1 X): fit, partial_fit and a model file; each output is the maximum of
+    the table rows of the row's features (then the output layer), as the dense network has
+    it; counts other than 1 are refused with the fix."""
+    X, y = _data(n=40, n_features=12)
+    X = (X > 0).astype(np.float32)
+    est = cls(mode="max", hidden=hidden, solver="adam", max_iter=3, random_state=0).fit(X, y)
+    est.partial_fit(X, y)
+    net = est.model_
+    table = net.lookup.weight.detach().double()
+    h = torch.where(torch.from_numpy(X).unsqueeze(2) > 0, table, float("-inf")).amax(dim=1)
+    if hidden is None:
+        out = h + net.lookup.bias.detach().double()
+    else:
+        out = h @ net.output.weight.detach().double().T + net.output.bias.detach().double()
+    got = est.decision_function(X) if cls is LookupClassifier else est.predict(X)
+    np.testing.assert_allclose(got.reshape(out.shape), out.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputValueError, match="weight 1"):
+        cls(mode="max", hidden=hidden, solver="adam", max_iter=1).fit(X * 2, y)
 
 
 @pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel", "class_weight"])

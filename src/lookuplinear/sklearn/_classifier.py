@@ -48,7 +48,10 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         Embedding size (fastText's ``dim``, typically 10-100); ``None`` for a linear model.
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
         How each row of ``X`` is reduced; ``"sum"`` is exactly ``X @ W``, ``"mean"`` divides a row
-        by the sum of its values (fastText's average of word vectors).
+        by the sum of its values (fastText's average of word vectors), ``"sqrtn"`` by the root
+        of the sum of their squares; ``"max"`` takes, per output, the maximum of the table rows
+        of a row's features (``X`` must be 0/1; not linear, trained with a dense table
+        gradient).
     solver : {"auto", "dual_cd", "adam", "adamw", "sgd", "adagrad", "rowwise_adagrad"}, \
 default "auto"
         ``"dual_cd"`` solves the linear model exactly (the minimum of the mean loss plus

@@ -21,7 +21,9 @@ class LookupNet(nn.Module):
     (``mode`` scales each row); with ``hidden=h``,
     ``nn.Sequential(nn.Linear(n_features, h, bias=False), nn.Linear(h, n_outputs))`` on ``X``.
     The first layer is a ``LookupLinear(sparse=True)``, so ``X`` is never densified and its
-    gradient is sparse.
+    gradient is sparse; with ``mode="max"`` (each output the maximum of the table rows of a
+    row's features, ``X`` 0/1) it is ``sparse=False``: PyTorch's maximum has no sparse
+    gradient, so each step's table gradient is dense.
 
     Parameters
     ----------
@@ -52,16 +54,19 @@ class LookupNet(nn.Module):
                  drawn: torch.Tensor | None = None) -> None:
         super().__init__()
         self.hidden = hidden
+        # a row's maximum has no sparse gradient in PyTorch's kernel: mode="max" trains a
+        # dense-gradient table (the same values, a gradient the size of the table per step)
+        sparse = mode != "max"
         self.output: nn.Linear | None
         if hidden is None:
             self.lookup = LookupLinear(
-                n_features, n_outputs, mode=mode, sparse=True, init=nn.init.zeros_
+                n_features, n_outputs, mode=mode, sparse=sparse, init=nn.init.zeros_
             )
             self.output = None
         else:
             bound = 1.0 / hidden
             init = partial(nn.init.uniform_, a=-bound, b=bound)  # picklable
-            self.lookup = LookupLinear(n_features, hidden, bias=False, mode=mode, sparse=True,
+            self.lookup = LookupLinear(n_features, hidden, bias=False, mode=mode, sparse=sparse,
                                        init=init if drawn is None else nn.init.zeros_)
             if drawn is not None:  # a draw of the rows training reads, not of every bucket
                 with torch.no_grad():
