@@ -277,3 +277,20 @@ def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case
     out = [line.split(" ")[:-1] for line in capsys.readouterr().out.splitlines()]
     np.testing.assert_allclose(np.array(out, float),
                                [ft.get_sentence_vector(t) for t in lines], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", ["-1", "3"])
+def test_test_counts_the_labels_predict_prints(tmp_path: Path, fasttext, capsys,
+                                               k: str) -> None:
+    """`test` on a -loss hs model: fastText's search drops labels under log(1e-5), in `test`
+    as in `predict`; N, P@k and R@k are fastText's."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", loss="hs", n_labels=7, dim=12)
+    texts = [t for t in TEXTS if t and not t.startswith("__label__")]
+    lines = [f"__label__{i % 7} {t}" for i, t in enumerate(texts * 3)]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n, p, r = fasttext.load_model(str(path)).test(str(tmp_path / "t.txt"), k=int(k))
+    assert main(["test", str(path), str(tmp_path / "t.txt"), k]) == 0
+    assert capsys.readouterr().out.split() == ["N", str(n), f"P@{k}", f"{p:.3f}", f"R@{k}",
+                                               f"{r:.3f}"]

@@ -30,15 +30,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..text import precision_recall_at_k
-
     model = load_text_model(args, "test")
     data = read_input(args, need_labels=True, model=model)
     check_labels(model.labels, data.labels, args)
-    column = {name: j for j, name in enumerate(model.labels)}
-    # a label the model never saw counts as a true label it cannot predict (as in fastText)
-    truth = [[column.get(lab, -1) for lab in labels] for labels in data.labels]
-    p, r = precision_recall_at_k(truth, model.scores(data.texts), args.top,
-                                 args.threshold)
+    # the labels `predict` prints (a fastText -loss hs model's search drops the unlikely
+    # ones, as fastText's test does); a label the model never saw counts as a true label it
+    # cannot predict
+    predicted, _ = model.top_k(data.texts, args.top, args.threshold)
+    hits = sum(len(set(t) & set(p)) for t, p in zip(data.labels, predicted, strict=True))
+    n_predicted = sum(map(len, predicted))
+    n_true = sum(map(len, data.labels))
+    p = hits / n_predicted if n_predicted else float("nan")
+    r = hits / n_true if n_true else 0.0
     print(f"N\t{len(data)}\nP@{args.k}\t{p:.3f}\nR@{args.k}\t{r:.3f}")
     return 0
