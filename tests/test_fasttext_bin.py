@@ -30,11 +30,13 @@ TEXTS = ["good film", "bad bad movie plot", "café naïve 日本", "unseen wörd
 
 def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: int = 300,
                    minn: int = 0, maxn: int = 0, word_ngrams: int = 1, n_labels: int = 4,
-                   version: int = 12, model: int = 3, seed: int = 0) -> Path:
+                   version: int = 12, model: int = 3, seed: int = 0,
+                   label: str = "__label__") -> Path:
     """A supervised model in fastText's format, with random weights (``FastText::saveModel``:
-    magic, version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output)."""
+    magic, version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output);
+    ``label``: the prefix of its labels (fastText's ``-label``)."""
     rng = np.random.default_rng(seed)
-    labels = [f"__label__{c}" for c in range(n_labels)]
+    labels = [f"{label}{c}" for c in range(n_labels)]
     out = struct.pack("<ii", MAGIC, version)
     out += struct.pack("<12id", dim, 5, 5, 1, 5, word_ngrams, LOSS[loss], model, bucket, minn,
                        maxn, 100, 1e-4)
@@ -294,3 +296,21 @@ def test_test_counts_the_labels_predict_prints(tmp_path: Path, fasttext, capsys,
     assert main(["test", str(path), str(tmp_path / "t.txt"), k]) == 0
     assert capsys.readouterr().out.split() == ["N", str(n), f"P@{k}", f"{p:.3f}", f"R@{k}",
                                                f"{r:.3f}"]
+
+
+def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, capsys) -> None:
+    """A model trained with -label '#': `test` (and `predict`) read '#' tokens as its labels,
+    as fastText's test does, without --label."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", label="#", n_labels=3)
+    texts = [t for t in TEXTS if t]
+    lines = [f"#{i % 3} {t}" for i, t in enumerate(texts)]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    n, p, r = ft.test(str(tmp_path / "t.txt"), k=2)
+    assert main(["test", str(path), str(tmp_path / "t.txt"), "2"]) == 0
+    assert capsys.readouterr().out.split() == ["N", str(n), "P@2", f"{p:.3f}", "R@2",
+                                               f"{r:.3f}"]
+    assert main(["predict", str(path), str(tmp_path / "t.txt")]) == 0
+    assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0] for t in lines]

@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
             f"{args.model} holds an estimator without a text vectorizer; {args.command} needs "
             "a model written by `lookuplinear train`."
         )
-    fmt = model.input_format or {}
-    prefix = fmt.get("label") or "__label__"
     words = args.command == "print-word-vectors"
     try:
         for batch in _batches(sys.stdin.buffer):
@@ -86,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
                 out = [f"{w} {format_vector(v)}"
                        for w, v in zip(tokens, model.word_vectors(tokens), strict=True)]
             else:
-                lines = [" ".join(t for t in line.decode("utf-8", errors="replace").split()
-                                  if not t.startswith(prefix)) for line in batch]
+                lines = [model._without_labels(line.decode("utf-8", errors="replace"))
+                         for line in batch]
                 out = [format_vector(v) for v in model.sentence_vectors(lines)]
             if out:
                 sys.stdout.write("\n".join(out) + "\n")

@@ -45,7 +45,7 @@ from ..errors import ModelFileError
 from ._modelfile import TextModel
 
 __all__ = ["MAGIC", "VERSIONS", "FastTextArgs", "FastTextFeatures", "FastTextHead", "FastTextModel",
-           "is_fasttext", "load_fasttext"]
+           "is_fasttext", "label_prefix", "load_fasttext"]
 
 #: ``FASTTEXT_FILEFORMAT_MAGIC_INT32``, the file's first four bytes (little-endian)
 MAGIC = 793712314
@@ -78,6 +78,29 @@ class FastTextArgs:
     maxn: int
     lr_update_rate: int
     t: float
+
+
+def label_prefix(labels: list[str]) -> str:
+    """The label prefix of a fastText model's labels: ``__label__`` when every label has it
+    (or there is no common prefix), else their longest common prefix (``#`` for a model
+    trained with ``-label '#'``; the file keeps its labels, not ``-label``).
+
+    Examples
+    --------
+    >>> label_prefix(["#pos", "#neg"]), label_prefix(["__label__a", "__label__b"])
+    ('#', '__label__')
+    """
+    default = _LABEL.decode()
+    if not labels or all(lab.startswith(default) for lab in labels):
+        return default
+    first, last = min(labels), max(labels)  # the common prefix of all is theirs
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    common = first[:n]
+    if len(labels) == 1:  # one label: its start up to the first letter or digit, or itself
+        common = common[:len(common) - len(common.lstrip("#@!$%&*+-=~^_:;.,/|"))] or common
+    return common or default
 
 
 def is_fasttext(path: str | Path) -> bool:
@@ -160,8 +183,13 @@ class FastTextModel(TextModel):
     def __post_init__(self) -> None:
         labels = [w.decode("utf-8", errors="replace") for w in self.words[self.n_words:]]
         TextModel.__init__(self, None, None, labels,
-                           {"format": "fasttext", "label": _LABEL.decode()})
+                           {"format": "fasttext", "label": label_prefix(labels)})
         self._estimator, self._vectorizer = FastTextHead(self), FastTextFeatures(self)
+
+    def _without_labels(self, line: str) -> str:
+        """``line`` itself: its rows leave the labels out as fastText's ``getLine`` does (a
+        label of the dictionary, or an unknown token starting with ``__label__``)."""
+        return line
 
     # ------------------------------------------------------------------ features
     def rows(self, text: str) -> list[int]:

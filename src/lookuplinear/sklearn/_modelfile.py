@@ -212,13 +212,17 @@ class TextModel:
                 "predict needs the model's label names; this TextModel has none (a regressor, "
                 "or labels=[]). Use estimator.predict on vectorizer.transform(texts)."
             )
-        prefix = (self.input_format or {}).get("label") or "__label__"
-        texts = ["".join(t for t in _SPACES.split(line) if not t.startswith(prefix))
-                 for line in lines]
+        texts = [self._without_labels(line) for line in lines]
         labels, probs = self.top_k(texts, len(self.labels) if k == -1 else k, threshold)
         if isinstance(text, str):
             return tuple(labels[0]), probs[0].astype(np.float64)
         return labels, probs
+
+    def _without_labels(self, line: str) -> str:
+        """``line`` without its label tokens (those with the model's label prefix), every
+        other token and the whitespace fastText splits at kept."""
+        prefix = (self.input_format or {}).get("label") or "__label__"
+        return "".join(t for t in _SPACES.split(line) if not t.startswith(prefix))
 
     def top_k(self, texts: list[str], k: int = 1, threshold: float = 0.0
               ) -> tuple[list[list[str]], list[np.ndarray]]:
