@@ -400,6 +400,10 @@ def test_partial_fit_continues_and_needs_classes() -> None:
     assert clf.n_iter_ == 40 and clf.score(X, y) > 0.6
     with pytest.raises(InputValueError, match="not in classes_"):
         clf.partial_fit(X[:3], [0, 1, 7])
+    clf.partial_fit(X[:3], y[:3], classes=[2, 0, 1])  # the same classes, in any order
+    with pytest.raises(ValueError, match=r"`classes=\[0, 1, 2, 3\]` is not the same as on "
+                                         "last call to partial_fit"):
+        clf.partial_fit(X[:3], y[:3], classes=[0, 1, 2, 3])  # as SGDClassifier raises
 
 
 def test_early_stopping_keeps_the_best_epoch() -> None:

@@ -11,7 +11,11 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.multiclass import (
+    check_classification_targets,
+    type_of_target,
+    unique_labels,
+)
 from sklearn.utils.validation import column_or_1d
 
 from ..errors import InputValueError
@@ -248,6 +252,13 @@ default "auto"
         if not hasattr(self, "model_"):
             self._check_params()
             self._check_partial_fit_solver()
+        elif (classes is not None and not self.multilabel_
+              and not np.array_equal(self.classes_, unique_labels(classes))):
+            raise InputValueError(
+                f"`classes={classes!r}` is not the same as on last call to partial_fit, "
+                f"was: {self.classes_!r}. The classes are fixed by the first call: pass "
+                "the same classes (or none), or call fit to start anew with others."
+            )
         return self._partial_fit(X, y, epochs=1, schedule="constant", classes=classes,
                                  sample_weight=sample_weight)
 
