@@ -158,7 +158,7 @@ def test_equal_to_fasttext_module(tmp_path: Path, fasttext, case: str, quant: st
     model = load_fasttext(path)
     for k, thr in ((1, 0.0), (3, 0.0), (-1, 0.0), (5, 0.15)):
         labels, probs = ft.predict(TEXTS, k=k, threshold=thr)
-        got, got_p = model.top_k(TEXTS, k if k > 0 else len(model.labels), thr)
+        got, got_p = model.top_k(TEXTS, k, thr)  # k=-1: every label, as fastText's
         same_as(labels, probs, got, got_p)
 
 

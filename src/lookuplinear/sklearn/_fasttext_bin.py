@@ -367,19 +367,21 @@ class FastTextModel(TextModel):
               ) -> tuple[list[list[str]], list[np.ndarray]]:
         """The ``k`` best labels of each text with probability >= ``threshold``, and their
         probabilities, as ``fasttext.load_model(path).predict(texts, k, threshold)`` returns
-        them (ties in fastText's order).
+        them (ties in fastText's order); ``k=-1``: every label, as fastText's ``k=-1``.
 
         Raises
         ------
         InputValueError
-            ``k < 1`` or a threshold outside [0, 1].
+            ``k`` neither >= 1 nor -1, or a threshold outside [0, 1].
         """
         from ..errors import InputValueError
         from ..text._files import check_threshold
 
         assert self.args is not None
+        if k == -1:
+            k = len(self.labels)
         if k < 1:
-            raise InputValueError(f"k must be >= 1, got {k}.")
+            raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
         thr = float(_F32(check_threshold(threshold)))
         p, x, has = self._probabilities(list(texts))
         labels: list[list[str]] = []

@@ -228,7 +228,14 @@ class TextModel:
               ) -> tuple[list[list[str]], list[np.ndarray]]:
         """The ``k`` best labels of each text whose score reaches ``threshold``, best first
         (equal scores in label order), and their scores (float32): the ranking of
-        :meth:`scores` that :meth:`predict` and ``lookuplinear predict`` give."""
+        :meth:`scores` that :meth:`predict` and ``lookuplinear predict`` give. ``k=-1``:
+        every label, as fastText's ``k=-1``; otherwise ``k`` must be >= 1."""
+        from ..errors import InputValueError
+
+        if k == -1:
+            k = len(self.labels)
+        if k < 1:
+            raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
         scores = self.scores(texts)
         top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         kept = [p[row[p] >= threshold] for row, p in zip(scores, top, strict=True)]
