@@ -95,7 +95,7 @@ def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None
     assert main(["predict-prob", str(DATA / "softmax.bin"), str(tmp_path / "in.txt"), "-1"]) == 0
     labels, probs = model.top_k(texts, len(model.labels))  # fastText's order, ties included
     assert capsys.readouterr().out.splitlines() == [
-        " ".join(f"{n} {v:.5f}" for n, v in zip(x, p, strict=True))
+        " ".join(f"{n} {float(v):g}" for n, v in zip(x, p, strict=True))
         for x, p in zip(labels, probs, strict=True)]
     assert main(["test", str(DATA / "softmax.bin"), str(tmp_path / "in.txt")]) == 0
     hits = sum(x[0] == "__label__pos" for x in model.top_k(texts, 1)[0])
@@ -314,3 +314,22 @@ def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, caps
                                                f"{r:.3f}"]
     assert main(["predict", str(path), str(tmp_path / "t.txt")]) == 0
     assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0] for t in lines]
+
+
+def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
+                                                       capsys) -> None:
+    """predict-prob writes each probability as fastText's C++ ostream does (6 significant
+    digits, 1.02239e-05), not with fixed decimals."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", loss="hs", n_labels=7)
+    texts = [t for t in TEXTS if t]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    assert main(["predict-prob", str(path), str(tmp_path / "in.txt"), "-1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    want = [" ".join(f"{n} {float(np.float32(v)):g}" for n, v in zip(*ft.predict(t, k=-1),
+                                                                     strict=True))
+            for t in texts]
+    assert out == want
+    assert any("e-" in line for line in out)  # a small probability in exponent form

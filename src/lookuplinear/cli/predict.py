@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     data = read_input(args, need_labels=False, model=model, every_line=True)
     # the model's ranking (a model fastText wrote ranks as fastText, ties in its order)
     names, probs = model.top_k(data.texts, args.top, args.threshold)
-    lines = [" ".join(f"{n} {v:.5f}" for n, v in zip(kept, p, strict=True)) if args.prob
+    # probabilities as C++'s ostream prints a float by default, as fastText does: 6
+    # significant digits (printf's %g: 0.994666, 1.02239e-05)
+    lines = [" ".join(f"{n} {float(v):g}" for n, v in zip(kept, p, strict=True)) if args.prob
              else " ".join(kept) for kept, p in zip(names, probs, strict=True)]
     try:
         print("\n".join(lines))
