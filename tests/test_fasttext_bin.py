@@ -25,7 +25,8 @@ LOSS = {"hs": 1, "ns": 2, "softmax": 3, "ova": 4}
 WORDS = ["good", "great", "fine", "bad", "awful", "film", "movie", "plot", "café", "naïve", "日本",
          "ok", "</s>"]
 TEXTS = ["good film", "bad bad movie plot", "café naïve 日本", "unseen wörd", "", "x",
-         "__label__a good", "great\tfine  ok", "awful film good great fine bad", "ok ok ok"]
+         "__label__a good", "great\tfine  ok", "awful film good great fine bad", "ok ok ok",
+         "good </s> bad plot", "</s>", "bad\u00a0film \u3000 ok"]
 
 
 def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: int = 300,
@@ -333,3 +334,19 @@ def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
             for t in texts]
     assert out == want
     assert any("e-" in line for line in out)  # a small probability in exponent form
+
+
+def test_file_tokens_split_where_fasttext_splits(tmp_path: Path, fasttext) -> None:
+    """read_fasttext splits tokens where fastText does: a no-break space or U+3000 is inside
+    a token, so '__label__1\\u00a0bad' is one (label) token, as fastText's getLine reads it."""
+    from lookuplinear.text import read_fasttext
+
+    ft = fasttext.load_model(str(write_fasttext(tmp_path / "m.bin")))
+    lines = ["__label__1\u00a0bad film", "__label__2 good\u3000film\x1cok \x85x", "a\tb\vc\fd"]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = read_fasttext(tmp_path / "t.txt")
+    for line, labels, text in zip(lines, data.labels, data.texts, strict=True):
+        words, want = ft.get_line(line)  # its known labels; its words, then "</s>"
+        assert [lab for lab in labels if lab in ft.labels] == want
+        assert text.split(" ") == words[:-1]
+    assert data.labels[0] == ["__label__1\u00a0bad"]  # one token: a label, unknown

@@ -982,12 +982,13 @@ def test_lines_end_at_newline_only_and_errors_name_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Form feeds, U+2028 and \\r inside a line do not split it (fastText splits at \\n);
-    the examples keep their line numbers past blank lines and quoted multi-line fields."""
+    a form feed splits tokens, U+2028 does not (as in fastText); the examples keep their line
+    numbers past blank lines and quoted multi-line fields."""
     path = tmp_path / "t.txt"
     path.write_text("__label__a x\x0cy\r\n\n__label__b p\u2028q\n\nno label here\n",
                     encoding="utf-8")
     data = read_fasttext(path)
-    assert data.texts == ["x y", "p q", "no label here"] and data.lines == [1, 3, 5]
+    assert data.texts == ["x y", "p\u2028q", "no label here"] and data.lines == [1, 3, 5]
     assert main(["train", str(path), "-o", str(tmp_path / "m.ll"), "-q"]) == 1
     assert "have no label (first: line 5)" in capsys.readouterr().err
     table = tmp_path / "t.csv"

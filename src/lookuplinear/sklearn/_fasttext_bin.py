@@ -17,7 +17,8 @@ The file is fastText's binary format, little-endian, as ``FastText::saveModel`` 
     bool qout, then the output matrix (nlabels rows): quantized when quant_input and qout
 
 A text's prediction, as ``Dictionary::getLine`` + ``Model::predict``: its tokens (split at
-``' ' \\t \\n \\v \\f \\r \\0``) and the end-of-line token ``</s>``; each word contributes its row
+``' ' \\t \\n \\v \\f \\r \\0``) up to the first ``</s>`` (fastText ends a line at that
+token), and the end-of-line token ``</s>``; each word contributes its row
 (a word seen in training) and, with ``maxn > 0``, its character n-grams of ``<word>``
 (``minn..maxn`` UTF-8 characters, hashed with fastText's FNV-1a over signed bytes into
 ``bucket`` rows); then every word n-gram (``2..wordNgrams`` consecutive words, their hashes
@@ -209,6 +210,8 @@ class FastTextModel(TextModel):
             if is_word:
                 out.extend(ids)
                 hashes.append(h)
+            if token == _EOS:  # Dictionary::getLine ends the line at a "</s>" token
+                break
         n = self.args.word_ngrams
         bucket = self.args.bucket
         for i in range(len(hashes)):  # Dictionary::addWordNgrams, uint64 arithmetic

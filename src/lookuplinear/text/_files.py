@@ -11,6 +11,7 @@ Requires nothing beyond the standard library and numpy.
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ __all__ = ["LABEL_PREFIX", "LabelledTexts", "check_threshold", "precision_recall
 
 #: fastText's default label prefix (its ``-label`` option)
 LABEL_PREFIX = "__label__"
+#: the characters fastText splits a line's tokens at (``Dictionary::readWord``); other Unicode
+#: spaces (U+00A0, U+3000, ...) are part of a token
+_FASTTEXT_SPACES = re.compile(r"[ \t\n\v\f\r\0]+")
 
 
 @dataclass
@@ -84,6 +88,8 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
     text with no label, so that example ``i`` is line ``i + 1`` (what ``predict`` needs to
     print one line per input line, as fastText's ``predict`` does).
 
+    Tokens are split at the characters fastText splits at (space, tab, ``\\v``, ``\\f``,
+    ``\\r``, NUL), so a token with another Unicode space (U+00A0) is one token, as in fastText.
     Lines end at ``\\n`` (as in fastText; other Unicode line breaks are part of the text), a
     UTF-8 byte order mark is skipped, and bytes that are not UTF-8 read as U+FFFD (the lines are
     listed in ``undecodable``).
@@ -100,7 +106,7 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
     texts, labels, numbers = [], [], []
     lines, undecodable = _open_lines(path)
     for n, line in enumerate(lines, start=1):
-        tokens = line.split()
+        tokens = [t for t in _FASTTEXT_SPACES.split(line) if t]
         if not tokens and not keep_blank:
             continue
         k = 0  # labels usually lead the line: take those, then look for others in one search
