@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from lookuplinear import (
+    Embedding,
     EmbeddingBag,
     IdMap,
     InputValueError,
@@ -68,6 +69,36 @@ def test_embedding_bag_refuses_as_nn_embedding_bag_does_without_copying() -> Non
     assert isinstance(err, RuntimeError)
     bag.load_state_dict({"weight": torch.ones(6, 2)})
     assert torch.equal(bag.weight, peer.weight)
+
+
+def test_embedding_refuses_as_nn_embedding_does_without_copying() -> None:
+    """``lookuplinear.Embedding`` too: ``nn.Embedding`` copies the weight, then raises."""
+    emb, peer = Embedding(6, 2), nn.Embedding(6, 2)
+    state = {"weight": torch.ones(6, 2), "junk": torch.zeros(1)}
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        peer.load_state_dict(state)
+    assert torch.equal(peer.weight, torch.ones(6, 2))  # the peer's half-applied load
+    _refused(emb, state, "Unexpected key.*junk")
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+@pytest.mark.parametrize("kind", ["meta", "sparse"])
+def test_an_entry_without_values_to_copy_is_refused_before_any_is_copied(
+        tmp_path: Path, in_file: bool, kind: str) -> None:
+    """An entry on the meta device or of another layout fits by shape, and PyTorch's copy of
+    it fails after the entries before it were copied; it is refused first (``assign=True``
+    takes it as PyTorch does)."""
+    layer = LookupLinear(10, 3, storage=tmp_path / "t" if in_file else None, seed=0)
+    layer(torch.tensor([1, 2]))
+    bias = torch.ones(3, device="meta") if kind == "meta" else torch.ones(3).to_sparse()
+    words = "meta device" if kind == "meta" else "sparse_coo tensor"
+    _refused(layer, {"weight": torch.ones(10, 3), "bias": bias}, f"bias: .*{words}")
+    collection = _collection(tmp_path / "c" if in_file else None)
+    state = collection.state_dict()
+    last = list(state)[-1]
+    state[last] = (state[last].to("meta") if kind == "meta"
+                   else state[last].to_sparse())
+    _refused(collection, state, words)
 
 
 def _collection(storage: Path | None = None) -> LookupCollection:

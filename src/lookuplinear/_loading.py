@@ -25,7 +25,7 @@ from torch import nn
 
 from .errors import InputTypeError, StateDictError
 
-__all__ = ["AllOrNothingLoad", "check_state_dict"]
+__all__ = ["AllOrNothingLoad", "check_state_dict", "uncopyable"]
 
 
 def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True,
@@ -35,7 +35,8 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
 
     Checks, for ``module`` and each submodule: every entry is a tensor of the shape of the
     parameter or buffer it loads into (PyTorch's rule: a 1-element entry loads into a 0-d one;
-    the dtype is converted, as PyTorch converts it); with ``strict``, no parameter or
+    the dtype is converted, as PyTorch converts it), with values to copy (not on the meta
+    device, of the parameter's layout) unless ``assign``; with ``strict``, no parameter or
     persistent buffer is missing and no key is unexpected; and what each lookuplinear module
     checks itself (``_check_state_entries``).
 
@@ -91,6 +92,10 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
                 continue
             if nn.parameter.is_lazy(param):
                 continue
+            problem = None if assign else uncopyable(key, given, param)
+            if problem is not None:
+                errors.append(problem)
+                continue
             shape = tuple(given.shape)
             if param.dim() == 0 and shape == (1,):
                 continue  # PyTorch loads a 1-element tensor into a 0-d one
@@ -125,6 +130,18 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
             "with the same arguments (strict=False leaves out missing and unexpected keys, not "
             "shapes). Nothing was loaded."
         )
+
+
+def uncopyable(key: str, given: torch.Tensor, param: torch.Tensor) -> str | None:
+    """Why the entry ``given`` has no values ``param.copy_`` can take (on the meta device, or
+    of another layout: a sparse one into a dense parameter), or None; PyTorch's load fails at
+    that copy, after copying the entries before it."""
+    if given.is_meta and not param.is_meta:
+        return f"{key}: the state dict's is on the meta device, which holds no values to copy"
+    if given.layout != param.layout:
+        return (f"{key}: the state dict's is a {given.layout} tensor, this module's "
+                f"{param.layout} (convert it with .to_dense())")
+    return None
 
 
 class AllOrNothingLoad(nn.Module):

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .. import hugepages
+from .._loading import uncopyable
 from ..errors import InputTypeError, InputValueError
 from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
@@ -630,9 +631,17 @@ def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
                   local_metadata: dict[str, Any], strict: bool, missing_keys: list[str],
                   unexpected_keys: list[str], error_msgs: list[str]) -> None:
     """:func:`_tables_load_state_dict` without copying anything: the per-table entries checked
-    and replaced by placeholders of their groups' shapes (``meta`` tensors), for
+    and replaced by placeholders of their groups' shapes (:func:`_placeholder`), for
     :func:`lookuplinear._loading.check_state_dict`."""
     keys, absent, errors = _table_entries(module, state, prefix)
+    if not local_metadata.get("assign_to_params_buffers"):
+        for name, key in keys.items():
+            given = state.get(key)
+            param = module.table_groups[module._places[name].group]
+            problem = (uncopyable(key, given, param) if isinstance(given, torch.Tensor)
+                       else None)
+            if problem is not None:
+                errors.append(problem)
     if strict and absent:
         missing_keys.extend(absent)
         errors = [e for e in errors if not e.startswith("the state dict has some")]
@@ -640,13 +649,18 @@ def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
     if len(absent) == len(keys):
         if strict:  # reported by table; not again as their groups
             for g, param in enumerate(module.table_groups):
-                state.setdefault(f"{prefix}table_groups.{g}",
-                                 torch.empty(param.shape, device="meta"))
+                state.setdefault(f"{prefix}table_groups.{g}", _placeholder(param))
         return
     for g, param in enumerate(module.table_groups):
         names = [n for n, p in module._places.items() if p.group == g]
         if storage_of(param) is not None:
             refuse_assign(local_metadata, keys[names[0]])
-        state[f"{prefix}table_groups.{g}"] = torch.empty(param.shape, device="meta")
+        state[f"{prefix}table_groups.{g}"] = _placeholder(param)
     for key in keys.values():
         state.pop(key, None)
+
+
+def _placeholder(param: torch.Tensor) -> torch.Tensor:
+    """An entry of ``param``'s shape, dtype and layout that holds no memory (one value,
+    expanded): what :func:`_check_tables` puts in a group's place."""
+    return torch.zeros((), dtype=param.dtype).expand(param.shape)

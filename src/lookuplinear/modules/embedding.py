@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .._fusion import binding
+from .._loading import AllOrNothingLoad
 from .._sizes import as_size, check_table_shape
 from ..errors import DtypeMismatchError, InputTypeError
 from ..functional import lookup_linear, normalize_padding_idx, range_checked
@@ -23,7 +24,7 @@ from ..sparse.bags import check_index_range
 __all__ = ["Embedding"]
 
 
-class Embedding(nn.Embedding):
+class Embedding(AllOrNothingLoad, nn.Embedding):
     r"""``nn.Embedding`` computed by lookuplinear: a drop-in, with the same arguments and state.
 
     Dense equivalent: ``nn.Linear(num_embeddings, embedding_dim, bias=False)`` with
