@@ -543,6 +543,31 @@ def test_an_optimizer_loads_again_after_a_load_a_copy_or_a_pickle(name: str) -> 
 
 
 @pytest.mark.parametrize("fused", [False, True])
+def test_sgd_momentum_raised_from_zero_starts_a_buffer_as_torchs(fused: bool) -> None:
+    """A momentum schedule that starts at 0: the tables' states have no buffer when it rises;
+    the step starts one (as ``torch.optim.SGD`` does) instead of refusing part way through.
+    The same rows every step: lazy momentum is then torch's dense momentum."""
+    torch.manual_seed(0)
+    ours = [LookupLinear(20, 3, bias=False, sparse=True) for _ in range(2)]
+    ref = [LookupLinear(20, 3, bias=False) for _ in range(2)]
+    for a, b in zip(ours, ref, strict=True):
+        b.load_state_dict(a.state_dict())
+    opt = optim.SGD([{"params": m.parameters()} for m in ours], lr=0.1, fused=fused)
+    opt_ref = torch.optim.SGD([{"params": m.parameters()} for m in ref], lr=0.1)
+    x = torch.tensor([[1, 4], [4, 7]])
+    for step in range(4):
+        if step == 2:
+            for o in (opt, opt_ref):
+                o.param_groups[1]["momentum"] = 0.9
+        for model, o in ((ours, opt), (ref, opt_ref)):
+            o.zero_grad()
+            (model[0](x) * model[1](x)).square().sum().backward()
+            o.step()
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.weight, b.weight)
+
+
+@pytest.mark.parametrize("fused", [False, True])
 def test_adam_moments_paired_and_repaired(fused: bool) -> None:
     """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded
     with them apart (plain tensors) is paired again by the C kernel's step (left apart by the

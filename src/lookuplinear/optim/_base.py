@@ -398,6 +398,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
+        else:
+            self._complete_state(p, state, group)
         rows = RESETS.take(p)
         if rows is not None:
             self._fresh_rows(p, state, rows)
@@ -453,6 +455,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             state = self.state[p]
             if not state:
                 self._init_state(p, state, group)
+            else:
+                self._complete_state(p, state, group)
             bound.append(p)
             if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
                     and p.is_contiguous():
@@ -597,14 +601,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """One step of ``p``'s ``rows`` by the gradient rows ``values`` (rows in any order:
         :func:`row_sparse_parts` with ``sum_runs=False``), each row's entries summed in entry
         order and the row updated once."""
-        state["step"] += 1
-        if rows.numel() == 0:
-            return
-        if p.dim() < 2:
+        if p.dim() < 2 and rows.numel():
             raise InputValueError(
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
+        state["step"] += 1
+        if rows.numel() == 0:
+            return
         values = values.reshape(values.shape[0], -1)
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
             rows, values = grouped_rows(rows, values, p.shape[0])
@@ -624,6 +628,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _complete_state(self, p: torch.Tensor, state: dict[str, Any],
+                        group: dict[str, Any]) -> None:
+        """Add to ``p``'s started ``state`` what ``group``'s options now need and it lacks
+        (an option a schedule changed since the state was made), before any update."""
 
     def _kernel_states(self, tables: list[tuple[torch.Tensor, dict[str, Any]]]
                        ) -> list[torch.Tensor | None]:

@@ -88,6 +88,13 @@ class SGD(RowSparseOptimizer):
         if group["momentum"] != 0:
             state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
 
+    def _complete_state(self, p: torch.Tensor, state: dict[str, Any],
+                        group: dict[str, Any]) -> None:
+        """A momentum buffer, zero, where momentum was raised from 0 since the state was made
+        (``torch.optim.SGD`` starts one then too)."""
+        if group["momentum"] != 0 and "momentum_buffer" not in state:
+            state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
+
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"momentum_buffer": tuple(p.shape)}
 
