@@ -338,6 +338,13 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
         bad.write_bytes(bytes(flipped))
         with pytest.raises(ModelFileError, match="fails its checksum"):
             load_model(bad)
+    # one flipped bit in the header's name of the configuration ("config" -> "bonfig")
+    renamed = bytearray(data)
+    renamed[data.index(b'"config"') + 1] ^= 0x01
+    bad = tmp_path / "renamed.ll"
+    bad.write_bytes(bytes(renamed))
+    with pytest.raises(ModelFileError, match="has no configuration"):
+        load_model(bad)
     # a valid file whose tensors do not fit its configuration (checksums rewritten to match)
     header = json.loads(data[8 : 8 + header_len])
     meta = header["__metadata__"]

@@ -483,6 +483,11 @@ def _verify(p: Path, meta: dict[str, str], tensors: dict[str, torch.Tensor]) -> 
             f"{p} holds tensors {sorted(names - {'config'})} but its checksums name "
             f"{sorted(set(sums) - {'config'})}; the file was damaged. Train it again."
         )
+    if not isinstance(meta.get("config"), str):
+        raise ModelFileError(
+            f"{p} has no configuration (its metadata names {sorted(meta)}); the file was "
+            "damaged. Train it again."
+        )
     got = {k: _sha256(v) for k, v in tensors.items()}
     got["config"] = hashlib.sha256(meta["config"].encode("utf-8")).hexdigest()
     bad = sorted(k for k in names if got[k] != sums[k])
