@@ -199,6 +199,19 @@ def test_an_optimizer_refuses_a_state_without_the_tensors_it_keeps() -> None:
     steps = {"param_groups": state["param_groups"],
              "state": {k: dict(s, step=torch.tensor([1, 2])) for k, s in state["state"].items()}}
     _opt_refused(opt, model, steps, "not a count")
+    for bad_step in (torch.tensor(2.7), -5, 2.5):
+        odd = {"param_groups": state["param_groups"],
+               "state": {k: dict(s, step=bad_step) for k, s in state["state"].items()}}
+        _opt_refused(opt, model, odd, "not a count")
+    meta = {"param_groups": state["param_groups"],
+            "state": {k: dict(s, exp_avg=s["exp_avg"].to("meta"))
+                      for k, s in state["state"].items()}}
+    _opt_refused(opt, model, meta, "has no exp_avg with values")
+    for key, value, words in (("lr", "abc", "lr must be a number"), ("lr", -1.0, "lr must be"),
+                              ("eps", None, "eps must be"),
+                              ("betas", (1.5, 0.9), r"betas must both be in \[0, 1\)")):
+        group = dict(state["param_groups"][0], **{key: value})
+        _opt_refused(opt, model, {"param_groups": [group], "state": state["state"]}, words)
     momentum = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     with_buffer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.tensor([1])).sum().backward()

@@ -147,13 +147,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     _fixed: ClassVar[dict[str, Any]] = {"maximize": False}
 
     def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
-        for key, value in defaults.items():
-            if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise InputValueError(
-                    f"{type(self).__name__}: {key} must be a number >= 0, got {value!r}."
-                )
+        self._check_options(defaults, type(self).__name__)
         #: the backward passes whose gradients this optimizer takes (``fused=True``)
         self._backward_queue = BackwardQueue(self)
         try:
@@ -263,6 +257,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         return [self._loadable_group(group, own)
                 for group, own in zip(saved, self.param_groups, strict=True)]
 
+    @staticmethod
+    def _check_options(options: dict[str, Any], where: str) -> None:
+        """Raise :class:`InputValueError` for an option no update can compute with: a rate,
+        epsilon, decay or momentum that is not a number >= 0, ``betas`` not two numbers in
+        ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept)."""
+        for key, value in options.items():
+            if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}.")
+        betas = options.get("betas")
+        if betas is not None and not (
+                isinstance(betas, tuple | list) and len(betas) == 2
+                and all(isinstance(b, int | float) and not isinstance(b, bool) and 0 <= b < 1
+                        for b in betas)):
+            raise InputValueError(f"{where}: betas must both be in [0, 1), got {betas}. "
+                                  "Pass e.g. betas=(0.9, 0.999).")
+
     def _loadable_group(self, saved: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
         """``saved`` (a state dict's group) as this optimizer adopts it, or an error if it would
         change what training computes."""
@@ -289,7 +301,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"{', '.join(sorted(k for k in saved if k != 'params'))}). Load it into the "
                 "optimizer it comes from. Nothing was loaded."
             )
-        return {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
+        loaded = {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
+        try:
+            self._check_options(loaded, f"{type(self).__name__}.load_state_dict")
+        except InputValueError as e:
+            raise InputValueError(f"{e} The state dict's parameter group holds it: it is "
+                                  "damaged. Nothing was loaded.") from None
+        return loaded
 
     def _check_state(self, state_dict: dict[str, Any]) -> None:
         """Refuse a state tensor of another shape than the one this class keeps for it, a
@@ -313,11 +331,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                             "it comes from. Nothing was loaded."
                         )
                 lacking = [k for k in self._required_state(p, group)
-                           if not isinstance(state.get(k), torch.Tensor)]
+                           if not isinstance(state.get(k), torch.Tensor) or state[k].is_meta]
                 step = state.get("step")
-                if lacking or not (step is None or isinstance(step, int) or (
-                        isinstance(step, torch.Tensor) and step.numel() == 1)):
-                    what = (f"has no {', '.join(lacking)}" if lacking
+                if isinstance(step, torch.Tensor) and step.numel() == 1:
+                    step = step.item()  # torch.optim's: a float tensor holding a count
+                if lacking or not (step is None or (
+                        isinstance(step, int | float) and not isinstance(step, bool)
+                        and step >= 0 and float(step).is_integer())):
+                    what = (f"has no {', '.join(lacking)} with values" if lacking
                             else f"has a step of {step!r}, not a count")
                     raise InputValueError(
                         f"{name}.load_state_dict: the state of a parameter of shape "
@@ -338,8 +359,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         for key in [k for k, v in state.items() if v is None]:
             del state[key]
         step = state.get("step")
-        if isinstance(step, torch.Tensor):
-            state["step"] = int(step.item())
+        if isinstance(step, torch.Tensor | float):
+            state["step"] = int(step)
         elif step is None and state:  # torch.optim.SGD's: its buffer exists after one step
             state["step"] = 1
         for key, value in state.items():

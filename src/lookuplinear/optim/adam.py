@@ -9,7 +9,6 @@ import torch
 from torch.optim.adam import adam as adam_functional
 
 from .. import hugepages
-from ..errors import InputValueError
 from ..ops._hooks import state_tensor
 from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
 
@@ -107,12 +106,8 @@ class Adam(RowSparseOptimizer):
         *,
         fused: bool = False,
     ) -> None:
-        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
-            raise InputValueError(
-                f"{type(self).__name__}: betas must both be in [0, 1), got {betas}. "
-                "Pass e.g. betas=(0.9, 0.999)."
-            )
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+        defaults = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
+                    "eps": eps, "weight_decay": weight_decay,
                     "decoupled_weight_decay": self._decoupled}
         super().__init__(params, defaults, fused=fused)
 
