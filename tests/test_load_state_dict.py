@@ -144,6 +144,25 @@ def test_a_quantized_layer_and_collection_refuse_before_copying() -> None:
     _refused(qc, bad, r"layers\.b\.packed.*\(7, 12\).*\(6, 12\)")
 
 
+def test_a_quantized_table_of_another_dtype_and_width_is_refused_though_its_bytes_fit() -> None:
+    """An int4 table of 16 columns packs to 12 bytes a row, as an int8 one of 4 does: the
+    layer keeps its format (``qformat``) and refuses the other's; a state saved without the
+    format loads as before."""
+    torch.manual_seed(0)
+    int4 = LookupLinear(10, 16, bias=False).quantize("int4")
+    int8 = LookupLinear(10, 4, bias=False).quantize("int8")
+    assert int4.packed.shape == int8.packed.shape
+    _refused(int8, int4.state_dict(), "packed: the state dict's table is int4 of 16 columns, "
+             "this layer's int8 of 4")
+    coll = LookupCollection([TableConfig("a", 10, 16, ["a"])])
+    other = LookupCollection([TableConfig("a", 10, 4, ["a"])])
+    _refused(other.quantize("int8"), coll.quantize("int4").state_dict(), "int4 of 16 columns")
+    older = {k: v for k, v in int8.state_dict().items() if k != "qformat"}
+    fresh = LookupLinear(10, 4, bias=False).quantize("int8")
+    fresh.load_state_dict(older)
+    assert torch.equal(fresh.packed, int8.packed)
+
+
 def test_an_id_map_refuses_another_kind_of_map_before_copying_its_buffers() -> None:
     strs = IdMap(10, key_type="str")
     strs(["a", "b"])

@@ -35,6 +35,11 @@ register_4bit_fakes()  # int4 layers can be exported and compiled, as int8 ones
 #: the storage kinds and their bits per value
 DTYPES = {"int8": 8, "int4": 4, "float16": 16}
 
+def _qformat(dtype: str, out_features: int) -> torch.Tensor:
+    """The ``qformat`` buffer: bits per value and columns, int64."""
+    return torch.tensor([DTYPES[dtype], out_features], dtype=torch.int64)
+
+
 _OPS = {
     "int8": ("embedding_bag_byte_prepack", "embedding_bag_byte_unpack",
              "embedding_bag_byte_rowwise_offsets"),
@@ -69,6 +74,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
 
     packed: torch.Tensor  # (rows, bytes per row) uint8, or (rows, out_features) float16
     bias: torch.Tensor | None
+    qformat: torch.Tensor  # (bits per value, out_features): what ``packed`` holds
 
     def __init__(self, layer: Any, dtype: str = "int8") -> None:
         super().__init__()
@@ -98,6 +104,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         self.register_buffer("packed", packed)
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self.register_buffer("bias", bias)
+        self.register_buffer("qformat", _qformat(dtype, self.out_features))
         self.training = False
 
     @classmethod
@@ -117,6 +124,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         q.dtype = dtype
         q.register_buffer("packed", hugepages.place(packed))
         q.register_buffer("bias", bias)
+        q.register_buffer("qformat", _qformat(dtype, out_features))
         q.training = False
         if q.rows(torch.zeros(1, dtype=torch.long)).shape != (1, out_features):
             raise InputValueError(
@@ -219,6 +227,34 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
         return lookup_linear(Bags(entries, bags.offsets, bags.weights),
                              self.rows(bags.indices.long()), self.bias, mode=self.mode)
+
+    def _check_state_entries(self, state: dict[str, Any], prefix: str,
+                             local_metadata: dict[str, Any], strict: bool,
+                             missing_keys: list[str], unexpected_keys: list[str],
+                             error_msgs: list[str]) -> None:
+        """A table packed as another dtype or width refused (an int4 table of ``2k + 8``
+        columns packs to as many bytes a row as an int8 one of ``k``), before a load copies
+        anything (:func:`lookuplinear._loading.check_state_dict`); a state without the
+        format (saved before the layer kept it) is read as this layer's."""
+        given = state.setdefault(prefix + "qformat", self.qformat)
+        if not isinstance(given, torch.Tensor) or given.shape != self.qformat.shape:
+            return  # the shape check names it
+        if not torch.equal(given.cpu().long(), self.qformat):
+            bits, width = (int(v) for v in given.tolist())
+            kind = {b: d for d, b in DTYPES.items()}.get(bits, f"{bits}-bit")
+            error_msgs.append(
+                f"{prefix}packed: the state dict's table is {kind} of {width} columns, this "
+                f"layer's {self.dtype} of {self.out_features}: quantize the layer as the state "
+                "was saved"
+            )
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              local_metadata: dict[str, Any], strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        state_dict.setdefault(prefix + "qformat", self.qformat)  # saved before it was kept
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
         return (f"{self.in_features}, {self.out_features}, dtype={self.dtype}, "
