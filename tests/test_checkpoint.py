@@ -740,3 +740,49 @@ def test_a_failure_while_the_optimizer_state_is_built_changes_nothing(
     assert_unchanged(before, model, *opts)
     monkeypatch.undo()
     assert Checkpoint(tmp_path / "ckpt", model, opts).restore() == {"step": 1}
+
+
+def test_a_save_that_fails_after_its_commit_point_is_followed_by_the_next_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync of the directory after the manifest's rename fails: the save raises, yet it
+    has committed; the next save writes a new generation and never a segment the committed
+    manifest names, so a crash during it leaves the committed checkpoint readable."""
+    from lookuplinear.storage import segments
+
+    torch.manual_seed(0)
+    model = Model()
+    opts: list[torch.optim.Optimizer] = [optim.Adam(model.parameters(), lr=0.05)]
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    _step(model, opts, 0)
+    ckpt.save(step=0)
+    _step(model, opts, 1)
+    saved = _bits(model, opts)
+    fsync = segments._fsync_dir
+    calls: list[Path] = []
+
+    def failing_after_commit(path: Path) -> None:
+        calls.append(path)
+        if len(calls) == 2:  # the one after the manifest's rename
+            raise OSError(5, "I/O error")
+        fsync(path)
+
+    monkeypatch.setattr(segments, "_fsync_dir", failing_after_commit)
+    with pytest.raises(OSError, match="I/O error"):
+        ckpt.save(step=1)
+    monkeypatch.undo()
+    assert ckpt.generation == 2
+    _step(model, opts, 2)
+    write = segments._write_durable
+
+    def killed_before_the_manifest(path: Path, data: bytes) -> None:
+        if path.name == "MANIFEST.json":
+            raise KeyboardInterrupt
+        write(path, data)
+
+    monkeypatch.setattr(segments, "_write_durable", killed_before_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(step=2)
+    monkeypatch.undo()
+    assert Checkpoint(tmp_path / "ckpt", model, opts).restore() == {"step": 1}
+    _assert_same(_bits(model, opts), saved)
+    assert ckpt.save(step=1) == 3  # the killed save committed nothing

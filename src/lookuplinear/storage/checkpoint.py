@@ -201,6 +201,11 @@ class Checkpoint:
         ------
         InputValueError
             ``info`` is not JSON-serialisable.
+        OSError
+            Writing failed. Before the commit point (the manifest's rename) the previous
+            checkpoint stays the last one; after it (the ``fsync`` of the directory, the
+            removal of old segments) this save has committed, and this object goes on from it:
+            no later save writes a file a committed manifest names.
         """
         try:
             json.dumps(info)
@@ -223,15 +228,21 @@ class Checkpoint:
         rows = {n: self._union(n, delta[n]) for n in self.tables} if compact else delta
         g = self.generation + 1
         data = self._segment_bytes(g, rows, info)
-        segments = commit_segment(self.path, g, data, [] if compact else self._segments)
-        self._segments, self.generation, self._chained = segments, g, True
-        for n in self.tables:
-            if compact:
-                self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
-            else:
-                self._ever[n].append(rows[n])
-            self._tracker.clear(n)
-        remove_unlisted(self.path, segments)
+
+        def committed(segments: list[dict[str, Any]]) -> None:
+            # from the commit point on, this object follows the disk: a save that raises after
+            # it (the fsync of the directory, the removal of old segments) has committed, and
+            # the next save writes generation g + 1, never a file this manifest names
+            self._segments, self.generation, self._chained = segments, g, True
+            for n in self.tables:
+                if compact:
+                    self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
+                else:
+                    self._ever[n].append(rows[n])
+                self._tracker.clear(n)
+
+        commit_segment(self.path, g, data, [] if compact else self._segments, committed)
+        remove_unlisted(self.path, self._segments)
         return g
 
     def _row_bytes(self, name: str) -> int:

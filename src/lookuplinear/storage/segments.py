@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,15 @@ def _write_durable(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def commit_segment(path: Path, g: int, data: bytes,
-                   previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write segment ``g`` (``data``), then the manifest naming ``previous`` and it (the commit
-    point); return the manifest's segments."""
+def commit_segment(path: Path, g: int, data: bytes, previous: list[dict[str, Any]],
+                   committed: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Write segment ``g`` (``data``), then the manifest naming ``previous`` and it.
+
+    ``committed(segments)`` is called with the new manifest's segments as soon as the manifest
+    is renamed into place (the commit point), before anything that may still fail (the
+    ``fsync`` of the directory): whoever saves next sees the committed manifest, even when this
+    call raises after it, and never writes a file it names.
+    """
     name = f"seg-{g:08d}.safetensors"
     _write_durable(path / name, data)
     _fsync_dir(path)
@@ -56,8 +62,8 @@ def commit_segment(path: Path, g: int, data: bytes,
     segments = [*previous, entry]
     manifest = {"format": _FORMAT, "version": _VERSION, "generation": g, "segments": segments}
     _write_durable(path / _MANIFEST, json.dumps(manifest, indent=1).encode())
-    _fsync_dir(path)  # committed
-    return segments
+    committed(segments)
+    _fsync_dir(path)
 
 
 def remove_unlisted(path: Path, segments: list[dict[str, Any]]) -> None:
