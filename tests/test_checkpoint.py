@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -400,6 +401,7 @@ def _as_written_before(path: Path) -> None:
     for seg in manifest["segments"]:
         data = (path / seg["file"]).read_bytes()
         meta = json.loads(_metadata(data)["checkpoint"])
+        meta.pop("previous")
         for opt in meta["optimizers"]:
             opt.pop("layout")
             for group in opt["groups"]:
@@ -786,3 +788,59 @@ def test_a_save_that_fails_after_its_commit_point_is_followed_by_the_next_save(
     assert Checkpoint(tmp_path / "ckpt", model, opts).restore() == {"step": 1}
     _assert_same(_bits(model, opts), saved)
     assert ckpt.save(step=1) == 3  # the killed save committed nothing
+
+
+def _tampered(manifest: dict[str, Any], how: str, path: Path) -> None:
+    segs = manifest["segments"]
+    if how == "no segments":
+        manifest["segments"] = []
+    elif how == "no segments key":
+        del manifest["segments"]
+    elif how == "no generation":
+        del manifest["generation"]
+    elif how == "an entry without its hash":
+        del segs[-1]["sha256"]
+    elif how == "base dropped":
+        manifest["segments"] = segs[1:]
+    elif how == "middle dropped":
+        manifest["segments"] = [segs[0], segs[2]]
+    elif how == "reversed":
+        manifest["segments"] = segs[::-1]
+    elif how == "a generation behind":
+        manifest["generation"] = segs[-1]["generation"] - 1
+    elif how == "a file outside":
+        segs[-1]["file"] = "../" + segs[-1]["file"]
+    elif how == "a directory":
+        seg = path / segs[-1]["file"]
+        seg.unlink()
+        seg.mkdir()
+
+
+@pytest.mark.parametrize("how", [
+    "no segments", "no segments key", "no generation", "an entry without its hash",
+    "base dropped", "middle dropped", "reversed", "a generation behind", "a file outside",
+    "a directory"])
+def test_a_manifest_no_save_wrote_is_refused_and_changes_nothing(tmp_path: Path,
+                                                                 how: str) -> None:
+    torch.manual_seed(0)
+    layer = LookupLinear(500, 4, sparse=True)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt, compact_ratio=100.0)
+    for step in range(3):
+        opt.zero_grad()
+        layer(torch.tensor([step, 10])).sum().backward()
+        opt.step()
+        ckpt.save(step=step)
+    path = tmp_path / "ckpt"
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    assert len(manifest["segments"]) == 3
+    _tampered(manifest, how, path)
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    files = {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()}
+    before = snapshot(layer, opt)
+    with pytest.raises(ModelFileError, match=r"damaged|not a file"):
+        ckpt.restore()
+    with pytest.raises(ModelFileError, match=r"damaged|not a file"):
+        Checkpoint(path, layer, opt).restore()
+    assert_unchanged(before, layer, opt)
+    assert {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()} == files

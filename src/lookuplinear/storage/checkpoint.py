@@ -24,7 +24,8 @@ atomic), ``fsync`` of the directory; only then are segments the new manifest no 
 deleted. A process killed at any instant leaves either the old manifest, whose segments are all
 still there, or the new one. On :meth:`Checkpoint.restore` every segment's size and SHA-256 are
 checked against the manifest before anything is loaded: a torn or damaged file is a
-``ModelFileError``, never loaded.
+``ModelFileError``, never loaded. So is a manifest no save wrote: each segment records its
+generation and the one it follows (none for a base), and the manifest's chain must match.
 
 **All or nothing.** :meth:`Checkpoint.restore` checks everything it will write against the model
 and optimizers (every table's full shape and dtype, the other tensors, the optimizers' classes,
@@ -227,7 +228,8 @@ class Checkpoint:
             compact = chain_bytes > self.compact_ratio * max(union_bytes, 1)
         rows = {n: self._union(n, delta[n]) for n in self.tables} if compact else delta
         g = self.generation + 1
-        data = self._segment_bytes(g, rows, info)
+        data = self._segment_bytes(g, rows, info,
+                                  None if compact else self._segments[-1]["generation"])
 
         def committed(segments: list[dict[str, Any]]) -> None:
             # from the commit point on, this object follows the disk: a save that raises after
@@ -273,8 +275,10 @@ class Checkpoint:
                 if group is not None and opt.state.get(p) and hasattr(opt, "_state"):
                     opt._state(p, group)  # zeroes those rows' state, drops the marker
 
-    def _segment_bytes(self, g: int, rows: dict[str, torch.Tensor],
-                       info: dict[str, Any]) -> bytes:
+    def _segment_bytes(self, g: int, rows: dict[str, torch.Tensor], info: dict[str, Any],
+                       previous: int | None) -> bytes:
+        """Segment ``g``: ``rows`` of each table, the rest whole; ``previous``: the generation
+        of the segment it follows in the chain (None: a base, which holds every row)."""
         from safetensors.torch import save
 
         from ..optim._base import RowSparseOptimizer
@@ -310,7 +314,7 @@ class Checkpoint:
             optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
                                "layout": layouts})
         tensors["rng/torch"] = torch.get_rng_state()
-        meta = {"generation": g, "info": info, "optimizers": optimizers,
+        meta = {"generation": g, "previous": previous, "info": info, "optimizers": optimizers,
                 "tables": sorted(self.tables),
                 "shapes": {n: list(p.shape) for n, p in self.tables.items()}}
         return save(tensors, metadata={"checkpoint": json.dumps(meta)})

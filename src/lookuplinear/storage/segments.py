@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -76,11 +76,62 @@ def remove_unlisted(path: Path, segments: list[dict[str, Any]]) -> None:
 
 
 def read_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest of the checkpoint directory ``path``, or None where none was committed."""
+    """The manifest of the checkpoint directory ``path``, checked, or None where none was
+    committed.
+
+    Raises
+    ------
+    ModelFileError
+        The manifest is damaged or is not one a save writes: not JSON, another format or
+        version, no segments, an entry without its file, generation, size or SHA-256, a
+        file name that is not a segment's of this directory, generations that do not
+        increase to the manifest's own.
+    """
     try:
-        return read_header(path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
+        manifest = read_header(path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")
     except FileNotFoundError:
         return None
+    _check_manifest(path / _MANIFEST, manifest)
+    return manifest
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_manifest(file: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a manifest that no save wrote (see :func:`read_manifest`)."""
+
+    def damaged(what: str) -> ModelFileError:
+        return ModelFileError(
+            f"{file} is damaged: {what}. A save writes a manifest naming a chain of segments, "
+            "the first a base, generations increasing to the manifest's own. Restore the "
+            "directory from a copy, or start a new checkpoint directory. Nothing was loaded."
+        )
+
+    generation, segments = manifest.get("generation"), manifest.get("segments")
+    if not _count(generation) or generation < 1:
+        raise damaged(f"its generation is {generation!r}, not a count from 1")
+    if not isinstance(segments, list) or not segments:
+        raise damaged(f"its segments are {segments!r}, not a non-empty list")
+    last = 0
+    for i, seg in enumerate(segments):
+        if not isinstance(seg, dict):
+            raise damaged(f"segment {i} is {seg!r}, not an entry")
+        g, name, size, sha = (seg.get(k) for k in ("generation", "file", "bytes", "sha256"))
+        if not _count(g) or not _count(size) or not isinstance(sha, str) or len(sha) != 64:
+            raise damaged(
+                f"segment {i} ({seg!r}) lacks a generation, a size in bytes or a SHA-256")
+        if g <= last:
+            raise damaged(f"segment {i} is generation {g}, after generation {last}: the "
+                          "generations of a chain increase")
+        if name != f"seg-{g:08d}.safetensors":
+            raise damaged(f"segment {i} is the file {name!r}; generation {g}'s is "
+                          f"'seg-{g:08d}.safetensors'")
+        last = g
+    if last != generation:
+        raise damaged(f"its last segment is generation {last}, and the manifest's generation "
+                      f"{generation}")
 
 
 def load_segments(path: Path, manifest: dict[str, Any], renames: dict[str, str] | None = None
@@ -96,8 +147,12 @@ def load_segments(path: Path, manifest: dict[str, Any], renames: dict[str, str] 
     from safetensors.torch import load
 
     out = []
+    previous = None
     for seg in manifest["segments"]:
         file = path / seg["file"]
+        if file.exists() and not file.is_file():
+            raise ModelFileError(
+                f"{file} is not a file: the checkpoint is damaged. Nothing was loaded.")
         try:
             data = file.read_bytes()
         except FileNotFoundError:
@@ -112,6 +167,20 @@ def load_segments(path: Path, manifest: dict[str, Any], renames: dict[str, str] 
             meta = json.loads(metadata(data)["checkpoint"])
         except Exception as exc:  # a file with the right hash is ours: this is a bug
             raise ModelFileError(f"{file} cannot be read: {exc}.") from None
+        # the segment's own record of its place in the chain (checkpoints of earlier versions
+        # record its generation only)
+        follows = meta.get("previous", previous)
+        if meta.get("generation") != seg["generation"] or follows != previous:
+            first = "the first, a base" if previous is None else f"after generation {previous}"
+            holds = "a base" if follows is None else f"the rows changed after generation " \
+                f"{follows}"
+            raise ModelFileError(
+                f"{path / _MANIFEST} is damaged: it lists {file.name} as generation "
+                f"{seg['generation']}, {first}; the segment is generation "
+                f"{meta.get('generation')!r} and holds {holds}. Restore the directory from a "
+                "copy, or start a new checkpoint directory. Nothing was loaded."
+            )
+        previous = seg["generation"]
         out.append((meta, tensors))
     return renamed(out, renames or {})
 
