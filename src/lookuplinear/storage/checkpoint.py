@@ -41,7 +41,8 @@ so the chain's size stays within a constant factor of the rows training touched.
 **Tables in files** (:class:`~lookuplinear.TableStorage`) are changed in place by training, so
 after a crash their files hold a mix of steps; :meth:`Checkpoint.restore` empties them (every row
 undrawn, as when created) and writes the checkpoint's rows back: the rows a checkpoint never
-saw are drawn again from ``(seed, row)`` on their next lookup, as they were before.
+saw are drawn again from ``(seed, row)`` on their next lookup, as they were before: a segment
+records each such table's seed and init, and a restore into a table of others is refused.
 
 **Where it is.** This module holds :class:`Checkpoint`: the saving, what a segment holds, and
 :meth:`Checkpoint.restore`, which writes what :class:`~lookuplinear.storage.restore.Restore`
@@ -314,8 +315,12 @@ class Checkpoint:
             optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
                                "layout": layouts})
         tensors["rng/torch"] = torch.get_rng_state()
+        # what the rows a table in a file never drew will be drawn from: a restore draws
+        # them again, so only a table drawing them the same way continues the saved run
+        draws = {n: {"seed": s.meta["seed"], "init": s.meta["init"]}
+                 for n, p in self.tables.items() if (s := storage_of(p)) is not None}
         meta = {"generation": g, "previous": previous, "info": info, "optimizers": optimizers,
-                "tables": sorted(self.tables),
+                "tables": sorted(self.tables), "draws": draws,
                 "shapes": {n: list(p.shape) for n, p in self.tables.items()}}
         return save(tensors, metadata={"checkpoint": json.dumps(meta)})
 

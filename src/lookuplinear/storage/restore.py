@@ -130,6 +130,19 @@ class Restore:
                 f"would write table {name!r}, whose file {storage.path} is open read-only, "
                 "for serving: open it with LookupLinear.open(path, writable=True)"
             )
+        draws = segments[-1][0].get("draws", {}).get(name)
+        if storage is not None and draws is not None:
+            mine = {"seed": storage.meta["seed"], "init": storage.meta["init"]}
+            if mine != draws:
+                raise self.refusal(
+                    f"holds table {name!r} of a table in a file whose rows not saved are drawn "
+                    f"with seed={draws['seed']}, init={draws['init']!r}; this model's table "
+                    f"({storage.path}) draws them with seed={mine['seed']}, "
+                    f"init={mine['init']!r}, so training on would not be the saved run. "
+                    f"Build the table with seed={draws['seed']} and init={draws['init']!r} "
+                    "(LookupLinear(..., storage=path, seed=..., init=...); a new table in a "
+                    "file of a LookupCollection draws its seed from torch's generator)"
+                )
         for _, tensors in segments:
             rows, values = tensors[f"rows/{name}"], tensors[f"table/{name}"]
             if rows.dim() != 1 or rows.dtype != torch.int64 or \
