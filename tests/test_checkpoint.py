@@ -878,3 +878,29 @@ def test_a_table_in_a_file_drawing_other_rows_is_refused(tmp_path: Path,
     steps(a, opt_a, [[50, 1], [60]])
     steps(same, opt_same, [[50, 1], [60]])
     assert torch.equal(same.weight, a.weight)
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_sgd_momentum_set_to_zero_keeps_its_buffers_through_a_restore(
+        tmp_path: Path, in_file: bool) -> None:
+    """SGD keeps its buffers after momentum is set to 0 (as torch.optim.SGD does): a
+    checkpoint holding them restores them, and training on is the uninterrupted run."""
+    torch.manual_seed(0)
+    model = Model(tmp_path / "table" if in_file else None)
+    opts: list[torch.optim.Optimizer] = [optim.SGD(model.parameters(), lr=0.1, momentum=0.9)]
+    for step in range(2):
+        _step(model, opts, step)
+    opts[0].param_groups[0]["momentum"] = 0.0
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    ckpt.save(step=1)
+    saved = _bits(model, opts)
+    assert any(k.endswith("momentum_buffer") for k in saved)
+    for step in range(2, 4):
+        _step(model, opts, step)
+    uninterrupted = _bits(model, opts)
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(model, opts), saved)
+    for step in range(2, 4):
+        _step(model, opts, step)
+    _assert_same(_bits(model, opts), uninterrupted)
+

@@ -23,6 +23,7 @@ from torch import nn
 
 from .._loading import check_state_dict
 from ..errors import InputValueError, LookupLinearError, ModelFileError, StateDictError
+from ..ops._hooks import state_tensor
 from .tables import storage_of
 
 __all__ = ["Restore", "registered_names", "row_sparse"]
@@ -32,6 +33,18 @@ Segments = list[tuple[dict[str, Any], dict[str, torch.Tensor]]]
 
 Staged = list[dict[torch.Tensor, dict[str, Any]] | None]
 """Each optimizer's restored state by parameter (None: a ``torch.optim`` optimizer, loaded)."""
+
+
+def _zeros(p: torch.Tensor, key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A zero state tensor ``key`` of ``shape`` for ``p``, placed as the optimizer places its
+    state (a table in a file: a file beside it)."""
+    from ..optim._base import zeros_like
+
+    if shape == tuple(p.shape):
+        return zeros_like(p, name=key)
+    provided = state_tensor(p, key, shape)
+    return provided if provided is not None else torch.zeros(shape, dtype=p.dtype,
+                                                             device=p.device)
 
 
 def registered_names(module: nn.Module) -> set[str]:
@@ -302,28 +315,30 @@ class Restore:
                 pname = self.names[id(p)]
                 if pname not in meta["state"]:
                     continue
-                state: dict[str, Any] = {}
-                opt._init_state(p, state, options)
-                state.update(meta["state"][pname])
-                if layouts is not None:
-                    opt._lay_out(p, state, layouts.get(pname))
-                elif not row_sparse(self.module, p):  # saved by an earlier version: as
-                    opt._lay_out(p, state, None)         # torch.optim's (dense gradients)
-                tensors = {k for k, v in state.items() if isinstance(v, torch.Tensor)}
                 prefix = f"opt{i}/{pname}/"
                 if pname in self.tables:  # rows from every segment (a row's state or none)
                     saved = {k[len(prefix):] for _, seg in segments for k in seg
                              if k.startswith(prefix)}
-                    fits = saved <= tensors
                 else:  # whole, in the last segment
                     saved = {k[len(prefix):] for k in last if k.startswith(prefix)}
-                    fits = saved == tensors
-                if not fits:
-                    raise InputValueError(
-                        f"{type(opt).__name__} {i}'s state of {pname} holds {sorted(saved)}, "
-                        f"and {type(opt).__name__} with the saved options keeps "
-                        f"{sorted(tensors)}: it is another optimizer's checkpoint"
-                    )
+                state: dict[str, Any] = {}
+                opt._init_state(p, state, options)
+                state.update(meta["state"][pname])
+                # the state tensors the saved run held, which its options need not start (SGD's
+                # buffer, kept after momentum was set to 0, as torch.optim.SGD keeps it); each
+                # is one this class keeps (checked), zero where no segment holds its rows
+                shapes = opt._state_shapes(p)
+                for key in sorted(saved):
+                    if not isinstance(state.get(key), torch.Tensor):
+                        state[key] = _zeros(p, key, shapes[key])
+                if pname not in self.tables:  # whole: exactly the saved tensors
+                    for key in [k for k, v in state.items()
+                                if isinstance(v, torch.Tensor) and k not in saved]:
+                        del state[key]
+                if layouts is not None:
+                    opt._lay_out(p, state, layouts.get(pname))
+                elif not row_sparse(self.module, p):  # saved by an earlier version: as
+                    opt._lay_out(p, state, None)         # torch.optim's (dense gradients)
                 if pname in self.tables:
                     for _, seg in segments:
                         rows = seg[f"rows/{pname}"].to(p.device)
