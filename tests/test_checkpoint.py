@@ -904,3 +904,30 @@ def test_sgd_momentum_set_to_zero_keeps_its_buffers_through_a_restore(
         _step(model, opts, step)
     _assert_same(_bits(model, opts), uninterrupted)
 
+
+def test_a_restore_refused_while_staging_leaves_the_state_files_of_a_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch.optim optimizer's state fails to load while the restore is staged: the state
+    file of a table in a file, kept by a lookuplinear optimizer listed before it, is neither
+    replaced nor written."""
+    torch.manual_seed(0)
+    model = Model(tmp_path / "table")
+    opts: list[torch.optim.Optimizer] = [
+        optim.SGD(model.table.parameters(), lr=0.1, momentum=0.9),
+        torch.optim.SGD(model.head.parameters(), lr=0.1, momentum=0.9)]
+    for step in range(2):
+        _step(model, opts, step)
+    Checkpoint(tmp_path / "ckpt", model, opts).save(step=1)
+    _step(model, opts, 2)
+    file = tmp_path / "table" / "state-momentum_buffer.bin"
+    inode, data = file.stat().st_ino, file.read_bytes()
+    before = snapshot(model, *opts)
+
+    def refused(state_dict: object) -> None:
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(opts[1], "load_state_dict", refused)
+    with pytest.raises(ModelFileError, match="refused"):
+        Checkpoint(tmp_path / "ckpt", model, opts).restore()
+    assert file.stat().st_ino == inode and file.read_bytes() == data
+    assert_unchanged(before, model, *opts)

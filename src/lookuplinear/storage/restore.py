@@ -291,13 +291,15 @@ class Restore:
         their state and groups by new objects: :meth:`stage` keeps the old ones)."""
         from ..optim._base import RowSparseOptimizer
 
-        staged: Staged = []
+        staged: Staged = [None] * len(self.optimizers)
+        # torch.optim's first, in memory: what may still fail fails before a lookuplinear
+        # optimizer allocates the state of a table in a file (a new file beside the table)
+        for i, opt in enumerate(self.optimizers):
+            if not isinstance(opt, RowSparseOptimizer):
+                self._restore_whole(i, opt, segments[-1])
         for i, opt in enumerate(self.optimizers):
             if isinstance(opt, RowSparseOptimizer):
-                staged.append(self._staged_rowwise(i, opt, segments))
-            else:
-                self._restore_whole(i, opt, segments[-1])
-                staged.append(None)
+                staged[i] = self._staged_rowwise(i, opt, segments)
         return staged
 
     def _staged_rowwise(self, i: int, opt: Any, segments: Segments
