@@ -271,3 +271,26 @@ def test_under_torch_compile_rows_are_drawn_after_another_compiled_collection(
     assert storage is not None and storage.drawn_rows().tolist() == [3, 4]
     assert torch.equal(out, coll(kb).values()) and bool(out.abs().sum() > 0)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_refused_load_writes_none_of_the_table_files(tmp_path: Path, nested: bool) -> None:
+    """An entry the load cannot copy (a meta tensor) is refused before the weight is copied
+    into the file, by the layer's own load and inside a model whose load is PyTorch's."""
+    import hashlib
+
+    layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0)
+    layer(torch.tensor([1, 2, 3]))  # rows drawn: weight.bin and drawn.bin hold values
+
+    def files() -> dict[str, str]:
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in sorted((tmp_path / "t").iterdir())}
+
+    before, weight = files(), layer.weight.detach().clone()
+    model = torch.nn.Sequential(layer) if nested else layer
+    prefix = "0." if nested else ""
+    with pytest.raises(RuntimeError, match="meta tensor"):
+        model.load_state_dict({f"{prefix}weight": torch.zeros(100, 4),
+                               f"{prefix}bias": torch.empty(4, device="meta")})
+    assert files() == before
+    assert torch.equal(layer.weight, weight)

@@ -16,7 +16,14 @@ from .._sizes import as_size
 from .._tableinit import Init, init_weight_
 from ..errors import InputValueError
 from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
-from ..storage.tables import TableStorage, attach, drawn_eagerly, drawn_input, refuse_assign
+from ..storage.tables import (
+    TableStorage,
+    attach,
+    drawn_eagerly,
+    drawn_input,
+    refuse_assign,
+    unloadable,
+)
 from .conversions import LayerConversions
 
 __all__ = ["LookupLinear", "init_weight_"]
@@ -325,6 +332,10 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         loads_table = self.storage is not None and prefix + "weight" in state_dict
         if loads_table:
             refuse_assign(local_metadata, prefix + "weight")
+            problems = unloadable(self, state_dict, prefix)
+            if problems:  # before any copy: a refused load writes none of the table's files
+                error_msgs.extend(problems)
+                return
         errors = len(error_msgs)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
                                       missing_keys, unexpected_keys, error_msgs)
