@@ -25,7 +25,8 @@ from torch import nn
 
 from .errors import InputTypeError, StateDictError
 
-__all__ = ["AllOrNothingLoad", "check_state_dict", "uncopyable"]
+__all__ = ["AllOrNothingLoad", "check_state_dict", "entry_problem", "own_entry_problems",
+           "uncopyable"]
 
 
 def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True,
@@ -86,22 +87,9 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
                 if strict:
                     missing.append(key)
                 continue
-            given = state[key]
-            if not torch.overrides.is_tensor_like(given):
-                errors.append(f"{key}: expected a tensor, got {type(given).__name__}")
-                continue
-            if nn.parameter.is_lazy(param):
-                continue
-            problem = None if assign else uncopyable(key, given, param)
+            problem = entry_problem(key, state[key], param, assign)
             if problem is not None:
                 errors.append(problem)
-                continue
-            shape = tuple(given.shape)
-            if param.dim() == 0 and shape == (1,):
-                continue  # PyTorch loads a 1-element tensor into a 0-d one
-            if shape != tuple(param.shape):
-                errors.append(f"{key}: the state dict's is of shape {shape}, this module's "
-                              f"{tuple(param.shape)}")
         extra = prefix + "_extra_state"
         has_extra = type(m).set_extra_state is not nn.Module.set_extra_state
         if strict and has_extra and extra not in state:
@@ -130,6 +118,39 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
             "with the same arguments (strict=False leaves out missing and unexpected keys, not "
             "shapes). Nothing was loaded."
         )
+
+
+def entry_problem(key: str, given: Any, param: torch.Tensor, assign: bool) -> str | None:
+    """Why ``nn.Module``'s load of the entry ``given`` into ``param`` would fail (not a
+    tensor, of another shape, or without values to copy: :func:`uncopyable`), or None.
+    PyTorch's rule: a 1-element entry loads into a 0-d one; the dtype is converted."""
+    if not torch.overrides.is_tensor_like(given):
+        return f"{key}: expected a tensor, got {type(given).__name__}"
+    if nn.parameter.is_lazy(param):
+        return None
+    problem = None if assign else uncopyable(key, given, param)
+    if problem is not None:
+        return problem
+    shape = tuple(given.shape)
+    if shape != tuple(param.shape) and not (param.dim() == 0 and shape == (1,)):
+        return f"{key}: the state dict's is of shape {shape}, this module's {tuple(param.shape)}"
+    return None
+
+
+def own_entry_problems(module: nn.Module, state_dict: Mapping[str, Any], prefix: str,
+                       assign: bool) -> list[str]:
+    """:func:`entry_problem` of each of ``module``'s own parameters in ``state_dict`` (not its
+    submodules'): what a module whose load writes files (a table in a file) refuses before
+    copying any entry, where its load runs inside another module's (``nn.Module``'s, which
+    copies each entry that fits first)."""
+    problems = []
+    for name, param in module._parameters.items():
+        key = prefix + name
+        if param is not None and key in state_dict:
+            problem = entry_problem(key, state_dict[key], param, assign)
+            if problem is not None:
+                problems.append(problem)
+    return problems
 
 
 def uncopyable(key: str, given: torch.Tensor, param: torch.Tensor) -> str | None:

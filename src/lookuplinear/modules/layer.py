@@ -11,19 +11,12 @@ import torch
 from torch import nn
 
 from .. import hugepages
-from .._loading import AllOrNothingLoad
+from .._loading import AllOrNothingLoad, own_entry_problems
 from .._sizes import as_size
 from .._tableinit import Init, init_weight_
 from ..errors import InputValueError
 from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
-from ..storage.tables import (
-    TableStorage,
-    attach,
-    drawn_eagerly,
-    drawn_input,
-    refuse_assign,
-    unloadable,
-)
+from ..storage.tables import TableStorage, attach, drawn_eagerly, drawn_input, refuse_assign
 from .conversions import LayerConversions
 
 __all__ = ["LookupLinear", "init_weight_"]
@@ -332,7 +325,7 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         loads_table = self.storage is not None and prefix + "weight" in state_dict
         if loads_table:
             refuse_assign(local_metadata, prefix + "weight")
-            problems = unloadable(self, state_dict, prefix)
+            problems = own_entry_problems(self, state_dict, prefix, assign=False)
             if problems:  # before any copy: a refused load writes none of the table's files
                 error_msgs.extend(problems)
                 return

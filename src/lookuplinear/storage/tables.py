@@ -69,7 +69,6 @@ __all__ = [
     "read_header",
     "refuse_assign",
     "storage_of",
-    "unloadable",
 ]
 
 FORMAT = "lookuplinear-table"
@@ -487,31 +486,6 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
             "would replace it by the given tensor (the file would no longer follow the layer). "
             "Load without assign=True: the values are copied into the file."
         )
-
-
-def unloadable(module: torch.nn.Module, state_dict: Any, prefix: str) -> list[str]:
-    """What of ``module``'s own entries in ``state_dict`` its load could not copy: an entry
-    that is not a tensor, one without values (a ``meta`` tensor) or of another shape. A module
-    whose table is in a file refuses them before copying any entry, so that a refused load
-    writes none of its files (``nn.Module``'s load copies each entry that fits first)."""
-    problems = []
-    for name, param in module._parameters.items():
-        key = prefix + name
-        if param is None or key not in state_dict:
-            continue
-        given = state_dict[key]
-        if not torch.overrides.is_tensor_like(given):
-            problems.append(f"{key}: expected a tensor, got {type(given).__name__}.")
-        elif given.is_meta:
-            problems.append(
-                f"{key}: the state dict's is a meta tensor, which holds no values to copy into "
-                "the table's file. Load a state dict of real tensors (state_dict() of a module "
-                "that holds its values). Nothing of this layer was loaded.")
-        elif tuple(given.shape) != tuple(param.shape) and not (
-                param.dim() == 0 and tuple(given.shape) == (1,)):
-            problems.append(f"{key}: the state dict's is of shape {tuple(given.shape)}, this "
-                            f"module's {tuple(param.shape)}.")
-    return problems
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
