@@ -274,6 +274,36 @@ def test_under_torch_compile_rows_are_drawn_after_another_compiled_collection(
 
 
 @pytest.mark.parametrize("nested", [False, True])
+def test_a_collection_refused_load_writes_none_of_its_table_files(tmp_path: Path,
+                                                                  nested: bool) -> None:
+    """A collection with a table in a file, loaded with another table's entry on the meta
+    device: neither its own load nor PyTorch's around it (inside a model) copies the file's
+    table or marks its rows written."""
+    import hashlib
+
+    from lookuplinear import LookupCollection, TableConfig
+
+    coll = LookupCollection([TableConfig("a", 50, 4, ["a"], storage=tmp_path / "a"),
+                             TableConfig("b", 8, 4, ["b"])])
+    coll({"a": torch.tensor([1, 2]), "b": torch.tensor([3])})
+    prefix = "0." if nested else ""
+    state = {prefix + k: v for k, v in coll.state_dict().items()}
+    state[prefix + "embedding_bags.a.weight"] = torch.zeros(50, 4)
+    state[prefix + "embedding_bags.b.weight"] = torch.zeros(8, 4, device="meta")
+
+    def files() -> dict[str, str]:
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in sorted((tmp_path / "a").iterdir())}
+
+    before, table = files(), coll["a"].weight.detach().clone()
+    model = torch.nn.Sequential(coll) if nested else coll
+    with pytest.raises(RuntimeError, match="meta device"):
+        model.load_state_dict(state)
+    assert files() == before
+    assert torch.equal(coll["a"].weight, table)
+
+
+@pytest.mark.parametrize("nested", [False, True])
 def test_a_refused_load_writes_none_of_the_table_files(tmp_path: Path, nested: bool) -> None:
     """An entry the load cannot copy (a meta tensor) is refused before the weight is copied
     into the file, by the layer's own load and inside a model whose load is PyTorch's."""
@@ -289,7 +319,7 @@ def test_a_refused_load_writes_none_of_the_table_files(tmp_path: Path, nested: b
     before, weight = files(), layer.weight.detach().clone()
     model = torch.nn.Sequential(layer) if nested else layer
     prefix = "0." if nested else ""
-    with pytest.raises(RuntimeError, match="bias: .*meta device"):
+    with pytest.raises(RuntimeError, match=r"bias: .*meta device"):
         model.load_state_dict({f"{prefix}weight": torch.zeros(100, 4),
                                f"{prefix}bias": torch.empty(4, device="meta")})
     assert files() == before

@@ -611,6 +611,7 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
     """Per-table entries -> the group parameters they live in (missing tables: left missing);
     a table in a file loaded whole keeps the values (every row marked written)."""
     keys, absent, errors = _table_entries(module, state, prefix)
+    errors += _uncopyable_tables(module, state, keys, local_metadata)
     if absent and not errors:
         return  # strict loading reports the missing keys (table_groups.<g>)
     if errors:
@@ -627,6 +628,23 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
             storage.mark_written()
 
 
+def _uncopyable_tables(module: LookupCollection, state: dict[str, Any], keys: dict[str, str],
+                       local_metadata: dict[str, Any]) -> list[str]:
+    """The per-table entries without values to copy (:func:`lookuplinear._loading.uncopyable`),
+    unless the load assigns: refused before a group is built (or a table in a file marked
+    written), also where the collection loads inside another module's load."""
+    if local_metadata.get("assign_to_params_buffers"):
+        return []
+    problems = []
+    for name, key in keys.items():
+        given = state.get(key)
+        param = module.table_groups[module._places[name].group]
+        problem = uncopyable(key, given, param) if isinstance(given, torch.Tensor) else None
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
 def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
                   local_metadata: dict[str, Any], strict: bool, missing_keys: list[str],
                   unexpected_keys: list[str], error_msgs: list[str]) -> None:
@@ -634,14 +652,7 @@ def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
     and replaced by placeholders of their groups' shapes (:func:`_placeholder`), for
     :func:`lookuplinear._loading.check_state_dict`."""
     keys, absent, errors = _table_entries(module, state, prefix)
-    if not local_metadata.get("assign_to_params_buffers"):
-        for name, key in keys.items():
-            given = state.get(key)
-            param = module.table_groups[module._places[name].group]
-            problem = (uncopyable(key, given, param) if isinstance(given, torch.Tensor)
-                       else None)
-            if problem is not None:
-                errors.append(problem)
+    errors += _uncopyable_tables(module, state, keys, local_metadata)
     if strict and absent:
         missing_keys.extend(absent)
         errors = [e for e in errors if not e.startswith("the state dict has some")]
