@@ -567,6 +567,158 @@ def test_sgd_momentum_raised_from_zero_starts_a_buffer_as_torchs(fused: bool) ->
         torch.testing.assert_close(a.weight, b.weight)
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_a_zero_dimensional_parameter_steps_as_torchs(name: str) -> None:
+    """A 0-d parameter (a learned temperature): its state is 0-d too."""
+    kw: dict[str, Any] = {"lr": 0.1, **({"momentum": 0.9} if name == "SGD" else {})}
+    got = []
+    for module in (torch.optim, optim):
+        p = nn.Parameter(torch.tensor(1.5))
+        opt = getattr(module, name)([p], **kw)
+        for _ in range(3):
+            opt.zero_grad()
+            (p * p).backward()
+            opt.step()
+        got.append(p.detach())
+    assert torch.equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_bfloat16_dense_parameters_step_as_torchs_default(name: str) -> None:
+    """torch.optim's default on the CPU is the single-tensor update, whose bfloat16 rounding
+    the multi-tensor one does not give: the values are torch's, to the bit."""
+    kw: dict[str, Any] = {"lr": 0.05, "weight_decay": 0.5,
+                          **({"momentum": 0.9} if name == "SGD" else {})}
+    got = []
+    for module in (torch.optim, optim):
+        torch.manual_seed(0)
+        lin = nn.Linear(8, 4).to(torch.bfloat16)
+        opt = getattr(module, name)(lin.parameters(), **kw)
+        x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1)).bfloat16()
+        for _ in range(5):
+            opt.zero_grad()
+            lin(x).float().square().mean().backward()
+            opt.step()
+        got.append(lin.weight.detach())
+    assert torch.equal(got[0], got[1])
+
+
+def test_sgd_momentum_raised_on_a_dense_parameter_starts_from_the_gradient() -> None:
+    """torch.optim.SGD starts a momentum buffer as the gradient itself (no dampening), also
+    when momentum rises from 0 during training."""
+    got = []
+    for module in (torch.optim, optim):
+        torch.manual_seed(0)
+        lin = nn.Linear(4, 3)
+        opt = module.SGD(lin.parameters(), lr=0.01, momentum=0.0, dampening=0.5)
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+        for i in range(4):
+            if i == 2:
+                opt.param_groups[0]["momentum"] = 0.9
+            opt.zero_grad()
+            lin(x).square().mean().backward()
+            opt.step()
+        got.append(lin.weight.detach())
+    assert torch.equal(got[0], got[1])
+
+
+def test_group_values_of_numpy_or_tensor_type_load() -> None:
+    """A scheduler's lambda may return np.float32, and torch.optim keeps a tensor lr: both
+    state dicts load (as torch.optim's load them)."""
+    import numpy as np
+
+    lin = nn.Linear(3, 2)
+    opt = optim.Adam(lin.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: np.float32(0.5))
+    lin(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    sched.step()
+    optim.Adam(lin.parameters()).load_state_dict(opt.state_dict())
+    tensor_lr = torch.optim.Adam(lin.parameters(), lr=torch.tensor(0.01))
+    tensor_lr.step()
+    loaded = optim.Adam(lin.parameters())
+    loaded.load_state_dict(tensor_lr.state_dict())
+    assert loaded.param_groups[0]["lr"] == pytest.approx(0.01)
+
+
+def test_restarted_rows_start_adagrad_at_its_initial_accumulator_value() -> None:
+    """Rows re-initialised for a new ID (an IdMap's eviction) start their state as a new
+    state starts: Adagrad's sums at ``initial_accumulator_value``, not 0."""
+    from lookuplinear._rowreset import RESETS
+
+    layer = LookupLinear(10, 2, bias=False, sparse=True)
+    opt = optim.Adagrad(layer.parameters(), lr=0.1, initial_accumulator_value=0.3)
+    layer(torch.tensor([1, 2])).sum().backward()
+    opt.step()
+    RESETS.add(layer.weight, torch.tensor([2]))
+    opt.zero_grad()
+    layer(torch.tensor([5])).sum().backward()
+    opt.step()
+    assert torch.equal(opt.state[layer.weight]["sum"][2], torch.full((2,), 0.3))
+
+
+def test_a_fused_optimizer_refuses_a_grad_scaler_step() -> None:
+    """GradScaler's scale reaches a fused table's update in the backward: refused at the step
+    (PyTorch's way for an optimizer that takes the scale), nothing stepped then. An unfused
+    optimizer under GradScaler steps as without it (a power-of-2 scale: to the bit)."""
+    def run(fused: bool, scaled: bool) -> LookupLinear:
+        torch.manual_seed(0)
+        layer = LookupLinear(10, 2, sparse=True)
+        opt = optim.SGD(layer.parameters(), lr=0.1, fused=fused)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=scaled)
+        scaler.scale(layer(torch.tensor([1, 2])).sum()).backward()
+        bias = layer.bias.detach().clone()
+        if fused and scaled:
+            with pytest.raises(InputValueError, match="GradScaler"):
+                scaler.step(opt)
+            assert torch.equal(layer.bias, bias)  # the dense parameters: not stepped
+        else:
+            scaler.step(opt)
+        return layer
+
+    run(True, True)
+    with_scaler, without = run(False, True), run(False, False)
+    assert torch.equal(with_scaler.weight, without.weight)
+    assert torch.equal(with_scaler.bias, without.bias)
+
+
+def test_fused_group_values_changed_before_the_step_warn() -> None:
+    layer = LookupLinear(10, 2, sparse=True)
+    opt = optim.SGD(layer.parameters(), lr=1.0, fused=True)
+    layer(torch.tensor([1])).sum().backward()
+    opt.param_groups[0]["lr"] = 0.5
+    with pytest.warns(UserWarning, match="lr changed between backward"):
+        opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.zero_grad()
+        layer(torch.tensor([1])).sum().backward()
+        opt.step()
+        opt.param_groups[0]["lr"] = 0.25  # a scheduler after step(): as PyTorch orders them
+
+
+@pytest.mark.parametrize("name", ["Adam", "Adagrad"])
+def test_fused_steps_count_as_unfused_with_zero_grad_keeping_zeros(name: str) -> None:
+    """zero_grad(set_to_none=False) keeps a table's gradient as zeros, whose step counts (as
+    SparseAdam's): a fused table that no backward reached counts it too."""
+    g = torch.Generator().manual_seed(0)
+    idx = [torch.randint(0, 8, (6,), generator=g) for _ in range(6)]
+    out = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        a, b = LookupLinear(20, 4, bias=False, sparse=True), LookupLinear(20, 4, bias=False,
+                                                                          sparse=True)
+        opt = getattr(optim, name)([*a.parameters(), *b.parameters()], lr=0.1, fused=fused)
+        for i, x in enumerate(idx):
+            opt.zero_grad(set_to_none=False)
+            loss = a(x).tanh().sum() + (b(x).sin().sum() if i % 3 == 0 else 0)
+            loss.backward()
+            opt.step()
+        out.append((b.weight.detach().clone(), opt.state[b.weight]["step"]))
+    assert out[0][1] == out[1][1] == 6
+    assert torch.equal(out[0][0], out[1][0])
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_adam_moments_paired_and_repaired(fused: bool) -> None:
     """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded

@@ -59,7 +59,7 @@ import torch
 from .errors import FusedAccumulationWarning, InputValueError
 
 __all__ = ["BackwardQueue", "FusedBinding", "FusedOptimizer", "Reserved", "Updates", "bind",
-           "binding", "bound_to", "check_free", "defer", "reserve", "unbind"]
+           "binding", "bound_to", "caller_level", "check_free", "defer", "reserve", "unbind"]
 
 #: the one attribute the library sets on a parameter: its in-backward owner
 _ATTR = "_lookuplinear_in_backward"
@@ -173,14 +173,14 @@ class BackwardQueue:
                 "updates its tables in every backward, so gradients are not accumulated "
                 "(torch.optim would apply their sum once, in step()). Call opt.zero_grad() "
                 "or opt.step() between backwards, or use fused=False to accumulate gradients.",
-                FusedAccumulationWarning, stacklevel=_caller_level())
+                FusedAccumulationWarning, stacklevel=caller_level())
 
 
 #: the files whose frames a warning skips to name the line that called backward()
 _INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
 
 
-def _caller_level() -> int:
+def caller_level() -> int:
     """``warnings.warn``'s ``stacklevel`` for the first frame outside torch and lookuplinear
     (the ``backward()`` call) from the function that calls this one."""
     frame, level = sys._getframe(1), 1

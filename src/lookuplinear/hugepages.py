@@ -84,7 +84,7 @@ def empty(*size: int, dtype: torch.dtype | None = None,
     >>> t.shape, t.dtype
     (torch.Size([1024, 4096]), torch.float32)
     """
-    t = torch.empty(*size, dtype=dtype, device=device)
+    t = torch.empty(size, dtype=dtype, device=device)  # (a tuple: () gives a 0-d tensor)
     madvise = _madvise() if _wanted(t) else None
     if madvise is not None:
         nbytes = t.numel() * t.element_size()

@@ -19,13 +19,15 @@ tables it updates.
 
 from __future__ import annotations
 
+import numbers
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import torch
 
 from .. import _fusion, hugepages
-from .._fusion import BackwardQueue, Updates
+from .._fusion import BackwardQueue, Updates, caller_level
 from .._rowreset import RESETS
 from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, grouped_rows, update_rows, use_c
@@ -150,6 +152,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         self._check_options(defaults, type(self).__name__)
         #: the backward passes whose gradients this optimizer takes (``fused=True``)
         self._backward_queue = BackwardQueue(self)
+        #: since the last step: the group values each fused update used (by group), the
+        #: tables it updated, and whether the last ``zero_grad`` kept gradients as zeros
+        self._fused_values: dict[int, dict[str, Any]] = {}
+        self._fused_updated: set[int] = set()
+        self._zeros_kept = False
         try:
             super().__init__(params, {**defaults, IN_BACKWARD: bool(fused)})
         except Exception:  # a group refused: the groups before it are not left bound
@@ -199,6 +206,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         update is the first again (a second one before ``step()`` or ``zero_grad()`` warns:
         :class:`~lookuplinear.FusedAccumulationWarning`)."""
         self._backward_queue.reset()
+        self._zeros_kept = not set_to_none
         _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -264,14 +272,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept)."""
         for key, value in options.items():
             if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0
             ):
                 raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}.")
         betas = options.get("betas")
         if betas is not None and not (
                 isinstance(betas, tuple | list) and len(betas) == 2
-                and all(isinstance(b, int | float) and not isinstance(b, bool) and 0 <= b < 1
-                        for b in betas)):
+                and all(isinstance(b, numbers.Real) and not isinstance(b, bool)
+                        and 0 <= float(b) < 1 for b in betas)):
             raise InputValueError(f"{where}: betas must both be in [0, 1), got {betas}. "
                                   "Pass e.g. betas=(0.9, 0.999).")
 
@@ -302,6 +310,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 "optimizer it comes from. Nothing was loaded."
             )
         loaded = {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
+        for key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay"):
+            value = loaded.get(key)
+            if isinstance(value, torch.Tensor) and value.numel() == 1:  # torch.optim's tensor lr
+                loaded[key] = value.item()
         try:
             self._check_options(loaded, f"{type(self).__name__}.load_state_dict")
         except InputValueError as e:
@@ -370,6 +382,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._backward_queue = BackwardQueue(self)
+        self._fused_values, self._fused_updated = {}, set()
+        self.__dict__.setdefault("_zeros_kept", False)
         for group in self.param_groups:  # copied or unpickled: bind the tables again
             if IN_BACKWARD not in group:
                 group.update(_upgraded_group(group))
@@ -419,18 +433,22 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
-        else:
-            self._complete_state(p, state, group)
         rows = RESETS.take(p)
         if rows is not None:
-            self._fresh_rows(p, state, rows)
+            self._fresh_rows(p, state, rows, group)
         return state
 
-    def _fresh_rows(self, p: torch.Tensor, state: dict[str, Any], rows: torch.Tensor) -> None:
-        """Zero ``p``'s state in ``rows``, re-initialised since the last update
-        (:mod:`lookuplinear._rowreset`): their state starts afresh."""
+    def _fresh_rows(self, p: torch.Tensor, state: dict[str, Any], rows: torch.Tensor,
+                    group: dict[str, Any]) -> None:
+        """``p``'s state in ``rows``, re-initialised since the last update
+        (:mod:`lookuplinear._rowreset`), as a new state starts (:meth:`_state_fill`)."""
         for key in self._row_state(p, state):
-            state[key][rows.to(state[key].device)] = 0
+            state[key][rows.to(state[key].device)] = self._state_fill(key, group)
+
+    def _state_fill(self, key: str, group: dict[str, Any]) -> float:
+        """The value state ``key`` starts at under ``group``'s options (0 but for Adagrad's
+        ``initial_accumulator_value``)."""
+        return 0.0
 
     @torch.no_grad()
     def _apply_fused(self, updates: Updates) -> bool:
@@ -473,19 +491,23 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 p.grad = self._total_grad(p, pending, grad)
                 continue
             group = found
+            if id(group) not in self._fused_values:  # the values this backward's update uses
+                self._fused_values[id(group)] = {
+                    k: group.get(k) for k in self.defaults
+                    if k != IN_BACKWARD and k not in _HOW_KEYS}
+            self._fused_updated.add(id(p))
             state = self.state[p]
             if not state:
                 self._init_state(p, state, group)
-            else:
-                self._complete_state(p, state, group)
             bound.append(p)
             if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
                     and p.is_contiguous():
+                self._complete_state(p, state, group)  # the row kernel reads all of it
                 by_group.setdefault(id(group), (group, []))[1].append((p, state, pending[0]))
             else:
                 rest.append((p, self._total_grad(p, pending, grad)))
         for p, rows in RESETS.take_all(bound):  # before any update reads the state
-            self._fresh_rows(p, self.state[p], rows)
+            self._fresh_rows(p, self.state[p], rows, group_of[id(p)])
         tables: list[FusedTable] = []
         done_states: list[tuple[torch.Tensor, dict[str, Any]]] = []
         for group, items in by_group.values():
@@ -576,7 +598,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """One update of every parameter that has a gradient; returns ``closure()``'s loss."""
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss.
+
+        With ``fused=True`` the tables were updated in the backward: a ``torch.amp.GradScaler``
+        driving this step is refused (the tables took the scaled gradient), a group value
+        changed since that update (an lr set between ``backward()`` and ``step()``) warns, and
+        after ``zero_grad(set_to_none=False)`` each table with a state that no backward reached
+        counts a step, as its kept zero gradient counts one with ``fused=False``."""
+        self._check_grad_scaler()
+        self._check_fused_values()
         self._backward_queue.reset()
         loss = None
         if closure is not None:
@@ -601,7 +631,58 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             for foreach, run in _runs(params):
                 self._dense_step([params[i] for i in run], [grads[i] for i in run],
                                  [states[i] for i in run], group, foreach=foreach)
+        if self._zeros_kept:
+            for group in self.param_groups:
+                if not group.get(IN_BACKWARD):
+                    continue
+                for p in group["params"]:
+                    kept = self.state.get(p)
+                    if kept and id(p) not in self._fused_updated and p.grad is None:
+                        kept["step"] += 1  # a kept zero gradient's step (fused=False)
+        self._fused_updated.clear()
         return loss
+
+    @property
+    def _step_supports_amp_scaling(self) -> bool:
+        """``torch.amp.GradScaler`` hands a ``fused=True`` optimizer its scale (``grad_scale``,
+        ``found_inf``) instead of unscaling its gradients: :meth:`step` refuses it."""
+        return any(group.get(IN_BACKWARD) for group in self.param_groups)
+
+    def _check_grad_scaler(self) -> None:
+        """Refuse a step that ``torch.amp.GradScaler`` drives (it set ``grad_scale`` or
+        ``found_inf``, as it does for an optimizer that takes its scale)."""
+        if "grad_scale" not in self.__dict__ and "found_inf" not in self.__dict__:
+            return
+        self.__dict__.pop("grad_scale", None)
+        self.__dict__.pop("found_inf", None)
+        raise InputValueError(
+            f"{type(self).__name__}(fused=True) under torch.amp.GradScaler: the tables are "
+            "updated inside the backward, with the scaled gradient, before GradScaler can "
+            "unscale it or skip a step with an inf (the last backward's update of the fused "
+            "tables took it). Build the optimizer with fused=False to train with GradScaler; "
+            "nothing was stepped now."
+        )
+
+    def _check_fused_values(self) -> None:
+        """Warn where a fused group's values changed between its tables' update in the
+        backward and this step: the tables took the old ones, the other parameters take the
+        new."""
+        if not self._fused_values:
+            return
+        used, self._fused_values = self._fused_values, {}
+        for group in self.param_groups:
+            before = used.get(id(group))
+            if before is None:
+                continue
+            changed = sorted(k for k, v in before.items() if group.get(k) != v)
+            if changed:
+                warnings.warn(
+                    f"{type(self).__name__}(fused=True): {', '.join(changed)} changed between "
+                    "backward() and step(); the tables were updated in the backward with "
+                    f"{', '.join(f'{k}={before[k]!r}' for k in changed)}, the other parameters "
+                    "step with the new values. Change group values after step() (a scheduler's "
+                    "step() after optimizer.step(), as PyTorch orders them).",
+                    UserWarning, stacklevel=caller_level())
 
     def _dense_step(self, params: list[torch.Tensor], grads: list[torch.Tensor],
                     states: list[dict[str, Any]], group: dict[str, Any], *,
@@ -627,6 +708,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
+        self._complete_state(p, state, group)  # the row update reads all of it
         state["step"] += 1
         if rows.numel() == 0:
             return
@@ -688,12 +770,18 @@ CPU_LARGE_BYTES = 1 << 18
 CPU_RUN_BYTES = 1 << 19
 
 
+#: dtypes whose multi-tensor update on the CPU rounds otherwise than the single-tensor one
+#: (``torch.optim``'s default there): stepped single-tensor
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
     """``(foreach, positions)``: how ``params`` are stepped, in calls of ``torch.optim``'s
     functional update. Off the CPU one multi-tensor call (a fused kernel per op there, and
-    ``torch.optim``'s default); on the CPU the large parameters in one single-tensor call and
-    the others in multi-tensor runs (:data:`CPU_LARGE_BYTES`). Elementwise updates: the same
-    values however they are cut, and the same as ``torch.optim``'s default."""
+    ``torch.optim``'s default); on the CPU the large parameters and the bfloat16 and float16
+    ones in one single-tensor call and the others in multi-tensor runs
+    (:data:`CPU_LARGE_BYTES`). Elementwise updates: the same values however they are cut,
+    and the same as ``torch.optim``'s default."""
     if not params:
         return []
     if params[0].device.type != "cpu":
@@ -703,7 +791,7 @@ def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
     size = 0
     for i, p in enumerate(params):
         n = p.numel() * p.element_size()
-        if n >= CPU_LARGE_BYTES:
+        if n >= CPU_LARGE_BYTES or p.dtype in _LOW_PRECISION:
             large.append(i)
             continue
         if runs[-1] and size + n > CPU_RUN_BYTES:

@@ -68,6 +68,9 @@ class Adagrad(RowSparseOptimizer):
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"sum": tuple(p.shape)}
 
+    def _state_fill(self, key: str, group: dict[str, Any]) -> float:
+        return float(group["initial_accumulator_value"]) if key == "sum" else 0.0
+
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:
         return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))
