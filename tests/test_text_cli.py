@@ -1038,7 +1038,7 @@ REFUSED = {"-saveOutput": "load_model(MODEL).estimator.model_.output",
            "-autotune-validation": "RandomizedSearchCV", "-autotune-metric": "RandomizedSearchCV",
            "-autotune-predictions": "RandomizedSearchCV",
            "-autotune-duration": "RandomizedSearchCV", "-autotune-modelsize": "RandomizedSearchCV"}
-#: fastText's quantize options (quantize takes them, not supervised)
+#: fastText's quantize options (supervised takes them and ignores them, as fastText's does)
 QUANTIZE_ONLY = ("-qnorm", "-retrain", "-qout", "-cutoff", "-dsub")
 
 
@@ -1055,13 +1055,13 @@ def test_every_fasttext_training_flag_is_taken_or_refused_by_name(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """fastText's supervised takes each of its flags; so does `supervised` here, or it stops
-    with one line naming what to use instead (before, -label and -seed were 'unrecognized')."""
+    """fastText's supervised takes each of its flags (its quantize options too, ignored); so
+    does `supervised` here, or it stops with one line naming what to use instead."""
     monkeypatch.chdir(tmp_path)
     vec = write_vec(tmp_path / "v.vec", {"great": [0.1] * 8})
     taken = []
     for flag, value in FASTTEXT_FLAGS.items():
-        if flag in QUANTIZE_ONLY or flag in ("-input", "-output"):
+        if flag in ("-input", "-output"):
             continue
         args = [flag] if value is None else [flag, value.format(train=ft_file.name, vec=vec)]
         code = main(["supervised", "-input", ft_file.name, "-output", "model", "-dim", "8",
@@ -1077,9 +1077,40 @@ def test_every_fasttext_training_flag_is_taken_or_refused_by_name(
     assert main(["supervised", "-input", ft_file.name, "-output", "model",
                  *[a for args in taken for a in args]]) == 0
     assert load_model(tmp_path / "model.bin").estimator.hidden == 8
-    # quantize takes its own
+    # quantize takes its own, and every other one of fastText's (ignored, as fastText's
+    # quantize ignores them), -qout and the refused training flags aside
+    others = [a for args in taken if args[0] not in (*QUANTIZE_ONLY, "-epoch", "-lr", "-label")
+              for a in args]
+    capsys.readouterr()
     assert main(["quantize", "-input", ft_file.name, "-output", "model", "-qnorm", "-dsub", "2",
-                 "-cutoff", "10", "-retrain", "-label", "__label__"]) == 0
+                 "-cutoff", "10", "-retrain", "-label", "__label__", "-saveOutput",
+                 "-autotune-duration", "10", *others]) == 0
+    assert "-verbose" in others and capsys.readouterr().err == ""  # -verbose 0: no summary
+
+
+@NOT_LEARNING
+def test_a_single_dash_flag_is_never_read_as_a_cluster_of_short_options(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`-qout` is fastText's flag, not `-q -o ut` (which wrote the model to ./ut), `-qnorm` not
+    `-q -n orm`; a single-dash word that is no flag is refused whole, never split or taken as
+    an abbreviation."""
+    monkeypatch.chdir(tmp_path)
+    train = ["supervised", "-input", ft_file.name, "-dim", "4", "-epoch", "1", "-verbose", "0"]
+    for flags in (["-o", "model.bin", "-qout"], ["-output", "m", "-qnorm", "-qout"],
+                  ["-output", "m", "-cutoff", "5", "-retrain", "-dsub", "2"]):
+        assert main([*train, *flags]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "model.bin", "train.txt"]
+    for word in ("-qou", "-qoutx", "-qx"):
+        with pytest.raises(SystemExit) as e:
+            main([*train, "-output", "m2", word])
+        assert e.value.code == 2
+        assert f"unrecognized arguments: {word}" in capsys.readouterr().err
+    assert not Path("m2.bin").exists() and not Path("ut").exists()
+    # fastText's quantize takes -thread and -verbose
+    assert main(["quantize", "-output", "m", "-thread", "2", "-verbose", "2"]) == 0
+    assert "m.ftz" in capsys.readouterr().err and Path("m.ftz").exists()
 
 
 @pytest.mark.parametrize(

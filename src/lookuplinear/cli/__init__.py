@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lookuplinear",
         description="An embedding layer is a linear layer: show it, measure it, train with it.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from ._args import CommandParser
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=CommandParser)
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"{__name__}.{module}")
         p = mod.add_parser(sub, name) if name != module else mod.add_parser(sub)

@@ -4,11 +4,56 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-__all__ = ["FASTTEXT_SUFFIXES", "fasttext_stem", "output_path", "positive_int"]
+__all__ = ["FASTTEXT_FLAGS", "FASTTEXT_SUFFIXES", "CommandParser", "add_ignored_flags",
+           "fasttext_stem", "output_path", "positive_int"]
 
 #: the suffixes fastText appends to ``-output NAME``: the model, the quantized model
 FASTTEXT_SUFFIXES = (".bin", ".ftz")
+
+#: every flag fastText's ``Args::parseArgs`` reads (``supervised``, ``skipgram``, ``cbow`` and
+#: ``quantize`` all parse the whole set), and the type of its value (None: a flag without one)
+FASTTEXT_FLAGS: dict[str, type | None] = {
+    "-input": str, "-output": str, "-lr": float, "-lrUpdateRate": int, "-dim": int,
+    "-ws": int, "-epoch": int, "-minCount": int, "-minCountLabel": int, "-neg": int,
+    "-wordNgrams": int, "-loss": str, "-bucket": int, "-minn": int, "-maxn": int,
+    "-thread": int, "-t": float, "-label": str, "-verbose": int, "-pretrainedVectors": str,
+    "-saveOutput": None, "-seed": int, "-qnorm": None, "-retrain": None, "-qout": None,
+    "-cutoff": int, "-dsub": int, "-autotune-validation": str, "-autotune-metric": str,
+    "-autotune-predictions": int, "-autotune-duration": int, "-autotune-modelsize": str,
+}
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: a single-dash option is read whole, as fastText reads its flags.
+
+    argparse would read an unknown ``-qout`` as the cluster ``-q -o ut`` (and ``-qou`` as an
+    abbreviation of ``-qout``); here a single-dash word is an option only when it is one
+    exactly, or when it is a one-letter option that takes a value followed by that value
+    (``-k5``). Anything else is an unrecognized argument.
+    """
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        found: list[Any] = super()._get_option_tuples(option_string)
+        if option_string[1:2] not in self.prefix_chars:  # one dash: no clusters, no prefixes
+            short = option_string[:2]
+            found = [t for t in found if t[1] == short and t[0].nargs != 0]
+        return found
+
+
+def add_ignored_flags(group: Any, parser: argparse.ArgumentParser, note: str) -> None:
+    """Add to ``group`` each of :data:`FASTTEXT_FLAGS` that ``parser`` does not take yet,
+    accepted and ignored (``note`` says why), as fastText accepts every flag on every command
+    that parses them."""
+    for flag, kind in FASTTEXT_FLAGS.items():
+        if flag in parser._option_string_actions:
+            continue
+        dest = "ignored_" + flag.lstrip("-").replace("-", "_")
+        if kind is None:
+            group.add_argument(flag, dest=dest, action="store_true", help=note)
+        else:
+            group.add_argument(flag, dest=dest, type=kind, default=None, help=note)
 
 
 def positive_int(text: str) -> int:

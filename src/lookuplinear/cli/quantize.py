@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._args import positive_int
+from ._args import add_ignored_flags, positive_int
 from ._textinput import add_input_options
 
 __all__ = ["add_parser", "run"]
@@ -66,7 +66,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     help="bits per value as fastText's product quantization gives them: 1 is "
                          "int8 (8 bits a value), 2 is int4 (fastText's default, one byte per "
                          "2 values, taken with -cutoff or -qnorm); others are refused")
+    ft.add_argument("-thread", type=positive_int, default=None, metavar="N",
+                    help="-retrain's torch threads (default: the model's)")
+    ft.add_argument("-verbose", type=int, default=None, metavar="LEVEL",
+                    help="0: no summary line on stderr")
     add_input_options(p, labels=True, model=True)
+    add_ignored_flags(
+        p.add_argument_group(
+            "fastText's training options (-dim, -ws, -minCount, -minCountLabel, -neg, "
+            "-wordNgrams, -loss, -bucket, -minn, -maxn, -t, -lrUpdateRate, -seed, "
+            "-pretrainedVectors, -saveOutput, -autotune-*): accepted and ignored, as fastText's "
+            "quantize ignores them (the model keeps those it was trained with)"),
+        p, argparse.SUPPRESS)
     return p
 
 
@@ -139,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
     save_model(args.output, model.estimator, vectorizer=model.vectorizer, labels=model.labels,
                input_format=model.input_format)
     before, after = Path(args.model).stat().st_size, Path(args.output).stat().st_size
-    print(f"{args.model} ({before / 1e6:.1f} MB) -> {args.output} ({after / 1e6:.1f} MB, "
-          f"{dtype}{note})", file=sys.stderr)
+    if args.verbose is None or args.verbose > 0:
+        print(f"{args.model} ({before / 1e6:.1f} MB) -> {args.output} ({after / 1e6:.1f} MB, "
+              f"{dtype}{note})", file=sys.stderr)
     return 0
 
 
@@ -208,6 +220,12 @@ def prune(model: Any, args: argparse.Namespace) -> str:
             y = np.asarray([data.labels[i][0] for i in pick])
         epochs = args.epoch if args.epoch is not None else max(est.n_iter_, 1)
         lr = args.lr if args.lr is not None else est._learning_rate() / RETRAIN_LR_DIVISOR
-        retrain(est, vec.transform(texts), y, epochs=epochs, learning_rate=lr)
+        n_jobs = est.n_jobs
+        if args.thread is not None:  # -thread: this retraining's threads only
+            est.set_params(n_jobs=args.thread)
+        try:
+            retrain(est, vec.transform(texts), y, epochs=epochs, learning_rate=lr)
+        finally:
+            est.set_params(n_jobs=n_jobs)
         note += f", retrained {epochs} epochs on {len(texts)} examples"
     return note

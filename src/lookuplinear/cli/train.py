@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._args import output_path
+from ._args import add_ignored_flags, output_path
 from ._textinput import add_input_options, input_format, read_input
 
 __all__ = ["DEFAULT_LR", "add_parser", "run"]
@@ -101,6 +101,11 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
         no.add_argument(flag, dest="autotune", action="append", default=None,
                         help=argparse.SUPPRESS)
     add_input_options(p, labels=True)
+    add_ignored_flags(
+        p.add_argument_group(
+            "fastText's quantize options (-qnorm, -qout, -retrain, -cutoff N, -dsub N): "
+            "accepted and ignored, as fastText's supervised ignores them"),
+        p, argparse.SUPPRESS)
     return p
 
 
