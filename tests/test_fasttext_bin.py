@@ -350,3 +350,28 @@ def test_file_tokens_split_where_fasttext_splits(tmp_path: Path, fasttext) -> No
         assert [lab for lab in labels if lab in ft.labels] == want
         assert text.split(" ") == words[:-1]
     assert data.labels[0] == ["__label__1\u00a0bad"]  # one token: a label, unknown
+
+
+def test_train_keeps_the_tokens_fasttext_reads(tmp_path: Path, fasttext) -> None:
+    """`supervised` trains on fastText's tokens: a no-break space, U+3000, U+2028, U+0085 or
+    \\x1c inside a word is part of it (the vectorizer does not split the line again at Unicode
+    whitespace), in the model's vocabulary and in what `predict` reads."""
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    ft = fasttext.load_model(str(write_fasttext(tmp_path / "ft.bin")))
+    lines = ["__label__a new\u00a0york rocks", "__label__b x\u3000y z",
+             "__label__a p\u2028q r\x85s", "__label__b s\x1ct u\x1fv w"] * 3
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["supervised", "-input", str(tmp_path / "t.txt"), "-output", str(tmp_path / "m"),
+                 "-dim", "4", "-epoch", "1", "-verbose", "0", "-minn", "2", "-maxn", "3",
+                 "-wordNgrams", "2", "-bucket", "100"]) == 0
+    words = {w for line in lines for w in ft.get_line(line)[0][:-1]}  # without "</s>"
+    lazy = load_model(tmp_path / "m.bin", lazy=True)  # predict's transform, without sklearn
+    features = lazy._file.features()
+    vectorizer = load_model(tmp_path / "m.bin").vectorizer
+    assert set(vectorizer.vocabulary_) == set(features.vocabulary) == words
+    vocab = features.vocabulary
+    for transform in (vectorizer.transform, features.transform):
+        X = transform(["new\u00a0york x\u3000y"])
+        assert set(X[0, : len(vocab)].nonzero()[1]) == {vocab["new\u00a0york"], vocab["x\u3000y"]}

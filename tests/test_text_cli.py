@@ -157,6 +157,35 @@ def test_words_split_where_the_token_pattern_splits() -> None:
     assert len(text.split()) > 1  # some code points are whitespace
 
 
+def test_whitespace_fasttext_keeps_unicode_spaces_inside_tokens() -> None:
+    """``whitespace="fasttext"`` splits at fastText's seven characters only: a token with a
+    no-break space is one word and its character n-grams are char_wb's of that word; on text
+    without other Unicode whitespace it is the default (scikit-learn's) matrix. A configuration
+    without the parameter (an older model file) splits as before."""
+    from sklearn.feature_extraction import FeatureHasher
+
+    from lookuplinear.text._features import _char_wb_ngrams
+
+    params = {"word_ngrams": 2, "minn": 2, "maxn": 3, "bucket": 97}
+    plain = ["the cat\tsat", "a\vdog \f ran\r", "cat  dog"]  # (str.split keeps NUL)
+    ft = FastTextVectorizer(**params, whitespace="fasttext")
+    assert (ft.fit_transform(plain) != FastTextVectorizer(**params).fit_transform(plain)).nnz == 0
+    texts = ["new\u00a0york x\u3000y", "p\u2028q r\x85s s\x1ct"]
+    X = FastTextVectorizer(whitespace="fasttext", minn=2, maxn=3, bucket=97).fit_transform(texts)
+    vec = FastTextVectorizer(whitespace="fasttext").fit(texts)
+    assert sorted(vec.vocabulary_) == sorted(t for text in texts for t in text.split(" "))
+    assert len(FastTextVectorizer().fit(texts).vocabulary_) == 9  # str.split(): 9 words
+    chars = FeatureHasher(97, input_type="string", alternate_sign=False).transform(
+        [_char_wb_ngrams(["new\u00a0york", "x\u3000y"], 2, 3)])
+    np.testing.assert_array_equal(X[0, len(vec.vocabulary_):].toarray(), chars.toarray())
+    config = vec.get_config()
+    assert config["whitespace"] == "fasttext"
+    del config["whitespace"]
+    assert FastTextVectorizer.from_config(config).whitespace == "unicode"
+    with pytest.raises(InputValueError, match="whitespace must be one of"):
+        FastTextVectorizer(whitespace="ascii").fit(texts)
+
+
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
     vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)

@@ -321,8 +321,9 @@ def fit_text_classifier(
     else:
         y = np.asarray([ls[0] for ls in label_lists])  # softmax: the first label of a line
         labels = sorted(set(y.tolist()))
+    # fastText's tokens: the words read_fasttext split, whole (a no-break space inside one)
     vec = FastTextVectorizer(word_ngrams=args.wordNgrams, minn=args.minn, maxn=args.maxn,
-                             bucket=args.bucket, min_count=args.minCount)
+                             bucket=args.bucket, min_count=args.minCount, whitespace="fasttext")
     X = vec.fit_transform(texts)
     if pretrained is not None:  # fastText adds the .vec's words to its dictionary
         config = vec.get_config()

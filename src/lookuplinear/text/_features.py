@@ -10,6 +10,7 @@ of imports) is imported only for character n-grams (``maxn > 0``), whose hashing
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -23,23 +24,63 @@ from ..ops import Tokens, count_matrix, token_ids
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["TextFeatures", "check_buckets", "check_params", "keep_buckets", "text_features",
-           "tokenize"]
+__all__ = ["WHITESPACE", "TextFeatures", "check_buckets", "check_params", "keep_buckets",
+           "text_features", "tokenize"]
+
+#: ``FastTextVectorizer(whitespace=...)``: what separates tokens. ``"unicode"``: every
+#: character ``str.isspace`` names (``str.split()``, scikit-learn's ``token_pattern=r"\S+"``);
+#: ``"fasttext"``: only those fastText splits at (``Dictionary::readWord``)
+WHITESPACE = ("unicode", "fasttext")
+#: a fastText token: a run of characters other than space, tab, ``\n``, ``\v``, ``\f``,
+#: ``\r`` and NUL (a no-break space, U+3000 or U+2028 is part of a token)
+_FASTTEXT_TOKEN = re.compile(r"[^ \t\n\v\f\r\0]+")
 
 
-def tokenize(docs: Iterable[Any], *, lowercase: bool) -> Iterator[list[str]]:
-    """Each text's words, one list at a time: ``CountVectorizer``'s decoding (``bytes`` as
-    UTF-8) and preprocessor (``str.lower`` when ``lowercase``), then ``str.split()``, which
-    gives the lists ``TOKEN_PATTERN``'s ``re.findall`` gives (both split at the characters
-    ``str.isspace`` names; tests/test_text_cli.py checks every code point)."""
-    for doc in docs:
-        if isinstance(doc, bytes):
-            doc = doc.decode("utf-8", "strict")
-        if doc is np.nan:
-            raise InputValueError(
-                "np.nan is an invalid document, expected byte or unicode string."
-            )
-        yield (doc.lower() if lowercase else doc).split()
+def _decoded(doc: Any, lowercase: bool) -> str:
+    """``CountVectorizer``'s decoding (``bytes`` as UTF-8) and preprocessor (``str.lower``
+    when ``lowercase``)."""
+    if isinstance(doc, bytes):
+        doc = doc.decode("utf-8", "strict")
+    if doc is np.nan:
+        raise InputValueError("np.nan is an invalid document, expected byte or unicode string.")
+    return str(doc.lower() if lowercase else doc)
+
+
+def tokenize(docs: Iterable[Any], *, lowercase: bool, whitespace: str = "unicode"
+             ) -> Iterator[list[str]]:
+    """Each text's words, one list at a time: ``CountVectorizer``'s decoding and preprocessor,
+    then, with ``whitespace="unicode"``, ``str.split()``, which gives the lists
+    ``TOKEN_PATTERN``'s ``re.findall`` gives (both split at the characters ``str.isspace``
+    names; tests/test_text_cli.py checks every code point); with ``"fasttext"``, the runs of
+    characters other than fastText's whitespace (space, tab, ``\\n``, ``\\v``, ``\\f``, ``\\r``,
+    NUL), as fastText reads a line's words."""
+    if whitespace == "fasttext":
+        find = _FASTTEXT_TOKEN.findall
+        for doc in docs:
+            yield find(_decoded(doc, lowercase))
+    else:
+        for doc in docs:
+            yield _decoded(doc, lowercase).split()
+
+
+def _char_wb_ngrams(words: list[str], minn: int, maxn: int) -> list[str]:
+    """scikit-learn's ``char_wb`` n-grams (``_VectorizerMixin._char_wb_ngrams``) of the words
+    given, instead of the words of ``str.split()``: each word padded with a space either side,
+    its ``minn..maxn``-grams, a word shorter than ``n`` counted once."""
+    ngrams: list[str] = []
+    append = ngrams.append
+    for w in words:
+        w = " " + w + " "
+        w_len = len(w)
+        for n in range(minn, maxn + 1):
+            offset = 0
+            append(w[offset : offset + n])
+            while offset + n < w_len:
+                offset += 1
+                append(w[offset : offset + n])
+            if offset == 0:  # count a short word (w_len < n) only once
+                break
+    return ngrams
 
 
 def text_features(
@@ -54,12 +95,15 @@ def text_features(
     bucket: int,
     lowercase: bool,
     buckets: np.ndarray | None,
+    whitespace: str = "unicode",
 ) -> sp.csr_matrix:
     """Word and word n-gram counts, plus the hashed character n-grams: ``[words | buckets]``,
     float32 CSR of shape ``(len(docs), n_words + (bucket or len(buckets)))``.
 
     ``column`` maps each of ``tokens.unique`` to its word column or -1; ``buckets`` (sorted)
-    keeps those hash buckets only (a pruned vectorizer), None keeps every one.
+    keeps those hash buckets only (a pruned vectorizer), None keeps every one. With
+    ``whitespace="fasttext"`` the character n-grams are those of the words fastText reads
+    (``char_wb``'s n-grams of each token of :func:`tokenize`).
     """
     hashed = word_ngrams > 1 or maxn > 0
     width = n_words + (bucket if hashed else 0)
@@ -69,8 +113,13 @@ def text_features(
         from sklearn.feature_extraction import FeatureHasher
         from sklearn.feature_extraction.text import HashingVectorizer
 
-        chars = HashingVectorizer(analyzer="char_wb", ngram_range=(minn, maxn),
-                                  lowercase=lowercase).build_analyzer()
+        if whitespace == "fasttext":  # char_wb's n-grams of fastText's words
+            def chars(doc: Any) -> list[str]:
+                return _char_wb_ngrams(_FASTTEXT_TOKEN.findall(_decoded(doc, lowercase)),
+                                       minn, maxn)
+        else:
+            chars = HashingVectorizer(analyzer="char_wb", ngram_range=(minn, maxn),
+                                      lowercase=lowercase).build_analyzer()
         # the hashing of HashingVectorizer(alternate_sign=False, norm=None): n-gram ->
         # murmurhash3_32(n-gram) % bucket, counts summed
         hasher = FeatureHasher(n_features=bucket, input_type="string", alternate_sign=False,
@@ -99,8 +148,13 @@ def keep_buckets(X: sp.csr_matrix, n_words: int, buckets: np.ndarray) -> sp.csr_
 
 
 def check_params(*, word_ngrams: int, minn: int, maxn: int, bucket: int, min_count: int = 1,
-                 where: str = "FastTextVectorizer") -> None:
+                 whitespace: str = "unicode", where: str = "FastTextVectorizer") -> None:
     """Refuse a parameter out of range, as ``FastTextVectorizer`` names it."""
+    if not isinstance(whitespace, str) or whitespace not in WHITESPACE:
+        raise InputValueError(
+            f"{where}: whitespace must be one of {list(WHITESPACE)} ('unicode': split at every "
+            f"Unicode space, as scikit-learn; 'fasttext': at fastText's), got {whitespace!r}."
+        )
     for name, value, low in (("word_ngrams", word_ngrams, 1), ("bucket", bucket, 1),
                              ("min_count", min_count, 1), ("minn", minn, 0), ("maxn", maxn, 0)):
         as_size(value, name, low=low, where=where)
@@ -136,20 +190,24 @@ class TextFeatures:
     """
 
     def __init__(self, vocabulary: dict[str, int], *, word_ngrams: int, minn: int, maxn: int,
-                 bucket: int, lowercase: bool, buckets: np.ndarray | None = None) -> None:
+                 bucket: int, lowercase: bool, buckets: np.ndarray | None = None,
+                 whitespace: str = "unicode") -> None:
         self.vocabulary = vocabulary
         self.word_ngrams, self.minn, self.maxn = word_ngrams, minn, maxn
         self.bucket, self.lowercase, self.buckets = bucket, lowercase, buckets
+        self.whitespace = whitespace
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> TextFeatures:
         """The transform that ``FastTextVectorizer.get_config``'s ``config`` describes, checked
-        as ``FastTextVectorizer.from_config`` checks it."""
+        as ``FastTextVectorizer.from_config`` checks it (a configuration without
+        ``whitespace``, written before it existed, splits at Unicode whitespace)."""
         params = {k: config[k] for k in ("word_ngrams", "minn", "maxn", "bucket")}
-        check_params(**params, min_count=config["min_count"])
+        whitespace = config.get("whitespace", "unicode")
+        check_params(**params, min_count=config["min_count"], whitespace=whitespace)
         buckets = config.get("buckets")
         return cls({str(w): i for i, w in enumerate(config["vocabulary"])}, **params,
-                   lowercase=config["lowercase"],
+                   lowercase=config["lowercase"], whitespace=whitespace,
                    buckets=None if buckets is None else check_buckets(buckets, params["bucket"]))
 
     @property
@@ -162,7 +220,7 @@ class TextFeatures:
     def transform(self, raw_documents: Iterable[Any]) -> sp.csr_matrix:
         """The count matrix, float32 CSR of shape ``(n_texts, n_features_out)``."""
         docs = list(raw_documents)
-        tokens = token_ids(tokenize(docs, lowercase=self.lowercase))
+        tokens = token_ids(tokenize(docs, lowercase=self.lowercase, whitespace=self.whitespace))
         return self.features(docs, tokens, self.columns(tokens))
 
     def columns(self, tokens: Tokens) -> np.ndarray:
@@ -175,4 +233,4 @@ class TextFeatures:
         return text_features(docs, tokens, column, n_words=len(self.vocabulary),
                              word_ngrams=self.word_ngrams, minn=self.minn, maxn=self.maxn,
                              bucket=self.bucket, lowercase=self.lowercase,
-                             buckets=self.buckets)
+                             buckets=self.buckets, whitespace=self.whitespace)

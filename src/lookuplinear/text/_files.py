@@ -31,6 +31,11 @@ LABEL_PREFIX = "__label__"
 _FASTTEXT_SPACES = re.compile(r"[ \t\n\v\f\r\0]+")
 
 
+def _fasttext_split(line: str) -> list[str]:
+    """``line``'s tokens, split where fastText splits them."""
+    return [t for t in _FASTTEXT_SPACES.split(line) if t]
+
+
 @dataclass
 class LabelledTexts:
     """Texts with zero or more labels each, as read from a file.
@@ -182,7 +187,8 @@ def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
 
     The format: a first line ``count dim``, then ``count`` lines of a word and its ``dim``
     values, separated by spaces. Returns the words and their vectors, float32 of shape
-    ``(count, dim)``; lines after the ``count``-th are not read, as in fastText. Raises
+    ``(count, dim)``; lines after the ``count``-th are not read, as in fastText. Fields are
+    split at fastText's whitespace only (a word may hold a no-break space). Raises
     ``InputValueError`` naming the line when the file is not in that format.
 
     Examples
@@ -195,7 +201,7 @@ def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     (['good', 'bad'], (2, 3), dtype('float32'))
     """
     lines, _ = _open_lines(path)
-    head = lines[0].split() if lines else []
+    head = _fasttext_split(lines[0]) if lines else []
     if len(head) != 2 or not all(x.isdigit() for x in head):
         raise InputValueError(
             f"{path}:1: a .vec file starts with 'COUNT DIM' (two integers), got "
@@ -210,7 +216,7 @@ def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
         )
     words, values = [], []
     for n, line in enumerate(lines[1 : count + 1], start=2):
-        parts = line.split()
+        parts = _fasttext_split(line)  # a word keeps a no-break space, as fastText's
         if len(parts) != dim + 1:
             raise InputValueError(
                 f"{path}:{n}: expected a word and {dim} values (DIM from line 1), got "

@@ -13,7 +13,8 @@ Each text is tokenized once, by scikit-learn's tokenizer; the words are counted 
 vocabulary and the word n-grams hashed with the hashing inside ``HashingVectorizer``
 (scikit-learn's MurmurHash3 of the space-joined n-gram, streamed through a C kernel without
 building the string, :mod:`lookuplinear.ops._ngrams`), the character n-grams by
-scikit-learn's ``FeatureHasher``: the matrix equals that of ``CountVectorizer(vocabulary=...)``
+scikit-learn's ``FeatureHasher``: with the default ``whitespace="unicode"`` the matrix equals
+that of ``CountVectorizer(vocabulary=...)``
 next to ``HashingVectorizer(ngram_range=(2, word_ngrams), alternate_sign=False, norm=None)``
 (plus the ``char_wb`` one), which tokenize the texts again each (tests/test_text_cli.py compares
 them).
@@ -47,7 +48,8 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     Dense equivalent: row ``i`` counts, for text ``i``, each vocabulary word and each hash bucket
     of its word n-grams (``2..word_ngrams``) and character n-grams (``minn..maxn`` within each
     word; fastText marks word ends with ``<`` ``>``, scikit-learn's ``char_wb`` analyzer with
-    spaces). Tokens are whitespace-separated, case kept, as in fastText.
+    spaces). Tokens are whitespace-separated, case kept, as in fastText; which characters are
+    whitespace is ``whitespace``'s choice.
 
     Parameters
     ----------
@@ -62,6 +64,13 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         Minimum total count of a word in the training texts (fastText's ``-minCount``).
     lowercase : bool, default False
         Lower-case texts first (fastText does not).
+    whitespace : {"unicode", "fasttext"}, default "unicode"
+        The characters that separate tokens. ``"unicode"``: every character ``str.isspace``
+        names (``str.split()``), the tokens of scikit-learn's
+        ``CountVectorizer(token_pattern=r"\\S+")``, so the matrix equals scikit-learn's
+        vectorizers'. ``"fasttext"``: only space, tab, ``\\n``, ``\\v``, ``\\f``, ``\\r`` and NUL,
+        where fastText splits a line, so a no-break space (U+00A0), U+3000, U+2028, U+0085 or
+        ``\\x1c``-``\\x1f`` is part of a token, as in fastText (``lookuplinear train`` uses it).
 
     Attributes
     ----------
@@ -104,6 +113,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         bucket: int = 2_000_000,
         min_count: int = 1,
         lowercase: bool = False,
+        whitespace: str = "unicode",
     ) -> None:
         self.word_ngrams = word_ngrams
         self.minn = minn
@@ -111,11 +121,12 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         self.bucket = bucket
         self.min_count = min_count
         self.lowercase = lowercase
+        self.whitespace = whitespace
 
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
         self._check_params()
-        self._fit_tokens(token_ids(tokenize(raw_documents, lowercase=self.lowercase)))
+        self._fit_tokens(token_ids(self._tokenize(raw_documents)))
         self.buckets_ = None
         return self
 
@@ -123,7 +134,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         """``fit(raw_documents).transform(raw_documents)``, tokenizing each text once."""
         self._check_params()
         docs = list(raw_documents)
-        tokens = token_ids(tokenize(docs, lowercase=self.lowercase))
+        tokens = token_ids(self._tokenize(docs))
         self.buckets_ = None
         column = self._fit_tokens(tokens)
         return self._transform().features(docs, tokens, column)
@@ -191,8 +202,10 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FastTextVectorizer:
-        """The fitted vectorizer that :meth:`get_config` describes."""
-        params = {k: config[k] for k in cls().get_params()}
+        """The fitted vectorizer that :meth:`get_config` describes (a parameter it lacks, from
+        a configuration written before the parameter existed, takes its default)."""
+        defaults = cls().get_params()
+        params = {k: config.get(k, default) for k, default in defaults.items()}
         vec = cls(**params)
         vec._check_params()
         vec.vocabulary_ = {str(w): i for i, w in enumerate(config["vocabulary"])}
@@ -206,7 +219,10 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> None:
         check_params(word_ngrams=self.word_ngrams, minn=self.minn, maxn=self.maxn,
-                     bucket=self.bucket, min_count=self.min_count)
+                     bucket=self.bucket, min_count=self.min_count, whitespace=self.whitespace)
+
+    def _tokenize(self, docs: Iterable[Any]) -> Any:
+        return tokenize(docs, lowercase=self.lowercase, whitespace=self.whitespace)
 
     def _hashed(self) -> bool:
         return self.word_ngrams > 1 or self.maxn > 0
@@ -233,4 +249,4 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         character n-grams hashed by scikit-learn's ``FeatureHasher``."""
         return TextFeatures(self.vocabulary_, word_ngrams=self.word_ngrams, minn=self.minn,
                             maxn=self.maxn, bucket=self.bucket, lowercase=self.lowercase,
-                            buckets=getattr(self, "buckets_", None))
+                            buckets=getattr(self, "buckets_", None), whitespace=self.whitespace)
