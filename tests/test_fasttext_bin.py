@@ -100,8 +100,8 @@ def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None
         for x, p in zip(labels, probs, strict=True)]
     assert main(["test", str(DATA / "softmax.bin"), str(tmp_path / "in.txt")]) == 0
     hits = sum(x[0] == "__label__pos" for x in model.top_k(texts, 1)[0])
-    assert capsys.readouterr().out.split() == ["N", "3", "P@1", f"{hits / 3:.3f}", "R@1",
-                                               f"{hits / 3:.3f}"]
+    assert capsys.readouterr().out.split() == ["N", "3", "P@1", f"{hits / 3:.3g}", "R@1",
+                                               f"{hits / 3:.3g}"]
 
 
 # ---------------------------------------------------------------------- the dense equivalent
@@ -295,8 +295,8 @@ def test_test_counts_the_labels_predict_prints(tmp_path: Path, fasttext, capsys,
     (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     n, p, r = fasttext.load_model(str(path)).test(str(tmp_path / "t.txt"), k=int(k))
     assert main(["test", str(path), str(tmp_path / "t.txt"), k]) == 0
-    assert capsys.readouterr().out.split() == ["N", str(n), f"P@{k}", f"{p:.3f}", f"R@{k}",
-                                               f"{r:.3f}"]
+    assert capsys.readouterr().out.split() == ["N", str(n), f"P@{k}", f"{p:.3g}", f"R@{k}",
+                                               f"{r:.3g}"]
 
 
 def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, capsys) -> None:
@@ -311,8 +311,8 @@ def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, caps
     ft = fasttext.load_model(str(path))
     n, p, r = ft.test(str(tmp_path / "t.txt"), k=2)
     assert main(["test", str(path), str(tmp_path / "t.txt"), "2"]) == 0
-    assert capsys.readouterr().out.split() == ["N", str(n), "P@2", f"{p:.3f}", "R@2",
-                                               f"{r:.3f}"]
+    assert capsys.readouterr().out.split() == ["N", str(n), "P@2", f"{p:.3g}", "R@2",
+                                               f"{r:.3g}"]
     assert main(["predict", str(path), str(tmp_path / "t.txt")]) == 0
     assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0] for t in lines]
 

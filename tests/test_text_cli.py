@@ -428,7 +428,7 @@ def test_train_predict_test_on_fasttext_lines(
     assert first[0] == "__label__pos" and len(first) == 4
     assert main(["test", str(model), str(ft_file)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "N\t30" and out[1] == "P@1\t1.000" and out[2] == "R@1\t1.000"
+    assert out[0] == "N\t30" and out[1] == "P@1\t1" and out[2] == "R@1\t1"
 
 
 def test_train_and_test_on_csv(
@@ -440,7 +440,7 @@ def test_train_and_test_on_csv(
                  "-q", *cols]) == 0
     assert main(["test", str(model), str(csv_file), "-k", "2", *cols]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["N\t30", "P@2\t0.500", "R@2\t1.000"]  # 2 labels: top-2 always holds the truth
+    assert out == ["N\t30", "P@2\t0.5", "R@2\t1"]  # 2 labels: top-2 always holds the truth
 
 
 def test_command_errors(
@@ -474,7 +474,7 @@ def test_fasttext_spellings_and_positional_k(
     assert model.is_file() and not (tmp_path / "utput").exists()
     assert capsys.readouterr().err == ""  # -verbose 0 is quiet
     assert main(["test", str(model), str(ft_file), "2"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.5"
     assert main(["predict", str(model), str(ft_file), "2"]) == 0
     assert len(capsys.readouterr().out.splitlines()[0].split()) == 2
     assert main(["predict-prob", str(model), str(ft_file), "1"]) == 0
@@ -498,7 +498,7 @@ def test_fasttext_documented_commands(
                  "-epoch", "20", "-lr", "0.2", "-verbose", "0"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "train.txt"]
     assert main(["test", "model.bin", train, "2"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.5"
     assert main(["predict-prob", "model.bin", train, "2"]) == 0
     pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert all(len(p) == 4 for p in pairs)
@@ -519,12 +519,12 @@ def test_fasttext_documented_commands(
     hits = sum(b >= th and p[0] == t for p, b, t in zip(pairs, best, truth, strict=True))
     assert main(["test", "model.bin", train, "2", str(th)]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == [
-        f"P@2\t{hits / n_kept:.3f}", f"R@2\t{hits / len(truth):.3f}"]
+        f"P@2\t{hits / n_kept:.3g}", f"R@2\t{hits / len(truth):.3g}"]
     assert main(["quantize", "-input", train, "-output", "model"]) == 0
     assert (tmp_path / "model.ftz").is_file() and not (tmp_path / "model.ftz.bin").exists()
     capsys.readouterr()
     assert main(["test", "model.ftz", train, "2"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.500"
+    assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.5"
     # a .bin or .ftz already written is not doubled (fastText would write model.bin.bin)
     assert main(["train", train, "-output", "again.bin", "-epoch", "1", "-q"]) == 0
     assert main(["quantize", "-output", "again.bin"]) == 0
@@ -798,7 +798,7 @@ def test_quantized_models_save_load_and_run(
     assert "MB" in capsys.readouterr().err
     assert small.stat().st_size < model.stat().st_size
     assert main(["test", str(small), str(ft_file)]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1.000"
+    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1"
     float_model, q = load_model(model), load_model(small)
     texts = [line.split(" ", 1)[1] for line in LINES]
     diff = np.abs(q.scores(texts) - float_model.scores(texts)).max()
@@ -917,7 +917,7 @@ def test_quantize_retrain_qnorm_dsub(
                            plain.estimator.model_.output.weight)
     assert retrained.estimator.get_params() == plain.estimator.get_params()
     assert main(["test", "m.ftz", ft_file.name]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1.000"
+    assert capsys.readouterr().out.splitlines()[1] == "P@1\t1"
 
 
 # ---------------------------------------------------------------------- input as trained
@@ -1207,7 +1207,7 @@ def test_predict_and_test_with_k_minus_one_take_every_label(
     assert kept == [[lab for lab, p in zip(r[::2], r[1::2], strict=True) if float(p) >= 0.2]
                     for r in rows]
     assert main(["test", str(model), str(data), "-1"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["N\t35", "P@-1\t0.333", "R@-1\t1.000"]
+    assert capsys.readouterr().out.splitlines() == ["N\t35", "P@-1\t0.333", "R@-1\t1"]
     assert main(["predict", str(model), str(data), "-2"]) == 1
     assert "k must be >= 1, or -1 for every label" in capsys.readouterr().err
 

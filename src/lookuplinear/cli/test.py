@@ -42,5 +42,7 @@ def run(args: argparse.Namespace) -> int:
     n_true = sum(map(len, data.labels))
     p = hits / n_predicted if n_predicted else float("nan")
     r = hits / n_true if n_true else 0.0
-    print(f"N\t{len(data)}\nP@{args.k}\t{p:.3f}\nR@{args.k}\t{r:.3f}")
+    # fastText's Meter::writeGeneralMetrics: std::setprecision(3), 3 significant digits (1,
+    # 0.5, 0.333), printf's %.3g
+    print(f"N\t{len(data)}\nP@{args.k}\t{p:.3g}\nR@{args.k}\t{r:.3g}")
     return 0
