@@ -186,6 +186,19 @@ def test_whitespace_fasttext_keeps_unicode_spaces_inside_tokens() -> None:
         FastTextVectorizer(whitespace="ascii").fit(texts)
 
 
+def test_vectorizer_refuses_a_single_string_as_scikit_learn_does() -> None:
+    """A bare string is one text, not an iterable of texts: fit, fit_transform and transform
+    refuse it with CountVectorizer's message (not one document per character)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    with pytest.raises(ValueError) as sk:
+        CountVectorizer(token_pattern=r"\S+").fit(["the cat"]).transform("the cat")
+    vec = FastTextVectorizer().fit(["the cat sat", "a dog"])
+    for call in (vec.transform, FastTextVectorizer().fit, FastTextVectorizer().fit_transform):
+        with pytest.raises(ValueError, match=str(sk.value)):
+            call("the cat")
+
+
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
     vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)

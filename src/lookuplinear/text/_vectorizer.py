@@ -42,6 +42,16 @@ __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
 TOKEN_PATTERN = r"\S+"
 
 
+def _check_documents(raw_documents: Any) -> None:
+    """Refuse a single string, which would otherwise be read as one text per character, with
+    scikit-learn's vectorizers' message."""
+    if isinstance(raw_documents, str):
+        raise InputValueError(
+            "Iterable over raw text documents expected, string object received. Pass a list "
+            "of texts (a single text as [text])."
+        )
+
+
 class FastTextVectorizer(TransformerMixin, BaseEstimator):
     """Texts to fastText's bag of words + hashed n-grams, a CSR count matrix.
 
@@ -125,6 +135,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
+        _check_documents(raw_documents)
         self._check_params()
         self._fit_tokens(token_ids(self._tokenize(raw_documents)))
         self.buckets_ = None
@@ -132,6 +143,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
     def fit_transform(self, raw_documents: Iterable[str], y: Any = None) -> sp.csr_matrix:
         """``fit(raw_documents).transform(raw_documents)``, tokenizing each text once."""
+        _check_documents(raw_documents)
         self._check_params()
         docs = list(raw_documents)
         tokens = token_ids(self._tokenize(docs))
@@ -141,6 +153,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
     def transform(self, raw_documents: Iterable[str]) -> sp.csr_matrix:
         """The count matrix, shape ``(n_texts, n_features_out_)``, float32 CSR."""
+        _check_documents(raw_documents)
         check_is_fitted(self, "vocabulary_")
         return self._transform().transform(raw_documents)
 
