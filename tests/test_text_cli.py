@@ -199,6 +199,21 @@ def test_vectorizer_refuses_a_single_string_as_scikit_learn_does() -> None:
             call("the cat")
 
 
+@pytest.mark.parametrize("value", ["no", "False", 0, 1, None])
+def test_vectorizer_refuses_a_lowercase_that_is_not_a_bool(value: Any) -> None:
+    """scikit-learn's CountVectorizer refuses a non-bool lowercase at fit; so does this one
+    ("no" was taken as true)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    with pytest.raises(ValueError, match="lowercase"):
+        CountVectorizer(lowercase=value).fit(["a b"])
+    for fit in (FastTextVectorizer(lowercase=value).fit,
+                FastTextVectorizer(lowercase=value).fit_transform):
+        with pytest.raises(InputValueError, match=f"lowercase must be a bool, got {value!r}"):
+            fit(["A b"])
+    assert FastTextVectorizer(lowercase=np.True_).fit(["A b"]).vocabulary_ == {"a": 0, "b": 1}
+
+
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
     vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)

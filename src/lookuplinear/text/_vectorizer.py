@@ -231,6 +231,11 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> None:
+        if not isinstance(self.lowercase, (bool, np.bool_)):  # "no" would be true
+            raise InputValueError(
+                f"FastTextVectorizer: lowercase must be a bool, got {self.lowercase!r} "
+                f"({type(self.lowercase).__name__}). Pass lowercase=True or lowercase=False."
+            )
         check_params(word_ngrams=self.word_ngrams, minn=self.minn, maxn=self.maxn,
                      bucket=self.bucket, min_count=self.min_count, whitespace=self.whitespace)
 
