@@ -214,6 +214,31 @@ def test_vectorizer_refuses_a_lowercase_that_is_not_a_bool(value: Any) -> None:
     assert FastTextVectorizer(lowercase=np.True_).fit(["A b"]).vocabulary_ == {"a": 0, "b": 1}
 
 
+def test_vectorizer_feature_names_and_set_output() -> None:
+    """get_feature_names_out names the columns as CountVectorizer does (the words), then one
+    'bucket B' per hash bucket column (the kept ones after prune); set_output is scikit-learn's
+    for a sparse transformer: 'default' keeps the CSR matrix, pandas output is refused with
+    scikit-learn's message."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    docs = ["the cat sat", "a dog", "The Dog"]
+    want = CountVectorizer(token_pattern=r"\S+", lowercase=False).fit(docs)
+    names = FastTextVectorizer().fit(docs).get_feature_names_out()
+    np.testing.assert_array_equal(names, want.get_feature_names_out())
+    assert names.dtype == object
+    vec = FastTextVectorizer(word_ngrams=2, bucket=5)
+    X = vec.fit_transform(docs)
+    names = vec.get_feature_names_out()
+    assert len(names) == X.shape[1] == vec.n_features_out_
+    assert names[len(vec.vocabulary_):].tolist() == [f"bucket {b}" for b in range(5)]
+    vec.prune([0, len(vec.vocabulary_) + 1, len(vec.vocabulary_) + 3])
+    assert vec.get_feature_names_out().tolist() == ["Dog", "bucket 1", "bucket 3"]
+    assert sp.issparse(vec.set_output(transform="default").transform(docs))
+    pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match="scipy sparse matrix"):
+        vec.set_output(transform="pandas").transform(docs)
+
+
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
     vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)

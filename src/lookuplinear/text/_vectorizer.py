@@ -157,6 +157,35 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "vocabulary_")
         return self._transform().transform(raw_documents)
 
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The name of each column of :meth:`transform`'s matrix, as scikit-learn's
+        ``CountVectorizer`` names them: the vocabulary's words in column order, then, when
+        n-grams are on, ``"bucket B"`` for the column of hash bucket ``B`` (a space is never
+        part of a word, so no word has such a name); after :meth:`prune`, the buckets kept.
+
+        Parameters
+        ----------
+        input_features : ignored
+            Not used, as in ``CountVectorizer`` (texts have no input feature names).
+
+        Returns
+        -------
+        numpy.ndarray of str (object dtype), of length ``n_features_out_``
+
+        Examples
+        --------
+        >>> vec = FastTextVectorizer(word_ngrams=2, bucket=3).fit(["the cat", "a dog"])
+        >>> vec.get_feature_names_out().tolist()
+        ['a', 'cat', 'dog', 'the', 'bucket 0', 'bucket 1', 'bucket 2']
+        """
+        check_is_fitted(self, "vocabulary_")
+        names: list[str] = sorted(self.vocabulary_, key=self.vocabulary_.__getitem__)
+        if self._hashed():
+            buckets = getattr(self, "buckets_", None)
+            kept = range(self.bucket) if buckets is None else buckets.tolist()
+            names += [f"bucket {b}" for b in kept]
+        return np.asarray(names, dtype=object)
+
     def prune(self, columns: Any) -> FastTextVectorizer:
         """Keep only ``columns`` (of :meth:`transform`'s matrix), as fastText's ``quantize
         -cutoff`` prunes its dictionary; returns ``self``.
