@@ -543,13 +543,14 @@ def test_fasttext_documented_commands(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The commands as fastText's documentation writes them: ``supervised -output model``
-    writes model.bin, ``quantize -output model`` reads model.bin and writes model.ftz, and
-    ``predict``/``predict-prob``/``test`` take ``k`` and a threshold after the file."""
+    writes model.bin and model.vec, ``quantize -output model`` reads model.bin and writes
+    model.ftz, and ``predict``/``predict-prob``/``test`` take ``k`` and a threshold after the
+    file."""
     monkeypatch.chdir(tmp_path)
     train = ft_file.name
     assert main(["supervised", "-input", train, "-output", "model", "-dim", "8",
                  "-epoch", "20", "-lr", "0.2", "-verbose", "0"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "train.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "model.vec", "train.txt"]
     assert main(["test", "model.bin", train, "2"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.5"
     assert main(["predict-prob", "model.bin", train, "2"]) == 0
@@ -1183,7 +1184,8 @@ def test_a_single_dash_flag_is_never_read_as_a_cluster_of_short_options(
     for flags in (["-o", "model.bin", "-qout"], ["-output", "m", "-qnorm", "-qout"],
                   ["-output", "m", "-cutoff", "5", "-retrain", "-dsub", "2"]):
         assert main([*train, *flags]) == 0, capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "model.bin", "train.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin", "m.vec", "model.bin",
+                                                          "train.txt"]
     for word in ("-qou", "-qoutx", "-qx"):
         with pytest.raises(SystemExit) as e:
             main([*train, "-output", "m2", word])
@@ -1360,6 +1362,32 @@ def test_pretrained_vectors_start_the_rows_and_join_the_vocabulary(
 
 
 @NOT_LEARNING
+@NOT_LEARNING
+def test_output_name_writes_the_word_vectors_as_fasttext_does(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`supervised -output m` writes m.bin and then m.vec, as fastText's main.cc does: 'n_words
+    dim', then each word and its vector as print-word-vectors prints it; -pretrainedVectors
+    reads it back. `-o PATH` writes the one file given."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["supervised", "-input", ft_file.name, "-output", "m", "-dim", "4",
+                 "-epoch", "2", "-minn", "2", "-maxn", "3", "-bucket", "50", "-verbose", "0"]) == 0
+    model = load_model("m.bin")
+    lines = Path("m.vec").read_text(encoding="utf-8").splitlines()
+    words = sorted(model.vectorizer.vocabulary_, key=model.vectorizer.vocabulary_.__getitem__)
+    assert lines[0] == f"{len(words)} 4" and len(lines) == len(words) + 1
+    monkeypatch.setattr("sys.stdin", __import__("io").TextIOWrapper(
+        __import__("io").BytesIO(" ".join(words).encode())))
+    assert main(["print-word-vectors", "m.bin"]) == 0
+    assert lines[1:] == capsys.readouterr().out.splitlines()
+    assert main(["supervised", "-input", ft_file.name, "-output", "m2", "-dim", "4",
+                 "-epoch", "1", "-verbose", "0", "-pretrainedVectors", "m.vec"]) == 0
+    assert main(["supervised", "-input", ft_file.name, "-o", "m3.bin", "-dim", "4",
+                 "-epoch", "1", "-verbose", "0"]) == 0
+    assert not Path("m3.vec").exists()
+
+
 def test_min_count_label_drops_rare_labels_and_their_lines(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -212,13 +212,55 @@ def run(args: argparse.Namespace) -> int:
     save_model(args.output, clf, vectorizer=vec, labels=labels,
                input_format=input_format(args))
     args._interrupted_note = f"; {args.output} was written"
+    vectors = None
+    if args.output_prefix is not None:  # fastText's -output NAME: NAME.bin, then NAME.vec
+        from ._args import fasttext_stem
+
+        stem = fasttext_stem(args.output_prefix)
+        vectors = stem.with_name(stem.name + ".vec")
+        write_word_vectors(vectors, clf, vec, labels)
     if not args.quiet:
         print(f"Read {len(texts)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
               f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
               f"({len(texts) * args.epoch / max(train_s, 1e-9):,.0f} examples/s), final loss "
               f"{clf.loss_curve_[-1]:.4f}.", file=sys.stderr)
-        print(f"model written to {args.output}", file=sys.stderr)
+        print(f"model written to {args.output}"
+              + (f", word vectors to {vectors}" if vectors is not None else ""), file=sys.stderr)
     return 0
+
+
+def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str]) -> None:
+    """Write the vocabulary's word vectors to ``path`` as fastText's ``saveVectors`` writes
+    ``NAME.vec``: a line ``n_words dim``, then one line per word (in column order), the word
+    and its vector as ``print-word-vectors`` prints it (the mean of the rows of the word and
+    its character n-grams, 5 significant digits, each value followed by a space). The file is
+    replaced in one step."""
+    import os
+    import tempfile
+
+    from ..sklearn import TextModel
+    from .vectors import format_vector
+
+    words = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
+    values = TextModel(clf, vec, labels).word_vectors(words)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(f"{len(words)} {values.shape[1]}\n")
+            f.writelines(f"{w} {format_vector(v)}\n" for w, v in zip(words, values, strict=True))
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_pretrained(path: str, dim: int) -> tuple[list[str], Any]:
