@@ -375,3 +375,36 @@ def test_train_keeps_the_tokens_fasttext_reads(tmp_path: Path, fasttext) -> None
     for transform in (vectorizer.transform, features.transform):
         X = transform(["new\u00a0york x\u3000y"])
         assert set(X[0, : len(vocab)].nonzero()[1]) == {vocab["new\u00a0york"], vocab["x\u3000y"]}
+
+
+def test_softmax_on_lines_with_several_labels_keeps_every_label(tmp_path: Path,
+                                                                 fasttext) -> None:
+    """`-loss softmax` on lines with two labels: every label is in the model (the second one
+    was dropped) and a text of those lines splits its probability between them, as fastText's
+    model (trained on one label drawn per line and epoch) does."""
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    lines = ["__label__sport __label__football goal match team",
+             "__label__politics vote election party"] * 100
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["supervised", "-input", str(path), "-output", str(tmp_path / "m"), "-loss",
+                 "softmax", "-dim", "4", "-epoch", "10", "-verbose", "0"]) == 0
+    model = load_model(tmp_path / "m.bin")
+    assert model.labels == ["__label__football", "__label__politics", "__label__sport"]
+    got = dict(zip(*model.predict("goal match", k=-1), strict=True))
+    for _ in range(20):  # the module's training sometimes stops with "Encountered NaN."
+        try:
+            ft = fasttext.train_supervised(input=str(path), loss="softmax", dim=4, epoch=10,
+                                           lr=0.1, verbose=0, thread=1)
+            break
+        except RuntimeError:
+            continue
+    else:
+        pytest.skip("fastText's training failed 20 times")
+    want = dict(zip(*ft.predict("goal match", k=-1), strict=True))
+    assert set(got) == set(want)
+    for p in (got, want):  # the two labels of those lines share nearly all the probability
+        assert p["__label__sport"] + p["__label__football"] > 0.9
+        assert abs(p["__label__sport"] - p["__label__football"]) < 0.3

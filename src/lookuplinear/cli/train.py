@@ -67,7 +67,8 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--loss", "-loss", default="auto",
                    choices=["auto", "softmax", "ova", "one-vs-all", "hs", "ns"],
-                   help="softmax (one label per line), ova or one-vs-all (multilabel); auto "
+                   help="softmax (a line with several labels counts once per label, weighted "
+                        "1/labels), ova or one-vs-all (multilabel); auto "
                         "picks ova when some line has several labels; fastText's hs and ns "
                         "are refused (softmax is computed exactly)")
     p.add_argument("--seed", "-seed", type=int, default=0,
@@ -356,12 +357,19 @@ def fit_text_classifier(
     from ..text import FastTextVectorizer
 
     ova = args.loss == "ova" or (args.loss == "auto" and any(len(ls) > 1 for ls in label_lists))
+    weight = None
     if ova:
         mlb = MultiLabelBinarizer()
         y = mlb.fit_transform(label_lists)
         labels = [str(x) for x in mlb.classes_]
     else:
-        y = np.asarray([ls[0] for ls in label_lists])  # softmax: the first label of a line
+        # softmax on lines with several labels: fastText trains on one of a line's labels drawn
+        # at random each epoch; here a line is repeated once per label, each copy weighted
+        # 1 / (its labels), the expectation of that draw (every label is in the model)
+        counts = np.fromiter(map(len, label_lists), np.int64, len(label_lists))
+        rows = np.repeat(np.arange(len(label_lists)), counts)
+        weight = None if counts.max() <= 1 else np.repeat(1.0 / counts, counts)
+        y = np.asarray([lab for ls in label_lists for lab in ls])
         labels = sorted(set(y.tolist()))
     # fastText's tokens: the words read_fasttext split, whole (a no-break space inside one)
     vec = FastTextVectorizer(word_ngrams=args.wordNgrams, minn=args.minn, maxn=args.maxn,
@@ -372,6 +380,8 @@ def fit_text_classifier(
         config["vocabulary"] = sorted(set(config["vocabulary"]).union(pretrained[0]))
         vec = FastTextVectorizer.from_config(config)
         X = vec.transform(texts)
+    if not ova and weight is not None:
+        X = X[rows]
     lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
     clf = LookupClassifier(
         loss="log_loss", hidden=args.dim, mode="mean", solver=args.optimizer, learning_rate_init=lr,
@@ -389,7 +399,7 @@ def fit_text_classifier(
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        clf.fit(X, y)
+        clf.fit(X, y, sample_weight=None if ova else weight)
     if after_fit is not None:
         after_fit()
     for w in caught:  # one line each, in the options' names
