@@ -25,6 +25,7 @@ from forms import same_kernel
 from torch import nn
 
 from lookuplinear import (
+    Embedding,
     KeyedBags,
     LookupCollection,
     LookupLinear,
@@ -407,16 +408,46 @@ def test_exported_weighted_collection_with_a_map_and_a_max_table(quantized: bool
         model.tables = model.tables.quantize({"user": "int8", "item": "int4", "tag": "int8"})
     program = torch.export.export(model, (weighted_batch(4, 1),),
                                   dynamic_shapes=([{0: AUTO}, {0: AUTO}, {0: AUTO}],))
+    programs = [program]
+    if not quantized:  # the weighted mean table's weights decompose to functional ATen ops
+        programs.append(program.run_decompositions(decompositions()))
+        assert not lookuplinear_ops(programs[-1])
     for n, seed in [(7, 2), (2, 3)]:
         kb = weighted_batch(n, seed)
         with torch.no_grad():
-            assert torch.equal(program.module()(kb), model(kb))
+            for p in programs:
+                assert torch.equal(p.module()(kb), model(kb))
     with pytest.raises(InputValueError, match="every entry must have weight 1"):
         model(weighted_batch(3, 4, max_weight=2.0))
     # (under no_grad, as the calls above: the program turns grad mode off around the
     # quantized tables and raises before turning it on again)
     with pytest.raises(RuntimeError, match="every entry must have weight 1"), torch.no_grad():
         program.module()(weighted_batch(3, 4, max_weight=2.0))
+
+
+def test_compiled_sparse_embedding_equals_eager() -> None:
+    """``lookuplinear.Embedding(sparse=True)`` records its lookup as ``LookupLinear`` does
+    (its eager path asks the table's binding, which a recorded graph does not read)."""
+    torch.manual_seed(0)
+    emb = Embedding(10, 3, sparse=True)
+    x = torch.tensor([[1, 2, 2], [9, 1, 0]])
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(emb, fullgraph=True)(x), emb(x))
+
+
+def test_a_map_in_training_mode_runs_outside_a_recorded_graph() -> None:
+    """An IdMap-keyed collection in training: the map's call breaks the graph (the same rows
+    and map as eager), and with fullgraph=True the error says why."""
+    torch.manual_seed(0)
+    eager = LookupCollection([TableConfig("user", 8, 4, ["user"], hashing="map")])
+    compiled = copy.deepcopy(eager)
+    kb = KeyedBags.from_dict({"user": [[10**12], [55], [7, -3]]})
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="IdMap in training mode"):  # Dynamo's own class
+        torch.compile(compiled, fullgraph=True)(kb)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(compiled)(kb).values(), eager(kb).values())
+    assert len(compiled.id_maps["user"]) == len(eager.id_maps["user"]) == 4
 
 
 def test_a_compiled_fused_loss_updates_only_where_it_accumulates() -> None:

@@ -182,16 +182,10 @@ class IdMap(AllOrNothingLoad):
             self.evicted = torch.zeros(0, dtype=torch.int64)  # nothing
         if not self.training:
             rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
-        elif self.admit_after == 1:  # one pass: new IDs take free rows as they first appear
-            rows, missing = _ADMIT(self.table, flat, self.row_id, self.last_used, self.assigned,
-                                   self.clock, self.fallback_rows)
-            if missing:  # every row taken: the least recently used ones go to new IDs
-                self._take_rows(torch.unique(flat[rows < self.fallback_rows]),
-                                int(self.clock) - 1)
-                rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
+        elif torch.compiler.is_compiling():  # a graph being recorded: the call runs outside it
+            rows = self._rows_outside_graphs(flat)
         else:
-            rows = idmap_rows(self._admit(flat, idmap_find(self.table, flat)), flat,
-                              self.fallback_rows)
+            rows = self._train_rows(flat)
         if self.key_type == "str":  # the strings themselves hashed, where the map has none
             miss = rows < self.fallback_rows
             if bool(miss.any()):
@@ -200,6 +194,26 @@ class IdMap(AllOrNothingLoad):
         if self.key_type == "str" and self.training:
             self._forget_unused_keys()
         return rows.reshape(shape).to(device)
+
+    def _train_rows(self, flat: torch.Tensor) -> torch.Tensor:
+        """A call in training mode: the rows of the int64 keys ``flat``, new keys admitted."""
+        if self.admit_after == 1:  # one pass: new IDs take free rows as they first appear
+            rows, missing = _ADMIT(self.table, flat, self.row_id, self.last_used, self.assigned,
+                                   self.clock, self.fallback_rows)
+            if missing:  # every row taken: the least recently used ones go to new IDs
+                self._take_rows(torch.unique(flat[rows < self.fallback_rows]),
+                                int(self.clock) - 1)
+                rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
+            return rows
+        return idmap_rows(self._admit(flat, idmap_find(self.table, flat)), flat,
+                          self.fallback_rows)
+
+    #: :meth:`_train_rows` where ``torch.compile`` records: the graph breaks there, and with
+    #: ``fullgraph=True`` the error says why
+    _rows_outside_graphs = torch.compiler.disable(
+        _train_rows, reason="an IdMap in training mode gives rows to new IDs, changing its "
+        "state on the host at every call: it runs outside a recorded graph (compile without "
+        "fullgraph=True, or put the map in eval mode, which records its lookup)")
 
     def check(self, ids: Any) -> None:
         """Raise what :meth:`forward` raises for ``ids`` (IDs of the wrong type, missing or

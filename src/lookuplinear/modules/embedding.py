@@ -155,7 +155,7 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             with torch.no_grad():
                 torch.embedding_renorm_(self.weight, input.contiguous(), self.max_norm,
                                         self.norm_type)
-        if self.sparse and binding(self.weight) is None and not torch.compiler.is_compiling():
+        if self.sparse and not torch.compiler.is_compiling() and binding(self.weight) is None:
             # nn.Embedding's sparse gradient, one row per position in input order (ATen's
             # backward); lookup_linear's is coalesced, which a fused optimizer takes instead
             weight, pad = self.weight, -1 if self.padding_idx is None else self.padding_idx

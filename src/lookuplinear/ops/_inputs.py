@@ -322,8 +322,9 @@ def _torch_mode_weights(
         bag = torch.repeat_interleave(torch.arange(n_bags, device=device), lengths,
                                       output_size=nnz)
         vals = weights.double()
-        total = torch.zeros(n_bags, dtype=torch.float64, device=device)
-        total.index_add_(0, bag, vals * vals if sqrt else vals)
+        # out of place: a decomposed graph (ops.decompositions()) must stay functional
+        total = torch.zeros(n_bags, dtype=torch.float64, device=device).index_add(
+            0, bag, vals * vals if sqrt else vals)
     if sqrt:
         total = total.sqrt()
     inv = torch.where(total == 0, torch.zeros_like(total), 1.0 / total)
