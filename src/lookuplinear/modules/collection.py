@@ -159,6 +159,7 @@ class LookupCollection(CollectionBase):
         self.reset_parameters(fresh_only=True)
         self._register_state_dict_hook(_tables_state_dict)
         self._register_load_state_dict_pre_hook(_tables_load_state_dict, with_module=True)
+        self.register_load_state_dict_post_hook(_tables_missing_keys)
 
     def reset_parameters(self, *, fresh_only: bool = False) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
@@ -610,6 +611,7 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
                             error_msgs: list[str]) -> None:
     """Per-table entries -> the group parameters they live in (missing tables: left missing);
     a table in a file loaded whole keeps the values (every row marked written)."""
+    module.__dict__["_loading_prefix"] = prefix  # the missing keys' names: _tables_missing_keys
     keys, absent, errors = _table_entries(module, state, prefix)
     errors += _uncopyable_tables(module, state, keys, local_metadata)
     if absent and not errors:
@@ -643,6 +645,24 @@ def _uncopyable_tables(module: LookupCollection, state: dict[str, Any], keys: di
         if problem is not None:
             problems.append(problem)
     return problems
+
+
+def _tables_missing_keys(module: LookupCollection, incompatible: Any) -> None:
+    """This collection's groups reported missing (``strict=False``) named as its tables'
+    entries, the names ``state_dict()`` gives (``embedding_bags.<table>.weight``); its prefix
+    in the model is the one its load's pre-hook saw (:func:`_tables_load_state_dict`)."""
+    prefix = module.__dict__.pop("_loading_prefix", None)
+    if prefix is None:
+        return
+    groups = {f"{prefix}table_groups.{g}": g for g in range(len(module.table_groups))}
+    named = []
+    for key in incompatible.missing_keys:
+        if key not in groups:
+            named.append(key)
+            continue
+        named.extend(f"{prefix}embedding_bags.{n}.weight" for n, p in module._places.items()
+                     if p.group == groups[key])
+    incompatible.missing_keys[:] = named
 
 
 def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
