@@ -154,6 +154,51 @@ def test_a_model_of_tables_only(tmp_path: Path) -> None:
         torch.testing.assert_close(before[4] - table.weight.detach()[4], torch.full((3,), 2.0))
 
 
+TABLES_ONLY_RANKS = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+from lookuplinear import LookupLinear
+from lookuplinear.parallel import DistributedDataParallel
+
+class Model(nn.Module):  # trains its table only: a frozen head, a buffer
+    def __init__(self):
+        super().__init__()
+        self.emb = LookupLinear(6, 4, bias=False, sparse=True)
+        self.head = nn.Linear(4, 2).requires_grad_(False)
+        self.register_buffer("scale", torch.rand(2))
+    def forward(self, x):
+        return self.head(self.emb(x)) * self.scale
+
+def worker(rank, store):
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    torch.manual_seed(rank)  # each process draws its own start, as usual
+    model = Model()
+    ddp = DistributedDataParallel(model)
+    out = ddp(torch.tensor([1, 2]))
+    got = [None, None]
+    dist.all_gather_object(got, [out.detach(), *model.state_dict().values()])
+    if rank == 0:
+        print(all(torch.equal(a, b) for a, b in zip(*got)))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_a_model_training_tables_only_starts_every_process_from_the_first(
+        tmp_path: Path) -> None:
+    """Tables only (PyTorch's reducer would have nothing to do): its frozen parameters and
+    buffers are broadcast from the first process too, as PyTorch's class broadcasts them, so
+    every process computes the same outputs."""
+    script = tmp_path / "ranks.py"
+    script.write_text(TABLES_ONLY_RANKS)
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split()[-1] == "True"
+
+
 def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:
     """The weight of table ``make()`` (20 x 4, one start) after 6 steps of ``opt`` on an MSE
     loss of its lookups of (6, 5) index tensors (IDs repeated within a batch), the model

@@ -122,11 +122,25 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
         # a group of their own: these reductions never interleave with the buckets' ones
         self._table_group = dist.new_group(ranks=ranks)
+        self._src = ranks[0]
         self._tables = [tables[name] for name in sorted(tables)]
         self._table_task = -1
         with torch.no_grad():
             for p in self._tables:
-                dist.broadcast(p.data, src=ranks[0], group=self._table_group)
+                dist.broadcast(p.data, src=self._src, group=self._table_group)
+        #: tables only: what PyTorch's constructor and forward broadcast from the first rank
+        #: (its frozen parameters and buffers; each forward, the buffers)
+        self._states: list[torch.Tensor] = []
+        self._buffers_synced: list[torch.Tensor] = []
+        if self._tables_only:
+            skip = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ())) | set(tables)
+            self._states = [t for n, t in module.named_parameters() if n not in skip]
+            self._buffers_synced = [t for n, t in module.named_buffers() if n not in skip]
+            if kwargs.get("broadcast_buffers", args[3] if len(args) > 3 else True):
+                self._states += self._buffers_synced
+            else:
+                self._buffers_synced = []
+            self._sync(self._states)
         # this wrapper (or PyTorch's reducer) handles the gradients in the backward: a fused
         # optimizer made later refuses them
         reserve([p for p in module.parameters() if p.requires_grad],
@@ -144,8 +158,16 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """As PyTorch's; a model of tables only is called as it is."""
         if self._tables_only:
+            if torch.is_grad_enabled() and self.require_backward_grad_sync:
+                self._sync(self._buffers_synced)  # as PyTorch's forward syncs the buffers
             return self.module(*inputs, **kwargs)
         return super().forward(*inputs, **kwargs)
+
+    @torch.no_grad()
+    def _sync(self, tensors: list[torch.Tensor]) -> None:
+        """Broadcast ``tensors`` from the first rank of the group."""
+        for t in tensors:
+            dist.broadcast(t.data, src=self._src, group=self._table_group)
 
     def _table_grad_ready(self, param: torch.Tensor) -> None:
         task = torch._C._current_graph_task_id()
