@@ -17,6 +17,7 @@ from lookuplinear import (
     InputTypeError,
     InputValueError,
     KeyedBags,
+    KeyedTensor,
     LookupCollection,
     LookupLinear,
     LookupLinearError,
@@ -167,6 +168,30 @@ def test_nan_in_the_input_and_overflow_in_the_output_are_located() -> None:
         half.weight[1] = 60000.0
     text = str(check_equivalence(half, Bags.from_lists([[1, 1], [4], []])))
     assert "infinity in the output: bags [0] (1 of 3)" in text and "overflowed" in text
+
+
+def test_a_collection_of_several_dtypes_judges_each_table_by_its_own() -> None:
+    """A float64 table and a bfloat16 one: the bfloat16 table's rounding passes, and an error
+    of 1e-3 in the float64 table's columns fails, whichever table comes first."""
+    kb = KeyedBags.from_dict({"fa": [[1, 2, 3]] * 8, "fb": [[3, 5, 7, 7, 1, 2]] * 8})
+
+    class Off(LookupCollection):
+        def forward(self, kb: Any) -> Any:
+            kt = super().forward(kb)
+            at = 4 if self.tables[0].dtype == torch.bfloat16 else 0  # the float64 columns
+            v = kt.values().clone()
+            v[:, at:at + 4] += 1e-3
+            return KeyedTensor(kt.keys(), kt.length_per_key(), v)
+
+    for first, second in ((torch.float64, torch.bfloat16), (torch.bfloat16, torch.float64)):
+        torch.manual_seed(0)
+        configs = [TableConfig("a" if first == torch.float64 else "b", 10, 4,
+                               ["fa" if first == torch.float64 else "fb"], dtype=first),
+                   TableConfig("b" if first == torch.float64 else "a", 10, 4,
+                               ["fb" if first == torch.float64 else "fa"], dtype=second)]
+        assert check_equivalence(LookupCollection(configs), kb).ok
+        report = check_equivalence(Off(configs), kb)
+        assert not report.ok and "output['fa']" in str(report)
 
 
 def test_nan_in_a_collection_table_is_located() -> None:

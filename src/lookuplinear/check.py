@@ -556,11 +556,6 @@ def _check_collection(
             f"check_equivalence of a LookupCollection takes a KeyedBags, got "
             f"{type(kb).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
         )
-    dtype = collection.table_groups[0].dtype
-    default_rtol, default_atol = DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-5))
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-
     maps = list(collection.id_maps.values())
     modes = [m.training for m in maps]
     for m in maps:  # ID maps look up only: the check adds no ID
@@ -573,8 +568,8 @@ def _check_collection(
 
 
 def _compare_collection(
-    collection: LookupCollection, kb: KeyedBags, rtol: float, atol: float, seed: int,
-    max_bytes: int,
+    collection: LookupCollection, kb: KeyedBags, rtol: float | None, atol: float | None,
+    seed: int, max_bytes: int,
 ) -> EquivalenceReport:
     # fresh leaves on the tables' storage (as _probe for a layer): nothing reaches the
     # collection's .grad or a fused optimizer bound to its parameters
@@ -596,6 +591,12 @@ def _compare_collection(
     grads = torch.autograd.grad(out, leaves, upstream.to(out.dtype).to(out.device),
                                 allow_unused=True)
 
+    def tolerances(table: str) -> tuple[float, float]:
+        """The given tolerances, else those of the table's dtype (tables of several dtypes:
+        each judged by its own)."""
+        r, a = DEFAULT_TOLERANCES.get(tables[table].weight.dtype, (1e-5, 1e-5))
+        return (r if rtol is None else rtol), (a if atol is None else atol)
+
     refs, at = [], 0
     per_table: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {n: [] for n in names}
     for f, t in features:  # each feature's table as nn.Linear on its rows, its own columns
@@ -611,7 +612,17 @@ def _compare_collection(
                    for m in _input_nonfinite_named(kb[f], f)),
                  *(m for n in names for m in _nonfinite(f"table {n!r}", tables[n].weight)),
                  *_nonfinite("output", out, "bags")]
-    comparisons = [_compare("output", out.detach().cpu(), torch.cat(refs, dim=1), rtol, atol)]
+    got_out = out.detach().cpu()
+    if len({tolerances(t) for _, t in features}) == 1:
+        comparisons = [_compare("output", got_out, torch.cat(refs, dim=1),
+                                *tolerances(features[0][1]))]
+    else:  # each feature's columns within its table's tolerances
+        comparisons, at = [], 0
+        for (f, t), ref_out in zip(features, refs, strict=True):
+            width = ref_out.shape[1]
+            comparisons.append(_compare(f"output[{f!r}]", got_out[:, at:at + width], ref_out,
+                                        *tolerances(t)))
+            at += width
     for n in names:  # a table's gradient: the sum over the features that read it
         parts = per_table[n]
         rows = torch.unique(torch.cat([r for r, _ in parts]))
@@ -620,7 +631,8 @@ def _compare_collection(
             want.index_add_(0, torch.searchsorted(rows, r), g)
         group, first, cfg = collection._places[n]
         got, untouched = _grad_rows(grads[group], first, cfg.stored_rows, rows)
-        comparisons.append(_compare_rows(f"{n}.weight.grad", got, untouched, want, rtol, atol))
+        comparisons.append(_compare_rows(f"{n}.weight.grad", got, untouched, want,
+                                         *tolerances(n)))
     return EquivalenceReport(repr(kb), comparisons, nonfinite)
 
 
