@@ -22,6 +22,10 @@ from .rawids import as_int_ids, as_str_ids, check_strs
 
 #: an int64 map's call in training with ``admit_after=1``, in place on its state
 _ADMIT = torch.ops.lookuplinear.idmap_admit_.default
+#: why a recorded graph breaks at a map's call in training (``fullgraph=True`` says it)
+_OUTSIDE_GRAPHS = ("an IdMap in training mode gives rows to new IDs, changing its state on the "
+                   "host at every call: it runs outside a recorded graph (compile without "
+                   "fullgraph=True, or put the map in eval mode, which records its lookup)")
 
 __all__ = ["IdMap"]
 
@@ -182,9 +186,11 @@ class IdMap(AllOrNothingLoad):
             self.evicted = torch.zeros(0, dtype=torch.int64)  # nothing
         if not self.training:
             rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
-        elif torch.compiler.is_compiling():  # a graph being recorded: the call runs outside it
-            rows = self._rows_outside_graphs(flat)
         else:
+            if torch.compiler.is_compiling():  # a graph being recorded: the call runs outside
+                from torch._dynamo import graph_break  # loaded, as it records (not at import)
+
+                graph_break(msg=_OUTSIDE_GRAPHS)
             rows = self._train_rows(flat)
         if self.key_type == "str":  # the strings themselves hashed, where the map has none
             miss = rows < self.fallback_rows
@@ -207,13 +213,6 @@ class IdMap(AllOrNothingLoad):
             return rows
         return idmap_rows(self._admit(flat, idmap_find(self.table, flat)), flat,
                           self.fallback_rows)
-
-    #: :meth:`_train_rows` where ``torch.compile`` records: the graph breaks there, and with
-    #: ``fullgraph=True`` the error says why
-    _rows_outside_graphs = torch.compiler.disable(
-        _train_rows, reason="an IdMap in training mode gives rows to new IDs, changing its "
-        "state on the host at every call: it runs outside a recorded graph (compile without "
-        "fullgraph=True, or put the map in eval mode, which records its lookup)")
 
     def check(self, ids: Any) -> None:
         """Raise what :meth:`forward` raises for ``ids`` (IDs of the wrong type, missing or
