@@ -40,15 +40,17 @@ def local_batch(step: int, rank: int) -> tuple[KeyedBags, torch.Tensor]:
     return KeyedBags.from_dict(feats), torch.randn(BATCH, 24, generator=g)
 
 
-def one_process(start: dict[str, torch.Tensor], steps: int, world: int) -> LookupCollection:
-    """lookuplinear alone: every process's batch, each process's mean loss summed (TorchRec's
-    sharded tables sum the processes' gradients)."""
+def one_process(start: dict[str, torch.Tensor], steps: int, world: int,
+                optimizer: str) -> LookupCollection:
+    """lookuplinear alone: every process's batch, the mean of the processes' mean losses
+    (TorchRec's sharded tables average the processes' gradients, as DDP does)."""
     coll = LookupCollection(TABLES, sparse=True)
     coll.load_state_dict(start)
-    opt = optim.RowWiseAdagrad(coll.parameters(), lr=LR, eps=EPS, fused=True)
+    opt = (optim.SGD(coll.parameters(), lr=LR, fused=True) if optimizer == "sgd" else
+           optim.RowWiseAdagrad(coll.parameters(), lr=LR, eps=EPS, fused=True))
     for step in range(steps):
         loss = sum(nn.functional.mse_loss(coll(kb).values(), y)
-                   for kb, y in (local_batch(step, r) for r in range(world)))
+                   for kb, y in (local_batch(step, r) for r in range(world))) / world
         assert isinstance(loss, torch.Tensor)
         loss.backward()
         opt.step()
@@ -59,13 +61,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--save", default=None)
+    p.add_argument("--optimizer", choices=("rowwise_adagrad", "sgd"), default="rowwise_adagrad")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     coll = LookupCollection(TABLES)  # the same tables in every process
     start = {k: v.clone() for k, v in coll.state_dict().items()}
-    dmp = shard_collection(coll, sharding="table_wise", optimizer="rowwise_adagrad", lr=LR,
+    dmp = shard_collection(coll, sharding="table_wise", optimizer=args.optimizer, lr=LR,
                            eps=EPS, is_weighted=False)  # the batches have no weights
     for step in range(args.steps):
         kb, y = local_batch(step, rank)
@@ -73,11 +76,12 @@ def main() -> None:
     back = gather_collection(dmp, coll)  # rank 0: a LookupCollection of the trained tables
     if rank == 0:
         trained = {k: v.detach().clone() for k, v in back.state_dict().items()}
-        alone = one_process(start, args.steps, world)
+        alone = one_process(start, args.steps, world, args.optimizer)
         diff = max(float((back.state_dict()[k] - alone.state_dict()[k]).abs().max())
                    for k in start)
-        print(f"TorchRec, {world} processes table-wise x {args.steps} steps: largest difference "
-              f"from lookuplinear RowWiseAdagrad in one process {diff:.3g}")
+        print(f"TorchRec, {world} processes table-wise x {args.steps} steps of "
+              f"{args.optimizer}: largest difference from lookuplinear in one process "
+              f"{diff:.3g}")
         opt = optim.RowWiseAdagrad(back.parameters(), lr=LR, eps=EPS)
         kb, y = local_batch(args.steps, 0)
         nn.functional.mse_loss(back(kb).values(), y).backward()

@@ -100,11 +100,17 @@ def test_errors(tmp_path: Path) -> None:
 TORCHREC_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "torchrec_sharded.py"
 
 
-def test_torchrec_table_wise_equals_one_process_and_comes_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "sgd"])
+def test_torchrec_table_wise_equals_one_process_and_comes_back(tmp_path: Path,
+                                                               optimizer: str) -> None:
+    """TorchRec's sharded tables average the processes' gradients, as DDP does: the one
+    process run takes the mean of their mean losses (SGD moves by the gradient itself, so a
+    sum would be twice off)."""
     pytest.importorskip("torchrec")
     out = tmp_path / "tables.safetensors"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", str(TORCHREC_EXAMPLE), "--steps", "20", "--save", str(out)]
+           "2", str(TORCHREC_EXAMPLE), "--steps", "20", "--save", str(out),
+           "--optimizer", optimizer]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     if run.returncode != 0 and "terminate called without an active exception" in run.stderr:
         # a worker aborted in the process group's teardown (a thread still joinable at exit,

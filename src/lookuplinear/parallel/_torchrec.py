@@ -74,7 +74,7 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
     process's batch, ``KeyedBags.to_kjt()``) to the pooled outputs ``(N, sum of dims)``, feature
     after feature as ``LookupCollection`` orders them. ``optimizer`` (TorchRec's ``SGD``,
     ``Adagrad`` or ``RowWiseAdagrad``, FBGEMM's fused kernels) updates the tables in backward.
-    A sharded table sums the processes' gradients. ``is_weighted``: as
+    A sharded table averages the processes' gradients, as DDP does. ``is_weighted``: as
     ``LookupCollection.to_torchrec`` takes it (needed for a collection built with
     ``is_weighted=None``: whether the batches' weights scale their rows).
 
