@@ -138,6 +138,8 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     with one_process(tmp_path):
         with pytest.raises(InputValueError, match="GPUs only"):
             shard_collection(coll, sharding="row_wise")
+        with pytest.raises(InputValueError, match="each process would train its own copy"):
+            shard_collection(coll, sharding="data_parallel")
         with pytest.raises(InputValueError, match="optimizer"):
             shard_collection(coll, optimizer="adam")
     monkeypatch.setattr(torchrec, "__version__", "0.9.0")

@@ -23,7 +23,7 @@ __all__ = ["TESTED_TORCHREC", "gather_collection", "require_torchrec", "shard_co
 #: the TorchRec release these functions are tested with (torch 2.13.0, fbgemm-gpu-cpu 1.8.0)
 TESTED_TORCHREC = "1.8"
 _OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad")
-_SHARDINGS = ("table_wise", "row_wise", "column_wise", "data_parallel")
+_SHARDINGS = ("table_wise", "row_wise", "column_wise")
 
 
 def require_torchrec() -> Any:
@@ -93,6 +93,14 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
             "shard_collection needs the default process group: call "
             "torch.distributed.init_process_group('gloo') (or 'nccl') in every process first."
         )
+    if sharding == "data_parallel":
+        raise InputValueError(
+            "sharding='data_parallel' replicates the tables and leaves their gradients to DDP's "
+            "all-reduce, which comes after the update shard_collection applies in the backward: "
+            "each process would train its own copy on its own batches. Use "
+            "sharding='table_wise' (or lookuplinear.parallel.DistributedDataParallel to "
+            "replicate the tables)."
+        )
     if sharding not in _SHARDINGS:
         raise InputValueError(f"sharding must be one of {_SHARDINGS}, got {sharding!r}.")
     if optimizer not in _OPTIMIZERS:
@@ -101,7 +109,7 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
     if device.type == "cpu" and sharding in ("row_wise", "column_wise"):
         raise InputValueError(
             f"sharding={sharding!r} runs on GPUs only in TorchRec; on the CPU use "
-            "sharding='table_wise' (or 'data_parallel')."
+            "sharding='table_wise'."
         )
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
