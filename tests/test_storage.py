@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,12 @@ def test_lazy_rows_follow_the_in_memory_distributions() -> None:
 
 
 def test_creating_a_huge_table_writes_nothing(tmp_path: Path) -> None:
-    layer = LookupLinear(10**9, 64, storage=tmp_path / "t", bias=False, seed=0)  # 256 GB
+    import contextlib
+
+    st = os.statvfs(tmp_path)  # a disk smaller than the table: creating it says so
+    small = st.f_bavail * st.f_frsize < 10**9 * 64 * 4
+    with pytest.warns(UserWarning, match="SIGBUS") if small else contextlib.nullcontext():
+        layer = LookupLinear(10**9, 64, storage=tmp_path / "t", bias=False, seed=0)  # 256 GB
     layer(torch.tensor([0, 10**9 - 1]))
     assert (tmp_path / "t" / "weight.bin").stat().st_size == 10**9 * 64 * 4
     used = sum(p.stat().st_blocks * 512 for p in (tmp_path / "t").iterdir())
@@ -271,6 +277,21 @@ def test_under_torch_compile_rows_are_drawn_after_another_compiled_collection(
     assert storage is not None and storage.drawn_rows().tolist() == [3, 4]
     assert torch.equal(out, coll(kb).values()) and bool(out.abs().sum() > 0)
     torch._dynamo.reset()
+
+
+def test_a_table_larger_than_the_free_disk_warns_when_created(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sparse, memory-mapped file written past the free space ends the process (SIGBUS):
+    creating a table larger than the space free says so first."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(os, "statvfs", lambda _: SimpleNamespace(f_bavail=1, f_frsize=4096))
+    with pytest.warns(UserWarning, match=r"needs up to 6,400 bytes .* has 4,096 free.*SIGBUS"):
+        LookupLinear(100, 16, storage=tmp_path / "big", seed=0)
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LookupLinear(100, 16, storage=tmp_path / "fits", seed=0)
 
 
 @pytest.mark.parametrize("nested", [False, True])

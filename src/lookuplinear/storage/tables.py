@@ -44,6 +44,7 @@ import mmap
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +259,7 @@ class TableStorage:
                 f"storage={str(path)!r}: the directory {str(path.parent)!r} does not exist. "
                 "Create it first."
             )
+        _warn_if_it_may_not_fit(path.parent, rows * dim * dtype.itemsize)
         meta = {"format": FORMAT, "version": _VERSION, "rows": rows, "dim": dim, "dtype": name,
                 "init": init, "seed": seed, **layer}
         tmp = path.with_name(path.name + ".new")
@@ -486,6 +488,26 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
             "would replace it by the given tensor (the file would no longer follow the layer). "
             "Load without assign=True: the values are copied into the file."
         )
+
+
+def _warn_if_it_may_not_fit(directory: Path, nbytes: int) -> None:
+    """Warn when the file system of ``directory`` has less space free than a table of
+    ``nbytes`` takes once every row is written: its file is sparse and memory-mapped, and a
+    page written past the free space cannot be reported as an error (the kernel ends the
+    process with SIGBUS)."""
+    try:
+        st = os.statvfs(directory)
+    except (AttributeError, OSError):  # not a POSIX system, or the call is refused
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes:
+        warnings.warn(
+            f"the table needs up to {nbytes:,} bytes at {str(directory)!r} as its rows are "
+            f"written (a sparse file: nothing yet), and that file system has {free:,} free; "
+            "the table is memory-mapped, so a row written once the disk is full ends the "
+            "process (SIGBUS), not with an exception. Free space, or put it on a larger disk "
+            "(its optimizer's state files take as much again, or twice for Adam).",
+            UserWarning, stacklevel=3)
 
 
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
