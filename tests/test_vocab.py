@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lookuplinear import (
+    InputTypeError,
     InputValueError,
     LookupIndexError,
     LookupLinear,
@@ -44,6 +45,22 @@ def test_unknown_token_without_unknown_entry_raises_key_error() -> None:
     with pytest.raises(UnknownTokenError, match="unknown='<unk>'") as info:
         Vocab(["a"]).encode(["b"])
     assert isinstance(info.value, KeyError) and isinstance(info.value, LookupLinearError)
+
+
+def test_integer_tokens_in_a_tensor_or_array_are_read_by_their_values() -> None:
+    """A tensor of raw IDs encodes as the list of the same IDs (its elements are 0-d
+    tensors, which would each be an unknown token)."""
+    import numpy as np
+
+    v = Vocab([10, 20, 30], unknown=-1)
+    want = torch.tensor([1, 2, 3])
+    for tokens in ([20, 30, 99], torch.tensor([20, 30, 99]), np.array([20, 30, 99])):
+        assert torch.equal(v.encode(tokens), want)
+    words = Vocab(["the", "cat"])
+    assert words.decode(1) == words.decode(torch.tensor(1)) == ["cat"]
+    assert words.decode(np.array([1, 0])) == ["cat", "the"]
+    with pytest.raises(InputTypeError, match="integer indices"):
+        words.decode([1.0])
 
 
 def test_decode_errors() -> None:

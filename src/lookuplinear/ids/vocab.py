@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
 import string
 from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
-from ..errors import InputValueError, LookupIndexError, UnknownTokenError
+from ..errors import InputTypeError, InputValueError, LookupIndexError, UnknownTokenError
 
 __all__ = ["Vocab"]
 
@@ -104,7 +107,11 @@ class Vocab:
         --------
         >>> Vocab(["the", "cat"], unknown="<unk>").encode(["the", "dog", "cat"])
         tensor([0, 2, 1])
+
+        A tensor or numpy array of integer tokens (raw IDs) is read by its values.
         """
+        if isinstance(tokens, torch.Tensor | np.ndarray):
+            tokens = tokens.tolist()
         return torch.tensor([self[t] for t in tokens], dtype=torch.long)
 
     def decode(self, indices: torch.Tensor | Sequence[int]) -> str | list[Hashable]:
@@ -115,7 +122,15 @@ class Vocab:
         >>> Vocab(["the", "cat"]).decode([1, 0])
         ['cat', 'the']
         """
-        flat = indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
+        flat: list[Any] = (
+            indices.reshape(-1).tolist() if isinstance(indices, torch.Tensor) and
+            indices.dim() == 0 else indices.tolist() if isinstance(indices, torch.Tensor)
+            else [indices] if isinstance(indices, numbers.Integral) else list(indices))
+        if any(isinstance(i, bool) or not isinstance(i, numbers.Integral | list) for i in flat):
+            raise InputTypeError(
+                f"decode expects integer indices, got {sorted({type(i).__name__ for i in flat})}"
+                "; pass the row indices (a list or an integer tensor)."
+            )
         if any(isinstance(i, list) for i in flat):
             raise InputValueError(
                 "decode expects a 1-D sequence of indices; decode rows one by one."
