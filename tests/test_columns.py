@@ -151,7 +151,7 @@ except ImportError:  # an optional dependency
     pd = None
 
 LIST_FORMS = ["list", "object", "object_of_arrays"] + (["pandas"] if pd else []) + (
-    ["pyarrow", "pyarrow_chunked", "pyarrow_sliced"] if pa else []) + (
+    ["pyarrow", "pyarrow_chunked", "pyarrow_sliced", "pyarrow_list_view"] if pa else []) + (
     ["pandas_arrow"] if pd and pa else [])
 SCALAR_FORMS = ["list", "numpy", "numpy_int32", "object"] + (["pandas"] if pd else []) + (
     ["pyarrow"] if pa else [])
@@ -175,6 +175,12 @@ def _list_column(form: str, bags: list[list[int]]):
                                  pa.array(bags[h:], type=pa.list_(pa.int64()))])
     if form == "pyarrow_sliced":  # offsets that do not start at 0
         return pa.array([[5, 5], *bags], type=pa.list_(pa.int64()))[1:]
+    if form == "pyarrow_list_view":  # each row's start and size, rows stored in reverse
+        flat = [i for b in reversed(bags) for i in b]
+        ends = np.cumsum([len(b) for b in reversed(bags)])[::-1]
+        sizes = np.array([len(b) for b in bags], dtype=np.int32)
+        return pa.ListViewArray.from_arrays(pa.array((ends - sizes).astype(np.int32)),
+                                            pa.array(sizes), pa.array(flat, pa.int64()))
     assert form == "pandas_arrow"
     return pd.Series(bags, dtype=pd.ArrowDtype(pa.list_(pa.int64())))
 

@@ -175,6 +175,27 @@ def _arrow_list(column: Any) -> Any:
     return column
 
 
+def _arrow_view_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_arrow_bags` of a pyarrow list_view column: its rows' IDs gathered in row order
+    (its offsets are each row's start in the values, not CSR offsets)."""
+    starts = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    sizes = column.sizes.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = column.values
+    if values.null_count:
+        raise InputValueError(
+            f"column {name!r}: a missing ID (null) in its values; IDs must be integers. Drop "
+            "or fill the missing values before building the batch."
+        )
+    at = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+    ids = values.to_numpy(zero_copy_only=False)
+    if ids.dtype == object and hasattr(values.type, "value_type"):
+        raise InputTypeError(
+            f"column {name!r}: lists nested in lists (type {column.type}); give one list of "
+            "integer IDs per row."
+        )
+    return _ids(name, ids[at], listed=True), sizes
+
+
 def _arrow_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
     if column.null_count:
         i = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
@@ -182,6 +203,8 @@ def _arrow_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
             f"column {name!r}: row {i} is a missing list (null); give an empty list for no "
             "IDs (e.g. fill_null([]))."
         )
+    if hasattr(column, "sizes"):  # a list_view: each row's start and size, in any order
+        return _arrow_view_bags(name, column)
     offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
     flat = column.flatten()
     if flat.null_count:
