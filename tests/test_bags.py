@@ -415,3 +415,16 @@ def test_from_checked_keeps_the_tensors() -> None:
     kb = KeyedBags.from_checked(["a", "b"], idx, off)  # a: [3, 1], b: [2]
     assert kb.keys() == ["a", "b"] and kb.batch_size == 1 and kb.values is idx
     assert torch.equal(kb["b"].indices, torch.tensor([2]))
+
+
+def test_keyed_batches_without_keys_and_keyed_tensors_of_mismatched_widths() -> None:
+    """A batch of no keys is TorchRec's empty KeyedJaggedTensor (it divided by zero); a
+    KeyedTensor with one width too few says so (a bare zip error)."""
+    from lookuplinear import KeyedBags, KeyedTensor
+
+    empty = torch.tensor([], dtype=torch.long)
+    kb = KeyedBags([], empty, lengths=empty)
+    assert kb.keys() == [] and kb.batch_size == 0
+    with pytest.raises(InputValueError, match="one width per key"):
+        KeyedTensor(["a", "b"], [2], torch.zeros(2, 3))
+

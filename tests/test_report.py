@@ -83,6 +83,18 @@ def test_help_on_each_subcommand(command: str, capsys: pytest.CaptureFixture[str
     assert f"usage: lookuplinear {command}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["bench", "--quick", "--out"], ["report", "--out"],
+                                  ["explain", "--png"]])
+def test_an_output_folder_that_is_a_file_is_refused_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    assert main([*argv, str(taken)]) != 0
+    out, err = capsys.readouterr()
+    assert "is a file; give a folder" in err and "Traceback" not in err
+    assert out == ""  # nothing computed or printed first
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_bench_cuda_without_a_gpu_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -103,3 +103,15 @@ def output_path(given: Path | None, prefix: Path | None, suffix: str) -> Path:
     assert prefix is not None
     stem = fasttext_stem(prefix)
     return stem.with_name(stem.name + suffix)
+
+
+def output_dir(path: Path | None, flag: str) -> None:
+    """Refuse, before any work, an output folder ``path`` that exists as something else (a
+    file): the command would fail at its end, writing its results."""
+    if path is not None and path.exists() and not path.is_dir():
+        from ..errors import InputValueError
+
+        raise InputValueError(
+            f"{flag} {str(path)!r} is a file; give a folder (created if missing) for the "
+            "results."
+        )

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._args import positive_int
+from ._args import output_dir, positive_int
 
 __all__ = ["add_parser", "bench", "run"]
 
@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from .._device import check_device
     from ..errors import InputValueError
 
+    output_dir(args.out, "--out")
     try:
         check_device(args.device, flag="--device")
     except InputValueError as e:  # a usage error: exit code 2, as for a bad --device choice

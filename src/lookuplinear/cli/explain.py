@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._args import positive_int
+from ._args import output_dir, positive_int
 
 __all__ = ["add_parser", "run"]
 
@@ -71,6 +71,7 @@ def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
 
+    output_dir(args.png, "--png")
     seeds, n, d, indices, seed = resolve(args)
     bad = [i for i in indices if not 0 <= i < n]
     if bad:

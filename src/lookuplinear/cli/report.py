@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._args import positive_int
+from ._args import output_dir, positive_int
 
 __all__ = ["add_parser", "run"]
 
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from .bench import bench
     from .explain import draw
 
+    output_dir(args.out, "--out")
     start = time.perf_counter()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

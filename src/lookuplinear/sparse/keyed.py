@@ -169,7 +169,7 @@ class KeyedBags:
             raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
         w = None if weights is None else check_weights(weights, vals, "KeyedBags", "values",
                                                          "entry of values")
-        per_key = [n_bags // len(keys)] * len(keys) if strides is None else [
+        per_key = [n_bags // max(len(keys), 1)] * len(keys) if strides is None else [
             sum(r) for r in strides]
         inverse = None if inverse_indices is None else _inverse(inverse_indices, keys, per_key,
                                                                  vals.device)

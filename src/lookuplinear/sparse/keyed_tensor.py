@@ -7,6 +7,7 @@ from itertools import accumulate, pairwise
 
 import torch
 
+from ..errors import InputValueError
 from .pytree import register_node
 
 __all__ = ["KeyedTensor"]
@@ -33,6 +34,11 @@ class KeyedTensor:
                  values: torch.Tensor) -> None:
         self._keys = list(keys)
         self._lengths = list(map(int, length_per_key))
+        if len(self._lengths) != len(self._keys):
+            raise InputValueError(
+                f"KeyedTensor: one width per key; got {len(self._lengths)} widths "
+                f"(length_per_key) for {len(self._keys)} keys {self._keys}."
+            )
         starts = [0, *accumulate(self._lengths)]
         self._starts = dict(zip(self._keys, pairwise(starts), strict=True))
         self._values = values
