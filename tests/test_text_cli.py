@@ -974,6 +974,35 @@ def test_quantize_retrain_qnorm_dsub(
     assert capsys.readouterr().out.splitlines()[1] == "P@1\t1"
 
 
+@NOT_LEARNING
+def test_quantize_retrain_weighs_a_softmax_line_per_label_as_train_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """-retrain on lines of several labels: each line once per label the model has, weighted
+    1/(those labels), as supervised trains it (it took each line's first label only)."""
+    import lookuplinear.sklearn._prune as prune
+
+    lines = ["__label__sport __label__football goal match team",
+             "__label__politics vote election party"] * 20
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["supervised", "-input", "t.txt", "-output", "m", "-loss", "softmax",
+                 "-dim", "4", "-epoch", "2", "-verbose", "0"]) == 0
+    seen: dict[str, Any] = {}
+    real = prune.retrain
+
+    def spy(est: Any, X: Any, y: Any, **kw: Any) -> Any:
+        seen.update(y=list(y), weight=kw.get("sample_weight"))
+        return real(est, X, y, **kw)
+
+    monkeypatch.setattr(prune, "retrain", spy)
+    assert main(["quantize", "-input", "t.txt", "-output", "m", "-cutoff", "5", "-retrain",
+                 "-epoch", "1"]) == 0
+    assert seen["y"][:3] == ["__label__sport", "__label__football", "__label__politics"]
+    assert len(seen["y"]) == 60
+    np.testing.assert_array_equal(seen["weight"][:3], [0.5, 0.5, 1.0])
+
+
 # ---------------------------------------------------------------------- input as trained
 @pytest.fixture
 def tsv_file(tmp_path: Path) -> Path:

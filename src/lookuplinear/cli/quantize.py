@@ -208,23 +208,29 @@ def prune(model: Any, args: argparse.Namespace) -> str:
     note = f", {len(rows)} rows kept"
     if data is not None:
         known = set(model.labels)
+        weight = None
         if est.multilabel_:
             from sklearn.preprocessing import MultiLabelBinarizer
 
             y = MultiLabelBinarizer(classes=model.labels).fit_transform(
                 [[lab for lab in ls if lab in known] for ls in data.labels])
             texts = data.texts
-        else:  # softmax: the first label of a line, among the model's
-            pick = [i for i, ls in enumerate(data.labels) if ls[0] in known]
+        else:  # softmax: a line once per label of the model's it has, weighted 1/(those),
+            # as train weighs it (the expectation of fastText's draw of one label a line)
+            per = [[lab for lab in ls if lab in known] for ls in data.labels]
+            pick = [i for i, ls in enumerate(per) for _ in ls]
             texts = [data.texts[i] for i in pick]
-            y = np.asarray([data.labels[i][0] for i in pick])
+            y = np.asarray([lab for ls in per for lab in ls])
+            counts = np.asarray([len(per[i]) for i in pick])
+            weight = None if not counts.size or counts.max() <= 1 else 1.0 / counts
         epochs = args.epoch if args.epoch is not None else max(est.n_iter_, 1)
         lr = args.lr if args.lr is not None else est._learning_rate() / RETRAIN_LR_DIVISOR
         n_jobs = est.n_jobs
         if args.thread is not None:  # -thread: this retraining's threads only
             est.set_params(n_jobs=args.thread)
         try:
-            retrain(est, vec.transform(texts), y, epochs=epochs, learning_rate=lr)
+            retrain(est, vec.transform(texts), y, epochs=epochs, learning_rate=lr,
+                    sample_weight=weight)
         finally:
             est.set_params(n_jobs=n_jobs)
         note += f", retrained {epochs} epochs on {len(texts)} examples"

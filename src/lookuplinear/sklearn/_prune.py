@@ -81,12 +81,12 @@ def keep_rows(estimator: Any, rows: np.ndarray) -> Any:
     return estimator
 
 
-def retrain(estimator: Any, X: Any, y: Any, *, epochs: int, learning_rate: float | None = None
-            ) -> Any:
+def retrain(estimator: Any, X: Any, y: Any, *, epochs: int, learning_rate: float | None = None,
+            sample_weight: Any = None) -> Any:
     """Fine-tune the fitted estimator (the kept rows and the output layer) for ``epochs`` more
-    passes over ``(X, y)``, from fresh optimizer state at ``learning_rate`` (default: the
-    estimator's), as fastText's ``quantize -retrain -epoch -lr`` does; returns it. Its
-    parameters are as before afterwards."""
+    passes over ``(X, y)`` (each row weighted by ``sample_weight``), from fresh optimizer state
+    at ``learning_rate`` (default: the estimator's), as fastText's ``quantize -retrain -epoch
+    -lr`` does; returns it. Its parameters are as before afterwards."""
 
     saved = estimator.get_params()
     try:
@@ -94,7 +94,7 @@ def retrain(estimator: Any, X: Any, y: Any, *, epochs: int, learning_rate: float
         if learning_rate is not None:
             estimator.set_params(learning_rate_init=learning_rate)
         _new_optimizers(estimator)
-        estimator.fit(X, y)
+        estimator.fit(X, y, sample_weight=sample_weight)
     finally:
         estimator.set_params(**{k: saved[k] for k in
                                 ("warm_start", "max_iter", "learning_rate_init")})
