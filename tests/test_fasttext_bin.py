@@ -394,20 +394,16 @@ def test_softmax_on_lines_with_several_labels_keeps_every_label(tmp_path: Path,
     model = load_model(tmp_path / "m.bin")
     assert model.labels == ["__label__football", "__label__politics", "__label__sport"]
     got = dict(zip(*model.predict("goal match", k=-1), strict=True))
-    for _ in range(20):  # the module's training sometimes stops with "Encountered NaN.", or
-        try:              # ends with NaN weights (every probability its floor, 1e-5)
-            ft = fasttext.train_supervised(input=str(path), loss="softmax", dim=4, epoch=10,
-                                           lr=0.1, verbose=0, thread=1)
-        except RuntimeError:
-            continue
-        want = dict(zip(*ft.predict("goal match", k=-1), strict=True))
-        if sum(want.values()) > 0.5:
-            break
-    else:
-        pytest.skip("fastText's training failed 20 times")
-    assert set(got) == set(want)
     # the two labels of those lines share nearly all the probability, about evenly, as the
     # expectation of fastText's draw gives (its own model's split varies with its random
     # draws, from even to one label only: not asked)
     assert got["__label__sport"] + got["__label__football"] > 0.9
     assert abs(got["__label__sport"] - got["__label__football"]) < 0.3
+    for _ in range(20):  # the module's training sometimes stops with "Encountered NaN."
+        try:
+            ft = fasttext.train_supervised(input=str(path), loss="softmax", dim=4, epoch=10,
+                                           lr=0.1, verbose=0, thread=1)
+        except RuntimeError:
+            continue
+        assert sorted(ft.labels) == model.labels  # every label kept, as fastText keeps it
+        break
