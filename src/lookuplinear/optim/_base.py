@@ -57,6 +57,8 @@ _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nestero
 #: ``torch.optim.Optimizer.__setstate__`` adds to an optimizer's defaults when it loads a state
 #: dict, is copied or unpickled: never one a state dict must hold
 _HOW_KEYS = frozenset({"foreach", "fused", "capturable", "differentiable"})
+#: the group values that are numbers >= 0 (a rate, epsilon, decay or momentum)
+_NUMBER_KEYS = ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay")
 
 
 def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
@@ -271,7 +273,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         epsilon, decay or momentum that is not a number >= 0, ``betas`` not two numbers in
         ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept)."""
         for key, value in options.items():
-            if key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay") and (
+            if key in _NUMBER_KEYS and (
                 isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0
             ):
                 raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}.")
@@ -310,7 +312,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 "optimizer it comes from. Nothing was loaded."
             )
         loaded = {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
-        for key in ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay"):
+        for key in _NUMBER_KEYS:
             value = loaded.get(key)
             if isinstance(value, torch.Tensor) and value.numel() == 1:  # torch.optim's tensor lr
                 loaded[key] = value.item()

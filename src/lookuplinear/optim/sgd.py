@@ -85,13 +85,12 @@ class SGD(RowSparseOptimizer):
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
-        if group["momentum"] != 0:
-            state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
+        self._complete_state(p, state, group)
 
     def _complete_state(self, p: torch.Tensor, state: dict[str, Any],
                         group: dict[str, Any]) -> None:
-        """A momentum buffer, zero, where momentum was raised from 0 since the state was made
-        (``torch.optim.SGD`` starts one then too)."""
+        """A momentum buffer, zero, where momentum is on (also where it was raised from 0
+        since the state was made: ``torch.optim.SGD`` starts one then too)."""
         if group["momentum"] != 0 and "momentum_buffer" not in state:
             state["momentum_buffer"] = zeros_like(p, name="momentum_buffer")
 
