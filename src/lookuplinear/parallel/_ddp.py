@@ -128,19 +128,15 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         with torch.no_grad():
             for p in self._tables:
                 dist.broadcast(p.data, src=self._src, group=self._table_group)
-        #: tables only: what PyTorch's constructor and forward broadcast from the first rank
-        #: (its frozen parameters and buffers; each forward, the buffers)
-        self._states: list[torch.Tensor] = []
+        #: tables only: the buffers PyTorch's forward broadcasts from the first rank (its
+        #: constructor broadcasts them and the frozen parameters)
         self._buffers_synced: list[torch.Tensor] = []
         if self._tables_only:
             skip = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ())) | set(tables)
-            self._states = [t for n, t in module.named_parameters() if n not in skip]
-            self._buffers_synced = [t for n, t in module.named_buffers() if n not in skip]
             if kwargs.get("broadcast_buffers", args[3] if len(args) > 3 else True):
-                self._states += self._buffers_synced
-            else:
-                self._buffers_synced = []
-            self._sync(self._states)
+                self._buffers_synced = [t for n, t in module.named_buffers() if n not in skip]
+            self._sync([t for n, t in module.named_parameters() if n not in skip]
+                       + self._buffers_synced)
         # this wrapper (or PyTorch's reducer) handles the gradients in the backward: a fused
         # optimizer made later refuses them
         reserve([p for p in module.parameters() if p.requires_grad],
