@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelFileError
+from ..text._files import FASTTEXT_WHITESPACE
 from ._predict import class_scores, raw_output
 
 __all__ = ["FORMAT", "VERSION", "TextModel", "load_model", "save_model"]
@@ -80,7 +81,7 @@ READS = ("1", "2", "3")
 _BUCKETS = "vectorizer.buckets"
 #: the whitespace fastText splits a line at, kept (a captured group): dropping a label token
 #: leaves every other token as fastText and the vectorizer read it
-_SPACES = re.compile(r"([ \t\n\v\f\r\0]+)")
+_SPACES = re.compile(f"([{FASTTEXT_WHITESPACE}]+)")
 
 
 class TextModel:

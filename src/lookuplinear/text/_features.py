@@ -20,6 +20,7 @@ import numpy as np
 from .._sizes import as_size
 from ..errors import InputValueError
 from ..ops import Tokens, count_matrix, token_ids
+from ._files import FASTTEXT_WHITESPACE
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -31,9 +32,9 @@ __all__ = ["WHITESPACE", "TextFeatures", "check_buckets", "check_params", "keep_
 #: character ``str.isspace`` names (``str.split()``, scikit-learn's ``token_pattern=r"\S+"``);
 #: ``"fasttext"``: only those fastText splits at (``Dictionary::readWord``)
 WHITESPACE = ("unicode", "fasttext")
-#: a fastText token: a run of characters other than space, tab, ``\n``, ``\v``, ``\f``,
-#: ``\r`` and NUL (a no-break space, U+3000 or U+2028 is part of a token)
-_FASTTEXT_TOKEN = re.compile(r"[^ \t\n\v\f\r\0]+")
+#: a fastText token: a run of characters other than fastText's whitespace (a no-break space,
+#: U+3000 or U+2028 is part of a token)
+_FASTTEXT_TOKEN = re.compile(f"[^{FASTTEXT_WHITESPACE}]+")
 
 
 def _decoded(doc: Any, lowercase: bool) -> str:

@@ -28,7 +28,8 @@ __all__ = ["LABEL_PREFIX", "LabelledTexts", "check_threshold", "precision_recall
 LABEL_PREFIX = "__label__"
 #: the characters fastText splits a line's tokens at (``Dictionary::readWord``); other Unicode
 #: spaces (U+00A0, U+3000, ...) are part of a token
-_FASTTEXT_SPACES = re.compile(r"[ \t\n\v\f\r\0]+")
+FASTTEXT_WHITESPACE = " \t\n\v\f\r\0"
+_FASTTEXT_SPACES = re.compile(f"[{FASTTEXT_WHITESPACE}]+")
 
 
 def _fasttext_split(line: str) -> list[str]:
