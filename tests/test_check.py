@@ -144,6 +144,42 @@ def test_default_tolerances_per_dtype(dtype: torch.dtype) -> None:
     assert rtol == (1e-10 if dtype == torch.float64 else 5e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "shape"), [(50, (2048, 30)), (3, (4000, 10))])
+def test_a_large_batch_is_not_called_different_for_its_rounding(
+        dtype: torch.dtype, rows: int, shape: tuple[int, int]) -> None:
+    """A row read thousands of times sums thousands of gradient terms in the layer's dtype,
+    as nn.Embedding's own backward does (the same values, checked here): that rounding is
+    allowed, and a gradient 1% off is still found where the dtype can tell."""
+    torch.manual_seed(0)
+    layer = LookupLinear(rows, 16, dtype=dtype)
+    x = torch.randint(0, rows, shape)
+    report = check_equivalence(layer, x)
+    assert report.ok, str(report)
+    assert report.comparisons[1].terms > 1000 and "rounding of sums" in str(report)
+
+    stock = nn.Embedding(rows, 16, dtype=dtype, _weight=layer.weight.detach().clone())
+    up = torch.randn(*shape, 16, dtype=torch.float64).to(dtype)
+    ours = torch.autograd.grad(layer(x), layer.weight, up)[0]
+    theirs = torch.autograd.grad(stock(x), stock.weight, up)[0]
+    assert torch.equal(ours.to_dense() if ours.is_sparse else ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_large_batch_still_finds_a_gradient_one_percent_off(
+        dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    def one_percent_off(input: Any, weight: torch.Tensor, *args: Any, **kw: Any) -> torch.Tensor:
+        out = lookup_linear(input, weight, *args, **kw)
+        return out + 0.01 * (lookup_linear(input, weight, *args, **kw)
+                             - lookup_linear(input, weight.detach(), *args, **kw))
+
+    monkeypatch.setattr(lookuplinear.modules.layer, "lookup_linear", one_percent_off)
+    torch.manual_seed(0)
+    report = check_equivalence(LookupLinear(50, 16, dtype=dtype),
+                               torch.randint(0, 50, (2048, 30)))
+    assert [c.name for c in report.comparisons if not c.ok] == ["weight.grad"], str(report)
+
+
 @pytest.mark.parametrize("read", [True, False])
 def test_nan_in_the_weight_is_located_not_called_different(read: bool) -> None:
     layer = LookupLinear(10, 3)

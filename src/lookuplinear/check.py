@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 #: ``(rtol, atol)`` per dtype of the layer. The reference is computed in float64, so these bound
-#: the layer's own rounding: a different summation order than the matmul, in the layer's dtype.
+#: the layer's own rounding of a value; the rounding of a sum of many terms is allowed on top
+#: (:func:`_rounding_allowance`).
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-10, 1e-10),
     torch.float32: (1e-5, 1e-5),
@@ -53,13 +54,18 @@ class Comparison:
     ok: bool
     #: values that are NaN or infinite in either: left out of the differences, and a FAIL
     nonfinite: int = 0
+    #: the most terms a compared value sums (0: not counted); the rounding of such a sum is
+    #: allowed on top of ``rtol`` and ``atol`` (:func:`_rounding_allowance`)
+    terms: int = 0
 
     def __str__(self) -> str:
         verdict = "ok  " if self.ok else "FAIL"
         skipped = f", {self.nonfinite} not finite" if self.nonfinite else ""
+        summed = f", + rounding of sums of up to {self.terms} terms" if self.terms > 1 else ""
         return (
             f"{verdict} {self.name:<14} max|diff|={self.max_abs_diff:.3g}  "
-            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g}{skipped})"
+            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g}"
+            f"{summed}{skipped})"
         )
 
 
@@ -109,25 +115,57 @@ class EquivalenceReport:
         return "\n".join([head, *found, *(f"  {c}" for c in self.comparisons)])
 
 
+#: how many standard deviations of random rounding errors :func:`_rounding_allowance` covers
+_ROUNDING_SPREAD = 5.0
+
+
+def _rounding_allowance(magnitude: torch.Tensor, terms: torch.Tensor | int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """What rounding in ``dtype`` may add to sums of ``terms`` products whose absolute values
+    sum to ``magnitude`` (both broadcast), in whatever order they are added.
+
+    The smaller of the worst case ``gamma_n * magnitude`` (``gamma_n = n u / (1 - n u)``,
+    Higham, *Accuracy and Stability of Numerical Algorithms*, 4.2) and the bound that holds
+    with probability ``1 - 2 exp(-_ROUNDING_SPREAD**2 / 2)`` for independent rounding errors,
+    ``_ROUNDING_SPREAD * sqrt(n) * u * magnitude`` (Higham and Mary, *A New Approach to
+    Probabilistic Rounding Error Analysis*, 2019), ``u`` the unit roundoff of ``dtype`` and
+    ``n`` the terms plus two roundings (a product's, a mean's scale). A bfloat16 table
+    whose row a batch reads 1,000 times sums 1,000 gradient terms with 8 mantissa bits, as
+    ``nn.Embedding`` does: its gradient may be off by several percent, which ``rtol`` alone
+    would call a difference.
+    """
+    u = torch.finfo(dtype).eps / 2
+    n = torch.as_tensor(terms, dtype=torch.float64) + 2
+    worst = torch.where(n * u < 1, n * u / (1 - n * u).clamp_min(u), torch.inf)
+    likely = _ROUNDING_SPREAD * n.sqrt() * u
+    return torch.minimum(worst, likely) * magnitude
+
+
 def _compare(
-    name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float
+    name: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float,
+    allowance: torch.Tensor | None = None, terms: int = 0,
 ) -> Comparison:
+    """``got`` against ``ref``: ``|got - ref| <= atol + rtol * |ref| + allowance`` (the
+    rounding of sums of up to ``terms`` terms, broadcast to ``ref``)."""
     got = (got.to_dense() if got.layout != torch.strided else got).detach().double()
     ref = (ref.to_dense() if ref.layout != torch.strided else ref).detach().double()
     if got.shape != ref.shape:
-        return Comparison(name, float("inf"), float("inf"), rtol, atol, False)
+        return Comparison(name, float("inf"), float("inf"), rtol, atol, False, 0, terms)
     if got.numel() == 0:
-        return Comparison(name, 0.0, 0.0, rtol, atol, True)
+        return Comparison(name, 0.0, 0.0, rtol, atol, True, 0, terms)
     finite = torch.isfinite(got) & torch.isfinite(ref)
     skipped = int((~finite).sum())
     if skipped == finite.numel():
-        return Comparison(name, 0.0, 0.0, rtol, atol, False, skipped)
-    got, ref = got[finite], ref[finite]
+        return Comparison(name, 0.0, 0.0, rtol, atol, False, skipped, terms)
+    bound = atol + rtol * ref.abs()
+    if allowance is not None:
+        bound = bound + allowance.double().expand_as(ref)
+    got, ref, bound = got[finite], ref[finite], bound[finite]
     diff = (got - ref).abs()
-    ok = bool((diff <= atol + rtol * ref.abs()).all()) and skipped == 0
+    ok = bool((diff <= bound).all()) and skipped == 0
     rel = diff / ref.abs().clamp_min(torch.finfo(torch.float64).tiny)
     rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
-    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok, skipped)
+    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok, skipped, terms)
 
 
 def _nonfinite(where: str, t: torch.Tensor | None, rows: str = "rows") -> list[str]:
@@ -236,8 +274,11 @@ def check_equivalence(
     offsets, per_sample_weights : torch.Tensor, optional
         As the layer's forward takes them (``nn.EmbeddingBag``'s 1-D input with offsets).
     rtol, atol : float, optional
-        Tolerances of ``|got - ref| <= atol + rtol * |ref|``; defaults per dtype in
-        :data:`DEFAULT_TOLERANCES`.
+        Tolerances of ``|got - ref| <= atol + rtol * |ref| + rounding``; defaults per dtype
+        in :data:`DEFAULT_TOLERANCES`. ``rounding`` is what summing each value's terms in
+        the layer's dtype may add: the smaller of the worst case and the probabilistic bound
+        of that many roundings, on the sum of the terms' absolute values (a gradient row
+        read 1,000 times sums 1,000 terms, as ``nn.Embedding``'s backward does).
     seed : int
         Seed of the upstream gradient.
     max_bytes : int, default 2**30
@@ -287,14 +328,19 @@ def check_equivalence(
                 "output", got, dense_reference(layer.dequantize(), x), rtol, atol)],
                 [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
         bags, lead = _reference_bags(layer, x, offsets, per_sample_weights, layer.in_features)
-        _fits(bags, layer.out_features, _mode_of(layer, lead), max_bytes)
-        ref = touched_reference(layer.rows(torch.unique(bags.indices.long())), layer.bias,
-                                _compact(bags), _mode_of(layer, lead), None
-                                if lead is not None else _compact_pad(bags, layer.padding_idx),
-                                torch.zeros(len(bags), layer.out_features),
+        mode = _mode_of(layer, lead)
+        _fits(bags, layer.out_features, mode, max_bytes)
+        compact = _compact(bags)
+        pad = None if lead is not None else _compact_pad(bags, layer.padding_idx)
+        rows = layer.rows(torch.unique(bags.indices.long()))
+        none = torch.zeros(len(bags), layer.out_features)
+        ref = touched_reference(rows, layer.bias, compact, mode, pad, none,
                                 max_bytes=max_bytes).out
+        allow = _allowances(rows, layer.bias, compact, mode, pad, none, got.dtype,
+                            weights_grad=False, max_bytes=max_bytes)
         return EquivalenceReport(_describe(x), [
-            _compare("output", got.detach().cpu(), ref.reshape(got.shape), rtol, atol)],
+            _compare("output", got.detach().cpu(), ref.reshape(got.shape), rtol, atol,
+                     allow.out.reshape(got.shape), allow.terms["output"])],
             [*_input_nonfinite(x), *_nonfinite("output", got, "bags")])
     with torch.enable_grad():  # the check needs gradients even when called under no_grad
         if isinstance(layer, LookupCollection):
@@ -416,13 +462,58 @@ def _grad_rows(grad: torch.Tensor | None, first: int, n_rows: int, rows: torch.T
 
 
 def _compare_rows(name: str, got: torch.Tensor, untouched: float, want: torch.Tensor,
-                  rtol: float, atol: float) -> Comparison:
+                  rtol: float, atol: float, allowance: torch.Tensor | None = None,
+                  terms: int = 0) -> Comparison:
     """:func:`_compare` on the touched rows; a non-zero gradient in another row fails."""
-    c = _compare(name, got, want, rtol, atol)
+    c = _compare(name, got, want, rtol, atol, allowance, terms)
     if untouched == 0.0:
         return c
     return Comparison(name, max(c.max_abs_diff, untouched), float("inf"), rtol, atol, False,
-                      c.nonfinite)
+                      c.nonfinite, terms)
+
+
+@dataclass(frozen=True)
+class _Allowances:
+    """The rounding allowed each quantity of a lookup's reference (:func:`_rounding_allowance`),
+    with the most terms a value of it sums."""
+
+    out: torch.Tensor  #: (N, out)
+    weight_grad: torch.Tensor  #: (k, out)
+    bias_grad: torch.Tensor  #: (out,)
+    weights_grad: torch.Tensor | None  #: (nnz,)
+    terms: dict[str, int]
+
+
+def _allowances(weight: torch.Tensor, bias: torch.Tensor | None, bags: Bags, mode: str,
+                padding_idx: int | None, upstream: torch.Tensor, dtype: torch.dtype, *,
+                weights_grad: bool, max_bytes: int) -> _Allowances:
+    """The rounding a layer in ``dtype`` may add to each value :func:`touched_reference`
+    computes: the reference again on absolute values gives each sum's magnitude (for ``max``,
+    the gradients routed by the real rows), and the terms are counted: a bag's entries, a
+    row's uses, the batch's bags, the output's columns."""
+    absolute = Bags(bags.indices, bags.offsets, None if bags.weights is None
+                    else bags.weights.detach().abs())
+    up = upstream.abs()
+    size = touched_reference(weight.detach().abs(), None if bias is None else
+                             bias.detach().abs(), absolute, mode, padding_idx, up,
+                             weights_grad=weights_grad, max_bytes=max_bytes)
+    grads = size if mode != "max" else touched_reference(
+        weight, bias, absolute, mode, padding_idx, up, max_bytes=max_bytes)
+    lengths = bags.offsets.long().diff().unsqueeze(1)  # (N, 1)
+    uses = torch.bincount(torch.searchsorted(size.rows, bags.indices.long()),
+                          minlength=size.rows.numel()).unsqueeze(1)  # (k, 1)
+    width = weight.shape[1]
+    terms = {"output": int(lengths.max()) + 1 if len(bags) else 1,
+             "weight.grad": int(uses.max()) if uses.numel() else 0,
+             "bias.grad": len(bags), "input.grad": width}
+    return _Allowances(
+        _rounding_allowance(size.out, lengths + 1, dtype),
+        _rounding_allowance(grads.weight_grad, uses, dtype),
+        _rounding_allowance(grads.bias_grad if grads.bias_grad is not None
+                            else torch.zeros(width), len(bags), dtype),
+        None if size.weights_grad is None
+        else _rounding_allowance(size.weights_grad, width, dtype),
+        terms)
 
 
 def _check(
@@ -456,8 +547,7 @@ def _check(
         per_sample_weights.requires_grad else None)
     out = probe(x) if offsets is None and per_sample_weights is None else probe(
         x, offsets, per_sample_weights)
-    gen = torch.Generator().manual_seed(seed)
-    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    upstream = _upstream(out, seed)
     inputs = params + ([leaf] if leaf is not None else [])
     grads = torch.autograd.grad(
         out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
@@ -465,32 +555,45 @@ def _check(
     # the table the forward read (an EmbeddingBag's max_norm renorms the probe's copy)
     # an index lookup reads the padding row, which gets no gradient (nn.Embedding); bags drop
     # padding entries (nn.EmbeddingBag)
-    pad = layer.padding_idx
-    ref = touched_reference(probe.weight, bias, bags, mode, None if lead is not None else pad,
-                            upstream.reshape(-1, out_features), weights_grad=leaf is not None,
-                            max_bytes=max_bytes)
-    if lead is not None and pad is not None:
-        ref.weight_grad[ref.rows == pad] = 0
+    pad = None if lead is not None else layer.padding_idx
+    up = upstream.reshape(-1, out_features)
+    ref = touched_reference(probe.weight, bias, bags, mode, pad, up,
+                            weights_grad=leaf is not None, max_bytes=max_bytes)
+    allow = _allowances(probe.weight, bias, bags, mode, pad, up, out.dtype,
+                        weights_grad=leaf is not None, max_bytes=max_bytes)
+    if lead is not None and layer.padding_idx is not None:
+        ref.weight_grad[ref.rows == layer.padding_idx] = 0
 
     nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
                  *_nonfinite("bias", bias), *_nonfinite("output", out, "bags")]
+    terms = allow.terms
     comparisons = [_compare("output", out.detach().cpu(), ref.out.reshape(out.shape), rtol,
-                            atol)]
+                            atol, allow.out.reshape(out.shape), terms["output"])]
     got, untouched = _grad_rows(grads[0], 0, in_features, ref.rows)
     comparisons.append(_compare_rows("weight.grad", got, untouched, ref.weight_grad, rtol,
-                                     atol))
+                                     atol, allow.weight_grad, terms["weight.grad"]))
     if bias is not None:
         got_b = grads[1]
         assert ref.bias_grad is not None
         comparisons.append(_compare("bias.grad", torch.zeros(out_features) if got_b is None
-                                    else got_b.cpu(), ref.bias_grad, rtol, atol))
+                                    else got_b.cpu(), ref.bias_grad, rtol, atol,
+                                    allow.bias_grad, terms["bias.grad"]))
     if leaf is not None:
         got_w = grads[-1]
         want_w = ref.weights_grad
-        assert want_w is not None
+        assert want_w is not None and allow.weights_grad is not None
         comparisons.append(_compare("input.grad", torch.zeros(leaf.shape) if got_w is None
-                                    else got_w.cpu(), want_w.reshape(leaf.shape), rtol, atol))
+                                    else got_w.cpu(), want_w.reshape(leaf.shape), rtol, atol,
+                                    allow.weights_grad.reshape(leaf.shape),
+                                    terms["input.grad"]))
     return EquivalenceReport(_describe(x), comparisons, nonfinite)
+
+
+def _upstream(out: torch.Tensor, seed: int) -> torch.Tensor:
+    """The random upstream gradient for ``out``, in float64, holding values of ``out``'s dtype
+    (the layer and the reference are given the same numbers)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(out.shape, generator=gen, dtype=torch.float64).to(out.dtype).double()
 
 
 def _check_whole(
@@ -503,47 +606,69 @@ def _check_whole(
     params = [p for p in (probe.weight, bias) if p is not None]
     leaf = _value_leaf(x)
     out = probe(x)
-    gen = torch.Generator().manual_seed(seed)
-    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    upstream = _upstream(out, seed)
     inputs = params + ([leaf] if leaf is not None else [])
     grads = torch.autograd.grad(
         out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
     )
 
-    lin = nn.Linear(layer.weight.shape[0], layer.weight.shape[1], bias=bias is not None,
-                    dtype=torch.float64)
-    with torch.no_grad():
-        lin.weight.copy_(layer.weight.detach().T)
-        if bias is not None and lin.bias is not None:
-            lin.bias.copy_(bias.detach())
-    ref_leaf = None
-    x_ref: Any = x.to("cpu")
-    if leaf is not None:
-        ref_leaf = leaf.detach().double().cpu().requires_grad_(True)
-        x_ref = ref_leaf
-    ref = dense_reference(layer, x_ref, linear=lin)
-    ref_inputs = [lin.weight] + ([lin.bias] if lin.bias is not None else [])
-    ref_inputs += [ref_leaf] if ref_leaf is not None else []
-    ref_grads = torch.autograd.grad(ref, ref_inputs, upstream, allow_unused=True)
+    def reference(absolute: bool, up: torch.Tensor) -> list[torch.Tensor]:
+        """The dense reference's output and gradients (weight's transposed back, zeros for
+        none); on absolute values, each sum's magnitude."""
+        lin = nn.Linear(layer.weight.shape[0], layer.weight.shape[1], bias=bias is not None,
+                        dtype=torch.float64)
+        with torch.no_grad():
+            w = layer.weight.detach()
+            lin.weight.copy_((w.abs() if absolute else w).T)
+            if bias is not None and lin.bias is not None:
+                lin.bias.copy_(bias.detach().abs() if absolute else bias.detach())
+        x_ref: Any = x.to("cpu")
+        ref_leaf = None
+        if leaf is not None:
+            ref_leaf = leaf.detach().double().cpu()
+            ref_leaf = (ref_leaf.abs() if absolute else ref_leaf).requires_grad_(True)
+            x_ref = ref_leaf
+        elif absolute and x_ref.dtype != torch.bool:
+            x_ref = x_ref.abs()
+        ref = dense_reference(layer, x_ref, linear=lin)
+        ref_inputs = [lin.weight] + ([lin.bias] if lin.bias is not None else [])
+        ref_inputs += [ref_leaf] if ref_leaf is not None else []
+        found = torch.autograd.grad(ref, ref_inputs, up, allow_unused=True)
+        wanted = [torch.zeros(t.shape, dtype=torch.float64) if g is None else g
+                  for t, g in zip(ref_inputs, found, strict=True)]
+        return [ref.detach(), wanted[0].T, *wanted[1:]]
+
+    refs = reference(False, upstream)
+    sizes = reference(True, upstream.abs())
+    if layer.mode == "max":  # the gradients as the real rows route them
+        sizes[1:] = reference(False, upstream.abs())[1:]
+    present = (x.detach().cpu().to_dense() != 0).reshape(-1, layer.weight.shape[0])
+    n_rows = present.shape[0]
+    per_row = present.sum(1, keepdim=True)  # (N, 1)
+    per_col = present.sum(0).unsqueeze(1)  # (in, 1)
+    width = layer.weight.shape[1]
+    counts: list[tuple[torch.Tensor | int, int]] = [
+        (per_row + 1, int(per_row.max()) + 1 if n_rows else 1),
+        (per_col, int(per_col.max()) if per_col.numel() else 0)]
+    counts += [(n_rows, n_rows)] if bias is not None else []
+    counts += [(width, width)] if leaf is not None else []
 
     nonfinite = [*_input_nonfinite(x), *_nonfinite("weight", layer.weight),
                  *_nonfinite("bias", getattr(layer, "bias", None))]
     nonfinite += _nonfinite("output", out, "bags")
-    comparisons = [_compare("output", out.cpu(), ref, rtol, atol)]
-    names = ["weight.grad", "bias.grad"][: len(params)] + (
-        ["input.grad"] if leaf is not None else []
-    )
+    names = ["output", *["weight.grad", "bias.grad"][: len(params)]] + (
+        ["input.grad"] if leaf is not None else [])
+    got_all = [out.detach(), *grads]
+    comparisons = []
     for i, name in enumerate(names):
-        got, want = grads[i], ref_grads[i]
-        if name == "weight.grad" and want is not None:
-            want = want.T
-        got = torch.zeros(inputs[i].shape) if got is None else got.cpu()
-        want = (
-            torch.zeros(ref_inputs[i].shape).T
-            if want is None and name == "weight.grad"
-            else (torch.zeros(ref_inputs[i].shape) if want is None else want)
-        )
-        comparisons.append(_compare(name, got, want, rtol, atol))
+        want, size = refs[i], sizes[i]
+        got = torch.zeros(want.shape) if got_all[i] is None else got_all[i].cpu()
+        n, terms = counts[i]
+        if name == "output":
+            n = n.reshape(*want.shape[:-1], 1) if isinstance(n, torch.Tensor) else n
+        allowance = _rounding_allowance(size.to_dense() if size.layout != torch.strided
+                                        else size, n, out.dtype)
+        comparisons.append(_compare(name, got, want, rtol, atol, allowance, terms))
     return EquivalenceReport(_describe(x), comparisons, nonfinite)
 
 
@@ -586,8 +711,7 @@ def _compare_collection(
     leaves = [nn.Parameter(p.detach(), requires_grad=True) for p in collection.table_groups]
     probe.table_groups = nn.ParameterList(leaves)
     out = cast(KeyedTensor, probe(kb)).values()
-    gen = torch.Generator().manual_seed(seed)
-    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    upstream = _upstream(out, seed)
     grads = torch.autograd.grad(out, leaves, upstream.to(out.dtype).to(out.device),
                                 allow_unused=True)
 
@@ -597,16 +721,23 @@ def _compare_collection(
         r, a = DEFAULT_TOLERANCES.get(tables[table].weight.dtype, (1e-5, 1e-5))
         return (r if rtol is None else rtol), (a if atol is None else atol)
 
-    refs, at = [], 0
-    per_table: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {n: [] for n in names}
+    refs, allow_out, at = [], [], 0
+    per_table: dict[str, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {
+        n: [] for n in names}
+    terms_out, terms_grad = 1, dict.fromkeys(names, 0)
     for f, t in features:  # each feature's table as nn.Linear on its rows, its own columns
         table = tables[t]
         width = table.out_features
+        up = upstream[:, at:at + width]
         ref = touched_reference(table.weight, table.bias, bags[f], table.mode,
-                                table.padding_idx, upstream[:, at:at + width],
-                                max_bytes=max_bytes)
+                                table.padding_idx, up, max_bytes=max_bytes)
+        allow = _allowances(table.weight, table.bias, bags[f], table.mode, table.padding_idx,
+                            up, table.weight.dtype, weights_grad=False, max_bytes=max_bytes)
         refs.append(ref.out)
-        per_table[t].append((ref.rows, ref.weight_grad))
+        allow_out.append(allow.out)
+        per_table[t].append((ref.rows, ref.weight_grad, allow.weight_grad))
+        terms_out = max(terms_out, allow.terms["output"])
+        terms_grad[t] += allow.terms["weight.grad"]
         at += width
     nonfinite = [*(m for f in collection.feature_names
                    for m in _input_nonfinite_named(kb[f], f)),
@@ -615,24 +746,28 @@ def _compare_collection(
     got_out = out.detach().cpu()
     if len({tolerances(t) for _, t in features}) == 1:
         comparisons = [_compare("output", got_out, torch.cat(refs, dim=1),
-                                *tolerances(features[0][1]))]
+                                *tolerances(features[0][1]), torch.cat(allow_out, dim=1),
+                                terms_out)]
     else:  # each feature's columns within its table's tolerances
         comparisons, at = [], 0
-        for (f, t), ref_out in zip(features, refs, strict=True):
+        for (f, t), ref_out, allowed in zip(features, refs, allow_out, strict=True):
             width = ref_out.shape[1]
             comparisons.append(_compare(f"output[{f!r}]", got_out[:, at:at + width], ref_out,
-                                        *tolerances(t)))
+                                        *tolerances(t), allowed, terms_out))
             at += width
     for n in names:  # a table's gradient: the sum over the features that read it
         parts = per_table[n]
-        rows = torch.unique(torch.cat([r for r, _ in parts]))
+        rows = torch.unique(torch.cat([r for r, _, _ in parts]))
         want = torch.zeros(rows.numel(), tables[n].out_features, dtype=torch.float64)
-        for r, g in parts:
-            want.index_add_(0, torch.searchsorted(rows, r), g)
+        allowed = torch.zeros_like(want)
+        for r, g, a in parts:
+            at_rows = torch.searchsorted(rows, r)
+            want.index_add_(0, at_rows, g)
+            allowed.index_add_(0, at_rows, a)
         group, first, cfg = collection._places[n]
         got, untouched = _grad_rows(grads[group], first, cfg.stored_rows, rows)
         comparisons.append(_compare_rows(f"{n}.weight.grad", got, untouched, want,
-                                         *tolerances(n)))
+                                         *tolerances(n), allowed, terms_grad[n]))
     return EquivalenceReport(repr(kb), comparisons, nonfinite)
 
 
