@@ -236,32 +236,15 @@ def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str]) -> Non
     and its vector as ``print-word-vectors`` prints it (the mean of the rows of the word and
     its character n-grams, 5 significant digits, each value followed by a space). The file is
     replaced in one step."""
-    import os
-    import tempfile
-
+    from .._atomic import replacing
     from ..sklearn import TextModel
     from .vectors import format_vector
 
     words = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
     values = TextModel(clf, vec, labels).word_vectors(words)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(f"{len(words)} {values.shape[1]}\n")
-            f.writelines(f"{w} {format_vector(v)}\n" for w, v in zip(words, values, strict=True))
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write(f"{len(words)} {values.shape[1]}\n")
+        f.writelines(f"{w} {format_vector(v)}\n" for w, v in zip(words, values, strict=True))
 
 
 def read_pretrained(path: str, dim: int) -> tuple[list[str], Any]:

@@ -50,9 +50,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +59,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from .._atomic import replacing
 from ..errors import ModelFileError
 from ..text._files import FASTTEXT_WHITESPACE
 from ._predict import class_scores, raw_output
@@ -372,19 +371,10 @@ def save_model(
             "config": text,
             "sha256": json.dumps(sums, sort_keys=True)}
     out = Path(path)
-    # atomic: a reader (or a crash) never sees half a file, and an old model stays whole until
-    # the new one is complete; the file gets the mode the umask gives a new file
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    # a reader (or a crash) never sees half a file, and an old model stays whole until the
+    # new one is complete
+    with replacing(out) as tmp:
         save_file(tensors, tmp, metadata=meta)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out
 
 

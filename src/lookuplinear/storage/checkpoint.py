@@ -17,9 +17,9 @@ without reading any table: every row-sparse gradient of a lookuplinear table is 
 backward, which tells the checkpoint its rows
 (:mod:`lookuplinear.storage.rowwatch`). A table with dense gradients is saved whole each time.
 
-**Order of writes** (:meth:`Checkpoint.save`): the new segment to ``seg-N.safetensors.tmp``,
-``fsync``, rename to ``seg-N.safetensors``, ``fsync`` of the directory; then the new manifest to
-``MANIFEST.json.tmp``, ``fsync``, rename over ``MANIFEST.json`` (the commit point: ``rename`` is
+**Order of writes** (:meth:`Checkpoint.save`): the new segment to a temporary file
+(``.seg-N.safetensors.*.tmp``), ``fsync``, rename to ``seg-N.safetensors``, ``fsync`` of the
+directory; then the new manifest to ``.MANIFEST.json.*.tmp``, ``fsync``, rename over ``MANIFEST.json`` (the commit point: ``rename`` is
 atomic), ``fsync`` of the directory; only then are segments the new manifest no longer names
 deleted. A process killed at any instant leaves either the old manifest, whose segments are all
 still there, or the new one. On :meth:`Checkpoint.restore` every segment's size and SHA-256 are

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -16,6 +15,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
+from .._atomic import fsync_dir, replacing
 from ..errors import ModelFileError
 from .tables import read_header
 
@@ -28,21 +28,13 @@ _MANIFEST = "MANIFEST.json"
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path)
 
 
 def _write_durable(path: Path, data: bytes) -> None:
     """``path`` holds ``data`` on disk, or is unchanged: a temporary file, fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with replacing(path, durable=True) as tmp:
+        tmp.write_bytes(data)
 
 
 def commit_segment(path: Path, g: int, data: bytes, previous: list[dict[str, Any]],
