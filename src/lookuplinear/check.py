@@ -254,9 +254,10 @@ def check_equivalence(
     grad, ``input.grad``. The layer's own ``.grad`` fields are left untouched.
 
     Memory: the reference holds at most ``max_bytes`` (1 GiB by default) beyond the layer's own
-    forward and backward: about ``8 * (3 * N * out + 3 * nnz * out + 4 * nnz)`` bytes for the
-    whole batch (``N`` bags or index positions of ``nnz`` entries), the rest for the densified
-    pieces. A batch whose share alone passes the bound is refused up front
+    forward and backward: ``c * 8 * (3 * N * out + 3 * nnz * out + 4 * nnz)`` bytes for the
+    whole batch (``N`` bags or index positions of ``nnz`` entries; ``c = 2``, the reference and
+    the one on absolute values that sizes the rounding allowed, 3 for ``max``), the rest for
+    the densified pieces. A batch whose share alone passes the bound is refused up front
     (:class:`~lookuplinear.InputValueError`, with the estimate and the number of bags that
     fit), as is a dense ``x`` (or a torch sparse ``x`` that requires grad) whose
     ``(N, in_features)`` float64 copy would pass it: those are densified whole.
@@ -402,16 +403,23 @@ def _compact_pad(bags: Bags, padding_idx: int | None) -> int | None:
     return at if at < rows.numel() and int(rows[at]) == padding_idx else None
 
 
+def _copies(mode: str) -> int:
+    """How many references of a batch the check holds at once: the reference, its absolute
+    values (:func:`_allowances`) and, for ``max``, the gradients routed by the real rows."""
+    return 3 if mode == "max" else 2
+
+
 def _fits(bags: Bags, out_features: int, mode: str, max_bytes: int) -> None:
-    """Raise :class:`InputValueError` where the reference of ``bags`` needs more than
+    """Raise :class:`InputValueError` where the references of ``bags`` need more than
     ``max_bytes``, with the estimate and the number of bags that fit."""
     fixed, piece = reference_bytes(bags, out_features, mode)
-    if fixed + piece <= max_bytes:
+    need = _copies(mode) * fixed + piece
+    if need <= max_bytes:
         return
-    fit = max(1, int(len(bags) * max_bytes / (2 * (fixed + piece))))
+    fit = max(1, int(len(bags) * max_bytes / (2 * need)))
     raise InputValueError(
         f"check_equivalence: the dense reference of this batch ({len(bags)} bags, {bags.nnz} "
-        f"entries, {out_features} outputs) needs about {(fixed + piece) / 2**20:.0f} MiB, more "
+        f"entries, {out_features} outputs) needs about {need / 2**20:.0f} MiB, more "
         f"than max_bytes={max_bytes} ({max_bytes / 2**20:.0f} MiB). Check a part of the batch "
         f"(its first {fit} bags or rows), or pass a larger max_bytes."
     )
@@ -421,7 +429,7 @@ def _dense_fits(x: torch.Tensor, in_features: int, out_features: int, max_bytes:
     """Raise where a dense ``x`` densified whole (float64, with its gradient) passes the
     bound."""
     rows = x.numel() // in_features if x.layout == torch.strided else x.shape[0]
-    need = 8 * (4 * rows * in_features + 3 * in_features * out_features)
+    need = 8 * (4 * rows * in_features + 3 * _copies("max") * in_features * out_features)
     if need <= max_bytes:
         return
     fit = max(1, int(rows * max_bytes / (2 * need)))
@@ -494,11 +502,12 @@ def _allowances(weight: torch.Tensor, bias: torch.Tensor | None, bags: Bags, mod
     absolute = Bags(bags.indices, bags.offsets, None if bags.weights is None
                     else bags.weights.detach().abs())
     up = upstream.abs()
+    fixed, _ = reference_bytes(bags, weight.shape[1], mode)  # each reference held
     size = touched_reference(weight.detach().abs(), None if bias is None else
                              bias.detach().abs(), absolute, mode, padding_idx, up,
-                             weights_grad=weights_grad, max_bytes=max_bytes)
+                             weights_grad=weights_grad, max_bytes=max_bytes - fixed)
     grads = size if mode != "max" else touched_reference(
-        weight, bias, absolute, mode, padding_idx, up, max_bytes=max_bytes)
+        weight, bias, absolute, mode, padding_idx, up, max_bytes=max_bytes - 2 * fixed)
     lengths = bags.offsets.long().diff().unsqueeze(1)  # (N, 1)
     uses = torch.bincount(torch.searchsorted(size.rows, bags.indices.long()),
                           minlength=size.rows.numel()).unsqueeze(1)  # (k, 1)

@@ -19,13 +19,14 @@ backward, which tells the checkpoint its rows
 
 **Order of writes** (:meth:`Checkpoint.save`): the new segment to a temporary file
 (``.seg-N.safetensors.*.tmp``), ``fsync``, rename to ``seg-N.safetensors``, ``fsync`` of the
-directory; then the new manifest to ``.MANIFEST.json.*.tmp``, ``fsync``, rename over ``MANIFEST.json`` (the commit point: ``rename`` is
-atomic), ``fsync`` of the directory; only then are segments the new manifest no longer names
-deleted. A process killed at any instant leaves either the old manifest, whose segments are all
-still there, or the new one. On :meth:`Checkpoint.restore` every segment's size and SHA-256 are
-checked against the manifest before anything is loaded: a torn or damaged file is a
-``ModelFileError``, never loaded. So is a manifest no save wrote: each segment records its
-generation and the one it follows (none for a base), and the manifest's chain must match.
+directory; then the new manifest to ``.MANIFEST.json.*.tmp``, ``fsync``, rename over
+``MANIFEST.json`` (the commit point: ``rename`` is atomic), ``fsync`` of the directory; only then
+are segments the new manifest no longer names deleted. A process killed at any instant leaves
+either the old manifest, whose segments are all still there, or the new one. On
+:meth:`Checkpoint.restore` every segment's size and SHA-256 are checked against the manifest before
+anything is loaded: a torn or damaged file is a ``ModelFileError``, never loaded. So is a manifest
+no save wrote: each segment records its generation and the one it follows (none for a base), and
+the manifest's chain must match.
 
 **All or nothing.** :meth:`Checkpoint.restore` checks everything it will write against the model
 and optimizers (every table's full shape and dtype, the other tensors, the optimizers' classes,
