@@ -931,3 +931,21 @@ def test_a_restore_refused_while_staging_leaves_the_state_files_of_a_table(
         Checkpoint(tmp_path / "ckpt", model, opts).restore()
     assert file.stat().st_ino == inode and file.read_bytes() == data
     assert_unchanged(before, model, *opts)
+
+
+def test_a_half_tables_float32_rowwise_sums_restore_unrounded(tmp_path: Path) -> None:
+    """RowWiseAdagrad keeps a float16 table's sums in float32: a checkpoint restores them as
+    they were, past float16's largest value."""
+    layer = LookupLinear(20, 4, sparse=True, bias=False, dtype=torch.float16)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    for rows in ([1, 2, 2], [2, 5]):
+        opt.zero_grad()
+        (300 * layer(torch.tensor(rows))).sum().backward()
+        ckpt.save()
+    fresh = LookupLinear(20, 4, sparse=True, bias=False, dtype=torch.float16)
+    fresh_opt = optim.RowWiseAdagrad(fresh.parameters(), lr=0.1, fused=True)
+    Checkpoint(tmp_path / "ckpt", fresh, fresh_opt).restore()
+    got, want = fresh_opt.state[fresh.weight]["sum"], opt.state[layer.weight]["sum"]
+    assert got.dtype == torch.float32 and got.max() > 65504
+    assert torch.equal(got, want) and torch.equal(fresh.weight, layer.weight)

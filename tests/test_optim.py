@@ -1758,3 +1758,134 @@ def test_a_table_of_three_dims_whose_strides_have_no_rows_view(name: str) -> Non
             opt.step()
     assert torch.equal(strided, plain)
     assert not torch.equal(plain, base)
+
+
+def _rowwise_reference(w: torch.Tensor, grads: list[torch.Tensor], lr: float, eps: float,
+                       weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise Adagrad on a half-precision table as FBGEMM computes it: the sum and the update
+    in float32, each row rounded to the table's dtype once a step."""
+    s = torch.zeros(w.shape[0])
+    for g in grads:
+        x = g.float() + weight_decay * w.float()
+        s = s + (x * x).mean(1)
+        w = (w.float() - lr / (s.sqrt() + eps).unsqueeze(1) * x).to(w.dtype)
+    return w, s
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("how", ["sparse", "fused", "dense"])
+def test_rowwise_adagrad_keeps_a_half_tables_sums_in_float32(dtype: torch.dtype,
+                                                             how: str) -> None:
+    """A float16/bfloat16 table's sums are float32 (FBGEMM's): 3000 unit gradients sum to 3000
+    (in float16 the sum stops at 2048, in bfloat16 at 256: the rate stops decaying), and
+    gradients of 100 do not overflow it to inf (which stops the row); the weights are the
+    float32 update rounded once a step."""
+    for scale, steps in ((1.0, 3000), (100.0, 12)):
+        layer = LookupLinear(4, 4, bias=False, sparse=how != "dense", dtype=dtype)
+        with torch.no_grad():
+            layer.weight.copy_(torch.arange(16.0).view(4, 4) / 16)
+        start = layer.weight.detach().clone()
+        opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.01, weight_decay=0.5,
+                                   fused=how == "fused")
+        bags = Bags.from_lists([[1], [3, 3]])
+        for _ in range(steps):
+            opt.zero_grad()
+            (scale * layer(bags)).sum().backward()
+            opt.step()
+        sums = opt.state[layer.weight]["sum"]
+        assert sums.dtype == torch.float32
+        grad = torch.zeros(4, 4, dtype=dtype)
+        grad[1], grad[3] = scale, 2 * scale
+        w, s = _rowwise_reference(start, [grad] * steps, 0.01, 1e-8, 0.5)
+        if how != "dense":  # a sparse gradient's untouched rows keep their state
+            s[[0, 2]] = 0
+            w[[0, 2]] = start[[0, 2]]
+        assert bool(torch.isfinite(sums).all())
+        torch.testing.assert_close(sums, s, rtol=1e-6, atol=0)
+        torch.testing.assert_close(layer.weight.detach(), w, rtol=0, atol=0)
+    assert sums[1] > 65504  # float16's largest finite value
+
+
+def test_rowwise_adagrad_float16_matches_fbgemm_when_installed() -> None:
+    """FBGEMM's EXACT_ROWWISE_ADAGRAD on a float16 table (weights_precision=FP16, its state
+    float32): the same weights and sums, to the bit, fused and not, past the step where a
+    float16 sum would overflow."""
+    with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
+        warnings.simplefilter("ignore")
+        pytest.importorskip("fbgemm_gpu", reason="fbgemm-gpu-cpu is installed for benchmarks only")
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            EmbeddingLocation,
+            PoolingMode,
+        )
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+
+    g = torch.Generator().manual_seed(0)
+    rows, dim, lr, eps = 50, 8, 0.5, 1e-8
+    init = torch.randn(rows, dim, generator=g).half()
+    batches = []
+    for _ in range(10):
+        idx = torch.randint(0, 20, (8 * 3,), generator=g)  # duplicates: gradients 100 x k
+        batches.append((idx, torch.arange(0, idx.numel() + 1, 3)))
+    for fused in (False, True):
+        emb = SplitTableBatchedEmbeddingBagsCodegen(
+            [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+            optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=lr, eps=eps,
+            pooling_mode=PoolingMode.SUM, weights_precision=SparseType.FP16,
+            stochastic_rounding=False)
+        with torch.no_grad():
+            emb.split_embedding_weights()[0].copy_(init)
+        layer = LookupLinear(rows, dim, bias=False, sparse=True, include_last_offset=True,
+                             dtype=torch.float16, init=lambda w: w.copy_(init))
+        opt = optim.RowWiseAdagrad([layer.weight], lr=lr, eps=eps, fused=fused)
+        for idx, offsets in batches:
+            (100 * emb(idx, offsets)).sum().backward()
+            opt.zero_grad()
+            (100 * layer(idx, offsets=offsets).float()).sum().backward()
+            opt.step()
+        sums = opt.state[layer.weight]["sum"]
+        assert sums.dtype == torch.float32 and sums.max() > 65504
+        assert torch.equal(sums, emb.split_optimizer_states()[0][0])
+        assert torch.equal(layer.weight.detach(), emb.split_embedding_weights()[0])
+
+
+def test_rowwise_adagrad_loads_half_tables_sums_in_float32() -> None:
+    """A float16 table's float32 sums go through a state dict unrounded; a state dict that
+    holds them in float16 (as saved before they were float32) is cast up."""
+    layer = LookupLinear(6, 2, bias=False, sparse=True, dtype=torch.float16)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        (300 * layer(Bags.from_lists([[1], [2, 2]]))).sum().backward()
+        opt.step()
+    saved = opt.state_dict()
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    buf.seek(0)
+    for state_dict in (torch.load(buf, weights_only=True), saved):
+        fresh = optim.RowWiseAdagrad(layer.parameters(), lr=0.1)
+        fresh.load_state_dict(state_dict)
+        got = fresh.state[layer.weight]["sum"]
+        assert got.dtype == torch.float32
+        assert torch.equal(got, opt.state[layer.weight]["sum"])
+        assert got.max() > 65504
+    old = {**saved, "state": {0: {**saved["state"][0], "sum": torch.tensor(
+        [0, 1.5, 2.25, 0, 0, 0], dtype=torch.float16)}}}
+    fresh = optim.RowWiseAdagrad(layer.parameters(), lr=0.1)
+    fresh.load_state_dict(old)
+    got = fresh.state[layer.weight]["sum"]
+    assert got.dtype == torch.float32 and got.tolist() == [0, 1.5, 2.25, 0, 0, 0]
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "Adam"])
+def test_elementwise_optimizers_keep_state_in_the_parameters_dtype(name: str) -> None:
+    """Adagrad's and Adam's state is in the parameter's dtype, as torch.optim keeps it."""
+    layer = LookupLinear(6, 2, bias=False, sparse=True, dtype=torch.float16)
+    opt = getattr(optim, name)(layer.parameters(), lr=0.1)
+    layer(Bags.from_lists([[1]])).sum().backward()
+    opt.step()
+    assert {v.dtype for v in opt.state[layer.weight].values()
+            if isinstance(v, torch.Tensor)} == {torch.float16}

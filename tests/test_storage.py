@@ -345,3 +345,20 @@ def test_a_refused_load_writes_none_of_the_table_files(tmp_path: Path, nested: b
                                f"{prefix}bias": torch.empty(4, device="meta")})
     assert files() == before
     assert torch.equal(layer.weight, weight)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_rowwise_adagrad_keeps_a_half_tables_sums_in_float32_beside_it(tmp_path: Path,
+                                                                       fused: bool) -> None:
+    """A float16 table in a file: RowWiseAdagrad's sums are a float32 file beside it (FBGEMM's
+    state dtype), which large gradients do not overflow."""
+    layer = LookupLinear(50, 4, sparse=True, storage=tmp_path / "t", seed=3,  # type: ignore
+                         dtype=torch.float16)
+    opt = optim.RowWiseAdagrad(layer.parameters(), lr=0.1, fused=fused)
+    for _ in range(3):
+        opt.zero_grad()
+        (300 * layer(Bags.from_lists([[1], [2, 2]]))).sum().backward()
+        opt.step()
+    sums = opt.state[layer.weight]["sum"]
+    assert sums.dtype == torch.float32 and sums[2].item() == 3 * 600.0**2
+    assert (tmp_path / "t" / "state-rowwise_sum.bin").stat().st_size == 50 * 4

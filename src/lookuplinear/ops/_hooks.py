@@ -97,10 +97,11 @@ def notify(param: torch.Tensor, rows: torch.Tensor) -> None:
 
 
 class StateAllocator(Protocol):
-    """``allocator(name, shape, fill)``: a new state tensor ``name`` of ``shape`` in the table's
-    dtype, filled with ``fill``."""
+    """``allocator(name, shape, fill, dtype)``: a new state tensor ``name`` of ``shape`` in
+    ``dtype`` (None: the table's), filled with ``fill``."""
 
-    def __call__(self, name: str, shape: tuple[int, ...], fill: float = 0.0) -> torch.Tensor:
+    def __call__(self, name: str, shape: tuple[int, ...], fill: float = 0.0,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
         ...
 
 
@@ -111,10 +112,11 @@ def provide_state(param: torch.Tensor, allocator: StateAllocator) -> None:
 
 
 def state_tensor(param: torch.Tensor, name: str, shape: tuple[int, ...],
-                 fill: float = 0.0) -> torch.Tensor | None:
-    """The state tensor ``name`` of ``shape`` filled with ``fill`` that table ``param`` (or the
-    table it is a view of) provides, or None where it provides none (the optimizer makes it)."""
+                 fill: float = 0.0, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """The state tensor ``name`` of ``shape`` in ``dtype`` (None: the table's) filled with
+    ``fill`` that table ``param`` (or the table it is a view of) provides, or None where it
+    provides none (the optimizer makes it)."""
     if not _ALLOCATORS:  # the usual case: no table provides its state
         return None
     allocator: StateAllocator | None = _ALLOCATORS.get(_base(param))
-    return None if allocator is None else allocator(name, shape, fill)
+    return None if allocator is None else allocator(name, shape, fill, dtype)

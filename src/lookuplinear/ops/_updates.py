@@ -110,14 +110,22 @@ def _sum_of_squares(e: torch.Tensor) -> torch.Tensor:
 def rowwise_adagrad_rows(weight: torch.Tensor, sums: torch.Tensor, rows: torch.Tensor,
                          values: torch.Tensor, p: Sequence[float]) -> None:
     """Row-wise Adagrad: ``g = values + wd * w``; ``s += sum(g * g) * inv_dim``; ``w -= lr /
-    (sqrt(s) + eps) * g`` (``sums``: ``(N,)``)."""
+    (sqrt(s) + eps) * g`` (``sums``: ``(N,)``). A float16/bfloat16 table's update is computed
+    in float32 as FBGEMM's CPU update computes it (``sums`` may be float32, FBGEMM's; the
+    product rounded, then the difference: no fused multiply-add) and each row rounded to the
+    table's dtype once."""
     lr, eps, wd, inv_dim = p[:4]
     wr = weight.index_select(0, rows)
+    if wr.dtype in (torch.float16, torch.bfloat16):
+        wr, values = wr.float(), values.float()
     e = values.add(wr, alpha=wd) if wd != 0 else values
-    s = sums.index_select(0, rows).add_(_sum_of_squares(e), alpha=inv_dim)
-    sums.index_copy_(0, rows, s)
+    s = sums.index_select(0, rows).to(wr.dtype).add_(_sum_of_squares(e), alpha=inv_dim)
+    sums.index_copy_(0, rows, s.to(sums.dtype))
     mult = torch.full((), lr, dtype=s.dtype, device=s.device) / _sqrt(s).add_(eps)
-    weight.index_copy_(0, rows, wr.addcmul_(e, mult.unsqueeze(1), value=-1))
+    if wr.dtype != weight.dtype:
+        weight.index_copy_(0, rows, wr.sub_(e * mult.unsqueeze(1)).to(weight.dtype))
+    else:
+        weight.index_copy_(0, rows, wr.addcmul_(e, mult.unsqueeze(1), value=-1))
 
 
 def adam_rows(weight: torch.Tensor, m: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,

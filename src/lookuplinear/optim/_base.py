@@ -38,7 +38,8 @@ from ..ops.library import entry_grads, row_sums_grad
 
 _ROW_SUMS = torch.ops.lookuplinear.row_sums.default
 
-__all__ = ["IN_BACKWARD", "RowSparseOptimizer", "row_sparse_parts", "step_tensors", "zeros_like"]
+__all__ = ["IN_BACKWARD", "LOW_PRECISION", "RowSparseOptimizer", "row_sparse_parts",
+           "step_tensors", "zeros_like"]
 
 Params = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
 
@@ -236,8 +237,33 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))
         self._check_state(state_dict)
         super().load_state_dict(state_dict)
+        self._own_dtypes(state_dict)
         for p, state in self.state.items():
             self._loaded_state(p, state)
+
+    def _own_dtypes(self, state_dict: dict[str, Any]) -> None:
+        """Each loaded state tensor in the dtype this class keeps it in (:meth:`_state_dtype`),
+        from the state dict's own values: ``torch.optim`` casts every floating state tensor to
+        its parameter's dtype, which would round a float32 row-wise ``sum`` of a float16 table
+        to float16 (and a state saved in the parameter's dtype is cast up)."""
+        saved = state_dict.get("state", {})
+        for group, own in zip(state_dict["param_groups"], self.param_groups, strict=True):
+            for i, p in zip(group["params"], own["params"], strict=True):
+                state = self.state.get(p)
+                if not state or i not in saved:
+                    continue
+                for key, value in saved[i].items():
+                    if not isinstance(value, torch.Tensor) or key == "step" \
+                            or not value.is_floating_point():
+                        continue
+                    dtype = self._state_dtype(p, key)
+                    if state[key].dtype != dtype:
+                        state[key] = value.to(dtype=dtype, device=p.device)
+
+    def _state_dtype(self, p: torch.Tensor, key: str) -> torch.dtype:
+        """The dtype of ``p``'s state tensor ``key``: ``p``'s, as ``torch.optim`` keeps it (row-wise
+        Adagrad keeps a float16/bfloat16 table's in float32, as FBGEMM does)."""
+        return p.dtype
 
     def _loadable_groups(self, saved: Any) -> list[dict[str, Any]]:
         """A state dict's groups as this optimizer adopts them, or an error naming what does
@@ -773,8 +799,9 @@ CPU_RUN_BYTES = 1 << 19
 
 
 #: dtypes whose multi-tensor update on the CPU rounds otherwise than the single-tensor one
-#: (``torch.optim``'s default there): stepped single-tensor
-_LOW_PRECISION = (torch.bfloat16, torch.float16)
+#: (``torch.optim``'s default there): stepped single-tensor; row-wise Adagrad keeps their sums
+#: in float32
+LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
@@ -793,7 +820,7 @@ def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
     size = 0
     for i, p in enumerate(params):
         n = p.numel() * p.element_size()
-        if n >= CPU_LARGE_BYTES or p.dtype in _LOW_PRECISION:
+        if n >= CPU_LARGE_BYTES or p.dtype in LOW_PRECISION:
             large.append(i)
             continue
         if runs[-1] and size + n > CPU_RUN_BYTES:

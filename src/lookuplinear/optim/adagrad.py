@@ -10,7 +10,7 @@ from torch.optim.adagrad import adagrad as adagrad_functional
 
 from ..ops import update_rows
 from ..ops._hooks import state_tensor
-from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
+from ._base import LOW_PRECISION, Params, RowSparseOptimizer, step_tensors, zeros_like
 
 __all__ = ["Adagrad", "RowWiseAdagrad"]
 
@@ -129,7 +129,12 @@ class RowWiseAdagrad(RowSparseOptimizer):
     on the CPU, ``torch._foreach_*`` ops on a group's dense parameters together elsewhere); a
     1-D parameter (a bias) is one row.
 
-    State per parameter: ``sum`` of shape ``(rows,)``, ``step``.
+    State per parameter: ``sum`` of shape ``(rows,)``, ``step``. The ``sum`` of a float16 or
+    bfloat16 parameter is float32, as FBGEMM keeps it: in the parameter's dtype it would stop
+    growing (at 2048 in float16, 256 in bfloat16: the rate would stop decaying) or overflow to
+    inf (the row would stop moving). Such a parameter's update is computed in float32 and each
+    row rounded to its dtype once, as FBGEMM's; its gradient is the one autograd gives, in the
+    parameter's dtype. Other dtypes keep ``sum`` in the parameter's dtype.
 
     Examples
     --------
@@ -157,10 +162,16 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         n_rows = p.shape[0] if p.dim() > 1 else 1
-        sums = state_tensor(p, "rowwise_sum", (n_rows,))  # a table in a file: a file beside it
+        dtype = self._state_dtype(p, "sum")
+        # a table in a file: a file beside it
+        sums = state_tensor(p, "rowwise_sum", (n_rows,), dtype=dtype)
         if sums is None:
-            sums = torch.zeros(n_rows, dtype=p.dtype, device=p.device)
+            sums = torch.zeros(n_rows, dtype=dtype, device=p.device)
         state["sum"] = sums
+
+    def _state_dtype(self, p: torch.Tensor, key: str) -> torch.dtype:
+        """float32 for a float16/bfloat16 parameter's ``sum`` (FBGEMM's), else ``p``'s dtype."""
+        return torch.float32 if p.dtype in LOW_PRECISION else p.dtype
 
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"sum": (p.shape[0] if p.dim() > 1 else 1,)}
@@ -176,8 +187,11 @@ class RowWiseAdagrad(RowSparseOptimizer):
         if not rest:
             return
         sums = [states[i]["sum"] for i in rest]
-        w = [params[i].view(s.shape[0], -1) for i, s in zip(rest, sums, strict=True)]
-        g = [grads[i].reshape(x.shape) for i, x in zip(rest, w, strict=True)]  # (rows, n)
+        rows = [params[i].view(s.shape[0], -1) for i, s in zip(rest, sums, strict=True)]
+        # float16/bfloat16: computed in the state's float32, each row rounded once at the end
+        w = [x.to(s.dtype) for x, s in zip(rows, sums, strict=True)]
+        g = [grads[i].reshape(x.shape).to(x.dtype)  # (rows, n)
+             for i, x in zip(rest, w, strict=True)]
         if group["weight_decay"] != 0:
             g = list(torch._foreach_add(g, w, alpha=group["weight_decay"]))
         torch._foreach_add_(sums, [x.mean(1) for x in torch._foreach_mul(g, g)])
@@ -185,7 +199,12 @@ class RowWiseAdagrad(RowSparseOptimizer):
         torch._foreach_add_(std, group["eps"])
         torch._foreach_reciprocal_(std)
         torch._foreach_mul_(std, group["lr"])  # lr / (sqrt(s) + eps), one per row
-        torch._foreach_addcmul_(w, g, [x.unsqueeze(1) for x in std], value=-1)
+        full = [k for k, (x, computed) in enumerate(zip(rows, w, strict=True)) if computed is x]
+        if full:
+            torch._foreach_addcmul_([w[k] for k in full], [g[k] for k in full],
+                                    [std[k].unsqueeze(1) for k in full], value=-1)
+        for k in sorted(set(range(len(w))) - set(full)):  # float16/bfloat16, as FBGEMM's:
+            rows[k].copy_(w[k].sub_(g[k] * std[k].unsqueeze(1)))  # no fused multiply-add
         for i in rest:
             states[i]["step"] += 1
 

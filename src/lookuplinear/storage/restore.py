@@ -35,15 +35,16 @@ Staged = list[dict[torch.Tensor, dict[str, Any]] | None]
 """Each optimizer's restored state by parameter (None: a ``torch.optim`` optimizer, loaded)."""
 
 
-def _zeros(p: torch.Tensor, key: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """A zero state tensor ``key`` of ``shape`` for ``p``, placed as the optimizer places its
-    state (a table in a file: a file beside it)."""
+def _zeros(p: torch.Tensor, key: str, shape: tuple[int, ...], dtype: torch.dtype
+           ) -> torch.Tensor:
+    """A zero state tensor ``key`` of ``shape`` in ``dtype`` for ``p``, placed as the optimizer
+    places its state (a table in a file: a file beside it)."""
     from ..optim._base import zeros_like
 
-    if shape == tuple(p.shape):
+    if shape == tuple(p.shape) and dtype == p.dtype:
         return zeros_like(p, name=key)
-    provided = state_tensor(p, key, shape)
-    return provided if provided is not None else torch.zeros(shape, dtype=p.dtype,
+    provided = state_tensor(p, key, shape, dtype=dtype)
+    return provided if provided is not None else torch.zeros(shape, dtype=dtype,
                                                              device=p.device)
 
 
@@ -245,10 +246,13 @@ class Restore:
                 if shape is not None and pname in self.tables:
                     rows = tensors[f"rows/{pname}"].numel()
                     shape = (rows, *shape[1:])
+                # the class's dtype, or the parameter's (a row-wise Adagrad sum of a float16
+                # table saved before it was kept in float32: cast up when restored)
+                dtype = None if p is None else opt._state_dtype(p, state_key)
                 if p is None or shape is None or tuple(value.shape) != shape or \
-                        value.dtype != p.dtype:
+                        value.dtype not in (dtype, p.dtype):
                     expected = "none" if p is None or shape is None else \
-                        f"{shape} ({str(p.dtype)[6:]})"
+                        f"{shape} ({str(dtype)[6:]})"
                     raise self.refusal(
                         f"holds {cls} {i}'s state {state_key!r} of {pname} of shape "
                         f"{tuple(value.shape)} ({str(value.dtype)[6:]}), where this {cls} "
@@ -332,7 +336,7 @@ class Restore:
                 shapes = opt._state_shapes(p)
                 for key in sorted(saved):
                     if not isinstance(state.get(key), torch.Tensor):
-                        state[key] = _zeros(p, key, shapes[key])
+                        state[key] = _zeros(p, key, shapes[key], opt._state_dtype(p, key))
                 if pname not in self.tables:  # whole: exactly the saved tensors
                     for key in [k for k, v in state.items()
                                 if isinstance(v, torch.Tensor) and k not in saved]:
@@ -347,7 +351,7 @@ class Restore:
                         for key in saved:
                             values = seg.get(prefix + key)
                             if values is not None:
-                                state[key][rows] = values.to(p.device)
+                                state[key][rows] = values.to(p.device, state[key].dtype)
                 else:
                     for key in saved:
                         state[key].copy_(last[prefix + key].to(p.device))

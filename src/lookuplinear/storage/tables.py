@@ -370,15 +370,17 @@ class TableStorage:
         for start in range(0, self.meta["rows"], 1 << 16):
             self.materialize(torch.arange(start, min(start + (1 << 16), self.meta["rows"])))
 
-    def state(self, name: str, shape: tuple[int, ...], fill: float = 0.0) -> torch.Tensor:
-        """A new optimizer-state file ``state-<name>.bin`` of ``shape``, filled with ``fill``
-        (zeros cost nothing; another fill writes the whole file)."""
+    def state(self, name: str, shape: tuple[int, ...], fill: float = 0.0,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A new optimizer-state file ``state-<name>.bin`` of ``shape`` in ``dtype`` (None: the
+        table's), filled with ``fill`` (zeros cost nothing; another fill writes the whole
+        file)."""
         if not self.writable:
             raise InputValueError(
                 f"the table at {self.path} is open read-only, for serving; an optimizer cannot "
                 "keep state beside it. Open it with LookupLinear.open(path, writable=True)."
             )
-        t = self._file(f"state-{name}", shape, self.dtype, create=True)
+        t = self._file(f"state-{name}", shape, dtype or self.dtype, create=True)
         if fill != 0:
             t.fill_(fill)
         return t
