@@ -352,3 +352,33 @@ def test_shared_features_take_the_batched_path(one_id, monkeypatch):
         col(bad)
     with pytest.raises(LookupIndexError, match=r"kb\['f1'\]\[1\].*in_features=10"):
         col(KeyedBags.from_dict({**bags, "f1": [[1], [10], [0]]}))
+
+
+# ---------------------------------------------------------------------- dtypes
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_unpooled_rows_are_float32_as_torchrecs_embedding_collection(dtype):
+    """A {feature: index tensor} lookup of a float16/bfloat16 table gives float32 rows, as
+    TorchRec's EmbeddingCollection."""
+    data_type = {torch.float16: torchrec.DataType.FP16,
+                 torch.bfloat16: torchrec.DataType.BF16}[dtype]
+    torch.manual_seed(0)
+    ec = torchrec.EmbeddingCollection(tables=[
+        torchrec.EmbeddingConfig(name="t1", num_embeddings=10, embedding_dim=4,
+                                 feature_names=["f1", "f2"], data_type=data_type),
+        torchrec.EmbeddingConfig(name="t2", num_embeddings=10, embedding_dim=4,
+                                 feature_names=["f3"])])
+    col = LookupCollection([TableConfig("t1", 10, 4, ["f1", "f2"], dtype=dtype),
+                            TableConfig("t2", 10, 4, ["f3"])])
+    col.load_state_dict({k.replace("embeddings.", "embedding_bags."): v
+                         for k, v in ec.state_dict().items()})
+    with torch.no_grad():  # TorchRec's unsharded BF16 table is not bfloat16: the same values
+        ec.embeddings["t1"].weight.copy_(col.state_dict()["embedding_bags.t1.weight"])
+    kjt = KJT.from_lengths_sync(keys=["f1", "f2", "f3"], values=torch.tensor([1, 2, 3, 4, 5]),
+                                lengths=torch.tensor([2, 1, 0, 1, 1, 0]))
+    want = ec(kjt)
+    kb = KeyedBags.from_kjt(kjt)
+    got = col({f: kb[f].indices for f in kb.keys()})  # noqa: SIM118 (a list, not a dict)
+    for key, rows in got.items():
+        assert rows.dtype == want[key].values().dtype == torch.float32
+        assert torch.equal(rows, want[key].values())

@@ -93,7 +93,9 @@ class LookupCollection(CollectionBase):
 
     The output is in float32 for float16 and bfloat16 tables (each table pools in its dtype,
     then its outputs are cast, as TorchRec's ``EmbeddingBagCollection`` does); tables of several
-    dtypes give the promoted one (float64 beside float32 gives float64).
+    dtypes give the promoted one (float64 beside float32 gives float64). A ``{feature: index
+    tensor}`` dict's rows (unpooled) are float32 too for float16 and bfloat16 tables, as
+    TorchRec's ``EmbeddingCollection`` gives them.
 
     Raises
     ------
@@ -463,6 +465,12 @@ class LookupCollection(CollectionBase):
         return input
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        rows = self._looked_up(feature, x)
+        # float16 and bfloat16 rows give float32, as TorchRec's EmbeddingCollection
+        return rows.to(torch.promote_types(rows.dtype, torch.float32))
+
+    def _looked_up(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        """The rows of ``feature``'s IDs ``x``, in the table's dtype."""
         g, off, cfg = self._places[self._table_of[feature]]
         if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
             id_map = cast(IdMap, self.id_maps[cfg.name])
