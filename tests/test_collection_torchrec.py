@@ -382,3 +382,20 @@ def test_unpooled_rows_are_float32_as_torchrecs_embedding_collection(dtype):
     for key, rows in got.items():
         assert rows.dtype == want[key].values().dtype == torch.float32
         assert torch.equal(rows, want[key].values())
+
+def test_to_torchrec_refuses_float16_tables_with_weights():
+    """A weighted EBC with a float16 table fails on every weighted batch (nn.EmbeddingBag takes
+    weights only in the table's dtype): refused when converting, naming the fix."""
+    col = LookupCollection([TableConfig("t", 10, 4, ["f"], dtype=torch.float16),
+                            TableConfig("u", 10, 4, ["g"])], is_weighted=True)
+    kjt = KJT.from_lengths_sync(keys=["f", "g"], values=torch.tensor([1, 2, 3, 4]),
+                                lengths=torch.tensor([2, 0, 1, 1]),
+                                weights=torch.tensor([0.5, 2.0, 1.5, 3.0]))
+    with pytest.raises(InputValueError, match=r"tables \['t'\] are float16 and the EBC would "
+                                              r"be weighted.*float32 tables.*is_weighted=False"):
+        col.to_torchrec()
+    plain = col.to_torchrec(is_weighted=False) if col.is_weighted is None else None
+    assert plain is None
+    col.float()
+    torch.testing.assert_close(col.to_torchrec()(kjt).values(),
+                               col(KeyedBags.from_kjt(kjt)).values())

@@ -312,7 +312,9 @@ class LookupCollection(CollectionBase):
             hashing, padding); ``is_weighted=None`` on both sides; an ``is_weighted`` other
             than the collection's ``True`` or ``False``; a ``mode="mean"`` table in a weighted
             EBC (``nn.EmbeddingBag`` has no weights with mean: every weighted batch would
-            raise ``NotImplementedError`` in it).
+            raise ``NotImplementedError`` in it); a float16 table in a weighted EBC
+            (``nn.EmbeddingBag`` takes weights only in the table's dtype: float32 weights
+            would raise ``RuntimeError`` in it).
         InputTypeError
             ``is_weighted`` not None, True or False.
         """
@@ -344,6 +346,18 @@ class LookupCollection(CollectionBase):
                 "(is_weighted=True); TorchRec pools them with nn.EmbeddingBag, which takes no "
                 "per-entry weights with mode='mean' (every weighted batch would raise "
                 "NotImplementedError). Use mode='sum' tables for weighted batches, or "
+                "is_weighted=False (weights ignored)."
+            )
+        half = [t.name for t in self.tables
+                if self.table_groups[self._places[t.name].group].dtype == torch.float16]
+        if weighted and half:
+            raise InputValueError(
+                f"to_torchrec: tables {half} are float16 and the EBC would be weighted "
+                "(is_weighted=True); TorchRec pools them with nn.EmbeddingBag, which takes "
+                "per-entry weights only in the table's dtype, so a batch's weights (float32, "
+                "as KeyedBags.to_kjt gives them) would fail in every float16 table and float16 "
+                "weights in every float32 one (every weighted batch would raise RuntimeError). "
+                "Use float32 tables for weighted batches (collection.float()), or "
                 "is_weighted=False (weights ignored)."
             )
         from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
