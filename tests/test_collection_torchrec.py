@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookuplinear import (
+    InputTypeError,
     InputValueError,
     KeyedBags,
     LookupCollection,
     LookupLinearError,
+    StateDictError,
     TableConfig,
     check_equivalence,
 )
@@ -399,3 +401,50 @@ def test_to_torchrec_refuses_float16_tables_with_weights():
     col.float()
     torch.testing.assert_close(col.to_torchrec()(kjt).values(),
                                col(KeyedBags.from_kjt(kjt)).values())
+
+
+# ---------------------------------------------------------------------- from_torchrec weights
+@pytest.mark.parametrize("shape", [(1, 3), (3,), (5, 1), (4, 3), (5, 3, 1)])
+def test_from_torchrec_refuses_a_state_dict_of_another_shape(shape):
+    """A table of another shape is refused as TorchRec's load_state_dict refuses it ("size
+    mismatch"), before anything is built: (1, 3), (3,) and (5, 1) would broadcast into the
+    (5, 3) table, copies of one row or column."""
+    ebc = _ebc([("t", 5, 3, ["f"]), ("u", 4, 2, ["g"])])
+    good = ebc.state_dict()
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        ebc.load_state_dict({**good, "embedding_bags.t.weight": torch.ones(shape)})
+    with pytest.raises(StateDictError, match=r"size mismatch for embedding_bags\.t\.weight: "
+                                             r"the state dict holds .*table 't' is \(5, 3\)"):
+        LookupCollection.from_torchrec(
+            ebc, state_dict={**good, "embedding_bags.t.weight": torch.ones(shape)})
+
+
+def test_from_torchrec_names_a_missing_table():
+    ebc = _ebc([("t", 5, 3, ["f"])])
+    with pytest.raises(StateDictError, match=r"missing embedding_bags\.t\.weight.*'module\.'"):
+        LookupCollection.from_torchrec(
+            ebc, state_dict={"module.embedding_bags.t.weight": torch.ones(5, 3)})
+    col = LookupCollection.from_torchrec(
+        ebc, state_dict={"embedding_bags.t.weight": torch.full((5, 3), 2.0)})
+    assert torch.equal(col.state_dict()["embedding_bags.t.weight"], torch.full((5, 3), 2.0))
+
+
+def test_from_torchrec_refuses_an_embedding_collection():
+    """An EmbeddingCollection (unpooled) is no EmbeddingBagCollection: named, with the way to
+    build the collection whose dict lookups give its rows."""
+    ec = torchrec.EmbeddingCollection(tables=[torchrec.EmbeddingConfig(
+        name="t", num_embeddings=10, embedding_dim=4, feature_names=["a"])])
+    with pytest.raises(InputTypeError, match=r"got EmbeddingCollection \(unpooled.*"
+                                             r"'embeddings\.'.*'embedding_bags\.'"):
+        LookupCollection.from_torchrec(ec)
+
+
+def test_a_kjt_passed_directly_points_to_from_kjt():
+    col = LookupCollection([TableConfig("t", 10, 3, ["a"])])
+    kjt = KJT.from_lengths_sync(keys=["a"], values=torch.tensor([1, 2]),
+                                lengths=torch.tensor([1, 1]))
+    with pytest.raises(InputTypeError, match=r"got KeyedJaggedTensor\. Convert it with "
+                                             r"KeyedBags\.from_kjt\(kjt\)"):
+        col(kjt)
+    torch.testing.assert_close(col(KeyedBags.from_kjt(kjt)).values(),
+                               col.to_torchrec(is_weighted=False)(kjt).values())

@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import hugepages
 from .._loading import uncopyable
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputTypeError, InputValueError, StateDictError
 from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
@@ -404,7 +404,25 @@ class LookupCollection(CollectionBase):
             A table pooled otherwise than SUM or MEAN, or a MEAN table in a weighted EBC
             (which fails on every weighted batch: ``nn.EmbeddingBag`` has no weights with mean,
             so there is no result to equal).
+        InputTypeError
+            ``ebc`` is not an ``EmbeddingBagCollection`` (an ``EmbeddingCollection``, say).
+        StateDictError
+            ``state_dict`` lacks a table's ``embedding_bags.<table>.weight`` or holds one of
+            another shape than the table's ``(num_embeddings, embedding_dim)`` (TorchRec's
+            ``load_state_dict`` refuses it too: "size mismatch"). Nothing is built then.
         """
+        if not callable(getattr(ebc, "embedding_bag_configs", None)):
+            unpooled = callable(getattr(ebc, "embedding_configs", None))
+            raise InputTypeError(
+                f"from_torchrec takes TorchRec's EmbeddingBagCollection, got "
+                f"{type(ebc).__name__}"
+                + (" (unpooled: one row per ID)" if unpooled else "") + ". "
+                + ("Build the collection from its tables (TableConfig(name, num_embeddings, "
+                   "embedding_dim, feature_names) each), load its state dict with the "
+                   "'embeddings.' prefix of each key renamed 'embedding_bags.', and look up a "
+                   "{feature: index tensor} dict for one row per ID."
+                   if unpooled else "Pass an EmbeddingBagCollection.")
+            )
         modes: dict[str, Mode] = {"SUM": "sum", "MEAN": "mean"}
         tables = []
         for c in ebc.embedding_bag_configs():
@@ -424,6 +442,7 @@ class LookupCollection(CollectionBase):
             tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
                                       list(c.feature_names), mode=modes[c.pooling.name]))
         weights = ebc.state_dict() if state_dict is None else state_dict
+        _check_torchrec_weights(tables, weights)
         some = next(iter(weights.values()))
         collection = cls([dataclasses.replace(
                             t, dtype=weights[f"embedding_bags.{t.name}.weight"].dtype)
@@ -586,6 +605,33 @@ class LookupCollection(CollectionBase):
     def _check_state_entries(self, *args: Any) -> None:
         """The per-table entries checked before a load copies anything (:func:`_check_tables`)."""
         _check_tables(self, *args)
+
+
+def _check_torchrec_weights(tables: list[TableConfig],
+                            weights: Mapping[str, torch.Tensor]) -> None:
+    """Raise :class:`StateDictError` unless ``weights`` holds each table's
+    ``embedding_bags.<table>.weight`` of shape ``(num_embeddings, embedding_dim)``: what
+    TorchRec's ``load_state_dict`` refuses ("size mismatch"), refused before anything is
+    copied (a shape that broadcasts would fill the table with copies of one row or column)."""
+    missing, wrong = [], []
+    for t in tables:
+        key = f"embedding_bags.{t.name}.weight"
+        value = weights.get(key)
+        want = (t.num_embeddings, t.embedding_dim)
+        if value is None:
+            missing.append(key)
+        elif not isinstance(value, torch.Tensor) or tuple(value.shape) != want:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            wrong.append(f"size mismatch for {key}: the state dict holds {got}, table "
+                         f"{t.name!r} is {want} (num_embeddings, embedding_dim)")
+    if missing or wrong:
+        lacking = [f"missing {key} (its keys: {sorted(weights)[:6]})" for key in missing[:3]]
+        raise StateDictError(
+            "from_torchrec(state_dict=...): " + "; ".join(wrong + lacking) + ". Pass the "
+            "state dict of the EmbeddingBagCollection whose configs these are (keys "
+            "embedding_bags.<table>.weight, without a wrapper's prefix such as 'module.'), "
+            "or build the EBC with these shapes. Nothing was built."
+        )
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,

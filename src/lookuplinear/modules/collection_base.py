@@ -10,7 +10,7 @@ hashed, mapped, or split into quotient and remainder rows).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -109,7 +109,9 @@ class CollectionBase(AllOrNothingLoad):
             return {n: out[n] for f in features for n in plan.outputs_of(f)}
         raise InputTypeError(
             f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
-            f"{type(features).__name__}. Build one with KeyedBags.from_dict({{name: bags}})."
+            f"{type(features).__name__}. "
+            + ("Convert it with KeyedBags.from_kjt(kjt)." if _is_kjt(features) else
+               "Build one with KeyedBags.from_dict({name: bags}).")
         )
 
     def _pooled_variable(self, kb: KeyedBags, name: str) -> KeyedTensor:
@@ -193,3 +195,9 @@ def check_qr_weights(cfg: TableConfig, weights: torch.Tensor | None, feature: st
             f"its table {cfg.name!r} (hashing='qr', mode={cfg.mode!r}) folds the mode "
             "into them without a gradient. Use mode='sum', or detach the weights."
         )
+
+
+def _is_kjt(x: Any) -> bool:
+    """Whether ``x`` is TorchRec's ``KeyedJaggedTensor`` (by its class name: TorchRec is not
+    imported here)."""
+    return any(c.__name__ == "KeyedJaggedTensor" for c in type(x).__mro__)
