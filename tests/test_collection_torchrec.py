@@ -448,3 +448,45 @@ def test_a_kjt_passed_directly_points_to_from_kjt():
         col(kjt)
     torch.testing.assert_close(col(KeyedBags.from_kjt(kjt)).values(),
                                col.to_torchrec(is_weighted=False)(kjt).values())
+
+
+# ---------------------------------------------------------------------- initialisation
+def test_from_torchrec_keeps_each_tables_initialisation():
+    """weight_init_min/max (and init_fn) carry over: reset_parameters draws within them, as
+    the EBC's does; to_torchrec gives them back."""
+    torch.manual_seed(0)
+    ebc = torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(name="t", num_embeddings=1000, embedding_dim=8,
+                                    feature_names=["f"], weight_init_min=-0.01,
+                                    weight_init_max=0.01),
+        torchrec.EmbeddingBagConfig(name="u", num_embeddings=100, embedding_dim=4,
+                                    feature_names=["g"],
+                                    init_fn=lambda w: torch.nn.init.constant_(w, 0.5))])
+    col = LookupCollection.from_torchrec(ebc)
+    col.reset_parameters()
+    t, u = col.state_dict()["embedding_bags.t.weight"], col.state_dict()["embedding_bags.u.weight"]
+    assert t.abs().max() <= 0.01 and t.std() > 0.004  # uniform in [-0.01, 0.01]
+    assert bool((u == 0.5).all())
+    back = col.to_torchrec(is_weighted=False)
+    config = back.embedding_bag_configs()[0]
+    assert (config.get_weight_init_min(), config.get_weight_init_max()) == (-0.01, 0.01)
+    back.reset_parameters()
+    assert bool((back.embedding_bags["u"].weight == 0.5).all())
+    assert back.embedding_bags["t"].weight.abs().max() <= 0.01
+
+
+def test_to_torchrec_carries_each_tables_initialisation():
+    """"linear" is uniform within +-1/sqrt(num_embeddings) (TorchRec's default bounds),
+    "normal" nn.Embedding's N(0, 1), as the EBC's init_fn."""
+    col = LookupCollection([TableConfig("lin", 400, 8, ["a"], init="linear"),
+                            TableConfig("nor", 400, 8, ["b"], init="normal")])
+    ebc = col.to_torchrec(is_weighted=False)
+    lin = ebc.embedding_bag_configs()[0]
+    assert (lin.get_weight_init_min(), lin.get_weight_init_max()) == (-0.05, 0.05)
+    torch.manual_seed(0)
+    ebc.reset_parameters()
+    assert ebc.embedding_bags["lin"].weight.abs().max() <= 0.05
+    assert ebc.embedding_bags["nor"].weight.abs().max() > 2  # a normal's tails
+    torch.testing.assert_close(ebc.embedding_bags["nor"].weight.std().item(), 1.0, rtol=0.1,
+                               atol=0)
+    assert LookupCollection.from_torchrec(ebc).tables[1].init is torch.nn.init.normal_

@@ -20,6 +20,8 @@ table (``embedding_bags.<table>.weight``, TorchRec's names).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, cast
@@ -29,6 +31,7 @@ from torch import nn
 
 from .. import hugepages
 from .._loading import uncopyable
+from .._tableinit import Init
 from ..errors import InputTypeError, InputValueError, StateDictError
 from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
@@ -297,6 +300,12 @@ class LookupCollection(CollectionBase):
         (``KeyedBags.to_kjt``), a feature read by several tables keyed ``feature@table`` in
         both.
 
+        Each table's ``init`` is its config's: ``"linear"`` is uniform within
+        +-1/sqrt(num_embeddings) (``weight_init_min``/``weight_init_max``, TorchRec's default
+        bounds), ``"normal"`` and a callable are its ``init_fn`` (a ``uniform_`` with bounds,
+        as :meth:`from_torchrec` makes, sets the bounds too), which TorchRec's
+        ``reset_parameters`` draws with.
+
         Parameters
         ----------
         is_weighted : bool, optional
@@ -380,7 +389,7 @@ class LookupCollection(CollectionBase):
             configs.append(EmbeddingBagConfig(
                 num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim, name=t.name,
                 feature_names=list(t.feature_names), pooling=pooling[t.mode],
-                data_type=dtypes[dtype]))
+                data_type=dtypes[dtype], **_torchrec_init(t)))
         ebc = EmbeddingBagCollection(tables=configs, is_weighted=weighted,
                                      device=self.table_groups[0].device)
         self._whole_tables()
@@ -397,6 +406,10 @@ class LookupCollection(CollectionBase):
         too, its outputs keyed ``feature@table`` as the EBC keys them), pooling, weights and
         ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
         (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model).
+
+        Each table keeps its initialisation: its config's ``init_fn`` (TorchRec's default, or
+        the one its ``weight_init_min``/``weight_init_max`` make: uniform within them) is the
+        table's ``init``, which :meth:`reset_parameters` draws with.
 
         Raises
         ------
@@ -440,7 +453,8 @@ class LookupCollection(CollectionBase):
                     "is_weighted=False."
                 )
             tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
-                                      list(c.feature_names), mode=modes[c.pooling.name]))
+                                      list(c.feature_names), mode=modes[c.pooling.name],
+                                      init=_torchrec_init_of(c)))
         weights = ebc.state_dict() if state_dict is None else state_dict
         _check_torchrec_weights(tables, weights)
         some = next(iter(weights.values()))
@@ -632,6 +646,33 @@ def _check_torchrec_weights(tables: list[TableConfig],
             "embedding_bags.<table>.weight, without a wrapper's prefix such as 'module.'), "
             "or build the EBC with these shapes. Nothing was built."
         )
+
+
+def _torchrec_init_of(config: Any) -> Init:
+    """A TorchRec table config's initialisation as a table's ``init``: its ``init_fn``
+    (uniform within ``weight_init_min``/``weight_init_max`` unless set otherwise)."""
+    if config.init_fn is not None:
+        return cast(Init, config.init_fn)
+    return functools.partial(nn.init.uniform_, a=config.get_weight_init_min(),
+                             b=config.get_weight_init_max())
+
+
+def _torchrec_init(table: TableConfig) -> dict[str, Any]:
+    """A table's ``init`` as TorchRec's ``EmbeddingBagConfig`` arguments: ``"linear"`` is
+    uniform within +-1/sqrt(num_embeddings) (``nn.Linear``'s bound with num_embeddings inputs,
+    TorchRec's default), ``"normal"`` and any callable its ``init_fn`` (a ``uniform_`` with
+    bounds its ``weight_init_min``/``weight_init_max`` too)."""
+    init = table.init
+    if init == "linear":
+        bound = math.sqrt(1 / table.num_embeddings)
+        return {"weight_init_min": -bound, "weight_init_max": bound}
+    if init == "normal":
+        return {"init_fn": nn.init.normal_}
+    out: dict[str, Any] = {"init_fn": init}
+    if isinstance(init, functools.partial) and init.func is nn.init.uniform_ \
+            and not init.args and set(init.keywords) == {"a", "b"}:
+        out.update(weight_init_min=init.keywords["a"], weight_init_max=init.keywords["b"])
+    return out
 
 
 def _tables_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
