@@ -13,6 +13,7 @@ from lookuplinear import (
     InputTypeError,
     InputValueError,
     KeyedBags,
+    KeyedTensor,
     LookupCollection,
     LookupLinearError,
     StateDictError,
@@ -490,3 +491,50 @@ def test_to_torchrec_carries_each_tables_initialisation():
     torch.testing.assert_close(ebc.embedding_bags["nor"].weight.std().item(), 1.0, rtol=0.1,
                                atol=0)
     assert LookupCollection.from_torchrec(ebc).tables[1].init is torch.nn.init.normal_
+
+
+# ---------------------------------------------------------------------- KeyedTensor
+def _kts():
+    ebc = _ebc([("t1", 10, 3, ["f1", "f2"]), ("t2", 12, 4, ["f3", "f1"])], mean=("t2",))
+    col = LookupCollection.from_torchrec(ebc)
+    kjt = KJT.from_lengths_sync(keys=["f2", "f1", "f3"],
+                                values=torch.tensor([1, 2, 3, 5, 0, 0, 9, 8, 7, 6]),
+                                lengths=torch.tensor([2, 1, 1, 0, 2, 4]))
+    other = torchrec.KeyedTensor(["g"], [2], torch.arange(4.0).reshape(2, 2))
+    return col(KeyedBags.from_kjt(kjt)), ebc(kjt), other
+
+
+def test_keyed_tensor_has_torchrecs_offsets_and_key_dim():
+    ours, theirs, _ = _kts()
+    assert ours.offset_per_key() == theirs.offset_per_key() == [0, 3, 6, 10, 14]
+    assert ours.key_dim() == theirs.key_dim() == 1
+
+
+@pytest.mark.parametrize("groups", [[["f3", "f1@t1"], ["f2", "f1@t2"]],        # each key once
+                                    [["f3", "f3"], ["g", "f1@t2", "f2"]],      # repeated
+                                    [["g"], ["f1@t1"]]])                       # some keys
+def test_keyed_tensor_regroup_equals_torchrecs(groups):
+    """Our regroup and regroup_as_dict on our KeyedTensors equal TorchRec's on its own (of the
+    same values), and TorchRec's regroup takes ours, one or several."""
+    from torchrec.sparse.jagged_tensor import KeyedTensor as TorchRecKT
+
+    ours, theirs, other = _kts()
+    mine = KeyedTensor(other.keys(), other.length_per_key(), other.values())
+    want = TorchRecKT.regroup([theirs, other], groups)
+    for got in (KeyedTensor.regroup([ours, mine], groups),
+                TorchRecKT.regroup([ours, mine], groups)):
+        assert len(got) == len(want)
+        for x, y in zip(got, want, strict=True):
+            assert torch.equal(x, y)
+    named = KeyedTensor.regroup_as_dict([ours, mine], groups, ["x", "y"])
+    want_named = TorchRecKT.regroup_as_dict([theirs, other], groups, ["x", "y"])
+    assert list(named) == list(want_named)
+    assert all(torch.equal(named[k], want_named[k]) for k in named)
+
+
+def test_keyed_tensor_regroup_refusals():
+    ours, _, _ = _kts()
+    with pytest.raises(InputValueError, match=r"no keyed tensor holds key 'nope'"):
+        KeyedTensor.regroup([ours], [["f2", "nope"]])
+    with pytest.raises(InputValueError, match=r"one name per group; got 1 keys"):
+        KeyedTensor.regroup_as_dict([ours], [["f2"], ["f3"]], ["x"])

@@ -63,6 +63,84 @@ class KeyedTensor:
     def to_dict(self) -> dict[str, torch.Tensor]:
         return {k: self[k] for k in self._keys}
 
+    def key_dim(self) -> int:
+        """The dimension the keys' outputs are side by side in: 1 (``values()`` is
+        ``(N, sum of dims)``), TorchRec's default."""
+        return 1
+
+    def offset_per_key(self) -> list[int]:
+        """Where each key's columns start in ``values()``, and the total width last:
+        ``[0, d0, d0 + d1, ...]`` (TorchRec's ``offset_per_key``)."""
+        return [0, *accumulate(self._lengths)]
+
+    def _key_indices(self) -> dict[str, int]:
+        """Each key's position in ``keys()``: what TorchRec's ``KeyedTensor.regroup`` reads
+        of the keyed tensors it takes, so ours go through it too."""
+        return {k: i for i, k in enumerate(self._keys)}
+
+    @staticmethod
+    def regroup(keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]]
+                ) -> list[torch.Tensor]:
+        """One ``(N, sum of the group's dims)`` tensor per group of keys: the keys' outputs
+        side by side in the group's order, taken from whichever of ``keyed_tensors`` holds
+        the key (the last one where several do), as TorchRec's ``KeyedTensor.regroup``.
+
+        Dense equivalent: ``torch.cat([kt_of[k][k] for k in group], dim=1)`` for each group.
+
+        Raises
+        ------
+        InputValueError
+            A group names a key that none of ``keyed_tensors`` holds.
+
+        Examples
+        --------
+        >>> a = KeyedTensor(["x", "y"], [1, 2], torch.arange(6.0).reshape(2, 3))
+        >>> b = KeyedTensor(["z"], [1], torch.tensor([[10.0], [20.0]]))
+        >>> KeyedTensor.regroup([a, b], [["z", "x"], ["y"]])
+        [tensor([[10.,  0.],
+                [20.,  3.]]), tensor([[1., 2.],
+                [4., 5.]])]
+        """
+        owner: dict[str, KeyedTensor] = {}
+        for kt in keyed_tensors:
+            owner.update(dict.fromkeys(kt.keys(), kt))  # the last one that holds a key
+        parts: list[torch.Tensor] = []
+        widths: list[int] = []
+        for group in groups:
+            width = 0
+            for key in group:
+                holder = owner.get(key)
+                if holder is None:
+                    raise InputValueError(
+                        f"KeyedTensor.regroup: no keyed tensor holds key {key!r} of group "
+                        f"{list(group)}; their keys are {list(owner)}. Name keys they hold."
+                    )
+                part = holder[key]
+                parts.append(part)
+                width += part.shape[1]
+            widths.append(width)
+        if not parts:
+            return [torch.empty(0) for _ in groups]
+        return list(torch.cat(parts, dim=1).split(widths, dim=1))
+
+    @staticmethod
+    def regroup_as_dict(keyed_tensors: Sequence[KeyedTensor], groups: Sequence[Sequence[str]],
+                        keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        """:meth:`regroup`'s tensors by name, ``keys[i]`` the ``i``-th group's (TorchRec's
+        ``KeyedTensor.regroup_as_dict``).
+
+        Raises
+        ------
+        InputValueError
+            ``keys`` not one name per group.
+        """
+        if len(keys) != len(groups):
+            raise InputValueError(
+                f"KeyedTensor.regroup_as_dict: one name per group; got {len(keys)} keys "
+                f"{list(keys)} for {len(groups)} groups. Give as many keys as groups."
+            )
+        return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups), strict=True))
+
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={self._keys}, values={tuple(self._values.shape)})"
 
