@@ -33,6 +33,9 @@ model is written as version 3, the same format with ``"vectorizer.buckets"``):
 - Pruned models (``lookuplinear quantize -cutoff``): the table holds the kept rows only, and
   the vectorizer's kept hash buckets (``FastTextVectorizer.buckets_``) are the int32 tensor
   ``"vectorizer.buckets"``; its vocabulary holds the kept words only.
+- ``config["y_offset"]`` (a regressor): the targets' float64 offset, which ``predict`` and
+  ``intercept_`` add to the float32 network's outputs; absent from files written before it was
+  kept apart (their bias holds the whole intercept, and they load with an offset of zero).
 - ``config["input_format"]``: how ``lookuplinear train`` read its file (fastText lines and
   their label prefix, or a table's text and label columns and delimiter), so that ``predict``
   and ``test`` read theirs the same way; absent from files written before it was recorded
@@ -344,6 +347,7 @@ def save_model(
         config["y_dtype"] = str(est._y_dtype) if est.multilabel_ else None
     else:
         config["y_2d"] = bool(est._y_2d)
+        config["y_offset"] = [float(v) for v in est._offset()]  # float64, exact in JSON
     tensors = {k: v.detach().cpu().contiguous() for k, v in est.model_.state_dict().items()}
     buckets = None if config["vectorizer"] is None else config["vectorizer"].pop("buckets", None)
     if buckets is not None:  # a pruned vectorizer's hash buckets: int32 in the data, not JSON
@@ -577,6 +581,8 @@ class _ModelParts:
                 est._y_dtype = np.dtype(config["y_dtype"])
         else:
             est._y_2d = bool(config["y_2d"])
+            if "y_offset" in config:  # older files: the bias holds the whole intercept
+                est._y_offset = np.asarray(config["y_offset"], dtype=np.float64)
         return est
 
 

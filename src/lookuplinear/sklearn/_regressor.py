@@ -42,6 +42,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         The linear map's weights, read-only, as for
         :class:`~lookuplinear.sklearn.LookupClassifier` (one row per target for 2-D ``y``).
     intercept_ : float or ndarray of shape (n_targets,)
+        The model's bias plus the targets' offset (their mean at the first fit, kept in
+        float64 apart from the float32 network, which learns the residuals), float64.
     n_features_in_ : int
     model_ : LookupNet
     loss_curve_ : list of float
@@ -143,35 +145,38 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """``model_(X)``: shape (n_samples,), or (n_samples, n_targets) for 2-D ``y``."""
-        out = self._raw_output(X)
+        out = self._raw_output(X) + self._offset()
         return out if self._y_2d else out.ravel()
 
     # ------------------------------------------------------------------ targets
-    @torch.no_grad()
     def _start(self, y: np.ndarray, weight: np.ndarray | None) -> None:
-        """The output bias starts at the targets' (weighted) mean (as scikit-learn's linear
-        models center ``y``): the weights then learn the deviations, instead of the first
-        hundreds of steps walking the bias to a rating of 4 at Adam's step size."""
-        net = self.model_
-        bias = net.lookup.bias if net.output is None else net.output.bias
-        if bias is not None:
-            mean = np.average(y, axis=0, weights=weight)
-            bias.copy_(torch.as_tensor(mean, dtype=bias.dtype))
+        """The targets' offset: their (weighted) mean in float64, as scikit-learn's linear
+        models center ``y``. The model learns the float32 residuals ``y - offset`` (its bias
+        starts at zero, the residuals' mean), so that targets far from zero keep their
+        precision; ``predict`` and ``intercept_`` add the offset back in float64."""
+        self._y_offset = (np.average(y, axis=0, weights=weight) if len(y)
+                          else np.zeros(y.shape[1]))
 
     def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
-        """Remember whether ``y`` is 2-D; ``y`` as float32 of shape (n_samples, n_targets)."""
-        y = np.asarray(y, dtype=np.float32)
+        """Remember whether ``y`` is 2-D; ``y`` as float64 of shape (n_samples, n_targets)."""
+        y = np.asarray(y, dtype=np.float64)
         self._y_2d = y.ndim == 2
         return y.reshape(len(y), -1)
 
     def _encode_targets(self, y: np.ndarray) -> np.ndarray:
-        y = np.asarray(y, dtype=np.float32).reshape(len(y), -1)
+        y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if y.shape[1] != self._n_outputs():
             raise InputValueError(
                 f"y has {y.shape[1]} targets but the fitted model has {self._n_outputs()}; "
                 "pass y with as many targets, or fit a new model (warm_start=False)."
             )
         return y
+
+    def _offset(self) -> np.ndarray:
+        """The float64 offset the model's outputs are added to (zeros for a model that has
+        none: one read from a file written before the offset was kept apart)."""
+        offset = getattr(self, "_y_offset", None)
+        return np.zeros(self._n_outputs()) if offset is None else offset
 
     def _n_model_outputs(self, y: np.ndarray) -> int:
         return int(y.shape[1])
@@ -180,15 +185,15 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         return y if self._y_2d else y.ravel()
 
     def _targets(self, y: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(y)
+        """The residuals ``y - offset`` (computed in float64) as float32."""
+        return torch.as_tensor(y - self._offset(), dtype=torch.float32)
 
     def _dual_problem(
         self, y: np.ndarray, weight: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The centred targets (solved as Ridge solves them: by their weighted mean) and
-        that mean as the offset."""
-        mean = np.average(np.asarray(y, dtype=np.float64), axis=0, weights=weight)
-        return y - mean, mean
+        """The targets centred by the offset (their weighted mean, as Ridge centres them);
+        the offset stays apart from the float32 bias."""
+        return y - self._offset(), None
 
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
@@ -206,6 +211,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     def _linear_map(self) -> tuple[np.ndarray, Any]:
         """As scikit-learn's ``Ridge``: for 1-D ``y``, ``coef_`` of shape (n_features,) and
-        ``intercept_`` a float."""
+        ``intercept_`` a float. ``intercept_`` is the model's bias plus the targets' offset,
+        in float64."""
         coef, bias = super()._linear_map()
-        return (coef, bias) if self._y_2d else (coef[0], float(bias[0]))
+        intercept = bias.astype(np.float64) + self._offset()
+        intercept.flags.writeable = False
+        return (coef, intercept) if self._y_2d else (coef[0], float(intercept[0]))
