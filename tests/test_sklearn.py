@@ -524,6 +524,27 @@ def test_regressor_keeps_a_large_targets_offset_in_float64(solver: str, tmp_path
 
 
 @NOT_LEARNING
+@SHORT
+@pytest.mark.parametrize("solver", ["adam", "sgd"])
+def test_each_output_of_a_minibatch_fit_is_its_fit_alone(solver: str) -> None:
+    """The loss sums over the outputs (regression targets, multilabel sigmoids), as the
+    penalty does: a target's (label's) weights with ``alpha`` are those of its own fit."""
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    Y = np.column_stack([X @ [1.0, 2, 3], X @ [3.0, -1, 0]])
+    kw = {"solver": solver, "alpha": 0.5, "batch_size": 1000, "max_iter": 200,
+          "learning_rate_init": 0.01, "random_state": 0}
+    both = LookupRegressor(**kw).fit(X, Y)
+    one = LookupRegressor(**kw).fit(X, Y[:, 0])
+    # to float rounding, which Adam's steps amplify (the bias starts at its optimum): 1e-4
+    np.testing.assert_allclose(both.coef_[0], one.coef_, rtol=1e-3, atol=1e-4)
+    labels = (Y - Y.mean(0) > 0).astype(int)
+    both = LookupClassifier(loss="log_loss", **kw).fit(X, labels)
+    one = LookupClassifier(loss="log_loss", **kw).fit(X, labels[:, 0])
+    np.testing.assert_allclose(both.coef_[0], one.coef_[0], rtol=1e-3, atol=1e-4)
+
+
+@NOT_LEARNING
 def test_only_the_training_columns_rows_are_drawn() -> None:
     """The embedding table draws the rows of the columns training reads, uniform in
     ``[-1/hidden, 1/hidden]`` as fastText's; every other row starts (and stays) zero."""

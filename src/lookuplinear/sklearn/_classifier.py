@@ -85,7 +85,8 @@ default "auto"
     batch_size : int, default 128
         Rows per gradient step.
     alpha : float or None, default None
-        L2 penalty: the objective is the mean loss plus ``alpha / 2 ||W||^2``. None:
+        L2 penalty: the objective is the mean loss plus ``alpha / 2 ||W||^2``, a row's loss
+        summed over its outputs (so each label of a multilabel fit is its own fit). None:
         ``1 / n_samples`` for ``dual_cd``, which is ``LinearSVC(C=1)``'s objective, and 0 for
         a minibatch solver. A minibatch solver applies it as the optimizer's ``weight_decay``,
         on the table to the rows each batch touches.
@@ -417,7 +418,9 @@ default "auto"
         elif target.dtype == torch.int64:
             per_row = F.cross_entropy(out, target, reduction="none")
         else:
-            per_row = F.binary_cross_entropy_with_logits(out, target, reduction="none").mean(1)
+            # summed over the labels, as the squared hinge: alpha weighs each label's sigmoid
+            # as if it were fitted alone
+            per_row = F.binary_cross_entropy_with_logits(out, target, reduction="none").sum(1)
         if weight is None:
             return per_row.mean()
         return (per_row * weight).mean()  # scikit-learn's meaning of a sample weight

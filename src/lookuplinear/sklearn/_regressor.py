@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from sklearn.base import RegressorMixin
 
 from ..errors import InputValueError
@@ -47,7 +46,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     n_features_in_ : int
     model_ : LookupNet
     loss_curve_ : list of float
-        Mean squared error of each epoch (the training loss).
+        The training loss of each epoch: the squared error summed over the targets, averaged
+        over the rows (the mean squared error for 1-D ``y``).
     n_iter_ : int
     validation_scores_, best_validation_score_
         With ``early_stopping``: held-out R^2 per epoch and its best.
@@ -198,9 +198,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
     ) -> torch.Tensor:
-        if weight is None:
-            return F.mse_loss(out, target)
-        return ((out - target).square().mean(1) * weight).mean()
+        # summed over the targets: alpha weighs each one as if it were fitted alone (Ridge's)
+        per_row = (out - target).square().sum(1)
+        return per_row.mean() if weight is None else (per_row * weight).mean()
 
     def _best_constant(self, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
         """The squared error's minimiser over constants: the targets' weighted mean."""
