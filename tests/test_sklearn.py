@@ -488,6 +488,58 @@ def test_warm_start_continues_from_the_fitted_model(cls: Any) -> None:
 
 
 @NOT_LEARNING
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_warm_start_and_partial_fit_take_the_current_parameters(cls: Any) -> None:
+    """A warm ``fit`` or a later ``partial_fit`` trains at the current learning rate and
+    ``alpha`` (the optimizer's state kept), checks the parameters again, and refuses a
+    parameter that changes the model itself, naming it, its two values and the fix."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    rng = np.random.default_rng(0)
+    X = sp.random(80, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    y = rng.integers(0, 3, 80) if cls is LookupClassifier else rng.normal(size=80)
+    classes = {"classes": [0, 1, 2]} if cls is LookupClassifier else {}
+    kw = {"solver": "adam", "max_iter": 2, "learning_rate_init": 0.05, "random_state": 0}
+    warm = cls(warm_start=True, **kw).fit(X, y)
+    before = warm.model_.lookup.weight.detach().clone()
+    warm.set_params(learning_rate_init=1e-30).fit(X, y)  # a rate that does not move it
+    torch.testing.assert_close(warm.model_.lookup.weight.detach(), before, rtol=0, atol=1e-12)
+    warm.set_params(alpha=0.25).partial_fit(X, y)
+    groups = warm._optimizers[0].param_groups
+    assert {g["lr"] for g in groups} == {1e-30} and {g["weight_decay"] for g in groups} == {0.25}
+    changes = [("hidden", 4), ("mode", "mean"), ("solver", "sgd")]
+    changes += [("loss", "log_loss")] if cls is LookupClassifier else []
+    for name, value in changes:
+        est = cls(warm_start=True, **kw).fit(X, y).set_params(**{name: value})
+        model = est.model_
+        for call in (lambda e=est: e.fit(X, y), lambda e=est: e.partial_fit(X, y)):
+            with pytest.raises(InputValueError,
+                               match=rf"built with {name}=.*but {name} is now {value!r}.*"
+                                     rf"Set {name}=.* or .*warm_start"):
+                call()
+        assert est.model_ is model
+    est = cls(**kw)
+    est.partial_fit(X, y, **classes)
+    for bad in (-5, 0):  # checked on every call, not only the first
+        with pytest.raises(InvalidParameterError, match="batch_size"):
+            est.set_params(batch_size=bad).partial_fit(X, y)
+    dual = cls(solver="dual_cd").fit(X, y)
+    with pytest.raises(InputValueError, match="partial_fit needs a stochastic solver"):
+        dual.partial_fit(X, y)  # as on a first call: dual_cd takes no minibatch steps
+
+
+@NOT_LEARNING
+def test_refit_forgets_the_early_stopping_score_and_warm_labels_say_how() -> None:
+    X, y = _data()
+    clf = LookupClassifier(early_stopping=True, **FAST).fit(X, y)
+    assert hasattr(clf, "best_validation_score_")
+    clf.set_params(early_stopping=False).fit(X, y)
+    assert not hasattr(clf, "best_validation_score_") and clf.validation_scores_ == []
+    clf.set_params(warm_start=True)
+    with pytest.raises(InputValueError, match=r"not in classes_.*set warm_start=False"):
+        clf.fit(X, np.where(y == 2, 5, y))
+
+@NOT_LEARNING
 @pytest.mark.parametrize("hidden", [None, 4])
 def test_regressor_starts_at_the_targets_mean(hidden: int | None) -> None:
     X = sp.random(50, 10, density=0.3, format="csr", random_state=0, dtype=np.float32)

@@ -22,7 +22,7 @@ from ..sparse.bags import Bags
 from ._input import csr_first, fold_mode, is_token_lists, to_csr
 from ._minibatch import constant_loss, progress, torch_threads, train_epochs
 from ._model import LookupNet
-from ._optim import SOLVERS, default_learning_rate, make_optimizers
+from ._optim import SOLVERS, default_learning_rate, make_optimizers, set_hyperparameters
 from ._predict import raw_output
 
 __all__ = ["LookupEstimator"]
@@ -111,7 +111,10 @@ class LookupEstimator(BaseEstimator):
         self._check_params()
         warm = self.warm_start and hasattr(self, "model_")
         self._uses_dual_cd(warm=warm)  # a solver that cannot fit this raises before any change
-        if not warm:
+        if warm:
+            self._check_continues("fit with warm_start=True",
+                                  "set warm_start=False to fit a new model")
+        else:
             self._forget()
         return self._partial_fit(X, y, epochs=self._n_epochs(), schedule=self.learning_rate,
                                  sample_weight=sample_weight, fit=True)
@@ -143,7 +146,7 @@ class LookupEstimator(BaseEstimator):
             y = self._set_targets(y, classes, partial=not fit)
             seed = self._seed_ = self._seed()
         else:
-            y = self._encode_targets(y)
+            y = self._encode_targets(y, warm=fit)
             seed = self._seed_ + self.n_iter_
         if fit or first:
             self.validation_scores_: list[float] = []
@@ -177,6 +180,9 @@ class LookupEstimator(BaseEstimator):
             self._fit_dual_cd(Xc, target, weight, seed=seed, offset=offset,
                               n_samples=n_samples)
             return self
+        # the current learning rate and alpha, also for a model that continues training
+        set_hyperparameters(self._optimizers, self._stochastic_solver(),
+                            lr=self._learning_rate(), weight_decay=self.alpha or 0.0)
         target_t = self._targets(y)
         weight_t = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
         self._run_epochs(Xc, target_t, weight_t, epochs=epochs, seed=seed, schedule=schedule,
@@ -206,9 +212,45 @@ class LookupEstimator(BaseEstimator):
         self._validate_params()
         check_device(self.device)
 
+    def _begin_partial_fit(self) -> None:
+        """What ``partial_fit`` checks before it trains: the parameters (on every call, as
+        ``fit`` does), a stochastic solver, and, once a model is fitted, that it can go on
+        with the current parameters (``_check_continues``)."""
+        self._check_params()
+        self._check_partial_fit_solver()
+        if hasattr(self, "model_"):
+            self._check_continues("partial_fit",
+                                  "call fit (without warm_start) to train a new model")
+
+    def _built_with(self) -> dict[str, Any]:
+        """The parameters that make the model and its optimizer what they are, as they are
+        now: a warm start or ``partial_fit`` continues the fitted model only with the values
+        it was built with. ``solver`` is the minibatch optimizer (Adam for ``"auto"``)."""
+        return {"hidden": self.hidden, "mode": self.mode, "solver": self._stochastic_solver(),
+                "device": str(torch.device(self.device))}
+
+    def _check_continues(self, call: str, fix: str) -> None:
+        """Refuse, before anything changes, a ``call`` that would continue the fitted model
+        with a parameter that changes what the model is (``_built_with``); the other
+        parameters (learning rate, ``alpha``, ``batch_size``, ...) take their new values."""
+        built = getattr(self, "_built", None)
+        if built is None:  # a model from before the parameters were recorded
+            return
+        now = self._built_with()
+        for name, old in built.items():
+            if now[name] != old:
+                what = ("the minibatch optimizer" if name == "solver" else "the model")
+                raise InputValueError(
+                    f"{type(self).__name__}.{call} continues the fitted model, built with "
+                    f"{name}={old!r}, but {name} is now {now[name]!r} "
+                    + (f"(solver={self.solver!r}) " if name == "solver" else "")
+                    + f"and changing it changes {what} itself. Set {name}={old!r} to "
+                    f"continue, or {fix}."
+                )
+
     def _forget(self) -> None:
         """Drop the fitted model: the next ``_partial_fit`` starts a new one."""
-        for name in ("model_", "_touched"):
+        for name in ("model_", "_touched", "best_validation_score_"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -219,8 +261,9 @@ class LookupEstimator(BaseEstimator):
         ``_targets``."""
         raise NotImplementedError
 
-    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
-        """``y`` of a later call encoded as ``_set_targets`` did; raises if it does not fit."""
+    def _encode_targets(self, y: np.ndarray, *, warm: bool) -> np.ndarray:
+        """``y`` of a later call encoded as ``_set_targets`` did; raises if it does not fit
+        (``warm``: a warm-started ``fit``, else ``partial_fit``)."""
         raise NotImplementedError
 
     def _n_model_outputs(self, y: np.ndarray) -> int:
@@ -417,6 +460,7 @@ class LookupEstimator(BaseEstimator):
             lr=self._learning_rate(),
             weight_decay=self.alpha or 0.0,
         )
+        self._built = self._built_with()
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0
 

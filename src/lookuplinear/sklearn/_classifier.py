@@ -110,7 +110,11 @@ default "auto"
     device : str or torch.device, default "cpu"
     warm_start : bool, default False
         ``fit`` continues from the fitted model (and its optimizer state) instead of starting
-        anew: ``max_iter`` more passes; the labels must be among ``classes_``.
+        anew: ``max_iter`` more passes; the labels must be among ``classes_``. It (and every
+        ``partial_fit``) trains at the current ``learning_rate_init``, ``alpha`` and the
+        other training parameters; changing ``hidden``, ``mode``, ``loss``, ``device`` or the
+        minibatch optimizer (``solver``) would make another model, and is an
+        ``InputValueError`` (fit without ``warm_start`` to start anew).
     n_jobs : int or None, default 1
         ``torch.set_num_threads`` while training and predicting (restored afterwards), as
         scikit-learn counts: ``-1`` is every CPU (joblib's ``effective_n_jobs``), ``-2`` all
@@ -250,10 +254,8 @@ default "auto"
         ``sample_weight`` as in ``fit``, relative to the call's rows: the pass minimises
         their weighted mean loss.
         """
-        if not hasattr(self, "model_"):
-            self._check_params()
-            self._check_partial_fit_solver()
-        elif (classes is not None and not self.multilabel_
+        self._begin_partial_fit()
+        if (hasattr(self, "model_") and classes is not None and not self.multilabel_
               and not np.array_equal(self.classes_, unique_labels(classes))):
             raise InputValueError(
                 f"`classes={classes!r}` is not the same as on last call to partial_fit, "
@@ -319,10 +321,13 @@ default "auto"
             )
         return self._encode(y)
 
-    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
-        return self._encode(y)
+    def _built_with(self) -> dict[str, Any]:
+        return {**super()._built_with(), "loss": self.loss}
 
-    def _encode(self, y: np.ndarray) -> np.ndarray:
+    def _encode_targets(self, y: np.ndarray, *, warm: bool) -> np.ndarray:
+        return self._encode(y, warm=warm)
+
+    def _encode(self, y: np.ndarray, *, warm: bool = False) -> np.ndarray:
         if self.multilabel_:
             return np.asarray(y)
         y = column_or_1d(y, warn=True)
@@ -332,8 +337,11 @@ default "auto"
         if bad.any():
             raise InputValueError(
                 f"y holds labels not in classes_ {self.classes_.tolist()}: "
-                f"{np.unique(y[bad]).tolist()}. Pass every label in classes= on the first "
-                "partial_fit call."
+                f"{np.unique(y[bad]).tolist()}. "
+                + ("A warm-started fit continues the fitted model and its classes: set "
+                   "warm_start=False to fit a new model with these labels."
+                   if warm else
+                   "Pass every label in classes= on the first partial_fit call.")
             )
         return idx
 

@@ -571,6 +571,7 @@ class _ModelParts:
         est.n_iter_ = int(config["n_iter"])
         est.validation_scores_ = []
         est._seed_ = est._seed()
+        est._built = est._built_with()
         est._optimizers = [] if quantized else make_optimizers(
             est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
             lr=est._learning_rate(), weight_decay=est.alpha or 0.0)

@@ -19,7 +19,8 @@ from torch.optim import Optimizer
 
 __all__ = ["DEFAULT_LR", "LINEAR_LOG_LOSS_LR", "SGD_BIAS_LR_SCALE", "SGD_LR", "SOLVERS",
            "LinearDecay",
-           "default_learning_rate", "make_optimizers", "make_schedulers", "optimizer_class"]
+           "default_learning_rate", "make_optimizers", "make_schedulers", "optimizer_class",
+           "set_hyperparameters"]
 
 #: solver name -> class name in lookuplinear.optim
 SOLVERS: dict[str, str] = {
@@ -125,6 +126,28 @@ def make_optimizers(
         groups.append({"params": dense})
     cls: Any = optimizer_class(solver)
     return [cls(groups, lr=lr, weight_decay=weight_decay, fused=True)]
+
+
+def set_hyperparameters(
+    optimizers: Sequence[Optimizer], solver: str, *, lr: float, weight_decay: float
+) -> None:
+    """Set the learning rate and ``weight_decay`` of every parameter group of optimizers that
+    :func:`make_optimizers` built for ``solver``, as it sets them (``"sgd"``'s biases at
+    ``lr * SGD_BIAS_LR_SCALE``); the optimizers' state (moments, sums of squares) is kept.
+
+    Examples
+    --------
+    >>> table = torch.nn.Parameter(torch.zeros(10, 2)); bias = torch.nn.Parameter(torch.zeros(2))
+    >>> opts = make_optimizers("sgd", [table], [bias], lr=10.0, weight_decay=0.0)
+    >>> set_hyperparameters(opts, "sgd", lr=1.0, weight_decay=0.5)
+    >>> [(g["lr"], g["weight_decay"]) for g in opts[0].param_groups]
+    [(1.0, 0.5), (0.01, 0.5)]
+    """
+    for opt in optimizers:
+        for group in opt.param_groups:
+            biases = solver == "sgd" and all(p.dim() <= 1 for p in group["params"])
+            group["lr"] = lr * SGD_BIAS_LR_SCALE if biases else lr
+            group["weight_decay"] = weight_decay
 
 
 class LinearDecay:

@@ -137,9 +137,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> LookupRegressor:
         """One pass over ``(X, y)`` at a constant learning rate, continuing from the last call.
         ``sample_weight`` as in ``fit``, relative to the call's rows."""
-        if not hasattr(self, "model_"):
-            self._check_params()
-            self._check_partial_fit_solver()
+        self._begin_partial_fit()
         return self._partial_fit(X, y, epochs=1, schedule="constant",
                                  sample_weight=sample_weight)
 
@@ -163,7 +161,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         self._y_2d = y.ndim == 2
         return y.reshape(len(y), -1)
 
-    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+    def _encode_targets(self, y: np.ndarray, *, warm: bool) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if y.shape[1] != self._n_outputs():
             raise InputValueError(
