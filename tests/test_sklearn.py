@@ -55,6 +55,11 @@ def _expected_failures(estimator: Any) -> dict[str, str]:
     )
     failures = {"check_sample_weight_equivalence_on_dense_data": why,
                 "check_sample_weight_equivalence_on_sparse_data": why}
+    if isinstance(estimator, LookupClassifier) and estimator.class_weight == "balanced":
+        refused = ("partial_fit refuses class_weight='balanced' (a call sees only its own "
+                   "rows' class frequencies), as SGDClassifier.partial_fit does")
+        failures |= dict.fromkeys(["check_fit_score_takes_y", "check_n_features_in_after_fitting",
+                                   "check_estimators_partial_fit_n_features"], refused)
     if (isinstance(estimator, LookupClassifier) and estimator.hidden is not None
             and estimator.loss == "log_loss"):
         failures["check_classifier_multioutput"] = (
@@ -425,6 +430,27 @@ def test_class_weight_balanced_shifts_predictions() -> None:
     plain = LookupClassifier(**FAST).fit(X, y).predict(X)
     balanced = LookupClassifier(class_weight="balanced", **FAST).fit(X, y).predict(X)
     assert (balanced == 0).sum() >= (plain == 0).sum()
+
+
+def test_class_weight_with_multilabel_y_and_partial_fit_as_scikit_learn() -> None:
+    """Multilabel ``y``: ``"balanced"`` is ``compute_sample_weight("balanced", Y)`` (each
+    label's 0/1 balanced, multiplied over a row's labels), a dict is refused with the fix;
+    ``partial_fit`` refuses ``"balanced"`` as ``SGDClassifier.partial_fit`` does."""
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    X, Y = make_multilabel_classification(120, 20, n_classes=3, random_state=0)
+    kw = {"tol": 1e-8, "max_iter": 100_000, "random_state": 0}
+    balanced = LookupClassifier(class_weight="balanced", **kw).fit(X, Y)
+    weighted = LookupClassifier(**kw).fit(X, Y, sample_weight=compute_sample_weight(
+        "balanced", Y))
+    np.testing.assert_allclose(balanced.coef_, weighted.coef_, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(balanced.coef_, LookupClassifier(**kw).fit(X, Y).coef_, atol=1e-3)
+    with pytest.raises(InputValueError, match=r"multilabel indicator.*'balanced'.*"
+                                              "compute_sample_weight"):
+        LookupClassifier(class_weight={0: 100, 1: 1}).fit(X, Y)
+    with pytest.raises(InputValueError, match=r"class_weight 'balanced' is not supported for "
+                                              r"partial_fit.*compute_class_weight.*dict"):
+        LookupClassifier(class_weight="balanced").partial_fit(X, Y[:, 0], classes=[0, 1])
 
 
 def test_regressor_learns_a_sparse_linear_map_and_multioutput() -> None:

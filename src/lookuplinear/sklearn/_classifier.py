@@ -101,7 +101,10 @@ default "auto"
         ``early_stopping`` needs an improvement of more than ``tol`` (None: 1e-4).
     class_weight : dict, "balanced" or None, default None
         Weights of the classes in the loss, as in scikit-learn's linear models: multiplied
-        with ``sample_weight``; ``"balanced"`` counts each class's sample weights.
+        with ``sample_weight``; ``"balanced"`` counts each class's sample weights. For a
+        multilabel ``y``, ``"balanced"`` only (each label's 0/1 balanced, multiplied over a
+        row's labels, as ``compute_sample_weight``); ``partial_fit`` refuses ``"balanced"``,
+        as ``SGDClassifier.partial_fit`` does (pass ``compute_class_weight``'s as a dict).
     random_state : int, RandomState instance or None, default None
         Seeds weight initialisation and shuffling: the same seed gives the same model.
     verbose : int, default 0
@@ -255,6 +258,14 @@ default "auto"
         their weighted mean loss.
         """
         self._begin_partial_fit()
+        if isinstance(self.class_weight, str) and self.class_weight == "balanced":
+            raise InputValueError(
+                "class_weight 'balanced' is not supported for partial_fit: a call sees only "
+                "its own rows' class frequencies. In order to use 'balanced' weights, use "
+                "compute_class_weight('balanced', classes=classes, y=y) with all classes (y a "
+                "large enough sample of the training targets) and pass the weights as a dict: "
+                "class_weight=dict(zip(classes, weights))."
+            )
         if (hasattr(self, "model_") and classes is not None and not self.multilabel_
               and not np.array_equal(self.classes_, unique_labels(classes))):
             raise InputValueError(
@@ -380,13 +391,37 @@ default "auto"
     def _class_weights(self, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray | None:
         """``class_weight`` of each row's class; ``"balanced"`` counts the classes with the
         sample weights, as scikit-learn's linear models do (a class whose rows all weigh 0 is
-        infinite, on rows that are left out)."""
-        if self.class_weight is None or self.multilabel_:
+        infinite, on rows that are left out). For multilabel ``y``, ``"balanced"`` only, as
+        scikit-learn's ``compute_sample_weight`` takes it for multi-output ``y``: each label's
+        0/1 balanced, a row's weight the product over the labels."""
+        if self.class_weight is None:
             return None
+        if self.multilabel_:
+            return self._multilabel_class_weights(y, sample_weight)
         with np.errstate(divide="ignore"):
             cw = compute_class_weight(self.class_weight, classes=self.classes_,
                                       y=self.classes_[y], sample_weight=sample_weight)
         return np.asarray(cw, dtype=np.float64)[y]
+
+    def _multilabel_class_weights(self, y: np.ndarray,
+                                  sample_weight: np.ndarray | None) -> np.ndarray:
+        if not (isinstance(self.class_weight, str) and self.class_weight == "balanced"):
+            raise InputValueError(
+                f"class_weight={self.class_weight!r} weighs the classes of 1-D labels, but y is "
+                f"a multilabel indicator ({len(self.classes_)} labels). Pass "
+                "class_weight='balanced' (each label's 0/1 balanced, multiplied over a row's "
+                "labels, as scikit-learn's compute_sample_weight does for multi-output y), or "
+                "weigh the rows: sample_weight=compute_sample_weight([{0: w0, 1: w1}, ...], y) "
+                "with class_weight=None."
+            )
+        weight = np.ones(len(y))
+        for label in np.asarray(y, dtype=np.int64).T:
+            present = np.unique(label)  # a label always 0 (or 1) weighs 1
+            with np.errstate(divide="ignore"):
+                cw = compute_class_weight("balanced", classes=present, y=label,
+                                          sample_weight=sample_weight)
+            weight *= np.asarray(cw, dtype=np.float64)[np.searchsorted(present, label)]
+        return weight
 
     def _targets(self, y: np.ndarray) -> torch.Tensor:
         """The loss's target tensor: class indices, or 0/1 of shape (n, n_outputs)."""
