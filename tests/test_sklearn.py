@@ -380,6 +380,24 @@ def test_multilabel_one_vs_all() -> None:
     assert not hasattr(LookupClassifier(), "predict_proba")  # the squared hinge has none
 
 
+@NOT_LEARNING
+def test_multilabel_y_of_another_shape_is_refused_and_a_sparse_one_densified() -> None:
+    X, Y = make_multilabel_classification(60, 10, n_classes=2, random_state=0)
+    clf = LookupClassifier(warm_start=True, **FAST).fit(X, Y)
+    for bad in (np.column_stack([Y, Y[:, 0]]), Y[:, 0], Y[:2, 0]):  # 2 rows: 2 labels' width
+        rows = len(bad)
+        with pytest.raises(InputValueError, match=r"0/1 indicator matrix of 2 labels.*"
+                                                  r"call fit"):
+            clf.partial_fit(X[:rows], bad)
+        with pytest.raises(InputValueError, match="set warm_start=False"):
+            clf.fit(X[:rows], bad)
+    dense = LookupClassifier(random_state=0).fit(X, Y)
+    sparse = LookupClassifier(random_state=0).fit(X, sp.csr_matrix(Y))
+    np.testing.assert_array_equal(sparse.coef_, dense.coef_)
+    assert sparse.predict(X).shape == Y.shape
+    sparse.set_params(solver="adam").partial_fit(X, sp.csr_matrix(Y))
+
+
 @pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel"])
 def test_squared_hinge_is_linearsvcs_loss(kind: str) -> None:
     """The loss is LinearSVC's squared hinge, one-vs-rest: sum_k max(0, 1 - t_k out_k)^2."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from sklearn.base import ClassifierMixin
@@ -338,9 +339,24 @@ default "auto"
     def _encode_targets(self, y: np.ndarray, *, warm: bool) -> np.ndarray:
         return self._encode(y, warm=warm)
 
+    def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, np.ndarray]:
+        if sp.issparse(y):  # a sparse label indicator, densified as MLPClassifier takes it
+            y = cast(Any, y).toarray()
+        return super()._prepare_xy(X, y, reset=reset)
+
     def _encode(self, y: np.ndarray, *, warm: bool = False) -> np.ndarray:
         if self.multilabel_:
-            return np.asarray(y)
+            y = np.asarray(y)
+            n = len(self.classes_)
+            if y.ndim != 2 or y.shape[1] != n or not np.isin(y, (0, 1)).all():
+                raise InputValueError(
+                    f"y must be a 0/1 indicator matrix of {n} labels, as the fitted multilabel "
+                    f"model's, got {'a matrix' if y.ndim == 2 else 'an array'} of shape "
+                    f"{y.shape}. Pass one 0/1 column per label of classes_, or "
+                    + ("set warm_start=False to fit a new model on other labels."
+                       if warm else "call fit to train a new model on other labels.")
+                )
+            return y
         y = column_or_1d(y, warn=True)
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
