@@ -398,6 +398,14 @@ def test_multilabel_y_of_another_shape_is_refused_and_a_sparse_one_densified() -
     sparse.set_params(solver="adam").partial_fit(X, sp.csr_matrix(Y))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_targets_of_token_lists_are_checked_as_with_a_matrix(bad: float) -> None:
+    rows = [[0, 1], [2], [1, 2], [0]]
+    for est in (LookupRegressor(), LookupRegressor(**FAST)):
+        with pytest.raises(ValueError, match=r"Input y contains (NaN|infinity)"):
+            est.fit(rows, [1, bad, 2, 3])
+
+
 @pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel"])
 def test_squared_hinge_is_linearsvcs_loss(kind: str) -> None:
     """The loss is LinearSVC's squared hinge, one-vs-rest: sum_k max(0, 1 - t_k out_k)^2."""

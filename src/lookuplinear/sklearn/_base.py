@@ -13,7 +13,12 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    _check_y,
+    check_is_fitted,
+    validate_data,
+)
 
 from .._device import check_device
 from ..errors import InputValueError, NotLinearError, TrainingDivergedError
@@ -333,7 +338,7 @@ class LookupEstimator(BaseEstimator):
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
         if self._is_bags(X, reset=reset):
             Xc = self._prepare_x(X, reset=reset)
-            y = np.asarray(y)
+            y = _check_y(y, multi_output=True)  # as validate_data checks it (NaN, inf, ...)
             if y.shape[0] != Xc.shape[0]:
                 raise ValueError(
                     f"X has {Xc.shape[0]} rows (token lists) but y has {y.shape[0]} entries; "
