@@ -83,8 +83,9 @@ def test_an_optimizer_takes_its_state_from_the_table_s_allocator(make) -> None:
     layer = LookupLinear(10, 4, sparse=True)
     made: dict[str, torch.Tensor] = {}
 
-    def allocate(name: str, shape: tuple[int, ...], fill: float = 0.0) -> torch.Tensor:
-        made[name] = torch.full(shape, fill, dtype=layer.weight.dtype)
+    def allocate(name: str, shape: tuple[int, ...], fill: float = 0.0,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
+        made[name] = torch.full(shape, fill, dtype=dtype or layer.weight.dtype)
         return made[name]
 
     _hooks.provide_state(layer.weight, allocate)
