@@ -949,3 +949,94 @@ def test_a_half_tables_float32_rowwise_sums_restore_unrounded(tmp_path: Path) ->
     got, want = fresh_opt.state[fresh.weight]["sum"], opt.state[layer.weight]["sum"]
     assert got.dtype == torch.float32 and got.max() > 65504
     assert torch.equal(got, want) and torch.equal(fresh.weight, layer.weight)
+
+
+# ---------------------------------------------------------------------- tables in files
+def _first_draw(storage: Any, row: int) -> torch.Tensor:
+    """Row ``row`` of the table in ``storage`` as its first lookup draws it."""
+    from lookuplinear.storage.tables import draw_rows
+
+    m = storage.meta
+    return draw_rows(torch.tensor([row]), m["dim"], seed=m["seed"], init=m["init"],
+                     in_features=m["rows"], dtype=storage.dtype)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_collection_table_in_a_file_is_saved_by_rows_whatever_the_optimizer(
+        tmp_path: Path, fused: bool) -> None:
+    """Its group is followed by rows (a ParameterList holds it, the collection says it is
+    row-sparse); a row first drawn after the save is undrawn again after the restore, and its
+    next lookup draws it as the first did."""
+    from lookuplinear.storage.tables import storage_of
+
+    torch.manual_seed(0)
+    coll = LookupCollection([TableConfig("t", 10, 4, ["f"], storage=tmp_path / "t")],
+                            sparse=True)
+    opt = optim.Adam(coll.parameters(), lr=0.1, fused=fused)
+    ckpt = Checkpoint(tmp_path / "ckpt", coll, opt)
+    assert list(ckpt.tables) == ["table_groups.0"]
+
+    def step(rows: list[int]) -> None:
+        opt.zero_grad()
+        coll(KeyedBags.from_dict({"f": [rows]})).values().sum().backward()
+        opt.step()
+
+    step([0])
+    ckpt.save(step=1)
+    saved = _bits(coll, [opt])
+    step([5])  # row 5 first drawn after the save; then the process dies
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(coll, [opt]), saved)
+    storage = storage_of(coll.table_groups[0])
+    assert storage.drawn_rows().tolist() == [0]
+    out = coll(KeyedBags.from_dict({"f": [[5]]})).values()
+    assert torch.equal(out, _first_draw(storage, 5))
+
+
+def test_a_table_in_a_file_saved_whole_restores_its_drawn_rows(tmp_path: Path) -> None:
+    """A table with dense gradients under a torch.optim optimizer is saved whole: the restore
+    empties its file, writes the saved values and marks the rows that held values then, so a
+    row first drawn after the save is drawn again, not read as zeros."""
+    layer = LookupLinear(10, 4, bias=False, storage=tmp_path / "t", seed=0)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    assert not ckpt.tables
+    with torch.no_grad():
+        layer(torch.tensor([3]))
+    ckpt.save(step=0)
+    saved = layer.weight.detach().clone()
+    opt.zero_grad()
+    layer(torch.tensor([0])).sum().backward()
+    opt.step()
+    assert ckpt.restore() == {"step": 0}
+    assert torch.equal(layer.weight, saved)
+    assert layer.storage.drawn_rows().tolist() == [3]
+    assert torch.equal(layer(torch.tensor([0])).detach(), _first_draw(layer.storage, 0))
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_collection_saved_whole_by_earlier_versions_restores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_file: bool) -> None:
+    """Earlier versions saved a collection trained by an optimizer that is not fused whole: its
+    checkpoint restores bit for bit, and the next save begins a chain that holds its rows."""
+    torch.manual_seed(0)
+    model = Tables(tmp_path / "tag" if in_file else None, sparse=True)
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    with monkeypatch.context() as m:
+        m.setattr(Checkpoint, "_by_rows", staticmethod(lambda module, p: False))
+        written = Checkpoint(tmp_path / "ckpt", model, opt)
+        for step in range(2):
+            _tables_step(model, opt, step)
+        written.save(step=1)
+    saved = _bits(model, [opt])
+    _tables_step(model, opt, 2)
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opt)
+    assert len(ckpt.tables) == 2
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(model, [opt]), saved)
+    _tables_step(model, opt, 2)
+    ckpt.save(step=2)
+    saved = _bits(model, [opt])
+    _tables_step(model, opt, 3)
+    assert Checkpoint(tmp_path / "ckpt", model, opt).restore() == {"step": 2}
+    _assert_same(_bits(model, [opt]), saved)

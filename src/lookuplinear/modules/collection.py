@@ -196,6 +196,15 @@ class LookupCollection(CollectionBase):
         table (alone in its parameter), which has none and gets a dense one."""
         return self.sparse and cfg.mode != "max"
 
+    def _group_sparse(self, param: torch.Tensor) -> bool | None:
+        """Whether group parameter ``param`` gets row-sparse gradients (every table in it
+        does, :meth:`_sparse`); None when ``param`` is not one of this collection's groups."""
+        for g, q in enumerate(self.table_groups):
+            if q is param:
+                return all(self._sparse(place.config) for place in self._places.values()
+                           if place.group == g)
+        return None
+
     def _whole_tables(self) -> None:
         """Draw the rows no lookup has drawn yet of every table in a file: what is exported
         reads every row, as a lookup of each would, so that every export equals the

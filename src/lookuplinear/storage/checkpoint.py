@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +292,9 @@ class Checkpoint:
             tensors[f"table/{name}"] = p.detach()[r].cpu()
         for name, t in self._whole_tensors():
             tensors[f"whole/{name}"] = t.detach().cpu().contiguous()
+            storage = storage_of(t)
+            if storage is not None:  # a table in a file saved whole: which rows hold values
+                tensors[f"drawn/{name}"] = storage.drawn.clone()
         optimizers = []
         for i, opt in enumerate(self.optimizers):
             scalars: dict[str, dict[str, Any]] = {}
@@ -404,18 +407,25 @@ class Checkpoint:
                 "from the initial model when it is False."
             )
         segments = load_segments(self.path, manifest, former_names(self.module))
+        last_meta, last = segments[-1]
+        # a table this object follows by rows that the checkpoint holds whole (saved before
+        # its rows were followed): restored whole, and the next save begins a new chain
+        held = set(last_meta["tables"])
+        by_whole = {n: p for n, p in self.tables.items()
+                    if n not in held and f"whole/{n}" in last}
+        tables = {n: p for n, p in self.tables.items() if n not in by_whole}
         # every check and the optimizers' new state before the first write
-        whole = dict(self._whole_tensors())
-        plan = Restore(self.path, self.module, self.optimizers, self._names, self.tables, whole)
+        whole = {**dict(self._whole_tensors()), **by_whole}
+        plan = Restore(self.path, self.module, self.optimizers, self._names, tables, whole)
         plan.check(segments)
         registered = registered_names(self.module)
         staged = plan.stage(segments)
-        last_meta, last = segments[-1]
+        files = [storage_of(p) for p in [*tables.values(), *whole.values()]]
         # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():
                 RESETS.take(p)  # rows renewed since the save: the save holds their state
-                storage = storage_of(p)
+            for storage in files:
                 if storage is not None:
                     storage.clear(state=False)  # the optimizers' state is the staged one
             for opt, restored in zip(self.optimizers, staged, strict=True):
@@ -423,30 +433,46 @@ class Checkpoint:
                     opt.state.clear()
                     opt.state.update(restored)
             for _, tensors in segments:
-                self._apply_rows(tensors)
-            for name, t in self._whole_tensors():
+                self._apply_rows(tables, tensors)
+            for name, t in whole.items():
                 if name in registered:
                     t.copy_(last[f"whole/{name}"].to(t.device))
+                    self._mark_whole(name, t, last)
             for i, opt in enumerate(self.optimizers):
                 _set_groups(opt, last_meta["optimizers"][i]["groups"])
         torch.set_rng_state(last["rng/torch"])
         for n, p in self.tables.items():
+            self._tracker.clear(n)
+            if n in by_whole:  # the next save, a new base, holds its rows
+                self._ever[n], self._base_rows[n] = [], 0
+                self._tracker.add(n, self._initial_rows(p))
+                continue
             self._ever[n] = [tensors[f"rows/{n}"].to(p.device) for _, tensors in segments]
             self._base_rows[n] = len(self._ever[n][0])
-            self._tracker.clear(n)
         self._segments = list(manifest["segments"])
         self.generation = int(manifest["generation"])
-        self._chained = True
+        self._chained = not by_whole
         info: dict[str, Any] = last_meta["info"]
         return info
 
-    def _apply_rows(self, tensors: dict[str, torch.Tensor]) -> None:
-        for name, p in self.tables.items():
+    @staticmethod
+    def _apply_rows(tables: Mapping[str, torch.Tensor],
+                    tensors: dict[str, torch.Tensor]) -> None:
+        for name, p in tables.items():
             rows = tensors[f"rows/{name}"].to(p.device)
             p[rows] = tensors[f"table/{name}"].to(p.device)
             storage = storage_of(p)
             if storage is not None:
                 storage.mark_written(rows)
+
+    @staticmethod
+    def _mark_whole(name: str, t: torch.Tensor, last: dict[str, torch.Tensor]) -> None:
+        """A table in a file restored whole: the rows that held values at the save are marked
+        (a segment without flags: a row is kept by its values, as a direct write is)."""
+        storage = storage_of(t)
+        flags = last.get(f"drawn/{name}")
+        if storage is not None and flags is not None:
+            storage.mark_written(flags.nonzero().squeeze(1))
 
 
 def _set_groups(opt: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:

@@ -54,8 +54,16 @@ def registered_names(module: nn.Module) -> set[str]:
 
 
 def row_sparse(module: nn.Module, p: torch.Tensor) -> bool:
-    """Whether ``p`` belongs to a layer with row-sparse gradients (``sparse=True``)."""
-    for m in module.modules():
+    """Whether ``p`` belongs to a layer with row-sparse gradients (``sparse=True``): a
+    ``LookupLinear``'s table, or a ``LookupCollection``'s group (held by its ``ParameterList``)
+    whose tables all get row-sparse gradients."""
+    from ..modules.collection import LookupCollection
+
+    for m in module.modules():  # a collection comes before the ParameterList it holds
+        if isinstance(m, LookupCollection):
+            sparse = m._group_sparse(p)
+            if sparse is not None:
+                return sparse
         if any(q is p for q in m._parameters.values()):
             return bool(getattr(m, "sparse", False))
     return False
@@ -197,6 +205,16 @@ class Restore:
                     f"holds {name} of shape {tuple(value.shape)} ({str(value.dtype)[6:]}); "
                     f"this model's is {tuple(t.shape)} ({str(t.dtype)[6:]}): it is another "
                     "model's checkpoint. Restore it into the model it was saved from"
+                )
+            flags = last.get(f"drawn/{name}")
+            if flags is not None and (storage_of(t) is None or flags.dtype != torch.uint8
+                                      or tuple(flags.shape) != tuple(t.shape[:1])):
+                raise self.refusal(
+                    f"holds the drawn rows of {name} as a table in a file of "
+                    f"{flags.shape[0] if flags.dim() == 1 else '?'} rows; this model's "
+                    f"{name} is {'not in a file' if storage_of(t) is None else tuple(t.shape)}"
+                    ": it is another model's checkpoint. Restore it into the model it was "
+                    "saved from"
                 )
         try:
             check_state_dict(self.module, own, strict=False)
