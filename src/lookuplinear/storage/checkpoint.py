@@ -184,6 +184,13 @@ class Checkpoint:
             return storage.drawn_rows().to(p.device)
         return torch.arange(p.shape[0], device=p.device)
 
+    def _held(self, name: str, rows: torch.Tensor) -> torch.Tensor:
+        """The ``rows`` of table ``name`` that hold values: a table in a file's drawn ones (a
+        dense gradient names every row; a row never drawn stays undrawn through a restore,
+        and is drawn from ``(seed, row)`` at its next lookup)."""
+        storage = storage_of(self.tables[name])
+        return rows if storage is None else storage.holding(rows)
+
     def _union(self, name: str, delta: torch.Tensor) -> torch.Tensor:
         """Every row the chain holds or this save adds, sorted, once each."""
         return torch.unique(torch.cat([*self._ever[name], delta]))
@@ -216,7 +223,7 @@ class Checkpoint:
             raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
-        delta = {n: self._tracker.touched(n) for n in self.tables}
+        delta = {n: self._held(n, self._tracker.touched(n)) for n in self.tables}
         chain_bytes = sum(s["bytes"] for s in self._segments)
         # every row ever saved, once, is at least the base's rows and this delta: only when
         # the chain outgrows that bound is the union computed (what a save costs stays the

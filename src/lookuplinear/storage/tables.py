@@ -356,6 +356,11 @@ class TableStorage:
         if self._seen is not self.drawn:
             self._seen[rows] = 1
 
+    def holding(self, rows: torch.Tensor) -> torch.Tensor:
+        """The entries of ``rows`` (int64, in ``[0, rows)``) that hold values (drawn or
+        written), in their order: what a checkpoint saves of them."""
+        return rows[self._seen[rows] != 0]
+
     def drawn_rows(self) -> torch.Tensor:
         """The rows drawn so far (int64, sorted), read a chunk at a time."""
         found = []
