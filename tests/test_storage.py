@@ -362,3 +362,59 @@ def test_rowwise_adagrad_keeps_a_half_tables_sums_in_float32_beside_it(tmp_path:
     sums = opt.state[layer.weight]["sum"]
     assert sums.dtype == torch.float32 and sums[2].item() == 3 * 600.0**2
     assert (tmp_path / "t" / "state-rowwise_sum.bin").stat().st_size == 50 * 4
+
+
+DENSE_OPTIMIZERS = {
+    "sgd-decay": lambda ps: optim.SGD(ps, lr=0.5, weight_decay=1.0),
+    "adagrad-decay": lambda ps: optim.Adagrad(ps, lr=0.1, weight_decay=0.5),
+    "adamw": lambda ps: optim.AdamW(ps, lr=0.1, weight_decay=0.5),
+    "torch-sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9,
+                                                     weight_decay=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DENSE_OPTIMIZERS))
+def test_dense_gradients_train_as_the_in_memory_table(tmp_path: Path, name: str) -> None:
+    """A dense gradient's update (weight decay, momentum) changes every row, so the first
+    lookup that records one draws every row first: the rows never looked up decay as in
+    memory, and the whole table equals the in-memory one to the bit."""
+    layer = LookupLinear(30, 4, sparse=False, storage=tmp_path / "t", seed=3)
+    twin = _twin(layer)
+    opts = [DENSE_OPTIMIZERS[name](m.parameters()) for m in (layer, twin)]
+    with torch.no_grad():
+        layer(torch.tensor([1]))
+    assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [1]
+    for bags in _batches(4, 30, 3):
+        for model, opt in zip((layer, twin), opts, strict=True):
+            opt.zero_grad()
+            model(bags).pow(2).sum().backward()
+            opt.step()
+    assert int(layer.storage.drawn.sum()) == 30
+    assert torch.equal(layer.weight, twin.weight)
+    assert torch.equal(layer(torch.tensor([17])), twin(torch.tensor([17])))
+
+
+def test_a_max_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> None:
+    """A collection's ``mode="max"`` table gets a dense gradient: as the layer's above."""
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    def tables(storage: Path | None) -> list[TableConfig]:
+        return [TableConfig("t", 20, 4, ["f"], mode="max", storage=storage)]
+
+    torch.manual_seed(0)
+    filed = LookupCollection(tables(tmp_path / "t"), sparse=True)
+    memory = LookupCollection(tables(None), sparse=True)
+    storage = filed["t"].storage
+    assert storage is not None
+    with torch.no_grad():
+        memory._rows("t").copy_(draw_rows(torch.arange(20), 4, seed=storage.meta["seed"],
+                                          init="normal", in_features=20))
+    opts = [optim.AdamW(c.parameters(), lr=0.1, weight_decay=0.5) for c in (filed, memory)]
+    for step in range(3):
+        kb = KeyedBags.from_dict({"f": [[step, 7], [3]]})
+        for coll, opt in zip((filed, memory), opts, strict=True):
+            opt.zero_grad()
+            coll(kb).values().pow(2).sum().backward()
+            opt.step()
+    assert torch.equal(filed._rows("t"), memory._rows("t"))
+

@@ -71,7 +71,9 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         directory at this path (:class:`~lookuplinear.TableStorage`): a table larger than memory
         trains as one that fits. Rows are drawn lazily, on their first lookup, from ``(seed,
         row)`` (``init`` ``"normal"`` or ``"linear"``'s distribution), and never over values
-        written into them (``load_state_dict``, see docs/storage.md); exports (``state_dict``,
+        written into them (``load_state_dict``, see docs/storage.md); the first dense
+        gradient (``sparse=False``) draws every row, since its update changes every row;
+        exports (``state_dict``,
         ``to_linear``, ``quantize``, ...) draw every row first, so they equal the layer. CPU
         only; the input must name rows (index, bags or sparse input, not dense rows). Reopen it
         with :meth:`open`.

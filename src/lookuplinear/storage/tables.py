@@ -217,6 +217,7 @@ class TableStorage:
         # system gives them): one flag a lookup, scattered over a mapping of 4 KiB pages, cost a
         # TLB miss each; the file keeps them for the next process
         self._seen = self.drawn
+        self._complete = False  # every row holds a value (materialize_all has run since)
         if writable:
             self._seen = _anonymous_zeros(rows)
             if not create:  # copy the flags set; the rest stays untouched zero pages
@@ -346,6 +347,7 @@ class TableStorage:
             self.drawn.data.fill_(1)
             if self._seen is not self.drawn:
                 self._seen.fill_(1)
+            self._complete = True
             return
         rows = rows.reshape(-1).long()
         check_index_range(rows, self.meta["rows"], where="rows")
@@ -371,9 +373,13 @@ class TableStorage:
         return torch.cat(found) if found else torch.zeros(0, dtype=torch.long)
 
     def materialize_all(self) -> None:
-        """Draw every row that holds no value yet (writes the whole table)."""
+        """Draw every row that holds no value yet (writes the whole table; once: again, it
+        costs nothing until :meth:`clear`)."""
+        if self._complete:
+            return
         for start in range(0, self.meta["rows"], 1 << 16):
             self.materialize(torch.arange(start, min(start + (1 << 16), self.meta["rows"])))
+        self._complete = True
 
     def state(self, name: str, shape: tuple[int, ...], fill: float = 0.0,
               dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -398,6 +404,7 @@ class TableStorage:
                 _zero(t, mm)
         if self._seen is not self.drawn:  # new zero pages, not a memset of the old ones
             self._seen = _anonymous_zeros(self.meta["rows"])
+        self._complete = False
         if self.meta["padding_idx"] is not None:
             self._mark(torch.tensor([self.meta["padding_idx"]]))
 
@@ -520,8 +527,23 @@ def _warn_if_it_may_not_fit(directory: Path, nbytes: int) -> None:
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
     """Record that ``param`` lives in ``storage``, for as long as ``param`` lives; its optimizer
     state goes there too (``storage.state`` is the allocator the table provides its optimizers,
-    :func:`lookuplinear.ops._hooks.provide_state`)."""
+    :func:`lookuplinear.ops._hooks.provide_state`).
+
+    A dense gradient of ``param`` draws every row before any update reads it (the hook runs
+    before those of optimizers, registered later): its update changes every row (weight decay,
+    momentum), and an in-memory table holds every row from the start, so the table trains to
+    the same bits as in memory."""
     _FILES[param] = storage
+
+    def dense_gradient(p: torch.Tensor) -> None:
+        if p.grad is not None and p.grad.layout == torch.strided:
+            storage.materialize_all()
+
+    if param.is_leaf:  # also while frozen: the hook is there once it is trained
+        frozen = not param.requires_grad
+        param.requires_grad_(True)
+        param.register_post_accumulate_grad_hook(dense_gradient)
+        param.requires_grad_(not frozen)
     provide_state(param, storage.state)
 
 
