@@ -418,3 +418,15 @@ def test_a_max_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> None:
             opt.step()
     assert torch.equal(filed._rows("t"), memory._rows("t"))
 
+
+def test_a_checkpoint_save_draws_nothing(tmp_path: Path) -> None:
+    """A table saved whole (dense gradients, a torch.optim optimizer) is read as it is: the
+    save draws no row."""
+    from lookuplinear import Checkpoint
+
+    layer = LookupLinear(1000, 4, sparse=False, storage=tmp_path / "t", seed=0)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    with torch.no_grad():
+        layer(torch.tensor([3]))
+    Checkpoint(tmp_path / "ckpt", layer, opt).save()
+    assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [3]

@@ -340,7 +340,9 @@ class Checkpoint:
         what a module writes into its ``state_dict`` itself (as an ``IdMap``'s strings).
 
         Not through ``module.state_dict()``: that exports the tables too, and a table in a file
-        draws every row it has not drawn yet before it is exported."""
+        draws every row it has not drawn yet before it is exported; nor through the
+        ``_save_to_state_dict`` of a module holding a table in a file, for that reason (its
+        entries are its parameters, saved above): a save draws nothing."""
         for name, p in self.module.named_parameters():
             if name not in self.tables:
                 yield name, p
@@ -349,7 +351,8 @@ class Checkpoint:
         tables = {id(p) for p in self.tables.values()}
         for prefix, m in self.module.named_modules():
             if type(m)._save_to_state_dict is nn.Module._save_to_state_dict or any(
-                    id(p) in tables for p in m._parameters.values()):
+                    id(p) in tables or storage_of(p) is not None
+                    for p in m._parameters.values() if p is not None):
                 continue
             own: dict[str, Any] = {}
             m._save_to_state_dict(own, f"{prefix}." if prefix else "", True)
