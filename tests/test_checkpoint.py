@@ -1058,3 +1058,25 @@ def test_rows_named_that_were_never_drawn_stay_undrawn(tmp_path: Path) -> None:
     assert torch.equal(layer.weight, saved)
     assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [0]
     assert torch.equal(layer(torch.tensor([5])).detach(), _first_draw(layer.storage, 5))
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_a_table_frozen_when_the_checkpoint_is_built_is_followed_once_trained(
+        tmp_path: Path, in_file: bool) -> None:
+    """Frozen for a warm-up, unfrozen later: the rows trained then are saved and restored."""
+    layer = LookupLinear(2000, 4, bias=False, sparse=True,
+                         storage=tmp_path / "t" if in_file else None, seed=0)
+    layer.weight.requires_grad_(False)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    ckpt.save(step=0)
+    layer.weight.requires_grad_(True)
+    for step, row in ((1, 3), (2, 4)):
+        opt.zero_grad()
+        layer(torch.tensor([row])).sum().backward()
+        opt.step()
+        if step == 1:
+            ckpt.save(step=1)
+            saved = _bits(layer, [opt])
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(layer, [opt]), saved)

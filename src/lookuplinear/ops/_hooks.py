@@ -29,6 +29,7 @@ __all__ = [
     "WATCHERS",
     "StateAllocator",
     "Subscription",
+    "after_accumulation",
     "notify",
     "on_rows_updated",
     "provide_state",
@@ -120,3 +121,18 @@ def state_tensor(param: torch.Tensor, name: str, shape: tuple[int, ...],
         return None
     allocator: StateAllocator | None = _ALLOCATORS.get(_base(param))
     return None if allocator is None else allocator(name, shape, fill, dtype)
+
+
+def after_accumulation(param: torch.Tensor, hook: Callable[[torch.Tensor], None]
+                       ) -> torch.utils.hooks.RemovableHandle:
+    """``param.register_post_accumulate_grad_hook(hook)``, also while ``param`` is frozen
+    (``requires_grad=False``, which PyTorch refuses a hook): the hook is there once it is
+    trained."""
+    frozen = not param.requires_grad
+    if frozen:
+        param.requires_grad_(True)
+    try:
+        return param.register_post_accumulate_grad_hook(hook)
+    finally:
+        if frozen:
+            param.requires_grad_(False)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..ops._hooks import Subscription, on_rows_updated
+from ..ops._hooks import Subscription, after_accumulation, on_rows_updated
 
 __all__ = ["RowTracker"]
 
@@ -77,8 +77,8 @@ class RowTracker:
             following = _FOLLOWED.get(p)
             if following is None:
                 following = _FOLLOWED[p] = _Following(p)
-            if following.hook is None and p.requires_grad:
-                following.hook = p.register_post_accumulate_grad_hook(_accumulated)
+            if following.hook is None and p.is_leaf:  # also while frozen: trained later
+                following.hook = after_accumulation(p, _accumulated)
             following.trackers[id(self)] = (weakref.ref(self), name)
 
     def add(self, name: str, rows: torch.Tensor | None) -> None:

@@ -55,7 +55,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import hugepages
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError, ModelFileError
-from ..ops._hooks import provide_state
+from ..ops._hooks import after_accumulation, provide_state
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags, check_index_range
 
@@ -539,11 +539,8 @@ def attach(param: torch.Tensor, storage: TableStorage) -> None:
         if p.grad is not None and p.grad.layout == torch.strided:
             storage.materialize_all()
 
-    if param.is_leaf:  # also while frozen: the hook is there once it is trained
-        frozen = not param.requires_grad
-        param.requires_grad_(True)
-        param.register_post_accumulate_grad_hook(dense_gradient)
-        param.requires_grad_(not frozen)
+    if param.is_leaf:
+        after_accumulation(param, dense_gradient)
     provide_state(param, storage.state)
 
 
