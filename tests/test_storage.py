@@ -430,3 +430,26 @@ def test_a_checkpoint_save_draws_nothing(tmp_path: Path) -> None:
         layer(torch.tensor([3]))
     Checkpoint(tmp_path / "ckpt", layer, opt).save()
     assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [3]
+
+
+def test_converting_or_sharing_a_table_in_a_file_is_refused(tmp_path: Path) -> None:
+    """``.double()``, ``.half()``, ``.to(dtype)`` and ``share_memory()`` would put the table in
+    new memory the file no longer follows: refused before anything changes (also inside a
+    model, and for a collection); what leaves it in place (``.cpu()``, ``.float()``) passes."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    layer = LookupLinear(10, 4, storage=tmp_path / "t", seed=0)
+    coll = LookupCollection([TableConfig("t", 10, 4, ["f"], storage=tmp_path / "c")])
+    assert layer.storage is not None
+    for module in (layer, torch.nn.Sequential(layer), coll):
+        params = [p.data_ptr() for p in module.parameters()]
+        for convert in (lambda m: m.double(), lambda m: m.half(),
+                        lambda m: m.to(torch.float64)):
+            with pytest.raises(InputValueError, match=r"float.*create the table with that dtype"):
+                convert(module)
+        with pytest.raises(InputValueError, match=r"already shared.*LookupLinear.open"):
+            module.share_memory()
+        module.cpu().float().to(torch.float32).to("cpu")
+        assert [p.data_ptr() for p in module.parameters()] == params
+    assert layer.weight.data_ptr() == layer.storage.weight.data_ptr()
+    assert layer.weight.dtype == torch.float32

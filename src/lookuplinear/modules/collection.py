@@ -38,7 +38,7 @@ from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
-from ..storage.tables import attach, drawn_eagerly, refuse_assign, storage_of
+from ..storage.tables import attach, drawn_eagerly, refuse_assign, refuse_conversion, storage_of
 from .batched import BatchedLookup
 from .collection_base import CollectionBase, check_qr_weights, table_bags, weighted_as
 from .layer import LookupLinear, init_weight_
@@ -621,6 +621,11 @@ class LookupCollection(CollectionBase):
             _, off, cfg = self._places[name]
             id_map.renew(self.table_groups[self._places[name].group], off, cfg.init)
         return mapped
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        for g in self._lookup_plan.stored:  # refused before anything is converted
+            refuse_conversion(fn, self.table_groups[g], "LookupCollection (TableConfig storage=)")
+        return super()._apply(fn, recurse)
 
     def extra_repr(self) -> str:
         return f"features={self.embedding_names}, groups={len(self.table_groups)}"

@@ -16,7 +16,14 @@ from .._sizes import as_size
 from .._tableinit import Init, init_weight_
 from ..errors import InputValueError
 from ..functional import LookupInput, Mode, check_mode, lookup_linear, normalize_padding_idx
-from ..storage.tables import TableStorage, attach, drawn_eagerly, drawn_input, refuse_assign
+from ..storage.tables import (
+    TableStorage,
+    attach,
+    drawn_eagerly,
+    drawn_input,
+    refuse_assign,
+    refuse_conversion,
+)
 from .conversions import LayerConversions
 
 __all__ = ["LookupLinear", "init_weight_"]
@@ -276,6 +283,8 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         self._placed = w.data_ptr()
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        if self.storage is not None:  # refused before anything is converted
+            refuse_conversion(fn, self.weight, "LookupLinear(storage=...)")
         out = super()._apply(fn, recurse)
         self._place_table()
         return out

@@ -69,6 +69,7 @@ __all__ = [
     "lookup_rows",
     "read_header",
     "refuse_assign",
+    "refuse_conversion",
     "storage_of",
 ]
 
@@ -502,6 +503,32 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
             "would replace it by the given tensor (the file would no longer follow the layer). "
             "Load without assign=True: the values are copied into the file."
         )
+
+
+def refuse_conversion(fn: Any, param: torch.Tensor, where: str) -> None:
+    """Refuse an ``nn.Module._apply`` of ``fn`` (``.to``, ``.double()``, ``.cuda()``,
+    ``share_memory()``, ...) that would put table ``param``, which lives in a file, in new
+    memory: the file would no longer follow the layer. ``fn`` is tried on an empty tensor of
+    the table's dtype and device, so a refusal copies nothing; what leaves it where it is
+    (``.cpu()``, ``.to`` its own dtype) passes."""
+    probe = torch.empty(0, dtype=param.dtype, device=param.device)
+    out = fn(probe)
+    if out is probe and not probe.is_shared():
+        return
+    if out.dtype == param.dtype and out.device == param.device and not out.is_shared():
+        return
+    if out.is_shared():
+        what, fix = ("share_memory()", "a table in a file is already shared between processes "
+                     "through its file: open it in each with LookupLinear.open(path)")
+    else:
+        what = f"a conversion to {out.dtype} on {out.device}"
+        fix = (f"create the table with that dtype (dtype={out.dtype}, storage=a new path) and "
+               "copy the values (load_state_dict), or drop storage= for a table in memory")
+    raise InputValueError(
+        f"{where}: {what} would copy the table, which lives in a file ({param.dtype} on "
+        f"{param.device}), into new memory, and the file would no longer follow the layer. "
+        f"Instead, {fix}."
+    )
 
 
 def _warn_if_it_may_not_fit(directory: Path, nbytes: int) -> None:
