@@ -1080,3 +1080,51 @@ def test_a_table_frozen_when_the_checkpoint_is_built_is_followed_once_trained(
             saved = _bits(layer, [opt])
     assert ckpt.restore() == {"step": 1}
     _assert_same(_bits(layer, [opt]), saved)
+
+
+def test_a_restore_that_cannot_allocate_changes_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of memory for the second table's new drawn flags: raised before any file is
+    emptied, every table and flag as it was; ``reset_parameters`` the same."""
+    from lookuplinear.storage import tables as storage_tables
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = LookupLinear(20, 4, sparse=True, storage=tmp_path / "a", seed=1)
+            self.b = LookupLinear(20, 4, sparse=True, storage=tmp_path / "b", seed=2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(x)
+
+    model = Two()
+    opt = optim.Adam(model.parameters(), lr=0.1, fused=True)
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opt)
+    model(torch.tensor([1, 2])).sum().backward()
+    opt.step()
+    ckpt.save(step=1)
+    model(torch.tensor([1, 3])).sum().backward()
+    opt.step()
+    before = snapshot(model, opt)
+    allocate = storage_tables._anonymous_zeros
+    calls = []
+
+    def second_fails(n: int) -> torch.Tensor:
+        calls.append(n)
+        if len(calls) == 2:
+            raise MemoryError
+        return allocate(n)
+
+    monkeypatch.setattr(storage_tables, "_anonymous_zeros", second_fails)
+    with pytest.raises(MemoryError):
+        ckpt.restore()
+    assert_unchanged(before, model, opt)
+    for layer in (model.a, model.b):
+        assert layer.storage is not None and layer.storage.drawn_rows().tolist() == [1, 2, 3]
+    calls.clear()
+    calls.append(0)  # the next allocation fails
+    with pytest.raises(MemoryError):
+        model.a.reset_parameters()
+    assert_unchanged(before, model, opt)
+    monkeypatch.undo()
+    assert ckpt.restore() == {"step": 1}

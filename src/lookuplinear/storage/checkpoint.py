@@ -430,14 +430,14 @@ class Checkpoint:
         plan.check(segments)
         registered = registered_names(self.module)
         staged = plan.stage(segments)
-        files = [storage_of(p) for p in [*tables.values(), *whole.values()]]
+        files = [s for p in [*tables.values(), *whole.values()] if (s := storage_of(p))]
+        flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
         # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():
                 RESETS.take(p)  # rows renewed since the save: the save holds their state
-            for storage in files:
-                if storage is not None:
-                    storage.clear(state=False)  # the optimizers' state is the staged one
+            for storage, fresh in zip(files, flags, strict=True):
+                storage.clear(state=False, flags=fresh)  # the optimizers' state is staged
             for opt, restored in zip(self.optimizers, staged, strict=True):
                 if restored is not None:
                     opt.state.clear()

@@ -397,14 +397,24 @@ class TableStorage:
             t.fill_(fill)
         return t
 
-    def clear(self, *, state: bool = True) -> None:
+    def fresh_flags(self) -> torch.Tensor | None:
+        """New zero drawn flags for :meth:`clear` (anonymous memory: new zero pages, not a
+        memset of the old ones), or None where the flags are read from the file (read-only).
+        Allocated before anything is cleared: a failure here changes nothing."""
+        return None if self._seen is self.drawn else _anonymous_zeros(self.meta["rows"])
+
+    def clear(self, *, state: bool = True, flags: torch.Tensor | None = None) -> None:
         """Every row undrawn and every optimizer state zero, as when created (the bias too);
-        ``state=False`` leaves the optimizer state files as they are."""
+        ``state=False`` leaves the optimizer state files as they are. ``flags``: the new
+        flags :meth:`fresh_flags` gave, for a caller that allocates before it changes any
+        file (made here otherwise, before any file is zeroed)."""
+        if flags is None:
+            flags = self.fresh_flags()
         for name, (t, mm) in self._maps.items():
             if state or not name.startswith("state-"):
                 _zero(t, mm)
-        if self._seen is not self.drawn:  # new zero pages, not a memset of the old ones
-            self._seen = _anonymous_zeros(self.meta["rows"])
+        if flags is not None:
+            self._seen = flags
         self._complete = False
         if self.meta["padding_idx"] is not None:
             self._mark(torch.tensor([self.meta["padding_idx"]]))
