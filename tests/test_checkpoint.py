@@ -1128,3 +1128,24 @@ def test_a_restore_that_cannot_allocate_changes_no_file(
     assert_unchanged(before, model, opt)
     monkeypatch.undo()
     assert ckpt.restore() == {"step": 1}
+
+
+def test_info_json_would_change_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    ckpt = Checkpoint(tmp_path / "ckpt", LookupLinear(10, 2))
+    for info in ({"positions": {0: 100}}, {"shape": (2, 3)}, {"flags": {True: 1}}):
+        with pytest.raises(InputValueError, match="would come back"):
+            ckpt.save(**info)
+        assert not ckpt.exists()
+    ckpt.save(step=3, positions={"0": 100}, shape=[2, 3])
+    assert ckpt.restore() == {"step": 3, "positions": {"0": 100}, "shape": [2, 3]}
+
+
+def test_a_tensor_learning_rate_is_a_clear_error(tmp_path: Path) -> None:
+    from lookuplinear import InputTypeError
+
+    layer = LookupLinear(10, 2)
+    opt = torch.optim.Adam(layer.parameters(), lr=torch.tensor(0.01))
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, opt)
+    with pytest.raises(InputTypeError, match=r"'lr' is a tensor.*lr=0.01"):
+        ckpt.save(step=1)
+    assert not ckpt.exists()

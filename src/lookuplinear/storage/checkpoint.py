@@ -73,9 +73,16 @@ from .tables import storage_of
 
 __all__ = ["Checkpoint"]
 
-def _json_value(value: Any) -> Any:
+def _json_value(value: Any, key: str = "") -> Any:
+    """An optimizer's hyperparameter or state scalar as a JSON value (a tuple as a list)."""
     if isinstance(value, tuple):
-        return list(value)
+        return [_json_value(v, key) for v in value]
+    if isinstance(value, torch.Tensor):
+        raise InputTypeError(
+            f"the optimizer's {key!r} is a tensor ({value!r}); a checkpoint saves "
+            "hyperparameters as JSON numbers. Give it as a number (lr=0.01, not "
+            "lr=torch.tensor(0.01)); no checkpoint was written."
+        )
     return value
 
 
@@ -210,7 +217,11 @@ class Checkpoint:
         Raises
         ------
         InputValueError
-            ``info`` is not JSON-serialisable.
+            ``info`` is not JSON-serialisable, or would not come back as given (a tuple, a
+            key that is not a string): refused before anything is written.
+        InputTypeError
+            An optimizer's hyperparameter is a tensor (``lr=torch.tensor(0.01)``): give a
+            number.
         OSError
             Writing failed. Before the commit point (the manifest's rename) the previous
             checkpoint stays the last one; after it (the ``fsync`` of the directory, the
@@ -218,9 +229,15 @@ class Checkpoint:
             no later save writes a file a committed manifest names.
         """
         try:
-            json.dumps(info)
+            back = json.loads(json.dumps(info))
         except (TypeError, ValueError) as exc:
             raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
+        if back != info:
+            raise InputValueError(
+                f"checkpoint info {info!r} would come back from restore() as {back!r}: JSON "
+                "has no tuples and only string keys. Give lists for tuples and string keys "
+                "(str(key)), and convert them back after restore(). Nothing was written."
+            )
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
         delta = {n: self._held(n, self._tracker.touched(n)) for n in self.tables}
@@ -319,9 +336,9 @@ class Checkpoint:
                             value = value[rows[pname]]
                         tensors[f"opt{i}/{pname}/{key}"] = value.detach().cpu().contiguous()
                     else:
-                        scalars.setdefault(pname, {})[key] = _json_value(value)
+                        scalars.setdefault(pname, {})[key] = _json_value(value, key)
                 scalars.setdefault(pname, {})
-            groups = [{k: _json_value(v) for k, v in group.items() if k != "params"}
+            groups = [{k: _json_value(v, k) for k, v in group.items() if k != "params"}
                       for group in opt.param_groups]
             optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
                                "layout": layouts})
