@@ -933,6 +933,49 @@ def test_a_restore_refused_while_staging_leaves_the_state_files_of_a_table(
     assert_unchanged(before, model, *opts)
 
 
+def test_a_restore_refused_at_a_second_tables_state_leaves_the_first_tables_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tables in files under one lookuplinear optimizer: making the second table's staged
+    state fails, and the first table's state file (staged already) is neither replaced nor
+    written, no staging file is left, and the next restore succeeds."""
+    from lookuplinear.storage import tables as storage_tables
+
+    torch.manual_seed(0)
+    a = LookupLinear(20, 4, sparse=True, storage=tmp_path / "a", seed=1)  # type: ignore
+    b = LookupLinear(20, 4, sparse=True, storage=tmp_path / "b", seed=2)  # type: ignore
+    model = nn.ModuleDict({"a": a, "b": b})
+    opt = optim.Adam(model.parameters(), lr=0.1)
+
+    def step(rows: list[int]) -> None:
+        opt.zero_grad()
+        (a(torch.tensor(rows)) + b(torch.tensor(rows))).sum().backward()
+        opt.step()
+
+    step([1, 2])
+    Checkpoint(tmp_path / "ckpt", model, opt).save(step=1)
+    saved = _bits(model, [opt])
+    step([3])
+    file = tmp_path / "a" / "state-moments.bin"
+    inode, data = file.stat().st_ino, file.read_bytes()
+    before = snapshot(model, opt)
+    real_map = storage_tables._map
+
+    def failing(path: Path, *args: Any, **kwargs: Any) -> Any:
+        if path.parent.name == "b" and path.name.startswith("state-"):
+            raise OSError(24, "Too many open files")
+        return real_map(path, *args, **kwargs)
+
+    monkeypatch.setattr(storage_tables, "_map", failing)
+    with pytest.raises(OSError, match="Too many open files"):
+        Checkpoint(tmp_path / "ckpt", model, opt).restore()
+    assert file.stat().st_ino == inode and file.read_bytes() == data
+    assert_unchanged(before, model, opt)
+    assert not [f for d in ("a", "b") for f in (tmp_path / d).iterdir() if "staged" in f.name]
+    monkeypatch.setattr(storage_tables, "_map", real_map)
+    Checkpoint(tmp_path / "ckpt", model, opt).restore()
+    _assert_same(_bits(model, [opt]), saved)
+
+
 def test_a_half_tables_float32_rowwise_sums_restore_unrounded(tmp_path: Path) -> None:
     """RowWiseAdagrad keeps a float16 table's sums in float32: a checkpoint restores them as
     they were, past float16's largest value."""

@@ -446,9 +446,18 @@ class Checkpoint:
         plan = Restore(self.path, self.module, self.optimizers, self._names, tables, whole)
         plan.check(segments)
         registered = registered_names(self.module)
-        staged = plan.stage(segments)
         files = [s for p in [*tables.values(), *whole.values()] if (s := storage_of(p))]
-        flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
+        for storage in files:  # state files staged beside the ones in use
+            storage.stage_states()
+        try:
+            staged = plan.stage(segments)
+            flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
+        except BaseException:
+            for storage in files:
+                storage.abort_states()
+            raise
+        for storage in files:
+            storage.commit_states()
         # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():

@@ -211,6 +211,9 @@ class TableStorage:
         rows, dim = meta["rows"], meta["dim"]
         self.dtype = _DTYPES[meta["dtype"]]
         self._maps: dict[str, tuple[torch.Tensor, mmap.mmap]] = {}
+        #: state files made while a restore stages (:meth:`stage_states`): name -> their
+        #: staging path and mapping, put in place by :meth:`commit_states`
+        self._staged: dict[str, tuple[Path, torch.Tensor, mmap.mmap]] | None = None
         self.weight = self._file("weight", (rows, dim), self.dtype, create)
         self.drawn = self._file("drawn", (rows,), torch.uint8, create)
         self.bias = self._file("bias", (dim,), self.dtype, create) if meta["bias"] else None
@@ -392,10 +395,34 @@ class TableStorage:
                 f"the table at {self.path} is open read-only, for serving; an optimizer cannot "
                 "keep state beside it. Open it with LookupLinear.open(path, writable=True)."
             )
-        t = self._file(f"state-{name}", shape, dtype or self.dtype, create=True)
+        if self._staged is None:
+            t = self._file(f"state-{name}", shape, dtype or self.dtype, create=True)
+        else:  # beside the file in use, which stays until the restore commits
+            staging = self.path / f"state-{name}.bin.staged"
+            t, mm = _map(staging, shape, dtype or self.dtype, writable=True, create=True)
+            self._staged[f"state-{name}"] = (staging, t, mm)
         if fill != 0:
             t.fill_(fill)
         return t
+
+    def stage_states(self) -> None:
+        """Until :meth:`commit_states` or :meth:`abort_states`, new state files (a restore's
+        staged optimizer state) are made beside the ones in use, which stay as they are: a
+        restore refused part way changes no file."""
+        self._staged = {}
+
+    def commit_states(self) -> None:
+        """Put the staged state files in place of the ones in use (a rename each)."""
+        staged, self._staged = self._staged or {}, None
+        for name, (staging, t, mm) in staged.items():
+            os.replace(staging, self.path / f"{name}.bin")
+            self._maps[name] = (t, mm)
+
+    def abort_states(self) -> None:
+        """Remove the staged state files; the ones in use were never touched."""
+        staged, self._staged = self._staged or {}, None
+        for staging, _, _ in staged.values():
+            staging.unlink(missing_ok=True)
 
     def fresh_flags(self) -> torch.Tensor | None:
         """New zero drawn flags for :meth:`clear` (anonymous memory: new zero pages, not a
