@@ -67,6 +67,22 @@ def test_lru_eviction_is_deterministic_and_spares_rows_in_use():
         assert torch.equal(v, twin.state_dict()[k]), k
 
 
+@pytest.mark.parametrize("key_type", ["int", "str"])
+def test_new_ids_take_the_rows_left_in_order_of_first_appearance(key_type: str) -> None:
+    """With admit_after=1, as documented: when fewer rows are left than new IDs, the IDs
+    that appear first in the call get them, whatever their values (or string keys)."""
+    def ids(*values: int) -> torch.Tensor | list[str]:
+        return torch.tensor(values) if key_type == "int" else [f"id{v}" for v in values]
+
+    m = IdMap(3, fallback_rows=1, key_type=key_type)  # two rows
+    m(ids(10, 20))
+    rows = m(ids(10, 99, 5))  # one row to take (20's): 99 appears before 5
+    assert rows[1] != 0 and rows[2] == 0
+    m = IdMap(4, fallback_rows=1, key_type=key_type)
+    m(ids(10, 20, 30))
+    assert m(ids(99, 5)).tolist() == [1, 2]  # the LRU rows, ties to the lower row, in order
+
+
 def test_a_call_that_finds_every_id_marks_its_rows_used():
     m = IdMap(4, fallback_rows=1)                  # 3 rows for IDs: table rows 1, 2, 3
     assert m(torch.tensor([10, 20, 30])).tolist() == [1, 2, 3]

@@ -207,7 +207,7 @@ class IdMap(AllOrNothingLoad):
             rows, missing = _ADMIT(self.table, flat, self.row_id, self.last_used, self.assigned,
                                    self.clock, self.fallback_rows)
             if missing:  # every row taken: the least recently used ones go to new IDs
-                self._take_rows(torch.unique(flat[rows < self.fallback_rows]),
+                self._take_rows(_first_appearance(flat[rows < self.fallback_rows]),
                                 int(self.clock) - 1)
                 rows = idmap_rows(idmap_find(self.table, flat), flat, self.fallback_rows)
             return rows
@@ -420,3 +420,11 @@ def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
         error_msgs.append("IdMap: the saved strings are not UTF-8: the state is damaged.")
         return None
     return dict(zip(strs, codes.tolist(), strict=True)), int(nxt)
+
+
+def _first_appearance(ids: torch.Tensor) -> torch.Tensor:
+    """The distinct values of the 1-D ``ids`` in order of their first appearance."""
+    distinct, inverse = torch.unique(ids, return_inverse=True)
+    first = torch.full((distinct.numel(),), ids.numel(), dtype=torch.int64).scatter_reduce_(
+        0, inverse, torch.arange(ids.numel()), "amin")
+    return distinct[first.argsort()]
