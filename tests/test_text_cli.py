@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
-from lookuplinear import InputValueError, LookupLinearError, ModelFileError
+from lookuplinear import InputTypeError, InputValueError, LookupLinearError, ModelFileError
 from lookuplinear.cli import main
 from lookuplinear.ops import _ngrams
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
@@ -197,6 +197,33 @@ def test_vectorizer_refuses_a_single_string_as_scikit_learn_does() -> None:
     for call in (vec.transform, FastTextVectorizer().fit, FastTextVectorizer().fit_transform):
         with pytest.raises(ValueError, match=str(sk.value)):
             call("the cat")
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+@pytest.mark.parametrize("whitespace", ["unicode", "fasttext"])
+def test_vectorizer_refuses_documents_that_are_not_text(lowercase: bool,
+                                                        whitespace: str) -> None:
+    """A missing document (None, any float NaN, pd.NA) or a number is refused, as
+    CountVectorizer refuses it, with the position of the first one and the fix, not counted
+    as the word "None", "nan", "<NA>" or "5"; bytes (decoded as UTF-8) and numpy string arrays
+    are texts."""
+    import pandas as pd
+
+    vec = FastTextVectorizer(lowercase=lowercase, whitespace=whitespace)
+    fitted = FastTextVectorizer(lowercase=lowercase, whitespace=whitespace).fit(["good film"])
+    for missing in (None, float("nan"), np.float32("nan"), pd.NA):
+        docs = ["good film", "bad", missing, None]
+        for call in (vec.fit, vec.fit_transform, fitted.transform):
+            with pytest.raises(InputValueError, match=r"missing value .* at position 2\..*"
+                                                      r"fillna\(\"\"\)"):
+                call(docs)
+    with pytest.raises(InputValueError, match="position 1"):
+        vec.fit(pd.Series(["good film", pd.NA], dtype="string"))
+    with pytest.raises(InputTypeError, match=r"got int 5 at position 1\. Convert"):
+        vec.fit(["good film", 5])
+    expect = FastTextVectorizer(lowercase=lowercase).fit_transform(["café film", "x y"])
+    for docs in ([b"caf\xc3\xa9 film", b"x y"], np.array(["café film", "x y"])):
+        assert (FastTextVectorizer(lowercase=lowercase).fit_transform(docs) != expect).nnz == 0
 
 
 @pytest.mark.parametrize("value", ["no", "False", 0, 1, None])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._sizes import as_size
-from ..errors import InputValueError
+from ..errors import InputTypeError, InputValueError
 from ..ops import Tokens, count_matrix, token_ids
 from ._files import FASTTEXT_WHITESPACE
 
@@ -39,12 +39,42 @@ _FASTTEXT_TOKEN = re.compile(f"[^{FASTTEXT_WHITESPACE}]+")
 
 def _decoded(doc: Any, lowercase: bool) -> str:
     """``CountVectorizer``'s decoding (``bytes`` as UTF-8) and preprocessor (``str.lower``
-    when ``lowercase``)."""
+    when ``lowercase``); raises :class:`_NotTextError` for anything but ``str`` or ``bytes``."""
     if isinstance(doc, bytes):
         doc = doc.decode("utf-8", "strict")
-    if doc is np.nan:
-        raise InputValueError("np.nan is an invalid document, expected byte or unicode string.")
-    return str(doc.lower() if lowercase else doc)
+    elif not isinstance(doc, str):
+        raise _NotTextError(doc)
+    return doc.lower() if lowercase else str(doc)
+
+
+class _NotTextError(Exception):
+    """A document that is not ``str`` or ``bytes``; :func:`tokenize` names its position."""
+
+    def __init__(self, doc: Any) -> None:
+        super().__init__()
+        self.doc = doc
+
+
+def _missing(doc: Any) -> bool:
+    """Whether ``doc`` is a missing value: None, a float NaN, ``pd.NA`` or ``pd.NaT``."""
+    if doc is None or type(doc).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(doc, (float, np.floating)) and bool(np.isnan(doc))
+
+
+def _not_text_error(doc: Any, position: int) -> Exception:
+    """The error for document ``position``, which is not a string: an
+    :class:`InputValueError` for a missing value, an :class:`InputTypeError` otherwise."""
+    if _missing(doc):
+        return InputValueError(
+            f"Each document must be a str or bytes, got the missing value {doc!r} at position "
+            f"{position}. Drop the missing texts or fill them with an empty string "
+            f"(Series.fillna(\"\"))."
+        )
+    return InputTypeError(
+        f"Each document must be a str or bytes, got {type(doc).__name__} {doc!r:.40} at "
+        f"position {position}. Convert the texts to strings first (Series.astype(str))."
+    )
 
 
 def tokenize(docs: Iterable[Any], *, lowercase: bool, whitespace: str = "unicode"
@@ -54,14 +84,20 @@ def tokenize(docs: Iterable[Any], *, lowercase: bool, whitespace: str = "unicode
     ``TOKEN_PATTERN``'s ``re.findall`` gives (both split at the characters ``str.isspace``
     names; tests/test_text_cli.py checks every code point); with ``"fasttext"``, the runs of
     characters other than fastText's whitespace (space, tab, ``\\n``, ``\\v``, ``\\f``, ``\\r``,
-    NUL), as fastText reads a line's words."""
-    if whitespace == "fasttext":
-        find = _FASTTEXT_TOKEN.findall
+    NUL), as fastText reads a line's words.
+
+    Raises :class:`InputValueError` for a missing document (None, NaN, ``pd.NA``) and
+    :class:`InputTypeError` for any other that is not ``str`` or ``bytes``, naming the first
+    one's position.
+    """
+    split = _FASTTEXT_TOKEN.findall if whitespace == "fasttext" else str.split
+    position = 0
+    try:
         for doc in docs:
-            yield find(_decoded(doc, lowercase))
-    else:
-        for doc in docs:
-            yield _decoded(doc, lowercase).split()
+            yield split(_decoded(doc, lowercase))
+            position += 1
+    except _NotTextError as bad:
+        raise _not_text_error(bad.doc, position) from None
 
 
 def _char_wb_ngrams(words: list[str], minn: int, maxn: int) -> list[str]:

@@ -96,7 +96,10 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     Raises
     ------
     InputValueError
-        A parameter out of range, or no word reaches ``min_count``.
+        A parameter out of range, no word reaches ``min_count``, or a document is missing
+        (None, NaN, ``pd.NA``: fill missing texts with ``""``).
+    InputTypeError
+        A document that is not ``str`` or ``bytes`` (``bytes`` are decoded as UTF-8).
 
     Examples
     --------
