@@ -185,6 +185,10 @@ def test_hash_and_subword_rows_equal_fasttext(tmp_path: Path, fasttext) -> None:
     for word in ["good", "naïve", "日本", "unseen", "wörd", "a"]:
         ids = ft.get_subwords(word)[1].tolist()
         assert model.rows(word)[:len(ids)] == ids, word
+    # a lone surrogate (which the fasttext module cannot take) is read as its
+    # "surrogatepass" bytes, the bytes fastText reads from a file, not a UnicodeEncodeError
+    assert len(model.rows("a \ud800b")) == len(model.rows("a \u0800b"))
+    assert model.word_vectors(["\ud800"]).shape == (1, 6)
 
 
 # ---------------------------------------------------------------------- bad files

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 pytest.importorskip("sklearn")
 pytest.importorskip("safetensors")
 
+from forms import BACKENDS
+
 from lookuplinear import InputTypeError, InputValueError, LookupLinearError, ModelFileError
 from lookuplinear.cli import main
 from lookuplinear.ops import _ngrams
@@ -141,6 +143,36 @@ def test_vectorizer_equals_scikit_learn_on_any_text(texts: list[str], word_ngram
         if word_ngrams > 1 and len(w) >= 2:
             column = len(vec.vocabulary_) + _ngrams.ngram_column(w[:2], bucket)
             assert X[texts.index(text), column] >= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vectorizer_hashes_a_lone_surrogate_as_hash_ids_does(backend: str) -> None:
+    """A lone surrogate, which strict UTF-8 cannot encode, is part of a word as for
+    CountVectorizer; an n-gram holding one (word or character n-gram) goes to the bucket
+    ``hash_ids`` gives its string (its "surrogatepass" bytes), on both kernel backends."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from lookuplinear import hash_ids
+    from lookuplinear.ops import use_backend
+    from lookuplinear.text._features import _char_wb_ngrams
+
+    texts = ["a \ud800b c", "\udfff", "a"]
+    words = CountVectorizer(token_pattern=r"\S+", lowercase=False).fit(texts)
+    with use_backend(backend):
+        vec = FastTextVectorizer(word_ngrams=2, bucket=97)
+        X = vec.fit_transform(texts)
+        chars = FastTextVectorizer(minn=1, maxn=3, bucket=97).fit_transform(texts)
+    n = len(vec.vocabulary_)
+    assert vec.vocabulary_ == words.vocabulary_
+    assert (X[:, :n] != words.transform(texts)).nnz == 0
+
+    def counts(grams: list[str]) -> list[float]:
+        return np.bincount(hash_ids(grams, 97).numpy(), minlength=97).astype(float).tolist()
+
+    assert X[0, n:].toarray()[0].tolist() == counts(["a \ud800b", "\ud800b c"])
+    assert _ngrams.ngram_column(["a", "\ud800b"], 97) == hash_ids(["a \ud800b"], 97).item()
+    for i, text in enumerate(texts):
+        assert chars[i, n:].toarray()[0].tolist() == counts(_char_wb_ngrams(text.split(), 1, 3))
 
 
 def test_words_split_where_the_token_pattern_splits() -> None:

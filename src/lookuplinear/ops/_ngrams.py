@@ -3,8 +3,11 @@
 scikit-learn's ``HashingVectorizer(ngram_range=(2, n), alternate_sign=False, norm=None)`` joins
 the words of each n-gram with a space and puts it in column ``abs(h) % n_features``, where ``h``
 is the signed 32-bit MurmurHash3 (x86, seed 0) of its UTF-8 bytes (``FeatureHasher``'s
-``_hashing_fast.transform``). :func:`count_matrix` streams the bytes of the n-gram's words, and
-the spaces between them, through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
+``_hashing_fast.transform``). A lone surrogate (``"\\ud800"``, which strict UTF-8 cannot encode
+and scikit-learn's hashing refuses) is taken as its three ``"surrogatepass"`` bytes, as
+:func:`~lookuplinear.hash_ids` hashes it and as fastText reads those bytes in a file.
+:func:`count_matrix` streams the bytes of the n-gram's words, and the spaces between them,
+through the same MurmurHash3 in C (``csrc/ngrams.c``): the same column for
 every n-gram, without building its string (the operator ``lookuplinear::count_rows``).
 Joining and hashing the strings in Python would be most of the time of
 ``FastTextVectorizer.fit_transform`` (benchmarks/bench_text.py).
@@ -132,7 +135,7 @@ def count_matrix(tokens: Tokens, column: np.ndarray, word_ngrams: int, bucket: i
     ([[2.0, 1.0], [0.0, 1.0]], [[5.0], [1.0]])
     """
     index_dtype = torch.int32 if n_columns <= np.iinfo(np.int32).max else torch.int64
-    encoded = [w.encode("utf-8") for w in tokens.unique]
+    encoded = [w.encode("utf-8", "surrogatepass") for w in tokens.unique]
     starts = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=starts[1:])
     joined = bytearray().join(encoded)  # writable: a tensor over it without a copy or a warning
@@ -217,4 +220,4 @@ def ngram_column(words: list[str], n_buckets: int) -> int:
     >>> ngram_column(["a", "b"], 1000) == bucket(murmur(b"a b"), 1000)
     True
     """
-    return bucket(murmur(" ".join(words).encode("utf-8")), n_buckets)
+    return bucket(murmur(" ".join(words).encode("utf-8", "surrogatepass")), n_buckets)

@@ -202,7 +202,7 @@ class FastTextModel(TextModel):
         assert self.args is not None
         out: list[int] = []
         hashes: list[int] = []
-        for token in [*(t for t in _SPLIT.split(text.encode("utf-8")) if t), _EOS]:
+        for token in [*(t for t in _SPLIT.split(text.encode("utf-8", "surrogatepass")) if t), _EOS]:
             got = cache.get(token)
             if got is None:
                 got = cache[token] = self._token(token)
@@ -309,7 +309,7 @@ class FastTextModel(TextModel):
         shape (n_words, dim), float32."""
         rows = []
         for word in words:
-            token = word.encode("utf-8")
+            token = word.encode("utf-8", "surrogatepass")
             wid = self._ids.get(token, -1)
             # a label's id names a row too in fastText (one past the words); never past the end
             ids = [wid] if 0 <= wid < len(self.input_matrix) else []

@@ -161,7 +161,11 @@ def text_features(
         # murmurhash3_32(n-gram) % bucket, counts summed
         hasher = FeatureHasher(n_features=bucket, input_type="string", alternate_sign=False,
                                dtype=np.float32)
-        C = hasher.transform(map(chars, docs))  # (n_texts, bucket)
+        try:
+            C = hasher.transform(map(chars, docs))  # (n_texts, bucket)
+        except UnicodeEncodeError:  # a lone surrogate: its surrogatepass bytes, as the words'
+            C = hasher.transform([g.encode("utf-8", "surrogatepass") for g in chars(doc)]
+                                 for doc in docs)
         X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
     return X if buckets is None else keep_buckets(X, n_words, buckets)
 
