@@ -321,6 +321,59 @@ def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, caps
     assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0] for t in lines]
 
 
+def test_input_of_a_model_trained_with_another_label_read_as_fasttext(
+        tmp_path: Path, fasttext, capsys) -> None:
+    """A model trained with -label '#': fastText's file keeps its labels, not '#', so its
+    predict and test take a token for a label only when it is one of the model's ('#0');
+    '#tag' is a word, an unknown '__label__x' is left out. `predict` prints the fasttext
+    module's predictions line by line and `test` its N, P@k and R@k; --label '#' also leaves
+    the unknown '#' tokens out, as fastText's -label '#' does."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", label="#", minn=2, maxn=3, word_ngrams=2)
+    lines = ["#0 good film", "#tag good film", "#unseen good", "good #1 film", "#1",
+             "__label__x good", "good", "#2 #tag bad plot #2"]
+    (tmp_path / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    assert main(["predict", str(path), str(tmp_path / "t.txt"), "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [" ".join(ft.predict(t, k=2)[0])
+                                                    for t in lines]
+    for k in ("1", "-1"):
+        n, p, r = ft.test(str(tmp_path / "t.txt"), k=int(k))
+        assert main(["test", str(path), str(tmp_path / "t.txt"), k]) == 0
+        out, err = capsys.readouterr()
+        assert out.split() == ["N", str(n), f"P@{k}", f"{p:.3g}", f"R@{k}", f"{r:.3g}"]
+        assert "4 line(s)" in err and "skipped, as fastText's test skips them" in err
+    assert main(["predict", str(path), str(tmp_path / "t.txt"), "2", "--label", "#"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == " ".join(ft.predict("good film", k=2)[0])
+
+
+@pytest.mark.parametrize(("k", "threshold"), [("1", "0"), ("2", "0"), ("-1", "0"),
+                                              ("2", "0.2"), ("1", "0.99")])
+def test_test_counts_as_fasttexts_test(tmp_path: Path, fasttext, capsys, k: str,
+                                       threshold: str) -> None:
+    """`test` on a fastText model gives fastText's N, P@k and R@k: a label the model does not
+    know is no label, a line without a known label is skipped (not refused), a repeated label
+    counts twice among the true ones, and a '</s>' token starts a new example."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", n_labels=3, minn=2, maxn=3, word_ngrams=2)
+    lines = ["__label__0 good film", "__label__1 __label__zz bad movie __label__zz",
+             "__label__zz plot", "ok great", "", "__label__2 x __label__2 film",
+             "good film __label__1 </s> __label__0 fine", "__label__0 </s>",
+             "__label__1 café naïve 日本", "__label__2 __label__0 awful"]
+    (tmp_path / "t.txt").write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
+    n, p, r = fasttext.load_model(str(path)).test(str(tmp_path / "t.txt"), int(k),
+                                                  float(threshold))
+    assert main(["test", str(path), str(tmp_path / "t.txt"), k, threshold]) == 0
+    assert capsys.readouterr().out.split() == ["N", str(n), f"P@{k}", f"{p:.3g}",
+                                               f"R@{k}", f"{r:.3g}"]
+    (tmp_path / "none.txt").write_text("good film\n__label__zz bad\n", encoding="utf-8")
+    assert fasttext.load_model(str(path)).test(str(tmp_path / "none.txt"))[0] == 0
+    assert main(["test", str(path), str(tmp_path / "none.txt")]) == 0
+    assert capsys.readouterr().out.split() == ["N", "0", "P@1", "nan", "R@1", "nan"]
+
+
 def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
                                                        capsys) -> None:
     """predict-prob writes each probability as fastText's C++ ostream does (6 significant

@@ -132,10 +132,14 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
                 label_column = trained["label_column"]
             if sep is None and not named_table:
                 sep = trained["sep"]
+    explicit_label = args.label
     if args.label is None:
         args.label = trained["label"] if trained and trained["format"] == "fasttext" else (
             LABEL_PREFIX)
-    if text_column is None:
+    as_fasttext = text_column is None and label_column is None and _written_by_fasttext(model)
+    if as_fasttext:
+        data = _read_as_fasttext(args, model, explicit_label, every_line=every_line)
+    elif text_column is None:
         if label_column is not None:
             raise InputValueError(
                 "--label-column needs --text-column (it selects CSV/TSV input); for "
@@ -160,6 +164,8 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
         print(f"lookuplinear {args.command}: {args.input}: {len(bad)} line(s) hold bytes that "
               f"are not UTF-8, read as U+FFFD (line {shown})", file=sys.stderr)
+    if as_fasttext and need_labels:  # as fastText's test: N 0 (P and R nan) when none is kept
+        return data
     if len(data) == 0:
         raise InputValueError(f"{args.input} holds no examples (no non-empty line).")
     if need_labels:
@@ -180,6 +186,57 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
               "--text-column COL" + (" --label-column COL" if need_labels else "")
               + " to read it as a table.", file=sys.stderr)
     return data
+
+
+def _written_by_fasttext(model: Any) -> bool:
+    """Whether ``model`` is a fastText ``.bin``/``.ftz`` file, whose input is read as
+    fastText reads it (:func:`_read_as_fasttext`)."""
+    from ..sklearn._fasttext_bin import FastTextModel
+
+    return isinstance(model, FastTextModel)
+
+
+def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *,
+                      every_line: bool) -> Any:
+    """``args.input`` read as fastText's ``predict`` and ``test`` read it for a model it wrote
+    (``FastTextModel.examples``): a token is a label when it is one of the model's labels,
+    an unknown one starting with ``label`` (``__label__`` unless ``--label`` gives it, as the
+    file does not keep fastText's ``-label``) is left out, and every other is a word.
+
+    ``every_line`` (``predict``): one example per line, the words before its first ``</s>``,
+    as the ``fasttext`` module's ``predict`` reads a line. Otherwise (``test``) the examples of
+    fastText's ``FastText::test``: a new one after each ``</s>``, and those with no label of
+    the model or no row (no known word, n-gram or ``</s>``) skipped, with a note on stderr.
+    """
+    import sys
+
+    from ..text import LabelledTexts
+    from ..text._files import _open_lines
+
+    lines, undecodable = _open_lines(args.input)
+    texts: list[str] = []
+    labels: list[list[str]] = []
+    numbers: list[int] = []
+    skipped = 0
+    for n, line in enumerate(lines, start=1):
+        found = model.examples(line, label)
+        if every_line:
+            found = found[:1]
+        elif not line.strip(" \t\v\f\r\0"):
+            continue
+        else:
+            kept = [(text, labs) for text, labs in found if labs and model.rows(text)]
+            skipped += not kept
+            found = kept
+        for text, labs in found:
+            texts.append(text)
+            labels.append(labs)
+            numbers.append(n)
+    if skipped:
+        print(f"lookuplinear {args.command}: {skipped} line(s) of {args.input} have no label "
+              "of the model (or no known word) and are skipped, as fastText's test skips them",
+              file=sys.stderr)
+    return LabelledTexts(texts, labels, numbers, undecodable)
 
 
 def load_text_model(args: argparse.Namespace, command: str) -> Any:

@@ -34,14 +34,17 @@ def run(args: argparse.Namespace) -> int:
     data = read_input(args, need_labels=True, model=model)
     check_labels(model.labels, data.labels, args)
     # the labels `predict` prints (a fastText -loss hs model's search drops the unlikely
-    # ones, as fastText's test does); a label the model never saw counts as a true label it
-    # cannot predict
-    predicted, _ = model.top_k(data.texts, args.top, args.threshold)
+    # ones, as fastText's test does); fastText's Meter::log: each predicted label is correct
+    # when among the example's labels, each of those (repeats included) a true label. In a
+    # fastText model's input only its own labels are labels (the others are left out); in a
+    # lookuplinear model's, a label the model never saw counts as a true label it cannot
+    # predict
+    predicted, _ = model.top_k(data.texts, args.top, args.threshold) if len(data) else ([], [])
     hits = sum(len(set(t) & set(p)) for t, p in zip(data.labels, predicted, strict=True))
     n_predicted = sum(map(len, predicted))
     n_true = sum(map(len, data.labels))
     p = hits / n_predicted if n_predicted else float("nan")
-    r = hits / n_true if n_true else 0.0
+    r = hits / n_true if n_true else float("nan")
     # fastText's Meter::writeGeneralMetrics: std::setprecision(3), 3 significant digits (1,
     # 0.5, 0.333), printf's %.3g
     print(f"N\t{len(data)}\nP@{args.k}\t{p:.3g}\nR@{args.k}\t{r:.3g}")

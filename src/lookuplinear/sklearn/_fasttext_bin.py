@@ -192,6 +192,34 @@ class FastTextModel(TextModel):
         label of the dictionary, or an unknown token starting with ``__label__``)."""
         return line
 
+    def examples(self, line: str, label: str | None = None) -> list[tuple[str, list[str]]]:
+        """The examples fastText's ``Dictionary::getLine`` reads from one line of a file, each
+        as its text (its word tokens, space-joined) and its labels (in the line's order,
+        repeats kept), a new one after each ``</s>`` token, as fastText's ``test`` reads them.
+
+        A token is a label when it is one of the model's labels; an unknown token starting
+        with ``label`` (fastText's ``-label``, which the file does not keep: ``__label__``
+        unless given) is left out; every other token is a word, ``#tag`` of a model trained
+        with ``-label '#'`` included.
+        """
+        prefix = label or _LABEL.decode()
+        out: list[tuple[str, list[str]]] = []
+        words: list[str] = []
+        labels: list[str] = []
+        for token in [*(t for t in _SPLIT.split(line.encode("utf-8", "surrogatepass")) if t),
+                      _EOS]:
+            if token == _EOS:  # getLine ends an example at "</s>" and at the line's end
+                out.append((" ".join(words), labels))
+                words, labels = [], []
+                continue
+            wid = self._ids.get(token, -1)
+            name = token.decode("utf-8", "surrogatepass")
+            if wid >= self.n_words:
+                labels.append(name)
+            elif wid >= 0 or not name.startswith(prefix):
+                words.append(name)
+        return out
+
     # ------------------------------------------------------------------ features
     def rows(self, text: str) -> list[int]:
         """The input rows fastText averages for ``text`` (one line), in fastText's order."""
