@@ -770,12 +770,17 @@ def test_labels_the_model_never_saw(
     err = capsys.readouterr().err
     assert "none of the 2 labels" in err and "['neg', 'pos']" in err
     assert "'__label__neg', '__label__pos'" in err and "prefix '__label__'" in err
-    mixed = tmp_path / "mixed.txt"
-    mixed.write_text("__label__pos great\n__label__meh fine\n", encoding="utf-8")
-    assert main(["test", str(model), str(mixed)]) == 0
+    mixed = tmp_path / "mixed.txt"  # as fastText's test: unknown labels left out, an
+    # example left with none skipped, and an unlabelled line skipped
+    mixed.write_text("__label__pos great\n__label__meh fine\n__label__neg __label__meh bad\n"
+                     "no label here\n", encoding="utf-8")
+    assert main(["test", str(model), str(mixed), "1"]) == 0
     captured = capsys.readouterr()
-    assert "1 of the input's 2 labels are unknown to the model" in captured.err
-    assert "__label__meh" in captured.err and captured.out.startswith("N\t2")
+    assert "1 of the input's 3 labels are unknown to the model and left out" in captured.err
+    assert "__label__meh" in captured.err
+    assert "2 of 4 examples have no label of the model and are skipped" in captured.err
+    n, p, r = (line.split("\t")[1] for line in captured.out.splitlines())
+    assert n == "2" and p == r  # one prediction and one true label per kept example
 
 
 def test_help_does_not_import_torch() -> None:

@@ -44,7 +44,8 @@ def check_labels(known: list[str], labels: list[list[str]], args: argparse.Names
     if unseen:
         shown = ", ".join(unseen[:10]) + (", ..." if len(unseen) > 10 else "")
         print(f"lookuplinear {args.command}: {len(unseen)} of the input's {len(seen)} labels "
-              f"are unknown to the model and count as missed: {shown}", file=sys.stderr)
+              f"are unknown to the model and left out, as fastText's test leaves them: "
+              f"{shown}", file=sys.stderr)
 
 
 def add_input_options(p: argparse.ArgumentParser, *, labels: bool, model: bool = False) -> None:
@@ -90,7 +91,7 @@ def input_format(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None,
-               every_line: bool = False) -> Any:
+               every_line: bool = False, skip_unlabelled: bool = False) -> Any:
     """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage.
 
     ``every_line`` (``predict``): every line of fastText-format input is an example, a blank
@@ -170,7 +171,7 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
         raise InputValueError(f"{args.input} holds no examples (no non-empty line).")
     if need_labels:
         missing = [i for i, ls in enumerate(data.labels) if not ls]
-        if missing:
+        if missing and not (skip_unlabelled and len(missing) < len(data)):
             table = (f" {args.input} is named like a CSV/TSV table and was read as fastText "
                      "lines because no --text-column was given: to read it as a table, give "
                      "--text-column COL --label-column COL (its header names the columns)."
