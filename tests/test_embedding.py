@@ -10,7 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from lookuplinear import Embedding, InputTypeError, LookupIndexError, LookupLinear, optim
+from lookuplinear import (
+    Embedding,
+    InputTypeError,
+    LookupIndexError,
+    LookupLinear,
+    PaddingIdxError,
+    optim,
+)
 
 X = torch.tensor([[0, 2, 4, 5], [4, 3, 0, 9]])
 
@@ -111,3 +118,28 @@ def test_fused_optimizer_and_conversion() -> None:
     layer = emb.to_lookup_linear()
     assert isinstance(layer, LookupLinear) and layer.padding_idx == 0 and layer.sparse
     assert torch.equal(layer(X), emb(X))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("padding_idx", [-1, -3, 2])
+def test_padding_idx_set_after_construction_as_torchs(sparse: bool, padding_idx: int) -> None:
+    """A ``padding_idx`` written on the layer (negative: counted from the end) gets no
+    gradient on every path, as ``F.embedding`` normalises it; one outside the table is refused
+    as ``nn.Embedding`` refuses it."""
+    torch.manual_seed(0)
+    emb = Embedding(6, 3, sparse=sparse)
+    ref = nn.Embedding(6, 3, sparse=sparse)
+    ref.load_state_dict(emb.state_dict())
+    emb.padding_idx = ref.padding_idx = padding_idx
+    x = torch.tensor([[5, 3, 2], [0, 5, 3]])
+    assert torch.equal(emb(x), ref(x))
+    emb(x).sum().backward()
+    ref(x).sum().backward()
+    assert emb.weight.grad is not None and ref.weight.grad is not None
+    assert torch.equal(emb.weight.grad.to_dense(), ref.weight.grad.to_dense())
+    assert not emb.weight.grad.to_dense()[padding_idx].any()
+    emb.padding_idx = ref.padding_idx = -7
+    with pytest.raises(AssertionError):
+        ref(x)
+    with pytest.raises(PaddingIdxError, match="padding_idx must be within"):
+        emb(x)

@@ -158,7 +158,10 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
         if self.sparse and not torch.compiler.is_compiling() and binding(self.weight) is None:
             # nn.Embedding's sparse gradient, one row per position in input order (ATen's
             # backward); lookup_linear's is coalesced, which a fused optimizer takes instead
-            weight, pad = self.weight, -1 if self.padding_idx is None else self.padding_idx
+            # a padding_idx set on the layer after construction may be negative: ATen reads
+            # -1 as "no padding", so it is made a row number first, as F.embedding does
+            pad = normalize_padding_idx(self.padding_idx, self.num_embeddings, "num_embeddings")
+            weight, pad = self.weight, -1 if pad is None else pad
             return range_checked(lambda: torch.embedding(weight, input, pad, False, True),
                                  input, self.num_embeddings, "input")
         return lookup_linear(input, self.weight, padding_idx=self.padding_idx,
