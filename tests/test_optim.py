@@ -1889,3 +1889,43 @@ def test_elementwise_optimizers_keep_state_in_the_parameters_dtype(name: str) ->
     opt.step()
     assert {v.dtype for v in opt.state[layer.weight].values()
             if isinstance(v, torch.Tensor)} == {torch.float16}
+
+
+@pytest.mark.parametrize("how", ["constructor", "group"])
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:
+    """``lr`` as a one-element tensor, given to the constructor or written into a group
+    (as a scheduler may), is taken as ``torch.optim`` takes it: the dense parameters small
+    and large are stepped where ``torch.optim``'s default puts them, bit for bit (on the CPU
+    its single-tensor update, whose rounding with a tensor ``lr`` is not the multi-tensor
+    one's; Adam's multi-tensor update refuses a tensor ``lr``)."""
+    from lookuplinear.optim._base import CPU_LARGE_BYTES
+
+    kw: dict[str, Any] = {"momentum": 0.9} if name == "SGD" else {}
+    g = torch.Generator().manual_seed(0)
+    shapes = [(7, 4), (5,), (), (CPU_LARGE_BYTES // 4 + 8,)]
+    base = [torch.randn(s, generator=g) for s in shapes]
+    ours = [nn.Parameter(b.clone()) for b in base]
+    theirs = [nn.Parameter(b.clone()) for b in base]
+    lr = torch.tensor(0.05)
+    if how == "constructor":
+        oa = getattr(optim, name)(ours, lr=lr, **kw)
+        ob = getattr(torch.optim, name)(theirs, lr=lr, **kw)
+    else:
+        oa = getattr(optim, name)(ours, lr=0.1, **kw)
+        ob = getattr(torch.optim, name)(theirs, lr=0.1, **kw)
+        oa.param_groups[0]["lr"] = ob.param_groups[0]["lr"] = lr
+    for _ in range(3):
+        for a, b in zip(ours, theirs, strict=True):
+            a.grad = torch.randn(a.shape, generator=g)
+            b.grad = a.grad.clone()
+        oa.step()
+        ob.step()
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(ours[0], base[0])  # it did train
+    w = nn.Parameter(torch.zeros(3))
+    with pytest.raises(InputValueError, match="a tensor lr must be one number >= 0"):
+        getattr(optim, name)([w], lr=torch.tensor([0.1, 0.2]))
+    with pytest.raises(InputValueError, match="a tensor lr must be one number >= 0"):
+        getattr(optim, name)([w], lr=torch.tensor(-0.1))

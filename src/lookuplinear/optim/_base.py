@@ -297,8 +297,17 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def _check_options(options: dict[str, Any], where: str) -> None:
         """Raise :class:`InputValueError` for an option no update can compute with: a rate,
         epsilon, decay or momentum that is not a number >= 0, ``betas`` not two numbers in
-        ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept)."""
+        ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept). ``lr`` may be a
+        one-element tensor, as ``torch.optim`` takes it."""
         for key, value in options.items():
+            if key == "lr" and isinstance(value, torch.Tensor):
+                if value.numel() != 1 or value.is_complex() or not float(value) >= 0:
+                    raise InputValueError(
+                        f"{where}: a tensor lr must be one number >= 0, got shape "
+                        f"{tuple(value.shape)} ({value.flatten()[:4].tolist()}). Pass e.g. "
+                        "lr=torch.tensor(0.01), or a float."
+                    )
+                continue
             if key in _NUMBER_KEYS and (
                 isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0
             ):
@@ -563,7 +572,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 rows, values = row_sparse_parts(grad, sum_runs=False)
                 self._sparse_update(p, rows, values, state, group)
             else:
-                ((foreach, _),) = _runs([p])
+                ((foreach, _),) = _runs([p], self._foreach_ok(group))
                 self._dense_step([p], [grad], [state], group, foreach=foreach)
         return bool(tables or rest)
 
@@ -656,7 +665,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     states.append(state)
             if not params:  # every gradient sparse, or none (a fused=True group's tables)
                 continue
-            for foreach, run in _runs(params):
+            for foreach, run in _runs(params, self._foreach_ok(group)):
                 self._dense_step([params[i] for i in run], [grads[i] for i in run],
                                  [states[i] for i in run], group, foreach=foreach)
         if self._zeros_kept:
@@ -778,6 +787,22 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         columns of the table as a 2-D ``w``). Tables with the same scalars may share a dict."""
         raise NotImplementedError
 
+    #: whether ``torch.optim``'s multi-tensor update of this class takes a tensor ``lr``
+    #: (``torch.optim.Adam``'s refuses it unless ``capturable=True``)
+    _foreach_takes_tensor_lr = True
+
+    def _foreach_ok(self, group: dict[str, Any]) -> bool:
+        """Whether ``group``'s dense parameters may be stepped multi-tensor: with a tensor
+        ``lr``, only off the CPU and where ``torch.optim``'s multi-tensor update takes one,
+        as ``torch.optim`` decides by default (on the CPU it steps single-tensor, whose
+        rounding with a tensor ``lr`` differs from the multi-tensor one's)."""
+        lr = group["lr"]
+        if not isinstance(lr, torch.Tensor):
+            return True
+        params = group["params"]
+        return (self._foreach_takes_tensor_lr and bool(params)
+                and params[0].device.type != "cpu")
+
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:
         """``state``'s tensors as the row update's torch-op twin takes them
@@ -804,15 +829,19 @@ CPU_RUN_BYTES = 1 << 19
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def _runs(params: list[torch.Tensor]) -> list[tuple[bool, list[int]]]:
+def _runs(params: list[torch.Tensor], foreach_ok: bool = True
+          ) -> list[tuple[bool, list[int]]]:
     """``(foreach, positions)``: how ``params`` are stepped, in calls of ``torch.optim``'s
     functional update. Off the CPU one multi-tensor call (a fused kernel per op there, and
     ``torch.optim``'s default); on the CPU the large parameters and the bfloat16 and float16
     ones in one single-tensor call and the others in multi-tensor runs
     (:data:`CPU_LARGE_BYTES`). Elementwise updates: the same values however they are cut,
-    and the same as ``torch.optim``'s default."""
+    and the same as ``torch.optim``'s default. ``foreach_ok=False`` (a group whose ``lr`` is
+    a tensor: :meth:`RowSparseOptimizer._foreach_ok`): one single-tensor call."""
     if not params:
         return []
+    if not foreach_ok:
+        return [(False, list(range(len(params))))]
     if params[0].device.type != "cpu":
         return [(True, list(range(len(params))))]
     large: list[int] = []

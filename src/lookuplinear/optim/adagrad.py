@@ -49,7 +49,7 @@ class Adagrad(RowSparseOptimizer):
     def __init__(
         self,
         params: Params,
-        lr: float = 1e-2,
+        lr: float | torch.Tensor = 1e-2,
         lr_decay: float = 0.0,
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
@@ -150,7 +150,7 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def __init__(
         self,
         params: Params,
-        lr: float = 1e-2,
+        lr: float | torch.Tensor = 1e-2,
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         *,
@@ -198,7 +198,7 @@ class RowWiseAdagrad(RowSparseOptimizer):
         std = torch._foreach_sqrt(sums)
         torch._foreach_add_(std, group["eps"])
         torch._foreach_reciprocal_(std)
-        torch._foreach_mul_(std, group["lr"])  # lr / (sqrt(s) + eps), one per row
+        torch._foreach_mul_(std, float(group["lr"]))  # lr / (sqrt(s) + eps), one per row
         full = [k for k, (x, computed) in enumerate(zip(rows, w, strict=True)) if computed is x]
         if full:
             torch._foreach_addcmul_([w[k] for k in full], [g[k] for k in full],
@@ -237,7 +237,7 @@ class RowWiseAdagrad(RowSparseOptimizer):
 
     def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
                  ) -> list[dict[str, float]]:
-        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        lr, eps, weight_decay = float(group["lr"]), group["eps"], group["weight_decay"]
         out: list[dict[str, float]] = []
         for width, _ in at:  # inv_dim: the mean over a row of the table
             out.append({"lr": lr, "eps": eps, "weight_decay": weight_decay,

@@ -94,12 +94,13 @@ class Adam(RowSparseOptimizer):
     """
 
     _decoupled = False
+    _foreach_takes_tensor_lr = False
     _fixed: ClassVar[dict[str, Any]] = {"maximize": False, "decoupled_weight_decay": False}
 
     def __init__(
         self,
         params: Params,
-        lr: float = 1e-3,
+        lr: float | torch.Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
@@ -170,7 +171,7 @@ class Adam(RowSparseOptimizer):
     def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
                  ) -> list[dict[str, float]]:
         """SparseAdam's step size; the L2 factor (Adam) or the touched rows' decay (AdamW)."""
-        lr, (beta1, beta2), wd = group["lr"], group["betas"], group["weight_decay"]
+        lr, (beta1, beta2), wd = float(group["lr"]), group["betas"], group["weight_decay"]
         l2, decay = (0.0, 1 - lr * wd) if self._decoupled else (wd, 1.0)
         by_step: dict[int, dict[str, float]] = {}  # the step size depends on the step alone
         out: list[dict[str, float]] = []
@@ -230,7 +231,7 @@ class AdamW(Adam):
     def __init__(
         self,
         params: Params,
-        lr: float = 1e-3,
+        lr: float | torch.Tensor = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,

@@ -44,7 +44,7 @@ class SGD(RowSparseOptimizer):
     ----------
     params : iterable of Tensor or dict
         Parameters or parameter groups, as for any ``torch.optim.Optimizer``.
-    lr : float, default 1e-3
+    lr : float or one-element Tensor, default 1e-3
     momentum, dampening, weight_decay : float, default 0
     nesterov : bool, default False
 
@@ -66,7 +66,7 @@ class SGD(RowSparseOptimizer):
     def __init__(
         self,
         params: Params,
-        lr: float = 1e-3,
+        lr: float | torch.Tensor = 1e-3,
         momentum: float = 0.0,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
@@ -124,7 +124,7 @@ class SGD(RowSparseOptimizer):
 
     def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
                  ) -> list[dict[str, float]]:
-        named = {"lr": group["lr"], "weight_decay": group["weight_decay"],
+        named = {"lr": float(group["lr"]), "weight_decay": group["weight_decay"],
                  "momentum": group["momentum"], "one_minus_dampening": 1 - group["dampening"],
                  "nesterov": float(group["nesterov"])}
         return [named] * len(at)  # the same for every table and step
