@@ -1929,3 +1929,39 @@ def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:
         getattr(optim, name)([w], lr=torch.tensor([0.1, 0.2]))
     with pytest.raises(InputValueError, match="a tensor lr must be one number >= 0"):
         getattr(optim, name)([w], lr=torch.tensor(-0.1))
+
+
+def test_adagrad_starts_every_sum_at_the_constructors_value_as_torchs() -> None:
+    """``torch.optim.Adagrad`` starts every ``sum`` at the constructor's
+    ``initial_accumulator_value`` and ignores a group's own: so does ``Adagrad``, which warns
+    once that the group's value is unused (in the constructor and in ``add_param_group``)."""
+    torch.manual_seed(0)
+    base = [torch.randn(5, 3), torch.randn(2), torch.randn(4)]
+    ours = [nn.Parameter(b.clone()) for b in base]
+    theirs = [nn.Parameter(b.clone()) for b in base]
+
+    def groups(ps: list[nn.Parameter]) -> list[dict[str, Any]]:
+        return [{"params": [ps[0]], "initial_accumulator_value": 0.7}, {"params": [ps[1]]}]
+
+    with pytest.warns(UserWarning, match=r"initial_accumulator_value=0\.7.*torch\.optim\."
+                                         "Adagrad ignores") as caught:
+        oa = optim.Adagrad(groups(ours), lr=0.1, initial_accumulator_value=0.1)
+    assert len(caught) == 1
+    ob = torch.optim.Adagrad(groups(theirs), lr=0.1, initial_accumulator_value=0.1)
+    with pytest.warns(UserWarning, match=r"initial_accumulator_value=0\.5"):
+        oa.add_param_group({"params": [ours[2]], "initial_accumulator_value": 0.5})
+    ob.add_param_group({"params": [theirs[2]], "initial_accumulator_value": 0.5})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        optim.Adagrad(groups(ours)[1:], initial_accumulator_value=0.1)  # no group value: quiet
+    for step in range(3):  # (torch.optim.Adagrad makes no state for an added group's params)
+        g = torch.Generator().manual_seed(step)
+        for a, b in zip(ours[:2], theirs[:2], strict=True):
+            a.grad = torch.randn(a.shape, generator=g)
+            b.grad = a.grad.clone()
+        oa.step()
+        ob.step()
+    for a, b in zip(ours[:2], theirs[:2], strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(oa.state[a]["sum"], ob.state[b]["sum"])
+

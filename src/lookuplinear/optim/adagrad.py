@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
@@ -34,6 +35,9 @@ class Adagrad(RowSparseOptimizer):
     touched rows only.
 
     State per parameter: ``sum`` of the parameter's shape (one value per element), ``step``.
+    Every ``sum`` starts at the constructor's ``initial_accumulator_value``, as in
+    ``torch.optim.Adagrad``, which reads no group's own value (a group that sets another one
+    warns).
 
     Examples
     --------
@@ -59,17 +63,30 @@ class Adagrad(RowSparseOptimizer):
     ) -> None:
         defaults = {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
                     "initial_accumulator_value": initial_accumulator_value, "eps": eps}
-        super().__init__(params, defaults, fused=fused)
+        self._building = True  # its groups warn once, together, below
+        try:
+            super().__init__(params, defaults, fused=fused)
+        finally:
+            del self._building
+        _warn_group_accumulators(self.param_groups, initial_accumulator_value)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """As ``torch.optim.Adagrad.add_param_group``: the group's sums start at the
+        constructor's ``initial_accumulator_value`` (a group's own value warns, unused)."""
+        super().add_param_group(param_group)
+        if not getattr(self, "_building", False):
+            _warn_group_accumulators(self.param_groups[-1:],
+                                     self.defaults["initial_accumulator_value"])
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
-        state["sum"] = zeros_like(p, group["initial_accumulator_value"], name="sum")
+        state["sum"] = zeros_like(p, self.defaults["initial_accumulator_value"], name="sum")
 
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"sum": tuple(p.shape)}
 
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
-        return float(group["initial_accumulator_value"]) if key == "sum" else 0.0
+        return float(self.defaults["initial_accumulator_value"]) if key == "sum" else 0.0
 
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:
@@ -247,6 +264,20 @@ class RowWiseAdagrad(RowSparseOptimizer):
     def _state_rows(self, w: torch.Tensor, state: dict[str, Any]
                     ) -> tuple[torch.Tensor | None, ...]:
         return (state["sum"],)  # (rows,)
+
+
+def _warn_group_accumulators(groups: list[dict[str, Any]], initial: float) -> None:
+    """One ``UserWarning`` if a group sets an ``initial_accumulator_value`` other than the
+    constructor's ``initial``: unused, as ``torch.optim.Adagrad`` leaves it unused."""
+    other = sorted({g["initial_accumulator_value"] for g in groups
+                    if g["initial_accumulator_value"] != initial})
+    if other:
+        warnings.warn(
+            f"Adagrad: a parameter group sets initial_accumulator_value={other[0]!r}, but "
+            f"every sum starts at the constructor's initial_accumulator_value={initial!r}: "
+            "torch.optim.Adagrad ignores a group's own value too. Pass the value to the "
+            "constructor (one optimizer per value), or drop it from the group.",
+            UserWarning, stacklevel=3)
 
 
 @functools.lru_cache(maxsize=64)
