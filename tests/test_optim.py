@@ -1965,3 +1965,24 @@ def test_adagrad_starts_every_sum_at_the_constructors_value_as_torchs() -> None:
         assert torch.equal(a, b)
         assert torch.equal(oa.state[a]["sum"], ob.state[b]["sum"])
 
+
+def test_adagrad_share_memory_as_torchs() -> None:
+    """``share_memory()`` puts each ``sum`` in shared memory, as ``torch.optim.Adagrad``'s
+    does (Hogwild), states not yet stepped included; steps then go on as before."""
+    torch.manual_seed(0)
+    p, q = nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(2))
+    ref = [nn.Parameter(p.detach().clone()), nn.Parameter(q.detach().clone())]
+    opt = optim.Adagrad([p, q], lr=0.1, initial_accumulator_value=0.2)
+    plain = optim.Adagrad(ref, lr=0.1, initial_accumulator_value=0.2)
+    p.grad, ref[0].grad = torch.ones(4, 3), torch.ones(4, 3)
+    opt.step()
+    plain.step()
+    opt.share_memory()
+    assert opt.state[p]["sum"].is_shared() and opt.state[q]["sum"].is_shared()
+    assert torch.equal(opt.state[q]["sum"], torch.full((2,), 0.2))
+    for a, b in ((p, ref[0]), (q, ref[1])):
+        a.grad, b.grad = torch.full(a.shape, 0.5), torch.full(b.shape, 0.5)
+    opt.step()
+    plain.step()
+    assert torch.equal(p, ref[0]) and torch.equal(q, ref[1])
+    assert torch.equal(opt.state[p]["sum"], plain.state[ref[0]]["sum"])

@@ -78,6 +78,26 @@ class Adagrad(RowSparseOptimizer):
             _warn_group_accumulators(self.param_groups[-1:],
                                      self.defaults["initial_accumulator_value"])
 
+    def share_memory(self) -> None:
+        """Move each parameter's ``sum`` into shared memory (``Tensor.share_memory_``), as
+        ``torch.optim.Adagrad.share_memory`` does, for training from several processes
+        (Hogwild): the state is made first where no step has made it yet.
+
+        Examples
+        --------
+        >>> p = torch.nn.Parameter(torch.zeros(3))
+        >>> opt = Adagrad([p], lr=0.1)
+        >>> opt.share_memory()
+        >>> opt.state[p]["sum"].is_shared()
+        True
+        """
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    self._init_state(p, state, group)
+                state["sum"].share_memory_()
+
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         state["step"] = 0
         state["sum"] = zeros_like(p, self.defaults["initial_accumulator_value"], name="sum")
