@@ -113,6 +113,22 @@ def test_index_out_of_range_in_a_bag_is_also_pytorchs_runtime_error() -> None:
         lookuplinear.Embedding(5, 2)(torch.tensor([7]))
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.bool,
+                                   torch.float32])
+def test_embedding_indices_of_another_dtype_are_pytorchs_runtime_error(
+    dtype: torch.dtype, sparse: bool
+) -> None:
+    """``nn.Embedding`` takes int64 and int32 indices only; so does the drop-in, with
+    ``sparse`` or not (it read uint8 and int16 indices as rows)."""
+    x = torch.tensor([[1, 0], [0, 1]]).to(dtype)
+    with pytest.raises(RuntimeError, match="Long, Int"):
+        nn.Embedding(5, 2, sparse=sparse)(x)
+    with pytest.raises(RuntimeError, match=r"int64 or int32\), got dtype") as info:
+        lookuplinear.Embedding(5, 2, sparse=sparse)(x)
+    assert type(info.value) is DtypeMismatchError
+
+
 # ------------------------------------------------------------------ what PyTorch computes
 @pytest.mark.parametrize(("mode", "padding_idx"), [
     ("sum", 61), ("mean", 61), ("max", 61), ("max", None), ("sum", 2), ("mean", 2)])

@@ -130,23 +130,29 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
         Raises
         ------
         InputTypeError
-            ``input`` is not an integer tensor.
+            ``input`` is not a tensor of indices; ``DtypeMismatchError`` (also the
+            ``RuntimeError`` ``nn.Embedding`` raises) for a tensor of another dtype than
+            int64 or int32 (float, bool, uint8, int16...).
         LookupIndexError
             An index outside ``[0, num_embeddings)`` (also an ``IndexError``, as PyTorch's).
         """
         if (not isinstance(input, torch.Tensor) or input.layout != torch.strided
-                or input.is_nested or input.dtype.is_floating_point or input.dtype.is_complex
-                or input.dtype == torch.bool):
+                or input.is_nested or not (input.dtype is torch.int64
+                                           or input.dtype is torch.int32)):
             what = (f"dtype {input.dtype}" if isinstance(input, torch.Tensor)
                     else type(input).__name__)
-            # a tensor of another dtype: a RuntimeError too, as F.embedding raises
+            # a tensor of another dtype (uint8, int16 too): a RuntimeError too, as F.embedding
+            # raises
             error = (DtypeMismatchError if isinstance(input, torch.Tensor)
                      and input.layout == torch.strided and not input.is_nested
                      else InputTypeError)
+            fix = ("Convert them with input.long()" if isinstance(input, torch.Tensor)
+                   and not (input.dtype.is_floating_point or input.dtype.is_complex
+                            or input.dtype == torch.bool) else "Pass the row indices")
             raise error(
                 f"Embedding: input must be a tensor of integer indices (int64 or int32), got "
-                f"{what}. Pass the row indices; for bags or sparse rows use "
-                "lookuplinear.EmbeddingBag or LookupLinear."
+                f"{what}. {fix}; for bags or sparse rows use lookuplinear.EmbeddingBag or "
+                "LookupLinear."
             )
         if self.scale_grad_by_freq:  # a gradient lookuplinear's lookup does not compute
             return super().forward(input)
