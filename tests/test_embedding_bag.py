@@ -268,3 +268,25 @@ def test_quantize_is_called_as_the_bag() -> None:
 
 def test_exported_at_the_top_level() -> None:
     assert lookuplinear.EmbeddingBag is EmbeddingBag and "EmbeddingBag" in lookuplinear.__all__
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("kind", ["Embedding", "EmbeddingBag"])
+def test_a_table_on_the_meta_device_takes_cpu_indices_as_torchs(kind: str, sparse: bool) -> None:
+    """A table on the meta device (a model built for its shapes) takes indices on the CPU
+    and gives a meta output, as ``nn.Embedding`` and ``nn.EmbeddingBag`` do."""
+    calls: list[tuple[torch.Tensor, ...]] = [(torch.tensor([[1, 2], [3, 4]]),)]
+    modes = ["sum"]
+    if kind == "EmbeddingBag":
+        calls.append((torch.tensor([1, 2, 3]), torch.tensor([0, 1])))
+        modes = ["sum", "mean"] + ["max"] * (not sparse)
+    for mode in modes:
+        for padding_idx in (None, 1):
+            kw: dict[str, Any] = {"sparse": sparse, "padding_idx": padding_idx,
+                                  "device": "meta"}
+            if kind == "EmbeddingBag":
+                kw["mode"] = mode
+            ours, ref = getattr(lookuplinear, kind)(6, 3, **kw), getattr(nn, kind)(6, 3, **kw)
+            for args in calls:
+                out, expected = ours(*args), ref(*args)
+                assert out.device.type == "meta" and out.shape == expected.shape

@@ -424,7 +424,9 @@ def range_checked(
 
 
 def _check_device(device: torch.device, weight: torch.Tensor) -> None:
-    if device != weight.device:
+    # a table on the meta device takes indices anywhere and gives a meta output, as
+    # nn.Embedding's and nn.EmbeddingBag's (shapes only: nothing is read)
+    if device != weight.device and weight.device.type != "meta":
         raise DeviceMismatchError(
             f"input is on {device} but the weight is on {weight.device}; move the input with "
             f".to({str(weight.device)!r}) (or the layer with .to({str(device)!r}))."
