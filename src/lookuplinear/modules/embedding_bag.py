@@ -44,8 +44,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     Against ``nn.EmbeddingBag`` it adds what ``LookupLinear`` has: row-sparse gradients the
     fused optimizers of :mod:`lookuplinear.optim` apply in the backward (``sparse=True``),
     incremental :class:`~lookuplinear.Checkpoint` saves, :meth:`quantize`, ``Bags`` and
-    scipy.sparse input, ``mode="sqrtn"`` and ``mode="max"`` with ``sparse=True``; and it
-    refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
+    scipy.sparse input and ``mode="sqrtn"``; and it refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
     index out of range, a 1-D input without ``offsets``). Each error is also the exception
     ``nn.EmbeddingBag`` raises for the same mistake (``RuntimeError`` for bad offsets,
     ``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``...).
@@ -66,6 +65,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         the gradient is PyTorch's, stored, which ``fused=True`` optimizers then apply in
         ``step``).
     mode : {"mean", "sum", "max", "sqrtn"}, default "mean"
+        ``"max"`` has no sparse gradient: with ``sparse=True`` every forward raises
+        ``InputValueError`` (the ``ValueError`` ``nn.EmbeddingBag`` raises there too; both
+        build the layer).
     sparse : bool, default False
         Gradient of ``weight`` as a sparse COO tensor (one row per distinct index).
     _weight : Tensor of shape (num_embeddings, embedding_dim), optional
