@@ -290,3 +290,52 @@ def test_a_table_on_the_meta_device_takes_cpu_indices_as_torchs(kind: str, spars
             for args in calls:
                 out, expected = ours(*args), ref(*args)
                 assert out.device.type == "meta" and out.shape == expected.shape
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # torch's vmap
+@pytest.mark.parametrize("form", ["2d", "1d"])
+@pytest.mark.parametrize("padding_idx", [None, 0])
+@pytest.mark.parametrize(("mode", "sparse"), [("sum", False), ("sum", True), ("mean", False),
+                                              ("mean", True), ("max", False)])
+def test_torch_func_transforms_give_nn_embedding_bags_results(
+    mode: str, sparse: bool, padding_idx: int | None, form: str
+) -> None:
+    """``torch.func.grad``, ``vjp``, ``jacrev`` and the per-sample-gradient recipe
+    ``vmap(grad(...))`` over ``functional_call`` give what they give on ``nn.EmbeddingBag``
+    (the lookup takes torch's own ops while a transform is active)."""
+    from torch import func
+
+    x2 = torch.tensor([[1, 2], [3, 3], [0, 5]])
+    args = (x2,) if form == "2d" else (torch.tensor([1, 2, 3, 3, 0, 5]), torch.tensor([0, 2, 4]))
+    results = []
+    for cls in (lookuplinear.EmbeddingBag, nn.EmbeddingBag):
+        torch.manual_seed(0)
+        m = cls(6, 3, mode=mode, sparse=sparse, padding_idx=padding_idx)
+        w = m.weight.detach()
+
+        def f(weight: torch.Tensor, *a: torch.Tensor, m: nn.Module = m) -> torch.Tensor:
+            return func.functional_call(m, {"weight": weight}, a)
+
+        got = [func.grad(lambda weight, f=f: f(weight, *args).pow(2).sum())(w),
+               func.vjp(lambda weight, f=f: f(weight, *args), w)[1](torch.ones(3, 3))[0]]
+        if not sparse:  # (torch's sparse gradient has no vmap: jacrev and vmap refuse it)
+            got.append(func.jacrev(lambda weight, f=f: f(weight, *args))(w))
+            got.append(func.vmap(lambda x, f=f, w=w: func.grad(
+                lambda weight: f(weight, x[None]).pow(2).sum())(w))(x2))
+        results.append([g.to_dense() for g in got])
+    for ours, theirs in zip(*results, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_torch_func_grad_through_embedding_gives_nn_embeddings(sparse: bool) -> None:
+    from torch import func
+
+    x = torch.tensor([[1, 2], [3, 3], [0, 5]])
+    grads = []
+    for cls in (lookuplinear.Embedding, nn.Embedding):
+        torch.manual_seed(0)
+        m = cls(6, 3, sparse=sparse, padding_idx=0)
+        grads.append(func.grad(lambda weight, m=m: func.functional_call(
+            m, {"weight": weight}, (x,)).pow(2).sum())(m.weight.detach()).to_dense())
+    torch.testing.assert_close(grads[0], grads[1])

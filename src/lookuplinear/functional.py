@@ -25,7 +25,7 @@ from .errors import (
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import assert_bags, capturing, offsets_ok, values_known
-from .ops._backend import torch_only
+from .ops._backend import torch_only, transformed
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse import offsets as _host
@@ -491,10 +491,11 @@ def _bags_forward(
     padding_idx: int | None,
     sparse: bool,
 ) -> torch.Tensor:
-    if padding_idx is not None and bags.indices.is_cpu and not capturing():
+    if padding_idx is not None and bags.indices.is_cpu and not capturing() and not transformed():
         # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (many times
         # slower, docs/performance.md): drop the padding entries and look up the rest (not in
-        # a captured graph: whether there are any to drop is a property of one batch).
+        # a captured graph or under torch.func's vmap: whether there are any to drop is a
+        # property of one batch).
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, range_checked
     if w is not None and w.dtype != weight.dtype:
@@ -566,8 +567,9 @@ _BAG_MAX = torch.ops.lookuplinear.bag_max.default
 def _eager_op() -> bool:
     """Whether a sum lookup with a row-sparse gradient calls the operator
     ``lookuplinear::bag_lookup``: always, but while a ``torch.jit.trace`` records (whose graph
-    and ONNX export hold ATen's ops: :func:`_sparse_sum`)."""
-    return not torch.jit.is_tracing()
+    and ONNX export hold ATen's ops: :func:`_sparse_sum`) or a ``torch.func`` transform
+    (which sees through ATen's ops, not the operator's C++ autograd) is active."""
+    return not torch.jit.is_tracing() and not transformed()
 
 
 def _sparse_sum(

@@ -26,8 +26,8 @@ from ..errors import InputValueError
 from . import _clib
 from ._clib import load, problem
 
-__all__ = ["BACKENDS", "backend", "c_available", "capturing", "torch_only", "use_backend",
-           "use_c", "values_known"]
+__all__ = ["BACKENDS", "backend", "c_available", "capturing", "torch_only", "transformed",
+           "use_backend", "use_c", "values_known"]
 
 BACKENDS = ("auto", "c", "torch")
 
@@ -62,7 +62,7 @@ def backend() -> str:
         ``LOOKUPLINEAR_BACKEND=c`` but the C kernels were not built.
     """
     chosen = _chosen.get()
-    if chosen == "torch":
+    if chosen == "torch" or transformed():
         return "torch"
     if load() is None:
         if chosen == "c":
@@ -104,7 +104,16 @@ def torch_only() -> bool:
     ``torch.export`` records a graph, which records the operators whatever the backend."""
     if torch.compiler.is_compiling():
         return False
-    return _chosen.get() == "torch"
+    return _chosen.get() == "torch" or transformed()
+
+
+def transformed() -> bool:
+    """Whether a ``torch.func`` transform (``grad``, ``vjp``, ``vmap``, ``jacrev``...) is
+    active: its tensors are wrappers with no storage for C to read, and it sees through torch
+    ops only (not the C++ operators' autograd), so the kernels run their torch-op twins then,
+    as the ``torch`` backend does, and the lookups take torch's own ops, as
+    ``nn.EmbeddingBag``'s."""
+    return torch._C._functorch.maybe_current_level() is not None
 
 
 def use_c(*tensors: torch.Tensor | None) -> bool:
