@@ -44,8 +44,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     Against ``nn.EmbeddingBag`` it adds what ``LookupLinear`` has: row-sparse gradients the
     fused optimizers of :mod:`lookuplinear.optim` apply in the backward (``sparse=True``),
     incremental :class:`~lookuplinear.Checkpoint` saves, :meth:`quantize`, ``Bags`` and
-    scipy.sparse input and ``mode="sqrtn"``; and it refuses with an error the calls ``nn.EmbeddingBag`` reads in another way or crashes on (an
-    index out of range, a 1-D input without ``offsets``). Each error is also the exception
+    scipy.sparse input and ``mode="sqrtn"``; and it refuses with an error the calls
+    ``nn.EmbeddingBag`` reads in another way or crashes on (an index out of range, a 1-D input
+    without ``offsets``). Each error is also the exception
     ``nn.EmbeddingBag`` raises for the same mistake (``RuntimeError`` for bad offsets,
     ``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``...).
 
