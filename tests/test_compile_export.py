@@ -154,6 +154,21 @@ def test_inductor_layer_step_equals_eager(monkeypatch: pytest.MonkeyPatch) -> No
         train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
 
 
+@needs_compiler
+def test_inductor_builds_a_weighted_max_lookup() -> None:
+    """The weights of a max bag are asserted to be 1 where the graph runs: Inductor writes the
+    assert's message into C++ source, so the message holds no double quote."""
+    torch.manual_seed(0)
+    layer = LookupLinear(20, 4, mode="max")
+    idx, off = torch.tensor([1, 2, 3, 7]), torch.tensor([0, 1])
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True, backend="inductor")
+    with torch.no_grad():
+        assert torch.equal(compiled(idx, off, torch.ones(4)), layer(idx, off, torch.ones(4)))
+        with pytest.raises(RuntimeError, match="weight 1"):
+            compiled(idx, off, torch.full((4,), 2.0))
+
+
 def tables_of(kind: str, sparse: bool) -> tuple[LookupCollection, int]:
     """A collection of ``kind`` and its output width: ``plain`` (two sum tables of width 4),
     ``mixed`` (a mean table of width 4 beside a sum table of width 6: two groups), ``mean``

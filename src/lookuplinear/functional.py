@@ -25,6 +25,7 @@ from .errors import (
 )
 from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import assert_bags, capturing, offsets_ok, values_known
+from .ops._asserts import graph_message
 from .ops._backend import torch_only, transformed
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
@@ -558,8 +559,9 @@ def check_max_weights(indices: torch.Tensor, weights: torch.Tensor | None,
 
 _SUM, _MEAN, _MAX = 0, 1, 2  # ATen's embedding_bag modes
 #: a recorded graph's message for a max bag's entry of weight other than 1
-_MAX_WEIGHTS = ('lookuplinear: mode="max" takes the max over the rows present in a bag, so every '
-                "entry must have weight 1. Use mode='sum'/'mean', or give weights of 1.")
+_MAX_WEIGHTS = graph_message(
+    'lookuplinear: mode="max" takes the max over the rows present in a bag, so every entry '
+    "must have weight 1. Use mode='sum'/'mean', or give weights of 1.")
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _BAG_MAX = torch.ops.lookuplinear.bag_max.default
 

@@ -22,7 +22,27 @@ import torch
 from . import _extension
 from ._backend import capturing
 
-__all__ = ["assert_bags", "assert_bags_twin", "index_message", "offsets_message"]
+__all__ = ["assert_bags", "assert_bags_twin", "graph_message", "index_message",
+           "offsets_message"]
+
+
+def graph_message(text: str) -> str:
+    """``text`` made fit to be the message of an assert a recorded graph holds
+    (``torch._assert_async``): double quotes as single quotes, backslashes as slashes, line
+    breaks and other unprintable characters as spaces.
+
+    Inductor, and so AOTInductor, writes such a message into the C++ source it generates
+    between double quotes, unescaped: a double quote or a backslash in it (a ``mode="max"``,
+    a feature name) breaks the build of the whole graph.
+
+    Examples
+    --------
+    >>> graph_message('mode="max"')
+    "mode='max'"
+    """
+    return "".join(
+        "'" if c == '"' else "/" if c == "\\" else c if c.isprintable() else " " for c in text
+    )
 
 
 def index_message(where: str, num_rows: int) -> str:
@@ -46,12 +66,12 @@ def assert_bags_twin(indices: torch.Tensor, offsets: torch.Tensor | None, num_ro
     start offsets, the last at most the number of entries); non-empty (the batch's
     constructor, or the caller, checked their shape)."""
     torch._assert_async(((indices >= 0) & (indices < num_rows)).all(),
-                        index_message(where, num_rows))
+                        graph_message(index_message(where, num_rows)))
     if offsets is not None:
         nnz = indices.numel()
         last = offsets[-1] == nnz if include_last_offset else offsets[-1] <= nnz
         ok = (offsets[0] == 0) & last & (offsets[1:] >= offsets[:-1]).all()
-        torch._assert_async(ok, offsets_message(owner, nnz, include_last_offset))
+        torch._assert_async(ok, graph_message(offsets_message(owner, nnz, include_last_offset)))
 
 
 def assert_bags(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int, *,

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from . import _extension
+from ._asserts import graph_message
 from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
@@ -558,7 +559,7 @@ def _keyed_c(
 
 
 #: the message of a range check inside a recorded graph (eager input gets the one naming the ID)
-_OUT_OF_RANGE = (
+_OUT_OF_RANGE = graph_message(
     "lookuplinear: an ID is outside its feature's table [0, num_embeddings). Map raw IDs to "
     "rows first (IdMap, or a hashing TableConfig)."
 )
