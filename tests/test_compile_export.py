@@ -285,6 +285,22 @@ def test_quantized_layer_exports_and_compiles_as_the_float_layer(dtype: str, for
         assert torch.equal(compiled(*b), q(*b))
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_a_program_exported_under_no_grad_trains_its_table(mode: str) -> None:
+    """As ``nn.EmbeddingBag``'s: the program holds no detach of the table, so its module,
+    fine-tuned later, has a gradient for it."""
+    torch.manual_seed(0)
+    layer = LookupLinear(20, 4, mode=mode, bias=False)
+    idx, off = torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2])
+    with torch.no_grad():
+        program = torch.export.export(layer, (idx, off))
+    assert not any("detach" in str(n.target) for n in program.graph.nodes)
+    module = program.module()
+    module(idx, off).sum().backward()
+    grad = next(module.parameters()).grad
+    assert grad is not None and bool(grad.to_dense().ne(0).any())
+
+
 def test_exported_program_checks_the_index_range() -> None:
     """An ID outside its table is a RuntimeError, as ``F.embedding_bag`` raises: on the CPU
     the operator's, naming the ID and its feature; decomposed to ATen, the assert's."""

@@ -670,13 +670,15 @@ def _forward_only(weight: torch.Tensor) -> torch.Tensor:
     parameter under ``no_grad`` it still builds what its backward would need (``offset2bag``,
     bag sizes); on a detached weight it runs ``_embedding_bag_forward_only``, which skips that
     work (benchmarks/bench_layer.py times both). Same values either way (tests/test_layer.py).
-    Never under ``torch.jit.trace``: a traced graph runs in any grad mode, and a recorded detach
-    would cut the weight's gradient in all of them.
+    Never while a graph is recorded (:func:`~lookuplinear.ops.capturing`: ``torch.export``,
+    ``torch.compile``, ``torch.jit.trace``): the graph runs in any grad mode (an exported
+    program fine-tuned later), and a recorded detach would cut the weight's gradient in all
+    of them.
     """
     if (
         torch.is_grad_enabled()
         or getattr(forward_ad, "_current_level", 0) >= 0
-        or torch.jit.is_tracing()
+        or capturing()
     ):
         return weight
     return weight.detach()
