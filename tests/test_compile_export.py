@@ -667,3 +667,19 @@ def test_exported_forward_of_a_variable_batch_per_key() -> None:
         bad[0, 0] = 5  # the user key has 2 bags
         with pytest.raises(RuntimeError, match="out of bounds"):
             program.module()(values, lengths, bad)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_collection_takes_a_variable_batch_per_key(dynamic: bool) -> None:
+    """A variable batch per key given to a compiled collection: its strides are host ints
+    that the graph holds, its padding torch ops, as in eager."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 6, 4, ["user"]),
+                            TableConfig("item", 6, 3, ["item"])])
+    kb = KeyedBags(["user", "item"], torch.tensor([1, 2, 3, 4, 5, 0]),
+                   lengths=torch.tensor([2, 1, 1, 1, 1]), stride_per_key_per_rank=[[2], [3]],
+                   inverse_indices=torch.tensor([[0, 1, 1, 0], [2, 0, 1, 2]]))
+    torch._dynamo.reset()
+    compiled = torch.compile(col, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    with torch.no_grad():
+        assert torch.equal(compiled(kb).values(), col(kb).values())

@@ -553,11 +553,16 @@ class KeyedBags:
             if self.inverse_indices is None:
                 return self
             return KeyedBags.from_checked(self._keys, self.values, self.offsets, self.weights)
-        strides = np.asarray(self.stride_per_key(), dtype=np.int64)  # host: no value read
-        s = int(strides.max())
-        first = np.arange(len(strides), dtype=np.int64) * s - (np.cumsum(strides) - strides)
-        at = torch.from_numpy(np.repeat(first, strides) + np.arange(int(strides.sum())))
-        at = at.to(self.device)  # each bag's place among the padded ones
+        # Python ints (host: no value read) and torch ops, which a recorded graph traces
+        strides = self.stride_per_key()
+        s, total = max(strides), sum(strides)
+        # key k's bag j goes to k * s + j: its place among all bags, plus first[k]
+        first = [k * s - before for k, before in enumerate(itertools.accumulate(strides,
+                                                                                initial=0))]
+        at = torch.repeat_interleave(  # each bag's place among the padded ones
+            torch.tensor(first[:len(strides)], device=self.device),
+            torch.tensor(strides, device=self.device), output_size=total,
+        ) + torch.arange(total, device=self.device)
         lengths = torch.zeros(len(self._keys) * s, dtype=self.offsets.dtype, device=self.device)
         lengths[at] = self.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=self.offsets.dtype, device=self.device)
