@@ -683,3 +683,25 @@ def test_compiled_collection_takes_a_variable_batch_per_key(dynamic: bool) -> No
     compiled = torch.compile(col, fullgraph=True, backend="aot_eager", dynamic=dynamic)
     with torch.no_grad():
         assert torch.equal(compiled(kb).values(), col(kb).values())
+
+
+def test_exported_collection_refuses_a_batch_weighted_otherwise(tmp_path: Path) -> None:
+    """Whether a batch is weighted is part of the program's input spec: a program exported on
+    unweighted bags refuses weighted ones (it would ignore their weights), and the reverse,
+    with torch.export's spec error; a saved weighted program loads and runs."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 20, 4, ["user"]),
+                            TableConfig("item", 20, 4, ["item"])]).eval()
+    plain = KeyedBags.from_dict({"user": [[1], [2, 3]], "item": [[4], [5]]})
+    weighted = KeyedBags(plain.keys(), plain.values, offsets=plain.offsets,
+                         weights=torch.rand(plain.values.numel()) + 0.5)
+    for given, other in [(plain, weighted), (weighted, plain)]:
+        program = torch.export.export(col, (given,))
+        with torch.no_grad():
+            assert torch.equal(program.module()(given).values(), col(given).values())
+            with pytest.raises(ValueError, match="tree spec"):
+                program.module()(other)
+    torch.export.save(program, tmp_path / "weighted.pt2")
+    with torch.no_grad():
+        served = torch.export.load(tmp_path / "weighted.pt2").module()
+        assert torch.equal(served(weighted).values(), col(weighted).values())

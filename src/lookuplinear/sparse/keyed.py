@@ -908,11 +908,12 @@ def _check_lengths(lens: torch.Tensor, nnz: int) -> None:
 
 
 def _rebuilt(leaves: list[Any], context: tuple[Any, ...]) -> KeyedBags:
-    """A batch from its pytree leaves and context (a checked batch's: not checked again):
-    ``values, offsets, weights`` and the keys, or for a variable batch per key also
-    ``inverse_indices`` and ``(keys, stride_per_key_per_rank)``."""
+    """A batch from its pytree leaves and context (:func:`_context`; a checked batch's: not
+    checked again): ``values, offsets, weights`` and the keys, or for a variable batch per key
+    also ``inverse_indices`` and ``(keys, stride_per_key_per_rank, ...)``."""
     if len(leaves) == 3:
-        return KeyedBags.from_checked(context, *leaves)
+        keys = context if not context or isinstance(context[0], str) else context[0]
+        return KeyedBags.from_checked(keys, *leaves)
     values, offsets, weights, inverse = leaves
     return KeyedBags.from_checked(context[0], values, offsets, weights,
                                   stride_per_key_per_rank=context[1], inverse_indices=inverse)
@@ -924,8 +925,24 @@ def _ordinary(kb: KeyedBags) -> bool:
 
 
 _LEAVES = ("values", "offsets", "weights")
+#: the leaves that may be None: whether each is given is part of the context, so that a
+#: program exported on an unweighted batch refuses a weighted one (torch.export compares the
+#: contexts of a call's batch and the exported one), and the reverse
+_OPTIONAL = ("weights", "inverse_indices")
+
+
+def _context(kb: KeyedBags) -> tuple[Any, ...]:
+    """What rebuilds ``kb`` with its leaves, and tells apart the batches one program takes:
+    the keys (alone for ``N`` unweighted bags per key), ``("weights",)`` for weighted ones;
+    for a variable batch per key ``(keys, stride_per_key_per_rank, given)``, ``given`` the
+    names of the leaves of :data:`_OPTIONAL` that are not None."""
+    given = tuple(n for n in _OPTIONAL if getattr(kb, n) is not None)
+    if _ordinary(kb):
+        return tuple(kb._keys) if not given else (tuple(kb._keys), given)
+    return tuple(kb._keys), kb._strides, given
+
+
 register_node(
     KeyedBags, lambda kb: _LEAVES if _ordinary(kb) else (*_LEAVES, "inverse_indices"),
-    lambda kb: tuple(kb._keys) if _ordinary(kb) else (tuple(kb._keys), kb._strides),
-    lambda leaves, context: _rebuilt(list(leaves), context),
+    _context, lambda leaves, context: _rebuilt(list(leaves), context),
 )
