@@ -705,3 +705,53 @@ def test_exported_collection_refuses_a_batch_weighted_otherwise(tmp_path: Path) 
     with torch.no_grad():
         served = torch.export.load(tmp_path / "weighted.pt2").module()
         assert torch.equal(served(weighted).values(), col(weighted).values())
+
+
+def padded_batch(n: int, seed: int, weighted: bool = False) -> KeyedBags:
+    """``n`` examples of a user and a padded feature ``p`` whose ID 0 is its padding."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (2 * n,), generator=g)
+    values = torch.randint(0, 6, (int(lengths.sum()),), generator=g)
+    w = torch.rand(values.numel(), generator=g) + 0.5 if weighted else None
+    return KeyedBags(["user", "p"], values, lengths=lengths, weights=w)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+def test_collection_with_a_padded_table_exports_and_compiles(mode: str, weighted: bool,
+                                                              sparse: bool) -> None:
+    """A table with ``padding_idx`` in a recorded graph keeps its padding entries, of weight
+    0: the program and the compiled step equal the eager ones to the bit."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("user", 20, 4, ["user"]),
+                            TableConfig("p", 30, 4, ["p"], padding_idx=0, mode=mode)],
+                           sparse=sparse)
+    model = Head(col, 8)
+    train_both(model, lambda m, b: m(b).square().sum(),
+               [padded_batch(4, 0, weighted), padded_batch(4, 1, weighted)])
+    col.eval()
+    program = torch.export.export(col, (padded_batch(4, 2, weighted),),
+                                  dynamic_shapes=([{0: AUTO}, {0: AUTO},
+                                                   {0: AUTO} if weighted else None],))
+    with torch.no_grad():
+        for n, seed in [(5, 3), (2, 4)]:
+            kb = padded_batch(n, seed, weighted)
+            assert torch.equal(program.module()(kb).values(), col(kb).values())
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn", "max"])
+@pytest.mark.parametrize("dtype", ["int8", "float16"])
+def test_quantized_layer_with_padding_exports_and_compiles(dtype: str, mode: str) -> None:
+    """A quantized layer's padding entries in a recorded graph: weight 0 (``max``: never a
+    bag's max), the same outputs as eager's, which drops them."""
+    torch.manual_seed(0)
+    q = LookupLinear(20, 4, mode=mode, padding_idx=2).eval().quantize(dtype)
+    first = (torch.tensor([2, 5, 5, 2, 7, 1, 2, 3]), torch.tensor([0, 3, 3, 6]))
+    other = (torch.tensor([2, 4, 9, 2, 7, 1, 2, 3, 2, 2, 8]), torch.tensor([0, 1, 1, 6, 9]))
+    program = torch.export.export(q, first, dynamic_shapes=({0: AUTO}, {0: AUTO}))
+    torch._dynamo.reset()
+    compiled = torch.compile(q, fullgraph=True, backend="aot_eager", dynamic=True)
+    for args in (first, other):
+        assert torch.equal(program.module()(*args), q(*args))
+        assert torch.equal(compiled(*args), q(*args))

@@ -38,7 +38,7 @@ import torch
 
 from ..functional import _eager_op, lookup_linear
 from ..ids.hashing import murmur3_ids, signed_rows
-from ..ops import one_id_rows, segment_triples, shifted_rows
+from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
@@ -372,24 +372,38 @@ class BatchedLookup:
         """The ``F * N`` bags of one group's features as one lookup of its parameter (of
         ``dtype``): indices shifted by their table's first row, padding dropped,
         ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
-        folds for one table)."""
+        folds for one table).
+
+        While a graph is recorded the padding entries stay, with weight 0 (how many there are
+        is a property of one batch, and a graph takes no branch on the values): the same sums
+        and factors, the entries of weight 1 adding their rows as unweighted ones do; the
+        padding row gets a gradient of zeros."""
         places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
+        in_graph = capturing()
         any_weights = kb.weights is not None or any(
-            places[table_of[f]].config.mode in ("mean", "sqrtn") for f in feats)
+            places[table_of[f]].config.mode in ("mean", "sqrtn")
+            or (in_graph and places[table_of[f]].config.padding_idx is not None)
+            for f in feats)
         for f in feats:
             _, off, cfg = places[table_of[f]]
             bags = self._checked(kb, f, tables)
+            w = bags.weights
             if cfg.padding_idx is not None:
-                bags = bags.drop_index(cfg.padding_idx)
+                if in_graph:
+                    keep = bags.indices != cfg.padding_idx
+                    w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
+                else:
+                    bags = bags.drop_index(cfg.padding_idx)
+                    w = bags.weights
             indices.append(bags.indices.long() + off if off else bags.indices.long())
             lengths.append(bags.lengths())
             if any_weights:
                 if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
-                    weights.append(mode_weights(bags.offsets, bags.weights, cfg.mode == "sqrtn",
+                    weights.append(mode_weights(bags.offsets, w, cfg.mode == "sqrtn",
                                                 dtype, bags.indices.numel()))
-                elif bags.weights is not None:
-                    weights.append(bags.weights.to(dtype))
+                elif w is not None:
+                    weights.append(w.to(dtype))
                 else:
                     weights.append(torch.ones(bags.nnz, dtype=dtype, device=bags.device))
         offsets = torch.zeros(sum(x.numel() for x in lengths) + 1, dtype=torch.long,

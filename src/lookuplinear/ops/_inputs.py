@@ -198,12 +198,12 @@ def drop_entries(
     sfx = _INT_SUFFIX.get(indices.dtype)
     if (
         sfx is not None
+        and not capturing()  # first: a recorded graph never reads the backend
         and offsets.dtype == indices.dtype
         and offsets.numel() > 0
         and indices.is_cpu  # use_c(indices, offsets), at a third of its cost (every forward)
         and offsets.is_cpu
         and backend() == "c"
-        and not capturing()
     ):
         idx = indices.contiguous()
         # counted first, by the C count called directly (the common case, nothing to drop,
@@ -233,7 +233,7 @@ def _torch_drop_entries(
     if not info.min <= value <= info.max:  # no entry can equal it (compared, it would wrap)
         return None
     keep = indices != value
-    if bool(keep.all()):
+    if values_known() and bool(keep.all()):  # (a recorded graph: no branch on the values)
         return None
     counts = torch.zeros(indices.numel() + 1, dtype=offsets.dtype, device=indices.device)
     torch.cumsum(keep, 0, dtype=offsets.dtype, out=counts[1:])  # entries kept before k

@@ -22,6 +22,7 @@ from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
 from ..functional import lookup_linear, range_checked
 from ..modules.embedding_bag import EmbeddingBag, bag_input
+from ..ops import capturing
 from ..ops.library import mode_weights
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags
@@ -184,7 +185,12 @@ class QuantizedLookupLinear(AllOrNothingLoad):
             bags = as_bags(input, self.in_features)
         bags.check_indices(self.in_features)
         if self.padding_idx is not None:
-            bags = bags.drop_index(self.padding_idx)
+            if capturing():  # a recorded graph: the padding entries stay (_padded_bags)
+                if self.mode == "max":
+                    return self._padded_max(bags)
+                bags = self._padded_bags(bags)
+            else:
+                bags = bags.drop_index(self.padding_idx)
         if self.dtype in _OPS and self.mode != "max" and not (
             bags.weights is not None and bags.weights.requires_grad
         ):
@@ -220,6 +226,28 @@ class QuantizedLookupLinear(AllOrNothingLoad):
             out = range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
         out = out.reshape(*index.shape, self.out_features)
         return out if self.bias is None else out.add_(self.bias)
+
+    def _padded_bags(self, bags: Bags) -> Bags:
+        """``bags`` with weight 0 on their padding entries, for a recorded graph (how many
+        there are is a property of one batch, and a graph takes no branch on the values):
+        for ``sum``/``mean``/``sqrtn``, the same sums and factors as the bags without them (an
+        entry of weight 1 adds its row as an unweighted one does)."""
+        keep = bags.indices != self.padding_idx
+        w = bags.weights
+        return Bags.from_checked(bags.indices, bags.offsets,
+                                 keep.float() if w is None else w.masked_fill(~keep, 0))
+
+    def _padded_max(self, bags: Bags) -> torch.Tensor:
+        """The ``max`` lookup of ``bags`` with their padding entries, for a recorded graph: each
+        entry's dequantized row (:meth:`_bag_rows`), a padding entry's ``-inf`` (weight 1),
+        so that it is never a bag's max; a bag of padding alone gives 0, as an empty one."""
+        keep = bags.indices != self.padding_idx
+        rows = self.rows(bags.indices.long()).masked_fill(~keep.unsqueeze(1), -torch.inf)
+        entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
+        w = None if bags.weights is None else bags.weights.masked_fill(~keep, 1)
+        out = lookup_linear(Bags.from_checked(entries, bags.offsets, w), rows, None, mode="max")
+        out = out.masked_fill(out == -torch.inf, 0)
+        return out if self.bias is None else out + self.bias
 
     def _bag_rows(self, bags: Bags) -> torch.Tensor:
         """The float lookup of ``bags`` (checked, ``padding_idx`` dropped) on the dequantized
