@@ -397,15 +397,14 @@ def test_saved_layer_program_runs_with_only_the_operators_or_only_pytorch(
 
 def test_exported_max_layer_refuses_offsets_that_do_not_cover_its_entries() -> None:
     """The C max reads the entries the offsets name: an exported program checks them where it
-    runs (the eager layer checks them in Bags), rather than reading past the indices. The
-    operator's C++ kernels raise the builtin ``ValueError`` with the project's message (the
-    Python registration its ``OffsetsError``, also a ``ValueError``)."""
+    runs (the eager layer checks them in Bags; the program asserts what Bags checks, before
+    the operator, whose kernel checks them too), rather than reading past the indices."""
     layer = LookupLinear(50, 4, mode="max").eval()
     idx, off = torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([0, 2, 4])
     served = torch.export.export(layer, (idx, off), dynamic_shapes=({0: AUTO}, {0: AUTO})).module()
     assert torch.equal(served(idx, off), layer(idx, off))
     for bad in ([0, 3, 1], [0, 2, 40], [2, 3, 4]):
-        with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
+        with pytest.raises(RuntimeError, match="must start at 0, never decrease"):
             served(idx, torch.tensor(bad))
 
 
@@ -755,3 +754,82 @@ def test_quantized_layer_with_padding_exports_and_compiles(dtype: str, mode: str
     for args in (first, other):
         assert torch.equal(program.module()(*args), q(*args))
         assert torch.equal(compiled(*args), q(*args))
+
+
+class _Checked(nn.Module):
+    """A layer on start offsets and a collection on a keyed batch built in ``forward``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = LookupLinear(50, 4, mode="mean")
+        self.tables = LookupCollection([TableConfig("user", 20, 4, ["user"]),
+                                        TableConfig("item", 30, 4, ["item"], mode="mean")])
+
+    def forward(self, idx: torch.Tensor, off: torch.Tensor, values: torch.Tensor,
+                offsets: torch.Tensor) -> torch.Tensor:
+        kb = KeyedBags(["user", "item"], values, offsets=offsets)
+        return torch.cat([self.layer(idx, off), self.tables(kb).values()], 1)
+
+
+def bad_offsets_cases() -> tuple[tuple[torch.Tensor, ...], dict[str, tuple[torch.Tensor, ...]]]:
+    """A good batch of :class:`_Checked`, and batches whose offsets are bad in one way each."""
+    idx, off = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6]), torch.tensor([0, 2, 5])
+    values, offsets = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), torch.tensor([0, 1, 3, 4, 6, 8, 8])
+    good = (idx, off, values, offsets)
+    bad = {
+        "keyed: decreasing": torch.tensor([0, 3, 1, 4, 6, 8, 8]),
+        "keyed: first not 0": torch.tensor([1, 1, 3, 4, 6, 8, 8]),
+        "keyed: last past the values": torch.tensor([0, 1, 3, 4, 6, 8, 9]),
+        "keyed: last short of the values": torch.tensor([0, 1, 3, 4, 6, 7, 7]),
+    }
+    cases = {name: (idx, off, values, o) for name, o in bad.items()}
+    cases["layer: decreasing"] = (idx, torch.tensor([0, 5, 2]), values, offsets)
+    cases["layer: past the indices"] = (idx, torch.tensor([0, 2, 100]), values, offsets)
+    return good, cases
+
+
+def test_decomposed_program_refuses_bad_offsets() -> None:
+    """A program decomposed to ATen asserts the offsets of the bags it reads, a layer's and a
+    keyed batch's (which the operators' C++ kernels check): ATen's lookups read bad ones as
+    they come."""
+    model = _Checked().eval()
+    good, cases = bad_offsets_cases()
+    program = torch.export.export(model, good, dynamic_shapes=tuple({0: AUTO} for _ in good))
+    aten = program.run_decompositions(decompositions()).module()
+    with torch.no_grad():
+        assert torch.equal(aten(*good), model(*good))
+        for name, args in cases.items():
+            with pytest.raises(RuntimeError, match="offsets"):
+                aten(*args)
+                pytest.fail(name)
+    # a batch given as the program's input is rebuilt unchecked: the lookup's twin asserts
+    tables = model.tables
+    kb = KeyedBags(["user", "item"], good[2], offsets=good[3])
+    aten = torch.export.export(tables, (kb,), dynamic_shapes=(KB_DYNAMIC,)).run_decompositions(
+        decompositions()).module()
+    with torch.no_grad():
+        assert torch.equal(aten(kb).values(), tables(kb).values())
+        for name, args in cases.items():
+            if name.startswith("keyed"):
+                with pytest.raises(RuntimeError, match="offsets"):
+                    aten(KeyedBags.from_checked(["user", "item"], args[2], args[3]))
+                    pytest.fail(name)
+
+
+@needs_compiler
+def test_aoti_package_refuses_bad_offsets(tmp_path: Path) -> None:
+    """An AOTInductor package (which reads no input constraint) raises on offsets that do not
+    cut the entries into bags, and on a keyed batch whose bags are not N per key."""
+    model = _Checked().eval()
+    good, cases = bad_offsets_cases()
+    idx, off, values, offsets = good
+    cases["keyed: bags not a multiple of the keys"] = (idx, off, values, offsets[:-1].clone())
+    program = torch.export.export(model, good, dynamic_shapes=tuple({0: AUTO} for _ in good))
+    runner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(
+        program, package_path=str(tmp_path / "checked.pt2")))
+    with torch.no_grad():
+        assert torch.equal(runner(*good), model(*good))
+        for name, args in cases.items():
+            with pytest.raises(RuntimeError):
+                runner(*args)
+                pytest.fail(name)

@@ -22,8 +22,8 @@ import torch
 from . import _extension
 from ._backend import capturing
 
-__all__ = ["assert_bags", "assert_bags_twin", "graph_message", "index_message",
-           "offsets_message"]
+__all__ = ["assert_bags", "assert_bags_twin", "assert_offsets_twin", "graph_message",
+           "index_message", "offsets_message"]
 
 
 def graph_message(text: str) -> str:
@@ -51,10 +51,12 @@ def index_message(where: str, num_rows: int) -> str:
             f"every index must be in [0, {num_rows - 1}].")
 
 
-def offsets_message(owner: str, nnz: int, include_last_offset: bool = True) -> str:
-    """What a failed offsets assert says: ``owner`` names the batch (``Bags``)."""
+def offsets_message(owner: str, nnz: int | None, include_last_offset: bool = True) -> str:
+    """What a failed offsets assert says: ``owner`` names the batch (``Bags``); ``nnz``, its
+    number of entries where known (None: a recorded graph's, symbolic)."""
     kind, last = ("CSR", "end at") if include_last_offset else ("start", "stay within")
-    return (f"lookuplinear: {owner} offsets are not the {kind} offsets of its {nnz} entries "
+    count = "" if nnz is None else f"{nnz} "
+    return (f"lookuplinear: {owner} offsets are not the {kind} offsets of its {count}entries "
             f"(they must start at 0, never decrease and {last} the number of entries); call "
             "validate() on the batch to see which offset is wrong.")
 
@@ -68,10 +70,20 @@ def assert_bags_twin(indices: torch.Tensor, offsets: torch.Tensor | None, num_ro
     torch._assert_async(((indices >= 0) & (indices < num_rows)).all(),
                         graph_message(index_message(where, num_rows)))
     if offsets is not None:
-        nnz = indices.numel()
-        last = offsets[-1] == nnz if include_last_offset else offsets[-1] <= nnz
-        ok = (offsets[0] == 0) & last & (offsets[1:] >= offsets[:-1]).all()
-        torch._assert_async(ok, graph_message(offsets_message(owner, nnz, include_last_offset)))
+        assert_offsets_twin(offsets, indices.numel(), owner, include_last_offset)
+
+
+def assert_offsets_twin(offsets: torch.Tensor, nnz: int | torch.SymInt, owner: str,
+                        include_last_offset: bool = True) -> None:
+    """Assert with torch ops, where they run, that non-empty ``offsets`` are the CSR offsets
+    of ``nnz`` entries (``include_last_offset=False``: start offsets, the last at most
+    ``nnz``): :func:`assert_bags_twin`'s offsets check, which a recorded graph keeps."""
+    last = offsets[-1] == nnz if include_last_offset else offsets[-1] <= nnz
+    ok = (offsets[0] == 0) & last & (offsets[1:] >= offsets[:-1]).all()
+    # the count left out of a recorded graph's message: it is symbolic there, and formatting
+    # it would specialize the graph to this batch's size
+    known = None if torch.compiler.is_compiling() or not isinstance(nnz, int) else nnz
+    torch._assert_async(ok, graph_message(offsets_message(owner, known, include_last_offset)))
 
 
 def assert_bags(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int, *,

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import _extension
-from ._asserts import graph_message
+from ._asserts import assert_offsets_twin, graph_message
 from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
@@ -87,7 +87,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     -------
     bool
         True, too, while ``torch.compile`` or ``torch.export`` records a graph (there are no
-        values to read then; ATen's ``embedding_bag`` refuses bad offsets where it runs).
+        values to read then: the batch constructors assert them where the graph runs,
+        :func:`~lookuplinear.ops._asserts.assert_offsets_twin`).
 
     Notes
     -----
@@ -102,8 +103,8 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     >>> offsets_ok(ok, 5), offsets_ok(bad, 5), offsets_ok(ok[:-1], 5, include_last=False)
     (True, False, True)
     """
-    if _is_compiling():  # a recorded graph cannot branch on the values: ATen's
-        return True  # embedding_bag refuses bad offsets where the graph runs
+    if _is_compiling():  # a recorded graph cannot branch on the values: the batch
+        return True  # constructors assert them where the graph runs
     if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
         _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
@@ -565,6 +566,34 @@ _OUT_OF_RANGE = graph_message(
 )
 
 
+#: the message of the bag count's check inside a recorded graph (eager input gets the one
+#: naming the counts)
+_BAD_KEYED_BAGS = graph_message(
+    "lookuplinear: a KeyedBags must hold the same number of bags for every key, a multiple of "
+    "the number of keys, but its offsets give another number. Give every key N bags (empty "
+    "ones included), or a variable batch its stride_per_key_per_rank."
+)
+
+
+def assert_bag_count(offsets: torch.Tensor, n_features: int) -> None:
+    """Assert where the graph (or the device) runs that ``offsets`` cut ``n_features`` times as
+    many bags as there are examples: a device-side assert (at once on the CPU, a
+    ``RuntimeError``), which a recorded graph keeps. An exported program checks the sizes
+    when it is called, but an AOTInductor package reads no such constraint."""
+    bags = torch.full((), offsets.numel() - 1, dtype=torch.int64, device=offsets.device)
+    torch._assert_async(bags.remainder(n_features) == 0, _BAD_KEYED_BAGS)
+
+
+def assert_keyed_offsets(values: torch.Tensor, offsets: torch.Tensor, n_features: int) -> None:
+    """Assert where the graph (or the device) runs, without a host synchronisation, that
+    ``offsets`` are the CSR offsets of ``values`` (:func:`assert_offsets_twin`) and cut them
+    into ``n_features`` times as many bags as there are examples (:func:`assert_bag_count`):
+    device-side asserts, which a recorded graph keeps, as
+    :func:`lookuplinear.ops.assert_bags`'."""
+    assert_offsets_twin(offsets, values.numel(), "KeyedBags")
+    assert_bag_count(offsets, n_features)
+
+
 def _torch_shifted_rows(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -579,6 +608,9 @@ def _torch_shifted_rows(
     CUDA kernels raise for a bad index; on the CPU an ID out of range is returned as its
     position."""
     n = (offsets.numel() - 1) // n_features if n_features else 0
+    in_graph = not values_known() or not values.is_cpu or asserted  # checked where it runs
+    if in_graph:  # the offsets too (eager callers check them first), before they are read
+        assert_keyed_offsets(values, offsets, n_features)
     # each feature's first entry: gathered, not a slice of stride n (a recorded graph keeps
     # the batch size symbolic, 1 included)
     bounds = offsets.index_select(0, torch.arange(n_features + 1, device=offsets.device) * n)
@@ -587,7 +619,7 @@ def _torch_shifted_rows(
         torch.arange(n_features, device=values.device), counts, output_size=values.numel())
     ids = values.long()
     bad = (ids < 0) | (ids >= limit.to(ids.device)[feature])
-    if not values_known() or not ids.is_cpu or asserted:  # checked where the device runs
+    if in_graph:
         torch._assert_async(~bad.any(), _OUT_OF_RANGE)
     elif bool(bad.any()):
         return int(torch.nonzero(bad)[0, 0])

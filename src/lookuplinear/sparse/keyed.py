@@ -41,6 +41,8 @@ import torch
 
 from ..errors import InputTypeError, InputValueError
 from ..ops import values_known
+from ..ops._asserts import assert_offsets_twin
+from ..ops._inputs import assert_bag_count
 from .bags import Bags, as_int_tensor, check_weights
 from .columns import column_bags
 from .keyed_tensor import KeyedTensor
@@ -149,10 +151,12 @@ class KeyedBags:
                     f"KeyedBags: lengths must be 1-D (F * N values), got shape "
                     f"{tuple(lens.shape)}."
                 )
-            if on_host(lens) and values_known():  # elsewhere, and in a recorded graph:
-                _check_lengths(lens, vals.numel())  # validate() and the lookup's asserts
+            if on_host(lens) and values_known():  # elsewhere: validate() and the lookup's
+                _check_lengths(lens, vals.numel())  # asserts
             off = torch.zeros(lens.numel() + 1, dtype=torch.long, device=vals.device)
             torch.cumsum(lens, 0, out=off[1:])
+            if not values_known():  # a recorded graph: asserted where it runs
+                assert_offsets_twin(off, vals.numel(), "KeyedBags")
         else:
             off = as_int_tensor("offsets", offsets).long().to(vals.device)
             check_offsets(off, vals.numel(), owner="KeyedBags", entries="values", lazy=True)
@@ -167,6 +171,10 @@ class KeyedBags:
             )
         if not keys and n_bags:
             raise InputValueError(f"KeyedBags: {n_bags} bags but no keys.")
+        if strides is None and keys and not values_known():
+            # a recorded graph: the count asserted where it runs too (the check above is an
+            # exported program's input constraint, which an AOTInductor package never reads)
+            assert_bag_count(off, len(keys))
         w = None if weights is None else check_weights(weights, vals, "KeyedBags", "values",
                                                          "entry of values")
         per_key = [n_bags // max(len(keys), 1)] * len(keys) if strides is None else [

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from ..errors import OffsetsError
-from ..ops import offsets_ok
+from ..ops import offsets_ok, values_known
+from ..ops._asserts import assert_offsets_twin
 
 __all__ = ["check_offsets", "csr_offsets", "on_host"]
 
@@ -76,6 +77,10 @@ def check_offsets(offsets: Any, nnz: int, *, owner: str = "Bags", entries: str =
         )
     if isinstance(offsets, torch.Tensor):
         if offsets.is_meta or (lazy and not on_host(offsets)):  # no values read here
+            return
+        if not values_known():  # a recorded graph: asserted where it runs (ATen's lookups
+            # read bad offsets as they come, outside the table or its output)
+            assert_offsets_twin(offsets, nnz, owner)
             return
         if not offsets.is_cpu:
             offsets = offsets.cpu()
