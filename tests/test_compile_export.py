@@ -25,6 +25,7 @@ from forms import same_kernel
 from torch import nn
 
 from lookuplinear import (
+    Bags,
     Embedding,
     KeyedBags,
     LookupCollection,
@@ -32,7 +33,7 @@ from lookuplinear import (
     QuantizedLookupCollection,
     TableConfig,
 )
-from lookuplinear.errors import InputValueError
+from lookuplinear.errors import InputTypeError, InputValueError
 from lookuplinear.ops import decompositions
 
 needs_compiler = pytest.mark.skipif(
@@ -833,3 +834,33 @@ def test_aoti_package_refuses_bad_offsets(tmp_path: Path) -> None:
             with pytest.raises(RuntimeError):
                 runner(*args)
                 pytest.fail(name)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_export_refuses_a_torch_sparse_input_clearly(mode: str, layout: str) -> None:
+    """torch.export traces a sparse tensor without its entries: the layer refuses it, naming
+    the bags' tensors as the program's inputs instead; those export and equal eager."""
+    layer = LookupLinear(20, 3, mode=mode).eval()
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 0, 1, 3, 3], [2, 5, 7, 2, 9]]),
+                                torch.rand(5), (4, 20)).coalesce()
+    if layout == "csr":
+        x = x.to_sparse_csr()
+    with pytest.raises(InputTypeError, match="cannot take a torch sparse tensor"):
+        torch.export.export(layer, (x,))
+
+    class FromBags(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, indices: torch.Tensor, offsets: torch.Tensor,
+                    weights: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.layer(Bags(indices, offsets, weights))
+            return out
+
+    b = Bags.from_torch_sparse(x)  # its tensors views of x's: copied, as a caller's are
+    b = Bags(b.indices.clone(), b.offsets.clone(), b.weights.clone())
+    program = torch.export.export(FromBags(), (b.indices, b.offsets, b.weights))
+    with torch.no_grad():
+        assert torch.equal(program.module()(b.indices, b.offsets, b.weights), layer(x))

@@ -332,6 +332,16 @@ class Bags:
                 "Bags.from_torch_sparse: expected a torch sparse COO or CSR tensor, got "
                 f"{type(t).__name__} with layout {getattr(t, 'layout', None)}."
             )
+        if not values_known():
+            # torch.export traces a sparse input as a tensor without entries (torch.compile
+            # refuses one): a program built on it would read none, or assert on none
+            raise InputTypeError(
+                "Bags.from_torch_sparse: a recorded graph (torch.export) cannot take a torch "
+                "sparse tensor: PyTorch traces it without its entries, so the program would "
+                "read none. Export a forward that takes the bags' tensors instead, e.g. "
+                "forward(indices, offsets, weights) building Bags(indices, offsets, weights), "
+                "and call it with b = Bags.from_torch_sparse(x): b.indices, b.offsets, b.weights."
+            )
         if t.dim() != 2 or t.dense_dim() != 0:
             raise InputValueError(
                 "Bags.from_torch_sparse: expected a 2-D sparse matrix with scalar values, got "
