@@ -864,3 +864,24 @@ def test_export_refuses_a_torch_sparse_input_clearly(mode: str, layout: str) -> 
     program = torch.export.export(FromBags(), (b.indices, b.offsets, b.weights))
     with torch.no_grad():
         assert torch.equal(program.module()(b.indices, b.offsets, b.weights), layer(x))
+
+
+@pytest.mark.parametrize(("mode", "weighted"), [("mean", False), ("sum", True)])
+def test_a_padded_layer_graph_is_stock_and_eager_within_rounding(mode: str,
+                                                                   weighted: bool) -> None:
+    """docs/serving.md's exception: bags with ``padding_idx`` and a mean, or weights. The
+    exported program skips the padding entries as ``nn.EmbeddingBag`` does, to its bit; eager
+    drops them first and folds the factor into weights, equal within float rounding."""
+    g = torch.Generator().manual_seed(1)
+    idx, off = torch.randint(0, 10, (2000,), generator=g), torch.arange(0, 2000, 7)
+    args: tuple[torch.Tensor, ...] = (idx, off, torch.rand(2000, generator=g)) if weighted else (
+        idx, off)
+    torch.manual_seed(0)
+    layer = LookupLinear(50, 4, mode=mode, padding_idx=3, bias=False).eval()
+    stock = nn.EmbeddingBag(50, 4, mode=mode, padding_idx=3,
+                            _weight=layer.weight.detach().clone())
+    program = torch.export.export(layer, args)
+    with torch.no_grad():
+        served, eager = program.module()(*args), layer(*args)
+        assert torch.equal(served, stock(*args))
+        torch.testing.assert_close(served, eager, rtol=1e-6, atol=1e-6)
