@@ -580,7 +580,12 @@ def assert_bag_count(offsets: torch.Tensor, n_features: int) -> None:
     many bags as there are examples: a device-side assert (at once on the CPU, a
     ``RuntimeError``), which a recorded graph keeps. An exported program checks the sizes
     when it is called, but an AOTInductor package reads no such constraint."""
-    bags = torch.full((), offsets.numel() - 1, dtype=torch.int64, device=offsets.device)
+    count = offsets.numel() - 1
+    if not capturing():  # a size the host knows: checked there, no op on the device
+        if n_features and count % n_features:
+            raise RuntimeError(_BAD_KEYED_BAGS)
+        return
+    bags = torch.full((), count, dtype=torch.int64, device=offsets.device)
     torch._assert_async(bags.remainder(n_features) == 0, _BAD_KEYED_BAGS)
 
 
