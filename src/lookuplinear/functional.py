@@ -571,7 +571,8 @@ def _eager_op() -> bool:
     ``lookuplinear::bag_lookup``: always, but while a ``torch.jit.trace`` records (whose graph
     and ONNX export hold ATen's ops: :func:`_sparse_sum`) or a ``torch.func`` transform
     (which sees through ATen's ops, not the operator's C++ autograd) is active."""
-    return not torch.jit.is_tracing() and not transformed()
+    # transformed() written out: this runs per lookup
+    return not torch.jit.is_tracing() and torch._C._functorch.maybe_current_level() is None
 
 
 def _sparse_sum(
