@@ -339,3 +339,21 @@ def test_torch_func_grad_through_embedding_gives_nn_embeddings(sparse: bool) -> 
         grads.append(func.grad(lambda weight, m=m: func.functional_call(
             m, {"weight": weight}, (x,)).pow(2).sum())(m.weight.detach()).to_dense())
     torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_torch_jit_script_compiles_the_stock_module_it_is_a_drop_in_for(
+        mode: str, padding_idx: int | None) -> None:
+    """torch.jit.script scripts stock nn.EmbeddingBag / nn.Embedding with the layer's settings
+    and its weight (the same Parameter), where TorchScript failed on the library's Python."""
+    torch.manual_seed(0)
+    bag = lookuplinear.EmbeddingBag(10, 3, mode=mode, padding_idx=padding_idx)
+    scripted = torch.jit.script(bag)
+    idx, off = torch.tensor([1, 2, 4, 2, 9]), torch.tensor([0, 2, 2])
+    torch.testing.assert_close(scripted(idx, off), bag(idx, off))
+    assert scripted.weight is bag.weight
+    emb = lookuplinear.Embedding(10, 3, padding_idx=padding_idx, sparse=True)
+    scripted_emb = torch.jit.script(emb)
+    x = torch.tensor([[1, 9], [3, 2]])
+    assert torch.equal(scripted_emb(x), emb(x)) and scripted_emb.weight is emb.weight

@@ -118,6 +118,19 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             scale_grad_by_freq, sparse, _weight, _freeze, device, dtype,
         )
 
+    def __prepare_scriptable__(self) -> nn.Embedding:
+        """What ``torch.jit.script(self)`` compiles: the ``nn.Embedding`` this layer is a
+        drop-in for, with its settings and its weight (the same ``Parameter``), since
+        TorchScript cannot compile the library's Python. The scripted module gives the same
+        outputs (a mean to the rounding of a sum); it has ``nn.Embedding``'s own checks and
+        gradients."""
+        stock = nn.Embedding(
+            self.num_embeddings, self.embedding_dim, self.padding_idx, self.max_norm,
+            self.norm_type, self.scale_grad_by_freq, self.sparse, device="meta",
+            dtype=self.weight.dtype)
+        stock.weight = self.weight
+        return stock.train(self.training)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """The rows ``input`` names, shape ``input.shape + (embedding_dim,)``, as
         ``nn.Embedding`` gives them.

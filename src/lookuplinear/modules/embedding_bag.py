@@ -144,6 +144,19 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
             sparse, _weight, include_last_offset, padding_idx, device, dtype,
         )
 
+    def __prepare_scriptable__(self) -> nn.EmbeddingBag:
+        """What ``torch.jit.script(self)`` compiles: the ``nn.EmbeddingBag`` this layer is a
+        drop-in for, with its settings and its weight (the same ``Parameter``), since
+        TorchScript cannot compile the library's Python. The scripted module gives the same
+        outputs (a mean to the rounding of a sum); it has ``nn.EmbeddingBag``'s own checks and
+        gradients."""
+        stock = nn.EmbeddingBag(
+            self.num_embeddings, self.embedding_dim, self.max_norm, self.norm_type,
+            self.scale_grad_by_freq, self.mode, self.sparse, None, self.include_last_offset,
+            self.padding_idx, device="meta", dtype=self.weight.dtype)
+        stock.weight = self.weight
+        return stock.train(self.training)
+
     def forward(
         self,
         input: LookupInput,
