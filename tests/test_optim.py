@@ -947,29 +947,10 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
 )
 def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
     """FBGEMM's fused CPU optimizers, 5 steps from the same table (benchmark environment)."""
-    with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
-        warnings.simplefilter("ignore")
-        pytest.importorskip("fbgemm_gpu", reason="fbgemm-gpu-cpu is installed for benchmarks only")
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-            EmbeddingLocation,
-            PoolingMode,
-        )
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-
     g = torch.Generator().manual_seed(0)
     rows, dim, lr, eps = 500, 8, 0.05, 1e-8
     init = torch.randn(rows, dim, generator=g)
-    emb = SplitTableBatchedEmbeddingBagsCodegen(
-        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
-        optimizer=getattr(EmbOptimType, kind), learning_rate=lr, eps=eps,
-        pooling_mode=PoolingMode.SUM,
-    )
-    with torch.no_grad():
-        emb.split_embedding_weights()[0].copy_(init)
+    emb = _fbgemm_table(init, kind, lr, eps)
     layer = LookupLinear(rows, dim, bias=False, sparse=True, include_last_offset=True,
                          init=lambda w: w.copy_(init))  # FBGEMM's CSR offsets
     opt = getattr(optim, name)([layer.weight], lr=lr, **({} if name == "SGD" else {"eps": eps}))
@@ -983,6 +964,35 @@ def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
         opt.step()
     torch.testing.assert_close(layer.weight.detach(), emb.split_embedding_weights()[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def _fbgemm_table(init: torch.Tensor, optimizer: str, lr: float, eps: float, *,
+                  half: bool = False) -> Any:
+    """FBGEMM's CPU table-batched embedding of one table holding ``init``, updated by its fused
+    ``optimizer`` (an ``EmbOptimType`` name); ``half``: FP16 weights, no stochastic rounding.
+    Skips the test where fbgemm-gpu-cpu is not installed (benchmark environment)."""
+    with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
+        warnings.simplefilter("ignore")
+        pytest.importorskip("fbgemm_gpu", reason="fbgemm-gpu-cpu is installed for benchmarks only")
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            EmbeddingLocation,
+            PoolingMode,
+        )
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice,
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
+    rows, dim = init.shape
+    precision = {"weights_precision": SparseType.FP16, "stochastic_rounding": False} if half \
+        else {}
+    emb = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+        optimizer=getattr(EmbOptimType, optimizer), learning_rate=lr, eps=eps,
+        pooling_mode=PoolingMode.SUM, **precision)
+    with torch.no_grad():
+        emb.split_embedding_weights()[0].copy_(init)
+    return emb
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
@@ -1811,19 +1821,6 @@ def test_rowwise_adagrad_float16_matches_fbgemm_when_installed() -> None:
     """FBGEMM's EXACT_ROWWISE_ADAGRAD on a float16 table (weights_precision=FP16, its state
     float32): the same weights and sums, to the bit, fused and not, past the step where a
     float16 sum would overflow."""
-    with warnings.catch_warnings():  # its import warns about modules the CPU build lacks
-        warnings.simplefilter("ignore")
-        pytest.importorskip("fbgemm_gpu", reason="fbgemm-gpu-cpu is installed for benchmarks only")
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-            EmbeddingLocation,
-            PoolingMode,
-        )
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-
     g = torch.Generator().manual_seed(0)
     rows, dim, lr, eps = 50, 8, 0.5, 1e-8
     init = torch.randn(rows, dim, generator=g).half()
@@ -1832,13 +1829,7 @@ def test_rowwise_adagrad_float16_matches_fbgemm_when_installed() -> None:
         idx = torch.randint(0, 20, (8 * 3,), generator=g)  # duplicates: gradients 100 x k
         batches.append((idx, torch.arange(0, idx.numel() + 1, 3)))
     for fused in (False, True):
-        emb = SplitTableBatchedEmbeddingBagsCodegen(
-            [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
-            optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=lr, eps=eps,
-            pooling_mode=PoolingMode.SUM, weights_precision=SparseType.FP16,
-            stochastic_rounding=False)
-        with torch.no_grad():
-            emb.split_embedding_weights()[0].copy_(init)
+        emb = _fbgemm_table(init, "EXACT_ROWWISE_ADAGRAD", lr, eps, half=True)
         layer = LookupLinear(rows, dim, bias=False, sparse=True, include_last_offset=True,
                              dtype=torch.float16, init=lambda w: w.copy_(init))
         opt = optim.RowWiseAdagrad([layer.weight], lr=lr, eps=eps, fused=fused)
