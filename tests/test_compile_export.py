@@ -149,9 +149,10 @@ def test_inductor_layer_step_equals_eager(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("CI", "true")
     import torch._inductor.config
 
-    # lowered anew; config.patch, not monkeypatch.setattr: after the latter's undo, a later
-    # Inductor compile in the same process failed reading the option (AttributeError)
-    with torch._inductor.config.patch(force_disable_caches=True):
+    # lowered anew (no FX graph cache; identical kernels may come from the code cache);
+    # config.patch, not monkeypatch.setattr: after the latter's undo, a later Inductor compile in
+    # the same process failed reading the option (AttributeError)
+    with torch._inductor.config.patch(fx_graph_cache=False):
         train_both(layer_model(True), layer_loss, [bags_batch(4, 12, 0)], backend="inductor")
 
 
@@ -189,8 +190,9 @@ def tables_of(kind: str, sparse: bool) -> tuple[LookupCollection, int]:
     return LookupCollection([TableConfig("both", 30, 4, ["user", "item"])], sparse=sparse), 8
 
 
-@pytest.mark.parametrize("kind", ["plain", "mixed", "mean", "mean-sqrtn", "shared"])
-@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize(("sparse", "kind"), [
+    (True, "plain"), (True, "mixed"), (True, "mean"), (True, "mean-sqrtn"), (True, "shared"),
+    (False, "mixed"), (False, "mean-sqrtn")])
 def test_compiled_collection_step_equals_eager(sparse: bool, kind: str) -> None:
     def loss(m: nn.Module, kb: KeyedBags) -> torch.Tensor:
         return m(kb).square().mean()
@@ -814,25 +816,6 @@ def test_decomposed_program_refuses_bad_offsets() -> None:
                 with pytest.raises(RuntimeError, match="offsets"):
                     aten(KeyedBags.from_checked(["user", "item"], args[2], args[3]))
                     pytest.fail(name)
-
-
-@needs_compiler
-def test_aoti_package_refuses_bad_offsets(tmp_path: Path) -> None:
-    """An AOTInductor package (which reads no input constraint) raises on offsets that do not
-    cut the entries into bags, and on a keyed batch whose bags are not N per key."""
-    model = _Checked().eval()
-    good, cases = bad_offsets_cases()
-    idx, off, values, offsets = good
-    cases["keyed: bags not a multiple of the keys"] = (idx, off, values, offsets[:-1].clone())
-    program = torch.export.export(model, good, dynamic_shapes=tuple({0: AUTO} for _ in good))
-    runner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(
-        program, package_path=str(tmp_path / "checked.pt2")))
-    with torch.no_grad():
-        assert torch.equal(runner(*good), model(*good))
-        for name, args in cases.items():
-            with pytest.raises(RuntimeError):
-                runner(*args)
-                pytest.fail(name)
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])

@@ -551,12 +551,35 @@ def served_args(n: int, seed: int) -> tuple[torch.Tensor, ...]:
             raw.weights)
 
 
+def bad_served_args(args: tuple[torch.Tensor, ...]) -> dict[str, tuple[torch.Tensor, ...]]:
+    """``args`` of :class:`Served` with the offsets of the sparse layer's bags or of the keyed
+    batch bad in one way each."""
+    layer, keyed = args[1], args[5]
+
+    def with_keyed(offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (*args[:5], offsets, *args[6:])
+
+    decreasing = keyed.clone()
+    decreasing[1] = keyed[-1] + 1
+    return {
+        "layer: decreasing": (args[0], torch.flip(layer, [0]), *args[2:]),
+        "layer: past the indices": (args[0], layer + args[0].numel(), *args[2:]),
+        "keyed: decreasing": with_keyed(decreasing),
+        "keyed: first not 0": with_keyed(keyed.clamp(min=1)),
+        "keyed: last past the values": with_keyed(torch.cat([keyed[:-1], keyed[-1:] + 1])),
+        "keyed: last short of the values": with_keyed(keyed.clamp(max=int(keyed[-1]) - 1)),
+        "keyed: bags not a multiple of the keys": with_keyed(keyed[:-1].clone()),
+    }
+
+
 @needs_cpp
 def test_aoti_package_runs_where_lookuplinear_cannot_be_imported(tmp_path: Path) -> None:
     """A model of every kind of table (:class:`Served`), exported with dynamic batch sizes,
     compiled by AOTInductor into one package and run in a fresh process that loads the
     extension's shared library alone (``import lookuplinear`` fails there): the module's
-    outputs to the bit, on the example batch and on a batch of another size."""
+    outputs to the bit, on the example batch and on a batch of another size. The package,
+    which reads no input constraint, raises on offsets that do not cut the entries into bags
+    and on a keyed batch whose bags are not N per key."""
     model = Served().eval()
     args = served_args(4, 0)
     auto = torch.export.Dim.AUTO
@@ -567,10 +590,12 @@ def test_aoti_package_runs_where_lookuplinear_cannot_be_imported(tmp_path: Path)
             "lookuplinear.mode_weights.default", "lookuplinear.in_feature_order.default",
             "lookuplinear.idmap_find.default",
             "quantized.embedding_bag_4bit_rowwise_offsets.default"} <= targets, targets
-    # the int8 rows dequantized by PyTorch's kernel, as the module does (not by generated code)
+    # the int8 rows dequantized by PyTorch's kernel, as the module does (not by generated code);
+    # the wrapper, which calls the kernels and the operators, unoptimised: 7 s less to build
     package = torch._inductor.aoti_compile_and_package(
         program, package_path=str(tmp_path / "served.pt2"),
-        inductor_configs={"fallback_embedding_bag_byte_unpack": True})
+        inductor_configs={"fallback_embedding_bag_byte_unpack": True,
+                          "aot_inductor.compile_wrapper_opt_level": "O0"})
     batches = [args, served_args(7, 1)]
     with torch.no_grad():
         expected = [model(*b) for b in batches]
@@ -600,6 +625,12 @@ def test_aoti_package_runs_where_lookuplinear_cannot_be_imported(tmp_path: Path)
     run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "served" in run.stdout, run.stdout + run.stderr
+    runner = torch._inductor.aoti_load_package(package)
+    with torch.no_grad():
+        for name, bad in bad_served_args(args).items():
+            with pytest.raises(RuntimeError):
+                runner(*bad)
+                pytest.fail(name)
 
 
 # ---- the host operators (hashing, n-grams, input checks, dual coordinate descent) ---------------
