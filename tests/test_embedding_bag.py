@@ -19,6 +19,7 @@ from torch import nn
 import lookuplinear
 from lookuplinear import (
     Checkpoint,
+    DtypeMismatchError,
     EmbeddingBag,
     InputTypeError,
     InputValueError,
@@ -210,6 +211,24 @@ def test_the_calls_torch_reads_otherwise_or_crashes_on_are_refused_clearly() -> 
         EmbeddingBag(10, 3, mode="avg")
     with pytest.raises(InputValueError, match="padding_idx must be within"):
         EmbeddingBag(10, 3, padding_idx=10)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16])
+def test_small_integer_indices_as_nn_embedding_bag_takes_them(dtype: torch.dtype) -> None:
+    """``nn.EmbeddingBag`` refuses a 2-D input of small integers (whose bag starts, built in
+    the input's dtype, would wrap past 255 entries for uint8) and reads a 1-D one with offsets
+    as its values: so does the drop-in (``DtypeMismatchError`` is a RuntimeError)."""
+    ids = torch.arange(300).remainder(10).reshape(100, 3).to(dtype)
+    with pytest.raises(DtypeMismatchError, match="int64 or int32"):
+        EmbeddingBag(10, 3)(ids)
+    with pytest.raises(RuntimeError, match="Long, Int"):
+        nn.EmbeddingBag(10, 3)(ids)
+    torch.manual_seed(0)
+    bag = EmbeddingBag(10, 3)
+    stock = nn.EmbeddingBag(10, 3, _weight=bag.weight.detach().clone())
+    flat, offsets = ids.reshape(-1), torch.arange(0, 300, 3)
+    torch.testing.assert_close(bag(flat, offsets), stock(flat, offsets))
+    torch.testing.assert_close(bag(flat, offsets), stock(flat.long(), offsets))
 
 
 # ------------------------------------------------------------------ what it works with

@@ -304,6 +304,11 @@ def bag_input(
                 "offsets must be None (as in PyTorch). Drop offsets=, or pass the indices "
                 "flattened (1-D) with their offsets."
             )
+        if input.dtype is not torch.int64 and input.dtype is not torch.int32:
+            raise DtypeMismatchError(  # as F.embedding_bag's check (its 1-D form casts)
+                f"EmbeddingBag: a 2-D input must be integer indices of dtype int64 or int32 "
+                f"(as in PyTorch), got {input.dtype}. Cast it with .long()."
+            )
         b, n = input.shape
         csr = torch.arange(b + 1, dtype=input.dtype, device=input.device) * n
         weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
