@@ -940,6 +940,50 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
         optim.SGD([b], lr=0.1).step()
 
 
+#: each optimizer's numeric values and the torch.optim class that checks them
+CHECKED_VALUES: dict[str, tuple[str, list[str]]] = {
+    "SGD": ("SGD", ["lr", "momentum", "weight_decay"]),
+    "Adagrad": ("Adagrad", ["lr", "lr_decay", "weight_decay", "initial_accumulator_value",
+                            "eps"]),
+    "RowWiseAdagrad": ("Adagrad", ["lr", "weight_decay", "eps"]),
+    "Adam": ("Adam", ["lr", "eps", "weight_decay"]),
+    "AdamW": ("AdamW", ["lr", "eps", "weight_decay"]),
+}
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+@pytest.mark.parametrize("name", sorted(CHECKED_VALUES))
+def test_negative_or_nan_values_are_refused_where_torch_optim_refuses_them(
+        name: str, bad: float) -> None:
+    """A negative or NaN rate, epsilon, decay, momentum or starting sum is refused with a
+    ``ValueError`` wherever ``torch.optim`` refuses it (and NaN everywhere, where
+    ``torch.optim.SGD`` would train to NaN): in the constructor, in a parameter group and in
+    a state dict, before anything is added or loaded."""
+    twin, keys = CHECKED_VALUES[name]
+    cls = getattr(optim, name)
+    for key in keys:
+        w = nn.Parameter(torch.ones(2, 2))
+        try:
+            getattr(torch.optim, twin)([w], **{key: bad})
+            torch_refuses = False
+        except ValueError:
+            torch_refuses = True
+        assert torch_refuses or (name == "SGD" and bad != bad)  # torch.optim.SGD takes NaN
+        with pytest.raises(ValueError, match=f"{key} must be a number >= 0"):
+            cls([w], **{key: bad})
+        opt = cls([w], lr=0.1)
+        with pytest.raises(InputValueError, match=f"add_param_group: {key} must be"):
+            opt.add_param_group({"params": [nn.Parameter(torch.ones(2))], key: bad})
+        with pytest.raises(InputValueError, match=f"add_param_group: {key} must be"):
+            cls([{"params": [nn.Parameter(torch.ones(2))], key: bad}], lr=0.1)
+        assert len(opt.param_groups) == 1
+        saved = opt.state_dict()
+        saved["param_groups"][0][key] = bad
+        with pytest.raises(InputValueError, match=f"load_state_dict: {key} must be"):
+            opt.load_state_dict(saved)
+        assert opt.param_groups[0].get(key) != bad
+
+
 @pytest.mark.parametrize(
     ("name", "kind"),
     [("RowWiseAdagrad", "EXACT_ROWWISE_ADAGRAD"), ("SGD", "EXACT_SGD"),

@@ -58,8 +58,10 @@ _TORCH_KEYS = frozenset({"lr", "momentum", "dampening", "weight_decay", "nestero
 #: ``torch.optim.Optimizer.__setstate__`` adds to an optimizer's defaults when it loads a state
 #: dict, is copied or unpickled: never one a state dict must hold
 _HOW_KEYS = frozenset({"foreach", "fused", "capturable", "differentiable"})
-#: the group values that are numbers >= 0 (a rate, epsilon, decay or momentum)
-_NUMBER_KEYS = ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay")
+#: the group values that are numbers >= 0 (a rate, epsilon, decay, momentum or Adagrad's
+#: starting sum)
+_NUMBER_KEYS = ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay",
+                "initial_accumulator_value")
 
 
 def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
@@ -174,9 +176,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         Raises
         ------
         InputValueError
-            With ``fused=True``, a table of the group is bound to another live ``fused=True``
-            optimizer. The group is not added and nothing is bound.
+            A value of the group is one no update can compute with (as the constructor's:
+            a negative or NaN ``lr``, say), or, with ``fused=True``, a table of the group is
+            bound to another live ``fused=True`` optimizer. The group is not added and
+            nothing is bound.
         """
+        if isinstance(param_group, dict):  # torch.optim names any other type
+            self._check_options(param_group, f"{type(self).__name__}.add_param_group")
         _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
         try:
             self._bind(self.param_groups[-1])
@@ -296,9 +302,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _check_options(options: dict[str, Any], where: str) -> None:
         """Raise :class:`InputValueError` for an option no update can compute with: a rate,
-        epsilon, decay or momentum that is not a number >= 0, ``betas`` not two numbers in
-        ``[0, 1)`` (what the constructor and :meth:`load_state_dict` accept). ``lr`` may be a
-        one-element tensor, as ``torch.optim`` takes it."""
+        epsilon, decay, momentum or starting sum that is not a number >= 0 (NaN is not),
+        ``betas`` not two numbers in ``[0, 1)`` (what the constructor, :meth:`add_param_group`
+        and :meth:`load_state_dict` accept: all that ``torch.optim`` refuses, and NaN for
+        ``SGD`` too). ``lr`` may be a one-element tensor, as ``torch.optim`` takes it."""
         for key, value in options.items():
             if key == "lr" and isinstance(value, torch.Tensor):
                 if value.numel() != 1 or value.is_complex() or not float(value) >= 0:
@@ -309,9 +316,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     )
                 continue
             if key in _NUMBER_KEYS and (
-                isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0
+                isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not float(value) >= 0  # NaN too
             ):
-                raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}.")
+                raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}. "
+                                      "Pass a value >= 0 (not NaN).")
         betas = options.get("betas")
         if betas is not None and not (
                 isinstance(betas, tuple | list) and len(betas) == 2
