@@ -638,7 +638,7 @@ def test_group_values_of_numpy_or_tensor_type_load() -> None:
     tensor_lr.step()
     loaded = optim.Adam(lin.parameters())
     loaded.load_state_dict(tensor_lr.state_dict())
-    assert loaded.param_groups[0]["lr"] == pytest.approx(0.01)
+    assert torch.equal(loaded.param_groups[0]["lr"], torch.tensor(0.01))
 
 
 def test_restarted_rows_start_adagrad_at_its_initial_accumulator_value() -> None:
@@ -1965,6 +1965,47 @@ def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:
         getattr(optim, name)([w], lr=torch.tensor([0.1, 0.2]))
     with pytest.raises(InputValueError, match="a tensor lr must be one number >= 0"):
         getattr(optim, name)([w], lr=torch.tensor(-0.1))
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_a_tensor_lr_resumes_from_a_state_dict_as_torch_optims(name: str) -> None:
+    """A group's tensor ``lr`` stays a tensor through ``load_state_dict``, as ``torch.optim``
+    keeps it, and is stepped as it was before the save: a run resumed from either optimizer's
+    state dict is ``torch.optim``'s resumed run, bit for bit, and the tensor is validated."""
+    kw: dict[str, Any] = {"momentum": 0.9} if name == "SGD" else {}
+    if name == "Adagrad":
+        kw["lr_decay"] = 0.1
+    shapes = [(3, 4), (5,), (7, 7)]
+    g = torch.Generator().manual_seed(5)
+    base = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(6)]
+
+    def run(cls: type[torch.optim.Optimizer], into: type[torch.optim.Optimizer]
+            ) -> tuple[list[nn.Parameter], torch.optim.Optimizer]:
+        params = [nn.Parameter(b.clone()) for b in base]
+        opt = cls(params, lr=torch.tensor(0.0123), **kw)
+        for i, gs in enumerate(grads):
+            if i == 3:  # saved, and resumed by a fresh optimizer built with another lr
+                saved = _copied(opt.state_dict())
+                opt = into(params, lr=torch.tensor(0.5), **kw)
+                opt.load_state_dict(saved)
+            for p, gr in zip(params, gs, strict=True):
+                p.grad = gr.clone()
+            opt.step()
+        return params, opt
+
+    ours, opt = run(getattr(optim, name), getattr(optim, name))
+    theirs, _ = run(getattr(torch.optim, name), getattr(torch.optim, name))
+    from_torch, _ = run(getattr(torch.optim, name), getattr(optim, name))
+    lr = opt.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and torch.equal(lr, torch.tensor(0.0123))
+    for a, b, c in zip(ours, theirs, from_torch, strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(c, b)
+    saved = opt.state_dict()
+    saved["param_groups"][0]["lr"] = torch.tensor(float("nan"))
+    with pytest.raises(InputValueError, match="a tensor lr must be one number >= 0"):
+        opt.load_state_dict(saved)
 
 
 def test_adagrad_starts_every_sum_at_the_constructors_value_as_torchs() -> None:

@@ -224,7 +224,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``AdamW``), whose ``state_dict()`` loads this one's in turn.
 
         The optimizer stays bound as it was built (``fused=``): a state dict carries values,
-        not bindings. A ``step`` held as a tensor (``torch.optim``'s) becomes an ``int``;
+        not bindings. A tensor ``lr`` stays a tensor, as ``torch.optim`` keeps it (and is
+        stepped as one). A ``step`` held as a tensor (``torch.optim``'s) becomes an ``int``;
         ``torch.optim.SGD``'s state, which counts no steps, resumes as after a first step.
         Large CPU state tensors are placed as the state this optimizer allocates
         (:func:`lookuplinear.hugepages.place`).
@@ -358,8 +359,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         loaded = {**saved, **own, IN_BACKWARD: group[IN_BACKWARD]}
         for key in _NUMBER_KEYS:
             value = loaded.get(key)
-            if isinstance(value, torch.Tensor) and value.numel() == 1:  # torch.optim's tensor lr
-                loaded[key] = value.item()
+            if key != "lr" and isinstance(value, torch.Tensor) and value.numel() == 1:
+                loaded[key] = value.item()  # a tensor lr stays one, as torch.optim keeps it
         try:
             self._check_options(loaded, f"{type(self).__name__}.load_state_dict")
         except InputValueError as e:
