@@ -682,11 +682,22 @@ def test_a_fused_optimizer_refuses_a_grad_scaler_step() -> None:
     assert torch.equal(with_scaler.bias, without.bias)
 
 
-def test_fused_group_values_changed_before_the_step_warn() -> None:
+@pytest.mark.parametrize("lr", ["float", "tensor"])
+def test_fused_group_values_changed_before_the_step_warn(lr: str) -> None:
+    """An lr set between backward() and step() warns: a float replaced, or a tensor lr
+    changed in place (as torch's schedulers fill_ it)."""
+    def set_lr(value: float) -> None:
+        group = opt.param_groups[0]
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(value)
+        else:
+            group["lr"] = value
+
     layer = LookupLinear(10, 2, sparse=True)
-    opt = optim.SGD(layer.parameters(), lr=1.0, fused=True)
+    opt = optim.SGD(layer.parameters(), lr=1.0 if lr == "float" else torch.tensor(1.0),
+                    fused=True)
     layer(torch.tensor([1])).sum().backward()
-    opt.param_groups[0]["lr"] = 0.5
+    set_lr(0.5)
     with pytest.warns(UserWarning, match="lr changed between backward"):
         opt.step()
     with warnings.catch_warnings():
@@ -694,7 +705,10 @@ def test_fused_group_values_changed_before_the_step_warn() -> None:
         opt.zero_grad()
         layer(torch.tensor([1])).sum().backward()
         opt.step()
-        opt.param_groups[0]["lr"] = 0.25  # a scheduler after step(): as PyTorch orders them
+        set_lr(0.25)  # a scheduler after step(): as PyTorch orders them
+        opt.zero_grad()
+        layer(torch.tensor([1])).sum().backward()
+        opt.step()
 
 
 @pytest.mark.parametrize("name", ["Adam", "Adagrad"])

@@ -540,7 +540,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             group = found
             if id(group) not in self._fused_values:  # the values this backward's update uses
                 self._fused_values[id(group)] = {
-                    k: group.get(k) for k in self.defaults
+                    k: _value_now(group.get(k)) for k in self.defaults
                     if k != IN_BACKWARD and k not in _HOW_KEYS}
             self._fused_updated.add(id(p))
             state = self.state[p]
@@ -721,7 +721,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             before = used.get(id(group))
             if before is None:
                 continue
-            changed = sorted(k for k, v in before.items() if group.get(k) != v)
+            changed = sorted(k for k, v in before.items() if _changed(v, group.get(k)))
             if changed:
                 warnings.warn(
                     f"{type(self).__name__}(fused=True): {', '.join(changed)} changed between "
@@ -868,6 +868,21 @@ def _runs(params: list[torch.Tensor], foreach_ok: bool = True
         runs[-1].append(i)
         size += n
     return [(False, large)] * bool(large) + [(True, run) for run in runs if run]
+
+
+def _value_now(value: Any) -> Any:
+    """A group value as it is now: a tensor (an ``lr``, which a scheduler changes in place)
+    copied, so that a later change of it shows (:func:`_changed`)."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _changed(before: Any, now: Any) -> bool:
+    """Whether a group value differs from the one :func:`_value_now` took (a tensor
+    compared by its values, a tensor replaced by a number or the reverse a change)."""
+    if isinstance(before, torch.Tensor) or isinstance(now, torch.Tensor):
+        return not (isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor)
+                    and before.device == now.device and torch.equal(before, now))
+    return bool(before != now)
 
 
 def step_tensors(states: list[dict[str, Any]]) -> list[torch.Tensor]:
