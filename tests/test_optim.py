@@ -1695,6 +1695,63 @@ def test_a_fused_table_state_resumes_in_torch_optim_and_back(name: str) -> None:
     assert_same_model(theirs, ours, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_torch_sgds_sparse_momentum_buffer_resumes_here(backend: str) -> None:
+    """``torch.optim.SGD(momentum)`` keeps a sparse table's momentum buffer sparse: its state
+    dict loads as a dense buffer of the same values, and the steps after it are torch's (on
+    batches that touch every row the buffer holds, where lazy momentum is torch's; to
+    rounding, as torch adds an uncoalesced buffer's entries one by one)."""
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 3, sparse=True)
+    theirs = torch.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)
+    data = [[1, 2, 2, 5], [5, 1, 2], [2, 5, 1, 1], [1, 1, 5, 2]]
+    emb(torch.tensor(data[0])).sum().backward()
+    theirs.step()
+    buf = theirs.state[emb.weight]["momentum_buffer"]
+    assert buf.is_sparse
+    layer = LookupLinear(10, 3, bias=False, sparse=True)
+    with torch.no_grad():
+        layer.weight.copy_(emb.weight)
+    ours = optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    ours.load_state_dict(_copied(theirs.state_dict()))
+    loaded = ours.state[layer.weight]["momentum_buffer"]
+    assert loaded.layout == torch.strided and torch.equal(loaded, buf.to_dense())
+    loaded_weight = layer.weight.detach().clone()
+    with use_backend(backend):
+        for x in data[1:]:
+            emb.zero_grad()
+            emb(torch.tensor(x)).square().sum().backward()
+            theirs.step()
+            ours.zero_grad()
+            layer(torch.tensor(x)).square().sum().backward()
+            ours.step()
+            torch.testing.assert_close(layer.weight, emb.weight, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(ours.state[layer.weight]["momentum_buffer"],
+                                       theirs.state[emb.weight]["momentum_buffer"].to_dense(),
+                                       rtol=1e-5, atol=1e-6)
+    untouched = [r for r in range(10) if r not in (1, 2, 5)]
+    assert torch.equal(layer.weight[untouched], emb.weight[untouched])
+    assert not torch.equal(layer.weight[1], loaded_weight[1])  # it did train
+    assert ours.state[layer.weight]["step"] == 4
+
+
+def test_a_sparse_update_that_raises_counts_no_step() -> None:
+    """A row update that fails (here on a state tensor no update can read) leaves the step
+    count and the table as they were."""
+    layer = LookupLinear(10, 3, bias=False, sparse=True)
+    opt = optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.tensor([1])).sum().backward()
+    opt.step()
+    state = opt.state[layer.weight]
+    state["momentum_buffer"] = state["momentum_buffer"].to_sparse()
+    before = layer.weight.detach().clone()
+    layer(torch.tensor([1, 3])).sum().backward()
+    with pytest.raises(NotImplementedError, match="SparseCPU"):
+        opt.step()
+    assert state["step"] == 1
+    assert torch.equal(layer.weight, before)
+
+
 def test_state_dicts_that_would_change_the_updates_are_refused() -> None:
     """What has no twin here is refused with the reason, and nothing is loaded."""
     model = dense_model()

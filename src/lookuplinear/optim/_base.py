@@ -414,7 +414,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _loaded_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
         """One parameter's loaded state in this class's terms: an ``int`` step, no ``None``
-        entries, large CPU tensors placed as allocated ones."""
+        entries, dense tensors (``torch.optim.SGD`` keeps a sparse table's momentum buffer
+        sparse: the same values, which the row update reads and writes in place), large CPU
+        tensors placed as allocated ones."""
         for key in [k for k, v in state.items() if v is None]:
             del state[key]
         step = state.get("step")
@@ -424,6 +426,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             state["step"] = 1
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
+                if value.layout != torch.strided:
+                    value = value.to_dense()
                 state[key] = hugepages.place(value)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -749,32 +753,35 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     ) -> None:
         """One step of ``p``'s ``rows`` by the gradient rows ``values`` (rows in any order:
         :func:`row_sparse_parts` with ``sum_runs=False``), each row's entries summed in entry
-        order and the row updated once."""
+        order and the row updated once. The step is counted once the update is done (an
+        update that raises counts none)."""
         if p.dim() < 2 and rows.numel():
             raise InputValueError(
                 f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
                 f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
             )
         self._complete_state(p, state, group)  # the row update reads all of it
-        state["step"] += 1
+        step = state["step"] + 1  # counted once the rows are updated
         if rows.numel() == 0:
+            state["step"] = step
             return
         values = values.reshape(values.shape[0], -1)
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
             rows, values = grouped_rows(rows, values, p.shape[0])
             values = values.to(p.dtype)
-        args = self._c_args(p, state, group, state["step"])
+        args = self._c_args(p, state, group, step)
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
             rows, values = grouped_rows(rows, values, p.shape[0])
             w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
-            named = self._scalars(group, [(w.shape[1], state["step"])])[0]
+            named = self._scalars(group, [(w.shape[1], step)])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,
                                       c_scalars(self._kernel, named, False))
             if w.data_ptr() != p.data_ptr():
                 p.copy_(w.view(p.shape))
+        state["step"] = step
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError
