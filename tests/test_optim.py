@@ -1524,6 +1524,45 @@ def test_a_penalty_on_a_fused_table_is_one_update_with_the_summed_gradient(name:
     assert sa["step"] == sb["step"] == 3
 
 
+#: losses that read a table by several lookups and by a dense use made after all lookups but
+#: the last: autograd adds the lookups' gradients to the dense one as they come
+LOOKUPS_AND_A_DENSE_USE: dict[str, Callable[[LookupLinear, torch.Tensor, torch.Tensor],
+                                            torch.Tensor]] = {
+    "lookup, dense, lookup": lambda m, x, h: (m(x).tanh().sum() + (h @ m.weight.T).sin().sum()
+                                              + m(x[:2]).cos().sum()),
+    "lookup, lookup, dense": lambda m, x, h: (m(x).tanh().sum() + m(x[:2]).cos().sum()
+                                              + (h @ m.weight.T).sin().sum()),
+    "lookup, lookup, dense, lookup": lambda m, x, h: (
+        m(x).tanh().sum() + m(x[:2]).cos().sum() + (h @ m.weight.T).sin().sum()
+        + m(x[1:]).sin().sum()),
+}
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("loss", sorted(LOOKUPS_AND_A_DENSE_USE))
+def test_several_lookups_and_a_dense_use_of_a_fused_table_train_as_unfused(
+        loss: str, backend: str) -> None:
+    """A table read by several lookups and a dense use in one backward: the fused update adds
+    the lookups' gradients to the dense one in the order autograd accumulates them, so the
+    weights are ``fused=False``'s to the bit (20 draws: another order differs in the last
+    bits of most)."""
+    def run(fused: bool, seed: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        layer = LookupLinear(10, 3, bias=False, sparse=True)
+        opt = optim.SGD(layer.parameters(), lr=1.0, fused=fused)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, 10, (4,), generator=g)
+        h = torch.randn(2, 3, generator=g)
+        LOOKUPS_AND_A_DENSE_USE[loss](layer, x, h).backward()
+        assert (layer.weight.grad is None) == fused
+        opt.step()
+        return layer.weight.detach()
+
+    with use_backend(backend):
+        for seed in range(20):
+            assert torch.equal(run(False, seed), run(True, seed)), seed
+
+
 def test_a_fused_optimizer_leaves_a_dense_parameter_for_step() -> None:
     """A parameter with rows that no lookup reads (a ``nn.Linear`` weight) in a fused
     optimizer's group keeps its gradient in ``.grad`` until ``step()``, as ``torch.optim``'s

@@ -592,35 +592,50 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _total_grad(self, p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]],
                     grad: torch.Tensor | None) -> torch.Tensor:
-        """The uses' gradients (:meth:`_summed_grad`) and ``grad``, the one accumulated in
-        ``p.grad`` (a dense one first: torch adds a sparse tensor to a dense one)."""
+        """The uses' gradients and ``grad``, the one accumulated in ``p.grad``, summed as
+        autograd sums them. A dense ``grad`` first, each use's gradient added to it in the
+        order the uses' backward ran: autograd adds each sparse gradient to the dense one it
+        holds as it comes, so this is its sum where at most one use's gradient reached the
+        table before the dense one (the dense use made after all uses but the last in the
+        forward, as a penalty added to the loss after it is). A sparse ``grad`` before the
+        uses' sum (:meth:`_summed_grad`)."""
         if not pending:
             assert grad is not None
             return grad
-        total = self._summed_grad(p, pending)
-        return total if grad is None else grad + total
-
-    @staticmethod
-    def _summed_grad(p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]) -> torch.Tensor:
-        """The uses' gradients as the lookup operator's backward gives them (``bag_lookup``'s:
-        an index tensor's one row per entry in entry order, a bag lookup's one row per distinct
-        row, sorted, its sum, ``row_sums``), summed as autograd sums them (its
-        buffer of a node's inputs puts a sparse gradient that comes later first): the
-        gradient ``fused=False`` stores, to the bit, on either backend."""
-        total: torch.Tensor | None = None
-        shape = tuple(p.shape)
+        if grad is None or grad.is_sparse:
+            total = self._summed_grad(p, pending)
+            return total if grad is None else grad + total
         for lookup, g in pending:
-            indices, offsets, weights, padding_idx = lookup
-            g = g.detach().reshape(-1, p.shape[1])
-            if offsets is None and weights is None:
-                grad = entry_grads(indices, None, None, padding_idx, g.to(p.dtype), shape)
-            else:
-                rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
-                                       p.shape[0])
-                grad = row_sums_grad(rows, sums.to(p.dtype), shape)
+            grad = grad + self._use_grad(p, lookup, g)
+        return grad
+
+    @classmethod
+    def _summed_grad(cls, p: torch.Tensor, pending: list[tuple[Any, torch.Tensor]]
+                     ) -> torch.Tensor:
+        """The uses' gradients (:meth:`_use_grad`) summed as autograd sums them (its buffer of
+        a node's inputs puts a sparse gradient that comes later first): the gradient
+        ``fused=False`` stores, to the bit, on either backend."""
+        total: torch.Tensor | None = None
+        for lookup, g in pending:
+            grad = cls._use_grad(p, lookup, g)
             total = grad if total is None else grad + total
         assert total is not None
         return total
+
+    @staticmethod
+    def _use_grad(p: torch.Tensor, lookup: Any, g: torch.Tensor) -> torch.Tensor:
+        """One use's gradient of ``p`` as the lookup operator's backward gives it from its
+        output's gradient ``g`` (``bag_lookup``'s: an index tensor's one row per entry in
+        entry order, a bag lookup's one row per distinct row, sorted, its sum,
+        ``row_sums``)."""
+        indices, offsets, weights, padding_idx = lookup
+        g = g.detach().reshape(-1, p.shape[1])
+        shape = tuple(p.shape)
+        if offsets is None and weights is None:
+            return entry_grads(indices, None, None, padding_idx, g.to(p.dtype), shape)
+        rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
+                               p.shape[0])
+        return row_sums_grad(rows, sums.to(p.dtype), shape)
 
     def _c_args(
         self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
