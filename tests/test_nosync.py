@@ -8,8 +8,10 @@ with the CPU taken off the host devices (values: the asserts fire at once, as ``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,6 +291,28 @@ def test_a_forward_off_the_cpu_dispatches_few_ops() -> None:
         for form in ("one ID", "bags"):
             assert (counts[f"LookupCollection, 8 tables, {form}"] - len(check.ops)
                     < counts["8 x nn.EmbeddingBag, one ID"]), (counts, check.ops)
+
+
+@pytest.mark.skipif(not library.CPP, reason="counts the calls around the C++ operators")
+def test_python_calls_per_step_are_the_documented_counts() -> None:
+    """``benchmarks/structure.py``'s count of the library's Python calls in a layer's forward,
+    a collection's, and a collection's backward with its fused update and ``step()``: within
+    the goals (at most 5, 20 and 20), and the counts docs/performance.md states."""
+    counts = load("structure").calls_per_step()
+    layer, collection = counts["layer_forward_calls"], counts["forward_calls"]
+    backward = counts["backward_and_update_calls"]
+    assert max(layer.values()) <= 5 and collection <= 20 and backward <= 20, counts
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    stated = {"bags": r"`LookupLinear`, bags \(`layer_forward_calls`, `bags`\) \| (\d+)",
+              "index": r"`LookupLinear`, index tensor \(`layer_forward_calls`, `index`\) \| (\d+)",
+              "collection": r"fused optimizer bound \(`forward_calls`, in \d+ modules\) \| (\d+)",
+              "unfused": r"\(`collection_forward_calls_unfused`\) \| (\d+)",
+              "backward": r"`step\(\)` after it make (\d+) calls"}
+    found = {k: re.search(v, doc) for k, v in stated.items()}
+    assert all(found.values()), {k: v for k, v in found.items() if v is None}
+    measured = {"bags": layer["bags"], "index": layer["index"], "collection": collection,
+                "unfused": counts["collection_forward_calls_unfused"], "backward": backward}
+    assert {k: int(m.group(1)) for k, m in found.items() if m} == measured
 
 
 # ---- values off the host: deferred checks, validate() and the asserts -----------------------

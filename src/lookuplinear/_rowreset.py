@@ -23,39 +23,41 @@ __all__ = ["RESETS", "RowResets"]
 class RowResets:
     """The rows of each table whose optimizer state the next update starts afresh."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("rows",)
 
     def __init__(self) -> None:
-        self._rows: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        #: the marked rows by table (empty in the usual case: a caller may test it before
+        #: asking for them)
+        self.rows: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
     def add(self, param: torch.Tensor, rows: torch.Tensor) -> None:
         """Mark ``rows`` (a 1-D int64 tensor) of ``param`` as given to new IDs."""
-        old = self._rows.get(param)
-        self._rows[param] = rows if old is None else torch.cat([old, rows])
+        old = self.rows.get(param)
+        self.rows[param] = rows if old is None else torch.cat([old, rows])
 
     def pending(self, param: torch.Tensor) -> torch.Tensor | None:
         """The rows of ``param`` marked since the last :meth:`take`, or None."""
-        if not self._rows:
+        if not self.rows:
             return None
-        found: torch.Tensor | None = self._rows.get(param)
+        found: torch.Tensor | None = self.rows.get(param)
         return found
 
     def take(self, param: torch.Tensor) -> torch.Tensor | None:
         """The rows of ``param`` marked since the last call, which are then forgotten."""
-        if not self._rows:  # the usual case: no table renews rows
+        if not self.rows:  # the usual case: no table renews rows
             return None
-        found: torch.Tensor | None = self._rows.pop(param, None)
+        found: torch.Tensor | None = self.rows.pop(param, None)
         return found
 
     def take_all(self, params: Iterable[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(param, rows)`` for each of ``params`` with rows marked since the last take (those
         rows are then forgotten), in the order of ``params``: :meth:`take` of many tables in
         one call."""
-        if not self._rows:  # the usual case: no table renews rows
+        if not self.rows:  # the usual case: no table renews rows
             return []
         taken = []
         for param in params:
-            found = self._rows.pop(param, None)
+            found = self.rows.pop(param, None)
             if found is not None:
                 taken.append((param, found))
         return taken

@@ -522,6 +522,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             for q in group["params"]:
                 group_of[id(q)] = group
         c = use_c()
+        # asked only of a class that completes states (a call per table saved for the others)
+        completes = type(self)._complete_state is not RowSparseOptimizer._complete_state
         bound: list[torch.Tensor] = []
         # the tables the C kernel may take, by group: (p, state, (lookup, grad_out))
         by_group: dict[int, tuple[dict[str, Any], list[tuple[torch.Tensor, dict[str, Any],
@@ -543,9 +545,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 continue
             group = found
             if id(group) not in self._fused_values:  # the values this backward's update uses
-                self._fused_values[id(group)] = {
-                    k: _value_now(group.get(k)) for k in self.defaults
-                    if k != IN_BACKWARD and k not in _HOW_KEYS}
+                used = self._fused_values[id(group)] = {}
+                for k in self.defaults:  # a loop, not a comprehension: one call fewer
+                    if k != IN_BACKWARD and k not in _HOW_KEYS:
+                        v = group.get(k)
+                        used[k] = _value_now(v) if isinstance(v, torch.Tensor) else v
             self._fused_updated.add(id(p))
             state = self.state[p]
             if not state:
@@ -553,11 +557,12 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             bound.append(p)
             if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
                     and p.is_contiguous():
-                self._complete_state(p, state, group)  # the row kernel reads all of it
+                if completes:
+                    self._complete_state(p, state, group)  # the row kernel reads all of it
                 by_group.setdefault(id(group), (group, []))[1].append((p, state, pending[0]))
             else:
                 rest.append((p, self._total_grad(p, pending, grad)))
-        for p, rows in RESETS.take_all(bound):  # before any update reads the state
+        for p, rows in RESETS.take_all(bound) if RESETS.rows else ():  # before updates read it
             self._fresh_rows(p, self.state[p], rows, group_of[id(p)])
         tables: list[FusedTable] = []
         done_states: list[tuple[torch.Tensor, dict[str, Any]]] = []
@@ -671,8 +676,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         changed since that update (an lr set between ``backward()`` and ``step()``) warns, and
         after ``zero_grad(set_to_none=False)`` each table with a state that no backward reached
         counts a step, as its kept zero gradient counts one with ``fused=False``."""
-        self._check_grad_scaler()
-        self._check_fused_values()
+        if "grad_scale" in self.__dict__ or "found_inf" in self.__dict__:
+            self._refuse_grad_scaler()
+        if self._fused_values:
+            self._check_fused_values()
         self._backward_queue.reset()
         loss = None
         if closure is not None:
@@ -714,11 +721,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``found_inf``) instead of unscaling its gradients: :meth:`step` refuses it."""
         return any(group.get(IN_BACKWARD) for group in self.param_groups)
 
-    def _check_grad_scaler(self) -> None:
+    def _refuse_grad_scaler(self) -> None:
         """Refuse a step that ``torch.amp.GradScaler`` drives (it set ``grad_scale`` or
         ``found_inf``, as it does for an optimizer that takes its scale)."""
-        if "grad_scale" not in self.__dict__ and "found_inf" not in self.__dict__:
-            return
         self.__dict__.pop("grad_scale", None)
         self.__dict__.pop("found_inf", None)
         raise InputValueError(
@@ -733,14 +738,18 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """Warn where a fused group's values changed between its tables' update in the
         backward and this step: the tables took the old ones, the other parameters take the
         new."""
-        if not self._fused_values:
-            return
         used, self._fused_values = self._fused_values, {}
         for group in self.param_groups:
             before = used.get(id(group))
             if before is None:
                 continue
-            changed = sorted(k for k, v in before.items() if _changed(v, group.get(k)))
+            changed = []
+            for k, v in before.items():  # a loop, not a generator: one call fewer a step
+                now = group.get(k)
+                if (_changed(v, now) if isinstance(v, torch.Tensor)
+                        or isinstance(now, torch.Tensor) else v != now):
+                    changed.append(k)
+            changed.sort()
             if changed:
                 warnings.warn(
                     f"{type(self).__name__}(fused=True): {', '.join(changed)} changed between "
