@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from lookuplinear.cli import main
+from lookuplinear.cli import build_parser, main
 from lookuplinear.report.bench import BenchResult, Grid, crossovers, run_matrix, to_json
 from lookuplinear.report.methods import FORMS, make_input, methods_for
 from lookuplinear.report.summary import BUSY, headlines, summary_table, train_table
@@ -179,6 +180,12 @@ def test_results_json_follows_the_documented_schema(tiny_bench: tuple[int, Path]
     assert {c["form"] for c in doc["crossovers"]} == set(FORMS)
 
 
+def test_results_json_records_the_command_that_ran(tiny_bench: tuple[int, Path]) -> None:
+    doc = json.loads((tiny_bench[1] / "results.json").read_text())
+    assert doc["settings"]["command"] == "lookuplinear " + shlex.join(
+        ["bench", *TINY_BENCH, "--out", str(tiny_bench[1])])
+
+
 def test_bench_skips_what_does_not_fit_and_says_why(tmp_path: Path) -> None:
     # 0.000_1 GB = 100 kB: the dense 8 x 10_000 float input (320 kB) does not fit
     code = main(["bench", "--in-features", "10000", "--out-features", "2", "--batch", "8",
@@ -334,12 +341,14 @@ def test_side_by_side_training_gives_the_same_curve() -> None:
 # --- report ---------------------------------------------------------------------------------
 
 
+REPORT_ARGV = ["report", "--bench-in-features", "100", "1000", "--train-in-features", "100",
+               "--repeats", "1", "--big-vocab", "100000", "--big-steps", "40"]
+
+
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     out = tmp_path_factory.mktemp("report")
-    code = main(["report", "--out", str(out), "--bench-in-features", "100", "1000",
-                 "--train-in-features", "100", "--repeats", "1", "--big-vocab", "100000",
-                 "--big-steps", "40"])
+    code = main([*REPORT_ARGV, "--out", str(out)])
     return code, out
 
 
@@ -358,6 +367,14 @@ def test_report_html_is_self_contained_with_figures_and_verdicts(
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "All checks passed" in md and "same loss curve" in md
     assert "Seed" not in page and "Seed" not in md  # headings without the notebooks' jargon
+
+
+def test_report_records_its_own_command_in_results_json(tiny_report: tuple[int, Path]) -> None:
+    _, out = tiny_report
+    command = json.loads((out / "bench" / "results.json").read_text())["settings"]["command"]
+    assert command == "lookuplinear " + shlex.join([*REPORT_ARGV, "--out", str(out)])
+    argv = shlex.split(command)[1:]  # runs as recorded: every option is the report's
+    assert build_parser().parse_args(argv).command == "report"
 
 
 CHROMIUM = shutil.which("chromium") or (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -59,7 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..errors import LookupLinearError
 
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
+    # the command line as given, for a command to record what ran (bench's results.json)
+    args._command_line = "lookuplinear " + shlex.join(argv)
     if getattr(args, "_takes_any", False):  # a refused command: its message, not usage
         args.rest = [*args.rest, *extra]
     elif extra:  # the subcommand's usage, not the top level's, names what it takes

@@ -54,8 +54,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def bench(args: argparse.Namespace, *, title: str = "bench") -> tuple[dict[str, Any], Path]:
-    """Run the matrix the arguments describe; write its files; return (document, json path)."""
+def bench(args: argparse.Namespace) -> tuple[dict[str, Any], Path]:
+    """Run the matrix the arguments describe; write its files; return (document, json path).
+
+    ``args._command_line`` (set by :func:`lookuplinear.cli.main`: the command line that ran,
+    ``lookuplinear report ...`` for the report's matrix) is recorded as ``settings.command``.
+    """
     import dataclasses
     import json
     import os
@@ -100,7 +104,7 @@ def bench(args: argparse.Namespace, *, title: str = "bench") -> tuple[dict[str, 
         "device": args.device,
         "max_memory_bytes": max_memory,
         "grid": grid_dict(grid),
-        "command": "lookuplinear " + title + (" --quick" if args.quick else ""),
+        "command": args._command_line,
     }
     doc = to_json(results, machine=machine, settings=settings)
     args.out.mkdir(parents=True, exist_ok=True)

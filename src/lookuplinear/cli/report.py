@@ -48,6 +48,7 @@ def _bench_args(args: argparse.Namespace) -> argparse.Namespace:
         quick=True, device="cpu", out=args.out / "bench", max_memory=None,
         in_features=args.bench_in_features, out_features=None, batch=None,
         train_in_features=args.train_in_features, repeats=args.repeats,
+        _command_line=args._command_line,
     )
 
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     explain_ok = all(s.ok for s in steps + custom)
 
     print("2/3 bench --quick: the benchmark matrix")
-    doc, results_path = bench(_bench_args(args), title="report")
+    doc, results_path = bench(_bench_args(args))
 
     print("3/3 training: the same loss curve, then a vocabulary the dense path cannot hold")
     same = train_side_by_side()
