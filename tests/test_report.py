@@ -163,6 +163,8 @@ def test_bench_writes_results_csv_and_plots(tiny_bench: tuple[int, Path]) -> Non
     lines = (out / "results.csv").read_text().splitlines()
     doc = json.loads((out / "results.json").read_text())
     assert len(lines) == len(doc["results"]) + 1
+    # docs/report.md: the same rows as results.json without times_s
+    assert lines[0].split(",") == [k for k in doc["results"][0] if k != "times_s"]
 
 
 def test_results_json_follows_the_documented_schema(tiny_bench: tuple[int, Path]) -> None:

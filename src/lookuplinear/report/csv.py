@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .bench import BenchResult
+
 __all__ = ["CSV_FIELDS", "write_csv"]
 
-CSV_FIELDS = (
-    "form", "dist", "in_features", "out_features", "batch", "bag_size", "nnz", "method",
-    "phase", "optimizer", "status", "reason", "median_s", "min_s", "spread", "noisy", "attempts",
-    "throughput_rows_per_s", "peak_bytes", "input_bytes", "estimated_bytes",
-)
+#: every field of a results.json row, in its order, but the per-round ``times_s``
+CSV_FIELDS = tuple(f.name for f in dataclasses.fields(BenchResult) if f.name != "times_s")
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
