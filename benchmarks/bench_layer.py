@@ -1,8 +1,8 @@
 """The layer's performance goals: ``LookupLinear`` against the raw PyTorch ops and ``nn.Linear``.
 
-Run from the repository root:
+Run from the repository root (docs/performance.md's command; 21 rounds is the default):
 
-    .venv/bin/python benchmarks/bench_layer.py --repeats 31
+    .venv/bin/python benchmarks/bench_layer.py --repeats 21 --no-memory --threads 1
 
 With ``sparse=False`` every backward allocates a fresh dense weight gradient (25.6 MB here).
 glibc hands blocks that large back to the kernel when they are freed, so each call pays the page
