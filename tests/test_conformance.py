@@ -27,6 +27,7 @@ from lookuplinear import (
     ModeNotSupportedError,
     OffsetsError,
     PaddingIdxError,
+    TableShapeError,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +108,20 @@ def test_padding_idx_out_of_range_is_pytorchs_assertion(padding_idx: int) -> Non
     assert isinstance(info.value, ValueError)  # what lookuplinear raised before, still caught
     with pytest.raises(RuntimeError):  # as F.embedding_bag raises
         lookuplinear.lookup_linear(torch.tensor([1]), torch.ones(5, 2), padding_idx=padding_idx)
+
+
+@pytest.mark.parametrize("build", [
+    lambda m: m.Embedding(3, 2, _weight=torch.zeros(4, 2)),
+    lambda m: m.EmbeddingBag(3, 2, _weight=torch.zeros(3, 1)),
+    lambda m: m.Embedding.from_pretrained(torch.zeros(4)),
+    lambda m: m.EmbeddingBag.from_pretrained(torch.zeros(4, 2, 1)),
+], ids=["embedding-weight", "bag-weight", "embedding-pretrained-1d", "bag-pretrained-3d"])
+def test_a_table_of_another_shape_is_pytorchs_assertion(build: Callable[[Any], Any]) -> None:
+    with pytest.raises(AssertionError):
+        build(nn)
+    with pytest.raises(AssertionError) as info:
+        build(lookuplinear)
+    assert type(info.value) is TableShapeError and isinstance(info.value, ValueError)
 
 
 def test_index_out_of_range_in_a_bag_is_also_pytorchs_runtime_error() -> None:

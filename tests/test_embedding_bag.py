@@ -131,6 +131,30 @@ def test_forward_and_gradients_equal_torchs_on_every_form(
         torch.testing.assert_close(_dense(bag.weight.grad), _dense(ref.weight.grad))
 
 
+@pytest.mark.parametrize(("mode", "sparse"), [("sum", False), ("sum", True), ("mean", False),
+                                             ("mean", True), ("max", False)])
+@pytest.mark.parametrize(("rows", "dim"), [(0, 3), (3, 0), (0, 0)])
+def test_a_table_of_no_rows_or_columns_computes_as_torchs(rows: int, dim: int, mode: str,
+                                                          sparse: bool) -> None:
+    """``nn.EmbeddingBag(0, 3)`` and ``(3, 0)`` are tables PyTorch builds and runs: empty bags
+    give zeros of width ``dim``, and the gradient is the table's shape."""
+    empty = torch.zeros(0, dtype=torch.long)
+    calls = [(empty, torch.tensor([0, 0, 0]))]  # three empty bags
+    if rows:
+        calls += [(torch.tensor([2, 0, 1]), torch.tensor([0, 1, 1])),
+                  (torch.tensor([[2, 0], [1, 1]]),)]
+    for call in calls:
+        bag = EmbeddingBag(rows, dim, mode=mode, sparse=sparse)
+        ref = nn.EmbeddingBag(rows, dim, mode=mode, sparse=sparse)
+        out, want = bag(*call), ref(*call)
+        assert out.shape == want.shape and torch.equal(out, want)
+        out.sum().backward()
+        want.sum().backward()
+        assert bag.weight.grad is not None and ref.weight.grad is not None
+        assert bag.weight.grad.is_sparse is ref.weight.grad.is_sparse is sparse
+        assert torch.equal(_dense(bag.weight.grad), _dense(ref.weight.grad))
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_per_sample_weights_forward_and_gradients_equal_torchs(sparse: bool) -> None:
     bag, ref = _pair(mode="sum", sparse=sparse, padding_idx=3)

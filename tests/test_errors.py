@@ -21,6 +21,8 @@ from lookuplinear import (
     LookupLinear,
     LookupLinearError,
     OffsetsError,
+    SizeError,
+    SizeTypeError,
     lookup_linear,
 )
 
@@ -253,6 +255,19 @@ def test_bad_arguments_raise_value_error(make: Callable[[], Any], words: list[st
     assert isinstance(info.value, ValueError)
     for word in words:
         assert word in str(info.value), f"{word!r} not in: {info.value}"
+
+
+@pytest.mark.parametrize(("size", "builtin", "ours"), [
+    (-1, RuntimeError, SizeError), (2.5, TypeError, SizeTypeError), ("3", TypeError,
+                                                                     SizeTypeError)])
+def test_a_bad_size_is_also_the_class_nn_linear_raises(size: Any, builtin: type,
+                                                       ours: type) -> None:
+    for args in ((size, 3), (3, size)):
+        with pytest.raises(builtin):
+            torch.nn.Linear(*args)
+        with pytest.raises(builtin, match="must be an integer >= 1") as info:
+            LookupLinear(*args)
+        assert type(info.value) is ours and isinstance(info.value, ValueError)
 
 
 def test_padding_idx_of_the_wrong_type_is_a_type_error() -> None:

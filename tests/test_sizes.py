@@ -11,12 +11,15 @@ import pytest
 import torch
 from torch import nn
 
+import lookuplinear
 from lookuplinear import (
     EmbeddingBag,
     IdMap,
     InputValueError,
     LookupCollection,
     LookupLinear,
+    SizeError,
+    SizeTypeError,
     TableConfig,
     hash_ids,
 )
@@ -62,11 +65,37 @@ def test_an_estimators_hidden_size_may_be_a_numpy_integer() -> None:
 
 @pytest.mark.parametrize("size", BAD_SIZES, ids=repr)
 def test_a_size_that_is_not_a_positive_integer_is_refused_clearly(size: Any) -> None:
-    for build in (lambda: LookupLinear(size, 3), lambda: EmbeddingBag(size, 3),
-                  lambda: TableConfig("t", size, 3, ["f"]), lambda: IdMap(size),
-                  lambda: hash_ids(torch.arange(3), size)):
+    for build in (lambda: LookupLinear(size, 3), lambda: TableConfig("t", size, 3, ["f"]),
+                  lambda: IdMap(size), lambda: hash_ids(torch.arange(3), size)):
         with pytest.raises(InputValueError, match=r"must be an integer >= 1 .* got") as info:
             build()
         assert isinstance(info.value, ValueError)
+
+
+# 0 is a size these take; a bool tensor PyTorch refuses with its kernel's RuntimeError, where
+# lookuplinear's is the TypeError of every other bool
+@pytest.mark.parametrize("size", [s for s in BAD_SIZES if not (type(s) is int and s == 0)
+                                  and not (isinstance(s, torch.Tensor) and s.dtype == torch.bool)],
+                         ids=repr)
+@pytest.mark.parametrize("cls", ["Embedding", "EmbeddingBag"])
+def test_a_bad_size_raises_the_class_pytorch_raises(size: Any, cls: str) -> None:
+    """A float, a bool or a string: a ``TypeError``; a negative size: a ``RuntimeError``, as
+    ``nn.Embedding``/``nn.EmbeddingBag`` raise; each also lookuplinear's, a ``ValueError``."""
+    ours, stock = getattr(lookuplinear, cls), getattr(nn, cls)
+    for args in ((size, 3), (3, size)):
+        try:
+            stock(*args)
+        except Exception as e:  # the class is what is compared
+            theirs = type(e)
+        with pytest.raises(theirs, match=r"must be an integer >= 0 .* got") as info:
+            ours(*args)
+        assert type(info.value) is (SizeError if theirs is RuntimeError else SizeTypeError)
+        assert isinstance(info.value, InputValueError)
+
+
+@pytest.mark.parametrize("cls", ["Embedding", "EmbeddingBag"])
+def test_a_table_of_no_rows_or_columns_is_built_as_pytorch_builds_it(cls: str) -> None:
+    for n, d in ((0, 3), (3, 0), (0, 0)):
+        assert getattr(lookuplinear, cls)(n, d).weight.shape == getattr(nn, cls)(n, d).weight.shape
 
 

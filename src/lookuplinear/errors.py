@@ -3,9 +3,10 @@
 Each class is also the built-in exception a Python user would catch for that kind of mistake
 (``IndexError``, ``ValueError``, ``TypeError``), so ``except ValueError`` keeps working. Where
 PyTorch raises another built-in for the same mistake in ``nn.Embedding``/``nn.EmbeddingBag``
-(``RuntimeError`` for bad offsets, ``AssertionError`` for a ``padding_idx`` outside the table,
-``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``), the error is
-that one too, so code written against PyTorch catches it as it did:
+(``RuntimeError`` for bad offsets or a negative size, ``TypeError`` for a size that is not an
+integer, ``AssertionError`` for a ``padding_idx`` outside the table or a ``_weight`` of another
+shape, ``NotImplementedError`` for ``per_sample_weights`` with a mode other than ``"sum"``), the
+error is that one too, so code written against PyTorch catches it as it did:
 
 >>> from lookuplinear import EmbeddingBag
 >>> bag = EmbeddingBag(10, 3, mode="sum")
@@ -46,7 +47,10 @@ __all__ = [
     "NotLinearError",
     "OffsetsError",
     "PaddingIdxError",
+    "SizeError",
+    "SizeTypeError",
     "StateDictError",
+    "TableShapeError",
     "TrainingDivergedError",
     "UnknownTokenError",
 ]
@@ -81,6 +85,23 @@ class OffsetsError(InputValueError, RuntimeError):
 class PaddingIdxError(InputValueError, AssertionError, RuntimeError):
     """``padding_idx`` outside the table. Also an ``AssertionError`` (``nn.Embedding`` and
     ``nn.EmbeddingBag`` assert it) and a ``RuntimeError`` (``F.embedding_bag`` raises one)."""
+
+
+class SizeError(InputValueError, RuntimeError):
+    """A size (rows, columns, a count) below the smallest the argument takes: a negative
+    ``num_embeddings``. Also a ``RuntimeError``, as ``nn.Embedding``, ``nn.EmbeddingBag`` and
+    ``nn.Linear`` raise for a negative size."""
+
+
+class SizeTypeError(InputValueError, TypeError):
+    """A size that is not an integer (a float, a bool, a string). Also a ``TypeError``, as
+    ``nn.Embedding``, ``nn.EmbeddingBag`` and ``nn.Linear`` raise for it."""
+
+
+class TableShapeError(InputValueError, AssertionError):
+    """A table of another shape than the layer's: a ``_weight`` that is not
+    ``(num_embeddings, embedding_dim)``, a ``from_pretrained`` table that is not 2-D. Also an
+    ``AssertionError``, as ``nn.Embedding`` and ``nn.EmbeddingBag`` assert it."""
 
 
 class ModeNotSupportedError(InputValueError, NotImplementedError):

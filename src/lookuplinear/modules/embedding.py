@@ -9,19 +9,21 @@ and ``isinstance(m, nn.Embedding)`` holds. :class:`~lookuplinear.EmbeddingBag` i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
 from .._fusion import binding
 from .._loading import AllOrNothingLoad
-from .._sizes import as_size, check_table_shape
+from .._sizes import as_size, check_pretrained_table, check_table_shape
 from ..errors import DtypeMismatchError, InputTypeError
 from ..functional import lookup_linear, normalize_padding_idx, range_checked
 from ..sparse.bags import check_index_range
 
 __all__ = ["Embedding"]
+
+_T = TypeVar("_T", bound="Embedding")
 
 
 class Embedding(AllOrNothingLoad, nn.Embedding):
@@ -70,8 +72,12 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
 
     Raises
     ------
-    InputValueError
-        A size that is not an integer >= 0, or ``_weight`` of another shape.
+    SizeTypeError
+        A size that is not an integer (also the ``TypeError`` ``nn.Embedding`` raises).
+    SizeError
+        A negative size (also the ``RuntimeError`` ``nn.Embedding`` raises).
+    TableShapeError
+        ``_weight`` of another shape (also the ``AssertionError`` ``nn.Embedding`` raises).
     PaddingIdxError
         ``padding_idx`` outside the table (also the ``AssertionError`` ``nn.Embedding`` raises).
 
@@ -117,6 +123,30 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             num_embeddings, embedding_dim, padding_idx, max_norm, norm_type,
             scale_grad_by_freq, sparse, _weight, _freeze, device, dtype,
         )
+
+    @classmethod
+    def from_pretrained(cls: type[_T], embeddings: torch.Tensor, freeze: bool = True,
+                        padding_idx: int | None = None, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> _T:
+        """``nn.Embedding.from_pretrained``: a layer that holds ``embeddings`` as its table, with
+        the same arguments (``freeze=True`` by default, then the layer's settings).
+
+        Raises
+        ------
+        TableShapeError
+            ``embeddings`` is not 2-D (also the ``AssertionError`` ``nn.Embedding`` raises).
+
+        Examples
+        --------
+        >>> emb = Embedding.from_pretrained(torch.tensor([[0.5, 1.0], [2.0, 3.0]]))
+        >>> emb(torch.tensor([1, 0])).tolist(), emb.weight.requires_grad
+        ([[2.0, 3.0], [0.5, 1.0]], False)
+        """
+        check_pretrained_table(embeddings, cls.__name__)
+        layer = super().from_pretrained(embeddings, freeze, padding_idx, max_norm, norm_type,
+                                        scale_grad_by_freq, sparse)
+        return cast(_T, layer)
 
     def __prepare_scriptable__(self) -> nn.Embedding:
         """What ``torch.jit.script(self)`` compiles: the ``nn.Embedding`` this layer is a

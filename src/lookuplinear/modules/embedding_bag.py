@@ -10,13 +10,13 @@ decides by that test (PyTorch's ``DistributedDataParallel`` expects sparse gradi
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
 
 from .._loading import AllOrNothingLoad
-from .._sizes import as_size, check_table_shape
+from .._sizes import as_size, check_pretrained_table, check_table_shape
 from ..errors import DtypeMismatchError, InputTypeError, InputValueError, ModeNotSupportedError
 from ..functional import (
     LookupInput,
@@ -29,6 +29,8 @@ from ..functional import (
 from ..sparse.bags import Bags, check_index_range
 
 __all__ = ["EmbeddingBag"]
+
+_T = TypeVar("_T", bound="EmbeddingBag")
 
 
 class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
@@ -53,7 +55,8 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
     Parameters
     ----------
     num_embeddings : int
-        Rows of the table; an int, a numpy integer or a one-element integer tensor.
+        Rows of the table (0 allowed, as in PyTorch); an int, a numpy integer or a one-element
+        integer tensor.
     embedding_dim : int
         Columns of the table.
     max_norm : float, optional
@@ -84,8 +87,14 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
 
     Raises
     ------
+    SizeTypeError
+        A size that is not an integer (also the ``TypeError`` ``nn.EmbeddingBag`` raises).
+    SizeError
+        A negative size (also the ``RuntimeError`` ``nn.EmbeddingBag`` raises).
+    TableShapeError
+        ``_weight`` of another shape (also the ``AssertionError`` ``nn.EmbeddingBag`` raises).
     InputValueError
-        A size that is not an integer >= 1, an unknown ``mode``, or ``_weight`` of another shape.
+        An unknown ``mode``.
     PaddingIdxError
         ``padding_idx`` outside the table (also the ``AssertionError`` ``nn.EmbeddingBag``
         raises).
@@ -123,8 +132,8 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        num_embeddings = as_size(num_embeddings, "num_embeddings", where="EmbeddingBag")
-        embedding_dim = as_size(embedding_dim, "embedding_dim", where="EmbeddingBag")
+        num_embeddings = as_size(num_embeddings, "num_embeddings", low=0, where="EmbeddingBag")
+        embedding_dim = as_size(embedding_dim, "embedding_dim", low=0, where="EmbeddingBag")
         check_mode(mode)
         if scale_grad_by_freq and sparse:
             raise InputValueError(
@@ -143,6 +152,32 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
             num_embeddings, embedding_dim, max_norm, norm_type, scale_grad_by_freq, mode,
             sparse, _weight, include_last_offset, padding_idx, device, dtype,
         )
+
+    @classmethod
+    def from_pretrained(cls: type[_T], embeddings: torch.Tensor, freeze: bool = True,
+                        max_norm: float | None = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, mode: str = "mean",
+                        sparse: bool = False, include_last_offset: bool = False,
+                        padding_idx: int | None = None) -> _T:
+        """``nn.EmbeddingBag.from_pretrained``: a layer that holds ``embeddings`` as its table, with
+        the same arguments (``freeze=True`` by default, then the layer's settings).
+
+        Raises
+        ------
+        TableShapeError
+            ``embeddings`` is not 2-D (also the ``AssertionError`` ``nn.EmbeddingBag`` raises).
+
+        Examples
+        --------
+        >>> bag = EmbeddingBag.from_pretrained(torch.tensor([[0.5, 1.0], [2.0, 3.0]]))
+        >>> bag(torch.tensor([[1, 0]])).tolist(), bag.weight.requires_grad
+        ([[1.25, 2.0]], False)
+        """
+        check_pretrained_table(embeddings, cls.__name__)
+        layer = super().from_pretrained(embeddings, freeze, max_norm, norm_type,
+                                        scale_grad_by_freq, mode, sparse, include_last_offset,
+                                        padding_idx)
+        return cast(_T, layer)
 
     def __prepare_scriptable__(self) -> nn.EmbeddingBag:
         """What ``torch.jit.script(self)`` compiles: the ``nn.EmbeddingBag`` this layer is a

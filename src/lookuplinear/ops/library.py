@@ -473,7 +473,8 @@ def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
 def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     """The weight gradient (:func:`_sum_weight_grad`), and the per-entry weights'."""
     indices, offsets, weights, *table = ctx.saved_tensors
-    g = grad_out.reshape(-1, ctx.shape[1])
+    # the output's rows (not reshape(-1, dim), which a table of no columns leaves open)
+    g = grad_out.flatten(0, -2) if grad_out.dim() > 1 else grad_out.reshape(1, ctx.shape[1])
     idx = indices.reshape(-1)
     if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
         offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
@@ -927,6 +928,8 @@ def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: to
                            offsets: torch.Tensor) -> torch.Tensor:
     """The rows that gave each maximum found again (ATen's ``max_indices``; none in an empty
     bag), ``grad`` added to them."""
+    if weight.shape[0] == 0:  # a table of no rows: every bag is empty
+        return grad.new_zeros(weight.shape)
     rows = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[3]
     empty = (offsets[1:] == offsets[:-1]).unsqueeze(1).expand_as(rows)
     return grad.new_zeros(weight.shape).scatter_add_(

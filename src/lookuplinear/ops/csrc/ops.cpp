@@ -845,7 +845,9 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
                           dim = ctx->saved_data["dim"].toSymInt();
         const optional<int64_t> padding_idx =
             ctx->saved_data["padding_idx"].toOptional<int64_t>();
-        const Tensor g = grads[0].reshape_symint({-1, dim});
+        // the output's rows (not reshape {-1, dim}, which a table of no columns leaves open)
+        const Tensor g = grads[0].dim() > 1 ? grads[0].flatten(0, -2)
+                                            : grads[0].reshape_symint({1, dim});
         if (offsets.has_value() && !ctx->saved_data["include_last_offset"].toBool())  // the end
             offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
         Tensor grad_weight, grad_weights;
