@@ -137,7 +137,18 @@ def test_forward_and_gradients_equal_torchs_on_every_form(
 def test_a_table_of_no_rows_or_columns_computes_as_torchs(rows: int, dim: int, mode: str,
                                                           sparse: bool) -> None:
     """``nn.EmbeddingBag(0, 3)`` and ``(3, 0)`` are tables PyTorch builds and runs: empty bags
-    give zeros of width ``dim``, and the gradient is the table's shape."""
+    give zeros of width ``dim``, and the gradient is the table's shape. (On one thread:
+    PyTorch's CPU bag kernel, which both call for a table of no columns, fails on bags that
+    hold entries when it splits them over threads, "Expected i < index_size".)"""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _no_rows_or_columns(rows, dim, mode, sparse)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _no_rows_or_columns(rows: int, dim: int, mode: str, sparse: bool) -> None:
     empty = torch.zeros(0, dtype=torch.long)
     calls = [(empty, torch.tensor([0, 0, 0]))]  # three empty bags
     if rows:
