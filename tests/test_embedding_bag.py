@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from torch import nn
 
 import lookuplinear
 from lookuplinear import (
+    Bags,
     Checkpoint,
     DtypeMismatchError,
     EmbeddingBag,
@@ -318,6 +320,38 @@ def test_quantize_is_called_as_the_bag() -> None:
         assert float((q(*call) - bag(*call)).detach().abs().max()) < 0.05
     with pytest.raises(InputValueError, match="needs offsets"):
         q(torch.tensor([1, 2]))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_per_sample_weights_on_every_form_float_and_quantized(mode: str) -> None:
+    """``(B, N)`` indices, 1-D indices with offsets and a nested tensor are weighed by their
+    ``per_sample_weights`` as nn.EmbeddingBag weighs them (mode ``sum``; other modes refuse
+    them, as torch does), float and quantized alike; ``Bags`` and scipy input hold their own
+    weights, so weights beside them are refused, never dropped."""
+    torch.manual_seed(0)
+    bag = EmbeddingBag(50, 8, mode=mode)
+    x2 = torch.tensor([[1, 5, 5], [49, 0, 7]])
+    w2 = torch.tensor([[0.5, 2.0, 1.0], [3.0, 0.25, 1.0]])
+    calls = [(x2, None, w2), (x2.reshape(-1), torch.tensor([0, 3]), w2.reshape(-1)),
+             (torch.nested.nested_tensor(list(x2), layout=torch.jagged), None,
+              torch.nested.nested_tensor(list(w2), layout=torch.jagged))]
+    bags = Bags.from_lists(x2.tolist())
+    own = (bags, sp.csr_matrix(bags.to_dense(50).numpy()))
+    refusal = "per_sample_weights needs offsets" if mode == "sum" else "mode='sum'"
+    for layer in [bag] + [bag.quantize(dtype) for dtype in ("int8", "int4", "float16")]:
+        table = bag.weight if layer is bag else layer.dequantize().weight
+        stock = nn.EmbeddingBag.from_pretrained(table.detach(), mode=mode)
+        for x, offsets, w in calls:
+            if mode != "sum":
+                with pytest.raises(NotImplementedError, match="mode='sum'"):
+                    layer(x, offsets, w)
+                continue
+            want = stock(x2, None, w2)
+            assert not torch.allclose(want, stock(x2))
+            torch.testing.assert_close(layer(x, offsets, w), want, atol=1e-5, rtol=1e-5)
+        for x in own:
+            with pytest.raises(InputValueError, match=refusal):
+                layer(x, None, w2.reshape(-1))
 
 
 def test_exported_at_the_top_level() -> None:

@@ -141,3 +141,38 @@ def test_index_lookup_is_the_dequantized_row_of_each_index(dtype, index_dtype):
     assert q(x[:0]).shape == (0, 2, 3, 8)  # no positions
     with pytest.raises(LookupIndexError, match="50"):
         q(torch.tensor([[0, 50]], dtype=index_dtype))
+
+
+def _weighted_forms() -> list[tuple[str, object]]:
+    """Every input form beside which ``per_sample_weights`` have no bags to weigh: the 2-D
+    index tensor (one lookup a position), and the forms that hold their own weights."""
+    bags = Bags.from_lists([[1, 5], [49, 0]])
+    dense = bags.to_dense(50)
+    return [("(B, N) indices", torch.tensor([[1, 5], [49, 0]])), ("Bags", bags),
+            ("scipy CSR", sp.csr_matrix(dense.numpy())), ("torch COO", dense.to_sparse()),
+            ("torch CSR", dense.to_sparse_csr()), ("dense rows", dense)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_per_sample_weights_are_weighed_with_offsets_and_refused_without(mode):
+    """The float and the quantized layer take ``per_sample_weights`` with ``offsets`` (the
+    weighted bags, equal to the float layer's on the dequantized table and to
+    nn.EmbeddingBag's) and refuse them beside any other form, never dropping them."""
+    layer = _layer(mode)
+    idx, offsets = torch.tensor([1, 5, 49, 0, 3]), torch.tensor([0, 2, 4])
+    w = torch.ones(5) if mode == "max" else torch.tensor([0.5, 2.0, 3.0, 1.0, 0.25])
+    for q in [layer] + [layer.quantize(dtype) for dtype in DTYPES]:
+        ref = layer if q is layer else q.dequantize()
+        out = q(idx, offsets, w)
+        torch.testing.assert_close(out, ref(idx, offsets, w).detach(), atol=1e-5, rtol=1e-5)
+        if mode != "max":
+            assert not torch.allclose(out, q(idx, offsets))  # weighed
+        if mode in ("sum", "max"):  # (torch weighs sums only; max has unit weights)
+            stock = torch.nn.EmbeddingBag.from_pretrained(ref.weight.detach(), mode=mode)
+            want = stock(idx, offsets, w if mode == "sum" else None) + ref.bias.detach()
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        for name, x in _weighted_forms():
+            n = x.numel() if isinstance(x, torch.Tensor) and x.layout == torch.strided else 4
+            with pytest.raises(InputValueError, match="per_sample_weights needs offsets"):
+                q(x, None, torch.ones(n))
+                pytest.fail(f"{type(q).__name__} {name}: weights dropped")

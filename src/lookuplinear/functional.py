@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_per_sample_weights_dtype",
-           "lookup_linear", "normalize_padding_idx", "range_checked", "row_scale"]
+           "check_weights_have_offsets", "lookup_linear", "normalize_padding_idx",
+           "range_checked", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays
@@ -111,6 +112,26 @@ def check_per_sample_weights_dtype(per_sample_weights: Any, weight: torch.Tensor
         )
 
 
+def check_weights_have_offsets(per_sample_weights: Any) -> None:
+    """Raise ``InputValueError`` for ``per_sample_weights`` given without ``offsets``.
+
+    They weigh the entries of the 1-D index input that ``offsets`` cuts into bags, and nothing
+    else: an index tensor without offsets is one lookup per position (no bag to weigh), and
+    ``Bags``, scipy.sparse and torch sparse input hold their entries' weights as their values.
+    ``LookupLinear`` and ``QuantizedLookupLinear`` both refuse them there, rather than drop them.
+    (``EmbeddingBag`` reads a ``(B, N)`` tensor as ``B`` bags and weighs them, as
+    ``nn.EmbeddingBag`` does.)
+    """
+    if per_sample_weights is not None:
+        raise InputValueError(
+            "per_sample_weights needs offsets: they weigh the entries of a 1-D index input cut "
+            "into bags by offsets= (the bags' start offsets, as for nn.EmbeddingBag), so pass "
+            "offsets too. Bags, scipy.sparse and torch sparse input carry their weights as "
+            "their values (Bags(indices, offsets, weights)); an index tensor without offsets is "
+            "one lookup per position, which no weight applies to."
+        )
+
+
 def lookup_linear(
     input: LookupInput,
     weight: torch.Tensor,
@@ -154,7 +175,9 @@ def lookup_linear(
         The bags of a 1-D index ``input`` and per-entry weights, as ``F.embedding_bag`` takes
         them: ``N`` start offsets (bag ``b`` is ``input[offsets[b]:offsets[b + 1]]``, the last
         bag runs to the end of ``input``), or, with ``include_last_offset=True``, ``N + 1``
-        CSR offsets ending at ``len(input)``.
+        CSR offsets ending at ``len(input)``. ``per_sample_weights`` without ``offsets`` raise
+        ``InputValueError``: ``Bags`` and sparse input hold their weights as their values, and
+        an index tensor without offsets has no bags to weigh.
     include_last_offset : bool, default False
         As in ``F.embedding_bag``: ``offsets`` has one more entry, the end of the last bag.
     sparse : bool
@@ -296,11 +319,8 @@ def lookup_linear(
         ends = csr_offsets(input, offsets, include_last_offset,
                            last_to_end=padding_idx is not None or mode == "max")
         input = Bags(input, ends, per_sample_weights)
-    elif per_sample_weights is not None:
-        raise InputValueError(
-            "per_sample_weights needs offsets: pass offsets= (the bags' start offsets, as for "
-            "nn.EmbeddingBag) too."
-        )
+    else:
+        check_weights_have_offsets(per_sample_weights)
 
     if isinstance(input, Bags):  # the common case first: every check here costs
         bags = input
@@ -382,6 +402,8 @@ def _cpu_sum_operands(
             and (checked or offsets_ok(offsets, input.numel(), include_last=include_last_offset))
         ):
             return input, offsets, per_sample_weights, include_last_offset
+        return None
+    if per_sample_weights is not None:  # the general path refuses them
         return None
     if type(input) is Bags:
         bags = input

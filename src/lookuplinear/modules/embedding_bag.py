@@ -205,7 +205,8 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         input : Tensor
             ``(B, N)`` indices: ``B`` bags of ``N`` each (``offsets`` must be None); or ``(nnz,)``
             indices with ``offsets``; or a nested tensor of ``B`` bags. Also ``Bags`` and
-            scipy.sparse ``(B, num_embeddings)`` input (values as per-entry weights).
+            scipy.sparse ``(B, num_embeddings)`` input (values as per-entry weights, so no
+            ``per_sample_weights`` beside them).
         offsets : Tensor of shape (B,) or (B + 1,), optional
             Start of each bag in a 1-D ``input`` (``B + 1`` CSR offsets with
             ``include_last_offset``).
@@ -215,8 +216,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         Raises
         ------
         InputValueError
-            1-D input without ``offsets``, 2-D input with them, input of another rank, or
-            ``per_sample_weights`` of another shape than ``input``.
+            1-D input without ``offsets``, 2-D input with them, input of another rank,
+            ``per_sample_weights`` of another shape than ``input``, or beside ``Bags`` or
+            scipy.sparse input.
         OffsetsError
             ``offsets`` that do not start at 0, decrease or run past the end of ``input`` (also
             the ``RuntimeError`` ``nn.EmbeddingBag`` raises).

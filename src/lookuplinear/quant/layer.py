@@ -20,7 +20,7 @@ from torch import nn
 from .. import hugepages
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
-from ..functional import lookup_linear, range_checked
+from ..functional import check_weights_have_offsets, lookup_linear, range_checked
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops import capturing
 from ..ops.library import mode_weights
@@ -170,6 +170,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``densify(input) @ dequantized table + bias``, as ``LookupLinear.forward``."""
+        if offsets is None:
+            check_weights_have_offsets(per_sample_weights)
         if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
             if input.dtype.is_floating_point or input.dtype == torch.bool:  # dense rows
                 return lookup_linear(input, self.rows(torch.arange(self.in_features)),
