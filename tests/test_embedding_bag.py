@@ -191,6 +191,19 @@ def test_nested_input_equals_torchs() -> None:
     torch.testing.assert_close(bag(x), ref(x))
 
 
+def test_a_strided_nested_input_is_refused_naming_the_jagged_layout() -> None:
+    """torch's default nested layout has no offsets (nn.EmbeddingBag fails on it with an
+    AttributeError); the float and the quantized bag name the layout that works."""
+    bag = EmbeddingBag(10, 4, mode="sum")
+    rows = [torch.tensor([1, 2]), torch.tensor([3])]
+    strided = torch.nested.nested_tensor(rows)
+    for layer in (bag, bag.quantize("int8")):
+        with pytest.raises(InputTypeError, match=r"layout=torch\.jagged"):
+            layer(strided)
+        torch.testing.assert_close(layer(torch.nested.nested_tensor(rows, layout=torch.jagged)),
+                                   layer(torch.tensor([1, 2, 3]), torch.tensor([0, 2])))
+
+
 def test_max_norm_renorms_the_named_rows_as_torch() -> None:
     bag, ref = _pair(max_norm=0.7, norm_type=1.0, mode="sum")
     x = torch.tensor([[1, 2], [2, 8]])

@@ -204,9 +204,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         ----------
         input : Tensor
             ``(B, N)`` indices: ``B`` bags of ``N`` each (``offsets`` must be None); or ``(nnz,)``
-            indices with ``offsets``; or a nested tensor of ``B`` bags. Also ``Bags`` and
-            scipy.sparse ``(B, num_embeddings)`` input (values as per-entry weights, so no
-            ``per_sample_weights`` beside them).
+            indices with ``offsets``; or a nested tensor (``layout=torch.jagged``) of ``B`` bags.
+            Also ``Bags`` and scipy.sparse ``(B, num_embeddings)`` input (values as per-entry
+            weights, so no ``per_sample_weights`` beside them).
         offsets : Tensor of shape (B,) or (B + 1,), optional
             Start of each bag in a 1-D ``input`` (``B + 1`` CSR offsets with
             ``include_last_offset``).
@@ -226,9 +226,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
             ``per_sample_weights`` with a mode other than ``"sum"`` (also the
             ``NotImplementedError`` ``nn.EmbeddingBag`` raises).
         InputTypeError
-            A tensor input that is not integer indices; ``DtypeMismatchError`` (also a
-            ``RuntimeError``, as in PyTorch) for ``per_sample_weights`` of another dtype than
-            ``weight``.
+            A tensor input that is not integer indices, or a nested tensor of another layout
+            than ``torch.jagged``; ``DtypeMismatchError`` (also a ``RuntimeError``, as in
+            PyTorch) for ``per_sample_weights`` of another dtype than ``weight``.
         LookupIndexError
             An index outside ``[0, num_embeddings)``.
         """
@@ -302,8 +302,8 @@ def bag_input(
 ) -> tuple[LookupInput, torch.Tensor | None, torch.Tensor | None]:
     """``nn.EmbeddingBag``'s input forms as ``(input, offsets, per_sample_weights)`` for
     :func:`~lookuplinear.lookup_linear`: a ``(B, N)`` tensor is ``B`` bags of ``N`` and a nested
-    tensor its rows (both as ``Bags``); a 1-D tensor needs ``offsets``; ``Bags`` and
-    scipy.sparse input pass as they are."""
+    tensor (``layout=torch.jagged``) its rows (both as ``Bags``); a 1-D tensor needs
+    ``offsets``; ``Bags`` and scipy.sparse input pass as they are."""
     if per_sample_weights is not None and mode != "sum":
         raise ModeNotSupportedError(
             f"EmbeddingBag: per_sample_weights is only supported for mode='sum' (as in "
@@ -324,6 +324,12 @@ def bag_input(
             f"same shape as the input {tuple(input.shape)}. Give one weight per index."
         )
     if input.is_nested:
+        if input.layout != torch.jagged:  # nn.EmbeddingBag fails on it with an AttributeError
+            raise InputTypeError(
+                f"EmbeddingBag: a nested input must have layout=torch.jagged (its bags are its "
+                f"rows), got {input.layout}. Build it with torch.nested.nested_tensor(rows, "
+                "layout=torch.jagged), or pass the indices flattened with their offsets."
+            )
         if offsets is not None:
             raise InputValueError(
                 "EmbeddingBag: a nested input holds its bags, so offsets must be None."
