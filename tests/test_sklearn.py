@@ -1073,6 +1073,22 @@ def test_coef_with_select_from_model_top_words_and_quantized() -> None:
     np.testing.assert_array_equal(clf.quantize("int8").coef_, deq)
 
 
+@pytest.mark.parametrize("Estimator", [LookupClassifier, LookupRegressor])
+def test_quantize_again_keeps_the_dtype_or_refuses_another(Estimator: Any) -> None:
+    """``quantize`` checks its ``dtype`` first; on an estimator quantized already the same
+    dtype changes nothing and another is refused (never kept silently as the first one)."""
+    X, y = _tfidf(n=60, n_features=30)
+    est = Estimator(random_state=0).fit(X, y)
+    with pytest.raises(InputValueError, match="dtype must be one of"):
+        est.quantize("int2")
+    table = est.quantize("int8").model_.lookup
+    assert est.quantize("int8").model_.lookup is table and table.dtype == "int8"
+    for other in ("int4", "float16", "bogus"):
+        with pytest.raises(InputValueError, match=r"quantized already|dtype must be one of"):
+            est.quantize(other)
+    assert est.model_.lookup is table
+
+
 def test_coef_is_refused_where_the_model_is_not_linear() -> None:
     """``mode="max"`` takes a maximum over the row's features: no linear map of ``X``, so
     ``coef_`` / ``intercept_`` raise :class:`NotLinearError` (an ``AttributeError``:

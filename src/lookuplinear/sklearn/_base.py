@@ -581,7 +581,15 @@ class LookupEstimator(BaseEstimator):
         """Quantize the fitted table for inference (``LookupLinear.quantize``): ``"int8"``,
         ``"int4"`` or ``"float16"``; returns ``self``. Predictions move by the quantization
         error; ``partial_fit`` and warm-started ``fit`` raise afterwards (``fit`` trains a
-        new float model).
+        new float model). On an estimator quantized already, the same ``dtype`` changes
+        nothing and another raises (re-quantizing would add a second rounding: quantize the
+        float model).
+
+        Raises
+        ------
+        InputValueError
+            An unknown ``dtype``, or one other than the table's on an estimator quantized
+            already.
 
         Examples
         --------
@@ -590,11 +598,22 @@ class LookupEstimator(BaseEstimator):
         >>> clf.quantize("int8").predict([[0, 1], [2]])
         array([0, 1])
         """
-        from ..quant.layer import QuantizedLookupLinear
+        from ..quant.layer import DTYPES, QuantizedLookupLinear
 
+        if dtype not in DTYPES:
+            raise InputValueError(
+                f"quantize: dtype must be one of {sorted(DTYPES)}, got {dtype!r}."
+            )
         check_is_fitted(self, "model_")
-        if not isinstance(self.model_.lookup, QuantizedLookupLinear):
-            self.model_.lookup = self.model_.lookup.cpu().quantize(dtype)
+        lookup = self.model_.lookup
+        if not isinstance(lookup, QuantizedLookupLinear):
+            self.model_.lookup = lookup.cpu().quantize(dtype)
+        elif lookup.dtype != dtype:
+            raise InputValueError(
+                f"quantize({dtype!r}): this {type(self).__name__} is quantized already, as "
+                f"{lookup.dtype!r}; quantize the float model (fit it again, or load its "
+                "float model file) to get another dtype."
+            )
         return self
 
     def _check_trainable(self) -> None:
