@@ -440,6 +440,31 @@ def test_from_torchrec_refuses_an_embedding_collection():
         LookupCollection.from_torchrec(ec)
 
 
+@pytest.mark.parametrize("qdtype", [torch.qint8, torch.quint4x2])
+def test_from_torchrec_refuses_a_quantized_ebc_naming_the_float_one(qdtype):
+    """TorchRec's quantized EBC (torchrec.quant) holds packed uint8 rows: named, with the
+    float EBC to pass instead, never read as a float table nor blamed on a size mismatch;
+    its state dict, passed beside the float EBC, is refused for its dtype."""
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEBC
+
+    ebc = _ebc([("t", 30, 8, ["f"])])
+    ebc.qconfig = torch.ao.quantization.QConfig(
+        activation=torch.ao.quantization.PlaceholderObserver.with_args(dtype=torch.float),
+        weight=torch.ao.quantization.PlaceholderObserver.with_args(dtype=qdtype))
+    qebc = QuantEBC.from_float(ebc)
+    with pytest.raises(InputTypeError, match=r"got the quantized torchrec\.quant\..*"
+                                             r"Pass the float EmbeddingBagCollection"):
+        LookupCollection.from_torchrec(qebc)
+    packed = qebc.state_dict()["embedding_bags.t.weight"]
+    with pytest.raises(StateDictError, match=r"size mismatch"):
+        LookupCollection.from_torchrec(ebc, state_dict={"embedding_bags.t.weight": packed})
+    with pytest.raises(StateDictError, match=r"holds torch\.uint8 values, not a float table"):
+        LookupCollection.from_torchrec(ebc, state_dict={
+            "embedding_bags.t.weight": torch.zeros(30, 8, dtype=torch.uint8)})
+    col = LookupCollection.from_torchrec(ebc)
+    assert col.state_dict()["embedding_bags.t.weight"].dtype == torch.float32
+
+
 def test_a_kjt_passed_directly_points_to_from_kjt():
     col = LookupCollection([TableConfig("t", 10, 3, ["a"])])
     kjt = KJT.from_lengths_sync(keys=["a"], values=torch.tensor([1, 2]),

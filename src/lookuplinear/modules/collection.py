@@ -427,12 +427,23 @@ class LookupCollection(CollectionBase):
             (which fails on every weighted batch: ``nn.EmbeddingBag`` has no weights with mean,
             so there is no result to equal).
         InputTypeError
-            ``ebc`` is not an ``EmbeddingBagCollection`` (an ``EmbeddingCollection``, say).
+            ``ebc`` is not an ``EmbeddingBagCollection`` (an ``EmbeddingCollection``, say), or
+            is TorchRec's quantized one (``torchrec.quant``): pass the float EBC, and
+            :meth:`quantize` the collection.
         StateDictError
             ``state_dict`` lacks a table's ``embedding_bags.<table>.weight`` or holds one of
             another shape than the table's ``(num_embeddings, embedding_dim)`` (TorchRec's
-            ``load_state_dict`` refuses it too: "size mismatch"). Nothing is built then.
+            ``load_state_dict`` refuses it too: "size mismatch"), or one that is not floating
+            point (a quantized EBC's packed rows). Nothing is built then.
         """
+        if _is_torchrec_quantized(ebc):
+            raise InputTypeError(
+                f"from_torchrec takes TorchRec's float EmbeddingBagCollection, got the "
+                f"quantized {type(ebc).__module__}.{type(ebc).__name__}, whose tables are "
+                "packed rows no float table holds. Pass the float EmbeddingBagCollection it was "
+                "quantized from, then call .quantize(dtype) on the collection for a quantized "
+                "one."
+            )
         if not callable(getattr(ebc, "embedding_bag_configs", None)):
             unpooled = callable(getattr(ebc, "embedding_configs", None))
             raise InputTypeError(
@@ -652,6 +663,9 @@ def _check_torchrec_weights(tables: list[TableConfig],
             got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
             wrong.append(f"size mismatch for {key}: the state dict holds {got}, table "
                          f"{t.name!r} is {want} (num_embeddings, embedding_dim)")
+        elif not value.dtype.is_floating_point:
+            wrong.append(f"{key} holds {value.dtype} values, not a float table (a quantized "
+                         "EBC's packed rows?): take the float EBC's")
     if missing or wrong:
         lacking = [f"missing {key} (its keys: {sorted(weights)[:6]})" for key in missing[:3]]
         raise StateDictError(
@@ -660,6 +674,13 @@ def _check_torchrec_weights(tables: list[TableConfig],
             "embedding_bags.<table>.weight, without a wrapper's prefix such as 'module.'), "
             "or build the EBC with these shapes. Nothing was built."
         )
+
+
+def _is_torchrec_quantized(ebc: Any) -> bool:
+    """Whether ``ebc`` is one of TorchRec's quantized embedding modules (``torchrec.quant``,
+    or a sharded one of ``torchrec.distributed.quant_*``), whose tables are packed rows."""
+    module = type(ebc).__module__.split(".")
+    return module[0] == "torchrec" and any(part.startswith("quant") for part in module[1:])
 
 
 def _torchrec_init_of(config: Any) -> Init:
