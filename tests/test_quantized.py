@@ -176,3 +176,34 @@ def test_per_sample_weights_are_weighed_with_offsets_and_refused_without(mode):
             with pytest.raises(InputValueError, match="per_sample_weights needs offsets"):
                 q(x, None, torch.ones(n))
                 pytest.fail(f"{type(q).__name__} {name}: weights dropped")
+
+
+def test_rows_beyond_float16_are_refused_not_stored_as_inf():
+    """float16 storage of a value beyond 65504 (float16), or of an offset or step beyond it
+    (int4 keeps them in float16), would read back as inf or NaN: refused naming the row, in a
+    layer and in a collection (naming the table); int8 (float32 scale and offset) takes the
+    table, and rows at float16's limit are taken."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    layer = LookupLinear(3, 4, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[0.0, 1, 2, 3], [7e4, 1, 2, 3], [-7e4, 0, 0, 1]]))
+    x = torch.tensor([0, 1, 2])
+    with pytest.raises(InputValueError, match=r"quantize\('float16'\): row 1 \(and 1 more"):
+        layer.quantize("float16")
+    with pytest.raises(InputValueError, match=r"quantize\('int4'\): row 2 holds.*'int8'"):
+        layer.quantize("int4")
+    assert torch.isfinite(layer.quantize("int8")(x)).all()
+    edge = LookupLinear(2, 2, bias=False)
+    with torch.no_grad():  # the largest float16 value; int4: offset and step 65504 at most
+        edge.weight.copy_(torch.tensor([[-65504.0, 65504.0], [0.0, 65504.0 * 15]]))
+    assert torch.isfinite(edge.quantize("int4")(torch.tensor([0, 1]))).all()
+    with torch.no_grad():
+        edge.weight[1, 1] = 0.0
+    assert torch.isfinite(edge.quantize("float16")(torch.tensor([0, 1]))).all()
+    coll = LookupCollection([TableConfig("small", 5, 4, ["a"]), TableConfig("big", 3, 4, ["b"])])
+    with torch.no_grad():
+        coll["big"].weight.copy_(layer.weight)
+    with pytest.raises(InputValueError, match=r"table 'big': quantize\('float16'\): row 1"):
+        coll.quantize("float16")
+    assert coll.quantize({"small": "float16", "big": "int8"}).dtypes["big"] == "int8"

@@ -158,8 +158,17 @@ class LayerConversions:
     def quantize(self: _Layer, dtype: str = "int8") -> Any:
         """An inference copy with the table quantized row by row: ``"int8"``, ``"int4"``
         (FBGEMM's fused row-wise formats, PyTorch's quantized embedding-bag kernels) or
-        ``"float16"``; see :class:`~lookuplinear.QuantizedLookupLinear`. Each value moves by at
-        most half its row's quantization step.
+        ``"float16"``; see :class:`~lookuplinear.QuantizedLookupLinear`. With ``"int8"`` and
+        ``"int4"`` each value moves by at most half its row's quantization step,
+        ``(max - min) / (2**bits - 1) / 2``; with ``"float16"`` by at most ``2**-11`` of
+        itself (half a float16 unit in the last place; ``2**-25`` for ``|w| < 2**-14``).
+
+        Raises
+        ------
+        InputValueError
+            An unknown ``dtype``, an odd ``out_features`` for ``"int4"``, or a row that float16
+            storage cannot hold (a value beyond 65504 for ``"float16"``; an offset or step
+            beyond it for ``"int4"``): use ``"int8"``, whose scale and offset are float32.
 
         Examples
         --------

@@ -117,7 +117,10 @@ class QuantizedLookupCollection(CollectionBase):
                     f"(dtype={{{name!r}: 'int8', ...}})."
                 )
             if table_dtype is not None:
-                layers[name] = layer.quantize(table_dtype)
+                try:
+                    layers[name] = layer.quantize(table_dtype)
+                except InputValueError as exc:  # (a row out of float16's range): name the table
+                    raise InputValueError(f"table {name!r}: {exc}") from exc
                 self._weight_dtype[name] = torch.float32
                 continue
             layer.weight = nn.Parameter(layer.weight.detach().clone(), requires_grad=False)

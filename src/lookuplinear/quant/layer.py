@@ -4,10 +4,14 @@ inference.
 Each row of the table is stored in FBGEMM's fused row-wise format, as PyTorch's quantized
 embedding-bag ops take it: ``int8`` (one byte per value, then the row's float32 scale and
 offset) or ``int4`` (two values per byte, then a float16 scale and offset), or plainly as
-``float16``. A value ``w`` of row ``r`` is stored as ``q = round((w - min_r) / scale_r)`` and
-read back as ``q * scale_r + min_r``, ``scale_r = (max_r - min_r) / (2**bits - 1)``, so it
-moves by at most half a step, ``scale_r / 2`` (plus the float16 rounding of the scale and
-offset for ``int4``). The dense equivalent is ``nn.Linear`` on the dequantized table.
+``float16``. For ``int8`` and ``int4`` a value ``w`` of row ``r`` is stored as
+``q = round((w - min_r) / scale_r)`` and read back as ``q * scale_r + min_r``,
+``scale_r = (max_r - min_r) / (2**bits - 1)``, so it moves by at most half a step,
+``scale_r / 2`` (plus the float16 rounding of the scale and offset for ``int4``). ``float16``
+rounds each value to 11 significant bits: it moves by at most ``2**-11 * |w|`` (``2**-25``
+below float16's normal range, ``|w| < 2**-14``). A row that float16 storage cannot hold (a
+value, or int4's offset or step, beyond 65504) is refused, not stored as inf. The dense
+equivalent is ``nn.Linear`` on the dequantized table.
 """
 
 from __future__ import annotations
@@ -39,6 +43,34 @@ DTYPES = {"int8": 8, "int4": 4, "float16": 16}
 def _qformat(dtype: str, out_features: int) -> torch.Tensor:
     """The ``qformat`` buffer: bits per value and columns, int64."""
     return torch.tensor([DTYPES[dtype], out_features], dtype=torch.int64)
+
+
+def _check_float16_range(rows: torch.Tensor, dtype: str) -> None:
+    """Raise ``InputValueError`` for the finite rows whose float16 storage overflows: the
+    values themselves for ``float16``; for ``int4`` the row's offset ``min_r`` and step
+    ``(max_r - min_r) / 15``, which FBGEMM keeps as float16 (from the offset rounded to
+    float16, as it computes the step). ``int8`` keeps them as float32: any finite row fits."""
+    if dtype == "int8" or rows.numel() == 0:
+        return
+    lo, hi = rows.float().aminmax(dim=1)
+    if dtype == "float16":
+        stored = torch.stack([lo, hi], 1)
+        what = "its values are stored as float16"
+    else:
+        step = (hi - lo.half().float()) / (2 ** DTYPES[dtype] - 1)
+        stored = torch.stack([lo, step], 1)
+        what = "int4 stores its offset (the row's min) and step ((max - min) / 15) as float16"
+    bad = torch.isfinite(lo) & torch.isfinite(hi) & ~torch.isfinite(stored.half()).all(1)
+    if bool(bad.any()):
+        rows_bad = torch.nonzero(bad).flatten()
+        r = int(rows_bad[0])
+        more = f" (and {rows_bad.numel() - 1} more rows)" if rows_bad.numel() > 1 else ""
+        raise InputValueError(
+            f"quantize({dtype!r}): row {r}{more} holds values from {float(lo[r]):g} to "
+            f"{float(hi[r]):g}, and {what}, whose largest is 65504: the row would read back "
+            "as inf or NaN. Quantize as 'int8' (float32 scale and offset), or scale the table "
+            "down (weight / s, then multiply the output by s)."
+        )
 
 
 _OPS = {
@@ -136,7 +168,16 @@ class QuantizedLookupLinear(AllOrNothingLoad):
 
     @staticmethod
     def pack(rows: torch.Tensor, dtype: str) -> torch.Tensor:
-        """``rows`` (float, ``(n, out_features)``) in the storage of ``dtype``."""
+        """``rows`` (float, ``(n, out_features)``) in the storage of ``dtype``.
+
+        Raises
+        ------
+        InputValueError
+            A finite row that float16 storage cannot hold: a value beyond float16's range
+            (``|w| > 65504``) for ``"float16"``, an offset or step beyond it for ``"int4"``
+            (whose scale and offset are float16); it would read back as inf or NaN.
+        """
+        _check_float16_range(rows, dtype)
         if dtype == "float16":
             return rows.half()
         return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
