@@ -207,3 +207,34 @@ def test_rows_beyond_float16_are_refused_not_stored_as_inf():
     with pytest.raises(InputValueError, match=r"table 'big': quantize\('float16'\): row 1"):
         coll.quantize("float16")
     assert coll.quantize({"small": "float16", "big": "int8"}).dtypes["big"] == "int8"
+
+
+CONVERSIONS = {"bfloat16": torch.bfloat16, "float": torch.float32, "double": torch.float64,
+               "half": torch.float16, "to": torch.bfloat16}
+
+
+@pytest.mark.parametrize("convert", list(CONVERSIONS))
+def test_a_float16_table_keeps_its_storage_through_module_dtype_conversions(convert):
+    """A float16 table is storage, as int8's bytes are: ``model.to(dtype)``, ``float()``,
+    ``bfloat16()``... convert the model's float tensors but not the table, whose format says
+    float16 (PyTorch's quantized modules keep their packed params likewise); the lookup is
+    unchanged, and a device move still moves the table."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    q = _layer(bias=False).quantize("float16")
+    coll = LookupCollection([TableConfig("t", 50, 8, ["a"])]).quantize("float16")
+    model = torch.nn.Sequential(q, torch.nn.Linear(8, 2))
+    x = torch.tensor([[1, 5], [49, 0]])
+    before, table = q(x), q.packed.clone()
+    coll_table = coll.layers["t"].packed.clone()
+    for m in (model, coll):
+        if convert == "to":
+            m.to(CONVERSIONS[convert])
+        else:
+            getattr(m, convert)()
+    assert model[1].weight.dtype == CONVERSIONS[convert]  # the rest of the model converted
+    assert q.packed.dtype == torch.float16 and torch.equal(q.packed, table)
+    assert torch.equal(coll.layers["t"].packed, coll_table)
+    assert torch.equal(q(x), before)
+    assert model.to("meta")[0].packed.device.type == "meta"
+    assert q.packed.dtype == torch.float16

@@ -16,7 +16,7 @@ equivalent is ``nn.Linear`` on the dequantized table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -298,6 +298,25 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
         return lookup_linear(Bags(entries, bags.offsets, bags.weights),
                              self.rows(bags.indices.long()), self.bias, mode=self.mode)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        """``Module.to``, ``float()``, ``bfloat16()``, ``cuda()``, ... applied to the layer: a
+        float16 table is storage, as an int8 one's bytes are, so it keeps its dtype through a
+        model's dtype conversion (as PyTorch's quantized modules keep their packed params) and
+        moves with the model: the conversion sees its bits as int16, which a float dtype
+        conversion leaves as they are."""
+        packed = self._buffers.get("packed")
+        if packed is None or packed.dtype != torch.float16:
+            return super()._apply(fn, recurse)
+        self._buffers["packed"] = packed.view(torch.int16)
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            moved = cast(torch.Tensor, self._buffers["packed"])
+            # (Module.type converts integer tensors too: the table then converted as it says)
+            self._buffers["packed"] = (moved.view(torch.float16) if moved.dtype == torch.int16
+                                       else fn(packed))
+        return self
 
     def _check_state_entries(self, state: dict[str, Any], prefix: str,
                              local_metadata: dict[str, Any], strict: bool,
