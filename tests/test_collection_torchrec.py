@@ -63,6 +63,19 @@ def _assert_equal_to_ebc(col: LookupCollection, ebc, kb: KeyedBags, kjt) -> None
     assert report.ok, str(report)
 
 
+def test_a_kjt_call_ported_positionally_is_refused() -> None:
+    """``KeyedJaggedTensor(keys, values, weights, lengths)`` takes the weights third: the
+    same call on ``KeyedBags`` is refused, never read with the lengths as offsets."""
+    keys, values = ["a", "b"], torch.tensor([1, 2, 3])
+    lengths = torch.tensor([0, 1, 2, 0])
+    kjt = torchrec.KeyedJaggedTensor(keys, values, None, lengths)
+    assert kjt.lengths().tolist() == [0, 1, 2, 0]
+    with pytest.raises(TypeError, match="positional"):
+        KeyedBags(keys, values, None, lengths)
+    kb = KeyedBags(keys, values, lengths=lengths)
+    assert torch.equal(KeyedBags.from_kjt(kjt).offsets, kb.offsets)
+
+
 def test_from_kjt_off_the_cpu_keeps_torchrecs_offset_per_key() -> None:
     """A ``KeyedJaggedTensor`` off the CPU that holds its ``offset_per_key`` on the host gives a
     batch whose keys slice without reading offsets back (the meta device has none to read),

@@ -71,7 +71,9 @@ class KeyedBags:
     offsets : Tensor of shape (F * N + 1,), integer, optional
         CSR offsets of the ``F * N`` bags (``offsets[0] == 0``, ``offsets[-1] == nnz``).
     weights : Tensor of shape (nnz,), floating, optional
-        One weight per entry (``None`` means 1).
+        One weight per entry (``None`` means 1). ``lengths``, ``offsets``, ``weights`` and
+        what follows are keyword-only: TorchRec's ``KeyedJaggedTensor`` takes ``weights``
+        third, so a call ported positionally is refused, not read otherwise.
     stride_per_key_per_rank : sequence of sequences of int, optional
         A variable batch per key (TorchRec's): key ``k`` has ``sum(stride_per_key_per_rank[k])``
         bags (its ranks' bags one after the other), the keys' bags one key after the other.
@@ -119,10 +121,10 @@ class KeyedBags:
         self,
         keys: Sequence[str],
         values: torch.Tensor | Sequence[int] | np.ndarray,
+        *,
         lengths: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         offsets: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
-        *,
         stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
         inverse_indices: torch.Tensor | Sequence[Sequence[int]] | np.ndarray | None = None,
     ) -> None:
