@@ -147,6 +147,24 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         require_torchrec()
 
 
+def test_shard_collection_outputs_in_the_collections_order(tmp_path: Path) -> None:
+    """The sharded module's columns come feature after feature as the collection orders them,
+    though TorchRec's sharded EBC groups its outputs by the tables' pooling (and by the
+    process holding them): here ``a``, ``c`` (sum) before ``b`` (mean)."""
+    pytest.importorskip("torchrec")
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+    from lookuplinear.parallel import shard_collection
+
+    coll = LookupCollection([TableConfig("A", 30, 4, ["a"]),
+                             TableConfig("B", 20, 8, ["b"], mode="mean"),
+                             TableConfig("C", 10, 4, ["c"])], sparse=True, is_weighted=False)
+    kb = KeyedBags.from_dict({"a": [[1, 2], [3]], "b": [[4], []], "c": [[5], [6, 7]]})
+    with one_process(tmp_path):
+        dmp = shard_collection(coll, optimizer="sgd")
+        assert dmp.module.ebc(kb.to_kjt()).keys() != coll.embedding_names  # a reordering
+        torch.testing.assert_close(dmp(kb.to_kjt()), coll(kb).values())
+
+
 def test_a_model_of_tables_only(tmp_path: Path) -> None:
     with one_process(tmp_path):
         table = LookupLinear(10, 3, sparse=True, bias=False)

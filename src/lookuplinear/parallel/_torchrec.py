@@ -52,15 +52,23 @@ def require_torchrec() -> Any:
 
 
 class _Tables(nn.Module):
-    """The collection's tables as one TorchRec module: ``KeyedJaggedTensor`` -> pooled values."""
+    """The collection's tables as one TorchRec module: ``KeyedJaggedTensor`` -> pooled values,
+    their columns in the order of ``embedding_names`` (the collection's; a sharded EBC's
+    ``KeyedTensor`` holds them in its own order: tables grouped by the process that holds
+    them, and by pooling and dtype)."""
 
-    def __init__(self, ebc: nn.Module) -> None:
+    def __init__(self, ebc: nn.Module, embedding_names: list[str]) -> None:
         super().__init__()
         self.ebc = ebc
+        self.embedding_names = list(embedding_names)
 
     def forward(self, kjt: Any) -> torch.Tensor:
-        out: torch.Tensor = self.ebc(kjt).values()
-        return out
+        pooled = self.ebc(kjt)
+        if list(pooled.keys()) == self.embedding_names:
+            out: torch.Tensor = pooled.values()
+            return out
+        by_key = pooled.to_dict()
+        return torch.cat([by_key[k] for k in self.embedding_names], dim=1)
 
 
 def shard_collection(collection: Any, *, sharding: str = "table_wise",
@@ -128,7 +136,7 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
                       "rowwise_adagrad": RowWiseAdagrad}[optimizer]
     args: dict[str, Any] = {"lr": lr} if optimizer == "sgd" else {"lr": lr, "eps": eps}
     apply_optimizer_in_backward(opt_class, ebc.parameters(), args)
-    model = _Tables(ebc)
+    model = _Tables(ebc, collection.embedding_names)
     constraint = ParameterConstraints(sharding_types=[sharding])
     planner = EmbeddingShardingPlanner(
         topology=Topology(world_size=dist.get_world_size(), compute_device=device.type),
