@@ -142,6 +142,10 @@ def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             shard_collection(coll, sharding="data_parallel")
         with pytest.raises(InputValueError, match="optimizer"):
             shard_collection(coll, optimizer="adam")
+        narrow = LookupCollection([TableConfig("t", 10, 4, ["f"]), TableConfig("u", 8, 6, ["g"])],
+                                  is_weighted=False)
+        with pytest.raises(InputValueError, match=r"tables \{'u': 6\}.*multiple of 4"):
+            shard_collection(narrow)
     monkeypatch.setattr(torchrec, "__version__", "0.9.0")
     with pytest.raises(ImportError, match=r"tested with torchrec 1\.8"):
         require_torchrec()

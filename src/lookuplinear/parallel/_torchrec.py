@@ -91,7 +91,8 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
     InputValueError
         No default process group; an unknown ``sharding`` or ``optimizer``; ``row_wise`` or
         ``column_wise`` on the CPU, which TorchRec runs only on GPUs; what ``to_torchrec``
-        refuses (``is_weighted`` unchosen, a ``mean`` table in a weighted collection).
+        refuses (``is_weighted`` unchosen, a ``mean`` table in a weighted collection); a
+        table whose ``embedding_dim`` is not a multiple of 4 (FBGEMM's kernels need one).
     ImportError
         TorchRec missing or not the tested release.
     """
@@ -118,6 +119,14 @@ def shard_collection(collection: Any, *, sharding: str = "table_wise",
         raise InputValueError(
             f"sharding={sharding!r} runs on GPUs only in TorchRec; on the CPU use "
             "sharding='table_wise'."
+        )
+    narrow = {t.name: t.embedding_dim for t in collection.tables if t.embedding_dim % 4}
+    if narrow:  # TorchRec asserts it while building one process's shards, the others then wait
+        raise InputValueError(
+            f"shard_collection: tables {narrow} (name: embedding_dim) have an embedding_dim "
+            "that is not a multiple of 4, which FBGEMM's fused kernels (every sharded table's) "
+            "need. Build these tables with an embedding_dim divisible by 4, or train the "
+            "collection with lookuplinear.parallel.DistributedDataParallel instead."
         )
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
