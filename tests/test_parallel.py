@@ -4,6 +4,7 @@ process on the whole batches, in float64 and float32; the errors it promises."""
 from __future__ import annotations
 
 import gc
+import json
 import subprocess
 import sys
 import weakref
@@ -184,10 +185,10 @@ def test_a_model_of_tables_only(tmp_path: Path) -> None:
         torch.testing.assert_close(before[4] - table.weight.detach()[4], torch.full((3,), 2.0))
 
 
-TABLES_ONLY_RANKS = """
-import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+TWO_RANKS = """
+import json, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch import nn
-from lookuplinear import LookupLinear
+from lookuplinear import Bags, LookupLinear
 from lookuplinear.parallel import DistributedDataParallel
 
 class Model(nn.Module):  # trains its table only: a frozen head, a buffer
@@ -199,16 +200,68 @@ class Model(nn.Module):  # trains its table only: a frozen head, a buffer
     def forward(self, x):
         return self.head(self.emb(x)) * self.scale
 
-def worker(rank, store):
-    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+class Head(nn.Module):  # a table under a trained dense layer; torch's peer: nn.EmbeddingBag
+    def __init__(self, peer=None):
+        super().__init__()
+        self.t = (nn.EmbeddingBag(20, 4, mode="mean", sparse=True) if peer else
+                  LookupLinear(20, 4, mode="mean", sparse=True, bias=False))
+        self.h = nn.Linear(4, 2)
+        if peer:
+            self.load_state_dict(peer.state_dict())
+    def forward(self, x):
+        return self.h(self.t(x.indices, x.offsets[:-1]) if isinstance(self.t, nn.EmbeddingBag)
+                      else self.t(x))
+
+def starts_from_the_first(rank):
     torch.manual_seed(rank)  # each process draws its own start, as usual
     model = Model()
     ddp = DistributedDataParallel(model)
     out = ddp(torch.tensor([1, 2]))
     got = [None, None]
     dist.all_gather_object(got, [out.detach(), *model.state_dict().values()])
+    return all(torch.equal(a, b) for a, b in zip(*got))
+
+def no_sync(rank):
+    # no_sync() around the forward alone, or the backward alone: the forward decides, as in
+    # torch's DDP (its nn.EmbeddingBag peer); the table's gradient equal to the peer's
+    x = Bags.from_lists([[1, 2, 2], [], [5]] if rank == 0 else [[2, 7], [19], []])
+    y = torch.randn(3, 2, generator=torch.Generator().manual_seed(rank))
+    out = {}
+    for case in ("forward", "backward"):
+        torch.manual_seed(0)
+        ours = Head()
+        peer = Head(peer=ours)
+        for m in (DistributedDataParallel(ours), nn.parallel.DistributedDataParallel(peer)):
+            if case == "forward":
+                with m.no_sync():
+                    loss = nn.functional.mse_loss(m(x), y)
+                loss.backward()
+            else:
+                loss = nn.functional.mse_loss(m(x), y)
+                with m.no_sync():
+                    loss.backward()
+        out[case] = torch.equal(ours.t.weight.grad.to_dense(), peer.t.weight.grad.to_dense())
+        torch.manual_seed(0)
+        table = LookupLinear(20, 4, sparse=True, bias=False)  # tables only: its own forward
+        ddp = DistributedDataParallel(table)
+        if case == "forward":
+            with ddp.no_sync():
+                loss = ddp(x).sum()
+            loss.backward()
+        else:
+            loss = ddp(x).sum()
+            with ddp.no_sync():
+                loss.backward()
+        grads = [None, None]
+        dist.all_gather_object(grads, table.weight.grad.to_dense())
+        out[case + " tables only synced"] = torch.equal(*grads)
+    return out
+
+def worker(rank, store):
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank)}
     if rank == 0:
-        print(all(torch.equal(a, b) for a, b in zip(*got)))
+        print(json.dumps(report))
     dist.destroy_process_group()
 
 if __name__ == "__main__":
@@ -216,17 +269,35 @@ if __name__ == "__main__":
 """
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What ``TWO_RANKS`` reports of two processes (gloo): one spawn for every check."""
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    script = tmp / "ranks.py"
+    script.write_text(TWO_RANKS)
+    run = subprocess.run([sys.executable, str(script), str(tmp / "store")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
+    return report
+
+
 def test_a_model_training_tables_only_starts_every_process_from_the_first(
-        tmp_path: Path) -> None:
+        two_ranks: dict[str, Any]) -> None:
     """Tables only (PyTorch's reducer would have nothing to do): its frozen parameters and
     buffers are broadcast from the first process too, as PyTorch's class broadcasts them, so
     every process computes the same outputs."""
-    script = tmp_path / "ranks.py"
-    script.write_text(TABLES_ONLY_RANKS)
-    run = subprocess.run([sys.executable, str(script), str(tmp_path / "store")],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split()[-1] == "True"
+    assert two_ranks["starts from the first"] is True
+
+
+def test_no_sync_is_decided_by_the_forward_as_in_torchs_ddp(two_ranks: dict[str, Any]) -> None:
+    """``no_sync()`` around the forward alone leaves the tables' gradients local, around the
+    backward alone reduces them: PyTorch's DDP reads ``require_backward_grad_sync`` in the
+    forward, and its ``nn.EmbeddingBag`` ends with the same gradient; a model of tables only
+    too (synced: every process holds the same gradient)."""
+    assert two_ranks["no_sync"] == {"forward": True, "backward": True,
+                                    "forward tables only synced": False,
+                                    "backward tables only synced": True}
 
 
 def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:

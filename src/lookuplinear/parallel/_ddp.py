@@ -125,6 +125,9 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         self._src = ranks[0]
         self._tables = [tables[name] for name in sorted(tables)]
         self._table_task = -1
+        #: whether the next backward reduces the tables: read by the forward, as PyTorch's
+        #: forward reads require_backward_grad_sync (no_sync() around the forward decides)
+        self._sync_tables = True
         with torch.no_grad():
             for p in self._tables:
                 dist.broadcast(p.data, src=self._src, group=self._table_group)
@@ -153,6 +156,8 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """As PyTorch's; a model of tables only is called as it is."""
+        if torch.is_grad_enabled():
+            self._sync_tables = self.require_backward_grad_sync
         if self._tables_only:
             if torch.is_grad_enabled() and self.require_backward_grad_sync:
                 self._sync(self._buffers_synced)  # as PyTorch's forward syncs the buffers
@@ -167,7 +172,7 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
 
     def _table_grad_ready(self, param: torch.Tensor) -> None:
         task = torch._C._current_graph_task_id()
-        if task == self._table_task or not self.require_backward_grad_sync:
+        if task == self._table_task or not self._sync_tables:
             return
         self._table_task = task
         torch.autograd.Variable._execution_engine.queue_callback(self._reduce_tables)
