@@ -257,9 +257,42 @@ def no_sync(rank):
         out[case + " tables only synced"] = torch.equal(*grads)
     return out
 
+class Two(nn.Module):  # table b read by the processes that ask for it
+    def __init__(self):
+        super().__init__()
+        self.a = LookupLinear(20, 4, sparse=True, bias=False, dtype=torch.float64)
+        self.b = LookupLinear(20, 4, sparse=True, bias=False, dtype=torch.float64)
+    def forward(self, x, use_b):
+        return self.a(x) + self.b(x) if use_b else self.a(x)
+
+def unused_table(rank):
+    # table b read by no process in step 0, by rank 1 alone in step 1, by both in step 2:
+    # Adam (which counts a table's steps) ends where one process on both batches ends
+    from lookuplinear import optim
+    bags = [[[1, 2], [3]], [[4], [5, 5]]]
+    uses = [(False, False), (False, True), (True, True)]
+    torch.manual_seed(0)
+    ddp, one = Two(), Two()
+    one.load_state_dict(ddp.state_dict())
+    model = DistributedDataParallel(ddp)
+    opts = [optim.Adam(m.parameters(), lr=0.1) for m in (ddp, one)]
+    grads = []
+    for use in uses:
+        for opt in opts:
+            opt.zero_grad()
+        model(Bags.from_lists(bags[rank]), use[rank]).pow(2).mean().backward()
+        grads.append(ddp.b.weight.grad is not None)
+        sum(one(Bags.from_lists(b), u).pow(2).mean() for b, u in zip(bags, use)).div(2).backward()
+        for opt in opts:
+            opt.step()
+    return {"b has a gradient": grads,
+            "equal": all(torch.allclose(p, q, rtol=0, atol=1e-12)
+                         for p, q in zip(ddp.parameters(), one.parameters()))}
+
 def worker(rank, store):
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
-    report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank)}
+    report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank),
+              "unused table": unused_table(rank)}
     if rank == 0:
         print(json.dumps(report))
     dist.destroy_process_group()
@@ -298,6 +331,13 @@ def test_no_sync_is_decided_by_the_forward_as_in_torchs_ddp(two_ranks: dict[str,
     assert two_ranks["no_sync"] == {"forward": True, "backward": True,
                                     "forward tables only synced": False,
                                     "backward tables only synced": True}
+
+
+def test_a_table_no_process_reads_keeps_no_gradient(two_ranks: dict[str, Any]) -> None:
+    """A table no process read in a step keeps ``grad = None`` (so Adam counts no step for it),
+    one that a single process read gets the others' zeros: Adam ends equal to one process on
+    both processes' batches."""
+    assert two_ranks["unused table"] == {"b has a gradient": [False, True, True], "equal": True}
 
 
 def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:

@@ -8,7 +8,8 @@ class with one change: the tables of ``LookupLinear(sparse=True)`` and
 ``LookupCollection(sparse=True)`` are left out of its buckets and reduced here instead. At the
 end of each backward their row-sparse gradients are all-reduced, in a fixed order, on a process
 group of their own (rows merged across processes, duplicates summed), and divided by the world
-size as DDP divides its buckets; every other parameter goes through PyTorch's reducer as usual.
+size as DDP divides its buckets; a table no process read in the step keeps ``grad = None``.
+Every other parameter goes through PyTorch's reducer as usual.
 Table weights are broadcast from rank 0 at construction, as DDP broadcasts the others.
 
 So after ``loss.backward()`` every process holds the same gradients, the ones one process would
@@ -179,10 +180,17 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
 
     @torch.no_grad()
     def _reduce_tables(self) -> None:
-        """All-reduce every table's gradient (an empty one where this process has none)."""
+        """All-reduce every table's gradient that some process has (an empty one where this
+        process has none); a table no process has a gradient for keeps ``grad = None``, as one
+        process on the whole batch leaves it (an optimizer skips it)."""
         self._table_task = -1
         world = dist.get_world_size(self._table_group)
-        for p in self._tables:
+        used = torch.tensor([p.grad is not None for p in self._tables], dtype=torch.int32,
+                            device=self._tables[0].device)
+        dist.all_reduce(used, group=self._table_group)
+        for p, anyone in zip(self._tables, used.tolist(), strict=True):
+            if not anyone:
+                continue
             g = p.grad
             if g is None:
                 g = torch.sparse_coo_tensor(
