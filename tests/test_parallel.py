@@ -98,6 +98,28 @@ def test_errors(tmp_path: Path) -> None:
             DistributedDataParallel(LookupLinear(10, 3, sparse=True, device="meta"))
 
 
+def test_ddp_refuses_an_id_map_in_training_mode(tmp_path: Path) -> None:
+    """A ``hashing="map"`` table's ``IdMap`` in training mode gives rows to the IDs its own
+    process sees (one ID, different rows in different processes): refused at construction and
+    at a forward; in eval mode (a map trained ahead) it only looks IDs up, and trains."""
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    coll = LookupCollection([TableConfig("user", 11, 4, ["user"], hashing="map")], sparse=True)
+    batch = KeyedBags.from_dict({"user": [[1000], [2000]]})
+    coll(batch)  # trained ahead: two IDs hold a row
+    with one_process(tmp_path):
+        with pytest.raises(InputValueError, match=r"IdMaps \['id_maps.user'\].*hashing='mod'"):
+            DistributedDataParallel(coll)
+        coll.id_maps.eval()
+        ddp = DistributedDataParallel(coll)
+        ddp(batch).values().sum().backward()
+        grad = coll.table_groups[0].grad
+        assert grad is not None and grad.coalesce().indices().tolist() == [[1, 2]]
+        ddp.train()
+        with pytest.raises(InputValueError, match="eval mode"):
+            ddp(batch)
+
+
 TORCHREC_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "torchrec_sharded.py"
 
 

@@ -20,7 +20,7 @@ steps on them: ``lookuplinear.optim`` row by row.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -65,7 +65,11 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
     InputValueError
         No default process group (call ``torch.distributed.init_process_group`` first), or a
         table is bound to a ``fused=True`` optimizer: it would update the table inside the
-        backward, before the other processes' gradients arrive. Use ``fused=False``.
+        backward, before the other processes' gradients arrive. Use ``fused=False``. An
+        ``IdMap`` (a ``hashing="map"`` table's) in training mode, at construction or at a
+        forward: each process would give rows to the IDs it sees, so one ID would read
+        different rows in different processes. Use ``hashing="mod"`` or ``"qr"``, or a map
+        trained ahead, the same in every process, in eval mode (it only looks IDs up).
 
     Examples
     --------
@@ -85,6 +89,10 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                 "torch.distributed.init_process_group('gloo') (or 'nccl' on GPUs) first, in "
                 "every process (torchrun sets the environment it reads)."
             )
+        from ..ids.idmap import IdMap
+
+        id_maps = [(n, m) for n, m in module.named_modules() if isinstance(m, IdMap)]
+        _check_maps(id_maps)
         tables = sparse_tables(module)
         # every parameter: a table PyTorch's reducer handles (lookuplinear.Embedding is an
         # nn.Embedding) is updated too early as well
@@ -126,6 +134,7 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         self._src = ranks[0]
         self._tables = [tables[name] for name in sorted(tables)]
         self._table_task = -1
+        self._id_maps = id_maps
         #: whether the next backward reduces the tables: read by the forward, as PyTorch's
         #: forward reads require_backward_grad_sync (no_sync() around the forward decides)
         self._sync_tables = True
@@ -157,6 +166,7 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """As PyTorch's; a model of tables only is called as it is."""
+        _check_maps(self._id_maps)
         if torch.is_grad_enabled():
             self._sync_tables = self.require_backward_grad_sync
         if self._tables_only:
@@ -207,6 +217,22 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
             g = g.coalesce()
             p.grad = torch.sparse_coo_tensor(g.indices(), g.values() / world, p.shape,
                                              is_coalesced=True, check_invariants=False)
+
+
+def _check_maps(id_maps: Sequence[tuple[str, nn.Module]]) -> None:
+    """Refuse an ``IdMap`` (of ``(name, map)`` pairs) in training mode: it gives rows to the IDs
+    this process sees."""
+    training = [name for name, m in id_maps if m.training]
+    if training:
+        raise InputValueError(
+            f"the IdMaps {training} (hashing='map' tables) are in training mode under "
+            "DistributedDataParallel: each process would give rows to the IDs it sees, so one "
+            "ID would read different rows in different processes and the all-reduce would "
+            "merge different IDs' gradients. Use hashing='mod' or 'qr' (the same rows in every "
+            "process), or train the map ahead, load it in every process (one state_dict) and "
+            "put it in eval mode, where it only looks IDs up: e.g. collection.id_maps.eval(), "
+            "again after every model.train()."
+        )
 
 
 def _weak_hook(ref: weakref.ref[DistributedDataParallel]) -> Callable[[torch.Tensor], None]:
