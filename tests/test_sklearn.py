@@ -73,10 +73,8 @@ def _expected_failures(estimator: Any) -> dict[str, str]:
 
 @parametrize_with_checks(
     [
-        LookupClassifier(**FAST),
-        LookupClassifier(loss="log_loss", **FAST),
-        LookupClassifier(hidden=8, **FAST),
-        LookupClassifier(loss="log_loss", hidden=8, **FAST),
+        LookupClassifier(**FAST),  # linear, hinge
+        LookupClassifier(loss="log_loss", hidden=8, **FAST),  # a hidden layer, probabilities
         LookupRegressor(solver="adam", max_iter=50, learning_rate_init=0.05, random_state=0),
         LookupClassifier(),  # the defaults, as a user gets them: solver="dual_cd"
         LookupRegressor(),
