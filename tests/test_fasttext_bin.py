@@ -104,6 +104,24 @@ def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None
                                                f"{hits / 3:.3g}"]
 
 
+def test_quantize_refuses_a_fasttext_file_and_names_fasttexts_quantize(
+        tmp_path: Path, capsys) -> None:
+    """`quantize` of a model fastText wrote (`-output NAME` reads NAME.bin, or MODEL -o OUT)
+    stops with one line naming fastText's own quantize, exit status 1, nothing written."""
+    from lookuplinear.cli import main
+
+    write_fasttext(tmp_path / "m.bin")
+    for argv in (["-output", str(tmp_path / "m")],
+                 [str(tmp_path / "m.bin"), "-o", str(tmp_path / "q.ll")],
+                 [str(DATA / "softmax.bin"), "-o", str(tmp_path / "q.ll"), "-cutoff", "5"]):
+        assert main(["quantize", *argv]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("lookuplinear quantize: error: ") and err.count("\n") == 1
+        assert "is a model fastText wrote" in err and "fasttext quantize -output NAME" in err
+        assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin"]
+
+
 # ---------------------------------------------------------------------- the dense equivalent
 @pytest.mark.parametrize("loss", ["softmax", "hs", "ova"])
 def test_layers_equal_scores(tmp_path: Path, loss: str) -> None:

@@ -25,7 +25,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "`quantize -output NAME` reads NAME.bin and writes NAME.ftz. With -cutoff N only "
             "the N table rows of largest norm are kept (words and n-grams left out are absent "
             "from every text, as in fastText), and -retrain -input TRAIN trains the kept rows "
-            "and the output layer again before quantizing."
+            "and the output layer again before quantizing. A model fastText wrote is refused: "
+            "quantize it with `fasttext quantize`, whose .ftz `test` and `predict` read."
         ),
     )
     p.add_argument("model", metavar="MODEL", nargs="?", default=None,
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
     from ..sklearn import load_model, save_model
     from ._args import fasttext_stem, output_path
+    from ._textinput import _written_by_fasttext
     from .train import check_output
 
     args.output = output_path(args.output, args.output_prefix, ".ftz")
@@ -141,6 +143,13 @@ def run(args: argparse.Namespace) -> int:
     dtype = table_dtype(args)
     check_pruning(args)
     model = load_model(args.model)
+    if _written_by_fasttext(model):
+        raise InputValueError(
+            f"{args.model} is a model fastText wrote; lookuplinear quantizes the models it "
+            "trains (`lookuplinear train` or `supervised`). Quantize it with fastText's own "
+            "`fasttext quantize -output NAME` (its NAME.ftz is read here as any fastText "
+            "model), or train the model with lookuplinear and quantize that."
+        )
     if hasattr(model.estimator.model_.lookup, "packed"):
         raise InputValueError(f"{args.model} is quantized already; quantize the float model.")
     note = ""
