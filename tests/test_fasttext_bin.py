@@ -366,6 +366,50 @@ def test_input_of_a_model_trained_with_another_label_read_as_fasttext(
     assert capsys.readouterr().out.splitlines()[1] == " ".join(ft.predict("good film", k=2)[0])
 
 
+def test_a_bom_starts_a_token_for_a_fasttext_model_and_is_skipped_for_ours(
+        tmp_path: Path, fasttext, capsys) -> None:
+    """A UTF-8 byte order mark at the start of INPUT: on a model fastText wrote, `test` and
+    `predict` keep it as fastText does ('\\ufeff__label__0' is no label, so fastText's test
+    skips that line, and '\\ufeffgood' no known word); on a lookuplinear model it is skipped,
+    as `train` skips it."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", n_labels=2, minn=2, maxn=3, word_ngrams=2)
+    lines = ["__label__0 good film", "__label__1 bad film", "__label__0 fine"]
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    ft = fasttext.load_model(str(path))
+    n, p, r = ft.test(str(bom))
+    assert n == len(lines) - 1  # the first line has no label for fastText
+    assert main(["test", str(path), str(bom)]) == 0
+    assert capsys.readouterr().out.split() == ["N", str(n), "P@1", f"{p:.3g}", "R@1", f"{r:.3g}"]
+    starts = tmp_path / "starts.txt"
+    starts.write_bytes(b"\xef\xbb\xbfgood film\nbad film\n")
+    for file in (bom, starts):
+        assert main(["predict-prob", str(path), str(file), "2"]) == 0
+        texts = file.read_bytes().decode().splitlines()
+        assert texts[0].startswith("\ufeff")
+        assert capsys.readouterr().out.splitlines() == [
+            " ".join(f"{lab} {float(np.float32(v)):g}" for lab, v in zip(*ft.predict(t, k=2),
+                                                                        strict=True))
+            for t in texts]
+    # the check has teeth: '\ufeffgood' is another token than 'good'
+    assert not np.array_equal(ft.predict("\ufeffgood film", k=2)[1],
+                              ft.predict("good film", k=2)[1])
+    # a model lookuplinear trained: the BOM is skipped, the first line is labelled
+    train = tmp_path / "t.txt"
+    train.write_text("\n".join(lines * 20) + "\n", encoding="utf-8")
+    assert main(["supervised", "-input", str(train), "-output", str(tmp_path / "ours"),
+                 "-dim", "4", "-epoch", "2", "-verbose", "0"]) == 0
+    assert main(["test", str(tmp_path / "ours.bin"), str(bom)]) == 0
+    assert capsys.readouterr().out.split()[:2] == ["N", str(len(lines))]
+    assert main(["predict-prob", str(tmp_path / "ours.bin"), str(starts)]) == 0
+    with_bom = capsys.readouterr().out
+    starts.write_text("good film\nbad film\n", encoding="utf-8")
+    assert main(["predict-prob", str(tmp_path / "ours.bin"), str(starts)]) == 0
+    assert capsys.readouterr().out == with_bom
+
+
 @pytest.mark.parametrize(("k", "threshold"), [("1", "0"), ("2", "0"), ("-1", "0"),
                                               ("2", "0.2"), ("1", "0.99")])
 def test_test_counts_as_fasttexts_test(tmp_path: Path, fasttext, capsys, k: str,

@@ -208,13 +208,15 @@ def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *
     as the ``fasttext`` module's ``predict`` reads a line. Otherwise (``test``) the examples of
     fastText's ``FastText::test``: a new one after each ``</s>``, and those with no label of
     the model or no row (no known word, n-gram or ``</s>``) skipped, with a note on stderr.
+    A UTF-8 byte order mark at the start is kept, as fastText keeps it: U+FEFF begins the first
+    token, which is then no label of the model and no known word.
     """
     import sys
 
     from ..text import LabelledTexts
     from ..text._files import _open_lines
 
-    lines, undecodable = _open_lines(args.input)
+    lines, undecodable = _open_lines(args.input, keep_bom=True)
     texts: list[str] = []
     labels: list[list[str]] = []
     numbers: list[int] = []

@@ -59,12 +59,14 @@ class LabelledTexts:
 _BOM = b"\xef\xbb\xbf"
 
 
-def _open_lines(path: str | Path) -> tuple[list[str], list[int]]:
+def _open_lines(path: str | Path, *, keep_bom: bool = False) -> tuple[list[str], list[int]]:
     """The lines of ``path`` (``-``: stdin) split at ``\\n`` only (a ``\\r`` before it dropped),
-    as fastText splits them, a leading BOM removed; and the numbers of the lines with bytes that
-    are not UTF-8 (decoded with U+FFFD in their place)."""
+    as fastText splits them, a leading BOM removed unless ``keep_bom`` (fastText keeps it, as
+    U+FEFF at the start of the first token); and the numbers of the lines with bytes that are
+    not UTF-8 (decoded with U+FFFD in their place)."""
     data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
-    data = data.removeprefix(_BOM)
+    if not keep_bom:
+        data = data.removeprefix(_BOM)
     try:
         text = data.decode("utf-8")
         undecodable: list[int] = []
@@ -97,8 +99,9 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
     Tokens are split at the characters fastText splits at (space, tab, ``\\v``, ``\\f``,
     ``\\r``, NUL), so a token with another Unicode space (U+00A0) is one token, as in fastText.
     Lines end at ``\\n`` (as in fastText; other Unicode line breaks are part of the text), a
-    UTF-8 byte order mark is skipped, and bytes that are not UTF-8 read as U+FFFD (the lines are
-    listed in ``undecodable``).
+    UTF-8 byte order mark at the start is skipped (fastText reads it as the start of the first
+    token), and bytes that are not UTF-8 read as U+FFFD (the lines are listed in
+    ``undecodable``).
 
     Examples
     --------
