@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from forms import BACKEND_NAMES, BACKENDS, SPLIT_BACKENDS, c_by_default
@@ -1372,3 +1373,36 @@ def test_an_unpooled_input_refused_leaves_the_id_maps_as_they_were() -> None:
     assert_unchanged(before, col)
     out = col({"v": torch.tensor([9]), "u": torch.tensor([10**12])})  # then taken, in order
     assert list(out) == ["v", "u"] and len(col.id_maps["u"]) == len(col.id_maps["v"]) == 2
+
+
+def test_an_unpooled_batch_maps_each_table_once_as_a_keyed_batch_does() -> None:
+    """Two features of one ``hashing="map"`` table as a ``{feature: IDs}`` dict: the table's
+    map takes both features' IDs in one call, so a new ID of one feature never takes a row the
+    other reads in the batch (the last free row and an old ID's row go to the first new IDs,
+    the next falls back), and the rows, map, re-drawn rows and gradients are the KeyedBags
+    path's."""
+    def trained(batches: list) -> LookupCollection:
+        torch.manual_seed(0)
+        col = LookupCollection([TableConfig("item", 4, 2, ["item", "last"], hashing="map")])
+        for batch in batches:
+            out = col(batch)
+            values = out.values() if isinstance(out, KeyedTensor) else torch.cat(list(
+                out.values()))
+            values.sum().backward()
+        return col
+
+    col = trained([{"item": torch.tensor([5])},
+                   {"item": torch.tensor([10, 20]), "last": torch.tensor([30, 40])}])
+    keyed = trained([KeyedBags.from_dict({"item": [[5]], "last": [[]]}),
+                     KeyedBags.from_dict({"item": [[10], [20]], "last": [[30], [40]]})])
+    m = col.id_maps["item"]
+    assert m.row_id.tolist() == [30, 10, 20] and m.evicted.tolist() == [1]  # 5's row
+    assert m.eval()(torch.tensor([10, 20, 30, 40])).tolist() == [2, 3, 1, 0]
+    want = keyed.state_dict()
+    for key, value in col.state_dict().items():
+        assert torch.equal(value, want[key]), key
+    torch.testing.assert_close(col.table_groups[0].grad, keyed.table_groups[0].grad)
+    strs = LookupCollection([TableConfig("s", 4, 2, ["a", "b"], hashing="map", key_type="str")])
+    out = strs({"a": ["x", "y"], "b": np.array([["y"], ["z"]])})  # in each input's shape
+    assert out["a"].shape == (2, 2) and out["b"].shape == (2, 1, 2)
+    assert strs.id_maps["s"].eval()(["x", "y", "z"]).tolist() == [1, 2, 3]

@@ -539,10 +539,8 @@ class LookupCollection(CollectionBase):
     def _looked_up(self, feature: str, x: torch.Tensor) -> torch.Tensor:
         """The rows of ``feature``'s IDs ``x``, in the table's dtype."""
         g, off, cfg = self._places[self._table_of[feature]]
-        if cfg.hashing == "map":  # the map takes any IDs it holds (and checks them)
-            id_map = cast(IdMap, self.id_maps[cfg.name])
-            ids = id_map(x).to(self.table_groups[g].device)
-            id_map.renew(self.table_groups[g], off, cfg.init)
+        if cfg.hashing == "map":  # x: the rows its IDs were mapped to (_map_inputs)
+            ids = x.to(self.table_groups[g].device)
         elif not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
                 x.dtype == torch.bool:
             raise InputTypeError(
@@ -612,26 +610,22 @@ class LookupCollection(CollectionBase):
         table (its features' IDs together, so that no feature takes a row another reads in this
         batch); rows given to new IDs are re-drawn and their optimizer state marked for a fresh
         start. Each output's IDs are its feature's, ``kb[feature].indices``."""
-        mapped: dict[str, torch.Tensor] = {}
         feature_of = self._collection_plan.feature_of
+        inputs = []
         for name, module in self.id_maps.items():
-            id_map = cast(IdMap, module)
-            if id_map.key_type == "str":
+            if cast(IdMap, module).key_type == "str":
                 raise InputTypeError(
                     f"LookupCollection: table {name!r} holds string IDs (key_type='str'), and a "
                     "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
                     "of strings (a list, numpy array or pandas column)."
                 )
-            outputs = self._collection_plan.outputs_of_table(name)
-            ids = [kb[feature_of[f]].indices for f in outputs]
-            if len(ids) == 1:
-                mapped[outputs[0]] = id_map(ids[0])
-            else:
-                rows = id_map(torch.cat(ids)).split([x.numel() for x in ids])
-                mapped.update(zip(outputs, rows, strict=True))
-            _, off, cfg = self._places[name]
-            id_map.renew(self.table_groups[self._places[name].group], off, cfg.init)
-        return mapped
+            inputs += [(n, kb[feature_of[n]].indices)
+                       for n in self._collection_plan.outputs_of_table(name)]
+        return self._map_inputs(inputs)
+
+    def _renew(self, table: str) -> None:
+        g, off, cfg = self._places[table]
+        cast(IdMap, self.id_maps[table]).renew(self.table_groups[g], off, cfg.init)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         for g in self._lookup_plan.stored:  # refused before anything is converted

@@ -9,7 +9,8 @@ hashed, mapped, or split into quotient and remainder rows).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -19,13 +20,14 @@ from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
+from ..ids.rawids import as_int_ids, as_str_ids
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from .plan import CollectionPlan, TablePlace
 from .table_config import TableConfig
 
-__all__ = ["CollectionBase", "check_qr_weights", "table_bags", "weighted_as"]
+__all__ = ["CollectionBase", "check_qr_weights", "map_together", "table_bags", "weighted_as"]
 
 
 class CollectionBase(AllOrNothingLoad):
@@ -97,15 +99,19 @@ class CollectionBase(AllOrNothingLoad):
                     f"{self.feature_names}."
                 )
             # the outputs of ID maps last, their inputs checked first: an input refused
-            # leaves the maps as they were
-            mapped = [(n, x) for f, x in features.items() for n in plan.outputs_of(f)
-                      if plan.place_of(n).config.hashing == "map"]
+            # leaves the maps as they were; then each map called once, on every ID of the
+            # batch it maps, in output order (as for a KeyedBags)
+            mapped = [(n, features[plan.feature_of[n]]) for n in plan.embedding_names
+                      if plan.feature_of[n] in features
+                      and plan.place_of(n).config.hashing == "map"]
             out = {n: self._unpooled(n, x) for f, x in features.items()
                    for n in plan.outputs_of(f) if plan.place_of(n).config.hashing != "map"}
             if len(mapped) > 1:
                 for n, x in mapped:
                     cast(IdMap, self.id_maps[plan.table_of[n]]).check(x)
-            out.update((n, self._unpooled(n, x)) for n, x in mapped)
+            if mapped:
+                rows = self._map_inputs(mapped)
+                out.update((n, self._unpooled(n, rows[n])) for n, _ in mapped)
             return {n: out[n] for f in features for n in plan.outputs_of(f)}
         raise InputTypeError(
             f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
@@ -137,11 +143,52 @@ class CollectionBase(AllOrNothingLoad):
         values = out.values().gather(0, index.to(out.values().device))
         return KeyedTensor(out.keys(), out.length_per_key(), values)
 
+    def _map_inputs(self, inputs: Sequence[tuple[str, Any]]) -> dict[str, torch.Tensor]:
+        """The rows of the IDs of outputs of ``hashing="map"`` tables, ``inputs`` each
+        ``(output, its IDs)``: one call of each table's map on its outputs' IDs together
+        (:func:`map_together`: no output's new ID takes a row another reads in this batch),
+        then :meth:`_renew` of the table."""
+        by_table: dict[str, list[tuple[str, Any]]] = {}
+        for n, x in inputs:
+            by_table.setdefault(self._table_of[n], []).append((n, x))
+        mapped: dict[str, torch.Tensor] = {}
+        for table, pairs in by_table.items():
+            rows = map_together(cast(IdMap, self.id_maps[table]), [x for _, x in pairs])
+            mapped.update(zip([n for n, _ in pairs], rows, strict=True))
+            self._renew(table)
+        return mapped
+
+    def _renew(self, table: str) -> None:
+        """After a call of table ``table``'s map: the rows it took from evicted IDs re-drawn
+        (nothing here: a collection whose maps add no IDs)."""
+
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         raise NotImplementedError
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
+        """Output ``feature``'s lookup of the index tensor ``x``; for an output of a
+        ``hashing="map"`` table, ``x`` is its rows (:meth:`_map_inputs`)."""
         raise NotImplementedError
+
+
+def map_together(id_map: IdMap, inputs: Sequence[Any]) -> list[torch.Tensor]:
+    """The rows of the IDs of each of ``inputs`` from one call of ``id_map``, each in its
+    input's shape (and a tensor's device): in training, the IDs looked up together, so that
+    no input's new ID takes a row another input reads in the same batch."""
+    if len(inputs) == 1:
+        return [id_map(inputs[0])]
+    flat: Any
+    if id_map.key_type == "str":
+        parts = [as_str_ids(x, "IdMap(key_type='str')") for x in inputs]
+        flat = [s for strs, _ in parts for s in strs]
+        shapes = [shape for _, shape in parts]
+        devices = [torch.device("cpu")] * len(inputs)
+    else:
+        ids = [as_int_ids(x, "IdMap") for x in inputs]
+        flat = torch.cat([t.reshape(-1).to("cpu", torch.int64) for t in ids])
+        shapes, devices = [tuple(t.shape) for t in ids], [t.device for t in ids]
+    rows = id_map(flat).split([math.prod(s) for s in shapes])
+    return [r.reshape(s).to(d) for r, s, d in zip(rows, shapes, devices, strict=True)]
 
 
 def weighted_as(kb: KeyedBags, is_weighted: bool | None, name: str) -> KeyedBags:

@@ -186,8 +186,8 @@ class QuantizedLookupCollection(CollectionBase):
                 f"got {getattr(x, 'dtype', type(x).__name__)}."
             )
         layer = self.layers[cfg.name]
-        if cfg.hashing == "map":
-            ids = self.id_maps[cfg.name](x)
+        if cfg.hashing == "map":  # x: the rows its IDs were mapped to (_map_inputs)
+            ids = x
         elif cfg.hashing is None:
             check_index_range(x, cfg.num_embeddings, where=f"features[{feature!r}]")
             ids = x
