@@ -92,6 +92,28 @@ def test_every_form_of_int_ids_reads_the_same_rows(form):
     assert torch.equal(hash_ids(x, 97), hash_ids(torch.tensor(np.asarray(x, np.int64)), 97))
 
 
+@pytest.mark.parametrize("form", ["list", "numpy", "tensor", "strided tensor"])
+def test_unsigned_ids_from_2_63_are_refused_in_every_form(form):
+    """A uint64 ID from 2**63 on has no int64 value: refused by hash_ids and an IdMap (which
+    changes nothing), whether a list, a numpy array or a torch tensor holds it; below 2**63
+    a uint64 tensor reads as the int64 tensor of the same values."""
+    ids = [3, 2**63 + 5]
+    x = {"list": lambda: ids, "numpy": lambda: np.array(ids, dtype=np.uint64),
+         "tensor": lambda: torch.tensor(ids, dtype=torch.uint64),
+         "strided tensor": lambda: torch.tensor([[3, 2**63 + 5, 1]], dtype=torch.uint64).T,
+         }[form]()
+    m = IdMap(10, fallback_rows=2)
+    m([5])
+    before = copy.deepcopy(m)
+    for call in (m, lambda ids: hash_ids(ids, 1000)):
+        with pytest.raises(InputValueError, match="must fit in int64"):
+            call(x)
+    _same_state(m, before)
+    small = torch.tensor([3, 2**63 - 1], dtype=torch.uint64)
+    assert torch.equal(hash_ids(small, 97), hash_ids(torch.tensor([3, 2**63 - 1]), 97))
+    assert m(small).tolist() == [3, 4]
+
+
 def test_hash_ids_takes_object_arrays_and_pandas_columns_of_str():
     from sklearn.utils import murmurhash3_32
 

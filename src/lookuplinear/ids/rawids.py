@@ -86,15 +86,23 @@ def _refuse_dtype(arr: np.ndarray, where: str, want: str) -> None:
 
 
 def as_int_ids(ids: Any, where: str) -> torch.Tensor:
-    """Integer IDs as an int64 tensor: a tensor as it is (any integer dtype, its device and
-    shape), a numpy integer array (int64, int32, ..., uint64 below 2**63) in its shape, a list
-    or pandas column of ints as a 1-D tensor."""
+    """Integer IDs as an int64 tensor: a tensor as it is (any integer dtype, uint64 below
+    2**63, its device and shape), a numpy integer array (int64, int32, ..., uint64 below
+    2**63) in its shape, a list or pandas column of ints as a 1-D tensor."""
     if isinstance(ids, torch.Tensor):
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise InputTypeError(
                 f"{where}: IDs must be an integer tensor, got dtype {ids.dtype}. Convert exact "
                 "integer IDs with ids.long()."
             )
+        if ids.dtype == torch.uint64 and ids.numel() and not torch.compiler.is_compiling():
+            over = ids.view(torch.int64) < 0  # the uint64 values from 2**63 on, as int64
+            if bool(over.any()):
+                raise InputValueError(
+                    f"{where}: integer IDs must fit in int64, got the uint64 "
+                    f"{int(ids.view(torch.int64)[over][0]) + 2**64}. Give the same bits as "
+                    "int64 (ids.view(torch.int64)) if the bit pattern is the ID."
+                )
         return ids
     if _is_pandas(ids):
         ids = _from_pandas(ids, where)
