@@ -126,6 +126,25 @@ def test_hash_ids_takes_object_arrays_and_pandas_columns_of_str():
     assert hash_ids([], 10).shape == (0,)
 
 
+def test_hash_ids_takes_pyarrow_string_columns_as_str():
+    """A pandas column of pyarrow strings (``pd.read_parquet(..., dtype_backend="pyarrow")``)
+    holds string IDs: hashed as the same strings in an object column, mapped by a string
+    map, refused (as strings) by an int map."""
+    from sklearn.utils import murmurhash3_32
+
+    pa = pytest.importorskip("pyarrow")
+    ids = ["user42", "", "é", "user42"]
+    want = [abs(murmurhash3_32(s, seed=0)) % 1000 for s in ids]
+    for t in (pa.string(), pa.large_string()):
+        col = pd.Series(ids, dtype=pd.ArrowDtype(t))
+        assert hash_ids(col, 1000).tolist() == want
+        assert IdMap(10, key_type="str")(col).tolist() == [1, 2, 3, 1]
+        with pytest.raises(InputTypeError, match="IDs must be integers"):
+            IdMap(10)(col)
+    with pytest.raises(InputValueError, match="missing"):
+        hash_ids(pd.Series(["a", None], dtype=pd.ArrowDtype(pa.string())), 10)
+
+
 @pytest.mark.parametrize("bad", [
     ["a", None], ["a", float("nan")], pd.Series(["a", None]), pd.Series(["a", pd.NA],
                                                                         dtype="string"),

@@ -65,8 +65,8 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
     ids : integer tensor or array of any shape, or strings
         Integer IDs: a tensor of any integer dtype or a numpy integer array (``uint64`` below
         ``2**63``), a list or pandas column of ints. String IDs: a numpy ``str`` or object
-        array, a list of str, a pandas column of str (object, ``string`` or categorical
-        dtype). Which of the two is read from the dtype, or from the first element.
+        array, a list of str, a pandas column of str (object, ``string``, pyarrow string or
+        categorical dtype). Which of the two is read from the dtype, or from the first element.
     num_rows : int
         The table's rows, ``>= 1``.
 

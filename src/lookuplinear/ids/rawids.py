@@ -54,7 +54,10 @@ def key_type_of(ids: Any) -> Literal["int", "str"]:
     if isinstance(ids, torch.Tensor):
         return "int"
     if _is_pandas(ids):
-        if getattr(ids.dtype, "kind", "O") != "O":
+        kind = getattr(ids.dtype, "kind", "O")
+        if kind == "U":  # pyarrow strings (ArrowDtype(pa.string()), dtype_backend="pyarrow")
+            return "str"
+        if kind != "O":
             return "int"  # numbers (as_int_ids refuses all but integers)
         ids = ids.to_numpy(dtype=object)
     if isinstance(ids, np.ndarray):
