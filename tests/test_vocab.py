@@ -69,3 +69,23 @@ def test_decode_errors() -> None:
         v.decode([0, 2])
     with pytest.raises(InputValueError, match="1-D"):
         v.decode(torch.tensor([[0, 1]]))
+
+
+def test_encode_keeps_a_0_d_token_and_refuses_more_dimensions_as_decode_does() -> None:
+    """A 0-d tensor or array is one token, its index 0-d (decode reads it as one index); a
+    batch of sequences (2-D, a list of lists) is refused as decode refuses it, and an
+    unhashable token is named."""
+    import numpy as np
+
+    v = Vocab([10, 20, 30], unknown=-1)
+    for token in (torch.tensor(20), np.array(20)):
+        x = v.encode(token)
+        assert x.shape == () and x.dtype == torch.long and int(x) == 1
+        assert v.decode(x) == [20]
+    for batch in (torch.tensor([[10, 20], [30, 10]]), np.array([[10, 20]]), [[10, 20]]):
+        with pytest.raises(InputValueError, match="1-D sequence of tokens"):
+            v.encode(batch)
+        with pytest.raises(InputValueError, match="1-D"):
+            v.decode(batch)
+    with pytest.raises(InputTypeError, match=r"hashable tokens, got dict \{\} at position 1"):
+        v.encode([10, {}])

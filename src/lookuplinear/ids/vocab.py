@@ -108,24 +108,51 @@ class Vocab:
         >>> Vocab(["the", "cat"], unknown="<unk>").encode(["the", "dog", "cat"])
         tensor([0, 2, 1])
 
-        A tensor or numpy array of integer tokens (raw IDs) is read by its values.
+        A tensor or numpy array of integer tokens (raw IDs) is read by its values; a 0-d one
+        is one token, its index a 0-d tensor (which :meth:`decode` reads as one index). Input
+        of more dimensions (a tensor or array of 2 or more, a list of lists) raises
+        ``InputValueError``, as :meth:`decode` does: encode its rows one by one.
+
+        Raises
+        ------
+        InputValueError
+            Input of more than one dimension.
+        InputTypeError
+            A token that is not hashable.
+        UnknownTokenError
+            A token not in the vocabulary, without ``unknown``.
         """
         if isinstance(tokens, torch.Tensor | np.ndarray):
+            if tokens.ndim > 1:
+                raise InputValueError(
+                    f"encode expects a 1-D sequence of tokens, got a {type(tokens).__name__} "
+                    f"of shape {tuple(tokens.shape)}; encode its rows one by one."
+                )
+            if tokens.ndim == 0:
+                return torch.tensor(self[tokens.item()], dtype=torch.long)
             tokens = tokens.tolist()
-        return torch.tensor([self[t] for t in tokens], dtype=torch.long)
+        try:
+            return torch.tensor([self[t] for t in tokens], dtype=torch.long)
+        except TypeError:  # an unhashable token: which one, said plainly
+            _check_hashable(tokens)
+            raise
 
     def decode(self, indices: torch.Tensor | Sequence[int]) -> str | list[Hashable]:
         """Tokens of ``indices``; joined into a string when every token is a one-character str.
+
+        ``indices`` is a list, tensor or numpy array of integers (an int or a 0-d tensor or
+        array is one index); more than one dimension raises ``InputValueError``.
 
         Examples
         --------
         >>> Vocab(["the", "cat"]).decode([1, 0])
         ['cat', 'the']
         """
-        flat: list[Any] = (
-            indices.reshape(-1).tolist() if isinstance(indices, torch.Tensor) and
-            indices.dim() == 0 else indices.tolist() if isinstance(indices, torch.Tensor)
-            else [indices] if isinstance(indices, numbers.Integral) else list(indices))
+        flat: list[Any]
+        if isinstance(indices, torch.Tensor | np.ndarray):
+            flat = indices.reshape(-1).tolist() if indices.ndim == 0 else indices.tolist()
+        else:
+            flat = [indices] if isinstance(indices, numbers.Integral) else list(indices)
         if any(isinstance(i, bool) or not isinstance(i, numbers.Integral | list) for i in flat):
             raise InputTypeError(
                 f"decode expects integer indices, got {sorted({type(i).__name__ for i in flat})}"
@@ -146,3 +173,21 @@ class Vocab:
 
     def __repr__(self) -> str:
         return f"Vocab({len(self)} tokens, unknown={self.unknown!r}, padding={self.padding!r})"
+
+
+def _check_hashable(tokens: Iterable[Any]) -> None:
+    """Raise for the first token of ``tokens`` that is not hashable: ``InputValueError`` for a
+    list (a sequence of sequences, not of tokens), ``InputTypeError`` for any other."""
+    for i, t in enumerate(tokens):
+        try:
+            hash(t)
+        except TypeError:
+            if isinstance(t, list):
+                raise InputValueError(
+                    f"encode expects a 1-D sequence of tokens, got a list at position {i}; "
+                    "encode the rows one by one."
+                ) from None
+            raise InputTypeError(
+                f"encode expects hashable tokens, got {type(t).__name__} {t!r} at position "
+                f"{i}; give tokens as str, int or tuple."
+            ) from None
