@@ -27,13 +27,14 @@ from torch import nn
 from lookuplinear import (
     Bags,
     Embedding,
+    EmbeddingBag,
     KeyedBags,
     LookupCollection,
     LookupLinear,
     QuantizedLookupCollection,
     TableConfig,
 )
-from lookuplinear.errors import InputTypeError, InputValueError
+from lookuplinear.errors import InputTypeError, InputValueError, OffsetsError
 from lookuplinear.ops import decompositions
 
 needs_compiler = pytest.mark.skipif(
@@ -409,6 +410,24 @@ def test_exported_max_layer_refuses_offsets_that_do_not_cover_its_entries() -> N
     for bad in ([0, 3, 1], [0, 2, 40], [2, 3, 4]):
         with pytest.raises(RuntimeError, match="must start at 0, never decrease"):
             served(idx, torch.tensor(bad))
+
+
+@pytest.mark.parametrize("kind", [EmbeddingBag, LookupLinear])
+def test_compiled_sum_refuses_the_offsets_eager_refuses(kind: type[nn.Module]) -> None:
+    """A compiled ``sparse=False`` sum (eager's CPU fast path, which reads the offsets on the
+    host) asserts its offsets where the graph runs, as eager refuses them: decreasing start
+    offsets, and CSR offsets short of the end (``nn.EmbeddingBag`` reads both as they come)."""
+    idx = torch.tensor([1, 2, 3, 4])
+    for include_last_offset, good, bad in ((False, [0, 1, 3], [0, 2, 1]),
+                                           (True, [0, 1, 4], [0, 1, 2])):
+        torch._dynamo.reset()
+        layer = kind(10, 4, mode="sum", include_last_offset=include_last_offset)
+        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        assert torch.equal(compiled(idx, torch.tensor(good)), layer(idx, torch.tensor(good)))
+        with pytest.raises(OffsetsError):
+            layer(idx, torch.tensor(bad))
+        with pytest.raises(RuntimeError, match="must start at 0, never decrease"):
+            compiled(idx, torch.tensor(bad))
 
 
 def weighted_batch(n: int, seed: int, max_weight: float = 1.0) -> KeyedBags:

@@ -377,7 +377,9 @@ def _cpu_sum_operands(
     The common forms: ``Bags`` and scipy.sparse input (checked on construction), and a 1-D index
     tensor with ``offsets`` (and ``per_sample_weights``) of the same integer dtype, checked here
     in one compiled pass over the offsets instead of building ``Bags`` (``checked``: not here,
-    the ``bag_lookup`` operator that will take them checks them as it reads them).
+    the ``bag_lookup`` operator that will take them checks them as it reads them). While a
+    graph is recorded such offsets are left to the general path, whose ``Bags`` asserts them
+    where the graph runs.
     """
     if offsets is not None:
         if (
@@ -399,7 +401,9 @@ def _cpu_sum_operands(
                     and per_sample_weights.is_cpu
                 )
             )
-            and (checked or offsets_ok(offsets, input.numel(), include_last=include_last_offset))
+            # in a recorded graph unchecked (no values): the general path's Bags asserts them
+            and (checked or offsets_ok(offsets, input.numel(), include_last=include_last_offset,
+                                       recorded=False))
         ):
             return input, offsets, per_sample_weights, include_last_offset
         return None

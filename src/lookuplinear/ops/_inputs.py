@@ -66,7 +66,8 @@ def _drop_entries_op(indices: torch.Tensor, offsets: torch.Tensor, value: int
     return _drop_entries_op(indices, offsets, value)
 
 
-def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True) -> bool:
+def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bool = True,
+               recorded: bool = True) -> bool:
     """Whether ``offsets`` are valid offsets of ``nnz`` entries.
 
     True when ``offsets[0] == 0``, the offsets never decrease and ``offsets[-1] == nnz``
@@ -82,13 +83,17 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
         The number of entries they index.
     include_last : bool, default True
         Whether the last offset is the end of the last bag (CSR) or its start.
+    recorded : bool, default True
+        The answer while ``torch.compile`` or ``torch.export`` records a graph, which has no
+        values to read: True where the caller goes on to build the batch, whose constructor
+        asserts the offsets where the graph runs
+        (:func:`~lookuplinear.ops._asserts.assert_offsets_twin`); False where the caller
+        would skip that check when they pass, and should take its checked path instead.
 
     Returns
     -------
     bool
-        True, too, while ``torch.compile`` or ``torch.export`` records a graph (there are no
-        values to read then: the batch constructors assert them where the graph runs,
-        :func:`~lookuplinear.ops._asserts.assert_offsets_twin`).
+        ``recorded`` while a graph is recorded.
 
     Notes
     -----
@@ -104,7 +109,7 @@ def offsets_ok(offsets: torch.Tensor | np.ndarray, nnz: int, *, include_last: bo
     (True, False, True)
     """
     if _is_compiling():  # a recorded graph cannot branch on the values: the batch
-        return True  # constructors assert them where the graph runs
+        return recorded  # constructors assert them where the graph runs
     if not _OFFSETS_OK and backend() == "c":  # the first call that runs C
         _fill_offsets_ok()
     if isinstance(offsets, np.ndarray):
