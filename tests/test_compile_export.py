@@ -430,6 +430,26 @@ def test_compiled_sum_refuses_the_offsets_eager_refuses(kind: type[nn.Module]) -
             compiled(idx, torch.tensor(bad))
 
 
+def test_compiled_max_and_padding_run_short_csr_offsets_to_the_end_as_eager() -> None:
+    """``include_last_offset=True`` offsets whose last entry falls short of the indices' end:
+    with ``mode="max"`` or a ``padding_idx`` the last bag runs to the end, in
+    ``nn.EmbeddingBag``, eagerly and in a compiled graph alike (the graph's ``nn.EmbeddingBag``'s
+    to the bit; eager's mean with padding within rounding, docs/serving.md)."""
+    idx, short = torch.tensor([1, 2, 3, 4]), torch.tensor([0, 1, 2])
+    for kwargs in ({"mode": "max"}, {"mode": "sum", "padding_idx": 0},
+                   {"mode": "mean", "padding_idx": 0}):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        layer = EmbeddingBag(10, 4, include_last_offset=True, **kwargs)
+        stock = nn.EmbeddingBag(10, 4, include_last_offset=True, **kwargs,
+                                _weight=layer.weight.detach().clone())
+        compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+        with torch.no_grad():
+            want = stock(idx, short)
+            torch.testing.assert_close(layer(idx, short), want)
+            assert torch.equal(compiled(idx, short), want), kwargs
+
+
 def weighted_batch(n: int, seed: int, max_weight: float = 1.0) -> KeyedBags:
     """Weighted bags of raw user IDs (some never seen) and item and tag indices; the tag
     entries (a max table's) weigh ``max_weight``."""

@@ -140,13 +140,14 @@ def csr_offsets(
     if include_last_offset:
         if (last_to_end and isinstance(offsets, torch.Tensor) and offsets.dim() == 1
                 and offsets.numel() > 1 and offsets.dtype in (torch.int32, torch.int64)):
-            if not on_host(offsets):
-                # the same result without reading the offsets: a last entry short of the end
-                # moves to it, one past the end stays (for the lookup to refuse)
+            if not values_known() or not on_host(offsets):
+                # the same result without reading the offsets (a recorded graph's, a device's):
+                # a last entry short of the end moves to it, one past the end stays (for the
+                # lookup to refuse)
                 end = torch.full((1,), indices.size(0), dtype=offsets.dtype,
                                  device=offsets.device)
                 return torch.cat([offsets[:-1], torch.maximum(offsets[-1:], end)])
-            if (not offsets_ok(offsets, indices.numel(), include_last=True)  # True in a graph
+            if (not offsets_ok(offsets, indices.numel(), include_last=True)
                     and int(offsets[-1]) < indices.numel()):
                 end = torch.full((1,), indices.size(0), dtype=offsets.dtype,
                                  device=offsets.device)
