@@ -184,6 +184,24 @@ def test_per_sample_weights_forward_and_gradients_equal_torchs(sparse: bool) -> 
         bag.weight.grad = ref.weight.grad = None
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_bags_with_padding_equal_torchs_to_the_bit(dtype: torch.dtype) -> None:
+    """Half-precision bags with a ``padding_idx`` give ``nn.EmbeddingBag``'s results bit for
+    bit, unweighted and weighted: a bfloat16 table takes its kernel with ``padding_idx`` (the
+    kernel without rounds bfloat16 sums otherwise), a float16 table drops the padding entries
+    (both kernels sum float16 alike)."""
+    g = torch.Generator().manual_seed(12)
+    idx, offsets = torch.randint(0, 10, (400,), generator=g), torch.arange(0, 400, 9)
+    weights = torch.rand(400, generator=g).to(dtype)
+    for mode, psw in (("sum", None), ("mean", None), ("sum", weights)):
+        torch.manual_seed(0)
+        bag = EmbeddingBag(10, 4, mode=mode, padding_idx=2, dtype=dtype)
+        ref = nn.EmbeddingBag(10, 4, mode=mode, padding_idx=2, dtype=dtype,
+                              _weight=bag.weight.detach().clone())
+        with torch.no_grad():
+            assert torch.equal(bag(idx, offsets, psw), ref(idx, offsets, psw)), mode
+
+
 def test_nested_input_equals_torchs() -> None:
     bag, ref = _pair(mode="mean")
     rows = [torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4, 5, 9])]

@@ -518,11 +518,13 @@ def _bags_forward(
     padding_idx: int | None,
     sparse: bool,
 ) -> torch.Tensor:
-    if padding_idx is not None and bags.indices.is_cpu and not capturing() and not transformed():
+    if (padding_idx is not None and bags.indices.is_cpu and weight.dtype is not torch.bfloat16
+            and not capturing() and not transformed()):
         # ATen's CPU embedding_bag leaves its fast kernel whenever padding_idx is set (many times
         # slower, docs/performance.md): drop the padding entries and look up the rest (not in
         # a captured graph or under torch.func's vmap: whether there are any to drop is a
-        # property of one batch).
+        # property of one batch; not for a bfloat16 table, whose sums the two kernels round
+        # differently: it takes nn.EmbeddingBag's kernel with padding_idx, as the graph does).
         bags, padding_idx = bags.drop_index(padding_idx), None
     w = bags.weights  # indices: range-checked by the caller, range_checked
     if w is not None and w.dtype != weight.dtype:
