@@ -21,7 +21,14 @@ from forms import (
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lookuplinear import Bags, InputValueError, LookupIndexError, LookupLinear, lookup_linear
+from lookuplinear import (
+    Bags,
+    InputTypeError,
+    InputValueError,
+    LookupIndexError,
+    LookupLinear,
+    lookup_linear,
+)
 from lookuplinear.functional import normalize_padding_idx
 
 #: Weights exact in bfloat16 and float32, so sums are exact and "sums to 0" really is 0.
@@ -131,6 +138,26 @@ def test_bags_round_trip_through_scipy_and_dense(data: tuple[Batch, int | None])
     assert bags.lengths().tolist() == [len(b) for b in batch.lists]
     assert bags.bag_ids().tolist() == rows.tolist()
     assert bags.nnz == len(cols)
+
+
+@pytest.mark.parametrize(("lists", "error"), [
+    ([[1.5]], "float 1.5"), ([[2, 1.0]], "float 1.0"), ([[True]], "bool True"),
+    ([[1, "a"]], "str 'a'"), ([[[1]]], "list"), ([[2**63]], "does not fit in int64"),
+    ([[-(2**70), 3]], "does not fit in int64"), ([[torch.tensor(1.5)]], "Tensor"),
+    ([[torch.tensor([1, 2])]], "Tensor")])
+def test_from_lists_refuses_what_is_no_row_index(lists: Any, error: str) -> None:
+    """A float (1.5 was read as row 1), a bool, a string or a nested list is refused, as
+    ``nn.EmbeddingBag`` refuses a float index tensor; an integer past int64 too."""
+    with pytest.raises((InputTypeError, InputValueError), match=error):
+        Bags.from_lists(lists)
+    with pytest.raises(RuntimeError):
+        torch.nn.EmbeddingBag(3, 2)(torch.tensor([1.5]), torch.tensor([0]))
+
+
+def test_from_lists_takes_python_numpy_and_0_d_tensor_integers() -> None:
+    bags = Bags.from_lists([[1, np.int32(2)], [], [torch.tensor(0), np.uint64(2)]])
+    assert bags.indices.dtype == torch.int64 and bags.indices.tolist() == [1, 2, 0, 2]
+    assert bags.offsets.tolist() == [0, 2, 2, 4]
 
 
 def test_from_padded_drops_padding() -> None:

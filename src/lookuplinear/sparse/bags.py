@@ -233,11 +233,43 @@ class Bags:
         --------
         >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).offsets
         tensor([0, 2, 2, 5])
+
+        Raises
+        ------
+        InputTypeError
+            An entry that is not an integer (a float, a bool, a string, a list): read as an
+            index, ``1.5`` would be row 1.
+        InputValueError
+            An integer outside int64.
         """
         lengths = [len(b) for b in lists]
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        flat = np.fromiter((i for b in lists for i in b), dtype=np.int64, count=int(offsets[-1]))
+        entries = [i for b in lists for i in b]
+        flat = np.asarray(entries) if entries else np.zeros(0, dtype=np.int64)
+        if flat.ndim != 1 or flat.dtype.kind not in "iu":
+            bad = next((i for i in entries if _not_an_index(i)), None)
+            if bad is not None:
+                raise InputTypeError(
+                    f"Bags.from_lists: each bag must be a list of integer row indices, got "
+                    f"{type(bad).__name__} {bad!r}. Pass ints (a float such as 1.5 would name "
+                    "no row), one flat list per bag."
+                )
+            # integers numpy held otherwise: past int64, or of mixed kinds
+            ints = [int(i) for i in entries]
+            past = [i for i in ints if not -(2**63) <= i < 2**63]
+            if past:
+                raise InputValueError(
+                    f"Bags.from_lists: index {past[0]} does not fit in int64; row indices are "
+                    "int64 (and below the table's number of rows)."
+                )
+            flat = np.array(ints, dtype=np.int64)
+        if flat.dtype.kind == "u" and flat.size and int(flat.max()) >= 2**63:
+            raise InputValueError(
+                f"Bags.from_lists: index {int(flat.max())} does not fit in int64; row indices "
+                "are int64 (and below the table's number of rows)."
+            )
+        flat = flat.astype(np.int64, copy=False)
         w = None
         if weights is not None:
             if [len(b) for b in weights] != lengths:
@@ -559,3 +591,12 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
         f"in_features={in_features}: every index must be in [0, {in_features - 1}]. "
         "Check the vocabulary size, or map unknown tokens to a reserved index."
     )
+
+
+def _not_an_index(entry: Any) -> bool:
+    """Whether an entry of :meth:`Bags.from_lists` is no integer row index: a bool, a float, a
+    string, a list, a tensor that is not one integer."""
+    if isinstance(entry, torch.Tensor):
+        return (entry.dim() != 0 or entry.is_floating_point() or entry.is_complex()
+                or entry.dtype is torch.bool)
+    return isinstance(entry, bool) or not isinstance(entry, int | np.integer)
