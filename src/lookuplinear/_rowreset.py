@@ -52,9 +52,7 @@ class RowResets:
     def take_all(self, params: Iterable[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(param, rows)`` for each of ``params`` with rows marked since the last take (those
         rows are then forgotten), in the order of ``params``: :meth:`take` of many tables in
-        one call."""
-        if not self.rows:  # the usual case: no table renews rows
-            return []
+        one call (which its caller makes only where :attr:`rows` holds some)."""
         taken = []
         for param in params:
             found = self.rows.pop(param, None)

@@ -548,8 +548,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 used = self._fused_values[id(group)] = {}
                 for k in self.defaults:  # a loop, not a comprehension: one call fewer
                     if k != IN_BACKWARD and k not in _HOW_KEYS:
-                        v = group.get(k)
-                        used[k] = _value_now(v) if isinstance(v, torch.Tensor) else v
+                        v = group.get(k)  # a tensor (an lr a scheduler fill_s) copied
+                        used[k] = v.detach().clone() if isinstance(v, torch.Tensor) else v
             self._fused_updated.add(id(p))
             state = self.state[p]
             if not state:
@@ -746,7 +746,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             changed = []
             for k, v in before.items():  # a loop, not a generator: one call fewer a step
                 now = group.get(k)
-                if (_changed(v, now) if isinstance(v, torch.Tensor)
+                if (_tensor_changed(v, now) if isinstance(v, torch.Tensor)
                         or isinstance(now, torch.Tensor) else v != now):
                     changed.append(k)
             changed.sort()
@@ -901,19 +901,12 @@ def _runs(params: list[torch.Tensor], foreach_ok: bool = True
     return [(False, large)] * bool(large) + [(True, run) for run in runs if run]
 
 
-def _value_now(value: Any) -> Any:
-    """A group value as it is now: a tensor (an ``lr``, which a scheduler changes in place)
-    copied, so that a later change of it shows (:func:`_changed`)."""
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
-
-
-def _changed(before: Any, now: Any) -> bool:
-    """Whether a group value differs from the one :func:`_value_now` took (a tensor
-    compared by its values, a tensor replaced by a number or the reverse a change)."""
-    if isinstance(before, torch.Tensor) or isinstance(now, torch.Tensor):
-        return not (isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor)
-                    and before.device == now.device and torch.equal(before, now))
-    return bool(before != now)
+def _tensor_changed(before: Any, now: Any) -> bool:
+    """Whether a group value, one of the two a tensor, differs from the copy the fused update
+    took: a tensor compared by its values; a tensor replaced by a number, or the reverse, is a
+    change."""
+    return not (isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor)
+                and before.device == now.device and torch.equal(before, now))
 
 
 def step_tensors(states: list[dict[str, Any]]) -> list[torch.Tensor]:
