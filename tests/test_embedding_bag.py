@@ -168,6 +168,15 @@ def _no_rows_or_columns(rows: int, dim: int, mode: str, sparse: bool) -> None:
         assert torch.equal(_dense(bag.weight.grad), _dense(ref.weight.grad))
 
 
+@pytest.mark.parametrize("cls", [EmbeddingBag, lookuplinear.Embedding])
+def test_an_index_into_a_table_of_no_rows_says_no_index_is_valid(cls: type) -> None:
+    """An index into a table of no rows is refused as an index out of range (PyTorch raises
+    an IndexError or a RuntimeError), naming the empty table rather than a range [0, -1]."""
+    with pytest.raises(lookuplinear.LookupIndexError,
+                       match=r"in_features=0: the table has no rows, so no index is valid"):
+        cls(0, 3)(torch.tensor([[0]]))
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_per_sample_weights_forward_and_gradients_equal_torchs(sparse: bool) -> None:
     bag, ref = _pair(mode="sum", sparse=sparse, padding_idx=3)

@@ -23,7 +23,7 @@ from . import _extension
 from ._backend import capturing
 
 __all__ = ["assert_bags", "assert_bags_twin", "assert_offsets_twin", "graph_message",
-           "index_message", "offsets_message"]
+           "index_message", "index_range", "offsets_message"]
 
 
 def graph_message(text: str) -> str:
@@ -45,10 +45,25 @@ def graph_message(text: str) -> str:
     )
 
 
+def index_range(num_rows: int) -> str:
+    """Which indices a table of ``num_rows`` rows takes, in words (none where it has none).
+
+    Examples
+    --------
+    >>> index_range(5)
+    'every index must be in [0, 4]'
+    >>> index_range(0)
+    'the table has no rows, so no index is valid'
+    """
+    if num_rows <= 0:
+        return "the table has no rows, so no index is valid"
+    return f"every index must be in [0, {num_rows - 1}]"
+
+
 def index_message(where: str, num_rows: int) -> str:
     """What a failed index assert says: ``where`` names the indices."""
     return (f"lookuplinear: an index of {where} is out of range for in_features={num_rows}: "
-            f"every index must be in [0, {num_rows - 1}].")
+            f"{index_range(num_rows)}.")
 
 
 def offsets_message(owner: str, nnz: int | None, include_last_offset: bool = True) -> str:

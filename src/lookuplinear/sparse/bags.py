@@ -29,6 +29,7 @@ import torch
 
 from ..errors import DtypeMismatchError, InputTypeError, InputValueError, LookupIndexError
 from ..ops import assert_bags, drop_entries, values_known
+from ..ops._asserts import index_range
 from .offsets import check_offsets, on_host
 
 if TYPE_CHECKING:
@@ -588,7 +589,7 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
     at = f"{where}[{', '.join(map(str, pos))}]" if pos else where
     raise LookupIndexError(
         f"index {value} at {at} is out of range for "
-        f"in_features={in_features}: every index must be in [0, {in_features - 1}]. "
+        f"in_features={in_features}: {index_range(in_features)}. "
         "Check the vocabulary size, or map unknown tokens to a reserved index."
     )
 

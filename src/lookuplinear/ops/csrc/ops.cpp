@@ -944,8 +944,11 @@ void assert_bags_twin(const Tensor &indices, const optional<Tensor> &offsets, in
                       c10::string_view where, c10::string_view owner, bool include_last) {
     std::ostringstream index_message;
     index_message << "lookuplinear: an index of " << where << " is out of range for "
-                  << "in_features=" << num_rows << ": every index must be in [0, "
-                  << num_rows - 1 << "].";
+                  << "in_features=" << num_rows << ": ";
+    if (num_rows > 0)
+        index_message << "every index must be in [0, " << num_rows - 1 << "].";
+    else
+        index_message << "the table has no rows, so no index is valid.";
     at::_assert_async(at::logical_and(indices.ge(0), indices.lt(num_rows)).all(),
                       index_message.str());
     if (!offsets.has_value()) return;
