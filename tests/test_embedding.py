@@ -91,6 +91,26 @@ def test_max_norm_and_scale_grad_by_freq_as_torchs() -> None:
         assert torch.equal(emb.weight.grad, ref.weight.grad)
 
 
+def test_max_norm_under_forward_ad_and_on_an_inference_table_as_torchs() -> None:
+    """The renorm acts on the table's values, outside autograd: forward-mode AD (jacfwd) gives
+    nn.Embedding's Jacobian, and a table made under inference_mode is renormed outside it."""
+    torch.manual_seed(0)
+    table = torch.randn(8, 3, dtype=torch.float64) * 3
+    x = torch.tensor([[1, 2, 2], [0, 7, 1]])
+
+    def jacobian(kind: type) -> torch.Tensor:
+        m = kind.from_pretrained(table.clone(), freeze=False, max_norm=1.0)
+        return torch.func.jacfwd(
+            lambda w: torch.func.functional_call(m, {"weight": w}, (x,)))(table.clone())
+
+    torch.testing.assert_close(jacobian(Embedding), jacobian(nn.Embedding), rtol=0, atol=0)
+    with torch.inference_mode():
+        emb = Embedding.from_pretrained(table.clone(), max_norm=1.0)
+        ref = nn.Embedding.from_pretrained(table.clone(), max_norm=1.0)
+    torch.testing.assert_close(emb(x), ref(x), rtol=0, atol=0)
+    torch.testing.assert_close(emb.weight, ref.weight, rtol=0, atol=0)
+
+
 def test_empty_tables_and_errors() -> None:
     emb = Embedding(0, 0, sparse=True)  # as nn.Embedding allows
     emb(torch.tensor([], dtype=torch.int64)).sum().backward()

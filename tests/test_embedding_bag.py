@@ -238,6 +238,16 @@ def test_max_norm_renorms_the_named_rows_as_torch() -> None:
     torch.testing.assert_close(bag.weight, ref.weight)  # rows 1, 2, 8 rewritten in place
 
 
+def test_max_norm_renorms_a_table_made_under_inference_mode_as_torch() -> None:
+    """The renorm acts on the table's values outside autograd, as nn.EmbeddingBag's: a table
+    made under inference_mode (loaded for serving) is renormed outside it too."""
+    x = torch.tensor([[1, 2], [2, 8]])
+    with torch.inference_mode():
+        bag, ref = _pair(max_norm=0.7, mode="sum")
+    torch.testing.assert_close(bag(x), ref(x))
+    torch.testing.assert_close(bag.weight, ref.weight)
+
+
 def test_scale_grad_by_freq_gradients_equal_torchs() -> None:
     bag, ref = _pair(scale_grad_by_freq=True, mode="sum")
     x, offsets = torch.tensor([1, 1, 1, 4, 2]), torch.tensor([0, 2])

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_per_sample_weights_dtype",
            "check_weights_have_offsets", "lookup_linear", "normalize_padding_idx",
-           "range_checked", "row_scale"]
+           "range_checked", "renorm_rows_", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays
@@ -87,6 +87,25 @@ def normalize_padding_idx(padding_idx: int | None, in_features: int,
     # int(): under torch.jit.trace a size is a traced tensor, and so would be the result (the
     # table's size is fixed: the index is a constant of the graph, as in nn.EmbeddingBag's)
     return int(padding_idx % in_features)
+
+
+def renorm_rows_(weight: torch.Tensor, indices: torch.Tensor, max_norm: float,
+                 norm_type: float) -> None:
+    """Scale the rows of ``weight`` that ``indices`` names whose ``norm_type``-norm exceeds
+    ``max_norm`` to norm ``max_norm``, in place, as ``F.embedding`` and ``F.embedding_bag`` do
+    for ``max_norm``: on ``weight.detach()``, outside autograd, so forward-mode AD (which has no
+    formula for the renorm) sees the table as it is, and a table made under
+    ``torch.inference_mode`` is renormed outside it too.
+
+    Examples
+    --------
+    >>> w = torch.tensor([[3.0, 4.0], [0.3, 0.4]], requires_grad=True)
+    >>> renorm_rows_(w, torch.tensor([0, 1]), 1.0, 2.0)
+    >>> w.detach().norm(dim=1).tolist()
+    [1.0, 0.5]
+    """
+    with torch.no_grad():
+        torch.embedding_renorm_(weight.detach(), indices.contiguous(), max_norm, norm_type)
 
 
 def check_per_sample_weights_dtype(per_sample_weights: Any, weight: torch.Tensor) -> None:

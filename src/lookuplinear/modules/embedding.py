@@ -18,7 +18,7 @@ from .._fusion import binding
 from .._loading import AllOrNothingLoad
 from .._sizes import as_size, check_pretrained_table, check_table_shape
 from ..errors import DtypeMismatchError, InputTypeError
-from ..functional import lookup_linear, normalize_padding_idx, range_checked
+from ..functional import lookup_linear, normalize_padding_idx, range_checked, renorm_rows_
 from ..sparse.bags import check_index_range
 
 __all__ = ["Embedding"]
@@ -201,9 +201,7 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             return super().forward(input)
         if self.max_norm is not None:  # as F.embedding: the named rows renormed in place
             check_index_range(input, self.num_embeddings, where="input")
-            with torch.no_grad():
-                torch.embedding_renorm_(self.weight, input.contiguous(), self.max_norm,
-                                        self.norm_type)
+            renorm_rows_(self.weight, input, self.max_norm, self.norm_type)
         if self.sparse and not torch.compiler.is_compiling() and binding(self.weight) is None:
             # nn.Embedding's sparse gradient, one row per position in input order (ATen's
             # backward); lookup_linear's is coalesced, which a fused optimizer takes instead

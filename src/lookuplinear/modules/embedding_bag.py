@@ -25,6 +25,7 @@ from ..functional import (
     check_per_sample_weights_dtype,
     lookup_linear,
     normalize_padding_idx,
+    renorm_rows_,
 )
 from ..sparse.bags import Bags, check_index_range
 
@@ -264,8 +265,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     f"{type(input).__name__}. Pass indices and offsets (or Bags)."
                 )
             check_index_range(indices, self.num_embeddings, where="input")
-            with torch.no_grad():
-                torch.embedding_renorm_(self.weight, indices, self.max_norm, self.norm_type)
+            renorm_rows_(self.weight, indices, self.max_norm, self.norm_type)
         return lookup_linear(
             input,
             self.weight,
