@@ -256,8 +256,23 @@ def test_scale_grad_by_freq_gradients_equal_torchs() -> None:
     torch.testing.assert_close(_dense(bag.weight.grad), _dense(ref.weight.grad))
     with pytest.raises(InputValueError, match="mode='max'"):
         EmbeddingBag(10, 3, scale_grad_by_freq=True, mode="max")
-    with pytest.raises(InputValueError, match="sparse=True has no backward"):
-        EmbeddingBag(10, 3, scale_grad_by_freq=True, sparse=True)
+
+
+def test_scale_grad_by_freq_with_sparse_is_built_and_fails_in_the_backward_as_torch() -> None:
+    """nn.EmbeddingBag builds it and computes forwards (a frozen table, no_grad); only the
+    backward that computes the weight gradient fails, with a RuntimeError."""
+    table, x = torch.randn(10, 3), torch.tensor([[1, 2, 2], [3, 4, 1]])
+    bag = EmbeddingBag.from_pretrained(table, mode="sum", scale_grad_by_freq=True, sparse=True)
+    ref = nn.EmbeddingBag.from_pretrained(table, mode="sum", scale_grad_by_freq=True,
+                                          sparse=True)
+    torch.testing.assert_close(bag(x), ref(x))
+    bag, ref = _pair(scale_grad_by_freq=True, sparse=True, mode="sum")
+    with torch.no_grad():
+        torch.testing.assert_close(bag(x), ref(x))
+    for m in (bag, ref):
+        out = m(x).sum()
+        with pytest.raises(RuntimeError, match="scale_grad_by_freq"):
+            out.backward()
 
 
 @settings(max_examples=40, deadline=None)

@@ -68,7 +68,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         Scale a row's gradient by the inverse of its count in the batch. lookuplinear's lookup
         has no such gradient, so this forward is PyTorch's own ``F.embedding_bag`` (same output;
         the gradient is PyTorch's, stored, which ``fused=True`` optimizers then apply in
-        ``step``).
+        ``step``). With ``sparse=True`` too the layer is built and computes its forward (a
+        frozen table, ``torch.no_grad``), and a backward that computes the weight gradient
+        raises PyTorch's ``RuntimeError``, as ``nn.EmbeddingBag``'s does.
     mode : {"mean", "sum", "max", "sqrtn"}, default "mean"
         ``"max"`` has no sparse gradient: with ``sparse=True`` every forward raises
         ``InputValueError`` (the ``ValueError`` ``nn.EmbeddingBag`` raises there too; both
@@ -136,11 +138,6 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         num_embeddings = as_size(num_embeddings, "num_embeddings", low=0, where="EmbeddingBag")
         embedding_dim = as_size(embedding_dim, "embedding_dim", low=0, where="EmbeddingBag")
         check_mode(mode)
-        if scale_grad_by_freq and sparse:
-            raise InputValueError(
-                "EmbeddingBag: scale_grad_by_freq=True with sparse=True has no backward in "
-                "PyTorch (its embedding backward refuses it). Drop one of the two."
-            )
         if scale_grad_by_freq and mode == "max":
             raise InputValueError(
                 "EmbeddingBag: scale_grad_by_freq=True scales a row's gradient by its count, "
