@@ -409,6 +409,27 @@ def test_empty_start_offsets_are_an_empty_batch() -> None:
         layer(torch.tensor([1, 2]), empty)
 
 
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("form", [list, tuple, np.array])
+def test_offsets_given_as_a_list_mean_what_the_tensor_means(
+    form: Any, include_last_offset: bool,
+) -> None:
+    """Start offsets unless include_last_offset=True, as the same tensor is read: [0, 1, 3] is
+    three bags of [1, 2, 3] (the last one empty), or two as CSR offsets."""
+    layer = LookupLinear(6, 2, include_last_offset=include_last_offset)
+    x = torch.tensor([1, 2, 3])
+    for offsets in ([0, 1, 3], [0, 3]):
+        expected = layer(x, torch.tensor(offsets))
+        assert len(expected) == len(offsets) - include_last_offset
+        assert torch.equal(layer(x, form(offsets)), expected)
+        assert torch.equal(lookup_linear(x, layer.weight, offsets=form(offsets),
+                                         include_last_offset=include_last_offset),
+                           lookup_linear(x, layer.weight, offsets=torch.tensor(offsets),
+                                         include_last_offset=include_last_offset))
+    with pytest.raises(InputTypeError, match="1-D tensor of integers"):
+        layer(x, ["a", "b"])
+
+
 @pytest.mark.parametrize(
     ("offsets", "nnz", "match"),
     [

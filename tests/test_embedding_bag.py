@@ -293,6 +293,22 @@ def test_random_bags_equal_torch(bags: list[list[int]], mode: str,
 
 
 # ------------------------------------------------------------------ errors
+@pytest.mark.parametrize("kwargs", [
+    {"mode": "sum"}, {"mode": "sum", "include_last_offset": True}, {"mode": "max"},
+    {"mode": "mean", "max_norm": 1.0}, {"mode": "sum", "scale_grad_by_freq": True},
+    {"mode": "sum", "sparse": True},
+])
+def test_offsets_given_as_a_list_mean_what_the_tensor_means(kwargs: dict[str, Any]) -> None:
+    """[0, 1, 3] for [1, 2, 3] is nn.EmbeddingBag's three bags (the last one empty), two with
+    include_last_offset=True: as the same offsets in a tensor, on every path of the forward."""
+    table, x = torch.arange(12.0).view(6, 2), torch.tensor([1, 2, 3])
+    for offsets in ([0, 1, 3], [0, 3]):
+        ref = nn.EmbeddingBag.from_pretrained(table, **kwargs)(x, torch.tensor(offsets))
+        for form in (list, tuple, np.array):
+            out = EmbeddingBag.from_pretrained(table, **kwargs)(x, form(offsets))
+            torch.testing.assert_close(out, ref)
+
+
 def test_the_calls_torch_reads_otherwise_or_crashes_on_are_refused_clearly() -> None:
     bag = EmbeddingBag(10, 3)
     with pytest.raises(InputValueError, match="needs offsets"):  # never a per-position lookup

@@ -194,7 +194,8 @@ def lookup_linear(
         The bags of a 1-D index ``input`` and per-entry weights, as ``F.embedding_bag`` takes
         them: ``N`` start offsets (bag ``b`` is ``input[offsets[b]:offsets[b + 1]]``, the last
         bag runs to the end of ``input``), or, with ``include_last_offset=True``, ``N + 1``
-        CSR offsets ending at ``len(input)``. ``per_sample_weights`` without ``offsets`` raise
+        CSR offsets ending at ``len(input)``. Offsets given as a list, tuple or numpy array of
+        ints mean what the same tensor means. ``per_sample_weights`` without ``offsets`` raise
         ``InputValueError``: ``Bags`` and sparse input hold their weights as their values, and
         an index tensor without offsets has no bags to weigh.
     include_last_offset : bool, default False

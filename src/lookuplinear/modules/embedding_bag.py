@@ -28,6 +28,7 @@ from ..functional import (
     renorm_rows_,
 )
 from ..sparse.bags import Bags, check_index_range
+from ..sparse.offsets import as_offsets
 
 __all__ = ["EmbeddingBag"]
 
@@ -207,7 +208,8 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
             weights, so no ``per_sample_weights`` beside them).
         offsets : Tensor of shape (B,) or (B + 1,), optional
             Start of each bag in a 1-D ``input`` (``B + 1`` CSR offsets with
-            ``include_last_offset``).
+            ``include_last_offset``). A list, tuple or numpy array of ints means what the same
+            tensor means (``nn.EmbeddingBag`` takes tensors only).
         per_sample_weights : Tensor of the shape of ``input``, optional
             One weight per entry (``mode="sum"`` only, as in PyTorch).
 
@@ -248,6 +250,8 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     f"takes index tensors, got {type(input).__name__}. Pass the indices and "
                     "offsets as nn.EmbeddingBag takes them."
                 )
+            if offsets is not None:  # a list means what the tensor means, as in lookup_linear
+                offsets = as_offsets(offsets, input.device)
             return super().forward(input, offsets, per_sample_weights)
         if self.mode == "sum":  # (another mode refuses any weights first, as torch's does)
             check_per_sample_weights_dtype(per_sample_weights, self.weight)

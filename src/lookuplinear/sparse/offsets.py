@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from ..errors import OffsetsError
+from ..errors import InputTypeError, OffsetsError
 from ..ops import offsets_ok, values_known
 from ..ops._asserts import assert_offsets_twin
 
-__all__ = ["check_offsets", "csr_offsets", "on_host"]
+__all__ = ["as_offsets", "check_offsets", "csr_offsets", "on_host"]
 
 #: whether CPU tensors are read where they are checked (False runs the path of the other
 #: devices on CPU tensors, whose asserts then fire at once: how the tests see that path)
@@ -115,6 +115,33 @@ def _explain(vals: Any, nnz: int, owner: str, entries: str) -> None:
         )
 
 
+def as_offsets(offsets: Any, device: torch.device) -> torch.Tensor:
+    """``offsets`` as a tensor on ``device``: a tensor as it is, a list, tuple or numpy array of
+    integers through ``torch.as_tensor``. Their meaning is the caller's (start offsets, or CSR
+    offsets with ``include_last_offset=True``); a dtype that is not integer is left to the
+    caller's check, which names it.
+
+    Raises
+    ------
+    InputTypeError
+        ``offsets`` that ``torch.as_tensor`` cannot read (strings, ragged lists).
+
+    Examples
+    --------
+    >>> as_offsets([0, 1, 3], torch.device("cpu"))
+    tensor([0, 1, 3])
+    """
+    if isinstance(offsets, torch.Tensor):
+        return offsets
+    try:
+        return torch.as_tensor(offsets, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise InputTypeError(
+            f"offsets must be a 1-D tensor of integers (a list of ints is read as one), got "
+            f"{type(offsets).__name__} {offsets!r:.60}. Pass torch.tensor(offsets)."
+        ) from None
+
+
 def csr_offsets(
     indices: torch.Tensor, offsets: torch.Tensor, include_last_offset: bool,
     *, last_to_end: bool = False,
@@ -131,8 +158,10 @@ def csr_offsets(
         indices = [a, b, c, d],  offsets = [0, 3, 3]  ->  bags [a, b, c], [d]
 
     Offsets of another integer dtype (int8, int16, uint8, ...) are read as int64, as
-    ``F.embedding_bag`` reads them.
+    ``F.embedding_bag`` reads them; a list, tuple or numpy array of offsets is read as the same
+    tensor would be (:func:`as_offsets`).
     """
+    offsets = as_offsets(offsets, indices.device)
     if (isinstance(offsets, torch.Tensor) and offsets.dtype not in (torch.int32, torch.int64)
             and not offsets.dtype.is_floating_point and not offsets.dtype.is_complex
             and offsets.dtype is not torch.bool):
