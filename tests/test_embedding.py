@@ -13,6 +13,7 @@ from torch import nn
 from lookuplinear import (
     Embedding,
     InputTypeError,
+    LayoutError,
     LookupIndexError,
     LookupLinear,
     PaddingIdxError,
@@ -119,6 +120,22 @@ def test_empty_tables_and_errors() -> None:
         Embedding(10, 3)(torch.tensor([1, 10]))
     with pytest.raises(InputTypeError, match="integer indices"):
         Embedding(10, 3)(torch.tensor([1.0]))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.tensor([[1, 2]]).to_sparse(),
+    lambda: torch.tensor([[1, 2]]).to_sparse_csr(),
+    lambda: torch.nested.nested_tensor([torch.tensor([1, 2]), torch.tensor([3])],
+                                       layout=torch.jagged),
+])
+def test_an_index_tensor_of_another_layout_is_refused_naming_the_layout(make: Any) -> None:
+    """An int64 sparse or nested tensor: the message names the layout (not the dtype, which is
+    right), and the error is the RuntimeError nn.Embedding raises for a sparse one."""
+    x = make()
+    with pytest.raises(LayoutError, match=f"got .*layout {x.layout}") as info:
+        Embedding(6, 3)(x)
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, InputTypeError)
+    assert "dtype" not in str(info.value) and "long()" not in str(info.value)
 
 
 def test_fused_optimizer_and_conversion() -> None:

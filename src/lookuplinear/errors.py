@@ -40,6 +40,7 @@ __all__ = [
     "FusedAccumulationWarning",
     "InputTypeError",
     "InputValueError",
+    "LayoutError",
     "LookupIndexError",
     "LookupLinearError",
     "ModeNotSupportedError",
@@ -113,6 +114,12 @@ class ModeNotSupportedError(InputValueError, NotImplementedError):
 class DtypeMismatchError(InputTypeError, RuntimeError):
     """Two tensors that must share a dtype do not (``per_sample_weights`` and the table). Also a
     ``RuntimeError``, as PyTorch's ``embedding_bag`` raises."""
+
+
+class LayoutError(InputTypeError, RuntimeError):
+    """A tensor of a layout the call does not take: a sparse or nested index tensor given to
+    ``Embedding``, which looks up a strided one. Also a ``RuntimeError``, as ``nn.Embedding``
+    raises for a sparse one."""
 
 
 class UnknownTokenError(LookupLinearError, KeyError):

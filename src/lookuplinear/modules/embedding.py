@@ -17,7 +17,7 @@ from torch import nn
 from .._fusion import binding
 from .._loading import AllOrNothingLoad
 from .._sizes import as_size, check_pretrained_table, check_table_shape
-from ..errors import DtypeMismatchError, InputTypeError
+from ..errors import DtypeMismatchError, InputTypeError, LayoutError
 from ..functional import lookup_linear, normalize_padding_idx, range_checked, renorm_rows_
 from ..sparse.bags import check_index_range
 
@@ -176,19 +176,33 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             ``input`` is not a tensor of indices; ``DtypeMismatchError`` (also the
             ``RuntimeError`` ``nn.Embedding`` raises) for a tensor of another dtype than
             int64 or int32 (float, bool, uint8, int16...).
+        LayoutError
+            A sparse or nested tensor (also the ``RuntimeError`` ``nn.Embedding`` raises for a
+            sparse one).
         LookupIndexError
             An index outside ``[0, num_embeddings)`` (also an ``IndexError``, as PyTorch's).
         """
-        if (not isinstance(input, torch.Tensor) or input.layout != torch.strided
-                or input.is_nested or not (input.dtype is torch.int64
-                                           or input.dtype is torch.int32)):
+        if isinstance(input, torch.Tensor) and (input.layout != torch.strided
+                                                or input.is_nested):
+            # the layout, not the dtype, is what is wrong (a RuntimeError too, as F.embedding
+            # raises for a sparse one)
+            what, fix = ((f"a nested tensor (layout {input.layout})",
+                          "Look up its values (input.values() of a jagged tensor), or pass its "
+                          "rows as bags to lookuplinear.EmbeddingBag") if input.is_nested
+                         else (f"layout {input.layout}",
+                               "Pass input.to_dense(), or for sparse rows use "
+                               "lookuplinear.EmbeddingBag or LookupLinear"))
+            raise LayoutError(
+                f"Embedding: input must be a strided tensor of integer indices, got {what}. "
+                f"{fix}."
+            )
+        if not isinstance(input, torch.Tensor) or not (input.dtype is torch.int64
+                                                       or input.dtype is torch.int32):
             what = (f"dtype {input.dtype}" if isinstance(input, torch.Tensor)
                     else type(input).__name__)
             # a tensor of another dtype (uint8, int16 too): a RuntimeError too, as F.embedding
             # raises
-            error = (DtypeMismatchError if isinstance(input, torch.Tensor)
-                     and input.layout == torch.strided and not input.is_nested
-                     else InputTypeError)
+            error = DtypeMismatchError if isinstance(input, torch.Tensor) else InputTypeError
             fix = ("Convert them with input.long()" if isinstance(input, torch.Tensor)
                    and not (input.dtype.is_floating_point or input.dtype.is_complex
                             or input.dtype == torch.bool) else "Pass the row indices")
