@@ -161,8 +161,9 @@ def csr_offsets(
     ``F.embedding_bag`` reads them; a list, tuple or numpy array of offsets is read as the same
     tensor would be (:func:`as_offsets`).
     """
-    offsets = as_offsets(offsets, indices.device)
-    if (isinstance(offsets, torch.Tensor) and offsets.dtype not in (torch.int32, torch.int64)
+    if not isinstance(offsets, torch.Tensor):
+        offsets = as_offsets(offsets, indices.device)
+    if (offsets.dtype not in (torch.int32, torch.int64)
             and not offsets.dtype.is_floating_point and not offsets.dtype.is_complex
             and offsets.dtype is not torch.bool):
         offsets = offsets.to(torch.int64)
