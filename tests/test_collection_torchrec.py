@@ -443,6 +443,29 @@ def test_from_torchrec_names_a_missing_table():
     assert torch.equal(col.state_dict()["embedding_bags.t.weight"], torch.full((5, 3), 2.0))
 
 
+@pytest.mark.parametrize("given", [torch.float32, torch.float64])
+def test_from_torchrec_casts_a_state_dict_to_the_ebcs_table_dtypes(given):
+    """A state dict in another dtype than the EBC's tables is cast to them, as the EBC's
+    load_state_dict casts it: the collection equals the EBC that loaded it, and goes back."""
+    from torchrec.types import DataType
+
+    ebc = torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name=name,
+                                    feature_names=[name], data_type=data_type)
+        for name, data_type in (("a", DataType.FP16), ("b", DataType.FP32))])
+    torch.manual_seed(1)
+    sd = {f"embedding_bags.{name}.weight": torch.randn(10, 4, dtype=given) for name in "ab"}
+    ebc.load_state_dict(sd)
+    col = LookupCollection.from_torchrec(ebc, state_dict=sd)
+    assert [col[name].weight.dtype for name in "ab"] == [torch.float16, torch.float32]
+    for name in "ab":
+        assert torch.equal(col[name].weight, ebc.embedding_bags[name].weight)
+    kb = KeyedBags.from_dict({"a": [[1, 2, 3], [4]], "b": [[5], [6, 7]]})
+    assert torch.equal(col(kb).values(), ebc(kb.to_kjt()).values())
+    back = col.to_torchrec()
+    assert [t.data_type for t in back.embedding_bag_configs()] == [DataType.FP16, DataType.FP32]
+
+
 def test_from_torchrec_refuses_an_embedding_collection():
     """An EmbeddingCollection (unpooled) is no EmbeddingBagCollection: named, with the way to
     build the collection whose dict lookups give its rows."""

@@ -414,7 +414,10 @@ class LookupCollection(CollectionBase):
         (each in its own dtype, its values exactly), features (a feature several tables read
         too, its outputs keyed ``feature@table`` as the EBC keys them), pooling, weights and
         ``is_weighted``. ``state_dict``: the weights to take instead of ``ebc``'s
-        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model).
+        (``embedding_bags.<table>.weight``, e.g. gathered from a sharded model); each table
+        keeps the EBC's dtype, the state dict's values cast to it as the EBC's
+        ``load_state_dict`` casts them (a float32 state dict fills a float16 table with its
+        values rounded to float16).
 
         Each table keeps its initialisation: its config's ``init_fn`` (TorchRec's default, or
         the one its ``weight_init_min``/``weight_init_max`` make: uniform within them) is the
@@ -475,11 +478,14 @@ class LookupCollection(CollectionBase):
             tables.append(TableConfig(c.name, c.num_embeddings, c.embedding_dim,
                                       list(c.feature_names), mode=modes[c.pooling.name],
                                       init=_torchrec_init_of(c)))
-        weights = ebc.state_dict() if state_dict is None else state_dict
+        own = ebc.state_dict()
+        weights = own if state_dict is None else state_dict
         _check_torchrec_weights(tables, weights)
         some = next(iter(weights.values()))
+        # each table in the EBC's dtype; a state dict of another dtype is cast while copied,
+        # as the EBC's load_state_dict casts it
         collection = cls([dataclasses.replace(
-                            t, dtype=weights[f"embedding_bags.{t.name}.weight"].dtype)
+                            t, dtype=own[f"embedding_bags.{t.name}.weight"].dtype)
                           for t in tables],
                          sparse=sparse, is_weighted=bool(ebc.is_weighted()), device=some.device)
         with torch.no_grad():
