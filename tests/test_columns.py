@@ -293,6 +293,21 @@ def test_arrow_nulls_are_clear_errors():
         KeyedBags.from_columns({"x": pa.array([[[1]]])})
 
 
+
+@pytest.mark.skipif(pa is None or not hasattr(pa, "ListViewArray"), reason="needs list_view")
+def test_arrow_list_view_reads_only_the_entries_its_rows_reference():
+    """A list_view's rows pick ranges of its values: a null in a slot no row references is no
+    missing ID (the rows are [[9], [7]]); a null a row references is refused, at its entry."""
+    ints = pa.array([0, 2], pa.int32()), pa.array([1, 1], pa.int32())
+    kb = KeyedBags.from_columns({"x": pa.ListViewArray.from_arrays(*ints, pa.array([9, None, 7]))})
+    assert kb.values.tolist() == [9, 7]
+    assert kb.lengths().tolist() == [1, 1]
+    referenced = pa.ListViewArray.from_arrays(pa.array([2, 0], pa.int32()),
+                                              pa.array([1, 2], pa.int32()), pa.array([9, None, 7]))
+    with pytest.raises(InputValueError, match=r"missing ID \(null\) at entry 2"):
+        KeyedBags.from_columns({"x": referenced})
+
+
 # ---------------------------------------------------------------- Dataset
 
 

@@ -180,20 +180,22 @@ def _arrow_view_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
     (its offsets are each row's start in the values, not CSR offsets)."""
     starts = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
     sizes = column.sizes.to_numpy(zero_copy_only=False).astype(np.int64)
-    values = column.values
+    at = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+    # only the entries rows reference: a slot of the values no row reads may hold anything
+    values = column.values.take(at)
     if values.null_count:
+        i = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
         raise InputValueError(
-            f"column {name!r}: a missing ID (null) in its values; IDs must be integers. Drop "
+            f"column {name!r}: a missing ID (null) at entry {i}; IDs must be integers. Drop "
             "or fill the missing values before building the batch."
         )
-    at = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
     ids = values.to_numpy(zero_copy_only=False)
     if ids.dtype == object and hasattr(values.type, "value_type"):
         raise InputTypeError(
             f"column {name!r}: lists nested in lists (type {column.type}); give one list of "
             "integer IDs per row."
         )
-    return _ids(name, ids[at], listed=True), sizes
+    return _ids(name, ids, listed=True), sizes
 
 
 def _arrow_bags(name: str, column: Any) -> tuple[np.ndarray, np.ndarray]:
