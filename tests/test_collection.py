@@ -551,8 +551,8 @@ def test_torchrec_round_trip():
 
 
 def test_from_kjt_refuses_what_it_cannot_read_exactly():
-    """Lengths that are not the bags the strides say, or inverse_indices without a row for a
-    key: refused, naming it, and the KJT left as it was."""
+    """Lengths that are not the bags the strides say: refused, naming it, and the KJT left as
+    it was."""
     torchrec = pytest.importorskip("torchrec")
     odd = torchrec.KeyedJaggedTensor(keys=["a", "b"], values=torch.arange(4),
                                      lengths=torch.tensor([1, 1, 1, 1]), stride=1)
@@ -564,11 +564,6 @@ def test_from_kjt_refuses_what_it_cannot_read_exactly():
                                         offsets=torch.tensor([0, 1, 2, 3, 4]))
     with pytest.raises(InputValueError, match="lengths sum to 4"):
         KeyedBags.from_kjt(longer)
-    partial = torchrec.KeyedJaggedTensor(
-        keys=["a", "b"], values=torch.arange(3), lengths=torch.tensor([1, 1, 1]),
-        stride_per_key_per_rank=[[1], [2]], inverse_indices=(["b"], torch.tensor([[0, 1]])))
-    with pytest.raises(InputValueError, match=r"none for \['a'\]"):
-        KeyedBags.from_kjt(partial)
 
 
 @settings(max_examples=40, deadline=None)

@@ -252,6 +252,41 @@ def test_any_variable_batch_equals_torchrec(data, weighted, ranks, sparse):
     _assert_equal_to_ebc(col, ebc, kb, kjt)
 
 
+def test_variable_batch_with_inverse_rows_only_for_the_keys_read_equals_torchrec():
+    """inverse_indices with rows only for the keys the EBC reads (a key "extra" no table reads
+    has none): pooled as TorchRec's EBC pools it, the rows kept by name both ways; a collection
+    that reads a key without a row, and full_batch, refuse the batch naming the key."""
+    kjt = KJT(keys=["f1", "f2", "extra"], values=torch.tensor([1, 2, 3, 4, 5]),
+              lengths=torch.tensor([2, 1, 1, 1]), stride_per_key_per_rank=[[1], [2], [1]],
+              inverse_indices=(["f2", "f1"], torch.tensor([[1, 0, 1], [0, 0, 0]])))
+    ebc = _ebc([("t", 10, 3, ["f1", "f2"])])
+    col = LookupCollection.from_torchrec(ebc)
+    kb = KeyedBags.from_kjt(kjt)
+    assert kb.inverse_keys == ["f1", "f2"] and kb.batch_size == 3
+    assert kb.inverse_indices.tolist() == [[0, 0, 0], [1, 0, 1]]
+    _assert_equal_to_ebc(col, ebc, kb, kjt)
+    back = kb.to_kjt()
+    assert back.inverse_indices()[0] == ["f1", "f2"]
+    assert torch.equal(back.inverse_indices()[1], kb.inverse_indices)
+    for moved in (kb[[2, 0]], kb.to("meta"), kb.unweighted(),
+                  torch.utils._pytree.tree_unflatten(*torch.utils._pytree.tree_flatten(kb))):
+        assert moved.inverse_keys == ["f1", "f2"]
+    same = KeyedBags(kb.keys(), kb.values, lengths=kb.lengths(),
+                     stride_per_key_per_rank=[[1], [2], [1]],
+                     inverse_indices=(["f2", "f1"], torch.tensor([[1, 0, 1], [0, 0, 0]])))
+    assert same.inverse_keys == ["f1", "f2"] and torch.equal(col(same).values(),
+                                                             col(kb).values())
+    reads_extra = LookupCollection([TableConfig("t", 10, 3, ["f1", "extra"])])
+    with pytest.raises(InputValueError, match=r"rows for keys \['f1', 'f2'\], none for "
+                                              r"\['extra'\], which the tables read"):
+        reads_extra(kb)
+    with pytest.raises(InputValueError, match=r"no row for keys \['extra'\]"):
+        kb.full_batch()
+    with pytest.raises(InputValueError, match=r"\['nope'\] are not keys"):
+        KeyedBags(["a"], torch.arange(2), lengths=torch.tensor([2]),
+                  inverse_indices=(["nope"], torch.tensor([[0]])))
+
+
 def test_variable_batch_keyed_bags():
     """The KeyedBags of a variable batch: checked when built, rows picked through
     inverse_indices, moved and unweighted with them, refused by cat, a pytree node."""

@@ -708,7 +708,10 @@ def _compare_collection(
     # fresh leaves on the tables' storage (as _probe for a layer): nothing reaches the
     # collection's .grad or a fused optimizer bound to its parameters
     # a variable batch per key: its dense equivalent is the batch of N bags per key
-    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu").full_batch()
+    # (keys without inverse_indices rows left out: the collection reads none of them, or its
+    # forward below refuses the batch)
+    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu")
+    kb_cpu = kb_cpu._inverted_only().full_batch()
     names = [t.name for t in collection.tables]
     tables = {n: collection[n] for n in names}
     features = [(f, collection._table_of[f]) for f in collection.embedding_names]

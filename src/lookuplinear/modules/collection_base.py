@@ -133,9 +133,17 @@ class CollectionBase(AllOrNothingLoad):
                 "inverse_indices= (the bag each example reads, per key), or one stride for "
                 "every key."
             )
-        out = self._pooled(kb._padded())  # (S, width): every bag of every key once
         plan = self._collection_plan
-        position = {k: i for i, k in enumerate(kb.keys())}
+        position = {k: i for i, k in enumerate(kb.inverse_keys)}
+        unexpanded = [f for f in self.feature_names if f not in position]
+        if unexpanded:
+            raise InputValueError(
+                f"{name}: the batch's inverse_indices have rows for keys {kb.inverse_keys}, "
+                f"none for {unexpanded}, which the tables read, so those keys' bags have no "
+                "examples to go to. Give inverse_indices a row for every feature the tables "
+                "read (the bag each example reads)."
+            )
+        out = self._pooled(kb._padded())  # (S, width): every bag of every key once
         inverse = kb.inverse_indices.long()
         rows = inverse[[position[f] for f in plan.inputs]]  # (outputs, N)
         dims = torch.tensor(plan.dims, device=inverse.device)

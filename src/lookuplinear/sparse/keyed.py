@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
@@ -78,11 +78,14 @@ class KeyedBags:
         A variable batch per key (TorchRec's): key ``k`` has ``sum(stride_per_key_per_rank[k])``
         bags (its ranks' bags one after the other), the keys' bags one key after the other.
         Default: ``N`` bags for every key.
-    inverse_indices : Tensor of shape (F, N), integer, optional
+    inverse_indices : Tensor of shape (F, N), integer, or (names, Tensor), optional
         Example ``i`` of key ``k`` reads that key's bag ``inverse_indices[k, i]`` (TorchRec's
         ``inverse_indices``, rows in ``keys`` order): the batch has ``N`` examples, and its
         dense equivalent for key ``k`` is ``kb[k].to_dense(n)[inverse_indices[k]]``
-        (``kb.full_batch()`` builds it).
+        (``kb.full_batch()`` builds it). As TorchRec's ``(names, rows)`` pair, rows for the
+        keys ``names`` only (some of ``keys``, in any order): kept in ``keys`` order, and
+        :attr:`inverse_keys` says whose they are. A key without a row cannot be expanded to
+        examples: a collection that reads it, or ``full_batch``, refuses the batch.
 
     Raises
     ------
@@ -90,7 +93,8 @@ class KeyedBags:
         Keys repeated or not strings, lengths negative or not summing to ``len(values)``,
         a number of bags that is not a multiple of the number of keys (or not the sum of
         ``stride_per_key_per_rank``), bad offsets, weights of the wrong length,
-        ``inverse_indices`` not ``(F, N)`` or naming a bag its key does not have.
+        ``inverse_indices`` not ``(F, N)`` (one row per name given) or naming a bag its key
+        does not have, names that are not keys or repeated.
     InputTypeError
         Integer tensors that are not integers, weights that are not floating point.
 
@@ -114,8 +118,8 @@ class KeyedBags:
     (tensor([7, 7, 2]), tensor([0, 3, 3]))
     """
 
-    __slots__ = ("_bounds", "_from_lengths", "_keys", "_position", "_starts", "_strides",
-                 "inverse_indices", "offsets", "values", "weights")
+    __slots__ = ("_bounds", "_from_lengths", "_inverse_keys", "_keys", "_position", "_starts",
+                 "_strides", "inverse_indices", "offsets", "values", "weights")
 
     def __init__(
         self,
@@ -126,7 +130,8 @@ class KeyedBags:
         offsets: torch.Tensor | Sequence[int] | np.ndarray | None = None,
         weights: torch.Tensor | Sequence[float] | np.ndarray | None = None,
         stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
-        inverse_indices: torch.Tensor | Sequence[Sequence[int]] | np.ndarray | None = None,
+        inverse_indices: torch.Tensor | Sequence[Sequence[int]] | np.ndarray
+        | tuple[Sequence[str], torch.Tensor] | None = None,
     ) -> None:
         keys = list(keys)
         if not all(isinstance(k, str) for k in keys):
@@ -181,8 +186,8 @@ class KeyedBags:
                                                          "entry of values")
         per_key = [n_bags // max(len(keys), 1)] * len(keys) if strides is None else [
             sum(r) for r in strides]
-        inverse = None if inverse_indices is None else _inverse(inverse_indices, keys, per_key,
-                                                                 vals.device)
+        inverse, inverse_keys = (None, None) if inverse_indices is None else _inverse(
+            inverse_indices, keys, per_key, vals.device)
         self._keys = keys
         self._position = {k: i for i, k in enumerate(keys)}
         self._from_lengths = lengths is not None
@@ -193,6 +198,7 @@ class KeyedBags:
         self._starts = _starts(strides)
         self._bounds: tuple[torch.Tensor, int, list[int]] | None = None
         self.inverse_indices = inverse
+        self._inverse_keys = inverse_keys
 
     def validate(self) -> KeyedBags:
         """Run every check of the batch's values on any device and return ``self``.
@@ -228,7 +234,9 @@ class KeyedBags:
             _check_lengths(self.lengths().cpu(), self.values.numel())
         check_offsets(self.offsets, self.values.numel(), owner="KeyedBags", entries="values")
         if self.inverse_indices is not None:
-            _check_inverse_range(self.inverse_indices, self._keys, self.stride_per_key())
+            strides = dict(zip(self._keys, self.stride_per_key(), strict=True))
+            _check_inverse_range(self.inverse_indices, self.inverse_keys,
+                                 [strides[k] for k in self.inverse_keys])
         return self
 
     # ------------------------------------------------------------------ constructors
@@ -242,9 +250,12 @@ class KeyedBags:
         *,
         stride_per_key_per_rank: Sequence[Sequence[int]] | None = None,
         inverse_indices: torch.Tensor | None = None,
+        inverse_keys: Sequence[str] | None = None,
     ) -> KeyedBags:
         """A batch of tensors that already hold the contract of :class:`KeyedBags` (parts of a
         checked batch), not checked again; build from user input with ``KeyedBags(...)``.
+        ``inverse_keys``: the keys whose rows ``inverse_indices`` holds, in ``keys`` order
+        (``None``: every key).
 
         Examples
         --------
@@ -260,6 +271,8 @@ class KeyedBags:
         kb._starts = _starts(kb._strides)
         kb._bounds = None
         kb.inverse_indices = inverse_indices
+        kb._inverse_keys = None if inverse_keys is None or list(inverse_keys) == kb._keys \
+            else list(inverse_keys)
         return kb
 
     @classmethod
@@ -382,15 +395,16 @@ class KeyedBags:
         TorchRec's own split. A variable batch per key (``stride_per_key_per_rank``) and
         ``inverse_indices`` are kept, as TorchRec reads them: key ``k`` has
         ``kjt.stride_per_key()[k]`` bags, and example ``i`` reads its bag
-        ``inverse_indices[k, i]`` (the rows of ``inverse_indices`` taken by key name).
+        ``inverse_indices[k, i]`` (the rows of ``inverse_indices`` taken by key name; a key
+        without a row is kept without one, see :attr:`inverse_keys`).
         ``KeyedBags.from_kjt(kjt).to_kjt()`` is ``kjt`` again.
 
         Raises
         ------
         InputValueError
             ``lengths`` that are not the bags the strides say, covering ``values`` exactly;
-            ``inverse_indices`` without a row for every key, or naming a bag a key lacks.
-            Nothing is read or changed, never read as another batch.
+            ``inverse_indices`` naming a bag a key lacks. Nothing is read or changed, never
+            read as another batch.
         """
         keys = list(kjt.keys())
         strides = [int(n) for n in kjt.stride_per_key()]
@@ -403,17 +417,13 @@ class KeyedBags:
             )
         per_rank = kjt.stride_per_key_per_rank() if kjt.variable_stride_per_key() else None
         found = kjt.inverse_indices_or_none()
-        inverse = None
+        inverse: tuple[list[str], torch.Tensor] | None = None
         if found is not None and found[1].numel():  # empty ones TorchRec reads as none
             names, table = list(found[0]), found[1]
-            missing = [k for k in keys if k not in names]
-            if missing:
-                raise InputValueError(
-                    f"KeyedBags.from_kjt: the KeyedJaggedTensor's inverse_indices have rows "
-                    f"for keys {names}, none for {missing}; every key needs its row (the bag "
-                    "each example reads). Build its inverse_indices with a row per key."
-                )
-            inverse = table if names == keys else table[[names.index(k) for k in keys]]
+            # the rows of the keys, by name (TorchRec's EBC reads them so): rows of names
+            # that are no key are not read
+            inverse = ([k for k in keys if k in names],
+                       table[[names.index(k) for k in keys if k in names]])
         kb = cls(keys, kjt.values(), lengths=lengths, weights=kjt.weights_or_none(),
                  stride_per_key_per_rank=per_rank, inverse_indices=inverse)
         bounds = kjt.offset_per_key_or_none()  # TorchRec's, where it has them on the host
@@ -441,7 +451,7 @@ class KeyedBags:
         if strides is not None:
             extra["stride_per_key_per_rank"] = [list(r) for r in strides]
         if self.inverse_indices is not None:
-            extra["inverse_indices"] = (self.keys(), self.inverse_indices)
+            extra["inverse_indices"] = (self.inverse_keys, self.inverse_indices)
         known = self._known_bounds()
         if known is not None:  # known on the host: TorchRec's split reads nothing back
             extra["offset_per_key"] = list(known)
@@ -477,8 +487,31 @@ class KeyedBags:
                 f"{self.stride_per_key()}) and no inverse_indices, so no examples to expand "
                 "to; give inverse_indices= (the bag each example reads, per key)."
             )
+        if self._inverse_keys is not None:
+            missing = [k for k in self._keys if k not in self._inverse_keys]
+            raise InputValueError(
+                f"KeyedBags.full_batch: the batch's inverse_indices have no row for keys "
+                f"{missing} (only for {self._inverse_keys}), so no examples to expand them to; "
+                "give inverse_indices a row for every key."
+            )
         bags = (self._first_bags()[:, None] + self.inverse_indices.to(self.device)).flatten()
         return self._take(bags)
+
+    def _inverted_only(self) -> KeyedBags:
+        """The batch of only the keys ``inverse_indices`` has rows for (this object if it has
+        a row for every key or none): what :meth:`full_batch` can expand."""
+        if self._inverse_keys is None:
+            return self
+        keep = self._inverse_keys
+        parts = [self[k] for k in keep]
+        per_rank = self._strides or tuple((n,) for n in self.stride_per_key())
+        ranks = dict(zip(self._keys, per_rank, strict=True))
+        weights = None if self.weights is None else torch.cat(
+            [cast(torch.Tensor, b.weights) for b in parts])
+        return KeyedBags(keep, torch.cat([b.indices for b in parts]),
+                         lengths=torch.cat([b.lengths() for b in parts]), weights=weights,
+                         stride_per_key_per_rank=[list(ranks[k]) for k in keep],
+                         inverse_indices=self.inverse_indices)
 
     def offset_per_key(self) -> list[int]:
         """Each key's first entry in ``values``, and the end of the last: ``F + 1`` ints
@@ -611,6 +644,14 @@ class KeyedBags:
         different numbers of bags (TorchRec's variable batch per key)."""
         return self.inverse_indices is not None or self._starts is not None
 
+    @property
+    def inverse_keys(self) -> list[str]:
+        """The keys whose rows ``inverse_indices`` holds, in its row order: every key, or
+        those a ``(names, rows)`` pair named (``[]`` without ``inverse_indices``)."""
+        if self.inverse_indices is None:
+            return []
+        return list(self._keys if self._inverse_keys is None else self._inverse_keys)
+
     def __len__(self) -> int:
         """The number of examples ``N``, as ``len(Bags)`` is its number of bags."""
         return self.batch_size
@@ -690,7 +731,8 @@ class KeyedBags:
             picked = rows_index("KeyedBags[rows]", rows, n, self.inverse_indices.device)
             return KeyedBags.from_checked(self._keys, self.values, self.offsets, self.weights,
                                           stride_per_key_per_rank=self._strides,
-                                          inverse_indices=self.inverse_indices[:, picked])
+                                          inverse_indices=self.inverse_indices[:, picked],
+                                          inverse_keys=self._inverse_keys)
         if self._starts is not None:
             raise InputValueError(
                 f"KeyedBags[rows]: the batch has a variable batch per key (strides "
@@ -794,7 +836,7 @@ class KeyedBags:
         moved = KeyedBags.from_checked(self._keys, self.values.to(device),
                                        self.offsets.to(device), weights,
                                        stride_per_key_per_rank=self._strides,
-                                       inverse_indices=inverse)
+                                       inverse_indices=inverse, inverse_keys=self._inverse_keys)
         if self._known_bounds() is not None or on_host(self.offsets):  # known without a sync
             moved._keep_bounds(self._key_bounds())
         return moved
@@ -813,7 +855,8 @@ class KeyedBags:
             return self
         kb = KeyedBags.from_checked(self._keys, self.values, self.offsets,
                                     stride_per_key_per_rank=self._strides,
-                                    inverse_indices=self.inverse_indices)
+                                    inverse_indices=self.inverse_indices,
+                                    inverse_keys=self._inverse_keys)
         known = self._known_bounds()
         if known is not None:
             kb._keep_bounds(known)
@@ -869,22 +912,49 @@ def _starts(strides: tuple[tuple[int, ...], ...] | None) -> list[int] | None:
 
 
 def _inverse(given: Any, keys: list[str], per_key: list[int],
-             device: torch.device) -> torch.Tensor:
-    """``inverse_indices``, checked: ``(F, N)`` integers, row ``k`` in ``[0, per_key[k])``."""
+             device: torch.device) -> tuple[torch.Tensor, list[str] | None]:
+    """``inverse_indices``, checked: ``(F, N)`` integers, row ``k`` in ``[0, per_key[k])``;
+    or TorchRec's ``(names, rows)``, rows for some keys, taken in ``keys`` order. Returns the
+    rows and the keys they are for (``None``: every key)."""
+    names: list[str] | None = None
+    if isinstance(given, tuple) and len(given) == 2 and not isinstance(given[0], torch.Tensor) \
+            and all(isinstance(k, str) for k in given[0]):
+        names, given = list(given[0]), given[1]
+        unknown = [k for k in names if k not in keys]
+        if unknown or len(set(names)) != len(names):
+            raise InputValueError(
+                f"KeyedBags: inverse_indices name keys {names}, "
+                + (f"of which {unknown} are not keys of the batch ({keys})" if unknown else
+                   "some more than once")
+                + "; give (names, rows) with distinct names of keys, one row each."
+            )
     inv = given if isinstance(given, torch.Tensor) else torch.as_tensor(np.asarray(given))
     if inv.dtype.is_floating_point or inv.dtype.is_complex or inv.dtype == torch.bool:
         raise InputTypeError(
             f"KeyedBags: inverse_indices must be integers (bag positions), got {inv.dtype}."
         )
-    if inv.dim() != 2 or inv.shape[0] != len(keys):
+    rows = len(keys) if names is None else len(names)
+    if inv.dim() != 2 or inv.shape[0] != rows:
         raise InputValueError(
-            f"KeyedBags: inverse_indices must have shape (F, N) = ({len(keys)}, N), one row "
-            f"per key, got shape {tuple(inv.shape)}."
+            "KeyedBags: inverse_indices must have shape "
+            + (f"(F, N) = ({rows}, N), one row per key" if names is None else
+               f"({rows}, N), one row per name {names}")
+            + f", got shape {tuple(inv.shape)}."
         )
     inv = inv.to(device)
+    if names is None or names == keys:
+        names = None
+    else:  # the named keys' rows, in keys order
+        inv = inv[[names.index(k) for k in keys if k in names]]
+        per_key = [n for k, n in zip(keys, per_key, strict=True) if k in names]
+        names = [k for k in keys if k in names]
+        if len(names) == len(keys):  # every key, named in another order
+            keys, names = names, None
+        else:
+            keys = names
     if on_host(inv) and values_known():  # elsewhere, and in a recorded graph: validate()
         _check_inverse_range(inv, keys, per_key)  # and the lookup
-    return inv
+    return inv, names
 
 
 def _check_inverse_range(inv: torch.Tensor, keys: list[str], per_key: list[int]) -> None:
@@ -926,7 +996,8 @@ def _rebuilt(leaves: list[Any], context: tuple[Any, ...]) -> KeyedBags:
         return KeyedBags.from_checked(keys, *leaves)
     values, offsets, weights, inverse = leaves
     return KeyedBags.from_checked(context[0], values, offsets, weights,
-                                  stride_per_key_per_rank=context[1], inverse_indices=inverse)
+                                  stride_per_key_per_rank=context[1], inverse_indices=inverse,
+                                  inverse_keys=context[3])
 
 
 def _ordinary(kb: KeyedBags) -> bool:
@@ -944,12 +1015,14 @@ _OPTIONAL = ("weights", "inverse_indices")
 def _context(kb: KeyedBags) -> tuple[Any, ...]:
     """What rebuilds ``kb`` with its leaves, and tells apart the batches one program takes:
     the keys (alone for ``N`` unweighted bags per key), ``("weights",)`` for weighted ones;
-    for a variable batch per key ``(keys, stride_per_key_per_rank, given)``, ``given`` the
-    names of the leaves of :data:`_OPTIONAL` that are not None."""
+    for a variable batch per key ``(keys, stride_per_key_per_rank, given, inverse_keys)``,
+    ``given`` the names of the leaves of :data:`_OPTIONAL` that are not None, ``inverse_keys``
+    the keys ``inverse_indices`` has rows for (``None``: every key)."""
     given = tuple(n for n in _OPTIONAL if getattr(kb, n) is not None)
     if _ordinary(kb):
         return tuple(kb._keys) if not given else (tuple(kb._keys), given)
-    return tuple(kb._keys), kb._strides, given
+    inverse_keys = None if kb._inverse_keys is None else tuple(kb._inverse_keys)
+    return tuple(kb._keys), kb._strides, given, inverse_keys
 
 
 register_node(
