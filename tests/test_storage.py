@@ -170,6 +170,34 @@ def test_reset_parameters_undraws_every_row(tmp_path: Path) -> None:
     assert torch.equal(layer(torch.tensor([4, 7])), first)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_reset_parameters_leaves_the_optimizer_state(tmp_path: Path, fused: bool) -> None:
+    """The optimizer's state files are the optimizer's: reset_parameters of a table in a file
+    redraws its rows and leaves Adam's moments as they are, as an in-memory table does."""
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+
+    layer = LookupLinear(20, 4, sparse=True, bias=False, storage=tmp_path / "t", seed=0)
+    coll = LookupCollection([TableConfig("a", 20, 4, ["f"], storage=tmp_path / "c")],
+                            sparse=True)
+    opts = [optim.Adam(m.parameters(), lr=0.1, fused=fused) for m in (layer, coll)]
+    for _ in range(2):
+        for opt in opts:
+            opt.zero_grad()
+        layer(torch.tensor([1, 2])).sum().backward()
+        coll(KeyedBags.from_dict({"f": [[1, 2]]})).values().sum().backward()
+        for opt in opts:
+            opt.step()
+    before = [{k: torch.as_tensor(v).clone() for k, v in s.items()}
+              for opt in opts for s in opt.state.values()]
+    assert all(bool(s["exp_avg"].abs().sum() > 0) for s in before)
+    layer.reset_parameters()
+    coll.reset_parameters()
+    after = [s for opt in opts for s in opt.state.values()]
+    for old, new in zip(before, after, strict=True):
+        assert all(torch.equal(old[k], torch.as_tensor(new[k])) for k in old)
+    assert layer.storage is not None and layer.storage.drawn_rows().numel() == 0
+
+
 def test_errors(tmp_path: Path) -> None:
     LookupLinear(10, 2, storage=tmp_path / "t")
     with pytest.raises(InputValueError, match="exists"):

@@ -169,7 +169,8 @@ class LookupCollection(CollectionBase):
     def reset_parameters(self, *, fresh_only: bool = False) -> None:
         """Draw every table as its ``init`` says, table after table (the values separate
         ``LookupLinear`` layers made in that order under the same seed would get); a table in
-        a file has every row undrawn again (drawn from ``(seed, row)`` on its next lookup)."""
+        a file has every row undrawn again (drawn from ``(seed, row)`` on its next lookup).
+        An optimizer's state is left as it is (a table in a file's state files too)."""
         for name, place in self._places.items():
             storage = storage_of(self.table_groups[place.group])
             if storage is None:

@@ -220,7 +220,8 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
                    storage=storage)
 
     def reset_parameters(self) -> None:
-        """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed.
+        """Re-draw ``weight`` (and ``bias``) as ``init`` says; the padding row is zeroed. An
+        optimizer's state is left as it is (for a table in a file too: its state files).
 
         Examples
         --------

@@ -463,7 +463,7 @@ class Checkpoint:
             for p in self.tables.values():
                 RESETS.take(p)  # rows renewed since the save: the save holds their state
             for storage, fresh in zip(files, flags, strict=True):
-                storage.clear(state=False, flags=fresh)  # the optimizers' state is staged
+                storage.clear(flags=fresh)  # the optimizers' state is staged
             for opt, restored in zip(self.optimizers, staged, strict=True):
                 if restored is not None:
                     opt.state.clear()

@@ -430,15 +430,16 @@ class TableStorage:
         Allocated before anything is cleared: a failure here changes nothing."""
         return None if self._seen is self.drawn else _anonymous_zeros(self.meta["rows"])
 
-    def clear(self, *, state: bool = True, flags: torch.Tensor | None = None) -> None:
-        """Every row undrawn and every optimizer state zero, as when created (the bias too);
-        ``state=False`` leaves the optimizer state files as they are. ``flags``: the new
+    def clear(self, *, flags: torch.Tensor | None = None) -> None:
+        """Every row undrawn, as when created (the bias zero too). The optimizer state files
+        stay as they are: they belong to the optimizer, as an in-memory table's state does
+        (a checkpoint's restore replaces them, :meth:`stage_states`). ``flags``: the new
         flags :meth:`fresh_flags` gave, for a caller that allocates before it changes any
         file (made here otherwise, before any file is zeroed)."""
         if flags is None:
             flags = self.fresh_flags()
         for name, (t, mm) in self._maps.items():
-            if state or not name.startswith("state-"):
+            if not name.startswith("state-"):
                 _zero(t, mm)
         if flags is not None:
             self._seen = flags
