@@ -264,6 +264,12 @@ def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> Non
     assert torch.equal(again._rows("user"), saved)
     with pytest.raises(InputValueError, match="holds a 300 x 4"):
         LookupCollection([TableConfig("user", 301, 4, ["u"], storage=tmp_path / "user")])
+    for other, named in [({"init": "linear"}, "init='normal'.*init='linear'"),
+                         ({"padding_idx": 5}, "padding_idx=None.*padding_idx=5"),
+                         ({"mode": "sum"}, "mode='mean'.*mode='sum'")]:
+        with pytest.raises(InputValueError, match=named + ".*another path"):
+            LookupCollection([TableConfig("user", 300, 4, ["u"], **{"mode": "mean", **other},
+                                          storage=tmp_path / "user")])
     view = filed["user"]  # a LookupLinear on the same file: it draws rows as the collection does
     assert view.storage is storage
     assert torch.equal(view(torch.tensor([150])), filed({"u": torch.tensor([150])})["u"])

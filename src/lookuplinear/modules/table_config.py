@@ -73,8 +73,9 @@ class TableConfig:
         Keep this table and its optimizer state in memory-mapped files of a directory at this
         path (:class:`~lookuplinear.TableStorage`, as ``LookupLinear(..., storage=)``): rows
         drawn lazily from ``(seed, row)``, a table larger than memory. A path that holds a
-        table of this shape is opened (writable) and goes on from its values; a new path is
-        created. CPU only; ``init`` ``"normal"`` or ``"linear"``.
+        table of this shape, ``init``, ``padding_idx`` and ``mode`` is opened (writable) and
+        goes on from its values (one made with others is refused); a new path is created.
+        CPU only; ``init`` ``"normal"`` or ``"linear"``.
 
     Examples
     --------

@@ -18,7 +18,14 @@ __all__ = ["file_table"]
 def file_table(cfg: TableConfig, dtype: torch.dtype,
                 device: torch.device | str | None) -> nn.Parameter:
     """The parameter of a table in a file: opened where ``cfg.storage`` holds one of this
-    shape, else created (seed drawn from PyTorch's generator)."""
+    shape and these settings (``init``, ``padding_idx``, ``mode``), else created (seed drawn
+    from PyTorch's generator).
+
+    Raises
+    ------
+    InputValueError
+        ``cfg.storage`` holds a table of another shape, dtype or settings.
+    """
     if torch.device(device or "cpu").type != "cpu":
         raise InputValueError(
             f"TableConfig {cfg.name!r}: storage= keeps the table in a memory-mapped file, which "
@@ -33,6 +40,17 @@ def file_table(cfg: TableConfig, dtype: torch.dtype,
                 f"TableConfig {cfg.name!r}: {path} holds a {m['rows']} x {m['dim']} "
                 f"{m['dtype']} table, the config asks for {cfg.stored_rows} x "
                 f"{cfg.embedding_dim} {dtype}. Give another path, or remove it."
+            )
+        # what the file's rows were drawn and kept by: the config's own would be ignored
+        asked = {"init": str(cfg.init), "padding_idx": cfg.padding_idx, "mode": cfg.mode}
+        differ = [f"{k}={m.get(k, v)!r} (the config asks for {k}={v!r})"
+                  for k, v in asked.items() if m.get(k, v) != v]
+        if differ:
+            raise InputValueError(
+                f"TableConfig {cfg.name!r}: {path} holds a table made with "
+                f"{', '.join(differ)}; its rows are drawn and kept by the settings it was made "
+                "with. Give the config the table's settings to go on from it, or give another "
+                "path for a new table."
             )
     else:
         layer = {"bias": False, "mode": cfg.mode, "padding_idx": cfg.padding_idx,
