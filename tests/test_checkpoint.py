@@ -1057,6 +1057,28 @@ def test_a_table_in_a_file_saved_whole_restores_its_drawn_rows(tmp_path: Path) -
     assert torch.equal(layer(torch.tensor([0])).detach(), _first_draw(layer.storage, 0))
 
 
+def test_torch_sgd_with_momentum_over_a_row_sparse_table_is_refused(tmp_path: Path) -> None:
+    """torch.optim.SGD's momentum moves, at every step, rows the step's gradient did not name,
+    which a save by rows would miss: refused when the checkpoint is built, and at save() when
+    momentum is set later; without momentum it is saved and restored."""
+    layer = LookupLinear(50, 4, sparse=True, bias=False)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.tensor([1, 2])).pow(2).sum().backward()
+    opt.step()
+    with pytest.raises(InputValueError, match=r"SGD with momentum=0\.9.*'weight'.*"
+                                              r"lookuplinear\.optim\.SGD.*momentum=0"):
+        Checkpoint(tmp_path / "ckpt", layer, opt)
+    plain = torch.optim.SGD(layer.parameters(), lr=0.1)
+    ckpt = Checkpoint(tmp_path / "ckpt", layer, plain)
+    assert ckpt.save(step=0) == 1
+    plain.param_groups[0]["momentum"] = 0.5
+    with pytest.raises(InputValueError, match=r"momentum=0\.5"):
+        ckpt.save(step=1)
+    assert ckpt.generation == 1
+    Checkpoint(tmp_path / "ckpt2", layer, optim.SGD(layer.parameters(), lr=0.1,
+                                                    momentum=0.9)).save()
+
+
 @pytest.mark.parametrize("in_file", [False, True])
 def test_a_collection_saved_whole_by_earlier_versions_restores(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_file: bool) -> None:

@@ -109,7 +109,9 @@ class Checkpoint:
     Raises
     ------
     InputValueError
-        An optimizer holds a parameter that is not ``module``'s, or ``path``'s parent is missing.
+        An optimizer holds a parameter that is not ``module``'s, or ``path``'s parent is missing;
+        or a ``torch.optim.SGD`` with momentum trains a table with row-sparse gradients (its
+        momentum moves rows the gradients did not name; use ``lookuplinear.optim.SGD``).
 
     Examples
     --------
@@ -161,6 +163,7 @@ class Checkpoint:
                             "Pass the module that holds every optimized parameter."
                         )
         self.tables = {n: p for n, p in module.named_parameters() if self._by_rows(module, p)}
+        self._refuse_updates_beyond_rows()
         # the rows each table's gradients named since the last save, and the rows the chain's
         # segments hold: what a save costs follows the rows training touched, never the
         # table's size
@@ -182,6 +185,28 @@ class Checkpoint:
         if p.dim() != 2:
             return False
         return row_sparse(module, p) or bound_to(p) is not None
+
+    def _refuse_updates_beyond_rows(self) -> None:
+        """Refuse an optimizer that changes rows of a table the gradients did not name:
+        ``torch.optim.SGD`` with momentum moves every row its (sparse) momentum buffer holds at
+        each step, and a save of the rows the gradients named would miss the others."""
+        from ..optim._base import RowSparseOptimizer
+
+        tables = {id(p): n for n, p in self.tables.items()}
+        for opt in self.optimizers:
+            if isinstance(opt, RowSparseOptimizer) or not isinstance(opt, torch.optim.SGD):
+                continue
+            for group in opt.param_groups:
+                named = [tables[id(p)] for p in group["params"] if id(p) in tables]
+                if named and group.get("momentum", 0) != 0:
+                    raise InputValueError(
+                        f"torch.optim.SGD with momentum={group['momentum']} trains table "
+                        f"{named[0]!r}, which has row-sparse gradients: its momentum buffer "
+                        "moves, at every step, rows the step's gradient did not name, and a "
+                        "checkpoint saves the rows the gradients named. Use "
+                        "lookuplinear.optim.SGD (momentum moves the rows a gradient names), or "
+                        "momentum=0."
+                    )
 
     @staticmethod
     def _initial_rows(p: torch.Tensor) -> torch.Tensor:
@@ -219,6 +244,8 @@ class Checkpoint:
         InputValueError
             ``info`` is not JSON-serialisable, or would not come back as given (a tuple, a
             key that is not a string): refused before anything is written.
+            Or a ``torch.optim.SGD`` trains a table with row-sparse gradients with momentum
+            (set since the checkpoint was made).
         InputTypeError
             An optimizer's hyperparameter is a tensor (``lr=torch.tensor(0.01)``): give a
             number.
@@ -238,6 +265,7 @@ class Checkpoint:
                 "has no tuples and only string keys. Give lists for tuples and string keys "
                 "(str(key)), and convert them back after restore(). Nothing was written."
             )
+        self._refuse_updates_beyond_rows()  # a group's momentum may have been set since
         self.path.mkdir(exist_ok=True)
         self._flush_reset_rows()
         delta = {n: self._held(n, self._tracker.touched(n)) for n in self.tables}
