@@ -328,6 +328,24 @@ def test_a_table_larger_than_the_free_disk_warns_when_created(
         LookupLinear(100, 16, storage=tmp_path / "fits", seed=0)
 
 
+def test_optimizer_state_larger_than_the_free_disk_warns_when_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table that fits the disk whose optimizer state does not: the state file's creation
+    warns, before any row of it is written (a SIGBUS otherwise ends training)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(os, "statvfs", lambda _: SimpleNamespace(f_bavail=2, f_frsize=4096))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer = LookupLinear(100, 16, sparse=True, bias=False, storage=tmp_path / "t", seed=0)
+    opt = optim.Adam(layer.parameters(), lr=0.1)
+    layer(torch.tensor([1, 2])).sum().backward()
+    # Adam's 12,800 bytes and what of the table's 6,500 is not written yet
+    with pytest.warns(UserWarning, match=r"optimizer state .* needs up to 1\d,\d{3} bytes .* "
+                                         r"has 8,192 free.*SIGBUS"):
+        opt.step()
+
+
 @pytest.mark.parametrize("nested", [False, True])
 def test_a_collection_refused_load_writes_none_of_its_table_files(tmp_path: Path,
                                                                   nested: bool) -> None:

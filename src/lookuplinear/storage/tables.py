@@ -264,7 +264,7 @@ class TableStorage:
                 f"storage={str(path)!r}: the directory {str(path.parent)!r} does not exist. "
                 "Create it first."
             )
-        _warn_if_it_may_not_fit(path.parent, rows * dim * dtype.itemsize)
+        _warn_if_it_may_not_fit(path.parent, rows * dim * dtype.itemsize, "the table")
         meta = {"format": FORMAT, "version": _VERSION, "rows": rows, "dim": dim, "dtype": name,
                 "init": init, "seed": seed, **layer}
         tmp = path.with_name(path.name + ".new")
@@ -395,15 +395,31 @@ class TableStorage:
                 f"the table at {self.path} is open read-only, for serving; an optimizer cannot "
                 "keep state beside it. Open it with LookupLinear.open(path, writable=True)."
             )
+        dtype = dtype or self.dtype
+        _warn_if_it_may_not_fit(
+            self.path, self._unwritten() + math.prod(shape) * dtype.itemsize,
+            f"the table with its optimizer state (a new state-{name}.bin)")
         if self._staged is None:
-            t = self._file(f"state-{name}", shape, dtype or self.dtype, create=True)
+            t = self._file(f"state-{name}", shape, dtype, create=True)
         else:  # beside the file in use, which stays until the restore commits
             staging = self.path / f"state-{name}.bin.staged"
-            t, mm = _map(staging, shape, dtype or self.dtype, writable=True, create=True)
+            t, mm = _map(staging, shape, dtype, writable=True, create=True)
             self._staged[f"state-{name}"] = (staging, t, mm)
         if fill != 0:
             t.fill_(fill)
         return t
+
+    def _unwritten(self) -> int:
+        """The bytes the table's files (staged ones too) take on disk once every page is
+        written, less what they take now: what writing rows may still need."""
+        paths = [self.path / f"{name}.bin" for name in self._maps]
+        paths += [staging for staging, _, _ in (self._staged or {}).values()]
+        total = 0
+        for path in paths:
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                total += max(st.st_size - getattr(st, "st_blocks", 0) * 512, 0)
+        return total
 
     def stage_states(self) -> None:
         """Until :meth:`commit_states` or :meth:`abort_states`, new state files (a restore's
@@ -569,11 +585,12 @@ def refuse_conversion(fn: Any, param: torch.Tensor, where: str) -> None:
     )
 
 
-def _warn_if_it_may_not_fit(directory: Path, nbytes: int) -> None:
-    """Warn when the file system of ``directory`` has less space free than a table of
-    ``nbytes`` takes once every row is written: its file is sparse and memory-mapped, and a
-    page written past the free space cannot be reported as an error (the kernel ends the
-    process with SIGBUS)."""
+def _warn_if_it_may_not_fit(directory: Path, nbytes: int, what: str) -> None:
+    """Warn when the file system of ``directory`` has less space free than ``what`` (a new
+    table; a table and its optimizer state, when a state file is added) may still take as its
+    rows are written, ``nbytes``: its files are sparse and memory-mapped, and a page written
+    past the free space cannot be reported as an error (the kernel ends the process with
+    SIGBUS)."""
     try:
         st = os.statvfs(directory)
     except (AttributeError, OSError):  # not a POSIX system, or the call is refused
@@ -581,11 +598,12 @@ def _warn_if_it_may_not_fit(directory: Path, nbytes: int) -> None:
     free = st.f_bavail * st.f_frsize
     if free < nbytes:
         warnings.warn(
-            f"the table needs up to {nbytes:,} bytes at {str(directory)!r} as its rows are "
-            f"written (a sparse file: nothing yet), and that file system has {free:,} free; "
-            "the table is memory-mapped, so a row written once the disk is full ends the "
-            "process (SIGBUS), not with an exception. Free space, or put it on a larger disk "
-            "(its optimizer's state files take as much again, or twice for Adam).",
+            f"{what} needs up to {nbytes:,} bytes at {str(directory)!r} as its rows are "
+            f"written (sparse files: taken as rows are written), and that file system has "
+            f"{free:,} free; the files are memory-mapped, so a row written once the disk is "
+            "full ends the process (SIGBUS), not with an exception. Free space, or put the "
+            "table on a larger disk (an optimizer's state files take as much as the table "
+            "again, or twice for Adam).",
             UserWarning, stacklevel=3)
 
 
