@@ -226,6 +226,31 @@ def test_errors(tmp_path: Path) -> None:
     assert isinstance(layer.storage, TableStorage)
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ({"dtype": "int8"}, r"'dtype' is 'int8', expected one of float32"),
+    ({"rows": None}, "no 'rows' field"),
+    ({"rows": 100.0}, r"'rows' is 100\.0, expected a positive integer"),
+    ({"rows": "100"}, r"'rows' is '100'"),
+    ({"dim": 0}, "'dim' is 0"),
+    ({"seed": -1}, r"'seed' is -1, expected an integer in \[0, 2\*\*64\)"),
+    ({"bias": "yes"}, "'bias' is 'yes', expected true or false"),
+    ({"init": "uniform"}, "'init' is 'uniform'"),
+    ({"mode": "median"}, "'mode' is 'median'"),
+    ({"padding_idx": 100}, r"'padding_idx' is 100, expected null or a row index"),
+])
+def test_a_damaged_meta_json_is_a_model_file_error_naming_the_field(
+        tmp_path: Path, change: dict[str, object], named: str) -> None:
+    import json
+
+    LookupLinear(100, 4, storage=tmp_path / "t", seed=0)(torch.arange(10))
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    meta.update(change)
+    meta = {k: v for k, v in meta.items() if not (k == "rows" and v is None)}
+    (tmp_path / "t" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelFileError, match=named):
+        LookupLinear.open(tmp_path / "t")
+
+
 def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> None:
     from lookuplinear import Checkpoint, KeyedBags, LookupCollection, TableConfig
 

@@ -199,7 +199,8 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         Raises
         ------
         ModelFileError
-            ``path`` is not a table directory, or a file in it is missing or of the wrong size.
+            ``path`` is not a table directory, a file in it is missing or of the wrong size,
+            or a field of its ``meta.json`` is missing or out of its range (named).
 
         Examples
         --------

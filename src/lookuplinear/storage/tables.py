@@ -284,7 +284,8 @@ class TableStorage:
         Raises
         ------
         ModelFileError
-            ``path`` is not a lookuplinear table directory, or its files are damaged.
+            ``path`` is not a lookuplinear table directory, or its files are damaged: a file
+            missing or of the wrong size, a ``meta.json`` field missing or out of its range.
         """
         path = Path(path)
         try:
@@ -294,7 +295,8 @@ class TableStorage:
                 f"{str(path)!r} is not a lookuplinear table directory (no meta.json). Create "
                 "one with LookupLinear(..., storage=path)."
             ) from None
-        return cls(path, meta, writable=writable, create=False)
+        return cls(path, _checked_meta(path / "meta.json", meta), writable=writable,
+                   create=False)
 
     # ------------------------------------------------------------------ rows
     def materialize(self, rows: torch.Tensor) -> None:
@@ -506,6 +508,47 @@ def read_header(file: Path, fmt: str, version: int, kind: str) -> dict[str, Any]
             f"lookuplinear reads version {version}. Upgrade lookuplinear."
         )
     return header
+
+
+def _checked_meta(file: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` (a table's ``meta.json``, read from ``file``), its fields checked: present, of
+    their type and range. A field damaged or edited by hand is a ``ModelFileError`` naming it,
+    not an error at the first lookup."""
+    from ..modes import MODES
+
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    rows: Any = meta.get("rows")
+    checks: dict[str, tuple[Any, str]] = {
+        "rows": (whole(rows) and rows > 0, "a positive integer"),
+        "dim": (whole(meta.get("dim")) and meta["dim"] > 0, "a positive integer"),
+        "dtype": (meta.get("dtype") in _DTYPES, f"one of {', '.join(_DTYPES)}"),
+        "init": (meta.get("init") in ("normal", "linear"), "'normal' or 'linear'"),
+        "seed": (whole(meta.get("seed")) and 0 <= meta["seed"] < 2**64,
+                 "an integer in [0, 2**64)"),
+        "bias": (isinstance(meta.get("bias"), bool), "true or false"),
+        "sparse": (isinstance(meta.get("sparse"), bool), "true or false"),
+        "include_last_offset": (isinstance(meta.get("include_last_offset"), bool),
+                                "true or false"),
+        "mode": (meta.get("mode") in MODES, f"one of {', '.join(MODES)}"),
+        "padding_idx": (meta.get("padding_idx") is None or (
+            whole(meta["padding_idx"]) and whole(rows) and 0 <= meta["padding_idx"] < rows),
+            "null or a row index in [0, rows)"),
+    }
+    for key, (ok, expected) in checks.items():
+        if key not in meta:
+            raise ModelFileError(
+                f"{file} is damaged: it has no {key!r} field. A table's meta.json is written "
+                "by LookupLinear(..., storage=path); restore the directory from a copy."
+            )
+        if not ok:
+            raise ModelFileError(
+                f"{file} is damaged: its {key!r} is {meta[key]!r}, expected {expected}. A "
+                "table's meta.json is written by LookupLinear(..., storage=path); restore the "
+                "directory from a copy."
+            )
+    return meta
 
 
 def storage_of(param: torch.Tensor) -> TableStorage | None:
