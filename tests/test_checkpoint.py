@@ -1207,6 +1207,19 @@ def test_info_json_would_change_is_refused_before_anything_is_written(tmp_path: 
     assert ckpt.restore() == {"step": 3, "positions": {"0": 100}, "shape": [2, 3]}
 
 
+def test_info_holding_nan_is_saved_and_comes_back(tmp_path: Path) -> None:
+    """JSON keeps NaN (a diverged loss): saved and returned, though nan != nan."""
+    import math
+
+    ckpt = Checkpoint(tmp_path / "ckpt", LookupLinear(10, 2))
+    ckpt.save(loss=float("nan"), history=[1.0, float("nan")], best={"loss": float("inf")})
+    back = ckpt.restore()
+    assert math.isnan(back["loss"]) and math.isnan(back["history"][1])
+    assert back["history"][0] == 1.0 and back["best"] == {"loss": float("inf")}
+    with pytest.raises(InputValueError, match="would come back"):
+        ckpt.save(losses=(float("nan"),))
+
+
 def test_a_tensor_learning_rate_is_a_clear_error(tmp_path: Path) -> None:
     from lookuplinear import InputTypeError
 

@@ -86,6 +86,18 @@ def _json_value(value: Any, key: str = "") -> Any:
     return value
 
 
+def _same_json(back: Any, given: Any) -> bool:
+    """Whether ``back`` (``given`` through JSON) equals ``given``, a NaN equal to a NaN (JSON
+    keeps it; ``nan != nan`` would refuse it)."""
+    if isinstance(back, dict) and isinstance(given, dict):
+        return back.keys() == given.keys() and all(_same_json(back[k], given[k]) for k in back)
+    if isinstance(back, list) and isinstance(given, list):
+        return len(back) == len(given) and all(map(_same_json, back, given))
+    if isinstance(back, float) and isinstance(given, float) and back != back:
+        return given != given
+    return bool(back == given)
+
+
 class Checkpoint:
     """Crash-consistent, incremental checkpoints of ``module`` and its ``optimizers``.
 
@@ -259,7 +271,7 @@ class Checkpoint:
             back = json.loads(json.dumps(info))
         except (TypeError, ValueError) as exc:
             raise InputValueError(f"checkpoint info must be JSON values: {exc}.") from None
-        if back != info:
+        if not _same_json(back, info):
             raise InputValueError(
                 f"checkpoint info {info!r} would come back from restore() as {back!r}: JSON "
                 "has no tuples and only string keys. Give lists for tuples and string keys "
