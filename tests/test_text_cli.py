@@ -479,6 +479,16 @@ def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
         bad.write_bytes(bytes(flipped))
         with pytest.raises(ModelFileError, match="fails its checksum"):
             load_model(bad)
+    # a header edited to claim the first version (no checksums then) is still checked: the
+    # file carries checksums, and they are verified whatever version it claims
+    claimed = bytearray(data)
+    at = data.index(b'"version":"2"') + len(b'"version":"')
+    claimed[at:at + 1] = b"1"
+    claimed[8 + header_len] ^= 0x01
+    bad = tmp_path / "claims-v1.ll"
+    bad.write_bytes(bytes(claimed))
+    with pytest.raises(ModelFileError, match="fails its checksum"):
+        load_model(bad)
     # one flipped bit in the header's name of the configuration ("config" -> "bonfig")
     renamed = bytearray(data)
     renamed[data.index(b'"config"') + 1] ^= 0x01

@@ -13,7 +13,8 @@ One file holds a fitted :class:`~lookuplinear.sklearn.LookupClassifier` or
                                           "sha256": "<JSON: {tensor name or 'config': hex}>"}}
     data                the tensors, raw little-endian
 
-Format version 2 (written now; version 1 files, which have no checksums, still load; a pruned
+Format version 2 (written now; version 1 files, which have no checksums, still load, unchecked,
+and a file that carries checksums is checked whatever version it claims; a pruned
 model is written as version 3, the same format with ``"vectorizer.buckets"``):
 
 - ``sha256`` holds the SHA-256 of every tensor (of its dtype, shape and C-order bytes) and of
@@ -433,7 +434,9 @@ def load_model(path: str | Path, *, lazy: bool = False) -> TextModel:
             f"{p} has model format version {meta.get('version')!r}; this lookuplinear reads "
             f"versions {', '.join(READS)}. Upgrade lookuplinear or retrain the model."
         )
-    if meta.get("version") != "1":  # version 1 files carry no checksums
+    # version 1 was written before the checksums: such a file loads unchecked, but one that
+    # carries checksums is checked whatever version its header claims
+    if meta.get("version") != "1" or "sha256" in meta:
         _verify(p, meta, tensors)
     parts = _guarded(p, lambda: _read(p, json.loads(meta["config"]), tensors, lazy=lazy))
     labels = parts.config.get("labels") or parts.config.get("classes") or []
