@@ -16,6 +16,7 @@ pytest.importorskip("sklearn")
 
 from sklearn.base import clone
 from sklearn.datasets import make_multilabel_classification
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
@@ -624,6 +625,39 @@ def test_regressor_keeps_a_large_targets_offset_in_float64(solver: str, tmp_path
     loaded = load_model(save_model(tmp_path / "m.ll", reg)).estimator
     np.testing.assert_array_equal(loaded.predict(X), reg.predict(X))
     assert loaded.intercept_ == reg.intercept_
+
+
+@pytest.mark.parametrize("solver", ["auto", "adam"])
+@pytest.mark.parametrize("kind", ["dense", "csr", "coo"])
+def test_values_beyond_float32s_range_are_refused_naming_the_rescale(solver: str,
+                                                                     kind: str) -> None:
+    """A finite float64 value the float32 model cannot hold (|v| > 3.4e38) is refused where it
+    is cast, in X (fit, partial_fit, predict, decision_function) and in the regressor's
+    residuals y - mean(y), where the cast made it inf and the model NaN; no numpy warning
+    escapes."""
+    form = {"dense": np.asarray, "csr": sp.csr_matrix, "coo": sp.coo_matrix}[kind]
+    rng = np.random.RandomState(0)
+    X = rng.randn(30, 4)
+    t = X @ [1.0, 2.0, 3.0, 4.0]
+    big = form(np.vstack([X, [[0, -1e39, 0, 0]]]))
+    t_big = np.r_[t, 1.0]
+    kw = {"solver": solver, "max_iter": 5, "random_state": 0}
+    with pytest.raises(InputValueError, match=r"X has a value -1e\+39, beyond float32.*Scaler"):
+        LookupRegressor(**kw).fit(big, t_big)
+    with pytest.raises(InputValueError, match=r"y minus its mean .* 1\.3\d*e\+40.*rescale y"):
+        LookupRegressor(**kw).fit(form(X), t * 1e39)
+    with pytest.raises(InputValueError, match=r"y minus its mean"):
+        LookupRegressor(solver="adam").partial_fit(form(X), t * 1e39)
+    with pytest.raises(InputValueError, match=r"X has a value -1e\+39"):
+        LookupClassifier(solver="adam").partial_fit(big, t_big > 0, classes=[False, True])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=ConvergenceWarning)
+        reg = LookupRegressor(**kw).fit(form(X), t)
+        clf = LookupClassifier(**kw).fit(form(X), t > 0)
+    with pytest.raises(InputValueError, match=r"X has a value -1e\+39"):
+        reg.predict(big)
+    with pytest.raises(InputValueError, match=r"X has a value -1e\+39"):
+        clf.decision_function(big)
 
 
 @NOT_LEARNING

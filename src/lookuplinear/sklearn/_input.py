@@ -9,10 +9,36 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..errors import InputValueError
 from ..functional import row_scale
 from ..sparse.bags import Bags
 
-__all__ = ["CSRBatches", "csr_first", "fold_mode", "is_token_lists", "to_csr"]
+__all__ = ["CSRBatches", "csr_first", "float32_values", "fold_mode", "is_token_lists", "to_csr"]
+
+#: how to bring features beyond float32's range into it
+_RESCALE_X = ("rescale the features, e.g. with sklearn.preprocessing.StandardScaler (dense X) "
+              "or MaxAbsScaler (sparse X)")
+
+
+def float32_values(a: np.ndarray, what: str, fix: str = _RESCALE_X) -> np.ndarray:
+    """Finite ``a`` as float32, in which the model computes. A value beyond float32's range
+    (``|v| > 3.4e38``, which the cast would make infinite) is refused, naming the largest
+    one and ``fix``.
+
+    Raises
+    ------
+    InputValueError
+        ``a`` has a value float32 cannot hold.
+    """
+    with np.errstate(over="ignore"):  # the cast's overflow is what is checked next
+        out = np.asarray(a, dtype=np.float32)
+    if not np.isfinite(out).all():
+        big = np.asarray(a, dtype=np.float64).ravel()[np.argmax(np.abs(np.asarray(a).ravel()))]
+        raise InputValueError(
+            f"{what} has a value {big:.6g}, beyond float32's range (magnitude at most "
+            f"{np.finfo(np.float32).max:.6g}), in which the model computes; {fix}."
+        )
+    return out
 
 
 def _int_rows(X: Any) -> bool:
@@ -97,12 +123,21 @@ def to_csr(X: Any) -> sp.csr_matrix:
     """Validated ``X`` (sparse of any format, or dense) as a float32 CSR matrix in canonical
     format: entries stored twice at one ``(row, column)`` are summed into one (on a copy;
     ``X`` is left as it is), as scipy and scikit-learn read them, so that ``mode="sqrtn"``
-    (and ``"max"``) see the matrix's values and not how they were stored."""
+    (and ``"max"``) see the matrix's values and not how they were stored.
+
+    Raises
+    ------
+    InputValueError
+        A value beyond float32's range (:func:`float32_values`).
+    """
     if sp.issparse(X):
         m: Any = X
-        out = sp.csr_matrix(m, dtype=np.float32)
+        out = sp.csr_matrix(m)  # may share its arrays with X
         if not out.has_canonical_format:
-            out = out.copy()  # may share its arrays with X
+            out = out.copy()
             out.sum_duplicates()
+        if out.dtype != np.float32:
+            out = sp.csr_matrix((float32_values(out.data, "X"), out.indices, out.indptr),
+                                shape=out.shape)
         return out
-    return sp.csr_matrix(np.asarray(X, dtype=np.float32))
+    return sp.csr_matrix(float32_values(np.asarray(X), "X"))

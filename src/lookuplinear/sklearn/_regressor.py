@@ -10,6 +10,7 @@ from sklearn.base import RegressorMixin
 
 from ..errors import InputValueError
 from ._base import LookupEstimator
+from ._input import float32_values
 
 __all__ = ["LookupRegressor"]
 
@@ -182,16 +183,25 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def _held_out(self, y: np.ndarray) -> Any:
         return y if self._y_2d else y.ravel()
 
+    def _residuals(self, y: np.ndarray) -> np.ndarray:
+        """The residuals ``y - offset`` (computed in float64), checked to fit float32, in
+        which the model learns them."""
+        residuals = y - self._offset()
+        float32_values(residuals, "y minus its mean (the residuals the float32 model learns)",
+                       "rescale y, e.g. with sklearn.compose.TransformedTargetRegressor("
+                       "transformer=StandardScaler())")
+        return residuals
+
     def _targets(self, y: np.ndarray) -> torch.Tensor:
-        """The residuals ``y - offset`` (computed in float64) as float32."""
-        return torch.as_tensor(y - self._offset(), dtype=torch.float32)
+        """The residuals ``y - offset`` as float32."""
+        return torch.as_tensor(self._residuals(y), dtype=torch.float32)
 
     def _dual_problem(
         self, y: np.ndarray, weight: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The targets centred by the offset (their weighted mean, as Ridge centres them);
         the offset stays apart from the float32 bias."""
-        return y - self._offset(), None
+        return self._residuals(y), None
 
     def _loss(
         self, out: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
