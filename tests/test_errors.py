@@ -146,7 +146,10 @@ CASES: list[tuple[str, dict[str, Any], Any, dict[str, Any], type, type, list[str
     ("max-non-unit-weights", {"mode": "max"}, sp.csr_matrix(np.eye(IN, dtype=np.float32) * 0.5),
      {}, InputValueError, ValueError, ['mode="max"', "weight 1", "0.5", "mode='sum'"]),
     ("max-non-unit-dense", {"mode": "max"}, torch.eye(IN)[:2] * 3, {}, InputValueError,
-     ValueError, ["weight 1", "3.0"]),
+     ValueError, ["weight 1", "3.0", "0/1 values"]),
+    ("max-stored-zero", {"mode": "max"},
+     sp.csr_matrix((np.array([1.0, 0.0], np.float32), [0, 1], [0, 2]), shape=(1, IN)), {},
+     InputValueError, ValueError, ["weight 0.0", "X.eliminate_zeros()"]),
     ("max-sparse-grad", {"mode": "max", "sparse": True}, Bags.from_lists([[1]]), {},
      InputValueError, ValueError, ['mode="max"', "sparse=True", "sparse=False"]),
     # ---- device

@@ -278,6 +278,39 @@ def test_duplicate_entries_of_a_csr_matrix_are_their_sum(solver: str) -> None:
         np.testing.assert_array_equal(before, after)  # the user's matrix as it was
 
 
+@NOT_LEARNING
+@pytest.mark.parametrize("hidden", [None, 3])
+@pytest.mark.parametrize("mode", ["max", "mean", "sqrtn"])
+def test_stored_zeros_of_a_sparse_matrix_are_no_entries(mode: str, hidden: int | None) -> None:
+    """A scipy matrix that stores explicit zeros is, as in scipy and scikit-learn, the matrix
+    without them: mode="max" takes it (0/1 X), and fit, partial_fit and predict in every mode
+    give what the dense matrix gives, also in a column whose only stored values are zeros
+    (whose table rows hidden= neither draws nor trains); X is not changed."""
+    X, y = _data(n=40, n_features=12)
+    X[:, -1] = 0
+    if mode == "max":
+        X = (X > 0).astype(np.float32)
+    canonical = sp.csr_matrix(X)
+    rows = np.arange(0, len(X), 3)  # a stored zero in every third row, one in the last column
+    coo = canonical.tocoo()
+    zeros = sp.csr_matrix(
+        (np.r_[coo.data, np.zeros(len(rows), np.float32)],
+         (np.r_[coo.row, rows], np.r_[coo.col, np.full(len(rows), X.shape[1] - 1)])),
+        shape=X.shape)
+    assert zeros.nnz > canonical.nnz and (zeros.toarray() == X).all()
+    stored = (zeros.data.copy(), zeros.indices.copy(), zeros.indptr.copy())
+    params = {**FAST, "max_iter": 3, "mode": mode, "hidden": hidden}
+    ref = LookupClassifier(**params).fit(X, y)
+    got = LookupClassifier(**params).fit(zeros, y)
+    np.testing.assert_array_equal(got.decision_function(X), ref.decision_function(X))
+    np.testing.assert_array_equal(ref.decision_function(zeros), ref.decision_function(X))
+    ref.partial_fit(X, y)
+    got.partial_fit(zeros, y)
+    np.testing.assert_array_equal(got.decision_function(X), ref.decision_function(X))
+    for before, after in zip(stored, (zeros.data, zeros.indices, zeros.indptr), strict=True):
+        np.testing.assert_array_equal(before, after)  # the user's matrix as it was
+
+
 def test_nested_lists_rectangular_are_dense_ragged_are_token_lists(tmp_path: Any) -> None:
     """A rectangular nested list is the dense matrix scikit-learn reads (ints as floats); a
     ragged list of int lists is token-id lists, and after a fit on those every list of int

@@ -598,10 +598,13 @@ def check_max_weights(indices: torch.Tensor, weights: torch.Tensor | None,
         torch._assert_async(~bad.any(), _MAX_WEIGHTS)
     elif bool(bad.any()):
         k = int(torch.nonzero(bad)[0, 0])
+        fix = ("drop the entries of weight 0 (a stored zero of a scipy matrix: "
+               "X.eliminate_zeros())" if float(weights[k]) == 0 else
+               "pass 0/1 values (a scipy matrix of counts: X.data[:] = 1, with no stored zeros)")
         raise InputValueError(
             f'mode="max" takes the max over the rows present in a bag, so every entry must '
             f"have weight 1; entry {k} has weight {float(weights[k])}. Use mode='sum'/'mean', "
-            "or pass the matrix with its values set to 1 (X.data[:] = 1)."
+            f"or {fix}."
         )
 
 

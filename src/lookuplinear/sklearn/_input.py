@@ -121,9 +121,10 @@ def csr_first(X: Any) -> Any:
 
 def to_csr(X: Any) -> sp.csr_matrix:
     """Validated ``X`` (sparse of any format, or dense) as a float32 CSR matrix in canonical
-    format: entries stored twice at one ``(row, column)`` are summed into one (on a copy;
-    ``X`` is left as it is), as scipy and scikit-learn read them, so that ``mode="sqrtn"``
-    (and ``"max"``) see the matrix's values and not how they were stored.
+    format: entries stored twice at one ``(row, column)`` are summed into one, and stored
+    zeros dropped (on a copy; ``X`` is left as it is), as scipy and scikit-learn read them, so
+    that ``mode="sqrtn"`` and ``"max"`` (whose bags take each stored entry) and the rows
+    ``hidden`` draws see the matrix's values and not how they were stored.
 
     Raises
     ------
@@ -139,5 +140,8 @@ def to_csr(X: Any) -> sp.csr_matrix:
         if out.dtype != np.float32:
             out = sp.csr_matrix((float32_values(out.data, "X"), out.indices, out.indptr),
                                 shape=out.shape)
+        if not out.data.all():  # a stored zero (or one float32 rounds to zero) is no entry
+            out = out.copy()
+            out.eliminate_zeros()
         return out
     return sp.csr_matrix(float32_values(np.asarray(X), "X"))
