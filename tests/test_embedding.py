@@ -125,17 +125,36 @@ def test_empty_tables_and_errors() -> None:
 @pytest.mark.parametrize("make", [
     lambda: torch.tensor([[1, 2]]).to_sparse(),
     lambda: torch.tensor([[1, 2]]).to_sparse_csr(),
-    lambda: torch.nested.nested_tensor([torch.tensor([1, 2]), torch.tensor([3])],
-                                       layout=torch.jagged),
 ])
 def test_an_index_tensor_of_another_layout_is_refused_naming_the_layout(make: Any) -> None:
-    """An int64 sparse or nested tensor: the message names the layout (not the dtype, which is
-    right), and the error is the RuntimeError nn.Embedding raises for a sparse one."""
+    """An int64 sparse tensor: the message names the layout (not the dtype, which is right),
+    and the error is the RuntimeError nn.Embedding raises for it."""
     x = make()
     with pytest.raises(LayoutError, match=f"got .*layout {x.layout}") as info:
         Embedding(6, 3)(x)
     assert isinstance(info.value, RuntimeError) and isinstance(info.value, InputTypeError)
     assert "dtype" not in str(info.value) and "long()" not in str(info.value)
+
+
+def test_a_nested_index_tensor_is_looked_up_as_nn_embedding_looks_it_up() -> None:
+    """A jagged nested tensor of indices gives nn.Embedding's nested rows and gradient; an
+    index out of range is named before the lookup."""
+    torch.manual_seed(0)
+    emb = Embedding(6, 3, padding_idx=0)
+    ref = nn.Embedding(6, 3, padding_idx=0)
+    ref.load_state_dict(emb.state_dict())
+    x = torch.nested.nested_tensor([torch.tensor([1, 2, 0]), torch.tensor([5])],
+                                   layout=torch.jagged)
+    out, want = emb(x), ref(x)
+    assert out.is_nested and torch.equal(out.values(), want.values())
+    grad = torch.randn_like(want.values())
+    out.values().backward(grad)
+    want.values().backward(grad)
+    assert emb.weight.grad is not None and ref.weight.grad is not None
+    assert torch.equal(emb.weight.grad, ref.weight.grad)
+    bad = torch.nested.nested_tensor([torch.tensor([1, 6])], layout=torch.jagged)
+    with pytest.raises(LookupIndexError, match=r"index 6 at input.values\(\)\[1\]"):
+        emb(bad)
 
 
 def test_fused_optimizer_and_conversion() -> None:

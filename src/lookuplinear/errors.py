@@ -117,7 +117,7 @@ class DtypeMismatchError(InputTypeError, RuntimeError):
 
 
 class LayoutError(InputTypeError, RuntimeError):
-    """A tensor of a layout the call does not take: a sparse or nested index tensor given to
+    """A tensor of a layout the call does not take: a sparse index tensor given to
     ``Embedding``, which looks up a strided one. Also a ``RuntimeError``, as ``nn.Embedding``
     raises for a sparse one."""
 

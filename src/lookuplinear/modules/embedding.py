@@ -168,7 +168,8 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
         Parameters
         ----------
         input : Tensor of any shape, int64 or int32
-            Row indices.
+            Row indices; a nested tensor (``layout=torch.jagged`` or strided) gives a nested
+            tensor of rows, as ``nn.Embedding`` gives it.
 
         Raises
         ------
@@ -177,24 +178,27 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             ``RuntimeError`` ``nn.Embedding`` raises) for a tensor of another dtype than
             int64 or int32 (float, bool, uint8, int16...).
         LayoutError
-            A sparse or nested tensor (also the ``RuntimeError`` ``nn.Embedding`` raises for a
-            sparse one).
+            A sparse tensor (also the ``RuntimeError`` ``nn.Embedding`` raises for it). A
+            nested tensor is looked up by ``nn.Embedding``'s own forward, as there (its
+            indices range-checked first).
         LookupIndexError
             An index outside ``[0, num_embeddings)`` (also an ``IndexError``, as PyTorch's).
         """
-        if isinstance(input, torch.Tensor) and (input.layout != torch.strided
-                                                or input.is_nested):
+        if isinstance(input, torch.Tensor) and input.is_nested:
+            # nn.Embedding's own lookup, which takes nested tensors (its gradient stored, as
+            # for scale_grad_by_freq), after the range check that names a bad index
+            flat = (input.values() if input.layout == torch.jagged
+                    else torch.cat([t.reshape(-1) for t in input.unbind()]))
+            if not flat.dtype.is_floating_point and flat.dtype != torch.bool:
+                check_index_range(flat, self.num_embeddings, where="input.values()")
+            return super().forward(input)
+        if isinstance(input, torch.Tensor) and input.layout != torch.strided:
             # the layout, not the dtype, is what is wrong (a RuntimeError too, as F.embedding
             # raises for a sparse one)
-            what, fix = ((f"a nested tensor (layout {input.layout})",
-                          "Look up its values (input.values() of a jagged tensor), or pass its "
-                          "rows as bags to lookuplinear.EmbeddingBag") if input.is_nested
-                         else (f"layout {input.layout}",
-                               "Pass input.to_dense(), or for sparse rows use "
-                               "lookuplinear.EmbeddingBag or LookupLinear"))
             raise LayoutError(
-                f"Embedding: input must be a strided tensor of integer indices, got {what}. "
-                f"{fix}."
+                f"Embedding: input must be a strided tensor of integer indices, got layout "
+                f"{input.layout}. Pass input.to_dense(), or for sparse rows use "
+                "lookuplinear.EmbeddingBag or LookupLinear."
             )
         if not isinstance(input, torch.Tensor) or not (input.dtype is torch.int64
                                                        or input.dtype is torch.int32):
