@@ -168,6 +168,31 @@ def _no_rows_or_columns(rows: int, dim: int, mode: str, sparse: bool) -> None:
         assert torch.equal(_dense(bag.weight.grad), _dense(ref.weight.grad))
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_mean_is_nn_embedding_bags_to_the_bit(dtype: torch.dtype, sparse: bool) -> None:
+    """mode="mean" divides each bag's sum by its size, as ATen does: the output is
+    nn.EmbeddingBag's to the bit (a mean folded into per-entry weights 1/n rounds otherwise),
+    for the drop-in and for LookupLinear on the same bags; the dense gradient too."""
+    torch.manual_seed(0)
+    table = torch.randn(100, 16, dtype=dtype)
+    x, offsets = torch.randint(0, 100, (3000,)), torch.arange(0, 3000, 3)
+    grad = torch.randn(1000, 16, dtype=dtype)
+    ref = nn.EmbeddingBag.from_pretrained(table.clone(), mode="mean", freeze=False,
+                                          sparse=sparse)
+    bag = EmbeddingBag.from_pretrained(table.clone(), mode="mean", freeze=False, sparse=sparse)
+    layer = lookuplinear.LookupLinear(100, 16, bias=False, mode="mean", sparse=sparse,
+                                      dtype=dtype)
+    with torch.no_grad():
+        layer.weight.copy_(table)
+    want = ref(x, offsets)
+    assert torch.equal(bag(x, offsets), want) and torch.equal(layer(x, offsets), want)
+    if not sparse:
+        want.backward(grad)
+        bag(x, offsets).backward(grad)
+        assert torch.equal(bag.weight.grad, ref.weight.grad)
+
+
 @pytest.mark.parametrize("cls", [EmbeddingBag, lookuplinear.Embedding])
 def test_an_index_into_a_table_of_no_rows_says_no_index_is_valid(cls: type) -> None:
     """An index into a table of no rows is refused as an index out of range (PyTorch raises

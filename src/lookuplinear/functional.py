@@ -561,10 +561,13 @@ def _bags_forward(
             out = _BAG_MAX(weight, bags.indices, bags.offsets)
         else:
             out = _embedding_bag(bags, weight, None, _MAX, padding_idx)
-    elif mode != "sum" and _folds_mode(bags, weight, w, padding_idx):
+    elif mode != "sum" and (w is not None or mode == "sqrtn") \
+            and _folds_mode(bags, weight, w, padding_idx):
         # the mode's per-bag factor folded into per-entry weights by one C pass, then one
         # weighted-sum lookup: on weighted rows faster than the sum, the factor and their
-        # product apart; unweighted, as fast as ATen's own mean (benchmarks/bench_layer.py)
+        # product apart. Not an unweighted mean, which is nn.EmbeddingBag's: its sums divided
+        # by the bag sizes (ATen's own mean, or reduce_sums), to the bit; a folded mean rounds
+        # otherwise
         psw = mode_weights(bags.offsets, w, mode == "sqrtn", weight.dtype, bags.indices.shape[0])
         if sparse:
             out = _sparse_sum(weight, bags.indices, bags.offsets, psw, None)

@@ -72,7 +72,8 @@ def reduce_sums(sums: torch.Tensor, bags: Bags, mode: str, padding_idx: int | No
     if mode == "sum" or mode == "max":
         return sums
     acc = torch.float32 if sums.dtype in _LOW_PRECISION else sums.dtype
-    denom = _denominator(bags, mode, padding_idx, acc)
+    # on the sums' device: a table on the meta device takes CPU indices, as nn.EmbeddingBag's
+    denom = _denominator(bags, mode, padding_idx, acc).to(sums.device)
     nonzero = denom != 0
     safe = torch.where(nonzero, denom, torch.ones_like(denom))  # no 1/0: gradients stay finite
     safe = safe.sqrt() if mode == "sqrtn" else safe

@@ -55,6 +55,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import hugepages
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError, ModelFileError
+from ..modes import MODES
 from ..ops._hooks import after_accumulation, provide_state
 from ..sparse.adapters import as_bags
 from ..sparse.bags import Bags, check_index_range
@@ -514,8 +515,6 @@ def _checked_meta(file: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """``meta`` (a table's ``meta.json``, read from ``file``), its fields checked: present, of
     their type and range. A field damaged or edited by hand is a ``ModelFileError`` naming it,
     not an error at the first lookup."""
-    from ..modes import MODES
-
     def whole(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
