@@ -86,14 +86,28 @@ def test_help_on_each_subcommand(command: str, capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize("argv", [["bench", "--quick", "--out"], ["report", "--out"],
                                   ["explain", "--png"]])
-def test_an_output_folder_that_is_a_file_is_refused_before_any_work(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+@pytest.mark.parametrize(("where", "message"), [("", "is a file; give a folder"),
+                                                ("/sub", "is inside '")])
+def test_an_output_folder_that_cannot_be_made_is_a_usage_error_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], where: str,
+        message: str) -> None:
     taken = tmp_path / "taken"
     taken.write_text("")
-    assert main([*argv, str(taken)]) != 0
+    with pytest.raises(SystemExit) as e:
+        main([*argv, str(taken) + where])
+    assert e.value.code == 2
     out, err = capsys.readouterr()
-    assert "is a file; give a folder" in err and "Traceback" not in err
+    assert message in err and f"usage: lookuplinear {argv[0]}" in err
+    assert "Traceback" not in err
     assert out == ""  # nothing computed or printed first
+
+
+def test_an_output_folder_is_made_with_its_parents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a" / "b"
+    assert main(["explain", "--png", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "explain_csr_sum.png", "explain_lookup.png", "explain_onehot_product.png"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

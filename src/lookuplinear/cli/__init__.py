@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args))
-    except (LookupLinearError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+    except (LookupLinearError, OSError) as e:  # a file that cannot be read or written
         print(f"lookuplinear {args.command}: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -105,13 +106,25 @@ def output_path(given: Path | None, prefix: Path | None, suffix: str) -> Path:
     return stem.with_name(stem.name + suffix)
 
 
-def output_dir(path: Path | None, flag: str) -> None:
-    """Refuse, before any work, an output folder ``path`` that exists as something else (a
-    file): the command would fail at its end, writing its results."""
-    if path is not None and path.exists() and not path.is_dir():
-        from ..errors import InputValueError
-
-        raise InputValueError(
-            f"{flag} {str(path)!r} is a file; give a folder (created if missing) for the "
-            "results."
-        )
+def output_dir(parser: argparse.ArgumentParser, path: Path | None, flag: str) -> None:
+    """Make the output folder ``path`` (with its parents) and prove it writable, before any
+    work: a path that cannot be one (it, or a folder above it, is a file; no permission) is a
+    usage error (``parser.error``: the usage and the reason, exit code 2), where the command
+    would fail at its end, writing its results."""
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        taken = next((p for p in (*reversed(path.parents), path)
+                      if p.exists() and not p.is_dir()), None)
+        if taken == path:
+            why = "is a file"
+        elif taken is not None:
+            why = f"is inside {str(taken)!r}, a file"
+        else:
+            why = f"cannot be written to ({e.strerror or e})"
+        parser.error(f"{flag} {str(path)!r} {why}; give a folder (created if missing) for the "
+                     "results.")

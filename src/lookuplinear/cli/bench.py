@@ -128,12 +128,12 @@ def run(args: argparse.Namespace) -> int:
     from .._device import check_device
     from ..errors import InputValueError
 
-    output_dir(args.out, "--out")
     try:
         check_device(args.device, flag="--device")
     except InputValueError as e:  # a usage error: exit code 2, as for a bad --device choice
         print(f"lookuplinear bench: error: {e}", file=sys.stderr)
         return 2
+    output_dir(args._parser, args.out, "--out")
     doc, path = bench(args)
     failed = [r for r in doc["results"] if r["status"] == "failed"]
     for r in failed:

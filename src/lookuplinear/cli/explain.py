@@ -71,7 +71,6 @@ def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
 
-    output_dir(args.png, "--png")
     seeds, n, d, indices, seed = resolve(args)
     bad = [i for i in indices if not 0 <= i < n]
     if bad:
@@ -83,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
               f"{len(indices)} x {n} entries (over {MAX_DENSE_ENTRIES:,}); explain prints it, "
               "so pass fewer indices or a smaller --in-features.", file=sys.stderr)
         return 2
+    output_dir(args._parser, args.png, "--png")
     steps = custom_walkthrough(n, d, indices, seed)
     shown = seed_walkthrough() if seeds else steps
     print(render_markdown(shown))

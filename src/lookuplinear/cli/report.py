@@ -62,10 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from .bench import bench
     from .explain import draw
 
-    output_dir(args.out, "--out")
+    output_dir(args._parser, args.out, "--out")
     start = time.perf_counter()
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
 
     print("1/3 explain: the equivalence, worked through on small examples")
     steps = seed_walkthrough()
