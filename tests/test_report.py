@@ -61,7 +61,10 @@ def test_explain_index_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixtu
     [
         (["explain", "--in-features", "0"], "positive integer"),
         (["explain", "--indices", "x"], "integer index"),
-        (["bench", "--max-memory", "-1"], "positive number"),
+        (["bench", "--max-memory", "-1"], "positive, finite number"),
+        (["bench", "--max-memory", "inf"], "positive, finite number"),
+        (["explain", "--seed", str(2**64)], "what torch.manual_seed takes"),
+        (["explain", "--seed", "1.5"], "integer seed"),
         (["bench", "--device", "tpu"], "invalid choice"),
         (["report", "--big-vocab", "ten"], "positive integer"),
         (["nonsense"], "invalid choice"),
@@ -227,6 +230,24 @@ def test_bench_with_nothing_that_fits_fails_with_the_reason(
     doc = json.loads((tmp_path / "results.json").read_text())
     rows = [(r["method"], r["status"]) for r in doc["results"]]
     assert rows and set(rows) == {("*", "skipped")}
+
+
+@pytest.mark.parametrize("size", [["--out-features", "1e12"], ["--out-features", "1e30"],
+                                  ["--in-features", "1e30"]])
+def test_explain_refuses_a_table_too_large_to_build(
+    size: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["explain", *size]) == 2
+    err = capsys.readouterr().err
+    assert "the table would have" in err and "Traceback" not in err
+
+
+def test_explain_takes_a_negative_seed_as_torch_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # torch.manual_seed reads -1 as 2**64 - 1: the same table, indices and values
+    assert main(["explain", "--in-features", "50", "--seed", "-1"]) == 0
+    negative = capsys.readouterr().out
+    assert main(["explain", "--in-features", "50", "--seed", str(2**64 - 1)]) == 0
+    assert capsys.readouterr().out.replace(str(2**64 - 1), "-1") == negative
 
 
 def test_explain_refuses_a_one_hot_matrix_too_large_to_print(

@@ -14,6 +14,11 @@ __all__ = ["add_parser", "run"]
 
 #: refuse to print a one-hot matrix with more entries than this
 MAX_DENSE_ENTRIES = 20_000_000
+#: refuse to build a weight table with more entries than this (400 MB of float32, built twice:
+#: the layer's table and nn.Linear's copy)
+MAX_TABLE_ENTRIES = 100_000_000
+#: the seeds torch.manual_seed takes (a negative one is read modulo 2**64)
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def _index(text: str) -> int:
@@ -21,6 +26,19 @@ def _index(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer index, got {text!r}") from None
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    low, high = SEED_RANGE
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"expected a seed from -2**63 to 2**64 - 1 (what torch.manual_seed takes), got "
+            f"{text!r}")
+    return value
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,30 +58,34 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="columns of the table; default 5")
     p.add_argument("--indices", type=_index, nargs="+", default=None, metavar="I",
                    help="rows to look up; default 2 3 1 for 4 rows, else 3 random rows")
-    p.add_argument("--seed", type=int, default=None, metavar="S",
-                   help="torch.manual_seed for the table; default 123")
+    p.add_argument("--seed", type=_seed, default=None, metavar="S",
+                   help="torch.manual_seed for the table (-2**63 to 2**64 - 1); default 123")
     p.add_argument("--png", type=Path, default=None, metavar="DIR",
                    help="also draw the pictures as PNG files into DIR")
     return p
 
 
+def table_shape(args: argparse.Namespace) -> tuple[int, int]:
+    """(in_features, out_features) from the parsed arguments."""
+    from ..report.walkthrough import SEED_IN_FEATURES, SEED_OUT_FEATURES
+
+    return args.in_features or SEED_IN_FEATURES, args.out_features or SEED_OUT_FEATURES
+
+
 def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
     """(seeds' defaults?, in_features, out_features, indices, seed) from the parsed arguments."""
-    from ..report.walkthrough import SEED, SEED_IN_FEATURES, SEED_INDICES, SEED_OUT_FEATURES
+    from ..report.walkthrough import SEED, SEED_IN_FEATURES, SEED_INDICES, seed_rng
 
     names = ("in_features", "out_features", "indices", "seed")
     seeds = all(getattr(args, k) is None for k in names)
-    n = args.in_features or SEED_IN_FEATURES
-    d = args.out_features or SEED_OUT_FEATURES
+    n, d = table_shape(args)
     seed = SEED if args.seed is None else args.seed
     if args.indices is not None:
         indices = list(args.indices)
     elif n == SEED_IN_FEATURES:
         indices = list(SEED_INDICES)
     else:
-        import numpy as np
-
-        indices = sorted(np.random.default_rng(seed).choice(n, size=min(3, n), replace=False))
+        indices = sorted(seed_rng(seed).choice(n, size=min(3, n), replace=False))
         indices = [int(i) for i in indices]
     return seeds, n, d, indices, seed
 
@@ -71,6 +93,12 @@ def resolve(args: argparse.Namespace) -> tuple[bool, int, int, list[int], int]:
 def run(args: argparse.Namespace) -> int:
     from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
 
+    n, d = table_shape(args)
+    if n * d > MAX_TABLE_ENTRIES:  # before anything is drawn from it
+        print(f"lookuplinear explain: error: the table would have {n} x {d} entries (over "
+              f"{MAX_TABLE_ENTRIES:,}); explain builds it, so pass a smaller --in-features or "
+              "--out-features.", file=sys.stderr)
+        return 2
     seeds, n, d, indices, seed = resolve(args)
     bad = [i for i in indices if not 0 <= i < n]
     if bad:

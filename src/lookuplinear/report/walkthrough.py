@@ -21,7 +21,8 @@ from ..ids.vocab import Vocab
 from ..modules.layer import LookupLinear
 from ..sparse.bags import Bags
 
-__all__ = ["SEED_INDICES", "Step", "custom_walkthrough", "render_markdown", "seed_walkthrough"]
+__all__ = ["SEED_INDICES", "Step", "custom_walkthrough", "render_markdown", "seed_rng",
+           "seed_walkthrough"]
 
 #: the seeds' example: ``nn.Embedding(4, 5)`` after ``torch.manual_seed(123)``, ``idx = [2, 3, 1]``
 SEED_IN_FEATURES, SEED_OUT_FEATURES, SEED_INDICES, SEED = 4, 5, (2, 3, 1), 123
@@ -170,6 +171,18 @@ def seed_walkthrough() -> list[Step]:
     return steps
 
 
+def seed_rng(seed: int) -> np.random.Generator:
+    """numpy's generator for a ``torch.manual_seed`` seed: a negative one is read as torch reads
+    it, modulo 2**64 (numpy refuses negative seeds).
+
+    Examples
+    --------
+    >>> int(seed_rng(-1).integers(100)) == int(seed_rng(2**64 - 1).integers(100))
+    True
+    """
+    return np.random.default_rng(seed % 2**64)
+
+
 def custom_walkthrough(
     in_features: int = SEED_IN_FEATURES,
     out_features: int = SEED_OUT_FEATURES,
@@ -191,7 +204,8 @@ def custom_walkthrough(
     indices : sequence of int
         Rows to look up, each in ``[0, in_features)``.
     seed : int
-        Seed of the table and of the CSR values.
+        Seed of the table and of the CSR values, as ``torch.manual_seed`` takes it (from
+        ``-2**63`` to ``2**64 - 1``).
 
     Returns
     -------
@@ -234,7 +248,7 @@ def custom_walkthrough(
         {"lookup == linear(one_hot)": torch.equal(lookup, product)},
     )
 
-    rng = np.random.default_rng(seed)
+    rng = seed_rng(seed)
     n = len(idx)
     values = np.concatenate([np.ones(n), rng.uniform(0.25, 2.0, n).round(2)])
     cols = np.concatenate([idx.numpy(), idx.numpy()])
