@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from lookuplinear.cli import build_parser, main
+from lookuplinear.cli._args import positive_int
 from lookuplinear.report.bench import BenchResult, Grid, crossovers, run_matrix, to_json
 from lookuplinear.report.methods import FORMS, make_input, methods_for
 from lookuplinear.report.summary import BUSY, headlines, summary_table, train_table
@@ -67,6 +68,9 @@ def test_explain_index_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixtu
         (["explain", "--seed", "1.5"], "integer seed"),
         (["bench", "--device", "tpu"], "invalid choice"),
         (["report", "--big-vocab", "ten"], "positive integer"),
+        (["report", "--repeats", "1.9e0"], "not a whole number"),
+        (["bench", "--in-features", "2.5e0"], "not a whole number"),
+        (["bench", "--batch", "1e99999"], "positive integer"),
         (["nonsense"], "invalid choice"),
     ],
 )
@@ -77,6 +81,12 @@ def test_bad_arguments_exit_2_with_a_message(
         main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "value"), [("32", 32), ("1e6", 10**6), ("2.5e3", 2500),
+                                           ("1E2", 100), ("1e30", 10**30)])
+def test_a_positive_integer_may_be_written_with_an_exponent(text: str, value: int) -> None:
+    assert positive_int(text) == value
 
 
 @pytest.mark.parametrize("command", ["explain", "bench", "report"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import decimal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,20 +59,28 @@ def add_ignored_flags(group: Any, parser: argparse.ArgumentParser, note: str) ->
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: a positive integer, also written as ``1e6``.
+    """An argparse type: a positive integer, also written as ``1e6`` or ``2.5e3``; a value that
+    is not a whole number (``2.5``, ``1.9e0``) is refused, not rounded.
 
     Examples
     --------
-    >>> positive_int("1e6"), positive_int("32")
-    (1000000, 32)
+    >>> positive_int("1e6"), positive_int("2.5e3"), positive_int("32")
+    (1000000, 2500, 32)
     """
-    try:
-        value = int(float(text)) if "e" in text.lower() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    refused = argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    try:  # exactly, not through a float: 1e30 is 10**30
+        exact = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        raise refused from None
+    # past Python's 4300-digit limit on int(str) (and a costly int())
+    if not exact.is_finite() or exact.adjusted() > 4300:
+        raise refused
+    if exact != exact.to_integral_value():
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer, got {text!r}, not a whole number")
+    if exact <= 0:
+        raise refused
+    return int(exact)
 
 
 def fasttext_stem(name: Path) -> Path:
