@@ -429,6 +429,35 @@ CHROMIUM = shutil.which("chromium") or (
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium")
+def test_a_report_rerun_that_stops_early_leaves_no_old_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import lookuplinear.cli.bench
+
+    (tmp_path / "report.html").write_text("ALL CHECKS PASSED")
+    (tmp_path / "report.md").write_text("All checks passed")
+
+    def interrupted(args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lookuplinear.cli.bench, "bench", interrupted)
+    assert main([*REPORT_ARGV, "--out", str(tmp_path)]) == 130
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "report.md").exists()
+    assert (tmp_path / "walkthrough.md").exists()  # what ran before the stop is there
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_results_csv_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    from lookuplinear.report.csv import write_csv
+
+    path = write_csv([{"form": "bags", "median_s": 0.5}], tmp_path / "results.csv")
+    before = path.read_text()
+    with pytest.raises(AttributeError):  # the second row is no row: the writing fails
+        write_csv([{"form": "csr", "median_s": 0.25}, None], path)  # type: ignore[list-item]
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
 def test_report_renders_in_headless_chromium(
     tiny_report: tuple[int, Path], tmp_path: Path
 ) -> None:

@@ -70,6 +70,7 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], Path]:
 
     import torch
 
+    from .._atomic import replacing
     from ..report.bench import FULL, QUICK, grid_dict, run_matrix, to_json
     from ..report.csv import write_csv
     from ..report.machine import format_machine, machine_info
@@ -111,7 +112,8 @@ def bench(args: argparse.Namespace) -> tuple[dict[str, Any], Path]:
     doc = to_json(results, machine=machine, settings=settings)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
-    path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     write_csv(doc["results"], args.out / "results.csv")
     plot_all(doc, args.out)
     print()

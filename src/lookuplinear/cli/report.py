@@ -14,6 +14,8 @@ from ._args import output_dir, positive_int
 __all__ = ["add_parser", "run"]
 
 BIG_VOCAB = 20_000_000
+#: the files that state the report's verdict, written last
+VERDICTS = ("report.html", "report.md")
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -52,6 +54,14 @@ def _bench_args(args: argparse.Namespace) -> argparse.Namespace:
     )
 
 
+def _write(path: Path, text: str) -> None:
+    """``path`` replaced by ``text`` in one step: a reader sees the old file or the new one."""
+    from .._atomic import replacing
+
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..report.html import Section, markdown_table_html, render_html, steps_html, verdict
     from ..report.machine import format_machine, machine_info
@@ -65,12 +75,15 @@ def run(args: argparse.Namespace) -> int:
     output_dir(args._parser, args.out, "--out")
     start = time.perf_counter()
     out: Path = args.out
+    # a verdict only beside the files it was drawn from: a rerun that stops early leaves none
+    for name in VERDICTS:
+        (out / name).unlink(missing_ok=True)
 
     print("1/3 explain: the equivalence, worked through on small examples")
     steps = seed_walkthrough()
     custom = custom_walkthrough()
     pictures = draw(custom, [2, 3, 1], out)
-    (out / "walkthrough.md").write_text(render_markdown(steps), encoding="utf-8")
+    _write(out / "walkthrough.md", render_markdown(steps))
     explain_ok = all(s.ok for s in steps + custom)
 
     print("2/3 bench --quick: the benchmark matrix")
@@ -185,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     intro = "<ul>" + "".join(f"<li>{html.escape(k)}</li>" for k in key_points) + "</ul>"
     page = render_html("An embedding layer is a linear layer", subtitle, sections, intro)
     html_path = out / "report.html"
-    html_path.write_text(page, encoding="utf-8")
+    _write(html_path, page)
 
     md = [
         "# lookuplinear report",
@@ -217,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
         "",
     ]
     md_path = out / "report.md"
-    md_path.write_text("\n".join(md), encoding="utf-8")
+    _write(md_path, "\n".join(md))
     print()
     print(f"report: {'all checks passed' if all_ok else 'SOME CHECKS FAILED'} in {elapsed:.0f} s")
     print(f"Markdown summary written to {md_path}")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._atomic import replacing
 from .bench import BenchResult
 
 __all__ = ["CSV_FIELDS", "write_csv"]
@@ -17,7 +18,8 @@ CSV_FIELDS = tuple(f.name for f in dataclasses.fields(BenchResult) if f.name != 
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write ``rows`` with the columns :data:`CSV_FIELDS`; returns ``path``.
+    """Write ``rows`` with the columns :data:`CSV_FIELDS`; returns ``path``. The file is
+    replaced in one step: a failure leaves the old one as it was.
 
     Examples
     --------
@@ -27,7 +29,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     >>> p.read_text().splitlines()[1].startswith("bags,")
     True
     """
-    with path.open("w", newline="", encoding="utf-8") as f:
+    with replacing(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in rows:
