@@ -286,6 +286,24 @@ def test_duplicate_entries_of_a_csr_matrix_are_their_sum(solver: str) -> None:
 
 
 @NOT_LEARNING
+@pytest.mark.parametrize("solver", ["auto", "adam"])
+def test_a_mean_of_a_row_summing_to_zero_or_less_is_refused(solver: str) -> None:
+    """mode="mean" divides a row by the sum of its values: signed features whose row sums to
+    0 or less (HashingVectorizer's default alternate_sign=True) are refused in fit, partial_fit
+    and predict, naming the row and the fix; an empty row and non-negative rows are taken."""
+    X = sp.csr_matrix(np.array([[1, 2, 0], [0, 0, 0], [3, 0, 1]] * 4, dtype=np.float32))
+    y = np.array([0, 1, 0] * 4)
+    clf = LookupClassifier(mode="mean", solver=solver, max_iter=3).fit(X, y)
+    signed = sp.csr_matrix(np.array([[1, 0, 0], [1, -1, 0], [0, 2, -3]], dtype=np.float32))
+    for call in (lambda: clf.predict(signed), lambda: clf.partial_fit(signed, [0, 1, 0]),
+                 lambda: LookupClassifier(mode="mean", solver=solver).fit(signed, [0, 1, 0])):
+        with pytest.raises(InputValueError, match=r"row 1 \(of 2 such rows\) has entries "
+                                                  r"summing to 0.*alternate_sign=False"):
+            call()
+    assert LookupClassifier(mode="sum", solver=solver, max_iter=3).fit(signed, [0, 1, 0])
+
+
+@NOT_LEARNING
 @pytest.mark.parametrize("hidden", [None, 3])
 @pytest.mark.parametrize("mode", ["max", "mean", "sqrtn"])
 def test_stored_zeros_of_a_sparse_matrix_are_no_entries(mode: str, hidden: int | None) -> None:

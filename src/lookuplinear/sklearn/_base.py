@@ -333,7 +333,7 @@ class LookupEstimator(BaseEstimator):
         )
         if reset:
             self._token_lists = False
-        return to_csr(X)
+        return self._checked_rows(to_csr(X))
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
         if self._is_bags(X, reset=reset):
@@ -351,7 +351,28 @@ class LookupEstimator(BaseEstimator):
         )
         if reset:
             self._token_lists = False
-        return to_csr(X), y
+        return self._checked_rows(to_csr(X)), y
+
+    def _checked_rows(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        """``X``, refused where ``mode="mean"`` has no mean of a row: a row holding entries
+        whose values sum to 0 or less (signed features, as ``HashingVectorizer``'s default
+        ``alternate_sign=True`` gives) would be divided by that sum, turning its features'
+        signs or dividing by 0."""
+        if self.mode != "mean" or not X.nnz:
+            return X
+        sizes = np.diff(X.indptr)
+        sums = np.bincount(np.repeat(np.arange(X.shape[0]), sizes), weights=X.data,
+                           minlength=X.shape[0])
+        bad = np.flatnonzero((sizes > 0) & (sums <= 0))
+        if bad.size:
+            raise InputValueError(
+                f'mode="mean" divides each row by the sum of its values; row {int(bad[0])} '
+                f"(of {bad.size} such rows) has entries summing to {float(sums[bad[0]]):.6g}, "
+                "so its mean is undefined or flips its features' signs. Give non-negative "
+                "features (HashingVectorizer(alternate_sign=False), counts, tf-idf), or use "
+                'mode="sum" or "sqrtn".'
+            )
+        return X
 
     # ------------------------------------------------------------------ solvers
     def _loss_name(self) -> str:
