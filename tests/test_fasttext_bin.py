@@ -32,20 +32,25 @@ TEXTS = ["good film", "bad bad movie plot", "café naïve 日本", "unseen wörd
 def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: int = 300,
                    minn: int = 0, maxn: int = 0, word_ngrams: int = 1, n_labels: int = 4,
                    version: int = 12, model: int = 3, seed: int = 0,
-                   label: str = "__label__") -> Path:
+                   label: str = "__label__", words: list[str | bytes] | None = None,
+                   labels: list[str | bytes] | None = None) -> Path:
     """A supervised model in fastText's format, with random weights (``FastText::saveModel``:
     magic, version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output);
-    ``label``: the prefix of its labels (fastText's ``-label``)."""
+    ``label``: the prefix of its labels (fastText's ``-label``); ``words`` and ``labels`` (str
+    or raw bytes) replace ``WORDS`` and the ``n_labels`` labels."""
     rng = np.random.default_rng(seed)
-    labels = [f"{label}{c}" for c in range(n_labels)]
+    labels = labels if labels is not None else [f"{label}{c}" for c in range(n_labels)]
+    n_labels = len(labels)
+    words = words if words is not None else WORDS
     out = struct.pack("<ii", MAGIC, version)
     out += struct.pack("<12id", dim, 5, 5, 1, 5, word_ngrams, LOSS[loss], model, bucket, minn,
                        maxn, 100, 1e-4)
-    counts = [int(c) for c in rng.integers(1, 50, len(WORDS) + n_labels)]
-    out += struct.pack("<iiiqq", len(WORDS) + n_labels, len(WORDS), n_labels, sum(counts), -1)
-    for i, w in enumerate(WORDS + labels):
-        out += w.encode() + b"\0" + struct.pack("<qb", counts[i], int(i >= len(WORDS)))
-    rows = len(WORDS) + bucket
+    counts = [int(c) for c in rng.integers(1, 50, len(words) + n_labels)]
+    out += struct.pack("<iiiqq", len(words) + n_labels, len(words), n_labels, sum(counts), -1)
+    for i, w in enumerate(words + labels):
+        raw = w if isinstance(w, bytes) else w.encode()
+        out += raw + b"\0" + struct.pack("<qb", counts[i], int(i >= len(words)))
+    rows = len(words) + bucket
     for m in (rows, n_labels):
         out += struct.pack("<?qq", False, m, dim)
         out += rng.normal(0, 1.5, (m, dim)).astype("<f4").tobytes()
@@ -408,6 +413,64 @@ def test_a_bom_starts_a_token_for_a_fasttext_model_and_is_skipped_for_ours(
     starts.write_text("good film\nbad film\n", encoding="utf-8")
     assert main(["predict-prob", str(tmp_path / "ours.bin"), str(starts)]) == 0
     assert capsys.readouterr().out == with_bom
+
+
+def test_bytes_that_are_not_utf8_are_read_as_fasttext_reads_them(
+        tmp_path: Path, fasttext, capsysbinary, monkeypatch) -> None:
+    """A latin-1 file on a model whose words and labels hold those bytes: `test` gives
+    fastText's N, P@k and R@k, `predict` its labels (written back as the same bytes), and the
+    vectors are its own (the bytes' character n-grams), where reading U+FFFD would match no
+    such word or label and hash other n-grams."""
+    import io
+
+    from lookuplinear.cli import main
+
+    words: list[str | bytes] = [*WORDS, b"caf\xe9", b"na\xefve", b"d\xe9j\xe0"]
+    labels: list[str | bytes] = [b"__label__a", b"__label__\xe9t\xe9", b"__label__b"]
+    path = write_fasttext(tmp_path / "m.bin", words=words, labels=labels, minn=2, maxn=3,
+                          word_ngrams=2)
+    lines = [b"__label__\xe9t\xe9 caf\xe9 na\xefve", b"__label__a good d\xe9j\xe0 film",
+             b"__label__b caf\xe9", b"__label__\xe9t\xe9 bad", b"__label__a na\xefve plot",
+             b"__label__\xe9t\xe9 unseen\xff d\xe9j\xe0", b"__label__b good"]
+    file = tmp_path / "t.txt"
+    file.write_bytes(b"\n".join(lines) + b"\n")
+    ft = fasttext.load_model(str(path))
+    for k in ("1", "2", "-1"):
+        n, p, r = ft.test(str(file), k=int(k))
+        assert n == len(lines)
+        assert main(["test", str(path), str(file), k]) == 0
+        assert capsysbinary.readouterr().out.split() == [
+            b"N", str(n).encode(), f"P@{k}".encode(), f"{p:.3g}".encode(),
+            f"R@{k}".encode(), f"{r:.3g}".encode()]
+    assert main(["predict", str(path), str(file), "2"]) == 0
+    want = [b" ".join(lab.encode("utf-8", "surrogateescape")
+                      for _, lab in ft.f.predict(line + b"\n", 2, 0.0, "surrogateescape"))
+            for line in lines]
+    assert capsysbinary.readouterr().out.splitlines() == want
+    assert b"__label__\xe9t\xe9" in b" ".join(want)
+    tokens = [b"caf\xe9", b"d\xe9j\xe0", b"unseen\xff"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b" ".join(tokens))))
+    assert main(["print-word-vectors", str(path)]) == 0
+    out = [line.split(b" ") for line in capsysbinary.readouterr().out.splitlines()]
+    assert [o[0] for o in out] == tokens
+    import fasttext_pybind
+
+    want_v = []
+    for t in tokens:  # the fasttext module's get_word_vector, on bytes
+        vec = fasttext_pybind.Vector(6)
+        ft.f.getWordVector(vec, t)
+        want_v.append(np.array(vec))
+    np.testing.assert_allclose(np.array([o[1:-1] for o in out], float), want_v, rtol=1e-4,
+                               atol=1e-5)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines))))
+    assert main(["print-sentence-vectors", str(path)]) == 0
+    out = [line.split(b" ")[:-1] for line in capsysbinary.readouterr().out.splitlines()]
+    want_v = []
+    for line in lines:
+        vec = fasttext_pybind.Vector(6)
+        ft.f.getSentenceVector(vec, line + b"\n")
+        want_v.append(np.array(vec))
+    np.testing.assert_allclose(np.array(out, float), want_v, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(("k", "threshold"), [("1", "0"), ("2", "0"), ("-1", "0"),

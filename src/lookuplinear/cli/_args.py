@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 __all__ = ["FASTTEXT_FLAGS", "FASTTEXT_SUFFIXES", "CommandParser", "add_ignored_flags",
-           "fasttext_stem", "output_path", "positive_int"]
+           "fasttext_stem", "output_path", "positive_int", "write_stdout"]
 
 #: the suffixes fastText appends to ``-output NAME``: the model, the quantized model
 FASTTEXT_SUFFIXES = (".bin", ".ftz")
@@ -137,3 +138,18 @@ def output_dir(parser: argparse.ArgumentParser, path: Path | None, flag: str) ->
             why = f"cannot be written to ({e.strerror or e})"
         parser.error(f"{flag} {str(path)!r} {why}; give a folder (created if missing) for the "
                      "results.")
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout; a byte of the input that was not UTF-8 (kept as its surrogate
+    escape, as a model fastText wrote reads it) is written back as that byte, as fastText
+    writes its words and labels, where the stream's encoding refuses it."""
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            raise
+        sys.stdout.flush()
+        buffer.write(text.encode(sys.stdout.encoding or "utf-8", "surrogateescape"))
+        buffer.flush()

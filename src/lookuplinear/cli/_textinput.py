@@ -163,8 +163,9 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
     if data.undecodable:
         bad = data.undecodable
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        read = "kept as fastText reads them" if as_fasttext else "read as U+FFFD"
         print(f"lookuplinear {args.command}: {args.input}: {len(bad)} line(s) hold bytes that "
-              f"are not UTF-8, read as U+FFFD (line {shown})", file=sys.stderr)
+              f"are not UTF-8, {read} (line {shown})", file=sys.stderr)
     if as_fasttext and need_labels:  # as fastText's test: N 0 (P and R nan) when none is kept
         return data
     if len(data) == 0:
@@ -209,14 +210,16 @@ def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *
     fastText's ``FastText::test``: a new one after each ``</s>``, and those with no label of
     the model or no row (no known word, n-gram or ``</s>``) skipped, with a note on stderr.
     A UTF-8 byte order mark at the start is kept, as fastText keeps it: U+FEFF begins the first
-    token, which is then no label of the model and no known word.
+    token, which is then no label of the model and no known word. Bytes that are not UTF-8 are
+    kept (as surrogate escapes, ``FastTextModel`` reads them back as the bytes), so they match
+    the model's words and labels and hash as fastText hashes them.
     """
     import sys
 
     from ..text import LabelledTexts
     from ..text._files import _open_lines
 
-    lines, undecodable = _open_lines(args.input, keep_bom=True)
+    lines, undecodable = _open_lines(args.input, keep_bom=True, errors="surrogateescape")
     texts: list[str] = []
     labels: list[list[str]] = []
     numbers: list[int] = []

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from ._args import write_stdout
 from ._textinput import add_input_options, add_k, load_text_model, read_input
 
 __all__ = ["add_parser", "run"]
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     lines = [" ".join(f"{n} {float(v):g}" for n, v in zip(kept, p, strict=True)) if args.prob
              else " ".join(kept) for kept, p in zip(names, probs, strict=True)]
     try:
-        print("\n".join(lines))
+        write_stdout("\n".join(lines) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `lookuplinear predict ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -68,6 +68,8 @@ def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
     from ..sklearn import load_model
+    from ..sklearn._fasttext_bin import FastTextModel
+    from ._args import write_stdout
 
     model = load_model(args.model)
     if model.vectorizer is None:
@@ -76,19 +78,22 @@ def run(args: argparse.Namespace) -> int:
             "a model written by `lookuplinear train`."
         )
     words = args.command == "print-word-vectors"
+    # a model fastText wrote reads bytes: those that are not UTF-8 kept (surrogate escapes),
+    # as fastText reads them; lookuplinear's models read them as U+FFFD
+    errors = "surrogateescape" if isinstance(model, FastTextModel) else "replace"
     try:
         for batch in _batches(sys.stdin.buffer):
             if words:  # read as C++'s `cin >> word`: split at ASCII whitespace only
-                tokens = [w.decode("utf-8", errors="replace")
+                tokens = [w.decode("utf-8", errors=errors)
                           for line in batch for w in line.split()]
                 out = [f"{w} {format_vector(v)}"
                        for w, v in zip(tokens, model.word_vectors(tokens), strict=True)]
             else:
-                lines = [model._without_labels(line.decode("utf-8", errors="replace"))
+                lines = [model._without_labels(line.decode("utf-8", errors=errors))
                          for line in batch]
                 out = [format_vector(v) for v in model.sentence_vectors(lines)]
             if out:
-                sys.stdout.write("\n".join(out) + "\n")
+                write_stdout("\n".join(out) + "\n")
                 sys.stdout.flush()
     except BrokenPipeError:  # `... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

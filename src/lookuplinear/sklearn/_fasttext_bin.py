@@ -104,6 +104,37 @@ def label_prefix(labels: list[str]) -> str:
     return common or default
 
 
+def as_text(token: bytes) -> str:
+    """A token of fastText (its bytes) as ``str``: UTF-8, each byte that is not UTF-8 kept as
+    its surrogate escape (U+DC80 + byte, Python's ``"surrogateescape"``, what the ``fasttext``
+    module gives with ``on_unicode_error="surrogateescape"``); :func:`as_bytes` gives the
+    bytes back.
+
+    Examples
+    --------
+    >>> as_text(b"caf\\xe9"), as_text("café".encode())
+    ('caf\\udce9', 'café')
+    """
+    return token.decode("utf-8", "surrogateescape")
+
+
+def as_bytes(text: str) -> bytes:
+    """The bytes fastText reads for ``text``: its UTF-8, a surrogate escape (U+DC80..U+DCFF,
+    a byte that was not UTF-8, see :func:`as_text`) as its byte, and any other lone surrogate
+    as its three ``"surrogatepass"`` bytes.
+
+    Examples
+    --------
+    >>> as_bytes("caf\\udce9"), as_bytes("café"), as_bytes("\\ud800")
+    (b'caf\\xe9', b'caf\\xc3\\xa9', b'\\xed\\xa0\\x80')
+    """
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # another lone surrogate: character by character
+        return b"".join(c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff"
+                                 else "surrogatepass") for c in text)
+
+
 def is_fasttext(path: str | Path) -> bool:
     """Whether ``path`` starts with fastText's magic number (a ``.bin``/``.ftz`` model)."""
     with open(path, "rb") as f:
@@ -182,7 +213,7 @@ class FastTextModel(TextModel):
     _tree: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        labels = [w.decode("utf-8", errors="replace") for w in self.words[self.n_words:]]
+        labels = [as_text(w) for w in self.words[self.n_words:]]
         TextModel.__init__(self, None, None, labels,
                            {"format": "fasttext", "label": label_prefix(labels)})
         self._estimator, self._vectorizer = FastTextHead(self), FastTextFeatures(self)
@@ -206,14 +237,14 @@ class FastTextModel(TextModel):
         out: list[tuple[str, list[str]]] = []
         words: list[str] = []
         labels: list[str] = []
-        for token in [*(t for t in _SPLIT.split(line.encode("utf-8", "surrogatepass")) if t),
+        for token in [*(t for t in _SPLIT.split(as_bytes(line)) if t),
                       _EOS]:
             if token == _EOS:  # getLine ends an example at "</s>" and at the line's end
                 out.append((" ".join(words), labels))
                 words, labels = [], []
                 continue
             wid = self._ids.get(token, -1)
-            name = token.decode("utf-8", "surrogatepass")
+            name = as_text(token)
             if wid >= self.n_words:
                 labels.append(name)
             elif wid >= 0 or not name.startswith(prefix):
@@ -230,7 +261,7 @@ class FastTextModel(TextModel):
         assert self.args is not None
         out: list[int] = []
         hashes: list[int] = []
-        for token in [*(t for t in _SPLIT.split(text.encode("utf-8", "surrogatepass")) if t), _EOS]:
+        for token in [*(t for t in _SPLIT.split(as_bytes(text)) if t), _EOS]:
             got = cache.get(token)
             if got is None:
                 got = cache[token] = self._token(token)
@@ -337,7 +368,7 @@ class FastTextModel(TextModel):
         shape (n_words, dim), float32."""
         rows = []
         for word in words:
-            token = word.encode("utf-8", "surrogatepass")
+            token = as_bytes(word)
             wid = self._ids.get(token, -1)
             # a label's id names a row too in fastText (one past the words); never past the end
             ids = [wid] if 0 <= wid < len(self.input_matrix) else []

@@ -59,11 +59,13 @@ class LabelledTexts:
 _BOM = b"\xef\xbb\xbf"
 
 
-def _open_lines(path: str | Path, *, keep_bom: bool = False) -> tuple[list[str], list[int]]:
+def _open_lines(path: str | Path, *, keep_bom: bool = False, errors: str = "replace"
+                ) -> tuple[list[str], list[int]]:
     """The lines of ``path`` (``-``: stdin) split at ``\\n`` only (a ``\\r`` before it dropped),
     as fastText splits them, a leading BOM removed unless ``keep_bom`` (fastText keeps it, as
     U+FEFF at the start of the first token); and the numbers of the lines with bytes that are
-    not UTF-8 (decoded with U+FFFD in their place)."""
+    not UTF-8, decoded with the ``errors`` handler: ``"replace"``, U+FFFD in their place, or
+    ``"surrogateescape"``, each byte kept (U+DC80 + byte) as fastText keeps its bytes."""
     data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
     if not keep_bom:
         data = data.removeprefix(_BOM)
@@ -78,7 +80,7 @@ def _open_lines(path: str | Path, *, keep_bom: bool = False) -> tuple[list[str],
             try:
                 decoded.append(line.decode("utf-8"))
             except UnicodeDecodeError:
-                decoded.append(line.decode("utf-8", errors="replace"))
+                decoded.append(line.decode("utf-8", errors=errors))
                 undecodable.append(n)
         text = "\n".join(decoded)
     lines = text.split("\n")
