@@ -1504,6 +1504,26 @@ def test_min_count_label_drops_rare_labels_and_their_lines(
     assert load_model(model.with_suffix(".bin")).labels == ["__label__neg", "__label__pos"]
 
 
+def test_min_count_label_keeps_the_words_of_every_line_in_the_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fastText's dictionary counts the words of every line before -minCountLabel drops
+    labels: 'foo' (3 times, twice on lines of the dropped label) passes -minCount 3, and with
+    -minCount 1 'baz' and 'qux', only on those lines, are words too."""
+    data = tmp_path / "t.txt"
+    data.write_text("__label__a foo bar\n__label__rare foo baz\n__label__rare foo qux\n"
+                    "__label__a bar x\n__label__b bar y\n__label__b bar\n__label__b bar\n"
+                    "__label__a bar\n", encoding="utf-8")
+    for min_count, words in (("3", ["bar", "foo"]),
+                             ("1", ["bar", "baz", "foo", "qux", "x", "y"])):
+        model = tmp_path / f"m{min_count}.bin"
+        assert main(["train", str(data), "-o", str(model), "--dim", "4", "--epoch", "1", "-q",
+                     "-minCount", min_count, "-minCountLabel", "3"]) == 0
+        got = load_model(model)
+        assert sorted(got.vectorizer.vocabulary_) == words
+        assert got.labels == ["__label__a", "__label__b"]
+
+
 def _check_predict_as_fasttext(predict: object, learned: bool = True) -> None:
     """What fastText's model.predict returns (python/fasttext_module/fasttext/FastText.py):
     a str gives (tuple of labels, float64 array), a list ([labels...] per line, float32 array

@@ -207,8 +207,10 @@ def run(args: argparse.Namespace) -> int:
     if args.pretrained_vectors is not None:  # read before training: a bad file costs nothing
         pretrained = read_pretrained(args.pretrained_vectors, args.dim)
     texts, label_lists = drop_rare_labels(data.texts, data.labels, args)
+    # fastText's dictionary counts the words of every line, -minCountLabel's dropped ones too
     vec, clf, labels, X, _y, train_s = fit_text_classifier(texts, label_lists, args,
-                                                           pretrained=pretrained)
+                                                           pretrained=pretrained,
+                                                           vocabulary_texts=data.texts)
     setup_s = time.perf_counter() - t0 - train_s
     save_model(args.output, clf, vectorizer=vec, labels=labels,
                input_format=input_format(args))
@@ -326,10 +328,14 @@ def start_from_pretrained(clf: Any, vec: Any, pretrained: tuple[list[str], Any])
 def fit_text_classifier(
     texts: list[str], label_lists: list[list[str]], args: argparse.Namespace,
     *, pretrained: tuple[list[str], Any] | None = None,
+    vocabulary_texts: list[str] | None = None,
 ) -> tuple[Any, Any, list[str], Any, Any, float]:
     """(vectorizer, classifier, label names, X, y, seconds of ``fit``) trained as the options
     say; ``pretrained`` (words, vectors): their words join the vocabulary and their rows start
-    from the vectors (``-pretrainedVectors``)."""
+    from the vectors (``-pretrainedVectors``); ``vocabulary_texts``: the texts whose words
+    are counted for the vocabulary and ``-minCount`` (default ``texts``), every line of the
+    file as fastText's dictionary counts them, those whose labels ``-minCountLabel`` dropped
+    included."""
     import warnings
 
     import numpy as np
@@ -357,7 +363,10 @@ def fit_text_classifier(
     # fastText's tokens: the words read_fasttext split, whole (a no-break space inside one)
     vec = FastTextVectorizer(word_ngrams=args.wordNgrams, minn=args.minn, maxn=args.maxn,
                              bucket=args.bucket, min_count=args.minCount, whitespace="fasttext")
-    X = vec.fit_transform(texts)
+    if vocabulary_texts is None or vocabulary_texts is texts:
+        X = vec.fit_transform(texts)
+    else:
+        X = vec.fit(vocabulary_texts).transform(texts)
     if pretrained is not None:  # fastText adds the .vec's words to its dictionary
         config = vec.get_config()
         config["vocabulary"] = sorted(set(config["vocabulary"]).union(pretrained[0]))
