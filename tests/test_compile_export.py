@@ -507,6 +507,23 @@ def test_compiled_sparse_embedding_equals_eager() -> None:
     assert torch.equal(torch.compile(emb, fullgraph=True)(x), emb(x))
 
 
+def test_a_frame_compiled_on_its_own_reads_a_tables_binding() -> None:
+    """The binding check of an eager ``Embedding(sparse=True)`` forward, which
+    ``torch.compile`` records as a frame of its own where it runs that forward outside a graph
+    (after a graph break): None for a table no optimizer took, a ``fused=True`` optimizer's
+    binding for its table."""
+    from lookuplinear import optim
+    from lookuplinear._fusion import binding
+
+    emb = Embedding(30, 4, padding_idx=0, sparse=True)
+    torch._dynamo.reset()
+    assert torch.compile(binding, backend="eager")(emb.weight) is None
+    optim.Adam(emb.parameters(), lr=0.1, fused=True)
+    torch._dynamo.reset()
+    found = torch.compile(binding, backend="eager")(emb.weight)
+    assert found is not None and found is binding(emb.weight)
+
+
 def test_a_map_in_training_mode_runs_outside_a_recorded_graph() -> None:
     """An IdMap-keyed collection in training: the map's call breaks the graph (the same rows
     and map as eager), and with fullgraph=True the error says why."""

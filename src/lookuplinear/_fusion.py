@@ -344,5 +344,7 @@ def _name(optimizer: FusedOptimizer) -> str:
 
 def binding(param: torch.Tensor) -> FusedBinding | None:
     """The binding of ``param``, if an optimizer bound it."""
-    found: FusedBinding | None = param.__dict__.get(_ATTR)
+    # getattr, not param.__dict__: torch.compile (a frame it records after a graph break)
+    # reads a tensor's attribute, and fails on its __dict__
+    found: FusedBinding | None = getattr(param, _ATTR, None)
     return found
