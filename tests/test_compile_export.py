@@ -507,6 +507,36 @@ def test_compiled_sparse_embedding_equals_eager() -> None:
     assert torch.equal(torch.compile(emb, fullgraph=True)(x), emb(x))
 
 
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_embedding_with_padding_trains_as_nn_embedding(fullgraph: bool) -> None:
+    """``Embedding(padding_idx=0, sparse=True)`` in a compiled training step, with and without
+    ``fullgraph=True``: one graph, whose gradient keeps the padding position with values of
+    zero (one row per position, in input order: no size decided by the values), densified and
+    after each ``SGD`` step ``nn.Embedding``'s to the bit (docs/serving.md)."""
+    torch.manual_seed(0)
+    stock = nn.Embedding(30, 8, padding_idx=0, sparse=True)
+    emb = Embedding(30, 8, padding_idx=0, sparse=True)
+    with torch.no_grad():
+        emb.weight.copy_(stock.weight)
+    x = torch.tensor([[1, 2, 2], [3, 0, 4]])
+    torch._dynamo.reset()
+    step = torch.compile(lambda b: emb(b).square().sum(), fullgraph=fullgraph,
+                         backend="aot_eager")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (stock, emb)]
+    for _ in range(2):
+        for opt in opts:
+            opt.zero_grad()
+        stock(x).square().sum().backward()
+        step(x).backward()
+        g = emb.weight.grad
+        assert torch.equal(g._indices(), x.reshape(1, -1))
+        assert not g._values()[x.reshape(-1) == 0].any()
+        assert torch.equal(g.to_dense(), stock.weight.grad.to_dense())
+        for opt in opts:
+            opt.step()
+        assert torch.equal(emb.weight, stock.weight)
+
+
 def test_a_frame_compiled_on_its_own_reads_a_tables_binding() -> None:
     """The binding check of an eager ``Embedding(sparse=True)`` forward, which
     ``torch.compile`` records as a frame of its own where it runs that forward outside a graph

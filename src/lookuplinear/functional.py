@@ -489,7 +489,12 @@ def _index_forward(
 ) -> torch.Tensor:
     if x.dtype not in (torch.int32, torch.int64):
         x = x.long()
-    if sparse:  # row-sparse gradient
+    if sparse and padding_idx is not None and torch.compiler.is_compiling():
+        # a recorded graph: the padding positions stay in the gradient with zero values, a
+        # size the batch's shape decides (leaving them out would size it by the values)
+        out = _sparse_sum(weight, x, None, None, None)
+        out = torch.where((x == padding_idx).unsqueeze(-1), out.detach(), out)
+    elif sparse:  # row-sparse gradient
         out = _sparse_sum(weight, x, None, None, padding_idx)
     else:
         # ATen's op: F.embedding's Python checks repeat ours at a cost (benchmarks/bench_layer.py)
