@@ -478,7 +478,9 @@ def test_mod_hashing_equals_linear_on_the_hashed_one_hot(mode):
     # an independent hashing matrix H: row of each ID by scikit-learn's murmurhash
     rows = [[abs(murmurhash3_32(i.to_bytes(8, "little", signed=True), seed=0)) % 13 for i in b]
             for b in raw]
-    exact = {} if SPLIT_BACKENDS else {"rtol": 0, "atol": 0}  # a mean: C here, torch ops there
+    # a mean: the collection folds its factor into per-entry weights, the table's lookup divides
+    # the sums as nn.EmbeddingBag does (docs/performance.md): equal within rounding
+    exact = {} if SPLIT_BACKENDS or mode == "mean" else {"rtol": 0, "atol": 0}
     torch.testing.assert_close(col(kb)["query"], col["q"](Bags.from_lists(rows)), **exact)
     assert torch.equal(col({"query": torch.tensor([[10**12]])})["query"],
                        col["q"].weight[[rows[0][0]]].unsqueeze(0))
