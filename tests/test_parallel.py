@@ -208,7 +208,7 @@ def test_a_model_of_tables_only(tmp_path: Path) -> None:
 
 
 TWO_RANKS = """
-import json, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+import json, os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch import nn
 from lookuplinear import Bags, LookupLinear
 from lookuplinear.parallel import DistributedDataParallel
@@ -314,10 +314,37 @@ def unused_table(rank):
             "equal": all(torch.allclose(p, q, rtol=0, atol=1e-12)
                          for p, q in zip(ddp.parameters(), one.parameters()))}
 
+def checkpoint(rank, tmp):
+    # rank 0 reads rows 1, 2 then 1; rank 1 rows 5, 6 then 7; each saves after every step
+    # (the second save: the rows changed since): restored into a fresh model and optimizer,
+    # its checkpoint gives back the trained table and Adam's moments, rows 5, 6, 7 included
+    from lookuplinear import Checkpoint, optim
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(LookupLinear(1000, 4, sparse=True, bias=False,
+                                          dtype=torch.float64), nn.Linear(4, 1).double())
+    model = make()
+    ddp = DistributedDataParallel(model)
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    ckpt = Checkpoint(f"{tmp}/ckpt{rank}", model, opt)
+    for step, x in enumerate([[[1, 2]], [[1]]] if rank == 0 else [[[5, 6]], [[7]]], 1):
+        opt.zero_grad()
+        ddp(torch.tensor(x)).pow(2).mean().backward()
+        opt.step()
+        ckpt.save(step=step)
+    fresh = make()
+    again = optim.Adam(fresh.parameters(), lr=0.1)
+    Checkpoint(f"{tmp}/ckpt{rank}", fresh, again).restore()
+    state = opt.state_dict()["state"][0]
+    back = again.state_dict()["state"][0]
+    return {"table": torch.equal(fresh[0].weight, model[0].weight),
+            "moments": all(torch.equal(state[k], back[k]) for k in ("exp_avg", "exp_avg_sq"))}
+
 def worker(rank, store):
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    tmp = os.path.dirname(store)
     report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank),
-              "unused table": unused_table(rank)}
+              "unused table": unused_table(rank), "checkpoint": checkpoint(rank, tmp)}
     if rank == 0:
         print(json.dumps(report))
     dist.destroy_process_group()
@@ -363,6 +390,13 @@ def test_a_table_no_process_reads_keeps_no_gradient(two_ranks: dict[str, Any]) -
     one that a single process read gets the others' zeros: Adam ends equal to one process on
     both processes' batches."""
     assert two_ranks["unused table"] == {"b has a gradient": [False, True, True], "equal": True}
+
+
+def test_a_checkpoint_saves_the_rows_every_process_changed(two_ranks: dict[str, Any]) -> None:
+    """An incremental save in each process holds the rows the other processes' batches read
+    too (the reduced gradient changes them here): restored, each process's checkpoint gives
+    back the trained table and Adam's moments."""
+    assert two_ranks["checkpoint"] == {"table": True, "moments": True}
 
 
 def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:

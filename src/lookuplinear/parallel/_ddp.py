@@ -29,6 +29,7 @@ from torch import nn
 
 from .._fusion import bound_to, reserve
 from ..errors import InputValueError
+from ..ops._hooks import WATCHERS, notify
 
 __all__ = ["DistributedDataParallel", "sparse_tables"]
 
@@ -192,7 +193,9 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
     def _reduce_tables(self) -> None:
         """All-reduce every table's gradient that some process has (an empty one where this
         process has none); a table no process has a gradient for keeps ``grad = None``, as one
-        process on the whole batch leaves it (an optimizer skips it)."""
+        process on the whole batch leaves it (an optimizer skips it). Whoever follows a
+        table's rows (a :class:`~lookuplinear.Checkpoint`'s tracker) is told the reduced rows:
+        the gradient hook it relies on saw this process's rows only."""
         self._table_task = -1
         world = dist.get_world_size(self._table_group)
         used = torch.tensor([p.grad is not None for p in self._tables], dtype=torch.int32,
@@ -217,6 +220,8 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
             g = g.coalesce()
             p.grad = torch.sparse_coo_tensor(g.indices(), g.values() / world, p.shape,
                                              is_coalesced=True, check_invariants=False)
+            if WATCHERS:  # the other processes' rows change here too: a checkpoint's tracker
+                notify(p, g.indices()[0])  # saw only this process's local gradient
 
 
 def _check_maps(id_maps: Sequence[tuple[str, nn.Module]]) -> None:
