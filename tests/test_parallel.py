@@ -96,6 +96,11 @@ def test_errors(tmp_path: Path) -> None:
             ddp(torch.randn(2, 10)).sum().backward()
         with pytest.raises(InputValueError, match="backend is 'gloo'"):
             DistributedDataParallel(LookupLinear(10, 3, sparse=True, device="meta"))
+        # gloo cannot sum float16 sparse gradients: refused here, not in the first backward
+        half = torch.nn.Sequential(LookupLinear(10, 3, sparse=True, dtype=torch.float16),
+                                   torch.nn.Linear(3, 1, dtype=torch.float16))
+        with pytest.raises(InputValueError, match=r"tables \['0.weight'\] are float16.*bfloat16"):
+            DistributedDataParallel(half)
 
 
 def test_ddp_refuses_an_id_map_in_training_mode(tmp_path: Path) -> None:

@@ -71,6 +71,8 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         forward: each process would give rows to the IDs it sees, so one ID would read
         different rows in different processes. Use ``hashing="mod"`` or ``"qr"``, or a map
         trained ahead, the same in every process, in eval mode (it only looks IDs up).
+        A float16 row-sparse table on the gloo backend, which cannot sum float16 sparse
+        gradients: use bfloat16 or float32, or ``sparse=False``.
 
     Examples
     --------
@@ -116,6 +118,15 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                     f"model to {wanted} (model.to(...)) or use the "
                     f"{'nccl' if wanted == 'cpu' else 'gloo'} backend."
                 )
+        half = [name for name, p in tables.items() if p.dtype == torch.float16]
+        if half and backend == "gloo":
+            raise InputValueError(
+                f"the row-sparse tables {half} are float16, and the gloo backend cannot sum "
+                "float16 sparse gradients (PyTorch's DDP fails the same way with a float16 "
+                "nn.EmbeddingBag(sparse=True)). Make them bfloat16 or float32, or build them "
+                "with sparse=False (their gradients are then dense, reduced by PyTorch's "
+                "buckets)."
+            )
         ignored = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ())) | set(tables)
         ignored |= {f".{name}" for name in tables if "." not in name}
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
