@@ -345,11 +345,33 @@ def checkpoint(rank, tmp):
     return {"table": torch.equal(fresh[0].weight, model[0].weight),
             "moments": all(torch.equal(state[k], back[k]) for k in ("exp_avg", "exp_avg_sq"))}
 
+def file_tables(rank, tmp):
+    # tables in files (a path per process) of different seeds, rank 1 holding rows rank 0
+    # does not: every process holds rank 0's seed, drawn rows and values once wrapped
+    from lookuplinear import KeyedBags, LookupCollection, TableConfig
+    from lookuplinear.storage.tables import TableStorage
+    torch.manual_seed(rank)
+    layer = LookupLinear(1000, 4, sparse=True, bias=False, storage=f"{tmp}/layer{rank}")
+    coll = LookupCollection([TableConfig("t", 50, 4, ["f"], storage=f"{tmp}/coll{rank}")],
+                            sparse=True)
+    layer.storage.materialize(torch.tensor([3] if rank == 0 else [5, 9]))
+    ddp = DistributedDataParallel(nn.Sequential(layer, nn.Linear(4, 1)))
+    DistributedDataParallel(coll)
+    out = [ddp(torch.tensor([[3, 4, 5]])).detach(),
+           coll(KeyedBags.from_dict({"f": [[1, 2], [7]]})).values().detach(),
+           layer.weight.detach().clone(), coll.table_groups[0].detach().clone(),
+           layer.storage.drawn_rows(), TableStorage.open(f"{tmp}/layer{rank}").meta["seed"]]
+    got = [None, None]
+    dist.all_gather_object(got, out)
+    return all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+               for a, b in zip(*got)) and got[0][4].tolist() == [3, 4, 5]
+
 def worker(rank, store):
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
     tmp = os.path.dirname(store)
     report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank),
-              "unused table": unused_table(rank), "checkpoint": checkpoint(rank, tmp)}
+              "unused table": unused_table(rank), "checkpoint": checkpoint(rank, tmp),
+              "file tables": file_tables(rank, tmp)}
     if rank == 0:
         print(json.dumps(report))
     dist.destroy_process_group()
@@ -402,6 +424,14 @@ def test_a_checkpoint_saves_the_rows_every_process_changed(two_ranks: dict[str, 
     too (the reduced gradient changes them here): restored, each process's checkpoint gives
     back the trained table and Adam's moments."""
     assert two_ranks["checkpoint"] == {"table": True, "moments": True}
+
+
+def test_tables_in_files_start_every_process_from_the_first(two_ranks: dict[str, Any]) -> None:
+    """Tables in files (``LookupLinear(storage=)``, ``TableConfig(storage=)``), a path per
+    process, of different seeds and drawn rows: every process holds the first's seed (its
+    ``meta.json`` too), drawn rows and values after construction, and computes the same
+    outputs, as PyTorch's DDP makes every replica the first's."""
+    assert two_ranks["file tables"] is True
 
 
 def _trained(make: Any, wrap: Any, opt: Any, dtype: torch.dtype, **kw: Any) -> torch.Tensor:

@@ -10,7 +10,8 @@ end of each backward their row-sparse gradients are all-reduced, in a fixed orde
 group of their own (rows merged across processes, duplicates summed), and divided by the world
 size as DDP divides its buckets; a table no process read in the step keeps ``grad = None``.
 Every other parameter goes through PyTorch's reducer as usual.
-Table weights are broadcast from rank 0 at construction, as DDP broadcasts the others.
+Table weights are broadcast from rank 0 at construction, as DDP broadcasts the others; a table
+in a file (``storage=``) takes rank 0's seed, drawn flags and drawn rows.
 
 So after ``loss.backward()`` every process holds the same gradients, the ones one process would
 compute on the concatenated batches (with a loss averaged over the batch), and any optimizer
@@ -30,6 +31,7 @@ from torch import nn
 from .._fusion import bound_to, reserve
 from ..errors import InputValueError
 from ..ops._hooks import WATCHERS, notify
+from ..storage.tables import TableStorage, storage_of
 
 __all__ = ["DistributedDataParallel", "sparse_tables"]
 
@@ -150,9 +152,16 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         #: whether the next backward reduces the tables: read by the forward, as PyTorch's
         #: forward reads require_backward_grad_sync (no_sync() around the forward decides)
         self._sync_tables = True
+        files = _files(module, self._table_group)
         with torch.no_grad():
             for p in self._tables:
-                dist.broadcast(p.data, src=self._src, group=self._table_group)
+                if id(p) not in files:
+                    dist.broadcast(p.data, src=self._src, group=self._table_group)
+            # a table in a file draws its rows from its seed at their first lookup: the values
+            # alone (PyTorch's broadcast of a table in its buckets) would leave this process's
+            # seed and drawn flags, and it would draw rows the first process holds
+            for storage in files.values():
+                storage.broadcast(self._src, self._table_group)
         #: tables only: the buffers PyTorch's forward broadcasts from the first rank (its
         #: constructor broadcasts them and the frozen parameters)
         self._buffers_synced: list[torch.Tensor] = []
@@ -233,6 +242,29 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                                              is_coalesced=True, check_invariants=False)
             if WATCHERS:  # the other processes' rows change here too: a checkpoint's tracker
                 notify(p, g.indices()[0])  # saw only this process's local gradient
+
+
+def _files(module: nn.Module, group: Any) -> dict[int, TableStorage]:
+    """The tables of ``module`` in files (``storage=``), by parameter id.
+
+    Raises
+    ------
+    InputValueError
+        (in every process) Not the same parameters are in files in every process of
+        ``group``.
+    """
+    files = {id(p): (name, s) for name, p in module.named_parameters()
+             if (s := storage_of(p)) is not None}
+    names = sorted(name for name, _ in files.values())
+    every: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, names, group=group)
+    if any(other != names for other in every):
+        raise InputValueError(
+            f"the tables in files (storage=) differ between the processes: {every} (by "
+            "process). Build the same model in every process, each table in a file (a path of "
+            "its own per process) or in memory in all of them."
+        )
+    return {key: s for key, (_, s) in files.items()}
 
 
 def _check_maps(id_maps: Sequence[tuple[str, nn.Module]]) -> None:

@@ -53,6 +53,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import hugepages
+from .._atomic import replacing
 from .._sizes import as_size
 from ..errors import InputTypeError, InputValueError, ModelFileError
 from ..modes import MODES
@@ -364,6 +365,54 @@ class TableStorage:
         self.drawn.data[rows] = 1
         if self._seen is not self.drawn:
             self._seen[rows] = 1
+
+    def broadcast(self, src: int, group: Any = None) -> None:
+        """Make this table the table of process ``src`` (a global rank) of ``group``, as
+        ``torch.distributed.broadcast`` makes a tensor; every process of the group calls it.
+
+        The seed and init its rows are drawn by (``meta.json`` rewritten where the table is
+        writable), which rows hold values, and their values: rows this table holds that
+        ``src``'s does not are zero and undrawn again, so each process draws a row where
+        ``src`` would. Only the flags (one byte a row) and the rows holding values travel, a
+        chunk of rows at a time: not the zeros of rows never drawn. A row written directly and
+        not marked (:meth:`mark_written`) nor looked up yet holds no value here and does not
+        travel. The bias and the optimizer state files stay as they are (the bias is a
+        parameter of its own).
+        """
+        import torch.distributed as dist
+
+        box = [[self.meta["seed"], self.meta["init"]]]
+        dist.broadcast_object_list(box, src=src, group=group)
+        seed, init = box[0]
+        if (seed, init) != (self.meta["seed"], self.meta["init"]):
+            self.meta = {**self.meta, "seed": seed, "init": init}
+            if self.writable:
+                with replacing(self.path / "meta.json") as tmp:
+                    tmp.write_text(json.dumps(self.meta, indent=1))
+        mine = dist.get_rank() == src
+        rows, dim = self.meta["rows"], self.meta["dim"]
+        for start in range(0, rows, 1 << 20):
+            flags = self._seen[start:start + (1 << 20)].clone()
+            dist.broadcast(flags, src=src, group=group)
+            held = flags.nonzero().squeeze(1) + start
+            if not mine:
+                ours = self._seen[start:start + (1 << 20)]
+                gone = ((ours != 0) & (flags == 0)).nonzero().squeeze(1) + start
+                if gone.numel():
+                    self.weight.data[gone] = 0
+                    self.drawn.data[gone] = 0
+                    if self._seen is not self.drawn:
+                        self._seen[gone] = 0
+            if held.numel() == 0:
+                continue
+            values = (self.weight.data[held] if mine
+                      else torch.empty(len(held), dim, dtype=self.dtype))
+            dist.broadcast(values, src=src, group=group)
+            if not mine:
+                self.weight.data[held] = values
+                self._mark(held)
+        if not mine:
+            self._complete = False
 
     def holding(self, rows: torch.Tensor) -> torch.Tensor:
         """The entries of ``rows`` (int64, in ``[0, rows)``) that hold values (drawn or
