@@ -89,3 +89,13 @@ def test_encode_keeps_a_0_d_token_and_refuses_more_dimensions_as_decode_does() -
             v.decode(batch)
     with pytest.raises(InputTypeError, match=r"hashable tokens, got dict \{\} at position 1"):
         v.encode([10, {}])
+
+
+def test_a_vocab_iterates_its_tokens_in_index_order() -> None:
+    """Iterating a Vocab gives its tokens in index order, as a dict of token to index gives
+    its tokens; it ended never (with ``unknown``: every integer read as an unknown token) or
+    raised UnknownTokenError (without)."""
+    v = Vocab(["the", "cat", "sat"], unknown="<unk>", padding="<pad>")
+    assert list(v) == ["the", "cat", "sat", "<unk>", "<pad>"]
+    assert [v[t] for t in v] == list(range(len(v)))
+    assert list(Vocab(["x", "y"])) == ["x", "y"]

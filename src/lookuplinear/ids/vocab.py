@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 import string
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,17 @@ class Vocab:
 
     def __contains__(self, token: object) -> bool:
         return token in self._index
+
+    def __iter__(self) -> Iterator[Hashable]:
+        """The tokens in index order (``unknown`` and ``padding`` where they were added), as a
+        dict of token to index iterates its tokens.
+
+        Examples
+        --------
+        >>> list(Vocab(["the", "cat"], unknown="<unk>"))
+        ['the', 'cat', '<unk>']
+        """
+        return iter(self._tokens)
 
     def __getitem__(self, token: Hashable) -> int:
         idx = self._index.get(token)
