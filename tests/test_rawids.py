@@ -333,3 +333,9 @@ def test_backends_map_strings_the_same():
     assert rows[0] == rows[1]
     for k, v in states[0].items():
         assert torch.equal(v, states[1][k]), k
+
+
+def test_bytes_ids_are_refused_naming_the_decode() -> None:
+    """A list of bytes IDs is refused with the fix (decode them), as a numpy bytes array is."""
+    with pytest.raises(InputTypeError, match=r"got bytes b'a' at position 0\. Decode bytes"):
+        hash_ids([b"a"], 10)

@@ -119,9 +119,12 @@ def as_int_ids(ids: Any, where: str) -> torch.Tensor:
                     raise InputValueError(
                         f"{where}: ID {i} is missing ({x!r}). Drop or fill missing IDs first."
                     )
+                fix = ("Decode bytes IDs first ([b.decode() for b in ids])"
+                       if isinstance(x, bytes | bytearray) else
+                       "Give one type of ID (an IdMap holds the type it was built for)")
                 raise InputTypeError(
                     f"{where}: IDs must be integers, got {type(x).__name__} {x!r} at position "
-                    f"{i}. Give one type of ID (an IdMap holds the type it was built for)."
+                    f"{i}. {fix}."
                 )
         if any(not -(2**63) <= int(x) <= _I64_MAX for x in items):
             raise InputValueError(
