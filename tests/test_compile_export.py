@@ -430,6 +430,26 @@ def test_compiled_sum_refuses_the_offsets_eager_refuses(kind: type[nn.Module]) -
             compiled(idx, torch.tensor(bad))
 
 
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_a_graph_on_an_index_tensor_refuses_an_index_out_of_range_with_a_runtime_error(
+        padding_idx: int | None) -> None:
+    """An index tensor's lookup asserts its range in a recorded graph, as eager checks it: a
+    compiled or exported LookupLinear raises the RuntimeError docs/serving.md promises (eager's
+    LookupIndexError is one too), naming lookuplinear, where ATen's kernel raised a bare
+    IndexError."""
+    torch._dynamo.reset()
+    layer = LookupLinear(20, 4, padding_idx=padding_idx).eval()
+    good, bad = torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 25], [3, 4]])
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    program = torch.export.export(layer, (good,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    with torch.no_grad():
+        assert torch.equal(compiled(good), layer(good))
+        assert torch.equal(program.module()(good), layer(good))
+        for run in (layer, compiled, program.module()):
+            with pytest.raises(RuntimeError, match="out of range for in_features=20"):
+                run(bad)
+
+
 def test_compiled_max_and_padding_run_short_csr_offsets_to_the_end_as_eager() -> None:
     """``include_last_offset=True`` offsets whose last entry falls short of the indices' end:
     with ``mode="max"`` or a ``padding_idx`` the last bag runs to the end, in

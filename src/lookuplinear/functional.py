@@ -248,6 +248,8 @@ def lookup_linear(
             and input.layout is torch.strided
             and not input.is_nested
         ):  # an index tensor: _index_forward's lookup, range_checked's error
+            if torch.compiler.is_compiling():  # a graph keeps no try: assert as range_checked
+                assert_bags(input, None, weight.shape[0], where="input")
             try:
                 if op:
                     out = _BAG_LOOKUP(weight, input, None, None, None)
@@ -457,9 +459,11 @@ def range_checked(
     where ``Bags`` is built), are asserted on the device first, without a host
     synchronisation, by one operator call (:func:`~lookuplinear.ops.assert_bags`): a bad one
     is a device-side assert, as in ``nn.EmbeddingBag``'s CUDA kernels; ``Bags.validate``
-    names it.
+    names it. While a graph is recorded an index tensor's range is asserted the same way (the
+    kernel's own error would be ATen's bare ``IndexError`` there, where eager raises
+    ``LookupIndexError``, a ``RuntimeError``); bags are checked by their lookup's operator.
     """
-    if not on_host(indices):
+    if not on_host(indices) or (offsets is None and not values_known()):
         assert_bags(indices, offsets, in_features, where=where)
         return forward()
     try:
