@@ -975,3 +975,29 @@ def test_a_padded_layer_graph_is_stock_and_eager_within_rounding(mode: str,
         assert torch.equal(served, stock(*args))
         torch.testing.assert_close(served, eager, rtol=1e-6, atol=1e-6)
         assert torch.equal(served, eager) or weighted
+
+
+def test_an_exported_program_refuses_bags_not_as_many_for_every_key_by_its_input_guard() -> None:
+    """docs/serving.md: an exported program records that the bags are as many for every key
+    as a constraint on its inputs, so ``program.module()`` refuses a batch that breaks it with
+    torch.export's guard (an AssertionError) before anything runs; eager raises
+    InputValueError."""
+    keys = ["u", "i", "m"]
+
+    class FromTensors(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = LookupCollection([TableConfig(k, 20, 4, [k]) for k in keys])
+
+        def forward(self, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+            return self.t(KeyedBags(keys, values, offsets=offsets)).values()
+
+    model = FromTensors().eval()
+    auto = torch.export.Dim.AUTO
+    program = torch.export.export(model, (torch.arange(9), torch.arange(10)),
+                                  dynamic_shapes=({0: auto}, {0: auto}))
+    values, eight = torch.arange(9), torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 9])  # 8 bags, 3 keys
+    with pytest.raises(InputValueError, match="8 bags for 3 keys"):
+        model(values, eight)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        program.module()(values, eight)
