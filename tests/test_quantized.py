@@ -209,6 +209,41 @@ def test_rows_beyond_float16_are_refused_not_stored_as_inf():
     assert coll.quantize({"small": "float16", "big": "int8"}).dtypes["big"] == "int8"
 
 
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_a_table_with_nan_or_inf_is_refused_for_int8_and_int4(dtype):
+    """int8 and int4 store a row as steps from its min to its max: a NaN would read back as a
+    finite number, an inf would turn its row to NaN. Refused naming the first such row, in a
+    layer, a collection (naming the table) and an estimator (left float); float16 keeps them."""
+    from lookuplinear import LookupCollection, TableConfig
+    from lookuplinear.sklearn import LookupClassifier
+
+    layer = LookupLinear(4, 4, bias=False)
+    for value, fate in ((float("nan"), "a NaN would read back"), (float("inf"), "an inf")):
+        with torch.no_grad():
+            layer.weight.copy_(torch.arange(16.0).reshape(4, 4))
+            layer.weight[1, 2] = value
+            layer.weight[3, 0] = -value
+        with pytest.raises(InputValueError, match=rf"quantize\('{dtype}'\): row 1 \(and 1 more "
+                           rf"rows\) holds {value}.*{fate}.*'float16'"):
+            layer.quantize(dtype)
+        kept = layer.quantize("float16").dequantize().weight.detach()
+        assert torch.equal(kept.isnan(), layer.weight.isnan())
+        assert torch.equal(kept.isinf(), layer.weight.isinf())
+    coll = LookupCollection([TableConfig("small", 5, 4, ["a"]), TableConfig("big", 4, 4, ["b"])])
+    with torch.no_grad():
+        coll["big"].weight.copy_(layer.weight)
+    with pytest.raises(InputValueError, match=rf"table 'big': quantize\('{dtype}'\): row 1"):
+        coll.quantize(dtype)
+    assert coll.quantize({"small": dtype, "big": "float16"}).dtypes["small"] == dtype
+    clf = LookupClassifier(random_state=0).fit([[0, 1], [2], [1, 2], [3]], [0, 1, 2, 3])
+    with torch.no_grad():
+        clf.model_.lookup.weight[2, 0] = float("nan")
+    with pytest.raises(InputValueError, match=rf"quantize\('{dtype}'\): row 2 holds nan"):
+        clf.quantize(dtype)
+    assert isinstance(clf.model_.lookup, LookupLinear)  # left float
+
+
 CONVERSIONS = {"bfloat16": torch.bfloat16, "float": torch.float32, "double": torch.float64,
                "half": torch.float16, "to": torch.bfloat16}
 

@@ -166,9 +166,11 @@ class LayerConversions:
         Raises
         ------
         InputValueError
-            An unknown ``dtype``, an odd ``out_features`` for ``"int4"``, or a row that float16
+            An unknown ``dtype``, an odd ``out_features`` for ``"int4"``, a row that float16
             storage cannot hold (a value beyond 65504 for ``"float16"``; an offset or step
-            beyond it for ``"int4"``): use ``"int8"``, whose scale and offset are float32.
+            beyond it for ``"int4"``: use ``"int8"``, whose scale and offset are float32), or a
+            row with a NaN or inf value for ``"int8"`` and ``"int4"`` (``"float16"`` keeps
+            them).
 
         Examples
         --------

@@ -119,7 +119,7 @@ class QuantizedLookupCollection(CollectionBase):
             if table_dtype is not None:
                 try:
                     layers[name] = layer.quantize(table_dtype)
-                except InputValueError as exc:  # (a row out of float16's range): name the table
+                except InputValueError as exc:  # (a row it cannot store): name the table
                     raise InputValueError(f"table {name!r}: {exc}") from exc
                 self._weight_dtype[name] = torch.float32
                 continue

@@ -10,12 +10,14 @@ offset) or ``int4`` (two values per byte, then a float16 scale and offset), or p
 ``scale_r / 2`` (plus the float16 rounding of the scale and offset for ``int4``). ``float16``
 rounds each value to 11 significant bits: it moves by at most ``2**-11 * |w|`` (``2**-25``
 below float16's normal range, ``|w| < 2**-14``). A row that float16 storage cannot hold (a
-value, or int4's offset or step, beyond 65504) is refused, not stored as inf. The dense
+value, or int4's offset or step, beyond 65504) is refused, not stored as inf; so is a NaN or
+inf value for ``int8`` and ``int4`` (``float16`` keeps them). The dense
 equivalent is ``nn.Linear`` on the dequantized table.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import torch
@@ -43,6 +45,27 @@ DTYPES = {"int8": 8, "int4": 4, "float16": 16}
 def _qformat(dtype: str, out_features: int) -> torch.Tensor:
     """The ``qformat`` buffer: bits per value and columns, int64."""
     return torch.tensor([DTYPES[dtype], out_features], dtype=torch.int64)
+
+
+def _check_finite(rows: torch.Tensor, dtype: str) -> None:
+    """Raise ``InputValueError`` for a table with a NaN or inf value quantized to ``int8`` or
+    ``int4``: a row's scale and offset come from its min and max, so FBGEMM's format stores a
+    NaN as a finite value and an inf as a row of NaN. ``float16`` keeps each value as it is."""
+    if dtype == "float16" or rows.numel() == 0:
+        return
+    bad = ~torch.isfinite(rows).all(dim=1)
+    if bool(bad.any()):
+        rows_bad = torch.nonzero(bad).flatten()
+        r = int(rows_bad[0])
+        more = f" (and {rows_bad.numel() - 1} more rows)" if rows_bad.numel() > 1 else ""
+        value = float(rows[r][~torch.isfinite(rows[r])][0])
+        fate = ("a NaN would read back as a finite number" if math.isnan(value)
+                else "an inf would turn the whole row to NaN")
+        raise InputValueError(
+            f"quantize({dtype!r}): row {r}{more} holds {value}, and {dtype} stores a row as "
+            f"steps from its min to its max, so {fate}. Fix those rows of the table, or "
+            "quantize as 'float16', which keeps NaN and inf as they are."
+        )
 
 
 def _check_float16_range(rows: torch.Tensor, dtype: str) -> None:
@@ -173,10 +196,12 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         Raises
         ------
         InputValueError
-            A finite row that float16 storage cannot hold: a value beyond float16's range
-            (``|w| > 65504``) for ``"float16"``, an offset or step beyond it for ``"int4"``
-            (whose scale and offset are float16); it would read back as inf or NaN.
+            A row with a NaN or inf value for ``"int8"`` and ``"int4"`` (``"float16"`` keeps
+            them); a finite row that float16 storage cannot hold: a value beyond float16's
+            range (``|w| > 65504``) for ``"float16"``, an offset or step beyond it for
+            ``"int4"`` (whose scale and offset are float16); it would read back as inf or NaN.
         """
+        _check_finite(rows, dtype)
         _check_float16_range(rows, dtype)
         if dtype == "float16":
             return rows.half()

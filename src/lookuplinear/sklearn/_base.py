@@ -610,7 +610,9 @@ class LookupEstimator(BaseEstimator):
         ------
         InputValueError
             An unknown ``dtype``, or one other than the table's on an estimator quantized
-            already.
+            already; a table that ``dtype`` cannot store (``LookupLinear.quantize``'s errors,
+            such as a NaN or inf value for ``"int8"`` and ``"int4"``), which leaves the
+            estimator float.
 
         Examples
         --------
