@@ -55,22 +55,37 @@ def test_forward_equals_linear_on_the_dequantized_table(dtype, mode, padding_idx
     torch.testing.assert_close(q(idx, offsets), want)
 
 
+def _half16(v: torch.Tensor) -> torch.Tensor:
+    """float16's rounding of ``v`` at most: ``2**-11 * |v|``, ``2**-25`` below its normal range."""
+    return torch.where(v.abs() < 2.0**-14, torch.full_like(v, 2.0**-25), v.abs() * 2.0**-11)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_error_bound_per_row(dtype):
+    """docs/layer.md's bound on each value: int8 half a step plus FBGEMM's 1e-8, int4 half a
+    step plus the float16 rounding of the row's minimum and step, float16 half a float16 ulp;
+    on a random table and on rows that break half a step alone (far from 0 with a small range,
+    ranges near 1e-7, float16's subnormal steps)."""
     layer = _layer()
-    q = layer.quantize(dtype)
-    w = layer.weight.detach()
-    deq = q.dequantize().weight.detach()
-    lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
-    if dtype == "float16":
-        bound = w.abs() * 2.0**-11  # half a float16 ulp, relative
-    else:
-        step = (hi - lo) / (2 ** {"int8": 8, "int4": 4}[dtype] - 1)
-        # half a step; int4 keeps its scale and offset in float16: their rounding on top
-        bound = step / 2 + (0 if dtype == "int8" else 1e-3 * (hi.abs() + step * 16))
-    assert ((deq - w).abs() <= bound + 1e-7).all()
+    torch.manual_seed(1)
+    hard = torch.cat([torch.tensor([[1000.3, 1000.6, 1001.0, 1001.3] * 2]),
+                      torch.randn(6, 8) * 1e-7, torch.randn(6, 8) * 1e-6 + 3.0,
+                      torch.randn(6, 8) * 1e-2 - 2e4, torch.randn(6, 8) * 3e-7])
+    for w in (layer.weight.detach(), hard):
+        table = LookupLinear(w.shape[0], 8, bias=False)
+        with torch.no_grad():
+            table.weight.copy_(w)
+        deq = table.quantize(dtype).dequantize().weight.detach()
+        lo, hi = w.min(1, keepdim=True).values, w.max(1, keepdim=True).values
+        if dtype == "float16":
+            bound = _half16(w)
+        else:
+            step = (hi - lo) / (2 ** {"int8": 8, "int4": 4}[dtype] - 1)
+            bound = step / 2 + (1e-8 if dtype == "int8" else _half16(lo) + 15 * _half16(step))
+        rounding = 2.0**-23 * (w.abs() + hi - lo)  # float32's, computing and reading back
+        assert ((deq - w).abs() <= bound + rounding).all()
     x = Bags.from_lists([[1, 5, 5], [49]])
-    assert (q(x) - layer(x)).abs().max() > 0 or dtype == "float16"
+    assert (layer.quantize(dtype)(x) - layer(x)).abs().max() > 0 or dtype == "float16"
 
 
 def test_inference_only_and_errors():

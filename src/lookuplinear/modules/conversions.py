@@ -158,10 +158,14 @@ class LayerConversions:
     def quantize(self: _Layer, dtype: str = "int8") -> Any:
         """An inference copy with the table quantized row by row: ``"int8"``, ``"int4"``
         (FBGEMM's fused row-wise formats, PyTorch's quantized embedding-bag kernels) or
-        ``"float16"``; see :class:`~lookuplinear.QuantizedLookupLinear`. With ``"int8"`` and
-        ``"int4"`` each value moves by at most half its row's quantization step,
-        ``(max - min) / (2**bits - 1) / 2``; with ``"float16"`` by at most ``2**-11`` of
-        itself (half a float16 unit in the last place; ``2**-25`` for ``|w| < 2**-14``).
+        ``"float16"``; see :class:`~lookuplinear.QuantizedLookupLinear`. With ``"int8"`` each
+        value moves by at most half its row's quantization step, ``(max - min) / 255 / 2``,
+        plus ``1e-8`` (FBGEMM's epsilon on the range); with ``"int4"``, whose row minimum and
+        step are float16, by at most ``step / 2 + h(min) + 15 * h(step)``,
+        ``step = (max - min) / 15``, ``h(v) = 2**-11 * |v|`` (``2**-25`` for
+        ``|v| < 2**-14``), float16's rounding; with ``"float16"`` by at most ``2**-11`` of
+        itself (half a float16 unit in the last place; ``2**-25`` for ``|w| < 2**-14``). All
+        on top of float32's rounding of the value read back.
 
         Raises
         ------

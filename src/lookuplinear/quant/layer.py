@@ -7,12 +7,14 @@ offset) or ``int4`` (two values per byte, then a float16 scale and offset), or p
 ``float16``. For ``int8`` and ``int4`` a value ``w`` of row ``r`` is stored as
 ``q = round((w - min_r) / scale_r)`` and read back as ``q * scale_r + min_r``,
 ``scale_r = (max_r - min_r) / (2**bits - 1)``, so it moves by at most half a step,
-``scale_r / 2`` (plus the float16 rounding of the scale and offset for ``int4``). ``float16``
-rounds each value to 11 significant bits: it moves by at most ``2**-11 * |w|`` (``2**-25``
-below float16's normal range, ``|w| < 2**-14``). A row that float16 storage cannot hold (a
-value, or int4's offset or step, beyond 65504) is refused, not stored as inf; so is a NaN or
-inf value for ``int8`` and ``int4`` (``float16`` keeps them). The dense
-equivalent is ``nn.Linear`` on the dequantized table.
+``scale_r / 2``; plus ``1e-8`` for ``int8`` (FBGEMM divides by ``max_r - min_r + 1e-8`` as it
+quantizes), and for ``int4``, which keeps ``min_r`` and ``scale_r`` as float16, plus their
+float16 rounding, ``h(min_r) + 15 * h(scale_r)`` (``h(v) = 2**-11 * |v|``, ``2**-25`` for
+``|v| < 2**-14``). ``float16`` rounds each value to 11 significant bits: it moves by at most
+``2**-11 * |w|`` (``2**-25`` below float16's normal range, ``|w| < 2**-14``). A row that
+float16 storage cannot hold (a value, or int4's offset or step, beyond 65504) is refused, not
+stored as inf; so is a NaN or inf value for ``int8`` and ``int4`` (``float16`` keeps them).
+The dense equivalent is ``nn.Linear`` on the dequantized table.
 """
 
 from __future__ import annotations
