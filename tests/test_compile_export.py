@@ -864,6 +864,35 @@ def test_quantized_layer_with_padding_exports_and_compiles(dtype: str, mode: str
         assert torch.equal(compiled(*args), q(*args))
 
 
+
+@pytest.mark.parametrize("dtype", ["int8", "float16"])
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn", "max"])
+def test_quantized_layer_with_padding_exports_equal_to_eager_on_random_batches(
+        dtype: str, mode: str) -> None:
+    """docs/serving.md: a quantized layer's padding equals eager to the bit once exported, on
+    batches with padding entries and without (float16 eager takes the graph's 0/1 weights: a
+    weighted mean rounds apart from an unweighted one); a float16 padding row of NaN (kept
+    as it is) adds nothing in either."""
+    torch.manual_seed(0)
+    layer = LookupLinear(10, 8, mode=mode, padding_idx=5, bias=False)
+    if dtype == "float16":
+        with torch.no_grad():
+            layer.weight[5] = torch.nan
+    q = layer.quantize(dtype)
+    example = (torch.tensor([1, 5, 5, 7, 3, 5]), torch.tensor([0, 2, 2, 5]))
+    program = torch.export.export(q, example, dynamic_shapes=({0: AUTO}, {0: AUTO})).module()
+    batches = [(torch.tensor([8, 4, 4, 9]), torch.tensor([0, 3, 3]))]
+    g = torch.Generator().manual_seed(1)
+    for _ in range(30):
+        n = int(torch.randint(1, 12, (1,), generator=g))
+        offsets = torch.randint(0, n + 1, (3,), generator=g).sort().values
+        offsets[0] = 0
+        batches.append((torch.randint(0, 10, (n,), generator=g), offsets))
+    for x, offsets in batches:
+        out = q(x, offsets)
+        assert torch.equal(program(x, offsets), out) and not out.isnan().any(), (x, offsets)
+
+
 class _Checked(nn.Module):
     """A layer on start offsets and a collection on a keyed batch built in ``forward``."""
 

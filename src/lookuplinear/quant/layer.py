@@ -255,9 +255,11 @@ class QuantizedLookupLinear(AllOrNothingLoad):
             bags = as_bags(input, self.in_features)
         bags.check_indices(self.in_features)
         if self.padding_idx is not None:
-            if capturing():  # a recorded graph: the padding entries stay (_padded_bags)
-                if self.mode == "max":
-                    return self._padded_max(bags)
+            if capturing() and self.mode == "max":
+                return self._padded_max(bags)
+            # a recorded graph keeps the padding entries (_padded_bags); so does eager float16
+            # (lookup_linear's weighted mean rounds apart from its unweighted one): equal bits
+            if capturing() or (self.dtype not in _OPS and self.mode != "max"):
                 bags = self._padded_bags(bags)
             else:
                 bags = bags.drop_index(self.padding_idx)
@@ -299,7 +301,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
 
     def _padded_bags(self, bags: Bags) -> Bags:
         """``bags`` with weight 0 on their padding entries, for a recorded graph (how many
-        there are is a property of one batch, and a graph takes no branch on the values):
+        there are is a property of one batch, and a graph takes no branch on the values) and
+        for float16's eager lookups, which then compute as the graph does, to the bit:
         for ``sum``/``mean``/``sqrtn``, the same sums and factors as the bags without them (an
         entry of weight 1 adds its row as an unweighted one does)."""
         keep = bags.indices != self.padding_idx
@@ -320,11 +323,15 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         return out if self.bias is None else out + self.bias
 
     def _bag_rows(self, bags: Bags) -> torch.Tensor:
-        """The float lookup of ``bags`` (checked, ``padding_idx`` dropped) on the dequantized
-        rows of its entries, one per entry (see ``_index_rows``)."""
+        """The float lookup of ``bags`` (checked, ``padding_idx`` dropped or of weight 0) on the
+        dequantized rows of its entries, one per entry (see ``_index_rows``); a padding
+        entry's row reads as zeros, so that a padding row holding NaN or inf adds nothing."""
         entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
-        return lookup_linear(Bags(entries, bags.offsets, bags.weights),
-                             self.rows(bags.indices.long()), self.bias, mode=self.mode)
+        rows = self.rows(bags.indices.long())
+        if self.padding_idx is not None:
+            rows = rows.masked_fill((bags.indices == self.padding_idx).unsqueeze(1), 0)
+        return lookup_linear(Bags(entries, bags.offsets, bags.weights), rows, self.bias,
+                             mode=self.mode)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         """``Module.to``, ``float()``, ``bfloat16()``, ``cuda()``, ... applied to the layer: a
