@@ -1182,10 +1182,12 @@ def decompositions() -> dict[torch._ops.OperatorBase, Callable[..., Any]]:
     >>> import lookuplinear
     >>> model = lookuplinear.LookupLinear(10, 3, sparse=True)
     >>> program = torch.export.export(model, (torch.tensor([[1, 2]]),))
-    >>> "lookuplinear" in str(program.graph)
+    >>> def operators(p):
+    ...     return {str(n.target).split(".")[0] for n in p.graph.nodes if n.op == "call_function"}
+    >>> "lookuplinear" in operators(program)
     True
     >>> aten = program.run_decompositions(lookuplinear.ops.decompositions())
-    >>> "lookuplinear" in str(aten.graph)
+    >>> "lookuplinear" in operators(aten)
     False
     """
     table = torch.export.default_decompositions()
