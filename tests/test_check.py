@@ -257,9 +257,33 @@ def test_embedding_bag_drop_in_in_its_input_forms(mode: str, sparse: bool) -> No
         assert report.ok, str(report)
         assert [c.name for c in report.comparisons] == ["output", "weight.grad"]
     weights = torch.rand(6, requires_grad=True)
-    if mode == "sum":  # per_sample_weights that require grad: their gradient too
-        report = check_equivalence(bag, idx, torch.tensor([0, 2, 2]), weights)
-        assert report.ok and report.comparisons[-1].name == "input.grad", str(report)
+    if mode == "sum":  # per_sample_weights that require grad: their gradient too, with
+        # offsets or beside (B, N) input
+        for x, off, w in ((idx, torch.tensor([0, 2, 2]), weights),
+                          (idx.reshape(2, 3), None, weights.detach().reshape(2, 3)
+                           .requires_grad_())):
+            report = check_equivalence(bag, x, off, w)
+            assert report.ok and report.comparisons[-1].name == "input.grad", str(report)
+
+
+class _CutWeightsGrad(EmbeddingBag):
+    """An EmbeddingBag whose per_sample_weights get no gradient: a broken layer."""
+
+    def forward(self, input: Any, offsets: Any = None, per_sample_weights: Any = None) -> Any:
+        weights = None if per_sample_weights is None else per_sample_weights.detach()
+        return super().forward(input, offsets, weights)
+
+
+def test_a_cut_per_sample_weights_gradient_fails_the_check_in_every_input_form() -> None:
+    """check_equivalence compares the weights' gradient whenever they require it: beside
+    (B, N) input as with offsets, so a layer that drops it fails."""
+    torch.manual_seed(0)
+    bag = _CutWeightsGrad(20, 4, mode="sum")
+    idx = torch.tensor([1, 3, 7, 7, 19, 0])
+    for x, off in ((idx, torch.tensor([0, 2, 2])), (idx.reshape(2, 3), None)):
+        w = torch.rand(x.shape, requires_grad=True)
+        report = check_equivalence(bag, x, off, w)
+        assert not report.ok and "input.grad" in [c.name for c in report.comparisons]
 
 
 def test_embedding_bag_with_max_norm_is_checked_on_a_copy() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,8 @@ from lookuplinear import (
     Bags,
     InputTypeError,
     InputValueError,
+    KeyedBags,
+    LookupCollection,
     LookupLinear,
     check_equivalence,
     densify,
@@ -308,3 +312,30 @@ def test_index_gradient_is_nn_embeddings_own(padding_idx: int | None,
     if padding_idx is not None:
         want[padding_idx] = 0
     torch.testing.assert_close(ours.to_dense(), want)
+
+
+def test_a_frozen_table_stays_frozen_through_linear_conversions() -> None:
+    """from_linear, to_linear and LookupCollection.from_layers carry requires_grad, as
+    from_embedding carries freeze: a converted frozen table is not trained by an optimizer
+    over the new module's parameters."""
+    lin = nn.Linear(4, 3).requires_grad_(False)
+    layer = LookupLinear.from_linear(lin)
+    assert not layer.weight.requires_grad and layer.bias is not None
+    assert not layer.bias.requires_grad
+    assert not layer.to_linear().weight.requires_grad
+    assert LookupLinear.from_linear(nn.Linear(4, 3)).weight.requires_grad
+    frozen = LookupLinear(5, 2, bias=False).requires_grad_(False)
+    col = LookupCollection.from_layers({"a": frozen})
+    assert not any(p.requires_grad for p in col.parameters())
+    with pytest.raises(InputValueError, match=r"tables \['a'\] are frozen"):
+        LookupCollection.from_layers({"a": frozen, "b": LookupLinear(5, 2, bias=False)})
+
+
+def test_from_layers_copies_every_row_of_a_table_in_a_file(tmp_path: Any) -> None:
+    """A table in a file draws a row at its first lookup: from_layers copies the whole table
+    (drawn where not drawn yet), as to_linear and state_dict do, not its undrawn zeros."""
+    layer = LookupLinear(8, 3, bias=False, storage=tmp_path / "t", seed=3)
+    col = LookupCollection.from_layers({"f": layer})
+    bags = Bags.from_lists([[5], [1, 2]])
+    torch.testing.assert_close(col(KeyedBags.from_dict({"f": [[5], [1, 2]]})).values(),
+                               layer(bags))

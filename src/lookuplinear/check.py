@@ -551,9 +551,11 @@ def _check(
 
     probe = _probe(layer, copy_table=getattr(layer, "max_norm", None) is not None)
     params = [p for p in (probe.weight, getattr(probe, "bias", None)) if p is not None]
-    leaf = _value_leaf(x) if offsets is None else (
-        per_sample_weights if per_sample_weights is not None and
-        per_sample_weights.requires_grad else None)
+    # the weights' gradient where they require it (with offsets, or beside (B, N) input),
+    # else the input's own values'
+    leaf = (per_sample_weights if per_sample_weights is not None
+            and per_sample_weights.requires_grad else
+            _value_leaf(x) if offsets is None else None)
     out = probe(x) if offsets is None and per_sample_weights is None else probe(
         x, offsets, per_sample_weights)
     upstream = _upstream(out, seed)

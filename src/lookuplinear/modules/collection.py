@@ -266,7 +266,10 @@ class LookupCollection(CollectionBase):
     def from_layers(cls, layers: Mapping[str, LookupLinear], *,
                     sparse: bool | None = None) -> LookupCollection:
         """A collection with one table and one feature per key, holding copies of the layers'
-        weights (same mode, padding, dtype, device; ``sparse`` defaults to the layers').
+        weights (same mode, padding, dtype, device; ``sparse`` defaults to the layers'): every
+        row (a table in a file draws the rows it has not drawn yet). Frozen layers
+        (``requires_grad=False``) give a frozen collection; a mix of frozen and trainable
+        layers raises ``InputValueError`` (a collection's tables train together).
 
         Examples
         --------
@@ -298,9 +301,19 @@ class LookupCollection(CollectionBase):
             sparse=first.sparse if sparse is None else sparse,
             device=first.weight.device,
         )
+        frozen = {k for k, layer in layers.items() if not layer.weight.requires_grad}
+        if frozen and len(frozen) < len(layers):
+            raise InputValueError(
+                f"LookupCollection.from_layers: the tables {sorted(frozen)} are frozen "
+                "(requires_grad=False) and the others are not, and a collection's tables train "
+                "together. Pass layers that all train, or all frozen; or freeze the collection's "
+                "parameters after building it."
+            )
         with torch.no_grad():
-            for k, layer in layers.items():
-                collection._rows(k).copy_(layer.weight)
+            for k, layer in layers.items():  # every row (a table in a file draws its rest)
+                collection._rows(k).copy_(layer._whole_table())
+        if frozen:
+            collection.requires_grad_(False)
         return collection
 
     def to_torchrec(self, *, is_weighted: bool | None = None) -> Any:

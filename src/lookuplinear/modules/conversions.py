@@ -43,6 +43,16 @@ class _Layer(Protocol):
     def _copy_table(self, target: torch.Tensor) -> None: ...
 
 
+def _keep_frozen(target: nn.Module, source: Any) -> None:
+    """``target``'s weight and bias as frozen as ``source``'s (``requires_grad`` carried
+    over, as ``from_embedding`` carries ``freeze``): a conversion does not make a frozen
+    table trainable."""
+    for name in ("weight", "bias"):
+        mine, theirs = getattr(target, name, None), getattr(source, name, None)
+        if isinstance(mine, nn.Parameter) and isinstance(theirs, torch.Tensor):
+            mine.requires_grad_(theirs.requires_grad)
+
+
 class LayerConversions:
     """``LookupLinear``'s ``from_*`` classmethods and ``to_*`` methods (a base of that class)."""
 
@@ -81,6 +91,7 @@ class LayerConversions:
         )
         state = {"weight": w.detach().T} | ({} if linear.bias is None else {"bias": linear.bias})
         layer.load_state_dict(state)
+        _keep_frozen(layer, linear)
         return layer
 
     @classmethod
@@ -233,6 +244,7 @@ class LayerConversions:
             lin.weight.copy_(w.T)
             if self.bias is not None:
                 lin.bias.copy_(self.bias)
+        _keep_frozen(lin, self)
         return lin
 
     def to_embedding(self: _Layer) -> nn.Embedding:
