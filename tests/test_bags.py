@@ -197,6 +197,33 @@ def test_scipy_coo_duplicates_add_up() -> None:
     torch.testing.assert_close(layer(coo), torch.stack([3.0 * W[3], 0.5 * W[1]]))
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_to_scipy_owns_its_arrays(index_dtype: torch.dtype) -> None:
+    """scipy's in-place operations on the matrix leave the bags' weights and indices alone."""
+    bags = Bags(torch.tensor([3, 1, 2, 0], dtype=index_dtype),
+                torch.tensor([0, 2, 4], dtype=index_dtype), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    before = bags.to_dense(4)
+    m = bags.to_scipy(4)
+    m.sort_indices()
+    m.data *= 2
+    assert torch.equal(bags.to_dense(4), before)
+    np.testing.assert_array_equal(m.toarray(), 2 * before.numpy())
+
+
+@pytest.mark.parametrize(("dtype", "want"), [
+    (torch.float64, np.float64), (torch.float32, np.float32), (torch.float16, np.float32),
+    (torch.bfloat16, np.float32)])
+def test_to_scipy_keeps_float32_and_float64_weights(dtype: torch.dtype, want: Any) -> None:
+    """float64 weights stay float64 (0.1 and 1e-300 exactly); half precisions widen."""
+    m = sp.csr_matrix(np.array([[0.1, 0.0, 1e-300]]))
+    bags = Bags.from_scipy(m)
+    assert bags.weights is not None
+    bags.weights = bags.weights.to(dtype)
+    out = bags.to_scipy(3)
+    assert out.dtype == want
+    np.testing.assert_array_equal(out.toarray(), bags.to_dense(3).to(torch.float64).numpy())
+
+
 def test_huge_in_features_index_lookup() -> None:
     """in_features = 2**31 + 5 does not fit int32 and its table (8 GiB) cannot be allocated here,
     so the weight is one row expanded with stride 0: every row holds the same values, which

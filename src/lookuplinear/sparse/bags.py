@@ -529,6 +529,11 @@ class Bags:
     def to_scipy(self, in_features: int) -> sp.csr_matrix:
         """The same batch as a ``scipy.sparse.csr_matrix`` of shape ``(N, in_features)``.
 
+        The matrix owns its arrays (copies of the bags' tensors): scipy's in-place operations
+        on it (``sort_indices``, ``eliminate_zeros``, ``m.data *= 2``) leave the bags as they
+        are. Its data is float64 for float64 weights and float32 otherwise (float16 and
+        bfloat16 weights are widened, as scipy has no bfloat16); unweighted bags give ones.
+
         Examples
         --------
         >>> Bags.from_lists([[3, 1], [], [2]]).to_scipy(4).toarray()
@@ -537,16 +542,16 @@ class Bags:
                [0., 0., 1., 0.]], dtype=float32)
         """
         self.check_indices(in_features)
-        vals = (
-            np.ones(self.nnz, dtype=np.float32)
-            if self.weights is None
-            else self.weights.detach().cpu().float().numpy()
-        )
+        if self.weights is None:
+            vals = np.ones(self.nnz, dtype=np.float32)
+        else:
+            w = self.weights.detach().cpu()
+            vals = (w if w.dtype in (torch.float32, torch.float64) else w.float()).numpy()
         import scipy.sparse as sp
 
         return sp.csr_matrix(
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
-            shape=(len(self), in_features),
+            shape=(len(self), in_features), copy=True,
         )
 
 
