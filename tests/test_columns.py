@@ -118,6 +118,23 @@ def test_cat_of_pieces_is_the_batch(data, kb):
         assert _weights(whole) == expected
 
 
+@pytest.mark.parametrize("unweighted_first", [False, True])
+def test_cat_weights_take_every_batchs_dtype(unweighted_first):
+    """float16 then float64 weights give float64 (1e-8 kept), as torch.cat of the dense
+    matrices does; an unweighted batch counts 1s in that dtype."""
+    def one(index, weight, dtype):
+        w = None if dtype is None else torch.tensor([weight], dtype=dtype)
+        return KeyedBags(["u"], torch.tensor([index]), lengths=torch.tensor([1]), weights=w)
+
+    batches = [one(1, 0.5, torch.float16), one(2, 1e-8, torch.float64)]
+    if unweighted_first:
+        batches.insert(0, one(0, 1.0, None))
+    whole = KeyedBags.cat(batches)
+    assert whole.weights is not None and whole.weights.dtype == torch.float64
+    dense = [b["u"].to_dense(3, dtype=torch.float64) for b in batches]
+    assert torch.equal(whole["u"].to_dense(3), torch.cat(dense))
+
+
 def test_rows_and_cat_errors():
     kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7], []]})
     with pytest.raises(LookupIndexError, match=r"row 2 .* out of range for a batch of 2"):

@@ -32,6 +32,7 @@ each example reads::
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast, overload
@@ -760,7 +761,8 @@ class KeyedBags:
         ``torch.cat([b[k].to_dense(n) for b in batches])``. (TorchRec's
         ``KeyedJaggedTensor.concat`` instead puts different keys side by side.) Every batch
         must have the same keys in the same order, on one device; weights are kept when any
-        batch has them (1 for the entries of a batch without).
+        batch has them (1 for the entries of a batch without), in the dtype ``torch.cat``
+        gives the batches' weights (float16 and float32 weights give float32).
 
         Raises
         ------
@@ -813,7 +815,8 @@ class KeyedBags:
         lengths = torch.cat([b.lengths()[s:e].long() for b, s, e in spans])
         weights = None
         if any(b.weights is not None for b in batches):
-            dtype = next(b.weights.dtype for b in batches if b.weights is not None)
+            dtype = functools.reduce(  # the weights' common dtype, as torch.cat gives
+                torch.promote_types, [b.weights.dtype for b in batches if b.weights is not None])
             weights = torch.cat([
                 b.weights[int(b.offsets[s]) : int(b.offsets[e])].to(dtype)
                 if b.weights is not None
