@@ -248,7 +248,9 @@ class Bags:
         np.cumsum(lengths, out=offsets[1:])
         entries = [i for b in lists for i in b]
         flat = np.asarray(entries) if entries else np.zeros(0, dtype=np.int64)
-        if flat.ndim != 1 or flat.dtype.kind not in "iu":
+        # numpy reads a bool next to integers as 0 or 1: look at the entries whenever one is
+        if (flat.ndim != 1 or flat.dtype.kind not in "iu"
+                or not _BOOL_TYPES.isdisjoint(map(type, entries))):
             bad = next((i for i in entries if _not_an_index(i)), None)
             if bad is not None:
                 raise InputTypeError(
@@ -597,6 +599,9 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
         f"in_features={in_features}: {index_range(in_features)}. "
         "Check the vocabulary size, or map unknown tokens to a reserved index."
     )
+
+
+_BOOL_TYPES = frozenset({bool, np.bool_, torch.Tensor})  # a tensor may hold a bool
 
 
 def _not_an_index(entry: Any) -> bool:
