@@ -226,6 +226,20 @@ def test_to_scipy_keeps_float32_and_float64_weights(dtype: torch.dtype, want: An
     np.testing.assert_array_equal(out.toarray(), bags.to_dense(3).to(torch.float64).numpy())
 
 
+@pytest.mark.parametrize("source", ["scipy", "torch_sparse", "dense"])
+def test_complex_values_are_refused_as_the_layer_refuses_them(source: str) -> None:
+    """The imaginary part is not dropped: the sparse paths refuse complex values as the layer
+    refuses a complex dense input."""
+    x = torch.tensor([[1 + 2j, 0]], dtype=torch.complex64)
+    build = {"scipy": lambda: Bags.from_scipy(sp.csr_matrix(x.numpy())),
+             "torch_sparse": lambda: Bags.from_torch_sparse(x.to_sparse()),
+             "dense": lambda: Bags.from_dense(x)}[source]
+    with pytest.raises(InputTypeError, match=r"complex64\. Pass x\.real"):
+        build()
+    with pytest.raises(InputTypeError, match=r"Pass x\.real"):
+        LookupLinear(2, 1)(x)
+
+
 def test_huge_in_features_index_lookup() -> None:
     """in_features = 2**31 + 5 does not fit int32 and its table (8 GiB) cannot be allocated here,
     so the weight is one row expanded with stride 0: every row holds the same values, which

@@ -316,7 +316,8 @@ class Bags:
         """Build from any ``scipy.sparse`` matrix or array; values become the weights.
 
         CSR input with int32 or int64 indices is shared, not copied. Other formats are converted
-        to CSR first (duplicate COO entries add up).
+        to CSR first (duplicate COO entries add up). Complex values raise ``InputTypeError``
+        (pass ``m.real`` or ``abs(m)``), as the layer refuses complex dense input.
 
         Examples
         --------
@@ -335,6 +336,8 @@ class Bags:
         indices, indptr, data = csr.indices, csr.indptr, csr.data
         if indices.dtype != indptr.dtype or indices.dtype.kind != "i":
             indices, indptr = indices.astype(np.int64), indptr.astype(np.int64)
+        if data.dtype.kind == "c":
+            _refuse_complex("Bags.from_scipy", data.dtype)
         if data.dtype.kind != "f":  # np.issubdtype(dtype, np.floating), at a tenth of the cost
             data = data.astype(np.float32)
         nnz = indices.shape[0]
@@ -354,7 +357,8 @@ class Bags:
         """Build from a 2-D torch sparse COO or CSR tensor; values (and their grad) are kept.
 
         A coalesced tensor is read without a host synchronisation (an uncoalesced COO tensor
-        is coalesced first, which reads its values).
+        is coalesced first, which reads its values). Complex values raise ``InputTypeError``
+        (pass ``t.real`` or ``t.abs()``).
 
         Examples
         --------
@@ -385,6 +389,8 @@ class Bags:
         if t.layout == torch.sparse_coo and not t.is_coalesced():
             t = t.coalesce()  # sorts entries by row and adds up duplicates (values() needs it)
         values = t.values()
+        if values.dtype.is_complex:
+            _refuse_complex("Bags.from_torch_sparse", values.dtype)
         if not values.dtype.is_floating_point:
             values = values.float()
         if t.layout == torch.sparse_csr:
@@ -396,6 +402,8 @@ class Bags:
     def from_dense(cls, x: torch.Tensor) -> Bags:
         """Build from a dense ``(N, in_features)`` tensor, keeping its non-zero entries.
 
+        A complex tensor raises ``InputTypeError`` (pass ``x.real`` or ``x.abs()``).
+
         Examples
         --------
         >>> Bags.from_dense(torch.tensor([[0.0, 3.0], [0.0, 0.0]])).weights
@@ -406,6 +414,8 @@ class Bags:
                 "Bags.from_dense: expected a 2-D tensor of shape (N, in_features), got "
                 f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}."
             )
+        if x.dtype.is_complex:
+            _refuse_complex("Bags.from_dense", x.dtype)
         rows, cols = torch.nonzero(x, as_tuple=True)  # sizes read on the host, as nonzero's
         values = x[rows, cols]
         if not values.dtype.is_floating_point:
@@ -555,6 +565,14 @@ class Bags:
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features), copy=True,
         )
+
+
+def _refuse_complex(where: str, dtype: Any) -> None:
+    """Raise the ``InputTypeError`` the layer raises for complex dense input."""
+    raise InputTypeError(
+        f"{where}: values must be real floating point (or integers), got dtype {dtype}. "
+        "Pass x.real (or x.abs())."
+    )
 
 
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
