@@ -269,6 +269,17 @@ def test_huge_index_values_in_bags_are_refused_not_wrapped() -> None:
         layer(torch.tensor([2**32 + 3]))
 
 
+def test_uint64_values_past_int64_are_refused_not_wrapped() -> None:
+    """A uint64 index of 2**63 or more would wrap to a negative one: refused, naming it, as
+    ``Bags.from_lists`` refuses it; smaller uint64 values are read as they are."""
+    with pytest.raises(InputValueError, match=f"indices holds {2**63 + 1}, .* int64"):
+        Bags(np.array([3, 2**63 + 1], dtype=np.uint64), [0, 2])
+    with pytest.raises(InputValueError, match=f"offsets holds {2**64 - 1}, .* int64"):
+        Bags([3], torch.tensor([0, 2**64 - 1], dtype=torch.uint64))
+    bags = Bags(np.array([3, 1], dtype=np.uint64), np.array([0, 2], dtype=np.uint64))
+    assert bags.indices.tolist() == [3, 1] and bags.offsets.tolist() == [0, 2]
+
+
 def test_index_lookup_reference_matches_embedding() -> None:
     """The helper reference itself is what nn.Embedding plus bias computes (a check on the test)."""
     layer = LookupLinear(6, 3, padding_idx=None)

@@ -58,6 +58,14 @@ def as_int_tensor(name: str, value: Any) -> torch.Tensor:
         raise InputValueError(
             f"Bags: {name} must be 1-D, got shape {tuple(t.shape)}. Flatten it first."
         )
+    if t.dtype == torch.uint64:  # .long() would wrap the values past int64 to negative ones
+        t = t.view(torch.int64)
+        if values_known() and on_host(t) and t.numel() and bool((t < 0).any()):
+            value = int(t[t < 0][0]) + 2**64
+            raise InputValueError(
+                f"Bags: {name} holds {value}, which does not fit in int64; {name} are int64 "
+                "positions (indices below the table's number of rows)."
+            )
     if t.dtype not in (torch.int32, torch.int64):
         t = t.long()
     return t
@@ -110,7 +118,8 @@ class Bags:
     InputTypeError
         Indices or offsets are not integers, or weights are not floating point.
     InputValueError
-        Weights of the wrong length; tensors on different devices.
+        Weights of the wrong length; tensors on different devices; a uint64 index or offset
+        past int64 (checked for CPU tensors).
     OffsetsError
         Offsets do not start at 0, decrease, or do not end at ``len(indices)`` (checked here
         for CPU tensors; see below). Also an ``InputValueError``.
