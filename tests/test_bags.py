@@ -190,6 +190,22 @@ def test_from_scipy_csr_shares_memory(kind: Any, index_dtype: Any) -> None:
     torch.testing.assert_close(layer(m), layer(torch.from_numpy(m.toarray())))
 
 
+@pytest.mark.parametrize(("data_dtype", "index_dtype"), [
+    (">f8", np.int32), (">f4", np.int64), (np.longdouble, np.int32), (np.float64, ">i4"),
+    (np.float32, ">i8"), (np.float64, np.int16)])
+def test_from_scipy_reads_any_byte_order_and_width(data_dtype: Any, index_dtype: Any) -> None:
+    """Big-endian or longdouble data and big-endian or narrow indices are converted to what
+    torch takes (native float64, int64), not passed to torch.from_numpy to fail there."""
+    A = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, 0.25]])
+    m = sp.csr_matrix(A)
+    m.data = m.data.astype(data_dtype)
+    m.indices, m.indptr = m.indices.astype(index_dtype), m.indptr.astype(index_dtype)
+    bags = Bags.from_scipy(m)
+    assert bags.indices.dtype in (torch.int32, torch.int64)
+    assert bags.indices.dtype == bags.offsets.dtype
+    np.testing.assert_array_equal(bags.to_dense(3, dtype=torch.float64).numpy(), A)
+
+
 def test_scipy_coo_duplicates_add_up() -> None:
     coo = sp.coo_matrix(
         (np.array([1.0, 2.0, 0.5]), (np.array([0, 0, 1]), np.array([3, 3, 1]))), shape=(2, 5)

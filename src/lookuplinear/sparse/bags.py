@@ -325,8 +325,10 @@ class Bags:
         """Build from any ``scipy.sparse`` matrix or array; values become the weights.
 
         CSR input with int32 or int64 indices is shared, not copied. Other formats are converted
-        to CSR first (duplicate COO entries add up). Complex values raise ``InputTypeError``
-        (pass ``m.real`` or ``abs(m)``), as the layer refuses complex dense input.
+        to CSR first (duplicate COO entries add up). Data in another byte order or wider than
+        float64 (longdouble) is read as float64, other indices as int64. Complex values raise
+        ``InputTypeError`` (pass ``m.real`` or ``abs(m)``), as the layer refuses complex dense
+        input.
 
         Examples
         --------
@@ -343,12 +345,15 @@ class Bags:
             raise InputValueError(f"Bags.from_scipy: expected a 2-D matrix, got {mat.ndim}-D.")
         csr = mat if mat.format == "csr" else mat.tocsr()
         indices, indptr, data = csr.indices, csr.indptr, csr.data
-        if indices.dtype != indptr.dtype or indices.dtype.kind != "i":
+        # torch takes native-order int32/int64 indices and float16/32/64 data
+        if indices.dtype != indptr.dtype or indices.dtype not in _TORCH_INDEX_DTYPES:
             indices, indptr = indices.astype(np.int64), indptr.astype(np.int64)
         if data.dtype.kind == "c":
             _refuse_complex("Bags.from_scipy", data.dtype)
         if data.dtype.kind != "f":  # np.issubdtype(dtype, np.floating), at a tenth of the cost
             data = data.astype(np.float32)
+        elif not data.dtype.isnative or data.dtype.itemsize > 8:  # big-endian, longdouble
+            data = data.astype(np.float64)
         nnz = indices.shape[0]
         if indices.ndim != 1 or data.shape != (nnz,) or indptr.ndim != 1 or indptr.size == 0:
             raise InputValueError(
@@ -574,6 +579,9 @@ class Bags:
             (vals, self.indices.cpu().numpy(), self.offsets.cpu().numpy()),
             shape=(len(self), in_features), copy=True,
         )
+
+
+_TORCH_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))  # native byte order
 
 
 def _refuse_complex(where: str, dtype: Any) -> None:
