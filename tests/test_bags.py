@@ -143,7 +143,8 @@ def test_bags_round_trip_through_scipy_and_dense(data: tuple[Batch, int | None])
 @pytest.mark.parametrize(("lists", "error"), [
     ([[1.5]], "float 1.5"), ([[2, 1.0]], "float 1.0"), ([[True]], "bool True"),
     ([[True, 2]], "bool True"), ([[3], [2, np.True_]], "bool"),
-    ([[torch.tensor(True), 2]], "Tensor"),
+    ([[torch.tensor(True), 2]], "Tensor"), ([[1, None]], "NoneType None"),
+    ([[None]], "NoneType None"),
     ([[1, "a"]], "str 'a'"), ([[[1]]], "list"), ([[2**63]], "does not fit in int64"),
     ([[-(2**70), 3]], "does not fit in int64"), ([[torch.tensor(1.5)]], "Tensor"),
     ([[torch.tensor([1, 2])]], "Tensor")])

@@ -260,8 +260,8 @@ class Bags:
         # numpy reads a bool next to integers as 0 or 1: look at the entries whenever one is
         if (flat.ndim != 1 or flat.dtype.kind not in "iu"
                 or not _BOOL_TYPES.isdisjoint(map(type, entries))):
-            bad = next((i for i in entries if _not_an_index(i)), None)
-            if bad is not None:
+            bad = next((i for i in entries if _not_an_index(i)), _NO_ENTRY)
+            if bad is not _NO_ENTRY:  # None itself is an entry to refuse
                 raise InputTypeError(
                     f"Bags.from_lists: each bag must be a list of integer row indices, got "
                     f"{type(bad).__name__} {bad!r}. Pass ints (a float such as 1.5 would name "
@@ -636,6 +636,7 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
     )
 
 
+_NO_ENTRY = object()
 _BOOL_TYPES = frozenset({bool, np.bool_, torch.Tensor})  # a tensor may hold a bool
 
 
