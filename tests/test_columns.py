@@ -135,6 +135,18 @@ def test_cat_weights_take_every_batchs_dtype(unweighted_first):
     assert torch.equal(whole["u"].to_dense(3), torch.cat(dense))
 
 
+def test_from_dict_weights_take_every_features_dtype():
+    """KeyedBags.from_dict promotes the features' weights as cat does: float16 then float64
+    give float64 (1e-8 kept, where the first feature's float16 made it 0)."""
+    one = torch.tensor([0, 1])
+    kb = KeyedBags.from_dict({
+        "a": Bags(torch.tensor([1]), one, torch.tensor([0.5], dtype=torch.float16)),
+        "b": Bags(torch.tensor([2]), one, torch.tensor([1e-8], dtype=torch.float64)),
+    })
+    assert kb.weights is not None and kb.weights.dtype == torch.float64
+    assert kb.weights.tolist() == [0.5, 1e-8]
+
+
 def test_rows_and_cat_errors():
     kb = KeyedBags.from_dict({"user": [[3], [1, 4]], "item": [[7], []]})
     with pytest.raises(LookupIndexError, match=r"row 2 .* out of range for a batch of 2"):

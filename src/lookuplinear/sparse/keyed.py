@@ -308,7 +308,10 @@ class KeyedBags:
         lengths = torch.cat([b.lengths().long() for b in bags.values()])
         weights = None
         if any(b.weights is not None for b in bags.values()):
-            dtype = next(b.weights.dtype for b in bags.values() if b.weights is not None)
+            # promoted over every feature's weights, as torch.cat of their dense matrices
+            dtype = functools.reduce(
+                torch.promote_types, [b.weights.dtype for b in bags.values()
+                                      if b.weights is not None])
             weights = torch.cat([
                 b.weights.to(dtype) if b.weights is not None
                 else torch.ones(b.nnz, dtype=dtype, device=b.device)
