@@ -442,6 +442,15 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(reg_model.estimator.predict(X), reg.predict(X))
     assert reg_model.vectorizer is None
 
+    # lines that are not text are refused as the vectorizer refuses documents; bytes are read
+    # as UTF-8
+    assert model.predict([texts[0].encode()]) == model.predict([texts[0]])
+    assert model.predict(texts[0].encode())[0] == model.predict(texts[0])[0]
+    with pytest.raises(InputValueError, match="missing value None at position 1"):
+        model.predict([texts[0], None])  # type: ignore[list-item]
+    with pytest.raises(InputTypeError, match="got int 5 at position 0"):
+        model.predict([5])  # type: ignore[list-item]
+
 
 def test_corrupt_truncated_or_foreign_model_file(tmp_path: Path) -> None:
     import torch
@@ -967,6 +976,13 @@ def test_vectorizer_prune_keeps_the_columns_given(
                                   .toarray(), X[1:][:, half].toarray())
     with pytest.raises(IndexError, match=r"columns must lie in \[0, "):
         again.prune([X.shape[1]])
+    with pytest.raises(InputTypeError, match="must be integers"):
+        again.prune([1.7])
+    # a boolean mask keeps its True columns, as X[:, mask] does
+    mask = np.zeros(X.shape[1], dtype=bool)
+    mask[cols] = True
+    np.testing.assert_array_equal(again.prune(mask).transform(texts).toarray(),
+                                  X[1:][:, cols].toarray())
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16"])

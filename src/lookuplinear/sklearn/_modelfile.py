@@ -162,7 +162,8 @@ class TextModel:
         Parameters
         ----------
         text : str or list of str
-            One line (no ``"\\n"``), or a list of lines.
+            One line (no ``"\\n"``), or a list of lines (bytes are read as UTF-8, as the
+            vectorizer reads them).
         k : int, default 1
             Labels per line; -1: every label.
         threshold : float, default 0.0
@@ -180,8 +181,11 @@ class TextModel:
         Raises
         ------
         InputValueError
-            A line holds ``"\\n"``, ``k`` is neither >= 1 nor -1, ``threshold`` is outside
-            [0, 1], or the model has no vectorizer and labels (also ``ValueError``).
+            A line holds ``"\\n"`` or is missing (None, NaN), ``k`` is neither >= 1 nor -1,
+            ``threshold`` is outside [0, 1], or the model has no vectorizer and labels (also
+            ``ValueError``).
+        InputTypeError
+            A line that is neither str nor bytes.
 
         Examples
         --------
@@ -200,9 +204,16 @@ class TextModel:
         [['__label__pos'], ['__label__neg']]
         """
         from ..errors import InputValueError
+        from ..text._features import _not_text_error
         from ..text._files import check_threshold
 
-        lines = [text] if isinstance(text, str) else list(text)
+        one = isinstance(text, str | bytes)
+        lines: list[Any] = [text] if one else list(text)
+        for i, line in enumerate(lines):  # as the vectorizer reads documents
+            if isinstance(line, bytes):
+                lines[i] = line.decode("utf-8")
+            elif not isinstance(line, str):
+                raise _not_text_error(line, i)
         if any("\n" in line for line in lines):
             raise InputValueError(
                 "predict processes one line at a time (remove '\\n'); pass a list of lines "
@@ -218,7 +229,7 @@ class TextModel:
             )
         texts = [self._without_labels(line) for line in lines]
         labels, probs = self.top_k(texts, len(self.labels) if k == -1 else k, threshold)
-        if isinstance(text, str):
+        if one:
             return tuple(labels[0]), probs[0].astype(np.float64)
         return labels, probs
 

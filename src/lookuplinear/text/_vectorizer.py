@@ -199,13 +199,17 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        columns : array-like of int
-            Columns to keep, each in ``[0, n_features_out_)``.
+        columns : array-like of int, or of bool
+            Columns to keep, each in ``[0, n_features_out_)``; or a boolean mask of
+            ``n_features_out_`` values, True for a column to keep (as scikit-learn's
+            ``X[:, mask]`` and a selector's ``get_support()`` give).
 
         Raises
         ------
         LookupIndexError
             A column out of range.
+        InputTypeError
+            Columns that are not integers (floats), or a boolean mask of another length.
 
         Examples
         --------
@@ -215,10 +219,24 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         >>> (vec.prune(keep).transform(["the cat sat"]) != X[0][:, keep]).nnz
         0
         """
-        from ..errors import LookupIndexError
+        from ..errors import InputTypeError, LookupIndexError
 
         check_is_fitted(self, "vocabulary_")
-        cols = np.unique(np.asarray(columns, dtype=np.int64).ravel())
+        given = np.asarray(columns).ravel()
+        if given.dtype == np.bool_:
+            if given.size != self.n_features_out_:
+                raise InputTypeError(
+                    f"prune: a boolean mask must hold one value per column "
+                    f"({self.n_features_out_}), got {given.size}; pass the mask of "
+                    "transform's matrix, or the column numbers."
+                )
+            given = np.flatnonzero(given)
+        elif given.size and given.dtype.kind not in "iu":
+            raise InputTypeError(
+                f"prune: columns must be integers (or a boolean mask), got dtype {given.dtype}; "
+                "pass the column numbers of transform's matrix."
+            )
+        cols = np.unique(given.astype(np.int64))
         if cols.size and (cols[0] < 0 or cols[-1] >= self.n_features_out_):
             raise LookupIndexError(
                 f"prune: columns must lie in [0, {self.n_features_out_}), got "
