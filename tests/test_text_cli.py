@@ -25,6 +25,7 @@ from lookuplinear.cli import main
 from lookuplinear.ops import _ngrams
 from lookuplinear.sklearn import LookupClassifier, LookupRegressor, load_model, save_model
 from lookuplinear.text import FastTextVectorizer, precision_recall_at_k, read_fasttext, read_table
+from lookuplinear.text._features import TextFeatures
 
 #: tests of a mechanism on a few rows and epochs, where the model learns nothing and fit says so
 NOT_LEARNING = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -422,6 +423,17 @@ def test_read_fasttext_takes_every_label_token_wherever_it_is(
 
 
 # ---------------------------------------------------------------------- model files
+@pytest.mark.parametrize("words", [["a", "a", "b"], ["1", 1]])
+def test_a_configuration_with_a_repeated_or_non_string_word_is_refused(words: list[Any]) -> None:
+    """A vectorizer's configuration lists distinct words (CountVectorizer(vocabulary=...)
+    refuses a repeat): a damaged one is refused, where a repeat left a column unused and
+    counted its word in another's."""
+    config = FastTextVectorizer().fit(["a b"]).get_config() | {"vocabulary": words}
+    for cls in (FastTextVectorizer, TextFeatures):
+        with pytest.raises(InputValueError, match=r"entry 1, .* The configuration was damaged"):
+            cls.from_config(config)
+
+
 @NOT_LEARNING
 def test_model_file_round_trip(tmp_path: Path) -> None:
     texts = [line.split(" ", 1)[1] for line in LINES] * 5

@@ -25,8 +25,8 @@ from ._files import FASTTEXT_WHITESPACE
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["WHITESPACE", "TextFeatures", "check_buckets", "check_params", "keep_buckets",
-           "text_features", "tokenize"]
+__all__ = ["WHITESPACE", "TextFeatures", "check_buckets", "check_params", "check_vocabulary",
+           "keep_buckets", "text_features", "tokenize"]
 
 #: ``FastTextVectorizer(whitespace=...)``: what separates tokens. ``"unicode"``: every
 #: character ``str.isspace`` names (``str.split()``, scikit-learn's ``token_pattern=r"\S+"``);
@@ -218,6 +218,28 @@ def check_buckets(buckets: Any, bucket: int) -> np.ndarray:
     return kept
 
 
+def check_vocabulary(words: Any) -> dict[str, int]:
+    """A configuration's vocabulary (its words in column order) as word -> column, refused
+    unless every entry is a distinct string (a repeated word would leave a column unused and
+    its counts in another's, as ``CountVectorizer(vocabulary=...)`` refuses it).
+
+    Examples
+    --------
+    >>> check_vocabulary(["the", "cat"])
+    {'the': 0, 'cat': 1}
+    """
+    vocabulary: dict[str, int] = {}
+    for i, w in enumerate(words):
+        if not isinstance(w, str) or w in vocabulary:
+            raise InputValueError(
+                f"FastTextVectorizer.from_config: 'vocabulary' must list distinct words; entry "
+                f"{i}, {w!r}, is {'a repeat' if w in vocabulary else 'not a string'}. The "
+                "configuration was damaged."
+            )
+        vocabulary[w] = i
+    return vocabulary
+
+
 class TextFeatures:
     """A fitted ``FastTextVectorizer``'s ``transform`` as a plain object: the vocabulary
     (word -> column) and the hashing parameters; ``transform(docs)`` is the vectorizer's.
@@ -247,7 +269,7 @@ class TextFeatures:
         whitespace = config.get("whitespace", "unicode")
         check_params(**params, min_count=config["min_count"], whitespace=whitespace)
         buckets = config.get("buckets")
-        return cls({str(w): i for i, w in enumerate(config["vocabulary"])}, **params,
+        return cls(check_vocabulary(config["vocabulary"]), **params,
                    lowercase=config["lowercase"], whitespace=whitespace,
                    buckets=None if buckets is None else check_buckets(buckets, params["bucket"]))
 

@@ -34,7 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..errors import InputValueError
 from ..ops import Tokens, token_ids
-from ._features import TextFeatures, check_buckets, check_params, tokenize
+from ._features import TextFeatures, check_buckets, check_params, check_vocabulary, tokenize
 
 __all__ = ["TOKEN_PATTERN", "FastTextVectorizer"]
 
@@ -271,7 +271,7 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         params = {k: config.get(k, default) for k, default in defaults.items()}
         vec = cls(**params)
         vec._check_params()
-        vec.vocabulary_ = {str(w): i for i, w in enumerate(config["vocabulary"])}
+        vec.vocabulary_ = check_vocabulary(config["vocabulary"])
         vec.n_features_out_ = len(vec.vocabulary_) + (vec.bucket if vec._hashed() else 0)
         vec.buckets_ = None
         if config.get("buckets") is not None:
