@@ -45,8 +45,7 @@ class _Layer(Protocol):
 
 def _keep_frozen(target: nn.Module, source: Any) -> None:
     """``target``'s weight and bias as frozen as ``source``'s (``requires_grad`` carried
-    over, as ``from_embedding`` carries ``freeze``): a conversion does not make a frozen
-    table trainable."""
+    over; an embedding's ``freeze``): a conversion does not make a frozen table trainable."""
     for name in ("weight", "bias"):
         mine, theirs = getattr(target, name, None), getattr(source, name, None)
         if isinstance(mine, nn.Parameter) and isinstance(theirs, torch.Tensor):
@@ -162,7 +161,7 @@ class LayerConversions:
         # the padding row as it holds: index positions read it, as nn.Embedding's do; bags drop
         # padding entries whatever it holds, as nn.EmbeddingBag's do
         layer.load_state_dict({"weight": w.detach()})
-        layer.weight.requires_grad_(w.requires_grad)  # from_pretrained(..., freeze=True)
+        _keep_frozen(layer, embedding)  # from_pretrained(..., freeze=True)
         return layer
 
     # ------------------------------------------------------------------ conversions out
