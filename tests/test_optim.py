@@ -1024,8 +1024,28 @@ def test_matches_fbgemm_when_installed(name: str, kind: str) -> None:
                                rtol=1e-5, atol=1e-6)
 
 
+def test_fbgemm_cpu_rowwise_adagrad_leaves_weight_decay_out() -> None:
+    """docs/optim.md: fbgemm-gpu-cpu's CPU EXACT_ROWWISE_ADAGRAD gives the same weights with
+    weight_decay (L2 or DECOUPLE) as without, so RowWiseAdagrad agrees with it without weight
+    decay only (RowWiseAdagrad adds weight_decay * w[i] to the row's gradient, FBGEMM's L2)."""
+    init = torch.arange(160.0).view(20, 8) / 100
+    idx, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 2, 3])
+    weights = []
+    for mode in (None, "L2", "DECOUPLE"):
+        emb = _fbgemm_table(init, "EXACT_ROWWISE_ADAGRAD", 0.1, 1e-8, weight_decay_mode=mode)
+        emb(idx, offsets).backward(torch.ones(2, 8))
+        weights.append(emb.split_embedding_weights()[0].detach().clone())
+    assert torch.equal(weights[0], weights[1]) and torch.equal(weights[0], weights[2])
+    layer = LookupLinear(20, 8, bias=False, sparse=True, include_last_offset=True,
+                         init=lambda w: w.copy_(init))
+    opt = optim.RowWiseAdagrad([layer.weight], lr=0.1, eps=1e-8, weight_decay=0.1)
+    layer(idx, offsets=offsets).backward(torch.ones(2, 8))
+    opt.step()
+    assert not torch.allclose(layer.weight.detach(), weights[0])  # ours decays
+
+
 def _fbgemm_table(init: torch.Tensor, optimizer: str, lr: float, eps: float, *,
-                  half: bool = False) -> Any:
+                  half: bool = False, weight_decay_mode: str | None = None) -> Any:
     """FBGEMM's CPU table-batched embedding of one table holding ``init``, updated by its fused
     ``optimizer`` (an ``EmbOptimType`` name); ``half``: FP16 weights, no stochastic rounding.
     Skips the test where fbgemm-gpu-cpu is not installed (benchmark environment)."""
@@ -1041,13 +1061,17 @@ def _fbgemm_table(init: torch.Tensor, optimizer: str, lr: float, eps: float, *,
             ComputeDevice,
             SplitTableBatchedEmbeddingBagsCodegen,
         )
+        from fbgemm_gpu.tbe.config.optimizer_config import WeightDecayMode
     rows, dim = init.shape
-    precision = {"weights_precision": SparseType.FP16, "stochastic_rounding": False} if half \
-        else {}
+    options: dict[str, Any] = {"weights_precision": SparseType.FP16,
+                               "stochastic_rounding": False} if half else {}
+    if weight_decay_mode is not None:  # FBGEMM's weight decay, 0.1
+        options |= {"weight_decay": 0.1,
+                      "weight_decay_mode": getattr(WeightDecayMode, weight_decay_mode)}
     emb = SplitTableBatchedEmbeddingBagsCodegen(
         [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
         optimizer=getattr(EmbOptimType, optimizer), learning_rate=lr, eps=eps,
-        pooling_mode=PoolingMode.SUM, **precision)
+        pooling_mode=PoolingMode.SUM, **options)
     with torch.no_grad():
         emb.split_embedding_weights()[0].copy_(init)
     return emb
