@@ -145,6 +145,28 @@ def test_shared_and_plain_features_mixed_equal_torchrec(weighted, sparse):
     torch.testing.assert_close(q(kb).values(), col(kb).values().detach(), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_mean_tables_pool_as_torchrec_to_the_bit(sparse):
+    """An unweighted batch's mean tables (in a group with a sum table, alone in another
+    width, a shared feature, empty bags) pool as the EBC's ``nn.EmbeddingBag(mode="mean")``
+    does, to the bit: the sums divided by the bag sizes, not a weighted sum of folded factors;
+    the gradients within rounding (the EBC adds each feature's gradient apart)."""
+    tables = [("t1", 50, 4, ["f1", "f2"]), ("t2", 40, 4, ["f3", "f1"]), ("t3", 30, 8, ["f4"])]
+    ebc = _ebc(tables, mean=("t1", "t3"))
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    gen = torch.Generator().manual_seed(0)
+    feats = {f: [torch.randint(0, rows, (int(torch.randint(0, 9, (), generator=gen)),),
+                               generator=gen).tolist() for _ in range(64)]
+             for f, rows in [("f1", 40), ("f2", 50), ("f3", 40), ("f4", 30)]}
+    kb = KeyedBags.from_dict(feats)
+    ours, theirs = col(kb), ebc(kb.to_kjt())
+    keys = ours.keys()
+    assert keys == theirs.keys()
+    for key in keys:
+        assert torch.equal(ours[key], theirs[key]), key
+    _assert_equal_to_ebc(col, ebc, kb, kb.to_kjt())
+
+
 def test_shared_feature_names_and_refusals():
     """An output is named by table only where the feature is shared; a feature listed
     twice in one table is refused, and a shared feature names no single table."""

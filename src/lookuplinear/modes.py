@@ -74,7 +74,8 @@ def reduce_sums(sums: torch.Tensor, bags: Bags, mode: str, padding_idx: int | No
         return sums
     if mode == "mean" and bags.weights is None and sums.dtype not in _LOW_PRECISION:
         # on the sums' device: a table on the meta device takes CPU indices, as nn.EmbeddingBag's
-        return mean_of_sums(sums, _denominator(bags, mode, padding_idx, sums.dtype).to(sums.device))
+        sizes = _denominator(bags, mode, padding_idx, sums.dtype).to(sums.device)
+        return mean_of_sums(sums, sizes.unsqueeze(1))
     acc = torch.float32 if sums.dtype in _LOW_PRECISION else sums.dtype
     # on the sums' device: a table on the meta device takes CPU indices, as nn.EmbeddingBag's
     denom = _denominator(bags, mode, padding_idx, acc).to(sums.device)
@@ -90,8 +91,8 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-    """Unweighted bags' means from their sums ``(N, dim)`` and sizes (``(N,)``, or any shape
-    that broadcasts to ``sums``' after a trailing axis is added, in ``sums``' dtype), as
+    """Unweighted bags' means from their sums ``(N, dim)`` and sizes (``(N, 1)``, or any shape
+    that broadcasts to ``sums``', in ``sums``' dtype), as
     ``nn.EmbeddingBag(mode="mean")`` computes them in float32 and float64, to the bit: each sum
     divided by its bag's size (0 for an empty bag), and the gradient ``grad * (1 / size)``
     (ATen's mean backward multiplies by the reciprocal, which a division's backward would
@@ -99,11 +100,11 @@ def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
 
     Examples
     --------
-    >>> mean_of_sums(torch.tensor([[3.0], [0.0]]), torch.tensor([3.0, 0.0]))
+    >>> mean_of_sums(torch.tensor([[3.0], [0.0]]), torch.tensor([[3.0], [0.0]]))
     tensor([[1.],
             [0.]])
     """
-    safe = sizes.clamp_min(1).unsqueeze(-1)  # an empty bag's sum is 0: 0 / 1
+    safe = sizes.clamp_min(1)  # an empty bag's sum is 0: 0 / 1
     # -0 + x is x, signed zeros included; addcdiv's gradient for its tensor1 is
     # grad * (1 / tensor2), ATen's mean backward
     return torch.addcdiv(torch.full((), -0.0, dtype=sums.dtype, device=sums.device), sums, safe)

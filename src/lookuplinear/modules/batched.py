@@ -38,6 +38,7 @@ import torch
 
 from ..functional import _eager_op, lookup_linear
 from ..ids.hashing import murmur3_ids, signed_rows
+from ..modes import mean_of_sums
 from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
@@ -121,13 +122,23 @@ class BatchedLookup:
         #: the outputs' modes as runs of consecutive outputs ``(first, end, mode)``; none
         #: where every table sums (a batch's bags then need no per-entry factor)
         modes = [c.mode for c in configs]
-        runs: list[tuple[int, int, str]] = []
-        for i, mode in enumerate(modes):
-            if runs and runs[-1][2] == mode:
-                runs[-1] = (runs[-1][0], i + 1, mode)
-            else:
-                runs.append((i, i + 1, mode))
-        self._runs = [] if set(modes) <= {"sum"} else runs
+        self._runs = _runs_of(modes)
+        #: the outputs whose unweighted bags are averaged as ``nn.EmbeddingBag(mode="mean")``
+        #: averages them, to the bit (:func:`~lookuplinear.modes.mean_of_sums`): a mean table
+        #: without padding or ``"qr"`` hashing, where every table is float32 or every table
+        #: float64 (:meth:`_exact_for`). Their sums are looked up, then divided by the bag
+        #: sizes (:meth:`_means`), not folded: ``_unweighted_runs`` are the modes an unweighted
+        #: batch folds (those means summed). ``_exact_means``: None where no output is such a
+        #: mean
+        exact = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
+                 for c in configs]
+        self._exact = exact
+        self._exact_means = torch.tensor(exact) if any(exact) else None
+        self._unweighted_runs = _runs_of(
+            ["sum" if e else m for e, m in zip(exact, modes, strict=True)])
+        #: each column's output
+        self._column_output = torch.repeat_interleave(
+            torch.arange(len(plan.dims)), torch.tensor(plan.dims, dtype=torch.int64))
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
@@ -156,45 +167,76 @@ class BatchedLookup:
         which the graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
+        exact = self._exact_for(kb, table_groups)
+        runs = self._unweighted_runs if exact else self._runs
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
         whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
         starts = None
         if isinstance(whole, Bags) and not recording and (
-                len(self.groups) > 1 or len(self._runs) > 1):
+                len(self.groups) > 1 or len(runs) > 1):
             # each output's first entry: the batch's own bounds, kept on the host where known
             # (no read back), else read once
             starts = (kb._key_bounds() if whole.offsets is kb.offsets
                       else whole.offsets[::n].tolist())
-        if isinstance(whole, Bags) and self._runs and (sparse or dense):
-            whole = self._folded(whole, n, table_groups, starts)
+        if isinstance(whole, Bags) and runs and (sparse or dense):
+            whole = self._folded(whole, n, table_groups, starts, runs)
         if whole is not None and dense:
-            return self._dense(whole, n, table_groups, starts)
-        if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
+            out = self._dense(whole, n, table_groups, starts)
+        elif (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
-            return self._written(whole, n, table_groups, tables, starts)
-        return self._per_group(kb, table_groups, sparse, tables)
+            out = self._written(whole, n, table_groups, tables, starts)
+        else:
+            out = self._per_group(kb, table_groups, sparse, tables, exact)
+        # a one-ID batch's means are its rows
+        return self._means(out, kb, n) if exact and not isinstance(whole, torch.Tensor) else out
+
+    def _exact_for(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor]) -> bool:
+        """Whether the batch ``kb``'s means are its sums divided by the bag sizes
+        (:meth:`_means`): a batch without weights, some outputs such means, every table
+        float32 or every table float64."""
+        if self._exact_means is None or kb.weights is not None:
+            return False
+        dtype = table_groups[0].dtype
+        return dtype in (torch.float32, torch.float64) and all(
+            w.dtype == dtype for w in table_groups)
+
+    def _means(self, out: torch.Tensor, kb: KeyedBags, n: int) -> torch.Tensor:
+        """The ``(N, width)`` outputs ``out`` with the exact means' columns (their bags' sums)
+        divided by their bag sizes, as ``nn.EmbeddingBag(mode="mean")`` divides, to the bit,
+        forward and backward (:func:`~lookuplinear.modes.mean_of_sums`); the other columns
+        divided by 1, which leaves them and their gradient as they are."""
+        assert self._exact_means is not None
+        keys = kb.keys()
+        position = {k: i for i, k in enumerate(keys)}
+        lengths = kb.lengths().view(len(keys), n)[[position[k] for k in self.inputs]]
+        mask = self._exact_means.to(out.device)
+        sizes = torch.where(mask.unsqueeze(1), lengths, 1)  # (outputs, N)
+        columns = self._column_output.to(out.device)
+        return mean_of_sums(out, sizes.index_select(0, columns).t().to(out.dtype))
 
     def _folded(self, whole: Bags, n: int, table_groups: Sequence[torch.Tensor],
-                starts: list[int] | None) -> Bags | None:
+                starts: list[int] | None, runs: list[tuple[int, int, str]]) -> Bags | None:
         """The usual batch's bags ``whole`` with its ``mean``/``sqrtn`` outputs' factors
         folded into per-entry weights (times the batch's own weights, where it has them): the
         weights :meth:`_group_bags` folds, in the tables' dtype, by ``mode_weights`` over the
         whole batch for the first output's such mode, the other outputs' entries then written
         over (their weights as they are, or ones, for a sum; the other mode's factors).
-        ``starts``: each output's first entry (None while a graph is recorded). None where the
+        ``starts``: each output's first entry (None while a graph is recorded); ``runs``: the
+        outputs' modes to fold (:attr:`_runs`, or for an unweighted batch whose means are
+        divided, :attr:`_unweighted_runs`). None where the
         fold cannot be the reference's: tables of several dtypes, weights that need a gradient
         (the factors carry none), a mix of modes while a graph is recorded."""
         dtypes = {w.dtype for w in table_groups}
         weights = whole.weights
         if len(dtypes) > 1 or (weights is not None and weights.requires_grad) or (
-                len(self._runs) > 1 and starts is None):
+                len(runs) > 1 and starts is None):
             return None
         dtype = dtypes.pop()
-        modes = [mode for _, _, mode in self._runs if mode != "sum"]
+        modes = [mode for _, _, mode in runs if mode != "sum"]
         factors = {mode: mode_weights(whole.offsets, weights, mode == "sqrtn", dtype, whole.nnz)
                    for mode in dict.fromkeys(modes)}
         folded = factors[modes[0]]
-        for first, end, mode in self._runs:
+        for first, end, mode in runs:
             if mode == modes[0]:
                 continue
             assert starts is not None
@@ -236,10 +278,11 @@ class BatchedLookup:
         return out
 
     def _per_group(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
-                   tables: TableReader) -> torch.Tensor:
+                   tables: TableReader, exact: bool = False) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
-        order by one copy (the operator ``lookuplinear::in_feature_order``)."""
+        order by one copy (the operator ``lookuplinear::in_feature_order``). ``exact``: the
+        exact means (:attr:`_exact_means`) are summed, for :meth:`_means` to divide."""
         places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         parts: list[tuple[torch.Tensor, list[str]]] = []
@@ -257,7 +300,7 @@ class BatchedLookup:
                         table_groups[g], None, mode=mode, padding_idx=pad,
                         sparse=tables._sparse(cfg)), [f]))
                 continue
-            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables)
+            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact)
             parts.append((lookup_linear(tables._drawn(g, bags), table_groups[g], None,
                                         sparse=sparse), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
@@ -368,7 +411,7 @@ class BatchedLookup:
         return bags
 
     def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
-                    tables: TableReader) -> Bags:
+                    tables: TableReader, exact: bool = False) -> Bags:
         """The ``F * N`` bags of one group's features as one lookup of its parameter (of
         ``dtype``): indices shifted by their table's first row, padding dropped,
         ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
@@ -381,9 +424,10 @@ class BatchedLookup:
         places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
         in_graph = capturing()
+        folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
+                 and not (exact and self._exact[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
-            places[table_of[f]].config.mode in ("mean", "sqrtn")
-            or (in_graph and places[table_of[f]].config.padding_idx is not None)
+            folds[f] or (in_graph and places[table_of[f]].config.padding_idx is not None)
             for f in feats)
         for f in feats:
             _, off, cfg = places[table_of[f]]
@@ -399,7 +443,7 @@ class BatchedLookup:
             indices.append(bags.indices.long() + off if off else bags.indices.long())
             lengths.append(bags.lengths())
             if any_weights:
-                if cfg.mode in ("mean", "sqrtn") and cfg.hashing != "qr":
+                if folds[f] and cfg.hashing != "qr":
                     weights.append(mode_weights(bags.offsets, w, cfg.mode == "sqrtn",
                                                 dtype, bags.indices.numel()))
                 elif w is not None:
@@ -524,3 +568,14 @@ class BatchedLookup:
         torch.cumsum(lengths, 0, out=offsets[1:])
         return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
 
+
+def _runs_of(modes: Sequence[str]) -> list[tuple[int, int, str]]:
+    """``modes`` as runs of consecutive outputs ``(first, end, mode)``; none where every one is
+    a sum."""
+    runs: list[tuple[int, int, str]] = []
+    for i, mode in enumerate(modes):
+        if runs and runs[-1][2] == mode:
+            runs[-1] = (runs[-1][0], i + 1, mode)
+        else:
+            runs.append((i, i + 1, mode))
+    return [] if set(modes) <= {"sum"} else runs
