@@ -58,6 +58,35 @@ def test_a_layer_refuses_a_state_dict_with_one_entry_of_another_shape(
     assert torch.equal(layer.weight, torch.ones(10, 3))
 
 
+def test_a_layer_refuses_nn_linears_state_dict_naming_the_layout() -> None:
+    """``nn.Linear`` keeps ``weight`` as ``(out, in)``, the layer ``(in, out)``: a square one
+    would load transposed without a word, so its version (1) is refused; a transposed shape
+    names the layout; a plain dict (no version) and a layer's own state dict load."""
+    err = _refused(LookupLinear(5, 5), nn.Linear(5, 5).state_dict(), "marked version 1")
+    assert "from_linear" in str(err) and "_metadata['']['version'] = 2" in str(err)
+    err = _refused(LookupLinear(6, 4), nn.Linear(6, 4).state_dict(),
+                   r"\(4, 6\), nn.Linear's layout \(out_features, in_features\)")
+    assert "from_linear" in str(err) and "linear.weight.T" in str(err)
+    # inside a module whose load is PyTorch's: the same refusal, before the copy
+    with pytest.raises(RuntimeError, match="marked version 1"):
+        nn.Sequential(LookupLinear(5, 5)).load_state_dict(nn.Sequential(nn.Linear(5, 5))
+                                                         .state_dict())
+    saved = LookupLinear(5, 5)
+    state = saved.state_dict()
+    assert state._metadata[""]["version"] == 2  # type: ignore[attr-defined]
+    layer = LookupLinear(5, 5)
+    layer.load_state_dict(state)
+    assert torch.equal(layer.weight, saved.weight)
+    state._metadata[""]["version"] = 1  # type: ignore[attr-defined]  # an older lookuplinear's
+    _refused(LookupLinear(5, 5), state, "older lookuplinear")
+    state._metadata[""]["version"] = 2  # type: ignore[attr-defined]  # marked as the message says
+    LookupLinear(5, 5).load_state_dict(state)
+    lin = nn.Linear(5, 5)
+    layer.load_state_dict({"weight": lin.weight.T, "bias": lin.bias})  # plain dict: as given
+    x = torch.tensor([0, 3])
+    torch.testing.assert_close(layer(x), lin(nn.functional.one_hot(x, 5).float()))
+
+
 def test_embedding_bag_refuses_as_nn_embedding_bag_does_without_copying() -> None:
     """Same refusals as ``nn.EmbeddingBag`` (a ``RuntimeError``), where the peer has copied the
     weight by then; a state dict that fits loads as the peer's."""

@@ -105,6 +105,11 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
     True
     """
 
+    #: The version its ``state_dict`` carries in ``_metadata``: ``nn.Linear``'s carries 1, and
+    #: its ``weight`` is ``(out_features, in_features)``, this layer's table transposed; a
+    #: square weight marked 1 is refused on load (:meth:`_layout_problems`).
+    _version = 2
+
     def __init__(
         self,
         in_features: int,
@@ -330,11 +335,46 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         (:func:`lookuplinear._loading.check_state_dict`)."""
         if self.storage is not None and prefix + "weight" in state_dict:
             refuse_assign(local_metadata, prefix + "weight")
+        errors = args[3]
+        errors += self._layout_problems(state_dict, prefix, local_metadata)
+
+    def _layout_problems(self, state_dict: Any, prefix: str,
+                         local_metadata: Any) -> list[str]:
+        """Why the state dict's ``weight`` may be ``nn.Linear``'s ``(out_features,
+        in_features)`` layout rather than this layer's ``(in_features, out_features)``: its
+        shape is the transpose of the table's, or it is square and its metadata says version 1
+        (``nn.Linear``'s, which an older lookuplinear's state dict carries too). A state dict
+        without metadata (a plain dict) is read as this layer's layout."""
+        key = prefix + "weight"
+        given = state_dict.get(key)
+        if given is None or not torch.overrides.is_tensor_like(given):
+            return []
+        n_in, n_out = self.in_features, self.out_features
+        fix = (f"Convert an nn.Linear with LookupLinear.from_linear(linear), or load its weight "
+               f"transposed ({key!r}: linear.weight.T)")
+        if n_in != n_out and tuple(given.shape) == (n_out, n_in):
+            return [f"{key}: the state dict's is of shape {(n_out, n_in)}, nn.Linear's layout "
+                    f"(out_features, in_features); this layer's table is (in_features, "
+                    f"out_features) = {(n_in, n_out)}, the transpose. {fix}"]
+        version = (local_metadata or {}).get("version")
+        if n_in == n_out and version is not None and version < self._version:
+            return [f"{key}: the state dict is marked version {version}, which is nn.Linear's "
+                    f"(a weight of shape (out_features, in_features), this layer's table "
+                    f"transposed) and an older lookuplinear's LookupLinear's (this layer's "
+                    f"layout); a square weight cannot tell them apart, so it is not loaded. {fix}. "
+                    f"For an older lookuplinear's state dict, mark it as this layer's: "
+                    f"state_dict._metadata[{prefix[:-1]!r}]['version'] = {self._version}"]
+        return []
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],
                               error_msgs: list[str]) -> None:
-        """A table in a file keeps the loaded values: every row is marked written."""
+        """A table in a file keeps the loaded values: every row is marked written; a weight
+        that may be ``nn.Linear``'s layout is refused (:meth:`_layout_problems`)."""
+        layout = self._layout_problems(state_dict, prefix, local_metadata)
+        if layout:
+            error_msgs.extend(layout)
+            return
         loads_table = self.storage is not None and prefix + "weight" in state_dict
         if loads_table:
             refuse_assign(local_metadata, prefix + "weight")
