@@ -11,7 +11,7 @@ import torch
 from forms import BATCH, MATRIX_FORMS, UNWEIGHTED, make_case
 from torch import nn
 
-from lookuplinear import Bags, LookupLinear, lookup_linear
+from lookuplinear import Bags, LookupLinear, densify, lookup_linear
 
 BAGS = Bags.from_lists([[3, 1, 3], [], [2, 7]])
 X = torch.tensor([[3, 0], [9, 2]])
@@ -96,6 +96,21 @@ def test_to_dtype_keeps_values_and_computes_in_it(dtype: torch.dtype) -> None:
         out = moved(x)
         assert out.dtype == dtype
         torch.testing.assert_close(out.float(), layer(x), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn"])
+def test_autocast_dense_input_gives_nn_linears_dtype_in_every_mode(mode: str) -> None:
+    """Under autocast, dense rows give what ``nn.Linear`` gives on ``densify(x)``'s rows, the
+    autocast dtype, whatever the mode's row factor."""
+    layer = LookupLinear(5, 3, mode=mode)
+    with torch.no_grad():
+        layer.bias.normal_()  # type: ignore[union-attr]
+    lin = layer.to_linear(strict=False)
+    x = torch.tensor([[1.0, 0, 2, 0, 0], [0, 1, 1, 0, 0]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours, peer = layer(x), lin(densify(x, layer))
+    assert ours.dtype == peer.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.float(), peer.float(), rtol=3e-2, atol=3e-2)
 
 
 def test_module_forward_is_the_functional() -> None:

@@ -533,9 +533,11 @@ def _dense_forward(
         out = rows @ weight if bias is None else torch.addmm(bias, rows, weight)
     else:
         vals = rows if mode == "mean" else rows * rows
-        out = (rows @ weight) * safe_inverse(vals.sum(1), sqrt=mode == "sqrtn").unsqueeze(1)
+        out = rows @ weight  # under autocast of its dtype, as nn.Linear's output is
+        scale = safe_inverse(vals.sum(1), sqrt=mode == "sqrtn")
+        out = out * scale.to(out.dtype).unsqueeze(1)
         if bias is not None:
-            out = out + bias
+            out = out + bias.to(out.dtype)
     return out.reshape(*lead, weight.shape[1])
 
 
