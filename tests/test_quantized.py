@@ -263,6 +263,26 @@ CONVERSIONS = {"bfloat16": torch.bfloat16, "float": torch.float32, "double": tor
                "half": torch.float16, "to": torch.bfloat16}
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("convert", list(CONVERSIONS))
+def test_the_output_dtype_after_a_conversion_is_one_for_every_input_form(dtype, mode, convert):
+    """The float32 lookup plus the converted bias, in their promoted dtype whatever the input's
+    form (an index lookup added a float64 bias in place into its float32 output)."""
+    q = _layer(mode).quantize(dtype)
+    ref = q(_inputs(mode)[0])
+    if convert == "to":
+        q.to(CONVERSIONS[convert])
+    else:
+        getattr(q, convert)()
+    assert q.bias is not None and q.bias.dtype == CONVERSIONS[convert]
+    want = torch.promote_types(torch.float32, CONVERSIONS[convert])
+    for x in _inputs(mode):
+        assert q(x).dtype == want, type(x)
+    if want == torch.float64:  # the float layer's after .double(), the bias's values exact
+        torch.testing.assert_close(q(_inputs(mode)[0]), ref.double())
+
+
 @pytest.mark.parametrize("convert", list(CONVERSIONS))
 def test_a_float16_table_keeps_its_storage_through_module_dtype_conversions(convert):
     """A float16 table is storage, as int8's bytes are: ``model.to(dtype)``, ``float()``,

@@ -237,13 +237,33 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         offsets: torch.Tensor | None = None,
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``densify(input) @ dequantized table + bias``, as ``LookupLinear.forward``."""
+        """``densify(input) @ dequantized table + bias``, as ``LookupLinear.forward``: computed
+        in float32, the dequantized table's dtype, and given in that dtype promoted with the
+        bias's (float64 after ``model.double()``), whatever the input's form."""
+        out = self._lookup(input, offsets, per_sample_weights)
+        if self.bias is None or self.bias.dtype == out.dtype:
+            return out
+        return out.to(torch.promote_types(out.dtype, self.bias.dtype))
+
+    def _bias32(self) -> torch.Tensor | None:
+        """The bias the float32 lookup adds (a model's dtype conversion converts the bias,
+        not the table)."""
+        return None if self.bias is None else self.bias.float()
+
+    def _lookup(
+        self,
+        input: Any,
+        offsets: torch.Tensor | None,
+        per_sample_weights: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The float32 lookup of :meth:`forward`."""
         if offsets is None:
             check_weights_have_offsets(per_sample_weights)
         if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
             if input.dtype.is_floating_point or input.dtype == torch.bool:  # dense rows
                 return lookup_linear(input, self.rows(torch.arange(self.in_features)),
-                                     self.bias, mode=self.mode, padding_idx=self.padding_idx)
+                                     self._bias32(), mode=self.mode,
+                                     padding_idx=self.padding_idx)
             if input.dtype.is_complex:
                 raise InputTypeError(f"input must be indices or real rows, got {input.dtype}.")
             return self._index_rows(input)
@@ -273,7 +293,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
             out = getattr(torch.ops.quantized, _OPS[self.dtype][2])(
                 self.packed, bags.indices.long(), bags.offsets.long(), False, 0, False,
                 None if w is None else w.float(), None, True)
-            return out if self.bias is None else out + self.bias
+            bias = self._bias32()
+            return out if bias is None else out + bias
         return self._bag_rows(bags)
 
     def _index_rows(self, index: torch.Tensor) -> torch.Tensor:
@@ -297,7 +318,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         else:
             out = range_checked(lambda: self.rows(flat), flat, self.in_features, "input")
         out = out.reshape(*index.shape, self.out_features)
-        return out if self.bias is None else out.add_(self.bias)
+        bias = self._bias32()
+        return out if bias is None else out.add_(bias)
 
     def _padded_bags(self, bags: Bags) -> Bags:
         """``bags`` with weight 0 on their padding entries, for a recorded graph (how many
@@ -320,7 +342,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         w = None if bags.weights is None else bags.weights.masked_fill(~keep, 1)
         out = lookup_linear(Bags.from_checked(entries, bags.offsets, w), rows, None, mode="max")
         out = out.masked_fill(out == -torch.inf, 0)
-        return out if self.bias is None else out + self.bias
+        bias = self._bias32()
+        return out if bias is None else out + bias
 
     def _bag_rows(self, bags: Bags) -> torch.Tensor:
         """The float lookup of ``bags`` (checked, ``padding_idx`` dropped or of weight 0) on the
@@ -330,7 +353,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         rows = self.rows(bags.indices.long())
         if self.padding_idx is not None:
             rows = rows.masked_fill((bags.indices == self.padding_idx).unsqueeze(1), 0)
-        return lookup_linear(Bags(entries, bags.offsets, bags.weights), rows, self.bias,
+        return lookup_linear(Bags(entries, bags.offsets, bags.weights), rows, self._bias32(),
                              mode=self.mode)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
