@@ -46,6 +46,24 @@ def test_bag_of_words_classifier_learns(capsys: pytest.CaptureFixture[str]) -> N
     assert acc > 0.6  # chance is 0.5
 
 
+def test_torch_compile_runs_in_one_graph(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The example compiles with ``fullgraph=True`` (a graph break would fail it), as its
+    docstring says, and the compiled layer equals eager for index and ``Bags`` input."""
+    calls: list[bool] = []  # each call's fullgraph
+    compile_ = torch.compile
+
+    def recording(model: torch.nn.Module, *, fullgraph: bool = False) -> object:
+        calls.append(fullgraph)
+        return compile_(model, fullgraph=fullgraph)
+
+    monkeypatch.setattr(torch, "compile", recording)
+    load("torch_compile").main()
+    assert calls == [True]
+    out = capsys.readouterr().out
+    assert out.count("output equal to eager True, weight grad equal True") == 2, out
+
+
 def test_recommender_learns_resumes_and_serves(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     rec = load("recommender")
