@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import io
+import math
 import re
 import sys
 import tokenize
@@ -36,6 +37,15 @@ def test_lookup_sgd_follows_the_dense_loss_curve(capsys: pytest.CaptureFixture[s
     worst = load("same_loss_curve").main(["--vocab", "200", "--steps", "15"])
     assert worst < 1e-5
     assert "largest difference over 15 steps" in capsys.readouterr().out
+
+
+def test_lookup_sgd_loss_curve_fails_on_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    """An infinite learning rate turns both models' weights to NaN after the first step: the
+    largest difference is NaN, which fails the script's check (``worst < 1e-5``), not the
+    first step's 0."""
+    worst = load("same_loss_curve").main(["--vocab", "200", "--steps", "3", "--lr", "inf"])
+    assert math.isnan(worst)
+    assert "largest difference over 3 steps: nan" in capsys.readouterr().out
 
 
 def test_bag_of_words_classifier_learns(capsys: pytest.CaptureFixture[str]) -> None:
