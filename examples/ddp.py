@@ -8,7 +8,8 @@ in every process on its half of each global batch (bags with duplicates, empty b
 by both halves), wrapped in ``lookuplinear.parallel.DistributedDataParallel``. Rank 0 then
 trains the same model alone on the whole batches and prints the largest difference between the
 two: DDP averages the processes' gradients, one process averages the loss over the whole batch,
-so the two are equal up to rounding. ``--collection``: two tables in a ``LookupCollection``
+so the two are equal up to rounding; the script exits with status 1 if the difference is over
+``TOLERANCE`` for the dtype, or NaN. ``--collection``: two tables in a ``LookupCollection``
 instead of one ``LookupLinear``. ``--save PATH`` writes rank 0's start and final states
 (safetensors).
 """
@@ -26,6 +27,8 @@ from lookuplinear import Bags, KeyedBags, LookupCollection, LookupLinear, TableC
 from lookuplinear.parallel import DistributedDataParallel
 
 VOCAB, DIM, BATCH = 1000, 8, 16  # BATCH bags per process and step
+# the largest difference allowed: rounding (the order of the additions), with room to spare
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 
 
 class Model(nn.Module):
@@ -105,14 +108,19 @@ def run(args: argparse.Namespace) -> None:
     start = state(model)
     ddp = DistributedDataParallel(model)
     train(ddp, args.steps, world, rank, dtype, shard=True)
+    failed = None
     if rank == 0:
         alone = make(dtype)
         alone.load_state_dict(start)
         train(alone, args.steps, world, rank, dtype, shard=False)
-        diff = max(float((a - b).abs().max()) for a, b in
-                   zip(state(model).values(), state(alone).values(), strict=True))
+        diff = float(torch.stack([(a - b).abs().max() for a, b in  # NaN if any is NaN
+                                  zip(state(model).values(), state(alone).values(), strict=True)
+                                  ]).max())
         print(f"{world} processes x {args.steps} steps, {args.dtype}: largest difference from "
               f"one process on the whole batches {diff:.3g}")
+        if not diff <= TOLERANCE[args.dtype]:  # NaN fails too
+            failed = (f"the difference {diff:.3g} is over the {args.dtype} tolerance "
+                      f"{TOLERANCE[args.dtype]:g}: DDP did not train as one process does")
         if args.save:
             from safetensors.torch import save_file
 
@@ -120,6 +128,8 @@ def run(args: argparse.Namespace) -> None:
                        **{f"one.{k}": v for k, v in state(alone).items()},
                        **{f"start.{k}": v for k, v in start.items()}}, args.save)
     dist.barrier()
+    if failed:
+        raise SystemExit(failed)
 
 
 if __name__ == "__main__":

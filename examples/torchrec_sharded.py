@@ -9,8 +9,9 @@ processes by ``DistributedModelParallel`` on the CPU (gloo), and trained with To
 reads its own batch (``lookuplinear.parallel.shard_collection`` does the TorchRec part).
 Afterwards rank 0 gathers the sharded tables as a ``LookupCollection``
 (``lookuplinear.parallel.gather_collection``), checks them against one
-process training lookuplinear's ``RowWiseAdagrad`` on the same batches, and trains the
-collection on. ``--save PATH`` writes both sets of tables (safetensors).
+process training lookuplinear's ``RowWiseAdagrad`` on the same batches (the script exits with
+status 1 if the largest difference is over ``TOLERANCE`` or NaN), and trains the collection
+on. ``--save PATH`` writes both sets of tables (safetensors).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lookuplinear.parallel import gather_collection, shard_collection
 TABLES = [TableConfig("user", 1000, 8, ["user"], mode="mean"),
           TableConfig("item", 500, 8, ["item", "last_item"])]
 BATCH, LR, EPS = 16, 0.1, 1e-8
+TOLERANCE = 1e-5  # float32 tables: rounding (the order of the additions), with room to spare
 
 
 def local_batch(step: int, rank: int) -> tuple[KeyedBags, torch.Tensor]:
@@ -64,6 +66,13 @@ def main() -> None:
     p.add_argument("--optimizer", choices=("rowwise_adagrad", "sgd"), default="rowwise_adagrad")
     args = p.parse_args()
     dist.init_process_group("gloo")
+    try:
+        run(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     coll = LookupCollection(TABLES)  # the same tables in every process
@@ -74,14 +83,18 @@ def main() -> None:
         kb, y = local_batch(step, rank)
         nn.functional.mse_loss(dmp(kb.to_kjt()), y).backward()  # the update runs in backward
     back = gather_collection(dmp, coll)  # rank 0: a LookupCollection of the trained tables
+    failed = None
     if rank == 0:
         trained = {k: v.detach().clone() for k, v in back.state_dict().items()}
         alone = one_process(start, args.steps, world, args.optimizer)
-        diff = max(float((back.state_dict()[k] - alone.state_dict()[k]).abs().max())
-                   for k in start)
+        diff = float(torch.stack([(back.state_dict()[k] - alone.state_dict()[k]).abs().max()
+                                  for k in start]).max())  # NaN if any is NaN
         print(f"TorchRec, {world} processes table-wise x {args.steps} steps of "
               f"{args.optimizer}: largest difference from lookuplinear in one process "
               f"{diff:.3g}")
+        if not diff <= TOLERANCE:  # NaN fails too
+            failed = (f"the difference {diff:.3g} is over the tolerance {TOLERANCE:g}: the "
+                      f"sharded tables did not train as lookuplinear in one process does")
         opt = optim.RowWiseAdagrad(back.parameters(), lr=LR, eps=EPS)
         kb, y = local_batch(args.steps, 0)
         nn.functional.mse_loss(back(kb).values(), y).backward()
@@ -93,7 +106,8 @@ def main() -> None:
                        **{f"one.{k}": v.contiguous() for k, v in alone.state_dict().items()}},
                       args.save)
     dist.barrier()
-    dist.destroy_process_group()
+    if failed:
+        raise SystemExit(failed)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@ process on the whole batches, in float64 and float32; the errors it promises."""
 
 from __future__ import annotations
 
+import argparse
 import gc
+import importlib.util
 import json
 import subprocess
 import sys
 import weakref
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,7 +21,7 @@ from processes import one_process
 from safetensors.torch import load_file
 
 import lookuplinear
-from lookuplinear import InputValueError, LookupLinear, optim
+from lookuplinear import InputValueError, LookupCollection, LookupLinear, optim
 from lookuplinear.parallel import DistributedDataParallel, sparse_tables
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp.py"
@@ -46,6 +49,38 @@ def test_two_processes_equal_one_on_the_whole_batches(tmp_path: Path, dtype: str
         assert float((ddp - one).abs().max()) <= tol * scale, key
     for key in tables:  # and the tables trained
         assert not torch.equal(state[f"ddp.{key}"], state[f"start.{key}"]), key
+
+
+def example_module(path: Path) -> ModuleType:
+    """The example script at ``path`` as a module, to run its parts in this process."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("off", [float("nan"), 1e-9])
+def test_ddp_example_fails_when_one_process_ends_elsewhere(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           off: float) -> None:
+    """``examples/ddp.py`` exits with an error when the single process's weights end more than
+    its float64 tolerance (1e-12) from DDP's, or NaN; equal ones pass (one process here)."""
+    example = example_module(EXAMPLE)
+    args = argparse.Namespace(steps=2, dtype="float64", save=None, collection=False)
+    with one_process(tmp_path):
+        example.run(args)  # DDP of one process: equal
+        train = example.train
+
+        def ends_elsewhere(model: Any, *rest: Any, shard: bool) -> None:
+            train(model, *rest, shard=shard)
+            if not shard:
+                with torch.no_grad():
+                    model.head.bias[0] += off
+
+        monkeypatch.setattr(example, "train", ends_elsewhere)
+        with pytest.raises(SystemExit, match=r"difference (nan|1e-09) is over the float64"):
+            example.run(args)
 
 
 def test_a_dropped_wrapper_is_freed_with_its_process_groups(tmp_path: Path) -> None:
@@ -152,6 +187,31 @@ def test_torchrec_table_wise_equals_one_process_and_comes_back(tmp_path: Path,
         sharded, one = state[f"torchrec.{key}"], state[f"one.{key}"]
         torch.testing.assert_close(sharded, one, rtol=1e-5, atol=1e-5)
     assert "largest difference" in run.stdout
+
+
+@pytest.mark.parametrize("off", [float("nan"), 1e-4])
+@pytest.mark.filterwarnings(  # TorchRec's own, gathering its sharded tables
+    "ignore:Please use DTensor instead and we are deprecating ShardedTensor:FutureWarning")
+def test_torchrec_example_fails_when_one_process_ends_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, off: float) -> None:
+    """``examples/torchrec_sharded.py`` exits with an error when lookuplinear's tables end more
+    than its tolerance (1e-5) from the sharded ones, or NaN; equal ones pass (one process)."""
+    pytest.importorskip("torchrec")
+    example = example_module(TORCHREC_EXAMPLE)
+    args = argparse.Namespace(steps=2, save=None, optimizer="sgd")
+    with one_process(tmp_path):
+        example.run(args)
+        alone = example.one_process
+
+        def ends_elsewhere(*given: Any) -> LookupCollection:
+            coll: LookupCollection = alone(*given)
+            with torch.no_grad():
+                coll.state_dict()["embedding_bags.user.weight"][0, 0] += off
+            return coll
+
+        monkeypatch.setattr(example, "one_process", ends_elsewhere)
+        with pytest.raises(SystemExit, match=r"difference (nan|0.0001) is over the tolerance"):
+            example.run(args)
 
 
 def test_torchrec_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
