@@ -1847,6 +1847,30 @@ def test_state_dicts_that_would_change_the_updates_are_refused() -> None:
                                    torch.as_tensor(value))
 
 
+@pytest.mark.parametrize(("name", "option"), [
+    ("SGD", {"maximize": True}), ("Adagrad", {"maximize": True}), ("Adam", {"maximize": True}),
+    ("Adam", {"amsgrad": True}), ("Adam", {"decoupled_weight_decay": True}),
+    ("AdamW", {"decoupled_weight_decay": False}), ("RowWiseAdagrad", {"lr_decay": 0.1}),
+])
+def test_groups_that_set_an_option_the_update_would_ignore_are_refused(
+        name: str, option: dict[str, Any]) -> None:
+    """A group (in the constructor or added) that sets what this class does not compute with
+    is refused, as load_state_dict refuses it, not stepped as if unset; the defaults pass."""
+    (key, value), = option.items()
+    cls = getattr(optim, name)
+    p = nn.Parameter(torch.ones(2, 3))
+    with pytest.raises(InputValueError, match=f"group sets {key}={value!r}"):
+        cls([{"params": [p], **option}], lr=0.1)
+    opt = cls([p], lr=0.1)
+    q = nn.Parameter(torch.ones(2))
+    with pytest.raises(InputValueError, match=f"add_param_group: a parameter group sets {key}"):
+        opt.add_param_group({"params": [q], **option})
+    assert len(opt.param_groups) == 1
+    same = {"maximize": False, "amsgrad": False, "lr_decay": 0.0,
+            "decoupled_weight_decay": name == "AdamW"}[key]
+    opt.add_param_group({"params": [q], key: same})  # the value the class computes with
+
+
 def test_a_state_dict_of_earlier_versions_loads() -> None:
     """Earlier versions kept fused=True under torch's "fused" key: read as this version's own
     key, and torch's key is not left behind with that meaning."""

@@ -154,7 +154,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     _fixed: ClassVar[dict[str, Any]] = {"maximize": False}
 
     def __init__(self, params: Params, defaults: dict[str, Any], *, fused: bool = False) -> None:
-        self._check_options(defaults, type(self).__name__)
+        self._check_options(defaults, type(self).__name__, defaults)
         #: the backward passes whose gradients this optimizer takes (``fused=True``)
         self._backward_queue = BackwardQueue(self)
         #: since the last step: the group values each fused update used (by group), the
@@ -177,12 +177,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ------
         InputValueError
             A value of the group is one no update can compute with (as the constructor's:
-            a negative or NaN ``lr``, say), or, with ``fused=True``, a table of the group is
-            bound to another live ``fused=True`` optimizer. The group is not added and
-            nothing is bound.
+            a negative or NaN ``lr``, say), the group sets an option this class does not
+            implement (``maximize=True``, Adam's ``amsgrad=True``: :attr:`_fixed`), or, with
+            ``fused=True``, a table of the group is bound to another live ``fused=True``
+            optimizer. The group is not added and nothing is bound.
         """
         if isinstance(param_group, dict):  # torch.optim names any other type
-            self._check_options(param_group, f"{type(self).__name__}.add_param_group")
+            self._check_options(param_group, f"{type(self).__name__}.add_param_group",
+                                self.defaults)
         _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
         try:
             self._bind(self.param_groups[-1])
@@ -300,13 +302,40 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         return [self._loadable_group(group, own)
                 for group, own in zip(saved, self.param_groups, strict=True)]
 
-    @staticmethod
-    def _check_options(options: dict[str, Any], where: str) -> None:
+    def _unimplemented(self, options: dict[str, Any], defaults: dict[str, Any]
+                       ) -> tuple[str, Any, str] | None:
+        """``(key, value, what this class has)`` for the first ``torch.optim`` option of
+        ``options`` that would change the update and that this class does not compute with
+        (``defaults``: its own options), or None: ``maximize=True``, Adam's ``amsgrad=True``,
+        another ``decoupled_weight_decay`` than the class's (:attr:`_fixed`),
+        ``torch.optim.Adagrad``'s ``lr_decay`` in ``RowWiseAdagrad``."""
+        for key, value in options.items():
+            if key not in _TORCH_KEYS or (key in defaults and key not in self._fixed):
+                continue  # this class's own option, or none that changes the update
+            fixed = self._fixed.get(key)
+            if value != fixed and (key in self._fixed or value):
+                has = f"computes with {key}={fixed!r}" if key in self._fixed else f"has no {key}"
+                return key, value, has
+        return None
+
+    def _check_options(self, options: dict[str, Any], where: str,
+                       defaults: dict[str, Any]) -> None:
         """Raise :class:`InputValueError` for an option no update can compute with: a rate,
         epsilon, decay, momentum or starting sum that is not a number >= 0 (NaN is not),
         ``betas`` not two numbers in ``[0, 1)`` (what the constructor, :meth:`add_param_group`
         and :meth:`load_state_dict` accept: all that ``torch.optim`` refuses, and NaN for
-        ``SGD`` too). ``lr`` may be a one-element tensor, as ``torch.optim`` takes it."""
+        ``SGD`` too), or an option this class does not implement (:meth:`_unimplemented`,
+        ``defaults`` its own options), which its update would ignore. ``lr`` may be a
+        one-element tensor, as ``torch.optim`` takes it."""
+        unimplemented = self._unimplemented(options, defaults)
+        if unimplemented is not None:
+            key, value, has = unimplemented
+            name = type(self).__name__
+            raise InputValueError(
+                f"{where}: a parameter group sets {key}={value!r}, and {name} {has}: its "
+                "update would ignore it. Leave it out of the group, or step those parameters "
+                "with an optimizer that has the option (the torch.optim class of that name)."
+            )
         for key, value in options.items():
             if key == "lr" and isinstance(value, torch.Tensor):
                 if value.numel() != 1 or value.is_complex() or not float(value) >= 0:
@@ -334,19 +363,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """``saved`` (a state dict's group) as this optimizer adopts it, or an error if it would
         change what training computes."""
         saved = _upgraded_group(saved)
-        for key, value in saved.items():
-            if key not in _TORCH_KEYS or (key in self.defaults and key not in self._fixed):
-                continue  # this class's own option, or none that changes the update
-            fixed = self._fixed.get(key)
-            if value != fixed and (key in self._fixed or value):
-                has = f"computes with {key}={fixed!r}" if key in self._fixed else f"has no {key}"
-                raise InputValueError(
-                    f"{type(self).__name__}.load_state_dict: the state dict's parameter group "
-                    f"sets {key}={value!r}, and {type(self).__name__} {has}: loading it would "
-                    "change what each update computes. Load it into the optimizer it comes "
-                    "from (the torch.optim class of that name, with that option). Nothing was "
-                    "loaded."
-                )
+        unimplemented = self._unimplemented(saved, self.defaults)
+        if unimplemented is not None:
+            key, value, has = unimplemented
+            raise InputValueError(
+                f"{type(self).__name__}.load_state_dict: the state dict's parameter group "
+                f"sets {key}={value!r}, and {type(self).__name__} {has}: loading it would "
+                "change what each update computes. Load it into the optimizer it comes "
+                "from (the torch.optim class of that name, with that option). Nothing was "
+                "loaded."
+            )
         own = {k: v for k, v in self._fixed.items() if k in self.defaults}
         missing = sorted(set(self.defaults) - set(saved) - set(own) - {IN_BACKWARD} - _HOW_KEYS)
         if missing:
@@ -362,7 +388,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             if key != "lr" and isinstance(value, torch.Tensor) and value.numel() == 1:
                 loaded[key] = value.item()  # a tensor lr stays one, as torch.optim keeps it
         try:
-            self._check_options(loaded, f"{type(self).__name__}.load_state_dict")
+            self._check_options(loaded, f"{type(self).__name__}.load_state_dict",
+                                self.defaults)
         except InputValueError as e:
             raise InputValueError(f"{e} The state dict's parameter group holds it: it is "
                                   "damaged. Nothing was loaded.") from None
