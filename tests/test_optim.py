@@ -733,6 +733,42 @@ def test_fused_steps_count_as_unfused_with_zero_grad_keeping_zeros(name: str) ->
     assert torch.equal(out[0][0], out[1][0])
 
 
+@pytest.mark.parametrize("name", ["Adam", "Adagrad"])
+def test_fused_tables_with_no_gradient_to_keep_count_no_step_as_unfused(name: str) -> None:
+    """A table that holds no gradient with fused=False (a fresh model and optimizer resumed
+    from state dicts, or after zero_grad(set_to_none=True)) counts no step for a backward that
+    does not reach it, whatever zero_grad(set_to_none=False) comes after: the step counts and
+    weights are fused=False's."""
+    x = torch.tensor([1, 2, 3, 2])
+    out = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(20, 4, bias=False, sparse=True)
+        opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+        for _ in range(2):
+            opt.zero_grad(set_to_none=False)
+            layer(x).sum().backward()
+            opt.step()
+        saved = (_copied(layer.state_dict()), _copied(opt.state_dict()))
+        opt.unbind()
+        resumed = LookupLinear(20, 4, bias=False, sparse=True)
+        resumed.load_state_dict(saved[0])
+        opt = getattr(optim, name)(resumed.parameters(), lr=0.1, fused=fused)
+        opt.load_state_dict(saved[1])
+        steps = []
+        for reached in (False, True, False, False, True):
+            opt.zero_grad(set_to_none=False)
+            if reached:
+                resumed(x).sum().backward()
+            opt.step()
+            steps.append(opt.state[resumed.weight]["step"])
+            if len(steps) == 3:
+                opt.zero_grad(set_to_none=True)  # no gradient held again
+        out.append((steps, resumed.weight.detach().clone()))
+    assert out[0][0] == out[1][0] == [2, 3, 4, 4, 5]
+    assert torch.equal(out[0][1], out[1][1])
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_adam_moments_paired_and_repaired(fused: bool) -> None:
     """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded

@@ -162,6 +162,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         self._fused_values: dict[int, dict[str, Any]] = {}
         self._fused_updated: set[int] = set()
         self._zeros_kept = False
+        #: the tables a fused update reached since the last ``zero_grad(set_to_none=True)``:
+        #: those whose gradient ``fused=False`` would hold now (kept as zeros by
+        #: ``zero_grad(set_to_none=False)``, and counted a step by ``step``)
+        self._grads_held: set[int] = set()
         try:
             super().__init__(params, {**defaults, IN_BACKWARD: bool(fused)})
         except Exception:  # a group refused: the groups before it are not left bound
@@ -218,6 +222,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         :class:`~lookuplinear.FusedAccumulationWarning`)."""
         self._backward_queue.reset()
         self._zeros_kept = not set_to_none
+        if set_to_none:
+            self._grads_held.clear()
         _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -460,7 +466,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._backward_queue = BackwardQueue(self)
-        self._fused_values, self._fused_updated = {}, set()
+        self._fused_values, self._fused_updated, self._grads_held = {}, set(), set()
         self.__dict__.setdefault("_zeros_kept", False)
         for group in self.param_groups:  # copied or unpickled: bind the tables again
             if IN_BACKWARD not in group:
@@ -578,6 +584,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                         v = group.get(k)  # a tensor (an lr a scheduler fill_s) copied
                         used[k] = v.detach().clone() if isinstance(v, torch.Tensor) else v
             self._fused_updated.add(id(p))
+            self._grads_held.add(id(p))
             state = self.state[p]
             if not state:
                 self._init_state(p, state, group)
@@ -702,7 +709,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         driving this step is refused (the tables took the scaled gradient), a group value
         changed since that update (an lr set between ``backward()`` and ``step()``) warns, and
         after ``zero_grad(set_to_none=False)`` each table with a state that no backward reached
-        counts a step, as its kept zero gradient counts one with ``fused=False``."""
+        since it was updated in one counts a step, as its kept zero gradient counts one with
+        ``fused=False`` (a table no backward reached since ``zero_grad(set_to_none=True)``, or
+        since the optimizer was built, has no gradient to keep there, and counts none)."""
         if "grad_scale" in self.__dict__ or "found_inf" in self.__dict__:
             self._refuse_grad_scaler()
         if self._fused_values:
@@ -737,7 +746,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     continue
                 for p in group["params"]:
                     kept = self.state.get(p)
-                    if kept and id(p) not in self._fused_updated and p.grad is None:
+                    if kept and id(p) in self._grads_held and id(p) not in self._fused_updated \
+                            and p.grad is None:
                         kept["step"] += 1  # a kept zero gradient's step (fused=False)
         self._fused_updated.clear()
         return loss
