@@ -1700,6 +1700,27 @@ def test_a_second_fused_optimizer_is_refused_and_the_first_stays_bound() -> None
     assert layer.weight.grad is None
 
 
+def test_a_table_listed_twice_in_a_fused_group_is_refused() -> None:
+    """torch.optim and fused=False step a table listed twice in a group twice; the fused update
+    in the backward applies its gradient once: refused (constructor and add_param_group),
+    nothing bound; fused=False keeps stepping it twice, as torch.optim."""
+    layer = LookupLinear(V, D, bias=False, sparse=True)
+    other = LookupLinear(V, D, bias=False, sparse=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch.optim's warning on duplicates
+        with pytest.raises(InputValueError, match=r"table of shape \(40, 6\) more than once"):
+            optim.Adagrad([{"params": [other.weight]},
+                           {"params": [layer.weight, layer.weight]}], lr=0.1, fused=True)
+        opt = optim.Adagrad([other.weight], lr=0.1, fused=True)  # other was left unbound
+        with pytest.raises(InputValueError, match="List each table once"):
+            opt.add_param_group({"params": [layer.weight, layer.weight]})
+        assert len(opt.param_groups) == 1
+        unfused = optim.Adagrad([layer.weight, layer.weight], lr=0.1)  # the table is unbound
+    layer(torch.tensor([1])).sum().backward()
+    unfused.step()
+    assert unfused.state[layer.weight]["step"] == 2
+
+
 # ---------------------------------------------------------------- state dicts with torch.optim
 
 TWINS: dict[str, dict[str, Any]] = {

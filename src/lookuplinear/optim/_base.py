@@ -144,7 +144,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     with the summed gradient. Other parameters are stepped as usual. A table has one such
     optimizer at a time: another is refused while this one lives, until :meth:`unbind`, and
     so is a ``fused=False`` one (whose ``step`` would never see the table's gradients). The
-    flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`).
+    flag is kept in each group as ``"in_backward"`` (:data:`IN_BACKWARD`). A table listed twice
+    in a group (which ``torch.optim`` and ``fused=False`` step twice) is refused.
     """
 
     _kernel = ""
@@ -184,7 +185,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             a negative or NaN ``lr``, say), the group sets an option this class does not
             implement (``maximize=True``, Adam's ``amsgrad=True``: :attr:`_fixed`), or, with
             ``fused=True``, a table of the group is bound to another live ``fused=True``
-            optimizer. The group is not added and nothing is bound.
+            optimizer or is listed twice in it. The group is not added and nothing is bound.
         """
         if isinstance(param_group, dict):  # torch.optim names any other type
             self._check_options(param_group, f"{type(self).__name__}.add_param_group",
@@ -475,7 +476,19 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _bind(self, group: dict[str, Any]) -> None:
         if group.get(IN_BACKWARD):
-            _fusion.bind([p for p in group["params"] if p.dim() >= 2], self)
+            tables = [p for p in group["params"] if p.dim() >= 2]
+            seen: set[int] = set()
+            for p in tables:
+                if id(p) in seen:
+                    raise InputValueError(
+                        f"{type(self).__name__}(fused=True): a parameter group lists a table "
+                        f"of shape {tuple(p.shape)} more than once; its update in the backward "
+                        "applies each gradient once, where torch.optim and fused=False step it "
+                        "once per listing. List each table once (torch.optim warns that "
+                        "duplicates will be refused). Nothing was bound."
+                    )
+                seen.add(id(p))
+            _fusion.bind(tables, self)
         else:
             _fusion.unbind(group["params"], self)
             _fusion.check_free(group["params"], self)
