@@ -2142,6 +2142,43 @@ def test_elementwise_optimizers_keep_state_in_the_parameters_dtype(name: str) ->
             if isinstance(v, torch.Tensor)} == {torch.float16}
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_state_follows_a_model_converted_after_a_step(name: str, dtype: torch.dtype,
+                                                      fused: bool) -> None:
+    """A model converted after a step (``model.double()``, ``.bfloat16()``) trains on, as with
+    torch.optim: its state is converted to the dtype the class keeps for the new one (float32
+    for RowWiseAdagrad's bfloat16 sums), and it steps as an optimizer that loaded the state
+    dict into the converted model (whose load casts the state so) steps, to the bit."""
+    kw: dict[str, Any] = {"momentum": 0.9} if name == "SGD" else {}
+    x = torch.tensor([1, 2, 3, 2])
+    torch.manual_seed(0)
+    layer = Model(LookupLinear(V, D, bias=False, sparse=True))
+    opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused, **kw)
+    layer(Bags.from_lists([[1, 2], [3]])).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    saved = _copied(opt.state_dict())
+    layer.to(dtype)
+    twin = Model(LookupLinear(V, D, bias=False, sparse=True, dtype=dtype)).to(dtype)
+    twin.load_state_dict(layer.state_dict())
+    resumed = getattr(optim, name)(twin.parameters(), lr=0.1, fused=fused, **kw)
+    resumed.load_state_dict(saved)
+    for model, o in ((layer, opt), (twin, resumed)):
+        for _ in range(2):
+            model(Bags.from_lists([x.tolist(), [5]])).float().sum().backward()
+            o.step()
+            o.zero_grad()
+    for p, q in zip(layer.parameters(), twin.parameters(), strict=True):
+        assert p.dtype == dtype and torch.equal(p, q)
+        ours, theirs = opt.state[p], resumed.state[q]
+        assert ours.keys() == theirs.keys() and ours["step"] == theirs["step"] == 3
+        for key in ours.keys() - {"step"}:
+            assert ours[key].dtype == theirs[key].dtype == opt._state_dtype(p, key)
+            assert torch.equal(ours[key], theirs[key])
+
+
 @pytest.mark.parametrize("how", ["constructor", "group"])
 @pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
 def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:

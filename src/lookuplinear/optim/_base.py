@@ -530,10 +530,26 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         state: dict[str, Any] = self.state[p]
         if not state:
             self._init_state(p, state, group)
+        else:
+            self._state_in_dtype(p, state)
         rows = RESETS.take(p)
         if rows is not None:
             self._fresh_rows(p, state, rows, group)
         return state
+
+    def _state_in_dtype(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        """``p``'s started ``state`` in the dtypes this class allocates for ``p`` now
+        (:meth:`_state_dtype`): a state tensor made before ``p`` changed dtype (a
+        ``model.double()`` or ``.half()`` after a step) is converted, as ``torch.optim``'s
+        ``load_state_dict`` casts a state to its parameter's dtype, and placed as loaded state
+        is (:func:`lookuplinear.hugepages.place`). A table in a file keeps its dtype (the layer
+        refuses a conversion), so its state stays in its files."""
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dtype != p.dtype \
+                    and value.is_floating_point():
+                dtype = self._state_dtype(p, key)
+                if value.dtype != dtype:  # an existing key: the dict keeps its size
+                    state[key] = hugepages.place(value.to(dtype))
 
     def _fresh_rows(self, p: torch.Tensor, state: dict[str, Any], rows: torch.Tensor,
                     group: dict[str, Any]) -> None:
@@ -601,6 +617,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             state = self.state[p]
             if not state:
                 self._init_state(p, state, group)
+            else:
+                self._state_in_dtype(p, state)
             bound.append(p)
             if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
                     and p.is_contiguous():
