@@ -251,6 +251,17 @@ def test_a_damaged_meta_json_is_a_model_file_error_naming_the_field(
         LookupLinear.open(tmp_path / "t")
 
 
+@pytest.mark.parametrize("seed", [2**64, 2**70], ids=["2**64", "2**70"])
+def test_a_seed_of_2_pow_64_or_more_is_refused_before_anything_is_written(
+        tmp_path: Path, seed: int) -> None:
+    with pytest.raises(InputValueError, match=r"seed must be an integer in \[0, 2\*\*64\), got"):
+        LookupLinear(100, 4, storage=tmp_path / "t", seed=seed)
+    assert list(tmp_path.iterdir()) == []
+    top = LookupLinear(100, 4, storage=tmp_path / "t", seed=2**64 - 1)
+    top(torch.arange(10))
+    assert LookupLinear.open(tmp_path / "t").storage.meta["seed"] == 2**64 - 1
+
+
 def test_a_collection_table_in_a_file_trains_as_in_memory(tmp_path: Path) -> None:
     from lookuplinear import Checkpoint, KeyedBags, LookupCollection, TableConfig
 

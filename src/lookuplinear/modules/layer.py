@@ -85,8 +85,9 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         only; the input must name rows (index, bags or sparse input, not dense rows). Reopen it
         with :meth:`open`.
     seed : int, optional
-        The seed of a ``storage`` table's rows; by default drawn from PyTorch's generator (so
-        ``torch.manual_seed`` fixes it, as it fixes an in-memory table).
+        The seed of a ``storage`` table's rows, an integer in ``[0, 2**64)``; by default drawn
+        from PyTorch's generator (so ``torch.manual_seed`` fixes it, as it fixes an in-memory
+        table).
 
     Attributes
     ----------

@@ -89,6 +89,9 @@ _DTYPES = {
 #: Linux's MAP_NORESERVE (Python's mmap module names it only from 3.13 on)
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+#: a table's seed is a uint64 (the generator's word): [0, _SEED_END)
+_SEED_END = 2**64
+_SEED_RANGE = "an integer in [0, 2**64)"
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -250,6 +253,11 @@ class TableStorage:
         # plain ints for the JSON file (a numpy integer would fail there, half created)
         rows, dim = as_size(rows, "rows", where="storage="), as_size(dim, "dim", where="storage=")
         seed = as_size(seed, "seed", low=0, where="storage=")
+        if seed >= _SEED_END:  # meta.json would hold a seed no draw (nor a reopen) takes
+            raise InputValueError(
+                f"storage=: seed must be {_SEED_RANGE}, got {seed}. Pass a seed below 2**64 "
+                "(seed % 2**64, for one)."
+            )
         name = next((k for k, v in _DTYPES.items() if v == dtype), None)
         if name is None:
             raise InputTypeError(
@@ -573,8 +581,7 @@ def _checked_meta(file: Path, meta: dict[str, Any]) -> dict[str, Any]:
         "dim": (whole(meta.get("dim")) and meta["dim"] > 0, "a positive integer"),
         "dtype": (meta.get("dtype") in _DTYPES, f"one of {', '.join(_DTYPES)}"),
         "init": (meta.get("init") in ("normal", "linear"), "'normal' or 'linear'"),
-        "seed": (whole(meta.get("seed")) and 0 <= meta["seed"] < 2**64,
-                 "an integer in [0, 2**64)"),
+        "seed": (whole(meta.get("seed")) and 0 <= meta["seed"] < _SEED_END, _SEED_RANGE),
         "bias": (isinstance(meta.get("bias"), bool), "true or false"),
         "sparse": (isinstance(meta.get("sparse"), bool), "true or false"),
         "include_last_offset": (isinstance(meta.get("include_last_offset"), bool),
