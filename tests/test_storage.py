@@ -86,6 +86,43 @@ def test_trains_as_the_in_memory_table(tmp_path: Path, name: str, fused: bool, m
     assert state_files  # the optimizer's row state lives beside the table
 
 
+@pytest.mark.parametrize(("name", "files"), [
+    ("adam", {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
+    ("adagrad", {"sum": "sum"}),
+    ("sgd-momentum", {"momentum_buffer": "momentum_buffer"}),
+    ("rowwise-adagrad", {"sum": "rowwise_sum"}),
+])
+def test_a_loaded_optimizer_state_lives_in_the_state_files(
+        tmp_path: Path, name: str, files: dict[str, str]) -> None:
+    import numpy as np
+
+    a = LookupLinear(200, 6, sparse=True, storage=tmp_path / "a", seed=3)
+    b = LookupLinear(200, 6, sparse=True, storage=tmp_path / "b", seed=3)
+    opt_a = OPTIMIZERS[name](a.parameters(), False)
+    batches = _batches(8, 200, 4)
+    for bags in batches[:2]:
+        opt_a.zero_grad()
+        a(bags).square().sum().backward()
+        opt_a.step()
+    b.load_state_dict(a.state_dict())
+    opt_b = OPTIMIZERS[name](b.parameters(), False)
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))  # a saved one: nothing shared
+    state = opt_b.state[b.weight]
+    for key, file in files.items():
+        kept, loaded = state[key], opt_a.state[a.weight][key]
+        assert torch.equal(kept, loaded)
+        kept.add_(1)  # written through to the file: the state is the file's memory
+        on_disk = np.fromfile(tmp_path / "b" / f"state-{file}.bin", dtype=np.float32)
+        assert torch.equal(torch.from_numpy(on_disk).view(kept.shape), kept)
+        kept.copy_(loaded)
+    for bags in batches[2:]:  # and trains on as the source
+        for model, opt in ((a, opt_a), (b, opt_b)):
+            opt.zero_grad()
+            model(bags).square().sum().backward()
+            opt.step()
+    assert torch.equal(a.weight, b.weight)
+
+
 @pytest.mark.parametrize("form", ["index", "offsets", "bags", "scipy", "torch-csr"])
 def test_every_input_form_draws_its_rows(tmp_path: Path, form: str) -> None:
     layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0)

@@ -236,8 +236,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         not bindings. A tensor ``lr`` stays a tensor, as ``torch.optim`` keeps it (and is
         stepped as one). A ``step`` held as a tensor (``torch.optim``'s) becomes an ``int``;
         ``torch.optim.SGD``'s state, which counts no steps, resumes as after a first step.
-        Large CPU state tensors are placed as the state this optimizer allocates
-        (:func:`lookuplinear.hugepages.place`).
+        State tensors are placed as the state this optimizer allocates: a table in a file's in
+        its ``state-<name>.bin`` files beside it (:class:`lookuplinear.TableStorage`), other
+        large CPU ones by :func:`lookuplinear.hugepages.place`.
 
         Raises
         ------
@@ -450,7 +451,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """One parameter's loaded state in this class's terms: an ``int`` step, no ``None``
         entries, dense tensors (``torch.optim.SGD`` keeps a sparse table's momentum buffer
         sparse: the same values, which the row update reads and writes in place), large CPU
-        tensors placed as allocated ones."""
+        tensors placed as allocated ones (a table in a file's in its state files)."""
         for key in [k for k, v in state.items() if v is None]:
             del state[key]
         step = state.get("step")
@@ -462,7 +463,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             if isinstance(value, torch.Tensor):
                 if value.layout != torch.strided:
                     value = value.to_dense()
-                state[key] = hugepages.place(value)
+                # a table in a file keeps it in its state file, as an allocated state
+                kept = state_tensor(p, self._state_file(key), tuple(value.shape),
+                                    dtype=value.dtype)
+                state[key] = hugepages.place(value) if kept is None else kept.copy_(value)
+
+    def _state_file(self, key: str) -> str:
+        """The name a table in a file keeps state ``key`` under (``state-<name>.bin``, the
+        ``name`` :func:`zeros_like` is given)."""
+        return key
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

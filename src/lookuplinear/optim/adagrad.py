@@ -201,10 +201,15 @@ class RowWiseAdagrad(RowSparseOptimizer):
         n_rows = p.shape[0] if p.dim() > 1 else 1
         dtype = self._state_dtype(p, "sum")
         # a table in a file: a file beside it
-        sums = state_tensor(p, "rowwise_sum", (n_rows,), dtype=dtype)
+        sums = state_tensor(p, self._state_file("sum"), (n_rows,), dtype=dtype)
         if sums is None:
             sums = torch.zeros(n_rows, dtype=dtype, device=p.device)
         state["sum"] = sums
+
+    def _state_file(self, key: str) -> str:
+        """``rowwise_sum`` for ``sum``: not Adagrad's ``sum`` file, whose shape is the
+        table's."""
+        return "rowwise_sum" if key == "sum" else key
 
     def _state_dtype(self, p: torch.Tensor, key: str) -> torch.dtype:
         """float32 for a float16/bfloat16 parameter's ``sum`` (FBGEMM's), else ``p``'s dtype."""
