@@ -17,7 +17,8 @@ Everything else is declared in ``pyproject.toml``. Two optional extensions:
 
 Where no compiler is found the install goes on without them and lookuplinear runs the same
 computations with torch ops (docs/performance.md, "Kernels", for what the C kernels buy). Set
-``LOOKUPLINEAR_NO_C=1`` at install time to skip both builds on purpose.
+``LOOKUPLINEAR_NO_C=1`` (or ``true``, ``yes``, ``on``, in any case) at install time to skip both
+builds on purpose; ``0``, ``false``, ``no``, ``off`` or empty build them, another value is refused.
 """
 
 import copy
@@ -327,8 +328,26 @@ def raise_crashes(library: str) -> str | None:
     return f"a process that made one raise ended with exit status {done.returncode}: {last}"
 
 
+#: the words that turn LOOKUPLINEAR_NO_C on, and off, in any case: lookuplinear/_env.py's ON and
+#: OFF (the build cannot import the package; tests/test_kernels.py holds the two to each other)
+ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def no_c() -> bool:
+    """Whether ``LOOKUPLINEAR_NO_C`` asks for an install without the compiled parts (unset or
+    empty: no), read as the package reads it."""
+    value = os.environ.get("LOOKUPLINEAR_NO_C") or "0"
+    if value.lower() not in ON + OFF:
+        raise RuntimeError(
+            f"LOOKUPLINEAR_NO_C must be one of {', '.join(ON + OFF)} (any case), got {value!r}. "
+            f"{'/'.join(ON)} skip the C kernels and C++ operators, {'/'.join(OFF)} build them; "
+            "unset or empty, they are built."
+        )
+    return value.lower() in ON
+
+
 def extensions() -> list[Extension]:
-    if os.name != "posix" or os.environ.get("LOOKUPLINEAR_NO_C"):
+    if os.name != "posix" or no_c():
         return []
     # the operators first: a build of one extension at a time compiles their C++ while the C
     # objects both share compile beside it (BuildKernels.shared)

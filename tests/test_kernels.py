@@ -48,7 +48,7 @@ def test_built_where_a_compiler_is() -> None:
     """``pip install`` builds the extension wherever it finds the C compiler Python was built
     with; a failed build would otherwise pass unnoticed behind the torch-op fallback."""
     if NO_C:
-        pytest.skip("LOOKUPLINEAR_NO_C is set: the process runs as an install without a compiler")
+        pytest.skip("LOOKUPLINEAR_NO_C is on: the process runs as an install without a compiler")
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         pytest.skip(f"no C compiler {cc!r}: the install runs torch ops")
@@ -396,6 +396,47 @@ def test_the_environment_picks_the_backend() -> None:
     assert _backend_in_a_process("auto").stdout.strip() == want
     bad = _backend_in_a_process("numba")
     assert bad.returncode != 0 and "must be one of auto, c, torch" in bad.stderr
+
+
+@pytest.mark.parametrize(("value", "on"), [
+    ("", None), ("1", True), ("TRUE", True), ("yes", True), ("On", True),
+    ("0", False), ("false", False), ("NO", False), ("Off", False),
+    ("2", "refused"), ("disabled", "refused"), (" 1", "refused"),
+])
+def test_an_on_off_variable_is_read_strictly_and_as_setup_py_reads_it(
+        monkeypatch: pytest.MonkeyPatch, value: str, on: bool | str | None) -> None:
+    from benchmark_scripts import setup_py
+
+    from lookuplinear._env import flag
+
+    no_c = setup_py(monkeypatch)["no_c"]
+    monkeypatch.setenv("LOOKUPLINEAR_NO_C", value)
+    if on == "refused":
+        with pytest.raises(InputValueError, match=rf"LOOKUPLINEAR_NO_C must be one of 1, true, "
+                                                  rf"yes, on, 0, false, no, off \(any case\), "
+                                                  rf"got '{value}'"):
+            flag("LOOKUPLINEAR_NO_C", default=False)
+        with pytest.raises(RuntimeError, match=f"LOOKUPLINEAR_NO_C must be one of .*'{value}'"):
+            no_c()
+        return
+    assert flag("LOOKUPLINEAR_NO_C", default=False) is bool(on)
+    assert flag("LOOKUPLINEAR_NO_C", default=True) is (True if on is None else on)
+    assert no_c() is bool(on)
+
+
+def test_the_on_off_variables_are_read_when_a_process_starts() -> None:
+    code = ("from lookuplinear import hugepages; from lookuplinear.ops import _clib; "
+            "print(_clib.NO_C, hugepages.enabled())")
+
+    def started(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                              capture_output=True, text=True)
+
+    assert started(LOOKUPLINEAR_NO_C="0", LOOKUPLINEAR_HUGEPAGES="OFF").stdout.split() == [
+        "False", "False"]
+    bad = started(LOOKUPLINEAR_HUGEPAGES="2")
+    assert bad.returncode != 0
+    assert "LOOKUPLINEAR_HUGEPAGES must be one of 1, true, yes, on, 0, false, no, off" in bad.stderr
 
 
 def test_use_backend_restores_and_refuses_unknown_names() -> None:

@@ -14,7 +14,9 @@ state), which :func:`place` copies into such memory once. It is a hint: on other
 other devices, for small tensors, or when the kernel says no, it is ordinary memory. Shared
 memory (``share_memory_()``) is left where it is.
 
-Turn it off with ``LOOKUPLINEAR_HUGEPAGES=0`` in the environment or :func:`set_enabled`.
+Turn it off with ``LOOKUPLINEAR_HUGEPAGES=0`` (or ``false``, ``no``, ``off``, in any case; ``1``,
+``true``, ``yes``, ``on`` or empty leave it on, and another value is refused when lookuplinear
+is imported) in the environment, or with :func:`set_enabled`.
 PyTorch's own CPU allocator does the same for every large tensor when ``THP_MEM_ALLOC_ENABLE=1``
 is set; benchmarks that compare with other libraries set it for both sides.
 """
@@ -24,11 +26,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
 import sys
 from typing import Any
 
 import torch
+
+from ._env import flag
 
 __all__ = ["MIN_BYTES", "empty", "enabled", "place", "set_enabled"]
 
@@ -36,7 +39,7 @@ __all__ = ["MIN_BYTES", "empty", "enabled", "place", "set_enabled"]
 MIN_BYTES = 8 << 20
 _HUGE = 2 << 20
 _MADV_HUGEPAGE = 14
-_enabled = os.environ.get("LOOKUPLINEAR_HUGEPAGES", "1") not in ("0", "false", "no", "off")
+_enabled = flag("LOOKUPLINEAR_HUGEPAGES", default=True)
 
 
 def enabled() -> bool:

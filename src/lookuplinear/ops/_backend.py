@@ -15,14 +15,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
 
-from ..errors import InputValueError
+from .._env import choice, one_of
 from . import _clib
 from ._clib import load, problem
 
@@ -32,19 +31,17 @@ __all__ = ["BACKENDS", "backend", "c_available", "capturing", "torch_only", "tra
 BACKENDS = ("auto", "c", "torch")
 
 
+_ADVICE = ("Use 'auto' (C where built, torch ops elsewhere) unless you are comparing or "
+           "debugging the kernels.")
+
+
 def _checked(name: str, where: str) -> str:
-    if name not in BACKENDS:
-        raise InputValueError(
-            f"{where} must be one of {', '.join(BACKENDS)}, got {name!r}. Use 'auto' (C where "
-            "built, torch ops elsewhere) unless you are comparing or debugging the kernels."
-        )
-    return name
+    return one_of(name, BACKENDS, where, _ADVICE)
 
 
 #: the backend asked for: the environment's at start, :func:`use_backend`'s inside its block
 #: (a context variable: a block in one thread or task leaves the others' choice as it is)
-_DEFAULT: str = _checked(os.environ.get("LOOKUPLINEAR_BACKEND", "auto") or "auto",
-                        "LOOKUPLINEAR_BACKEND")
+_DEFAULT: str = choice("LOOKUPLINEAR_BACKEND", BACKENDS, "auto", _ADVICE)
 _chosen: ContextVar[str] = ContextVar("lookuplinear_backend", default=_DEFAULT)
 
 

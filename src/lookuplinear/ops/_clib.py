@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .._env import flag
 
 __all__ = ["ENTRIES", "NO_C", "SCALARS", "SUFFIXES", "VERSION", "Entry", "function", "load",
            "problem", "ptr", "scalars", "suffix"]
@@ -103,14 +104,15 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
 ]}
 
 
-#: ``LOOKUPLINEAR_NO_C`` set when the process starts: it runs as an install without a compiler
-#: (neither the C kernels nor the C++ operators are loaded)
-NO_C = bool(os.environ.get("LOOKUPLINEAR_NO_C"))
+#: ``LOOKUPLINEAR_NO_C`` on when the process starts (``1``, ``true``, ``yes``, ``on``; ``0``,
+#: ``false``, ``no``, ``off`` or empty: off; another value is refused): it runs as an install
+#: without a compiler (neither the C kernels nor the C++ operators are loaded)
+NO_C = flag("LOOKUPLINEAR_NO_C", default=False)
 
 
 def _open() -> tuple[Any, str | None]:
     """The library and None, or None and why it is not used (None too: it was not built, or
-    ``LOOKUPLINEAR_NO_C`` is set: the process runs as an install without a compiler)."""
+    ``LOOKUPLINEAR_NO_C`` is on: the process runs as an install without a compiler)."""
     if NO_C:
         return None, None
     try:

@@ -27,7 +27,7 @@ import warnings
 
 import torch
 
-from ..errors import InputValueError
+from .._env import choice
 from . import _clib
 
 __all__ = ["CHOICES", "LOADED", "PROBLEM", "library_path", "torch_version"]
@@ -60,7 +60,7 @@ def _load() -> tuple[bool, str | None]:
     """Load the extension where it is built for this torch: ``(True, None)``, or ``(False,
     why)``."""
     if _clib.NO_C:
-        return False, "LOOKUPLINEAR_NO_C is set (the process runs as an install without a compiler)"
+        return False, "LOOKUPLINEAR_NO_C is on (the process runs as an install without a compiler)"
     path = library_path()
     if path is None:
         try:  # the install's build left it out, saying why
@@ -82,13 +82,9 @@ def _load() -> tuple[bool, str | None]:
 
 
 def _choice() -> str:
-    chosen = os.environ.get("LOOKUPLINEAR_OPS", "auto") or "auto"
-    if chosen not in CHOICES:
-        raise InputValueError(
-            f"LOOKUPLINEAR_OPS must be one of {', '.join(CHOICES)}, got {chosen!r}. Use 'auto' "
-            "(the C++ operators where they are built for this torch) unless you are comparing "
-            "or debugging the two registrations.")
-    return chosen
+    return choice("LOOKUPLINEAR_OPS", CHOICES, "auto",
+                  "Use 'auto' (the C++ operators where they are built for this torch) unless you "
+                  "are comparing or debugging the two registrations.")
 
 
 def _decide() -> tuple[bool, str | None]:
