@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -261,8 +262,9 @@ def test_the_operators_never_drop_a_forward_mode_tangent(op: str, grad: bool) ->
 
 
 def test_the_huge_page_policy_follows_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table allocated, moved, loaded with ``assign=True`` or unpickled goes through the same
-    policy; ``set_enabled(False)`` turns it off; values never change."""
+    """A table allocated, moved or unpickled goes through the same policy (one loaded with
+    ``assign=True`` is adopted as given); ``set_enabled(False)`` turns it off; values never
+    change."""
     import pickle
 
     from lookuplinear import hugepages
@@ -277,12 +279,28 @@ def test_the_huge_page_policy_follows_the_table(monkeypatch: pytest.MonkeyPatch)
     other = LookupLinear(big, 8, bias=False, dtype=torch.float64)
     calls.clear()
     other.load_state_dict(layer.state_dict(), assign=True)
-    assert len(calls) == 1 and torch.equal(other.weight, layer.weight)
+    assert not calls and other.weight.data_ptr() == layer.weight.data_ptr()
     back = pickle.loads(pickle.dumps(layer))
-    assert len(calls) == 2 and torch.equal(back.weight, layer.weight)
+    assert len(calls) == 1 and torch.equal(back.weight, layer.weight)
     hugepages.set_enabled(False)
     try:
         LookupLinear(big, 8, bias=False).double()
     finally:
         hugepages.set_enabled(True)
-    assert len(calls) == 2
+    assert len(calls) == 1
+
+
+def test_an_assigned_mmap_table_stays_in_its_file(tmp_path: Path) -> None:
+    """The meta device + ``torch.load(mmap=True)`` + ``assign=True`` idiom: the layer adopts
+    the file-backed table as ``nn.Embedding`` does, and a move to where it is keeps it."""
+    from lookuplinear import hugepages
+
+    rows = hugepages.MIN_BYTES // 4 // 8 + 1
+    torch.save({"weight": torch.randn(rows, 8)}, tmp_path / "t.pt")
+    sd = torch.load(tmp_path / "t.pt", mmap=True)
+    with torch.device("meta"):
+        stock, layer = nn.Embedding(rows, 8), LookupLinear(rows, 8, bias=False)
+    for m in (stock, layer):
+        m.load_state_dict(sd, assign=True)
+    assert layer.weight.data_ptr() == stock.weight.data_ptr() == sd["weight"].data_ptr()
+    assert layer.to("cpu").weight.data_ptr() == sd["weight"].data_ptr()

@@ -9,10 +9,11 @@ come before the memory is first written.
 The policy, the same for a table and its optimizer state: a CPU tensor of at least
 :data:`MIN_BYTES` that lookuplinear allocates (:func:`empty`: a ``LookupLinear`` table, the
 state of :mod:`lookuplinear.optim`) asks for huge pages, and so does a table that arrives from
-elsewhere (``.to()``, ``load_state_dict(..., assign=True)``, unpickling, a loaded optimizer
-state), which :func:`place` copies into such memory once. It is a hint: on other systems,
-other devices, for small tensors, or when the kernel says no, it is ordinary memory. Shared
-memory (``share_memory_()``) is left where it is.
+elsewhere (``.to()``, unpickling, a loaded optimizer state), which :func:`place` copies into
+such memory once. It is a hint: on other systems, other devices, for small tensors, or when the
+kernel says no, it is ordinary memory. Shared memory (``share_memory_()``) is left where it is,
+and so is a table given with ``load_state_dict(..., assign=True)``, which the layer adopts as
+PyTorch's modules do (a ``torch.load(..., mmap=True)`` table stays in its file).
 
 Turn it off with ``LOOKUPLINEAR_HUGEPAGES=0`` (or ``false``, ``no``, ``off``, in any case; ``1``,
 ``true``, ``yes``, ``on`` or empty leave it on, and another value is refused when lookuplinear

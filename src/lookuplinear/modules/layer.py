@@ -150,7 +150,7 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         # huge pages (lookuplinear.hugepages): fewer TLB misses when rows are read scattered
         self.weight = nn.Parameter(hugepages.empty(in_features, out_features, **factory))
         self._placed = self.weight.data_ptr()  # the table memory the policy has seen
-        self.register_load_state_dict_post_hook(_place_after_load)
+        self.register_load_state_dict_post_hook(_adopt_after_load)
         self.bias: nn.Parameter | None
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features, **factory))
@@ -280,8 +280,8 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
         )
 
     def _place_table(self) -> None:
-        """Apply the huge-page policy to a table that arrived from elsewhere (moved, loaded with
-        ``assign=True``, unpickled): one copy into huge-page memory (:func:`hugepages.place`)."""
+        """Apply the huge-page policy to a table that arrived from elsewhere (moved, unpickled):
+        one copy into huge-page memory (:func:`hugepages.place`)."""
         w = self._parameters.get("weight")
         if w is None or w.data_ptr() == getattr(self, "_placed", None):
             return
@@ -391,7 +391,11 @@ class LookupLinear(AllOrNothingLoad, LayerConversions, nn.Module):
             self.storage.mark_written()
 
 
-def _place_after_load(module: nn.Module, incompatible_keys: Any) -> None:
-    """``load_state_dict`` post-hook: an ``assign=True`` load brings a new table."""
-    if isinstance(module, LookupLinear):
-        module._place_table()
+def _adopt_after_load(module: nn.Module, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook: an ``assign=True`` load brings a new table, which the layer
+    adopts as given, as ``nn.Embedding`` does (a ``torch.load(..., mmap=True)`` tensor stays in
+    its file, not copied into memory), and which later moves (:meth:`LookupLinear._apply`) then
+    leave where it is."""
+    w = module._parameters.get("weight")
+    if isinstance(module, LookupLinear) and w is not None:
+        module._placed = w.data_ptr()
