@@ -87,7 +87,7 @@ def test_trains_as_the_in_memory_table(tmp_path: Path, name: str, fused: bool, m
 
 
 @pytest.mark.parametrize(("name", "files"), [
-    ("adam", {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
+    ("adam", {"exp_avg": "moments", "exp_avg_sq": "moments"}),
     ("adagrad", {"sum": "sum"}),
     ("sgd-momentum", {"momentum_buffer": "momentum_buffer"}),
     ("rowwise-adagrad", {"sum": "rowwise_sum"}),
@@ -112,9 +112,15 @@ def test_a_loaded_optimizer_state_lives_in_the_state_files(
         kept, loaded = state[key], opt_a.state[a.weight][key]
         assert torch.equal(kept, loaded)
         kept.add_(1)  # written through to the file: the state is the file's memory
-        on_disk = np.fromfile(tmp_path / "b" / f"state-{file}.bin", dtype=np.float32)
-        assert torch.equal(torch.from_numpy(on_disk).view(kept.shape), kept)
+        on_disk = torch.from_numpy(
+            np.fromfile(tmp_path / "b" / f"state-{file}.bin", dtype=np.float32))
+        if file == "moments":  # Adam's, paired: a row's m, then its v
+            on_disk = on_disk.view(200, 2, 6)[:, 0 if key == "exp_avg" else 1]
+        assert torch.equal(on_disk.reshape(kept.shape), kept)
         kept.copy_(loaded)
+    # no other state file: a state is not kept twice on the disk
+    assert {f.name for f in (tmp_path / "b").glob("state-*.bin")} == {
+        f"state-{file}.bin" for file in files.values()}
     for bags in batches[2:]:  # and trains on as the source
         for model, opt in ((a, opt_a), (b, opt_b)):
             opt.zero_grad()

@@ -33,6 +33,7 @@ __all__ = [
     "notify",
     "on_rows_updated",
     "provide_state",
+    "provides_state",
     "state_tensor",
 ]
 
@@ -110,6 +111,12 @@ def provide_state(param: torch.Tensor, allocator: StateAllocator) -> None:
     """Make ``allocator`` the maker of every optimizer state tensor of table ``param``, for as
     long as ``param`` lives."""
     _ALLOCATORS[param] = allocator
+
+
+def provides_state(param: torch.Tensor) -> bool:
+    """Whether table ``param`` (or the table it is a view of) provides its optimizer state
+    (:func:`provide_state`)."""
+    return bool(_ALLOCATORS) and _base(param) in _ALLOCATORS
 
 
 def state_tensor(param: torch.Tensor, name: str, shape: tuple[int, ...],

@@ -9,7 +9,7 @@ import torch
 from torch.optim.adam import adam as adam_functional
 
 from .. import hugepages
-from ..ops._hooks import state_tensor
+from ..ops._hooks import provides_state, state_tensor
 from ._base import Params, RowSparseOptimizer, step_tensors, zeros_like
 
 __all__ = ["Adam", "AdamW", "paired_moments"]
@@ -122,6 +122,21 @@ class Adam(RowSparseOptimizer):
 
     def _state_shapes(self, p: torch.Tensor) -> dict[str, tuple[int, ...]]:
         return {"exp_avg": tuple(p.shape), "exp_avg_sq": tuple(p.shape)}
+
+    def _loaded_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
+        """A table in a file's loaded moments go straight into its paired moments file
+        (``state-moments.bin``, where its first row-wise step would move them), not into a
+        file per moment left behind on the disk."""
+        m, v = state.get("exp_avg"), state.get("exp_avg_sq")
+        if not (_row_wise(p) and provides_state(p) and isinstance(m, torch.Tensor)
+                and isinstance(v, torch.Tensor) and m.shape == v.shape == p.shape):
+            super()._loaded_state(p, state)
+            return
+        del state["exp_avg"], state["exp_avg_sq"]
+        super()._loaded_state(p, state)
+        state["exp_avg"], state["exp_avg_sq"] = paired_moments(p)
+        state["exp_avg"].copy_(m.to_dense() if m.layout != torch.strided else m)
+        state["exp_avg_sq"].copy_(v.to_dense() if v.layout != torch.strided else v)
 
     def _prepare_state(self, p: torch.Tensor, state: dict[str, Any]) -> None:
         if _row_wise(p):
