@@ -126,19 +126,22 @@ class BatchedLookup:
         #: the outputs whose unweighted bags are averaged as ``nn.EmbeddingBag(mode="mean")``
         #: averages them, to the bit (:func:`~lookuplinear.modes.mean_of_sums`): a mean table
         #: without padding or ``"qr"`` hashing, where every table is float32 or every table
-        #: float64 (:meth:`_exact_for`). Their sums are looked up, then divided by the bag
-        #: sizes (:meth:`_means`), not folded: ``_unweighted_runs`` are the modes an unweighted
-        #: batch folds (those means summed). ``_exact_means``: None where no output is such a
-        #: mean
+        #: float64 (:meth:`_exact_for`). Their bags are summed by their group's lookup, whose
+        #: outputs are one bag a row, and the sums divided by the bag sizes (:meth:`_divided`),
+        #: not folded: ``_unweighted_runs`` are the modes an unweighted batch folds (those
+        #: means summed). Per group: None (no such mean), True (every feature's), or which
+        #: of its features' (a bool tensor)
         exact = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
                  for c in configs]
         self._exact = exact
-        self._exact_means = torch.tensor(exact) if any(exact) else None
+        self._any_exact = any(exact)
         self._unweighted_runs = _runs_of(
             ["sum" if e else m for e, m in zip(exact, modes, strict=True)])
-        #: each column's output
-        self._column_output = torch.repeat_interleave(
-            torch.arange(len(plan.dims)), torch.tensor(plan.dims, dtype=torch.int64))
+        self._group_exact: list[bool | torch.Tensor | None] = []
+        for group in plan.groups:
+            which = [exact[i] for i in group.positions]
+            self._group_exact.append(True if all(which) else torch.tensor(which)
+                                     if any(which) else None)
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
@@ -181,38 +184,38 @@ class BatchedLookup:
         if isinstance(whole, Bags) and runs and (sparse or dense):
             whole = self._folded(whole, n, table_groups, starts, runs)
         if whole is not None and dense:
-            out = self._dense(whole, n, table_groups, starts)
-        elif (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
+            return self._dense(whole, n, table_groups, starts, exact)
+        if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
-            out = self._written(whole, n, table_groups, tables, starts)
-        else:
-            out = self._per_group(kb, table_groups, sparse, tables, exact)
-        # a one-ID batch's means are its rows
-        return self._means(out, kb, n) if exact and not isinstance(whole, torch.Tensor) else out
+            return self._written(whole, n, table_groups, tables, starts, exact)
+        return self._per_group(kb, table_groups, sparse, tables, exact)
 
     def _exact_for(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor]) -> bool:
         """Whether the batch ``kb``'s means are its sums divided by the bag sizes
-        (:meth:`_means`): a batch without weights, some outputs such means, every table
+        (:meth:`_divided`): a batch without weights, some outputs such means, every table
         float32 or every table float64."""
-        if self._exact_means is None or kb.weights is not None:
+        if not self._any_exact or kb.weights is not None:
             return False
         dtype = table_groups[0].dtype
         return dtype in (torch.float32, torch.float64) and all(
             w.dtype == dtype for w in table_groups)
 
-    def _means(self, out: torch.Tensor, kb: KeyedBags, n: int) -> torch.Tensor:
-        """The ``(N, width)`` outputs ``out`` with the exact means' columns (their bags' sums)
-        divided by their bag sizes, as ``nn.EmbeddingBag(mode="mean")`` divides, to the bit,
-        forward and backward (:func:`~lookuplinear.modes.mean_of_sums`); the other columns
-        divided by 1, which leaves them and their gradient as they are."""
-        assert self._exact_means is not None
-        keys = kb.keys()
-        position = {k: i for i, k in enumerate(keys)}
-        lengths = kb.lengths().view(len(keys), n)[[position[k] for k in self.inputs]]
-        mask = self._exact_means.to(out.device)
-        sizes = torch.where(mask.unsqueeze(1), lengths, 1)  # (outputs, N)
-        columns = self._column_output.to(out.device)
-        return mean_of_sums(out, sizes.index_select(0, columns).t().to(out.dtype))
+    def _divided(self, sums: torch.Tensor, offsets: torch.Tensor, g: int, n: int
+                 ) -> torch.Tensor:
+        """Group ``g``'s lookup output ``sums`` (one bag a row, its features' ``n`` bags after
+        one another; ``offsets``: their CSR offsets) with its exact means' rows divided by
+        their bag sizes, as ``nn.EmbeddingBag(mode="mean")`` divides, to the bit, forward and
+        backward (:func:`~lookuplinear.modes.mean_of_sums`); other rows divided by 1, which
+        leaves them and their gradient as they are."""
+        which = self._group_exact[g]
+        if which is None:
+            return sums
+        sizes = offsets[1:] - offsets[:-1]
+        if which is not True:
+            assert isinstance(which, torch.Tensor)
+            sizes = torch.where(which.to(sizes.device).unsqueeze(1), sizes.view(-1, n),
+                                1).view(-1)
+        return mean_of_sums(sums, sizes.to(sums.dtype).unsqueeze(1))
 
     def _folded(self, whole: Bags, n: int, table_groups: Sequence[torch.Tensor],
                 starts: list[int] | None, runs: list[tuple[int, int, str]]) -> Bags | None:
@@ -250,13 +253,15 @@ class BatchedLookup:
         return Bags.from_checked(whole.indices, whole.offsets, folded)
 
     def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
-               starts: list[int] | None = None) -> torch.Tensor:
+               starts: list[int] | None = None, exact: bool = False) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) with dense gradients
         (``sparse=False``, no table in a file): each group's part of it looked up by one ATen
         call on the group's parameter (``F.embedding`` of a one-ID batch's rows,
         ``F.embedding_bag`` of bags: their gradients dense, as ``nn.EmbeddingBag``'s), put in
         feature order by the operator ``lookuplinear::in_feature_order``. The same lookups as
-        :meth:`_per_group`'s, without slicing the batch feature by feature."""
+        :meth:`_per_group`'s, without slicing the batch feature by feature. ``exact``: the
+        exact means' bags (summed) divided by their sizes (:meth:`_divided`); a group of such
+        means alone, unweighted, is ATen's own mean (``nn.EmbeddingBag``'s gradient too)."""
         outs: list[torch.Tensor] = []
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             for g, feats in self.groups:
@@ -268,9 +273,12 @@ class BatchedLookup:
             for (g, _), (indices, offsets, weights) in zip(
                     self.groups, self._split(whole, n, starts), strict=True):
                 param = table_groups[g]
-                outs.append(torch.nn.functional.embedding_bag(
-                    indices, param, offsets, mode="sum", include_last_offset=True,
-                    per_sample_weights=None if weights is None else weights.to(param.dtype)))
+                means = exact and self._group_exact[g] is True and weights is None
+                sums = torch.nn.functional.embedding_bag(
+                    indices, param, offsets, mode="mean" if means else "sum",
+                    include_last_offset=True,
+                    per_sample_weights=None if weights is None else weights.to(param.dtype))
+                outs.append(self._divided(sums, offsets, g, n) if exact and not means else sums)
             features = [len(feats) for _, feats in self.groups]
             segs = self._written_segs[False]
         dtype = functools.reduce(torch.promote_types, (out.dtype for out in outs))
@@ -282,9 +290,10 @@ class BatchedLookup:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
         order by one copy (the operator ``lookuplinear::in_feature_order``). ``exact``: the
-        exact means (:attr:`_exact_means`) are summed, for :meth:`_means` to divide."""
+        exact means' bags summed and divided by their sizes (:meth:`_divided`)."""
         places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
+        n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
         for g, feats in self.groups:
             if weights_need_grad or places[table_of[feats[0]]].config.mode == "max":
@@ -301,8 +310,8 @@ class BatchedLookup:
                         sparse=tables._sparse(cfg)), [f]))
                 continue
             bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact)
-            parts.append((lookup_linear(tables._drawn(g, bags), table_groups[g], None,
-                                        sparse=sparse), feats))
+            sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None, sparse=sparse)
+            parts.append((self._divided(sums, bags.offsets, g, n) if exact else sums, feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         out: torch.Tensor = _IN_FEATURE_ORDER(
             [out.to(dtype) for out, _ in parts], [len(feats) for _, feats in parts],
@@ -335,7 +344,8 @@ class BatchedLookup:
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
-                 tables: TableReader, starts: list[int] | None = None) -> torch.Tensor:
+                 tables: TableReader, starts: list[int] | None = None, exact: bool = False
+                 ) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
@@ -343,7 +353,8 @@ class BatchedLookup:
         lookup's); else each group's part of it (its rows, or its features' bags with their
         weights: the batch's, or the modes' folded) looked up by the operator
         ``lookuplinear::bag_lookup``, the outputs put in feature order by the operator
-        ``lookuplinear::in_feature_order`` (none needed for one group's rows)."""
+        ``lookuplinear::in_feature_order`` (none needed for one group's rows). ``exact``: the
+        exact means' bags (summed) divided by their sizes (:meth:`_divided`)."""
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             rows_of = []
             for g, feats in self.groups:
@@ -367,8 +378,9 @@ class BatchedLookup:
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets, weights))
                 indices, offsets = bags.indices, bags.offsets
-            outs.append(_BAG_LOOKUP(table_groups[g], indices, offsets, None if weights is None
-                                    else weights.to(table_groups[g].dtype)))
+            sums = _BAG_LOOKUP(table_groups[g], indices, offsets, None if weights is None
+                               else weights.to(table_groups[g].dtype))
+            outs.append(self._divided(sums, offsets, g, n) if exact else sums)
         out: torch.Tensor = _IN_FEATURE_ORDER(outs, self._features, self._written_segs[False])
         return out
 
