@@ -506,6 +506,27 @@ def test_early_stopping_keeps_the_best_epoch() -> None:
     assert clf.best_validation_score_ == clf.validation_scores_[0]
 
 
+@NOT_LEARNING
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_early_stopping_on_a_dataframe_scores_without_feature_name_warnings(cls: Any) -> None:
+    """The held-out rows are scored as the training rows were read (no second check of a
+    matrix without column names): a DataFrame fit warns nothing, as ``SGDClassifier``'s, and
+    each epoch's score is ``score`` of the held-out rows."""
+    pd = pytest.importorskip("pandas")
+    X, y = _data(n=100)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    est = cls(early_stopping=True, n_iter_no_change=1, tol=10.0, **{**FAST, "max_iter": 3})
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*feature names")
+        est.fit(frame, y)
+    from sklearn.model_selection import train_test_split
+
+    _, held = train_test_split(np.arange(len(y)), test_size=0.1, random_state=est._seed_,
+                               stratify=y if cls is LookupClassifier else None)
+    assert len(est.validation_scores_) == 2
+    assert est.best_validation_score_ == pytest.approx(est.score(frame.iloc[held], y[held]))
+
+
 @SHORT
 def test_class_weight_balanced_shifts_predictions() -> None:
     X, y = _data(n_classes=2)

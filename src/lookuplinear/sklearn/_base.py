@@ -287,6 +287,14 @@ class LookupEstimator(BaseEstimator):
         """Encoded held-out targets as ``score`` takes them."""
         raise NotImplementedError
 
+    def _predictions(self, out: np.ndarray) -> np.ndarray:
+        """``predict``'s answer from the model's outputs ``out`` (``_raw_output``)."""
+        raise NotImplementedError
+
+    def _score_predictions(self, y: Any, pred: np.ndarray, sample_weight: Any) -> float:
+        """``score``'s metric of ``predict``'s answer ``pred`` against ``y``."""
+        raise NotImplementedError
+
     def _targets(self, y: np.ndarray) -> torch.Tensor:
         """The loss's target tensor of encoded ``y``."""
         raise NotImplementedError
@@ -526,7 +534,9 @@ class LookupEstimator(BaseEstimator):
             self.n_iter_ += 1
             if validation is None:
                 return False
-            score = float(self.score(*validation))
+            held_x, held_y, held_w = validation  # rows checked already: no validate_data
+            pred = self._predictions(self._output(held_x))
+            score = float(self._score_predictions(held_y, pred, held_w))
             model.train()
             self.validation_scores_.append(score)
             if score > best + (1e-4 if self.tol is None else self.tol):
@@ -669,8 +679,11 @@ class LookupEstimator(BaseEstimator):
     def _raw_output(self, X: Any) -> np.ndarray:
         """``model_(X)`` as float64 numpy of shape (n_samples, n_outputs), in batches."""
         check_is_fitted(self, "model_")
-        Xc = self._prepare_x(X, reset=False)
-        return raw_output(self.model_, Xc, self._n_outputs(), device=self.device,
+        return self._output(self._prepare_x(X, reset=False))
+
+    def _output(self, X: sp.csr_matrix) -> np.ndarray:
+        """``_raw_output`` of rows prepared already (``_prepare_x``)."""
+        return raw_output(self.model_, X, self._n_outputs(), device=self.device,
                           n_jobs=self.n_jobs)
 
     def _n_outputs(self) -> int:

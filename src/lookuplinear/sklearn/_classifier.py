@@ -297,11 +297,19 @@ default "auto"
 
     def predict(self, X: Any) -> np.ndarray:
         """The most likely class; for multilabel, the 0/1 matrix of labels with logit > 0."""
-        out = self._raw_output(X)
+        return self._predictions(self._raw_output(X))
+
+    def _predictions(self, out: np.ndarray) -> np.ndarray:
         if self.multilabel_:
             return (out > 0).astype(self._y_dtype)
         idx = (out.ravel() > 0).astype(int) if self._binary() else out.argmax(axis=1)
         return self.classes_[idx]
+
+    def _score_predictions(self, y: Any, pred: np.ndarray, sample_weight: Any) -> float:
+        """``score``'s accuracy (``ClassifierMixin.score``)."""
+        from sklearn.metrics import accuracy_score
+
+        return float(accuracy_score(y, pred, sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ targets
     def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:

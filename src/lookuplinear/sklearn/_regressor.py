@@ -144,8 +144,17 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """``model_(X)``: shape (n_samples,), or (n_samples, n_targets) for 2-D ``y``."""
-        out = self._raw_output(X) + self._offset()
+        return self._predictions(self._raw_output(X))
+
+    def _predictions(self, out: np.ndarray) -> np.ndarray:
+        out = out + self._offset()
         return out if self._y_2d else out.ravel()
+
+    def _score_predictions(self, y: Any, pred: np.ndarray, sample_weight: Any) -> float:
+        """``score``'s R^2 (``RegressorMixin.score``)."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(y, pred, sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ targets
     def _start(self, y: np.ndarray, weight: np.ndarray | None) -> None:
