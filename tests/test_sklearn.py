@@ -914,13 +914,16 @@ def test_fit_warns_when_the_loss_shows_no_progress(cls: Any) -> None:
 def test_device_is_checked_as_the_command_line_checks_it(cls: Any, device: str,
                                                          message: str) -> None:
     """``device`` that this torch cannot train on: the command line's check, before any change
-    (a fitted model stays), in ``fit`` and in the first ``partial_fit``."""
+    (a fitted model stays), in ``fit`` and in the first ``partial_fit``. Prediction runs where
+    ``fit`` put the model, whatever ``device`` is set to afterwards."""
     X, y = _tfidf(n=60)
     fitted = cls(random_state=0).fit(X, y)
     before = fitted.predict(X)
     fitted.set_params(device=device)
+    np.testing.assert_array_equal(fitted.predict(X), before)
     with pytest.raises(InputValueError, match=message):
         fitted.fit(X, y)
+    np.testing.assert_array_equal(fitted.predict(X), before)
     np.testing.assert_array_equal(fitted.set_params(device="cpu").predict(X), before)
     classes = {"classes": [0, 1, 2]} if cls is LookupClassifier else {}
     with pytest.raises(InputValueError, match=message):

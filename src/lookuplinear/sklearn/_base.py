@@ -683,8 +683,16 @@ class LookupEstimator(BaseEstimator):
 
     def _output(self, X: sp.csr_matrix) -> np.ndarray:
         """``_raw_output`` of rows prepared already (``_prepare_x``)."""
-        return raw_output(self.model_, X, self._n_outputs(), device=self.device,
+        return raw_output(self.model_, X, self._n_outputs(), device=self._model_device(),
                           n_jobs=self.n_jobs)
+
+    def _model_device(self) -> torch.device:
+        """Where the fitted table lives, which prediction's batches are moved to: ``fit``
+        put it on ``device``; a ``device`` set afterwards takes effect at the next ``fit``."""
+        lookup = self.model_.lookup
+        for tensor in (*lookup.parameters(), *lookup.buffers()):
+            return tensor.device
+        return torch.device("cpu")
 
     def _n_outputs(self) -> int:
         out = self.model_.output

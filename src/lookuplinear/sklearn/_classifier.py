@@ -112,6 +112,9 @@ default "auto"
         A progress bar (examples/s, loss) on stderr when > 0; ``dual_cd`` prints a line per
         epoch.
     device : str or torch.device, default "cpu"
+        Where ``fit`` puts the model (``"cpu"``, ``"cuda"``, ``"cuda:N"``). Prediction runs
+        where the fitted model is: a ``device`` set after ``fit`` takes effect at the next
+        ``fit``.
     warm_start : bool, default False
         ``fit`` continues from the fitted model (and its optimizer state) instead of starting
         anew: ``max_iter`` more passes; the labels must be among ``classes_``. It (and every

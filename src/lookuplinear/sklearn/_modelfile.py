@@ -299,7 +299,7 @@ class TextModel:
                 "vectors; train with hidden=DIM (`lookuplinear train --dim`)."
             )
         Xc = self.estimator._prepare_x(X, reset=False)
-        device = torch.device(self.estimator.device)
+        device = self.estimator._model_device()
         outs = [np.zeros((0, net.output.in_features), dtype=np.float32)]
         with torch.no_grad():
             for _, _, bags in CSRBatches(Xc).batches(PREDICT_BATCH):
