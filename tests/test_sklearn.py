@@ -253,6 +253,39 @@ def test_token_lists_equal_their_count_matrix() -> None:
         a.predict([[3, 50]])
 
 
+@NOT_LEARNING
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_n_features_gives_token_lists_their_width(cls: Any) -> None:
+    """``n_features``: token-id lists are rows of that width in every fit, so that
+    ``cross_val_score`` folds whose training rows lack the largest id and ``partial_fit``
+    batches holding larger ids work as the full-width CSR matrix does; an id beyond it, or a
+    matrix of another width, is refused naming the parameter; kept as given (clone)."""
+    from sklearn.model_selection import KFold, cross_val_score
+
+    docs = [[0, 1], [2], [1, 2, 0], [3, 4]] * 5 + [[5, 9]]
+    y = np.array([0, 1, 0, 1] * 5 + [1])
+    counts = sp.csr_matrix(
+        (np.ones(sum(map(len, docs)), np.float32), np.concatenate(docs),
+         np.cumsum([0] + [len(d) for d in docs])), shape=(len(docs), 10))
+    est = cls(n_features=10, **FAST)
+    assert clone(est).get_params()["n_features"] == 10
+    scores = cross_val_score(est, docs, y, cv=KFold(3), error_score="raise")
+    np.testing.assert_allclose(scores, cross_val_score(est, counts, y, cv=KFold(3)))
+    classes = {"classes": [0, 1]} if cls is LookupClassifier else {}
+    stream = clone(est).partial_fit(docs[:8], y[:8], **classes)
+    stream.partial_fit(docs[8:], y[8:])  # ids 5 and 9, beyond the first batch's
+    ref = clone(est).partial_fit(counts[:8], y[:8], **classes).partial_fit(counts[8:], y[8:])
+    assert stream.n_features_in_ == 10
+    np.testing.assert_allclose(stream.predict(docs), ref.predict(counts))
+    with pytest.raises(LookupIndexError, match=r"token id 9 \(row 20\).*n_features=8"):
+        cls(n_features=8, **FAST).fit(docs, y)
+    with pytest.raises(LookupIndexError, match=r"token id 12 \(row 0\).*n_features=10"):
+        stream.predict([[1, 12]])
+    with pytest.raises(InputValueError, match="X has 10 columns, but n_features=8"):
+        cls(n_features=8, **FAST).fit(counts, y)
+    assert cls(n_features=10, **FAST).fit(counts, y).n_features_in_ == 10
+
+
 @SHORT
 @pytest.mark.parametrize("solver", ["auto", "adam"])
 def test_duplicate_entries_of_a_csr_matrix_are_their_sum(solver: str) -> None:

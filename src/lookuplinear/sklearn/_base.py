@@ -21,7 +21,7 @@ from sklearn.utils.validation import (
 )
 
 from .._device import check_device
-from ..errors import InputValueError, NotLinearError, TrainingDivergedError
+from ..errors import InputValueError, LookupIndexError, NotLinearError, TrainingDivergedError
 from ..functional import MODES, Mode
 from ..sparse.bags import Bags
 from ._input import csr_first, fold_mode, is_token_lists, to_csr
@@ -62,6 +62,7 @@ class LookupEstimator(BaseEstimator):
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "n_features": [Interval(Integral, 1, None, closed="left"), None],
         "hidden": [Interval(Integral, 1, None, closed="left"), None],
         "mode": [StrOptions(set(MODES))],
         "solver": [StrOptions({"auto", "dual_cd", *SOLVERS})],
@@ -89,6 +90,7 @@ class LookupEstimator(BaseEstimator):
     _ALPHA_TIMES_N: ClassVar[float]
 
     # set by subclasses' __init__
+    n_features: int | None
     hidden: int | None
     mode: str
     solver: str
@@ -231,8 +233,8 @@ class LookupEstimator(BaseEstimator):
         """The parameters that make the model and its optimizer what they are, as they are
         now: a warm start or ``partial_fit`` continues the fitted model only with the values
         it was built with. ``solver`` is the minibatch optimizer (Adam for ``"auto"``)."""
-        return {"hidden": self.hidden, "mode": self.mode, "solver": self._stochastic_solver(),
-                "device": str(torch.device(self.device))}
+        return {"n_features": self.n_features, "hidden": self.hidden, "mode": self.mode,
+                "solver": self._stochastic_solver(), "device": str(torch.device(self.device))}
 
     def _check_continues(self, call: str, fix: str) -> None:
         """Refuse, before anything changes, a ``call`` that would continue the fitted model
@@ -324,24 +326,59 @@ class LookupEstimator(BaseEstimator):
 
     def _prepare_x(self, X: Any, *, reset: bool) -> sp.csr_matrix:
         """``X`` as a float32 CSR matrix; sets or checks ``n_features_in_`` (and, with
-        ``reset``, whether the estimator is fitted on token-id bags)."""
+        ``reset``, whether the estimator is fitted on token-id bags). Token-id bags are rows
+        of ``n_features`` columns, or (None) of the first call's largest id + 1; a matrix is
+        as wide as it is, which ``n_features``, when set, must be."""
         if self._is_bags(X, reset=reset):
             bags = X if isinstance(X, Bags) else Bags.from_lists(X)
             if reset:
-                top = int(bags.indices.max()) + 1 if bags.nnz else 1
-                self.n_features_in_ = top
+                if self.n_features is not None:
+                    width = int(self.n_features)
+                else:
+                    width = int(bags.indices.max()) + 1 if bags.nnz else 1
+                self._check_token_ids(bags, width)
+                self.n_features_in_ = width
                 self._token_lists = True
                 if hasattr(self, "feature_names_in_"):
                     del self.feature_names_in_
             else:
                 check_is_fitted(self)
+                self._check_token_ids(bags, self.n_features_in_)
             return bags.to_scipy(self.n_features_in_)
         X = validate_data(
             self, csr_first(X), accept_sparse=True, dtype=[np.float32, np.float64], reset=reset
         )
         if reset:
+            self._check_width(X)
             self._token_lists = False
         return self._checked_rows(to_csr(X))
+
+    def _check_token_ids(self, bags: Bags, width: int) -> None:
+        """With ``n_features`` set, refuse a token id outside the ``width`` columns it gives,
+        naming the id and the parameter (without it, ``Bags.to_scipy`` refuses it)."""
+        if self.n_features is None or not bags.nnz:
+            return
+        beyond = np.flatnonzero(bags.indices.cpu().numpy() >= width)
+        if beyond.size:
+            at = int(beyond[0])
+            row = int(np.searchsorted(bags.offsets.cpu().numpy(), at, side="right")) - 1
+            top = int(bags.indices.max())
+            raise LookupIndexError(
+                f"X holds token id {int(bags.indices[at])} (row {row}), but this "
+                f"{type(self).__name__} reads token ids in [0, {width - 1}] "
+                f"(n_features={self.n_features}, n_features_in_={width}). Set n_features to "
+                f"the vocabulary size (at least {top + 1} here) and fit, or map the ids "
+                "beyond it to a reserved one."
+            )
+
+    def _check_width(self, X: Any) -> None:
+        """With ``n_features`` set, a matrix ``X`` must have that many columns."""
+        if self.n_features is not None and X.shape[1] != self.n_features:
+            raise InputValueError(
+                f"X has {X.shape[1]} columns, but n_features={self.n_features}: a matrix X "
+                f"is read as it is, n_features must be its width. Set n_features="
+                f"{X.shape[1]}, or None (the width of X)."
+            )
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[sp.csr_matrix, np.ndarray]:
         if self._is_bags(X, reset=reset):
@@ -358,6 +395,7 @@ class LookupEstimator(BaseEstimator):
             multi_output=True, reset=reset,
         )
         if reset:
+            self._check_width(X)
             self._token_lists = False
         return self._checked_rows(to_csr(X)), y
 

@@ -49,6 +49,13 @@ class LookupClassifier(ClassifierMixin, LookupEstimator):
         (no ``predict_proba``, as for ``SGDClassifier(loss="hinge")``). ``"log_loss"``:
         softmax cross-entropy (a sigmoid per output for two classes or multilabel), with
         ``predict_proba``; fastText's loss.
+    n_features : int or None, default None
+        The width of the input, as ``HashingVectorizer``'s ``n_features``: token-id lists are
+        read as rows of this many columns (a vocabulary of ids ``0 .. n_features - 1``; a
+        larger id is a :class:`~lookuplinear.LookupIndexError` naming it), so that folds of a
+        cross-validation and the batches of ``partial_fit`` share one width whichever ids
+        they hold. A matrix ``X`` must have this many columns. None: a matrix's own width,
+        or the largest token id of the first ``fit``/``partial_fit`` + 1.
     hidden : int or None, default None
         Embedding size (fastText's ``dim``, typically 10-100); ``None`` for a linear model.
     mode : {"sum", "mean", "sqrtn", "max"}, default "sum"
@@ -119,9 +126,9 @@ default "auto"
         ``fit`` continues from the fitted model (and its optimizer state) instead of starting
         anew: ``max_iter`` more passes; the labels must be among ``classes_``. It (and every
         ``partial_fit``) trains at the current ``learning_rate_init``, ``alpha`` and the
-        other training parameters; changing ``hidden``, ``mode``, ``loss``, ``device`` or the
-        minibatch optimizer (``solver``) would make another model, and is an
-        ``InputValueError`` (fit without ``warm_start`` to start anew).
+        other training parameters; changing ``n_features``, ``hidden``, ``mode``, ``loss``,
+        ``device`` or the minibatch optimizer (``solver``) would make another model, and is
+        an ``InputValueError`` (fit without ``warm_start`` to start anew).
     n_jobs : int or None, default 1
         ``torch.set_num_threads`` while training and predicting (restored afterwards), as
         scikit-learn counts: ``-1`` is every CPU (joblib's ``effective_n_jobs``), ``-2`` all
@@ -184,6 +191,7 @@ default "auto"
         self,
         *,
         loss: str = "squared_hinge",
+        n_features: int | None = None,
         hidden: int | None = None,
         mode: str = "sum",
         solver: str = "auto",
@@ -204,6 +212,7 @@ default "auto"
         warm_start: bool = False,
     ) -> None:
         self.loss = loss
+        self.n_features = n_features
         self.hidden = hidden
         self.mode = mode
         self.solver = solver

@@ -28,9 +28,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
 
     Parameters
     ----------
-    hidden, mode, solver, learning_rate_init, learning_rate, max_iter, batch_size, alpha,
-    early_stopping, validation_fraction, n_iter_no_change, tol, random_state, verbose, device,
-    n_jobs, warm_start
+    n_features, hidden, mode, solver, learning_rate_init, learning_rate, max_iter, batch_size,
+    alpha, early_stopping, validation_fraction, n_iter_no_change, tol, random_state, verbose,
+    device, n_jobs, warm_start
         As for :class:`~lookuplinear.sklearn.LookupClassifier`, except: ``"dual_cd"`` solves the
         squared error, ``alpha=None`` is ``2 / n_samples`` with it (``Ridge(alpha=1)``), and a
         minibatch solver's ``max_iter=None`` is 10 epochs; early stopping watches the held-out
@@ -71,6 +71,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     def __init__(
         self,
         *,
+        n_features: int | None = None,
         hidden: int | None = None,
         mode: str = "sum",
         solver: str = "auto",
@@ -89,6 +90,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         n_jobs: int | None = 1,
         warm_start: bool = False,
     ) -> None:
+        self.n_features = n_features
         self.hidden = hidden
         self.mode = mode
         self.solver = solver
