@@ -109,6 +109,43 @@ def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None
                                                f"{hits / 3:.3g}"]
 
 
+def test_last_line_without_newline_has_no_eos_as_in_fasttext(tmp_path: Path, capsys,
+                                                             monkeypatch) -> None:
+    """A last line with no final '\\n' gets no `</s>` row, as fastText's `readWord` reads it at
+    the end of the file: `predict`, `test` and `print-sentence-vectors` give fastText's CLI
+    output, and a whitespace-only last line predicts nothing (an empty line). The expected
+    lines were printed by fastText's CLI (`fasttext`, built from facebookresearch/fastText) on
+    tests/data/fasttext/softmax.bin."""
+    import io
+
+    from lookuplinear.cli import main
+
+    model = str(DATA / "softmax.bin")
+    path = tmp_path / "in.txt"
+    # printf 'good film\n__label__pos good boring film' | fasttext predict-prob MODEL - -1
+    path.write_text("good film\n__label__pos good boring film", encoding="utf-8")
+    assert main(["predict-prob", model, str(path), "-1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "__label__pos 0.464379 __label__neg 0.224183 __label__multi 0.168464 __label__meh "
+        "0.143014",
+        "__label__pos 0.575749 __label__neg 0.195444 __label__multi 0.127928 __label__meh "
+        "0.10092"]  # with its "\n": __label__pos 0.623905 ...
+    # printf 'good film\n \t' | fasttext predict-prob MODEL - 2
+    path.write_text("good film\n \t", encoding="utf-8")
+    assert main(["predict-prob", model, str(path), "2"]) == 0
+    assert capsys.readouterr().out == "__label__pos 0.464379 __label__neg 0.224183\n\n"
+    # printf '__label__pos good film\n__label__neg qqqq' | fasttext test MODEL - : the last
+    # line has no row without its "</s>", and is skipped
+    path.write_text("__label__pos good film\n__label__neg qqqq", encoding="utf-8")
+    assert main(["test", model, str(path)]) == 0
+    assert capsys.readouterr().out.split() == ["N", "1", "P@1", "1", "R@1", "1"]
+    # printf 'good boring film' | fasttext print-sentence-vectors MODEL
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good boring film")))
+    assert main(["print-sentence-vectors", model]) == 0
+    assert capsys.readouterr().out == ("-0.24153 0.23188 -0.18249 -0.059231 0.14491 0.036967 "
+                                       "0.18087 0.0068762 \n")
+
+
 def test_quantize_refuses_a_fasttext_file_and_names_fasttexts_quantize(
         tmp_path: Path, capsys) -> None:
     """`quantize` of a model fastText wrote (`-output NAME` reads NAME.bin, or MODEL -o OUT)
@@ -302,7 +339,8 @@ def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case
     np.testing.assert_allclose(np.array([o[1:-1] for o in out], float),
                                [ft.get_word_vector(w) for w in words], rtol=1e-4, atol=1e-5)
     lines = [t for t in TEXTS if t]
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode())))
+    monkeypatch.setattr("sys.stdin",  # get_sentence_vector reads the text with its "\n"
+                        io.TextIOWrapper(io.BytesIO(("\n".join(lines) + "\n").encode())))
     assert main(["print-sentence-vectors", str(path)]) == 0
     out = [line.split(" ")[:-1] for line in capsys.readouterr().out.splitlines()]
     np.testing.assert_allclose(np.array(out, float),
@@ -462,7 +500,7 @@ def test_bytes_that_are_not_utf8_are_read_as_fasttext_reads_them(
         want_v.append(np.array(vec))
     np.testing.assert_allclose(np.array([o[1:-1] for o in out], float), want_v, rtol=1e-4,
                                atol=1e-5)
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines))))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\n".join(lines) + b"\n")))
     assert main(["print-sentence-vectors", str(path)]) == 0
     out = [line.split(b" ")[:-1] for line in capsysbinary.readouterr().out.splitlines()]
     want_v = []

@@ -212,20 +212,21 @@ def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *
     A UTF-8 byte order mark at the start is kept, as fastText keeps it: U+FEFF begins the first
     token, which is then no label of the model and no known word. Bytes that are not UTF-8 are
     kept (as surrogate escapes, ``FastTextModel`` reads them back as the bytes), so they match
-    the model's words and labels and hash as fastText hashes them.
+    the model's words and labels and hash as fastText hashes them. A last line without a
+    final ``\\n`` has no ``</s>`` at its end, as fastText reads it.
     """
     import sys
 
     from ..text import LabelledTexts
     from ..text._files import _open_lines
 
-    lines, undecodable = _open_lines(args.input, keep_bom=True, errors="surrogateescape")
+    lines, undecodable, ended = _open_lines(args.input, keep_bom=True, errors="surrogateescape")
     texts: list[str] = []
     labels: list[list[str]] = []
     numbers: list[int] = []
     skipped = 0
     for n, line in enumerate(lines, start=1):
-        found = model.examples(line, label)
+        found = model.examples(line, label, ended=ended or n < len(lines))
         if every_line:
             found = found[:1]
         elif not line.strip(" \t\v\f\r\0"):

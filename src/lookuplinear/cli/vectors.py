@@ -52,17 +52,34 @@ def format_vector(values: Any) -> str:
 
 
 def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
-    """The lines of ``stream`` (each without its ``\\n``), a batch at a time; one line at a
-    time from a terminal."""
+    """The lines of ``stream``, each with its ``\\n`` (the last one may have none), a batch at
+    a time; one line at a time from a terminal."""
     size = 1 if stream.isatty() else BATCH_LINES
     batch: list[bytes] = []
     for line in stream:
-        batch.append(line.removesuffix(b"\n"))
+        batch.append(line)
         if len(batch) >= size:
             yield batch
             batch = []
     if batch:
         yield batch
+
+
+def _sentences(model: Any, batch: list[bytes], errors: str) -> list[str]:
+    """The texts whose vectors ``print-sentence-vectors`` prints for ``batch``'s lines: each
+    line, its labels left out; for a model fastText wrote, the example fastText reads from it
+    (``FastTextModel.examples``: no ``</s>`` at the end of a last line without ``\\n``)."""
+    from ..sklearn._fasttext_bin import FastTextModel
+
+    texts: list[str] = []
+    for raw in batch:
+        line = raw.removesuffix(b"\n").decode("utf-8", errors=errors)
+        if isinstance(model, FastTextModel):
+            found = model.examples(line, ended=raw.endswith(b"\n"))
+            texts += [text for text, _ in found[:1]]
+        else:
+            texts.append(model._without_labels(line))
+    return texts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,13 +102,12 @@ def run(args: argparse.Namespace) -> int:
         for batch in _batches(sys.stdin.buffer):
             if words:  # read as C++'s `cin >> word`: split at ASCII whitespace only
                 tokens = [w.decode("utf-8", errors=errors)
-                          for line in batch for w in line.split()]
+                          for line in batch for w in line.split()]  # "\n" too
                 out = [f"{w} {format_vector(v)}"
                        for w, v in zip(tokens, model.word_vectors(tokens), strict=True)]
             else:
-                lines = [model._without_labels(line.decode("utf-8", errors=errors))
-                         for line in batch]
-                out = [format_vector(v) for v in model.sentence_vectors(lines)]
+                out = [format_vector(v)
+                       for v in model.sentence_vectors(_sentences(model, batch, errors))]
             if out:
                 write_stdout("\n".join(out) + "\n")
                 sys.stdout.flush()

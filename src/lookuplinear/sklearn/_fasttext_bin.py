@@ -18,7 +18,8 @@ The file is fastText's binary format, little-endian, as ``FastText::saveModel`` 
 
 A text's prediction, as ``Dictionary::getLine`` + ``Model::predict``: its tokens (split at
 ``' ' \\t \\n \\v \\f \\r \\0``) up to the first ``</s>`` (fastText ends a line at that
-token), and the end-of-line token ``</s>``; each word contributes its row
+token), and the end-of-line token ``</s>`` (not on the last line of a file read without its
+final ``\\n``, :meth:`FastTextModel.examples`); each word contributes its row
 (a word seen in training) and, with ``maxn > 0``, its character n-grams of ``<word>``
 (``minn..maxn`` UTF-8 characters, hashed with fastText's FNV-1a over signed bytes into
 ``bucket`` rows); then every word n-gram (``2..wordNgrams`` consecutive words, their hashes
@@ -59,7 +60,16 @@ _MODELS = {1: "cbow", 2: "skipgram", 3: "supervised"}
 _LABEL = b"__label__"
 _EOS = b"</s>"
 _SPLIT = re.compile(rb"[ \n\r\t\v\f\0]+")
+_TOKEN = re.compile(rb"[^ \n\r\t\v\f\0]+")
 _F32 = np.float32
+
+
+class _Unended(str):
+    """The text of an example that fastText reads with no ``</s>`` after it: the end of the
+    last line of a file that has no final ``\\n`` (``Dictionary::readWord`` returns the last
+    token at the end of the file, never ``</s>`` there). Its rows have no ``</s>`` row."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)
@@ -223,10 +233,17 @@ class FastTextModel(TextModel):
         label of the dictionary, or an unknown token starting with ``__label__``)."""
         return line
 
-    def examples(self, line: str, label: str | None = None) -> list[tuple[str, list[str]]]:
+    def examples(self, line: str, label: str | None = None, *, ended: bool = True
+                 ) -> list[tuple[str, list[str]]]:
         """The examples fastText's ``Dictionary::getLine`` reads from one line of a file, each
         as its text (its word tokens, space-joined) and its labels (in the line's order,
-        repeats kept), a new one after each ``</s>`` token, as fastText's ``test`` reads them.
+        repeats kept), a new one after each ``</s>`` token, as fastText's ``predict``,
+        ``test`` and ``print-sentence-vectors`` read them (one output line each).
+
+        ``ended=False``: ``line`` is the last of its file and no ``\\n`` ends it. fastText then
+        reads no ``</s>`` at its end: the last example's rows have no ``</s>`` row, and after
+        a ``</s>`` token there is another example only when more than the one whitespace
+        character that ends the token is left (fastText reads on while a character is left).
 
         A token is a label when it is one of the model's labels; an unknown token starting
         with ``label`` (fastText's ``-label``, which the file does not keep: ``__label__``
@@ -237,11 +254,14 @@ class FastTextModel(TextModel):
         out: list[tuple[str, list[str]]] = []
         words: list[str] = []
         labels: list[str] = []
-        for token in [*(t for t in _SPLIT.split(as_bytes(line)) if t),
-                      _EOS]:
-            if token == _EOS:  # getLine ends an example at "</s>" and at the line's end
+        data = as_bytes(line)
+        left = 0  # where the characters not read yet start
+        for match in _TOKEN.finditer(data):
+            token = match.group()
+            if token == _EOS:  # getLine ends an example at "</s>"
                 out.append((" ".join(words), labels))
                 words, labels = [], []
+                left = match.end() + 1  # readWord takes the character after a token
                 continue
             wid = self._ids.get(token, -1)
             name = as_text(token)
@@ -249,11 +269,17 @@ class FastTextModel(TextModel):
                 labels.append(name)
             elif wid >= 0 or not name.startswith(prefix):
                 words.append(name)
+        if ended:  # and at the line's end, the "\n" read as "</s>"
+            out.append((" ".join(words), labels))
+        elif left < len(data):
+            out.append((_Unended(" ".join(words)), labels))
         return out
 
     # ------------------------------------------------------------------ features
     def rows(self, text: str) -> list[int]:
-        """The input rows fastText averages for ``text`` (one line), in fastText's order."""
+        """The input rows fastText averages for ``text`` (one line), in fastText's order:
+        those of its tokens up to the first ``</s>``, then ``</s>`` (the line's end; not for
+        the last example of a file's last line without ``\\n``, see :meth:`examples`)."""
         cache: dict[bytes, tuple[list[int], int, bool]] = {}
         return self._rows(text, cache)
 
@@ -261,7 +287,10 @@ class FastTextModel(TextModel):
         assert self.args is not None
         out: list[int] = []
         hashes: list[int] = []
-        for token in [*(t for t in _SPLIT.split(as_bytes(text)) if t), _EOS]:
+        tokens = [t for t in _SPLIT.split(as_bytes(text)) if t]
+        if not isinstance(text, _Unended):
+            tokens.append(_EOS)
+        for token in tokens:
             got = cache.get(token)
             if got is None:
                 got = cache[token] = self._token(token)

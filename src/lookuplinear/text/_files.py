@@ -60,12 +60,14 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def _open_lines(path: str | Path, *, keep_bom: bool = False, errors: str = "replace"
-                ) -> tuple[list[str], list[int]]:
+                ) -> tuple[list[str], list[int], bool]:
     """The lines of ``path`` (``-``: stdin) split at ``\\n`` only (a ``\\r`` before it dropped),
     as fastText splits them, a leading BOM removed unless ``keep_bom`` (fastText keeps it, as
-    U+FEFF at the start of the first token); and the numbers of the lines with bytes that are
+    U+FEFF at the start of the first token); the numbers of the lines with bytes that are
     not UTF-8, decoded with the ``errors`` handler: ``"replace"``, U+FFFD in their place, or
-    ``"surrogateescape"``, each byte kept (U+DC80 + byte) as fastText keeps its bytes."""
+    ``"surrogateescape"``, each byte kept (U+DC80 + byte) as fastText keeps its bytes; and
+    whether the last line ended with ``\\n`` (True for an empty file): fastText reads no
+    ``</s>`` at the end of a last line without it."""
     data = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
     if not keep_bom:
         data = data.removeprefix(_BOM)
@@ -84,9 +86,15 @@ def _open_lines(path: str | Path, *, keep_bom: bool = False, errors: str = "repl
                 undecodable.append(n)
         text = "\n".join(decoded)
     lines = text.split("\n")
-    if lines and lines[-1] == "":  # the newline that ends the last line
+    ended = lines[-1] == ""
+    if ended:  # the newline that ends the last line
         lines.pop()
-    return [line.removesuffix("\r") for line in lines], undecodable
+    else:  # the last line, without "\n": a "\r" at its end ends no CRLF, it stays
+        tail = lines.pop()
+    lines = [line.removesuffix("\r") for line in lines]
+    if not ended:
+        lines.append(tail)
+    return lines, undecodable, ended
 
 
 def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
@@ -115,7 +123,7 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
     ([['__label__a', '__label__b'], ['__label__c']], ['hello world', 'bye'], [1, 3])
     """
     texts, labels, numbers = [], [], []
-    lines, undecodable = _open_lines(path)
+    lines, undecodable, _ = _open_lines(path)
     for n, line in enumerate(lines, start=1):
         tokens = [t for t in _FASTTEXT_SPACES.split(line) if t]
         if not tokens and not keep_blank:
@@ -152,7 +160,7 @@ def read_table(
     names where ``text_column`` came from, for the message when it is not a column, and
     ``hint`` says there what to do (instead of naming a column of the header).
     """
-    lines, undecodable = _open_lines(path)
+    lines, undecodable, _ = _open_lines(path)
     sep = delimiter or table_delimiter(path)
     reader = csv.reader(lines, delimiter=sep)
     rows: list[tuple[int, list[str]]] = []
@@ -206,7 +214,7 @@ def read_word_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     >>> words, vectors.shape, vectors.dtype
     (['good', 'bad'], (2, 3), dtype('float32'))
     """
-    lines, _ = _open_lines(path)
+    lines, _, _ = _open_lines(path)
     head = _fasttext_split(lines[0]) if lines else []
     if len(head) != 2 or not all(x.isdigit() for x in head):
         raise InputValueError(
