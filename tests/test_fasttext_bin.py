@@ -10,6 +10,7 @@ when it is not installed; and bad files, refused with the version or the offset.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -27,6 +28,23 @@ WORDS = ["good", "great", "fine", "bad", "awful", "film", "movie", "plot", "caf�
 TEXTS = ["good film", "bad bad movie plot", "café naïve 日本", "unseen wörd", "", "x",
          "__label__a good", "great\tfine  ok", "awful film good great fine bad", "ok ok ok",
          "good </s> bad plot", "</s>", "bad\u00a0film \u3000 ok"]
+
+
+def cli_examples(lines: list[str]) -> list[str]:
+    """The examples fastText's CLI (`predict`, `print-sentence-vectors`) reads from ``lines``,
+    each ended by a newline: a `</s>` token ends one and the rest of its line is the next (the
+    `fasttext` module's `predict` reads a text only up to that token)."""
+    out = []
+    for line in lines:
+        part: list[str] = []
+        for token in re.split("[ \t\n\v\f\r\0]+", line):
+            if token == "</s>":
+                out.append(" ".join(part))
+                part = []
+            elif token:
+                part.append(token)
+        out.append(" ".join(part))
+    return out
 
 
 def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: int = 300,
@@ -144,6 +162,34 @@ def test_last_line_without_newline_has_no_eos_as_in_fasttext(tmp_path: Path, cap
     assert main(["print-sentence-vectors", model]) == 0
     assert capsys.readouterr().out == ("-0.24153 0.23188 -0.18249 -0.059231 0.14491 0.036967 "
                                        "0.18087 0.0068762 \n")
+
+
+def test_eos_token_in_a_line_starts_another_output_line_as_in_fasttext(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    """A `</s>` token inside a line ends an example there, and fastText's CLI `predict` and
+    `print-sentence-vectors` read the rest of the line as another one, with its own output
+    line. The expected lines were printed by fastText's CLI (`fasttext`, built from
+    facebookresearch/fastText) on tests/data/fasttext/softmax.bin."""
+    import io
+
+    from lookuplinear.cli import main
+
+    model = str(DATA / "softmax.bin")
+    text = b"good </s> boring film\nawful\n"
+    (tmp_path / "in.txt").write_bytes(text)
+    # fasttext predict-prob MODEL in.txt 2
+    assert main(["predict-prob", model, str(tmp_path / "in.txt"), "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "__label__pos 0.353887 __label__neg 0.242874",   # good
+        "__label__pos 0.803867 __label__neg 0.111595",   # boring film
+        "__label__pos 0.317112 __label__neg 0.248053"]   # awful
+    # fasttext print-sentence-vectors MODEL < in.txt
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text)))
+    assert main(["print-sentence-vectors", model]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "-0.090318 0.075391 -0.062858 -0.022529 0.045073 0.008611 0.065656 0.002402 ",
+        "-0.43248 0.43162 -0.33458 -0.10551 0.2727 0.073753 0.32674 0.012558 ",
+        "-0.028935 0.075474 -0.044548 -0.0054963 0.055771 0.026392 0.030011 0.0015375 "]
 
 
 def test_quantize_refuses_a_fasttext_file_and_names_fasttexts_quantize(
@@ -344,7 +390,8 @@ def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case
     assert main(["print-sentence-vectors", str(path)]) == 0
     out = [line.split(" ")[:-1] for line in capsys.readouterr().out.splitlines()]
     np.testing.assert_allclose(np.array(out, float),
-                               [ft.get_sentence_vector(t) for t in lines], rtol=1e-4, atol=1e-5)
+                               [ft.get_sentence_vector(t) for t in cli_examples(lines)],
+                               rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", ["-1", "3"])
@@ -379,7 +426,8 @@ def test_test_reads_labels_with_the_models_prefix(tmp_path: Path, fasttext, caps
     assert capsys.readouterr().out.split() == ["N", str(n), "P@2", f"{p:.3g}", "R@2",
                                                f"{r:.3g}"]
     assert main(["predict", str(path), str(tmp_path / "t.txt")]) == 0
-    assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0] for t in lines]
+    assert capsys.readouterr().out.splitlines() == [ft.predict(t)[0][0]
+                                                    for t in cli_examples(lines)]
 
 
 def test_input_of_a_model_trained_with_another_label_read_as_fasttext(
@@ -551,7 +599,7 @@ def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
     out = capsys.readouterr().out.splitlines()
     want = [" ".join(f"{n} {float(np.float32(v)):g}" for n, v in zip(*ft.predict(t, k=-1),
                                                                      strict=True))
-            for t in texts]
+            for t in cli_examples(texts)]
     assert out == want
     assert any("e-" in line for line in out)  # a small probability in exponent form
 

@@ -95,7 +95,8 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
     """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage.
 
     ``every_line`` (``predict``): every line of fastText-format input is an example, a blank
-    one included, so that the output has one line per input line, as fastText's.
+    one included, so that the output has one line per input line, as fastText's (on a model
+    fastText wrote, one per example fastText reads: a ``</s>`` token starts another).
 
     With ``model`` (``predict``, ``test``), the options not given are those of the file MODEL
     was trained on (``model.input_format``); a MODEL that does not record it (an older file)
@@ -205,10 +206,11 @@ def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *
     an unknown one starting with ``label`` (``__label__`` unless ``--label`` gives it, as the
     file does not keep fastText's ``-label``) is left out, and every other is a word.
 
-    ``every_line`` (``predict``): one example per line, the words before its first ``</s>``,
-    as the ``fasttext`` module's ``predict`` reads a line. Otherwise (``test``) the examples of
-    fastText's ``FastText::test``: a new one after each ``</s>``, and those with no label of
-    the model or no row (no known word, n-gram or ``</s>``) skipped, with a note on stderr.
+    ``every_line`` (``predict``): every example of every line, a blank line's included, as
+    fastText's ``predict`` reads them, each printed on its own line: a new one after each
+    ``</s>`` token. Otherwise (``test``) the examples of fastText's ``FastText::test``, those
+    with no label of the model or no row (no known word, n-gram or ``</s>``) skipped, with a
+    note on stderr.
     A UTF-8 byte order mark at the start is kept, as fastText keeps it: U+FEFF begins the first
     token, which is then no label of the model and no known word. Bytes that are not UTF-8 are
     kept (as surrogate escapes, ``FastTextModel`` reads them back as the bytes), so they match
@@ -227,11 +229,9 @@ def _read_as_fasttext(args: argparse.Namespace, model: Any, label: str | None, *
     skipped = 0
     for n, line in enumerate(lines, start=1):
         found = model.examples(line, label, ended=ended or n < len(lines))
-        if every_line:
-            found = found[:1]
-        elif not line.strip(" \t\v\f\r\0"):
-            continue
-        else:
+        if not every_line:
+            if not line.strip(" \t\v\f\r\0"):
+                continue
             kept = [(text, labs) for text, labs in found if labs and model.rows(text)]
             skipped += not kept
             found = kept

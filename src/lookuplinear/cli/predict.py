@@ -23,7 +23,8 @@ def add_parser(sub: Any, name: str = "predict") -> argparse.ArgumentParser:
             "For every example of INPUT (fastText lines, labels on them ignored, or CSV/TSV "
             "with --text-column) print its K most likely labels on one line, best first (K -1: "
             "every label, as fastText); a fastText-format INPUT gets one output line per line, "
-            "a blank line included, as in fastText; with "
+            "a blank line included, as in fastText (on a model fastText wrote, one per example "
+            "fastText reads: a '</s>' token starts another); with "
             "--prob each label is followed by its probability (fastText's predict-prob)."
         ),
     )

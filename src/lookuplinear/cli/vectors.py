@@ -32,7 +32,8 @@ def add_parser(sub: Any, name: str = "print-word-vectors") -> argparse.ArgumentP
             "print-sentence-vectors does for a supervised model: the mean of the table rows "
             "of the line's words and n-grams (tokens with the label prefix left out), the input "
             "of the output layer. A line with no known word or n-gram (a blank one) prints "
-            "zeros."
+            "zeros. On a model fastText wrote, a '</s>' token ends a line there and the rest "
+            "of it prints another vector, as in fastText."
         ) + " Values are printed with 5 significant digits, each followed by a space.",
     )
     p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
@@ -67,8 +68,9 @@ def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
 
 def _sentences(model: Any, batch: list[bytes], errors: str) -> list[str]:
     """The texts whose vectors ``print-sentence-vectors`` prints for ``batch``'s lines: each
-    line, its labels left out; for a model fastText wrote, the example fastText reads from it
-    (``FastTextModel.examples``: no ``</s>`` at the end of a last line without ``\\n``)."""
+    line, its labels left out; for a model fastText wrote, the examples fastText reads from it
+    (``FastTextModel.examples``: a ``</s>`` token starts another, a vector each; no ``</s>`` at
+    the end of a last line without ``\\n``)."""
     from ..sklearn._fasttext_bin import FastTextModel
 
     texts: list[str] = []
@@ -76,7 +78,7 @@ def _sentences(model: Any, batch: list[bytes], errors: str) -> list[str]:
         line = raw.removesuffix(b"\n").decode("utf-8", errors=errors)
         if isinstance(model, FastTextModel):
             found = model.examples(line, ended=raw.endswith(b"\n"))
-            texts += [text for text, _ in found[:1]]
+            texts += [text for text, _ in found]
         else:
             texts.append(model._without_labels(line))
     return texts
