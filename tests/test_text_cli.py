@@ -1372,6 +1372,25 @@ def test_loss_one_vs_all_is_ova_and_seed_is_seed(ft_file: Path, tmp_path: Path) 
     assert ma.estimator.multilabel_
 
 
+@NOT_LEARNING
+def test_supervised_defaults_to_softmax_as_fasttext(tmp_path: Path) -> None:
+    """`supervised` without -loss trains a softmax on lines with several labels, as fastText's
+    `supervised` (its default -loss softmax): a text's probabilities sum to 1. `train`'s
+    default (--loss auto) trains one-vs-all on the same file."""
+    lines = ["__label__sport __label__football goal match team",
+             "__label__politics vote election party", "__label__sport run race"] * 10
+    data = tmp_path / "t.txt"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["supervised", "-input", str(data), "-output", str(tmp_path / "ft"), "-dim",
+                 "4", "-epoch", "2", "-verbose", "0"]) == 0
+    model = load_model(tmp_path / "ft.bin")
+    assert not model.estimator.multilabel_
+    np.testing.assert_allclose(model.scores(["goal match"]).sum(), 1.0, rtol=1e-5)
+    assert main(["train", str(data), "-o", str(tmp_path / "ll.bin"), "--dim", "4", "--epoch",
+                 "2", "-q"]) == 0
+    assert load_model(tmp_path / "ll.bin").estimator.multilabel_
+
+
 def test_predict_and_test_with_k_minus_one_take_every_label(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,17 +20,23 @@ DEFAULT_LR = {"rowwise_adagrad": 0.2, "adagrad": 0.5, "sgd": 0.5, "adam": 0.05, 
 
 
 def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
-    """``train``, or ``supervised`` (fastText's name for it)."""
+    """``train``, or ``supervised`` (fastText's name for it, with fastText's default
+    ``-loss softmax`` where ``train`` picks one-vs-all for lines with several labels)."""
+    fasttext = name == "supervised"
     p: argparse.ArgumentParser = sub.add_parser(
         name,
         help="train a fastText-style text classifier (safetensors model file)"
-        + (" (fastText's name for train)" if name == "supervised" else ""),
+        + (" (fastText's name for train, with its default -loss softmax)" if fasttext
+           else ""),
         description=(
             "Train FastTextVectorizer -> LookupClassifier(mode='mean', hidden=DIM) on INPUT "
             "(fastText lines '__label__x some text', or CSV/TSV with --text-column and "
             "--label-column) and write one model file: safetensors weights with the vectorizer, "
             "labels and input format as JSON (predict and test read their input the same way). "
-            "Lines with several labels train one-vs-all (multilabel). Bytes that are not UTF-8 "
+            + ("The loss is softmax unless -loss one-vs-all (multilabel) is given, as in "
+               "fastText. " if fasttext else
+               "Lines with several labels train one-vs-all (multilabel). ")
+            + "Bytes that are not UTF-8 "
             "read as U+FFFD (their lines listed on stderr); Ctrl-C leaves MODEL as it was."
         ),
     )
@@ -65,12 +71,13 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
     p.add_argument("--minCount", "-minCount", type=int, default=1, help="min word count")
     p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--loss", "-loss", default="auto",
+    p.add_argument("--loss", "-loss", default="softmax" if fasttext else "auto",
                    choices=["auto", "softmax", "ova", "one-vs-all", "hs", "ns"],
                    help="softmax (a line with several labels counts once per label, weighted "
                         "1/labels), ova or one-vs-all (multilabel); auto "
-                        "picks ova when some line has several labels; fastText's hs and ns "
-                        "are refused (softmax is computed exactly)")
+                        "picks ova when some line has several labels (default: "
+                        + ("softmax, as fastText's supervised" if fasttext else "auto")
+                        + "); fastText's hs and ns are refused (softmax is computed exactly)")
     p.add_argument("--seed", "-seed", type=int, default=0,
                    help="random seed (same seed, same model)")
     p.add_argument("--thread", "-thread", type=int, default=1,
