@@ -17,6 +17,8 @@ __all__ = ["DEFAULT_LR", "add_parser", "run"]
 #: accurate than Adagrad at 0.5 on the validation splits of both benchmark datasets, at dim 10
 #: and at dim 100, with one state value per row instead of one per weight (docs/performance.md)
 DEFAULT_LR = {"rowwise_adagrad": 0.2, "adagrad": 0.5, "sgd": 0.5, "adam": 0.05, "adamw": 0.05}
+#: fastText's end-of-line token, a word of its dictionary
+_EOS = "</s>"
 
 
 def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
@@ -228,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
         stem = fasttext_stem(args.output_prefix)
         vectors = stem.with_name(stem.name + ".vec")
-        write_word_vectors(vectors, clf, vec, labels)
+        write_word_vectors(vectors, clf, vec, labels, data.texts)
     if not args.quiet:
         print(f"Read {len(texts)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
               f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
@@ -239,17 +241,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str]) -> None:
+def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str],
+                       texts: list[str]) -> None:
     """Write the vocabulary's word vectors to ``path`` as fastText's ``saveVectors`` writes
-    ``NAME.vec``: a line ``n_words dim``, then one line per word (in column order), the word
-    and its vector as ``print-word-vectors`` prints it (the mean of the rows of the word and
-    its character n-grams, 5 significant digits, each value followed by a space). The file is
-    replaced in one step."""
+    ``NAME.vec``: a line ``n_words dim``, then one line per word, the word and its vector as
+    ``print-word-vectors`` prints it (the mean of the rows of the word and its character
+    n-grams, 5 significant digits, each value followed by a space). The file is replaced in
+    one step.
+
+    The words are in fastText's dictionary order: by descending count in ``texts`` (the
+    training lines), ties in the order they first appear, with fastText's end-of-line token
+    ``</s>`` among them, counted once per text (this model has no row of its own for it: its
+    vector is what ``print-word-vectors`` prints for ``</s>``), then the words only
+    ``-pretrainedVectors`` gave."""
+    from collections import Counter
+
     from .._atomic import replacing
     from ..sklearn import TextModel
+    from ..text._files import _fasttext_split
     from .vectors import format_vector
 
-    words = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
+    counts: Counter[str] = Counter()
+    for text in texts:  # in order of first appearance; "</s>" after the first line's words
+        counts.update(_fasttext_split(text))
+        counts[_EOS] += 1
+    kept = [w for w in sorted(counts, key=lambda w: -counts[w])  # stable: ties as they came
+            if w in vec.vocabulary_ or (w == _EOS and counts[w] >= vec.min_count)]
+    words = kept + [w for w in sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
+                    if w not in counts]
     values = TextModel(clf, vec, labels).word_vectors(words)
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.write(f"{len(words)} {values.shape[1]}\n")
