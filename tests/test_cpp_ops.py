@@ -6,6 +6,7 @@ too)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -1012,3 +1013,75 @@ def test_an_older_torch_is_told_the_version_lookuplinear_needs() -> None:
                           timeout=300, env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert done.stdout.startswith(f"lookuplinear needs torch {MINIMUM} or later; this is torch "
                                   "2.9.1+cu128."), done.stdout + done.stderr
+
+
+#: a process that makes each call of argv[1] (a JSON list of expressions) and prints, as JSON,
+#: each outcome: ["ok", repr] or [the project's error class, message]
+_CALLS = textwrap.dedent("""
+    import json, sys, warnings
+    warnings.simplefilter("ignore")
+    import torch
+    import lookuplinear.ops.library as library
+    from lookuplinear.ops import group_rows
+    ops = torch.ops.lookuplinear
+    out = []
+    for call in json.loads(sys.argv[1]):
+        try:
+            out.append(["ok", repr(eval(call))])
+        except Exception as e:
+            e = library.project_error(e) or e
+            out.append([type(e).__name__, str(e)])
+    print(json.dumps(out))
+""")
+
+
+def _on_both_registrations(calls: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Each call's outcome (:data:`_CALLS`) with the C++ operators (where built) and with the
+    operators registered from Python (``LOOKUPLINEAR_OPS=python``), each in a process of its
+    own (a crash or a hang there fails the test, not the session)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("LOOKUPLINEAR_OPS", "LOOKUPLINEAR_NO_C")}
+    base["PYTHONPATH"] = str(ROOT / "src")
+    outcomes = []
+    for extra in ({}, {"LOOKUPLINEAR_OPS": "python"}):
+        run = subprocess.run([sys.executable, "-c", _CALLS, json.dumps(calls)],
+                             env={**base, **extra}, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, f"{extra}: rc {run.returncode}\n{run.stderr[-2000:]}"
+        outcomes.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    return outcomes[0], outcomes[1]
+
+
+def _refused_alike(calls: dict[str, tuple[str, str]]) -> None:
+    """Each call (the expression: its error class and a part of its message) refused alike by
+    both registrations."""
+    cpp, python = _on_both_registrations(list(calls))
+    for (call, (error, message)), c, p in zip(calls.items(), cpp, python, strict=True):
+        assert c == p, (call, c, p)
+        assert c[0] == error and message in c[1], (call, c)
+
+
+def test_row_sums_and_group_rows_refuse_what_their_c_kernel_cannot_read() -> None:
+    """Offsets that do not cover the entries (or point past them), a gradient without one row
+    per bag (per entry), weights not one per entry: refused by both registrations with one
+    message, and by ``group_rows`` (before: garbage rows read from memory, or a crash)."""
+    off = "offsets must start at 0, never decrease and end at the number of entries, 2; got "
+    _refused_alike({
+        "ops.row_sums(torch.arange(3.).reshape(1, 3), torch.tensor([1, 2]), torch.tensor([0, 1]),"
+        " None, None, 6)": ("OffsetsError", "lookuplinear::row_sums: " + off + "[0, 1]"),
+        "ops.row_sums(torch.ones(1, 3), torch.tensor([1, 2]), torch.tensor([0, 50_000_000]), "
+        "None, None, 6)": ("OffsetsError", "lookuplinear::row_sums: " + off + "[0, 50000000]"),
+        "ops.row_sums(torch.ones(1, 3), torch.tensor([1, 2]), torch.tensor([0, 1, 2]), None, "
+        "None, 6)": ("InputValueError", "lookuplinear::row_sums: the gradient is 2-D, one row "
+                     "per bag, 2; got shape [1, 3]"),
+        "ops.row_sums(torch.ones(1, 3), torch.tensor([1, 2]), None, None, None, 6)":
+            ("InputValueError", "lookuplinear::row_sums: the gradient is 2-D, one row per "
+             "entry, 2; got shape [1, 3]"),
+        "ops.row_sums(torch.ones(1, 3), torch.tensor([1, 2]), torch.tensor([0, 2]), "
+        "torch.ones(1), None, 6)": ("InputValueError", "lookuplinear::row_sums: weights must "
+                                    "hold one value per entry, 2; got 1"),
+        "group_rows(torch.ones(1, 3), 6, torch.tensor([1, 2, 3, 4]))":
+            ("InputValueError", "lookuplinear::group_rows: the gradient is 2-D, one row per "
+             "entry, 4; got shape [1, 3]"),
+        "group_rows(torch.ones(1, 3), 6, torch.tensor([1, 2]), torch.tensor([0, 1]))":
+            ("OffsetsError", "lookuplinear::group_rows: " + off + "[0, 1]"),
+    })

@@ -29,12 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import OffsetsError
 from . import _extension
 from ._asserts import assert_offsets_twin, graph_message
 from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
 
-__all__ = ["drop_entries", "mode_weights", "offsets_ok", "one_id_rows", "shifted_rows"]
+__all__ = ["check_offsets", "drop_entries", "mode_weights", "offsets_ok", "one_id_rows",
+           "shifted_rows"]
 
 _INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -53,6 +55,21 @@ def _fill_offsets_ok() -> None:
     for dtype, numpy_dtype, sfx in ((torch.int32, np.int32, "i32"), (torch.int64, np.int64, "i64")):
         fn = function("ll_offsets_ok", sfx)
         _OFFSETS_OK[dtype] = _NUMPY_OFFSETS_OK[np.dtype(numpy_dtype)] = fn
+
+
+def check_offsets(op: str, offsets: torch.Tensor, nnz: int, include_last: bool = True
+                   ) -> None:
+    """Raise :class:`OffsetsError` unless ``offsets`` are CSR offsets of ``nnz`` entries
+    (``include_last=False``: ``nn.EmbeddingBag``'s start offsets, the last at most ``nnz``),
+    as the C++ kernels check them where they run."""
+    if not offsets_ok(offsets, nnz, include_last=include_last):
+        head = offsets.reshape(-1)[:8].tolist()
+        end = "end at" if include_last else "stay within"
+        raise OffsetsError(
+            f"lookuplinear::{op}: offsets must start at 0, never decrease and {end} the "
+            f"number of entries, {nnz}; got {head}{' ...' if offsets.numel() > 8 else ''} "
+            f"({offsets.numel()} offsets). Build the batch with Bags or KeyedBags (they "
+            "check it), or give lengths instead of offsets.")
 
 
 def _drop_entries_op(indices: torch.Tensor, offsets: torch.Tensor, value: int

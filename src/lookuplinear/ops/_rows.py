@@ -25,14 +25,16 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..errors import InputValueError
 from ._backend import use_c
 from ._clib import _N_SCALARS, _SCALAR_NAMES, SCALARS, SUFFIXES, function, ptr, suffix
 from ._clib import scalars as c_scalars
 from ._errors import project_error
+from ._inputs import check_offsets
 
-__all__ = ["KERNELS", "FusedTable", "fused_rows", "fused_rows_c", "gather_into",
-           "gather_rows", "group_rows", "grouped_rows", "summed_runs", "update_rows",
-           "update_rows_c"]
+__all__ = ["KERNELS", "FusedTable", "check_group", "fused_rows", "fused_rows_c", "gather_into",
+           "gather_rows", "group_rows", "group_rows_unchecked", "grouped_rows", "summed_runs",
+           "update_rows", "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort (a row + 1 in
 #: the fused update's hash table: at most 2**32 - 1 rows, as the C++ operators take)
@@ -84,6 +86,14 @@ def group_rows(
     bag (or per entry); ``num_rows`` is the table's number of rows. Values are summed in entry
     order, in ``grad_out``'s dtype.
 
+    Raises
+    ------
+    OffsetsError
+        ``offsets`` are not CSR offsets of the entries.
+    InputValueError
+        ``grad_out`` is not 2-D with one row per bag (per entry without offsets), or
+        ``per_sample_weights`` does not hold one value per entry.
+
     Examples
     --------
     >>> g = torch.tensor([[1.0, 2.0], [10.0, 20.0]])
@@ -91,6 +101,41 @@ def group_rows(
     (tensor([1, 3]), tensor([[ 1.,  2.],
             [11., 22.]]))
     """
+    check_group("group_rows", grad_out, indices.numel(), offsets, per_sample_weights)
+    return group_rows_unchecked(grad_out, num_rows, indices, offsets, per_sample_weights,
+                                padding_idx)
+
+
+def check_group(op: str, grad_out: torch.Tensor, nnz: int, offsets: torch.Tensor | None,
+                per_sample_weights: torch.Tensor | None) -> None:
+    """Raise :class:`~lookuplinear.errors.OffsetsError` unless ``offsets`` (if given) are CSR
+    offsets of the ``nnz`` entries, :class:`~lookuplinear.errors.InputValueError` unless
+    ``grad_out`` is 2-D with one row per bag (per entry without offsets) and
+    ``per_sample_weights`` (if given) holds one value per entry: what :func:`group_rows`
+    reads (the C++ ``row_sums``' checks, the same messages)."""
+    if offsets is not None:
+        check_offsets(op, offsets, nnz)
+    n_out = nnz if offsets is None else offsets.numel() - 1
+    if grad_out.dim() != 2 or grad_out.shape[0] != n_out:
+        raise InputValueError(
+            f"lookuplinear::{op}: the gradient is 2-D, one row per "
+            f"{'entry' if offsets is None else 'bag'}, {n_out}; got shape "
+            f"{list(grad_out.shape)}")
+    if per_sample_weights is not None and per_sample_weights.numel() != nnz:
+        raise InputValueError(
+            f"lookuplinear::{op}: weights must hold one value per entry, {nnz}; got "
+            f"{per_sample_weights.numel()}. Give per-entry weights as long as the indices.")
+
+
+def group_rows_unchecked(
+    grad_out: torch.Tensor,
+    num_rows: int,
+    indices: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    per_sample_weights: torch.Tensor | None = None,
+    padding_idx: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`group_rows` on operands :func:`check_group` has checked."""
     grad_out = grad_out.detach().contiguous()
     c = _c_operands(grad_out, num_rows, indices, offsets, per_sample_weights)
     if c is None:

@@ -122,17 +122,18 @@ from torch.autograd import forward_ad
 
 from .._fusion import binding
 from .._fusion import defer as fused_defer
-from ..errors import InputValueError, LookupIndexError, OffsetsError
+from ..errors import InputValueError, LookupIndexError
 from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
 from ._errors import project_error
 from ._hashing import hash_int_ids as hash_ids
-from ._inputs import _torch_mode_weights, offsets_ok
+from ._inputs import _torch_mode_weights
+from ._inputs import check_offsets as _check_offsets
 from ._inputs import mode_weights as _mode_weights
+from ._rows import check_group, gather_rows, group_rows_unchecked
 from ._rows import gather_into as _gather_into
-from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows",
@@ -881,21 +882,6 @@ def _idmap_rows_fake(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
 # ---- bag_max -------------------------------------------------------------------------------
 
 
-def _check_offsets(op: str, offsets: torch.Tensor, nnz: int, include_last: bool = True
-                   ) -> None:
-    """Raise :class:`OffsetsError` unless ``offsets`` are CSR offsets of ``nnz`` entries
-    (``include_last=False``: ``nn.EmbeddingBag``'s start offsets, the last at most ``nnz``),
-    as the C++ kernels check them where they run."""
-    if not offsets_ok(offsets, nnz, include_last=include_last):
-        head = offsets.reshape(-1)[:8].tolist()
-        end = "end at" if include_last else "stay within"
-        raise OffsetsError(
-            f"lookuplinear::{op}: offsets must start at 0, never decrease and {end} the "
-            f"number of entries, {nnz}; got {head}{' ...' if offsets.numel() > 8 else ''} "
-            f"({offsets.numel()} offsets). Build the batch with Bags or KeyedBags (they "
-            "check it), or give lengths instead of offsets.")
-
-
 def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                   ) -> torch.Tensor:
     return torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[0]
@@ -1047,7 +1033,8 @@ def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
         check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
     _check_range(idx, num_rows, "row_sums")
-    rows, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx)
+    check_group("row_sums", grad, idx.numel(), offsets, weights)
+    rows, values = group_rows_unchecked(grad, num_rows, idx, offsets, weights, padding_idx)
     return rows, values.to(grad.dtype)
 
 

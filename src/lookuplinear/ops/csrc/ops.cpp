@@ -640,6 +640,17 @@ std::tuple<Tensor, Tensor> row_sums_cpu(const Tensor &grad, const Tensor &indice
     if (padding_idx.has_value()) check_padding("row_sums", "padding_idx", *padding_idx, num_rows);
     const Tensor idx = indices.reshape(-1).to(at::kLong).contiguous();
     check_range("row_sums", idx, num_rows);
+    // the C kernel reads the entries the offsets name, a gradient row per bag (per entry
+    // without offsets) and a weight per entry
+    if (offsets.has_value()) check_offsets("row_sums", *offsets, idx.numel());
+    const int64_t n_out = offsets.has_value() ? offsets->numel() - 1 : idx.numel();
+    TORCH_CHECK_VALUE(grad.dim() == 2 && grad.size(0) == n_out, "lookuplinear::row_sums: the "
+                      "gradient is 2-D, one row per ", offsets.has_value() ? "bag" : "entry",
+                      ", ", n_out, "; got shape ", grad.sizes());
+    TORCH_CHECK_VALUE(!weights.has_value() || weights->numel() == idx.numel(),
+                      "lookuplinear::row_sums: weights must hold one value per entry, ",
+                      idx.numel(), "; got ", weights.has_value() ? weights->numel() : 0,
+                      ". Give per-entry weights as long as the indices.");
     const Tensor g = grad.contiguous();
     constexpr int64_t max_entries = std::numeric_limits<int32_t>::max();
     if (!is_f32_f64(g) || g.dim() != 2 || idx.numel() > max_entries ||
