@@ -1085,3 +1085,19 @@ def test_row_sums_and_group_rows_refuse_what_their_c_kernel_cannot_read() -> Non
         "group_rows(torch.ones(1, 3), 6, torch.tensor([1, 2]), torch.tensor([0, 1]))":
             ("OffsetsError", "lookuplinear::group_rows: " + off + "[0, 1]"),
     })
+
+
+def test_bag_max_backward_refuses_a_gradient_without_one_row_per_bag() -> None:
+    """Both registrations and the twin (other devices, no C library) check the gradient's
+    shape, with the C++ kernel's message (before: the Python registration read past the
+    gradient, or broadcast it); ``bag_max`` names itself in an index out of range."""
+    grad = ("InputValueError", "lookuplinear::bag_max_backward: the gradient has one row per "
+            "bag, [5, 3]; got [1, 3]")
+    w, idx, off = ("torch.arange(18.).reshape(6, 3)", "torch.tensor([1, 2, 3, 4, 5])",
+                   "torch.tensor([0, 1, 2, 3, 4, 5])")
+    _refused_alike({
+        f"ops.bag_max_backward(torch.ones(1, 3), {w}, {idx}, {off})": grad,
+        f"library._bag_max_backward_twin(torch.ones(1, 3), {w}, {idx}, {off})": grad,
+        f"ops.bag_max({w}, torch.tensor([1, 6]), torch.tensor([0, 2]))":
+            ("LookupIndexError", "lookuplinear::bag_max: index 6 at indices[1] is out of range"),
+    })

@@ -896,7 +896,7 @@ def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Ten
         return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
             weight, *c)[0]
     except (IndexError, RuntimeError):  # torch's kernel refused it: the operator's error
-        _check_range(indices, weight.shape[0])
+        _check_range(indices, weight.shape[0], "bag_max")
         raise
 
 
@@ -910,10 +910,23 @@ def _bag_max_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
     return weight.new_empty((offsets.shape[0] - 1, weight.shape[1]))
 
 
+def _check_bag_max_grad(grad: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor
+                        ) -> None:
+    """``InputValueError`` unless ``grad`` has one row of the table's width per bag (the C++
+    kernel's check, the same message)."""
+    if weight.dim() != 2 or offsets.dim() != 1 or offsets.numel() == 0:
+        return
+    want = [offsets.shape[0] - 1, weight.shape[1]]
+    if list(grad.shape) != want:
+        raise InputValueError(f"lookuplinear::bag_max_backward: the gradient has one row per "
+                              f"bag, {want}; got {list(grad.shape)}")
+
+
 def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
                            offsets: torch.Tensor) -> torch.Tensor:
     """The rows that gave each maximum found again (ATen's ``max_indices``; none in an empty
     bag), ``grad`` added to them."""
+    _check_bag_max_grad(grad, weight, offsets)
     if weight.shape[0] == 0:  # a table of no rows: every bag is empty
         return grad.new_zeros(weight.shape)
     rows = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[3]
@@ -924,6 +937,7 @@ def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: to
 
 def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
                           offsets: torch.Tensor) -> torch.Tensor:
+    _check_bag_max_grad(grad, weight, offsets)
     c = _bagmax.c_operands(weight, indices, offsets)
     _check_offsets("bag_max_backward", offsets if c is None else c[1], indices.numel())
     if c is None or grad.dtype != weight.dtype:

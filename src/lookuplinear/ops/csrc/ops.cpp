@@ -509,14 +509,18 @@ Tensor bag_max_backward_twin(const Tensor &grad, const Tensor &weight, const Ten
 
 Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &weight, const Tensor &indices,
                             const Tensor &offsets) {
+    if (weight.dim() == 2 && offsets.dim() == 1 && offsets.numel() > 0) {
+        const std::vector<int64_t> want{offsets.numel() - 1, weight.size(1)};
+        TORCH_CHECK_VALUE(grad.sizes() == at::IntArrayRef(want), "lookuplinear::bag_max_backward: "
+                          "the gradient has one row per bag, ", at::IntArrayRef(want), "; got ",
+                          grad.sizes());
+    }
     if (!bag_max_takes(weight, indices, offsets) || grad.scalar_type() != weight.scalar_type()) {
         check_twin_offsets("bag_max_backward", indices, offsets);
         return bag_max_backward_twin(grad, weight, indices, offsets);
     }
     const Tensor arg = std::get<1>(bag_max_c("bag_max_backward", weight, indices, offsets));
-    const Tensor g = grad.contiguous();
-    TORCH_CHECK_VALUE(g.sizes() == arg.sizes(), "lookuplinear::bag_max_backward: the gradient "
-                      "has one row per bag, ", arg.sizes(), "; got ", g.sizes());
+    const Tensor g = grad.contiguous();  // (checked above: arg's shape)
     Tensor grad_weight = at::zeros(weight.sizes(), g.options());
     if (g.scalar_type() == at::kFloat)
         ll_bag_max_backward_f32(grad_weight.data_ptr<float>(), arg.data_ptr<int64_t>(),
