@@ -1101,3 +1101,23 @@ def test_bag_max_backward_refuses_a_gradient_without_one_row_per_bag() -> None:
         f"ops.bag_max({w}, torch.tensor([1, 6]), torch.tensor([0, 2]))":
             ("LookupIndexError", "lookuplinear::bag_max: index 6 at indices[1] is out of range"),
     })
+
+
+def test_idmap_find_refuses_a_table_it_cannot_probe() -> None:
+    """A table that is not 1-D int64, or not a power of 2 of (key, value) slots: refused by
+    both registrations with one message (before: the Python registration read an int32
+    table as int64, out of bounds, and probed forever)."""
+    not_int64 = ("InputValueError", "lookuplinear::idmap_find: the table is 1-D int64; got Int "
+                 "of 1 dimensions")
+    _refused_alike({
+        "ops.idmap_find(torch.tensor([1, 2, 3], dtype=torch.int32), torch.tensor([5]))":
+            not_int64,
+        "library._idmap_find_twin(torch.tensor([1, 2, 3], dtype=torch.int32), "
+        "torch.tensor([5]))": not_int64,
+        "ops.idmap_find(torch.full((6,), -1), torch.tensor([5]))":
+            ("InputValueError", "lookuplinear::idmap_find: the table holds a power of 2 of "
+             "(key, value) slots; got 6 entries"),
+        "ops.idmap_find(torch.zeros(0, dtype=torch.long), torch.tensor([5]))":
+            ("InputValueError", "lookuplinear::idmap_find: the table holds a power of 2 of "
+             "(key, value) slots; got 0 entries"),
+    })

@@ -19,10 +19,11 @@ import torch
 from ..errors import InputValueError
 from ._backend import use_c
 from ._clib import function, ptr
+from ._errors import scalar_type_name
 from ._hashing import hash_int_ids, splitmix64_int
 
-__all__ = ["add", "admit_twin", "assign", "dict_keys", "empty_table", "erase", "find",
-           "set_values"]
+__all__ = ["add", "admit_twin", "assign", "check_table", "dict_keys", "empty_table", "erase",
+           "find", "set_values"]
 
 
 def empty_table(size: int) -> torch.Tensor:
@@ -41,11 +42,27 @@ def _c(table: torch.Tensor) -> bool:
     return use_c(table) and table.is_contiguous()
 
 
+def check_table(op: str, table: torch.Tensor, size: bool = True) -> None:
+    """Raise :class:`~lookuplinear.errors.InputValueError` unless ``table`` is 1-D int64 and
+    (``size``) holds a power of 2 of (key, value) slots, which the probe masks by: the C++
+    ``idmap_find``'s checks, the same messages."""
+    if table.dtype != torch.int64 or table.dim() != 1:
+        raise InputValueError(f"lookuplinear::{op}: the table is 1-D int64; got "
+                              f"{scalar_type_name(table.dtype)} of {table.dim()} dimensions")
+    slots = table.numel() // 2
+    if size and (table.numel() % 2 or slots < 1 or slots & (slots - 1)):
+        raise InputValueError(f"lookuplinear::{op}: the table holds a power of 2 of (key, value) "
+                              f"slots; got {table.numel()} entries")
+
+
 def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The value of every key (``-1`` where absent), int64, ``(keys.numel(),)``. (Where the C++
     extension is loaded, and in a graph that ``torch.compile`` or ``torch.export`` records, the
     operator ``lookuplinear::idmap_find`` runs instead:
-    :func:`lookuplinear.ops.library.idmap_find`.)"""
+    :func:`lookuplinear.ops.library.idmap_find`.) Raises
+    :class:`~lookuplinear.errors.InputValueError` for a table that is not one
+    (:func:`check_table`)."""
+    check_table("idmap_find", table)
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):

@@ -828,6 +828,7 @@ _register_autograd("gather_groups", _gather_groups_backward,
 
 
 def _idmap_find_twin(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    _idmap.check_table("idmap_find", table, size=False)  # (a search: no probe to mask)
     return _idmap._sorted_find(table, keys.reshape(-1).to(torch.int64))
 
 

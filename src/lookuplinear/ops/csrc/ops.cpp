@@ -309,6 +309,10 @@ Tensor idmap_find_cpu(const Tensor &table, const Tensor &keys) {
     TORCH_CHECK_VALUE(table.scalar_type() == at::kLong && table.dim() == 1,
                       "lookuplinear::idmap_find: the table is 1-D int64; got ",
                       table.scalar_type(), " of ", table.dim(), " dimensions");
+    const int64_t slots = table.numel() / 2;  // the probe masks by slots - 1
+    TORCH_CHECK_VALUE(table.numel() % 2 == 0 && slots >= 1 && (slots & (slots - 1)) == 0,
+                      "lookuplinear::idmap_find: the table holds a power of 2 of (key, value) "
+                      "slots; got ", table.numel(), " entries");
     const Tensor t = table.contiguous();
     const Tensor k = keys.reshape(-1).to(at::kLong).contiguous();
     Tensor out = at::empty_like(k);
