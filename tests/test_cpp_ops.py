@@ -1121,3 +1121,15 @@ def test_idmap_find_refuses_a_table_it_cannot_probe() -> None:
             ("InputValueError", "lookuplinear::idmap_find: the table holds a power of 2 of "
              "(key, value) slots; got 0 entries"),
     })
+
+
+def test_idmap_rows_and_splitmix64_refuse_alike_on_both_registrations() -> None:
+    """Checks the C++ kernels made and the Python registration did not: found values not one
+    per key, int32 keys for splitmix64 (before: torch's IndexError, or hashed as they came)."""
+    _refused_alike({
+        "ops.idmap_rows(torch.tensor([-1, 2]), torch.tensor([5]), 1)":
+            ("InputValueError", "lookuplinear::idmap_rows: one found value per key; got 2 "
+             "values for 1 keys"),
+        "ops.splitmix64(torch.tensor([1], dtype=torch.int32))":
+            ("InputValueError", "lookuplinear::splitmix64: keys must be int64; got Int"),
+    })

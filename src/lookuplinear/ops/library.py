@@ -127,7 +127,7 @@ from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs,
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
-from ._errors import project_error
+from ._errors import project_error, scalar_type_name
 from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights
 from ._inputs import check_offsets as _check_offsets
@@ -841,12 +841,16 @@ def _idmap_find_fake(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return keys.new_empty((keys.numel(),), dtype=torch.int64)
 
 
-def _check_fallback_rows(found: torch.Tensor, fallback_rows: int) -> None:
-    """``InputValueError`` unless ``fallback_rows >= 0``, and ``>= 1`` where a key is absent
-    (``found < 0``: hashed into the fallback rows), as the C++ kernels check it."""
+def _check_idmap_rows(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int) -> None:
+    """``InputValueError`` unless ``fallback_rows >= 0``, ``found`` holds one value per key,
+    and ``fallback_rows >= 1`` where a key is absent (``found < 0``: hashed into the fallback
+    rows), as the C++ kernels check them."""
     if fallback_rows < 0:
         raise InputValueError("lookuplinear::idmap_rows: fallback_rows (the rows before the "
                               f"map's) must be >= 0; got {fallback_rows}")
+    if found.numel() != keys.numel():
+        raise InputValueError(f"lookuplinear::idmap_rows: one found value per key; got "
+                              f"{found.numel()} values for {keys.numel()} keys")
     if fallback_rows == 0 and bool((found < 0).any()):
         raise InputValueError("lookuplinear::idmap_rows: a key absent from the map is hashed "
                               "into fallback_rows, which must be >= 1; got 0")
@@ -854,7 +858,7 @@ def _check_fallback_rows(found: torch.Tensor, fallback_rows: int) -> None:
 
 def _idmap_rows_twin(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
                      ) -> torch.Tensor:
-    _check_fallback_rows(found, fallback_rows)
+    _check_idmap_rows(found, keys, fallback_rows)
     if fallback_rows == 0:  # every key found: nothing to hash
         return found + 0
     return torch.where(found < 0, hash_ids(keys, fallback_rows), found + fallback_rows)
@@ -862,7 +866,7 @@ def _idmap_rows_twin(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
 
 def _idmap_rows_cpu(found: torch.Tensor, keys: torch.Tensor, fallback_rows: int
                     ) -> torch.Tensor:
-    _check_fallback_rows(found, fallback_rows)
+    _check_idmap_rows(found, keys, fallback_rows)
     rows = found + fallback_rows
     miss = found < 0
     if bool(miss.any()):  # only the keys the map does not hold are hashed
@@ -1448,10 +1452,17 @@ def _offsets_ok_twin(offsets: torch.Tensor, nnz: int, include_last: bool = True)
     return _inputs._torch_offsets_ok(offsets, nnz, include_last)
 
 
+def _splitmix64_twin(keys: torch.Tensor) -> torch.Tensor:
+    if keys.dtype != torch.int64:  # the C++ kernel's check
+        raise InputValueError("lookuplinear::splitmix64: keys must be int64; got "
+                              f"{scalar_type_name(keys.dtype)}")
+    return _hashing.splitmix64(keys)
+
+
 #: each host operator's twin, its CPU kernel where the C++ operators are not loaded
 HOST_TWINS: dict[str, Callable[..., Any]] = {
     "murmur3_32": _hashing.murmur3_segments,
-    "splitmix64": _hashing.splitmix64,
+    "splitmix64": _splitmix64_twin,
     "ngram_bucket": _hashing.ngram_bucket,
     "renumber_ids": _ngrams.renumber_twin,
     "count_rows": _ngrams.count_rows_twin,
