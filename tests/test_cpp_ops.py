@@ -1133,3 +1133,23 @@ def test_idmap_rows_and_splitmix64_refuse_alike_on_both_registrations() -> None:
         "ops.splitmix64(torch.tensor([1], dtype=torch.int32))":
             ("InputValueError", "lookuplinear::splitmix64: keys must be int64; got Int"),
     })
+
+
+@pytest.mark.parametrize("state", [torch.zeros(1), torch.zeros(0), torch.zeros(6, 3)])
+def test_sgd_without_momentum_takes_any_state_in_the_twins(state: torch.Tensor) -> None:
+    """SGD without momentum reads no state, so ``rows_update_`` and ``rows_fused_`` take any
+    (the C kernel's contract): the twins (another device, the torch backend) update the rows
+    as the operator does (before: they viewed a non-empty state as (N, dim) and failed)."""
+    from lookuplinear.ops import _updates
+
+    scalars = [0.1, 0.0, 0.0, 1.0, 0.0]
+    want = torch.arange(18.).reshape(6, 3)
+    ops.rows_update_(want, state.clone(), torch.tensor([1, 3]), torch.ones(2, 3), "sgd", scalars)
+    twin = torch.arange(18.).reshape(6, 3)
+    _updates.rows_update_twin(twin, state.clone(), torch.tensor([1, 3]), torch.ones(2, 3), "sgd",
+                              scalars)
+    assert torch.equal(twin, want)
+    fused = torch.arange(18.).reshape(6, 3)
+    _updates.rows_fused_twin([fused], [state.clone()], [torch.ones(2, 3)],
+                             [torch.tensor([1, 3])], [None], [None], [-1], "sgd", scalars)
+    assert torch.equal(fused, want)

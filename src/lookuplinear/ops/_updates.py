@@ -143,15 +143,16 @@ def adam_rows(weight: torch.Tensor, m: torch.Tensor, v: torch.Tensor, rows: torc
     weight.index_copy_(0, rows, x.sub_((mm * step_size).div_(_sqrt(vv).add_(eps))))
 
 
-def state_parts(kernel: str, state: torch.Tensor, weight: torch.Tensor
-                ) -> tuple[torch.Tensor | None, ...]:
+def state_parts(kernel: str, state: torch.Tensor, weight: torch.Tensor,
+                scalars: Sequence[float]) -> tuple[torch.Tensor | None, ...]:
     """The state tensors of ``kernel``'s update in the layout its C kernel reads (``state``
-    contiguous: SGD's momentum buffer, ``(N, dim)``, or empty without momentum; Adagrad's sums,
-    ``(N, dim)``; row-wise Adagrad's, ``(N,)``; Adam's moments, ``(N, 2 * dim)``, a row's ``m``
-    then its ``v``) as views of the twin's arguments."""
+    contiguous: SGD's momentum buffer, ``(N, dim)``, or any tensor without momentum, not read;
+    Adagrad's sums, ``(N, dim)``; row-wise Adagrad's, ``(N,)``; Adam's moments,
+    ``(N, 2 * dim)``, a row's ``m`` then its ``v``) as views of the twin's arguments
+    (``scalars``: the kernel's, :data:`._clib.SCALARS`; SGD's momentum the third)."""
     n, dim = weight.shape
     if kernel == "sgd":
-        return (state.view(n, dim) if state.numel() else None,)
+        return (state.view(n, dim) if scalars[2] != 0 else None,)
     if kernel == "adagrad":
         return (state.view(n, dim),)
     if kernel == "rowwise_adagrad":
@@ -299,8 +300,8 @@ def rows_update_twin(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     check_update(op, kernel, scalars, weight, state)
     check_rows(op, rows, values, weight)
     rows, values = grouped_rows(rows, values, weight.shape[0])
-    ROW_UPDATES[kernel](weight, *state_parts(kernel, state, weight), rows.long(), values,
-                        list(scalars))
+    ROW_UPDATES[kernel](weight, *state_parts(kernel, state, weight, scalars), rows.long(),
+                        values, list(scalars))
 
 
 def rows_update_cpu(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor,
@@ -385,8 +386,8 @@ def _fused_tables(weights: Sequence[torch.Tensor], states: Sequence[torch.Tensor
 def _fused_twin(kernel: str, t: FusedTable, scalars: list[float]) -> None:
     rows, values = group_rows_twin(t.grad_out, t.indices, t.offsets, t.per_sample_weights,
                                    t.padding_idx)
-    ROW_UPDATES[kernel](t.weight, *state_parts(kernel, t.state, t.weight), rows, values,
-                        scalars)
+    ROW_UPDATES[kernel](t.weight, *state_parts(kernel, t.state, t.weight, scalars), rows,
+                        values, scalars)
 
 
 def rows_fused_twin(weights: Sequence[torch.Tensor], states: Sequence[torch.Tensor],
