@@ -738,3 +738,21 @@ def test_gather_groups_refuses_a_forward_mode_tangent() -> None:
         dual = [forward_ad.make_dual(weights[0], torch.ones_like(weights[0])), weights[1]]
         with pytest.raises((NotImplementedError, RuntimeError), match=r"jvp|forward-mode AD"):
             ops.gather_groups(dual, rows, columns, width)
+
+
+def test_a_sparse_gradient_from_row_sums_warns_nothing() -> None:
+    """``row_sums_grad`` (the sparse backward of the Python registration) builds its coalesced
+    tensor without torch's invariant checks, as ``entry_grads`` does: no torch warning that
+    they are disabled (before: one on the first sparse backward of a process)."""
+    script = textwrap.dedent("""
+        import warnings
+        import torch
+        from lookuplinear.ops.library import row_sums_grad
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            row_sums_grad(torch.tensor([1, 2]), torch.ones(2, 4), (10, 4))
+        print(len(caught), [str(w.message)[:80] for w in caught])
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert run.stdout.startswith("0 "), run.stdout + run.stderr

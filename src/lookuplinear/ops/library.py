@@ -378,7 +378,8 @@ def row_sums_grad(rows: torch.Tensor, sums: torch.Tensor, shape: tuple[int, ...]
                   ) -> torch.Tensor:
     """A bag lookup's weight gradient of ``shape`` from ``row_sums``' ``(rows, sums)``: a
     coalesced sparse COO tensor (each row once, sorted)."""
-    return torch.sparse_coo_tensor(rows.unsqueeze(0), sums, shape, is_coalesced=True)
+    return torch.sparse_coo_tensor(rows.unsqueeze(0), sums, shape, is_coalesced=True,
+                                   check_invariants=False)
 
 
 def per_sample_weights_grad(g: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
