@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from forms import needs_c
+from forms import BACKENDS, needs_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,11 +16,13 @@ from lookuplinear import (
     InputValueError,
     KeyedBags,
     LookupCollection,
+    StateDictError,
     TableConfig,
     check_equivalence,
     hash_ids,
     optim,
 )
+from lookuplinear.ops import _idmap as table_ops
 from lookuplinear.ops import use_backend
 
 IDS = st.integers(-(2**63), 2**63 - 1)
@@ -107,6 +109,42 @@ def test_eval_mode_changes_nothing_and_state_dict_round_trip():
     other.load_state_dict(m.state_dict())
     other.eval()
     assert torch.equal(other(torch.tensor([2**40, -5, 5])), m(torch.tensor([2**40, -5, 5])))
+
+
+@pytest.mark.parametrize("name", ["table", "pending"])
+def test_a_damaged_hash_table_is_refused_at_load(name: str) -> None:
+    """A state whose hash table has more slots filled than a map fills (every one here: no
+    empty slot, where a lookup's probe ends) is refused with StateDictError, the map left as
+    it was (before: loaded, then the next lookup of an absent ID never ended)."""
+    m = IdMap(8, fallback_rows=2, admit_after=2)
+    m(torch.arange(4))
+    state = m.state_dict()
+    state[name] = state[name].clone()
+    state[name][1::2] = 0  # every slot "filled"
+    other = IdMap(8, fallback_rows=2, admit_after=2)
+    before = copy.deepcopy(other.state_dict())
+    with pytest.raises(StateDictError, match=f"{name}: 16 of its 16 slots are filled"):
+        other.load_state_dict(state)
+    with pytest.raises(StateDictError, match="the state is damaged"):  # PyTorch's own load
+        torch.nn.Module.load_state_dict(other, state)
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_probe_of_a_table_without_an_empty_slot_ends(backend: str) -> None:
+    """The probe walks a table at most once around: a full table finds its keys, reads an
+    absent one as absent, gives it no new slot, and refuses to store it."""
+    table = table_ops.empty_table(4)
+    table_ops.set_values(table, torch.tensor([10, 11, 12, 13]), torch.tensor([0, 1, 2, 3]))
+    with use_backend(backend):
+        assert table_ops.find(table, torch.tensor([12, 99])).tolist() == [2, -1]
+        assert table_ops.assign(table, torch.tensor([99]), 4, 8)[0].tolist() == [-1]
+        with pytest.raises(InputValueError, match="no empty slot"):
+            table_ops.set_values(table, torch.tensor([99]), torch.tensor([4]))
+        with pytest.raises(InputValueError, match="no empty slot"):
+            table_ops.add(table, torch.tensor([99]), torch.tensor([1]))
+        assert table_ops.erase(table.clone(), torch.tensor([99])) == 0
 
 
 @needs_c

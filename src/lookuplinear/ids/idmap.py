@@ -13,7 +13,7 @@ from .._loading import AllOrNothingLoad
 from .._rowreset import RESETS
 from .._sizes import as_size
 from .._tableinit import init_weight_
-from ..errors import InputValueError
+from ..errors import InputValueError, StateDictError
 from ..ops import _idmap as table_ops
 from ..ops import values_known
 from ..ops.library import idmap_find, idmap_rows
@@ -63,7 +63,8 @@ class IdMap(AllOrNothingLoad):
     IDs are looked up on the host, and the rows go back to the IDs' device.
     The map is deterministic for a given sequence of calls, and its state (``state_dict``:
     the hash table, each row's ID and last use, the admission counts) is saved and loaded with
-    the model.
+    the model; ``load_state_dict`` refuses a hash table with more slots filled than the map
+    fills (a damaged state, whose lookups could never end) with ``StateDictError``.
 
     As a matrix the map is, at any moment, a 0/1 matrix ``M`` with one 1 per ID, so a table
     read through it is ``nn.Linear`` on ``one_hot(id) @ M``.
@@ -92,6 +93,9 @@ class IdMap(AllOrNothingLoad):
     InputTypeError
         IDs of another type than ``key_type`` (floats, booleans, ints in a string map, strings
         in an int map). A call that raises changes nothing.
+    StateDictError
+        ``load_state_dict`` of a state that does not fit the map (another shape, a damaged hash
+        table); nothing is loaded.
 
     Examples
     --------
@@ -380,11 +384,36 @@ class IdMap(AllOrNothingLoad):
         given, _ = self._strings(state_dict, prefix, [], [], error_msgs)
         for name in given:
             del state_dict[name]
+        error_msgs.extend(self._table_problems(state_dict, prefix))
+
+    def _table_problems(self, state_dict: dict[str, Any], prefix: str) -> list[str]:
+        """Why the hash tables of ``state_dict`` (``table``, ``pending``) cannot be this map's:
+        more slots filled than the map ever fills (its capacity, half of the pending slots).
+        A lookup probes until an empty slot: a table without one would never end it. Tables
+        of another shape are left to the shape check."""
+        problems = []
+        for name, most in (("table", self.capacity), ("pending", self.pending.numel() // 4)):
+            given = state_dict.get(prefix + name)
+            if (not isinstance(given, torch.Tensor) or given.is_meta
+                    or given.shape != getattr(self, name).shape):
+                continue
+            filled = int((given[1::2] >= 0).sum())
+            if filled > most:
+                problems.append(
+                    f"{prefix}{name}: {filled} of its {given.numel() // 2} slots are filled; "
+                    f"this IdMap fills at most {most}: the state is damaged")
+        return problems
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               local_metadata: dict[str, Any], strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str],
                               error_msgs: list[str]) -> None:
+        problems = self._table_problems(state_dict, prefix)
+        if problems:  # (before anything is copied)
+            raise StateDictError(
+                f"IdMap.load_state_dict: the state dict does not fit this module: "
+                f"{'; '.join(problems)}. Load a state dict saved from an IdMap built with the "
+                "same arguments. The map was not loaded.")
         given, keys = self._strings(state_dict, prefix, missing_keys, unexpected_keys,
                                     error_msgs)
         rest = {k: v for k, v in state_dict.items() if k not in given}

@@ -70,8 +70,8 @@ def find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
             ptr(table), _mask(table), ptr(keys), keys.numel(), ptr(out))
         return out
     t, mask = table.tolist(), _mask(table)
-    out.copy_(torch.tensor([t[2 * _slot(t, mask, k) + 1] for k in keys.tolist()],
-                           dtype=torch.int64))
+    slots = [_slot(t, mask, k) for k in keys.tolist()]
+    out.copy_(torch.tensor([-1 if s < 0 else t[2 * s + 1] for s in slots], dtype=torch.int64))
     return out
 
 
@@ -88,16 +88,22 @@ def _sorted_find(table: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 
 def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> int:
-    """``table[key] = value`` for every pair (in order); returns how many keys were new."""
+    """``table[key] = value`` for every pair (in order); returns how many keys were new.
+    Raises :class:`~lookuplinear.errors.InputValueError` where a new key finds no empty
+    slot (a damaged table)."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     values = values.reshape(-1).to(torch.int64).contiguous()
     if _c(table):
         added: int = function("ll_idmap_set")(
             ptr(table), _mask(table), ptr(keys), ptr(values), keys.numel())
+        if added < 0:
+            raise _full()
         return added
     t, mask, added = table.tolist(), _mask(table), 0
     for k, v in zip(keys.tolist(), values.tolist(), strict=True):
         s = _slot(t, mask, k)
+        if s < 0:
+            raise _full()
         added += t[2 * s + 1] < 0
         t[2 * s], t[2 * s + 1] = k, v
     table.copy_(torch.tensor(t, dtype=torch.int64))
@@ -106,17 +112,22 @@ def set_values(table: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) ->
 
 def add(table: torch.Tensor, keys: torch.Tensor, adds: torch.Tensor) -> tuple[torch.Tensor, int]:
     """``table[key] += add`` (absent keys start at 0); returns the new values and how many
-    keys were new."""
+    keys were new. Raises :class:`~lookuplinear.errors.InputValueError` where a new key finds
+    no empty slot (a damaged table)."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     adds = adds.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):
         added: int = function("ll_idmap_add")(
             ptr(table), _mask(table), ptr(keys), ptr(adds), keys.numel(), ptr(out))
+        if added < 0:
+            raise _full()
         return out, added
     t, mask, added = table.tolist(), _mask(table), 0
     for i, (k, a) in enumerate(zip(keys.tolist(), adds.tolist(), strict=True)):
         s = _slot(t, mask, k)
+        if s < 0:
+            raise _full()
         old = t[2 * s + 1]
         added += old < 0
         t[2 * s], t[2 * s + 1] = k, max(old, 0) + a
@@ -135,7 +146,7 @@ def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
     t, mask, removed = table.tolist(), _mask(table), 0
     for k in keys.tolist():
         i = _slot(t, mask, k)
-        if t[2 * i + 1] < 0:
+        if i < 0 or t[2 * i + 1] < 0:
             continue
         removed += 1
         t[2 * i + 1] = -1
@@ -155,8 +166,8 @@ def erase(table: torch.Tensor, keys: torch.Tensor) -> int:
 def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
            ) -> tuple[torch.Tensor, int]:
     """The value of every key; an absent key gets ``next_value``, ``next_value + 1``, ... in
-    order of first appearance while below ``end``, else ``-1``. Returns the values and the next
-    unused value."""
+    order of first appearance while below ``end`` (and the table has an empty slot), else
+    ``-1``. Returns the values and the next unused value."""
     keys = keys.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty_like(keys)
     if _c(table):
@@ -168,7 +179,9 @@ def assign(table: torch.Tensor, keys: torch.Tensor, next_value: int, end: int
     t, mask = table.tolist(), _mask(table)
     for i, k in enumerate(keys.tolist()):
         s = _slot(t, mask, k)
-        if t[2 * s + 1] >= 0:
+        if s < 0:  # no empty slot: no row
+            out[i] = -1
+        elif t[2 * s + 1] >= 0:
             out[i] = t[2 * s + 1]
         elif next_value < end:
             t[2 * s], t[2 * s + 1] = k, next_value
@@ -254,7 +267,17 @@ def dict_keys(keys: dict[str, int], items: list[Any] | np.ndarray) -> np.ndarray
 
 
 def _slot(t: list[int], mask: int, key: int) -> int:
+    """The slot holding ``key``, else the empty slot where its probe ends; ``-1`` when the probe
+    has walked every slot without either (a table with no empty slot: a damaged one)."""
     s = splitmix64_int(key) & mask
-    while t[2 * s + 1] >= 0 and t[2 * s] != key:
+    for _ in range(mask + 1):
+        if t[2 * s + 1] < 0 or t[2 * s] == key:
+            return s
         s = (s + 1) & mask
-    return s
+    return -1
+
+
+def _full() -> InputValueError:
+    return InputValueError("lookuplinear: an IdMap's hash table has no empty slot for a new "
+                           "key (a map keeps at most half of its slots filled): its state is "
+                           "damaged. Load a state saved from a map, or build a new one.")

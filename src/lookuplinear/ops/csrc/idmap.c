@@ -19,10 +19,13 @@ LL_INLINE uint64_t mix(uint64_t x) {
     return x;
 }
 
+/* the slot holding key, else the empty slot where the probe for it ends; -1 when the probe
+ * has walked every slot without either (a table with no empty slot: a damaged one) */
 LL_INLINE int64_t slot_of(const int64_t *table, uint64_t mask, int64_t key) {
     uint64_t s = mix((uint64_t)key) & mask;
-    while (table[2 * s + 1] >= 0 && table[2 * s] != key) s = (s + 1) & mask;
-    return (int64_t)s;
+    for (uint64_t k = 0; k <= mask; k++, s = (s + 1) & mask)
+        if (table[2 * s + 1] < 0 || table[2 * s] == key) return (int64_t)s;
+    return -1;
 }
 
 /* out[i] = the value of keys[i], or -1 when absent */
@@ -31,36 +34,49 @@ LL_EXPORT void ll_idmap_find(const int64_t *table, int64_t mask, const int64_t *
     const uint64_t m = (uint64_t)mask;
     for (int64_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(&table[2 * (mix((uint64_t)keys[i + AHEAD]) & m)]);
-        out[i] = table[2 * slot_of(table, m, keys[i]) + 1];
+        const int64_t s = slot_of(table, m, keys[i]);
+        out[i] = s < 0 ? -1 : table[2 * s + 1];
     }
 }
 
 /* set keys[i] -> values[i] (inserted, or overwritten when present); returns the number of
- * keys that were absent. The caller keeps the load below one half. */
+ * keys that were absent, or -1 when a key found no slot (a full table: the others are set).
+ * The caller keeps the load below one half. */
 LL_EXPORT int64_t ll_idmap_set(int64_t *table, int64_t mask, const int64_t *keys,
                                const int64_t *values, int64_t n) {
-    int64_t added = 0;
+    int64_t added = 0, full = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t s = slot_of(table, (uint64_t)mask, keys[i]);
+        if (s < 0) {
+            full = 1;
+            continue;
+        }
         added += table[2 * s + 1] < 0;
         table[2 * s] = keys[i];
         table[2 * s + 1] = values[i];
     }
-    return added;
+    return full ? -1 : added;
 }
 
-/* out[i] = (the value of keys[i], 0 when absent) + adds[i], stored back: counts that add up */
+/* out[i] = (the value of keys[i], 0 when absent) + adds[i], stored back: counts that add up.
+ * Returns the number of keys that were absent, or -1 when a key found no slot (a full table:
+ * its out[i] is -1, the others are added) */
 LL_EXPORT int64_t ll_idmap_add(int64_t *table, int64_t mask, const int64_t *keys,
                                const int64_t *adds, int64_t n, int64_t *out) {
-    int64_t added = 0;
+    int64_t added = 0, full = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t s = slot_of(table, (uint64_t)mask, keys[i]);
+        if (s < 0) {
+            full = 1;
+            out[i] = -1;
+            continue;
+        }
         int64_t old = table[2 * s + 1];
         added += old < 0;
         table[2 * s] = keys[i];
         table[2 * s + 1] = out[i] = (old < 0 ? 0 : old) + adds[i];
     }
-    return added;
+    return full ? -1 : added;
 }
 
 /* remove keys[i] where present; returns how many were */
@@ -68,8 +84,9 @@ LL_EXPORT int64_t ll_idmap_erase(int64_t *table, int64_t mask, const int64_t *ke
     const uint64_t m = (uint64_t)mask;
     int64_t removed = 0;
     for (int64_t k = 0; k < n; k++) {
-        uint64_t i = (uint64_t)slot_of(table, m, keys[k]);
-        if (table[2 * i + 1] < 0) continue;
+        const int64_t at = slot_of(table, m, keys[k]);
+        if (at < 0 || table[2 * at + 1] < 0) continue;
+        uint64_t i = (uint64_t)at;
         removed++;
         table[2 * i + 1] = -1;
         for (uint64_t j = (i + 1) & m; table[2 * j + 1] >= 0; j = (j + 1) & m) {
@@ -87,8 +104,8 @@ LL_EXPORT int64_t ll_idmap_erase(int64_t *table, int64_t mask, const int64_t *ke
 }
 
 /* out[i] = the value of keys[i]; an absent key gets the value *next (then incremented) while
- * *next < end, else -1: new keys numbered in order of first appearance. Returns how many keys
- * were added. */
+ * *next < end and the table has an empty slot, else -1: new keys numbered in order of first
+ * appearance. Returns how many keys were added. */
 LL_EXPORT int64_t ll_idmap_assign(int64_t *table, int64_t mask, const int64_t *keys, int64_t n,
                                   int64_t *next, int64_t end, int64_t *out) {
     const uint64_t m = (uint64_t)mask;
@@ -96,7 +113,9 @@ LL_EXPORT int64_t ll_idmap_assign(int64_t *table, int64_t mask, const int64_t *k
     for (int64_t i = 0; i < n; i++) {
         if (i + AHEAD < n) __builtin_prefetch(&table[2 * (mix((uint64_t)keys[i + AHEAD]) & m)]);
         int64_t s = slot_of(table, m, keys[i]);
-        if (table[2 * s + 1] >= 0) {
+        if (s < 0) {
+            out[i] = -1;
+        } else if (table[2 * s + 1] >= 0) {
             out[i] = table[2 * s + 1];
         } else if (*next < end) {
             table[2 * s] = keys[i];
