@@ -191,19 +191,6 @@ class LookupCollection(CollectionBase):
         )
         return self.table_groups
 
-    def __getattr__(self, name: str) -> Any:
-        """``nn.Module``'s; ``embedding_bags``, the first part of the state dict's names, is
-        refused naming the parameters' names (what ``torch.func.functional_call`` takes)."""
-        if name == "embedding_bags":
-            raise AttributeError(
-                "LookupCollection has no attribute 'embedding_bags': its state_dict names each "
-                "table embedding_bags.<table>.weight (TorchRec's names), but its parameters are "
-                "the table groups, table_groups.<g>, each holding several tables' rows. "
-                "torch.func.functional_call(collection, params, ...) takes parameter names: "
-                "pass dict(collection.named_parameters()), or tensors under those names."
-            )
-        return super().__getattr__(name)
-
     # ------------------------------------------------------------------ tables
     def _sparse(self, cfg: TableConfig) -> bool:
         """Whether table ``cfg`` gets row-sparse gradients: ``sparse``, except a ``mode="max"``
