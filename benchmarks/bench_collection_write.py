@@ -49,11 +49,12 @@ OPERATORS: Written = batched.BatchedLookup._written
 
 
 def per_width(self: batched.BatchedLookup, whole: Any, n: int, table_groups: Any,
-              tables: Any, starts: list[int] | None = None) -> torch.Tensor:
+              tables: Any, starts: list[int] | None = None, exact: bool = False
+              ) -> torch.Tensor:
     """``bag_lookup`` per width on its ``(N, F_g)`` rows, and one ``in_feature_order`` copy
     (one width, and bags: the collection's own calls)."""
     if len(self.groups) == 1 or not isinstance(whole, torch.Tensor):
-        return OPERATORS(self, whole, n, table_groups, tables, starts)
+        return OPERATORS(self, whole, n, table_groups, tables, starts, exact)
     outs = [batched._BAG_LOOKUP(table_groups[g], self._group_rows(whole, g, len(feats), n))
             .view(n, len(feats) * table_groups[g].shape[1]) for g, feats in self.groups]
     out: torch.Tensor = batched._IN_FEATURE_ORDER(outs, [0] * len(outs), self._written_segs[True])

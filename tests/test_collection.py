@@ -1420,3 +1420,34 @@ def test_functional_call_takes_the_parameter_names_not_the_state_dict_names() ->
     with pytest.raises(AttributeError, match="embedding_bags"):
         functional_call(coll, coll.state_dict(), (kb,))
 
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("other", [torch.float16, torch.float64])
+def test_a_mean_table_is_exact_beside_a_table_of_another_dtype(sparse: bool,
+                                                               other: torch.dtype) -> None:
+    """A float32 mean table's outputs are ``F.embedding_bag(mode="mean")``'s to the bit in a
+    collection that also holds a table of another dtype (its group looked up apart): the
+    exact means are decided group by group, by each group's dtype."""
+    coll = LookupCollection([TableConfig("m", 20, 4, ["f0"], mode="mean"),
+                             TableConfig("s", 10, 4, ["f1"], dtype=other)], sparse=sparse)
+    g = torch.Generator().manual_seed(0)
+    feats = {"f0": [torch.randint(0, 20, (int(torch.randint(0, 8, (), generator=g)),),
+                                  generator=g).tolist() for _ in range(64)],
+             "f1": [[1, 2]] * 64}
+    kb = KeyedBags.from_dict(feats)
+    bags = kb["f0"]
+    want = torch.nn.functional.embedding_bag(bags.indices, coll["m"].weight.detach(),
+                                             bags.offsets[:-1], mode="mean")
+    assert torch.equal(coll(kb)["f0"].detach(), want)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_an_empty_batch_of_a_group_of_mean_and_sum_tables_gives_no_rows(sparse: bool) -> None:
+    """A batch of no examples through a group of a mean and a sum table, its keys in another
+    order than the collection's (a batch looked up group by group), gives ``(0, width)``, as
+    ``nn.EmbeddingBag`` gives no rows for no bags."""
+    coll = LookupCollection([TableConfig("a", 10, 4, ["f0"], mode="mean"),
+                             TableConfig("b", 10, 4, ["f1"])], sparse=sparse)
+    empty = torch.zeros(0, dtype=torch.long)
+    kb = KeyedBags(["f1", "f0"], empty, lengths=empty)
+    assert coll(kb).values().shape == (0, 8)

@@ -236,15 +236,19 @@ def _keyed(seed: int, one_id: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randint(0, 5, (int(lengths.sum()),), generator=g), lengths
 
 
+@pytest.mark.parametrize("modes", ["sum", "mean"])
 @pytest.mark.parametrize("one_id", [True, False], ids=["traced on one ID", "traced on bags"])
-def test_jit_trace_of_a_collection_of_one_width_equals_eager(one_id: bool) -> None:
+def test_jit_trace_of_a_collection_of_one_width_equals_eager(one_id: bool, modes: str) -> None:
     """A collection whose batch is one lookup (one width, dense gradients) traces: the graph
     takes no branch on the trace batch (one ID per bag or not), so later batches of either
-    kind give the eager outputs."""
+    kind give the eager outputs; so does one whose sum and mean tables share the lookup (the
+    means' sums divided by their bag sizes)."""
     from lookuplinear import LookupCollection, TableConfig
 
     torch.manual_seed(0)
-    model = _Keyed(LookupCollection([TableConfig(k, 6, 4, [k]) for k in "abc"]))
+    mode = {"a": "mean", "c": "mean"} if modes == "mean" else {}
+    model = _Keyed(LookupCollection([TableConfig(k, 6, 4, [k], mode=mode.get(k, "sum"))
+                                     for k in "abc"]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         traced = torch.jit.trace(model, _keyed(0, one_id), check_trace=False)
@@ -262,7 +266,7 @@ def test_jit_trace_of_a_collection_split_by_feature_is_refused(kind: str) -> Non
     from lookuplinear import LookupCollection, TableConfig
 
     dims = {"a": 4, "b": 3 if kind == "two widths" else 4, "c": 4}
-    modes = {"a": "mean", "b": "sum", "c": "mean"} if kind == "mixed modes" else {}
+    modes = {"a": "sqrtn", "b": "sum", "c": "sqrtn"} if kind == "mixed modes" else {}
     col = LookupCollection([TableConfig(k, 6, dims[k], [k], mode=modes.get(k, "sum"))
                             for k in "abc"], sparse=kind == "sparse")
     with warnings.catch_warnings(), pytest.raises(

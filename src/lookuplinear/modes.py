@@ -107,6 +107,8 @@ def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     # an empty bag's sum is 0: 0 / 1; expanded to the sums' shape, as addcdiv's CPU kernel
     # broadcasts two operands at once several times slower
     safe = sizes.clamp_min(1).expand_as(sums).contiguous()
+    if torch.jit.is_tracing():  # a traced graph's division (ONNX has no addcdiv): the same
+        return sums / safe  # forward
     # -0 + x is x, signed zeros included; addcdiv's gradient for its tensor1 is
     # grad * (1 / tensor2), ATen's mean backward
     return torch.addcdiv(torch.full((), -0.0, dtype=sums.dtype, device=sums.device), sums, safe)

@@ -32,7 +32,7 @@ import functools
 import itertools
 import operator
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -46,7 +46,7 @@ from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan
 from .table_config import TableConfig
 
-__all__ = ["BatchedLookup", "TableReader"]
+__all__ = ["BatchedLookup", "ExactMeans", "TableReader"]
 
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
@@ -67,6 +67,18 @@ class TableReader(Protocol):
     def _drawn(self, g: int, input: Any) -> Any: ...
 
     def _sparse(self, cfg: TableConfig) -> bool: ...
+
+
+class ExactMeans(NamedTuple):
+    """A batch without weights' mean outputs computed as their sums divided by the bag sizes
+    (:meth:`BatchedLookup._divided`), for the dtypes of a collection's groups."""
+
+    #: per output, whether it is such a mean
+    outputs: list[bool]
+    #: the outputs' modes to fold into per-entry weights, those means summed
+    runs: list[tuple[int, int, str]]
+    #: per group: True (every feature's output such a mean), a bool per feature, or None
+    groups: list[bool | torch.Tensor | None]
 
 
 class BatchedLookup:
@@ -123,25 +135,14 @@ class BatchedLookup:
         #: where every table sums (a batch's bags then need no per-entry factor)
         modes = [c.mode for c in configs]
         self._runs = _runs_of(modes)
-        #: the outputs whose unweighted bags are averaged as ``nn.EmbeddingBag(mode="mean")``
-        #: averages them, to the bit (:func:`~lookuplinear.modes.mean_of_sums`): a mean table
-        #: without padding or ``"qr"`` hashing, where every table is float32 or every table
-        #: float64 (:meth:`_exact_for`). Their bags are summed by their group's lookup, whose
-        #: outputs are one bag a row, and the sums divided by the bag sizes (:meth:`_divided`),
-        #: not folded: ``_unweighted_runs`` are the modes an unweighted batch folds (those
-        #: means summed). Per group: None (no such mean), True (every feature's), or which
-        #: of its features' (a bool tensor)
-        exact = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
-                 for c in configs]
-        self._exact = exact
-        self._any_exact = any(exact)
-        self._unweighted_runs = _runs_of(
-            ["sum" if e else m for e, m in zip(exact, modes, strict=True)])
-        self._group_exact: list[bool | torch.Tensor | None] = []
-        for group in plan.groups:
-            which = [exact[i] for i in group.positions]
-            self._group_exact.append(True if all(which) else torch.tensor(which)
-                                     if any(which) else None)
+        #: the outputs whose unweighted bags may be averaged as ``nn.EmbeddingBag(mode="mean")``
+        #: averages them, to the bit (:func:`~lookuplinear.modes.mean_of_sums`): mean tables
+        #: without padding or ``"qr"`` hashing; those of float32 and float64 groups are
+        #: (:meth:`_exact_means`, per dtypes of the groups)
+        self._mean_outputs = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
+                              for c in configs]
+        self._any_exact = any(self._mean_outputs)
+        self._exact_plans: dict[tuple[torch.dtype, ...], ExactMeans | None] = {}
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
@@ -170,8 +171,10 @@ class BatchedLookup:
         which the graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
-        exact = self._exact_for(kb, table_groups)
-        runs = self._unweighted_runs if exact else self._runs
+        # (the usual case, no exact mean, without a call: a forward's Python calls count)
+        exact = self._exact_means(table_groups) if self._any_exact and kb.weights is None \
+            else None
+        runs = self._runs if exact is None else exact.runs
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
         whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
         starts = None
@@ -190,31 +193,46 @@ class BatchedLookup:
             return self._written(whole, n, table_groups, tables, starts, exact)
         return self._per_group(kb, table_groups, sparse, tables, exact)
 
-    def _exact_for(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor]) -> bool:
-        """Whether the batch ``kb``'s means are its sums divided by the bag sizes
-        (:meth:`_divided`): a batch without weights, some outputs such means, every table
-        float32 or every table float64."""
-        if not self._any_exact or kb.weights is not None:
-            return False
-        dtype = table_groups[0].dtype
-        return dtype in (torch.float32, torch.float64) and all(
-            w.dtype == dtype for w in table_groups)
+    def _exact_means(self, table_groups: Sequence[torch.Tensor]) -> ExactMeans | None:
+        """For a batch without weights, the outputs whose means are their sums divided by the
+        bag sizes (:meth:`_divided`): the mean outputs of float32 and float64 groups (the
+        groups' ``table_groups`` dtypes decide: a table converted after it was built); None
+        where there are none."""
+        dtypes = tuple(w.dtype for w in table_groups)
+        if dtypes in self._exact_plans:
+            return self._exact_plans[dtypes]
+        exact = [m and dtypes[g] in (torch.float32, torch.float64)
+                 for m, g in zip(self._mean_outputs, self.plan.feature_group, strict=True)]
+        plan = None
+        if any(exact):
+            groups: list[bool | torch.Tensor | None] = []
+            for group in self.plan.groups:
+                which = [exact[i] for i in group.positions]
+                groups.append(True if all(which) else torch.tensor(which)
+                              if any(which) else None)
+            modes = [c.mode for c in (self.plan.place_of(f).config
+                                      for f in self.plan.embedding_names)]
+            plan = ExactMeans(exact, _runs_of(["sum" if e else m for e, m in zip(
+                exact, modes, strict=True)]), groups)
+        self._exact_plans[dtypes] = plan
+        return plan
 
-    def _divided(self, sums: torch.Tensor, offsets: torch.Tensor, g: int, n: int
-                 ) -> torch.Tensor:
-        """Group ``g``'s lookup output ``sums`` (one bag a row, its features' ``n`` bags after
-        one another; ``offsets``: their CSR offsets) with its exact means' rows divided by
-        their bag sizes, as ``nn.EmbeddingBag(mode="mean")`` divides, to the bit, forward and
-        backward (:func:`~lookuplinear.modes.mean_of_sums`); other rows divided by 1, which
-        leaves them and their gradient as they are."""
-        which = self._group_exact[g]
+    @staticmethod
+    def _divided(sums: torch.Tensor, offsets: torch.Tensor, which: bool | torch.Tensor | None,
+                 n: int) -> torch.Tensor:
+        """A group's lookup output ``sums`` (one bag a row, its features' ``n`` bags after one
+        another; ``offsets``: their CSR offsets) with its exact means' rows (``which``: True
+        for every feature's, a bool per feature, None for none: :class:`ExactMeans`) divided
+        by their bag sizes, as ``nn.EmbeddingBag(mode="mean")`` divides, to the bit, forward
+        and backward (:func:`~lookuplinear.modes.mean_of_sums`); other rows divided by 1,
+        which leaves them and their gradient as they are."""
         if which is None:
             return sums
         sizes = offsets[1:] - offsets[:-1]
         if which is not True:
             assert isinstance(which, torch.Tensor)
-            sizes = torch.where(which.to(sizes.device).unsqueeze(1), sizes.view(-1, n),
-                                1).view(-1)
+            sizes = torch.where(which.to(sizes.device).unsqueeze(1),
+                                sizes.view(which.numel(), n), 1).view(-1)
         return mean_of_sums(sums, sizes.to(sums.dtype).unsqueeze(1))
 
     def _folded(self, whole: Bags, n: int, table_groups: Sequence[torch.Tensor],
@@ -226,7 +244,7 @@ class BatchedLookup:
         over (their weights as they are, or ones, for a sum; the other mode's factors).
         ``starts``: each output's first entry (None while a graph is recorded); ``runs``: the
         outputs' modes to fold (:attr:`_runs`, or for an unweighted batch whose means are
-        divided, :attr:`_unweighted_runs`). None where the
+        divided, :attr:`ExactMeans.runs`). None where the
         fold cannot be the reference's: tables of several dtypes, weights that need a gradient
         (the factors carry none), a mix of modes while a graph is recorded."""
         dtypes = {w.dtype for w in table_groups}
@@ -253,7 +271,8 @@ class BatchedLookup:
         return Bags.from_checked(whole.indices, whole.offsets, folded)
 
     def _dense(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
-               starts: list[int] | None = None, exact: bool = False) -> torch.Tensor:
+               starts: list[int] | None = None, exact: ExactMeans | None = None
+               ) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) with dense gradients
         (``sparse=False``, no table in a file): each group's part of it looked up by one ATen
         call on the group's parameter (``F.embedding`` of a one-ID batch's rows,
@@ -273,12 +292,13 @@ class BatchedLookup:
             for (g, _), (indices, offsets, weights) in zip(
                     self.groups, self._split(whole, n, starts), strict=True):
                 param = table_groups[g]
-                means = exact and self._group_exact[g] is True and weights is None
+                which = None if exact is None else exact.groups[g]
+                means = which is True and weights is None
                 sums = torch.nn.functional.embedding_bag(
                     indices, param, offsets, mode="mean" if means else "sum",
                     include_last_offset=True,
                     per_sample_weights=None if weights is None else weights.to(param.dtype))
-                outs.append(self._divided(sums, offsets, g, n) if exact and not means else sums)
+                outs.append(sums if means else self._divided(sums, offsets, which, n))
             features = [len(feats) for _, feats in self.groups]
             segs = self._written_segs[False]
         dtype = functools.reduce(torch.promote_types, (out.dtype for out in outs))
@@ -286,7 +306,7 @@ class BatchedLookup:
         return out
 
     def _per_group(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
-                   tables: TableReader, exact: bool = False) -> torch.Tensor:
+                   tables: TableReader, exact: ExactMeans | None = None) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient, put in feature
         order by one copy (the operator ``lookuplinear::in_feature_order``). ``exact``: the
@@ -311,7 +331,8 @@ class BatchedLookup:
                 continue
             bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact)
             sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None, sparse=sparse)
-            parts.append((self._divided(sums, bags.offsets, g, n) if exact else sums, feats))
+            parts.append((sums if exact is None else self._divided(
+                sums, bags.offsets, exact.groups[g], n), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
         out: torch.Tensor = _IN_FEATURE_ORDER(
             [out.to(dtype) for out, _ in parts], [len(feats) for _, feats in parts],
@@ -344,8 +365,8 @@ class BatchedLookup:
         return rows[first:first + n * n_feats].view(n, n_feats)
 
     def _written(self, whole: torch.Tensor | Bags, n: int, table_groups: Sequence[torch.Tensor],
-                 tables: TableReader, starts: list[int] | None = None, exact: bool = False
-                 ) -> torch.Tensor:
+                 tables: TableReader, starts: list[int] | None = None,
+                 exact: ExactMeans | None = None) -> torch.Tensor:
         """The usual batch (``whole``: :meth:`_shifted`'s) over one group or several, for
         row-sparse gradients (``sparse=True``) of one dtype: a one-ID batch over several groups
         by the operator ``lookuplinear::gather_groups`` (every group's ``(N, F_g)`` rows
@@ -380,7 +401,8 @@ class BatchedLookup:
                 indices, offsets = bags.indices, bags.offsets
             sums = _BAG_LOOKUP(table_groups[g], indices, offsets, None if weights is None
                                else weights.to(table_groups[g].dtype))
-            outs.append(self._divided(sums, offsets, g, n) if exact else sums)
+            outs.append(sums if exact is None else self._divided(sums, offsets, exact.groups[g],
+                                                                 n))
         out: torch.Tensor = _IN_FEATURE_ORDER(outs, self._features, self._written_segs[False])
         return out
 
@@ -423,7 +445,7 @@ class BatchedLookup:
         return bags
 
     def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
-                    tables: TableReader, exact: bool = False) -> Bags:
+                    tables: TableReader, exact: ExactMeans | None = None) -> Bags:
         """The ``F * N`` bags of one group's features as one lookup of its parameter (of
         ``dtype``): indices shifted by their table's first row, padding dropped,
         ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
@@ -437,7 +459,7 @@ class BatchedLookup:
         indices, lengths, weights = [], [], []
         in_graph = capturing()
         folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
-                 and not (exact and self._exact[self._index[f]]) for f in feats}
+                 and not (exact is not None and exact.outputs[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
             folds[f] or (in_graph and places[table_of[f]].config.padding_idx is not None)
             for f in feats)

@@ -627,7 +627,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             if not state:
                 self._init_state(p, state, group)
             else:
-                self._state_in_dtype(p, state)
+                for value in state.values():  # (a loop, no call, per table: the usual case)
+                    if isinstance(value, torch.Tensor) and value.dtype != p.dtype:
+                        self._state_in_dtype(p, state)
+                        break
             bound.append(p)
             if c and grad is None and len(pending) == 1 and p.is_cpu and p.dim() == 2 \
                     and p.is_contiguous():
