@@ -142,6 +142,13 @@ class BatchedLookup:
         self._mean_outputs = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
                               for c in configs]
         self._any_exact = any(self._mean_outputs)
+        #: per group, where it is float32 or float64: True (every feature's output such a
+        #: mean), a bool per feature, or None (made here, eagerly: never a recorded graph's)
+        self._group_means: list[bool | torch.Tensor | None] = []
+        for group in plan.groups:
+            which = [self._mean_outputs[i] for i in group.positions]
+            self._group_means.append(True if all(which) else torch.tensor(which)
+                                     if any(which) else None)
         self._exact_plans: dict[tuple[torch.dtype, ...], ExactMeans | None] = {}
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
@@ -205,11 +212,8 @@ class BatchedLookup:
                  for m, g in zip(self._mean_outputs, self.plan.feature_group, strict=True)]
         plan = None
         if any(exact):
-            groups: list[bool | torch.Tensor | None] = []
-            for group in self.plan.groups:
-                which = [exact[i] for i in group.positions]
-                groups.append(True if all(which) else torch.tensor(which)
-                              if any(which) else None)
+            groups = [which if dtype in (torch.float32, torch.float64) else None
+                      for which, dtype in zip(self._group_means, dtypes, strict=True)]
             modes = [c.mode for c in (self.plan.place_of(f).config
                                       for f in self.plan.embedding_names)]
             plan = ExactMeans(exact, _runs_of(["sum" if e else m for e, m in zip(
