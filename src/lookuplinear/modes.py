@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 import torch
 
 from .errors import InputValueError
+from .ops._backend import capturing, transformed
 
 if TYPE_CHECKING:
     from .sparse.bags import Bags
@@ -104,14 +105,22 @@ def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     tensor([[1.],
             [0.]])
     """
-    # an empty bag's sum is 0: 0 / 1; expanded to the sums' shape, as addcdiv's CPU kernel
-    # broadcasts two operands at once several times slower
-    safe = sizes.clamp_min(1).expand_as(sums).contiguous()
-    if torch.jit.is_tracing():  # a traced graph's division (ONNX has no addcdiv): the same
-        return sums / safe  # forward
-    # -0 + x is x, signed zeros included; addcdiv's gradient for its tensor1 is
-    # grad * (1 / tensor2), ATen's mean backward
-    return torch.addcdiv(torch.full((), -0.0, dtype=sums.dtype, device=sums.device), sums, safe)
+    safe = sizes.clamp_min(1)  # an empty bag's sum is 0: 0 / 1
+    if not (sums.requires_grad and torch.is_grad_enabled()) or torch.jit.is_tracing():
+        return sums / safe  # no gradient to shape (or a trace: ONNX has no addcdiv)
+    if not (capturing() or transformed()):
+        # eagerly: the product's gradient, grad * (1 / size), then its values replaced by the
+        # quotient (nothing saved the product; two passes where addcdiv's below take more)
+        out = sums * safe.reciprocal()
+        with torch.no_grad():
+            torch.div(sums, safe, out=out)
+        return out
+    # in a recorded graph or a torch.func transform: addcdiv's gradient for its tensor1 is
+    # grad * (1 / tensor2), ATen's mean backward; -0 + x is x, signed zeros included. The
+    # sizes expanded to the sums' shape: addcdiv's CPU kernel broadcasting two operands at
+    # once is several times slower
+    return torch.addcdiv(torch.full((), -0.0, dtype=sums.dtype, device=sums.device), sums,
+                         safe.expand_as(sums).contiguous())
 
 
 def _denominator(bags: Bags, mode: str, padding_idx: int | None, acc: torch.dtype
