@@ -128,6 +128,34 @@ def test_restore_is_the_last_save_bit_for_bit(tmp_path: Path, name: str, fused: 
     _assert_same(_bits(fresh, fresh_opts), after)
 
 
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("train_after", [False, True], ids=["saved at once", "trained on"])
+def test_a_chain_through_model_double_restores(tmp_path: Path, name: str,
+                                              train_after: bool) -> None:
+    """``model.double()`` between saves: a save before the next step holds the optimizer's
+    state in the dtype the next update converts it to (``torch.optim`` casts a loaded state to
+    the parameter's dtype), and a save after it starts a new chain (a chain's segments hold one
+    dtype per table); either restores, into the very objects and into fresh float64 ones, to
+    the bits of what was saved."""
+    torch.manual_seed(0)
+    model = Model()
+    opt = OPTIMIZERS[name](model.parameters(), False)
+    _step(model, [opt], 0)
+    ckpt = Checkpoint(tmp_path / "ck", model, opt)
+    ckpt.save(step=0)
+    model.double()
+    if train_after:
+        _step(model, [opt], 1)
+    ckpt.save(step=1)
+    saved = _bits(model, [opt])
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(model, [opt]), saved)
+    fresh = Model().double()
+    fresh_opt = OPTIMIZERS[name](fresh.parameters(), False)
+    assert Checkpoint(tmp_path / "ck", fresh, fresh_opt).restore() == {"step": 1}
+    _assert_same(_bits(fresh, [fresh_opt]), saved)
+
+
 def test_a_save_costs_the_rows_that_changed(tmp_path: Path) -> None:
     layer = LookupLinear(100_000, 16, sparse=True)
     opt = optim.Adam(layer.parameters(), lr=0.1, fused=True)

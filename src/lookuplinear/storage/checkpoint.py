@@ -186,6 +186,9 @@ class Checkpoint:
         self._base_rows: dict[str, int] = dict.fromkeys(self.tables, 0)
         self._segments: list[dict[str, Any]] = []
         self._chained = False  # whether this object's last save or restore began the chain
+        #: each table's dtype in the chain (a table converted since, by ``model.double()``,
+        #: starts a new chain: a chain's segments hold one dtype per table)
+        self._dtypes: dict[str, torch.dtype] = {n: p.dtype for n, p in self.tables.items()}
         manifest = read_manifest(self.path)
         self.generation = 0 if manifest is None else int(manifest["generation"])
 
@@ -287,7 +290,8 @@ class Checkpoint:
         # rows it saves, amortised)
         bound = sum(max(self._base_rows[n], len(delta[n])) * self._row_bytes(n)
                     for n in self.tables)
-        compact = not self._chained
+        compact = not self._chained or any(
+            p.dtype != self._dtypes[n] for n, p in self.tables.items())
         if not compact and chain_bytes > self.compact_ratio * max(bound, 1):
             union_bytes = sum(len(self._union(n, delta[n])) * self._row_bytes(n)
                               for n in self.tables)
@@ -302,6 +306,7 @@ class Checkpoint:
             # it (the fsync of the directory, the removal of old segments) has committed, and
             # the next save writes generation g + 1, never a file this manifest names
             self._segments, self.generation, self._chained = segments, g, True
+            self._dtypes = {n: p.dtype for n, p in self.tables.items()}
             for n in self.tables:
                 if compact:
                     self._ever[n], self._base_rows[n] = [rows[n]], len(rows[n])
@@ -367,6 +372,9 @@ class Checkpoint:
                 pname = self._names[id(q)]
                 by_rows: list[str] = []
                 if isinstance(opt, RowSparseOptimizer):
+                    # a state made before its parameter was converted (model.double()) in
+                    # the dtype the next update would convert it to, as a restore reads it
+                    opt._state_in_dtype(q, state)
                     layouts[pname] = opt._layout(q)
                     if pname in self.tables:
                         by_rows = opt._row_state(q)
@@ -528,6 +536,7 @@ class Checkpoint:
         self._segments = list(manifest["segments"])
         self.generation = int(manifest["generation"])
         self._chained = not by_whole
+        self._dtypes = {n: p.dtype for n, p in self.tables.items()}
         info: dict[str, Any] = last_meta["info"]
         return info
 
