@@ -566,3 +566,20 @@ def test_torch_jit_script_compiles_the_stock_module_it_is_a_drop_in_for(
     scripted_emb = torch.jit.script(emb)
     x = torch.tensor([[1, 9], [3, 2]])
     assert torch.equal(scripted_emb(x), emb(x)) and scripted_emb.weight is emb.weight
+
+
+def test_a_mean_under_forward_mode_ad_has_the_division_tangent() -> None:
+    """``mean_of_sums`` on a dual tensor that also requires grad (forward-mode AD inside
+    autograd): its tangent is the division's, ``tangent / size`` (an ``out=`` division, the
+    eager way's, has no forward derivative)."""
+    from torch.autograd import forward_ad
+
+    from lookuplinear.modes import mean_of_sums
+
+    sums = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    tangent = torch.randn(3, 4, dtype=torch.float64)
+    sizes = torch.tensor([[2.0], [0.0], [5.0]], dtype=torch.float64)
+    with forward_ad.dual_level():
+        out = mean_of_sums(forward_ad.make_dual(sums, tangent), sizes)
+        got = forward_ad.unpack_dual(out).tangent
+    torch.testing.assert_close(got, tangent / sizes.clamp_min(1))
