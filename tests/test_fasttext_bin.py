@@ -315,7 +315,8 @@ def test_version_11_has_no_char_ngrams(tmp_path: Path) -> None:
 
 
 def test_word_vector_model_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match=r"word-vector model \(-model skipgram\)"):
+    with pytest.raises(ModelFileError, match=r"word-vector model \(-model skipgram\), not a "
+                       r"classifier: lookuplinear reads fastText's classifiers only"):
         load_fasttext(write_fasttext(tmp_path / "m.bin", model=2))
 
 

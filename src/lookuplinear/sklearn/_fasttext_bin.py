@@ -762,8 +762,9 @@ def load_fasttext(path: str | Path) -> FastTextModel:
         raise r.damaged(f"unknown loss {a[6]} or model {a[7]} in the arguments")
     if kind != "supervised":
         raise ModelFileError(
-            f"{p} is a fastText word-vector model (-model {kind}), not a classifier: it has no "
-            "labels to predict. predict and test need a model from `fasttext supervised`."
+            f"{p} is a fastText word-vector model (-model {kind}), not a classifier: "
+            "lookuplinear reads fastText's classifiers only, models from `fasttext supervised` "
+            "(which every command that takes a model file needs)."
         )
     maxn = 0 if version == 11 else a[10]  # version 11 supervised models had no char n-grams
     args = FastTextArgs(dim=a[0], ws=a[1], epoch=a[2], min_count=a[3], neg=a[4],
