@@ -129,6 +129,22 @@ def test_a_loaded_optimizer_state_lives_in_the_state_files(
     assert torch.equal(a.weight, b.weight)
 
 
+def test_a_refused_optimizer_load_into_a_read_only_table_changes_nothing(tmp_path: Path) -> None:
+    """Loading an optimizer's state over a table opened read-only (no state files to give) is
+    refused, and the optimizer keeps its groups and its state, as every refused load does."""
+    a = LookupLinear(50, 4, sparse=True, storage=tmp_path / "a", seed=1)
+    opt = optim.Adagrad(a.parameters(), lr=0.5)
+    a(torch.tensor([[1, 2], [3, 4]])).sum().backward()
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    del opt, a
+    served = LookupLinear.open(tmp_path / "a", writable=False)
+    reader = optim.Adagrad(served.parameters(), lr=0.1)
+    with pytest.raises(InputValueError, match="read-only"):
+        reader.load_state_dict(saved)
+    assert not reader.state and reader.param_groups[0]["lr"] == 0.1
+
+
 @pytest.mark.parametrize("form", ["index", "offsets", "bags", "scipy", "torch-csr"])
 def test_every_input_form_draws_its_rows(tmp_path: Path, form: str) -> None:
     layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0)

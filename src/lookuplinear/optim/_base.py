@@ -248,15 +248,26 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             ``decoupled_weight_decay`` into the other class, ``torch.optim.Adagrad``'s
             ``lr_decay`` into ``RowWiseAdagrad``), or a state tensor has another shape than
             this class keeps (``torch.optim.Adagrad``'s per-element ``sum`` into
-            ``RowWiseAdagrad``'s per-row one). Nothing is loaded then.
+            ``RowWiseAdagrad``'s per-row one). Or a table in a file opened read-only has no
+            state files to hold the loaded state. Nothing is loaded then.
         """
         state_dict = dict(state_dict)
         state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))
         self._check_state(state_dict)
-        super().load_state_dict(state_dict)
-        self._own_dtypes(state_dict)
-        for p, state in self.state.items():
-            self._loaded_state(p, state)
+        # torch.optim builds a new state and new groups; the old ones come back if placing the
+        # loaded state fails (a table opened read-only has no state files to give)
+        before = dict(self.__dict__)
+        try:
+            super().load_state_dict(state_dict)
+            self._own_dtypes(state_dict)
+            for p, state in self.state.items():
+                self._loaded_state(p, state)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            for group in self.param_groups:
+                self._bind(group)
+            raise
 
     def _own_dtypes(self, state_dict: dict[str, Any]) -> None:
         """Each loaded state tensor in the dtype this class keeps it in (:meth:`_state_dtype`),
