@@ -769,6 +769,31 @@ def test_fused_tables_with_no_gradient_to_keep_count_no_step_as_unfused(name: st
     assert torch.equal(out[0][1], out[1][1])
 
 
+@pytest.mark.parametrize("name", ["Adam", "Adagrad"])
+def test_a_load_into_the_live_optimizer_keeps_its_tables_kept_gradients(name: str) -> None:
+    """A state dict loaded into the very optimizer (the model's gradients untouched) leaves a
+    table that held a kept zero gradient holding it: a backward that does not reach it then
+    counts a step under zero_grad(set_to_none=False), as fused=False does."""
+    x = torch.tensor([1, 2, 3, 2])
+    out = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        layer = LookupLinear(20, 4, bias=False, sparse=True)
+        opt = getattr(optim, name)(layer.parameters(), lr=0.1, fused=fused)
+        opt.zero_grad(set_to_none=False)
+        layer(x).sum().backward()
+        opt.step()
+        opt.load_state_dict(_copied(opt.state_dict()))
+        for reached in (False, True, False):
+            opt.zero_grad(set_to_none=False)
+            if reached:
+                layer(x).sum().backward()
+            opt.step()
+        out.append((opt.state[layer.weight]["step"], layer.weight.detach().clone()))
+    assert out[0][0] == out[1][0] == 4
+    assert torch.equal(out[0][1], out[1][1])
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_adam_moments_paired_and_repaired(fused: bool) -> None:
     """A CPU table's m and v are views into one block, a row of each adjacent; a state loaded

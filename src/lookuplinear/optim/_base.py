@@ -258,7 +258,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         # loaded state fails (a table opened read-only has no state files to give)
         before = dict(self.__dict__)
         try:
-            super().load_state_dict(state_dict)
+            super().load_state_dict(state_dict)  # (its __setstate__ starts a copy's records)
+            # the tables that hold a kept gradient still hold it: a load leaves .grad alone
+            self._grads_held = set(before["_grads_held"])
             self._own_dtypes(state_dict)
             for p, state in self.state.items():
                 self._loaded_state(p, state)
