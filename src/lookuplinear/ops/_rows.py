@@ -32,8 +32,8 @@ from ._clib import scalars as c_scalars
 from ._errors import project_error
 from ._inputs import check_offsets
 
-__all__ = ["KERNELS", "FusedTable", "check_group", "fused_rows", "fused_rows_c", "gather_into",
-           "gather_rows", "group_rows", "group_rows_unchecked", "grouped_rows", "summed_runs",
+__all__ = ["KERNELS", "FusedTable", "fused_rows", "fused_rows_c", "gather_into",
+           "gather_rows", "group_rows", "grouped_rows", "summed_runs",
            "update_rows", "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort (a row + 1 in
@@ -76,6 +76,8 @@ def group_rows(
     offsets: torch.Tensor | None = None,
     per_sample_weights: torch.Tensor | None = None,
     padding_idx: int | None = None,
+    *,
+    op: str = "group_rows",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rows, values)``: the non-zero rows of ``densify(x).T @ grad_out``, rows sorted.
 
@@ -84,7 +86,7 @@ def group_rows(
     or None for one entry per output row (index input); ``per_sample_weights`` ``(nnz,)`` or
     None (all 1); entries equal to ``padding_idx`` are left out. ``grad_out`` has one row per
     bag (or per entry); ``num_rows`` is the table's number of rows. Values are summed in entry
-    order, in ``grad_out``'s dtype.
+    order, in ``grad_out``'s dtype. ``op``: the operator the error messages name.
 
     Raises
     ------
@@ -101,12 +103,24 @@ def group_rows(
     (tensor([1, 3]), tensor([[ 1.,  2.],
             [11., 22.]]))
     """
-    check_group("group_rows", grad_out, indices.numel(), offsets, per_sample_weights)
-    return group_rows_unchecked(grad_out, num_rows, indices, offsets, per_sample_weights,
-                                padding_idx)
+    _check_group(op, grad_out, indices.numel(), offsets, per_sample_weights)
+    grad_out = grad_out.detach().contiguous()
+    c = _c_operands(grad_out, num_rows, indices, offsets, per_sample_weights)
+    if c is None:
+        return _group_rows_torch(grad_out, indices, offsets, per_sample_weights, padding_idx)
+    idx, off, n_bags, w = c
+    n, dim = idx.numel(), grad_out.shape[1]
+    rows = torch.empty(n, dtype=torch.int64)  # at most one row per entry
+    values = torch.empty(n, dim, dtype=grad_out.dtype)
+    fn = function("ll_group_rows", str(suffix(grad_out.dtype)))
+    m = fn(ptr(idx), n, ptr(off), n_bags, -1 if padding_idx is None else padding_idx, ptr(w),
+           ptr(grad_out), dim, ptr(rows), ptr(values))
+    if m < 0:
+        raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
+    return rows[:m], values[:m]
 
 
-def check_group(op: str, grad_out: torch.Tensor, nnz: int, offsets: torch.Tensor | None,
+def _check_group(op: str, grad_out: torch.Tensor, nnz: int, offsets: torch.Tensor | None,
                 per_sample_weights: torch.Tensor | None) -> None:
     """Raise :class:`~lookuplinear.errors.OffsetsError` unless ``offsets`` (if given) are CSR
     offsets of the ``nnz`` entries, :class:`~lookuplinear.errors.InputValueError` unless
@@ -125,31 +139,6 @@ def check_group(op: str, grad_out: torch.Tensor, nnz: int, offsets: torch.Tensor
         raise InputValueError(
             f"lookuplinear::{op}: weights must hold one value per entry, {nnz}; got "
             f"{per_sample_weights.numel()}. Give per-entry weights as long as the indices.")
-
-
-def group_rows_unchecked(
-    grad_out: torch.Tensor,
-    num_rows: int,
-    indices: torch.Tensor,
-    offsets: torch.Tensor | None = None,
-    per_sample_weights: torch.Tensor | None = None,
-    padding_idx: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`group_rows` on operands :func:`check_group` has checked."""
-    grad_out = grad_out.detach().contiguous()
-    c = _c_operands(grad_out, num_rows, indices, offsets, per_sample_weights)
-    if c is None:
-        return _group_rows_torch(grad_out, indices, offsets, per_sample_weights, padding_idx)
-    idx, off, n_bags, w = c
-    n, dim = idx.numel(), grad_out.shape[1]
-    rows = torch.empty(n, dtype=torch.int64)  # at most one row per entry
-    values = torch.empty(n, dim, dtype=grad_out.dtype)
-    fn = function("ll_group_rows", str(suffix(grad_out.dtype)))
-    m = fn(ptr(idx), n, ptr(off), n_bags, -1 if padding_idx is None else padding_idx, ptr(w),
-           ptr(grad_out), dim, ptr(rows), ptr(values))
-    if m < 0:
-        raise MemoryError("lookuplinear: out of memory grouping the rows of a backward")
-    return rows[:m], values[:m]
 
 
 def _group_rows_torch(

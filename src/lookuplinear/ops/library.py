@@ -132,8 +132,8 @@ from ._hashing import hash_int_ids as hash_ids
 from ._inputs import _torch_mode_weights
 from ._inputs import check_offsets as _check_offsets
 from ._inputs import mode_weights as _mode_weights
-from ._rows import check_group, gather_rows, group_rows_unchecked
 from ._rows import gather_into as _gather_into
+from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
 __all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows",
@@ -1053,8 +1053,7 @@ def _row_sums_cpu(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
         check_padding("row_sums", "padding_idx", padding_idx, num_rows)
     idx = indices.reshape(-1).long()
     _check_range(idx, num_rows, "row_sums")
-    check_group("row_sums", grad, idx.numel(), offsets, weights)
-    rows, values = group_rows_unchecked(grad, num_rows, idx, offsets, weights, padding_idx)
+    rows, values = group_rows(grad, num_rows, idx, offsets, weights, padding_idx, op="row_sums")
     return rows, values.to(grad.dtype)
 
 
