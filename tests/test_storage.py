@@ -145,6 +145,77 @@ def test_a_refused_optimizer_load_into_a_read_only_table_changes_nothing(tmp_pat
     assert not reader.state and reader.param_groups[0]["lr"] == 0.1
 
 
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_an_optimizer_load_that_fails_part_way_through_the_files_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A load whose second state file cannot be made (a full disk) leaves every state file's
+    bytes and the optimizer's state as they were, and the next step is the one an optimizer
+    that never saw the load takes: the load is all or nothing across the files."""
+    import errno
+
+    from lookuplinear.storage import tables
+
+    model = torch.nn.ModuleList([
+        LookupLinear(50, 4, sparse=True, bias=False, storage=tmp_path / n, seed=i)
+        for i, n in enumerate("ab")])
+    opt = OPTIMIZERS[name](model.parameters(), False)
+    batches = _batches(6, 50, 4)
+
+    def train(m: torch.nn.Module, o: torch.optim.Optimizer, bags: Bags) -> None:
+        o.zero_grad()
+        sum(layer(bags).square().sum() for layer in m).backward()  # type: ignore[union-attr]
+        o.step()
+
+    train(model, opt, batches[0])
+    saved = copy.deepcopy(opt.state_dict())
+    train(model, opt, batches[1])  # the optimizer moves on from the saved state
+    before = copy.deepcopy(opt.state_dict())
+    files = sorted((tmp_path).glob("*/state-*.bin"))
+    assert len(files) == 2
+    on_disk = [f.read_bytes() for f in files]
+
+    made = []
+    real = tables._map
+
+    def full_disk(path: Path, *args: object, create: bool, **kwargs: object) -> object:
+        if create and "state-" in path.name:
+            made.append(path)
+            if len(made) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, *args, create=create, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables, "_map", full_disk)
+    with pytest.raises(OSError, match="No space left") as raised:
+        opt.load_state_dict(saved)
+    monkeypatch.undo()
+    assert len(made) == 2
+    assert [f.read_bytes() for f in files] == on_disk
+    assert sorted(tmp_path.glob("*/state-*")) == files  # no staged file left behind
+    after = opt.state_dict()
+    assert after["param_groups"] == before["param_groups"]
+    for i, state in before["state"].items():
+        assert state.keys() == after["state"][i].keys()
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(after["state"][i][key]))
+    assert "Nothing was loaded" in " ".join(getattr(raised.value, "__notes__", []))
+    # the next step: as an optimizer (over a copy in memory) that never saw the failed load
+    twin = torch.nn.ModuleList([LookupLinear(50, 4, sparse=True, bias=False) for _ in "ab"])
+    twin.load_state_dict(model.state_dict())
+    opt_twin = OPTIMIZERS[name](twin.parameters(), False)
+    opt_twin.load_state_dict(before)
+    for m, o in ((model, opt), (twin, opt_twin)):
+        train(m, o, batches[2])
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+        for key, value in opt_twin.state[q].items():
+            assert torch.equal(torch.as_tensor(opt.state[p][key]), torch.as_tensor(value))
+    for layer, file in zip(model, files, strict=True):  # a reopen reads the live state
+        layer.storage.flush()  # type: ignore[union-attr]
+        held = {bytes(t.untyped_storage()) for t in opt.state[layer.weight].values()
+                if isinstance(t, torch.Tensor) and t.dim()}
+        assert held == {file.read_bytes()}
+
+
 @pytest.mark.parametrize("form", ["index", "offsets", "bags", "scipy", "torch-csr"])
 def test_every_input_form_draws_its_rows(tmp_path: Path, form: str) -> None:
     layer = LookupLinear(100, 4, storage=tmp_path / "t", seed=0)

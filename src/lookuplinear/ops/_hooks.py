@@ -10,7 +10,8 @@ from below: an event, *rows updated*, and the table's allocator of optimizer sta
 * :func:`provide_state` / :func:`state_tensor`: a table that keeps its optimizer state
   somewhere of its own (a table in a file: a file beside it, :mod:`lookuplinear.storage.tables`)
   provides an allocator; an optimizer asks :func:`state_tensor` for its state tensors and makes
-  them itself where the table provides none.
+  them itself where the table provides none. A load that must be all or nothing places the
+  state it loads inside :func:`staged_states`.
 
 Both are keyed weakly by the table parameter; a view of a table is its base's (a copy is
 neither followed nor provided for).
@@ -18,8 +19,9 @@ neither followed nor provided for).
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import torch
@@ -28,19 +30,21 @@ from torch.utils.weak import WeakIdKeyDictionary
 __all__ = [
     "WATCHERS",
     "StateAllocator",
+    "StateStaging",
     "Subscription",
     "after_accumulation",
     "notify",
     "on_rows_updated",
     "provide_state",
     "provides_state",
+    "staged_states",
     "state_tensor",
 ]
 
 #: each table's callbacks on rows updated, by subscription id (empty, false: nothing follows a
 #: table, which a caller may ask before :func:`notify`)
 WATCHERS: WeakIdKeyDictionary = WeakIdKeyDictionary()
-#: each table's allocator of optimizer state
+#: each table's allocator of optimizer state and its staging (None: it has none)
 _ALLOCATORS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _next_id = 0
 
@@ -107,10 +111,28 @@ class StateAllocator(Protocol):
         ...
 
 
-def provide_state(param: torch.Tensor, allocator: StateAllocator) -> None:
+class StateStaging(Protocol):
+    """What a table whose allocator makes its state in files (a table in a file) offers a load
+    that must be all or nothing: between :meth:`stage_states` and :meth:`commit_states` (or
+    :meth:`abort_states`) the allocator makes new state beside the state in use, which stays
+    as it is."""
+
+    def stage_states(self) -> None:
+        ...
+
+    def commit_states(self) -> None:
+        ...
+
+    def abort_states(self) -> None:
+        ...
+
+
+def provide_state(param: torch.Tensor, allocator: StateAllocator,
+                  staging: StateStaging | None = None) -> None:
     """Make ``allocator`` the maker of every optimizer state tensor of table ``param``, for as
-    long as ``param`` lives."""
-    _ALLOCATORS[param] = allocator
+    long as ``param`` lives; ``staging``: how a load stages what ``allocator`` makes
+    (:func:`staged_states`), None where it need not (the state is in memory)."""
+    _ALLOCATORS[param] = (allocator, staging)
 
 
 def provides_state(param: torch.Tensor) -> bool:
@@ -126,8 +148,36 @@ def state_tensor(param: torch.Tensor, name: str, shape: tuple[int, ...],
     provides none (the optimizer makes it)."""
     if not _ALLOCATORS:  # the usual case: no table provides its state
         return None
-    allocator: StateAllocator | None = _ALLOCATORS.get(_base(param))
-    return None if allocator is None else allocator(name, shape, fill, dtype)
+    provided = _ALLOCATORS.get(_base(param))
+    if provided is None:
+        return None
+    allocator: StateAllocator = provided[0]
+    return allocator(name, shape, fill, dtype)
+
+
+@contextlib.contextmanager
+def staged_states(params: Iterable[torch.Tensor]) -> Iterator[None]:
+    """All or nothing for the state the tables of ``params`` provide: inside the block,
+    :func:`state_tensor` makes new state beside the state in use (a table in a file: new
+    files beside its ``state-<name>.bin``, which stay as they are); when the block ends the
+    new state takes the place of the old in every table, and when it raises (a full disk at
+    the second file) the new state is dropped and no table's state has changed."""
+    stagings: dict[int, StateStaging] = {}
+    if _ALLOCATORS:
+        for p in params:
+            provided = _ALLOCATORS.get(_base(p))
+            if provided is not None and provided[1] is not None:
+                stagings[id(provided[1])] = provided[1]
+    for staging in stagings.values():
+        staging.stage_states()
+    try:
+        yield
+    except BaseException:
+        for staging in stagings.values():
+            staging.abort_states()
+        raise
+    for staging in stagings.values():
+        staging.commit_states()
 
 
 def after_accumulation(param: torch.Tensor, hook: Callable[[torch.Tensor], None]

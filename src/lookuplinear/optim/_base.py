@@ -32,7 +32,7 @@ from .._rowreset import RESETS
 from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, grouped_rows, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
-from ..ops._hooks import WATCHERS, notify, state_tensor
+from ..ops._hooks import WATCHERS, notify, staged_states, state_tensor
 from ..ops._updates import ROW_UPDATES
 from ..ops.library import entry_grads, row_sums_grad
 
@@ -250,25 +250,40 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             this class keeps (``torch.optim.Adagrad``'s per-element ``sum`` into
             ``RowWiseAdagrad``'s per-row one). Or a table in a file opened read-only has no
             state files to hold the loaded state. Nothing is loaded then.
+        OSError
+            A table's state file could not be written (a full disk). The state files are
+            written beside the ones in use and put in their place only once all are written:
+            nothing is loaded then, the optimizer and every state file are as they were.
         """
         state_dict = dict(state_dict)
         state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))
         self._check_state(state_dict)
         # torch.optim builds a new state and new groups; the old ones come back if placing the
-        # loaded state fails (a table opened read-only has no state files to give)
+        # loaded state fails (a table opened read-only has no state files to give, a full disk
+        # no room for the second): the tables' state files are staged, put in place only once
+        # every one is written
         before = dict(self.__dict__)
+        params = [p for group in self.param_groups for p in group["params"]]
         try:
-            super().load_state_dict(state_dict)  # (its __setstate__ starts a copy's records)
-            # the tables that hold a kept gradient still hold it: a load leaves .grad alone
-            self._grads_held = set(before["_grads_held"])
-            self._own_dtypes(state_dict)
-            for p, state in self.state.items():
-                self._loaded_state(p, state)
-        except BaseException:
+            with staged_states(params):
+                super().load_state_dict(state_dict)  # (its __setstate__ starts a copy's records)
+                # the tables that hold a kept gradient still hold it: a load leaves .grad alone
+                self._grads_held = set(before["_grads_held"])
+                self._own_dtypes(state_dict)
+                for p, state in self.state.items():
+                    self._loaded_state(p, state)
+        except BaseException as e:
             self.__dict__.clear()
             self.__dict__.update(before)
             for group in self.param_groups:
                 self._bind(group)
+            if isinstance(e, OSError):  # the system's own message names what failed
+                e.add_note(
+                    f"{type(self).__name__}.load_state_dict: placing the loaded state in a "
+                    "table's state files failed. Nothing was loaded: the optimizer and its "
+                    "state files are as they were. Free space (or fix what the error names) "
+                    "and load again."
+                )
             raise
 
     def _own_dtypes(self, state_dict: dict[str, Any]) -> None:

@@ -216,8 +216,9 @@ class TableStorage:
         rows, dim = meta["rows"], meta["dim"]
         self.dtype = _DTYPES[meta["dtype"]]
         self._maps: dict[str, tuple[torch.Tensor, mmap.mmap]] = {}
-        #: state files made while a restore stages (:meth:`stage_states`): name -> their
-        #: staging path and mapping, put in place by :meth:`commit_states`
+        #: state files made while a restore or an optimizer's load stages
+        #: (:meth:`stage_states`): name -> their staging path and mapping, put in place by
+        #: :meth:`commit_states`
         self._staged: dict[str, tuple[Path, torch.Tensor, mmap.mmap]] | None = None
         self.weight = self._file("weight", (rows, dim), self.dtype, create)
         self.drawn = self._file("drawn", (rows,), torch.uint8, create)
@@ -483,8 +484,8 @@ class TableStorage:
 
     def stage_states(self) -> None:
         """Until :meth:`commit_states` or :meth:`abort_states`, new state files (a restore's
-        staged optimizer state) are made beside the ones in use, which stay as they are: a
-        restore refused part way changes no file."""
+        staged optimizer state, an optimizer's loaded one) are made beside the ones in use,
+        which stay as they are: a restore or a load refused part way changes no file."""
         self._staged = {}
 
     def commit_states(self) -> None:
@@ -708,7 +709,7 @@ def _warn_if_it_may_not_fit(directory: Path, nbytes: int, what: str) -> None:
 def attach(param: torch.Tensor, storage: TableStorage) -> None:
     """Record that ``param`` lives in ``storage``, for as long as ``param`` lives; its optimizer
     state goes there too (``storage.state`` is the allocator the table provides its optimizers,
-    :func:`lookuplinear.ops._hooks.provide_state`).
+    and ``storage`` stages what it makes for a load: :func:`lookuplinear.ops._hooks.provide_state`).
 
     A dense gradient of ``param`` draws every row before any update reads it (the hook runs
     before those of optimizers, registered later): its update changes every row (weight decay,
@@ -722,7 +723,7 @@ def attach(param: torch.Tensor, storage: TableStorage) -> None:
 
     if param.is_leaf:
         after_accumulation(param, dense_gradient)
-    provide_state(param, storage.state)
+    provide_state(param, storage.state, storage)
 
 
 def lookup_rows(input: Any, in_features: int) -> tuple[Any, torch.Tensor]:
