@@ -428,7 +428,6 @@ CHROMIUM = shutil.which("chromium") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium")
 def test_a_report_rerun_that_stops_early_leaves_no_old_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -458,6 +457,7 @@ def test_results_csv_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed: apt-get install chromium")
 def test_report_renders_in_headless_chromium(
     tiny_report: tuple[int, Path], tmp_path: Path
 ) -> None:
