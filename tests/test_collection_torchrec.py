@@ -167,6 +167,43 @@ def test_mean_tables_pool_as_torchrec_to_the_bit(sparse):
     _assert_equal_to_ebc(col, ebc, kb, kb.to_kjt())
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_float16_mean_tables_pool_as_torchrec_to_the_bit(sparse):
+    """float16 mean tables (alone in a width, beside a sum table, a shared feature) pool as
+    the EBC's half ``nn.EmbeddingBag(mode="mean")``: the half sums divided by the bag sizes, to
+    the bit (not each entry scaled by a half 1/size first); the gradients within rounding (the
+    EBC adds each feature's gradient apart)."""
+    torch.manual_seed(0)
+    ebc = torchrec.EmbeddingBagCollection(tables=[
+        torchrec.EmbeddingBagConfig(
+            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats,
+            data_type=torchrec.DataType.FP16,
+            pooling=torchrec.PoolingType.MEAN if name != "t2" else torchrec.PoolingType.SUM)
+        for name, rows, dim, feats in [("t1", 50, 4, ["f1", "f2"]), ("t2", 40, 4, ["f3", "f1"]),
+                                       ("t3", 30, 8, ["f4"])]])
+    with torch.no_grad():  # values whose means round differently when each entry is scaled
+        for bag in ebc.embedding_bags.values():
+            bag.weight.mul_(30)
+    col = LookupCollection.from_torchrec(ebc, sparse=sparse)
+    gen = torch.Generator().manual_seed(0)
+    feats = {f: [torch.randint(0, rows, (int(torch.randint(0, 9, (), generator=gen)),),
+                               generator=gen).tolist() for _ in range(64)]
+             for f, rows in [("f1", 40), ("f2", 50), ("f3", 40), ("f4", 30)]}
+    kb = KeyedBags.from_dict(feats)
+    ours, theirs = col(kb), ebc(kb.to_kjt())
+    assert ours.values().dtype == theirs.values().dtype
+    assert ours.keys() == theirs.keys()
+    for key in ours.keys():  # noqa: SIM118 (a list, not a dict)
+        assert torch.equal(ours[key], theirs[key]), key
+    upstream = torch.randn(theirs.values().shape, generator=gen, dtype=theirs.values().dtype)
+    (ours.values() * upstream).sum().backward()
+    (theirs.values() * upstream).sum().backward()
+    grads = _table_grads(col)
+    for name, bag in ebc.embedding_bags.items():  # within a float16 step of the largest
+        torch.testing.assert_close(grads[name].float(), bag.weight.grad.float(), rtol=1e-3,
+                                   atol=1e-2, msg=f"table {name}")
+
+
 def test_shared_feature_names_and_refusals():
     """An output is named by table only where the feature is shared; a feature listed
     twice in one table is refused, and a shared feature names no single table."""

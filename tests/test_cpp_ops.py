@@ -196,18 +196,18 @@ class PythonBagLookup(torch.autograd.Function):
 
     @staticmethod
     def forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor | None,
-                weights: torch.Tensor | None, padding_idx: int | None,
+                weights: torch.Tensor | None, padding_idx: int | None, mode: int,
                 include_last_offset: bool) -> torch.Tensor:
-        return library._bag_lookup_cpu(weight, indices, offsets, weights, padding_idx,
+        return library._bag_lookup_cpu(weight, indices, offsets, weights, padding_idx, mode,
                                        include_last_offset=include_last_offset)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        library._bag_lookup_setup(ctx, inputs[:5], {"include_last_offset": inputs[5]}, output)
+        library._bag_lookup_setup(ctx, inputs[:6], {"include_last_offset": inputs[6]}, output)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        return (*library._bag_lookup_backward(ctx, grad), None)
+        return (*library._bag_lookup_backward(ctx, grad), None, None)
 
 
 def backward_cases() -> list[tuple[str, dict[str, Any]]]:
@@ -224,6 +224,11 @@ def backward_cases() -> list[tuple[str, dict[str, Any]]]:
         ("start offsets", {"indices": idx, "offsets": off[:-1], "include_last_offset": False}),
         ("start offsets weighted", {"indices": idx, "offsets": off[:-1], "weights": True,
                                     "include_last_offset": False}),
+        ("bags mean", {"indices": idx, "offsets": off, "mode": 1}),
+        ("bags mean padding", {"indices": idx, "offsets": off, "padding_idx": int(idx[1]),
+                               "mode": 1}),
+        ("start offsets mean", {"indices": idx.int(), "offsets": off[:-1].int(),
+                                "include_last_offset": False, "mode": 1}),
     ]
 
 
@@ -236,7 +241,7 @@ def _grads(lookup: Any, dtype: torch.dtype, kw: dict[str, Any], create_graph: bo
     psw = (torch.rand(40, dtype=dtype, generator=g).requires_grad_() if kw.get("weights")
            else None)
     out = lookup(weight, kw["indices"], kw.get("offsets"), psw, kw.get("padding_idx"),
-                 include_last_offset=kw.get("include_last_offset", True))
+                 mode=kw.get("mode", 0), include_last_offset=kw.get("include_last_offset", True))
     inputs = [weight] if psw is None else [weight, psw]
     grad_out = torch.randn(out.shape, dtype=dtype, generator=g).requires_grad_(create_graph)
     grads = torch.autograd.grad(out, inputs, grad_out, create_graph=create_graph)
@@ -259,8 +264,8 @@ def test_cpp_backward_equals_the_python_one_to_the_bit(
     the sparse weight gradient one row per entry, the per-entry weights' gradient, and under
     ``create_graph=True`` a gradient that differentiates to the same bits."""
     ours = _grads(ops.bag_lookup, dtype, kw, create_graph)
-    python = _grads(lambda *args, include_last_offset: PythonBagLookup.apply(
-        *args, include_last_offset), dtype, kw, create_graph)
+    python = _grads(lambda *args, mode, include_last_offset: PythonBagLookup.apply(
+        *args, mode, include_last_offset), dtype, kw, create_graph)
     assert len(ours) == len(python)
     for a, b in zip(ours, python, strict=True):
         assert _same_bits(a.to_dense() if a.is_sparse else a,
@@ -292,11 +297,11 @@ def test_bag_lookup_gradcheck_and_opcheck(name: str, kw: dict[str, Any]) -> None
     weight = torch.randn(30, 4, dtype=torch.float64, generator=g, requires_grad=True)
     psw = (torch.rand(40, dtype=torch.float64, generator=g, requires_grad=True)
            if kw.get("weights") else None)
-    rest = (kw.get("offsets"), psw, kw.get("padding_idx"))
+    rest = (kw.get("offsets"), psw, kw.get("padding_idx"), kw.get("mode", 0))
     last = {"include_last_offset": kw.get("include_last_offset", True)}
 
     def call(w: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
-        return ops.bag_lookup(Densified.apply(w), kw["indices"], rest[0], p, rest[2], **last)
+        return ops.bag_lookup(Densified.apply(w), kw["indices"], rest[0], p, *rest[2:], **last)
 
     if kw.get("offsets") is not None or kw.get("padding_idx") is None:
         # (an index input reads the padding row, which gets no gradient: F.embedding's)

@@ -756,3 +756,54 @@ def test_a_sparse_gradient_from_row_sums_warns_nothing() -> None:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=300)
     assert run.stdout.startswith("0 "), run.stdout + run.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 6), min_size=1, max_size=9), data=st.data(),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.float16]),
+       padding=st.booleans(), last=st.booleans())
+def test_bag_lookup_mean_is_nn_embedding_bags_to_the_bit(sizes: list[int], data: Any,
+                                                        dtype: torch.dtype, padding: bool,
+                                                        last: bool) -> None:
+    """``bag_lookup(..., mode=1)``: ``nn.EmbeddingBag(mode="mean", sparse=True)``'s output and
+    weight gradient, to the bit (empty bags, duplicates, padding entries left out of a bag's
+    size, start or CSR offsets), on whichever registration is loaded; a float16 gradient
+    within rounding (a row's contributions summed in float32)."""
+    n = 12
+    idx = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), min_size=sum(sizes),
+                                          max_size=sum(sizes))), dtype=torch.long)
+    offsets = torch.tensor([0, *itertools.accumulate(sizes)])
+    pad = 3 if padding else None
+    bag = torch.nn.EmbeddingBag(n, 5, mode="mean", sparse=True, padding_idx=pad,
+                                include_last_offset=last).to(dtype)
+    with torch.no_grad():
+        bag.weight.mul_(30)
+    weight = bag.weight.detach().clone().requires_grad_()
+    off = offsets if last else offsets[:-1]
+    want = bag(idx, off)
+    got = ops.bag_lookup(weight, idx, off, None, pad, 1, include_last_offset=last)
+    assert torch.equal(got, want)
+    g = torch.randn(want.shape, generator=torch.Generator().manual_seed(len(sizes))).to(dtype)
+    want.backward(g)
+    got.backward(g)
+    assert weight.grad is not None and bag.weight.grad is not None
+    if dtype == torch.float16:  # a row's contributions summed in float32, rounded once
+        torch.testing.assert_close(weight.grad.to_dense(), bag.weight.grad.to_dense(),
+                                   rtol=2e-3, atol=2e-3)
+    else:
+        assert torch.equal(weight.grad.to_dense(), bag.weight.grad.to_dense())
+
+
+@pytest.mark.parametrize(("args", "mode", "match"), [
+    ((torch.tensor([1, 2]),), 1, "mode=1 .mean. pools bags, so it needs offsets"),
+    ((torch.tensor([1, 2]), torch.tensor([0, 2]), torch.ones(2)), 1, "takes no per-entry weights"),
+    ((torch.tensor([1, 2]), torch.tensor([0, 2])), 2, "mode must be 0 .sum. or 1 .mean."),
+])
+def test_bag_lookup_refuses_a_mean_it_cannot_give(args: tuple[torch.Tensor, ...], mode: int,
+                                                   match: str) -> None:
+    """A mean without offsets, a mean with per-entry weights (ATen's takes them for a sum
+    only) and a mode other than sum and mean are refused, naming the fix."""
+    weight = torch.randn(4, 3)
+    rest = (*args, *(None,) * (3 - len(args)))
+    with pytest.raises(ValueError, match=match):
+        ops.bag_lookup(weight, rest[0], rest[1], rest[2], None, mode)

@@ -95,10 +95,10 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """Unweighted bags' means from their sums ``(N, dim)`` and sizes (``(N, 1)``, or any shape
     that broadcasts to ``sums``', in ``sums``' dtype), as
-    ``nn.EmbeddingBag(mode="mean")`` computes them in float32 and float64, to the bit: each sum
-    divided by its bag's size (0 for an empty bag), and the gradient ``grad * (1 / size)``
-    (ATen's mean backward multiplies by the reciprocal, which a division's backward would
-    not).
+    ``nn.EmbeddingBag(mode="mean")`` computes them, to the bit: each sum (in float16 and
+    bfloat16 rounded to the dtype, as ATen's) divided by its bag's size (0 for an empty bag),
+    and the gradient ``grad * (1 / size)`` (ATen's mean backward multiplies by the reciprocal,
+    which a division's backward would not).
 
     Examples
     --------

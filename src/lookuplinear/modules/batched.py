@@ -71,7 +71,7 @@ class TableReader(Protocol):
 
 class ExactMeans(NamedTuple):
     """A batch without weights' mean outputs computed as their sums divided by the bag sizes
-    (:meth:`BatchedLookup._divided`), for the dtypes of a collection's groups."""
+    (:meth:`BatchedLookup._divided`), or by the operator's mean for a group of them."""
 
     #: per output, whether it is such a mean
     outputs: list[bool]
@@ -135,21 +135,21 @@ class BatchedLookup:
         #: where every table sums (a batch's bags then need no per-entry factor)
         modes = [c.mode for c in configs]
         self._runs = _runs_of(modes)
-        #: the outputs whose unweighted bags may be averaged as ``nn.EmbeddingBag(mode="mean")``
+        #: the outputs whose unweighted bags are averaged as ``nn.EmbeddingBag(mode="mean")``
         #: averages them, to the bit (:func:`~lookuplinear.modes.mean_of_sums`): mean tables
-        #: without padding or ``"qr"`` hashing; those of float32 and float64 groups are
-        #: (:meth:`_exact_means`, per dtypes of the groups)
+        #: without padding or ``"qr"`` hashing
         self._mean_outputs = [c.mode == "mean" and c.padding_idx is None and c.hashing != "qr"
                               for c in configs]
-        self._any_exact = any(self._mean_outputs)
-        #: per group, where it is float32 or float64: True (every feature's output such a
-        #: mean), a bool per feature, or None (made here, eagerly: never a recorded graph's)
-        self._group_means: list[bool | torch.Tensor | None] = []
+        #: per group: True (every feature's output such a mean), a bool per feature, or None
+        #: (made here, eagerly: never a recorded graph's)
+        group_means: list[bool | torch.Tensor | None] = []
         for group in plan.groups:
             which = [self._mean_outputs[i] for i in group.positions]
-            self._group_means.append(True if all(which) else torch.tensor(which)
-                                     if any(which) else None)
-        self._exact_plans: dict[tuple[torch.dtype, ...], ExactMeans | None] = {}
+            group_means.append(True if all(which) else torch.tensor(which)
+                               if any(which) else None)
+        self._exact = ExactMeans(self._mean_outputs, _runs_of(
+            ["sum" if e else m for e, m in zip(self._mean_outputs, modes, strict=True)]),
+            group_means) if any(self._mean_outputs) else None
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
@@ -178,9 +178,7 @@ class BatchedLookup:
         which the graph runs."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
-        # (the usual case, no exact mean, without a call: a forward's Python calls count)
-        exact = self._exact_means(table_groups) if self._any_exact and kb.weights is None \
-            else None
+        exact = self._exact if kb.weights is None else None
         runs = self._runs if exact is None else exact.runs
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
         whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
@@ -199,27 +197,6 @@ class BatchedLookup:
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
             return self._written(whole, n, table_groups, tables, starts, exact)
         return self._per_group(kb, table_groups, sparse, tables, exact)
-
-    def _exact_means(self, table_groups: Sequence[torch.Tensor]) -> ExactMeans | None:
-        """For a batch without weights, the outputs whose means are their sums divided by the
-        bag sizes (:meth:`_divided`): the mean outputs of float32 and float64 groups (the
-        groups' ``table_groups`` dtypes decide: a table converted after it was built); None
-        where there are none."""
-        dtypes = tuple(w.dtype for w in table_groups)
-        if dtypes in self._exact_plans:
-            return self._exact_plans[dtypes]
-        exact = [m and dtypes[g] in (torch.float32, torch.float64)
-                 for m, g in zip(self._mean_outputs, self.plan.feature_group, strict=True)]
-        plan = None
-        if any(exact):
-            groups = [which if dtype in (torch.float32, torch.float64) else None
-                      for which, dtype in zip(self._group_means, dtypes, strict=True)]
-            modes = [c.mode for c in (self.plan.place_of(f).config
-                                      for f in self.plan.embedding_names)]
-            plan = ExactMeans(exact, _runs_of(["sum" if e else m for e, m in zip(
-                exact, modes, strict=True)]), groups)
-        self._exact_plans[dtypes] = plan
-        return plan
 
     @staticmethod
     def _divided(sums: torch.Tensor, offsets: torch.Tensor, which: bool | torch.Tensor | None,
@@ -403,10 +380,13 @@ class BatchedLookup:
             if self.stored:
                 bags = tables._drawn(g, Bags.from_checked(indices, offsets, weights))
                 indices, offsets = bags.indices, bags.offsets
+            which = None if exact is None else exact.groups[g]
+            if which is True and weights is None:  # a group of means: the operator's mean
+                outs.append(_BAG_LOOKUP(table_groups[g], indices, offsets, mode=1))
+                continue
             sums = _BAG_LOOKUP(table_groups[g], indices, offsets, None if weights is None
                                else weights.to(table_groups[g].dtype))
-            outs.append(sums if exact is None else self._divided(sums, offsets, exact.groups[g],
-                                                                 n))
+            outs.append(sums if which is None else self._divided(sums, offsets, which, n))
         out: torch.Tensor = _IN_FEATURE_ORDER(outs, self._features, self._written_segs[False])
         return out
 

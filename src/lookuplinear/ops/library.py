@@ -19,12 +19,15 @@ runs with PyTorch alone::
 
 The operators:
 
-* ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, *,
+* ``bag_lookup(weight, indices, offsets=None, weights=None, padding_idx=None, mode=0, *,
   include_last_offset=True)``: ``densify(x) @ weight``, mode sum (``F.embedding`` for
-  ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``); its weight
+  ``offsets=None``, else ``F.embedding_bag`` with ``per_sample_weights``), or with
+  ``mode=1`` (ATen's mean, bags without weights) each bag's sum divided by its number of
+  non-padding entries, ``nn.EmbeddingBag(mode="mean")``'s to the bit; its weight
   gradient is sparse: for bags coalesced, one row per distinct row, sorted, its sum
-  (``row_sums``; how many rows the batch decides, a recorded graph included); for an index
-  tensor (no offsets, no weights) and under ``create_graph=True``, each entry's own
+  (``row_sums``, of the output's gradient times ``1 / size`` for a mean, as ATen's mean
+  backward scales it; how many rows the batch decides, a recorded graph included); for an
+  index tensor (no offsets, no weights) and under ``create_graph=True``, each entry's own
   contribution, in entry order (for an index tensor ``nn.Embedding(sparse=True)``'s gradient).
 * ``in_feature_order(outs, features, segments)``: lookup outputs' column segments side by
   side (``features``: per output, its number of features where it is feature-major,
@@ -144,7 +147,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: the schemas, as ``csrc/ops.cpp`` defines them too
 SCHEMAS = (
     "bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
-    "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor",
+    "int? padding_idx=None, int mode=0, *, bool include_last_offset=True) -> Tensor",
     "in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor",
     "in_feature_order_backward(Tensor grad, int[] features, int[] segments) -> Tensor[]",
     "gather_groups(Tensor[] weights, Tensor[] rows, int[] columns, int width) -> Tensor",
@@ -281,22 +284,42 @@ def _check_range(indices: torch.Tensor, num_rows: int, op: str = "bag_lookup") -
         "(hashing=, or an IdMap for raw IDs), or make the table larger.")
 
 
+def _check_pooling(offsets: torch.Tensor | None, weights: torch.Tensor | None,
+                   mode: int) -> None:
+    """Refuse a ``mode`` other than ATen's sum (0) and mean (1), a mean without offsets, and a
+    mean with per-entry weights (ATen's takes them for a sum only)."""
+    if mode not in (0, 1):
+        raise InputValueError(
+            f"lookuplinear::bag_lookup: mode must be 0 (sum) or 1 (mean), ATen's embedding_bag "
+            f"modes; got {mode}. A max is the operator lookuplinear::bag_max.")
+    if mode == 1 and offsets is None:
+        raise InputValueError(
+            "lookuplinear::bag_lookup: mode=1 (mean) pools bags, so it needs offsets; got none. "
+            "Give the bags' offsets, or mode=0 for a lookup of each index.")
+    if mode == 1 and weights is not None:
+        raise InputValueError(
+            "lookuplinear::bag_lookup: mode=1 (mean) takes no per-entry weights (ATen's "
+            "embedding_bag takes them for a sum only); got weights. Use mode=0 with the weights "
+            "divided by their bag's total.")
+
+
 def _bag_lookup_twin(weight: torch.Tensor, indices: torch.Tensor,
                      offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                     padding_idx: int | None = None, *,
+                     padding_idx: int | None = None, mode: int = 0, *,
                      include_last_offset: bool = True) -> torch.Tensor:
     """``bag_lookup`` with torch ops (its weight gradient, differentiated by autograd, is dense:
     the operator's own backward gives the sparse one)."""
     if offsets is None:
         return torch.embedding(weight, indices, -1 if padding_idx is None else padding_idx)
-    return torch.embedding_bag(weight, indices, offsets, False, 0, False, weights,
+    return torch.embedding_bag(weight, indices, offsets, False, mode, False, weights,
                                include_last_offset, padding_idx)[0]
 
 
 def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                    padding_idx: int | None = None, *,
+                    padding_idx: int | None = None, mode: int = 0, *,
                     include_last_offset: bool = True) -> torch.Tensor:
+    _check_pooling(offsets, weights, mode)
     if padding_idx is not None and weight.dim() == 2:
         check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     if offsets is not None and offsets.dim() == 1 and not offsets.dtype.is_floating_point:
@@ -305,7 +328,7 @@ def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
         out = gather_rows(weight, indices) if offsets is None else None
         if out is None:
             out = _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
-                                            include_last_offset=include_last_offset))
+                                            mode, include_last_offset=include_last_offset))
     except (IndexError, RuntimeError):
         _check_range(indices, weight.shape[0])
         raise
@@ -320,12 +343,13 @@ def _no_view(out: torch.Tensor) -> torch.Tensor:
 
 def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
                       offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                      padding_idx: int | None = None, *,
+                      padding_idx: int | None = None, mode: int = 0, *,
                       include_last_offset: bool = True) -> torch.Tensor:
+    _check_pooling(offsets, weights, mode)
     if padding_idx is not None and weight.dim() == 2:
         check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     try:
-        return _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+        return _no_view(_bag_lookup_twin(weight, indices, offsets, weights, padding_idx, mode,
                                          include_last_offset=include_last_offset))
     except (IndexError, RuntimeError):
         _check_range(indices, weight.shape[0])
@@ -339,7 +363,7 @@ _impl("bag_lookup", _bag_lookup_other, "CompositeExplicitAutograd")
 @_fake("bag_lookup")
 def _bag_lookup_fake(weight: torch.Tensor, indices: torch.Tensor,
                      offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                     padding_idx: int | None = None, *,
+                     padding_idx: int | None = None, mode: int = 0, *,
                      include_last_offset: bool = True) -> torch.Tensor:
     torch._check(weight.dim() == 2, lambda: f"bag_lookup: weight must be 2-D, got "
                  f"{weight.dim()}-D")
@@ -372,6 +396,21 @@ def entry_grads(indices: torch.Tensor, offsets: torch.Tensor | None,
         keep = (idx != padding_idx).nonzero().view(-1)  # (by position: faster than its mask)
         idx, contrib = idx.index_select(0, keep), contrib.contiguous().index_select(0, keep)
     return torch.sparse_coo_tensor(idx.unsqueeze(0), contrib, shape, check_invariants=False)
+
+
+def mean_grad(g: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+              padding_idx: int | None) -> torch.Tensor:
+    """The gradient of a mean lookup's sums from its output's gradient ``g`` (CSR ``offsets``):
+    each bag's row times ``1 / its number of non-padding entries`` (1 for an empty bag), ATen's
+    mean backward (the product by the reciprocal, not a division)."""
+    if padding_idx is None:
+        sizes = offsets[1:] - offsets[:-1]
+    else:  # the entries that count, summed between the offsets
+        counted = torch.cat([indices.new_zeros(1, dtype=torch.long),
+                             torch.cumsum(indices != padding_idx, 0)])
+        at = counted.index_select(0, offsets.long())
+        sizes = at[1:] - at[:-1]
+    return g * sizes.clamp_min(1).to(g.dtype).reciprocal().unsqueeze(1)
 
 
 def row_sums_grad(rows: torch.Tensor, sums: torch.Tensor, shape: tuple[int, ...]
@@ -444,14 +483,14 @@ def _fused_taken(table: torch.Tensor, grad_out: torch.Tensor, indices: torch.Ten
 
 def _bag_lookup_setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any],
                       output: torch.Tensor) -> None:
-    weight, indices, offsets, weights, padding_idx = inputs
+    weight, indices, offsets, weights, padding_idx, mode = inputs
     ctx.table = weight  # the parameter itself: a fused=True optimizer may be bound to it
     if weights is not None and ctx.needs_input_grad[3]:
         ctx.save_for_backward(indices, offsets, weights, weight)
     else:
         ctx.save_for_backward(indices, offsets, weights)
     ctx.shape, ctx.padding_idx = tuple(weight.shape), padding_idx
-    ctx.include_last_offset = keyword_only_inputs["include_last_offset"]
+    ctx.include_last_offset, ctx.mode = keyword_only_inputs["include_last_offset"], mode
 
 
 def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
@@ -480,6 +519,9 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
     idx = indices.reshape(-1)
     if offsets is not None and not ctx.include_last_offset:  # start offsets: append the end
         offsets = torch.cat([offsets, offsets.new_full((1,), idx.numel())])
+    if ctx.mode == 1:
+        assert offsets is not None
+        g = mean_grad(g, idx, offsets, ctx.padding_idx)
     grad_weight = grad_weights = None
     if ctx.needs_input_grad[0]:
         grad_weight = _sum_weight_grad(ctx.table, g, idx, offsets, weights, ctx.padding_idx,
@@ -488,7 +530,7 @@ def _bag_lookup_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         assert offsets is not None
         grad_weights = per_sample_weights_grad(g, table[0], idx, offsets, weights.dtype,
                                                ctx.padding_idx)
-    return grad_weight, None, None, grad_weights, None
+    return grad_weight, None, None, grad_weights, None, None
 
 
 _register_autograd("bag_lookup", _bag_lookup_backward,

@@ -156,27 +156,44 @@ void check_offsets(const char *op, const Tensor &offsets, int64_t nnz,
 }
 
 // ---- bag_lookup --------------------------------------------------------------------------
+// mode: ATen's embedding_bag modes 0 (sum) and 1 (mean: each bag's sum divided by its number of
+// non-padding entries, an empty bag 0; unweighted, as ATen's)
+
+void check_pooling(const optional<Tensor> &offsets, const optional<Tensor> &weights,
+                   int64_t mode) {
+    TORCH_CHECK_VALUE(mode == 0 || mode == 1, "lookuplinear::bag_lookup: mode must be 0 (sum) or "
+                      "1 (mean), ATen's embedding_bag modes; got ", mode, ". A max is the "
+                      "operator lookuplinear::bag_max.");
+    TORCH_CHECK_VALUE(mode == 0 || offsets.has_value(), "lookuplinear::bag_lookup: mode=1 "
+                      "(mean) pools bags, so it needs offsets; got none. Give the bags' offsets, "
+                      "or mode=0 for a lookup of each index.");
+    TORCH_CHECK_VALUE(mode == 0 || !weights.has_value(), "lookuplinear::bag_lookup: mode=1 "
+                      "(mean) takes no per-entry weights (ATen's embedding_bag takes them for "
+                      "a sum only); got weights. Use mode=0 with the weights divided by their "
+                      "bag's total.");
+}
 
 Tensor bag_lookup_twin(const Tensor &weight, const Tensor &indices,
                        const optional<Tensor> &offsets, const optional<Tensor> &weights,
-                       optional<int64_t> padding_idx, bool include_last_offset) {
+                       optional<int64_t> padding_idx, int64_t mode, bool include_last_offset) {
     if (!offsets.has_value()) return at::embedding(weight, indices, padding_idx.value_or(-1));
     // ATen's forward-only kernel: the operator's backward is its own, so the offset2bag and
     // bag sizes that embedding_bag builds for its backward would be wasted (about half of a
     // 128-bag lookup); the same sums, in the same order. It reads indices and offsets as
     // contiguous whatever their strides (embedding_bag makes them so before calling it)
     return std::get<0>(at::_embedding_bag_forward_only(
-        weight, indices.contiguous(), offsets->contiguous(), false, 0, false, weights,
+        weight, indices.contiguous(), offsets->contiguous(), false, mode, false, weights,
         include_last_offset, padding_idx.value_or(-1)));
 }
 
 Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
                         const optional<Tensor> &offsets, const optional<Tensor> &weights,
-                        optional<int64_t> padding_idx, bool include_last_offset) {
+                        optional<int64_t> padding_idx, int64_t mode, bool include_last_offset) {
+    check_pooling(offsets, weights, mode);
     if (padding_idx.has_value() && weight.dim() == 2)
         check_padding("bag_lookup", "padding_idx", *padding_idx, weight.size(0));
     try {
-        return bag_lookup_twin(weight, indices, offsets, weights, padding_idx,
+        return bag_lookup_twin(weight, indices, offsets, weights, padding_idx, mode,
                                include_last_offset);
     } catch (const c10::Error &) {
         if (weight.dim() == 2) check_range("bag_lookup", indices.cpu(), weight.size(0));
@@ -186,7 +203,8 @@ Tensor bag_lookup_other(const Tensor &weight, const Tensor &indices,
 
 Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
                       const optional<Tensor> &offsets, const optional<Tensor> &weights,
-                      optional<int64_t> padding_idx, bool include_last_offset) {
+                      optional<int64_t> padding_idx, int64_t mode, bool include_last_offset) {
+    check_pooling(offsets, weights, mode);
     if (padding_idx.has_value() && weight.dim() == 2)
         check_padding("bag_lookup", "padding_idx", *padding_idx, weight.size(0));
     if (!offsets.has_value() && weight.dim() == 2 && is_f32_f64(weight) &&
@@ -210,7 +228,7 @@ Tensor bag_lookup_cpu(const Tensor &weight, const Tensor &indices,
     // the offsets as Bags checks them (ATen's CPU kernel, on one thread, takes decreasing ones)
     if (offsets.has_value() && is_i32_i64(*offsets) && offsets->dim() == 1)
         check_offsets("bag_lookup", *offsets, indices.numel(), include_last_offset);
-    return bag_lookup_other(weight, indices, offsets, weights, padding_idx,
+    return bag_lookup_other(weight, indices, offsets, weights, padding_idx, mode,
                             include_last_offset);
 }
 
@@ -831,16 +849,33 @@ Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
         sums.options().layout(at::kSparse), /*is_coalesced=*/true);
 }
 
+// the gradient of a mean lookup's sums from its output's gradient g: each bag's row times
+// 1 / its number of non-padding entries (1 for an empty bag), ATen's mean backward
+// (apply_bag_size_backward: the product by the reciprocal, not a division)
+Tensor mean_grad(const Tensor &g, const Tensor &idx, const Tensor &offsets,
+                 optional<int64_t> padding_idx) {
+    Tensor sizes;
+    if (padding_idx.has_value()) {  // the entries that count, summed between the offsets
+        const Tensor counted = at::cat({at::zeros({1}, idx.options().dtype(at::kLong)),
+                                        at::cumsum(idx.ne(*padding_idx), 0)});
+        const Tensor at_offsets = counted.index_select(0, offsets.to(at::kLong));
+        sizes = at_offsets.slice(0, 1) - at_offsets.slice(0, 0, -1);
+    } else {
+        sizes = offsets.slice(0, 1) - offsets.slice(0, 0, -1);
+    }
+    return g * at::reciprocal(sizes.clamp_min(1).to(g.scalar_type())).unsqueeze(1);
+}
+
 struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
     static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
                           const Tensor &indices, const optional<Tensor> &offsets,
                           const optional<Tensor> &weights, optional<int64_t> padding_idx,
-                          bool include_last_offset) {
+                          int64_t mode, bool include_last_offset) {
         static auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("lookuplinear::bag_lookup", "")
                              .typed<Tensor(const Tensor &, const Tensor &,
                                            const optional<Tensor> &, const optional<Tensor> &,
-                                           optional<int64_t>, bool)>();
+                                           optional<int64_t>, int64_t, bool)>();
         const bool weights_grad = weights.has_value() && weights->requires_grad();
         ctx->save_for_backward({indices, offsets.value_or(Tensor()),
                                 weights.value_or(Tensor()), weights_grad ? weight : Tensor()});
@@ -848,8 +883,10 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
         ctx->saved_data["dim"] = weight.sym_size(1);
         ctx->saved_data["padding_idx"] = padding_idx;
         ctx->saved_data["include_last_offset"] = include_last_offset;
+        ctx->saved_data["mode"] = mode;
         at::AutoDispatchBelowADInplaceOrView below;
-        return op.call(weight, indices, offsets, weights, padding_idx, include_last_offset);
+        return op.call(weight, indices, offsets, weights, padding_idx, mode,
+                       include_last_offset);
     }
 
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
@@ -865,17 +902,18 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
         const optional<int64_t> padding_idx =
             ctx->saved_data["padding_idx"].toOptional<int64_t>();
         // the output's rows (not reshape {-1, dim}, which a table of no columns leaves open)
-        const Tensor g = grads[0].dim() > 1 ? grads[0].flatten(0, -2)
-                                            : grads[0].reshape_symint({1, dim});
+        Tensor g = grads[0].dim() > 1 ? grads[0].flatten(0, -2)
+                                      : grads[0].reshape_symint({1, dim});
         if (offsets.has_value() && !ctx->saved_data["include_last_offset"].toBool())  // the end
             offsets = at::cat({*offsets, offsets->new_full({1}, c10::Scalar(idx.sym_numel()))});
+        if (ctx->saved_data["mode"].toInt() == 1) g = mean_grad(g, idx, *offsets, padding_idx);
         Tensor grad_weight, grad_weights;
         if (ctx->needs_input_grad(0))
             grad_weight = sum_weight_grad(0, g, idx, offsets, weights, padding_idx, rows, dim);
         if (saved[3].defined())
             grad_weights = per_sample_weights_grad(g, saved[3], idx, *offsets,
                                                    weights->scalar_type(), padding_idx);
-        return {grad_weight, Tensor(), Tensor(), grad_weights, Tensor(), Tensor()};
+        return {grad_weight, Tensor(), Tensor(), grad_weights, Tensor(), Tensor(), Tensor()};
     }
 };
 
@@ -934,17 +972,19 @@ Tensor bag_max_autograd(const Tensor &weight, const Tensor &indices, const Tenso
 
 Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
                            const optional<Tensor> &offsets, const optional<Tensor> &weights,
-                           optional<int64_t> padding_idx, bool include_last_offset) {
+                           optional<int64_t> padding_idx, int64_t mode,
+                           bool include_last_offset) {
     if (!records(weight, weights)) {
         static auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("lookuplinear::bag_lookup", "")
                              .typed<Tensor(const Tensor &, const Tensor &,
                                            const optional<Tensor> &, const optional<Tensor> &,
-                                           optional<int64_t>, bool)>();
+                                           optional<int64_t>, int64_t, bool)>();
         at::AutoDispatchBelowADInplaceOrView below;
-        return op.call(weight, indices, offsets, weights, padding_idx, include_last_offset);
+        return op.call(weight, indices, offsets, weights, padding_idx, mode,
+                       include_last_offset);
     }
-    return BagLookupFunction::apply(weight, indices, offsets, weights, padding_idx,
+    return BagLookupFunction::apply(weight, indices, offsets, weights, padding_idx, mode,
                                     include_last_offset);
 }
 
@@ -995,7 +1035,7 @@ void assert_bags_cuda(const Tensor &indices, const optional<Tensor> &offsets, in
 
 TORCH_LIBRARY(lookuplinear, m) {
     m.def("bag_lookup(Tensor weight, Tensor indices, Tensor? offsets=None, Tensor? weights=None, "
-          "int? padding_idx=None, *, bool include_last_offset=True) -> Tensor");
+          "int? padding_idx=None, int mode=0, *, bool include_last_offset=True) -> Tensor");
     m.def("in_feature_order(Tensor[] outs, int[] features, int[] segments) -> Tensor");
     m.def("idmap_find(Tensor table, Tensor keys) -> Tensor");
     m.def("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor");
