@@ -138,7 +138,7 @@ def test_shared_and_plain_features_mixed_equal_torchrec(weighted, sparse):
     # unpooled lookups and the quantized copy key the outputs as the pooled ones
     ids = torch.tensor([[1, 2], [3, 4]])
     unpooled = col({"f1": ids, "f2": ids})
-    assert list(unpooled) == ["f1@t1", "f1@t2", "f1@t3", "f2"]
+    assert list(unpooled) == ["f1@t1", "f2", "f1@t2", "f1@t3"]  # embedding_names' order
     torch.testing.assert_close(unpooled["f1@t2"], col["t2"].weight[ids])
     q = col.quantize("float16")
     assert q(kb).keys() == col.embedding_names
@@ -492,6 +492,30 @@ def test_unpooled_rows_are_float32_as_torchrecs_embedding_collection(dtype):
     for key, rows in got.items():
         assert rows.dtype == want[key].values().dtype == torch.float32
         assert torch.equal(rows, want[key].values())
+
+def test_unpooled_outputs_are_ordered_as_torchrecs_embedding_collection():
+    """A {feature: index tensor} lookup returns its outputs in ``embedding_names`` order (table
+    after table, a shared feature's under each table), as TorchRec's EmbeddingCollection orders
+    its dict, whatever order the input's keys come in."""
+    torch.manual_seed(0)
+    configs = [torchrec.EmbeddingConfig(name="t1", num_embeddings=10, embedding_dim=3,
+                                        feature_names=["f2", "f1"]),
+               torchrec.EmbeddingConfig(name="t2", num_embeddings=7, embedding_dim=3,
+                                        feature_names=["f3", "f1"])]
+    ec = torchrec.EmbeddingCollection(tables=configs)
+    col = LookupCollection([TableConfig(c.name, c.num_embeddings, c.embedding_dim,
+                                        list(c.feature_names)) for c in configs])
+    col.load_state_dict({k.replace("embeddings.", "embedding_bags.", 1): v
+                         for k, v in ec.state_dict().items()})
+    kjt = KJT.from_lengths_sync(keys=["f1", "f2", "f3"],
+                                values=torch.tensor([1, 2, 3, 4, 5, 6, 0, 1, 2, 3]),
+                                lengths=torch.tensor([2, 1, 0, 1, 3, 3]))
+    want = ec(kjt)
+    got = col({f: jt.values() for f, jt in kjt.to_dict().items()})
+    assert list(got) == list(want) == col.embedding_names
+    for key in want:
+        assert torch.equal(got[key], want[key].values()), key
+
 
 def test_to_torchrec_refuses_float16_tables_with_weights():
     """A weighted EBC with a float16 table fails on every weighted batch (nn.EmbeddingBag takes

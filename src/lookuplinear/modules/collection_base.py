@@ -112,7 +112,8 @@ class CollectionBase(AllOrNothingLoad):
             if mapped:
                 rows = self._map_inputs(mapped)
                 out.update((n, self._unpooled(n, rows[n])) for n, _ in mapped)
-            return {n: out[n] for f in features for n in plan.outputs_of(f)}
+            # in the order of embedding_names, as TorchRec's EmbeddingCollection returns them
+            return {n: out[n] for n in plan.embedding_names if n in out}
         raise InputTypeError(
             f"{name} takes a KeyedBags or a {{feature: index tensor}} dict, got "
             f"{type(features).__name__}. "
