@@ -557,6 +557,34 @@ def test_compiled_embedding_with_padding_trains_as_nn_embedding(fullgraph: bool)
         assert torch.equal(emb.weight, stock.weight)
 
 
+@needs_compiler
+@pytest.mark.parametrize("kind", [Embedding, LookupLinear])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 1, 1), (2, 1), (3,)])
+def test_inductor_gradient_of_a_padded_sparse_lookup_is_eager_and_nn_embeddings(
+        kind: type[nn.Module], shape: tuple[int, ...]) -> None:
+    """A padded ``sparse=True`` lookup compiled by Inductor: its weight gradient densifies to
+    the eager one and ``nn.Embedding``'s, a batch of one entry in several dimensions too (the
+    gradient's values an ``(entries, dim)`` buffer of its own, not a view of the output's)."""
+    torch.manual_seed(0)
+    stock = nn.Embedding(10, 3, padding_idx=2, sparse=True)
+    no_bias: dict[str, Any] = {"bias": False} if kind is LookupLinear else {}
+    ours = kind(10, 3, padding_idx=2, sparse=True, **no_bias)
+    with torch.no_grad():
+        ours.weight.copy_(stock.weight)
+    twin = copy.deepcopy(ours)
+    x = torch.tensor([1, 2, 5])[:torch.Size(shape).numel()].reshape(shape)
+    scale = torch.randn(*shape, 3)
+    torch._dynamo.reset()
+    step = torch.compile(lambda m: (m(x) * scale).square().sum(), fullgraph=True)
+    (stock(x) * scale).square().sum().backward()
+    (ours(x) * scale).square().sum().backward()
+    step(twin).backward()
+    want = stock.weight.grad.to_dense()
+    assert want[1].any()
+    assert torch.allclose(ours.weight.grad.to_dense(), want)
+    assert torch.allclose(twin.weight.grad.to_dense(), want)
+
+
 def test_a_frame_compiled_on_its_own_reads_a_tables_binding() -> None:
     """The binding check of an eager ``Embedding(sparse=True)`` forward, which
     ``torch.compile`` records as a frame of its own where it runs that forward outside a graph

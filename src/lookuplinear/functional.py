@@ -495,9 +495,16 @@ def _index_forward(
         x = x.long()
     if sparse and padding_idx is not None and torch.compiler.is_compiling():
         # a recorded graph: the padding positions stay in the gradient with zero values, a
-        # size the batch's shape decides (leaving them out would size it by the values)
-        out = _sparse_sum(weight, x, None, None, None)
-        out = torch.where((x == padding_idx).unsqueeze(-1), out.detach(), out)
+        # size the batch's shape decides (leaving them out would size it by the values). The
+        # lookup and its mask are of the flat index, its (entries, dim) output reshaped last:
+        # so the gradient's values are the mask's own (entries, dim) buffer, not Inductor's
+        # view of an (..., 1, dim) buffer, which gives a one-entry batch's values a stride of
+        # 0 over the entries that ATen's sparse-into-dense sum (to_dense, SGD's step) reads
+        # as rows of no elements: a gradient of zeros
+        flat = x.reshape(-1)
+        out = _sparse_sum(weight, flat, None, None, None)
+        out = torch.where((flat == padding_idx).unsqueeze(-1), out.detach(), out)
+        out = out.reshape(x.shape + out.shape[-1:])
     elif sparse:  # row-sparse gradient
         out = _sparse_sum(weight, x, None, None, padding_idx)
     else:
