@@ -202,6 +202,34 @@ def test_compiled_collection_step_equals_eager(sparse: bool, kind: str) -> None:
     train_both(model, loss, [keyed_batch(5, 0), keyed_batch(5, 1)])
 
 
+@needs_compiler
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("mode", ["max", "mean"])
+def test_inductor_collection_whose_shared_feature_another_table_reads_on_its_own(
+        mode: str, sparse: bool, dynamic: bool) -> None:
+    """A feature read by a group's sum table and by a table looked up feature by feature (a
+    ``max``, a padded ``mean``): compiled by Inductor, its forward and gradients equal the
+    eager ones (the feature sliced out of the batch once, so the backward's sizes are of
+    symbols the graph has)."""
+    torch.manual_seed(0)
+    pad = {"padding_idx": 3} if mode == "mean" else {}
+    model = LookupCollection([TableConfig("I", 20, 3, ["i", "c"]),
+                              TableConfig("C", 20, 2, ["c"], mode=mode, **pad)], sparse=sparse)
+    twin = copy.deepcopy(model)
+    kb = KeyedBags.from_dict({"i": [[4, 4], [], [2]], "c": [[1, 2, 3], [3], []]})
+    scale = torch.randn(8)
+    torch._dynamo.reset()
+    step = torch.compile(lambda b: twin(b).values(), fullgraph=True, dynamic=dynamic)
+    eager, fast = model(kb).values(), step(kb)
+    (eager * scale).square().sum().backward()
+    (fast * scale).square().sum().backward()
+    assert torch.allclose(eager, fast)
+    for g, g_twin in zip(grads(model), grads(twin), strict=True):
+        assert g is not None and g_twin is not None
+        assert torch.allclose(g, g_twin, atol=1e-6)
+
+
 def trained(model: nn.Module, batch: KeyedBags) -> nn.Module:
     """``model`` after one SGD step on ``batch``, in eval mode."""
     opt = torch.optim.SGD(model.parameters(), lr=0.5)

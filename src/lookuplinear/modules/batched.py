@@ -60,7 +60,8 @@ class TableReader(Protocol):
     group's input with a file table's rows drawn first, and whether a table's gradient is
     row-sparse."""
 
-    def rows(self, features: KeyedBags, feature: str) -> Bags: ...
+    def rows(self, features: KeyedBags, feature: str,
+             read: dict[str, Bags] | None = None) -> Bags: ...
 
     def _map_rows(self, features: KeyedBags, feature: str) -> torch.Tensor: ...
 
@@ -296,6 +297,7 @@ class BatchedLookup:
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
+        read: dict[str, Bags] = {}  # each feature's bags, read once for all its tables
         for g, feats in self.groups:
             if weights_need_grad or places[table_of[feats[0]]].config.mode == "max":
                 # each reads the group's parameter at its table's rows (a row-sparse gradient
@@ -303,14 +305,14 @@ class BatchedLookup:
                 for f in feats:
                     _, off, cfg = places[table_of[f]]
                     mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
-                    bags = self._checked(kb, f, tables)
+                    bags = self._checked(kb, f, tables, read)
                     pad = None if cfg.padding_idx is None else off + cfg.padding_idx
                     parts.append((lookup_linear(
                         tables._drawn(g, Bags(bags.indices + off, bags.offsets, bags.weights)),
                         table_groups[g], None, mode=mode, padding_idx=pad,
                         sparse=tables._sparse(cfg)), [f]))
                 continue
-            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact)
+            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact, read)
             sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None, sparse=sparse)
             parts.append((sums if exact is None else self._divided(
                 sums, bags.offsets, exact.groups[g], n), feats))
@@ -419,9 +421,11 @@ class BatchedLookup:
             first, bag = end, bag + bags
         return parts
 
-    def _checked(self, kb: KeyedBags, feature: str, tables: TableReader) -> Bags:
-        """``tables.rows(kb, feature)`` with every index checked against its table's rows."""
-        bags = tables.rows(kb, feature)
+    def _checked(self, kb: KeyedBags, feature: str, tables: TableReader,
+                 read: dict[str, Bags] | None = None) -> Bags:
+        """``tables.rows(kb, feature, read)`` with every index checked against its table's
+        rows."""
+        bags = tables.rows(kb, feature, read)
         cfg = self.plan.places[self.plan.table_of[feature]].config
         if cfg.hashing is None:
             check_index_range(bags.indices, cfg.num_embeddings,
@@ -429,7 +433,8 @@ class BatchedLookup:
         return bags
 
     def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
-                    tables: TableReader, exact: ExactMeans | None = None) -> Bags:
+                    tables: TableReader, exact: ExactMeans | None = None,
+                    read: dict[str, Bags] | None = None) -> Bags:
         """The ``F * N`` bags of one group's features as one lookup of its parameter (of
         ``dtype``): indices shifted by their table's first row, padding dropped,
         ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
@@ -449,7 +454,7 @@ class BatchedLookup:
             for f in feats)
         for f in feats:
             _, off, cfg = places[table_of[f]]
-            bags = self._checked(kb, f, tables)
+            bags = self._checked(kb, f, tables, read)
             w = bags.weights
             if cfg.padding_idx is not None:
                 if in_graph:

@@ -528,17 +528,29 @@ class LookupCollection(CollectionBase):
         return QuantizedLookupCollection.from_float(self, dtype)
 
     # ------------------------------------------------------------------ forward
-    def rows(self, features: KeyedBags, name: str) -> Bags:
+    def rows(self, features: KeyedBags, name: str, read: dict[str, Bags] | None = None
+             ) -> Bags:
         """The bags of output ``name`` (a feature, or ``feature@table``) as its table reads
         them: the IDs hashed to rows where the table hashes (:func:`~lookuplinear.hash_ids`),
-        else the feature's bags ``features[feature]`` themselves."""
+        else the feature's bags ``features[feature]`` themselves.
+
+        ``read``: the features' bags already read (by feature name), where this one's is
+        taken from and put. A feature that several tables read is then sliced out of the batch
+        once: in a recorded graph each slice's bounds are new symbols, and a backward that
+        reads a second slice of the same feature (a ``max`` table's, beside a sum group's)
+        would name symbols its graph is not given (Inductor: "expected [u5, u4] to have been
+        codegen-ed")."""
         cfg = self._places[self._table_name(name)].config
         feature = self._collection_plan.feature_of[name]
-        if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
+        if read is None:
             bags = features[feature]
+        else:
+            found = read.get(feature)
+            bags = read[feature] = features[feature] if found is None else found
+        if cfg.hashing == "map" and self._mapped is not None:  # inside forward: mapped once
             return Bags.from_checked(self._mapped[name], bags.offsets.long(), bags.weights)
         id_map = cast(IdMap, self.id_maps[cfg.name]) if cfg.hashing == "map" else None
-        return table_bags(cfg, features[feature], id_map=id_map,
+        return table_bags(cfg, bags, id_map=id_map,
                           dtype=self.table_groups[self._places[cfg.name].group].dtype,
                           feature=feature)
 
