@@ -799,11 +799,16 @@ def test_bag_lookup_mean_is_nn_embedding_bags_to_the_bit(sizes: list[int], data:
     ((torch.tensor([1, 2]), torch.tensor([0, 2]), torch.ones(2)), 1, "takes no per-entry weights"),
     ((torch.tensor([1, 2]), torch.tensor([0, 2])), 2, "mode must be 0 .sum. or 1 .mean."),
 ])
+@pytest.mark.parametrize("twin", [False, True], ids=["operator", "trace twin"])
 def test_bag_lookup_refuses_a_mean_it_cannot_give(args: tuple[torch.Tensor, ...], mode: int,
-                                                   match: str) -> None:
+                                                   match: str, twin: bool) -> None:
     """A mean without offsets, a mean with per-entry weights (ATen's takes them for a sum
-    only) and a mode other than sum and mean are refused, naming the fix."""
+    only) and a mode other than sum and mean are refused, naming the fix; so does the
+    operator's trace twin (``lookuplinear.ops.autograd.bag_lookup``), with the same error."""
+    from lookuplinear.ops.autograd import bag_lookup
+
     weight = torch.randn(4, 3)
     rest = (*args, *(None,) * (3 - len(args)))
+    lookup = bag_lookup if twin else ops.bag_lookup
     with pytest.raises(ValueError, match=match):
-        ops.bag_lookup(weight, rest[0], rest[1], rest[2], None, mode)
+        lookup(weight, rest[0], rest[1], rest[2], None, mode)

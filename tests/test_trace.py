@@ -115,6 +115,46 @@ def test_trace_under_no_grad_keeps_the_gradient(config: str) -> None:
         torch.testing.assert_close(got.to_dense(), want.to_dense())
 
 
+def _output_and_grad(module: Any, weight: torch.Tensor, b: tuple[torch.Tensor, ...],
+                     grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``module(*b)`` and the densified gradient ``weight`` gets from ``grad_out``."""
+    weight.grad = None
+    out = module(*b)
+    (out * grad_out).sum().backward()
+    assert weight.grad is not None
+    grad = weight.grad.to_dense()
+    weight.grad = None
+    return out.detach(), grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("padding_idx", [None, 0])
+@pytest.mark.parametrize("drop_in", [True, False], ids=["EmbeddingBag", "LookupLinear"])
+def test_traced_sparse_mean_equals_eager_and_nn_embedding_bag_to_the_bit(
+        drop_in: bool, padding_idx: int | None, dtype: torch.dtype) -> None:
+    """``mode="mean", sparse=True``: a traced layer's output and weight gradient are the eager
+    layer's and ``nn.EmbeddingBag``'s bits (ATen's mean: its backward multiplies the output's
+    gradient by ``1 / size``), on a batch other than the traced one."""
+    from lookuplinear import EmbeddingBag
+
+    torch.manual_seed(0)
+    kwargs: dict[str, Any] = {"mode": "mean", "sparse": True, "padding_idx": padding_idx,
+                              "dtype": dtype}
+    layer: nn.Module = (EmbeddingBag(IN, OUT, **kwargs) if drop_in
+                        else LookupLinear(IN, OUT, bias=False, **kwargs))
+    stock = nn.EmbeddingBag(IN, OUT, **kwargs)
+    with torch.no_grad():
+        stock.weight.copy_(layer.weight)
+    graph = traced(layer, batch(4, 12, False, False, seed=0))
+    g = torch.Generator().manual_seed(5)
+    for b in (batch(7, 300, False, False, seed=1), batch(2, 5, False, False, seed=2)):
+        grad_out = torch.randn(b[1].numel(), OUT, generator=g, dtype=dtype)
+        want = _output_and_grad(stock, stock.weight, b, grad_out)
+        for module in (layer, graph):
+            got = _output_and_grad(module, layer.weight, b, grad_out)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 @pytest.mark.parametrize("kwargs", [{"sparse": True}, {"sparse": True, "padding_idx": 0},
                                     {"sparse": False}])
 def test_jit_trace_of_index_input_equals_eager(kwargs: dict[str, Any]) -> None:

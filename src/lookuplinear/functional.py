@@ -593,8 +593,12 @@ def _bags_forward(
             out = _embedding_bag(bags, weight, psw, _SUM, None)
     elif sparse and mode == "mean" and w is None and _exact_mean(weight):
         # nn.EmbeddingBag(mode="mean", sparse=True)'s, to the bit: the operator's mean (ATen's
-        # forward; its backward scales the output's gradient by 1 / size, then sums the rows)
-        out = _BAG_LOOKUP(weight, bags.indices, bags.offsets, None, padding_idx, mode=_MEAN)
+        # forward; its backward scales the output's gradient by 1 / size, then sums the rows),
+        # or in a trace its twin's, ATen's own
+        if torch.jit.is_tracing():
+            out = bag_lookup(weight, bags.indices, bags.offsets, None, padding_idx, _MEAN)
+        else:
+            out = _BAG_LOOKUP(weight, bags.indices, bags.offsets, None, padding_idx, mode=_MEAN)
     elif sparse:  # row-sparse gradient
         out = _sparse_sum(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
@@ -652,11 +656,14 @@ def _eager_op() -> bool:
 
 
 def _exact_mean(weight: torch.Tensor) -> bool:
-    """Whether an unweighted mean lookup of ``weight`` with a row-sparse gradient calls the
-    operator ``lookuplinear::bag_lookup`` in its mean mode: a float32 or float64 table (a
-    float16/bfloat16 one keeps the float32 division of :func:`~lookuplinear.modes.reduce_sums`),
-    not while a ``torch.jit.trace`` or a ``torch.func`` transform records (:func:`_eager_op`)."""
-    return (weight.dtype is torch.float32 or weight.dtype is torch.float64) and _eager_op()
+    """Whether an unweighted mean lookup of ``weight`` with a row-sparse gradient takes ATen's
+    mean: the operator ``lookuplinear::bag_lookup`` in its mean mode, or while a
+    ``torch.jit.trace`` records its twin :func:`~lookuplinear.ops.autograd.bag_lookup` (ATen's
+    ops). A float32 or float64 table (a float16/bfloat16 one keeps the float32 division of
+    :func:`~lookuplinear.modes.reduce_sums`), not under a ``torch.func`` transform, which sees
+    through ATen's ops, not the operator's C++ autograd (:func:`_eager_op`)."""
+    return ((weight.dtype is torch.float32 or weight.dtype is torch.float64)
+            and torch._C._functorch.maybe_current_level() is None)
 
 
 def _sparse_sum(

@@ -15,12 +15,15 @@ import torch
 import torch.nn.functional as F
 
 from ._bagmax import c_operands
+from .library import _check_pooling as check_pooling
 from .library import project_error
 
 __all__ = ["bag_lookup", "bag_max"]
 
 
 _BAG_MAX = torch.ops.lookuplinear.bag_max.default
+#: the operator ``lookuplinear::bag_lookup``'s modes, as ``F.embedding_bag`` names them
+_MODES = {0: "sum", 1: "mean"}
 
 
 def bag_lookup(
@@ -29,19 +32,29 @@ def bag_lookup(
     offsets: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     padding_idx: int | None = None,
+    mode: int = 0,
     *,
     include_last_offset: bool = True,
 ) -> torch.Tensor:
-    """``densify(x) @ weight`` (mode sum) by torch's own ops, with their sparse gradient: where
-    the operator ``lookuplinear::bag_lookup`` is not called (a ``torch.jit.trace``, whose graph
-    and ONNX export hold ATen's ops).
+    """``densify(x) @ weight`` (``mode`` 0, sum) or the bags' means (``mode`` 1) by torch's own
+    ops, with their sparse gradient: where the operator ``lookuplinear::bag_lookup`` is not
+    called (a ``torch.jit.trace``, whose graph and ONNX export hold ATen's ops). Its arguments
+    are the operator's.
 
     ``offsets is None``: index input of any shape ``S``, returns ``S + (out,)``
-    (``F.embedding(sparse=True)``); otherwise bags, returns ``(N, out)``
-    (``F.embedding_bag(mode="sum", sparse=True)`` with ``per_sample_weights``): CSR offsets
-    (``N + 1``), or with ``include_last_offset=False`` ``nn.EmbeddingBag``'s ``N`` start
-    offsets. ``weight.grad`` is torch's: a sparse COO tensor, one row per entry (padding left
-    out), uncoalesced.
+    (``F.embedding(sparse=True)``, ``mode`` 0); otherwise bags, returns ``(N, out)``
+    (``F.embedding_bag(mode="sum" or "mean", sparse=True)``, the sum with
+    ``per_sample_weights``): CSR offsets (``N + 1``), or with ``include_last_offset=False``
+    ``nn.EmbeddingBag``'s ``N`` start offsets. ``mode`` 1 is
+    ATen's mean, as the operator's: the sums divided by the bags' sizes (padding entries not
+    counted), the gradient the output's times ``1 / size``. ``weight.grad`` is torch's: a
+    sparse COO tensor, one row per entry (padding left out), uncoalesced.
+
+    Raises
+    ------
+    InputValueError
+        ``mode`` other than 0 and 1, or ``mode`` 1 without ``offsets`` or with ``weights``, as
+        the operator refuses them.
 
     Examples
     --------
@@ -51,9 +64,10 @@ def bag_lookup(
     (tensor([[1, 3]]), tensor([[1., 1.],
             [2., 2.]]))
     """
+    check_pooling(offsets, weights, mode)  # the operator's errors
     if offsets is None:
         return F.embedding(indices, weight, padding_idx=padding_idx, sparse=True)
-    return F.embedding_bag(indices, weight, offsets, mode="sum", sparse=True,
+    return F.embedding_bag(indices, weight, offsets, mode=_MODES[mode], sparse=True,
                            per_sample_weights=weights, include_last_offset=include_last_offset,
                            padding_idx=padding_idx)
 
