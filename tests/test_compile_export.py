@@ -317,6 +317,24 @@ def test_quantized_layer_exports_and_compiles_as_the_float_layer(dtype: str, for
         assert torch.equal(compiled(*b), q(*b))
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_inductor_int8_max_layer_equals_eager_to_the_bit(padding_idx: int | None,
+                                                          index_dtype: torch.dtype) -> None:
+    """A quantized int8 ``max`` layer compiled by Inductor dequantizes its rows by the kernel
+    eager runs (Inductor would lower ``embedding_bag_byte_unpack`` itself, rounding
+    otherwise): the compiled layer's bits are eager's."""
+    from lookuplinear import EmbeddingBag
+
+    torch.manual_seed(0)
+    q = EmbeddingBag(20, 8, mode="max", padding_idx=padding_idx).quantize("int8")
+    indices = torch.tensor([1, 3, 3, 3, 5, 6, 3, 1, 1, 7, 3], dtype=index_dtype)
+    offsets = torch.tensor([0, 2, 4, 5, 5, 9], dtype=index_dtype)
+    torch._dynamo.reset()
+    compiled = torch.compile(q, fullgraph=True)
+    assert torch.equal(compiled(indices, offsets), q(indices, offsets))
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_a_program_exported_under_no_grad_trains_its_table(mode: str) -> None:
     """As ``nn.EmbeddingBag``'s: the program holds no detach of the table, so its module,

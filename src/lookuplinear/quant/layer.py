@@ -210,11 +210,17 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
 
     def rows(self, indices: torch.Tensor) -> torch.Tensor:
-        """The dequantized rows ``indices`` (float32, ``(len(indices), out_features)``)."""
-        picked = self.packed.index_select(0, indices)
+        """The dequantized rows ``indices`` (float32, ``(len(indices), out_features)``).
+
+        int8 and int4: PyTorch's quantized embedding-bag kernel with one entry a bag (as
+        :meth:`_index_rows`), whose values are ``embedding_bag_*_unpack``'s; Inductor keeps
+        that kernel as it is, where it lowers the unpack op itself and rounds otherwise, so a
+        compiled layer gives eager's bits."""
         if self.dtype == "float16":
-            return picked.float()
-        return getattr(torch.ops.quantized, _OPS[self.dtype][1])(picked)
+            return self.packed.index_select(0, indices).float()
+        ends = torch.arange(indices.numel() + 1, dtype=indices.dtype, device=indices.device)
+        return getattr(torch.ops.quantized, _OPS[self.dtype][2])(
+            self.packed, indices, ends, False, 0, False, None, None, True)
 
     def dequantize(self) -> Any:
         """The float ``LookupLinear`` of the dequantized table (the dense reference's layer)."""
