@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 import torch
-from torch.autograd import forward_ad
 
 from .errors import InputValueError
-from .ops._backend import capturing, transformed
 
 if TYPE_CHECKING:
     from .sparse.bags import Bags
@@ -109,18 +107,10 @@ def mean_of_sums(sums: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     safe = sizes.clamp_min(1)  # an empty bag's sum is 0: 0 / 1
     if not (sums.requires_grad and torch.is_grad_enabled()) or torch.jit.is_tracing():
         return sums / safe  # no gradient to shape (or a trace: ONNX has no addcdiv)
-    if not (capturing() or transformed() or forward_ad._current_level >= 0):
-        # eagerly: the product's gradient, grad * (1 / size), then its values replaced by the
-        # quotient (nothing saved the product; two passes where addcdiv's below take more)
-        out = sums * safe.reciprocal()
-        with torch.no_grad():
-            torch.div(sums, safe, out=out)
-        return out
-    # in a recorded graph, a torch.func transform or forward-mode AD (an out= division has no
-    # forward derivative): addcdiv's gradient for its tensor1 is
-    # grad * (1 / tensor2), ATen's mean backward; -0 + x is x, signed zeros included. The
-    # sizes expanded to the sums' shape: addcdiv's CPU kernel broadcasting two operands at
-    # once is several times slower
+    # addcdiv's gradient for its tensor1 is grad * (1 / tensor2), ATen's mean backward, in
+    # eager mode, recorded graphs, torch.func transforms and forward-mode AD alike; -0 + x is
+    # x, signed zeros included. The sizes expanded to the sums' shape: addcdiv's CPU kernel
+    # broadcasting two operands at once is several times slower
     return torch.addcdiv(torch.full((), -0.0, dtype=sums.dtype, device=sums.device), sums,
                          safe.expand_as(sums).contiguous())
 
