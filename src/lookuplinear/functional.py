@@ -595,10 +595,7 @@ def _bags_forward(
         # nn.EmbeddingBag(mode="mean", sparse=True)'s, to the bit: the operator's mean (ATen's
         # forward; its backward scales the output's gradient by 1 / size, then sums the rows),
         # or in a trace its twin's, ATen's own
-        if torch.jit.is_tracing():
-            out = bag_lookup(weight, bags.indices, bags.offsets, None, padding_idx, _MEAN)
-        else:
-            out = _BAG_LOOKUP(weight, bags.indices, bags.offsets, None, padding_idx, mode=_MEAN)
+        out = _sparse_sum(weight, bags.indices, bags.offsets, None, padding_idx, _MEAN)
     elif sparse:  # row-sparse gradient
         out = _sparse_sum(weight, bags.indices, bags.offsets, w, padding_idx)
         if mode != "sum":
@@ -672,16 +669,17 @@ def _sparse_sum(
     offsets: torch.Tensor | None,
     per_sample_weights: torch.Tensor | None,
     padding_idx: int | None,
+    mode: int = _SUM,
 ) -> torch.Tensor:
-    """The sum lookup whose weight gradient is row-sparse: the operator
-    ``lookuplinear::bag_lookup`` (``offsets``: CSR, or None for index input), whose backward
-    gives bags' gradient one row per distinct row, sorted, its sum
+    """The sum (``mode`` ``_SUM``) or mean (``_MEAN``) lookup whose weight gradient is
+    row-sparse: the operator ``lookuplinear::bag_lookup`` (``offsets``: CSR, or None for index
+    input), whose backward gives bags' gradient one row per distinct row, sorted, its sum
     (:mod:`lookuplinear.ops.library`; a table bound to a ``fused=True`` optimizer hands it
     to the optimizer instead). A ``torch.jit.trace`` (whose graph and ONNX export hold ATen's
     ops) takes torch's own sparse lookup (:func:`~lookuplinear.ops.autograd.bag_lookup`)."""
     if _eager_op():
-        return _BAG_LOOKUP(weight, indices, offsets, per_sample_weights, padding_idx)
-    return bag_lookup(weight, indices, offsets, per_sample_weights, padding_idx)
+        return _BAG_LOOKUP(weight, indices, offsets, per_sample_weights, padding_idx, mode)
+    return bag_lookup(weight, indices, offsets, per_sample_weights, padding_idx, mode)
 
 
 _NUMPY_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ._bagmax import c_operands
-from .library import _check_pooling as check_pooling
-from .library import project_error
+from .library import check_pooling, project_error
 
 __all__ = ["bag_lookup", "bag_max"]
 

@@ -139,8 +139,9 @@ from ._rows import gather_into as _gather_into
 from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
-__all__ = ["decompositions", "entry_grads", "idmap_find", "idmap_rows",
-           "mode_weights", "per_sample_weights_grad", "project_error", "routed", "row_sums_grad"]
+__all__ = ["check_pooling", "decompositions", "entry_grads", "idmap_find", "idmap_rows",
+           "mode_weights", "per_sample_weights_grad", "project_error", "routed",
+           "row_sums_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -284,7 +285,7 @@ def _check_range(indices: torch.Tensor, num_rows: int, op: str = "bag_lookup") -
         "(hashing=, or an IdMap for raw IDs), or make the table larger.")
 
 
-def _check_pooling(offsets: torch.Tensor | None, weights: torch.Tensor | None,
+def check_pooling(offsets: torch.Tensor | None, weights: torch.Tensor | None,
                    mode: int) -> None:
     """Refuse a ``mode`` other than ATen's sum (0) and mean (1), a mean without offsets, and a
     mean with per-entry weights (ATen's takes them for a sum only)."""
@@ -319,7 +320,7 @@ def _bag_lookup_cpu(weight: torch.Tensor, indices: torch.Tensor,
                     offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                     padding_idx: int | None = None, mode: int = 0, *,
                     include_last_offset: bool = True) -> torch.Tensor:
-    _check_pooling(offsets, weights, mode)
+    check_pooling(offsets, weights, mode)
     if padding_idx is not None and weight.dim() == 2:
         check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     if offsets is not None and offsets.dim() == 1 and not offsets.dtype.is_floating_point:
@@ -345,7 +346,7 @@ def _bag_lookup_other(weight: torch.Tensor, indices: torch.Tensor,
                       offsets: torch.Tensor | None = None, weights: torch.Tensor | None = None,
                       padding_idx: int | None = None, mode: int = 0, *,
                       include_last_offset: bool = True) -> torch.Tensor:
-    _check_pooling(offsets, weights, mode)
+    check_pooling(offsets, weights, mode)
     if padding_idx is not None and weight.dim() == 2:
         check_padding("bag_lookup", "padding_idx", padding_idx, weight.shape[0])
     try:
