@@ -4,6 +4,8 @@ and what ``to_torchrec`` refuses because the EBC would compute it differently.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -26,13 +28,28 @@ KJT = torchrec.KeyedJaggedTensor
 
 
 def _ebc(tables: list[tuple[str, int, int, list[str]]], *, is_weighted: bool = False,
-         mean: tuple[str, ...] = ()) -> torchrec.EmbeddingBagCollection:
+         mean: tuple[str, ...] = (), **config: Any) -> torchrec.EmbeddingBagCollection:
+    """The EBC of ``tables`` (``mean``: the names of its mean tables; ``config``: more
+    ``EmbeddingBagConfig`` arguments, every table's)."""
     torch.manual_seed(0)
     return torchrec.EmbeddingBagCollection(tables=[
         torchrec.EmbeddingBagConfig(
             name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats,
-            pooling=torchrec.PoolingType.MEAN if name in mean else torchrec.PoolingType.SUM)
+            pooling=torchrec.PoolingType.MEAN if name in mean else torchrec.PoolingType.SUM,
+            **config)
         for name, rows, dim, feats in tables], is_weighted=is_weighted)
+
+
+#: the tables of the mean tests: a mean width with a sum table, a mean width alone, f1 shared
+MEAN_TABLES = [("t1", 50, 4, ["f1", "f2"]), ("t2", 40, 4, ["f3", "f1"]), ("t3", 30, 8, ["f4"])]
+
+
+def _mean_batch(gen: torch.Generator) -> KeyedBags:
+    """64 bags of 0 to 8 IDs per feature of :data:`MEAN_TABLES` (empty bags among them)."""
+    return KeyedBags.from_dict({
+        f: [torch.randint(0, rows, (int(torch.randint(0, 9, (), generator=gen)),),
+                          generator=gen).tolist() for _ in range(64)]
+        for f, rows in [("f1", 40), ("f2", 50), ("f3", 40), ("f4", 30)]})
 
 
 def _table_grads(col: LookupCollection) -> dict[str, torch.Tensor]:
@@ -151,14 +168,9 @@ def test_mean_tables_pool_as_torchrec_to_the_bit(sparse):
     width, a shared feature, empty bags) pool as the EBC's ``nn.EmbeddingBag(mode="mean")``
     does, to the bit: the sums divided by the bag sizes, not a weighted sum of folded factors;
     the gradients within rounding (the EBC adds each feature's gradient apart)."""
-    tables = [("t1", 50, 4, ["f1", "f2"]), ("t2", 40, 4, ["f3", "f1"]), ("t3", 30, 8, ["f4"])]
-    ebc = _ebc(tables, mean=("t1", "t3"))
+    ebc = _ebc(MEAN_TABLES, mean=("t1", "t3"))
     col = LookupCollection.from_torchrec(ebc, sparse=sparse)
-    gen = torch.Generator().manual_seed(0)
-    feats = {f: [torch.randint(0, rows, (int(torch.randint(0, 9, (), generator=gen)),),
-                               generator=gen).tolist() for _ in range(64)]
-             for f, rows in [("f1", 40), ("f2", 50), ("f3", 40), ("f4", 30)]}
-    kb = KeyedBags.from_dict(feats)
+    kb = _mean_batch(torch.Generator().manual_seed(0))
     ours, theirs = col(kb), ebc(kb.to_kjt())
     keys = ours.keys()
     assert keys == theirs.keys()
@@ -173,23 +185,13 @@ def test_float16_mean_tables_pool_as_torchrec_to_the_bit(sparse):
     the EBC's half ``nn.EmbeddingBag(mode="mean")``: the half sums divided by the bag sizes, to
     the bit (not each entry scaled by a half 1/size first); the gradients within rounding (the
     EBC adds each feature's gradient apart)."""
-    torch.manual_seed(0)
-    ebc = torchrec.EmbeddingBagCollection(tables=[
-        torchrec.EmbeddingBagConfig(
-            name=name, num_embeddings=rows, embedding_dim=dim, feature_names=feats,
-            data_type=torchrec.DataType.FP16,
-            pooling=torchrec.PoolingType.MEAN if name != "t2" else torchrec.PoolingType.SUM)
-        for name, rows, dim, feats in [("t1", 50, 4, ["f1", "f2"]), ("t2", 40, 4, ["f3", "f1"]),
-                                       ("t3", 30, 8, ["f4"])]])
+    ebc = _ebc(MEAN_TABLES, mean=("t1", "t3"), data_type=torchrec.DataType.FP16)
     with torch.no_grad():  # values whose means round differently when each entry is scaled
         for bag in ebc.embedding_bags.values():
             bag.weight.mul_(30)
     col = LookupCollection.from_torchrec(ebc, sparse=sparse)
     gen = torch.Generator().manual_seed(0)
-    feats = {f: [torch.randint(0, rows, (int(torch.randint(0, 9, (), generator=gen)),),
-                               generator=gen).tolist() for _ in range(64)]
-             for f, rows in [("f1", 40), ("f2", 50), ("f3", 40), ("f4", 30)]}
-    kb = KeyedBags.from_dict(feats)
+    kb = _mean_batch(gen)
     ours, theirs = col(kb), ebc(kb.to_kjt())
     assert ours.values().dtype == theirs.values().dtype
     assert ours.keys() == theirs.keys()
