@@ -660,8 +660,10 @@ def _count_rows_operands(texts: list[list[str]], word_ngrams: int, buckets: int,
             starts, word_ngrams, buckets, n_words, index_dtype)
 
 
-def _dual_cd_operands(loss: int, n_out: int, index_dtype: torch.dtype) -> tuple[Any, ...]:
-    """One epoch's operands, half-way through a solve (nonzero duals and weights)."""
+def _dual_cd_operands(loss: int, n_out: int, index_dtype: torch.dtype,
+                      per_output: bool = False) -> tuple[Any, ...]:
+    """One epoch's operands, half-way through a solve (nonzero duals and weights);
+    ``per_output``: one ``diag`` a row and output, a quarter of them inf (held at 0)."""
     g = torch.Generator().manual_seed(11)
     n, n_features = 12, 9
     lengths = torch.randint(0, 4, (n,), generator=g)
@@ -669,12 +671,17 @@ def _dual_cd_operands(loss: int, n_out: int, index_dtype: torch.dtype) -> tuple[
     indices = torch.randint(0, n_features, (int(lengths.sum()),), generator=g).to(index_dtype)
     data = torch.rand(indices.numel(), generator=g)
     target = (torch.randint(0, 2, (n, n_out), generator=g) * 2 - 1).double()
+    dual = torch.rand(n, n_out, dtype=torch.float64, generator=g) * (loss == 0)
+    diag = torch.full((n,), 0.5, dtype=torch.float64)
+    if per_output:
+        diag = torch.rand(n, n_out, dtype=torch.float64, generator=g) + 0.2
+        fixed = torch.rand(n, n_out, generator=g) < 0.25
+        diag[fixed], dual[fixed] = torch.inf, 0.0
     return (torch.randn(n_features, n_out, generator=g) * 0.1,
             torch.randn(n_out, generator=g) * 0.1, indptr, indices, data,
             torch.randperm(n, generator=g), n - 2,
             torch.rand(n, dtype=torch.float64, generator=g) + 1,
-            target, torch.full((n,), 0.5, dtype=torch.float64),
-            torch.rand(n, n_out, dtype=torch.float64, generator=g) * (loss == 0), loss, 0.3)
+            target, diag, dual, loss, 0.3)
 
 
 def _admit_operands(capacity: int, keys: list[int], before: list[int] | None = None
@@ -720,6 +727,8 @@ def host_op_cases() -> list[tuple[str, tuple[Any, ...]]]:
         ("drop_entries", (idx.int(), off.int(), 2**40)),
         *[("dual_cd_epoch", _dual_cd_operands(loss, n_out, dtype))
           for loss in (0, 1) for n_out in (1, 3) for dtype in (torch.int32, torch.int64)],
+        *[("dual_cd_epoch", _dual_cd_operands(loss, 3, torch.int32, per_output=True))
+          for loss in (0, 1)],
         ("idmap_admit_", _admit_operands(5, [7, -(2**63), 7, 2**63 - 1, 0, 7])),
         ("idmap_admit_", _admit_operands(5, [])),
         ("idmap_admit_", _admit_operands(5, [9, 7, 8, 1], before=[7, 8])),  # 2 held, 2 new
@@ -912,6 +921,11 @@ def test_shifted_rows_names_an_id_outside_its_table(bad: int, feature: int, limi
                        torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
                        torch.ones(1, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64),
                        0, 1.0), "dual must be"),
+    ("dual_cd_epoch", (torch.zeros(3, 1), torch.zeros(1), torch.tensor([0, 1]),
+                       torch.tensor([0]), torch.ones(1), torch.tensor([0]), 1,
+                       torch.ones(1, dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                       torch.ones(1, 2, dtype=torch.float64),
+                       torch.zeros(1, 1, dtype=torch.float64), 0, 1.0), "diag must be"),
     # a full table would never end a probe; a fallback row is needed for the keys without one
     ("idmap_admit_", _admit_operands(16, [1]), "more than the map's 16 rows"),
     ("idmap_admit_", (*_admit_operands(5, [1])[:6], 0), "fallback_rows, which must be >= 1"),

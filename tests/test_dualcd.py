@@ -41,8 +41,9 @@ def _text(n: int = 240, n_features: int = 60, n_classes: int = 3, seed: int = 0)
 
 def _dense_objective_grad(clf: Any, X: Any, signs: np.ndarray, alpha: float,
                           weight: np.ndarray | None = None) -> float:
-    """The largest gradient entry of ``mean_i s_i sum_k max(0, 1 - t_ik f_ik)^2 + alpha/2
-    ||(W, b)||^2`` at the fitted model, computed by autograd on ``nn.Linear`` over dense X."""
+    """The largest gradient entry of ``mean_i sum_k s_ik max(0, 1 - t_ik f_ik)^2 + alpha/2
+    ||(W, b)||^2`` at the fitted model (``weight``: ``s_i`` a row or ``s_ik`` a row and
+    output), computed by autograd on ``nn.Linear`` over dense X."""
     lookup = clf.model_.lookup
     lin = torch.nn.Linear(X.shape[1], signs.shape[1], dtype=torch.float64)
     with torch.no_grad():
@@ -50,28 +51,35 @@ def _dense_objective_grad(clf: Any, X: Any, signs: np.ndarray, alpha: float,
         lin.bias.copy_(lookup.bias.detach())
     f = lin(torch.from_numpy(X.toarray().astype(np.float64)))
     t = torch.from_numpy(signs)
-    per_row = F.relu(1 - t * f).pow(2).sum(1)
     s = torch.ones(len(t), dtype=torch.float64) if weight is None else torch.from_numpy(weight)
-    obj = (s * per_row).mean() + alpha / 2 * (lin.weight.pow(2).sum() + lin.bias.pow(2).sum())
+    s = s if s.dim() == 2 else s.unsqueeze(1)  # a row's weight, or one in each output
+    per_row = (s * F.relu(1 - t * f).pow(2)).sum(1)
+    obj = per_row.mean() + alpha / 2 * (lin.weight.pow(2).sum() + lin.bias.pow(2).sum())
     obj.backward()
     assert lin.weight.grad is not None and lin.bias.grad is not None
     return float(max(lin.weight.grad.abs().max(), lin.bias.grad.abs().max()))
 
 
 @pytest.mark.parametrize("loss", ["squared_hinge", "squared_error"])
-@pytest.mark.parametrize("n_out", [1, 4])
-def test_kernel_backends_agree_and_keep_w_equal_to_the_duals(loss: str, n_out: int) -> None:
+@pytest.mark.parametrize(("n_out", "per_output"), [(1, False), (4, False), (4, True)])
+def test_kernel_backends_agree_and_keep_w_equal_to_the_duals(loss: str, n_out: int,
+                                                             per_output: bool) -> None:
+    """Both backends, one ``C_i`` a row or one a row and output (``per_output``, a tenth of
+    them 0: ``diag`` inf, the variable held at 0)."""
     X, _ = _text()
     n = X.shape[0]
     rng = np.random.default_rng(1)
     t = (np.where(rng.random((n, n_out)) < 0.3, 1.0, -1.0) if loss == "squared_hinge"
          else rng.normal(size=(n, n_out)))
+    d0 = rng.uniform(0.2, 2.0, (n, n_out) if per_output else n)
+    if per_output:
+        d0[rng.random((n, n_out)) < 0.1] = np.inf
     results = []
     for name in ("torch", "c") if c_available() else ("torch",):
         rows = (torch.from_numpy(X.indptr.astype(np.int64)),
                 torch.from_numpy(X.indices.astype(np.int64)), torch.from_numpy(X.data))
         qdiag = torch.from_numpy(np.asarray(X.multiply(X).sum(1), np.float64).ravel() + 1.0)
-        diag = torch.from_numpy(rng.uniform(0.2, 2.0, n) if not results else results[0][4])
+        diag = torch.from_numpy(d0.copy())
         dual = torch.zeros(n, n_out, dtype=torch.float64)
         W, b = torch.zeros(X.shape[1], n_out), torch.zeros(n_out)
         order, active, above = torch.arange(n), n, float("inf")
@@ -82,11 +90,13 @@ def test_kernel_backends_agree_and_keep_w_equal_to_the_duals(loss: str, n_out: i
                 active, pg_max, _ = dual_cd_epoch(W, b, rows, order, active, qdiag,
                                                   torch.from_numpy(t), diag, dual, loss, above)
                 above = pg_max if pg_max > 0 else float("inf")
+        assert not dual.numpy()[np.isinf(np.broadcast_to(d0.T, t.T.shape).T)].any()
+        assert dual.numpy().any()
         coef = dual.numpy() * (t if loss == "squared_hinge" else 1.0)  # w = sum_i a_i t_i x_i
         np.testing.assert_allclose(W.numpy(), X.T @ coef, atol=1e-5)
         np.testing.assert_allclose(b.numpy(), coef.sum(0), atol=1e-5)
-        results.append((W, b, dual, active, diag.numpy()))
-    for W, _b, dual, active, _ in results[1:]:
+        results.append((W, b, dual, active))
+    for W, _b, dual, active in results[1:]:
         torch.testing.assert_close(W, results[0][0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(dual, results[0][2], atol=1e-6, rtol=1e-5)
         assert active == results[0][3]
@@ -115,16 +125,23 @@ def test_classifier_defaults_solve_linearsvc(n_classes: int) -> None:
     np.testing.assert_array_equal(ours.predict(X), svc.predict(X))
 
 
-def test_class_weight_is_a_sample_weight_of_the_loss() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("class_weight", [{0: 3.0, 1: 1.0, 2: 0.5}, {0: 0.0, 1: 1.0, 2: 2.0}])
+def test_class_weight_weighs_each_one_vs_rest_problem_as_linearsvc(
+        backend: str, class_weight: dict[int, float]) -> None:
+    """With more than two classes the squared hinge is fitted one-vs-rest, and a class's
+    weight weighs its own rows in its own output only (the other classes' rows weigh 1
+    there), as liblinear's ``LinearSVC`` and ``SGDClassifier`` weigh their binary problems;
+    a class of weight 0 has no say in its own output."""
     X, y = _text(n_classes=3)
-    cw = {0: 3.0, 1: 1.0, 2: 0.5}
-    ours = LookupClassifier(class_weight=cw, tol=1e-5, random_state=0).fit(X, y)
-    w = np.array([cw[c] for c in y])
-    grad = _dense_objective_grad(ours, X, ours._signs(y), alpha=1 / len(y), weight=w)
-    assert grad < 2e-4
-    svc = LinearSVC(tol=1e-8, max_iter=100_000).fit(X, y, sample_weight=w)
-    np.testing.assert_allclose(ours.model_.lookup.weight.detach().numpy().T, svc.coef_,
-                               atol=2e-3)
+    with use_backend(backend):
+        ours = LookupClassifier(class_weight=class_weight, tol=1e-5, random_state=0).fit(X, y)
+    signs = ours._signs(y)
+    w = np.where(signs > 0, np.array([class_weight[c] for c in y])[:, None], 1.0)
+    assert _dense_objective_grad(ours, X, signs, alpha=1 / len(y), weight=w) < 2e-4
+    svc = LinearSVC(class_weight=class_weight, tol=1e-8, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, svc.coef_, atol=2e-3)
+    np.testing.assert_allclose(ours.intercept_, svc.intercept_, atol=2e-3)
 
 
 def test_regressor_defaults_solve_ridge_with_a_penalised_bias() -> None:

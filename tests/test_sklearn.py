@@ -510,6 +510,13 @@ def test_squared_hinge_is_linearsvcs_loss(kind: str) -> None:
         target = (t + 1) / 2
     want = torch.clamp(1 - t * out, min=0).pow(2).sum(1).mean()
     torch.testing.assert_close(clf._loss(out, target, None), want)
+    # a weight a row, or one a row and output (one-vs-rest class weights)
+    w, w2 = torch.tensor([2.0, 0.5]), torch.tensor([[2.0, 1, 1], [0.5, 3, 1]])[:, : out.shape[1]]
+    want = (w * torch.clamp(1 - t * out, min=0).pow(2).sum(1)).mean()
+    torch.testing.assert_close(clf._loss(out, target, w), want)
+    if kind == "multiclass":
+        want = (w2 * torch.clamp(1 - t * out, min=0).pow(2)).sum(1).mean()
+        torch.testing.assert_close(clf._loss(out, target, w2), want)
 
 
 def test_partial_fit_continues_and_needs_classes() -> None:
@@ -1073,9 +1080,8 @@ def test_minibatch_sample_weights_give_the_repeated_rows_objective(cls: Any) -> 
 
 def test_sample_weight_side_by_side_with_linearsvc_ridge_and_score() -> None:
     """At the defaults, ``fit(X, y, sample_weight)`` solves what scikit-learn's estimators
-    solve with the same weights: ``LinearSVC()`` (with a binary ``class_weight`` multiplied
-    in: for more classes liblinear weighs only the positive rows of each one-vs-rest
-    problem by their class's weight), and
+    solve with the same weights: ``LinearSVC()`` (with a ``class_weight`` multiplied in: for
+    more than two classes it weighs only the positive rows of each one-vs-rest problem), and
     ``Ridge(alpha=1)`` with the bias penalised as ours (a column of ones, no fit_intercept)
     on the targets centred by their weighted mean. ``score`` takes ``sample_weight`` as
     scikit-learn's does."""
@@ -1085,7 +1091,8 @@ def test_sample_weight_side_by_side_with_linearsvc_ridge_and_score() -> None:
 
     X, y, sw = _weighted(n=200)
     sw = sw * 0.7  # not integers: LinearSVC's C_i = C s_i
-    for labels, class_weight in ((y, None), (y % 2, {0: 2.0, 1: 0.5})):
+    for labels, class_weight in ((y, None), (y % 2, {0: 2.0, 1: 0.5}),
+                                 (y, {0: 2.0, 1: 0.5, 2: 3.0})):
         ours = LookupClassifier(class_weight=class_weight, tol=1e-7, max_iter=100_000,
                                 random_state=0).fit(X, labels, sample_weight=sw)
         svc = LinearSVC(class_weight=class_weight, tol=1e-10, max_iter=100_000,
@@ -1308,12 +1315,13 @@ def _lbfgs_constant_loss(est: Any, target: torch.Tensor, weight: torch.Tensor | 
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("case", ["hinge-multiclass", "hinge-binary", "hinge-multilabel",
-                                  "log-multiclass", "log-binary", "log-multilabel",
-                                  "regression"])
+@pytest.mark.parametrize("case", ["hinge-multiclass", "hinge-one-vs-rest", "hinge-binary",
+                                  "hinge-multilabel", "log-multiclass", "log-binary",
+                                  "log-multilabel", "regression"])
 def test_best_constant_in_closed_form_is_the_lbfgs_fit(case: str, weighted: bool) -> None:
     """The no-progress check's best constant output, in closed form (the weighted class
-    frequencies, their signs' mean, the targets' mean), reaches the loss that L-BFGS fits."""
+    frequencies, their signs' mean, the targets' mean), reaches the loss that L-BFGS fits;
+    ``hinge-one-vs-rest``: class weights that weigh a class's rows in its own output only."""
     from lookuplinear.sklearn._minibatch import constant_loss
 
     rng = np.random.default_rng(0)
@@ -1322,7 +1330,7 @@ def test_best_constant_in_closed_form_is_the_lbfgs_fit(case: str, weighted: bool
     if case == "regression":
         est = LookupRegressor()
         target = torch.from_numpy(rng.normal(size=(500, 2)).astype(np.float32) * [1, 5] + 3)
-    elif case.endswith("multiclass"):
+    elif case.endswith(("multiclass", "one-vs-rest")):
         est.multilabel_, est.classes_ = False, np.arange(4)
         target = est._targets(y)
     elif case.endswith("binary"):
@@ -1332,6 +1340,12 @@ def test_best_constant_in_closed_form_is_the_lbfgs_fit(case: str, weighted: bool
         est.multilabel_, est.classes_ = True, np.arange(3)
         target = est._targets(np.column_stack([y == 0, y > 1, y == 3]).astype(int))
     weight = torch.from_numpy(rng.uniform(0.2, 3, 500).astype(np.float32)) if weighted else None
+    if case == "hinge-one-vs-rest":
+        est.class_weight = {0: 0.5, 1: 1.0, 2: 3.0, 3: 10.0}
+        rows = None if weight is None else weight.double().numpy()
+        weight = torch.from_numpy(est._class_weights(y, rows)).float()
+        weight = weight if rows is None else weight * torch.from_numpy(rows).float()[:, None]
+        assert weight.shape == (500, 4)
     got = constant_loss(est._loss, est._best_constant, target, weight, rows=10_000)
     assert got == pytest.approx(_lbfgs_constant_loss(est, target, weight), rel=1e-5)
 

@@ -1,8 +1,9 @@
 """One epoch of dual coordinate descent on CSR rows, every output at once (``csrc/dualcd.c``).
 
-The problem, for each output ``k`` (one-vs-rest), with ``C_i = 1 / (2 diag[i])``::
+The problem, for each output ``k`` (one-vs-rest), with ``C_ik = 1 / (2 diag[i, k])`` (or
+``1 / (2 diag[i])`` for every output)::
 
-    min  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + b_k)
+    min  1/2 ||w_k||^2 + sum_i C_ik loss(target[i, k], x_i . w_k + b_k)
 
     "squared_hinge": max(0, 1 - t f)^2, t = +1 / -1      LinearSVC's objective
     "squared_error": (t - f)^2                            ridge regression
@@ -63,7 +64,10 @@ def dual_cd_epoch(
         float64 ``(n, n_outputs)``: ``+1 / -1`` for ``"squared_hinge"``, the targets for
         ``"squared_error"``.
     diag : torch.Tensor
-        float64 ``(n,)``: ``1 / (2 C_i)``, positive.
+        float64 ``(n,)``: ``1 / (2 C_i)``, positive, for every output of row ``i``; or
+        ``(n, n_outputs)``: ``1 / (2 C_ik)``, one a row and output (liblinear's one-vs-rest
+        weighs class ``k``'s rows by its class weight in problem ``k`` only). ``inf``
+        (``C_ik = 0``) holds the variable at 0.
     dual : torch.Tensor
         float64 ``(n, n_outputs)``: the dual variables, zero at the start.
     loss : {"squared_hinge", "squared_error"}
@@ -115,7 +119,10 @@ def _epoch_python(
         lo, hi = indptr[i], indptr[i + 1]
         cols, x = indices[lo:hi], data[lo:hi].astype(np.float64)
         f = b.astype(np.float64) + x @ w[cols].astype(np.float64)  # (n_out,)
-        d, q, t, a = diag[i], qdiag[i] + diag[i], target[i], dual[i]
+        t, a = target[i], dual[i]
+        fixed = np.broadcast_to(np.isinf(diag[i]), a.shape)  # C_ik = 0: a held at 0, settled
+        d = np.where(fixed, 0.0, diag[i])
+        q = qdiag[i] + d
         if hinge:
             g = t * f - 1.0 + d * a
             pg = np.where(a == 0.0, np.minimum(g, 0.0), g)
@@ -124,13 +131,15 @@ def _epoch_python(
             g = f - t + d * a
             pg = g
             new = a - g / q
-        pg_max, pg_min = max(pg_max, float(pg.max())), min(pg_min, float(pg.min()))
-        if hinge and bool(((a == 0.0) & (g > shrink_above)).all()):
+        if not fixed.all():
+            pg_max = max(pg_max, float(pg[~fixed].max()))
+            pg_min = min(pg_min, float(pg[~fixed].min()))
+        if hinge and bool((fixed | ((a == 0.0) & (g > shrink_above))).all()):
             n -= 1
             order[o], order[n] = order[n], i
             continue
         o += 1
-        move = (np.abs(pg) > 1e-12) & (new != a)
+        move = (np.abs(pg) > 1e-12) & (new != a) & ~fixed
         if not move.any():
             continue
         step = ((new - a) * t if hinge else new - a).astype(np.float32)

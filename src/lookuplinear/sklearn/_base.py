@@ -157,7 +157,7 @@ class LookupEstimator(BaseEstimator):
             seed = self._seed_ + self.n_iter_
         if fit or first:
             self.validation_scores_: list[float] = []
-        weight = self._class_weights(y, sw)  # (n,) or None
+        weight = self._class_weights(y, sw)  # (n,), (n, n_outputs) or None
         if sw is not None and not sw.all():  # a row of weight 0 is left out, as if removed
             keep = np.flatnonzero(sw)
             Xc, y, sw = Xc[keep], y[keep], sw[keep]
@@ -178,7 +178,8 @@ class LookupEstimator(BaseEstimator):
         n_samples = float(Xc.shape[0] if sw is None else sw.sum())
         if sw is not None:
             relative = sw / sw.mean()
-            weight = relative if weight is None else weight * relative
+            weight = (relative if weight is None
+                      else (weight.T * relative).T)  # a row's weights, in each output
         if first:
             self._init_model(self._n_model_outputs(y), seed, Xc)
             self._start(y, weight)
@@ -302,7 +303,8 @@ class LookupEstimator(BaseEstimator):
         raise NotImplementedError
 
     def _class_weights(self, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray | None:
-        """Each row's class weight (float64, (n,)) for encoded ``y``, or None (the default)."""
+        """Each row's class weight for encoded ``y`` (float64: (n,), or (n, n_outputs) where a
+        row weighs differently in each output), or None (the default)."""
         return None
 
     def _dual_problem(

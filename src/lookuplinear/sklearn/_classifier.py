@@ -109,7 +109,9 @@ default "auto"
         ``early_stopping`` needs an improvement of more than ``tol`` (None: 1e-4).
     class_weight : dict, "balanced" or None, default None
         Weights of the classes in the loss, as in scikit-learn's linear models: multiplied
-        with ``sample_weight``; ``"balanced"`` counts each class's sample weights. For a
+        with ``sample_weight``; ``"balanced"`` counts each class's sample weights. With more
+        than two classes and the squared hinge (one-vs-rest) class k's weight weighs its rows
+        in output k only, the other rows 1 there (``LinearSVC``, ``SGDClassifier``). For a
         multilabel ``y``, ``"balanced"`` only (each label's 0/1 balanced, multiplied over a
         row's labels, as ``compute_sample_weight``); ``partial_fit`` refuses ``"balanced"``,
         as ``SGDClassifier.partial_fit`` does (pass ``compute_class_weight``'s as a dict).
@@ -427,17 +429,27 @@ default "auto"
     def _class_weights(self, y: np.ndarray, sample_weight: np.ndarray | None) -> np.ndarray | None:
         """``class_weight`` of each row's class; ``"balanced"`` counts the classes with the
         sample weights, as scikit-learn's linear models do (a class whose rows all weigh 0 is
-        infinite, on rows that are left out). For multilabel ``y``, ``"balanced"`` only, as
-        scikit-learn's ``compute_sample_weight`` takes it for multi-output ``y``: each label's
-        0/1 balanced, a row's weight the product over the labels."""
+        infinite, on rows that are left out). One-vs-rest with the squared hinge and more
+        than two classes, (n, n_classes): output k weighs class k's rows by its weight and
+        the others by 1, as ``LinearSVC`` and ``SGDClassifier`` weigh their binary problems.
+        For multilabel ``y``, ``"balanced"`` only, as scikit-learn's ``compute_sample_weight``
+        takes it for multi-output ``y``: each label's 0/1 balanced, a row's weight the product
+        over the labels."""
         if self.class_weight is None:
             return None
         if self.multilabel_:
             return self._multilabel_class_weights(y, sample_weight)
         with np.errstate(divide="ignore"):
-            cw = compute_class_weight(self.class_weight, classes=self.classes_,
-                                      y=self.classes_[y], sample_weight=sample_weight)
-        return np.asarray(cw, dtype=np.float64)[y]
+            cw = np.asarray(compute_class_weight(self.class_weight, classes=self.classes_,
+                                                 y=self.classes_[y], sample_weight=sample_weight),
+                            dtype=np.float64)
+        if self.loss == "squared_hinge" and not self._binary():
+            # one-vs-rest, as liblinear and SGDClassifier weigh it: class k's weight on its own
+            # rows in output k only, the rest of output k's rows at 1
+            weight = np.ones((len(y), len(self.classes_)))
+            weight[np.arange(len(y)), y] = cw[y]
+            return weight
+        return cw[y]
 
     def _multilabel_class_weights(self, y: np.ndarray,
                                   sample_weight: np.ndarray | None) -> np.ndarray:
@@ -472,6 +484,10 @@ default "auto"
         hinge; ``log p`` for the softmax, ``logit(p)`` for the sigmoids (clipped at
         ``+-69``, where a class absent from ``target`` would need an infinite one)."""
         w = torch.ones(len(target), dtype=torch.float64) if weight is None else weight.double()
+        if w.dim() == 2:  # one-vs-rest weights: output k's weighted mean of its +-1 signs
+            sign = torch.full(w.shape, -1.0, dtype=torch.float64)
+            sign.scatter_(1, target.unsqueeze(1), 1.0)
+            return ((w * sign).sum(0) / w.sum(0).clamp_min(_TINY)).float()
         if target.dtype == torch.int64:
             counts = torch.bincount(target, weights=w, minlength=len(self.classes_))
             p = counts / counts.sum().clamp_min(_TINY)
@@ -493,7 +509,10 @@ default "auto"
                 sign = torch.full_like(out, -1.0).scatter_(1, target.unsqueeze(1), 1.0)
             else:
                 sign = target * 2 - 1
-            per_row = F.relu(1 - sign * out).pow(2).sum(1)
+            per_output = F.relu(1 - sign * out).pow(2)
+            if weight is not None and weight.dim() == 2:  # one-vs-rest class weights
+                return (per_output * weight).sum(1).mean()
+            per_row = per_output.sum(1)
         elif target.dtype == torch.int64:
             per_row = F.cross_entropy(out, target, reduction="none")
         else:

@@ -56,8 +56,9 @@ def solve(
         float32 rows (a ``mode`` other than ``"sum"`` already folded into the values).
     target : ndarray of shape (n, n_outputs)
         ``+1 / -1`` signs for ``"squared_hinge"``, targets for ``"squared_error"``.
-    sample_weight : ndarray of shape (n,) or None
-        Non-negative; rows of weight 0 are left out.
+    sample_weight : ndarray of shape (n,) or (n, n_outputs), or None
+        Non-negative, a row's or a row's in each output (one-vs-rest class weights); rows of
+        weight 0 are left out, a row's output of weight 0 is left out of that output.
     loss : {"squared_hinge", "squared_error"}
     alpha : float
         The L2 penalty of the mean loss, as above.
@@ -74,13 +75,16 @@ def solve(
     """
     n = X.shape[0]
     weights = np.ones(n) if sample_weight is None else np.asarray(sample_weight, np.float64)
-    live = np.flatnonzero(weights > 0)
+    live = np.flatnonzero((weights if weights.ndim == 1 else weights.max(axis=1)) > 0)
     index = np.int32 if X.indptr.dtype == X.indices.dtype == np.int32 else np.int64
     rows = (_tensor(X.indptr, index), _tensor(X.indices, index), _tensor(X.data, np.float32))
     squares = np.concatenate([[0.0], np.cumsum(np.square(X.data, dtype=np.float64))])
     qdiag = torch.from_numpy(squares[X.indptr[1:]] - squares[X.indptr[:-1]] + 1.0)  # |x_i|^2+1
-    # 1 / (2 C_i) with C_i = s_i / (alpha n): the dual's diagonal term (liblinear's D_ii)
-    diag = torch.from_numpy(alpha * n / (2.0 * np.where(weights > 0, weights, 1.0)))
+    # 1 / (2 C_i) with C_i = s_i / (alpha n): the dual's diagonal term (liblinear's D_ii); inf
+    # where C_i = 0 (a row left out, or an output it has no weight in)
+    some = weights > 0
+    diag = torch.from_numpy(
+        np.where(some, alpha * n / (2.0 * np.where(some, weights, 1.0)), np.inf))
     t = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float64))
     dual = torch.zeros(t.shape, dtype=torch.float64)
     # w = sum_i a_i t_i x_i = 0 at the start; updated in place where the table allows it

@@ -4,18 +4,21 @@
  *
  * The problem, for each output k independently (one-vs-rest):
  *
- *   min_w  1/2 ||w_k||^2 + sum_i C_i loss(target[i, k], x_i . w_k + b_k)
+ *   min_w  1/2 ||w_k||^2 + sum_i C_ik loss(target[i, k], x_i . w_k + b_k)
  *
  *   squared hinge (loss=0): loss(t, f) = max(0, 1 - t f)^2, t = +1 / -1     (LinearSVC)
  *   squared error (loss=1): loss(t, f) = (t - f)^2                           (ridge)
  *
  * solved in its dual (Hsieh et al., ICML 2008; liblinear's solvers 1 and 12): one variable
  * a[i, k] per row and output, w_k = sum_i a[i, k] t_ik x_i (squared hinge) or sum_i a[i, k] x_i
- * (squared error), and diag[i] = 1 / (2 C_i). Visiting row i, for each output k:
+ * (squared error), and d = diag[i, k] = 1 / (2 C_ik): diag has diag_cols columns, 1 (one C_i
+ * for every output of row i) or n_out (one per output: liblinear's one-vs-rest weighs class k's
+ * rows by its class weight in problem k only); INFINITY (C_ik = 0) holds a[i, k] at 0. Visiting
+ * row i, for each output k:
  *
- *   G  = t f - 1 + diag[i] a      (hinge)        G = f - t + diag[i] a      (error)
+ *   G  = t f - 1 + d a            (hinge)        G = f - t + d a            (error)
  *   a' = max(a - G / Q, 0)                       a' = a - G / Q
- *   Q  = ||x_i||^2 + 1 + diag[i]                 (qdiag[i] holds the first two terms)
+ *   Q  = ||x_i||^2 + 1 + d                       (qdiag[i] holds the first two terms)
  *
  * then w_k (and b_k) move by (a' - a) t x_i (or (a' - a) x_i). The row's entries are read once
  * for all outputs: the table is (n_features, n_outputs), the layout of LookupLinear's weight, so

@@ -6,8 +6,9 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b,
                               const float *restrict data, int64_t *restrict order,
                               int64_t *restrict n_active, const double *restrict qdiag,
                               const double *restrict target, const double *restrict diag,
-                              double *restrict dual, int64_t n_out, int64_t loss, double *restrict pg,
-                              double *restrict f, float *restrict step, int64_t *restrict moved) {
+                              int64_t diag_cols, double *restrict dual, int64_t n_out,
+                              int64_t loss, double *restrict pg, double *restrict f,
+                              float *restrict step, int64_t *restrict moved) {
     double pg_max = -INFINITY, pg_min = INFINITY, shrink_above = pg[0];
     int64_t n = *n_active, row_bytes = n_out * (int64_t)sizeof(float);
     for (int64_t o = 0; o < n; o++) {
@@ -24,12 +25,18 @@ LL_INLINE void SFX(epoch)(float *restrict w, float *restrict b,
             double x = data[e];
             for (int64_t k = 0; k < n_out; k++) f[k] += x * row[k];
         }
-        double d = diag[i], q = qdiag[i] + d;
+        /* diag_cols 1: one C_i for the row's outputs; n_out: one per output */
+        const double *drow = diag + i * diag_cols, x2 = qdiag[i];
+        const int64_t dk = diag_cols > 1; /* 0 or 1: the step between a row's outputs */
         const double *t = target + i * n_out;
         double *a = dual + i * n_out;
         int64_t n_moved = 0, n_settled = 0;
         for (int64_t k = 0; k < n_out; k++) {
-            double g, pg, next;
+            double g, pg, next, d = drow[k * dk], q = x2 + d;
+            if (d == INFINITY) { /* C_ik = 0: the variable stays at 0, settled */
+                n_settled++;
+                continue;
+            }
             if (loss == HINGE) {
                 g = t[k] * f[k] - 1.0 + d * a[k];
                 pg = a[k] == 0.0 ? fmin(g, 0.0) : g;
@@ -81,12 +88,13 @@ LL_EXPORT void SFX(ll_dual_cd_f32)(float *restrict w, float *restrict b,
                               const float *restrict data, int64_t *restrict order,
                               int64_t *restrict n_active, const double *restrict qdiag,
                               const double *restrict target, const double *restrict diag,
-                              double *restrict dual, int64_t n_out, int64_t loss, double *restrict pg,
-                              double *restrict f, float *restrict step, int64_t *restrict moved) {
+                              int64_t diag_cols, double *restrict dual, int64_t n_out,
+                              int64_t loss, double *restrict pg, double *restrict f,
+                              float *restrict step, int64_t *restrict moved) {
     if (n_out == 1)
-        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
-              1, loss, pg, f, step, moved);
+        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, diag_cols,
+              dual, 1, loss, pg, f, step, moved);
     else
-        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, dual,
-              n_out, loss, pg, f, step, moved);
+        SFX(epoch)(w, b, indptr, indices, data, order, n_active, qdiag, target, diag, diag_cols,
+              dual, n_out, loss, pg, f, step, moved);
 }

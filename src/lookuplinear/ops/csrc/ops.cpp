@@ -1544,8 +1544,8 @@ LL_ONE_ID_ROWS_DECL(int64_t, i64)
     void ll_dual_cd_##SFX(float *w, float *b, const I *indptr, const I *indices,            \
                           const float *data, int64_t *order, int64_t *n_active,             \
                           const double *qdiag, const double *target, const double *diag,    \
-                          double *dual, int64_t n_out, int64_t loss, double *pg, double *f, \
-                          float *step, int64_t *moved);
+                          int64_t diag_cols, double *dual, int64_t n_out, int64_t loss,     \
+                          double *pg, double *f, float *step, int64_t *moved);
 LL_DUAL_CD_DECL(int32_t, f32_i32)
 LL_DUAL_CD_DECL(int64_t, f32_i64)
 int64_t ll_idmap_assign(int64_t *table, int64_t mask, const int64_t *keys, int64_t n,
@@ -1802,7 +1802,12 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
     check_array("indices", indices, indices.scalar_type(), {nnz});
     check_array("data", data, at::kFloat, {nnz});
     check_array("qdiag", qdiag, at::kDouble, {n});
-    check_array("diag", diag, at::kDouble, {n});
+    // one C_i a row, or one a row and output
+    if (diag.dim() == 2)
+        check_array("diag", diag, at::kDouble, {n, n_out});
+    else
+        check_array("diag", diag, at::kDouble, {n});
+    const int64_t diag_cols = diag.dim() == 2 ? n_out : 1;
     check_array("target", target, at::kDouble, {n, n_out});
     check_array("dual", dual, at::kDouble, {n, n_out});
     TORCH_CHECK_VALUE(0 <= n_active && n_active <= n && (loss == 0 || loss == 1),
@@ -1817,14 +1822,16 @@ std::tuple<int64_t, double, double> dual_cd_epoch_cpu(
                            indptr.data_ptr<int32_t>(), indices.data_ptr<int32_t>(),
                            data.data_ptr<float>(), order.data_ptr<int64_t>(), &n_active,
                            qdiag.data_ptr<double>(), target.data_ptr<double>(),
-                           diag.data_ptr<double>(), dual.data_ptr<double>(), n_out, loss, pg,
+                           diag.data_ptr<double>(), diag_cols, dual.data_ptr<double>(), n_out,
+                           loss, pg,
                            f.data(), step.data(), moved.data());
     else
         ll_dual_cd_f32_i64(weight.data_ptr<float>(), bias.data_ptr<float>(),
                            indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
                            data.data_ptr<float>(), order.data_ptr<int64_t>(), &n_active,
                            qdiag.data_ptr<double>(), target.data_ptr<double>(),
-                           diag.data_ptr<double>(), dual.data_ptr<double>(), n_out, loss, pg,
+                           diag.data_ptr<double>(), diag_cols, dual.data_ptr<double>(), n_out,
+                           loss, pg,
                            f.data(), step.data(), moved.data());
     return {n_active, pg[1], pg[2]};
 }
