@@ -489,6 +489,23 @@ def test_multilabel_y_of_another_shape_is_refused_and_a_sparse_one_densified() -
     sparse.set_params(solver="adam").partial_fit(X, sp.csr_matrix(Y))
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("loss", ["squared_hinge", "log_loss"])
+def test_an_indicator_matrix_of_other_values_than_0_and_1_is_refused(loss: str) -> None:
+    """scikit-learn's ``type_of_target`` calls a 2-D ``y`` of {-1, 1} or {1, 2} a multilabel
+    indicator; read as 0/1 it would train other targets (every entry of {1, 2} positive, a
+    -1 given to the cross-entropy as a target): the first fit refuses it as a later one
+    does."""
+    X, Y = make_multilabel_classification(60, 10, n_classes=3, random_state=0)
+    for bad in (Y + 1, 2 * Y - 1):
+        with pytest.raises(InputValueError, match=r"must hold 0 and 1, got the values "
+                                                  r"\[(-1|1), (1|2)\].*\(y == positive\)"):
+            LookupClassifier(loss=loss, **FAST).fit(X, bad)
+        with pytest.raises(InputValueError, match="must hold 0 and 1"):
+            LookupClassifier(loss=loss, **FAST).partial_fit(X, bad)
+    assert LookupClassifier(loss=loss).fit(X, Y.astype(bool)).predict(X).shape == Y.shape
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_targets_of_token_lists_are_checked_as_with_a_matrix(bad: float) -> None:
     rows = [[0, 1], [2], [1, 2], [0]]

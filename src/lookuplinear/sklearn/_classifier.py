@@ -339,9 +339,16 @@ default "auto"
         kind = type_of_target(y)
         self.multilabel_ = kind == "multilabel-indicator"
         if self.multilabel_:
+            y = np.asarray(y)
+            if not np.isin(y, (0, 1)).all():  # scikit-learn's kind also takes {-1, 1}, {1, 2}
+                raise InputValueError(
+                    f"y is a label indicator matrix of {y.shape[1]} labels, which must hold 0 "
+                    f"and 1, got the values {np.unique(y).tolist()}. Pass one 0/1 column per "
+                    "label, e.g. (y == positive).astype(int)."
+                )
             self._y_dtype = y.dtype
             self.classes_ = np.arange(y.shape[1])
-            return np.asarray(y)
+            return y
         if y.ndim != 1:
             raise InputValueError(
                 f"y must be 1-D labels or a multilabel 0/1 indicator matrix, got {kind} of "
