@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unchanged import assert_unchanged, snapshot
 
 from lookuplinear import (
     Bags,
@@ -214,6 +215,65 @@ def test_an_optimizer_load_that_fails_part_way_through_the_files_changes_nothing
         held = {bytes(t.untyped_storage()) for t in opt.state[layer.weight].values()
                 if isinstance(t, torch.Tensor) and t.dim()}
         assert held == {file.read_bytes()}
+
+
+@pytest.mark.parametrize(("links", "failing"), [
+    *((True, n) for n in range(1, 5)), *((False, n) for n in range(1, 7))])
+def test_an_optimizer_load_whose_rename_fails_changes_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool, failing: int) -> None:
+    """Loading an optimizer over two tables in files, the ``failing``-th rename fails: making
+    the first or second staged file (1, 2), putting the first or the second table's state in
+    place (3, 4; on a file system without hard links, moving the file in use aside first: 3
+    and 5). Every file's bytes and name, and the optimizer, are as they were (the first
+    table's state file put in place is put back), and the next load succeeds."""
+    import errno
+    import hashlib
+
+    model = torch.nn.ModuleList([
+        LookupLinear(50, 4, sparse=True, bias=False, storage=tmp_path / n, seed=i)
+        for i, n in enumerate("ab")])
+    opt = optim.Adam(model.parameters(), lr=0.1)
+
+    def step(rows: list[int]) -> None:
+        opt.zero_grad()
+        sum(layer(torch.tensor(rows)).sum() for layer in model).backward()  # type: ignore
+        opt.step()
+
+    def files() -> dict[str, tuple[int, str]]:
+        return {str(f.relative_to(tmp_path)): (f.stat().st_ino,
+                                                hashlib.sha256(f.read_bytes()).hexdigest())
+                for f in sorted(tmp_path.rglob("*")) if f.is_file()}
+
+    step([1, 2])
+    saved = copy.deepcopy(opt.state_dict())
+    step([3, 4])
+    on_disk, before = files(), snapshot(model, opt)
+    real, calls = os.replace, []
+
+    def replace(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        if len(calls) == failing:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    def link(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "replace", replace)
+    if not links:
+        monkeypatch.setattr(os, "link", link)
+    with pytest.raises(OSError, match="No space left"):
+        opt.load_state_dict(saved)
+    monkeypatch.setattr(os, "replace", real)
+    assert files() == on_disk
+    assert_unchanged(before, model, opt)
+    opt.load_state_dict(saved)
+    after = opt.state_dict()
+    for i, state in saved["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(after["state"][i][key]))
+    assert sorted(f.name for f in (tmp_path / "a").iterdir()) == sorted(
+        name.split("/")[-1] for name in on_disk if name.startswith("a/"))
 
 
 @pytest.mark.parametrize("form", ["index", "offsets", "bags", "scipy", "torch-csr"])

@@ -113,14 +113,19 @@ class StateAllocator(Protocol):
 
 class StateStaging(Protocol):
     """What a table whose allocator makes its state in files (a table in a file) offers a load
-    that must be all or nothing: between :meth:`stage_states` and :meth:`commit_states` (or
-    :meth:`abort_states`) the allocator makes new state beside the state in use, which stays
-    as it is."""
+    that must be all or nothing: after :meth:`stage_states` the allocator makes new state
+    beside the state in use, which stays as it is; :meth:`commit_states` puts the new state in
+    its place and keeps the old, which :meth:`finish_states` drops; :meth:`abort_states`, before
+    or after a commit (whole or part way), puts back the state as it was at
+    :meth:`stage_states`."""
 
     def stage_states(self) -> None:
         ...
 
     def commit_states(self) -> None:
+        ...
+
+    def finish_states(self) -> None:
         ...
 
     def abort_states(self) -> None:
@@ -161,7 +166,8 @@ def staged_states(params: Iterable[torch.Tensor]) -> Iterator[None]:
     :func:`state_tensor` makes new state beside the state in use (a table in a file: new
     files beside its ``state-<name>.bin``, which stay as they are); when the block ends the
     new state takes the place of the old in every table, and when it raises (a full disk at
-    the second file) the new state is dropped and no table's state has changed."""
+    the second file) or putting the new state in place fails (at the second table's file),
+    the new state is dropped and every table's state files are as they were."""
     stagings: dict[int, StateStaging] = {}
     if _ALLOCATORS:
         for p in params:
@@ -172,12 +178,20 @@ def staged_states(params: Iterable[torch.Tensor]) -> Iterator[None]:
         staging.stage_states()
     try:
         yield
-    except BaseException:
         for staging in stagings.values():
-            staging.abort_states()
+            staging.commit_states()
+    except BaseException as original:
+        failed: OSError | None = None
+        for staging in stagings.values():  # each one, whatever another's raises
+            try:
+                staging.abort_states()
+            except OSError as e:
+                failed = failed or e
+        if failed is not None:  # a file could not be put back: that is what to fix now
+            raise failed from original
         raise
     for staging in stagings.values():
-        staging.commit_states()
+        staging.finish_states()
 
 
 def after_accumulation(param: torch.Tensor, hook: Callable[[torch.Tensor], None]

@@ -251,9 +251,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             ``RowWiseAdagrad``'s per-row one). Or a table in a file opened read-only has no
             state files to hold the loaded state. Nothing is loaded then.
         OSError
-            A table's state file could not be written (a full disk). The state files are
-            written beside the ones in use and put in their place only once all are written:
-            nothing is loaded then, the optimizer and every state file are as they were.
+            A table's state file could not be written (a full disk) or put in place. The
+            state files are written beside the ones in use and put in their place only once
+            all are written, the ones in use put back should that fail: nothing is loaded
+            then, the optimizer and every state file are as they were.
         """
         state_dict = dict(state_dict)
         state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))

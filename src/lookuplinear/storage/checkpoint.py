@@ -66,6 +66,7 @@ from torch import nn
 from .._fusion import bound_to
 from .._rowreset import RESETS
 from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
+from ..ops._hooks import staged_states
 from .restore import Restore, registered_names, row_sparse
 from .rowwatch import RowTracker
 from .segments import commit_segment, former_names, load_segments, read_manifest, remove_unlisted
@@ -494,18 +495,13 @@ class Checkpoint:
         plan = Restore(self.path, self.module, self.optimizers, self._names, tables, whole)
         plan.check(segments)
         registered = registered_names(self.module)
-        files = [s for p in [*tables.values(), *whole.values()] if (s := storage_of(p))]
-        for storage in files:  # state files staged beside the ones in use
-            storage.stage_states()
-        try:
+        params = [*tables.values(), *whole.values()]
+        files = [s for p in params if (s := storage_of(p))]
+        # the tables' state files staged beside the ones in use, put in their place once all
+        # are written (or put back as they were)
+        with staged_states(params):
             staged = plan.stage(segments)
             flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
-        except BaseException:
-            for storage in files:
-                storage.abort_states()
-            raise
-        for storage in files:
-            storage.commit_states()
         # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():

@@ -147,9 +147,13 @@ def _map(path: Path, shape: tuple[int, ...], dtype: torch.dtype, *, writable: bo
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if create:
         tmp = path.with_name(path.name + ".new")
-        with open(tmp, "wb") as f:
-            f.truncate(nbytes)  # a hole: reads as zeros, takes no disk until written
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.truncate(nbytes)  # a hole: reads as zeros, takes no disk until written
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -220,6 +224,9 @@ class TableStorage:
         #: (:meth:`stage_states`): name -> their staging path and mapping, put in place by
         #: :meth:`commit_states`
         self._staged: dict[str, tuple[Path, torch.Tensor, mmap.mmap]] | None = None
+        #: the state files :meth:`commit_states` replaced, until :meth:`finish_states`: name ->
+        #: the old file's second name (None: there was none) and the mapping in use before
+        self._replaced: dict[str, tuple[Path | None, tuple[torch.Tensor, mmap.mmap] | None]] = {}
         self.weight = self._file("weight", (rows, dim), self.dtype, create)
         self.drawn = self._file("drawn", (rows,), torch.uint8, create)
         self.bias = self._file("bias", (dim,), self.dtype, create) if meta["bias"] else None
@@ -464,7 +471,11 @@ class TableStorage:
             t = self._file(f"state-{name}", shape, dtype, create=True)
         else:  # beside the file in use, which stays until the restore commits
             staging = self.path / f"state-{name}.bin.staged"
-            t, mm = _map(staging, shape, dtype, writable=True, create=True)
+            try:
+                t, mm = _map(staging, shape, dtype, writable=True, create=True)
+            except BaseException:
+                staging.unlink(missing_ok=True)
+                raise
             self._staged[f"state-{name}"] = (staging, t, mm)
         if fill != 0:
             t.fill_(fill)
@@ -483,23 +494,69 @@ class TableStorage:
         return total
 
     def stage_states(self) -> None:
-        """Until :meth:`commit_states` or :meth:`abort_states`, new state files (a restore's
+        """Until :meth:`finish_states` or :meth:`abort_states`, new state files (a restore's
         staged optimizer state, an optimizer's loaded one) are made beside the ones in use,
         which stay as they are: a restore or a load refused part way changes no file."""
-        self._staged = {}
+        self._staged, self._replaced = {}, {}
 
     def commit_states(self) -> None:
-        """Put the staged state files in place of the ones in use (a rename each)."""
-        staged, self._staged = self._staged or {}, None
-        for name, (staging, t, mm) in staged.items():
-            os.replace(staging, self.path / f"{name}.bin")
+        """Put the staged state files in place of the ones in use (a rename each), each file
+        in use kept under a second name (``state-<name>.bin.old``) until :meth:`finish_states`
+        drops it or :meth:`abort_states` puts it back: a commit that fails part way, or one
+        of several tables' commits, is undone by :meth:`abort_states`."""
+        for name, (staging, t, mm) in (self._staged or {}).items():
+            target = self.path / f"{name}.bin"
+            aside = target.with_name(target.name + ".old")
+            kept: Path | None = aside
+            try:
+                os.link(target, aside)
+            except FileNotFoundError:
+                kept = None  # no file in use: the staged one is the first
+            except OSError:  # a file system without hard links: moved aside instead
+                os.replace(target, aside)
+            self._replaced[name] = (kept, self._maps.get(name))
+            os.replace(staging, target)
             self._maps[name] = (t, mm)
 
+    def finish_states(self) -> None:
+        """End the staging :meth:`commit_states` committed: the replaced state files' second
+        names are removed (the files live on while the old state maps them)."""
+        replaced, self._replaced, self._staged = self._replaced, {}, None
+        for aside, _ in replaced.values():
+            if aside is not None:
+                with contextlib.suppress(OSError):  # committed: a file left over is harmless
+                    aside.unlink()
+
     def abort_states(self) -> None:
-        """Remove the staged state files; the ones in use were never touched."""
+        """Undo the staging: every state file :meth:`commit_states` replaced is put back, with
+        the mapping in use before, and every staged file is removed; the files are as they
+        were before :meth:`stage_states`. Each step is tried; the first that fails is raised
+        once the others are done."""
         staged, self._staged = self._staged or {}, None
+        replaced, self._replaced = self._replaced, {}
+        failed: OSError | None = None
+        for name, (aside, mapping) in replaced.items():
+            target = self.path / f"{name}.bin"
+            try:
+                if aside is None:
+                    target.unlink(missing_ok=True)
+                elif target.exists() and os.path.samefile(aside, target):
+                    aside.unlink()  # not replaced yet (a rename onto itself would do nothing)
+                else:
+                    os.replace(aside, target)
+            except OSError as e:
+                failed = failed or e
+            if mapping is None:
+                self._maps.pop(name, None)
+            else:
+                self._maps[name] = mapping
         for staging, _, _ in staged.values():
-            staging.unlink(missing_ok=True)
+            try:
+                staging.unlink(missing_ok=True)
+            except OSError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     def fresh_flags(self) -> torch.Tensor | None:
         """New zero drawn flags for :meth:`clear` (anonymous memory: new zero pages, not a
