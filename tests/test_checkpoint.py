@@ -1006,6 +1006,82 @@ def test_a_restore_refused_at_a_second_tables_state_leaves_the_first_tables_file
     _assert_same(_bits(model, [opt]), saved)
 
 
+@pytest.mark.parametrize("failing", ["flags", 1, 2, 3, 4])
+def test_a_restore_failing_after_staging_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str | int) -> None:
+    """A restore staged in full fails before it writes: the new drawn flags cannot be
+    allocated ("flags"), or the ``failing``-th rename fails (making the first or second table's
+    staged state file, 1 and 2; putting the first or second table's in place, 3 and 4). The
+    IdMap's strings, the torch.optim optimizer's state (loaded while staging), the tables, the
+    lookuplinear optimizer's state and every file are as they were; the next restore is the
+    save's."""
+    import errno
+    import hashlib
+
+    from lookuplinear import IdMap
+    from lookuplinear.storage.tables import TableStorage
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ids = IdMap(40, key_type="str")
+            self.a = LookupLinear(50, 4, sparse=True, storage=tmp_path / "a", seed=1)
+            self.b = LookupLinear(50, 4, sparse=True, storage=tmp_path / "b", seed=2)
+            self.head = nn.Linear(4, 1)
+
+        def forward(self, names: list[str]) -> torch.Tensor:
+            rows = self.ids(names)
+            return self.head(self.a(rows[:, None]) + self.b(rows[:, None])).sum()
+
+    torch.manual_seed(0)
+    model = Named().train()
+    opts: list[torch.optim.Optimizer] = [
+        optim.Adam([model.a.weight, model.b.weight], lr=0.1),
+        torch.optim.Adam([*model.head.parameters(), model.a.bias, model.b.bias], lr=0.1)]
+
+    def step(names: list[str]) -> None:
+        for opt in opts:
+            opt.zero_grad()
+        model(names).backward()
+        for opt in opts:
+            opt.step()
+
+    def files() -> dict[str, tuple[int, str]]:
+        return {str(f.relative_to(tmp_path)): (f.stat().st_ino,
+                                                hashlib.sha256(f.read_bytes()).hexdigest())
+                for f in sorted(tmp_path.rglob("*")) if f.is_file()}
+
+    step(["x", "y"])
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    ckpt.save(step=1)
+    saved = _bits(model, opts)
+    step(["z", "w", "x"])
+    step(["v"])
+    on_disk, before = files(), snapshot(model, *opts)
+    if failing == "flags":
+        def no_memory(self: TableStorage) -> None:
+            raise MemoryError("no memory for the new flags")
+
+        monkeypatch.setattr(TableStorage, "fresh_flags", no_memory)
+    else:
+        real, calls = os.replace, []
+
+        def replace(*args: Any, **kwargs: Any) -> None:
+            calls.append(args)
+            if len(calls) == failing:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(*args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(MemoryError if failing == "flags" else OSError):
+        ckpt.restore()
+    monkeypatch.undo()
+    assert files() == on_disk
+    assert_unchanged(before, model, *opts)
+    assert ckpt.restore() == {"step": 1}
+    _assert_same(_bits(model, opts), saved)
+
+
 def test_a_half_tables_float32_rowwise_sums_restore_unrounded(tmp_path: Path) -> None:
     """RowWiseAdagrad keeps a float16 table's sums in float32: a checkpoint restores them as
     they were, past float16's largest value."""

@@ -460,9 +460,11 @@ class Checkpoint:
         buffer; the optimizers' number, classes, parameter groups and each state tensor's
         shape; the ``IdMap`` strings; the random generator state), and the optimizers' new
         state is built beside the old one; only then is anything written, and what is left
-        are copies into tensors of checked shapes. A refused restore leaves the module and the
-        optimizers as they were, bit for bit. A restore never resizes a table (see "Resizing
-        a table" in docs/storage.md).
+        are copies into tensors of checked shapes. A refused restore, or one that fails before
+        those copies (no memory for the new drawn flags, a new optimizer-state file that
+        cannot be written or put in place), leaves the module, the optimizers and every file
+        as they were, bit for bit. A restore never resizes a table (see "Resizing a table" in
+        docs/storage.md).
 
         Raises
         ------
@@ -474,6 +476,9 @@ class Checkpoint:
             and these optimizers (a table of another shape or dtype, another optimizer class,
             another number of optimizers or groups...): the message names what the checkpoint
             holds and what this model has. Nothing is changed.
+        OSError
+            A table in a file's new optimizer-state file could not be written or put in place
+            (a full disk). Nothing is changed: free space and restore again.
         """
         manifest = read_manifest(self.path)
         if manifest is None:
@@ -498,10 +503,15 @@ class Checkpoint:
         params = [*tables.values(), *whole.values()]
         files = [s for p in params if (s := storage_of(p))]
         # the tables' state files staged beside the ones in use, put in their place once all
-        # are written (or put back as they were)
-        with staged_states(params):
-            staged = plan.stage(segments)
-            flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
+        # are written (or put back as they were); whatever fails up to then, the optimizers
+        # and modules get back what stage changed
+        try:
+            with staged_states(params):
+                staged = plan.stage(segments)
+                flags = [s.fresh_flags() for s in files]  # allocated before any file is emptied
+        except BaseException:
+            plan.unstage()
+            raise
         # then copies into tensors of checked shapes
         with torch.no_grad():
             for p in self.tables.values():

@@ -98,6 +98,11 @@ class Restore:
         self.names = names
         self.tables = tables
         self.whole = whole
+        #: what :meth:`stage` changes, for :meth:`unstage`: each optimizer's state, groups and
+        #: their values; each module's attributes (where modules load entries themselves)
+        self._held: list[tuple[torch.optim.Optimizer, Any, list[dict[str, Any]],
+                               list[dict[str, Any]]]] = []
+        self._attributes: list[tuple[nn.Module, dict[str, Any]]] = []
 
     def refusal(self, what: str) -> ModelFileError:
         """The error refusing this checkpoint: ``what`` it holds that does not fit."""
@@ -281,31 +286,42 @@ class Restore:
     def stage(self, segments: Segments) -> Staged:
         """The optimizers' restored state, built beside the one they hold, and the checked
         entries that modules read themselves loaded (an ``IdMap``'s strings, through its
-        load); should either fail, every optimizer gets back what it held.
+        load); should either fail, every optimizer and module gets back what it held, as
+        :meth:`unstage` gives it back after a later failure of the restore.
 
         The returned state is each ``lookuplinear.optim`` optimizer's (None for the others,
         whose state their ``load_state_dict`` sets here, replacing their state and groups by
-        new objects: a failure puts the old ones back).
+        new objects: :meth:`unstage` puts the old ones back).
         """
         last = segments[-1][1]
         registered = registered_names(self.module)
-        held = [(opt.state, opt.param_groups, [dict(g) for g in opt.param_groups])
-                for opt in self.optimizers]
+        own = {name: last[f"whole/{name}"] for name in self.whole if name not in registered}
+        self._held = [(opt, opt.state, opt.param_groups, [dict(g) for g in opt.param_groups])
+                      for opt in self.optimizers]
+        # a module's load of its own entries sets its attributes (an IdMap's strings)
+        self._attributes = [(m, dict(m.__dict__)) for m in self.module.modules()] if own else []
         try:
             staged = self._stage_optimizers(segments)
-            own = {name: last[f"whole/{name}"] for name in self.whole if name not in registered}
             if own:
                 self.module.load_state_dict(own, strict=False)
         except BaseException as e:
-            for opt, (state, groups, values) in zip(self.optimizers, held, strict=True):
-                opt.__dict__.update(state=state, param_groups=groups)
-                for group, value in zip(groups, values, strict=True):
-                    group.clear()
-                    group.update(value)
+            self.unstage()
             if isinstance(e, LookupLinearError | RuntimeError):
                 raise self.refusal(f"does not load: {e}") from e
             raise
         return staged
+
+    def unstage(self) -> None:
+        """Give back what :meth:`stage` changed: each optimizer's state and groups as they
+        were, and the attributes of the modules (an ``IdMap``'s strings)."""
+        for opt, state, groups, values in self._held:
+            opt.__dict__.update(state=state, param_groups=groups)
+            for group, value in zip(groups, values, strict=True):
+                group.clear()
+                group.update(value)
+        for m, attributes in self._attributes:
+            m.__dict__.clear()
+            m.__dict__.update(attributes)
 
     def _stage_optimizers(self, segments: Segments) -> Staged:
         """The restored state of each ``lookuplinear.optim`` optimizer, built beside the one it
