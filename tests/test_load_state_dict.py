@@ -175,14 +175,20 @@ def test_a_quantized_layer_and_collection_refuse_before_copying() -> None:
 
 def test_a_quantized_table_of_another_dtype_and_width_is_refused_though_its_bytes_fit() -> None:
     """An int4 table of 16 columns packs to 12 bytes a row, as an int8 one of 4 does: the
-    layer keeps its format (``qformat``) and refuses the other's; a state saved without the
-    format loads as before."""
+    layer keeps its format (``qformat``) and refuses the other's, inside a model too; a state
+    saved without the format loads as before."""
     torch.manual_seed(0)
     int4 = LookupLinear(10, 16, bias=False).quantize("int4")
     int8 = LookupLinear(10, 4, bias=False).quantize("int8")
     assert int4.packed.shape == int8.packed.shape
     _refused(int8, int4.state_dict(), "packed: the state dict's table is int4 of 16 columns, "
              "this layer's int8 of 4")
+    # inside a module whose load is PyTorch's: the same refusal, before the layer's copy
+    model = nn.Sequential(int8)
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match=r"0\.packed: the state dict's table is int4 of 16"):
+        model.load_state_dict(nn.Sequential(int4).state_dict())
+    assert_unchanged(before, model)
     coll = LookupCollection([TableConfig("a", 10, 16, ["a"])])
     other = LookupCollection([TableConfig("a", 10, 4, ["a"])])
     _refused(other.quantize("int8"), coll.quantize("int4").state_dict(), "int4 of 16 columns")

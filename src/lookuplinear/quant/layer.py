@@ -385,27 +385,35 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                              local_metadata: dict[str, Any], strict: bool,
                              missing_keys: list[str], unexpected_keys: list[str],
                              error_msgs: list[str]) -> None:
-        """A table packed as another dtype or width refused (an int4 table of ``2k + 8``
-        columns packs to as many bytes a row as an int8 one of ``k``), before a load copies
-        anything (:func:`lookuplinear._loading.check_state_dict`); a state without the
-        format (saved before the layer kept it) is read as this layer's."""
+        """What :meth:`_load_from_state_dict` refuses (:meth:`_format_problems`), refused
+        before a load copies anything (:func:`lookuplinear._loading.check_state_dict`)."""
+        error_msgs += self._format_problems(state, prefix)
+
+    def _format_problems(self, state: dict[str, Any], prefix: str) -> list[str]:
+        """A table packed as another dtype or width (an int4 table of ``2k + 8`` columns
+        packs to as many bytes a row as an int8 one of ``k``); a state without the format
+        (saved before the layer kept it) is read as this layer's, and given it."""
         given = state.setdefault(prefix + "qformat", self.qformat)
         if not isinstance(given, torch.Tensor) or given.shape != self.qformat.shape:
-            return  # the shape check names it
-        if not torch.equal(given.cpu().long(), self.qformat):
-            bits, width = (int(v) for v in given.tolist())
-            kind = {b: d for d, b in DTYPES.items()}.get(bits, f"{bits}-bit")
-            error_msgs.append(
-                f"{prefix}packed: the state dict's table is {kind} of {width} columns, this "
+            return []  # the shape check names it
+        if torch.equal(given.cpu().long(), self.qformat):
+            return []
+        bits, width = (int(v) for v in given.tolist())
+        kind = {b: d for d, b in DTYPES.items()}.get(bits, f"{bits}-bit")
+        return [f"{prefix}packed: the state dict's table is {kind} of {width} columns, this "
                 f"layer's {self.dtype} of {self.out_features}: quantize the layer as the state "
-                "was saved"
-            )
+                "was saved"]
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               local_metadata: dict[str, Any], strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str],
                               error_msgs: list[str]) -> None:
-        state_dict.setdefault(prefix + "qformat", self.qformat)  # saved before it was kept
+        """A table of another format (:meth:`_format_problems`) is refused before any of the
+        layer's entries is copied, where the load is a model's (``nn.Module``'s) too."""
+        problems = self._format_problems(state_dict, prefix)
+        if problems:
+            error_msgs.extend(problems)
+            return
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 
