@@ -130,6 +130,25 @@ def test_an_entry_without_values_to_copy_is_refused_before_any_is_copied(
     _refused(collection, state, words)
 
 
+def test_an_entry_assign_cannot_make_a_parameter_is_refused_before_any_is_assigned() -> None:
+    """``assign=True`` makes each entry the parameter, which fails for an integer entry of a
+    parameter that requires grad after the entries before it were assigned; it is refused
+    first, in a collection's group too; a parameter that does not require grad takes it."""
+    layer = LookupLinear(10, 3)
+    err = _refused(layer, {"weight": torch.ones(10, 3), "bias": torch.tensor([1, 2, 3])},
+                   r"bias: the state dict's is torch.int64, .*requires grad", assign=True)
+    assert ".to(torch.float32)" in str(err)
+    collection = _collection()
+    state = collection.state_dict()
+    state["embedding_bags.ids.weight"] = state["embedding_bags.ids.weight"].long()  # own group
+    _refused(collection, state, r"embedding_bags\.ids\.weight: the state dict's is torch.int64",
+             assign=True)
+    layer.bias.requires_grad_(False)
+    layer.load_state_dict({"weight": torch.ones(10, 3, dtype=torch.float64),
+                           "bias": torch.tensor([1, 2, 3])}, assign=True)
+    assert layer.weight.dtype == torch.float64 and layer.bias.dtype == torch.int64
+
+
 def _collection(storage: Path | None = None) -> LookupCollection:
     torch.manual_seed(0)
     return LookupCollection([

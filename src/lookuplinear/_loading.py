@@ -26,7 +26,7 @@ from torch import nn
 from .errors import InputTypeError, StateDictError
 
 __all__ = ["AllOrNothingLoad", "check_state_dict", "entry_problem", "own_entry_problems",
-           "uncopyable"]
+           "unassignable", "uncopyable"]
 
 
 def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True,
@@ -37,7 +37,8 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
     Checks, for ``module`` and each submodule: every entry is a tensor of the shape of the
     parameter or buffer it loads into (PyTorch's rule: a 1-element entry loads into a 0-d one;
     the dtype is converted, as PyTorch converts it), with values to copy (not on the meta
-    device, of the parameter's layout) unless ``assign``; with ``strict``, no parameter or
+    device, of the parameter's layout) unless ``assign``, of a floating point or complex dtype
+    for a parameter that requires grad if ``assign``; with ``strict``, no parameter or
     persistent buffer is missing and no key is unexpected; and what each lookuplinear module
     checks itself (``_check_state_entries``).
 
@@ -122,13 +123,14 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
 
 def entry_problem(key: str, given: Any, param: torch.Tensor, assign: bool) -> str | None:
     """Why ``nn.Module``'s load of the entry ``given`` into ``param`` would fail (not a
-    tensor, of another shape, or without values to copy: :func:`uncopyable`), or None.
-    PyTorch's rule: a 1-element entry loads into a 0-d one; the dtype is converted."""
+    tensor, of another shape, without values to copy: :func:`uncopyable`, or one ``assign``
+    cannot make the parameter: :func:`unassignable`), or None. PyTorch's rule: a 1-element
+    entry loads into a 0-d one; the dtype is converted unless ``assign``."""
     if not torch.overrides.is_tensor_like(given):
         return f"{key}: expected a tensor, got {type(given).__name__}"
     if nn.parameter.is_lazy(param):
         return None
-    problem = None if assign else uncopyable(key, given, param)
+    problem = unassignable(key, given.dtype, param) if assign else uncopyable(key, given, param)
     if problem is not None:
         return problem
     shape = tuple(given.shape)
@@ -163,6 +165,18 @@ def uncopyable(key: str, given: torch.Tensor, param: torch.Tensor) -> str | None
         return (f"{key}: the state dict's is a {given.layout} tensor, this module's "
                 f"{param.layout} (convert it with .to_dense())")
     return None
+
+
+def unassignable(key: str, dtype: torch.dtype, param: torch.Tensor) -> str | None:
+    """Why an entry of ``dtype`` cannot take the place of ``param`` in an ``assign=True`` load
+    (a parameter that requires grad, which an integer or bool tensor cannot), or None;
+    PyTorch's load fails there, after assigning the entries before it."""
+    if (not isinstance(param, nn.Parameter) or not param.requires_grad
+            or dtype.is_floating_point or dtype.is_complex):
+        return None
+    return (f"{key}: the state dict's is {dtype}, and assign=True makes it the parameter, "
+            f"which requires grad: only a floating point or complex tensor can (convert it "
+            f"with .to({param.dtype}), or load without assign)")
 
 
 class AllOrNothingLoad(nn.Module):

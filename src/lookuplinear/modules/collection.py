@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .. import hugepages
-from .._loading import uncopyable
+from .._loading import unassignable, uncopyable
 from .._tableinit import Init
 from ..errors import InputTypeError, InputValueError, StateDictError
 from ..functional import Mode, check_max_weights, lookup_linear
@@ -803,11 +803,22 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
 def _uncopyable_tables(module: LookupCollection, state: dict[str, Any], keys: dict[str, str],
                        local_metadata: dict[str, Any]) -> list[str]:
     """The per-table entries without values to copy (:func:`lookuplinear._loading.uncopyable`),
-    unless the load assigns: refused before a group is built (or a table in a file marked
-    written), also where the collection loads inside another module's load."""
-    if local_metadata.get("assign_to_params_buffers"):
-        return []
+    or, where the load assigns, those whose group (their concatenation) cannot be assigned
+    (:func:`lookuplinear._loading.unassignable`): refused before a group is built (or a table
+    in a file marked written), also where the collection loads inside another module's load."""
     problems = []
+    if local_metadata.get("assign_to_params_buffers"):
+        for g, param in enumerate(module.table_groups):
+            names = [n for n, p in module._places.items() if p.group == g]
+            dtypes = [getattr(state.get(keys[n]), "dtype", None) for n in names]
+            if not all(isinstance(d, torch.dtype) for d in dtypes):
+                continue  # missing or not a tensor: reported as such
+            dtype = functools.reduce(torch.promote_types, cast(list[torch.dtype], dtypes))
+            for name in names:
+                problem = unassignable(keys[name], dtype, param)
+                if problem is not None:
+                    problems.append(problem)
+        return problems
     for name, key in keys.items():
         given = state.get(key)
         param = module.table_groups[module._places[name].group]
