@@ -542,6 +542,31 @@ def test_an_optimizer_loads_again_after_a_load_a_copy_or_a_pickle(name: str) -> 
     pickle.loads(pickle.dumps(opt)).load_state_dict(saved)
 
 
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_state_under_an_index_no_group_lists_is_left_out_of_a_load(name: str) -> None:
+    """``torch.optim`` loads a state dict whose ``state`` has an entry under an index no group
+    lists (and steps no parameter with it); so does this optimizer, which leaves it out: the
+    load and the training after it are as without it."""
+    import copy
+
+    model = lookup_model()
+    opt = getattr(optim, name)(model.parameters(), lr=0.1)
+    train(model, [opt], batches(steps=2))
+    saved = copy.deepcopy(opt.state_dict())
+    stray = copy.deepcopy(saved)
+    stray["state"][len(list(model.parameters())) + 3] = copy.deepcopy(saved["state"][0])
+    twin = copy.deepcopy(model)
+    twin_opt = getattr(optim, name)(twin.parameters(), lr=0.1)
+    twin_opt.load_state_dict(saved)
+    opt.load_state_dict(stray)
+    assert all(isinstance(p, torch.Tensor) for p in opt.state)
+    assert sorted(opt.state_dict()["state"]) == sorted(saved["state"])
+    train(model, [opt], batches(steps=2))
+    train(twin, [twin_opt], batches(steps=2))
+    for pa, pb in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_sgd_momentum_raised_from_zero_starts_a_buffer_as_torchs(fused: bool) -> None:
     """A momentum schedule that starts at 0: the tables' states have no buffer when it rises;

@@ -236,6 +236,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         not bindings. A tensor ``lr`` stays a tensor, as ``torch.optim`` keeps it (and is
         stepped as one). A ``step`` held as a tensor (``torch.optim``'s) becomes an ``int``;
         ``torch.optim.SGD``'s state, which counts no steps, resumes as after a first step.
+        A state entry under an index that no group lists is left out (``torch.optim`` keeps
+        it, and no parameter steps with it).
         State tensors are placed as the state this optimizer allocates: a table in a file's in
         its ``state-<name>.bin`` files beside it (:class:`lookuplinear.TableStorage`), other
         large CPU ones by :func:`lookuplinear.hugepages.place`.
@@ -271,6 +273,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 # the tables that hold a kept gradient still hold it: a load leaves .grad alone
                 self._grads_held = set(before["_grads_held"])
                 self._own_dtypes(state_dict)
+                for key in [k for k in self.state if not isinstance(k, torch.Tensor)]:
+                    del self.state[key]  # an index no group lists: no parameter steps with it
                 for p, state in self.state.items():
                     self._loaded_state(p, state)
         except BaseException as e:
