@@ -110,6 +110,27 @@ def test_embedding_refuses_as_nn_embedding_does_without_copying() -> None:
     _refused(emb, state, "Unexpected key.*junk")
 
 
+@pytest.mark.parametrize("cls", [Embedding, EmbeddingBag, LookupLinear])
+def test_a_load_pre_hook_that_renames_an_entry_is_run_by_the_check(cls: type) -> None:
+    """A ``load_state_dict`` pre-hook that renames an older key loads as with ``nn.Embedding``:
+    the check runs it on its copy, as the load does; what it renames to is checked (a wrong
+    shape refused before anything is copied), and the caller's dict is left as it was."""
+    def rename(module: nn.Module, state: dict[str, Any], prefix: str, *args: Any) -> None:
+        if prefix + "table" in state:
+            state[prefix + "weight"] = state.pop(prefix + "table")
+
+    module = cls(10, 3, bias=False) if cls is LookupLinear else cls(10, 3)
+    module.register_load_state_dict_pre_hook(rename)
+    state = {"table": torch.ones(10, 3)}
+    module.load_state_dict(state)
+    assert torch.equal(module.weight, torch.ones(10, 3)) and list(state) == ["table"]
+    _refused(module, {"table": torch.zeros(10, 4)}, r"weight: the state dict's is of shape")
+    model = nn.Sequential(nn.Linear(3, 3), module)
+    model.load_state_dict({**{f"0.{k}": v for k, v in nn.Linear(3, 3).state_dict().items()},
+                           "1.table": torch.full((10, 3), 2.0)})
+    assert torch.equal(module.weight, torch.full((10, 3), 2.0))
+
+
 @pytest.mark.parametrize("in_file", [False, True])
 @pytest.mark.parametrize("kind", ["meta", "sparse"])
 def test_an_entry_without_values_to_copy_is_refused_before_any_is_copied(

@@ -25,8 +25,8 @@ from torch import nn
 
 from .errors import InputTypeError, StateDictError
 
-__all__ = ["AllOrNothingLoad", "check_state_dict", "entry_problem", "own_entry_problems",
-           "unassignable", "uncopyable"]
+__all__ = ["AllOrNothingLoad", "check_state_dict", "checked_hook", "entry_problem",
+           "own_entry_problems", "run_pre_hooks", "unassignable", "uncopyable"]
 
 
 def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict: bool = True,
@@ -40,7 +40,8 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
     device, of the parameter's layout) unless ``assign``, of a floating point or complex dtype
     for a parameter that requires grad if ``assign``; with ``strict``, no parameter or
     persistent buffer is missing and no key is unexpected; and what each lookuplinear module
-    checks itself (``_check_state_entries``).
+    checks itself (``_check_state_entries``). The modules' ``load_state_dict`` pre-hooks run
+    first on a copy of the state dict (:func:`run_pre_hooks`), as the load will run them.
 
     Raises
     ------
@@ -78,6 +79,8 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
         own_check = getattr(m, "_check_state_entries", None)
         if own_check is not None:
             own_check(state, prefix, local_metadata, strict, missing, unexpected, errors)
+        run_pre_hooks(m, state, prefix, local_metadata, missing if strict else [],
+                      unexpected if strict else [], errors)
         local: dict[str, torch.Tensor] = {k: v for k, v in m._parameters.items()
                                           if v is not None}
         local.update((k, v) for k, v in m._buffers.items()
@@ -119,6 +122,40 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any], *, strict
             "with the same arguments (strict=False leaves out missing and unexpected keys, not "
             "shapes). Nothing was loaded."
         )
+
+
+def checked_hook(hook: Any) -> Any:
+    """Mark ``hook``, a lookuplinear module's ``load_state_dict`` pre-hook, as checked by the
+    module's ``_check_state_entries``: :func:`check_state_dict` does not run it."""
+    hook._checked_by_entries = True
+    return hook
+
+
+def run_pre_hooks(module: nn.Module, state: dict[str, Any], prefix: str,
+                  local_metadata: dict[str, Any], missing: list[str], unexpected: list[str],
+                  errors: list[str]) -> None:
+    """Run ``module``'s ``load_state_dict`` pre-hooks (those registered on it, not the
+    :func:`checked_hook` ones) on the entries of ``state`` (a copy) under ``prefix``, as
+    ``nn.Module``'s load runs them on its copy: a hook that renames an older key is checked
+    under the name it loads. ``strict`` is True, as ``nn.Module``'s load passes it."""
+    hooks = [h for h in module._load_state_dict_pre_hooks.values()
+             if not _checked(getattr(h, "hook", h))]
+    if not hooks:
+        return
+    local = {k: v for k, v in state.items() if k.startswith(prefix)}
+    for hook in hooks:
+        hook(local, prefix, local_metadata, True, missing, unexpected, errors)
+    for key in [k for k in state if k.startswith(prefix)]:
+        del state[key]
+    state.update(local)
+
+
+def _checked(hook: Any) -> bool:
+    """Whether the pre-hook ``hook`` is checked without running it: a :func:`checked_hook`,
+    or a lazy module's (which materializes its parameters: :func:`entry_problem` takes any
+    entry for a lazy one)."""
+    return (getattr(hook, "_checked_by_entries", False)
+            or getattr(hook, "__func__", None) is nn.modules.lazy.LazyModuleMixin._lazy_load_hook)
 
 
 def entry_problem(key: str, given: Any, param: torch.Tensor, assign: bool) -> str | None:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .. import hugepages
-from .._loading import unassignable, uncopyable
+from .._loading import checked_hook, unassignable, uncopyable
 from .._tableinit import Init
 from ..errors import InputTypeError, InputValueError, StateDictError
 from ..functional import Mode, check_max_weights, lookup_linear
@@ -775,6 +775,7 @@ def _table_entries(module: LookupCollection, state: dict[str, Any], prefix: str
     return keys, absent, errors
 
 
+@checked_hook  # by _check_tables
 def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], prefix: str,
                             local_metadata: dict[str, Any], strict: bool,
                             missing_keys: list[str], unexpected_keys: list[str],
