@@ -1031,6 +1031,10 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
     with pytest.raises(ValueError, match="nesterov"):
         optim.SGD([w], nesterov=True)
     opt = optim.SGD([w], lr=0.1)
+    w.grad = torch.zeros(4, 2)
+    w.grad.data = torch.ones(5, 2)  # .data skips the checks of assigning .grad
+    with pytest.raises(InputValueError, match=r"gradient of shape \(5, 2\).*Nothing was stepped"):
+        opt.step()
     w.grad = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (4, 2))
     with pytest.raises(InputValueError, match="sparse_dim=2"):
         opt.step()
@@ -1038,6 +1042,39 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
     b.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (4,))
     with pytest.raises(InputValueError, match="rows"):
         optim.SGD([b], lr=0.1).step()
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_refused_step_changes_nothing(name: str) -> None:
+    """A gradient the step refuses, in the second group, after tables and a dense parameter
+    with gradients it takes: no parameter, state tensor, step count or new
+    state changes, to the bit; before the first step and after one."""
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.a = LookupLinear(50, 4, sparse=True)
+    model.b = LookupLinear(30, 3, sparse=True, bias=False)
+    model.c = nn.Parameter(torch.randn(6, 5))
+    model.d = nn.Parameter(torch.randn(7, 2))
+    opt = getattr(optim, name)([{"params": [model.a.weight, model.a.bias, model.c]},
+                                {"params": [model.b.weight, model.d]}], lr=0.1)
+
+    def grads() -> None:
+        opt.zero_grad()
+        (model.a(torch.tensor([[1, 2], [2, 7]])).sum() + model.b(torch.tensor([[3]])).sum()
+         + model.c.sum()).backward()
+        model.d.grad = torch.zeros(7, 2)
+        model.d.grad.data = torch.ones(7, 3)
+
+    for _ in range(2):  # no state yet, then started states
+        grads()
+        before = snapshot(model, opt)
+        with pytest.raises(InputValueError, match=r"shape \(7, 2\).*Nothing was stepped"):
+            opt.step()
+        assert_unchanged(before, model, opt)
+        model.d.grad = torch.ones(7, 2)
+        opt.step()
+
+
 
 
 #: each optimizer's numeric values and the torch.optim class that checks them

@@ -98,7 +98,7 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
             f"lookuplinear.optim updates row-sparse gradients (sparse_dim=1, one value row per "
             f"index, as LookupLinear/nn.Embedding(sparse=True) produce); got sparse_dim="
             f"{grad.sparse_dim()} for a gradient of shape {tuple(grad.shape)}. Convert it with "
-            "grad.to_dense(), or use a layer with sparse=True."
+            "grad.to_dense(), or use a layer with sparse=True. Nothing was stepped."
         )
     rows, values = grad._indices()[0], grad._values()
     if grad.is_coalesced() or not sum_runs:
@@ -787,7 +787,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         after ``zero_grad(set_to_none=False)`` each table with a state that no backward reached
         since it was updated in one counts a step, as its kept zero gradient counts one with
         ``fused=False`` (a table no backward reached since ``zero_grad(set_to_none=True)``, or
-        since the optimizer was built, has no gradient to keep there, and counts none)."""
+        since the optimizer was built, has no gradient to keep there, and counts none).
+
+        Every gradient is checked before any parameter is updated: a step refused for one
+        changes no parameter and no state."""
         if "grad_scale" in self.__dict__ or "found_inf" in self.__dict__:
             self._refuse_grad_scaler()
         if self._fused_values:
@@ -797,6 +800,13 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        for group in self.param_groups:  # metadata only: no value is read, nothing waits
+            for p in group["params"]:
+                grad = p.grad
+                if grad is not None and (grad.shape != p.shape or grad.dtype != p.dtype
+                                         or grad.device != p.device or (grad.is_sparse and (
+                                             grad.sparse_dim() != 1 or p.dim() < 2))):
+                    self._refuse_grad(p, grad)
         for group in self.param_groups:
             params, grads, states = [], [], []
             for p in group["params"]:
@@ -827,6 +837,26 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                         kept["step"] += 1  # a kept zero gradient's step (fused=False)
         self._fused_updated.clear()
         return loss
+
+    def _refuse_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
+        """Refuse a step over a gradient that does not fit its parameter (set through
+        ``.grad.data``, which skips the checks of ``.grad =``) or that the row update does not
+        take."""
+        if grad.shape == p.shape and grad.dtype == p.dtype and grad.device == p.device:
+            if p.dim() < 2:
+                raise InputValueError(
+                    f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D "
+                    f"or more), got shape {tuple(p.shape)}. Give 1-D parameters dense "
+                    "gradients. Nothing was stepped."
+                )
+            row_sparse_parts(grad)  # its error names the form it takes
+        raise InputValueError(
+            f"{type(self).__name__}.step: a parameter of shape {tuple(p.shape)}, {p.dtype} on "
+            f"{p.device} has a gradient of shape {tuple(grad.shape)}, {grad.dtype} on "
+            f"{grad.device}; a gradient has its parameter's shape, dtype and device (what "
+            "assigning .grad checks). Set .grad to such a tensor (not .grad.data). Nothing was "
+            "stepped."
+        )
 
     @property
     def _step_supports_amp_scaling(self) -> bool:
