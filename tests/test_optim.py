@@ -1035,19 +1035,12 @@ def test_bad_arguments_and_gradients_raise_clear_errors() -> None:
     w.grad.data = torch.ones(5, 2)  # .data skips the checks of assigning .grad
     with pytest.raises(InputValueError, match=r"gradient of shape \(5, 2\).*Nothing was stepped"):
         opt.step()
-    w.grad = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (4, 2))
-    with pytest.raises(InputValueError, match="sparse_dim=2"):
-        opt.step()
-    b = nn.Parameter(torch.zeros(4))
-    b.grad = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1), (4,))
-    with pytest.raises(InputValueError, match="rows"):
-        optim.SGD([b], lr=0.1).step()
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_a_refused_step_changes_nothing(name: str) -> None:
-    """A gradient the step refuses, in the second group, after tables and a dense parameter
-    with gradients it takes: no parameter, state tensor, step count or new
+    """A gradient the step refuses, in the second group, after tables, a dense parameter and
+    a gradient taken in its row-sparse form: no parameter, state tensor, step count or new
     state changes, to the bit; before the first step and after one."""
     torch.manual_seed(0)
     model = nn.Module()
@@ -1062,6 +1055,7 @@ def test_a_refused_step_changes_nothing(name: str) -> None:
         opt.zero_grad()
         (model.a(torch.tensor([[1, 2], [2, 7]])).sum() + model.b(torch.tensor([[3]])).sum()
          + model.c.sum()).backward()
+        model.c.grad = model.c.grad.to_sparse()  # sparse_dim=2: taken as row-sparse
         model.d.grad = torch.zeros(7, 2)
         model.d.grad.data = torch.ones(7, 3)
 
@@ -1075,6 +1069,78 @@ def test_a_refused_step_changes_nothing(name: str) -> None:
         opt.step()
 
 
+#: the optimizers and the torch.optim class whose step on sparse gradients they equal
+SPARSE_PEERS = [("SGD", torch.optim.SGD, {}), ("Adagrad", torch.optim.Adagrad, {"lr_decay": 0.1}),
+                ("Adam", torch.optim.SparseAdam, {})]
+
+
+def _element_sparse(shape: tuple[int, ...], step: int) -> torch.Tensor:
+    """A random gradient with about half of its elements zero, float64."""
+    g = torch.Generator().manual_seed(step)
+    dense = torch.randn(shape, dtype=torch.float64, generator=g)
+    return dense * (torch.rand(shape, generator=g) < 0.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("name", "peer", "options"), SPARSE_PEERS)
+def test_sparse_gradients_of_every_form_step_as_torch_optim(
+        backend: str, name: str, peer: type[torch.optim.Optimizer], options: dict[str, Any]
+) -> None:
+    """A 1-D or 0-D parameter's sparse gradient, and a sparse gradient of sparse_dim 0, 2 or 3
+    (``w.grad.to_sparse()``), uncoalesced, take the step ``torch.optim`` takes on them, over
+    several steps, float64 to rounding. (Adam, as SparseAdam, on whole rows: it updates each
+    row a gradient names, zeros where it has no entry; SparseAdam the entries.)"""
+    shapes = [(8,), (), (5, 4), (4, 3, 2), (6, 3)]
+    whole_rows = name == "Adam"
+
+    def grads(step: int) -> list[torch.Tensor]:
+        out = []
+        for shape in shapes:
+            g = _element_sparse(shape, step)
+            if whole_rows and len(shape) >= 2:  # every element of a touched row
+                touched = (g != 0).flatten(1).any(1).view(-1, *[1] * (len(shape) - 1))
+                g = (torch.randn(shape, dtype=torch.float64) + 3) * touched
+            out.append(g)
+        out[1] = out[1] + 1.5  # a 0-D gradient with its entry
+        sparse = [g.to_sparse() for g in out]  # sparse_dim = dim
+        sparse[-1] = torch.sparse_coo_tensor(torch.zeros(0, 2, dtype=torch.long),
+                                             torch.stack([out[-1], out[-1] / 3]), shapes[-1])
+        # uncoalesced: each entry twice, halves
+        sparse[2] = torch.sparse_coo_tensor(sparse[2]._indices().repeat(1, 2),
+                                            sparse[2]._values().repeat(2) / 2, shapes[2])
+        return sparse
+
+    torch.manual_seed(1)
+    start = [torch.randn(shape, dtype=torch.float64) for shape in shapes]
+    ours = [nn.Parameter(x.clone()) for x in start]
+    theirs = [nn.Parameter(x.clone()) for x in start]
+    with use_backend(backend):
+        opt = getattr(optim, name)(ours, lr=0.1, **options)
+        ref = peer(theirs, lr=0.1, **options)
+        for step in range(4):
+            for p, q, g in zip(ours, theirs, grads(step), strict=True):
+                p.grad, q.grad = g.clone(), g.clone()
+            opt.step()
+            ref.step()
+    for p, q in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rowwise_adagrad_takes_a_1d_sparse_gradient_as_its_one_row(backend: str) -> None:
+    """RowWiseAdagrad: a 1-D parameter is one row; its sparse gradient steps it as its dense
+    gradient does."""
+    ends = []
+    for sparse in (False, True):
+        p = nn.Parameter(torch.arange(6, dtype=torch.float64))
+        with use_backend(backend):
+            opt = optim.RowWiseAdagrad([p], lr=0.1, weight_decay=0.01)
+            for step in range(3):
+                g = _element_sparse((6,), step) + (step == 0)
+                p.grad = g.to_sparse() if sparse else g
+                opt.step()
+        ends.append(p.detach().clone())
+    torch.testing.assert_close(ends[0], ends[1], rtol=1e-12, atol=1e-12)
 
 
 #: each optimizer's numeric values and the torch.optim class that checks them

@@ -19,6 +19,7 @@ tables it updates.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from collections.abc import Callable, Iterable
@@ -66,7 +67,7 @@ _NUMBER_KEYS = ("lr", "eps", "weight_decay", "momentum", "dampening", "lr_decay"
 
 def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)`` of a row-sparse gradient: unique sorted rows, one value row each.
+    """``(rows, values)`` of a sparse gradient: unique sorted rows, one value row each.
 
     A bag lookup's gradient (``LookupLinear(sparse=True)``'s backward on bags) is coalesced:
     one row per distinct row, sorted, its sum; it is used as it is. Rows that never decrease
@@ -75,6 +76,11 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
     entry order; several lookups' gradients summed by autograd: one after the other) has each
     row's values summed in the order they come (:func:`~lookuplinear.ops.group_rows`), as the
     fused update sums them.
+
+    A gradient that is not row-sparse (``sparse_dim`` other than 1, as ``w.grad.to_sparse()``
+    makes, or of a 0-D parameter) is taken as the row-sparse gradient of the same values, as
+    ``torch.optim`` takes it: coalesced, each row it names once, zeros where it has no entry
+    (``sparse_dim=0``: every row). The rows of a 1-D gradient are its elements.
 
     ``sum_runs=False`` leaves the rows as they are, in any order (what
     :func:`lookuplinear.ops.update_rows` reads, summing each row's entries as it updates it).
@@ -92,18 +98,36 @@ def row_sparse_parts(grad: torch.Tensor, *, sum_runs: bool = True
     ...                                          (5, 2)))      # coalesced
     (tensor([1, 3]), tensor([[1., 1.],
             [2., 2.]]))
+    >>> row_sparse_parts(torch.tensor([[0.0, 0.0], [0.0, 5.0]]).to_sparse())   # sparse_dim=2
+    (tensor([1]), tensor([[0., 5.]]))
     """
     if grad.sparse_dim() != 1:
-        raise InputValueError(
-            f"lookuplinear.optim updates row-sparse gradients (sparse_dim=1, one value row per "
-            f"index, as LookupLinear/nn.Embedding(sparse=True) produce); got sparse_dim="
-            f"{grad.sparse_dim()} for a gradient of shape {tuple(grad.shape)}. Convert it with "
-            "grad.to_dense(), or use a layer with sparse=True. Nothing was stepped."
-        )
+        return _as_row_sparse(grad)
     rows, values = grad._indices()[0], grad._values()
     if grad.is_coalesced() or not sum_runs:
         return rows, values
     return grouped_rows(rows, values, grad.shape[0])
+
+
+def _as_row_sparse(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`row_sparse_parts` of a gradient whose ``sparse_dim`` is not 1: coalesced (as
+    ``torch.optim`` coalesces it), each row it names once with the entries of that row placed
+    in a zero row; ``sparse_dim=0`` (one entry: the whole tensor) names every row, a 0-D
+    gradient its one row of one element."""
+    grad = grad.coalesce()
+    indices, values = grad._indices(), grad._values()
+    shape, dims = grad.shape, grad.sparse_dim()
+    if dims == 0:
+        n = shape[0] if shape else 1
+        rows = torch.arange(n, device=indices.device).repeat(values.shape[0])
+        return rows, values.reshape(rows.shape[0], *shape[1:])
+    rows, at = torch.unique_consecutive(indices[0], return_inverse=True)  # sorted: coalesced
+    column = indices[1]
+    for k in range(2, dims):  # the entry's place in its row's sparse dimensions
+        column = column * shape[k] + indices[k]
+    placed = values.new_zeros(rows.shape[0], math.prod(shape[1:dims]), *shape[dims:])
+    placed[at, column] = values  # one entry per place: coalesced
+    return rows, placed.view(rows.shape[0], *shape[1:])
 
 
 def zeros_like(p: torch.Tensor, fill: float = 0.0, *, name: str = "state") -> torch.Tensor:
@@ -790,7 +814,8 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         since the optimizer was built, has no gradient to keep there, and counts none).
 
         Every gradient is checked before any parameter is updated: a step refused for one
-        changes no parameter and no state."""
+        changes no parameter and no state. A sparse gradient that is not row-sparse is taken
+        as its row-sparse form (:func:`row_sparse_parts`)."""
         if "grad_scale" in self.__dict__ or "found_inf" in self.__dict__:
             self._refuse_grad_scaler()
         if self._fused_values:
@@ -804,8 +829,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 grad = p.grad
                 if grad is not None and (grad.shape != p.shape or grad.dtype != p.dtype
-                                         or grad.device != p.device or (grad.is_sparse and (
-                                             grad.sparse_dim() != 1 or p.dim() < 2))):
+                                         or grad.device != p.device):
                     self._refuse_grad(p, grad)
         for group in self.param_groups:
             params, grads, states = [], [], []
@@ -840,16 +864,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
 
     def _refuse_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
         """Refuse a step over a gradient that does not fit its parameter (set through
-        ``.grad.data``, which skips the checks of ``.grad =``) or that the row update does not
-        take."""
-        if grad.shape == p.shape and grad.dtype == p.dtype and grad.device == p.device:
-            if p.dim() < 2:
-                raise InputValueError(
-                    f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D "
-                    f"or more), got shape {tuple(p.shape)}. Give 1-D parameters dense "
-                    "gradients. Nothing was stepped."
-                )
-            row_sparse_parts(grad)  # its error names the form it takes
+        ``.grad.data``, which skips the checks of ``.grad =``)."""
         raise InputValueError(
             f"{type(self).__name__}.step: a parameter of shape {tuple(p.shape)}, {p.dtype} on "
             f"{p.device} has a gradient of shape {tuple(grad.shape)}, {grad.dtype} on "
@@ -920,29 +935,26 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     ) -> None:
         """One step of ``p``'s ``rows`` by the gradient rows ``values`` (rows in any order:
         :func:`row_sparse_parts` with ``sum_runs=False``), each row's entries summed in entry
-        order and the row updated once. The step is counted once the update is done (an
-        update that raises counts none)."""
-        if p.dim() < 2 and rows.numel():
-            raise InputValueError(
-                f"{type(self).__name__}: a sparse gradient needs a parameter with rows (2-D or "
-                f"more), got shape {tuple(p.shape)}. Give 1-D parameters dense gradients."
-            )
+        order and the row updated once. A parameter of fewer than 2 dimensions is a table of
+        ``values``' width (a row per element of a 1-D parameter). The step is counted once the
+        update is done (an update that raises counts none)."""
         self._complete_state(p, state, group)  # the row update reads all of it
         step = state["step"] + 1  # counted once the rows are updated
         if rows.numel() == 0:
             state["step"] = step
             return
         values = values.reshape(values.shape[0], -1)
+        n_rows = p.shape[0] if p.dim() >= 2 else p.numel() // values.shape[1]
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
-            rows, values = grouped_rows(rows, values, p.shape[0])
+            rows, values = grouped_rows(rows, values, n_rows)
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, step)
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
-            rows, values = grouped_rows(rows, values, p.shape[0])
-            w = p.reshape(p.shape[0], -1)  # a copy where p's strides have no such view
+            rows, values = grouped_rows(rows, values, n_rows)
+            w = p.reshape(n_rows, -1)  # a copy where p's strides have no such view
             named = self._scalars(group, [(w.shape[1], step)])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,
                                       c_scalars(self._kernel, named, False))
