@@ -1126,6 +1126,36 @@ def test_sparse_gradients_of_every_form_step_as_torch_optim(
         torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_adam_refuses_a_sparse_gradient_without_every_entry_of_its_rows(name: str) -> None:
+    """Adam updates whole rows: a gradient of sparse_dim 2 that has some entries of a row
+    would move the others by the row's moments, where SparseAdam moves only the entries: it
+    is refused, and nothing is stepped."""
+    torch.manual_seed(0)
+    table, other = nn.Parameter(torch.randn(5, 3)), nn.Parameter(torch.randn(4, 2))
+    opt = getattr(optim, name)([other, table], lr=0.1)
+    whole = torch.zeros(5, 3)
+    whole[1] = torch.tensor([1.0, 2.0, 3.0])
+    table.grad, other.grad = whole.to_sparse(), torch.ones(4, 2).to_sparse(1)
+    opt.step()  # every entry of row 1: taken
+    before = [t.detach().clone() for t in (table, other)]
+    states = {id(p): {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+              for p, s in opt.state.items()}
+    partial = torch.sparse_coo_tensor(torch.tensor([[1, 3], [0, 2]]), torch.tensor([1.0, 2.0]),
+                                      (5, 3))
+    table.grad, other.grad = partial, torch.ones(4, 2).to_sparse(1)
+    with pytest.raises(InputValueError, match=r"2 entries in 2 rows of 3.*SparseAdam.*"
+                                              r"to_sparse\(1\).*Nothing was stepped"):
+        opt.step()
+    for t, b in zip((table, other), before, strict=True):
+        assert torch.equal(t.detach(), b)
+    for p, s in opt.state.items():
+        assert s.keys() == states[id(p)].keys()
+        for k, v in s.items():
+            assert torch.equal(v, states[id(p)][k]) if isinstance(v, torch.Tensor) \
+                else v == states[id(p)][k]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rowwise_adagrad_takes_a_1d_sparse_gradient_as_its_one_row(backend: str) -> None:
     """RowWiseAdagrad: a 1-D parameter is one row; its sparse gradient steps it as its dense

@@ -173,6 +173,10 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     """
 
     _kernel = ""
+    #: whether a row's update by a gradient row with zeros where a gradient of ``sparse_dim``
+    #: 2 or more has no entry leaves those elements as they are, as ``torch.optim`` updates
+    #: only the entries (SGD, Adagrad: a zero moves nothing); Adam's moments move them
+    _zeros_stay = True
 
     #: group values this optimizer computes with and no other (a ``torch.optim`` state dict
     #: that sets another is refused by :meth:`load_state_dict`)
@@ -831,6 +835,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 if grad is not None and (grad.shape != p.shape or grad.dtype != p.dtype
                                          or grad.device != p.device):
                     self._refuse_grad(p, grad)
+                if (grad is not None and not self._zeros_stay and grad.is_sparse
+                        and grad.sparse_dim() > 1):
+                    self._refuse_part_rows(grad)
         for group in self.param_groups:
             params, grads, states = [], [], []
             for p in group["params"]:
@@ -870,6 +877,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             f"{p.device} has a gradient of shape {tuple(grad.shape)}, {grad.dtype} on "
             f"{grad.device}; a gradient has its parameter's shape, dtype and device (what "
             "assigning .grad checks). Set .grad to such a tensor (not .grad.data). Nothing was "
+            "stepped."
+        )
+
+    def _refuse_part_rows(self, grad: torch.Tensor) -> None:
+        """Refuse a gradient of ``sparse_dim`` 2 or more without every entry of each row it
+        names: this optimizer updates whole rows (their state moves the elements without an
+        entry), where ``torch.optim`` moves only the entries."""
+        grad = grad.coalesce()
+        rows = torch.unique(grad._indices()[0]).numel()
+        per_row = math.prod(grad.shape[1:grad.sparse_dim()])
+        if grad._nnz() == rows * per_row:
+            return
+        raise InputValueError(
+            f"{type(self).__name__}.step: a sparse gradient of shape {tuple(grad.shape)} with "
+            f"sparse_dim={grad.sparse_dim()} has {grad._nnz()} entries in {rows} rows of "
+            f"{per_row}: {type(self).__name__} updates whole rows, whose moments would move "
+            "the elements without an entry, which torch.optim.SparseAdam leaves as they are. "
+            "Give a row-sparse gradient (grad.to_sparse(1)) or a dense one. Nothing was "
             "stepped."
         )
 

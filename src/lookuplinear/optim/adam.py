@@ -182,6 +182,7 @@ class Adam(RowSparseOptimizer):
             s["step"] += 1
 
     _kernel = "adam"
+    _zeros_stay = False
 
     def _scalars(self, group: dict[str, Any], at: list[tuple[int, int]]
                  ) -> list[dict[str, float]]:
