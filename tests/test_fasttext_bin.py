@@ -361,6 +361,23 @@ def test_predict_prints_a_line_for_every_input_line(tmp_path: Path, fasttext, ca
                                                     for t in lines]
 
 
+@pytest.mark.parametrize("command", [["predict"], ["predict-prob"], ["predict", "--prob"]])
+def test_predict_of_no_line_prints_nothing(tmp_path: Path, capsys, monkeypatch,
+                                           command: list[str]) -> None:
+    """An empty input (a pipeline whose grep matched nothing) gets no prediction and exit
+    status 0, as fastText's predict loop ends at the end of its input."""
+    import io
+
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert main([*command, str(path), str(tmp_path / "empty.txt")]) == 0
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
+    assert main([*command, str(path), "-"]) == 0
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.parametrize("case", ["softmax-ngrams", "hs-chars"])
 def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case: str,
                                                   capsys, monkeypatch) -> None:

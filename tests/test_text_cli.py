@@ -369,6 +369,9 @@ def test_precision_recall_at_k_by_hand() -> None:
         (1 / 3, 1 / 4))  # predicted: [2], [1], [0]
     p, r = precision_recall_at_k(truth, scores, k=2, threshold=0.9)
     assert np.isnan(p) and r == 0.0  # nothing predicted: fastText prints nan
+    p, r = precision_recall_at_k([[], []], scores[:2], k=1)  # no label: R@k is nan too
+    assert p == 0.0 and np.isnan(r)
+    assert all(np.isnan(precision_recall_at_k([], np.zeros((0, 3)))))
     with pytest.raises(InputValueError, match=r"threshold is a probability in \[0, 1\]"):
         precision_recall_at_k(truth, scores, threshold=float("nan"))
 

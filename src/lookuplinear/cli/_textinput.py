@@ -169,7 +169,7 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
               f"are not UTF-8, {read} (line {shown})", file=sys.stderr)
     if as_fasttext and need_labels:  # as fastText's test: N 0 (P and R nan) when none is kept
         return data
-    if len(data) == 0:
+    if len(data) == 0 and not every_line:  # predict: no line, no prediction (fastText's)
         raise InputValueError(f"{args.input} holds no examples (no non-empty line).")
     if need_labels:
         missing = [i for i, ls in enumerate(data.labels) if not ls]

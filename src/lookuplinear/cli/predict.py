@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     lines = [" ".join(f"{n} {float(v):g}" for n, v in zip(kept, p, strict=True)) if args.prob
              else " ".join(kept) for kept, p in zip(names, probs, strict=True)]
     try:
-        write_stdout("\n".join(lines) + "\n")
+        write_stdout("".join(line + "\n" for line in lines))  # no line, nothing
         sys.stdout.flush()
     except BrokenPipeError:  # `lookuplinear predict ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -295,7 +295,7 @@ def precision_recall_at_k(
     ``P@k = hits / predicted`` and ``R@k = hits / true``, summed over all examples, where each
     example predicts those of its ``min(k, n_labels)`` best labels whose score is at least
     ``threshold`` (``fasttext test MODEL FILE k threshold``). P@k is NaN when nothing is
-    predicted, as fastText prints it.
+    predicted, R@k when the examples have no label, as fastText prints them.
 
     Parameters
     ----------
@@ -324,4 +324,5 @@ def precision_recall_at_k(
     hits = sum(len(set(t) & set(p)) for t, p in zip(true_labels, kept, strict=True))
     n_true = sum(len(t) for t in true_labels)
     predicted = sum(len(p) for p in kept)
-    return (hits / predicted if predicted else float("nan"), hits / n_true if n_true else 0.0)
+    return (hits / predicted if predicted else float("nan"),
+            hits / n_true if n_true else float("nan"))
