@@ -2402,6 +2402,28 @@ def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:
         getattr(optim, name)([w], lr=torch.tensor(-0.1))
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam"])
+def test_a_float32_tensor_lr_steps_a_float64_table_as_torch_optims_sparse_update(
+        name: str) -> None:
+    """A float32 tensor ``lr`` on a float64 row-sparse table: torch.optim's sparse updates
+    round what they derive from ``lr`` (Adagrad's clr, SparseAdam's step size) in its dtype;
+    so do the row kernels' scalars (float64 rounding apart)."""
+    g = torch.Generator().manual_seed(0)
+    start = torch.randn(20, 4, generator=g, dtype=torch.float64)
+    ours, theirs = nn.Parameter(start.clone()), nn.Parameter(start.clone())
+    peer = torch.optim.SparseAdam if name == "Adam" else getattr(torch.optim, name)
+    lr = torch.tensor(0.1)
+    oa, ob = getattr(optim, name)([ours], lr=lr), peer([theirs], lr=lr)
+    for _ in range(5):
+        rows = torch.randint(0, 20, (6,), generator=g).unique()
+        grad = torch.sparse_coo_tensor(rows[None], torch.randn(len(rows), 4, generator=g,
+                                                              dtype=torch.float64), (20, 4))
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        oa.step()
+        ob.step()
+    torch.testing.assert_close(ours, theirs, rtol=1e-15, atol=1e-15)
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
 def test_a_tensor_lr_resumes_from_a_state_dict_as_torch_optims(name: str) -> None:
     """A group's tensor ``lr`` stays a tensor through ``load_state_dict``, as ``torch.optim``

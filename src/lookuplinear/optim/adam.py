@@ -194,7 +194,8 @@ class Adam(RowSparseOptimizer):
         for _, step in at:
             named = by_step.get(step)
             if named is None:
-                step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+                # in lr's dtype where it is a tensor, as torch.optim.SparseAdam rounds it
+                step_size = float(group["lr"] * math.sqrt(1 - beta2**step) / (1 - beta1**step))
                 named = by_step[step] = {
                     "beta1": beta1, "one_minus_beta1": 1 - beta1, "beta2": beta2,
                     "one_minus_beta2": 1 - beta2, "eps": group["eps"], "step_size": step_size,
