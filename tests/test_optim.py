@@ -2402,6 +2402,34 @@ def test_a_tensor_lr_steps_as_torch_optims(name: str, how: str) -> None:
         getattr(optim, name)([w], lr=torch.tensor(-0.1))
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam", "AdamW"])
+def test_the_constructor_takes_torch_optims_arguments(name: str) -> None:
+    """Every argument of the torch.optim class of the same name (but its own ``fused``, which
+    means PyTorch's fused kernel), positional where torch.optim's is: at torch.optim's default
+    it builds the same optimizer (``foreach`` at any value); an option this class does not
+    compute with, set otherwise, is refused, naming it."""
+    import inspect
+
+    torch_cls, ours_cls = getattr(torch.optim, name), getattr(optim, name)
+    sig = inspect.signature(torch_cls.__init__)
+    names = [n for n in sig.parameters if n not in ("self", "params", "fused")]
+    positional = [n for n, p in sig.parameters.items()
+                  if p.kind is p.POSITIONAL_OR_KEYWORD and n not in ("self", "params")]
+    w = nn.Parameter(torch.zeros(3, 2))
+    defaults = {n: sig.parameters[n].default for n in names}
+    ours = ours_cls([w], *[defaults[n] for n in positional],
+                    **{n: v for n, v in defaults.items() if n not in positional})
+    assert ours.defaults["lr"] == torch_cls([w]).defaults["lr"]
+    for foreach in (True, False):
+        ours_cls([w], foreach=foreach)
+    flags = {"maximize": True, "amsgrad": True, "capturable": True, "differentiable": True,
+             "decoupled_weight_decay": name != "AdamW"}
+    for key, value in flags.items():
+        if key in names:
+            with pytest.raises(InputValueError, match=key):
+                ours_cls([w], **{key: value})
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adagrad", "Adam"])
 def test_a_float32_tensor_lr_steps_a_float64_table_as_torch_optims_sparse_update(
         name: str) -> None:

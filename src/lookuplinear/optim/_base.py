@@ -387,6 +387,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 return key, value, has
         return None
 
+    def _check_torch_options(self, defaults: dict[str, Any], **options: Any) -> None:
+        """Take the constructor options of the ``torch.optim`` class of this name that this
+        class does not compute with, at the values it computes with: ``foreach`` at any value
+        (the update is multi-tensor or not per parameter, as ``torch.optim``'s default picks
+        it), ``maximize`` and ``amsgrad`` False, ``decoupled_weight_decay`` the class's
+        (:meth:`_check_options`), ``capturable`` and ``differentiable`` False; another value is
+        an :class:`InputValueError`, as the update would ignore it."""
+        name = type(self).__name__
+        for key in ("capturable", "differentiable"):
+            if options.get(key):
+                raise InputValueError(
+                    f"{name}: {key}=True asks for torch.optim.{name}'s {key} update, which "
+                    f"{name} does not have: its update would ignore it. Leave {key}=False, "
+                    f"or use torch.optim.{name}."
+                )
+        self._check_options({k: v for k, v in options.items() if k in _TORCH_KEYS}, name,
+                            defaults)
+
     def _check_options(self, options: dict[str, Any], where: str,
                        defaults: dict[str, Any]) -> None:
         """Raise :class:`InputValueError` for an option no update can compute with: a rate,

@@ -34,6 +34,11 @@ class Adagrad(RowSparseOptimizer):
     ``weight_decay`` on sparse gradients (which ``torch.optim.Adagrad`` refuses) decays the
     touched rows only.
 
+    The constructor takes ``torch.optim.Adagrad``'s arguments: ``maximize`` and
+    ``differentiable`` at their defaults (another value is an
+    :class:`~lookuplinear.InputValueError`), ``foreach`` at any value (the update is
+    multi-tensor or not per parameter).
+
     State per parameter: ``sum`` of the parameter's shape (one value per element), ``step``.
     Every ``sum`` starts at the constructor's ``initial_accumulator_value``, as in
     ``torch.optim.Adagrad``, which reads no group's own value (a group that sets another one
@@ -58,11 +63,16 @@ class Adagrad(RowSparseOptimizer):
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
+        foreach: bool | None = None,
         *,
+        maximize: bool = False,
+        differentiable: bool = False,
         fused: bool = False,
     ) -> None:
         defaults = {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
                     "initial_accumulator_value": initial_accumulator_value, "eps": eps}
+        self._check_torch_options(defaults, maximize=maximize, foreach=foreach,
+                                  differentiable=differentiable)
         self._building = True  # its groups warn once, together, below
         try:
             super().__init__(params, defaults, fused=fused)

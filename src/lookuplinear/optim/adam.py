@@ -77,6 +77,12 @@ class Adam(RowSparseOptimizer):
     over the whole table every step. Here untouched rows and their moments stay as they are.
     TensorFlow's ``LazyAdam`` makes the same choice with the same formula.
 
+    The constructor takes ``torch.optim.Adam``'s arguments (``AdamW``: ``torch.optim.AdamW``'s):
+    ``amsgrad``, ``maximize``, ``capturable`` and ``differentiable`` at their defaults,
+    ``decoupled_weight_decay`` at the class's (another value is an
+    :class:`~lookuplinear.InputValueError`), ``foreach`` at any value (the update is
+    multi-tensor or not per parameter).
+
     State per parameter: ``exp_avg`` and ``exp_avg_sq`` of the parameter's shape (two values
     per element), ``step``. For a CPU table updated row by row the two are views into one
     block, a row's ``m`` next to its ``v`` (:func:`paired_moments`); a state loaded with them
@@ -104,12 +110,23 @@ class Adam(RowSparseOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        amsgrad: bool = False,
         *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
         fused: bool = False,
+        decoupled_weight_decay: bool | None = None,
     ) -> None:
         defaults = {"lr": lr, "betas": tuple(betas) if isinstance(betas, list) else betas,
                     "eps": eps, "weight_decay": weight_decay,
                     "decoupled_weight_decay": self._decoupled}
+        self._check_torch_options(
+            defaults, amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+            capturable=capturable, differentiable=differentiable,
+            decoupled_weight_decay=(self._decoupled if decoupled_weight_decay is None
+                                    else decoupled_weight_decay))
         super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
@@ -252,11 +269,17 @@ class AdamW(Adam):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
         *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
         fused: bool = False,
     ) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         fused=fused)
+                         amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused)
 
 
 def _row_wise(p: torch.Tensor) -> bool:

@@ -47,6 +47,10 @@ class SGD(RowSparseOptimizer):
     lr : float or one-element Tensor, default 1e-3
     momentum, dampening, weight_decay : float, default 0
     nesterov : bool, default False
+    maximize, foreach, differentiable
+        ``torch.optim.SGD``'s, taken at its defaults (``foreach`` at any value: the update is
+        multi-tensor or not per parameter); ``maximize=True`` or ``differentiable=True`` is an
+        :class:`~lookuplinear.InputValueError`.
 
     State per parameter: ``momentum_buffer`` of the parameter's shape when ``momentum > 0``.
 
@@ -70,8 +74,11 @@ class SGD(RowSparseOptimizer):
         momentum: float = 0.0,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
-        *,
         nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
         fused: bool = False,
     ) -> None:
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -81,6 +88,8 @@ class SGD(RowSparseOptimizer):
             )
         defaults = {"lr": lr, "momentum": momentum, "dampening": dampening,
                     "weight_decay": weight_decay, "nesterov": nesterov}
+        self._check_torch_options(defaults, maximize=maximize, foreach=foreach,
+                                  differentiable=differentiable)
         super().__init__(params, defaults, fused=fused)
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
