@@ -439,6 +439,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 raise InputValueError(f"{where}: {key} must be a number >= 0, got {value!r}. "
                                       "Pass a value >= 0 (not NaN).")
         betas = options.get("betas")
+        if isinstance(betas, tuple | list) and any(isinstance(b, torch.Tensor) for b in betas):
+            raise InputValueError(
+                f"{where}: betas must be two numbers, got tensors ({betas}): the row updates "
+                "take numbers. Pass e.g. betas=(0.9, 0.999), or float() of each."
+            )
         if betas is not None and not (
                 isinstance(betas, tuple | list) and len(betas) == 2
                 and all(isinstance(b, numbers.Real) and not isinstance(b, bool)
