@@ -224,6 +224,54 @@ def test_rows_beyond_float16_are_refused_not_stored_as_inf():
     assert coll.quantize({"small": "float16", "big": "int8"}).dtypes["big"] == "int8"
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_a_row_whose_range_overflows_float32_is_refused_for_int8_and_int4(dtype):
+    """int8 and int4 compute a row's step from ``max - min`` in float32: a finite row whose
+    range overflows it (or a float64 table's value beyond float32) would read back as NaN,
+    as FBGEMM's packing gives it. Refused naming the row and its values (not an inf the
+    user never wrote), with the fix; rows at float32's limit are taken."""
+    big = torch.finfo(torch.float32).max
+    layer = LookupLinear(2, 4, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 2, 3, 4], [-2e38, 2e38, 1, 0]]))
+    with pytest.raises(InputValueError, match=rf"quantize\('{dtype}'\): row 1 holds values "
+                       r"from -2e\+38 to 2e\+38.*range \(max - min\).*Scale the table down"):
+        layer.quantize(dtype)
+    wide = layer.double()
+    with torch.no_grad():
+        wide.weight[1] = torch.tensor([0.0, 1e300, 1, 0], dtype=torch.float64)
+    with pytest.raises(InputValueError, match=r"row 1 holds values from 0 to 1e\+300") as err:
+        wide.quantize(dtype)
+    assert "inf" not in str(err.value)
+    edge = LookupLinear(2, 4, bias=False)
+    with torch.no_grad():
+        edge.weight.copy_(torch.tensor([[0.0, big, 1, 0], [-big, 0, 1, 0]]))
+    q = edge.quantize("int8")
+    assert torch.isfinite(q(torch.tensor([0, 1]))).all()
+    assert torch.isfinite(q(Bags.from_lists([[0], [1]]))).all()
+
+
+def test_float16_refuses_a_value_beyond_it_beside_inf_and_from_float64():
+    """float16 keeps NaN and inf, but a finite value beyond 65504 in the same row, or a
+    float64 table's value beyond float32, would read back as inf: refused naming the value
+    (int8 is not offered for a row it cannot take either)."""
+    layer = LookupLinear(2, 4, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 2, 3, 4], [float("inf"), 7e4, 1, 0]]))
+    with pytest.raises(InputValueError, match=r"row 1 holds 70000.*Scale the table") as err:
+        layer.quantize("float16")
+    assert "'int8'" not in str(err.value)
+    with torch.no_grad():
+        layer.weight[1, 1] = 1.0
+    assert torch.isinf(layer.quantize("float16")(torch.tensor([1]))[0, 0])  # inf kept
+    wide = layer.double()
+    with torch.no_grad():
+        wide.weight[1] = torch.tensor([0.0, 1e300, 1, 0], dtype=torch.float64)
+    with pytest.raises(InputValueError, match=r"row 1 holds 1e\+300, and its values are "
+                       r"stored as float16.*Scale the table"):
+        wide.quantize("float16")
+
+
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
 def test_a_table_with_nan_or_inf_is_refused_for_int8_and_int4(dtype):

@@ -13,7 +13,9 @@ float16 rounding, ``h(min_r) + 15 * h(scale_r)`` (``h(v) = 2**-11 * |v|``, ``2**
 ``|v| < 2**-14``). ``float16`` rounds each value to 11 significant bits: it moves by at most
 ``2**-11 * |w|`` (``2**-25`` below float16's normal range, ``|w| < 2**-14``). A row that
 float16 storage cannot hold (a value, or int4's offset or step, beyond 65504) is refused, not
-stored as inf; so is a NaN or inf value for ``int8`` and ``int4`` (``float16`` keeps them).
+stored as inf; so is an ``int8`` or ``int4`` row whose range ``max_r - min_r`` is beyond
+float32's (3.4e38, in which they compute it), which would read back as NaN, and a NaN or inf
+value for ``int8`` and ``int4`` (``float16`` keeps them).
 The dense equivalent is ``nn.Linear`` on the dequantized table.
 """
 
@@ -49,6 +51,13 @@ def _qformat(dtype: str, out_features: int) -> torch.Tensor:
     return torch.tensor([DTYPES[dtype], out_features], dtype=torch.int64)
 
 
+def _first_bad(bad: torch.Tensor) -> tuple[int, str]:
+    """The first row ``bad`` marks, and the note on how many more it marks."""
+    rows_bad = torch.nonzero(bad).flatten()
+    more = f" (and {rows_bad.numel() - 1} more rows)" if rows_bad.numel() > 1 else ""
+    return int(rows_bad[0]), more
+
+
 def _check_finite(rows: torch.Tensor, dtype: str) -> None:
     """Raise ``InputValueError`` for a table with a NaN or inf value quantized to ``int8`` or
     ``int4``: a row's scale and offset come from its min and max, so FBGEMM's format stores a
@@ -57,9 +66,7 @@ def _check_finite(rows: torch.Tensor, dtype: str) -> None:
         return
     bad = ~torch.isfinite(rows).all(dim=1)
     if bool(bad.any()):
-        rows_bad = torch.nonzero(bad).flatten()
-        r = int(rows_bad[0])
-        more = f" (and {rows_bad.numel() - 1} more rows)" if rows_bad.numel() > 1 else ""
+        r, more = _first_bad(bad)
         value = float(rows[r][~torch.isfinite(rows[r])][0])
         fate = ("a NaN would read back as a finite number" if math.isnan(value)
                 else "an inf would turn the whole row to NaN")
@@ -70,32 +77,61 @@ def _check_finite(rows: torch.Tensor, dtype: str) -> None:
         )
 
 
-def _check_float16_range(rows: torch.Tensor, dtype: str) -> None:
-    """Raise ``InputValueError`` for the finite rows whose float16 storage overflows: the
-    values themselves for ``float16``; for ``int4`` the row's offset ``min_r`` and step
-    ``(max_r - min_r) / 15``, which FBGEMM keeps as float16 (from the offset rounded to
-    float16, as it computes the step). ``int8`` keeps them as float32: any finite row fits."""
-    if dtype == "int8" or rows.numel() == 0:
+def _check_float32_range(rows: torch.Tensor, dtype: str) -> None:
+    """Raise ``InputValueError`` for the finite rows of an ``int8`` or ``int4`` table whose
+    range ``max_r - min_r``, which the packing computes in float32, overflows it (as do a
+    float64 table's values beyond float32's range): the row's step would be inf, and it
+    would read back as NaN. ``float16`` stores the values themselves."""
+    if dtype == "float16" or rows.numel() == 0:
         return
-    lo, hi = rows.float().aminmax(dim=1)
-    if dtype == "float16":
-        stored = torch.stack([lo, hi], 1)
-        what = "its values are stored as float16"
-    else:
-        step = (hi - lo.half().float()) / (2 ** DTYPES[dtype] - 1)
-        stored = torch.stack([lo, step], 1)
-        what = "int4 stores its offset (the row's min) and step ((max - min) / 15) as float16"
-    bad = torch.isfinite(lo) & torch.isfinite(hi) & ~torch.isfinite(stored.half()).all(1)
+    lo, hi = rows.aminmax(dim=1)
+    bad = ~torch.isfinite(hi.float() - lo.float())
     if bool(bad.any()):
-        rows_bad = torch.nonzero(bad).flatten()
-        r = int(rows_bad[0])
-        more = f" (and {rows_bad.numel() - 1} more rows)" if rows_bad.numel() > 1 else ""
+        r, more = _first_bad(bad)
         raise InputValueError(
             f"quantize({dtype!r}): row {r}{more} holds values from {float(lo[r]):g} to "
-            f"{float(hi[r]):g}, and {what}, whose largest is 65504: the row would read back "
-            "as inf or NaN. Quantize as 'int8' (float32 scale and offset), or scale the table "
-            "down (weight / s, then multiply the output by s)."
+            f"{float(hi[r]):g}, and {dtype} stores a row as steps from its min to its max, "
+            "computed in float32, whose largest is 3.4e+38: the row's range (max - min) is "
+            "beyond it, and the row would read back as NaN. Scale the table down "
+            "(weight / s, then multiply the output by s)."
         )
+
+
+def _check_float16_range(rows: torch.Tensor, dtype: str) -> None:
+    """Raise ``InputValueError`` for what float16 storage cannot hold: for ``float16`` a
+    finite value beyond its range (rounded to float32 first, as it is stored), which would
+    read back as inf; for ``int4`` (its rows finite, :func:`_check_finite`) the row's offset
+    ``min_r`` and step ``(max_r - min_r) / 15``, which FBGEMM keeps as float16 (from the
+    offset rounded to float16, as it computes the step). ``int8`` keeps them as float32
+    (:func:`_check_float32_range`)."""
+    if dtype == "int8" or rows.numel() == 0:
+        return
+    if dtype == "float16":
+        over = torch.isfinite(rows) & ~torch.isfinite(rows.float().half())
+        bad = over.any(1)
+        if not bool(bad.any()):
+            return
+        r, more = _first_bad(bad)
+        row = rows[r].float()
+        int8_fits = bool(torch.isfinite(row.amax() - row.amin()))
+        held = (f"holds {float(rows[r][over[r]][0]):g}, and its values are stored as float16, "
+                "whose largest is 65504: it would read back as inf")
+    else:
+        lo, hi = rows.float().aminmax(dim=1)
+        step = (hi - lo.half().float()) / (2 ** DTYPES[dtype] - 1)
+        bad = ~torch.isfinite(torch.stack([lo, step], 1).half()).all(1)
+        if not bool(bad.any()):
+            return
+        r, more = _first_bad(bad)
+        int8_fits = True  # its range fits float32 (_check_float32_range)
+        held = (f"holds values from {float(lo[r]):g} to {float(hi[r]):g}, and int4 stores "
+                "its offset (the row's min) and step ((max - min) / 15) as float16, whose "
+                "largest is 65504: the row would read back as inf or NaN")
+    fix = "Quantize as 'int8' (float32 scale and offset), or scale" if int8_fits else "Scale"
+    raise InputValueError(
+        f"quantize({dtype!r}): row {r}{more} {held}. {fix} the table down (weight / s, then "
+        "multiply the output by s)."
+    )
 
 
 _OPS = {
@@ -155,10 +191,9 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         self.mode, self.padding_idx = layer.mode, layer.padding_idx
         self.include_last_offset = layer.include_last_offset
         self.dtype = dtype
-        w = weight.float().contiguous()
         # huge pages, as the float table has (lookuplinear.hugepages): a lookup reads rows
         # scattered over the table, a TLB miss each on 4 KiB pages
-        packed = hugepages.place(self.pack(w, dtype))
+        packed = hugepages.place(self.pack(weight, dtype))
         self.register_buffer("packed", packed)
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self.register_buffer("bias", bias)
@@ -193,21 +228,26 @@ class QuantizedLookupLinear(AllOrNothingLoad):
 
     @staticmethod
     def pack(rows: torch.Tensor, dtype: str) -> torch.Tensor:
-        """``rows`` (float, ``(n, out_features)``) in the storage of ``dtype``.
+        """``rows`` (float, ``(n, out_features)``, rounded to float32) in the storage of
+        ``dtype``.
 
         Raises
         ------
         InputValueError
             A row with a NaN or inf value for ``"int8"`` and ``"int4"`` (``"float16"`` keeps
-            them); a finite row that float16 storage cannot hold: a value beyond float16's
-            range (``|w| > 65504``) for ``"float16"``, an offset or step beyond it for
-            ``"int4"`` (whose scale and offset are float16); it would read back as inf or NaN.
+            them); a finite row that the storage cannot hold, which would read back as inf or
+            NaN: for ``"int8"`` and ``"int4"`` a range (max - min) beyond float32's (3.4e38),
+            in which they compute the row's step; a value beyond float16's range
+            (``|w| > 65504``) for ``"float16"``, an offset or step beyond it for ``"int4"``
+            (whose scale and offset are float16).
         """
         _check_finite(rows, dtype)
+        _check_float32_range(rows, dtype)
         _check_float16_range(rows, dtype)
+        rows = rows.float().contiguous()
         if dtype == "float16":
             return rows.half()
-        return getattr(torch.ops.quantized, _OPS[dtype][0])(rows.float().contiguous())
+        return getattr(torch.ops.quantized, _OPS[dtype][0])(rows)
 
     def rows(self, indices: torch.Tensor) -> torch.Tensor:
         """The dequantized rows ``indices`` (float32, ``(len(indices), out_features)``).
