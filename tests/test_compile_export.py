@@ -937,6 +937,28 @@ def test_quantized_layer_with_padding_exports_and_compiles(dtype: str, mode: str
         assert torch.equal(compiled(*args), q(*args))
 
 
+def test_float16_max_layer_with_padding_keeps_a_bags_own_neg_inf_max_when_recorded() -> None:
+    """float16 keeps inf: a bag whose max is a row's own ``-inf`` gives ``-inf`` in a recorded
+    graph (exported, compiled) as in eager and ``F.embedding_bag``, beside a padding entry;
+    only a bag of padding alone (or none) gives 0."""
+    layer = EmbeddingBag(4, 2, mode="max", padding_idx=0)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[0.0, 0.0], [-torch.inf, 1.0], [3.0, 3.0], [4, 4]]))
+    q = layer.quantize("float16")
+    first = (torch.tensor([1, 0, 2, 3]), torch.tensor([0, 2]))
+    other = (torch.tensor([0, 1, 0, 0, 1, 2]), torch.tensor([0, 2, 2, 4, 5]))
+    program = torch.export.export(q, first, dynamic_shapes=({0: AUTO}, {0: AUTO})).module()
+    torch._dynamo.reset()
+    compiled = torch.compile(q, fullgraph=True, backend="aot_eager", dynamic=True)
+    table = q.dequantize().weight.detach()
+    for idx, offsets in (first, other):
+        want = torch.nn.functional.embedding_bag(idx, table, offsets, mode="max",
+                                                 padding_idx=0)
+        assert torch.equal(q(idx, offsets), want)
+        assert torch.equal(program(idx, offsets), want), (idx, offsets)
+        assert torch.equal(compiled(idx, offsets), want), (idx, offsets)
+
+
 
 @pytest.mark.parametrize("dtype", ["int8", "float16"])
 @pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn", "max"])

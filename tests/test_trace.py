@@ -215,6 +215,28 @@ def test_onnx_torchscript_export_equals_eager(config: str, tmp_path: Path) -> No
         torch.testing.assert_close(got, layer(*b).detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_onnx_export_of_a_float16_max_layer_with_padding_equals_eager(tmp_path: Path) -> None:
+    """A float16-quantized ``max`` layer with ``padding_idx`` (TorchScript-based exporter, run
+    in onnxruntime): a bag of padding alone gives 0, a row's own ``-inf`` stays its bag's max,
+    on batches of other sizes than the example's."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    layer = LookupLinear(4, 2, bias=False, mode="max", padding_idx=0)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[0.0, 0.0], [-torch.inf, 1.0], [3.0, 3.0], [4, 4]]))
+    q = layer.quantize("float16")
+    example = (torch.tensor([1, 0, 2, 3]), torch.tensor([0, 2]))
+    others = [example, (torch.tensor([0, 1, 0, 0, 1, 2]), torch.tensor([0, 2, 2, 4, 5]))]
+    path = tmp_path / "layer.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(q, example, str(path), dynamo=False, input_names=["indices", "offsets"],
+                          output_names=["out"],
+                          dynamic_axes={"indices": {0: "nnz"}, "offsets": {0: "bags"}})
+    for b, got in zip(others, _ort_outputs(path, others), strict=True):
+        assert torch.equal(got, q(*b)), b
+
+
 @pytest.mark.parametrize("config", ["sum sparse (DLRM)", "padding sparse"])
 def test_onnx_dynamo_export_equals_eager(config: str, tmp_path: Path) -> None:
     """The ``torch.export``-based exporter, with the batch sizes dynamic."""

@@ -381,13 +381,18 @@ class QuantizedLookupLinear(AllOrNothingLoad):
     def _padded_max(self, bags: Bags) -> torch.Tensor:
         """The ``max`` lookup of ``bags`` with their padding entries, for a recorded graph: each
         entry's dequantized row (:meth:`_bag_rows`), a padding entry's ``-inf`` (weight 1),
-        so that it is never a bag's max; a bag of padding alone gives 0, as an empty one."""
+        so that it is never a bag's max; a bag of padding alone gives 0, as an empty one (a
+        bag told by its count of non-padding entries: a row's own ``-inf`` stays its max)."""
         keep = bags.indices != self.padding_idx
         rows = self.rows(bags.indices.long()).masked_fill(~keep.unsqueeze(1), -torch.inf)
         entries = torch.arange(bags.indices.numel(), device=bags.indices.device)
         w = None if bags.weights is None else bags.weights.masked_fill(~keep, 1)
         out = lookup_linear(Bags.from_checked(entries, bags.offsets, w), rows, None, mode="max")
-        out = out.masked_fill(out == -torch.inf, 0)
+        # each bag's count of non-padding entries: the running count at its offsets (ops that
+        # ONNX takes as they are: its index_add keeps one of a bag's entries, not their sum)
+        seen = torch.cat([keep.new_zeros(1, dtype=torch.long), keep.long().cumsum(0)])
+        at = seen.index_select(0, bags.offsets)
+        out = out.masked_fill((at[1:] == at[:-1]).unsqueeze(1), 0)
         bias = self._bias32()
         return out if bias is None else out + bias
 
