@@ -141,7 +141,7 @@ _LIB, _PROBLEM = _open()
 if _PROBLEM is not None:
     warnings.warn(
         f"lookuplinear's C kernels are not used: {_PROBLEM}. Every kernel runs as torch ops "
-        "(the same results, slower). Rebuild them with the installed version: "
+        "(the same results up to float rounding, slower). Rebuild them with the installed version: "
         "pip install --no-deps --no-build-isolation -e . (or reinstall lookuplinear).",
         RuntimeWarning, stacklevel=2,
     )

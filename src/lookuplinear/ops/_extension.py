@@ -100,9 +100,10 @@ def _decide() -> tuple[bool, str | None]:
     if not loaded:
         warnings.warn(
             f"lookuplinear's operators are registered from Python: {why}. The results are the "
-            "same; a graph compiled by AOTInductor then needs lookuplinear imported to run. "
-            "Rebuild it with the installed torch: python setup.py build_ext --inplace (or pip "
-            "install --no-build-isolation -e .).", RuntimeWarning, stacklevel=2)
+            "same up to float rounding; a graph compiled by AOTInductor then needs "
+            "lookuplinear imported to run. Rebuild it with the installed torch: python setup.py "
+            "build_ext --inplace (or pip install --no-build-isolation -e .).", RuntimeWarning,
+            stacklevel=2)
     return loaded, why
 
 
