@@ -658,6 +658,51 @@ def test_float16_tables_give_float32_as_torchrec():
     assert col.quantize("float16")(kb).values().dtype == torch.float32
 
 
+def _float16_and_float32_tables(dtype: torch.dtype) -> list[TableConfig]:
+    """Tables of ``dtype`` of one width (a shared feature; mean, sqrtn and sum; padding; a
+    ``"qr"`` table) beside a float32 table."""
+    return [TableConfig("m", 10, 3, ["f1", "f2"], mode="mean", dtype=dtype),
+            TableConfig("s", 10, 3, ["f3"], mode="sqrtn", padding_idx=2, dtype=dtype),
+            TableConfig("p", 10, 3, ["f2"], padding_idx=1, dtype=dtype),
+            TableConfig("q", 10, 3, ["f4"], hashing="qr", qr_buckets=4, dtype=dtype),
+            TableConfig("o", 10, 3, ["f5"])]
+
+
+@pytest.mark.parametrize("keys", [["f1", "f2", "f3", "f4", "f5"], ["f5", "f4", "f3", "f2", "f1"]])
+def test_float16_sparse_tables_weights_needing_grad_equal_the_dense_and_float32_paths(keys):
+    """float16 tables with ``sparse=True``, several features in one parameter, per-entry weights
+    that need their gradient (beside a float32 table; the batch's keys in the tables' order or
+    not): the backward runs (one row-sparse gradient per parameter: PyTorch's CPU sparse add
+    has no float16 kernel); the outputs those of ``sparse=False`` to the bit, the weights' and
+    tables' gradients within float16 rounding of theirs and of float32 tables'."""
+    torch.manual_seed(0)
+    half = LookupCollection(_float16_and_float32_tables(torch.float16), sparse=True)
+    dense = LookupCollection(_float16_and_float32_tables(torch.float16))
+    full = LookupCollection(_float16_and_float32_tables(torch.float32), sparse=True)
+    dense.load_state_dict(half.state_dict())
+    full.load_state_dict({k: v.float() for k, v in half.state_dict().items()})
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(0, 4, (5 * 6,), generator=gen)
+    values = torch.randint(0, 10, (int(lengths.sum()),), generator=gen)
+    weights = torch.rand(values.numel(), generator=gen).half() + 0.5
+    upstream = torch.randn(6, 18, generator=gen)
+    got = {}
+    for name, col in [("half", half), ("dense", dense), ("full", full)]:
+        w = weights.to(col.table_groups[0].dtype, copy=True).requires_grad_()
+        out = col(KeyedBags(keys, values, lengths=lengths, weights=w)).values()
+        (out * upstream).sum().backward()
+        assert w.grad is not None
+        grads = {t: col.table_groups[g].grad.to_dense()[off:off + col[t].in_features].float()
+                 for t, (g, off, _) in col._places.items()}
+        got[name] = (out.detach(), w.grad.float(), grads)
+    assert torch.equal(got["half"][0], got["dense"][0])
+    torch.testing.assert_close(got["half"][0], got["full"][0], rtol=1e-3, atol=1e-2)
+    for other in ("dense", "full"):
+        torch.testing.assert_close(got["half"][1], got[other][1], rtol=1e-3, atol=1e-2)
+        for t, grad in got["half"][2].items():
+            torch.testing.assert_close(grad, got[other][2][t], rtol=1e-3, atol=1e-2, msg=t)
+
+
 def test_from_torchrec_keeps_each_tables_dtype():
     torchrec = pytest.importorskip("torchrec")
     from torchrec.types import DataType

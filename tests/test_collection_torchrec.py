@@ -206,6 +206,37 @@ def test_float16_mean_tables_pool_as_torchrec_to_the_bit(sparse):
                                    atol=1e-2, msg=f"table {name}")
 
 
+@pytest.mark.parametrize("keys", [["f1", "f2", "f3"], ["f3", "f2", "f1"]])
+def test_float16_sparse_tables_weights_needing_grad_equal_torchrec(keys):
+    """float16 tables with ``sparse=True`` and per-entry weights that need their gradient,
+    several features in one parameter (a batch in the tables' feature order or not): one
+    row-sparse gradient per parameter (PyTorch's CPU sparse add has no float16 kernel, so
+    autograd could not add one per feature), the outputs the EBC's to the bit, the weights'
+    and tables' gradients within rounding."""
+    ebc = _ebc([("t1", 10, 3, ["f1", "f2"]), ("t2", 10, 3, ["f3"])], is_weighted=True,
+               data_type=torchrec.DataType.FP16)
+    col = LookupCollection.from_torchrec(ebc, sparse=True)
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(0, 4, (3 * 5,), generator=gen)
+    values = torch.randint(0, 10, (int(lengths.sum()),), generator=gen)
+    both = torch.rand(values.numel(), generator=gen).half()
+    theirs_w, ours_w = both.clone().requires_grad_(), both.clone().requires_grad_()
+    ours = col(KeyedBags(keys, values, lengths=lengths, weights=ours_w))
+    theirs = ebc(KJT(keys=keys, values=values, lengths=lengths, weights=theirs_w))
+    assert ours.keys() == theirs.keys()
+    for key in ours.keys():  # noqa: SIM118 (a list, not a dict)
+        assert torch.equal(ours[key], theirs[key]), key
+    upstream = torch.randn(theirs.values().shape, generator=gen)
+    (ours.values() * upstream).sum().backward()
+    (theirs.values() * upstream).sum().backward()
+    assert ours_w.grad is not None and theirs_w.grad is not None
+    torch.testing.assert_close(ours_w.grad.float(), theirs_w.grad.float(), rtol=1e-3, atol=1e-2)
+    grads = _table_grads(col)
+    for name, bag in ebc.embedding_bags.items():
+        torch.testing.assert_close(grads[name].float(), bag.weight.grad.float(), rtol=1e-3,
+                                   atol=1e-2, msg=f"table {name}")
+
+
 def test_shared_feature_names_and_refusals():
     """An output is named by table only where the feature is shared; a feature listed
     twice in one table is refused, and a shared feature names no single table."""

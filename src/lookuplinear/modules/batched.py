@@ -38,7 +38,7 @@ import torch
 
 from ..functional import _eager_op, lookup_linear
 from ..ids.hashing import murmur3_ids, signed_rows
-from ..modes import mean_of_sums
+from ..modes import mean_of_sums, reduce_sums
 from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
 from ..ops.library import mode_weights
 from ..sparse.bags import Bags, check_index_range
@@ -46,7 +46,7 @@ from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan
 from .table_config import TableConfig
 
-__all__ = ["BatchedLookup", "ExactMeans", "TableReader"]
+__all__ = ["BatchedLookup", "ExactMeans", "TableReader", "sums_sparse_gradients"]
 
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
 _IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
@@ -290,15 +290,22 @@ class BatchedLookup:
     def _per_group(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
                    tables: TableReader, exact: ExactMeans | None = None) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
-        a ``max`` table and for per-entry weights that need their gradient, put in feature
-        order by one copy (the operator ``lookuplinear::in_feature_order``). ``exact``: the
-        exact means' bags summed and divided by their sizes (:meth:`_divided`)."""
+        a ``max`` table and for per-entry weights that need their gradient (one lookup of the
+        group's bags where its row-sparse gradients could not be added:
+        :meth:`_one_weighted_lookup`), put in feature order by one copy (the operator
+        ``lookuplinear::in_feature_order``). ``exact``: the exact means' bags summed and
+        divided by their sizes (:meth:`_divided`)."""
         places, table_of = self.plan.places, self.plan.table_of
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
         read: dict[str, Bags] = {}  # each feature's bags, read once for all its tables
         for g, feats in self.groups:
+            if (weights_need_grad and sparse and len(feats) > 1
+                    and not sums_sparse_gradients(table_groups[g])):
+                parts.extend(self._one_weighted_lookup(kb, g, feats, table_groups[g], tables,
+                                                       read))
+                continue
             if weights_need_grad or places[table_of[feats[0]]].config.mode == "max":
                 # each reads the group's parameter at its table's rows (a row-sparse gradient
                 # cannot flow back through a view); a max has no row-sparse gradient
@@ -321,6 +328,44 @@ class BatchedLookup:
             [out.to(dtype) for out, _ in parts], [len(feats) for _, feats in parts],
             self._segments_of([(feats, True) for _, feats in parts]))
         return out
+
+    def _one_weighted_lookup(self, kb: KeyedBags, g: int, feats: list[str],
+                             param: torch.Tensor, tables: TableReader, read: dict[str, Bags]
+                             ) -> list[tuple[torch.Tensor, list[str]]]:
+        """Group ``g``'s features' bags, whose per-entry weights need their gradient, as one
+        row-sparse lookup of its parameter ``param`` (the group's one gradient, where autograd
+        could not add one per feature: :func:`sums_sparse_gradients`), each feature's ``N``
+        sums then reduced by its table's mode: the outputs (each feature's, with it) of
+        :meth:`_per_group`'s lookup per feature, to the bit, and their gradients. Padding
+        entries are dropped (in a recorded graph kept with weight 0, as :meth:`_group_bags`
+        keeps them)."""
+        places, table_of = self.plan.places, self.plan.table_of
+        in_graph = capturing()
+        pieces: list[tuple[Bags, str, str]] = []  # each feature's bags, its mode, the feature
+        for f in feats:
+            _, off, cfg = places[table_of[f]]
+            bags = self._checked(kb, f, tables, read)
+            if cfg.padding_idx is not None:
+                if in_graph:
+                    keep = bags.indices != cfg.padding_idx
+                    w = keep.to(param.dtype) if bags.weights is None else \
+                        bags.weights.masked_fill(~keep, 0)
+                    bags = Bags.from_checked(bags.indices, bags.offsets, w)
+                else:
+                    bags = bags.drop_index(cfg.padding_idx)
+            mode = "sum" if cfg.hashing == "qr" else cfg.mode  # rows() folded it
+            pieces.append((Bags.from_checked(bags.indices.long() + off, bags.offsets,
+                                             bags.weights), mode, f))
+        n = kb.batch_size
+        offsets = torch.zeros(len(feats) * n + 1, dtype=torch.long, device=kb.device)
+        torch.cumsum(torch.cat([b.lengths() for b, _, _ in pieces]), 0, out=offsets[1:])
+        weights = [b.weights if b.weights is not None else
+                   torch.ones(b.nnz, dtype=param.dtype, device=b.device) for b, _, _ in pieces]
+        whole = Bags.from_checked(torch.cat([b.indices for b, _, _ in pieces]), offsets,
+                                  torch.cat([w.to(param.dtype) for w in weights]))
+        sums = lookup_linear(tables._drawn(g, whole), param, None, sparse=True)
+        return [(reduce_sums(sums[i * n:(i + 1) * n], bags, mode, None), [f])
+                for i, (bags, mode, f) in enumerate(pieces)]
 
     def _segments_of(self, layout: list[tuple[list[str], bool]]) -> tuple[int, ...]:
         """The segments (:func:`~lookuplinear.ops.segment_triples`) that put outputs of this
@@ -590,6 +635,14 @@ class BatchedLookup:
         offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
         return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
+
+
+def sums_sparse_gradients(param: torch.Tensor) -> bool:
+    """Whether autograd can add two row-sparse gradients of ``param``: not where PyTorch's sparse
+    add has no kernel for its dtype on its device (float16 on the CPU: ``"cadd_sparse" not
+    implemented for 'Half'``). Several lookups of such a parameter in one forward are then one
+    lookup, whose row-sparse gradient is the parameter's only one."""
+    return not (param.dtype is torch.float16 and param.device.type == "cpu")
 
 
 def _runs_of(modes: Sequence[str]) -> list[tuple[int, int, str]]:
