@@ -703,6 +703,45 @@ def test_float16_sparse_tables_weights_needing_grad_equal_the_dense_and_float32_
             torch.testing.assert_close(grad, got[other][2][t], rtol=1e-3, atol=1e-2, msg=t)
 
 
+def test_float16_sparse_unpooled_lookups_of_one_parameter_equal_dense_gradients():
+    """{feature: index tensor} lookups of float16 tables of one width with ``sparse=True`` (a
+    table read by two features, two tables with padding rows, a ``"qr"`` table, one keyed by an
+    ``IdMap``, all in one parameter): the backward runs (one row-sparse gradient per parameter:
+    PyTorch's CPU sparse add has no float16 kernel); the rows those of ``sparse=False`` to the
+    bit, the gradient theirs within float16 rounding, the padding rows left out of it."""
+    def tables() -> list[TableConfig]:
+        return [TableConfig("a", 10, 3, ["f1", "f2"], dtype=torch.float16),
+                TableConfig("p", 10, 3, ["f3"], padding_idx=2, dtype=torch.float16),
+                TableConfig("r", 10, 3, ["f4"], padding_idx=0, dtype=torch.float16),
+                TableConfig("q", 10, 3, ["f5"], hashing="qr", qr_buckets=4,
+                            dtype=torch.float16),
+                TableConfig("u", 8, 3, ["f6"], hashing="map", dtype=torch.float16)]
+
+    torch.manual_seed(0)
+    sparse, dense = LookupCollection(tables(), sparse=True), LookupCollection(tables())
+    dense.load_state_dict(sparse.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    ids = {f: torch.randint(0, 10, (2, 3), generator=gen) for f in ["f1", "f2", "f3", "f4"]}
+    ids["f3"][0, 0] = 2
+    ids["f4"][1, 2] = 0
+    ids.update(f5=torch.tensor([[123, 7]]), f6=torch.tensor([40, 41, 40]))
+    got = {}
+    for name, col in [("sparse", sparse), ("dense", dense)]:
+        out = col(ids)
+        assert len(col.table_groups) == 1
+        sum((v * torch.linspace(-1, 1, v.numel()).view_as(v)).sum() for v in out.values()
+            ).backward()
+        got[name] = (out, col.table_groups[0].grad)
+    (rows, grad), (want, dense_grad) = got["sparse"], got["dense"]
+    assert list(rows) == list(want)
+    for key in want:
+        assert torch.equal(rows[key], want[key]), key
+    assert grad.is_sparse
+    torch.testing.assert_close(grad.to_dense().float(), dense_grad.float(), rtol=1e-3, atol=1e-2)
+    padding = [sparse._places[t].offset + sparse._places[t].config.padding_idx for t in "pr"]
+    assert not torch.isin(grad.coalesce().indices(), torch.tensor(padding)).any()
+
+
 def test_from_torchrec_keeps_each_tables_dtype():
     torchrec = pytest.importorskip("torchrec")
     from torchrec.types import DataType

@@ -21,6 +21,7 @@ from lookuplinear import (
     StateDictError,
     TableConfig,
     check_equivalence,
+    optim,
 )
 
 torchrec = pytest.importorskip("torchrec")
@@ -548,6 +549,49 @@ def test_unpooled_outputs_are_ordered_as_torchrecs_embedding_collection():
     assert list(got) == list(want) == col.embedding_names
     for key in want:
         assert torch.equal(got[key], want[key].values()), key
+
+
+@pytest.mark.parametrize("fused", [None, False, True])
+def test_float16_sparse_unpooled_lookups_equal_torchrecs_embedding_collection(fused):
+    """A {feature: index tensor} lookup of float16 tables of one width with ``sparse=True`` (two
+    tables, one read by two features: one parameter) trains as TorchRec's EmbeddingCollection:
+    one row-sparse gradient per parameter (PyTorch's CPU sparse add has no float16 kernel, so
+    autograd could not add one per lookup), the rows the EC's to the bit, the tables'
+    gradients, and an SGD step (fused or not), within float16 rounding of the EC's."""
+    torch.manual_seed(0)
+    ec = torchrec.EmbeddingCollection(tables=[
+        torchrec.EmbeddingConfig(name=name, num_embeddings=10, embedding_dim=3,
+                                 feature_names=feats, data_type=torchrec.DataType.FP16)
+        for name, feats in [("t1", ["f1", "f3"]), ("t2", ["f2"])]])
+    col = LookupCollection([TableConfig("t1", 10, 3, ["f1", "f3"], dtype=torch.float16),
+                            TableConfig("t2", 10, 3, ["f2"], dtype=torch.float16)], sparse=True)
+    col.load_state_dict({k.replace("embeddings.", "embedding_bags.", 1): v
+                         for k, v in ec.state_dict().items()})
+    ours = None if fused is None else optim.SGD(col.parameters(), lr=0.5, fused=fused)
+    theirs = torch.optim.SGD(ec.parameters(), lr=0.5)
+    kjt = KJT.from_lengths_sync(keys=["f1", "f2", "f3"],
+                                values=torch.tensor([1, 2, 3, 4, 1, 0, 9, 2]),
+                                lengths=torch.tensor([2, 1, 1, 1, 2, 1]))
+    want = ec(kjt)
+    got = col({f: jt.values() for f, jt in kjt.to_dict().items()})
+    assert list(got) == list(want)
+    for key in want:
+        assert torch.equal(got[key], want[key].values()), key
+    upstream = {k: torch.randn(v.values().shape, generator=torch.Generator().manual_seed(i))
+                for i, (k, v) in enumerate(want.items())}
+    sum((got[k] * u).sum() for k, u in upstream.items()).backward()
+    sum((want[k].values() * u).sum() for k, u in upstream.items()).backward()
+    if ours is None:
+        for name, grad in _table_grads(col).items():
+            torch.testing.assert_close(grad.float(), ec.embeddings[name].weight.grad.float(),
+                                       rtol=1e-3, atol=1e-2, msg=name)
+        return
+    ours.step()
+    theirs.step()
+    for name in ("t1", "t2"):
+        torch.testing.assert_close(col[name].weight.detach().float(),
+                                   ec.embeddings[name].weight.detach().float(),
+                                   rtol=1e-3, atol=1e-2, msg=name)
 
 
 def test_to_torchrec_refuses_float16_tables_with_weights():

@@ -39,7 +39,7 @@ from ..ids.idmap import IdMap
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from ..storage.tables import attach, drawn_eagerly, refuse_assign, refuse_conversion, storage_of
-from .batched import BatchedLookup
+from .batched import BatchedLookup, sums_sparse_gradients
 from .collection_base import CollectionBase, check_qr_weights, table_bags, weighted_as
 from .layer import LookupLinear, init_weight_
 from .plan import plan_collection
@@ -564,12 +564,22 @@ class LookupCollection(CollectionBase):
         return input
 
     def _unpooled(self, feature: str, x: torch.Tensor) -> torch.Tensor:
-        rows = self._looked_up(feature, x)
+        g, ids, pad, sparse = self._unpooled_rows(feature, x)
+        w = self.table_groups[g]
+        if len(ids) == 2:  # "qr": the quotient's and the remainder's rows
+            rows = (lookup_linear(self._drawn(g, ids[0]), w, None, sparse=sparse)
+                    + lookup_linear(self._drawn(g, ids[1]), w, None, sparse=sparse))
+        else:
+            rows = lookup_linear(self._drawn(g, ids[0]), w, None, padding_idx=pad, sparse=sparse)
         # float16 and bfloat16 rows give float32, as TorchRec's EmbeddingCollection
         return rows.to(torch.promote_types(rows.dtype, torch.float32))
 
-    def _looked_up(self, feature: str, x: torch.Tensor) -> torch.Tensor:
-        """The rows of ``feature``'s IDs ``x``, in the table's dtype."""
+    def _unpooled_rows(self, feature: str, x: torch.Tensor
+                       ) -> tuple[int, list[torch.Tensor], int | None, bool]:
+        """``feature``'s IDs ``x`` (for a ``hashing="map"`` table their rows) checked, as rows
+        of its table's group parameter: the group, the index tensors whose rows it adds (the
+        quotient's and the remainder's for ``hashing="qr"``, else one), the padding row, and
+        whether the lookup's gradient is row-sparse."""
         g, off, cfg = self._places[self._table_of[feature]]
         if cfg.hashing == "map":  # x: the rows its IDs were mapped to (_map_inputs)
             ids = x.to(self.table_groups[g].device)
@@ -585,12 +595,74 @@ class LookupCollection(CollectionBase):
             check_index_range(ids, cfg.num_embeddings, where=f"features[{feature!r}]")
         if cfg.hashing == "qr":
             q, r = qr_rows(ids, cfg.num_embeddings, int(cfg.qr_buckets or 1))
-            w = self.table_groups[g]
-            return (lookup_linear(self._drawn(g, q + off), w, None, sparse=self.sparse)
-                    + lookup_linear(self._drawn(g, r + off), w, None, sparse=self.sparse))
-        pad = None if cfg.padding_idx is None else off + cfg.padding_idx
-        return lookup_linear(self._drawn(g, ids + off), self.table_groups[g], None, padding_idx=pad,
-                             sparse=self._sparse(cfg))
+            return g, [q + off, r + off], None, self.sparse
+        return (g, [ids + off], None if cfg.padding_idx is None else off + cfg.padding_idx,
+                self._sparse(cfg))
+
+    def _unpooled_outputs(self, plain: list[tuple[str, Any]], mapped: list[tuple[str, Any]]
+                          ) -> dict[str, torch.Tensor]:
+        """:meth:`CollectionBase._unpooled_outputs`, except that where a group parameter's
+        row-sparse gradients cannot be added (:func:`~lookuplinear.modules.batched.
+        sums_sparse_gradients`) the lookups of its outputs are one lookup
+        (:meth:`_looked_up_together`): its one row-sparse gradient. Every output's IDs are
+        checked before the maps are called, as there."""
+        if not self.sparse or all(sums_sparse_gradients(w) for w in self.table_groups):
+            return super()._unpooled_outputs(plain, mapped)
+        inputs = list(plain)
+        found = [self._unpooled_rows(n, x) for n, x in plain]
+        if mapped:
+            rows = self._mapped_rows(mapped)
+            inputs += [(n, rows[n]) for n, _ in mapped]
+            found += [self._unpooled_rows(n, rows[n]) for n, _ in mapped]
+        by_group: dict[int, list[tuple[str, Any, list[torch.Tensor], int | None]]] = {}
+        dense = set()  # the groups of a max table (alone in its group), whose gradient is dense
+        for (n, x), (g, ids, pad, sparse) in zip(inputs, found, strict=True):
+            by_group.setdefault(g, []).append((n, x, ids, pad))
+            if not sparse:
+                dense.add(g)
+        out: dict[str, torch.Tensor] = {}
+        for g, outputs in by_group.items():
+            if (sum(len(ids) for _, _, ids, _ in outputs) > 1 and g not in dense
+                    and not sums_sparse_gradients(self.table_groups[g])):
+                together = self._looked_up_together(
+                    g, [(n, ids, pad) for n, _, ids, pad in outputs])
+                # float16 rows give float32, as TorchRec's EmbeddingCollection
+                out.update((n, v.float()) for n, v in together.items())
+            else:
+                out.update((n, self._unpooled(n, x)) for n, x, _, _ in outputs)
+        return out
+
+    def _looked_up_together(self, g: int, outputs: list[tuple[str, list[torch.Tensor],
+                                                                int | None]]
+                            ) -> dict[str, torch.Tensor]:
+        """The rows of ``outputs`` (each ``(output, its index tensors, its padding row)``, of
+        group ``g``: :meth:`_unpooled_rows`) as one row-sparse lookup of the group's parameter,
+        their index tensors side by side: the same rows, each output's :meth:`_unpooled`, and
+        one gradient, their gradients' sum (a padding position leaves its row out, as there)."""
+        w = self.table_groups[g]
+        flat = [i.reshape(-1) for _, ids, _ in outputs for i in ids]
+        every = self._drawn(g, torch.cat(flat))
+        pads = sorted({pad for _, _, pad in outputs if pad is not None})
+        if len(pads) <= 1:
+            looked = lookup_linear(every, w, None, padding_idx=pads[0] if pads else None,
+                                   sparse=True)
+        else:  # several tables' padding rows: their positions read the rows, without gradient
+            padding = torch.isin(every, torch.tensor(pads, device=every.device))
+            if torch.compiler.is_compiling():  # no branch on values: zero gradients there
+                looked = lookup_linear(every, w, None, sparse=True)
+                looked = torch.where(padding.unsqueeze(-1), looked.detach(), looked)
+            else:
+                keep = torch.nonzero(~padding).squeeze(1)
+                looked = w.detach()[every].index_copy(
+                    0, keep, lookup_linear(every[keep], w, None, sparse=True))
+        pieces = iter(looked.split([i.numel() for i in flat]))
+        out = {}
+        for n, ids, _ in outputs:
+            rows = next(pieces).view(*ids[0].shape, w.shape[1])
+            for _ in ids[1:]:  # "qr": the remainder's rows added
+                rows = rows + next(pieces).view(*ids[0].shape, w.shape[1])
+            out[n] = rows
+        return out
 
     def _pooled(self, kb: KeyedBags) -> KeyedTensor:
         groups = list(self.table_groups)  # read once: a ParameterList's indexing is slow

@@ -104,14 +104,9 @@ class CollectionBase(AllOrNothingLoad):
             mapped = [(n, features[plan.feature_of[n]]) for n in plan.embedding_names
                       if plan.feature_of[n] in features
                       and plan.place_of(n).config.hashing == "map"]
-            out = {n: self._unpooled(n, x) for f, x in features.items()
-                   for n in plan.outputs_of(f) if plan.place_of(n).config.hashing != "map"}
-            if len(mapped) > 1:
-                for n, x in mapped:
-                    cast(IdMap, self.id_maps[plan.table_of[n]]).check(x)
-            if mapped:
-                rows = self._map_inputs(mapped)
-                out.update((n, self._unpooled(n, rows[n])) for n, _ in mapped)
+            out = self._unpooled_outputs(
+                [(n, x) for f, x in features.items() for n in plan.outputs_of(f)
+                 if plan.place_of(n).config.hashing != "map"], mapped)
             # in the order of embedding_names, as TorchRec's EmbeddingCollection returns them
             return {n: out[n] for n in plan.embedding_names if n in out}
         raise InputTypeError(
@@ -120,6 +115,26 @@ class CollectionBase(AllOrNothingLoad):
             + ("Convert it with KeyedBags.from_kjt(kjt)." if _is_kjt(features) else
                "Build one with KeyedBags.from_dict({name: bags}).")
         )
+
+    def _unpooled_outputs(self, plain: list[tuple[str, Any]], mapped: list[tuple[str, Any]]
+                          ) -> dict[str, torch.Tensor]:
+        """The unpooled outputs of ``plain`` (each ``(output, its index tensor)``, of a table
+        without an ID map) and of ``mapped`` (those of ``hashing="map"`` tables): each output's
+        lookup (:meth:`_unpooled`), the plain ones first, then the maps' (:meth:`_mapped_rows`)."""
+        out = {n: self._unpooled(n, x) for n, x in plain}
+        if mapped:
+            rows = self._mapped_rows(mapped)
+            out.update((n, self._unpooled(n, rows[n])) for n, _ in mapped)
+        return out
+
+    def _mapped_rows(self, mapped: list[tuple[str, Any]]) -> dict[str, torch.Tensor]:
+        """The rows of the IDs of ``mapped`` (each ``(output, its IDs)``, outputs of
+        ``hashing="map"`` tables): every input checked by its map before any map is called (an
+        input refused leaves the maps as they were), then :meth:`_map_inputs`."""
+        if len(mapped) > 1:
+            for n, x in mapped:
+                cast(IdMap, self.id_maps[self._collection_plan.table_of[n]]).check(x)
+        return self._map_inputs(mapped)
 
     def _pooled_variable(self, kb: KeyedBags, name: str) -> KeyedTensor:
         """A variable batch per key: each key's bags pooled once (the keys' bags padded with
