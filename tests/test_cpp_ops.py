@@ -53,7 +53,10 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
             ("bag_lookup", (w, idx, off[:-1]), {"include_last_offset": False}),
             ("bag_max", (w, idx, off), {}),
             ("bag_max", (w, idx.int(), off.int()), {}),
-            ("bag_max_backward", (torch.randn(5, 16, dtype=dtype, generator=g), w, idx, off), {}),
+            ("bag_max_arg", (w, idx, off), {}),
+            ("bag_max_arg", (w, idx.int(), off.int()), {}),
+            ("bag_max_backward", (torch.randn(5, 16, dtype=dtype, generator=g),
+                                  library._bag_max_arg_twin(w, idx, off)[1], 50), {}),
             ("mode_weights", (off, psw, True, dtype, 40), {}),
             ("mode_weights", (off.int(), None, False, dtype, 40), {}),
             ("row_sums", (torch.randn(5, 16, dtype=dtype, generator=g), idx, off, psw, None, 50),
@@ -97,6 +100,7 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
 
 
 PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max_cpu,
+              "bag_max_arg": library._bag_max_arg_cpu,
               "bag_max_backward": library._bag_max_backward_cpu,
               "mode_weights": library._mode_weights_cpu, "row_sums": library._row_sums_cpu,
               "in_feature_order": library._in_feature_order_cpu,
@@ -1106,20 +1110,87 @@ def test_row_sums_and_group_rows_refuse_what_their_c_kernel_cannot_read() -> Non
     })
 
 
-def test_bag_max_backward_refuses_a_gradient_without_one_row_per_bag() -> None:
+def test_bag_max_backward_refuses_a_gradient_or_rows_it_cannot_scatter() -> None:
     """Both registrations and the twin (other devices, no C library) check the gradient's
-    shape, with the C++ kernel's message (before: the Python registration read past the
-    gradient, or broadcast it); ``bag_max`` names itself in an index out of range."""
+    shape (``arg``'s, one row per bag), with the C++ kernel's message; the CPU kernels refuse
+    ``arg`` that is not int64 or names a row outside the table (the C kernel would write
+    there); ``bag_max`` names itself in an index out of range."""
     grad = ("InputValueError", "lookuplinear::bag_max_backward: the gradient has one row per "
             "bag, [5, 3]; got [1, 3]")
-    w, idx, off = ("torch.arange(18.).reshape(6, 3)", "torch.tensor([1, 2, 3, 4, 5])",
-                   "torch.tensor([0, 1, 2, 3, 4, 5])")
+    arg = "torch.zeros(5, 3, dtype=torch.long)"
     _refused_alike({
-        f"ops.bag_max_backward(torch.ones(1, 3), {w}, {idx}, {off})": grad,
-        f"library._bag_max_backward_twin(torch.ones(1, 3), {w}, {idx}, {off})": grad,
-        f"ops.bag_max({w}, torch.tensor([1, 6]), torch.tensor([0, 2]))":
+        f"ops.bag_max_backward(torch.ones(1, 3), {arg}, 6)": grad,
+        f"library._bag_max_backward_twin(torch.ones(1, 3), {arg}, 6)": grad,
+        "ops.bag_max_backward(torch.ones(2, 3), torch.tensor([[0, 6, 1], [-1, 0, 0]]), 6)":
+            ("LookupIndexError", "lookuplinear::bag_max_backward: arg holds rows of a table of "
+             "6 rows, or -1 for an empty bag; got values in [-1, 6]"),
+        "ops.bag_max_backward(torch.ones(1, 3), torch.tensor([[0, -2, 1]]), 6)":
+            ("LookupIndexError", "got values in [-2, 1]"),
+        "ops.bag_max_backward(torch.ones(1, 3), torch.tensor([[0, 2, 1]]).int(), 6)":
+            ("InputValueError", "lookuplinear::bag_max_backward: arg is bag_max_arg's, 2-D "
+             "int64; got Int of 2 dimensions"),
+        "ops.bag_max(torch.arange(18.).reshape(6, 3), torch.tensor([1, 6]), torch.tensor([0, 2]))":
+            ("LookupIndexError", "lookuplinear::bag_max: index 6 at indices[1] is out of range"),
+        "ops.bag_max_arg(torch.arange(18.).reshape(6, 3), torch.tensor([1, 6]), "
+        "torch.tensor([0, 2]))":
             ("LookupIndexError", "lookuplinear::bag_max: index 6 at indices[1] is out of range"),
     })
+
+
+_MAX_GRADIENTS = textwrap.dedent("""
+    import json, warnings
+    warnings.simplefilter("ignore")
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    import lookuplinear.ops.library as library
+    ops = torch.ops.lookuplinear
+    out = {"cpp": library.CPP}
+    # the rows the forward chose, the table changed before the backward: nn.EmbeddingBag's
+    w = torch.randn(10, 4, dtype=torch.float64, requires_grad=True)
+    x, offsets = torch.tensor([1, 2, 3, 3, 7, 1]), torch.tensor([0, 3, 3, 6])
+    ref = F.embedding_bag(x, w, offsets, mode="max", include_last_offset=True)
+    g = torch.randn(ref.shape, dtype=torch.float64)
+    (want,) = torch.autograd.grad(ref, w, g)
+    grads = []
+    for op in (ops.bag_max, lambda *a: ops.bag_max_arg(*a)[0]):
+        y = op(w, x, offsets)
+        with torch.no_grad():
+            w.neg_()
+        grads.append(torch.equal(torch.autograd.grad(y, w, g)[0], want))
+        with torch.no_grad():
+            w.neg_()
+    out["rows"] = grads
+    # a penalty on the gradient: the second derivative of F.embedding then max
+    totals = []
+    for pool in (lambda: ops.bag_max(w, x, offsets),
+                 lambda: F.embedding(x[:3], w).max(0).values.unsqueeze(0)):
+        y = pool()[:1]
+        task = y.pow(2).sum()
+        (first,) = torch.autograd.grad(task, w, create_graph=True)
+        totals.append(torch.autograd.grad(task + first.pow(2).sum(), w)[0])
+    out["second"] = torch.allclose(totals[0], totals[1], rtol=1e-12, atol=1e-12)
+    print(json.dumps(out))
+""")
+
+
+def test_bag_max_gradient_is_the_forwards_rows_on_every_registration() -> None:
+    """On the C++ operators, the Python registration and an install without a compiler:
+    ``bag_max``'s (and ``bag_max_arg``'s) gradient goes to the rows that gave each maximum
+    when the forward ran (the table changed before the backward: ATen's gradient), and under
+    ``create_graph=True`` it differentiates again, to what ``F.embedding`` then ``max`` give
+    (before: the rows were found again from the changed table, and the gradient had no graph,
+    so a penalty on it was silently dropped)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("LOOKUPLINEAR_OPS", "LOOKUPLINEAR_NO_C")}
+    base["PYTHONPATH"] = str(ROOT / "src")
+    for extra in ({}, {"LOOKUPLINEAR_OPS": "python"}, {"LOOKUPLINEAR_NO_C": "1"}):
+        run = subprocess.run([sys.executable, "-c", _MAX_GRADIENTS], env={**base, **extra},
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, f"{extra}: rc {run.returncode}\n{run.stderr[-2000:]}"
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        assert not (extra and out["cpp"]), (extra, out)
+        assert out["rows"] == [True, True] and out["second"], (extra, out)
 
 
 def test_idmap_find_refuses_a_table_it_cannot_probe() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from processes import one_process
@@ -29,6 +30,7 @@ from lookuplinear import (
     QuantizedEmbeddingBag,
     optim,
 )
+from lookuplinear.ops import use_backend
 
 
 # ------------------------------------------------------------------ the class itself
@@ -286,6 +288,63 @@ def test_max_norm_renorms_a_table_made_under_inference_mode_as_torch() -> None:
         bag, ref = _pair(max_norm=0.7, mode="sum")
     torch.testing.assert_close(bag(x), ref(x))
     torch.testing.assert_close(bag.weight, ref.weight)
+
+
+def _max_pair(dtype: torch.dtype, **kwargs: Any) -> tuple[EmbeddingBag, nn.EmbeddingBag]:
+    torch.manual_seed(0)
+    bag = EmbeddingBag(10, 4, mode="max", dtype=dtype, **kwargs)
+    torch.manual_seed(0)
+    ref = nn.EmbeddingBag(10, 4, mode="max", dtype=dtype, **kwargs)
+    return bag, ref
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_max_gradient_goes_to_the_rows_the_forward_chose_as_torch(dtype: torch.dtype,
+                                                                  backend: str) -> None:
+    """The backward adds the gradient to the rows that gave each maximum when the forward ran,
+    as nn.EmbeddingBag's (its max_indices), whatever happened to the table since: a second
+    lookup whose max_norm renorms rows the first read (which raised "modified by an inplace
+    operation"), or the table changed through .data (the gradient went to other rows)."""
+    with use_backend(backend):
+        bag, ref = _max_pair(dtype, max_norm=1.0)
+        with torch.no_grad():
+            bag.weight.mul_(5)
+            ref.weight.mul_(5)
+        outs = [m(torch.tensor([[1, 2, 3]])).sum() + m(torch.tensor([[3, 4, 5]])).sum()
+                for m in (bag, ref)]
+        for out in outs:
+            out.backward()
+        assert torch.equal(bag.weight, ref.weight)
+        assert torch.equal(bag.weight.grad, ref.weight.grad)
+
+        bag, ref = _max_pair(dtype)
+        x, offsets = torch.tensor([1, 2, 3, 3, 7, 1]), torch.tensor([0, 3, 3])  # an empty bag
+        outs = [m(x, offsets) for m in (bag, ref)]
+        grad = torch.randn(outs[1].shape, dtype=dtype)
+        for m, out in zip((bag, ref), outs, strict=True):
+            m.weight.data.neg_()  # the maxima are now other rows
+            out.backward(grad)
+        assert torch.equal(bag.weight.grad, ref.weight.grad)
+
+
+def test_max_second_derivative_is_the_gather_then_maxs() -> None:
+    """Under create_graph=True the gradient of the max operator keeps its graph: a penalty on
+    it differentiates to what the same pooling by F.embedding and max gives (before: the
+    gradient had no graph and the penalty's share was silently dropped; nn.EmbeddingBag, and
+    the layer where it runs ATen's max, raise NotImplementedError)."""
+    x = torch.tensor([[1, 2, 1], [3, 9, 0]])
+    torch.manual_seed(0)
+    bag = EmbeddingBag(10, 4, mode="max", dtype=torch.float64)
+    w = bag.weight.detach().clone().requires_grad_(True)
+    for out, weight in ((bag(x), bag.weight), (F.embedding(x, w).max(1).values, w)):
+        task = out.pow(2).sum()
+        (g,) = torch.autograd.grad(task, weight, create_graph=True)
+        (task + g.pow(2).sum()).backward()
+    assert bag.weight.grad is not None and w.grad is not None
+    torch.testing.assert_close(bag.weight.grad, w.grad, rtol=1e-12, atol=1e-12)
+    assert not torch.equal(w.grad, 2 * torch.autograd.grad(
+        F.embedding(x, w).max(1).values.pow(2).sum(), w)[0])  # the penalty counts
 
 
 def test_scale_grad_by_freq_gradients_equal_torchs() -> None:

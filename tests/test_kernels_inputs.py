@@ -349,16 +349,24 @@ def test_bag_max_declines_what_c_does_not_take() -> None:
 
 
 @needs_c
-def test_bag_max_backward_once_only() -> None:
-    """The backward is a C scatter: a second derivative through it raises, never silently 0."""
-    W = torch.randn(5, 3, requires_grad=True)
-    indices, offsets = csr([[0, 4], [2]], torch.int64)
+def test_bag_max_backward_differentiates_again() -> None:
+    """Under ``create_graph=True`` the C kernels' gradient keeps its graph (the scatter by
+    torch ops): a penalty on it gives the second derivative of ATen's max over the same
+    bags, never silently 0."""
+    W = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    indices, offsets = csr([[0, 4], [], [2, 0]], torch.int64)
+    rows = F.embedding(indices, W)
+    totals = []
     with use_backend("c"):
-        out = bag_max(W, indices, offsets)
-    assert out is not None
-    (g,) = torch.autograd.grad(out.sum(), W, create_graph=True)
-    with pytest.raises(RuntimeError):
-        g.sum().backward()
+        for out in (bag_max(W, indices, offsets),
+                    torch.stack([rows[:2].max(0).values, torch.zeros(3, dtype=torch.float64),
+                                 rows[2:].max(0).values])):
+            assert out is not None
+            task = out.pow(2).sum()
+            (g,) = torch.autograd.grad(task, W, create_graph=True)
+            assert g.requires_grad
+            totals.append(torch.autograd.grad(task + g.pow(3).sum(), W)[0])
+    torch.testing.assert_close(totals[0], totals[1], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "sqrtn", "max"])

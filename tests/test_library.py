@@ -355,6 +355,7 @@ def test_decompositions_give_each_operator_its_twin() -> None:
                     "lookuplinear::idmap_find": library._idmap_find_twin,
                     "lookuplinear::idmap_rows": library._idmap_rows_twin,
                     "lookuplinear::bag_max": library._bag_max_twin,
+                    "lookuplinear::bag_max_arg": library._bag_max_arg_twin,
                     "lookuplinear::bag_max_backward": library._bag_max_backward_twin,
                     "lookuplinear::mode_weights": library._mode_weights_twin,
                     "lookuplinear::row_sums": library._row_sums_twin,
@@ -483,14 +484,23 @@ def test_bag_max_equals_twin_and_its_gradient_atens(dtype: torch.dtype) -> None:
     (ours,) = torch.autograd.grad(out, weight, grad)
     (theirs,) = torch.autograd.grad(ref, weight, grad)
     torch.testing.assert_close(ours, theirs)
-    torch.testing.assert_close(
-        ops.bag_max_backward(grad, weight, idx, off),
-        library._bag_max_backward_twin(grad, weight.detach(), idx, off))
+    pooled, arg = ops.bag_max_arg(weight, idx, off)
+    assert torch.equal(pooled, out) and arg.dtype == torch.int64
+    assert arg[1].tolist() == [-1] * 3  # the empty bag: no row
+    twin = library._bag_max_arg_twin(weight.detach(), idx, off)
+    assert torch.equal(twin[0], out) and torch.equal(twin[1], arg)
+    torch.testing.assert_close(ops.bag_max_backward(grad, arg, 10), theirs, rtol=0, atol=0)
+    torch.testing.assert_close(library._bag_max_backward_twin(grad, arg, 10), theirs)
     torch.library.opcheck(ops.bag_max.default, (weight, idx, off))
-    torch.library.opcheck(ops.bag_max_backward.default, (grad, weight.detach(), idx, off))
+    torch.library.opcheck(ops.bag_max_arg.default, (weight, idx, off))
+    torch.library.opcheck(ops.bag_max_backward.default, (grad, arg, 10))
     with FakeTensorMode():
         assert ops.bag_max(torch.empty(10, 3), torch.empty(9, dtype=torch.long),
                            torch.empty(5, dtype=torch.long)).shape == (4, 3)
+        fake = ops.bag_max_arg(torch.empty(10, 3), torch.empty(9, dtype=torch.long),
+                               torch.empty(5, dtype=torch.long))
+        assert [t.shape for t in fake] == [(4, 3), (4, 3)] and fake[1].dtype == torch.int64
+        assert ops.bag_max_backward(torch.empty(4, 3), fake[1], 10).shape == (10, 3)
     # the operator called directly: the C++ kernel's IndexError (a LookupIndexError where the
     # operators are registered from Python); lookuplinear's callers raise the project's
     with pytest.raises(IndexError, match="index 10 at indices"):
@@ -526,8 +536,6 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
     not cover the entries exactly are refused, not read past the indices by the C kernels."""
     weight, idx = torch.rand(10, 3), torch.tensor([1, 2, 3, 4])
     off = torch.tensor(offsets)
-    with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
-        ops.bag_max_backward(torch.ones(2, 3), weight, idx, off)
     # mode_weights: the C++ kernel's builtin called directly (no Python frame under it), and
     # the project's error from lookuplinear's own call, which calls it; the Python
     # registration raises the project's
@@ -537,15 +545,17 @@ def test_operators_that_run_c_over_bags_check_the_offsets_inside(offsets: list[i
     if library.CPP:
         with pytest.raises(OffsetsError, match="offsets must start at 0, never decrease"):
             library.mode_weights(off, None, False, torch.float32, 4)
-    # bag_max's C++ autograd kernel: the builtin ValueError (the Python registration's
-    # OffsetsError is one too), and lookuplinear's own call the project's error; a bfloat16
-    # table (ATen's kernel, not C) the same
-    with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
-        ops.bag_max(weight, idx, off)
-    for call in (lambda: ops.bag_max(weight.bfloat16(), idx, off),
-                 lambda: ops.bag_max_backward(torch.ones(2, 3), weight.bfloat16(), idx, off)):
+    # bag_max's and bag_max_arg's C++ autograd kernels: the builtin ValueError (the Python
+    # registration's OffsetsError is one too), and lookuplinear's own call the project's error;
+    # a bfloat16 table (ATen's kernel, not C) the same
+    for call in (lambda: ops.bag_max(weight, idx, off),
+                 lambda: ops.bag_max_arg(weight, idx, off),
+                 lambda: ops.bag_max_arg(weight.requires_grad_(True), idx, off),
+                 lambda: ops.bag_max(weight.bfloat16(), idx, off),
+                 lambda: ops.bag_max_arg(weight.bfloat16(), idx, off)):
         with pytest.raises(ValueError, match="offsets must start at 0, never decrease"):
             call()
+    weight.requires_grad_(False)
     if C_BY_DEFAULT:
         with pytest.raises(InputValueError, match="offsets must start at 0, never decrease"):
             bag_max(weight, idx, off)

@@ -92,7 +92,8 @@ def bag_max(
     torch.Tensor or None
         ``(N, dim)``; None unless the C kernels apply: the backend runs C, all three on the CPU,
         ``weight`` contiguous float32/float64, the indices int32/int64. The backward adds
-        ``grad_out[b, j]`` to the row that gave each maximum (``bag_max_backward``).
+        ``grad_out[b, j]`` to the row that gave each maximum in the forward
+        (``bag_max_backward``), and differentiates again under ``create_graph=True``.
 
     Raises
     ------

@@ -48,8 +48,15 @@ The operators:
   table, ``-1`` where absent.
 * ``idmap_rows(found, keys, fallback_rows)``: an ``IdMap``'s rows of the keys it found
   (``found``, from ``idmap_find``), the hashed fallback rows of the others.
-* ``bag_max(weight, indices, offsets)``: ``F.embedding_bag(mode="max")`` over CSR bags
-  (``bag_max_backward``: its weight gradient).
+* ``bag_max(weight, indices, offsets)``: ``F.embedding_bag(mode="max")`` over CSR bags;
+  where a graph is recorded, ``bag_max_arg``'s.
+* ``bag_max_arg(weight, indices, offsets) -> (out, arg)``: the same pool and the row that gave
+  each maximum (``arg``, int64 of the output's shape, ``-1`` in an empty bag; ATen's
+  ``max_indices``), which its autograd node keeps: the backward needs neither the table nor
+  the lookup again.
+* ``bag_max_backward(grad, arg, num_rows)``: their weight gradient, ``grad[b, j]`` added to
+  row ``arg[b, j]`` of a zero ``(num_rows, dim)`` table (dense, as ``nn.EmbeddingBag``'s);
+  under ``create_graph=True`` the same scatter by torch ops, differentiable again.
 * ``mode_weights(offsets, weights, sqrt, dtype, nnz)``: the per-entry weights that make a
   weighted sum a bag's mean (or sqrtn), :func:`lookuplinear.ops.mode_weights`.
 * ``fused_bind(table, bind)``: name (``bind=True``) or forget a table bound to a
@@ -127,6 +134,7 @@ from .._fusion import binding
 from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError
 from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
+from ._backend import use_c
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -155,7 +163,8 @@ SCHEMAS = (
     "idmap_find(Tensor table, Tensor keys) -> Tensor",
     "idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor",
     "bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
-    "bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> Tensor",
+    "bag_max_arg(Tensor weight, Tensor indices, Tensor offsets) -> (Tensor, Tensor)",
+    "bag_max_backward(Tensor grad, Tensor arg, SymInt num_rows) -> Tensor",
     "mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
     "SymInt nnz) -> Tensor",
     "row_sums(Tensor grad, Tensor indices, Tensor? offsets, Tensor? weights, "
@@ -959,40 +968,72 @@ def _bag_max_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
     return weight.new_empty((offsets.shape[0] - 1, weight.shape[1]))
 
 
-def _check_bag_max_grad(grad: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor
-                        ) -> None:
-    """``InputValueError`` unless ``grad`` has one row of the table's width per bag (the C++
-    kernel's check, the same message)."""
-    if weight.dim() != 2 or offsets.dim() != 1 or offsets.numel() == 0:
-        return
-    want = [offsets.shape[0] - 1, weight.shape[1]]
-    if list(grad.shape) != want:
-        raise InputValueError(f"lookuplinear::bag_max_backward: the gradient has one row per "
-                              f"bag, {want}; got {list(grad.shape)}")
-
-
-def _bag_max_backward_twin(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
-                           offsets: torch.Tensor) -> torch.Tensor:
-    """The rows that gave each maximum found again (ATen's ``max_indices``; none in an empty
-    bag), ``grad`` added to them."""
-    _check_bag_max_grad(grad, weight, offsets)
-    if weight.shape[0] == 0:  # a table of no rows: every bag is empty
-        return grad.new_zeros(weight.shape)
-    rows = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)[3]
+def _bag_max_arg_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """ATen's pool and its ``max_indices`` (0 in an empty bag: made -1, as the C kernel's)."""
+    pooled = torch.embedding_bag(weight, indices, offsets, False, 2, False, None, True)
+    rows = pooled[3].long()
     empty = (offsets[1:] == offsets[:-1]).unsqueeze(1).expand_as(rows)
-    return grad.new_zeros(weight.shape).scatter_add_(
-        0, rows.masked_fill(empty, 0), grad.masked_fill(empty, 0))
+    return pooled[0], rows.masked_fill(empty, -1)
 
 
-def _bag_max_backward_cpu(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
-                          offsets: torch.Tensor) -> torch.Tensor:
-    _check_bag_max_grad(grad, weight, offsets)
+def _bag_max_arg_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     c = _bagmax.c_operands(weight, indices, offsets)
-    _check_offsets("bag_max_backward", offsets if c is None else c[1], indices.numel())
-    if c is None or grad.dtype != weight.dtype:
-        return _bag_max_backward_twin(grad, weight, indices, offsets)
-    _, arg = _bagmax.bag_max_c(weight, *c)
-    return _bagmax.bag_max_grad_c(arg, grad, tuple(weight.shape))
+    _check_offsets("bag_max", offsets if c is None else c[1], indices.numel())
+    try:
+        return _bag_max_arg_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
+            weight, *c)
+    except (IndexError, RuntimeError):  # torch's kernel refused it: the operator's error
+        _check_range(indices, weight.shape[0], "bag_max")
+        raise
+
+
+_impl("bag_max_arg", _bag_max_arg_cpu, "CPU")
+_impl("bag_max_arg", _bag_max_arg_twin, "CompositeExplicitAutograd")
+
+
+@_fake("bag_max_arg")
+def _bag_max_arg_fake(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (offsets.shape[0] - 1, weight.shape[1])
+    return weight.new_empty(shape), weight.new_empty(shape, dtype=torch.int64)
+
+
+def _check_bag_max_grad(grad: torch.Tensor, arg: torch.Tensor) -> None:
+    """``InputValueError`` unless ``grad`` has ``arg``'s shape, one row per bag (the C++
+    kernel's check, the same message)."""
+    if list(grad.shape) != list(arg.shape):
+        raise InputValueError(f"lookuplinear::bag_max_backward: the gradient has one row per "
+                              f"bag, {list(arg.shape)}; got {list(grad.shape)}")
+
+
+def _bag_max_backward_twin(grad: torch.Tensor, arg: torch.Tensor, num_rows: int
+                           ) -> torch.Tensor:
+    """``grad`` added to the rows ``arg`` names by torch ops, differentiable in ``grad`` (a
+    gradient under ``create_graph=True`` differentiates again): an empty bag's (``-1``) to a
+    spare row past the table's, left out."""
+    _check_bag_max_grad(grad, arg)
+    rows = arg.masked_fill(arg < 0, num_rows)
+    return grad.new_zeros((num_rows + 1, grad.shape[1])).scatter_add(0, rows, grad)[:num_rows]
+
+
+def _bag_max_backward_cpu(grad: torch.Tensor, arg: torch.Tensor, num_rows: int
+                          ) -> torch.Tensor:
+    _check_bag_max_grad(grad, arg)
+    if arg.dim() != 2 or arg.dtype != torch.int64:
+        raise InputValueError(f"lookuplinear::bag_max_backward: arg is bag_max_arg's, 2-D "
+                              f"int64; got {scalar_type_name(arg.dtype)} of {arg.dim()} "
+                              "dimensions")
+    if arg.numel() > 0:  # the C kernel writes where arg says: every row in the table
+        lo, hi = (int(v) for v in torch.aminmax(arg))
+        if lo < -1 or hi >= num_rows:
+            raise LookupIndexError(f"lookuplinear::bag_max_backward: arg holds rows of a table "
+                                   f"of {num_rows} rows, or -1 for an empty bag; got values in "
+                                   f"[{lo}, {hi}]")
+    if grad.dtype not in (torch.float32, torch.float64) or not use_c(grad):
+        return _bag_max_backward_twin(grad, arg, num_rows)
+    return _bagmax.bag_max_grad_c(arg.contiguous(), grad, (num_rows, grad.shape[1]))
 
 
 _impl("bag_max_backward", _bag_max_backward_cpu, "CPU")
@@ -1000,28 +1041,45 @@ _impl("bag_max_backward", _bag_max_backward_twin, "CompositeExplicitAutograd")
 
 
 @_fake("bag_max_backward")
-def _bag_max_backward_fake(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
-                           offsets: torch.Tensor) -> torch.Tensor:
-    return grad.new_empty(weight.shape)
+def _bag_max_backward_fake(grad: torch.Tensor, arg: torch.Tensor, num_rows: int
+                           ) -> torch.Tensor:
+    return grad.new_empty((num_rows, grad.shape[1]))
 
 
-def _bag_max_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    ctx.save_for_backward(*inputs)
+def _bag_max_arg_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    ctx.num_rows = inputs[0].shape[0]
+    ctx.save_for_backward(output[1])
 
 
-def _bag_max_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """The eager backward's scatter, after the rows that gave each maximum are found again
-    (the operator returns only the pooled rows). Not differentiable again, as the C++
-    kernel's: under ``create_graph=True`` the gradient has no graph, so a second derivative
-    raises instead of being silently zero."""
-    weight, indices, offsets = ctx.saved_tensors
-    with torch.no_grad():
-        g = torch.ops.lookuplinear.bag_max_backward(grad, weight, indices, offsets)
-    return g, None, None
+def _bag_max_arg_backward(ctx: Any, grad: torch.Tensor, _: Any) -> tuple[Any, ...]:
+    """``grad`` added to the rows that gave each maximum, as the forward found them (the table
+    may have changed since); under ``create_graph=True`` by torch ops, with its graph."""
+    (arg,) = ctx.saved_tensors
+    if not ctx.needs_input_grad[0]:
+        return None, None, None
+    if torch.is_grad_enabled():
+        return _bag_max_backward_twin(grad, arg, ctx.num_rows), None, None
+    return torch.ops.lookuplinear.bag_max_backward(grad, arg, ctx.num_rows), None, None
 
 
-_register_autograd("bag_max", _bag_max_backward,
-                   setup_context=_bag_max_setup)
+_register_autograd("bag_max_arg", _bag_max_arg_backward, setup_context=_bag_max_arg_setup)
+
+
+def _bag_max_autograd(keyset: torch._C.DispatchKeySet, weight: torch.Tensor,
+                      indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``bag_max``'s ``Autograd`` kernel (as the C++ extension's): where a graph is recorded,
+    ``bag_max_arg``'s pool, whose node keeps the rows that gave each maximum; else the
+    operator's kernel, nothing kept."""
+    if torch.is_grad_enabled() and weight.requires_grad:
+        out: torch.Tensor = torch.ops.lookuplinear.bag_max_arg(weight, indices, offsets)[0]
+        return out
+    return torch.ops.lookuplinear.bag_max.default.redispatch(
+        keyset & torch._C._after_autograd_keyset, weight, indices, offsets)
+
+
+if not torch._C._dispatch_has_kernel_for_dispatch_key("lookuplinear::bag_max", "Autograd"):
+    LIB.impl("bag_max", _refusing_tangents("bag_max", _bag_max_autograd), "Autograd",
+             with_keyset=True)
 
 
 # ---- mode_weights --------------------------------------------------------------------------
@@ -1130,6 +1188,7 @@ _TWINS: dict[str, Callable[..., Any]] = {
     "idmap_find": _idmap_find_twin,
     "idmap_rows": _idmap_rows_twin,
     "bag_max": _bag_max_twin,
+    "bag_max_arg": _bag_max_arg_twin,
     "bag_max_backward": _bag_max_backward_twin,
     "mode_weights": _mode_weights_twin,
     "row_sums": _row_sums_twin,

@@ -516,40 +516,74 @@ Tensor bag_max_cpu(const Tensor &weight, const Tensor &indices, const Tensor &of
     return std::get<0>(bag_max_c("bag_max", weight, indices, offsets));
 }
 
-// the rows that gave each maximum found again (ATen's max_indices; none in an empty bag),
-// grad added to them
-Tensor bag_max_backward_twin(const Tensor &grad, const Tensor &weight, const Tensor &indices,
-                             const Tensor &offsets) {
-    const Tensor rows =
-        std::get<3>(at::embedding_bag(weight, indices, offsets, false, 2, false,
-                                      optional<Tensor>(), true));
-    const Tensor empty =
-        offsets.slice(0, 1).eq(offsets.slice(0, 0, -1)).unsqueeze(1).expand_as(rows);
-    return at::zeros(weight.sizes(), grad.options())
-        .scatter_add_(0, rows.masked_fill(empty, 0), grad.masked_fill(empty, 0));
+// ---- bag_max_arg: the max pool and the row that gave each maximum (-1 in an empty bag) ----
+
+// ATen's max_indices (0 in an empty bag: made -1, as the C kernel's)
+std::tuple<Tensor, Tensor> bag_max_arg_twin(const Tensor &weight, const Tensor &indices,
+                                            const Tensor &offsets) {
+    try {
+        const auto pooled = at::embedding_bag(weight, indices, offsets, false, 2, false,
+                                              optional<Tensor>(), true);
+        const Tensor rows = std::get<3>(pooled).to(at::kLong);
+        const Tensor empty =
+            offsets.slice(0, 1).eq(offsets.slice(0, 0, -1)).unsqueeze(1).expand_as(rows);
+        return {std::get<0>(pooled), rows.masked_fill(empty, -1)};
+    } catch (const c10::Error &) {
+        if (weight.dim() == 2) check_range("bag_max", indices.cpu(), weight.size(0));
+        throw;
+    }
 }
 
-Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &weight, const Tensor &indices,
-                            const Tensor &offsets) {
-    if (weight.dim() == 2 && offsets.dim() == 1 && offsets.numel() > 0) {
-        const std::vector<int64_t> want{offsets.numel() - 1, weight.size(1)};
-        TORCH_CHECK_VALUE(grad.sizes() == at::IntArrayRef(want), "lookuplinear::bag_max_backward: "
-                          "the gradient has one row per bag, ", at::IntArrayRef(want), "; got ",
-                          grad.sizes());
+std::tuple<Tensor, Tensor> bag_max_arg_cpu(const Tensor &weight, const Tensor &indices,
+                                           const Tensor &offsets) {
+    if (!bag_max_takes(weight, indices, offsets)) {
+        check_twin_offsets("bag_max", indices, offsets);
+        return bag_max_arg_twin(weight, indices, offsets);
     }
-    if (!bag_max_takes(weight, indices, offsets) || grad.scalar_type() != weight.scalar_type()) {
-        check_twin_offsets("bag_max_backward", indices, offsets);
-        return bag_max_backward_twin(grad, weight, indices, offsets);
+    return bag_max_c("bag_max", weight, indices, offsets);
+}
+
+// ---- bag_max_backward: grad added to the rows arg names (none where arg is -1) -------------
+
+// ValueError unless grad has arg's shape, one row per bag
+void check_bag_max_grad(const Tensor &grad, const Tensor &arg) {
+    TORCH_CHECK_VALUE(grad.sizes() == arg.sizes(), "lookuplinear::bag_max_backward: the "
+                      "gradient has one row per bag, ", arg.sizes(), "; got ", grad.sizes());
+}
+
+// torch ops, differentiable in grad (a gradient under create_graph=True differentiates again):
+// an empty bag's gradient goes to a spare row past the table's, left out
+Tensor bag_max_backward_twin(const Tensor &grad, const Tensor &arg, c10::SymInt num_rows) {
+    check_bag_max_grad(grad, arg);
+    const Tensor rows = arg.masked_fill(arg.lt(0), c10::Scalar(num_rows));
+    return at::zeros_symint({num_rows + 1, grad.sym_size(1)}, grad.options())
+        .scatter_add(0, rows, grad)
+        .narrow_symint(0, 0, num_rows);
+}
+
+Tensor bag_max_backward_cpu(const Tensor &grad, const Tensor &arg, int64_t num_rows) {
+    check_bag_max_grad(grad, arg);
+    TORCH_CHECK_VALUE(arg.dim() == 2 && arg.scalar_type() == at::kLong,
+                      "lookuplinear::bag_max_backward: arg is bag_max_arg's, 2-D int64; got ",
+                      arg.scalar_type(), " of ", arg.dim(), " dimensions");
+    if (arg.numel() > 0) {  // the C kernel writes where arg says: every row in the table
+        const auto range = at::aminmax(arg);
+        const int64_t lo = std::get<0>(range).item<int64_t>(),
+                      hi = std::get<1>(range).item<int64_t>();
+        TORCH_CHECK_INDEX(lo >= -1 && hi < num_rows, "lookuplinear::bag_max_backward: arg "
+                          "holds rows of a table of ", num_rows, " rows, or -1 for an empty "
+                          "bag; got values in [", lo, ", ", hi, "]");
     }
-    const Tensor arg = std::get<1>(bag_max_c("bag_max_backward", weight, indices, offsets));
-    const Tensor g = grad.contiguous();  // (checked above: arg's shape)
-    Tensor grad_weight = at::zeros(weight.sizes(), g.options());
+    if (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)
+        return bag_max_backward_twin(grad, arg, num_rows);
+    const Tensor g = grad.contiguous(), a = arg.contiguous();
+    Tensor grad_weight = at::zeros({num_rows, g.size(1)}, g.options());
     if (g.scalar_type() == at::kFloat)
-        ll_bag_max_backward_f32(grad_weight.data_ptr<float>(), arg.data_ptr<int64_t>(),
-                                g.data_ptr<float>(), arg.size(0), arg.size(1));
+        ll_bag_max_backward_f32(grad_weight.data_ptr<float>(), a.data_ptr<int64_t>(),
+                                g.data_ptr<float>(), a.size(0), a.size(1));
     else
-        ll_bag_max_backward_f64(grad_weight.data_ptr<double>(), arg.data_ptr<int64_t>(),
-                                g.data_ptr<double>(), arg.size(0), arg.size(1));
+        ll_bag_max_backward_f64(grad_weight.data_ptr<double>(), a.data_ptr<int64_t>(),
+                                g.data_ptr<double>(), a.size(0), a.size(1));
     return grad_weight;
 }
 
@@ -918,31 +952,44 @@ struct BagLookupFunction : public torch::autograd::Function<BagLookupFunction> {
 };
 
 // ---- bag_max's backward -------------------------------------------------------------------
-// the gradient of the row that gave each maximum: bag_max_backward (the maxima found again,
-// grad_out added to their rows), dense as nn.EmbeddingBag's for max; not differentiable again
+// The forward keeps the row that gave each maximum (bag_max_arg); the backward adds grad_out to
+// those rows (bag_max_backward), dense as nn.EmbeddingBag's for max, whatever happened to the
+// table since. Under create_graph=True the same scatter by torch ops, differentiable again.
 
 struct BagMaxFunction : public torch::autograd::Function<BagMaxFunction> {
-    static Tensor forward(torch::autograd::AutogradContext *ctx, const Tensor &weight,
-                          const Tensor &indices, const Tensor &offsets) {
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext *ctx,
+                                                  const Tensor &weight, const Tensor &indices,
+                                                  const Tensor &offsets) {
         static auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("lookuplinear::bag_max", "")
-                             .typed<Tensor(const Tensor &, const Tensor &, const Tensor &)>();
-        ctx->save_for_backward({weight, indices, offsets});
-        at::AutoDispatchBelowADInplaceOrView below;
-        return op.call(weight, indices, offsets);
+                             .findSchemaOrThrow("lookuplinear::bag_max_arg", "")
+                             .typed<std::tuple<Tensor, Tensor>(const Tensor &, const Tensor &,
+                                                               const Tensor &)>();
+        Tensor out, arg;
+        {
+            at::AutoDispatchBelowADInplaceOrView below;
+            std::tie(out, arg) = op.call(weight, indices, offsets);
+        }
+        ctx->saved_data["rows"] = weight.sym_size(0);
+        ctx->mark_non_differentiable({arg});
+        ctx->save_for_backward({arg});
+        return {out, arg};
     }
 
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
                                                    torch::autograd::variable_list grads) {
         static auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("lookuplinear::bag_max_backward", "")
-                             .typed<Tensor(const Tensor &, const Tensor &, const Tensor &,
-                                           const Tensor &)>();
-        const auto saved = ctx->get_saved_variables();
+                             .typed<Tensor(const Tensor &, const Tensor &, c10::SymInt)>();
+        const Tensor arg = ctx->get_saved_variables()[0];
+        const c10::SymInt rows = ctx->saved_data["rows"].toSymInt();
         Tensor grad_weight;
         if (ctx->needs_input_grad(0)) {
-            at::AutoDispatchBelowADInplaceOrView below;  // no autograd layer: not differentiable
-            grad_weight = op.call(grads[0], saved[0], saved[1], saved[2]);
+            if (at::GradMode::is_enabled()) {  // create_graph=True: a gradient with its graph
+                grad_weight = bag_max_backward_twin(grads[0], arg, rows);
+            } else {
+                at::AutoDispatchBelowADInplaceOrView below;
+                grad_weight = op.call(grads[0], arg, rows);
+            }
         }
         return {grad_weight, Tensor(), Tensor()};
     }
@@ -967,7 +1014,21 @@ Tensor bag_max_autograd(const Tensor &weight, const Tensor &indices, const Tenso
         at::AutoDispatchBelowADInplaceOrView below;
         return op.call(weight, indices, offsets);
     }
-    return BagMaxFunction::apply(weight, indices, offsets);
+    return BagMaxFunction::apply(weight, indices, offsets)[0];
+}
+
+std::tuple<Tensor, Tensor> bag_max_arg_autograd(const Tensor &weight, const Tensor &indices,
+                                                const Tensor &offsets) {
+    if (!records(weight)) {
+        static auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("lookuplinear::bag_max_arg", "")
+                             .typed<std::tuple<Tensor, Tensor>(const Tensor &, const Tensor &,
+                                                               const Tensor &)>();
+        at::AutoDispatchBelowADInplaceOrView below;
+        return op.call(weight, indices, offsets);
+    }
+    const auto outs = BagMaxFunction::apply(weight, indices, offsets);
+    return {outs[0], outs[1]};
 }
 
 Tensor bag_lookup_autograd(const Tensor &weight, const Tensor &indices,
@@ -1040,8 +1101,8 @@ TORCH_LIBRARY(lookuplinear, m) {
     m.def("idmap_find(Tensor table, Tensor keys) -> Tensor");
     m.def("idmap_rows(Tensor found, Tensor keys, int fallback_rows) -> Tensor");
     m.def("bag_max(Tensor weight, Tensor indices, Tensor offsets) -> Tensor");
-    m.def("bag_max_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets) -> "
-          "Tensor");
+    m.def("bag_max_arg(Tensor weight, Tensor indices, Tensor offsets) -> (Tensor, Tensor)");
+    m.def("bag_max_backward(Tensor grad, Tensor arg, SymInt num_rows) -> Tensor");
     m.def("mode_weights(Tensor offsets, Tensor? weights, bool sqrt, ScalarType dtype, "
           "SymInt nnz) -> Tensor");
     m.def("fused_bind(Tensor table, bool bind) -> ()");
@@ -1060,6 +1121,7 @@ TORCH_LIBRARY_IMPL(lookuplinear, CPU, m) {
     m.impl("idmap_find", &idmap_find_cpu);
     m.impl("idmap_rows", &idmap_rows_cpu);
     m.impl("bag_max", &bag_max_cpu);
+    m.impl("bag_max_arg", &bag_max_arg_cpu);
     m.impl("bag_max_backward", &bag_max_backward_cpu);
     m.impl("mode_weights", &mode_weights_cpu);
     m.impl("row_sums", &row_sums_cpu);
@@ -1078,6 +1140,7 @@ TORCH_LIBRARY_IMPL(lookuplinear, CompositeExplicitAutograd, m) {
     m.impl("idmap_find", &idmap_find_twin);
     m.impl("idmap_rows", &idmap_rows_twin);
     m.impl("bag_max", &bag_max_twin);
+    m.impl("bag_max_arg", &bag_max_arg_twin);
     m.impl("bag_max_backward", &bag_max_backward_twin);
     m.impl("mode_weights", &mode_weights_twin);
     m.impl("row_sums", &row_sums_twin);
@@ -1095,9 +1158,10 @@ TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("bag_lookup", &lookuplinear::bag_lookup_autograd);
 }
 
-// bag_max's backward on every device
+// bag_max's backward on every device (bag_max_arg's node)
 TORCH_LIBRARY_IMPL(lookuplinear, Autograd, m) {
     m.impl("bag_max", &lookuplinear::bag_max_autograd);
+    m.impl("bag_max_arg", &lookuplinear::bag_max_arg_autograd);
 }
 
 // the operators that are read, not differentiated, and that Python calls eagerly: no autograd
