@@ -465,6 +465,34 @@ def test_hash_ids_is_scikit_learns_murmurhash():
         hash_ids(torch.tensor([1]), 0)
 
 
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_hash_ids_refuses_more_rows_than_int64_holds(backend: str) -> None:
+    """Rows are int64: up to ``2**63 - 1`` rows hash as scikit-learn's column; more (``2**63``
+    read as int64 is negative, giving negative rows) are refused, by ``hash_ids``, a hashed
+    ``TableConfig`` and an ``IdMap``, naming the count."""
+    from sklearn.utils import murmurhash3_32
+
+    from lookuplinear import IdMap, hash_ids
+
+    n = 2**63 - 1
+    ids = [1, -5, 12345]
+    want = [abs(murmurhash3_32(int(i).to_bytes(8, "little", signed=True), seed=0)) % n
+            for i in ids]
+    with use_backend(backend):
+        assert hash_ids(torch.tensor(ids), n).tolist() == want
+        assert hash_ids(["a"], n).tolist() == [abs(murmurhash3_32("a", seed=0)) % n]
+        for rows in (2**63, 2**64):
+            for ids_ in (torch.tensor(ids), ["a"]):
+                with pytest.raises(InputValueError, match=r"num_rows must be at most 2\*\*63 - 1"):
+                    hash_ids(ids_, rows)
+    for hashing in ("mod", "qr", "map"):
+        with pytest.raises(InputValueError, match=r"num_embeddings must be at most 2\*\*63"):
+            TableConfig("t", 2**63, 2, ["a"], hashing=hashing)
+    TableConfig("t", 2**63, 2, ["a"])  # unhashed: a row count as any other
+    with pytest.raises(InputValueError, match=r"num_embeddings must be at most 2\*\*63"):
+        IdMap(2**63 + 3, fallback_rows=2**63)
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_mod_hashing_equals_linear_on_the_hashed_one_hot(mode):
     from sklearn.utils import murmurhash3_32

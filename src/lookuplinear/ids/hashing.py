@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .._sizes import as_size
+from ..errors import InputValueError
 from ..ops._hashing import (
     hash_int_ids,
     murmur3_bytes,
@@ -40,6 +41,8 @@ from ..ops._hashing import (
 from .rawids import as_int_ids, as_str_ids, check_strs, key_type_of
 
 __all__ = [
+    "MAX_HASH_ROWS",
+    "as_hash_rows",
     "hash_ids",
     "murmur3_bytes",
     "murmur3_ids",
@@ -50,6 +53,31 @@ __all__ = [
     "splitmix64_c",
     "splitmix64_int",
 ]
+
+
+MAX_HASH_ROWS = 2**63 - 1
+"""The most rows IDs hash into: a row is an int64 (``hash_ids`` computes ``abs(h) % n`` in
+int64, where ``2**63`` has no value)."""
+
+
+def as_hash_rows(value: Any, name: str, *, where: str) -> int:
+    """``value`` as the row count of a hashed table: :func:`~lookuplinear._sizes.as_size`,
+    and at most :data:`MAX_HASH_ROWS`.
+
+    Raises
+    ------
+    SizeTypeError, SizeError
+        As :func:`~lookuplinear._sizes.as_size`.
+    InputValueError
+        ``value`` above ``2**63 - 1``.
+    """
+    rows = as_size(value, name, where=where)
+    if rows > MAX_HASH_ROWS:
+        raise InputValueError(
+            f"{where}: {name} must be at most 2**63 - 1 (rows are int64: a hashed row is "
+            f"computed in int64), got {rows}. Hash into fewer rows."
+        )
+    return rows
 
 
 def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> torch.Tensor:
@@ -68,7 +96,7 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
         array, a list of str, a pandas column of str (object, ``string``, pyarrow string or
         categorical dtype). Which of the two is read from the dtype, or from the first element.
     num_rows : int
-        The table's rows, ``>= 1``.
+        The table's rows, from 1 to ``2**63 - 1``.
 
     Returns
     -------
@@ -80,7 +108,8 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
     InputTypeError
         Floating-point or boolean IDs, or IDs of mixed types (ints among strings).
     InputValueError
-        ``num_rows < 1``; a missing ID (None, NaN, pandas' NA); an integer outside int64.
+        ``num_rows`` outside ``[1, 2**63 - 1]``; a missing ID (None, NaN, pandas' NA); an
+        integer outside int64.
 
     Examples
     --------
@@ -90,7 +119,7 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
     >>> int(hash_ids(["user42"], 1000)[0]) == abs(murmurhash3_32("user42", seed=0)) % 1000
     True
     """
-    num_rows = as_size(num_rows, "num_rows", where="hash_ids")
+    num_rows = as_hash_rows(num_rows, "num_rows", where="hash_ids")
     if key_type_of(ids) == "int":
         return hash_int_ids(as_int_ids(ids, "hash_ids").long(), num_rows)
     strs, shape = as_str_ids(ids, "hash_ids")

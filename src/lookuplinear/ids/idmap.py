@@ -17,7 +17,7 @@ from ..errors import InputValueError, StateDictError
 from ..ops import _idmap as table_ops
 from ..ops import values_known
 from ..ops.library import idmap_find, idmap_rows
-from .hashing import hash_ids
+from .hashing import as_hash_rows, hash_ids
 from .rawids import as_int_ids, as_str_ids, check_strs
 
 #: an int64 map's call in training with ``admit_after=1``, in place on its state
@@ -72,7 +72,7 @@ class IdMap(AllOrNothingLoad):
     Parameters
     ----------
     num_embeddings : int
-        Rows of the table the map indexes.
+        Rows of the table the map indexes, at most ``2**63 - 1`` (rows are int64).
     fallback_rows : int, default 1
         Rows shared by IDs not (yet) admitted; ``1 <= fallback_rows < num_embeddings``.
     admit_after : int, default 1
@@ -88,7 +88,8 @@ class IdMap(AllOrNothingLoad):
     Raises
     ------
     InputValueError
-        ``num_embeddings <= fallback_rows`` (no capacity), a count below 1, an unknown
+        ``num_embeddings <= fallback_rows`` (no capacity), a count below 1,
+        ``num_embeddings`` above ``2**63 - 1``, an unknown
         ``key_type``; a missing ID (None, NaN, pandas' NA) or an int outside int64 in a call.
     InputTypeError
         IDs of another type than ``key_type`` (floats, booleans, ints in a string map, strings
@@ -120,7 +121,7 @@ class IdMap(AllOrNothingLoad):
     def __init__(self, num_embeddings: int, *, fallback_rows: int = 1,
                  admit_after: int = 1, key_type: str = "int") -> None:
         super().__init__()
-        num_embeddings = as_size(num_embeddings, "num_embeddings", where="IdMap")
+        num_embeddings = as_hash_rows(num_embeddings, "num_embeddings", where="IdMap")
         fallback_rows = as_size(fallback_rows, "fallback_rows", where="IdMap")
         admit_after = as_size(admit_after, "admit_after", where="IdMap")
         if num_embeddings <= fallback_rows:

@@ -14,7 +14,7 @@ import torch
 from .._sizes import as_size
 from ..errors import InputValueError
 from ..functional import Mode, check_mode, normalize_padding_idx
-from ..ids.hashing import qr_stored_rows
+from ..ids.hashing import as_hash_rows, qr_stored_rows
 
 __all__ = ["TableConfig"]
 
@@ -31,7 +31,8 @@ class TableConfig:
     name : str
         The table's name (its ``state_dict`` key is ``embedding_bags.<name>.weight``).
     num_embeddings : int
-        Rows: the size of the features' one-hot dimension.
+        Rows: the size of the features' one-hot dimension (at most ``2**63 - 1`` with
+        ``hashing``, whose rows are int64).
     embedding_dim : int
         Output width of each feature that reads the table.
     feature_names : sequence of str
@@ -133,6 +134,8 @@ class TableConfig:
                 f"TableConfig {self.name!r}: hashing must be None, 'mod', 'qr' or 'map', got "
                 f"{self.hashing!r}."
             )
+        if self.hashing is not None:  # IDs hash (or fall back) into int64 rows
+            as_hash_rows(self.num_embeddings, "num_embeddings", where=where)
         for key in ("fallback_rows", "admit_after"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
