@@ -131,6 +131,95 @@ def test_a_damaged_hash_table_is_refused_at_load(name: str) -> None:
         assert torch.equal(v, before[k]), k
 
 
+def _slot_of(table: torch.Tensor, key: int) -> int:
+    """The slot of ``table`` that holds ``key``."""
+    return int(((table[0::2] == key) & (table[1::2] >= 0)).nonzero()[0])
+
+
+def _damage(state: dict[str, torch.Tensor], how: str) -> None:
+    """Break one invariant of the state of ``IdMap(8, fallback_rows=2, admit_after=2)`` that
+    holds IDs 0 to 3 in rows 0 to 3 (``assigned`` 4 of its 6 rows), two IDs pending."""
+    for name in state:
+        state[name] = state[name].clone()
+    table = state["table"]
+    if how in ("row past the capacity", "row not given out"):
+        table[2 * _slot_of(table, 1) + 1] = 6 if how == "row past the capacity" else 4
+    elif how == "negative assigned":
+        state["assigned"].fill_(-1)
+    elif how == "assigned past the capacity":
+        state["assigned"].fill_(7)
+    elif how == "row_id of another ID":
+        state["row_id"][2] = 99
+    elif how == "an ID in two slots":
+        free = int((table[1::2] < 0).nonzero()[0])
+        table[2 * free], table[2 * free + 1] = 1, int(table[2 * _slot_of(table, 1) + 1])
+    elif how == "last use after the clock":
+        state["last_used"][0] = int(state["clock"])
+    else:  # "pending count off"
+        state["pending_used"].add_(1)
+
+
+@pytest.mark.parametrize("how, entry", [
+    ("row past the capacity", "table: ID 1 is mapped to row 6"),
+    ("row not given out", "table: ID 1 is mapped to row 4, outside the 4 rows given out"),
+    ("negative assigned", r"assigned: -1 rows given out, outside \[0, 6\]"),
+    ("assigned past the capacity", r"assigned: 7 rows given out, outside \[0, 6\]"),
+    ("row_id of another ID", "row_id: row 2 holds ID 99, where table maps ID 2 to it"),
+    ("an ID in two slots", "table: ID 1 fills 2 slots"),
+    ("last use after the clock", r"last_used: .* outside \[-1, clock = 3\)"),
+    ("pending count off", "pending_used: 3, where 2 slots of pending are filled"),
+])
+def test_a_state_that_breaks_the_maps_invariants_is_refused_at_load(how: str, entry: str
+                                                                     ) -> None:
+    """A state whose rows do not hold together (a row past the map's, which a collection
+    reads in another table; a row no ID was given, or that row_id gives another ID; an ID in
+    two slots; ``assigned`` outside ``[0, capacity]``; a last use after the clock; a pending
+    count off) is refused with StateDictError naming the entry, the map left as it was."""
+    m = IdMap(8, fallback_rows=2, admit_after=2)
+    m(torch.arange(4))
+    m(torch.arange(4))
+    m(torch.tensor([10, 11]))
+    state = m.state_dict()
+    _damage(state, how)
+    other = IdMap(8, fallback_rows=2, admit_after=2)
+    before = copy.deepcopy(other.state_dict())
+    with pytest.raises(StateDictError, match=f"{entry}.*the state is damaged"):
+        other.load_state_dict(state)
+    with pytest.raises(StateDictError, match="the state is damaged"):  # PyTorch's own load
+        torch.nn.Module.load_state_dict(other, state)
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    other.load_state_dict(m.state_dict())  # the undamaged state loads
+
+
+def test_a_string_map_whose_strings_share_a_key_is_refused_at_load() -> None:
+    m = IdMap(8, fallback_rows=2, key_type="str")
+    m(["a", "b", "c"])
+    state = m.state_dict()
+    state["key_codes"] = state["key_codes"].clone()
+    state["key_codes"][1] = state["key_codes"][0]  # "b" would read "a"'s row
+    with pytest.raises(StateDictError, match="key_codes"):
+        IdMap(8, fallback_rows=2, key_type="str").load_state_dict(state)
+
+
+def test_a_collection_refuses_a_map_state_with_a_row_past_the_maps() -> None:
+    """A map row past the map's rows reads another table of the group: refused, with nothing
+    of the collection loaded."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("m", 4, 2, ["u"], hashing="map"),
+                            TableConfig("x", 10, 2, ["x"])])
+    col(KeyedBags.from_dict({"u": [[10**12]], "x": [[3]]}))
+    state = col.state_dict()
+    table = state["id_maps.m.table"] = state["id_maps.m.table"].clone()
+    table[2 * _slot_of(table, 10**12) + 1] = 6  # the map has 3 rows
+    before = copy.deepcopy(col.state_dict())
+    with pytest.raises(StateDictError, match=r"id_maps\.m\.table: ID 1000000000000 is mapped "
+                                             r"to row 6"):
+        col.load_state_dict(state)
+    for k, v in col.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_probe_of_a_table_without_an_empty_slot_ends(backend: str) -> None:
     """The probe walks a table at most once around: a full table finds its keys, reads an

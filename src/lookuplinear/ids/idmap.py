@@ -63,8 +63,11 @@ class IdMap(AllOrNothingLoad):
     IDs are looked up on the host, and the rows go back to the IDs' device.
     The map is deterministic for a given sequence of calls, and its state (``state_dict``:
     the hash table, each row's ID and last use, the admission counts) is saved and loaded with
-    the model; ``load_state_dict`` refuses a hash table with more slots filled than the map
-    fills (a damaged state, whose lookups could never end) with ``StateDictError``.
+    the model; ``load_state_dict`` refuses a damaged state with ``StateDictError``: a hash
+    table with more slots filled than the map fills (whose lookups could never end), rows that
+    do not hold together (an ID mapped to a row past the ``assigned`` ones or in two slots,
+    a row that ``row_id`` gives another ID, ``assigned`` outside ``[0, capacity]``), last uses
+    after the clock, a pending count off, strings sharing a key.
 
     As a matrix the map is, at any moment, a 0/1 matrix ``M`` with one 1 per ID, so a table
     read through it is ``nn.Linear`` on ``one_hot(id) @ M``.
@@ -95,8 +98,8 @@ class IdMap(AllOrNothingLoad):
         IDs of another type than ``key_type`` (floats, booleans, ints in a string map, strings
         in an int map). A call that raises changes nothing.
     StateDictError
-        ``load_state_dict`` of a state that does not fit the map (another shape, a damaged hash
-        table); nothing is loaded.
+        ``load_state_dict`` of a state that does not fit the map (another shape, a damaged
+        state); nothing is loaded.
 
     Examples
     --------
@@ -388,22 +391,80 @@ class IdMap(AllOrNothingLoad):
         error_msgs.extend(self._table_problems(state_dict, prefix))
 
     def _table_problems(self, state_dict: dict[str, Any], prefix: str) -> list[str]:
-        """Why the hash tables of ``state_dict`` (``table``, ``pending``) cannot be this map's:
-        more slots filled than the map ever fills (its capacity, half of the pending slots).
-        A lookup probes until an empty slot: a table without one would never end it. Tables
-        of another shape are left to the shape check."""
+        """Why the state of ``state_dict`` cannot be this map's, the map's invariants that a
+        lookup relies on: the hash tables (``table``, ``pending``) with no more slots filled
+        than the map ever fills (its capacity, half of the pending slots: a lookup probes until
+        an empty slot, and a table without one would never end it); ``assigned`` in
+        ``[0, capacity]``; each ID in one slot of ``table``, mapped to a row among the
+        ``assigned`` ones, which ``row_id`` says it holds (another row would read another ID's
+        values, or past the map's rows another table's); ``last_used`` in ``[-1, clock)``;
+        ``pending_used`` the count of filled ``pending`` slots. An entry the state dict lacks
+        is the map's own (a load with ``strict=False`` keeps it); one of another shape is left
+        to the shape check."""
         problems = []
+        state: dict[str, torch.Tensor] = {}
+        for name in ("table", "pending", "row_id", "last_used", "assigned", "clock",
+                     "pending_used"):
+            own = getattr(self, name)
+            given = state_dict.get(prefix + name, own)
+            if (isinstance(given, torch.Tensor) and not given.is_meta
+                    and given.shape == own.shape):
+                state[name] = given.detach().to("cpu", torch.int64)
         for name, most in (("table", self.capacity), ("pending", self.pending.numel() // 4)):
-            given = state_dict.get(prefix + name)
-            if (not isinstance(given, torch.Tensor) or given.is_meta
-                    or given.shape != getattr(self, name).shape):
+            if name not in state:
                 continue
-            filled = int((given[1::2] >= 0).sum())
+            filled = int((state[name][1::2] >= 0).sum())
             if filled > most:
                 problems.append(
-                    f"{prefix}{name}: {filled} of its {given.numel() // 2} slots are filled; "
-                    f"this IdMap fills at most {most}: the state is damaged")
+                    f"{prefix}{name}: {filled} of its {state[name].numel() // 2} slots are "
+                    f"filled; this IdMap fills at most {most}: the state is damaged")
+        if "pending" in state and "pending_used" in state:
+            filled = int((state["pending"][1::2] >= 0).sum())
+            if int(state["pending_used"]) != filled:
+                problems.append(
+                    f"{prefix}pending_used: {int(state['pending_used'])}, where {filled} "
+                    "slots of pending are filled: the state is damaged")
+        if "clock" in state and "last_used" in state:
+            clock, used = int(state["clock"]), state["last_used"]
+            if clock < 0 or bool(((used < -1) | (used >= clock)).any()):
+                problems.append(
+                    f"{prefix}last_used: a row last used at call {int(used.min())} or "
+                    f"{int(used.max())}, outside [-1, clock = {clock}): the state is damaged")
+        if "assigned" in state:
+            assigned = int(state["assigned"])
+            if not 0 <= assigned <= self.capacity:
+                problems.append(
+                    f"{prefix}assigned: {assigned} rows given out, outside [0, "
+                    f"{self.capacity}] (this IdMap's capacity): the state is damaged")
+            elif "table" in state:
+                problems.extend(self._row_problems(state, prefix, assigned))
         return problems
+
+    def _row_problems(self, state: dict[str, torch.Tensor], prefix: str, assigned: int
+                      ) -> list[str]:
+        """Why the IDs of ``state["table"]`` do not hold the ``assigned`` rows as ``row_id``
+        says (see :meth:`_table_problems`)."""
+        filled = state["table"][1::2] >= 0
+        keys, rows = state["table"][0::2][filled], state["table"][1::2][filled]
+        outside = rows >= assigned
+        if bool(outside.any()):
+            at = int(outside.nonzero()[0])
+            return [f"{prefix}table: ID {int(keys[at])} is mapped to row {int(rows[at])}, "
+                    f"outside the {assigned} rows given out (assigned; capacity "
+                    f"{self.capacity}): the state is damaged"]
+        distinct, counts = torch.unique(keys, return_counts=True)
+        if bool((counts > 1).any()):
+            key = int(distinct[counts > 1][0])
+            return [f"{prefix}table: ID {key} fills {int(counts.max())} slots: the state is "
+                    "damaged"]
+        if "row_id" in state:
+            wrong = state["row_id"][rows] != keys
+            if bool(wrong.any()):
+                at = int(wrong.nonzero()[0])
+                return [f"{prefix}row_id: row {int(rows[at])} holds ID "
+                        f"{int(state['row_id'][rows[at]])}, where table maps ID "
+                        f"{int(keys[at])} to it: the state is damaged"]
+        return []
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               local_metadata: dict[str, Any], strict: bool,
@@ -449,7 +510,13 @@ def _decode_keys(state: list[torch.Tensor], error_msgs: list[str]
     except UnicodeDecodeError:
         error_msgs.append("IdMap: the saved strings are not UTF-8: the state is damaged.")
         return None
-    return dict(zip(strs, codes.tolist(), strict=True)), int(nxt)
+    nxt_key, key_list = int(nxt), codes.reshape(-1).tolist()
+    if len(set(key_list)) < len(key_list) or any(not 0 <= k < nxt_key for k in key_list):
+        error_msgs.append(f"IdMap: the saved string keys (key_codes) are not distinct keys in "
+                          f"[0, key_next = {nxt_key}): two strings would share a row; the "
+                          "state is damaged.")
+        return None
+    return dict(zip(strs, key_list, strict=True)), nxt_key
 
 
 def _first_appearance(ids: torch.Tensor) -> torch.Tensor:
