@@ -25,6 +25,7 @@ from lookuplinear import (
     Bags,
     InputTypeError,
     InputValueError,
+    KeyedBags,
     LookupIndexError,
     LookupLinear,
     lookup_linear,
@@ -295,6 +296,31 @@ def test_uint64_values_past_int64_are_refused_not_wrapped() -> None:
         Bags([3], torch.tensor([0, 2**64 - 1], dtype=torch.uint64))
     bags = Bags(np.array([3, 1], dtype=np.uint64), np.array([0, 2], dtype=np.uint64))
     assert bags.indices.tolist() == [3, 1] and bags.offsets.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize(("values", "error", "message"), [
+    ([2**63], InputValueError, f"values holds {2**63}, which does not fit in int64"),
+    ([2**64], InputValueError, f"values holds {2**64}, which does not fit in int64"),
+    ([-1, 2**63], InputValueError, f"values holds {2**63}, which does not fit in int64"),
+    ([-(2**70), 3], InputValueError, f"values holds {-(2**70)}, which does not fit in int64"),
+    ([True, 2], InputTypeError, "values must be integers, got bool True"),
+    ([1, 2.5], InputTypeError, "values must be integers, got float 2.5"),
+])
+def test_a_list_of_ids_outside_int64_or_not_integers_is_refused_naming_it(
+        values: list[Any], error: type[Exception], message: str) -> None:
+    """A Python list of values is read as ``Bags.from_lists`` reads its entries: an int
+    outside int64 is refused naming it (numpy held it as uint64, object or float64: a raw
+    torch error, or a float dtype whose ``.long()`` would change it), and so is an entry that
+    is no integer (a bool read as 0 or 1, a float)."""
+    with pytest.raises(error, match=message):
+        KeyedBags(["a"], values, lengths=[len(values)])
+    with pytest.raises(error, match=message.replace("values", "indices")):
+        Bags(values, [0, len(values)])
+    with pytest.raises(error, match=message.replace("values", "offsets")):
+        Bags(list(range(len(values))), [0, *values])
+    ok = KeyedBags(["a"], [2**63 - 1, -(2**63), np.uint64(3)], lengths=(3,))
+    assert ok.values.dtype == torch.int64 and ok.values.tolist() == [2**63 - 1, -(2**63), 3]
+    assert Bags([], [0]).indices.dtype == torch.int64
 
 
 def test_index_lookup_reference_matches_embedding() -> None:

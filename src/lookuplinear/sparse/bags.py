@@ -46,7 +46,17 @@ def is_scipy_sparse(x: Any) -> bool:
 
 
 def as_int_tensor(name: str, value: Any) -> torch.Tensor:
-    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if isinstance(value, torch.Tensor):
+        t = value
+    else:
+        arr = np.asarray(value)
+        if arr.ndim == 1 and isinstance(value, Sequence):  # the items as from_lists reads them
+            arr = int64_entries(
+                value, arr, "Bags", f"{name} must be integers",
+                "Pass ints (a float such as 1.5 would name no row).",
+                f"{name} holds {{}}, which does not fit in int64; {name} are int64 positions "
+                "(indices below the table's number of rows).")
+        t = torch.as_tensor(arr)
     if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
         return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
@@ -116,10 +126,11 @@ class Bags:
     Raises
     ------
     InputTypeError
-        Indices or offsets are not integers, or weights are not floating point.
+        Indices or offsets are not integers (in a list: an entry that is a bool or a float),
+        or weights are not floating point.
     InputValueError
-        Weights of the wrong length; tensors on different devices; a uint64 index or offset
-        past int64 (checked for CPU tensors).
+        Weights of the wrong length; tensors on different devices; an index or offset past
+        int64 (a uint64 one checked for CPU tensors; an int in a list).
     OffsetsError
         Offsets do not start at 0, decrease, or do not end at ``len(indices)`` (checked here
         for CPU tensors; see below). Also an ``InputValueError``.
@@ -256,32 +267,12 @@ class Bags:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         entries = [i for b in lists for i in b]
-        flat = np.asarray(entries) if entries else np.zeros(0, dtype=np.int64)
-        # numpy reads a bool next to integers as 0 or 1: look at the entries whenever one is
-        if (flat.ndim != 1 or flat.dtype.kind not in "iu"
-                or not _BOOL_TYPES.isdisjoint(map(type, entries))):
-            bad = next((i for i in entries if _not_an_index(i)), _NO_ENTRY)
-            if bad is not _NO_ENTRY:  # None itself is an entry to refuse
-                raise InputTypeError(
-                    f"Bags.from_lists: each bag must be a list of integer row indices, got "
-                    f"{type(bad).__name__} {bad!r}. Pass ints (a float such as 1.5 would name "
-                    "no row), one flat list per bag."
-                )
-            # integers numpy held otherwise: past int64, or of mixed kinds
-            ints = [int(i) for i in entries]
-            past = [i for i in ints if not -(2**63) <= i < 2**63]
-            if past:
-                raise InputValueError(
-                    f"Bags.from_lists: index {past[0]} does not fit in int64; row indices are "
-                    "int64 (and below the table's number of rows)."
-                )
-            flat = np.array(ints, dtype=np.int64)
-        if flat.dtype.kind == "u" and flat.size and int(flat.max()) >= 2**63:
-            raise InputValueError(
-                f"Bags.from_lists: index {int(flat.max())} does not fit in int64; row indices "
-                "are int64 (and below the table's number of rows)."
-            )
-        flat = flat.astype(np.int64, copy=False)
+        flat = int64_entries(
+            entries, np.asarray(entries) if entries else np.zeros(0, dtype=np.int64),
+            "Bags.from_lists", "each bag must be a list of integer row indices",
+            "Pass ints (a float such as 1.5 would name no row), one flat list per bag.",
+            "index {} does not fit in int64; row indices are int64 (and below the table's "
+            "number of rows).")
         w = None
         if weights is not None:
             if [len(b) for b in weights] != lengths:
@@ -638,6 +629,35 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
 
 _NO_ENTRY = object()
 _BOOL_TYPES = frozenset({bool, np.bool_, torch.Tensor})  # a tensor may hold a bool
+
+
+def int64_entries(entries: Sequence[Any], flat: np.ndarray, where: str, what: str, fix: str,
+                  too_big: str) -> np.ndarray:
+    """The integers ``entries`` (a flat sequence, ``flat`` its ``np.asarray``) as an int64
+    array. Each entry is looked at only where numpy holds them otherwise than as integers (of
+    mixed kinds, past int64, or not integers) or one is a bool (numpy reads it as 0 or 1).
+
+    Raises
+    ------
+    InputTypeError
+        An entry that is no integer: ``"{where}: {what}, got <type> <entry>. {fix}"``.
+    InputValueError
+        An integer outside int64: ``"{where}: " + too_big.format(value)``.
+    """
+    if (flat.ndim != 1 or flat.dtype.kind not in "iu"
+            or not _BOOL_TYPES.isdisjoint(map(type, entries))):
+        bad = next((i for i in entries if _not_an_index(i)), _NO_ENTRY)
+        if bad is not _NO_ENTRY:  # None itself is an entry to refuse
+            raise InputTypeError(f"{where}: {what}, got {type(bad).__name__} {bad!r}. {fix}")
+        # integers numpy held otherwise: past int64, or of mixed kinds
+        ints = [int(i) for i in entries]
+        past = [i for i in ints if not -(2**63) <= i < 2**63]
+        if past:
+            raise InputValueError(f"{where}: {too_big.format(past[0])}")
+        flat = np.array(ints, dtype=np.int64)
+    if flat.dtype.kind == "u" and flat.size and int(flat.max()) >= 2**63:
+        raise InputValueError(f"{where}: {too_big.format(int(flat.max()))}")
+    return flat.astype(np.int64, copy=False)
 
 
 def _not_an_index(entry: Any) -> bool:

@@ -95,9 +95,11 @@ class KeyedBags:
         a number of bags that is not a multiple of the number of keys (or not the sum of
         ``stride_per_key_per_rank``), bad offsets, weights of the wrong length,
         ``inverse_indices`` not ``(F, N)`` (one row per name given) or naming a bag its key
-        does not have, names that are not keys or repeated.
+        does not have, names that are not keys or repeated; an int outside int64 in a list
+        of values, lengths or offsets.
     InputTypeError
-        Integer tensors that are not integers, weights that are not floating point.
+        Integer tensors that are not integers (in a list: an entry that is a bool or a
+        float), weights that are not floating point.
 
     Notes
     -----
