@@ -308,6 +308,21 @@ def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     assert X[0].indices.tolist() == [0, 1, *want] and X[0].data.tolist() == [1, 2, 1, 1]
 
 
+def test_vectorizer_char_ngram_column_past_int32_does_not_wrap() -> None:
+    """A character n-gram's column n_words + bucket past 2**31 - 1 stays positive: the hashed
+    columns (int32) are widened before the words' count is added."""
+    from sklearn.utils import murmurhash3_32
+
+    n, bucket = 100_000, 2**31 - 1
+    vec = FastTextVectorizer(minn=6, maxn=6, bucket=bucket)
+    vec.fit([" ".join(f"w{i}" for i in range(n))])
+    b = _ngrams.bucket(murmurhash3_32(" dzcq ", positive=False), bucket)  # its only 6-gram
+    assert n + b > 2**31 - 1
+    X = vec.transform(["dzcq"])
+    assert X.shape == (1, n + bucket) and X.indices.dtype == np.int64
+    assert X.indices.tolist() == [n + b] and X.data.tolist() == [1]
+
+
 @pytest.mark.parametrize(
     "params",
     [

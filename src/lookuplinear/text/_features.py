@@ -166,7 +166,10 @@ def text_features(
         except UnicodeEncodeError:  # a lone surrogate: its surrogatepass bytes, as the words'
             C = hasher.transform([g.encode("utf-8", "surrogatepass") for g in chars(doc)]
                                  for doc in docs)
-        X = X + sp.csr_matrix((C.data, C.indices + n_words, C.indptr), shape=X.shape)
+        cols = C.indices  # int32 while its values fit; a wider matrix's columns need int64
+        if width - 1 > np.iinfo(cols.dtype).max:
+            cols = cols.astype(np.int64)
+        X = X + sp.csr_matrix((C.data, cols + n_words, C.indptr), shape=X.shape)
     return X if buckets is None else keep_buckets(X, n_words, buckets)
 
 
