@@ -165,12 +165,12 @@ def make_case(form: str, batch: Batch, *, requires_grad: bool = False) -> Case:
         return Case(c.int(), kw, leaf, raw, merges=False)
     if form in ("scipy_csr", "scipy_csr_array", "scipy_csc", "scipy_coo"):
         data = vals.astype(np.float32)
-        if form == "scipy_csr":  # CSR built from the entries keeps duplicates as given
+        if form == "scipy_csr":  # CSR built from the entries stores duplicates; read summed
             x = sp.csr_matrix((data, cols.astype(np.int32), indptr.astype(np.int32)), (n, m))
-            return Case(x, {}, None, raw, merges=False)
+            return Case(x, {}, None, raw, merges=True)
         if form == "scipy_csr_array":
             x = sp.csr_array((data, cols, indptr), shape=(n, m))
-            return Case(x, {}, None, raw, merges=False)
+            return Case(x, {}, None, raw, merges=True)
         coo = sp.coo_matrix((data, (rows, cols)), shape=(n, m))  # duplicates add up
         return Case(coo if form == "scipy_coo" else coo.tocsc(), {}, None, raw, merges=True)
     if form in ("torch_coo", "torch_coo_coalesced"):

@@ -217,6 +217,48 @@ def test_scipy_coo_duplicates_add_up() -> None:
     torch.testing.assert_close(layer(coo), torch.stack([3.0 * W[3], 0.5 * W[1]]))
 
 
+def _stored_twice(form: str) -> Any:
+    """The matrix [[0, 2, 0, 1], [3, 0, 0, 0]] with its 2 stored as two entries of 1, out of
+    order, in ``form``."""
+    data, cols, indptr = [1.0, 1.0, 1.0, 3.0], [1, 3, 1, 0], [0, 3, 4]
+    if form == "torch_csr":
+        return torch.sparse_csr_tensor(torch.tensor(indptr), torch.tensor(cols),
+                                       torch.tensor(data), (2, 4))
+    m = sp.csr_matrix((np.float32(data), np.array(cols), np.array(indptr)), shape=(2, 4))
+    return {"csr": m, "csr_array": sp.csr_array(m), "csc": m.tocsc()}[form]
+
+
+@pytest.mark.parametrize("form", ["csr", "csr_array", "csc", "torch_csr"])
+def test_entries_stored_twice_in_a_matrix_are_summed(form: str) -> None:
+    """A CSR or CSC matrix with one row and column stored twice is read as its sum, as the
+    dense matrix: sqrtn divides by the norm of the merged row, max refuses the 2."""
+    x = _stored_twice(form)
+    X = torch.tensor([[0.0, 2.0, 0.0, 1.0], [3.0, 0.0, 0.0, 0.0]])
+    bags = Bags.from_scipy(x) if form != "torch_csr" else Bags.from_torch_sparse(x)
+    assert bags.indices.tolist() == [1, 3, 0] and bags.offsets.tolist() == [0, 2, 3]
+    assert bags.weights is not None and bags.weights.tolist() == [2.0, 1.0, 3.0]
+    for mode, denominator in (("sum", torch.ones(2, 1)), ("mean", X.sum(1, keepdim=True)),
+                              ("sqrtn", X.norm(dim=1, keepdim=True))):
+        layer = LookupLinear(4, 2, mode=mode)
+        lin = layer.to_linear(strict=False)
+        with torch.no_grad():
+            want = (lin(X) - lin.bias) / denominator + lin.bias
+            torch.testing.assert_close(layer(x), want)
+            torch.testing.assert_close(layer(bags), want)
+    with pytest.raises(InputValueError, match="weight 1"):
+        LookupLinear(4, 2, mode="max")(x)
+
+
+def test_from_scipy_sums_float16_entries_stored_twice() -> None:
+    m = sp.csr_matrix((np.float32([0.5, 0.25, 1.0]), np.array([2, 2, 0]), np.array([0, 3])),
+                      shape=(1, 3))
+    m.data = m.data.astype(np.float16)
+    bags = Bags.from_scipy(m)
+    assert bags.weights is not None and bags.weights.dtype == torch.float16
+    assert bags.indices.tolist() == [0, 2] and bags.weights.tolist() == [1.0, 0.75]
+    assert m.indices.tolist() == [2, 2, 0]  # the matrix itself is left as it is
+
+
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_to_scipy_owns_its_arrays(index_dtype: torch.dtype) -> None:
     """scipy's in-place operations on the matrix leave the bags' weights and indices alone."""

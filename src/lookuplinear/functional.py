@@ -23,7 +23,7 @@ from .errors import (
     InputValueError,
     PaddingIdxError,
 )
-from .modes import MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
+from .modes import ENTRYWISE_MODES, MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import assert_bags, capturing, offsets_ok, values_known
 from .ops._asserts import graph_message
 from .ops._backend import torch_only, transformed
@@ -355,7 +355,7 @@ def lookup_linear(
                 "Bags.from_lists([t.tolist() for t in x.unbind()])."
             )
         if input.layout != torch.strided:
-            bags = as_bags(input, in_features)
+            bags = as_bags(input, in_features, merge=mode in ENTRYWISE_MODES)
         elif input.dtype.is_floating_point or input.dtype == torch.bool:
             return _dense_forward(input, weight, bias, mode, padding_idx)
         elif input.dtype.is_complex:
@@ -371,7 +371,7 @@ def lookup_linear(
                 "input",
             )
     else:
-        bags = as_bags(input, in_features)
+        bags = as_bags(input, in_features, merge=mode in ENTRYWISE_MODES)
         if bags.indices.device != weight.device:  # host data from scipy: move it
             bags = bags.to(weight.device)
     return range_checked(
@@ -435,7 +435,7 @@ def _cpu_sum_operands(
         bags = input
     elif is_scipy_sparse(input):
         check_columns(cast(Any, input).shape, weight.shape[0], "scipy.sparse matrix")
-        bags = Bags.from_scipy(input)
+        bags = Bags._from_scipy(input, merge=False)  # a sum: duplicates add up either way
     else:
         return None
     if not bags.indices.is_cpu:

@@ -12,12 +12,18 @@ from .errors import InputValueError
 if TYPE_CHECKING:
     from .sparse.bags import Bags
 
-__all__ = ["MODES", "Mode", "check_mode", "mean_of_sums", "reduce_sums", "row_scale",
-           "safe_inverse"]
+__all__ = ["ENTRYWISE_MODES", "MODES", "Mode", "check_mode", "mean_of_sums", "reduce_sums",
+           "row_scale", "safe_inverse"]
 
 #: how a row of matrix input is reduced: PyTorch's EmbeddingBag modes plus TensorFlow's sqrtn
 Mode: TypeAlias = Literal["sum", "mean", "sqrtn", "max"]
 MODES: tuple[str, ...] = get_args(Mode)
+
+#: the modes that read a matrix's entries one by one (``sqrtn`` their squares, ``max`` each as a
+#: row present): for these an entry stored twice must be merged into its sum first, while
+#: ``sum`` and ``mean`` read only the sums, which merging does not change
+ENTRYWISE_MODES: tuple[str, ...] = ("sqrtn", "max")
+
 
 def check_mode(mode: str) -> None:
     """Raise ``InputValueError`` unless ``mode`` is one of :data:`MODES`."""

@@ -31,6 +31,7 @@ from .. import hugepages
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
 from ..functional import check_weights_have_offsets, lookup_linear, range_checked
+from ..modes import ENTRYWISE_MODES
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops import capturing
 from ..ops.library import mode_weights
@@ -318,7 +319,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                                last_to_end=self.padding_idx is not None or self.mode == "max")
             bags = Bags(input, ends, per_sample_weights)
         else:
-            bags = as_bags(input, self.in_features)
+            bags = as_bags(input, self.in_features, merge=self.mode in ENTRYWISE_MODES)
         bags.check_indices(self.in_features)
         if self.padding_idx is not None:
             if capturing() and self.mode == "max":

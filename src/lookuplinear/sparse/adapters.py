@@ -12,16 +12,21 @@ from .bags import Bags, is_scipy_sparse
 __all__ = ["as_bags", "check_columns"]
 
 
-def as_bags(input: Any, in_features: int) -> Bags:
-    """Turn a matrix-shaped sparse input into ``Bags``, checking its number of columns."""
+def as_bags(input: Any, in_features: int, *, merge: bool = True) -> Bags:
+    """Turn a matrix-shaped sparse input into ``Bags``, checking its number of columns.
+
+    An entry stored twice at one row and column is summed into one, as
+    :meth:`Bags.from_scipy` and :meth:`Bags.from_torch_sparse` read it; ``merge=False`` takes
+    the entries as stored, without the pass that looks for such entries, for a mode that only
+    sums them (not one of :data:`~lookuplinear.modes.ENTRYWISE_MODES`)."""
     if isinstance(input, Bags):
         return input
     if is_scipy_sparse(input):
         check_columns(tuple(cast(Any, input).shape), in_features, "scipy.sparse matrix")
-        return Bags.from_scipy(input)
+        return Bags._from_scipy(input, merge=merge)
     if isinstance(input, torch.Tensor) and input.layout in (torch.sparse_coo, torch.sparse_csr):
         check_columns(tuple(input.shape), in_features, "torch sparse tensor")
-        return Bags.from_torch_sparse(input)
+        return Bags._from_torch_sparse(input, merge=merge)
     if isinstance(input, torch.Tensor):
         raise InputTypeError(
             f"a torch sparse input must have layout sparse_coo or sparse_csr, got {input.layout}. "

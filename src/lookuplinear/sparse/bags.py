@@ -315,11 +315,15 @@ class Bags:
     def from_scipy(cls, m: Any) -> Bags:
         """Build from any ``scipy.sparse`` matrix or array; values become the weights.
 
-        CSR input with int32 or int64 indices is shared, not copied. Other formats are converted
-        to CSR first (duplicate COO entries add up). Data in another byte order or wider than
-        float64 (longdouble) is read as float64, other indices as int64. Complex values raise
-        ``InputTypeError`` (pass ``m.real`` or ``abs(m)``), as the layer refuses complex dense
-        input.
+        Each bag holds its row's values once: entries stored twice at one row and column (a CSR
+        or CSC matrix built with duplicates) are summed into one, on a copy, as ``m.toarray()``
+        adds them, so that ``mode="sqrtn"`` and ``"max"`` read the matrix's values and not how
+        it was stored. CSR input in canonical format (``m.has_canonical_format``: sorted
+        indices, no duplicates) with int32 or int64 indices is shared, not copied. Other
+        formats are converted to CSR first (duplicate COO entries add up). Data in another byte
+        order or wider than float64 (longdouble) is read as float64, other indices as int64.
+        Complex values raise ``InputTypeError`` (pass ``m.real`` or ``abs(m)``), as the layer
+        refuses complex dense input.
 
         Examples
         --------
@@ -327,6 +331,12 @@ class Bags:
         >>> Bags.from_scipy(sp.csr_matrix([[1.0, 0.0, 0.5], [0.0, 0.0, 0.0]]))
         Bags(n_bags=2, nnz=2, weighted=True)
         """
+        return cls._from_scipy(m, merge=True)
+
+    @classmethod
+    def _from_scipy(cls, m: Any, *, merge: bool) -> Bags:
+        """:meth:`from_scipy`; ``merge=False`` takes a CSR's entries as stored, without the
+        pass that looks for duplicates (for a sum, which they do not change)."""
         if not is_scipy_sparse(m):
             raise InputTypeError(
                 f"Bags.from_scipy: expected a scipy.sparse matrix or array, got {type(m).__name__}."
@@ -353,6 +363,11 @@ class Bags:
                 "its check_format(full_check=True) to see what is wrong."
             )
         check_offsets(indptr, nnz)  # scipy checks its indptr only on request
+        if merge:  # looked for only now: scipy's pass over the indices trusts indptr
+            shared = indices is csr.indices and indptr is csr.indptr  # its flag may be cached
+            stored = csr if shared else _csr(csr.shape, indices, indptr, data)
+            if not stored.has_canonical_format:
+                indices, indptr, data = _summed_duplicates(csr.shape, indices, indptr, data)
         # the types, shapes and offsets are checked: skip Bags.__init__'s checks (they would
         # run again on every call; benchmarks/bench_layer.py times the per-call cost)
         return cls.from_checked(_from_numpy(indices), _from_numpy(indptr), _from_numpy(data))
@@ -362,8 +377,11 @@ class Bags:
         """Build from a 2-D torch sparse COO or CSR tensor; values (and their grad) are kept.
 
         A coalesced tensor is read without a host synchronisation (an uncoalesced COO tensor
-        is coalesced first, which reads its values). Complex values raise ``InputTypeError``
-        (pass ``t.real`` or ``t.abs()``).
+        is coalesced first, which reads its values: entries at one row and column add up). A
+        CPU CSR tensor whose columns are not sorted and distinct in each row (PyTorch's
+        invariant, which it does not check by default) is coalesced the same way; on another
+        device the columns are read as stored. Complex values raise ``InputTypeError`` (pass
+        ``t.real`` or ``t.abs()``).
 
         Examples
         --------
@@ -371,6 +389,12 @@ class Bags:
         >>> Bags.from_torch_sparse(t).weights
         tensor([2., 1.])
         """
+        return cls._from_torch_sparse(t, merge=True)
+
+    @classmethod
+    def _from_torch_sparse(cls, t: torch.Tensor, *, merge: bool) -> Bags:
+        """:meth:`from_torch_sparse`; ``merge=False`` takes a CSR tensor's entries as stored,
+        without the pass that looks for duplicates (for a sum, which they do not change)."""
         if not isinstance(t, torch.Tensor) or t.layout not in (torch.sparse_coo, torch.sparse_csr):
             raise InputTypeError(
                 "Bags.from_torch_sparse: expected a torch sparse COO or CSR tensor, got "
@@ -399,7 +423,13 @@ class Bags:
         if not values.dtype.is_floating_point:
             values = values.float()
         if t.layout == torch.sparse_csr:
-            return cls(t.col_indices(), t.crow_indices(), values)
+            bags = cls(t.col_indices(), t.crow_indices(), values)  # offsets checked on the CPU
+            if not merge or not on_host(bags.indices) or _sorted_distinct(bags):
+                return bags
+            # columns out of order or stored twice in a row: coalesced, as a COO tensor's
+            t = torch.sparse_coo_tensor(torch.stack([bags.bag_ids(), bags.indices.long()]),
+                                        values, t.shape).coalesce()
+            values = t.values()
         rows, cols = t.indices()
         return cls(cols, _row_offsets(rows, t.shape[0]), values)
 
@@ -581,6 +611,37 @@ def _refuse_complex(where: str, dtype: Any) -> None:
         f"{where}: values must be real floating point (or integers), got dtype {dtype}. "
         "Pass x.real (or x.abs())."
     )
+
+
+def _csr(shape: tuple[int, int], indices: np.ndarray, indptr: np.ndarray, data: np.ndarray
+         ) -> sp.csr_matrix:
+    """A CSR matrix of checked arrays, sharing them where scipy can."""
+    import scipy.sparse as sp
+
+    return sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+
+
+def _summed_duplicates(shape: tuple[int, int], indices: np.ndarray, indptr: np.ndarray,
+                       data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR arrays with the entries of each row sorted and those stored twice at one column
+    summed into one (scipy's ``sum_duplicates``, on copies); float16 data is summed in float32
+    (scipy has no float16 kernels) and rounded back."""
+    wide = data.astype(np.float32) if data.dtype.itemsize < 4 else data.copy()
+    m = _csr(shape, indices.copy(), indptr.copy(), wide)
+    m.sum_duplicates()
+    if m.indices.dtype != indices.dtype:  # scipy narrows int64 indices that fit int32
+        return (m.indices.astype(indices.dtype), m.indptr.astype(indices.dtype),
+                m.data.astype(data.dtype, copy=False))
+    return m.indices, m.indptr, m.data.astype(data.dtype, copy=False)
+
+
+def _sorted_distinct(bags: Bags) -> bool:
+    """Whether the indices of each of the CPU ``bags`` are increasing."""
+    idx, off = bags.indices.numpy(), bags.offsets.numpy()
+    step = idx[1:] > idx[:-1]
+    ends = off[1:-1]  # each bag's end: no step from its last entry to the next bag's first
+    step[ends[(ends > 0) & (ends < idx.size)] - 1] = True
+    return bool(step.all())
 
 
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
