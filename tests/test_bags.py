@@ -164,6 +164,32 @@ def test_from_lists_takes_python_numpy_and_0_d_tensor_integers() -> None:
     assert bags.offsets.tolist() == [0, 2, 2, 4]
 
 
+def test_list_and_array_weights_keep_their_precision() -> None:
+    """Python floats are float64 weights and a floating array keeps its dtype: a float64
+    layer equals nn.Linear on the float64 matrix (0.1 not rounded to float32, 1e40 not inf);
+    a float32 layer rounds them to float32 as it did, to the bit."""
+    lists, values = [[1, 2], [0]], [[0.1, 1e40], [1 / 3]]
+    X = torch.tensor([[0.0, 0.1, 1e40], [1 / 3, 0.0, 0.0]], dtype=torch.float64)
+    flat = np.array([0.1, 1e40, 1 / 3])
+    for bags in (Bags.from_lists(lists, weights=values),
+                 Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat),
+                 Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat.tolist())):
+        assert bags.weights is not None and bags.weights.dtype == torch.float64
+        layer = LookupLinear(3, 2, dtype=torch.float64)
+        with torch.no_grad():
+            assert torch.equal(layer(bags), layer.to_linear()(X))
+    bags = Bags(torch.tensor([1]), torch.tensor([0, 1]), np.float16([0.1]))
+    assert bags.weights is not None and bags.weights.dtype == torch.float16
+    for mode in ("sum", "mean", "sqrtn"):
+        layer = LookupLinear(3, 2, mode=mode)
+        rounded = Bags.from_lists(lists, weights=[[0.1, 3e38], [1 / 3]])
+        assert rounded.weights is not None
+        rounded.weights = rounded.weights.float()
+        with torch.no_grad():
+            assert torch.equal(layer(Bags.from_lists(lists, weights=[[0.1, 3e38], [1 / 3]])),
+                               layer(rounded))
+
+
 def test_from_padded_drops_padding() -> None:
     x = torch.tensor([[3, 1, 0], [0, 0, 0], [2, 2, 5]])
     bags = Bags.from_padded(x, padding_idx=0)

@@ -235,6 +235,8 @@ class BatchedLookup:
                 len(runs) > 1 and starts is None):
             return None
         dtype = dtypes.pop()
+        if weights is not None:  # rounded to the tables' dtype first, as lookup_linear's
+            weights = weights.to(dtype)
         modes = [mode for _, _, mode in runs if mode != "sum"]
         factors = {mode: mode_weights(whole.offsets, weights, mode == "sqrtn", dtype, whole.nnz)
                    for mode in dict.fromkeys(modes)}
@@ -512,8 +514,8 @@ class BatchedLookup:
             lengths.append(bags.lengths())
             if any_weights:
                 if folds[f] and cfg.hashing != "qr":
-                    weights.append(mode_weights(bags.offsets, w, cfg.mode == "sqrtn",
-                                                dtype, bags.indices.numel()))
+                    weights.append(mode_weights(bags.offsets, None if w is None else w.to(dtype),
+                                                cfg.mode == "sqrtn", dtype, bags.indices.numel()))
                 elif w is not None:
                     weights.append(w.to(dtype))
                 else:

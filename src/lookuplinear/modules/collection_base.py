@@ -251,8 +251,9 @@ def table_bags(cfg: TableConfig, bags: Bags, *, id_map: IdMap | None, dtype: tor
     two = torch.stack(qr_rows(h, cfg.num_embeddings, int(cfg.qr_buckets or 1)), dim=1).reshape(-1)
     w = bags.weights
     check_qr_weights(cfg, w, feature)
-    if cfg.mode in ("mean", "sqrtn"):
-        w = mode_weights(bags.offsets, w, cfg.mode == "sqrtn", dtype, bags.indices.numel())
+    if cfg.mode in ("mean", "sqrtn"):  # the weights rounded to dtype first, as lookup_linear's
+        w = mode_weights(bags.offsets, None if w is None else w.to(dtype), cfg.mode == "sqrtn",
+                         dtype, bags.indices.numel())
     return Bags(two, bags.offsets * 2, None if w is None else w.repeat_interleave(2))
 
 

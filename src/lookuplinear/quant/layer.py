@@ -333,13 +333,13 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         if self.dtype in _OPS and self.mode != "max" and not (
             bags.weights is not None and bags.weights.requires_grad
         ):
-            w = bags.weights
+            w = None if bags.weights is None else bags.weights.float()  # the ops' dtype
             if self.mode != "sum":
                 w = mode_weights(bags.offsets, w, self.mode == "sqrtn", torch.float32,
                                  bags.indices.numel())
             out = getattr(torch.ops.quantized, _OPS[self.dtype][2])(
                 self.packed, bags.indices.long(), bags.offsets.long(), False, 0, False,
-                None if w is None else w.float(), None, True)
+                w, None, True)
             bias = self._bias32()
             return out if bias is None else out + bias
         return self._bag_rows(bags)

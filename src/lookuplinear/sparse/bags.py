@@ -85,9 +85,13 @@ def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, pe
                   fix: str = "") -> torch.Tensor:
     """``weights`` as a floating-point tensor of one value per entry of ``entries`` (a batch's
     ``name``: indices or values), on their device; else the error of ``owner`` (``Bags``,
-    ``KeyedBags``) that says so."""
-    w = (weights if isinstance(weights, torch.Tensor)
-         else torch.as_tensor(np.asarray(weights, dtype=np.float32)))
+    ``KeyedBags``) that says so.
+
+    A tensor is taken as it is. An array keeps its floating dtype (float16, float32, float64;
+    another byte order or longdouble is read as float64) and a list of Python floats is
+    float64, so that no value is rounded before the layer casts the weights to its table's
+    dtype; integers and bools become float32, as a matrix's integer values do."""
+    w = weights if isinstance(weights, torch.Tensor) else _weights_tensor(weights)
     if not w.dtype.is_floating_point:
         raise DtypeMismatchError(  # a RuntimeError too, as F.embedding_bag raises
             f"{owner}: weights must be floating point, got dtype {w.dtype}; "
@@ -106,6 +110,16 @@ def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, pe
     return w
 
 
+def _weights_tensor(weights: Any) -> torch.Tensor:
+    """:func:`check_weights`' tensor of weights that are not one."""
+    a = np.asarray(weights)
+    if a.dtype.kind != "f":
+        a = np.asarray(weights, dtype=np.float32)
+    elif not a.dtype.isnative or a.dtype.itemsize > 8:  # big-endian, longdouble
+        a = a.astype(np.float64)
+    return torch.as_tensor(a)
+
+
 class Bags:
     """A jagged batch of ``N`` bags of indices, offsets in CSR form, with optional weights.
 
@@ -122,6 +136,8 @@ class Bags:
         ``indices[offsets[b]:offsets[b + 1]]``.
     weights : Tensor of shape (nnz,), floating, optional
         One value per entry (a CSR matrix's ``data``, e.g. TF-IDF values). ``None`` means 1.
+        An array keeps its floating dtype and a list of Python floats is float64; the layer
+        casts the weights to its table's dtype.
 
     Raises
     ------
@@ -250,6 +266,9 @@ class Bags:
     ) -> Bags:
         """Build from one list of indices per bag (and optionally one list of weights per bag).
 
+        Weights of Python floats are float64, so a float64 layer reads them exactly (a
+        float32 one rounds them to float32, as it rounds any weights to its dtype).
+
         Examples
         --------
         >>> Bags.from_lists([[3, 1], [], [2, 2, 0]]).offsets
@@ -280,7 +299,7 @@ class Bags:
                     "Bags.from_lists: weights must have one list per bag with one value per "
                     f"index; bag lengths are {lengths}, weight lengths {[len(b) for b in weights]}."
                 )
-            w = torch.tensor([x for b in weights for x in b], dtype=torch.float32)
+            w = [x for b in weights for x in b]  # float64 for Python floats: check_weights
         return cls(torch.from_numpy(flat), torch.from_numpy(offsets), w)
 
     @classmethod
@@ -553,14 +572,15 @@ class Bags:
         check_index_range(self.indices, in_features, where="Bags.indices", sync=True)
 
     def to_dense(self, in_features: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The dense ``(N, in_features)`` matrix these bags stand for (duplicates add up).
+        """The dense ``(N, in_features)`` matrix these bags stand for (duplicates add up), in
+        ``dtype`` (default: the weights' dtype, float32 without weights).
 
         This is the reference path: it allocates ``N x in_features`` values.
 
         Examples
         --------
         >>> Bags.from_lists([[0, 2, 2]], weights=[[0.5, 1.0, 1.0]]).to_dense(4)
-        tensor([[0.5000, 0.0000, 2.0000, 0.0000]])
+        tensor([[0.5000, 0.0000, 2.0000, 0.0000]], dtype=torch.float64)
         """
         self.check_indices(in_features)
         if dtype is None:

@@ -443,7 +443,10 @@ class KeyedBags:
 
     def to_kjt(self) -> Any:
         """TorchRec's ``KeyedJaggedTensor`` of this batch (needs the ``torchrec`` package),
-        with its ``stride_per_key_per_rank`` and ``inverse_indices`` where it has them."""
+        with its ``stride_per_key_per_rank`` and ``inverse_indices`` where it has them.
+
+        float64 weights (a batch built from Python floats) become float32: TorchRec's tables
+        are float32 or narrower, and its lookups take no float64 weights."""
         try:
             from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
         except ImportError as exc:  # an optional dependency
@@ -461,8 +464,11 @@ class KeyedBags:
         known = self._known_bounds()
         if known is not None:  # known on the host: TorchRec's split reads nothing back
             extra["offset_per_key"] = list(known)
+        weights = self.weights
+        if weights is not None and weights.dtype == torch.float64:
+            weights = weights.float()
         return KeyedJaggedTensor(keys=self.keys(), values=self.values, lengths=self.lengths(),
-                                 weights=self.weights, **extra)
+                                 weights=weights, **extra)
 
     def full_batch(self) -> KeyedBags:
         """The same batch as ``N`` bags for every key: each example's bag of each key, as
