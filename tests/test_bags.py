@@ -165,15 +165,22 @@ def test_from_lists_takes_python_numpy_and_0_d_tensor_integers() -> None:
 
 
 def test_list_and_array_weights_keep_their_precision() -> None:
-    """Python floats are float64 weights and a floating array keeps its dtype: a float64
-    layer equals nn.Linear on the float64 matrix (0.1 not rounded to float32, 1e40 not inf);
+    """A floating array keeps its dtype: a float64 layer equals nn.Linear on the float64
+    matrix (0.1 not rounded to float32, 1e40 not inf); a list is read in torch's default
+    dtype, as torch.tensor reads it (float64 under torch.set_default_dtype(torch.float64));
     a float32 layer rounds them to float32 as it did, to the bit."""
     lists, values = [[1, 2], [0]], [[0.1, 1e40], [1 / 3]]
     X = torch.tensor([[0.0, 0.1, 1e40], [1 / 3, 0.0, 0.0]], dtype=torch.float64)
     flat = np.array([0.1, 1e40, 1 / 3])
-    for bags in (Bags.from_lists(lists, weights=values),
-                 Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat),
-                 Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat.tolist())):
+    default = torch.get_default_dtype()
+    assert Bags.from_lists([[1]], weights=[[0.1]]).weights.dtype == default  # type: ignore
+    torch.set_default_dtype(torch.float64)
+    try:
+        listed = [Bags.from_lists(lists, weights=values),
+                  Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat.tolist())]
+    finally:
+        torch.set_default_dtype(default)
+    for bags in (*listed, Bags(torch.tensor([1, 2, 0]), torch.tensor([0, 2, 3]), flat)):
         assert bags.weights is not None and bags.weights.dtype == torch.float64
         layer = LookupLinear(3, 2, dtype=torch.float64)
         with torch.no_grad():

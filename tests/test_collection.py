@@ -109,9 +109,9 @@ def test_keyed_bags_from_dict_and_weights():
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("mode", ["mean", "sqrtn"])
 def test_float64_weights_are_rounded_to_the_tables_dtype_first(mode: str, sparse: bool) -> None:
-    """Weights more precise than the tables (Python floats are float64) give what the same
-    weights rounded to the tables' float32 give, to the bit, as LookupLinear's: the folded
-    mode factors too, and a "qr" table's."""
+    """Weights more precise than the tables (float64) give what the same weights rounded to
+    the tables' float32 give, to the bit, as LookupLinear's: the folded mode factors too, and
+    a "qr" table's."""
     lists = [[3, 1, 4], [], [9, 2], [5]]
     values = [[0.1, 1 / 3, 2.7], [], [1e-3, 7.3], [0.3]]
     tables = [TableConfig("t", 10, 4, ["a", "b"], mode=mode),
@@ -120,9 +120,9 @@ def test_float64_weights_are_rounded_to_the_tables_dtype_first(mode: str, sparse
     coll = LookupCollection(tables, sparse=sparse)
 
     def batch(dtype: torch.dtype) -> KeyedBags:
-        bags = Bags.from_lists(lists, weights=values)
-        assert bags.weights is not None
-        bags = Bags(bags.indices, bags.offsets, bags.weights.to(dtype))
+        bags = Bags.from_lists(lists)
+        exact = torch.tensor([v for b in values for v in b], dtype=torch.float64)
+        bags = Bags(bags.indices, bags.offsets, exact.to(dtype))
         return KeyedBags.from_dict({"a": bags, "b": bags, "c": bags})
 
     with torch.no_grad():

@@ -3,6 +3,7 @@ the per-row error bound against the float table, and no training."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
@@ -58,15 +59,16 @@ def test_forward_equals_linear_on_the_dequantized_table(dtype, mode, padding_idx
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
 @pytest.mark.parametrize("mode", ["mean", "sqrtn"])
 def test_float64_weights_are_rounded_to_float32_first(dtype: str, mode: str) -> None:
-    """The quantized lookups compute in float32: float64 weights (Python floats) give what the
-    same weights rounded to float32 give, to the bit, as the float layer's."""
+    """The quantized lookups compute in float32: float64 weights give what the same weights
+    rounded to float32 give, to the bit, as the float layer's."""
     q = _layer(mode).quantize(dtype)
     g = torch.Generator().manual_seed(0)
     lists = [torch.randint(0, 50, (int(n),), generator=g).tolist()
              for n in torch.randint(0, 7, (40,), generator=g)]
     values = [(torch.randn(len(b), generator=g, dtype=torch.float64) * 3.7).tolist()
               for b in lists]
-    exact = Bags.from_lists(lists, values)
+    flat = Bags.from_lists(lists)
+    exact = Bags(flat.indices, flat.offsets, np.array([v for b in values for v in b]))
     assert exact.weights is not None and exact.weights.dtype == torch.float64
     rounded = Bags(exact.indices, exact.offsets, exact.weights.float())
     assert torch.equal(q(exact), q(rounded))

@@ -88,9 +88,10 @@ def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, pe
     ``KeyedBags``) that says so.
 
     A tensor is taken as it is. An array keeps its floating dtype (float16, float32, float64;
-    another byte order or longdouble is read as float64) and a list of Python floats is
-    float64, so that no value is rounded before the layer casts the weights to its table's
-    dtype; integers and bools become float32, as a matrix's integer values do."""
+    another byte order or longdouble is read as float64), so that no value is rounded before
+    the layer casts the weights to its table's dtype; a list, or an array of integers or
+    bools, is read in torch's default dtype (float32 unless ``torch.set_default_dtype`` says
+    otherwise), as ``torch.tensor`` reads a list of Python floats."""
     w = weights if isinstance(weights, torch.Tensor) else _weights_tensor(weights)
     if not w.dtype.is_floating_point:
         raise DtypeMismatchError(  # a RuntimeError too, as F.embedding_bag raises
@@ -113,9 +114,10 @@ def check_weights(weights: Any, entries: torch.Tensor, owner: str, name: str, pe
 def _weights_tensor(weights: Any) -> torch.Tensor:
     """:func:`check_weights`' tensor of weights that are not one."""
     a = np.asarray(weights)
-    if a.dtype.kind != "f":
-        a = np.asarray(weights, dtype=np.float32)
-    elif not a.dtype.isnative or a.dtype.itemsize > 8:  # big-endian, longdouble
+    if not isinstance(weights, np.ndarray) or a.dtype.kind != "f":  # as torch.tensor reads it
+        return torch.as_tensor(np.asarray(weights, dtype=np.float64)).to(
+            torch.get_default_dtype())
+    if not a.dtype.isnative or a.dtype.itemsize > 8:  # big-endian, longdouble
         a = a.astype(np.float64)
     return torch.as_tensor(a)
 
@@ -136,8 +138,8 @@ class Bags:
         ``indices[offsets[b]:offsets[b + 1]]``.
     weights : Tensor of shape (nnz,), floating, optional
         One value per entry (a CSR matrix's ``data``, e.g. TF-IDF values). ``None`` means 1.
-        An array keeps its floating dtype and a list of Python floats is float64; the layer
-        casts the weights to its table's dtype.
+        An array keeps its floating dtype, a list is read in torch's default dtype (as
+        ``torch.tensor`` reads it); the layer casts the weights to its table's dtype.
 
     Raises
     ------
@@ -266,8 +268,9 @@ class Bags:
     ) -> Bags:
         """Build from one list of indices per bag (and optionally one list of weights per bag).
 
-        Weights of Python floats are float64, so a float64 layer reads them exactly (a
-        float32 one rounds them to float32, as it rounds any weights to its dtype).
+        Weights are read in torch's default dtype, as ``torch.tensor`` reads a list of
+        Python floats (``torch.set_default_dtype(torch.float64)`` for a float64 layer to read
+        them exactly; or build ``Bags`` with a float64 array of weights).
 
         Examples
         --------
@@ -299,7 +302,7 @@ class Bags:
                     "Bags.from_lists: weights must have one list per bag with one value per "
                     f"index; bag lengths are {lengths}, weight lengths {[len(b) for b in weights]}."
                 )
-            w = [x for b in weights for x in b]  # float64 for Python floats: check_weights
+            w = [x for b in weights for x in b]  # torch's default dtype: check_weights
         return cls(torch.from_numpy(flat), torch.from_numpy(offsets), w)
 
     @classmethod
