@@ -947,15 +947,7 @@ def _bag_max_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Te
 
 def _bag_max_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                  ) -> torch.Tensor:
-    c = _bagmax.c_operands(weight, indices, offsets)
-    # ATen's CPU kernel takes some offsets that do not cover the entries (decreasing ones)
-    _check_offsets("bag_max", offsets if c is None else c[1], indices.numel())
-    try:
-        return _bag_max_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
-            weight, *c)[0]
-    except (IndexError, RuntimeError):  # torch's kernel refused it: the operator's error
-        _check_range(indices, weight.shape[0], "bag_max")
-        raise
+    return _bag_max_arg_cpu(weight, indices, offsets)[0]
 
 
 _impl("bag_max", _bag_max_cpu, "CPU")
@@ -980,6 +972,7 @@ def _bag_max_arg_twin(weight: torch.Tensor, indices: torch.Tensor, offsets: torc
 def _bag_max_arg_cpu(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     c = _bagmax.c_operands(weight, indices, offsets)
+    # ATen's CPU kernel takes some offsets that do not cover the entries (decreasing ones)
     _check_offsets("bag_max", offsets if c is None else c[1], indices.numel())
     try:
         return _bag_max_arg_twin(weight, indices, offsets) if c is None else _bagmax.bag_max_c(
