@@ -583,7 +583,7 @@ class Bags:
         Examples
         --------
         >>> Bags.from_lists([[0, 2, 2]], weights=[[0.5, 1.0, 1.0]]).to_dense(4)
-        tensor([[0.5000, 0.0000, 2.0000, 0.0000]], dtype=torch.float64)
+        tensor([[0.5000, 0.0000, 2.0000, 0.0000]])
         """
         self.check_indices(in_features)
         if dtype is None:
