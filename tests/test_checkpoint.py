@@ -82,6 +82,36 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
         assert torch.equal(a[key], b[key]), key
 
 
+def test_a_torch_optimizer_holding_a_state_no_group_lists_saves_and_restores(
+        tmp_path: Path) -> None:
+    """torch.optim keeps a loaded state entry under an index no group lists (no parameter
+    steps with it); a checkpoint saves the parameters' state and leaves it out, as
+    lookuplinear's optimizers leave it out of a load."""
+    torch.manual_seed(0)
+    model = Model()
+    opts = [optim.Adam(model.table.parameters(), lr=0.05),
+            torch.optim.Adam(model.head.parameters(), lr=0.01)]
+    _step(model, opts, 0)
+    stray = opts[1].state_dict()
+    stray["state"][7] = dict(stray["state"][0])
+    opts[1].load_state_dict(stray)
+    assert 7 in opts[1].state
+    ckpt = Checkpoint(tmp_path / "ckpt", model, opts)
+    ckpt.save(step=0)
+    saved = _bits(model, opts[:1]), {k: v for k, v in opts[1].state.items()
+                                     if isinstance(k, torch.Tensor)}
+    fresh = Model()
+    fresh_opts = [optim.Adam(fresh.table.parameters(), lr=0.05),
+                  torch.optim.Adam(fresh.head.parameters(), lr=0.01)]
+    assert Checkpoint(tmp_path / "ckpt", fresh, fresh_opts).restore() == {"step": 0}
+    _assert_same(_bits(fresh, fresh_opts[:1]), saved[0])
+    for p, q in zip(model.head.parameters(), fresh.head.parameters(), strict=True):
+        assert torch.equal(p, q)
+        for key, value in saved[1][p].items():
+            assert torch.equal(torch.as_tensor(fresh_opts[1].state[q][key]),
+                               torch.as_tensor(value))
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("in_file", [False, True])

@@ -370,6 +370,8 @@ class Checkpoint:
             scalars: dict[str, dict[str, Any]] = {}
             layouts: dict[str, dict[str, Any]] = {}
             for q, state in opt.state.items():
+                if not isinstance(q, torch.Tensor):
+                    continue  # an index no group lists (torch.optim keeps one it loaded)
                 pname = self._names[id(q)]
                 by_rows: list[str] = []
                 if isinstance(opt, RowSparseOptimizer):
