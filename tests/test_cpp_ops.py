@@ -1174,6 +1174,7 @@ _MAX_GRADIENTS = textwrap.dedent("""
 """)
 
 
+@needs_cpp  # the suite's pass without a compiler would run the same three processes again
 def test_bag_max_gradient_is_the_forwards_rows_on_every_registration() -> None:
     """On the C++ operators, the Python registration and an install without a compiler:
     ``bag_max``'s (and ``bag_max_arg``'s) gradient goes to the rows that gave each maximum
