@@ -36,6 +36,7 @@ from ..errors import InputTypeError, InputValueError, StateDictError
 from ..functional import Mode, check_max_weights, lookup_linear
 from ..ids.hashing import hash_ids, qr_rows
 from ..ids.idmap import IdMap
+from ..ops import capturing
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags, KeyedTensor
 from ..storage.tables import attach, drawn_eagerly, refuse_assign, refuse_conversion, storage_of
@@ -648,7 +649,7 @@ class LookupCollection(CollectionBase):
                                    sparse=True)
         else:  # several tables' padding rows: their positions read the rows, without gradient
             padding = torch.isin(every, torch.tensor(pads, device=every.device))
-            if torch.compiler.is_compiling():  # no branch on values: zero gradients there
+            if capturing():  # no branch on values in a recorded graph: zero gradients there
                 looked = lookup_linear(every, w, None, sparse=True)
                 looked = torch.where(padding.unsqueeze(-1), looked.detach(), looked)
             else:
