@@ -603,6 +603,36 @@ def test_test_counts_as_fasttexts_test(tmp_path: Path, fasttext, capsys, k: str,
     assert capsys.readouterr().out.split() == ["N", "0", "P@1", "nan", "R@1", "nan"]
 
 
+@pytest.mark.parametrize(("k", "threshold"), [("1", "0"), ("2", "0.2")])
+def test_test_label_prints_each_labels_scores_as_fasttext(tmp_path: Path, fasttext, capsys,
+                                                          k: str, threshold: str) -> None:
+    """`test-label`: a line per label of the model, in its order, with the F1-score,
+    precision and recall the fasttext module's test_label gives (6 decimals, '--------' where
+    undefined: a label no example has), then N, P@k and R@k with 3 decimals, as fastText's
+    `test-label` prints them."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", n_labels=4, minn=2, maxn=3, word_ngrams=2)
+    lines = ["__label__0 good film", "__label__1 __label__zz bad movie __label__1",
+             "ok great", "__label__2 x __label__2 film", "good film __label__1 </s> __label__0",
+             "__label__1 café naïve 日本", "__label__2 __label__0 awful"]
+    (tmp_path / "t.txt").write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    n, p, r = ft.test(str(tmp_path / "t.txt"), int(k), float(threshold))
+    scores = ft.test_label(str(tmp_path / "t.txt"), int(k), float(threshold))
+
+    def shown(v: float) -> str:
+        return "--------" if np.isnan(v) else f"{v:.6f}"
+
+    want = [f"F1-Score : {shown(s['f1score'])}  Precision : {shown(s['precision'])}  "
+            f"Recall : {shown(s['recall'])}   {lab}"
+            for lab, s in ((lab, scores[lab]) for lab in ft.get_labels())]
+    want += [f"N\t{n}", f"P@{k}\t{p:.3f}", f"R@{k}\t{r:.3f}"]
+    assert main(["test-label", str(path), str(tmp_path / "t.txt"), k, threshold]) == 0
+    assert capsys.readouterr().out.splitlines() == want
+    assert "Recall : --------   __label__3" in want[3]
+
+
 def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
                                                        capsys) -> None:
     """predict-prob writes each probability as fastText's C++ ostream does (6 significant

@@ -661,6 +661,11 @@ def test_fasttext_documented_commands(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "model.vec", "train.txt"]
     assert main(["test", "model.bin", train, "2"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "P@2\t0.5"
+    assert main(["test-label", "model.bin", train, "2"]) == 0  # per label, then 3 decimals
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in out[:2]] == ["__label__neg", "__label__pos"]
+    assert out[1].startswith("F1-Score : 0.666667  Precision : 0.500000  Recall : 1.000000   ")
+    assert out[2:] == ["N\t30", "P@2\t0.500", "R@2\t1.000"]
     assert main(["predict-prob", "model.bin", train, "2"]) == 0
     pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert all(len(p) == 4 for p in pairs)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "predict": "predict",
     "predict-prob": "predict",
     "test": "test",
+    "test-label": "test",
     "quantize": "quantize",
     "print-word-vectors": "vectors",
     "print-sentence-vectors": "vectors",
