@@ -80,8 +80,28 @@ def test_vectorizer_min_count_char_ngrams_and_config_round_trip() -> None:
     assert vec.transform(["zzz"])[0, :2].sum() == 0  # unknown word: only its char n-grams
     with pytest.raises(InputValueError, match="min_count"):
         FastTextVectorizer(min_count=10).fit(texts)
-    with pytest.raises(InputValueError, match="minn <= maxn"):
-        FastTextVectorizer(minn=4, maxn=2).fit(texts)
+
+
+@NOT_LEARNING
+def test_minn_zero_and_minn_above_maxn_are_fasttexts_lengths(ft_file: Path, tmp_path: Path
+                                                            ) -> None:
+    """As fastText takes them: -minn 0 is -minn 1 (n-grams of 1 to maxn characters), and
+    -minn above -maxn gives no character n-gram (the bucket columns stay), in the vectorizer
+    and in `train`/`supervised`."""
+    texts = ["good film", "bad movie", "good good plot"]
+    one = FastTextVectorizer(minn=1, maxn=3, bucket=64).fit(texts).transform(texts)
+    zero = FastTextVectorizer(minn=0, maxn=3, bucket=64).fit(texts).transform(texts)
+    assert (one != zero).nnz == 0 and one[:, 5:].nnz > 0
+    none = FastTextVectorizer(minn=4, maxn=3, bucket=64).fit(texts).transform(texts)
+    words = FastTextVectorizer(bucket=64).fit(texts).transform(texts)
+    assert none.shape == (3, 5 + 64) and none[:, 5:].nnz == 0
+    assert (none[:, :5] != words).nnz == 0
+    for minn, maxn in (("0", "3"), ("4", "3")):
+        assert main(["supervised", "-input", str(ft_file), "-output", str(tmp_path / "m"),
+                     "-minn", minn, "-maxn", maxn, "-epoch", "1", "-bucket", "64", "-dim", "4",
+                     "-verbose", "0"]) == 0
+        vec = load_model(tmp_path / "m.bin").vectorizer
+        assert (vec.minn, vec.maxn) == (int(minn), int(maxn))
 
 
 @settings(max_examples=200, deadline=None)

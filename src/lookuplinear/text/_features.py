@@ -145,7 +145,8 @@ def text_features(
     hashed = word_ngrams > 1 or maxn > 0
     width = n_words + (bucket if hashed else 0)
     X = count_matrix(tokens, column, word_ngrams, bucket, n_words, width)
-    if maxn > 0:  # scikit-learn's char_wb analyzer and FeatureHasher define these columns
+    minn = max(minn, 1)  # fastText's lengths: minn 0 is 1, minn > maxn none (buckets kept)
+    if minn <= maxn:  # scikit-learn's char_wb analyzer and FeatureHasher define these columns
         import scipy.sparse as sp
         from sklearn.feature_extraction import FeatureHasher
         from sklearn.feature_extraction.text import HashingVectorizer
@@ -193,7 +194,8 @@ def keep_buckets(X: sp.csr_matrix, n_words: int, buckets: np.ndarray) -> sp.csr_
 
 def check_params(*, word_ngrams: int, minn: int, maxn: int, bucket: int, min_count: int = 1,
                  whitespace: str = "unicode", where: str = "FastTextVectorizer") -> None:
-    """Refuse a parameter out of range, as ``FastTextVectorizer`` names it."""
+    """Refuse a parameter out of range, as ``FastTextVectorizer`` names it; ``minn`` 0 and
+    ``minn > maxn`` are taken, as fastText takes them."""
     if not isinstance(whitespace, str) or whitespace not in WHITESPACE:
         raise InputValueError(
             f"{where}: whitespace must be one of {list(WHITESPACE)} ('unicode': split at every "
@@ -202,11 +204,6 @@ def check_params(*, word_ngrams: int, minn: int, maxn: int, bucket: int, min_cou
     for name, value, low in (("word_ngrams", word_ngrams, 1), ("bucket", bucket, 1),
                              ("min_count", min_count, 1), ("minn", minn, 0), ("maxn", maxn, 0)):
         as_size(value, name, low=low, where=where)
-    if maxn and not 1 <= minn <= maxn:
-        raise InputValueError(
-            f"{where}: character n-grams need 1 <= minn <= maxn, got minn={minn}, "
-            f"maxn={maxn}. Set maxn=0 to turn them off."
-        )
 
 
 def check_buckets(buckets: Any, bucket: int) -> np.ndarray:

@@ -66,7 +66,9 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     word_ngrams : int, default 1
         Longest word n-gram (fastText's ``-wordNgrams``); 1 means words only.
     minn, maxn : int, default 0
-        Character n-gram lengths (fastText's ``-minn``/``-maxn``); 0 turns them off.
+        Character n-gram lengths (fastText's ``-minn``/``-maxn``); ``maxn=0`` turns them
+        off. As in fastText, ``minn=0`` is ``minn=1``, and ``minn > maxn`` gives no character
+        n-gram (the ``bucket`` columns are still there when ``maxn > 0``).
     bucket : int, default 2_000_000
         Hash buckets shared by word and character n-grams (fastText's ``-bucket``); used only
         when ``word_ngrams > 1`` or ``maxn > 0``.
