@@ -633,6 +633,39 @@ def test_test_label_prints_each_labels_scores_as_fasttext(tmp_path: Path, fastte
     assert "Recall : --------   __label__3" in want[3]
 
 
+def test_dump_prints_args_dict_and_matrices_as_fasttext(tmp_path: Path, fasttext,
+                                                        capsys) -> None:
+    """`dump MODEL args|dict|input|output` on a fastText model: fastText's Args::dump lines,
+    the dictionary's count then `entry count word|label` lines, and `rows cols` then the
+    matrix's rows (%g values), the numbers the fasttext module reads; a quantized model has
+    no matrix to dump."""
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", loss="ova", minn=2, maxn=3, dim=2)
+    ft = fasttext.load_model(str(path))
+    assert main(["dump", str(path), "args"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "dim 2", "ws 5", "epoch 5", "minCount 1", "neg 5", "wordNgrams 1", "loss one-vs-all",
+        "model sup", "bucket 300", "minn 2", "maxn 3", "lrUpdateRate 100", "t 0.0001"]
+    assert main(["dump", str(path), "dict"]) == 0
+    words, word_counts = ft.get_words(include_freq=True)
+    labels, label_counts = ft.get_labels(include_freq=True)
+    assert capsys.readouterr().out.splitlines() == [str(len(words) + len(labels))] + [
+        f"{w} {c} {kind}" for ws, cs, kind in ((words, word_counts, "word"),
+                                               (labels, label_counts, "label"))
+        for w, c in zip(ws, cs, strict=True)]
+    for option, m in (("input", ft.get_input_matrix()), ("output", ft.get_output_matrix())):
+        assert main(["dump", str(path), option]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"{m.shape[0]} {m.shape[1]}" and len(out) == m.shape[0] + 1
+        assert out[1:] == [" ".join(f"{float(v):g}" for v in row) for row in m]
+    ft.quantize(retrain=False, dsub=1)
+    ft.save_model(str(tmp_path / "m.ftz"))
+    assert main(["dump", str(tmp_path / "m.ftz"), "input"]) == 1
+    assert "quantized" in capsys.readouterr().err
+    assert main(["dump", str(tmp_path / "m.ftz"), "args"]) == 0
+
+
 def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
                                                        capsys) -> None:
     """predict-prob writes each probability as fastText's C++ ostream does (6 significant

@@ -686,6 +686,13 @@ def test_fasttext_documented_commands(
     assert [line.split()[-1] for line in out[:2]] == ["__label__neg", "__label__pos"]
     assert out[1].startswith("F1-Score : 0.666667  Precision : 0.500000  Recall : 1.000000   ")
     assert out[2:] == ["N\t30", "P@2\t0.500", "R@2\t1.000"]
+    assert main(["dump", "model.bin", "args"]) == 0  # a lookuplinear model: what it records
+    assert capsys.readouterr().out.splitlines() == [
+        "dim 8", "wordNgrams 1", "minCount 1", "bucket 2000000", "minn 0", "maxn 0"]
+    assert main(["dump", "model.bin", "output"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "1 8"  # two labels: one output
+    assert main(["dump", "model.bin", "dict"]) == 1
+    assert "without word counts" in capsys.readouterr().err
     assert main(["predict-prob", "model.bin", train, "2"]) == 0
     pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert all(len(p) == 4 for p in pairs)

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "print-sentence-vectors": "vectors",
     "skipgram": "unsupervised",
     "cbow": "unsupervised",
+    "dump": "dump",
 }
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

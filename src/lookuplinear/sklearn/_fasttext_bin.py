@@ -219,6 +219,11 @@ class FastTextModel(TextModel):
     #: None: every bucket is a row; empty: no n-gram rows
     pruneidx: dict[int, int] | None = None
     label_counts: list[int] = field(default_factory=list)
+    #: every entry's count in the training file (``words`` order)
+    counts: list[int] = field(default_factory=list)
+    #: whether the input matrix was quantized (an ``.ftz``): no dense matrices to dump
+    quantized: bool = False
+    path: Path | None = None
     _ids: dict[bytes, int] = field(default_factory=dict, repr=False)
     _tree: Any = field(default=None, repr=False)
 
@@ -812,7 +817,7 @@ def load_fasttext(path: str | Path) -> FastTextModel:
     model = FastTextModel(
         args=args, version=version, words=words, n_words=nwords, input_matrix=inp,
         output_matrix=out, output_norms=norms, pruneidx=pruneidx,
-        label_counts=counts[nwords:], _ids=ids)
+        label_counts=counts[nwords:], counts=counts, quantized=quant_input, path=p, _ids=ids)
     return model
 
 
