@@ -412,6 +412,44 @@ def test_word_and_sentence_vectors_equal_fasttext(tmp_path: Path, fasttext, case
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["softmax", "softmax-ngrams", "hs-chars"])
+def test_print_ngrams_nn_and_analogies_print_as_fasttext(tmp_path: Path, fasttext, case: str,
+                                                         capsys, monkeypatch) -> None:
+    """`print-ngrams`, `nn` and `analogies` on a fastText file print what fastText's do: its
+    module's `get_subwords` rows (5 digits), `get_nearest_neighbors` and `get_analogies`
+    (6 digits, fastText's order; without n-grams an unknown word's zero query ties every
+    word, which fastText's heap orders)."""
+    import io
+
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", **CASES[case])
+    ft = fasttext.load_model(str(path))
+    for word in ["good", "naïve", "unseen"]:
+        assert main(["print-ngrams", str(path), word]) == 0
+        names, rows = ft.get_subwords(word)
+        assert capsys.readouterr().out == "".join(
+            f"{n} " + "".join(f"{float(v):.5g} " for v in ft.get_input_vector(r)) + "\n"
+            for n, r in zip(names, rows, strict=True))
+
+    def printed(found: list) -> str:
+        return "".join(f"{w} {float(s):g}\n" for s, w in found)
+
+    queries = ["good", "unseen", "日本"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(" ".join(queries).encode())))
+    assert main(["nn", str(path), "5"]) == 0
+    prompt = "Query word? "
+    assert capsys.readouterr().out == prompt + "".join(
+        printed(ft.get_nearest_neighbors(q, 5)) + prompt for q in queries)
+    triplets = [("good", "bad", "film"), ("unseen", "x", "café")]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(
+        "\n".join(" ".join(t) for t in triplets).encode())))
+    assert main(["analogies", str(path), "3"]) == 0
+    prompt = "Query triplet (A - B + C)? "
+    assert capsys.readouterr().out == f"Loading model {path}\n{prompt}" + "".join(
+        printed(ft.get_analogies(*t, k=3)) + prompt for t in triplets)
+
+
 @pytest.mark.parametrize("k", ["-1", "3"])
 def test_test_counts_the_labels_predict_prints(tmp_path: Path, fasttext, capsys,
                                                k: str) -> None:

@@ -1533,6 +1533,38 @@ def test_print_word_and_sentence_vectors_are_the_mean_table_rows(
 
 
 @NOT_LEARNING
+def test_print_ngrams_and_nn_on_a_lookuplinear_model(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """print-ngrams: the word's row, then one row per char n-gram (its vectorizer's); nn: the
+    cosine similarity of the word vectors of the vocabulary, the query left out."""
+    model_path = tmp_path / "m.bin"
+    assert main(["train", str(ft_file), "-o", str(model_path), "--dim", "5", "--minn", "2",
+                 "--maxn", "3", "--bucket", "500", "-q"]) == 0
+    model = load_model(model_path)
+    W = model.estimator.model_.lookup.weight.detach().numpy()
+    assert main(["print-ngrams", str(model_path), "great"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    word = W[model.vectorizer.vocabulary_["great"]]
+    assert lines[0] == "great " + "".join(f"{v:.5g} " for v in word)
+    # the n-grams of " great " (spaces mark a word's ends), 2 and 3 characters long
+    assert lines[1].startswith(" g ") and lines[2].startswith("gr ") and len(lines) == 1 + 6 + 5
+    vocab = sorted(model.vectorizer.vocabulary_, key=model.vectorizer.vocabulary_.__getitem__)
+    V = model.word_vectors(vocab).astype(np.float64)
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    sims = V @ V[vocab.index("film")]
+    order = [i for i in np.argsort(-sims, kind="stable") if vocab[i] != "film"][:3]
+    _stdin(monkeypatch, b"film\n")
+    assert main(["nn", str(model_path), "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Query word? ") and out.endswith("Query word? ")
+    got = [line.split(" ") for line in out[len("Query word? "):-len("Query word? ")].splitlines()]
+    assert [g[0] for g in got] == [vocab[i] for i in order]
+    np.testing.assert_allclose([float(g[1]) for g in got], sims[order], rtol=1e-5)
+
+
+@NOT_LEARNING
 def test_pretrained_vectors_start_the_rows_and_join_the_vocabulary(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

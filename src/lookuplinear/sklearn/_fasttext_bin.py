@@ -347,6 +347,34 @@ class FastTextModel(TextModel):
                     self._push(out, _hash(word[i:j]) % bucket)
                 n += 1
 
+    def subwords(self, word: str) -> tuple[list[int], list[str]]:
+        """``Dictionary::getSubwords`` with its strings: the input rows of ``word`` (its own,
+        if in the dictionary, then its character n-grams') and the strings they stand for.
+        A pruned model's n-gram left out has a string but no row, as in fastText (whose
+        ``print-ngrams`` pairs the ``i``-th row with the ``i``-th string)."""
+        assert self.args is not None
+        token = as_bytes(word)
+        wid = self._ids.get(token, -1)
+        ids = [wid] if wid >= 0 else []
+        names = [token] if wid >= 0 else []
+        if token != _EOS:
+            minn, maxn, bucket = self.args.minn, self.args.maxn, self.args.bucket
+            padded = b"<" + token + b">"
+            size = len(padded)
+            for i in range(size):
+                if padded[i] & 0xC0 == 0x80:
+                    continue
+                j, n = i, 1
+                while j < size and n <= maxn:
+                    j += 1
+                    while j < size and padded[j] & 0xC0 == 0x80:
+                        j += 1
+                    if n >= minn and not (n == 1 and (i == 0 or j == size)):
+                        self._push(ids, _hash(padded[i:j]) % bucket)
+                        names.append(padded[i:j])
+                    n += 1
+        return ids, [as_text(n) for n in names]
+
     def _push(self, out: list[int], bucket: int) -> None:
         """``Dictionary::pushHash``: a bucket's row, through a pruned model's map."""
         if self.pruneidx is not None:
