@@ -89,7 +89,7 @@ def _lookuplinear_ngrams(model: Any, word: str) -> list[tuple[str, np.ndarray]]:
     if maxn > 0:
         from sklearn.feature_extraction import FeatureHasher
 
-        grams = _char_wb_ngrams([key], vec.minn, maxn)
+        grams = _char_wb_ngrams([key], max(vec.minn, 1), maxn)  # minn 0 is 1, as fastText's
         hasher = FeatureHasher(n_features=vec.bucket, input_type="string",
                                alternate_sign=False)
         buckets = hasher.transform([[g] for g in grams]).indices.tolist() if grams else []

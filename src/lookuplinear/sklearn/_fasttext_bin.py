@@ -331,8 +331,10 @@ class FastTextModel(TextModel):
             self._subwords(b"<" + token + b">", ids)
         return ids, h - (1 << 32) if h >= 1 << 31 else h, True
 
-    def _subwords(self, word: bytes, out: list[int]) -> None:
-        """``Dictionary::computeSubwords``: n-grams of ``minn..maxn`` UTF-8 characters."""
+    def _subwords(self, word: bytes, out: list[int], names: list[bytes] | None = None
+                  ) -> None:
+        """``Dictionary::computeSubwords``: n-grams of ``minn..maxn`` UTF-8 characters (their
+        strings appended to ``names`` too, when given)."""
         assert self.args is not None
         minn, maxn, bucket, size = self.args.minn, self.args.maxn, self.args.bucket, len(word)
         for i in range(size):
@@ -345,6 +347,8 @@ class FastTextModel(TextModel):
                     j += 1
                 if n >= minn and not (n == 1 and (i == 0 or j == size)):
                     self._push(out, _hash(word[i:j]) % bucket)
+                    if names is not None:
+                        names.append(word[i:j])
                 n += 1
 
     def subwords(self, word: str) -> tuple[list[int], list[str]]:
@@ -358,21 +362,7 @@ class FastTextModel(TextModel):
         ids = [wid] if wid >= 0 else []
         names = [token] if wid >= 0 else []
         if token != _EOS:
-            minn, maxn, bucket = self.args.minn, self.args.maxn, self.args.bucket
-            padded = b"<" + token + b">"
-            size = len(padded)
-            for i in range(size):
-                if padded[i] & 0xC0 == 0x80:
-                    continue
-                j, n = i, 1
-                while j < size and n <= maxn:
-                    j += 1
-                    while j < size and padded[j] & 0xC0 == 0x80:
-                        j += 1
-                    if n >= minn and not (n == 1 and (i == 0 or j == size)):
-                        self._push(ids, _hash(padded[i:j]) % bucket)
-                        names.append(padded[i:j])
-                    n += 1
+            self._subwords(b"<" + token + b">", ids, names)
         return ids, [as_text(n) for n in names]
 
     def _push(self, out: list[int], bucket: int) -> None:
