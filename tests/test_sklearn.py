@@ -624,6 +624,41 @@ def test_regressor_learns_a_sparse_linear_map_and_multioutput() -> None:
     assert reg.fit(X, Y[:, 0]).predict(X).shape == (400,)
 
 
+
+@NOT_LEARNING
+def test_regressor_of_a_one_column_y_has_ridges_shapes(tmp_path: Any) -> None:
+    """``y`` of shape (n, 1) fits one target: ``coef_`` (n_features,), ``intercept_`` (1,)
+    and ``predict`` (n,), as ``Ridge`` (the defaults' peer) gives them, also after
+    ``partial_fit`` or a warm ``fit`` on (n, 1) or (n,) targets and in a model file."""
+    from sklearn.linear_model import Ridge
+
+    from lookuplinear.sklearn import load_model, save_model
+
+    X = sp.random(80, 12, density=0.3, format="csr", random_state=0)
+    col = (X @ np.arange(12.0) + 1.0).reshape(-1, 1)
+    ridge = Ridge().fit(X, col)
+    reg = LookupRegressor(random_state=0).fit(X, col)
+    assert reg.coef_.shape == ridge.coef_.shape == (12,)
+    assert reg.intercept_.shape == ridge.intercept_.shape == (1,)
+    assert reg.predict(X).shape == ridge.predict(X).shape == (80,)
+    flat = LookupRegressor(random_state=0).fit(X, col.ravel())  # the same model
+    np.testing.assert_array_equal(reg.coef_, flat.coef_)
+    np.testing.assert_array_equal(reg.predict(X), flat.predict(X))
+    assert reg.score(X, col) == reg.score(X, col.ravel()) == flat.score(X, col.ravel())
+    assert isinstance(flat.intercept_, float) and reg.intercept_[0] == flat.intercept_
+    loaded = load_model(save_model(tmp_path / "m.ll", reg)).estimator
+    assert loaded.coef_.shape == (12,) and loaded.intercept_.shape == (1,)
+    np.testing.assert_array_equal(loaded.predict(X), reg.predict(X))
+    streamed = LookupRegressor(solver="adam", random_state=0)
+    warm = LookupRegressor(solver="adam", warm_start=True, early_stopping=True, random_state=0)
+    for est, train in ((streamed, streamed.partial_fit), (warm, warm.fit)):
+        train(X, col)
+        for y in (col, col.ravel()):
+            train(X, y)
+            assert est.predict(X).shape == (80,) and est.coef_.shape == (12,)
+            assert est.intercept_.shape == (1,) and np.isfinite(est.score(X, y))
+
+
 def test_errors_say_what_and_how() -> None:
     X, y = _data()
     with pytest.raises(InputValueError, match="at least 2 classes") as e:

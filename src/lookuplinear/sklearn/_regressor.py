@@ -40,10 +40,13 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     ----------
     coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
         The linear map's weights, read-only, as for
-        :class:`~lookuplinear.sklearn.LookupClassifier` (one row per target for 2-D ``y``).
+        :class:`~lookuplinear.sklearn.LookupClassifier`: one row per target for two targets
+        or more, 1-D for one (``y`` of shape (n_samples,) or (n_samples, 1)), as ``Ridge``.
     intercept_ : float or ndarray of shape (n_targets,)
         The model's bias plus the targets' offset (their mean at the first fit, kept in
-        float64 apart from the float32 network, which learns the residuals), float64.
+        float64 apart from the float32 network, which learns the residuals), float64: a float
+        for 1-D ``y``, an array for 2-D ``y`` (shape (1,) for one column), as ``Ridge``; the
+        ``y`` of the call that built the model decides.
     n_features_in_ : int
     model_ : LookupNet
     loss_curve_ : list of float
@@ -145,12 +148,13 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
                                  sample_weight=sample_weight)
 
     def predict(self, X: Any) -> np.ndarray:
-        """``model_(X)``: shape (n_samples,), or (n_samples, n_targets) for 2-D ``y``."""
+        """``model_(X)``: shape (n_samples,) for one target (``y`` of shape (n_samples,) or
+        (n_samples, 1), as ``Ridge.predict``), else (n_samples, n_targets)."""
         return self._predictions(self._raw_output(X))
 
     def _predictions(self, out: np.ndarray) -> np.ndarray:
         out = out + self._offset()
-        return out if self._y_2d else out.ravel()
+        return out.ravel() if out.shape[1] == 1 else out
 
     def _score_predictions(self, y: Any, pred: np.ndarray, sample_weight: Any) -> float:
         """``score``'s R^2 (``RegressorMixin.score``)."""
@@ -168,7 +172,8 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
                           else np.zeros(y.shape[1]))
 
     def _set_targets(self, y: np.ndarray, classes: Any, *, partial: bool) -> np.ndarray:
-        """Remember whether ``y`` is 2-D; ``y`` as float64 of shape (n_samples, n_targets)."""
+        """Remember whether ``y`` is 2-D (``intercept_``'s form); ``y`` as float64 of shape
+        (n_samples, n_targets)."""
         y = np.asarray(y, dtype=np.float64)
         self._y_2d = y.ndim == 2
         return y.reshape(len(y), -1)
@@ -192,7 +197,7 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         return int(y.shape[1])
 
     def _held_out(self, y: np.ndarray) -> Any:
-        return y if self._y_2d else y.ravel()
+        return y.ravel() if y.shape[1] == 1 else y
 
     def _residuals(self, y: np.ndarray) -> np.ndarray:
         """The residuals ``y - offset`` (computed in float64), checked to fit float32, in
@@ -229,10 +234,11 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         return ((w.unsqueeze(1) * target.double()).sum(0) / w.sum()).float()
 
     def _linear_map(self) -> tuple[np.ndarray, Any]:
-        """As scikit-learn's ``Ridge``: for 1-D ``y``, ``coef_`` of shape (n_features,) and
-        ``intercept_`` a float. ``intercept_`` is the model's bias plus the targets' offset,
-        in float64."""
+        """As scikit-learn's ``Ridge``: for one target, ``coef_`` of shape (n_features,);
+        ``intercept_`` a float for 1-D ``y``, else of shape (n_targets,). ``intercept_`` is
+        the model's bias plus the targets' offset, in float64."""
         coef, bias = super()._linear_map()
         intercept = bias.astype(np.float64) + self._offset()
         intercept.flags.writeable = False
-        return (coef, intercept) if self._y_2d else (coef[0], float(intercept[0]))
+        coef = coef[0] if coef.shape[0] == 1 else coef
+        return coef, (intercept if self._y_2d else float(intercept[0]))
