@@ -489,6 +489,33 @@ def test_multilabel_y_of_another_shape_is_refused_and_a_sparse_one_densified() -
     sparse.set_params(solver="adam").partial_fit(X, sp.csr_matrix(Y))
 
 
+@NOT_LEARNING
+def test_multilabel_predictions_have_mlpclassifiers_dtype_and_sparsity(tmp_path: Any) -> None:
+    """A multilabel ``predict`` is int whatever the fitted indicator's dtype, and a
+    ``csr_matrix`` for a scipy.sparse one, as ``MLPClassifier`` (and ``OneVsRestClassifier``)
+    answer; a loaded model file and a later ``partial_fit`` keep it."""
+    from sklearn.neural_network import MLPClassifier
+
+    from lookuplinear.sklearn import load_model, save_model
+
+    X, Y = make_multilabel_classification(60, 10, n_classes=3, random_state=0)
+    for y in (Y, Y.astype(bool), Y.astype(np.float32), Y.astype(np.int8), sp.csr_matrix(Y),
+              sp.csr_array(Y.astype(bool)), sp.coo_matrix(Y.astype(float))):
+        ours = LookupClassifier(random_state=0).fit(X, y)
+        got = ours.predict(X)
+        peer = MLPClassifier(max_iter=1, random_state=0).fit(X, y).predict(X)
+        assert type(got) is type(peer) and got.dtype == peer.dtype, (type(y), y.dtype)
+        assert got.shape == Y.shape and (not sp.issparse(got) or got.format == "csr")
+        dense = got.toarray() if sp.issparse(got) else got
+        assert ours.score(X, y) == (dense == Y).all(axis=1).mean()
+    loaded = load_model(save_model(tmp_path / "m.ll", ours)).estimator  # a sparse y's
+    assert type(loaded.predict(X)) is sp.csr_matrix
+    np.testing.assert_array_equal(loaded.predict(X).toarray(), dense)
+    streamed = LookupClassifier(solver="adam", random_state=0).partial_fit(X, sp.csr_matrix(Y))
+    assert type(streamed.partial_fit(X, Y).predict(X)) is sp.csr_matrix  # the first call's
+    assert type(LookupClassifier(**FAST).partial_fit(X, Y).predict(X)) is np.ndarray
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("loss", ["squared_hinge", "log_loss"])
 def test_an_indicator_matrix_of_other_values_than_0_and_1_is_refused(loss: str) -> None:

@@ -244,8 +244,9 @@ default "auto"
         X : {array-like, sparse matrix} of shape (n_samples, n_features), or token-id lists
             A rectangular nested list is a dense matrix, as in scikit-learn; a ragged list of
             lists of ints (or ``Bags``) is token-id bags (see docs/sklearn.md).
-        y : array-like of shape (n_samples,) or (n_samples, n_labels)
-            Class labels, or a 0/1 indicator matrix for multilabel (one-vs-all sigmoid outputs).
+        y : {array-like, sparse matrix} of shape (n_samples,) or (n_samples, n_labels)
+            Class labels, or a 0/1 indicator matrix for multilabel (one-vs-all sigmoid outputs;
+            a scipy.sparse one makes ``predict`` answer a sparse matrix).
         sample_weight : array-like of shape (n_samples,), float or None, default None
             Non-negative weight of each row's loss, multiplied by its ``class_weight``. A row
             of weight 0 is left out; an integer weight ``k`` gives the objective of the row
@@ -309,13 +310,17 @@ default "auto"
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
-    def predict(self, X: Any) -> np.ndarray:
-        """The most likely class; for multilabel, the 0/1 matrix of labels with logit > 0."""
+    def predict(self, X: Any) -> Any:
+        """The most likely class; for multilabel, the 0/1 matrix of labels with logit > 0,
+        of int (``np.int_``) whatever the fitted ``y``'s dtype, and a scipy.sparse
+        ``csr_matrix`` where the model was fitted on a sparse ``y``, as ``MLPClassifier``
+        and ``OneVsRestClassifier`` answer."""
         return self._predictions(self._raw_output(X))
 
-    def _predictions(self, out: np.ndarray) -> np.ndarray:
+    def _predictions(self, out: np.ndarray) -> Any:
         if self.multilabel_:
-            return (out > 0).astype(self._y_dtype)
+            labels = (out > 0).astype(int)
+            return sp.csr_matrix(labels) if self._y_sparse else labels
         idx = (out.ravel() > 0).astype(int) if self._binary() else out.argmax(axis=1)
         return self.classes_[idx]
 
@@ -346,7 +351,6 @@ default "auto"
                     f"and 1, got the values {np.unique(y).tolist()}. Pass one 0/1 column per "
                     "label, e.g. (y == positive).astype(int)."
                 )
-            self._y_dtype = y.dtype
             self.classes_ = np.arange(y.shape[1])
             return y
         if y.ndim != 1:
@@ -369,6 +373,8 @@ default "auto"
         return self._encode(y, warm=warm)
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, np.ndarray]:
+        if reset:  # the model's multilabel predictions are sparse, as MLPClassifier's
+            self._y_sparse = sp.issparse(y)
         if sp.issparse(y):  # a sparse label indicator, densified as MLPClassifier takes it
             y = cast(Any, y).toarray()
         return super()._prepare_xy(X, y, reset=reset)

@@ -356,7 +356,7 @@ def save_model(
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
         config["multilabel"] = bool(est.multilabel_)
-        config["y_dtype"] = str(est._y_dtype) if est.multilabel_ else None
+        config["y_sparse"] = bool(est._y_sparse)
     else:
         config["y_2d"] = bool(est._y_2d)
         config["y_offset"] = [float(v) for v in est._offset()]  # float64, exact in JSON
@@ -592,8 +592,7 @@ class _ModelParts:
         if config["estimator"] == "LookupClassifier":
             est.classes_ = np.asarray(config["classes"])
             est.multilabel_ = bool(config["multilabel"])
-            if est.multilabel_:
-                est._y_dtype = np.dtype(config["y_dtype"])
+            est._y_sparse = bool(config.get("y_sparse", False))
         else:
             est._y_2d = bool(config["y_2d"])
             if "y_offset" in config:  # older files: the bias holds the whole intercept
