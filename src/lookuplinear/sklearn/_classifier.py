@@ -320,7 +320,7 @@ default "auto"
     def _predictions(self, out: np.ndarray) -> Any:
         if self.multilabel_:
             labels = (out > 0).astype(int)
-            return sp.csr_matrix(labels) if self._y_sparse else labels
+            return sp.csr_matrix(labels) if getattr(self, "_y_sparse", False) else labels
         idx = (out.ravel() > 0).astype(int) if self._binary() else out.argmax(axis=1)
         return self.classes_[idx]
 

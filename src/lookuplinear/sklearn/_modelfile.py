@@ -356,7 +356,7 @@ def save_model(
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
         config["multilabel"] = bool(est.multilabel_)
-        config["y_sparse"] = bool(est._y_sparse)
+        config["y_sparse"] = bool(getattr(est, "_y_sparse", False))
     else:
         config["y_2d"] = bool(est._y_2d)
         config["y_offset"] = [float(v) for v in est._offset()]  # float64, exact in JSON
