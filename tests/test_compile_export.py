@@ -495,6 +495,30 @@ def test_a_graph_on_an_index_tensor_refuses_an_index_out_of_range_with_a_runtime
                 run(bad)
 
 
+@pytest.mark.parametrize(("dtype", "rows", "top"), [(torch.uint8, 300, 255),
+                                                     (torch.int16, 40_000, 30_000)])
+def test_a_graph_takes_narrow_indices_of_a_table_wider_than_their_dtype(
+        dtype: torch.dtype, rows: int, top: int) -> None:
+    """uint8 and int16 indices of a table with more rows than the dtype holds (every index is
+    then in range): a compiled or exported layer gives eager's output, as eager widens them;
+    its range check compared them with the row count in their dtype, where 300 is 44 in
+    uint8, and refused valid indices."""
+    from lookuplinear.ops._asserts import assert_bags_twin
+
+    torch._dynamo.reset()
+    layer = LookupLinear(rows, 3).eval()
+    x = torch.tensor([[1, top], [top - 1, 0]], dtype=dtype)
+    with torch.no_grad():
+        want = layer(x)
+        assert torch.equal(torch.compile(layer, fullgraph=True, backend="aot_eager")(x), want)
+        assert torch.equal(torch.export.export(layer, (x,)).module()(x), want)
+    assert_bags_twin(x, None, rows, "input", "Bags")  # both registrations' check
+    torch.ops.lookuplinear.assert_bags(x, None, rows, "input", "Bags")
+    with pytest.raises(RuntimeError, match="out of range for in_features=200"):
+        torch.ops.lookuplinear.assert_bags(torch.tensor([250], dtype=torch.uint8), None, 200,
+                                           "input", "Bags")
+
+
 def test_compiled_max_and_padding_run_short_csr_offsets_to_the_end_as_eager() -> None:
     """``include_last_offset=True`` offsets whose last entry falls short of the indices' end:
     with ``mode="max"`` or a ``padding_idx`` the last bag runs to the end, in

@@ -76,14 +76,24 @@ def offsets_message(owner: str, nnz: int | None, include_last_offset: bool = Tru
             "validate() on the batch to see which offset is wrong.")
 
 
+def _largest(dtype: torch.dtype) -> int:
+    """The largest value of the integer ``dtype`` (of int64 for any other)."""
+    try:
+        return int(torch.iinfo(dtype).max)
+    except TypeError:  # bool or a floating dtype: compared as torch promotes them
+        return int(torch.iinfo(torch.int64).max)
+
+
 def assert_bags_twin(indices: torch.Tensor, offsets: torch.Tensor | None, num_rows: int,
                      where: str, owner: str, include_last_offset: bool = True) -> None:
     """``lookuplinear::assert_bags`` with torch ops: every index in ``[0, num_rows)`` and,
     where given, ``offsets`` the CSR offsets of the entries (``include_last_offset=False``:
     start offsets, the last at most the number of entries); non-empty (the batch's
     constructor, or the caller, checked their shape)."""
-    torch._assert_async(((indices >= 0) & (indices < num_rows)).all(),
-                        graph_message(index_message(where, num_rows)))
+    in_range = indices >= 0
+    if num_rows <= _largest(indices.dtype):  # else every index is below it (in the dtype the
+        in_range = in_range & (indices < num_rows)  # bound would wrap: 300 is 44 in uint8)
+    torch._assert_async(in_range.all(), graph_message(index_message(where, num_rows)))
     if offsets is not None:
         assert_offsets_twin(offsets, indices.numel(), owner, include_last_offset)
 

@@ -1069,8 +1069,21 @@ void assert_bags_twin(const Tensor &indices, const optional<Tensor> &offsets, in
         index_message << "every index must be in [0, " << num_rows - 1 << "].";
     else
         index_message << "the table has no rows, so no index is valid.";
-    at::_assert_async(at::logical_and(indices.ge(0), indices.lt(num_rows)).all(),
-                      index_message.str());
+    // below num_rows only where it fits the indices' dtype (else the bound would wrap, 300
+    // being 44 in uint8, and every index of the dtype is below it)
+    int64_t largest = std::numeric_limits<int64_t>::max();
+    switch (indices.scalar_type()) {
+    case at::kByte: largest = std::numeric_limits<uint8_t>::max(); break;
+    case at::kChar: largest = std::numeric_limits<int8_t>::max(); break;
+    case at::kShort: largest = std::numeric_limits<int16_t>::max(); break;
+    case at::kInt: largest = std::numeric_limits<int32_t>::max(); break;
+    case at::kUInt16: largest = std::numeric_limits<uint16_t>::max(); break;
+    case at::kUInt32: largest = std::numeric_limits<uint32_t>::max(); break;
+    default: break;
+    }
+    Tensor in_range = indices.ge(0);
+    if (num_rows <= largest) in_range = at::logical_and(in_range, indices.lt(num_rows));
+    at::_assert_async(in_range.all(), index_message.str());
     if (!offsets.has_value()) return;
     const Tensor &o = *offsets;
     const int64_t nnz = indices.numel();
