@@ -692,6 +692,90 @@ def test_a_collection_with_a_table_of_another_size_is_refused(tmp_path: Path) ->
     assert_unchanged(before, other, other_opt)
 
 
+def _two_tables(tables: list[tuple[str, int]], sparse: bool) -> LookupCollection:
+    """A collection of width-4 tables (one group parameter), ``(name, rows)`` in order."""
+    return LookupCollection([TableConfig(name, rows, 4, [f"f{name}"]) for name, rows in tables],
+                            sparse=sparse)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("tables", [[("a", 20), ("b", 10)], [("b", 20), ("a", 10)],
+                                    [("a", 30)], [("c", 10), ("d", 20)]],
+                         ids=["other-sizes", "other-order", "one-table", "renamed"])
+def test_a_collection_whose_group_holds_other_tables_is_refused(
+        tmp_path: Path, sparse: bool, tables: list[tuple[str, int]]) -> None:
+    """Saved as tables a (10 rows) then b (20) in one group parameter of 30 rows: a collection
+    whose group has that shape but other tables at its rows (other sizes, another order, one
+    table, other names) is refused, naming both layouts; nothing is written. Row-sparse
+    (lookuplinear.optim, saved by rows) and dense (torch.optim, saved whole) alike."""
+    def opt_of(m: LookupCollection) -> torch.optim.Optimizer:
+        return optim.Adam(m.parameters(), lr=0.1) if sparse else \
+            torch.optim.SGD(m.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    saved = _two_tables([("a", 10), ("b", 20)], sparse)
+    Checkpoint(tmp_path / "ckpt", saved, opt_of(saved)).save(step=1)
+    torch.manual_seed(1)
+    other = _two_tables(tables, sparse)
+    opt = opt_of(other)
+    before = snapshot(other, opt)
+    with pytest.raises(ModelFileError) as err:
+        Checkpoint(tmp_path / "ckpt", other, opt).restore()
+    message = str(err.value)
+    assert "table_groups.0 as the tables 'a' (rows 0-9), 'b' (rows 10-29)" in message
+    mine = ", ".join(f"{name!r} (rows {sum(r for _, r in tables[:i])}-"
+                     f"{sum(r for _, r in tables[:i + 1]) - 1})"
+                     for i, (name, _) in enumerate(tables))
+    assert f"this model's table_groups.0 holds {mine}, 4 columns (float32)" in message
+    assert "Nothing was loaded" in message
+    assert_unchanged(before, other, opt)
+    torch.manual_seed(2)
+    same = _two_tables([("a", 10), ("b", 20)], sparse)
+    assert Checkpoint(tmp_path / "ckpt", same, opt_of(same)).restore() == {"step": 1}
+    assert torch.equal(same.table_groups[0], saved.table_groups[0])
+
+
+def _rewrite_meta(path: Path, key: str) -> None:
+    """Rewrite the checkpoint at ``path`` as versions that did not record ``key`` in each
+    segment's metadata wrote it."""
+    import hashlib
+
+    from safetensors.torch import load, save
+
+    from lookuplinear.storage.segments import metadata as _metadata
+
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    for seg in manifest["segments"]:
+        data = (path / seg["file"]).read_bytes()
+        meta = json.loads(_metadata(data)["checkpoint"])
+        meta.pop(key, None)
+        data = save(load(data), metadata={"checkpoint": json.dumps(meta)})
+        (path / seg["file"]).write_bytes(data)
+        seg["bytes"], seg["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_without_table_layouts_restores_where_shapes_fit(tmp_path: Path) -> None:
+    """Written before checkpoints recorded which table sits at which rows of a group: restored
+    into the collection it was saved from, bit for bit; its tables' layout cannot be checked
+    (the group's shape is)."""
+    torch.manual_seed(0)
+    saved = _two_tables([("a", 10), ("b", 20)], True)
+    opt = optim.Adam(saved.parameters(), lr=0.1)
+    saved(KeyedBags.from_dict({"fa": [[1, 2]], "fb": [[3]]})).values().sum().backward()
+    opt.step()
+    Checkpoint(tmp_path / "ckpt", saved, opt).save(step=1)
+    _rewrite_meta(tmp_path / "ckpt", "layouts")
+    torch.manual_seed(1)
+    fresh = _two_tables([("a", 10), ("b", 20)], True)
+    fresh_opt = optim.Adam(fresh.parameters(), lr=0.1)
+    assert Checkpoint(tmp_path / "ckpt", fresh, fresh_opt).restore() == {"step": 1}
+    _assert_same(_bits(fresh, [fresh_opt]), _bits(saved, [opt]))
+    bigger = _two_tables([("a", 10), ("b", 21)], True)
+    with pytest.raises(ModelFileError, match=r"\(30, 4\).*\(31, 4\)"):
+        Checkpoint(tmp_path / "ckpt", bigger, optim.Adam(bigger.parameters(), lr=0.1)).restore()
+
+
 def test_id_maps_of_another_kind_are_refused(tmp_path: Path) -> None:
     """A string map's checkpoint into an int map (its strings would be dropped and its keys read
     as IDs), and the reverse: refused, nothing written."""
@@ -752,22 +836,8 @@ def test_a_checkpoint_without_table_shapes_still_refuses_rows_past_the_table(
         tmp_path: Path) -> None:
     """Written before checkpoints recorded each table's shape: a row past the model's table is
     refused, not an IndexError after half the writes."""
-    import hashlib
-
-    from safetensors.torch import load, save
-
-    from lookuplinear.storage.segments import metadata as _metadata
-
     _saved_layer(tmp_path / "ckpt")
-    manifest = json.loads((tmp_path / "ckpt" / "MANIFEST.json").read_text())
-    for seg in manifest["segments"]:
-        data = (tmp_path / "ckpt" / seg["file"]).read_bytes()
-        meta = json.loads(_metadata(data)["checkpoint"])
-        meta.pop("shapes", None)
-        data = save(load(data), metadata={"checkpoint": json.dumps(meta)})
-        (tmp_path / "ckpt" / seg["file"]).write_bytes(data)
-        seg["bytes"], seg["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    (tmp_path / "ckpt" / "MANIFEST.json").write_text(json.dumps(manifest))
+    _rewrite_meta(tmp_path / "ckpt", "shapes")
     layer = LookupLinear(500, 4, sparse=True)
     opt = optim.Adam(layer.parameters(), lr=0.1)
     before = snapshot(layer, opt)

@@ -29,8 +29,9 @@ no save wrote: each segment records its generation and the one it follows (none 
 the manifest's chain must match.
 
 **All or nothing.** :meth:`Checkpoint.restore` checks everything it will write against the model
-and optimizers (every table's full shape and dtype, the other tensors, the optimizers' classes,
-groups and state tensors, the ``IdMap`` strings) and builds the optimizers' new state beside the
+and optimizers (every table's full shape and dtype, which table sits at which rows of a
+``LookupCollection``'s group, the other tensors, the optimizers' classes, groups and state
+tensors, the ``IdMap`` strings) and builds the optimizers' new state beside the
 old before it writes anything; what is left then are copies into tensors of checked shapes. A
 checkpoint that does not fit is a ``ModelFileError`` and changes nothing. A restore never
 resizes a table.
@@ -67,7 +68,7 @@ from .._fusion import bound_to
 from .._rowreset import RESETS
 from ..errors import CheckpointNotFoundError, InputTypeError, InputValueError, ModelFileError
 from ..ops._hooks import staged_states
-from .restore import Restore, registered_names, row_sparse
+from .restore import Restore, registered_names, row_sparse, table_layouts
 from .rowwatch import RowTracker
 from .segments import commit_segment, former_names, load_segments, read_manifest, remove_unlisted
 from .tables import storage_of
@@ -400,7 +401,8 @@ class Checkpoint:
                  for n, p in self.tables.items() if (s := storage_of(p)) is not None}
         meta = {"generation": g, "previous": previous, "info": info, "optimizers": optimizers,
                 "tables": sorted(self.tables), "draws": draws,
-                "shapes": {n: list(p.shape) for n, p in self.tables.items()}}
+                "shapes": {n: list(p.shape) for n, p in self.tables.items()},
+                "layouts": table_layouts(self.module)}
         return save(tensors, metadata={"checkpoint": json.dumps(meta)})
 
     def _whole_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
@@ -458,9 +460,10 @@ class Checkpoint:
         An optimizer keeps its own ``fused=`` binding.
 
         All or nothing: everything the restore will write is checked first (every segment's
-        size and SHA-256; every table's full shape and dtype; every other parameter and
-        buffer; the optimizers' number, classes, parameter groups and each state tensor's
-        shape; the ``IdMap`` strings; the random generator state), and the optimizers' new
+        size and SHA-256; every table's full shape and dtype; which table sits at which rows
+        of each ``LookupCollection`` group; every other parameter and buffer; the optimizers'
+        number, classes, parameter groups and each state tensor's shape; the ``IdMap``
+        strings; the random generator state), and the optimizers' new
         state is built beside the old one; only then is anything written, and what is left
         are copies into tensors of checked shapes. A refused restore, or one that fails before
         those copies (no memory for the new drawn flags, a new optimizer-state file that
@@ -475,8 +478,9 @@ class Checkpoint:
             tells beforehand). Nothing is changed.
         ModelFileError
             A segment is missing, torn or damaged, or the checkpoint does not fit this model
-            and these optimizers (a table of another shape or dtype, another optimizer class,
-            another number of optimizers or groups...): the message names what the checkpoint
+            and these optimizers (a table of another shape or dtype, a collection whose group
+            holds other tables at its rows, another optimizer class, another number of
+            optimizers or groups...): the message names what the checkpoint
             holds and what this model has. Nothing is changed.
         OSError
             A table in a file's new optimizer-state file could not be written or put in place

@@ -1,12 +1,13 @@
 """The first half of :meth:`~lookuplinear.Checkpoint.restore`: everything before it writes.
 
 A restore is all or nothing. :class:`Restore` checks the loaded segments against the model and
-its optimizers (every table's full shape and dtype and each segment's rows, the other
-parameters and buffers, the entries modules write themselves such as an ``IdMap``'s strings,
-the optimizers' number, classes, groups and state tensors, the random generator state), then
-stages the optimizers' restored state beside the state they hold. A checkpoint that does not
-fit is a ``ModelFileError`` and changes nothing. What :meth:`~lookuplinear.Checkpoint.restore`
-does then are copies into tensors of checked shapes.
+its optimizers (every table's full shape and dtype and each segment's rows, which table sits at
+which rows of a ``LookupCollection``'s group, the other parameters and buffers, the entries
+modules write themselves such as an ``IdMap``'s strings, the optimizers' number, classes, groups
+and state tensors, the random generator state), then stages the optimizers' restored state
+beside the state they hold. A checkpoint that does not fit is a ``ModelFileError`` and changes
+nothing. What :meth:`~lookuplinear.Checkpoint.restore` does then are copies into tensors of
+checked shapes.
 
 :mod:`lookuplinear.storage.checkpoint` holds the saving, what a segment holds and those copies;
 :mod:`lookuplinear.storage.segments` the files and the manifest.
@@ -26,7 +27,7 @@ from ..errors import InputValueError, LookupLinearError, ModelFileError, StateDi
 from ..ops._hooks import state_tensor
 from .tables import storage_of
 
-__all__ = ["Restore", "registered_names", "row_sparse"]
+__all__ = ["Restore", "registered_names", "row_sparse", "table_layouts"]
 
 Segments = list[tuple[dict[str, Any], dict[str, torch.Tensor]]]
 """The loaded chain, first to last: each segment's metadata and tensors."""
@@ -51,6 +52,35 @@ def _zeros(p: torch.Tensor, key: str, shape: tuple[int, ...], dtype: torch.dtype
 def registered_names(module: nn.Module) -> set[str]:
     """The names of the module's parameters and buffers (their shapes are the model's)."""
     return {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()}
+
+
+def table_layouts(module: nn.Module) -> dict[str, list[list[Any]]]:
+    """Which table sits at which rows of each ``LookupCollection`` group parameter, by the
+    parameter's name in ``module``: ``[table, first row, rows, columns, dtype]`` per table,
+    by first row (a group's shape alone does not tell its tables apart)."""
+    from ..modules.collection import LookupCollection
+
+    layouts: dict[str, list[list[Any]]] = {}
+    for prefix, m in module.named_modules():
+        if not isinstance(m, LookupCollection):
+            continue
+        for g, param in enumerate(m.table_groups):
+            places = sorted((place.offset, name, place.config.stored_rows)
+                            for name, place in m._places.items() if place.group == g)
+            layouts[f"{prefix}.table_groups.{g}" if prefix else f"table_groups.{g}"] = [
+                [name, offset, rows, param.shape[1], str(param.dtype)[6:]]
+                for offset, name, rows in places]
+    return layouts
+
+
+def _layout_text(layout: list[list[Any]] | None) -> str:
+    """A group's tables as a refusal names them: ``a (rows 0-9), b (rows 10-29), 4 columns
+    (float32)``."""
+    if not layout:
+        return "no collection's tables"
+    tables = ", ".join(f"{name!r} (rows {first}-{first + rows - 1})"
+                       for name, first, rows, _, _ in layout)
+    return f"{tables}, {layout[0][3]} columns ({layout[0][4]})"
 
 
 def row_sparse(module: nn.Module, p: torch.Tensor) -> bool:
@@ -121,6 +151,7 @@ class Restore:
         for name, p in self.tables.items():
             self._check_table(name, p, segments)
         self._check_whole(last)
+        self._check_layouts(last_meta.get("layouts"))
         for i, opt in enumerate(self.optimizers):
             if i < len(last_meta["optimizers"]):
                 self._check_optimizer(i, opt, segments)
@@ -185,6 +216,24 @@ class Restore:
                     f"has {shape[0]} rows (shape {shape}): it is a larger table's checkpoint. "
                     "Build the model with the checkpoint's table sizes to restore it (see "
                     "'Resizing a table' in docs/storage.md)"
+                )
+
+    def _check_layouts(self, saved: dict[str, list[list[Any]]] | None) -> None:
+        """Each ``LookupCollection`` group holds the tables it held at the save, at the same
+        rows (its shape, checked with the other tables', does not tell: ``a`` of 10 rows then
+        ``b`` of 20 has the shape of ``b`` then ``a``, or of one table of 30). A checkpoint
+        that recorded no layouts (written by earlier versions) is checked by shapes only."""
+        if saved is None:
+            return
+        mine = table_layouts(self.module)
+        for name in sorted(saved.keys() | mine.keys()):
+            if saved.get(name) != mine.get(name):
+                raise self.refusal(
+                    f"holds {name} as the tables {_layout_text(saved.get(name))}; this "
+                    f"model's {name} holds {_layout_text(mine.get(name))}: a restore would "
+                    "put one table's rows in another. Build the LookupCollection with the "
+                    "checkpoint's tables, in its order, to restore it (then copy tables by "
+                    "name into another collection with load_state_dict)"
                 )
 
     def _check_whole(self, last: dict[str, torch.Tensor]) -> None:
