@@ -222,7 +222,7 @@ class Restore:
         """Each ``LookupCollection`` group holds the tables it held at the save, at the same
         rows (its shape, checked with the other tables', does not tell: ``a`` of 10 rows then
         ``b`` of 20 has the shape of ``b`` then ``a``, or of one table of 30). A checkpoint
-        that recorded no layouts (written by earlier versions) is checked by shapes only."""
+        that recorded no layouts is checked by shapes only."""
         if saved is None:
             return
         mine = table_layouts(self.module)
