@@ -516,6 +516,25 @@ def test_multilabel_predictions_have_mlpclassifiers_dtype_and_sparsity(tmp_path:
     assert type(LookupClassifier(**FAST).partial_fit(X, Y).predict(X)) is np.ndarray
 
 
+@NOT_LEARNING
+def test_a_model_file_keeps_class_weights_labels_and_their_types(tmp_path: Any) -> None:
+    """A ``class_weight`` dict comes back from a model file with its labels as given (ints,
+    bools, floats, strings; JSON's keys would be strings), so the loaded estimator's
+    ``partial_fit`` and a clone's ``fit`` find every class in it."""
+    from lookuplinear.sklearn import load_model, save_model
+
+    X = sp.random(30, 8, density=0.4, format="csr", random_state=0)
+    for classes in ([0, 1, 2], [False, True], [1.0, 2.0], ["a", "b"]):
+        y = np.array(classes)[np.arange(30) % len(classes)]
+        weights = {c: float(i + 1) for i, c in enumerate(classes)}
+        clf = LookupClassifier(class_weight=weights, **FAST).fit(X, y)
+        loaded = load_model(save_model(tmp_path / "m.ll", clf)).estimator
+        got = loaded.get_params()["class_weight"]
+        assert got == weights and [type(k) for k in got] == [type(c) for c in classes]
+        loaded.partial_fit(X, y)
+        clone(loaded).fit(X, y)
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("loss", ["squared_hinge", "log_loss"])
 def test_an_indicator_matrix_of_other_values_than_0_and_1_is_refused(loss: str) -> None:

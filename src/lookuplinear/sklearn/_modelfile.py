@@ -34,6 +34,9 @@ model is written as version 3, the same format with ``"vectorizer.buckets"``):
 - Pruned models (``lookuplinear quantize -cutoff``): the table holds the kept rows only, and
   the vectorizer's kept hash buckets (``FastTextVectorizer.buckets_``) are the int32 tensor
   ``"vectorizer.buckets"``; its vocabulary holds the kept words only.
+- ``config["params"]``: the estimator's parameters (``get_params()`` without ``random_state``
+  and ``device``); a ``class_weight`` dict as ``[label, weight]`` pairs, whose labels keep
+  their type (JSON's keys are strings). Files written before hold the dict itself.
 - ``config["y_offset"]`` (a regressor): the targets' float64 offset, which ``predict`` and
   ``intercept_`` add to the float32 network's outputs; absent from files written before it was
   kept apart (their bias holds the whole intercept, and they load with an offset of zero).
@@ -339,7 +342,8 @@ def save_model(
         raise ModelFileError(
             f"{type(est).__name__} is not fitted; call fit before save_model."
         )
-    params = {k: v for k, v in est.get_params().items() if k not in ("random_state", "device")}
+    params = {k: _stored_param(k, v) for k, v in est.get_params().items()
+              if k not in ("random_state", "device")}
     config: dict[str, Any] = {
         "estimator": type(est).__name__,
         "params": params,
@@ -392,6 +396,14 @@ def save_model(
     with replacing(out) as tmp:
         save_file(tensors, tmp, metadata=meta)
     return out
+
+
+def _stored_param(name: str, value: Any) -> Any:
+    """An estimator parameter as the configuration's JSON holds it: a ``class_weight`` dict as
+    ``[label, weight]`` pairs, since JSON's keys are strings and the labels keep their type."""
+    if name == "class_weight" and isinstance(value, dict):
+        return [[label, weight] for label, weight in value.items()]
+    return value
 
 
 def _classes(est: Any) -> list[Any]:
@@ -616,6 +628,8 @@ def _read(p: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor], *,
     if name not in kinds:
         raise ModelFileError(f"unknown estimator {name!r}; expected one of {sorted(kinds)}.")
     params = {_RENAMED.get(k, k): v for k, v in config["params"].items()}
+    if isinstance(params.get("class_weight"), list):  # [label, weight] pairs
+        params["class_weight"] = {label: weight for label, weight in params["class_weight"]}
     if name == "LookupClassifier":
         params.setdefault("loss", "log_loss")  # what files without the parameter trained with
     net_params = {**_NET_DEFAULTS, **{k: params[k] for k in _NET_DEFAULTS if k in params}}
