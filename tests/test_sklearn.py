@@ -535,6 +535,32 @@ def test_a_model_file_keeps_class_weights_labels_and_their_types(tmp_path: Any) 
         clone(loaded).fit(X, y)
 
 
+@NOT_LEARNING
+def test_a_model_file_stores_numpy_parameters_and_refuses_what_it_cannot_hold(
+    tmp_path: Any,
+) -> None:
+    """Parameters holding numpy scalars (``GridSearchCV`` over ``np.arange`` sets them) are
+    stored as the Python numbers they hold, ``random_state=np.int64(0)`` as the seed 0; a
+    ``RandomState`` or a value JSON cannot hold is an ``InputTypeError`` naming it."""
+    from lookuplinear import InputTypeError
+    from lookuplinear.sklearn import load_model, save_model
+
+    X, y = sp.random(30, 8, density=0.4, format="csr", random_state=0), np.arange(30) % 3
+    clf = LookupClassifier(hidden=np.int64(2), learning_rate_init=np.float32(0.05),
+                           max_iter=np.int32(3), early_stopping=np.bool_(False),
+                           solver="adam", random_state=np.int64(0)).fit(X, y)
+    loaded = load_model(save_model(tmp_path / "m.ll", clf)).estimator
+    assert loaded.get_params() == clf.get_params() and loaded.random_state == 0
+    np.testing.assert_array_equal(loaded.predict(X), clf.predict(X))
+    seeded = LookupClassifier(random_state=np.random.RandomState(0)).fit(X, y)
+    with pytest.raises(InputTypeError, match=r"random_state as an int seed or None, got a "
+                                             r"RandomState.*set_params\(random_state="):
+        save_model(tmp_path / "s.ll", seeded)
+    with pytest.raises(InputTypeError, match=r"cannot store the parameter hidden=.*\(object\)"):
+        save_model(tmp_path / "o.ll", clf.set_params(hidden=object()))
+    assert not (tmp_path / "s.ll").exists() and not (tmp_path / "o.ll").exists()
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("loss", ["squared_hinge", "log_loss"])
 def test_an_indicator_matrix_of_other_values_than_0_and_1_is_refused(loss: str) -> None:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ import numpy as np
 import torch
 
 from .._atomic import replacing
-from ..errors import ModelFileError
+from ..errors import InputTypeError, ModelFileError
 from ..text._files import FASTTEXT_WHITESPACE
 from ._predict import class_scores, raw_output
 
@@ -322,7 +323,17 @@ def save_model(
     of its training file (``TextModel.input_format``), to ``path``.
 
     ``labels`` defaults to a classifier's ``classes_`` (as strings), so that every classifier's
-    ``TextModel.labels`` names its ``predict_proba`` columns.
+    ``TextModel.labels`` names its ``predict_proba`` columns. Parameters holding numpy scalars
+    (``hidden=np.int64(2)``, as ``GridSearchCV`` over ``np.arange`` sets it) are stored as the
+    Python numbers they hold.
+
+    Raises
+    ------
+    ModelFileError
+        ``estimator`` is not fitted.
+    InputTypeError
+        ``random_state`` is neither an int nor None (a ``RandomState``, whose state the file
+        cannot hold), or another parameter holds a value JSON cannot (also ``TypeError``).
 
     Examples
     --------
@@ -347,7 +358,7 @@ def save_model(
     config: dict[str, Any] = {
         "estimator": type(est).__name__,
         "params": params,
-        "random_state": est.random_state if isinstance(est.random_state, int) else None,
+        "random_state": _stored_seed(est.random_state),
         "n_features_in": int(est.n_features_in_),
         "n_outputs": int(est._n_outputs()),
         "loss_curve": [float(x) for x in est.loss_curve_],
@@ -384,7 +395,7 @@ def save_model(
         config["quantized"] = {"dtype": quantized, "mode": lookup.mode,
                                "padding_idx": lookup.padding_idx,
                                "out_features": lookup.out_features}
-    text = json.dumps(config)
+    text = json.dumps(config, default=_plain)
     sums = {k: _sha256(v) for k, v in tensors.items()}
     sums["config"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     meta = {"format": FORMAT, "version": PRUNED_VERSION if _BUCKETS in tensors else VERSION,
@@ -398,12 +409,43 @@ def save_model(
     return out
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (``np.int64(2)`` from a search over ``np.arange``) as the Python number
+    it holds, for ``json.dumps``; anything else JSON does not hold raises ``TypeError``."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _stored_param(name: str, value: Any) -> Any:
     """An estimator parameter as the configuration's JSON holds it: a ``class_weight`` dict as
-    ``[label, weight]`` pairs, since JSON's keys are strings and the labels keep their type."""
+    ``[label, weight]`` pairs, since JSON's keys are strings and the labels keep their type.
+
+    Raises ``InputTypeError`` for a value JSON cannot hold (numpy scalars become Python ones).
+    """
     if name == "class_weight" and isinstance(value, dict):
-        return [[label, weight] for label, weight in value.items()]
+        value = [[label, weight] for label, weight in value.items()]
+    try:
+        json.dumps(value, default=_plain)
+    except (TypeError, ValueError):
+        raise InputTypeError(
+            f"save_model cannot store the parameter {name}={value!r} "
+            f"({type(value).__name__}): a model file holds numbers, strings, bools, None and "
+            f"lists of them. Set a plain value with set_params({name}=...) and save again."
+        ) from None
     return value
+
+
+def _stored_seed(random_state: Any) -> int | None:
+    """``random_state`` as a model file stores it: an int seed (numpy's included) or None."""
+    if random_state is None or isinstance(random_state, numbers.Integral):
+        return None if random_state is None else int(random_state)
+    raise InputTypeError(
+        f"save_model stores random_state as an int seed or None, got a "
+        f"{type(random_state).__name__}, whose state a model file cannot hold. The fitted "
+        "weights do not depend on it: set_params(random_state=<int>) (the seed a later "
+        "partial_fit draws from) and save again."
+    )
 
 
 def _classes(est: Any) -> list[Any]:
