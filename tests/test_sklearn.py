@@ -561,6 +561,44 @@ def test_a_model_file_stores_numpy_parameters_and_refuses_what_it_cannot_hold(
     assert not (tmp_path / "s.ll").exists() and not (tmp_path / "o.ll").exists()
 
 
+@NOT_LEARNING
+def test_a_model_file_keeps_the_dtype_of_classes(tmp_path: Any) -> None:
+    """``classes_`` (and so ``predict``) comes back from a model file in the fitted dtype, as
+    from a pickle: int32, uint8, bool, float32, strings, object strings; a file written before
+    the dtype was recorded loads as JSON reads it."""
+    import hashlib
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from lookuplinear.sklearn import load_model, save_model
+
+    X = sp.random(30, 8, density=0.4, format="csr", random_state=0)
+    for classes in (np.array([5, 9], dtype=np.int32), np.array([3, 200], dtype=np.uint8),
+                    np.array([False, True]), np.array([1.0, 2.0], dtype=np.float32),
+                    np.array(["a", "bc"]), np.array(["a", "bc"], dtype=object)):
+        y = classes[np.arange(30) % len(classes)]
+        clf = LookupClassifier(random_state=0).fit(X, y)
+        loaded = load_model(save_model(tmp_path / "m.ll", clf)).estimator
+        assert loaded.classes_.dtype == clf.classes_.dtype == pickle.loads(
+            pickle.dumps(clf)).classes_.dtype
+        assert [type(c) for c in loaded.classes_] == [type(c) for c in clf.classes_]
+        got, want = loaded.predict(X), clf.predict(X)
+        assert got.dtype == want.dtype and (got == want).all()
+
+    with safe_open(str(tmp_path / "m.ll"), framework="pt") as f:  # as written before
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    config = json.loads(meta["config"])
+    del config["classes_dtype"]
+    text = json.dumps(config)
+    sums = json.loads(meta["sha256"]) | {"config": hashlib.sha256(text.encode()).hexdigest()}
+    save_file(tensors, tmp_path / "old.ll",
+              metadata=meta | {"config": text, "sha256": json.dumps(sums)})
+    old = load_model(tmp_path / "old.ll").estimator
+    assert old.classes_.tolist() == ["a", "bc"] and old.classes_.dtype == "<U2"
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("loss", ["squared_hinge", "log_loss"])
 def test_an_indicator_matrix_of_other_values_than_0_and_1_is_refused(loss: str) -> None:

@@ -37,6 +37,9 @@ model is written as version 3, the same format with ``"vectorizer.buckets"``):
 - ``config["params"]``: the estimator's parameters (``get_params()`` without ``random_state``
   and ``device``); a ``class_weight`` dict as ``[label, weight]`` pairs, whose labels keep
   their type (JSON's keys are strings). Files written before hold the dict itself.
+- ``config["classes_dtype"]`` (a classifier): the dtype of ``classes_`` (numpy's ``dtype.str``,
+  ``"<i4"``, ``"|u1"``, ``"|O"``), which ``predict`` answers in; files written before it was
+  recorded load their ``classes`` as JSON reads them (ints as int64, strings as ``<U``).
 - ``config["y_offset"]`` (a regressor): the targets' float64 offset, which ``predict`` and
   ``intercept_`` add to the float32 network's outputs; absent from files written before it was
   kept apart (their bias holds the whole intercept, and they load with an offset of zero).
@@ -370,6 +373,7 @@ def save_model(
     }
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
+        config["classes_dtype"] = est.classes_.dtype.str  # JSON reads ints as int64
         config["multilabel"] = bool(est.multilabel_)
         config["y_sparse"] = bool(getattr(est, "_y_sparse", False))
     else:
@@ -644,7 +648,9 @@ class _ModelParts:
             est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
             lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
         if config["estimator"] == "LookupClassifier":
-            est.classes_ = np.asarray(config["classes"])
+            dtype = config.get("classes_dtype")  # files written before: as JSON reads them
+            est.classes_ = np.asarray(config["classes"],
+                                      dtype=None if dtype is None else np.dtype(dtype))
             est.multilabel_ = bool(config["multilabel"])
             est._y_sparse = bool(config.get("y_sparse", False))
         else:
