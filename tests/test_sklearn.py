@@ -782,6 +782,32 @@ def test_errors_say_what_and_how() -> None:
         LookupRegressor(learning_rate_init=1e6, solver="sgd", max_iter=3).fit(X * 1e3, y * 1e6)
 
 
+def _standardized_iris() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_iris
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def test_sgd_loss_growing_past_the_constant_output_is_divergence() -> None:
+    """A finite loss that grows to many times a constant output's has diverged: the error
+    names lowering the rate; a loss that rose less is a warning that names lowering it too."""
+    X, y = _standardized_iris()
+    with pytest.raises(TrainingDivergedError, match=r"grew from its lowest, .*\(over 10 times "
+                       r"both that and the 2.667 of a constant output .*Lower "
+                       r"learning_rate_init \(now 10\)"):
+        LookupClassifier(solver="sgd", learning_rate_init=10, random_state=0).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        clf = LookupClassifier(solver="sgd", learning_rate_init=0.5, random_state=0).fit(X, y)
+    assert clf.loss_curve_[-1] > min(clf.loss_curve_)
+    messages = [str(w.message) for w in caught if "learned little" in str(w.message)]
+    assert len(messages) == 1 and "Raise" not in messages[0]
+    assert "rose above its lowest" in messages[0]
+    assert r"Lower learning_rate_init (now 0.5)" in messages[0]
+
+
 @SHORT
 def test_verbose_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     X, y = _data()

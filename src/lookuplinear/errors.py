@@ -147,7 +147,9 @@ class CheckpointNotFoundError(LookupLinearError, FileNotFoundError):
 
 
 class TrainingDivergedError(LookupLinearError, FloatingPointError):
-    """The training loss became NaN or infinite (the learning rate is too high for the data)."""
+    """The training loss became NaN or infinite, or grew from one epoch to the next to many
+    times that of a model that ignores the features (the learning rate is too high for the
+    data)."""
 
 
 class FusedAccumulationWarning(UserWarning):

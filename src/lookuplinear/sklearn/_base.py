@@ -40,6 +40,12 @@ __all__ = ["LookupEstimator"]
 NO_PROGRESS = 0.85
 #: rows of the training targets that estimate the best constant output's loss
 CONSTANT_ROWS = 65536
+#: plain SGD has diverged when an epoch's training loss grew to above this many times both
+#: the lowest epoch loss of the same call and the loss of the best constant output: a model
+#: that ignores X does that much better, and SGD's steps, in proportion to the gradient, grow
+#: with the loss on to overflow. The adaptive solvers' steps are bounded by the rate: their
+#: loss can rise that far on unscaled data and come back
+DIVERGED = 10.0
 
 
 class LookupEstimator(BaseEstimator):
@@ -561,15 +567,29 @@ class LookupEstimator(BaseEstimator):
         self._check_trainable()
         model = self.model_
         best, best_state, no_change = -np.inf, None, 0
+        lowest, constant = np.inf, None  # this call's lowest epoch loss; the constant's
+        plain = self._stochastic_solver() == "sgd"  # steps in proportion to the gradient
 
         def end_epoch(epoch: int, epoch_loss: float) -> bool:
-            nonlocal best, best_state, no_change
-            if not np.isfinite(epoch_loss):
+            nonlocal best, best_state, no_change, lowest, constant
+            diverged = not np.isfinite(epoch_loss)
+            if not diverged and plain and epoch_loss > DIVERGED * lowest:
+                if constant is None:
+                    constant = constant_loss(self._loss, self._best_constant, target, weight,
+                                             rows=CONSTANT_ROWS)
+                diverged = epoch_loss > DIVERGED * constant
+            if diverged:
+                grew = (f" grew from its lowest, {lowest:.4g}, to {epoch_loss:.4g} (over "
+                        f"{DIVERGED:g} times both that and the {constant:.4g} of a constant "
+                        "output that ignores X)" if np.isfinite(epoch_loss) and constant
+                        is not None
+                        else f" became {epoch_loss}")
                 raise TrainingDivergedError(
-                    f"the training loss became {epoch_loss} in epoch {epoch + 1}: the "
+                    f"the training loss{grew} in epoch {epoch + 1}: the "
                     f"optimizer diverged. Lower learning_rate_init (now "
-                    f"{self._learning_rate()}) or scale the features/targets."
+                    f"{self._learning_rate():g}) or scale the features/targets."
                 )
+            lowest = min(lowest, epoch_loss)
             self.loss_curve_.append(epoch_loss)
             self.n_iter_ += 1
             if validation is None:
@@ -609,7 +629,8 @@ class LookupEstimator(BaseEstimator):
 
         * the last epoch's training loss is above ``NO_PROGRESS`` times that of the best
           constant output: the model learned little from X (a learning rate too small, or too
-          large, for the solver; too few epochs);
+          large, for the solver; too few epochs). A last loss above the lowest of
+          ``loss_curve_`` names lowering the rate, else raising it or ``max_iter``;
         * else, where ``dual_cd`` solves the linear model exactly (``solver="auto"`` would
           have), a minibatch solver stops after ``max_iter`` epochs short of that optimum: on
           the benchmark's multi-class text sets up to 3.5 points of accuracy below it.
@@ -625,12 +646,17 @@ class LookupEstimator(BaseEstimator):
                                  rows=CONSTANT_ROWS)
         last = self.loss_curve_[-1]
         if constant > 0 and last > NO_PROGRESS * constant:
+            lowest = min(self.loss_curve_)
+            fix = (f"The loss rose above its lowest, {lowest:.4g}: the rate is too large. Lower "
+                   f"learning_rate_init (now {self._learning_rate():g}) or scale the features"
+                   if last > lowest else
+                   f"Raise learning_rate_init (now {self._learning_rate():g}) or max_iter (now "
+                   f"{self._n_epochs()})")
             warnings.warn(
                 f"{type(self).__name__}(solver={self.solver!r}) has not converged, it learned "
                 f"little or nothing from X: the training loss after {epochs} is {last:.4g}, "
                 f"{last / constant:.0%} of the {constant:.4g} of a constant output that ignores "
-                f"X. Raise learning_rate_init (now {self._learning_rate():g}) or max_iter (now "
-                f"{self._n_epochs()})"
+                f"X. {fix}"
                 + (", or use solver='auto'." if self.solver in SOLVERS else "."),
                 ConvergenceWarning,
                 stacklevel=5,
