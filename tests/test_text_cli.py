@@ -1295,13 +1295,10 @@ FASTTEXT_FLAGS: dict[str, str | None] = {
     "-pretrainedVectors": "{vec}", "-saveOutput": None, "-seed": "0",
     "-qnorm": None, "-retrain": None, "-qout": None, "-cutoff": "0", "-dsub": "2",
     "-autotune-validation": "{train}", "-autotune-metric": "f1", "-autotune-predictions": "1",
-    "-autotune-duration": "300", "-autotune-modelsize": "2M",
+    "-autotune-duration": "1", "-autotune-modelsize": "2M",
 }
 #: those of training that are refused, each with the words of what to use instead
-REFUSED = {"-saveOutput": "load_model(MODEL).estimator.model_.output",
-           "-autotune-validation": "RandomizedSearchCV", "-autotune-metric": "RandomizedSearchCV",
-           "-autotune-predictions": "RandomizedSearchCV",
-           "-autotune-duration": "RandomizedSearchCV", "-autotune-modelsize": "RandomizedSearchCV"}
+REFUSED = {"-autotune-modelsize": "lookuplinear quantize -cutoff N"}
 #: fastText's quantize options (supervised takes them and ignores them, as fastText's does)
 QUANTIZE_ONLY = ("-qnorm", "-retrain", "-qout", "-cutoff", "-dsub")
 
@@ -1328,6 +1325,8 @@ def test_every_fasttext_training_flag_is_taken_or_refused_by_name(
         if flag in ("-input", "-output"):
             continue
         args = [flag] if value is None else [flag, value.format(train=ft_file.name, vec=vec)]
+        if flag == "-autotune-validation":  # 300 s of search by default
+            args += ["-autotune-duration", "1"]
         code = main(["supervised", "-input", ft_file.name, "-output", "model", "-dim", "8",
                      "-epoch", "1", "-verbose", "0", *args])
         err = capsys.readouterr().err
@@ -1439,6 +1438,127 @@ def test_supervised_defaults_to_softmax_as_fasttext(tmp_path: Path) -> None:
     assert main(["train", str(data), "-o", str(tmp_path / "ll.bin"), "--dim", "4", "--epoch",
                  "2", "-q"]) == 0
     assert load_model(tmp_path / "ll.bin").estimator.multilabel_
+
+
+@NOT_LEARNING
+def test_save_output_writes_the_output_layer_as_fasttext(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-saveOutput writes NAME.output as fastText's saveOutput: 'labels dim', then each label
+    and its output row (5 significant digits, each value followed by a space). A two-label
+    softmax (one output row) gets a row of zeros for its first label, the same softmax; the
+    bias, which fastText's output layer has not, is named on stderr."""
+    base = ["supervised", "-input", str(ft_file), "-dim", "4", "-epoch", "2", "-saveOutput"]
+    assert main([*base, "-output", str(tmp_path / "two")]) == 0
+    assert "model_.output.bias" in capsys.readouterr().err
+    model = load_model(tmp_path / "two.bin")
+    weight = model.estimator.model_.output.weight.detach().double().numpy()
+    lines = (tmp_path / "two.output").read_text(encoding="utf-8").split("\n")
+    assert lines[0] == "2 4" and lines[-1] == "" and len(lines) == 4
+    assert lines[1] == "__label__neg 0 0 0 0 "
+    assert lines[2] == "__label__pos " + "".join(f"{v:.5g} " for v in weight[0])
+    three = tmp_path / "three.txt"
+    three.write_text("__label__a x y\n__label__b y z\n__label__c z w\n" * 5, encoding="utf-8")
+    assert main(["supervised", "-input", str(three), "-output", str(tmp_path / "three"),
+                 "-dim", "3", "-epoch", "2", "-saveOutput", "-verbose", "0"]) == 0
+    weight = load_model(tmp_path / "three.bin").estimator.model_.output.weight.detach()
+    rows = (tmp_path / "three.output").read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "3 3"
+    assert [r.split()[0] for r in rows[1:]] == ["__label__a", "__label__b", "__label__c"]
+    np.testing.assert_allclose([[float(v) for v in r.split()[1:]] for r in rows[1:]],
+                               weight.double().numpy(), rtol=1e-4, atol=1e-8)
+    assert "model_.output.bias" not in capsys.readouterr().err  # -verbose 0
+    # -o PATH names no NAME for NAME.output
+    assert main([*base, "-o", str(tmp_path / "m.bin")]) == 1
+    assert "give -output NAME instead of -o" in capsys.readouterr().err
+    assert not (tmp_path / "m.bin").exists()
+
+
+def _trials(err: str) -> list[tuple[dict[str, str], float]]:
+    """Each trial's arguments and score from the lines -verbose 3 prints."""
+    out = []
+    for block in err.split("Trial = ")[1:]:
+        pairs = dict(line.split(" = ", 1) for line in block.split("\n")[1:] if " = " in line
+                     and not line.startswith(("Progress", "Best")))
+        score = pairs.pop("currentScore")
+        out.append((pairs, float(score)))
+    return out
+
+
+_SEARCHED_ARGS = ("epoch", "lr", "dim", "wordNgrams", "minn", "maxn", "bucket")
+
+
+def test_autotune_trains_the_best_trial_again(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-autotune-validation: the first trial is the arguments as given, each trial's F1 on the
+    validation file is printed, and the model written is the best trial's arguments trained
+    again: the model `supervised` trains with those arguments given (and the same seed)."""
+    out = tmp_path / "m"
+    assert main(["supervised", "-input", str(ft_file), "-output", str(out),
+                 "-autotune-validation", str(ft_file), "-autotune-duration", "1",
+                 "-bucket", "1000", "-seed", "3", "-verbose", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "Warning : bucket is manually set to a specific value." in err
+    assert "Progress: 100.0% Trials:" in err and "Training again with best arguments" in err
+    trials = _trials(err.split("Training again")[0])
+    best_block = err.split("Best selected args = 0\n")[1].split("\n")
+    best = dict(line.split(" = ") for line in best_block if " = " in line)
+    first_args, first_score = trials[0]
+    assert first_args == {"epoch": "5", "lr": "0.2", "dim": "100", "minCount": "1",
+                          "wordNgrams": "1", "minn": "0", "maxn": "0", "bucket": "1000",
+                          "loss": "softmax"}
+    scores = {tuple(a.items()): s for a, s in trials}
+    assert tuple(best.items()) in scores and scores[tuple(best.items())] >= first_score
+    assert scores[tuple(best.items())] == max(scores.values())
+    assert all(a["bucket"] == "1000" for a, _ in trials)
+    model = load_model(out.with_suffix(".bin"))
+    assert model.estimator.hidden == int(best["dim"])
+    assert model.estimator.max_iter == int(best["epoch"])
+    again = tmp_path / "again"
+    assert main(["supervised", "-input", str(ft_file), "-output", str(again), "-seed", "3",
+                 "-verbose", "0", *[a for name in _SEARCHED_ARGS
+                                    for a in (f"-{name}", best[name])]]) == 0
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    np.testing.assert_allclose(model.scores(texts),
+                               load_model(again.with_suffix(".bin")).scores(texts), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-autotune-metric", "f1:__label__nope"], "'__label__nope' is not a label"),
+        (["-autotune-metric", "precision"], "expected f1 (over all labels) or f1:LABEL"),
+        (["-autotune-duration", "0"], "-autotune-duration must be >= 1"),
+        (["-autotune-predictions", "0"], "-autotune-predictions must be >= 1"),
+        (["-autotune-modelsize", "2M"], "lookuplinear quantize -cutoff N"),
+    ],
+)
+def test_autotune_bad_values(
+    argv: list[str], message: str, ft_file: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "m"
+    assert main(["supervised", "-input", str(ft_file), "-output", str(out),
+                 "-autotune-validation", str(ft_file), "-autotune-duration", "1", "-dim", "4",
+                 *argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.with_suffix(".bin").exists()
+
+
+def test_autotune_metric_of_one_label(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-autotune-metric f1:LABEL scores that label's F1 (1 when every text is right)."""
+    assert main(["supervised", "-input", str(ft_file), "-output", str(tmp_path / "m"),
+                 "-autotune-validation", str(ft_file), "-autotune-duration", "1",
+                 "-autotune-metric", "f1:__label__neg", "-autotune-predictions", "2",
+                 "-bucket", "1000", "-dim", "8", "-epoch", "20", "-lr", "0.5"]) == 0
+    err = capsys.readouterr().err
+    assert "Best score:  " in err and (tmp_path / "m.bin").exists()
+    # two predictions of two labels: each label is predicted for every text, so the F1 of
+    # one is 2 * 10 / (20 + 10)
+    assert "Best score:  0.666667" in err
 
 
 def test_predict_and_test_with_k_minus_one_take_every_label(

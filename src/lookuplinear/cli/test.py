@@ -11,7 +11,7 @@ from typing import Any
 from ._args import write_stdout
 from ._textinput import add_input_options, add_k, check_labels, load_text_model, read_input
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "label_counts", "run"]
 
 
 def add_parser(sub: Any, name: str = "test") -> argparse.ArgumentParser:
@@ -74,6 +74,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def label_counts(true: list[list[str]], predicted: list[list[str]]
+                 ) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """fastText's ``Meter`` counts, label by label: correct predictions (a predicted label
+    among the example's), predictions, and true labels (a label repeated on a line as often
+    as it is there)."""
+    hits, n_predicted, n_true = Counter[str](), Counter[str](), Counter[str]()
+    for t, p in zip(true, predicted, strict=True):
+        n_true.update(t)
+        n_predicted.update(p)
+        hits.update(set(p) & set(t))
+    return hits, n_predicted, n_true
+
+
 def _label_lines(labels: list[str], true: list[list[str]], predicted: list[list[str]]
                  ) -> list[str]:
     """fastText's test-label lines, one per label of the model in its order: F1-score
@@ -81,11 +94,7 @@ def _label_lines(labels: list[str], true: list[list[str]], predicted: list[list[
     of that label (``true`` counts a label repeated on a line as often as it is there), each
     with 6 decimals (C++'s ``std::fixed``, ``setprecision(6)``) or ``--------`` when
     undefined (0 / 0), each followed by two spaces, then a space and the label."""
-    hits, n_predicted, n_true = Counter[str](), Counter[str](), Counter[str]()
-    for t, p in zip(true, predicted, strict=True):
-        n_true.update(t)
-        n_predicted.update(p)
-        hits.update(set(p) & set(t))
+    hits, n_predicted, n_true = label_counts(true, predicted)
 
     def metric(name: str, num: float, den: int) -> str:
         return f"{name} : {num / den:.6f}  " if den else f"{name} : --------  "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import add_ignored_flags, output_path
+from ._autotune import Given, check_autotune
 from ._textinput import add_input_options, input_format, read_input
 
 __all__ = ["DEFAULT_LR", "add_parser", "run"]
@@ -51,10 +52,11 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
                         "as fastText does")
     p.add_argument("-output", dest="output_prefix", type=Path, default=None,
                    help=argparse.SUPPRESS)
-    p.add_argument("--dim", "-dim", type=int, default=100, help="embedding size (default 100)")
-    p.add_argument("--epoch", "-epoch", type=int, default=5,
+    p.add_argument("--dim", "-dim", type=int, action=Given, default=100,
+                   help="embedding size (default 100)")
+    p.add_argument("--epoch", "-epoch", type=int, action=Given, default=5,
                    help="passes over the data (default 5)")
-    p.add_argument("--lr", "-lr", type=float, default=None,
+    p.add_argument("--lr", "-lr", type=float, action=Given, default=None,
                    help="learning rate of the batch mean loss (default: 0.2 for "
                         "rowwise_adagrad, 0.5 for sgd/adagrad, 0.05 for adam/adamw)")
     p.add_argument("--optimizer", default="rowwise_adagrad",
@@ -62,18 +64,18 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
                    help="default rowwise_adagrad: one state value per table row")
     p.add_argument("--lr-schedule", default="linear", choices=["linear", "constant"],
                    help="linear decay to zero, as fastText (default), or constant")
-    p.add_argument("--wordNgrams", "-wordNgrams", type=int, default=1,
+    p.add_argument("--wordNgrams", "-wordNgrams", type=int, action=Given, default=1,
                    help="max word n-gram length")
-    p.add_argument("--minn", "-minn", type=int, default=0,
+    p.add_argument("--minn", "-minn", type=int, action=Given, default=0,
                    help="min char n-gram length (0: none)")
-    p.add_argument("--maxn", "-maxn", type=int, default=0,
+    p.add_argument("--maxn", "-maxn", type=int, action=Given, default=0,
                    help="max char n-gram length (0: none)")
-    p.add_argument("--bucket", "-bucket", type=int, default=2_000_000,
+    p.add_argument("--bucket", "-bucket", type=int, action=Given, default=2_000_000,
                    help="n-gram hash buckets")
     p.add_argument("--minCount", "-minCount", type=int, default=1, help="min word count")
     p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--loss", "-loss", default="softmax" if fasttext else "auto",
+    p.add_argument("--loss", "-loss", action=Given, default="softmax" if fasttext else "auto",
                    choices=["auto", "softmax", "ova", "one-vs-all", "hs", "ns"],
                    help="softmax (a line with several labels counts once per label, weighted "
                         "1/labels), ova or one-vs-all (multilabel); auto "
@@ -104,12 +106,26 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
     ft.add_argument("-lrUpdateRate", type=int, default=None,
                     help="fastText updates its linear decay every N tokens; here the learning "
                          "rate decays every batch (--batch-size), so N changes nothing")
-    no = p.add_argument_group("fastText's options refused, each with what to use instead")
-    no.add_argument("-saveOutput", action="store_true", help=argparse.SUPPRESS)
-    for flag in ("-autotune-validation", "-autotune-metric", "-autotune-predictions",
-                 "-autotune-duration", "-autotune-modelsize"):
-        no.add_argument(flag, dest="autotune", action="append", default=None,
-                        help=argparse.SUPPRESS)
+    at = p.add_argument_group(
+        "fastText's -saveOutput and hyperparameter search (-autotune-*)")
+    at.add_argument("-saveOutput", action="store_true",
+                    help="with -output NAME: also write the output layer's weights to "
+                         "NAME.output, one line per label (fastText's .vec text format)")
+    at.add_argument("-autotune-validation", dest="autotune_validation", default=None,
+                    metavar="FILE",
+                    help="search the arguments not given (-lr, -dim, -epoch, -wordNgrams, "
+                         "-minn/-maxn, -bucket) that score best on FILE, as fastText's "
+                         "autotune, then train the model with them")
+    at.add_argument("-autotune-metric", dest="autotune_metric", default="f1",
+                    metavar="METRIC", help="f1 (default) or f1:LABEL (that label's F1)")
+    at.add_argument("-autotune-predictions", dest="autotune_predictions", type=int, default=1,
+                    metavar="K", help="labels predicted per example to score (default 1)")
+    at.add_argument("-autotune-duration", dest="autotune_duration", type=int, default=300,
+                    metavar="SECONDS", help="seconds of search (default 300)")
+    at.add_argument("-autotune-modelsize", dest="autotune_modelsize", default=None,
+                    metavar="SIZE", help="refused: quantize the model found with "
+                                         "`lookuplinear quantize -cutoff N`")
+    p.set_defaults(given=frozenset())
     add_input_options(p, labels=True)
     add_ignored_flags(
         p.add_argument_group(
@@ -131,18 +147,11 @@ def refuse_fasttext_options(args: argparse.Namespace) -> None:
             "labels; lookuplinear computes the softmax exactly over all labels. Use -loss "
             "softmax (one label per line) or -loss one-vs-all (several)."
         )
-    if args.autotune:
+    check_autotune(args)
+    if args.saveOutput and args.output_prefix is None:
         raise InputValueError(
-            "-autotune-* (fastText's hyperparameter search) is not built. Train a few models "
-            "with different -lr/-dim/-epoch/-wordNgrams and compare them with `lookuplinear "
-            "test MODEL VALID`, or search LookupClassifier's parameters with scikit-learn's "
-            "RandomizedSearchCV (docs/sklearn.md)."
-        )
-    if args.saveOutput:
-        raise InputValueError(
-            "-saveOutput is not built: the output layer here has a bias fastText's has not, so "
-            "a NAME.output file would not reproduce the model. Read it from the model file: "
-            "lookuplinear.sklearn.load_model(MODEL).estimator.model_.output (weight, bias)."
+            "-saveOutput writes NAME.output beside the model of -output NAME, as fastText "
+            "does; with -o there is no NAME: give -output NAME instead of -o."
         )
 
 
@@ -216,11 +225,23 @@ def run(args: argparse.Namespace) -> int:
     if args.pretrained_vectors is not None:  # read before training: a bad file costs nothing
         pretrained = read_pretrained(args.pretrained_vectors, args.dim)
     texts, label_lists = drop_rare_labels(data.texts, data.labels, args)
+    search_s = 0.0
+    if args.autotune_validation is not None:  # fastText's search, then the best arguments
+        from ._autotune import search
+
+        valid = read_input(argparse.Namespace(**{**vars(args),
+                                                 "input": args.autotune_validation}),
+                           need_labels=True, skip_unlabelled=True)
+        vars(args).update(search(args, texts, label_lists, pretrained=pretrained,
+                                 vocabulary_texts=data.texts,
+                                 validation=(valid.texts, valid.labels),
+                                 labels={lab for ls in label_lists for lab in ls}))
+        search_s = time.perf_counter() - t0
     # fastText's dictionary counts the words of every line, -minCountLabel's dropped ones too
     vec, clf, labels, X, _y, train_s = fit_text_classifier(texts, label_lists, args,
                                                            pretrained=pretrained,
                                                            vocabulary_texts=data.texts)
-    setup_s = time.perf_counter() - t0 - train_s
+    setup_s = time.perf_counter() - t0 - train_s - search_s
     save_model(args.output, clf, vectorizer=vec, labels=labels,
                input_format=input_format(args))
     args._interrupted_note = f"; {args.output} was written"
@@ -231,6 +252,9 @@ def run(args: argparse.Namespace) -> int:
         stem = fasttext_stem(args.output_prefix)
         vectors = stem.with_name(stem.name + ".vec")
         write_word_vectors(vectors, clf, vec, labels, data.texts)
+        if args.saveOutput:
+            write_output_matrix(stem.with_name(stem.name + ".output"), clf, labels,
+                                quiet=args.quiet)
     if not args.quiet:
         print(f"Read {len(texts)} examples, {len(vec.vocabulary_)} words, {len(labels)} labels; "
               f"{X.shape[1]} features in {setup_s:.2f} s. Trained in {train_s:.2f} s "
@@ -273,6 +297,32 @@ def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str],
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
         f.write(f"{len(words)} {values.shape[1]}\n")
         f.writelines(f"{w} {format_vector(v)}\n" for w, v in zip(words, values, strict=True))
+
+
+def write_output_matrix(path: Path, clf: Any, labels: list[str], *, quiet: bool) -> None:
+    """Write the output layer's weights to ``path`` as fastText's ``saveOutput`` writes
+    ``NAME.output``: a line ``n_labels dim``, then one line per label in the model's order,
+    the label and its row as ``format_vector`` writes it. A two-label softmax model has one
+    output row (the second label's logit minus the first's): the file gives the first label a
+    row of zeros and the second that row, the same softmax. The output layer's bias, which
+    fastText's has not, is left out (stderr says so unless ``quiet``). The file is replaced in
+    one step."""
+    import numpy as np
+
+    from .._atomic import replacing
+    from .vectors import format_vector
+
+    weight = clf.model_.output.weight.detach().cpu().double().numpy()  # (n_outputs, dim)
+    if len(weight) == 1 and len(labels) == 2:
+        weight = np.vstack([np.zeros_like(weight), weight])
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write(f"{len(labels)} {weight.shape[1]}\n")
+        f.writelines(f"{lab} {format_vector(w)}\n" for lab, w in zip(labels, weight,
+                                                                      strict=True))
+    if not quiet:
+        print(f"lookuplinear train: note: {path} holds the output layer's weights; its bias "
+              "(one value per label, which fastText's output layer has not) is in the model "
+              "file only: load_model(MODEL).estimator.model_.output.bias.", file=sys.stderr)
 
 
 def read_pretrained(path: str, dim: int) -> tuple[list[str], Any]:
