@@ -52,10 +52,11 @@ def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: i
                    version: int = 12, model: int = 3, seed: int = 0,
                    label: str = "__label__", words: list[str | bytes] | None = None,
                    labels: list[str | bytes] | None = None) -> Path:
-    """A supervised model in fastText's format, with random weights (``FastText::saveModel``:
-    magic, version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output);
-    ``label``: the prefix of its labels (fastText's ``-label``); ``words`` and ``labels`` (str
-    or raw bytes) replace ``WORDS`` and the ``n_labels`` labels."""
+    """A model in fastText's format, with random weights (``FastText::saveModel``: magic,
+    version, Args, Dictionary, quant flag, input DenseMatrix, qout flag, output); ``model``:
+    3 supervised (an output row per label), 1 cbow or 2 skipgram (word vectors: an output row
+    per word); ``label``: the prefix of its labels (fastText's ``-label``); ``words`` and
+    ``labels`` (str or raw bytes) replace ``WORDS`` and the ``n_labels`` labels."""
     rng = np.random.default_rng(seed)
     labels = labels if labels is not None else [f"{label}{c}" for c in range(n_labels)]
     n_labels = len(labels)
@@ -69,7 +70,7 @@ def write_fasttext(path: Path, *, loss: str = "softmax", dim: int = 6, bucket: i
         raw = w if isinstance(w, bytes) else w.encode()
         out += raw + b"\0" + struct.pack("<qb", counts[i], int(i >= len(words)))
     rows = len(words) + bucket
-    for m in (rows, n_labels):
+    for m in (rows, n_labels if model == 3 else len(words)):
         out += struct.pack("<?qq", False, m, dim)
         out += rng.normal(0, 1.5, (m, dim)).astype("<f4").tobytes()
     path.write_bytes(out)
@@ -314,10 +315,81 @@ def test_version_11_has_no_char_ngrams(tmp_path: Path) -> None:
     np.testing.assert_array_equal(old.scores(TEXTS), new.scores(TEXTS))
 
 
-def test_word_vector_model_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match=r"word-vector model \(-model skipgram\), not a "
-                       r"classifier: lookuplinear reads fastText's classifiers only"):
-        load_fasttext(write_fasttext(tmp_path / "m.bin", model=2))
+def test_word_vector_model_reads_and_refuses_what_needs_labels(tmp_path: Path,
+                                                              capsys) -> None:
+    """A skipgram/cbow model loads, with no labels (nlabels 0) or with the label-prefixed
+    tokens of its text; predict, predict-prob, test, test-label, quantize and the Python
+    prediction methods refuse it with one line naming what it is and what takes it."""
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    (tmp_path / "in.txt").write_text("__label__0 good film\n")
+    for kind, name, labels in ((2, "skipgram", []), (1, "cbow", ["__label__x"])):
+        path = write_fasttext(tmp_path / f"{name}.bin", model=kind, loss="ns", minn=2, maxn=4,
+                              labels=labels)
+        model = load_model(path)
+        assert isinstance(model, FastTextModel) and not model.is_classifier
+        assert model.labels == labels and model.output_matrix.shape == (len(WORDS), 6)
+        assert model.word_vectors(["good", "unseen"]).shape == (2, 6)
+        message = (rf"{name}.bin is a fastText word-vector model \(-model {name}\), not a "
+                   r"classifier: it has no labels, so {} cannot run on it\. Its vectors are "
+                   r"read by print-word-vectors, print-sentence-vectors, print-ngrams, nn, "
+                   r"analogies and dump")
+        for call, what in ((lambda m: m.predict("good film"), "predict"),
+                           (lambda m: m.top_k(["good film"]), "top_k"),
+                           (lambda m: m.scores(["good film"]), "scores"),
+                           (lambda m: m.estimator.predict_proba(m.vectorizer.transform(["a"])),
+                            "predict_proba")):
+            with pytest.raises(ModelFileError, match=message.format(what)):
+                call(model)
+        for argv in (["predict", str(path), str(tmp_path / "in.txt")],
+                     ["predict-prob", str(path), str(tmp_path / "in.txt"), "-1"],
+                     ["test", str(path), str(tmp_path / "in.txt")],
+                     ["test-label", str(path), str(tmp_path / "in.txt")],
+                     ["quantize", str(path), "-o", str(tmp_path / "q.ll")]):
+            assert main(argv) == 1
+            out = capsys.readouterr()
+            assert out.out == "" and out.err.count("\n") == 1, argv
+            what = {"predict-prob": "predict"}.get(argv[0], argv[0])
+            assert re.search(message.format(what), out.err), argv
+        assert not (tmp_path / "q.ll").exists()
+
+
+def test_word_vector_model_sentence_vector_is_the_mean_of_unit_word_vectors(
+        tmp_path: Path) -> None:
+    """fastText's unsupervised getSentenceVector: the line's words (split at ASCII whitespace,
+    `</s>` and labels words too) each scaled to length 1, averaged; a word with a zero
+    vector (unknown, no n-gram) is left out, a line of none is zeros."""
+    model = load_fasttext(write_fasttext(tmp_path / "m.bin", model=2, loss="ns", n_labels=1))
+    words = model.word_vectors(["good", "</s>", "__label__0", "film"])
+    unit = words / np.linalg.norm(words, axis=1, keepdims=True)
+    got = model.sentence_vectors(["good </s> __label__0\tfilm unseen", "unseen", ""])
+    np.testing.assert_allclose(got[0], unit.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[1:], 0)
+
+
+def test_word_vector_model_files_checked_as_classifiers(tmp_path: Path) -> None:
+    """A word-vector model's output has a row per word, a classifier's a row per label (and at
+    least one label); version 11 keeps a word-vector model's character n-grams, as fastText
+    does (it drops only a version-11 classifier's)."""
+    data = write_fasttext(tmp_path / "m.bin", model=2, loss="ns", n_labels=0).read_bytes()
+    for cut in (60, len(data) - 5):
+        (tmp_path / "cut.bin").write_bytes(data[:cut])
+        with pytest.raises(ModelFileError, match=r"is truncated: .* offset \d+"):
+            load_fasttext(tmp_path / "cut.bin")
+    wrong = bytearray(write_fasttext(tmp_path / "sup.bin").read_bytes())
+    wrong[8 + 7 * 4:8 + 8 * 4] = struct.pack("<i", 2)  # -model skipgram: 4 label rows
+    (tmp_path / "wrong.bin").write_bytes(bytes(wrong))
+    with pytest.raises(ModelFileError, match=r"13 output rows \(-model skipgram\)"):
+        load_fasttext(tmp_path / "wrong.bin")
+    none = bytearray(data)
+    none[8 + 7 * 4:8 + 8 * 4] = struct.pack("<i", 3)  # supervised without labels
+    (tmp_path / "none.bin").write_bytes(bytes(none))
+    with pytest.raises(ModelFileError, match="with 13 words and 0 labels"):
+        load_fasttext(tmp_path / "none.bin")
+    old = load_fasttext(write_fasttext(tmp_path / "v11.bin", model=1, loss="ns", version=11,
+                                       minn=2, maxn=4, n_labels=0))
+    assert old.args is not None and old.args.maxn == 4 and len(old.subwords("good")[0]) > 1
 
 
 @pytest.mark.parametrize("cut", [6, 40, 80, 120, 300, -7, -1])
@@ -448,6 +520,132 @@ def test_print_ngrams_nn_and_analogies_print_as_fasttext(tmp_path: Path, fasttex
     prompt = "Query triplet (A - B + C)? "
     assert capsys.readouterr().out == f"Loading model {path}\n{prompt}" + "".join(
         printed(ft.get_analogies(*t, k=3)) + prompt for t in triplets)
+
+
+@pytest.mark.parametrize("kind", [1, 2])
+def test_word_vector_model_commands_print_as_fasttext(tmp_path: Path, fasttext, kind: int,
+                                                      capsys, monkeypatch) -> None:
+    """On a cbow (1) / skipgram (2) model: `word_vectors`, `sentence_vectors` and
+    print-word-vectors, print-sentence-vectors (a vector per line, `</s>` a word), print-ngrams,
+    nn, analogies and dump print what the fasttext module gives: `get_word_vector`,
+    `get_sentence_vector` (unsupervised: the mean of the unit word vectors), `get_subwords`,
+    `get_nearest_neighbors`, `get_analogies`, its arguments (`model sg`/`cbow`), words and
+    matrices."""
+    import io
+
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    path = write_fasttext(tmp_path / "m.bin", model=kind, loss="ns", minn=2, maxn=4, n_labels=0)
+    ft = fasttext.load_model(str(path))
+    model = load_model(path)
+    words = ["good", "naïve", "日本", "unseen", "</s>", "x"]
+    np.testing.assert_allclose(model.word_vectors(words),
+                               [ft.get_word_vector(w) for w in words], rtol=1e-5, atol=1e-6)
+    lines = ["good film", "bad  </s> movie\tplot", "", "unseen wörd", "café naïve 日本 x"]
+    want = [ft.get_sentence_vector(t) for t in lines]
+    np.testing.assert_allclose(model.sentence_vectors(lines), want, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(" ".join(words).encode())))
+    assert main(["print-word-vectors", str(path)]) == 0
+    out = [line.split(" ") for line in capsys.readouterr().out.splitlines()]
+    assert [o[0] for o in out] == words
+    np.testing.assert_allclose(np.array([o[1:-1] for o in out], float),
+                               [ft.get_word_vector(w) for w in words], rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr("sys.stdin",
+                        io.TextIOWrapper(io.BytesIO(("\n".join(lines) + "\n").encode())))
+    assert main(["print-sentence-vectors", str(path)]) == 0
+    out = [line.split(" ")[:-1] for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(np.array(out, float), want, rtol=1e-4, atol=1e-5)
+    for word in ["good", "unseen"]:
+        assert main(["print-ngrams", str(path), word]) == 0
+        names, rows = ft.get_subwords(word)
+        assert capsys.readouterr().out == "".join(
+            f"{n} " + "".join(f"{float(v):.5g} " for v in ft.get_input_vector(r)) + "\n"
+            for n, r in zip(names, rows, strict=True))
+
+    def printed(found: list) -> str:
+        return "".join(f"{w} {float(s):g}\n" for s, w in found)
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good unseen")))
+    assert main(["nn", str(path), "4"]) == 0
+    assert capsys.readouterr().out == "Query word? " + "".join(
+        printed(ft.get_nearest_neighbors(q, 4)) + "Query word? " for q in ["good", "unseen"])
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good bad film\n")))
+    assert main(["analogies", str(path), "3"]) == 0
+    prompt = "Query triplet (A - B + C)? "
+    assert capsys.readouterr().out == (f"Loading model {path}\n{prompt}"
+                                       + printed(ft.get_analogies("good", "bad", "film", 3))
+                                       + prompt)
+    assert main(["dump", str(path), "args"]) == 0
+    assert capsys.readouterr().out.splitlines()[6:8] == [
+        "loss ns", f"model {'sg' if kind == 2 else 'cbow'}"]
+    assert main(["dump", str(path), "dict"]) == 0
+    got, counts = ft.get_words(include_freq=True)
+    assert capsys.readouterr().out.splitlines() == [str(len(got))] + [
+        f"{w} {c} word" for w, c in zip(got, counts, strict=True)]
+    for option, m in (("input", ft.get_input_matrix()), ("output", ft.get_output_matrix())):
+        assert main(["dump", str(path), option]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"{m.shape[0]} {m.shape[1]}"
+        assert out[1:] == [" ".join(f"{float(v):g}" for v in row) for row in m]
+
+
+_TRAIN_SKIPGRAM = """
+import json, sys
+import fasttext
+lines = ["the good film was good", "a bad film and a bad plot", "the movie was fine",
+         "café naïve 日本 film", "good good bad fine ok", "__label__x the plot"] * 5
+with open(sys.argv[1] + ".txt", "w", encoding="utf-8") as f:
+    f.write("\\n".join(lines) + "\\n")
+m = fasttext.train_unsupervised(sys.argv[1] + ".txt", model="skipgram", dim=10, epoch=1,
+                                minCount=1, minn=2, maxn=4, thread=1, bucket=2000, verbose=0)
+m.save_model(sys.argv[1] + ".bin")
+words = ["good", "naïve", "unseen", "</s>", "__label__x"]
+sentences = ["good film", "the bad plot unseen", "", "zz", "good </s> __label__x film"]
+json.dump({"words": words, "sentences": sentences,
+           "word": [m.get_word_vector(w).tolist() for w in words],
+           "sentence": [m.get_sentence_vector(s).tolist() for s in sentences],
+           "subwords": [[list(m.get_subwords(w)[0]), m.get_subwords(w)[1].tolist()]
+                        for w in words],
+           "nn": m.get_nearest_neighbors("good", 5),
+           "analogies": m.get_analogies("good", "bad", "film", 3)},
+          open(sys.argv[1] + ".json", "w", encoding="utf-8"))
+"""
+
+
+def test_skipgram_trained_by_fasttext(tmp_path: Path, fasttext, capsys, monkeypatch) -> None:
+    """A skipgram model fastText trains (in a subprocess: its training can give NaN once torch
+    is imported), with `</s>` in its dictionary and a label token in its text (nlabels 1):
+    the word and sentence vectors, subwords, nn and analogies of the fasttext module."""
+    import io
+    import subprocess
+    import sys
+
+    from lookuplinear.cli import main
+
+    stem = tmp_path / "vecs"
+    subprocess.run([sys.executable, "-c", _TRAIN_SKIPGRAM, str(stem)], check=True,
+                   timeout=60, capture_output=True)
+    ref = json.loads(stem.with_suffix(".json").read_text(encoding="utf-8"))
+    model = load_fasttext(stem.with_suffix(".bin"))
+    assert model.labels == ["__label__x"] and not model.is_classifier
+    assert np.isfinite(ref["word"]).all() and np.isfinite(ref["sentence"]).all()
+    np.testing.assert_allclose(model.word_vectors(ref["words"]), ref["word"], rtol=1e-5,
+                               atol=1e-7)
+    np.testing.assert_allclose(model.sentence_vectors(ref["sentences"]), ref["sentence"],
+                               rtol=1e-5, atol=1e-7)
+    assert [list(model.subwords(w))[::-1] for w in ref["words"]] == [
+        [names, ids] for names, ids in ref["subwords"]]
+    path = str(stem.with_suffix(".bin"))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good")))
+    assert main(["nn", path, "5"]) == 0
+    assert capsys.readouterr().out == "Query word? " + "".join(
+        f"{w} {s:g}\n" for s, w in ref["nn"]) + "Query word? "
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good bad film")))
+    assert main(["analogies", path, "3"]) == 0
+    prompt = "Query triplet (A - B + C)? "
+    assert capsys.readouterr().out == f"Loading model {path}\n{prompt}" + "".join(
+        f"{w} {s:g}\n" for s, w in ref["analogies"]) + prompt
 
 
 @pytest.mark.parametrize("k", ["-1", "3"])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from ..sklearn._fasttext_bin import FastTextModel
 
 __all__ = ["add_input_options", "add_k", "check_labels", "input_format", "load_text_model",
            "read_input"]
@@ -191,7 +194,7 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
     return data
 
 
-def _written_by_fasttext(model: Any) -> bool:
+def _written_by_fasttext(model: Any) -> TypeGuard[FastTextModel]:
     """Whether ``model`` is a fastText ``.bin``/``.ftz`` file, whose input is read as
     fastText reads it (:func:`_read_as_fasttext`)."""
     from ..sklearn._fasttext_bin import FastTextModel
@@ -269,6 +272,8 @@ def load_text_model(args: argparse.Namespace, command: str) -> Any:
         args.threshold = args.threshold_pos if args.threshold_pos is not None else 0.0
     check_threshold(args.threshold)
     model = load_model(args.model, lazy=True)
+    if _written_by_fasttext(model):  # word vectors (-model skipgram, cbow): no labels
+        model.check_classifier(command)
     if not model.has_vectorizer or not model.labels:
         raise InputValueError(
             f"{args.model} holds an estimator without a text vectorizer and labels; {command} "

@@ -44,8 +44,9 @@ def _fasttext(model: Any, option: str) -> list[str]:
     if option == "args":  # Args::dump
         a = model.args
         loss = {"ova": "one-vs-all"}.get(a.loss, a.loss)
+        kind = {"supervised": "sup", "skipgram": "sg"}.get(a.model, a.model)
         return [f"dim {a.dim}", f"ws {a.ws}", f"epoch {a.epoch}", f"minCount {a.min_count}",
-                f"neg {a.neg}", f"wordNgrams {a.word_ngrams}", f"loss {loss}", "model sup",
+                f"neg {a.neg}", f"wordNgrams {a.word_ngrams}", f"loss {loss}", f"model {kind}",
                 f"bucket {a.bucket}", f"minn {a.minn}", f"maxn {a.maxn}",
                 f"lrUpdateRate {a.lr_update_rate}", f"t {a.t:g}"]
     if option == "dict":  # Dictionary::dump

@@ -121,17 +121,11 @@ def _vocabulary(model: Any) -> list[str]:
     return sorted(vocabulary, key=vocabulary.__getitem__)
 
 
-def _norms(rows: np.ndarray) -> np.ndarray:
-    """``Vector::norm`` of each row: squares added in order in float32, then the root."""
-    acc = np.zeros(len(rows), _F32)
-    for j in range(rows.shape[1]):
-        acc += rows[:, j] * rows[:, j]
-    return np.sqrt(acc)
-
-
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
     """``precomputeWordVectors``: each row times ``1.0 / norm`` (a float32 factor), zero rows
     kept zero."""
+    from ..sklearn._fasttext_bin import _norms
+
     norms = _norms(vectors)
     scale = np.zeros(len(vectors), _F32)
     has = norms > 0
@@ -145,7 +139,7 @@ def nearest(columns: list[np.ndarray], words: list[str], query: np.ndarray, k: i
     ``columns``, one array per dimension), best first, the ``banned`` words left out; each
     similarity is the dot product (added in order in float32) over the query's norm, and
     equal ones come out in fastText's order (its heap, step for step)."""
-    from ..sklearn._fasttext_bin import _pop_heap, _push_heap, _sort_heap
+    from ..sklearn._fasttext_bin import _norms, _pop_heap, _push_heap, _sort_heap
 
     qnorm = _norms(query[None, :])[0]
     if abs(float(qnorm)) < 1e-8:
@@ -193,7 +187,7 @@ def _predictions(found: list[tuple[float, str]]) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
     from ..sklearn import load_model
-    from ..sklearn._fasttext_bin import FastTextModel
+    from ..sklearn._fasttext_bin import FastTextModel, _norms
 
     model = load_model(args.model)
     if model.vectorizer is None:

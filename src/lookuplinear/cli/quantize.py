@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     check_pruning(args)
     model = load_model(args.model)
     if _written_by_fasttext(model):
+        model.check_classifier("quantize")  # fastText quantizes classifiers only too
         raise InputValueError(
             f"{args.model} is a model fastText wrote; lookuplinear quantizes the models it "
             "trains (`lookuplinear train` or `supervised`). Quantize it with fastText's own "

@@ -32,11 +32,14 @@ def add_parser(sub: Any, name: str = "print-word-vectors") -> argparse.ArgumentP
             "print-sentence-vectors does for a supervised model: the mean of the table rows "
             "of the line's words and n-grams (tokens with the label prefix left out), the input "
             "of the output layer. A line with no known word or n-gram (a blank one) prints "
-            "zeros. On a model fastText wrote, a '</s>' token ends a line there and the rest "
-            "of it prints another vector, as in fastText."
+            "zeros. On a classifier fastText wrote, a '</s>' token ends a line there and the "
+            "rest of it prints another vector, as in fastText; on a fastText word-vector model "
+            "(-model skipgram or cbow) a line's vector is the mean of its words' vectors, each "
+            "scaled to length 1 (words with a zero vector left out), as fastText's."
         ) + " Values are printed with 5 significant digits, each followed by a space.",
     )
-    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train`")
+    p.add_argument("model", metavar="MODEL", help="model file written by `lookuplinear train` "
+                   "or by fastText (a classifier, or skipgram or cbow word vectors)")
     return p
 
 
@@ -68,15 +71,16 @@ def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
 
 def _sentences(model: Any, batch: list[bytes], errors: str) -> list[str]:
     """The texts whose vectors ``print-sentence-vectors`` prints for ``batch``'s lines: each
-    line, its labels left out; for a model fastText wrote, the examples fastText reads from it
-    (``FastTextModel.examples``: a ``</s>`` token starts another, a vector each; no ``</s>`` at
-    the end of a last line without ``\\n``)."""
+    line, its labels left out; for a classifier fastText wrote, the examples fastText reads
+    from it (``FastTextModel.examples``: a ``</s>`` token starts another, a vector each; no
+    ``</s>`` at the end of a last line without ``\\n``); for a fastText word-vector model,
+    each line whole (fastText's ``getline``)."""
     from ..sklearn._fasttext_bin import FastTextModel
 
     texts: list[str] = []
     for raw in batch:
         line = raw.removesuffix(b"\n").decode("utf-8", errors=errors)
-        if isinstance(model, FastTextModel):
+        if isinstance(model, FastTextModel) and model.is_classifier:
             found = model.examples(line, ended=raw.endswith(b"\n"))
             texts += [text for text, _ in found]
         else:

@@ -60,6 +60,8 @@ _MODELS = {1: "cbow", 2: "skipgram", 3: "supervised"}
 _LABEL = b"__label__"
 _EOS = b"</s>"
 _SPLIT = re.compile(rb"[ \n\r\t\v\f\0]+")
+#: C++'s ``istream >> word`` splits at these (no NUL): a word-vector model's sentence words
+_CIN_SPLIT = re.compile(rb"[ \n\r\t\v\f]+")
 _TOKEN = re.compile(rb"[^ \n\r\t\v\f\0]+")
 _F32 = np.float32
 
@@ -195,7 +197,9 @@ class _Reader:
 
 @dataclass(eq=False)
 class FastTextModel(TextModel):
-    """A supervised fastText model read from its ``.bin``/``.ftz`` file.
+    """A fastText model read from its ``.bin``/``.ftz`` file: a classifier (``fasttext
+    supervised``), or word vectors (``-model skipgram``/``cbow``, :attr:`is_classifier` False:
+    its word and sentence vectors, no labels to predict).
 
     Dense equivalent: ``hidden = mean of input[rows of the text]`` (fastText's words, character
     n-grams and word n-grams), ``logits = output @ hidden``, then fastText's softmax,
@@ -232,6 +236,31 @@ class FastTextModel(TextModel):
         TextModel.__init__(self, None, None, labels,
                            {"format": "fasttext", "label": label_prefix(labels)})
         self._estimator, self._vectorizer = FastTextHead(self), FastTextFeatures(self)
+
+    @property
+    def is_classifier(self) -> bool:
+        """Whether the model is a classifier (``-model supervised``), not word vectors."""
+        return self.args is None or self.args.model == "supervised"
+
+    def check_classifier(self, what: str) -> None:
+        """Raise :class:`ModelFileError` naming ``what`` when the model holds word vectors
+        (``-model skipgram``/``cbow``): it has no labels to predict."""
+        if self.is_classifier:
+            return
+        assert self.args is not None
+        raise ModelFileError(
+            f"{self.path} is a fastText word-vector model (-model {self.args.model}), not a "
+            f"classifier: it has no labels, so {what} cannot run on it. Its vectors are read by "
+            "print-word-vectors, print-sentence-vectors, print-ngrams, nn, analogies and dump "
+            "(word_vectors / sentence_vectors in Python); for labels, train a classifier "
+            "(`fasttext supervised` or `lookuplinear train`)."
+        )
+
+    def predict(self, text: str | list[str], k: int = 1, threshold: float = 0.0
+                ) -> tuple[Any, Any]:
+        """:meth:`TextModel.predict`; :class:`ModelFileError` for a word-vector model."""
+        self.check_classifier("predict")
+        return super().predict(text, k, threshold)
 
     def _without_labels(self, line: str) -> str:
         """``line`` itself: its rows leave the labels out as fastText's ``getLine`` does (a
@@ -408,10 +437,31 @@ class FastTextModel(TextModel):
 
     def sentence_vectors(self, texts: list[str]) -> np.ndarray:
         """Each text's vector as fastText's ``get_sentence_vector`` (and
-        ``print-sentence-vectors``) gives a supervised model's: the mean of the input rows of
-        its words, n-grams and ``</s>``, the output layer's input; shape (n_texts, dim),
-        float32."""
-        return self.hidden(list(texts))[0]
+        ``print-sentence-vectors``) gives it, shape (n_texts, dim), float32. A classifier's:
+        the mean of the input rows of its words, n-grams and ``</s>``, the output layer's
+        input. A word-vector model's: the mean of its words' vectors (:meth:`word_vectors`;
+        words split at ASCII whitespace, ``</s>`` and labels included) each scaled to length
+        1, words whose vector is zero left out (zeros when none is left)."""
+        if self.is_classifier:
+            return self.hidden(list(texts))[0]
+        lines = [[as_text(w) for w in _CIN_SPLIT.split(as_bytes(t)) if w] for t in texts]
+        known: dict[str, int] = {}
+        for words in lines:
+            for w in words:
+                known.setdefault(w, len(known))
+        vectors = self.word_vectors(list(known))  # each distinct word once
+        norms = _norms(vectors)
+        out = np.zeros((len(texts), self.input_matrix.shape[1]), _F32)
+        for i, words in enumerate(lines):  # FastText::getSentenceVector, not supervised
+            count = 0
+            for w in words:
+                j = known[w]
+                if norms[j] > 0:  # vec.mul(1.0 / norm); svec.addVector(vec)
+                    out[i] += vectors[j] * _F32(1.0 / float(norms[j]))
+                    count += 1
+            if count:
+                out[i] *= _F32(1.0 / count)
+        return out
 
     def word_vectors(self, words: list[str]) -> np.ndarray:
         """Each word's vector as fastText's ``get_word_vector`` (and ``print-word-vectors``)
@@ -431,6 +481,7 @@ class FastTextModel(TextModel):
 
     def logits(self, hidden: np.ndarray) -> np.ndarray:
         """``output @ hidden`` per text, shape (n_texts, n_output_rows), summed in order."""
+        self.check_classifier("logits")
         w = self.output_matrix
         d = np.zeros((len(hidden), len(w)), _F32)
         for j in range(w.shape[1]):  # d += w[i, j] * h[j], j = 0..dim-1: DenseMatrix::dotRow
@@ -470,8 +521,9 @@ class FastTextModel(TextModel):
         ``exp(log(p + 1e-5))`` in float32, as the ``fasttext`` module's ``predict`` gives it
         (for ``-loss hs``, ``p`` is the product of the path's ``sigmoid + 1e-5``). A text with
         no input row (no known word, n-gram or ``</s>``), for which fastText predicts nothing,
-        has NaN scores.
+        has NaN scores. :class:`ModelFileError` for a word-vector model.
         """
+        self.check_classifier("scores")
         p, _, has = self._probabilities(list(texts))
         out = self._printed(p)
         out[~has] = np.nan
@@ -487,11 +539,14 @@ class FastTextModel(TextModel):
         ------
         InputValueError
             ``k`` neither >= 1 nor -1, or a threshold outside [0, 1].
+        ModelFileError
+            A word-vector model (``-model skipgram``/``cbow``): no labels.
         """
         from ..errors import InputValueError
         from ..text._files import check_threshold
 
         assert self.args is not None
+        self.check_classifier("top_k")
         if k == -1:
             k = len(self.labels)
         if k < 1:
@@ -623,11 +678,13 @@ class FastTextHead:
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Label probabilities of the count rows ``X``, shape (n, n_labels); NaN for an empty
-        row, as :meth:`FastTextModel.scores`."""
+        row, as :meth:`FastTextModel.scores`; :class:`ModelFileError` for a word-vector
+        model."""
         import torch
 
         from ..functional import lookup_linear
 
+        self.model.check_classifier("predict_proba")
         weight = torch.from_numpy(self.model.input_matrix)
         hidden = lookup_linear(X, weight, mode="mean").numpy()  # (n, dim)
         out = self.model._printed(self.model._head(self.model.logits(hidden)))
@@ -642,6 +699,14 @@ def _hash(data: bytes) -> int:
     for b in data:
         h = ((h ^ (b | 0xFFFFFF00 if b >= 128 else b)) * 16777619) & 0xFFFFFFFF
     return h
+
+
+def _norms(rows: np.ndarray) -> np.ndarray:
+    """``Vector::norm`` of each row: squares added in order in float32, then the root."""
+    acc = np.zeros(len(rows), _F32)
+    for j in range(rows.shape[1]):
+        acc += rows[:, j] * rows[:, j]
+    return np.sqrt(acc)
 
 
 def _std_log(p: np.ndarray) -> np.ndarray:
@@ -738,24 +803,28 @@ def _sort_heap(h: list[tuple[float, int]]) -> None:
 
 # ---------------------------------------------------------------------- the file
 def load_fasttext(path: str | Path) -> FastTextModel:
-    """Read a supervised model written by fastText (``.bin``, or ``.ftz`` from ``quantize``).
+    """Read a model written by fastText (``.bin``, or ``.ftz`` from ``quantize``).
 
-    The result predicts as the ``fasttext`` module does on the same file:
+    A classifier (``fasttext supervised``) predicts as the ``fasttext`` module does on the
+    same file:
     ``model.top_k(texts, k, threshold)`` equals ``fasttext.load_model(path).predict(texts, k,
     threshold)`` (labels exactly, probabilities to float32 rounding), and ``model.scores``
     gives every label's probability. ``lookuplinear.sklearn.load_model``, ``lookuplinear
     predict`` and ``lookuplinear test`` take such a file wherever they take a lookuplinear
-    model. A quantized matrix is decoded to float32 rows when the file is read (rows x dim x 4
-    bytes of memory).
+    model. A word-vector model (``fasttext skipgram``/``cbow``) gives fastText's word and
+    sentence vectors (``word_vectors``, ``sentence_vectors``; ``lookuplinear
+    print-word-vectors``, ``print-sentence-vectors``, ``print-ngrams``, ``nn``, ``analogies``,
+    ``dump``), and :class:`ModelFileError` where labels are needed (``predict``, ``scores``,
+    ``top_k``). A quantized matrix is decoded to float32 rows when the file is read (rows x dim
+    x 4 bytes of memory).
 
     Raises
     ------
     FileNotFoundError
         ``path`` does not exist.
     ModelFileError
-        Not a fastText file, a format version other than 11 or 12, a model that is not
-        supervised (word vectors), a truncated file (the message names the offset), or
-        inconsistent content.
+        Not a fastText file, a format version other than 11 or 12, a truncated file (the
+        message names the offset), or inconsistent content.
 
     Examples
     --------
@@ -783,18 +852,15 @@ def load_fasttext(path: str | Path) -> FastTextModel:
     loss, kind = _LOSSES.get(a[6]), _MODELS.get(a[7])
     if loss is None or kind is None:
         raise r.damaged(f"unknown loss {a[6]} or model {a[7]} in the arguments")
-    if kind != "supervised":
-        raise ModelFileError(
-            f"{p} is a fastText word-vector model (-model {kind}), not a classifier: "
-            "lookuplinear reads fastText's classifiers only, models from `fasttext supervised` "
-            "(which every command that takes a model file needs)."
-        )
-    maxn = 0 if version == 11 else a[10]  # version 11 supervised models had no char n-grams
+    supervised = kind == "supervised"
+    # fastText reads a version-11 supervised model without char n-grams (it had none)
+    maxn = 0 if version == 11 and supervised else a[10]
     args = FastTextArgs(dim=a[0], ws=a[1], epoch=a[2], min_count=a[3], neg=a[4],
                         word_ngrams=a[5], loss=loss, model=kind, bucket=a[8], minn=a[9],
                         maxn=maxn, lr_update_rate=a[11], t=a[12])
     size, nwords, nlabels, _ntokens, prune_size = r.unpack("iiiqq", "the dictionary's sizes")
-    if not (nwords >= 0 and nlabels > 0 and size == nwords + nlabels):
+    # a word-vector model's labels are the label-prefixed tokens of its text: often none
+    if not (nwords >= 0 and nlabels >= (1 if supervised else 0) and size == nwords + nlabels):
         raise r.damaged(f"a dictionary of {size} entries with {nwords} words and {nlabels} "
                         "labels")
     words, counts = [], []
@@ -825,10 +891,12 @@ def load_fasttext(path: str | Path) -> FastTextModel:
                         f"with bucket {args.bucket}")
     if pruneidx and (min(pruneidx.values()) < 0 or max(pruneidx.values()) >= len(pruneidx)):
         raise r.damaged("a pruned bucket maps outside the kept rows")
-    if inp.shape[0] < need or inp.shape[1] != args.dim or out.shape != (nlabels, args.dim):
+    n_out = nlabels if supervised else nwords  # a word-vector model's output rows are words
+    if inp.shape[0] < need or inp.shape[1] != args.dim or out.shape != (n_out, args.dim):
         raise r.damaged(
             f"matrices of shapes {inp.shape} and {out.shape} for {nwords} words, {nlabels} "
-            f"labels, dim {args.dim} and {need - nwords} n-gram rows")
+            f"labels, dim {args.dim}, {need - nwords} n-gram rows and {n_out} output rows "
+            f"(-model {kind})")
     ids: dict[bytes, int] = {}
     for i, w in enumerate(words):  # word2int: a later duplicate wins, as in fastText
         ids[w] = i
