@@ -1407,6 +1407,7 @@ def test_skipgram_and_cbow_say_what_to_use_instead(
     err = capsys.readouterr().err
     assert err.startswith(f"lookuplinear {command}: error: {command} (unsupervised")
     assert "gensim" in err and "-pretrainedVectors" in err and err.count("\n") == 1
+    assert "read here by print-word-vectors, print-sentence-vectors, print-ngrams, nn, " in err
 
 
 @NOT_LEARNING

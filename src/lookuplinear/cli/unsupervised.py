@@ -33,5 +33,7 @@ def run(args: argparse.Namespace) -> int:
         "supervised classifiers (`lookuplinear supervised` / `train`). Train the vectors with "
         f"fastText itself (`fasttext {args.command} -input TEXT -output VECS`) or gensim's "
         "FastText, then start a classifier from them with `lookuplinear supervised -input "
-        "TRAIN -output MODEL -pretrainedVectors VECS.vec` (the -dim of the .vec)."
+        "TRAIN -output MODEL -pretrainedVectors VECS.vec` (the -dim of the .vec). The VECS.bin "
+        "fastText writes is read here by print-word-vectors, print-sentence-vectors, "
+        "print-ngrams, nn, analogies and dump."
     )
