@@ -755,6 +755,21 @@ def test_float16_sparse_tables_weights_needing_grad_equal_the_dense_and_float32_
             torch.testing.assert_close(grad, got[other][2][t], rtol=1e-3, atol=1e-2, msg=t)
 
 
+def test_float16_sparse_max_table_of_two_features_with_weights_needing_grad_takes_the_max():
+    """A float16 ``max`` table with ``sparse=True`` read by two features, its per-entry weights
+    (of 1) needing their gradient: each bag's output is the max of its rows, as without the
+    weights' gradient (a max's gradient is dense: its lookups are not one summing lookup)."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("t", 10, 4, ["f1", "f2"], mode="max",
+                                        dtype=torch.float16)], sparse=True)
+    kb = KeyedBags.from_dict({"f1": [[1, 2], [3]], "f2": [[4], [5, 6]]})
+    w = torch.ones(kb.values.numel(), requires_grad=True)
+    out = col(KeyedBags(kb.keys(), kb.values, lengths=kb.lengths(), weights=w)).values()
+    assert torch.equal(out, col(kb).values())
+    out.sum().backward()
+    assert col.table_groups[0].grad is not None
+
+
 def test_float16_sparse_unpooled_lookups_of_one_parameter_equal_dense_gradients():
     """{feature: index tensor} lookups of float16 tables of one width with ``sparse=True`` (a
     table read by two features, two tables with padding rows, a ``"qr"`` table, one keyed by an

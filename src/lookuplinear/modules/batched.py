@@ -304,6 +304,7 @@ class BatchedLookup:
         read: dict[str, Bags] = {}  # each feature's bags, read once for all its tables
         for g, feats in self.groups:
             if (weights_need_grad and sparse and len(feats) > 1
+                    and places[table_of[feats[0]]].config.mode != "max"
                     and not sums_sparse_gradients(table_groups[g])):
                 parts.extend(self._one_weighted_lookup(kb, g, feats, table_groups[g], tables,
                                                        read))
