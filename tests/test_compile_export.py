@@ -202,6 +202,33 @@ def test_compiled_collection_step_equals_eager(sparse: bool, kind: str) -> None:
     train_both(model, loss, [keyed_batch(5, 0), keyed_batch(5, 1)])
 
 
+@pytest.mark.parametrize("modes", [("sum", "sum"), ("sqrtn", "mean")])
+def test_compiled_sparse_collection_of_two_groups_trains_learned_weights_as_eager(
+        modes: tuple[str, str]) -> None:
+    """Per-entry weights that need their gradient, over ``sparse=True`` tables of two widths
+    (two group parameters, one read by two features, one of them padded): the compiled graph
+    builds (one row-sparse gradient per group parameter), and its outputs and the weights' and
+    tables' gradients equal eager's to the bit."""
+    torch.manual_seed(0)
+    model = LookupCollection([TableConfig("t", 10, 4, ["f1", "f2"], mode=modes[0], padding_idx=0),
+                              TableConfig("s", 10, 3, ["f3"], mode=modes[1])], sparse=True)
+    base = KeyedBags.from_dict({"f1": [[1, 2], [3]], "f2": [[4], [5, 5, 0]], "f3": [[1], []]})
+    w = torch.rand(base.values.numel(), requires_grad=True)
+    kb = KeyedBags(base.keys(), base.values, lengths=base.lengths(), weights=w)
+    scale = torch.randn(2, 11)
+    torch._dynamo.reset()
+    step = torch.compile(lambda b: model(b).values(), fullgraph=True, backend="aot_eager")
+    got = []
+    for run in (lambda b: model(b).values(), step):
+        out = run(kb)
+        got.append((out, torch.autograd.grad((out * scale).square().sum(),
+                                             [*model.parameters(), w])))
+    (eager, eager_grads), (fast, fast_grads) = got
+    assert torch.equal(fast, eager)
+    for g, g_eager in zip(fast_grads, eager_grads, strict=True):
+        assert torch.equal(g.to_dense(), g_eager.to_dense())
+
+
 @needs_compiler
 @pytest.mark.parametrize(("mode", "sparse", "dynamic"), [("max", True, True),
                                                      ("mean", False, False)])

@@ -293,8 +293,10 @@ class BatchedLookup:
                    tables: TableReader, exact: ExactMeans | None = None) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient (one lookup of the
-        group's bags where its row-sparse gradients could not be added:
-        :meth:`_one_weighted_lookup`), put in feature order by one copy (the operator
+        group's bags where its row-sparse gradients could not be added: where autograd has no
+        sparse add for the parameter, or while a graph is recorded, whose backward cannot add
+        two row-sparse gradients of one parameter; :meth:`_one_weighted_lookup`), put in
+        feature order by one copy (the operator
         ``lookuplinear::in_feature_order``). ``exact``: the exact means' bags summed and
         divided by their sizes (:meth:`_divided`)."""
         places, table_of = self.plan.places, self.plan.table_of
@@ -302,10 +304,11 @@ class BatchedLookup:
         n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
         read: dict[str, Bags] = {}  # each feature's bags, read once for all its tables
+        in_graph = capturing()
         for g, feats in self.groups:
             if (weights_need_grad and sparse and len(feats) > 1
                     and places[table_of[feats[0]]].config.mode != "max"
-                    and not sums_sparse_gradients(table_groups[g])):
+                    and (in_graph or not sums_sparse_gradients(table_groups[g]))):
                 parts.extend(self._one_weighted_lookup(kb, g, feats, table_groups[g], tables,
                                                        read))
                 continue
@@ -337,7 +340,8 @@ class BatchedLookup:
                              ) -> list[tuple[torch.Tensor, list[str]]]:
         """Group ``g``'s features' bags, whose per-entry weights need their gradient, as one
         row-sparse lookup of its parameter ``param`` (the group's one gradient, where autograd
-        could not add one per feature: :func:`sums_sparse_gradients`), each feature's ``N``
+        could not add one per feature: :func:`sums_sparse_gradients`, or a recorded graph's
+        backward), each feature's ``N``
         sums then reduced by its table's mode: the outputs (each feature's, with it) of
         :meth:`_per_group`'s lookup per feature, to the bit, and their gradients. Padding
         entries are dropped (in a recorded graph kept with weight 0, as :meth:`_group_bags`
