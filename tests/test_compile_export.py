@@ -713,6 +713,26 @@ def test_a_map_in_training_mode_runs_outside_a_recorded_graph() -> None:
     assert len(compiled.id_maps["user"]) == len(eager.id_maps["user"]) == 4
 
 
+@needs_compiler
+def test_inductor_backward_of_a_mapped_table_beside_another_equals_eager() -> None:
+    """An IdMap-keyed table in eval mode beside another table, compiled by Inductor: the
+    forward and the gradient equal eager's (each feature's bags sliced out of the batch once,
+    for the map and the lookup, so the backward's sizes are of symbols its graph has)."""
+    torch.manual_seed(0)
+    model = LookupCollection([TableConfig("u", 10, 4, ["u"], hashing="map"),
+                              TableConfig("i", 20, 4, ["i"])])
+    kb = KeyedBags.from_dict({"u": [[10**12], [7, 7], [3]], "i": [[1], [2], [3]]})
+    model(kb)  # the map takes the IDs
+    model.eval()
+    eager = model(kb).values()
+    (g_eager,) = torch.autograd.grad(eager.square().sum(), list(model.parameters()))
+    torch._dynamo.reset()
+    fast = torch.compile(lambda b: model(b).values(), fullgraph=True)(kb)
+    (g_fast,) = torch.autograd.grad(fast.square().sum(), list(model.parameters()))
+    assert torch.equal(fast, eager)
+    assert torch.allclose(g_fast, g_eager, atol=1e-6)
+
+
 def test_a_compiled_fused_loss_updates_only_where_it_accumulates() -> None:
     """Compiled with fullgraph=True, a loss over a fused table: ``torch.autograd.grad`` of the
     table returns its gradient and moves nothing (the table and the optimizer state), a

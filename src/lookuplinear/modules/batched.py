@@ -164,7 +164,7 @@ class BatchedLookup:
         self.__init__(state["plan"])  # type: ignore[misc]
 
     def lookup(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
-               tables: TableReader) -> torch.Tensor:
+               tables: TableReader, read: dict[str, Bags] | None = None) -> torch.Tensor:
         """The ``(N, sum of dims)`` pooled outputs in feature order, each in its table's dtype
         (promoted where tables of several dtypes meet).
 
@@ -176,7 +176,9 @@ class BatchedLookup:
         the first two ways for one group whose tables share one mode; else it goes group by
         group of the features' bags (taking one group's part of the usual batch reads its
         offsets), after the usual batch's range check (its message names the feature's table),
-        which the graph runs."""
+        which the graph runs. ``read``: each feature's bags already sliced out of ``kb`` in
+        this forward (for its ID maps), which the group-by-group way reads rather than slicing
+        again (:meth:`TableReader.rows`)."""
         recording = torch.compiler.is_compiling()
         n = kb.batch_size
         exact = self._exact if kb.weights is None else None
@@ -197,7 +199,7 @@ class BatchedLookup:
         if (whole is not None and sparse and len({w.dtype for w in table_groups}) == 1
                 and (len(self.groups) == 1 or not recording) and _eager_op()):
             return self._written(whole, n, table_groups, tables, starts, exact)
-        return self._per_group(kb, table_groups, sparse, tables, exact)
+        return self._per_group(kb, table_groups, sparse, tables, exact, read)
 
     @staticmethod
     def _divided(sums: torch.Tensor, offsets: torch.Tensor, which: bool | torch.Tensor | None,
@@ -290,7 +292,8 @@ class BatchedLookup:
         return out
 
     def _per_group(self, kb: KeyedBags, table_groups: Sequence[torch.Tensor], sparse: bool,
-                   tables: TableReader, exact: ExactMeans | None = None) -> torch.Tensor:
+                   tables: TableReader, exact: ExactMeans | None = None,
+                   read: dict[str, Bags] | None = None) -> torch.Tensor:
         """One lookup per group of its features' bags (:meth:`_group_bags`), or per feature for
         a ``max`` table and for per-entry weights that need their gradient (one lookup of the
         group's bags where its row-sparse gradients could not be added: where autograd has no
@@ -303,7 +306,8 @@ class BatchedLookup:
         weights_need_grad = kb.weights is not None and kb.weights.requires_grad
         n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
-        read: dict[str, Bags] = {}  # each feature's bags, read once for all its tables
+        if read is None:  # each feature's bags, read once for all its tables
+            read = {}
         in_graph = capturing()
         for g, feats in self.groups:
             if (weights_need_grad and sparse and len(feats) > 1

@@ -670,11 +670,13 @@ class LookupCollection(CollectionBase):
         # the mapped rows, for rows() during this lookup (set only where there are maps: a
         # module's __setattr__ costs microseconds)
         mapping = len(self.id_maps) > 0
-        if mapping:
-            self._check_before_mapping(kb)
-            self._mapped = self._map_ids(kb)
+        # each feature's bags, sliced once for the maps and the lookup (rows())
+        read: dict[str, Bags] | None = {} if mapping else None
+        if read is not None:
+            self._check_before_mapping(kb, read)
+            self._mapped = self._map_ids(kb, read)
         try:
-            values = self._lookup_plan.lookup(kb, groups, self.sparse, self)
+            values = self._lookup_plan.lookup(kb, groups, self.sparse, self, read)
         finally:
             if mapping:
                 self._mapped = None
@@ -685,7 +687,7 @@ class LookupCollection(CollectionBase):
         return KeyedTensor(self.embedding_names, list(self._collection_plan.dims),
                            values.to(dtype))
 
-    def _check_before_mapping(self, kb: KeyedBags) -> None:
+    def _check_before_mapping(self, kb: KeyedBags, read: dict[str, Bags]) -> None:
         """The refusals of ``kb`` by its lookup, run before the maps take its new IDs (a
         refused batch leaves them as they were): each ID of a table that does not hash in its
         table's rows, weights of 1 on ``max`` tables, no weights that require grad where a
@@ -694,7 +696,7 @@ class LookupCollection(CollectionBase):
         for name in self.embedding_names:
             cfg = self._places[self._table_of[name]].config
             if cfg.hashing is None:
-                bags = self._lookup_plan._checked(kb, name, self)
+                bags = self._lookup_plan._checked(kb, name, self, read)
             elif kb.weights is not None and (cfg.mode == "max" or cfg.hashing == "qr"):
                 bags = kb[feature_of[name]]
             else:
@@ -710,11 +712,12 @@ class LookupCollection(CollectionBase):
             return self._mapped[name]
         return self.rows(features, name).indices
 
-    def _map_ids(self, kb: KeyedBags) -> dict[str, torch.Tensor]:
+    def _map_ids(self, kb: KeyedBags, read: dict[str, Bags]) -> dict[str, torch.Tensor]:
         """The rows of the IDs of every output of a ``hashing="map"`` table: one map call per
         table (its features' IDs together, so that no feature takes a row another reads in this
         batch); rows given to new IDs are re-drawn and their optimizer state marked for a fresh
-        start. Each output's IDs are its feature's, ``kb[feature].indices``."""
+        start. Each output's IDs are its feature's, ``kb[feature].indices``, its bags taken from
+        and put in ``read`` (:meth:`rows`)."""
         feature_of = self._collection_plan.feature_of
         inputs = []
         for name, module in self.id_maps.items():
@@ -724,8 +727,12 @@ class LookupCollection(CollectionBase):
                     "KeyedBags holds integer IDs. Give its features as a {feature: IDs} dict "
                     "of strings (a list, numpy array or pandas column)."
                 )
-            inputs += [(n, kb[feature_of[n]].indices)
-                       for n in self._collection_plan.outputs_of_table(name)]
+            for n in self._collection_plan.outputs_of_table(name):
+                feature = feature_of[n]
+                bags = read.get(feature)
+                if bags is None:
+                    bags = read[feature] = kb[feature]
+                inputs.append((n, bags.indices))
         return self._map_inputs(inputs)
 
     def _renew(self, table: str) -> None:
