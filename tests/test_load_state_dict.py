@@ -192,8 +192,10 @@ def test_a_collection_refuses_a_table_of_another_shape_naming_it(
     _refused(coll, longer, r"table 'item' is of shape \(8, 4\).*\(9, 4\)")
     _refused(coll, {"embedding_bags.user.weight": torch.ones(10, 4)},
              "Missing key.*embedding_bags.item.weight")
-    _refused(coll, {"embedding_bags.user.weight": torch.ones(10, 4)},  # loaded nothing before
-             "every table or none", strict=False)
+    if in_file:  # the file's rows no lookup drew have no values to keep
+        _refused(coll, {"embedding_bags.item.weight": torch.ones(8, 4)},
+                 "left out of a strict=False load, but its group is a table in a file",
+                 strict=False)
     damaged = dict(good, **{"id_maps.ids.key_strings": torch.tensor([0xFF], dtype=torch.uint8),
                             "id_maps.ids.key_offsets": torch.tensor([0, 1]),
                             "id_maps.ids.key_codes": torch.tensor([5])})
@@ -201,6 +203,29 @@ def test_a_collection_refuses_a_table_of_another_shape_naming_it(
     coll.load_state_dict(good)
     for name in ("user", "item", "ids"):
         assert torch.equal(coll[name].weight, _collection()[name].weight)
+
+
+def test_a_collection_loads_the_tables_given_with_strict_false_as_torchrec() -> None:
+    """``strict=False`` with some tables left out loads the others and reports the ones left
+    out as missing, by their ``embedding_bags.<table>.weight`` names, keeping their values, as
+    TorchRec's ``EmbeddingBagCollection`` (any module's parameters) does: tables sharing a
+    group parameter were refused ("loads every table or none")."""
+    coll = _collection()
+    with torch.no_grad():
+        coll["item"].weight.add_(1.0)  # values a load that copied the state's would lose
+    before = coll["item"].weight.detach().clone()
+    state = _collection().state_dict()
+    state["embedding_bags.user.weight"] = torch.ones(10, 4)
+    del state["embedding_bags.item.weight"]
+    result = coll.load_state_dict(state, strict=False)
+    assert result.missing_keys == ["embedding_bags.item.weight"]
+    assert result.unexpected_keys == []
+    assert torch.equal(coll["user"].weight, torch.ones(10, 4))
+    assert torch.equal(coll["item"].weight, before)
+    assert torch.equal(coll["ids"].weight, _collection()["ids"].weight)
+    state["embedding_bags.user.weight"] = torch.zeros(10, 4)
+    _refused(coll, state, "Missing key.*embedding_bags.item.weight")  # strict: nothing loaded
+    assert torch.equal(coll["user"].weight, torch.ones(10, 4))
 
 
 def test_a_quantized_layer_and_collection_refuse_before_copying() -> None:

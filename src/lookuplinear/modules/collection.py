@@ -844,15 +844,22 @@ def _table_entries(module: LookupCollection, state: dict[str, Any], prefix: str
         if got != shape:
             errors.append(f"{key}: table {name!r} is of shape {shape} in this collection, the "
                           f"state dict's is {got}")
-    if absent and len(absent) < len(keys):
-        given = ", ".join(k for k in keys.values() if k not in absent)
-        errors.append(
-            f"the state dict has some of the tables ({given}) and not {', '.join(absent)}: "
-            "a collection loads every table or "
-            "none (its tables share group parameters). Load one table through its layer, "
-            "collection[name].load_state_dict({'weight': ...})"
-        )
     return keys, absent, errors
+
+
+def _left_out(module: LookupCollection, absent: list[str], keys: dict[str, str]
+              ) -> list[str]:
+    """The refusal of a ``strict=False`` load that leaves out a table of a group held in a
+    file: the rows of that table no lookup has drawn have no values to keep."""
+    out = []
+    for name, key in keys.items():
+        param = module.table_groups[module._places[name].group]
+        if key in absent and storage_of(param) is not None:
+            out.append(f"{key}: left out of a strict=False load, but its group is a table in "
+                       "a file, whose rows not drawn yet have no values to keep; give every "
+                       "table of the group, or load this table through its layer, "
+                       "collection[name].load_state_dict({'weight': ...})")
+    return out
 
 
 @checked_hook  # by _check_tables
@@ -865,16 +872,28 @@ def _tables_load_state_dict(module: LookupCollection, state: dict[str, Any], pre
     module.__dict__["_loading_prefix"] = prefix  # the missing keys' names: _tables_missing_keys
     keys, absent, errors = _table_entries(module, state, prefix)
     errors += _uncopyable_tables(module, state, keys, local_metadata)
-    if absent and not errors:
+    if len(absent) == len(keys) and not errors:
         return  # strict loading reports the missing keys (table_groups.<g>)
+    if absent and not strict:
+        errors += _left_out(module, absent, keys)
     if errors:
         error_msgs.extend(errors)
         for key in keys.values():
             state.pop(key, None)
         return
-    for g in range(len(module.table_groups)):
+    # a table left out (strict=False) keeps its values, as a module's parameter does, and is
+    # reported missing by its name
+    missing_keys.extend(absent)
+    for g, param in enumerate(module.table_groups):
         names = [n for n, p in module._places.items() if p.group == g]
-        state[f"{prefix}table_groups.{g}"] = torch.cat([state.pop(keys[n]) for n in names])
+        parts = []
+        for n in names:
+            if keys[n] in state:
+                parts.append(state.pop(keys[n]))
+            else:
+                off, rows = module._places[n].offset, module._places[n].config.stored_rows
+                parts.append(param.detach()[off:off + rows].clone())
+        state[f"{prefix}table_groups.{g}"] = torch.cat(parts)
         storage = storage_of(module.table_groups[g])
         if storage is not None:
             refuse_assign(local_metadata, keys[names[0]])
@@ -937,7 +956,8 @@ def _check_tables(module: LookupCollection, state: dict[str, Any], prefix: str,
     errors += _uncopyable_tables(module, state, keys, local_metadata)
     if strict and absent:
         missing_keys.extend(absent)
-        errors = [e for e in errors if not e.startswith("the state dict has some")]
+    elif absent and len(absent) < len(keys):
+        errors += _left_out(module, absent, keys)
     error_msgs.extend(errors)
     if len(absent) == len(keys):
         if strict:  # reported by table; not again as their groups
