@@ -261,6 +261,18 @@ def test_a_quantized_table_of_another_dtype_and_width_is_refused_though_its_byte
     fresh = LookupLinear(10, 4, bias=False).quantize("int8")
     fresh.load_state_dict(older)
     assert torch.equal(fresh.packed, int8.packed)
+    # without qformat, a float16 table's values and an integer table's bytes do not mix: the
+    # load cast one into the other (an int4 table of 8 columns and a float16 one are both
+    # (10, 8)), and the layer read garbage
+    int4_8 = LookupLinear(10, 8, bias=False).quantize("int4")
+    half = LookupLinear(10, 8, bias=False).quantize("float16")
+    assert int4_8.packed.shape == half.packed.shape
+    for src, dst, says in ((int4_8, half, "holds torch.uint8 entries"),
+                           (half, int4_8, "holds float16 values")):
+        older = {k: v for k, v in src.state_dict().items() if k != "qformat"}
+        _refused(dst, older, f"packed: the state dict's table {says} and no qformat")
+        with pytest.raises(RuntimeError, match=r"no 0\.qformat"):
+            nn.Sequential(dst).load_state_dict({"0." + k: v for k, v in older.items()})
 
 
 def test_an_id_map_refuses_another_kind_of_map_before_copying_its_buffers() -> None:

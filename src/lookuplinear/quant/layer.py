@@ -438,7 +438,19 @@ class QuantizedLookupLinear(AllOrNothingLoad):
     def _format_problems(self, state: dict[str, Any], prefix: str) -> list[str]:
         """A table packed as another dtype or width (an int4 table of ``2k + 8`` columns
         packs to as many bytes a row as an int8 one of ``k``); a state without the format
-        (saved before the layer kept it) is read as this layer's, and given it."""
+        (saved before the layer kept it) is read as this layer's, and given it, where its
+        packed table has this layer's dtype (a float16 table's values would otherwise be cast
+        to or from an integer table's bytes)."""
+        if prefix + "qformat" not in state:
+            packed = state.get(prefix + "packed")
+            if isinstance(packed, torch.Tensor) and packed.dtype != self.packed.dtype:
+                mine = "float16 values" if self.packed.dtype == torch.float16 else "uint8 rows"
+                theirs = ("float16 values" if packed.dtype == torch.float16
+                          else f"{packed.dtype} entries")
+                return [f"{prefix}packed: the state dict's table holds {theirs} and no "
+                        f"{prefix}qformat, this {self.dtype} layer's {mine}: it was packed as "
+                        "another dtype. Quantize the layer as the state was saved, or save "
+                        "the state again with a lookuplinear that writes qformat"]
         given = state.setdefault(prefix + "qformat", self.qformat)
         if not isinstance(given, torch.Tensor) or given.shape != self.qformat.shape:
             return []  # the shape check names it
