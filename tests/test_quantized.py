@@ -350,6 +350,20 @@ def test_the_output_dtype_after_a_conversion_is_one_for_every_input_form(dtype, 
         torch.testing.assert_close(q(_inputs(mode)[0]), ref.double())
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_module_type_keeps_the_packed_table_as_double_does(dtype):
+    """``Module.type(torch.float64)`` converts integer tensors too: the int8/int4 table's
+    bytes became float64 and the lookup crashed inside PyTorch ("Expected weight.scalar_type()
+    == at::kByte"). The table is storage: kept, as ``double()`` keeps it, with its output."""
+    q, wide = _layer("sum").quantize(dtype), _layer("sum").quantize(dtype)
+    stored = q.packed.dtype
+    q.type(torch.float64)
+    wide.double()
+    assert q.packed.dtype == stored and torch.equal(q.packed, wide.packed)
+    for x in _inputs("sum"):
+        assert torch.equal(q(x), wide(x)), type(x)
+
+
 @pytest.mark.parametrize("convert", list(CONVERSIONS))
 def test_a_float16_table_keeps_its_storage_through_module_dtype_conversions(convert):
     """A float16 table is storage, as int8's bytes are: ``model.to(dtype)``, ``float()``,

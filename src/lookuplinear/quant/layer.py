@@ -409,22 +409,26 @@ class QuantizedLookupLinear(AllOrNothingLoad):
                              mode=self.mode)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
-        """``Module.to``, ``float()``, ``bfloat16()``, ``cuda()``, ... applied to the layer: a
-        float16 table is storage, as an int8 one's bytes are, so it keeps its dtype through a
-        model's dtype conversion (as PyTorch's quantized modules keep their packed params) and
-        moves with the model: the conversion sees its bits as int16, which a float dtype
-        conversion leaves as they are."""
+        """``Module.to``, ``float()``, ``bfloat16()``, ``type()``, ``cuda()``, ... applied to
+        the layer: the packed table is storage (an int8 or int4 table's bytes, a float16
+        table's values), so it keeps its dtype through a model's dtype conversion (as PyTorch's
+        quantized modules keep their packed params) and moves with the model. A float16 table
+        is seen by the conversion as int16 bits, which a float dtype conversion leaves as they
+        are; ``Module.type`` converts integer tensors too, and the table is then moved only."""
         packed = self._buffers.get("packed")
-        if packed is None or packed.dtype != torch.float16:
+        if packed is None:
             return super()._apply(fn, recurse)
-        self._buffers["packed"] = packed.view(torch.int16)
+        if packed.dtype == torch.float16:
+            self._buffers["packed"] = packed.view(torch.int16)
         try:
             super()._apply(fn, recurse)
         finally:
             moved = cast(torch.Tensor, self._buffers["packed"])
-            # (Module.type converts integer tensors too: the table then converted as it says)
-            self._buffers["packed"] = (moved.view(torch.float16) if moved.dtype == torch.int16
-                                       else fn(packed))
+            if packed.dtype == torch.float16 and moved.dtype == torch.int16:
+                moved = moved.view(torch.float16)
+            elif moved.dtype != packed.dtype:  # Module.type: the storage moved, not converted
+                moved = packed.to(moved.device)
+            self._buffers["packed"] = moved
         return self
 
     def _check_state_entries(self, state: dict[str, Any], prefix: str,
