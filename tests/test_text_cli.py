@@ -1399,15 +1399,83 @@ def test_fasttext_training_flags_bad_values(
     assert message in err and err.count("\n") == 1 and not out.with_suffix(".bin").exists()
 
 
+def _pairs_corpus(path: Path) -> Path:
+    """Lines where "cat" and "dog" always share their contexts, "apple" and "pear" theirs."""
+    rng = np.random.default_rng(0)
+    templates = ["we feed the {} every morning", "the old {} sleeps near the door",
+                 "she eats a ripe {} with lunch", "a sweet {} grows on this tree"]
+    pairs = [["cat", "dog"], ["cat", "dog"], ["apple", "pear"], ["apple", "pear"]]
+    lines = []
+    for _ in range(200):
+        k = int(rng.integers(4))
+        lines.append(templates[k].format(pairs[k][int(rng.integers(2))]))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize("command", ["skipgram", "cbow"])
-def test_skipgram_and_cbow_say_what_to_use_instead(
-    command: str, ft_file: Path, capsys: pytest.CaptureFixture[str]
+def test_skipgram_and_cbow_write_fasttexts_files(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert main([command, "-input", str(ft_file), "-output", "vecs", "-dim", "50"]) == 1
+    """`skipgram`/`cbow` train word vectors and write NAME.bin (fastText's format: read by
+    load_fasttext and the fasttext module, the same vectors) and NAME.vec (fastText's text
+    format); words that share their contexts are each other's nearest (`nn`)."""
+    import io
+
+    from lookuplinear.sklearn import load_fasttext
+
+    corpus = _pairs_corpus(tmp_path / "text.txt")
+    stem = tmp_path / "vecs"
+    assert main([command, "-input", str(corpus), "-output", str(stem), "-dim", "16",
+                 "-minCount", "1", "-bucket", "1000", "-minn", "3", "-maxn", "4", "-t", "1",
+                 "-epoch", "4", "-lr", "0.1", "--batch-size", "16", "-verbose", "0"]) == 0
+    assert capsys.readouterr().err == ""
+    model = load_fasttext(stem.with_suffix(".bin"))
+    assert not model.is_classifier and model.args is not None
+    assert (model.args.model, model.args.loss, model.args.dim, model.version) == (
+        command, "ns", 16, 12)
+    words = [w.decode() for w in model.words[:model.n_words]]
+    assert "</s>" in words and model.input_matrix.shape == (len(words) + 1000, 16)
+    assert model.counts[:model.n_words] == sorted(model.counts[:model.n_words], reverse=True)
+    vectors = model.word_vectors(words)
+    assert np.isfinite(vectors).all()
+    lines = stem.with_suffix(".vec").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == f"{len(words)} 16" and len(lines) == len(words) + 1
+    assert lines[1] == f"{words[0]} " + "".join(f"{float(v):.5g} " for v in vectors[0])
+    try:
+        import fasttext
+    except ImportError:
+        pass
+    else:  # fastText reads the file and gives the same vectors
+        ft = fasttext.load_model(str(stem.with_suffix(".bin")))
+        assert ft.words == words
+        np.testing.assert_allclose(np.stack([ft.get_word_vector(w) for w in words]), vectors,
+                                   rtol=1e-5, atol=1e-7)
+    for query, friend in (("cat", "dog"), ("dog", "cat"), ("apple", "pear")):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(query.encode())))
+        assert main(["nn", str(stem.with_suffix(".bin")), "1"]) == 0
+        assert capsys.readouterr().out.split()[2] == friend
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-loss", "hs"], "-loss hs: only negative sampling (-loss ns"),
+    (["-minn", "5", "-maxn", "3"], "give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn 0"),
+    (["-dim", "0"], "-dim must be >= 1, got 0."),
+    (["-pretrainedVectors", "v.vec"], "-pretrainedVectors is not built for word vectors"),
+    (["-minCount", "1000"], "no word is seen -minCount 1000 times in the input (the most "
+                            "frequent is seen"),
+])
+def test_skipgram_refuses_bad_arguments(argv: list[str], message: str, ft_file: Path,
+                                        tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "vecs"
+    assert main(["skipgram", "-input", str(ft_file), "-output", str(out), *argv]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"lookuplinear {command}: error: {command} (unsupervised")
-    assert "gensim" in err and "-pretrainedVectors" in err and err.count("\n") == 1
-    assert "read here by print-word-vectors, print-sentence-vectors, print-ngrams, nn, " in err
+    assert err.startswith("lookuplinear skipgram: error: ") and message in err
+    assert err.count("\n") == 1 and not out.with_suffix(".bin").exists()
+    assert main(["cbow", "-input", str(ft_file)]) == 1
+    assert "needs -input FILE (the text) and -output NAME" in capsys.readouterr().err
 
 
 @NOT_LEARNING

@@ -47,7 +47,7 @@ from ..errors import ModelFileError
 from ._modelfile import TextModel
 
 __all__ = ["MAGIC", "VERSIONS", "FastTextArgs", "FastTextFeatures", "FastTextHead", "FastTextModel",
-           "is_fasttext", "label_prefix", "load_fasttext"]
+           "char_ngrams", "is_fasttext", "label_prefix", "load_fasttext", "save_fasttext"]
 
 #: ``FASTTEXT_FILEFORMAT_MAGIC_INT32``, the file's first four bytes (little-endian)
 MAGIC = 793712314
@@ -365,20 +365,10 @@ class FastTextModel(TextModel):
         """``Dictionary::computeSubwords``: n-grams of ``minn..maxn`` UTF-8 characters (their
         strings appended to ``names`` too, when given)."""
         assert self.args is not None
-        minn, maxn, bucket, size = self.args.minn, self.args.maxn, self.args.bucket, len(word)
-        for i in range(size):
-            if word[i] & 0xC0 == 0x80:
-                continue
-            j, n = i, 1
-            while j < size and n <= maxn:
-                j += 1
-                while j < size and word[j] & 0xC0 == 0x80:
-                    j += 1
-                if n >= minn and not (n == 1 and (i == 0 or j == size)):
-                    self._push(out, _hash(word[i:j]) % bucket)
-                    if names is not None:
-                        names.append(word[i:j])
-                n += 1
+        for ngram in char_ngrams(word, self.args.minn, self.args.maxn):
+            self._push(out, _hash(ngram) % self.args.bucket)
+            if names is not None:
+                names.append(ngram)
 
     def subwords(self, word: str) -> tuple[list[int], list[str]]:
         """``Dictionary::getSubwords`` with its strings: the input rows of ``word`` (its own,
@@ -692,6 +682,31 @@ class FastTextHead:
         return out
 
 
+def char_ngrams(word: bytes, minn: int, maxn: int) -> list[bytes]:
+    """``Dictionary::computeSubwords``' n-grams of ``word`` (``<token>``, its bytes): each run of
+    ``minn..maxn`` UTF-8 characters, in fastText's order, but the lone ``<`` and ``>``.
+
+    Examples
+    --------
+    >>> char_ngrams(b"<ab>", 1, 2)
+    [b'<a', b'a', b'ab', b'b', b'b>']
+    """
+    out: list[bytes] = []
+    size = len(word)
+    for i in range(size):
+        if word[i] & 0xC0 == 0x80:
+            continue
+        j, n = i, 1
+        while j < size and n <= maxn:
+            j += 1
+            while j < size and word[j] & 0xC0 == 0x80:
+                j += 1
+            if n >= minn and not (n == 1 and (i == 0 or j == size)):
+                out.append(word[i:j])
+            n += 1
+    return out
+
+
 # ---------------------------------------------------------------------- float32 helpers
 def _hash(data: bytes) -> int:
     """``Dictionary::hash``: FNV-1a over the bytes read as signed chars, uint32."""
@@ -905,6 +920,55 @@ def load_fasttext(path: str | Path) -> FastTextModel:
         output_matrix=out, output_norms=norms, pruneidx=pruneidx,
         label_counts=counts[nwords:], counts=counts, quantized=quant_input, path=p, _ids=ids)
     return model
+
+
+def save_fasttext(path: str | Path, args: FastTextArgs, words: list[bytes], counts: list[int],
+                  n_words: int, ntokens: int, input_matrix: np.ndarray,
+                  output_matrix: np.ndarray) -> Path:
+    """Write a model in fastText's format, version 12, as ``FastText::saveModel`` writes it
+    (the layout in this module's docstring; matrices dense, no pruned buckets): what
+    :func:`load_fasttext` and the ``fasttext`` module's ``load_model`` read.
+
+    ``words`` are the dictionary's entries in its order (``words[:n_words]`` words, the rest
+    labels), ``counts`` their counts, ``ntokens`` the tokens read; ``input_matrix`` has the
+    words' rows then ``args.bucket`` n-gram rows, ``output_matrix`` a row per output (a word of
+    a ``skipgram``/``cbow`` model, a label of a classifier). The file is replaced in one step.
+
+    Raises
+    ------
+    ModelFileError
+        Shapes or lengths that do not fit together (the file is then not written).
+    """
+    from .._atomic import replacing
+
+    p = Path(path)
+    inp = np.ascontiguousarray(input_matrix, dtype="<f4")
+    out = np.ascontiguousarray(output_matrix, dtype="<f4")
+    n_out = n_words if args.model != "supervised" else len(words) - n_words
+    rows = n_words + (args.bucket if args.maxn > 0 or args.word_ngrams > 1 else 0)
+    if (len(counts) != len(words) or not 0 <= n_words <= len(words) or inp.ndim != 2
+            or inp.shape[0] < rows or inp.shape[1] != args.dim or out.shape != (n_out, args.dim)):
+        raise ModelFileError(
+            f"cannot write {p}: {len(words)} words with {len(counts)} counts ({n_words} words), "
+            f"matrices {inp.shape} and {out.shape}; expected at least {rows} input rows and "
+            f"{n_out} output rows of dim {args.dim} (-model {args.model}). Pass the matrices "
+            "that go with the dictionary."
+        )
+    losses = {v: k for k, v in _LOSSES.items()}
+    models = {v: k for k, v in _MODELS.items()}
+    head = struct.pack("<ii", MAGIC, 12) + struct.pack(
+        "<12id", args.dim, args.ws, args.epoch, args.min_count, args.neg, args.word_ngrams,
+        losses[args.loss], models[args.model], args.bucket, args.minn, args.maxn,
+        args.lr_update_rate, args.t)
+    head += struct.pack("<iiiqq", len(words), n_words, len(words) - n_words, ntokens, -1)
+    with replacing(p) as tmp, open(tmp, "wb") as f:
+        f.write(head)
+        for i, (word, count) in enumerate(zip(words, counts, strict=True)):
+            f.write(word + b"\0" + struct.pack("<qb", count, int(i >= n_words)))
+        for matrix in (inp, out):  # quant_input / qout False, then a DenseMatrix
+            f.write(struct.pack("<?qq", False, *matrix.shape))
+            f.write(matrix.tobytes())
+    return p
 
 
 def _matrix(r: _Reader, quantized: bool, name: str) -> tuple[np.ndarray, np.ndarray | None]:

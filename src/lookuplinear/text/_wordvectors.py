@@ -1,0 +1,331 @@
+"""fastText's unsupervised word vectors (``skipgram``, ``cbow``, ``-loss ns``) trained in
+minibatches on lookuplinear's tables.
+
+fastText's model is two tables: the input table (a row per word, then ``bucket`` rows for the
+hashed character n-grams) and the output table (a row per word). A word's input is the mean of
+the rows of the word and its n-grams (``EmbeddingBag(mode="mean")``, fastText's
+``computeHidden``); a (input, target) pair is trained with the binary logistic loss on the
+target's output row and on ``neg`` negatives drawn from the unigram distribution raised to the
+power 0.5 (fastText's ``NegativeSamplingLoss``). ``skipgram``: the input is the center word,
+each word of its window a target; ``cbow``: the input is the words of the window (their rows
+averaged together), the center word the target. The window size of each position is drawn in
+``[1, ws]``; frequent words are discarded with fastText's ``-t`` table; the learning rate
+decays linearly to 0 over ``epoch`` times the tokens of the file, as fastText counts them.
+
+The dictionary and its order, the n-gram hashing and the file written are fastText's: the
+``.bin`` is read by the ``fasttext`` module and by :func:`~lookuplinear.sklearn.load_fasttext`.
+The updates are not fastText's one at a time (hogwild SGD): the pairs of ``batch_size``
+consecutive positions are one step of :class:`lookuplinear.optim.SGD` on the summed loss, each
+pair's gradient the one fastText applies (an input row gets the whole gradient of the hidden
+vector, not its share of the mean: fastText does not normalize it for these models).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Dictionary", "WordVectorArgs", "build_dictionary", "train_word_vectors"]
+
+_EOS = b"</s>"
+_SPLIT = re.compile(rb"[ \n\r\t\v\f\0]+")
+#: fastText's ``MAX_LINE_SIZE``: ``getLine`` stops after this many tokens (and one more)
+_MAX_LINE = 1024
+#: fastText's ``NEGATIVE_TABLE_SIZE``
+_TABLE = 10_000_000
+
+
+@dataclass
+class WordVectorArgs:
+    """The training arguments (fastText's names and defaults for ``skipgram``/``cbow``)."""
+
+    model: str = "skipgram"
+    dim: int = 100
+    ws: int = 5
+    epoch: int = 5
+    min_count: int = 5
+    min_count_label: int = 0
+    neg: int = 5
+    word_ngrams: int = 1
+    bucket: int = 2_000_000
+    minn: int = 3
+    maxn: int = 6
+    lr: float = 0.05
+    lr_update_rate: int = 100
+    t: float = 1e-4
+    label: str = "__label__"
+    seed: int = 0
+    batch_size: int = 64
+    verbose: int = 0
+
+
+@dataclass
+class Dictionary:
+    """fastText's dictionary of a file: its entries (words by count, then labels by count),
+    the token stream as entry ids, and each word's input rows."""
+
+    words: list[bytes]
+    counts: np.ndarray
+    n_words: int
+    #: every token read (``Dictionary::ntokens``), those below ``minCount`` included
+    ntokens: int
+    #: the ids of the tokens in the dictionary, in the file's order
+    stream: np.ndarray
+    #: a new ``getLine`` starts at these positions of ``stream``
+    starts: np.ndarray
+    #: each word's input rows (``getSubwords``): ``rows[ptr[i]:ptr[i + 1]]``
+    ptr: np.ndarray
+    rows: np.ndarray
+
+
+def _tokens(data: bytes) -> tuple[list[bytes], list[int]]:
+    """``Dictionary::readWord`` over the file: its tokens, ``</s>`` for each ``\\n``, and the
+    number of tokens of each line."""
+    tokens: list[bytes] = []
+    sizes: list[int] = []
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        words = [w for w in _SPLIT.split(line) if w]
+        if i < len(lines) - 1:  # the "\n" after it
+            words.append(_EOS)
+        tokens.extend(words)
+        sizes.append(len(words))
+    return tokens, sizes
+
+
+def build_dictionary(data: bytes, args: WordVectorArgs) -> Dictionary:
+    """fastText's ``Dictionary::readFromFile`` on the bytes of a file: entries counted, words
+    before labels (tokens starting with ``args.label``), each by descending count (ties in the
+    order they first appear), those below ``min_count`` (``min_count_label``) dropped, then
+    each word's rows: its own and its ``minn..maxn`` character n-grams' (``nwords + hash %
+    bucket``, none for ``</s>``).
+
+    Raises
+    ------
+    InputValueError
+        No word is seen ``min_count`` times (fastText's "Empty vocabulary").
+    """
+    from ..errors import InputValueError
+    from ..sklearn._fasttext_bin import _hash, char_ngrams
+
+    tokens, sizes = _tokens(data)
+    counts: dict[bytes, int] = {}
+    for tok in tokens:
+        counts[tok] = counts.get(tok, 0) + 1
+    label = args.label.encode()
+    words = sorted((w for w in counts if not w.startswith(label) and counts[w] >= args.min_count),
+                   key=lambda w: -counts[w])
+    labels = sorted((w for w in counts if w.startswith(label)
+                     and counts[w] >= args.min_count_label), key=lambda w: -counts[w])
+    if not words:
+        top = max((counts[w] for w in counts if not w.startswith(label)), default=0)
+        raise InputValueError(
+            f"no word is seen -minCount {args.min_count} times in the input (the most "
+            f"frequent is seen {top} times): the vocabulary is empty. Lower -minCount, or give "
+            "a larger input."
+        )
+    entries = words + labels
+    ids = {w: i for i, w in enumerate(entries)}
+    stream = np.fromiter((ids.get(t, -1) for t in tokens), np.int64, len(tokens))
+    line = np.repeat(np.arange(len(sizes)), sizes)
+    known = stream >= 0
+    stream, line = stream[known], line[known]
+    # getLine ends at a line's end or after _MAX_LINE + 1 tokens of the dictionary
+    first = np.ones(len(stream), bool)
+    first[1:] = line[1:] != line[:-1]
+    begin = np.maximum.accumulate(np.where(first, np.arange(len(stream)), 0))
+    starts = np.flatnonzero(first | ((np.arange(len(stream)) - begin) % (_MAX_LINE + 1) == 0))
+    sub: list[list[int]] = []
+    for i, w in enumerate(words):
+        row = [i]
+        if args.maxn > 0 and w != _EOS:
+            row += [len(words) + _hash(g) % args.bucket
+                    for g in char_ngrams(b"<" + w + b">", args.minn, args.maxn)]
+        sub.append(row)
+    ptr = np.cumsum([0, *map(len, sub)])
+    return Dictionary(words=entries, counts=np.array([counts[w] for w in entries], np.int64),
+                      n_words=len(words), ntokens=len(tokens), stream=stream, starts=starts,
+                      ptr=ptr, rows=np.fromiter((r for s in sub for r in s), np.int64,
+                                                int(ptr[-1])))
+
+
+def _negatives(counts: np.ndarray) -> np.ndarray:
+    """The cumulative sizes of each word's share of fastText's negatives table: ``count^0.5``
+    of ``NEGATIVE_TABLE_SIZE``, in float32 as fastText computes them."""
+    c = np.power(counts.astype(np.float64), 0.5).astype(np.float32)
+    z = np.float32(0)
+    for v in c:  # z += pow(count, 0.5), one float32 addition each
+        z = np.float32(z + v)
+    reps = np.ceil((c * np.float32(_TABLE)) / z).astype(np.int64)
+    return np.cumsum(reps)
+
+
+def _pairs(seg: np.ndarray, bound: np.ndarray, lo: int, hi: int, ws: int
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The (center, context) positions of the centers ``lo..hi - 1``: each context within the
+    center's window (``bound``) and its ``getLine`` (``seg``), sorted by center."""
+    center = np.arange(lo, hi)
+    cs, xs = [], []
+    for off in range(1, ws + 1):
+        for ctx in (center - off, center + off):
+            ok = (ctx >= 0) & (ctx < len(seg)) & (bound[center] >= off)
+            ok[ok] &= seg[ctx[ok]] == seg[center[ok]]
+            cs.append(center[ok])
+            xs.append(ctx[ok])
+    c, x = np.concatenate(cs), np.concatenate(xs)
+    order = np.argsort(c, kind="stable")
+    return c[order], x[order]
+
+
+def _bags(d: Dictionary, word_lists: np.ndarray, owner: np.ndarray, n_bags: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The input rows of bag ``owner[k]`` made of the rows of ``word_lists[k]`` (``owner``
+    sorted): flat rows, bag offsets and bag sizes."""
+    lens = d.ptr[word_lists + 1] - d.ptr[word_lists]
+    total = int(lens.sum())
+    local = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+    flat = d.rows[np.repeat(d.ptr[word_lists], lens) + local]
+    sizes = np.bincount(owner, weights=lens, minlength=n_bags).astype(np.int64)
+    return flat, np.cumsum(sizes) - sizes, sizes
+
+
+def train_word_vectors(d: Dictionary, args: WordVectorArgs,
+                       report: Callable[[int, float, float], None] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Train ``args.model`` on the dictionary's token stream: (input table, output table, the
+    last steps' mean loss per pair). ``report(tokens, lr, loss)`` is called after each step.
+
+    Input rows start uniform in ``[-1/dim, 1/dim]``, output rows at zero, as fastText's.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from ..modules.embedding import Embedding
+    from ..modules.embedding_bag import EmbeddingBag
+    from ..optim import SGD
+
+    rng = np.random.default_rng(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    n_rows = d.n_words + (args.bucket if args.maxn > 0 else 0)
+    inp = EmbeddingBag(max(n_rows, 1), args.dim, mode="mean", sparse=True)
+    out = Embedding(d.n_words, args.dim, sparse=True)
+    with torch.no_grad():
+        inp.weight.uniform_(-1.0 / args.dim, 1.0 / args.dim, generator=gen)
+        out.weight.zero_()
+    opt = SGD([inp.weight, out.weight], lr=args.lr)
+    cum = _negatives(d.counts[:d.n_words])
+    freq = d.counts[:d.n_words].astype(np.float32) / np.float32(d.ntokens)
+    keep_p = np.sqrt(np.float32(args.t) / freq) + np.float32(args.t) / freq
+    seg_of = np.zeros(len(d.stream), np.int64)
+    seg_of[d.starts] = 1
+    seg_of = np.cumsum(seg_of)
+    budget = args.epoch * d.ntokens
+    done, losses = 0, [0.0, 0]
+    cbow = args.model == "cbow"
+    while done < budget:  # passes until epoch * ntokens tokens are counted, as fastText
+        stream = d.stream
+        is_word = stream < d.n_words
+        u = rng.random(len(stream), dtype=np.float32)
+        kept = np.flatnonzero(is_word & ~(u > keep_p[np.minimum(stream, d.n_words - 1)]))
+        kept = kept[done + kept < budget]
+        ids, seg = stream[kept], seg_of[kept]
+        bound = rng.integers(1, args.ws + 1, len(ids))
+        for lo in range(0, len(ids), args.batch_size):
+            hi = min(lo + args.batch_size, len(ids))
+            lr = args.lr * (1.0 - (done + kept[lo]) / budget)
+            c, x = _pairs(seg, bound, lo, hi, args.ws)
+            if len(c) == 0:
+                continue
+            if cbow:  # a bag per center with a context: its words' rows; the center the target
+                centers, owner = np.unique(c, return_inverse=True)
+                flat, offsets, sizes = _bags(d, ids[x], owner, len(centers))
+                targets = ids[centers]
+            else:  # a bag per distinct center word; each context a target
+                uniq, owner = np.unique(ids[c], return_inverse=True)
+                flat, offsets, sizes = _bags(d, uniq, np.arange(len(uniq)), len(uniq))
+                targets = ids[x]
+            neg = _draw(rng, cum, targets, args.neg)
+            hidden = inp(torch.from_numpy(flat), torch.from_numpy(offsets))
+            # forward the mean; backward the whole gradient to each row (fastText's, unscaled)
+            n = torch.from_numpy(sizes).to(hidden.dtype).unsqueeze(1)
+            hidden = hidden + (n - 1) * (hidden - hidden.detach())
+            if not cbow:
+                hidden = hidden[torch.from_numpy(owner)]
+            tgt = torch.from_numpy(np.concatenate([targets[:, None], neg], axis=1))
+            logits = torch.bmm(out(tgt), hidden.unsqueeze(2)).squeeze(2)
+            labels = torch.zeros_like(logits)
+            labels[:, 0] = 1
+            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses = [losses[0] * 0.99 + float(loss.detach()), losses[1] * 0.99 + len(tgt)]
+            if report is not None:
+                report(int(done + kept[hi - 1] + 1), lr, losses[0] / losses[1])
+        done += len(stream)
+    return (inp.weight.detach().numpy()[:n_rows], out.weight.detach().numpy(),
+            losses[0] / max(losses[1], 1e-12))
+
+
+def _draw(rng: np.random.Generator, cum: np.ndarray, targets: np.ndarray, neg: int
+          ) -> np.ndarray:
+    """``neg`` negatives per target from fastText's table (``cum``), none equal to its target
+    (``getNegative`` draws again); a word that is the whole table has no other to draw."""
+    out = np.searchsorted(cum, rng.integers(0, cum[-1], (len(targets), neg)), side="right")
+    if len(cum) == 1:
+        return out
+    same = out == targets[:, None]
+    while same.any():
+        out[same] = np.searchsorted(cum, rng.integers(0, cum[-1], int(same.sum())),
+                                    side="right")
+        same = out == targets[:, None]
+    return out
+
+
+def progress_printer(total: int, quiet: bool
+                     ) -> tuple[Callable[..., None], Callable[[], None]]:
+    """fastText's progress line on stderr (``Progress: 42.0% words/sec/thread: ... lr: ...
+    loss: ... ETA: ...``), at most every 0.5 s; and a function that ends it."""
+    t0 = time.perf_counter()
+    last: list[Any] = [0.0, ""]
+
+    def show(tokens: int, lr: float, loss: float, force: bool = False) -> None:
+        now = time.perf_counter()
+        if quiet or (not force and now - float(last[0]) < 0.5):
+            return
+        last[0] = now
+        frac = min(tokens / max(total, 1), 1.0)
+        rate = tokens / max(now - t0, 1e-9)
+        eta = (total - tokens) / max(rate, 1e-9)
+        line = (f"\rProgress: {100 * frac:5.1f}% words/sec/thread: {rate:8.0f} lr: {lr:9.6f} "
+                f"avg.loss: {loss:9.6f} ETA: {int(eta) // 3600:3d}h{int(eta) % 3600 // 60:2d}m")
+        last[1] = line
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    def end() -> None:
+        if not quiet and last[1]:
+            sys.stderr.write("\n")
+
+    return show, end
+
+
+def ordered_mean(table: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each word's vector as fastText's ``getWordVector``: the mean of its rows
+    (``rows[ptr[i]:ptr[i + 1]]``), added in order in float32."""
+    lens = np.diff(ptr)
+    acc = np.zeros((len(lens), table.shape[1]), np.float32)
+    for k in range(int(lens.max(initial=0))):
+        has = np.flatnonzero(lens > k)
+        acc[has] += table[rows[ptr[has] + k]]
+    scale = np.zeros(len(lens), np.float32)
+    scale[lens > 0] = (1.0 / lens[lens > 0]).astype(np.float32)
+    return acc * scale[:, None]
