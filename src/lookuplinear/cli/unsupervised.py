@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..sklearn._fasttext_bin import FastTextArgs, save_fasttext
     from ..sklearn._minibatch import torch_threads
-    from ..text._wordvectors import (
+    from ..sklearn._wordvectors import (
         WordVectorArgs,
         build_dictionary,
         ordered_mean,

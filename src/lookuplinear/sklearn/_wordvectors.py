@@ -112,7 +112,7 @@ def build_dictionary(data: bytes, args: WordVectorArgs) -> Dictionary:
         No word is seen ``min_count`` times (fastText's "Empty vocabulary").
     """
     from ..errors import InputValueError
-    from ..sklearn._fasttext_bin import _hash, char_ngrams
+    from ._fasttext_bin import _hash, char_ngrams
 
     tokens, sizes = _tokens(data)
     counts: dict[bytes, int] = {}
