@@ -513,6 +513,12 @@ def test_print_ngrams_nn_and_analogies_print_as_fasttext(tmp_path: Path, fasttex
     prompt = "Query word? "
     assert capsys.readouterr().out == prompt + "".join(
         printed(ft.get_nearest_neighbors(q, 5)) + prompt for q in queries)
+    # k = -1: every word but the query, as fastText's getNN (it was refused as not positive)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"good")))
+    assert main(["nn", str(path), "-1"]) == 0
+    every = capsys.readouterr().out
+    assert every == prompt + printed(ft.get_nearest_neighbors("good", -1)) + prompt
+    assert every.count("\n") == len(ft.words) - 1
     triplets = [("good", "bad", "film"), ("unseen", "x", "café")]
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(
         "\n".join(" ".join(t) for t in triplets).encode())))

@@ -53,9 +53,17 @@ def add_parser(sub: Any, name: str = "nn") -> argparse.ArgumentParser:
     if name == "print-ngrams":
         p.add_argument("word", metavar="WORD", help="the word whose subwords to print")
     else:
-        p.add_argument("k", metavar="K", type=positive_int, nargs="?", default=10,
-                       help="neighbours printed per query (default 10, as fastText)")
+        p.add_argument("k", metavar="K", type=_every_or_positive if name == "nn" else positive_int,
+                       nargs="?", default=10,
+                       help="neighbours printed per query (default 10, as fastText"
+                       + ("; -1: every word, as fastText's nn)" if name == "nn" else ")"))
     return p
+
+
+def _every_or_positive(text: str) -> int:
+    """``nn``'s ``K``: a positive integer, or -1 for every word of the vocabulary (fastText's
+    ``getNN`` then never drops a candidate)."""
+    return -1 if text.strip() == "-1" else positive_int(text)
 
 
 def ngram_vectors(model: Any, word: str) -> list[tuple[str, np.ndarray]]:
@@ -211,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             for word in tokens:
                 query = model.word_vectors([word])[0]
-                write_stdout(_predictions(nearest(columns, words, query, args.k, {word}))
+                k = len(words) if args.k == -1 else args.k
+                write_stdout(_predictions(nearest(columns, words, query, k, {word}))
                              + prompt)
                 sys.stdout.flush()
             return 0
