@@ -319,6 +319,22 @@ def test_vectorizer_feature_names_and_set_output() -> None:
         vec.set_output(transform="pandas").transform(docs)
 
 
+def test_vectorizer_n_features_out_is_transforms_width_after_set_params() -> None:
+    """``n_features_out_`` is the width ``transform`` and ``get_feature_names_out`` give with
+    the parameters as they are: a ``set_params`` after ``fit`` left it at the fitted width (4
+    where transform gave 14)."""
+    vec = FastTextVectorizer().fit(["the cat sat", "the dog"])
+    assert vec.n_features_out_ == 4
+    for params in ({"word_ngrams": 2, "bucket": 10}, {"maxn": 3, "minn": 2, "bucket": 7},
+                   {"word_ngrams": 1, "maxn": 0}):
+        vec.set_params(**params)
+        width = vec.transform(["the cat"]).shape[1]
+        assert vec.n_features_out_ == width == len(vec.get_feature_names_out()), params
+    pruned = FastTextVectorizer(word_ngrams=2, bucket=10).fit(["the cat sat"]).prune([0, 3, 5])
+    assert pruned.n_features_out_ == pruned.transform(["the cat"]).shape[1] == 3
+    assert not hasattr(FastTextVectorizer(), "n_features_out_")
+
+
 def test_vectorizer_wider_than_int32_keeps_int64_columns() -> None:
     """More than 2**31 - 1 columns: the column indices stay int64, none wraps around."""
     vec = FastTextVectorizer(word_ngrams=2, bucket=2**31 + 5)

@@ -90,7 +90,8 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         Word -> column.
     n_features_out_ : int
         ``len(vocabulary_)`` plus ``bucket`` when n-grams are on (plus ``len(buckets_)``
-        after :meth:`prune`).
+        after :meth:`prune`): the width of ``transform``'s matrix with the parameters as they
+        are now.
     buckets_ : numpy.ndarray or None
         After :meth:`prune`: the hash buckets kept, sorted (int64); bucket ``buckets_[j]`` is
         column ``len(vocabulary_) + j`` and the others are dropped. None: every bucket.
@@ -116,7 +117,6 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     """
 
     vocabulary_: dict[str, int]
-    n_features_out_: int
     buckets_: np.ndarray | None
 
     def __init__(
@@ -251,8 +251,6 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         ngrams = cols[cols >= n_words] - n_words
         old = getattr(self, "buckets_", None)
         self.buckets_ = (ngrams if old is None else old[ngrams]) if self._hashed() else None
-        self.n_features_out_ = len(self.vocabulary_) + (
-            0 if self.buckets_ is None else len(self.buckets_))
         return self
 
     def get_config(self) -> dict[str, Any]:
@@ -274,11 +272,9 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         vec = cls(**params)
         vec._check_params()
         vec.vocabulary_ = check_vocabulary(config["vocabulary"])
-        vec.n_features_out_ = len(vec.vocabulary_) + (vec.bucket if vec._hashed() else 0)
         vec.buckets_ = None
         if config.get("buckets") is not None:
             vec.buckets_ = check_buckets(config["buckets"], vec.bucket)
-            vec.n_features_out_ = len(vec.vocabulary_) + len(vec.buckets_)
         return vec
 
     # ------------------------------------------------------------------ helpers
@@ -297,6 +293,13 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     def _hashed(self) -> bool:
         return self.word_ngrams > 1 or self.maxn > 0
 
+    @property
+    def n_features_out_(self) -> int:
+        """The columns of ``transform``'s matrix with the parameters as they are now (a
+        ``set_params`` after ``fit`` changes them, as it changes ``transform``)."""
+        check_is_fitted(self, "vocabulary_")
+        return self._transform().n_features_out
+
     def _fit_tokens(self, tokens: Tokens) -> np.ndarray:
         """Set the vocabulary: the tokens counted at least ``min_count`` times, sorted as
         ``CountVectorizer`` sorts them. Returns each of ``tokens.unique``'s column, or -1."""
@@ -309,7 +312,6 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
                 f"{len(tokens.doc_ptr) - 1} training texts. Lower min_count or pass more text."
             )
         self.vocabulary_ = {tokens.unique[t]: i for i, t in enumerate(kept)}
-        self.n_features_out_ = len(kept) + (self.bucket if self._hashed() else 0)
         column = np.full(len(tokens.unique), -1, np.int64)
         column[kept] = np.arange(len(kept))
         return column
