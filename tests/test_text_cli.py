@@ -1474,6 +1474,28 @@ def test_skipgram_and_cbow_write_fasttexts_files(
         assert capsys.readouterr().out.split()[2] == friend
 
 
+def test_skipgram_writes_fasttexts_args_for_its_command_line(tmp_path: Path) -> None:
+    """The .bin's arguments are those fastText writes for the same command line: no n-gram
+    rows (bucket 0) without word or character n-grams, -t read as a float32 (fastText's
+    std::stof); -maxn 0 with -wordNgrams 2 keeps fastText's bucket rows (the write refused
+    its table after training)."""
+    from lookuplinear.sklearn import load_fasttext
+
+    corpus = _pairs_corpus(tmp_path / "text.txt")
+    common = ["-input", str(corpus), "-dim", "4", "-minCount", "1", "-epoch", "1",
+              "-verbose", "0"]
+    assert main(["skipgram", *common, "-output", str(tmp_path / "a"), "-maxn", "0",
+                 "-t", "1e-3"]) == 0
+    a = load_fasttext(tmp_path / "a.bin")
+    assert a.args is not None and a.args.bucket == 0 and a.args.t == float(np.float32(1e-3))
+    assert a.input_matrix.shape[0] == a.n_words
+    assert main(["skipgram", *common, "-output", str(tmp_path / "b"), "-maxn", "0",
+                 "-wordNgrams", "2", "-bucket", "100"]) == 0
+    b = load_fasttext(tmp_path / "b.bin")
+    assert b.args is not None and b.args.bucket == 100
+    assert b.input_matrix.shape[0] == b.n_words + 100
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["-loss", "hs"], "-loss hs: only negative sampling (-loss ns"),
     (["-minn", "5", "-maxn", "3"], "give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn 0"),

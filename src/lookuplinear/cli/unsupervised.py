@@ -128,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
     from .vectors import format_vector
 
     check_args(args)
+    # as fastText's Args::parseArgs: no n-gram rows without word or character n-grams, and
+    # -t read as a float (std::stof)
+    if args.wordNgrams <= 1 and args.maxn == 0:
+        args.bucket = 0
+    args.t = float(np.float32(args.t))
     quiet = args.quiet or args.verbose <= 0
     stem = fasttext_stem(args.output)
     paths = {s: stem.with_name(stem.name + s) for s in (".bin", ".vec", ".output")}

@@ -212,7 +212,7 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
 
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    n_rows = d.n_words + (args.bucket if args.maxn > 0 else 0)
+    n_rows = d.n_words + args.bucket  # fastText's rows: 0 buckets without any n-grams
     inp = EmbeddingBag(max(n_rows, 1), args.dim, mode="mean", sparse=True)
     out = Embedding(d.n_words, args.dim, sparse=True)
     with torch.no_grad():
