@@ -195,13 +195,67 @@ def _bags(d: Dictionary, word_lists: np.ndarray, owner: np.ndarray, n_bags: int
     return flat, np.cumsum(sizes) - sizes, sizes
 
 
+#: the positions whose pairs, bags and negatives are drawn at once, in steps of ``batch_size``
+_CHUNK_STEPS = 512
+
+
+@dataclass
+class _Steps:
+    """The steps of a run of consecutive positions, made at once: step ``s`` looks up bags
+    ``bag_ptr[s]:bag_ptr[s + 1]`` (their rows ``flat[row_ptr[b0]:row_ptr[b1]]`` at offsets
+    ``offsets`` from the step's first row, ``size`` rows each) and trains the targets
+    ``tgt_ptr[s]:tgt_ptr[s + 1]`` (a row of ``tgt``: the target, then its negatives) on bag
+    ``owner`` (local to the step; none: target ``k`` is bag ``k``)."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    row_ptr: np.ndarray
+    bag_ptr: np.ndarray
+    tgt: np.ndarray
+    tgt_ptr: np.ndarray
+    owner: np.ndarray | None
+
+
+def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, cum: np.ndarray,
+           ids: np.ndarray, seg: np.ndarray, bound: np.ndarray, lo: int, hi: int) -> _Steps:
+    """The steps of the centers ``lo..hi - 1`` (``lo`` a multiple of ``batch_size``): the
+    pairs of each step's positions, its bags and the negatives of its targets.
+
+    ``skipgram``: a bag per center (its word's rows), each context word a target of it;
+    ``cbow``: a bag per center with a context (its context words' rows), the center's word its
+    target."""
+    bs = args.batch_size
+    c, x = _pairs(seg, bound, lo, hi, args.ws)
+    edges = np.arange(lo, hi + bs, bs).clip(max=hi)  # each step's first position, then hi
+    if args.model == "cbow":
+        first = np.ones(len(c), bool)
+        first[1:] = c[1:] != c[:-1]
+        centers = c[first]
+        owner = np.cumsum(first) - 1
+        flat, starts, sizes = _bags(d, ids[x], owner, len(centers))
+        targets, bag_at, owners = ids[centers], centers, None
+        tgt_ptr = np.searchsorted(centers, edges)
+    else:
+        flat, starts, sizes = _bags(d, ids[lo:hi], np.arange(hi - lo), hi - lo)
+        targets, bag_at, owners = ids[x], np.arange(lo, hi), (c - lo) % bs
+        tgt_ptr = np.searchsorted(c, edges)
+    bag_ptr = np.searchsorted(bag_at, edges)
+    row_ptr = np.append(starts, len(flat))
+    step_first_row = row_ptr[bag_ptr[(bag_at - lo) // bs]]
+    tgt = np.concatenate([targets[:, None], _draw(rng, cum, targets, args.neg)], axis=1)
+    return _Steps(flat=flat, offsets=starts - step_first_row, sizes=sizes, row_ptr=row_ptr,
+                  bag_ptr=bag_ptr, tgt=tgt, tgt_ptr=tgt_ptr, owner=owners)
+
+
 def train_word_vectors(d: Dictionary, args: WordVectorArgs,
                        report: Callable[[int, float, float], None] | None = None
                        ) -> tuple[np.ndarray, np.ndarray, float]:
     """Train ``args.model`` on the dictionary's token stream: (input table, output table, the
     last steps' mean loss per pair). ``report(tokens, lr, loss)`` is called after each step.
 
-    Input rows start uniform in ``[-1/dim, 1/dim]``, output rows at zero, as fastText's.
+    Input rows start uniform in ``[-1/dim, 1/dim]``, output rows at zero, as fastText's. The
+    optimizer is ``fused=True``: each step's backward updates the rows it reaches.
     """
     import torch
     import torch.nn.functional as F
@@ -213,12 +267,13 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     n_rows = d.n_words + args.bucket  # fastText's rows: 0 buckets without any n-grams
-    inp = EmbeddingBag(max(n_rows, 1), args.dim, mode="mean", sparse=True)
-    out = Embedding(d.n_words, args.dim, sparse=True)
-    with torch.no_grad():
-        inp.weight.uniform_(-1.0 / args.dim, 1.0 / args.dim, generator=gen)
-        out.weight.zero_()
-    opt = SGD([inp.weight, out.weight], lr=args.lr)
+    # the tables given: the layers' own draws (normal_ over every row) would be overwritten
+    table = torch.empty(max(n_rows, 1), args.dim).uniform_(-1.0 / args.dim, 1.0 / args.dim,
+                                                           generator=gen)
+    inp = EmbeddingBag(len(table), args.dim, mode="mean", sparse=True, _weight=table)
+    out = Embedding(d.n_words, args.dim, sparse=True, _weight=torch.zeros(d.n_words, args.dim))
+    opt = SGD([inp.weight, out.weight], lr=args.lr, fused=True)
+    group = opt.param_groups[0]
     cum = _negatives(d.counts[:d.n_words])
     freq = d.counts[:d.n_words].astype(np.float32) / np.float32(d.ntokens)
     keep_p = np.sqrt(np.float32(args.t) / freq) + np.float32(args.t) / freq
@@ -227,7 +282,10 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     seg_of = np.cumsum(seg_of)
     budget = args.epoch * d.ntokens
     done, losses = 0, [0.0, 0]
-    cbow = args.model == "cbow"
+    bs = args.batch_size
+    # a target's label is 1, its negatives' 0
+    labels = torch.zeros(bs * 2 * args.ws if args.model != "cbow" else bs, args.neg + 1)
+    labels[:, 0] = 1
     while done < budget:  # passes until epoch * ntokens tokens are counted, as fastText
         stream = d.stream
         is_word = stream < d.n_words
@@ -236,40 +294,39 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
         kept = kept[done + kept < budget]
         ids, seg = stream[kept], seg_of[kept]
         bound = rng.integers(1, args.ws + 1, len(ids))
-        for lo in range(0, len(ids), args.batch_size):
-            hi = min(lo + args.batch_size, len(ids))
-            lr = args.lr * (1.0 - (done + kept[lo]) / budget)
-            c, x = _pairs(seg, bound, lo, hi, args.ws)
-            if len(c) == 0:
-                continue
-            if cbow:  # a bag per center with a context: its words' rows; the center the target
-                centers, owner = np.unique(c, return_inverse=True)
-                flat, offsets, sizes = _bags(d, ids[x], owner, len(centers))
-                targets = ids[centers]
-            else:  # a bag per distinct center word; each context a target
-                uniq, owner = np.unique(ids[c], return_inverse=True)
-                flat, offsets, sizes = _bags(d, uniq, np.arange(len(uniq)), len(uniq))
-                targets = ids[x]
-            neg = _draw(rng, cum, targets, args.neg)
-            hidden = inp(torch.from_numpy(flat), torch.from_numpy(offsets))
-            # forward the mean; backward the whole gradient to each row (fastText's, unscaled)
-            n = torch.from_numpy(sizes).to(hidden.dtype).unsqueeze(1)
-            hidden = hidden + (n - 1) * (hidden - hidden.detach())
-            if not cbow:
-                hidden = hidden[torch.from_numpy(owner)]
-            tgt = torch.from_numpy(np.concatenate([targets[:, None], neg], axis=1))
-            logits = torch.bmm(out(tgt), hidden.unsqueeze(2)).squeeze(2)
-            labels = torch.zeros_like(logits)
-            labels[:, 0] = 1
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-            for group in opt.param_groups:
+        for lo in range(0, len(ids), bs * _CHUNK_STEPS):
+            hi = min(lo + bs * _CHUNK_STEPS, len(ids))
+            st = _steps(d, args, rng, cum, ids, seg, bound, lo, hi)
+            flat, offsets = torch.from_numpy(st.flat), torch.from_numpy(st.offsets)
+            sizes = torch.from_numpy(st.sizes).to(torch.float32).unsqueeze(1)
+            tgt = torch.from_numpy(st.tgt)
+            owner = None if st.owner is None else torch.from_numpy(st.owner)
+            bag_ptr, row_ptr, tgt_ptr = (st.bag_ptr.tolist(), st.row_ptr.tolist(),
+                                         st.tgt_ptr.tolist())
+            for s in range(len(bag_ptr) - 1):
+                t0, t1 = tgt_ptr[s], tgt_ptr[s + 1]
+                if t0 == t1:
+                    continue
+                b0, b1 = bag_ptr[s], bag_ptr[s + 1]
+                first = lo + s * bs
+                lr = args.lr * (1.0 - (done + kept[first]) / budget)
+                hidden = inp(flat[row_ptr[b0]:row_ptr[b1]], offsets[b0:b1])
+                # forward the mean; backward the whole gradient to each row (fastText's,
+                # unscaled): the gradient times the bag's size
+                fixed = hidden.detach()
+                hidden = torch.addcmul(fixed, hidden - fixed, sizes[b0:b1])
+                if owner is not None:
+                    hidden = hidden[owner[t0:t1]]
+                logits = torch.bmm(out(tgt[t0:t1]), hidden.unsqueeze(2)).squeeze(2)
+                loss = F.binary_cross_entropy_with_logits(logits, labels[:t1 - t0],
+                                                          reduction="sum")
                 group["lr"] = lr
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses = [losses[0] * 0.99 + float(loss.detach()), losses[1] * 0.99 + len(tgt)]
-            if report is not None:
-                report(int(done + kept[hi - 1] + 1), lr, losses[0] / losses[1])
+                loss.backward()
+                opt.zero_grad()
+                losses = [losses[0] * 0.99 + loss.item(), losses[1] * 0.99 + (t1 - t0)]
+                if report is not None:
+                    last = min(first + bs, len(ids)) - 1
+                    report(int(done + kept[last] + 1), lr, losses[0] / losses[1])
         done += len(stream)
     return (inp.weight.detach().numpy()[:n_rows], out.weight.detach().numpy(),
             losses[0] / max(losses[1], 1e-12))
