@@ -156,14 +156,15 @@ def build_dictionary(data: bytes, args: WordVectorArgs) -> Dictionary:
 
 
 def _negatives(counts: np.ndarray) -> np.ndarray:
-    """The cumulative sizes of each word's share of fastText's negatives table: ``count^0.5``
-    of ``NEGATIVE_TABLE_SIZE``, in float32 as fastText computes them."""
+    """fastText's negatives table (unshuffled): each word ``ceil(count^0.5 / z *
+    NEGATIVE_TABLE_SIZE)`` times, ``z`` the sum of ``count^0.5``, in float32 as fastText
+    computes them."""
     c = np.power(counts.astype(np.float64), 0.5).astype(np.float32)
     z = np.float32(0)
     for v in c:  # z += pow(count, 0.5), one float32 addition each
         z = np.float32(z + v)
     reps = np.ceil((c * np.float32(_TABLE)) / z).astype(np.int64)
-    return np.cumsum(reps)
+    return np.repeat(np.arange(len(c), dtype=np.int32), reps)
 
 
 def _pairs(seg: np.ndarray, bound: np.ndarray, lo: int, hi: int, ws: int
@@ -217,7 +218,7 @@ class _Steps:
     owner: np.ndarray | None
 
 
-def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, cum: np.ndarray,
+def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, table: np.ndarray,
            ids: np.ndarray, seg: np.ndarray, bound: np.ndarray, lo: int, hi: int) -> _Steps:
     """The steps of the centers ``lo..hi - 1`` (``lo`` a multiple of ``batch_size``): the
     pairs of each step's positions, its bags and the negatives of its targets.
@@ -243,7 +244,7 @@ def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, cum: n
     bag_ptr = np.searchsorted(bag_at, edges)
     row_ptr = np.append(starts, len(flat))
     step_first_row = row_ptr[bag_ptr[(bag_at - lo) // bs]]
-    tgt = np.concatenate([targets[:, None], _draw(rng, cum, targets, args.neg)], axis=1)
+    tgt = np.concatenate([targets[:, None], _draw(rng, table, targets, args.neg)], axis=1)
     return _Steps(flat=flat, offsets=starts - step_first_row, sizes=sizes, row_ptr=row_ptr,
                   bag_ptr=bag_ptr, tgt=tgt, tgt_ptr=tgt_ptr, owner=owners)
 
@@ -274,7 +275,7 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     out = Embedding(d.n_words, args.dim, sparse=True, _weight=torch.zeros(d.n_words, args.dim))
     opt = SGD([inp.weight, out.weight], lr=args.lr, fused=True)
     group = opt.param_groups[0]
-    cum = _negatives(d.counts[:d.n_words])
+    negatives = _negatives(d.counts[:d.n_words])
     freq = d.counts[:d.n_words].astype(np.float32) / np.float32(d.ntokens)
     keep_p = np.sqrt(np.float32(args.t) / freq) + np.float32(args.t) / freq
     seg_of = np.zeros(len(d.stream), np.int64)
@@ -296,7 +297,7 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
         bound = rng.integers(1, args.ws + 1, len(ids))
         for lo in range(0, len(ids), bs * _CHUNK_STEPS):
             hi = min(lo + bs * _CHUNK_STEPS, len(ids))
-            st = _steps(d, args, rng, cum, ids, seg, bound, lo, hi)
+            st = _steps(d, args, rng, negatives, ids, seg, bound, lo, hi)
             flat, offsets = torch.from_numpy(st.flat), torch.from_numpy(st.offsets)
             sizes = torch.from_numpy(st.sizes).to(torch.float32).unsqueeze(1)
             tgt = torch.from_numpy(st.tgt)
@@ -332,17 +333,16 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
             losses[0] / max(losses[1], 1e-12))
 
 
-def _draw(rng: np.random.Generator, cum: np.ndarray, targets: np.ndarray, neg: int
+def _draw(rng: np.random.Generator, table: np.ndarray, targets: np.ndarray, neg: int
           ) -> np.ndarray:
-    """``neg`` negatives per target from fastText's table (``cum``), none equal to its target
+    """``neg`` negatives per target from fastText's table, none equal to its target
     (``getNegative`` draws again); a word that is the whole table has no other to draw."""
-    out = np.searchsorted(cum, rng.integers(0, cum[-1], (len(targets), neg)), side="right")
-    if len(cum) == 1:
+    out = table[rng.integers(0, len(table), (len(targets), neg))].astype(np.int64)
+    if table[0] == table[-1]:
         return out
     same = out == targets[:, None]
     while same.any():
-        out[same] = np.searchsorted(cum, rng.integers(0, cum[-1], int(same.sum())),
-                                    side="right")
+        out[same] = table[rng.integers(0, len(table), int(same.sum()))]
         same = out == targets[:, None]
     return out
 
