@@ -22,6 +22,7 @@ vector, not its share of the mean: fastText does not normalize it for these mode
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import time
@@ -249,6 +250,28 @@ def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, table:
                   bag_ptr=bag_ptr, tgt=tgt, tgt_ptr=tgt_ptr, owner=owners)
 
 
+@functools.cache
+def _dot() -> Any:
+    """``apply(rows, hidden)``: each pair's logits, ``rows`` (pairs, 1 + neg, dim) times
+    ``hidden`` (pairs, dim), as (pairs, 1, 1 + neg). Its backward gives the rows' gradient as
+    one broadcast product, where ``bmm``'s backward runs a batched matrix product of inner
+    size 1 (several times slower on the CPU)."""
+    import torch
+
+    class Dot(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(rows, hidden)
+            return torch.bmm(hidden.unsqueeze(1), rows.transpose(1, 2))
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            rows, hidden = ctx.saved_tensors
+            return grad.transpose(1, 2) * hidden.unsqueeze(1), torch.bmm(grad, rows).squeeze(1)
+
+    return Dot
+
+
 def train_word_vectors(d: Dictionary, args: WordVectorArgs,
                        report: Callable[[int, float, float], None] | None = None
                        ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -275,6 +298,7 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     out = Embedding(d.n_words, args.dim, sparse=True, _weight=torch.zeros(d.n_words, args.dim))
     opt = SGD([inp.weight, out.weight], lr=args.lr, fused=True)
     group = opt.param_groups[0]
+    dot = _dot().apply
     negatives = _negatives(d.counts[:d.n_words])
     freq = d.counts[:d.n_words].astype(np.float32) / np.float32(d.ntokens)
     keep_p = np.sqrt(np.float32(args.t) / freq) + np.float32(args.t) / freq
@@ -285,8 +309,8 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     done, losses = 0, [0.0, 0]
     bs = args.batch_size
     # a target's label is 1, its negatives' 0
-    labels = torch.zeros(bs * 2 * args.ws if args.model != "cbow" else bs, args.neg + 1)
-    labels[:, 0] = 1
+    labels = torch.zeros(bs * 2 * args.ws if args.model != "cbow" else bs, 1, args.neg + 1)
+    labels[:, :, 0] = 1
     while done < budget:  # passes until epoch * ntokens tokens are counted, as fastText
         stream = d.stream
         is_word = stream < d.n_words
@@ -314,11 +338,10 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
                 hidden = inp(flat[row_ptr[b0]:row_ptr[b1]], offsets[b0:b1])
                 # forward the mean; backward the whole gradient to each row (fastText's,
                 # unscaled): the gradient times the bag's size
-                fixed = hidden.detach()
-                hidden = torch.addcmul(fixed, hidden - fixed, sizes[b0:b1])
+                hidden = torch.lerp(hidden.detach(), hidden, sizes[b0:b1])
                 if owner is not None:
-                    hidden = hidden[owner[t0:t1]]
-                logits = torch.bmm(out(tgt[t0:t1]), hidden.unsqueeze(2)).squeeze(2)
+                    hidden = hidden.index_select(0, owner[t0:t1])
+                logits = dot(out(tgt[t0:t1]), hidden)
                 loss = F.binary_cross_entropy_with_logits(logits, labels[:t1 - t0],
                                                           reduction="sum")
                 group["lr"] = lr
