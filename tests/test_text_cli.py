@@ -1496,6 +1496,65 @@ def test_skipgram_writes_fasttexts_args_for_its_command_line(tmp_path: Path) -> 
     assert b.input_matrix.shape[0] == b.n_words + 100
 
 
+@pytest.mark.parametrize("model", ["skipgram", "cbow"])
+def test_word_vector_steps_made_at_once_are_each_steps_pairs(model: str) -> None:
+    """The steps made for many positions at once hold, step by step, the pairs of the step's
+    own positions: skipgram, each context word a target of its center's bag (the center word's
+    rows); cbow, each center with a context the target of a bag of its context words' rows;
+    every target with its negatives, none equal to it."""
+    from lookuplinear.sklearn import _wordvectors as wv
+
+    args = wv.WordVectorArgs(model=model, dim=4, min_count=1, bucket=50, ws=3, neg=2,
+                             batch_size=4)
+    d = wv.build_dictionary(b"a b c d e f\ng h a b\nc\nd e f g h a b c d\nq\n", args)
+    rng = np.random.default_rng(0)
+    seg_of = np.zeros(len(d.stream), np.int64)
+    seg_of[d.starts] = 1
+    kept = np.flatnonzero(d.stream < d.n_words)
+    ids, seg = d.stream[kept], np.cumsum(seg_of)[kept]
+    bound = rng.integers(1, args.ws + 1, len(ids))
+    steps = wv._steps(d, args, rng, wv._negatives(d.counts[:d.n_words]), ids, seg, bound, 0,
+                      len(ids))
+
+    def rows(word: int) -> list[int]:
+        return d.rows[d.ptr[word]:d.ptr[word + 1]].tolist()
+
+    n_steps = 0
+    for s, lo in enumerate(range(0, len(ids), args.batch_size)):
+        c, x = wv._pairs(seg, bound, lo, min(lo + args.batch_size, len(ids)), args.ws)
+        t0, t1 = steps.tgt_ptr[s], steps.tgt_ptr[s + 1]
+        b0, b1 = steps.bag_ptr[s], steps.bag_ptr[s + 1]
+        flat = steps.flat[steps.row_ptr[b0]:steps.row_ptr[b1]]
+        bags = [b.tolist() for b in np.split(flat, steps.offsets[b0 + 1:b1])]
+        assert b1 == b0 or steps.offsets[b0] == 0
+        if model == "skipgram":
+            assert steps.tgt[t0:t1, 0].tolist() == ids[x].tolist()
+            assert steps.owner is not None
+            assert [bags[o] for o in steps.owner[t0:t1]] == [rows(ids[k]) for k in c]
+        else:
+            centers = np.unique(c)
+            assert steps.tgt[t0:t1, 0].tolist() == ids[centers].tolist()
+            assert bags == [[r for k in x[c == m] for r in rows(ids[k])] for m in centers]
+        n_steps += t1 > t0
+    assert n_steps > 1 and len(steps.tgt_ptr) == s + 2
+    assert (steps.tgt[:, 1:] != steps.tgt[:, :1]).all()
+
+
+def test_word_vectors_are_the_same_for_a_seed() -> None:
+    from lookuplinear.sklearn import _wordvectors as wv
+
+    data = b"the cat sat on the mat\nthe dog sat on the log\n" * 30
+
+    def train(seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+        args = wv.WordVectorArgs(dim=8, min_count=1, bucket=100, epoch=2, seed=seed,
+                                 batch_size=8, t=1.0)
+        return wv.train_word_vectors(wv.build_dictionary(data, args), args)
+
+    first, again, other = train(3), train(3), train(4)
+    assert all(np.array_equal(a, b) for a, b in zip(first[:2], again[:2], strict=True))
+    assert first[2] == again[2] and not np.array_equal(first[0], other[0])
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["-loss", "hs"], "-loss hs: only negative sampling (-loss ns"),
     (["-minn", "5", "-maxn", "3"], "give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn 0"),

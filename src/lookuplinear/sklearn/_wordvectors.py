@@ -15,9 +15,11 @@ decays linearly to 0 over ``epoch`` times the tokens of the file, as fastText co
 The dictionary and its order, the n-gram hashing and the file written are fastText's: the
 ``.bin`` is read by the ``fasttext`` module and by :func:`~lookuplinear.sklearn.load_fasttext`.
 The updates are not fastText's one at a time (hogwild SGD): the pairs of ``batch_size``
-consecutive positions are one step of :class:`lookuplinear.optim.SGD` on the summed loss, each
-pair's gradient the one fastText applies (an input row gets the whole gradient of the hidden
-vector, not its share of the mean: fastText does not normalize it for these models).
+consecutive positions are one step of :class:`lookuplinear.optim.SGD` on the summed loss
+(``fused=True``: the rows are updated inside the backward), each pair's gradient the one
+fastText applies (an input row gets the whole gradient of the hidden vector, not its share of
+the mean: fastText does not normalize it for these models). The pairs, bags and negatives of
+many steps are drawn at once, in numpy.
 """
 
 from __future__ import annotations
