@@ -1499,9 +1499,10 @@ def test_skipgram_writes_fasttexts_args_for_its_command_line(tmp_path: Path) -> 
 @pytest.mark.parametrize("model", ["skipgram", "cbow"])
 def test_word_vector_steps_made_at_once_are_each_steps_pairs(model: str) -> None:
     """The steps made for many positions at once hold, step by step, the pairs of the step's
-    own positions: skipgram, each context word a target of its center's bag (the center word's
-    rows); cbow, each center with a context the target of a bag of its context words' rows;
-    every target with its negatives, none equal to it."""
+    own positions: skipgram, each context word a target of its center's word bag (the center
+    word's rows); cbow, each center with a context the target of the mean of its context
+    words' rows (their word bags weighted by one over those rows' count); every target with
+    its negatives, none equal to it."""
     from lookuplinear.sklearn import _wordvectors as wv
 
     args = wv.WordVectorArgs(model=model, dim=4, min_count=1, bucket=50, ws=3, neg=2,
@@ -1513,28 +1514,37 @@ def test_word_vector_steps_made_at_once_are_each_steps_pairs(model: str) -> None
     kept = np.flatnonzero(d.stream < d.n_words)
     ids, seg = d.stream[kept], np.cumsum(seg_of)[kept]
     bound = rng.integers(1, args.ws + 1, len(ids))
-    steps = wv._steps(d, args, rng, wv._negatives(d.counts[:d.n_words]), ids, seg, bound, 0,
+    lo = 4  # a chunk that does not start the stream: its windows reach before it
+    steps = wv._steps(d, args, rng, wv._negatives(d.counts[:d.n_words]), ids, seg, bound, lo,
                       len(ids))
 
     def rows(word: int) -> list[int]:
         return d.rows[d.ptr[word]:d.ptr[word + 1]].tolist()
 
     n_steps = 0
-    for s, lo in enumerate(range(0, len(ids), args.batch_size)):
-        c, x = wv._pairs(seg, bound, lo, min(lo + args.batch_size, len(ids)), args.ws)
+    for s, first in enumerate(range(lo, len(ids), args.batch_size)):
+        c, x = wv._pairs(seg, bound, first, min(first + args.batch_size, len(ids)), args.ws)
         t0, t1 = steps.tgt_ptr[s], steps.tgt_ptr[s + 1]
-        b0, b1 = steps.bag_ptr[s], steps.bag_ptr[s + 1]
+        b0, b1 = steps.bag_lo[s], steps.bag_hi[s]
         flat = steps.flat[steps.row_ptr[b0]:steps.row_ptr[b1]]
-        bags = [b.tolist() for b in np.split(flat, steps.offsets[b0 + 1:b1])]
-        assert b1 == b0 or steps.offsets[b0] == 0
+        offsets = steps.offsets[steps.off_ptr[s]:steps.off_ptr[s + 1]]
+        assert offsets[0] == 0 and len(offsets) == b1 - b0
+        bags = [b.tolist() for b in np.split(flat, offsets[1:])]
         if model == "skipgram":
             assert steps.tgt[t0:t1, 0].tolist() == ids[x].tolist()
-            assert steps.owner is not None
             assert [bags[o] for o in steps.owner[t0:t1]] == [rows(ids[k]) for k in c]
         else:
             centers = np.unique(c)
             assert steps.tgt[t0:t1, 0].tolist() == ids[centers].tolist()
-            assert bags == [[r for k in x[c == m] for r in rows(ids[k])] for m in centers]
+            p0, p1 = steps.pair_ptr[s], steps.pair_ptr[s + 1]
+            ctx = np.split(steps.ctx[p0:p1], steps.ctx_offsets[t0 + 1:t1])
+            assert [sorted(r for k in bag for r in bags[k]) for bag in ctx] == [
+                sorted(r for k in x[c == m] for r in rows(ids[k])) for m in centers]
+            n = [len(rows(ids[k])) for k in x]
+            np.testing.assert_allclose(steps.rows[t0:t1], [
+                sum(n[i] for i in np.flatnonzero(c == m)) for m in centers])
+            np.testing.assert_allclose(steps.ctx_weights[p0:p1], [
+                1 / steps.rows[t0 + list(centers).index(m)] for m in c])
         n_steps += t1 > t0
     assert n_steps > 1 and len(steps.tgt_ptr) == s + 2
     assert (steps.tgt[:, 1:] != steps.tgt[:, :1]).all()

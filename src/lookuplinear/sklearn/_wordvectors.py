@@ -19,7 +19,8 @@ consecutive positions are one step of :class:`lookuplinear.optim.SGD` on the sum
 (``fused=True``: the rows are updated inside the backward), each pair's gradient the one
 fastText applies (an input row gets the whole gradient of the hidden vector, not its share of
 the mean: fastText does not normalize it for these models). The pairs, bags and negatives of
-many steps are drawn at once, in numpy.
+many steps are drawn at once, in numpy. ``cbow`` looks each word of a step's windows up once
+(``EmbeddingBag(mode="sum")``) and averages those sums over each window's rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -203,22 +204,39 @@ def _bags(d: Dictionary, word_lists: np.ndarray, owner: np.ndarray, n_bags: int
 _CHUNK_STEPS = 512
 
 
+def _none() -> np.ndarray:
+    """A field of :class:`_Steps` the other model has: empty."""
+    return np.empty(0, np.int64)
+
+
 @dataclass
 class _Steps:
-    """The steps of a run of consecutive positions, made at once: step ``s`` looks up bags
-    ``bag_ptr[s]:bag_ptr[s + 1]`` (their rows ``flat[row_ptr[b0]:row_ptr[b1]]`` at offsets
-    ``offsets`` from the step's first row, ``size`` rows each) and trains the targets
-    ``tgt_ptr[s]:tgt_ptr[s + 1]`` (a row of ``tgt``: the target, then its negatives) on bag
-    ``owner`` (local to the step; none: target ``k`` is bag ``k``)."""
+    """The steps of a run of consecutive positions, made at once.
+
+    Step ``s`` looks up the word bags ``bag_lo[s]:bag_hi[s]`` (a bag per position: its word's
+    rows ``flat[row_ptr[b]:row_ptr[b + 1]]``; the step's bags start at ``offsets[off_ptr[s]:
+    off_ptr[s + 1]]`` of its first row) and trains the targets ``tgt_ptr[s]:tgt_ptr[s + 1]``
+    (a row of ``tgt``: the target, then its negatives). ``skipgram``: target ``k`` is trained
+    on word bag ``owner[k]`` of its step. ``cbow``: on the mean of the rows of its context
+    words, the word bags ``ctx[pair_ptr[s]:pair_ptr[s + 1]]`` of its step, a bag per target
+    starting at ``ctx_offsets``, each word bag weighted by ``1 / rows[k]``, ``rows[k]`` the
+    rows of the target's context words together."""
 
     flat: np.ndarray
-    offsets: np.ndarray
-    sizes: np.ndarray
     row_ptr: np.ndarray
-    bag_ptr: np.ndarray
+    sizes: np.ndarray
+    bag_lo: np.ndarray
+    bag_hi: np.ndarray
+    offsets: np.ndarray
+    off_ptr: np.ndarray
     tgt: np.ndarray
     tgt_ptr: np.ndarray
-    owner: np.ndarray | None
+    owner: np.ndarray = field(default_factory=_none)
+    ctx: np.ndarray = field(default_factory=_none)
+    pair_ptr: np.ndarray = field(default_factory=_none)
+    ctx_offsets: np.ndarray = field(default_factory=_none)
+    ctx_weights: np.ndarray = field(default_factory=_none)
+    rows: np.ndarray = field(default_factory=_none)
 
 
 def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, table: np.ndarray,
@@ -226,30 +244,48 @@ def _steps(d: Dictionary, args: WordVectorArgs, rng: np.random.Generator, table:
     """The steps of the centers ``lo..hi - 1`` (``lo`` a multiple of ``batch_size``): the
     pairs of each step's positions, its bags and the negatives of its targets.
 
-    ``skipgram``: a bag per center (its word's rows), each context word a target of it;
-    ``cbow``: a bag per center with a context (its context words' rows), the center's word its
-    target."""
-    bs = args.batch_size
-    c, x = _pairs(seg, bound, lo, hi, args.ws)
+    ``skipgram``: a word bag per center, each context word a target of it; ``cbow``: a word
+    bag per position of the step's windows, each center with a context a target of the mean
+    of its context words' rows (a word in several windows of a step is looked up, and
+    updated, once)."""
+    bs, ws, cbow = args.batch_size, args.ws, args.model == "cbow"
+    c, x = _pairs(seg, bound, lo, hi, ws)
     edges = np.arange(lo, hi + bs, bs).clip(max=hi)  # each step's first position, then hi
-    if args.model == "cbow":
+    pair_ptr = np.searchsorted(c, edges)
+    if cbow:  # the positions of each step's windows
+        p_lo, p_hi = max(lo - ws, 0), min(hi + ws, len(ids))
+        bag_lo = np.maximum(edges[:-1] - ws, 0) - p_lo
+        bag_hi = np.minimum(edges[1:] + ws, len(ids)) - p_lo
+    else:
+        p_lo, p_hi = lo, hi
+        bag_lo, bag_hi = edges[:-1] - lo, edges[1:] - lo
+    flat, starts, sizes = _bags(d, ids[p_lo:p_hi], np.arange(p_hi - p_lo), p_hi - p_lo)
+    row_ptr = np.append(starts, len(flat))
+    n_bags = bag_hi - bag_lo  # each step's bags, from its first row
+    step = np.repeat(np.arange(len(n_bags)), n_bags)
+    bag = np.arange(int(n_bags.sum())) - np.repeat(np.cumsum(n_bags) - n_bags, n_bags) \
+        + bag_lo[step]
+    offsets = starts[bag] - row_ptr[bag_lo[step]]
+    off_ptr = np.append(0, np.cumsum(n_bags))
+    pair_step = (c - lo) // bs
+    if cbow:
         first = np.ones(len(c), bool)
         first[1:] = c[1:] != c[:-1]
         centers = c[first]
-        owner = np.cumsum(first) - 1
-        flat, starts, sizes = _bags(d, ids[x], owner, len(centers))
-        targets, bag_at, owners = ids[centers], centers, None
-        tgt_ptr = np.searchsorted(centers, edges)
+        center_of = np.cumsum(first) - 1
+        rows = np.bincount(center_of, weights=sizes[x - p_lo], minlength=len(centers))
+        targets, tgt_ptr = ids[centers], np.searchsorted(centers, edges)
+        extra: dict[str, Any] = {
+            "ctx": x - p_lo - bag_lo[pair_step], "pair_ptr": pair_ptr,
+            "ctx_offsets": np.flatnonzero(first) - pair_ptr[pair_step[first]],
+            "ctx_weights": (1.0 / rows[center_of]).astype(np.float32),
+            "rows": rows.astype(np.float32)}
     else:
-        flat, starts, sizes = _bags(d, ids[lo:hi], np.arange(hi - lo), hi - lo)
-        targets, bag_at, owners = ids[x], np.arange(lo, hi), (c - lo) % bs
-        tgt_ptr = np.searchsorted(c, edges)
-    bag_ptr = np.searchsorted(bag_at, edges)
-    row_ptr = np.append(starts, len(flat))
-    step_first_row = row_ptr[bag_ptr[(bag_at - lo) // bs]]
+        targets, tgt_ptr = ids[x], pair_ptr
+        extra = {"owner": c - edges[pair_step]}
     tgt = np.concatenate([targets[:, None], _draw(rng, table, targets, args.neg)], axis=1)
-    return _Steps(flat=flat, offsets=starts - step_first_row, sizes=sizes, row_ptr=row_ptr,
-                  bag_ptr=bag_ptr, tgt=tgt, tgt_ptr=tgt_ptr, owner=owners)
+    return _Steps(flat=flat, row_ptr=row_ptr, sizes=sizes, bag_lo=bag_lo, bag_hi=bag_hi,
+                  offsets=offsets, off_ptr=off_ptr, tgt=tgt, tgt_ptr=tgt_ptr, **extra)
 
 
 @functools.cache
@@ -296,7 +332,11 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     # the tables given: the layers' own draws (normal_ over every row) would be overwritten
     table = torch.empty(max(n_rows, 1), args.dim).uniform_(-1.0 / args.dim, 1.0 / args.dim,
                                                            generator=gen)
-    inp = EmbeddingBag(len(table), args.dim, mode="mean", sparse=True, _weight=table)
+    cbow = args.model == "cbow"
+    # skipgram: a word's input, the mean of its rows; cbow: the sum of its rows, averaged
+    # over the window's rows afterwards
+    inp = EmbeddingBag(len(table), args.dim, mode="sum" if cbow else "mean", sparse=True,
+                       _weight=table)
     out = Embedding(d.n_words, args.dim, sparse=True, _weight=torch.zeros(d.n_words, args.dim))
     opt = SGD([inp.weight, out.weight], lr=args.lr, fused=True)
     group = opt.param_groups[0]
@@ -311,7 +351,7 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
     done, losses = 0, [0.0, 0]
     bs = args.batch_size
     # a target's label is 1, its negatives' 0
-    labels = torch.zeros(bs * 2 * args.ws if args.model != "cbow" else bs, 1, args.neg + 1)
+    labels = torch.zeros(bs if cbow else bs * 2 * args.ws, 1, args.neg + 1)
     labels[:, :, 0] = 1
     while done < budget:  # passes until epoch * ntokens tokens are counted, as fastText
         stream = d.stream
@@ -325,23 +365,33 @@ def train_word_vectors(d: Dictionary, args: WordVectorArgs,
             hi = min(lo + bs * _CHUNK_STEPS, len(ids))
             st = _steps(d, args, rng, negatives, ids, seg, bound, lo, hi)
             flat, offsets = torch.from_numpy(st.flat), torch.from_numpy(st.offsets)
-            sizes = torch.from_numpy(st.sizes).to(torch.float32).unsqueeze(1)
             tgt = torch.from_numpy(st.tgt)
-            owner = None if st.owner is None else torch.from_numpy(st.owner)
-            bag_ptr, row_ptr, tgt_ptr = (st.bag_ptr.tolist(), st.row_ptr.tolist(),
-                                         st.tgt_ptr.tolist())
-            for s in range(len(bag_ptr) - 1):
+            row_ptr, bag_lo, bag_hi, off_ptr, tgt_ptr = (
+                a.tolist() for a in (st.row_ptr, st.bag_lo, st.bag_hi, st.off_ptr, st.tgt_ptr))
+            if cbow:
+                ctx, ctx_offsets, ctx_weights, rows = (torch.from_numpy(a) for a in (
+                    st.ctx, st.ctx_offsets, st.ctx_weights, st.rows[:, None]))
+                pair_ptr = st.pair_ptr.tolist()
+            else:
+                owner = torch.from_numpy(st.owner)
+                sizes = torch.from_numpy(st.sizes).to(torch.float32).unsqueeze(1)
+            for s in range(len(tgt_ptr) - 1):
                 t0, t1 = tgt_ptr[s], tgt_ptr[s + 1]
                 if t0 == t1:
                     continue
-                b0, b1 = bag_ptr[s], bag_ptr[s + 1]
+                b0, b1 = bag_lo[s], bag_hi[s]
                 first = lo + s * bs
                 lr = args.lr * (1.0 - (done + kept[first]) / budget)
-                hidden = inp(flat[row_ptr[b0]:row_ptr[b1]], offsets[b0:b1])
+                words = inp(flat[row_ptr[b0]:row_ptr[b1]], offsets[off_ptr[s]:off_ptr[s + 1]])
                 # forward the mean; backward the whole gradient to each row (fastText's,
                 # unscaled): the gradient times the bag's size
-                hidden = torch.lerp(hidden.detach(), hidden, sizes[b0:b1])
-                if owner is not None:
+                if cbow:
+                    p0, p1 = pair_ptr[s], pair_ptr[s + 1]
+                    hidden = F.embedding_bag(ctx[p0:p1], words, ctx_offsets[t0:t1],
+                                             mode="sum", per_sample_weights=ctx_weights[p0:p1])
+                    hidden = torch.lerp(hidden.detach(), hidden, rows[t0:t1])
+                else:
+                    hidden = torch.lerp(words.detach(), words, sizes[b0:b1])
                     hidden = hidden.index_select(0, owner[t0:t1])
                 logits = dot(out(tgt[t0:t1]), hidden)
                 loss = F.binary_cross_entropy_with_logits(logits, labels[:t1 - t0],
