@@ -293,7 +293,7 @@ def _dot() -> Any:
     """``apply(rows, hidden)``: each pair's logits, ``rows`` (pairs, 1 + neg, dim) times
     ``hidden`` (pairs, dim), as (pairs, 1, 1 + neg). Its backward gives the rows' gradient as
     one broadcast product, where ``bmm``'s backward runs a batched matrix product of inner
-    size 1 (several times slower on the CPU)."""
+    size 1 (slower on the CPU)."""
     import torch
 
     class Dot(torch.autograd.Function):
