@@ -1550,6 +1550,19 @@ def test_word_vector_steps_made_at_once_are_each_steps_pairs(model: str) -> None
     assert (steps.tgt[:, 1:] != steps.tgt[:, :1]).all()
 
 
+def test_word_vectors_lines_run_on_without_an_end_of_line_word() -> None:
+    """fastText's getLine ends at a "</s>" of the dictionary: with fewer lines than
+    -minCount (no "</s>" entry) a line's end does not end it, and windows cross it; each
+    line was one getLine."""
+    from lookuplinear.sklearn import _wordvectors as wv
+
+    text = b"p p p\nq q q\n" * 2
+    few = wv.build_dictionary(text, wv.WordVectorArgs(min_count=5, maxn=0))
+    assert b"</s>" not in few.words and few.starts.tolist() == [0]
+    many = wv.build_dictionary(text, wv.WordVectorArgs(min_count=1, maxn=0))
+    assert b"</s>" in many.words and many.starts.tolist() == [0, 4, 8, 12]
+
+
 def test_word_vectors_are_the_same_for_a_seed() -> None:
     from lookuplinear.sklearn import _wordvectors as wv
 

@@ -140,6 +140,8 @@ def build_dictionary(data: bytes, args: WordVectorArgs) -> Dictionary:
     line = np.repeat(np.arange(len(sizes)), sizes)
     known = stream >= 0
     stream, line = stream[known], line[known]
+    if _EOS not in ids:  # getLine ends at a "</s>" of the dictionary: with none (fewer lines
+        line[:] = 0      # than -minCount) a line's end does not end it, as in fastText
     # getLine ends at a line's end or after _MAX_LINE + 1 tokens of the dictionary
     first = np.ones(len(stream), bool)
     first[1:] = line[1:] != line[:-1]
