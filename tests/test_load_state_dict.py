@@ -226,6 +226,18 @@ def test_a_collection_loads_the_tables_given_with_strict_false_as_torchrec() -> 
     state["embedding_bags.user.weight"] = torch.zeros(10, 4)
     _refused(coll, state, "Missing key.*embedding_bags.item.weight")  # strict: nothing loaded
     assert torch.equal(coll["user"].weight, torch.ones(10, 4))
+    # a str-keyed IdMap left out with its table too: kept as it is and reported missing (it
+    # was read as an int map's state, "the state has no strings", and refused)
+    coll({"u": torch.tensor([1]), "i": torch.tensor([2]), "s": ["a", "b"]})
+    mapped = coll.id_maps["ids"].state_dict()
+    without = {k: v for k, v in _collection().state_dict().items()
+               if not k.startswith(("id_maps.", "embedding_bags.ids."))}
+    result = coll.load_state_dict(without, strict=False)
+    assert sorted(result.missing_keys) == sorted(
+        ["embedding_bags.ids.weight", *(f"id_maps.ids.{k}" for k in mapped)])
+    for key, value in coll.id_maps["ids"].state_dict().items():
+        assert torch.equal(value, mapped[key]), key
+    _refused(coll, without, "Missing key")
 
 
 def test_a_quantized_layer_and_collection_refuse_before_copying() -> None:

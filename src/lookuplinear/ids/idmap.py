@@ -368,6 +368,8 @@ class IdMap(AllOrNothingLoad):
         keys: tuple[dict[str, int], int] | None = None
         if self.key_type == "str" and len(given) < len(names):
             missing_keys.extend(n for n in names if n not in given)
+            if not given and prefix + "table" not in state_dict:
+                return given, None  # the map left out (strict=False keeps it as it is)
             error_msgs.append(f"IdMap at {prefix!r} holds str IDs (key_type='str'); the state "
                               "has no strings: it is an int map's.")
         elif self.key_type == "str":
@@ -482,7 +484,8 @@ class IdMap(AllOrNothingLoad):
         n_errors = len(error_msgs)
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
-        if len(error_msgs) == n_errors:
+        loaded = any(k.startswith(prefix) for k in rest)  # (a map left out is kept as it is)
+        if len(error_msgs) == n_errors and (loaded or keys is not None):
             if keys is not None:
                 self._keys, self._next_key = keys
             self.evicted = torch.zeros(0, dtype=torch.int64)
