@@ -112,6 +112,35 @@ def test_a_torch_optimizer_holding_a_state_no_group_lists_saves_and_restores(
                                torch.as_tensor(value))
 
 
+def test_an_optimizer_whose_groups_hold_other_parameters_is_refused(tmp_path: Path) -> None:
+    """A restore sets each group's options by position: an optimizer built with the
+    parameters split into groups otherwise took the saved groups' lr for other parameters
+    without a word (torch.optim's load_state_dict refuses groups of other sizes); refused,
+    naming both groups, and nothing changed; the same split restores."""
+    from unchanged import assert_unchanged, snapshot
+
+    def build(m: Model, split: int) -> torch.optim.Optimizer:
+        params = list(m.parameters())
+        return torch.optim.SGD([{"params": params[:split], "lr": 0.1},
+                                {"params": params[split:], "lr": 0.01}])
+
+    torch.manual_seed(0)
+    model = Model()
+    opt = build(model, 1)
+    _step(model, [opt], 0)
+    Checkpoint(tmp_path / "ckpt", model, [opt]).save()
+    other = Model()
+    other_opt = build(other, 2)
+    before = snapshot(other, other_opt)
+    with pytest.raises(ModelFileError, match=r"parameter group 0 as \['table\.weight'\], and "
+                       r"this SGD's group 0 holds \['table\.weight', 'table\.bias'\]"):
+        Checkpoint(tmp_path / "ckpt", other, [other_opt]).restore()
+    assert_unchanged(before, other, other_opt)
+    same_opt = build(other, 1)
+    Checkpoint(tmp_path / "ckpt", other, [same_opt]).restore()
+    assert [g["lr"] for g in same_opt.param_groups] == [0.1, 0.01]
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("in_file", [False, True])

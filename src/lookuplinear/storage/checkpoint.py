@@ -392,8 +392,12 @@ class Checkpoint:
                 scalars.setdefault(pname, {})
             groups = [{k: _json_value(v, k) for k, v in group.items() if k != "params"}
                       for group in opt.param_groups]
+            # which parameters each group holds: a restore sets the groups' options by
+            # position, so another split of the parameters would take other options
+            members = [[self._names[id(q)] for q in group["params"]]
+                       for group in opt.param_groups]
             optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
-                               "layout": layouts})
+                               "layout": layouts, "members": members})
         tensors["rng/torch"] = torch.get_rng_state()
         # what the rows a table in a file never drew will be drawn from: a restore draws
         # them again, so only a table drawing them the same way continues the saved run
@@ -462,8 +466,9 @@ class Checkpoint:
         All or nothing: everything the restore will write is checked first (every segment's
         size and SHA-256; every table's full shape and dtype; which table sits at which rows
         of each ``LookupCollection`` group; every other parameter and buffer; the optimizers'
-        number, classes, parameter groups and each state tensor's shape; the ``IdMap``
-        strings; the random generator state), and the optimizers' new
+        number, classes, parameter groups (the parameters each holds) and each state
+        tensor's shape; the ``IdMap`` strings; the random generator state), and the
+        optimizers' new
         state is built beside the old one; only then is anything written, and what is left
         are copies into tensors of checked shapes. A refused restore, or one that fails before
         those copies (no memory for the new drawn flags, a new optimizer-state file that

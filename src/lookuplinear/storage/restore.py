@@ -293,6 +293,16 @@ class Restore:
                 f"holds {len(meta['groups'])} parameter groups of {cls} {i}, and it has "
                 f"{len(opt.param_groups)}: build it with the groups it was saved with"
             )
+        for g, (saved_names, group) in enumerate(zip(meta.get("members", []), opt.param_groups,
+                                                     strict=False)):
+            mine = [self.names[id(p)] for p in group["params"]]
+            if sorted(saved_names) != sorted(mine):
+                raise self.refusal(
+                    f"holds {cls} {i}'s parameter group {g} as {saved_names}, and this {cls}'s "
+                    f"group {g} holds {mine}: its options (lr, ...) would go to other "
+                    "parameters (torch.optim's load_state_dict refuses groups of other sizes). "
+                    "Build the optimizer with the groups it was saved with"
+                )
         if isinstance(opt, RowSparseOptimizer):
             try:
                 for saved, group in zip(meta["groups"], opt.param_groups, strict=True):
