@@ -116,12 +116,11 @@ def check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..sklearn._fasttext_bin import FastTextArgs, save_fasttext
+    from ..sklearn._fasttext_bin import FastTextArgs, mean_rows, save_fasttext
     from ..sklearn._minibatch import torch_threads
     from ..sklearn._wordvectors import (
         WordVectorArgs,
         build_dictionary,
-        ordered_mean,
         progress_printer,
         train_word_vectors,
     )
@@ -166,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     args._interrupted_note = f"; {paths['.bin']} was written"
     from .._atomic import replacing
 
-    vectors = ordered_mean(inp, d.ptr, d.rows)  # getWordVector of each word
+    vectors = mean_rows(inp, [d.rows[d.ptr[i]:d.ptr[i + 1]].tolist()  # getWordVector
+                              for i in range(d.n_words)])
     named: list[tuple[Path, np.ndarray]] = [(paths[".vec"], vectors)]
     if args.saveOutput:
         named.append((paths[".output"], out))

@@ -47,7 +47,8 @@ from ..errors import ModelFileError
 from ._modelfile import TextModel
 
 __all__ = ["MAGIC", "VERSIONS", "FastTextArgs", "FastTextFeatures", "FastTextHead", "FastTextModel",
-           "char_ngrams", "is_fasttext", "label_prefix", "load_fasttext", "save_fasttext"]
+           "char_ngrams", "is_fasttext", "label_prefix", "load_fasttext", "mean_rows",
+           "save_fasttext"]
 
 #: ``FASTTEXT_FILEFORMAT_MAGIC_INT32``, the file's first four bytes (little-endian)
 MAGIC = 793712314
@@ -401,29 +402,9 @@ class FastTextModel(TextModel):
         return self._mean_rows([self._rows(t, cache) for t in texts])
 
     def _mean_rows(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """The mean of each list's input rows, added in its order in float32 as fastText adds
-        them (zeros for an empty list), and which lists are not empty."""
-        table = self.input_matrix
-        dim = table.shape[1]
-        out = np.zeros((len(rows), dim), _F32)
-        lengths = np.array([len(r) for r in rows], dtype=np.int64)
-        zero = len(table)  # a zero row for padding: x + 0 is x, the order of the sums is kept
-        padded = np.vstack([table, np.zeros((1, dim), _F32)])
-        for start in range(0, len(rows), 256):
-            part = rows[start:start + 256]
-            width = max((len(r) for r in part), default=0)
-            idx = np.full((len(part), width), zero, dtype=np.int64)
-            for i, r in enumerate(part):
-                idx[i, :len(r)] = r
-            acc = np.zeros((len(part), dim), _F32)
-            for c in range(width):  # the rows in fastText's order, one addition each
-                acc += padded[idx[:, c]]
-            out[start:start + len(part)] = acc
-        has = lengths > 0
-        scale = np.zeros(len(rows), _F32)
-        scale[has] = (1.0 / lengths[has]).astype(_F32)  # x.mul(1.0 / rows.size())
-        out *= scale[:, None]
-        return out, has
+        """The mean of each list's input rows (:func:`mean_rows`), and which lists are not
+        empty."""
+        return mean_rows(self.input_matrix, rows), np.array([len(r) > 0 for r in rows], bool)
 
     def sentence_vectors(self, texts: list[str]) -> np.ndarray:
         """Each text's vector as fastText's ``get_sentence_vector`` (and
@@ -714,6 +695,31 @@ def _hash(data: bytes) -> int:
     for b in data:
         h = ((h ^ (b | 0xFFFFFF00 if b >= 128 else b)) * 16777619) & 0xFFFFFFFF
     return h
+
+
+def mean_rows(table: np.ndarray, rows: list[list[int]]) -> np.ndarray:
+    """The mean of each list's rows of ``table``, added in its order in float32 as fastText
+    adds them (``getWordVector``, ``computeHidden``; zeros for an empty list)."""
+    dim = table.shape[1]
+    out = np.zeros((len(rows), dim), _F32)
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    zero = len(table)  # a zero row for padding: x + 0 is x, the order of the sums is kept
+    padded = np.vstack([table, np.zeros((1, dim), _F32)])
+    for start in range(0, len(rows), 256):
+        part = rows[start:start + 256]
+        width = max((len(r) for r in part), default=0)
+        idx = np.full((len(part), width), zero, dtype=np.int64)
+        for i, r in enumerate(part):
+            idx[i, :len(r)] = r
+        acc = np.zeros((len(part), dim), _F32)
+        for c in range(width):  # the rows in fastText's order, one addition each
+            acc += padded[idx[:, c]]
+        out[start:start + len(part)] = acc
+    has = lengths > 0
+    scale = np.zeros(len(rows), _F32)
+    scale[has] = (1.0 / lengths[has]).astype(_F32)  # x.mul(1.0 / rows.size())
+    out *= scale[:, None]
+    return out
 
 
 def _norms(rows: np.ndarray) -> np.ndarray:

@@ -450,16 +450,3 @@ def progress_printer(total: int, quiet: bool
             sys.stderr.write("\n")
 
     return show, end
-
-
-def ordered_mean(table: np.ndarray, ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Each word's vector as fastText's ``getWordVector``: the mean of its rows
-    (``rows[ptr[i]:ptr[i + 1]]``), added in order in float32."""
-    lens = np.diff(ptr)
-    acc = np.zeros((len(lens), table.shape[1]), np.float32)
-    for k in range(int(lens.max(initial=0))):
-        has = np.flatnonzero(lens > k)
-        acc[has] += table[rows[ptr[has] + k]]
-    scale = np.zeros(len(lens), np.float32)
-    scale[lens > 0] = (1.0 / lens[lens > 0]).astype(np.float32)
-    return acc * scale[:, None]
