@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._args import positive_int, write_stdout
-from .vectors import format_vector
+from .vectors import format_vector, load_vector_model
 
 __all__ = ["add_parser", "nearest", "ngram_vectors", "run", "unit_rows"]
 
@@ -85,7 +85,7 @@ def ngram_vectors(model: Any, word: str) -> list[tuple[str, np.ndarray]]:
 def _lookuplinear_ngrams(model: Any, word: str) -> list[tuple[str, np.ndarray]]:
     import scipy.sparse as sp
 
-    from ..text._features import _char_wb_ngrams
+    from ..text._features import _char_wb_ngrams, keep_buckets
 
     vec = model.vectorizer
     vocabulary: dict[str, int] = vec.vocabulary_
@@ -101,21 +101,20 @@ def _lookuplinear_ngrams(model: Any, word: str) -> list[tuple[str, np.ndarray]]:
         hasher = FeatureHasher(n_features=vec.bucket, input_type="string",
                                alternate_sign=False)
         buckets = hasher.transform([[g] for g in grams]).indices.tolist() if grams else []
-        kept = getattr(vec, "buckets_", None)
-        for gram, b in zip(grams, buckets, strict=True):
-            if kept is None:
-                found.append((gram, len(vocabulary) + b))
-            else:
-                at = int(np.searchsorted(kept, b))
-                if at < len(kept) and kept[at] == b:
-                    found.append((gram, len(vocabulary) + at))
+        found += [(gram, len(vocabulary) + b) for gram, b in zip(grams, buckets, strict=True)]
     if not found:
         return []
     cols = [c for _, c in found]
     X = sp.csr_matrix((np.ones(len(cols), _F32), (np.arange(len(cols)), cols)),
-                      shape=(len(cols), vec.n_features_out_))
-    rows = model._hidden(X, "print-ngrams")
-    return [(name, rows[i]) for i, (name, _) in enumerate(found)]
+                      shape=(len(cols), len(vocabulary) + (vec.bucket if vec._hashed() else 0)))
+    kept = getattr(vec, "buckets_", None)
+    if kept is not None:  # a pruned vectorizer: the n-grams of the buckets it keeps
+        X = keep_buckets(X, len(vocabulary), kept)
+    at = np.flatnonzero(np.diff(X.indptr))  # the subwords with a column
+    if not at.size:
+        return []
+    rows = model._hidden(X[at], "print-ngrams")
+    return [(found[i][0], rows[j]) for j, i in enumerate(at.tolist())]
 
 
 def _vocabulary(model: Any) -> list[str]:
@@ -194,15 +193,9 @@ def _predictions(found: list[tuple[float, str]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
-    from ..sklearn import load_model
     from ..sklearn._fasttext_bin import FastTextModel, _norms
 
-    model = load_model(args.model)
-    if model.vectorizer is None:
-        raise InputValueError(
-            f"{args.model} holds an estimator without a text vectorizer; {args.command} needs "
-            "a model written by `lookuplinear train` or by fastText."
-        )
+    model = load_vector_model(args)
     try:
         if args.command == "print-ngrams":
             write_stdout("".join(f"{name} {format_vector(v)}\n"
@@ -217,9 +210,9 @@ def run(args: argparse.Namespace) -> int:
             prompt = "Query word? "
             write_stdout(prompt)
             sys.stdout.flush()
+            k = len(words) if args.k == -1 else args.k
             for word in tokens:
                 query = model.word_vectors([word])[0]
-                k = len(words) if args.k == -1 else args.k
                 write_stdout(_predictions(nearest(columns, words, query, k, {word}))
                              + prompt)
                 sys.stdout.flush()

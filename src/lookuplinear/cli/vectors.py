@@ -88,18 +88,28 @@ def _sentences(model: Any, batch: list[bytes], errors: str) -> list[str]:
     return texts
 
 
-def run(args: argparse.Namespace) -> int:
+def load_vector_model(args: argparse.Namespace) -> Any:
+    """The model of ``args.model`` for a command that reads its word vectors
+    (``print-word-vectors``, ``print-sentence-vectors``, ``print-ngrams``, ``nn``,
+    ``analogies``): one written by ``lookuplinear train`` or by fastText, with its text
+    vectorizer."""
     from ..errors import InputValueError
     from ..sklearn import load_model
-    from ..sklearn._fasttext_bin import FastTextModel
-    from ._args import write_stdout
 
     model = load_model(args.model)
     if model.vectorizer is None:
         raise InputValueError(
             f"{args.model} holds an estimator without a text vectorizer; {args.command} needs "
-            "a model written by `lookuplinear train`."
+            "a model written by `lookuplinear train` or by fastText."
         )
+    return model
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..sklearn._fasttext_bin import FastTextModel
+    from ._args import write_stdout
+
+    model = load_vector_model(args)
     words = args.command == "print-word-vectors"
     # a model fastText wrote reads bytes: those that are not UTF-8 kept (surrogate escapes),
     # as fastText reads them; lookuplinear's models read them as U+FFFD
