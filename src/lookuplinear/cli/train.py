@@ -309,16 +309,12 @@ def write_output_matrix(path: Path, clf: Any, labels: list[str], *, quiet: bool)
     one step."""
     import numpy as np
 
-    from .._atomic import replacing
-    from .vectors import format_vector
+    from .vectors import write_vec
 
     weight = clf.model_.output.weight.detach().cpu().double().numpy()  # (n_outputs, dim)
     if len(weight) == 1 and len(labels) == 2:
         weight = np.vstack([np.zeros_like(weight), weight])
-    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(f"{len(labels)} {weight.shape[1]}\n")
-        f.writelines(f"{lab} {format_vector(w)}\n" for lab, w in zip(labels, weight,
-                                                                      strict=True))
+    write_vec(path, [lab.encode("utf-8") for lab in labels], weight)
     if not quiet:
         print(f"lookuplinear train: note: {path} holds the output layer's weights; its bias "
               "(one value per label, which fastText's output layer has not) is in the model "

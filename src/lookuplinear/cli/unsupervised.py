@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         progress_printer,
         train_word_vectors,
     )
-    from .vectors import format_vector
+    from .vectors import write_vec
 
     check_args(args)
     # as fastText's Args::parseArgs: no n-gram rows without word or character n-grams, and
@@ -163,18 +163,11 @@ def run(args: argparse.Namespace) -> int:
     save_fasttext(paths[".bin"], ft_args, d.words, d.counts.tolist(), d.n_words, d.ntokens,
                   inp, out)
     args._interrupted_note = f"; {paths['.bin']} was written"
-    from .._atomic import replacing
-
     vectors = mean_rows(inp, [d.rows[d.ptr[i]:d.ptr[i + 1]].tolist()  # getWordVector
                               for i in range(d.n_words)])
-    named: list[tuple[Path, np.ndarray]] = [(paths[".vec"], vectors)]
+    write_vec(paths[".vec"], d.words[:d.n_words], vectors)
     if args.saveOutput:
-        named.append((paths[".output"], out))
-    for path, values in named:
-        with replacing(path) as tmp, open(tmp, "wb") as f:
-            f.write(f"{d.n_words} {args.dim}\n".encode())
-            f.writelines(w + b" " + format_vector(v).encode() + b"\n"
-                         for w, v in zip(d.words[:d.n_words], values, strict=True))
+        write_vec(paths[".output"], d.words[:d.n_words], out)
     if not quiet:
         print(f"Read {d.ntokens} tokens, {d.n_words} words in {read_s:.2f} s. Trained in "
               f"{train_s:.2f} s ({args.epoch * d.ntokens / max(train_s, 1e-9):,.0f} words/s), "

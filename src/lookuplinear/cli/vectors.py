@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["add_parser", "format_vector", "run"]
+__all__ = ["add_parser", "format_vector", "load_vector_model", "run", "write_vec"]
 
 #: lines of stdin turned into vectors at once when stdin is a pipe or a file (a terminal's
 #: lines are answered one at a time, as they are typed)
@@ -53,6 +54,18 @@ def format_vector(values: Any) -> str:
     '0.12346 -1e-05 0 1.2346e+05 '
     """
     return "".join(f"{float(v):.5g} " for v in values)
+
+
+def write_vec(path: Path, names: Sequence[bytes], rows: Any) -> None:
+    """Write ``rows`` named ``names`` in fastText's ``.vec`` text format (``saveVectors``,
+    ``saveOutput``): a line ``rows dim``, then each name and its row (:func:`format_vector`);
+    the file is replaced in one step."""
+    from .._atomic import replacing
+
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        f.write(f"{len(names)} {rows.shape[1]}\n".encode())
+        f.writelines(name + b" " + format_vector(row).encode() + b"\n"
+                     for name, row in zip(names, rows, strict=True))
 
 
 def _batches(stream: IO[bytes]) -> Iterator[list[bytes]]:
