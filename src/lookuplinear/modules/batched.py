@@ -330,6 +330,15 @@ class BatchedLookup:
                         sparse=tables._sparse(cfg)), [f]))
                 continue
             bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact, read)
+            if (exact is not None and exact.groups[g] is True and bags.weights is None
+                    and not sparse and g not in self.stored):
+                # ATen's own mean, as the eager :meth:`_dense` takes it: its dense backward
+                # (an axpy by 1 / size, fused where the CPU's BLAS fuses) is not a product
+                # then a sum on every machine
+                parts.append((torch.nn.functional.embedding_bag(
+                    bags.indices, table_groups[g], bags.offsets, mode="mean",
+                    include_last_offset=True), feats))
+                continue
             sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None, sparse=sparse)
             parts.append((sums if exact is None else self._divided(
                 sums, bags.offsets, exact.groups[g], n), feats))
