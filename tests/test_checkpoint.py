@@ -1039,6 +1039,56 @@ def test_a_table_in_a_file_drawing_other_rows_is_refused(tmp_path: Path,
     assert torch.equal(same.weight, a.weight)
 
 
+@pytest.mark.parametrize("collection", [False, True])
+def test_a_table_in_a_file_restored_into_memory_is_refused(tmp_path: Path,
+                                                           collection: bool) -> None:
+    """A checkpoint of a table in a file holds only the rows that held values; the others are
+    drawn from ``(seed, row)``. A table in memory would keep its own values there, where the
+    saved run draws them: refused, naming the seed, nothing changed. A table in a file of the
+    saved seed then restores to the saved run's values on every row."""
+
+    def build(storage: Path | None, seed: int = 7) -> nn.Module:
+        if collection:
+            torch.manual_seed(seed)  # a new table in a file draws its seed from torch's
+            kw = {"storage": storage} if storage is not None else {}
+            return LookupCollection([TableConfig("a", 100, 4, ["f"], **kw)], sparse=True)
+        if storage is None:
+            return LookupLinear(100, 4, sparse=True)
+        return LookupLinear(100, 4, sparse=True, storage=storage, seed=seed)
+
+    def look(model: nn.Module, rows: list[int]) -> torch.Tensor:
+        if collection:
+            return model(KeyedBags.from_dict({"f": [[r] for r in rows]})).values()
+        return model(torch.tensor(rows))
+
+    filed = build(tmp_path / "t")
+    opt = optim.Adam(filed.parameters(), lr=0.1)
+    look(filed, [1, 2]).sum().backward()
+    opt.step()
+    Checkpoint(tmp_path / "ckpt", filed, opt).save(step=1)
+    from lookuplinear.storage.tables import storage_of
+
+    seed = storage_of(next(filed.parameters())).meta["seed"]
+    memory = build(None)
+    memory_opt = optim.Adam(memory.parameters(), lr=0.1)
+    _trained_on(memory, memory_opt, look)
+    before = snapshot(memory, memory_opt)
+    with pytest.raises(ModelFileError, match=rf"in memory.*storage=path, seed={seed}"):
+        Checkpoint(tmp_path / "ckpt", memory, memory_opt).restore()
+    assert_unchanged(before, memory, memory_opt)
+    again = build(tmp_path / "again")
+    again_opt = optim.Adam(again.parameters(), lr=0.1)
+    assert Checkpoint(tmp_path / "ckpt", again, again_opt).restore() == {"step": 1}
+    assert torch.equal(look(again, [1, 2, 50]), look(filed, [1, 2, 50]))
+
+
+def _trained_on(model: nn.Module, opt: torch.optim.Optimizer, look: Any) -> None:
+    """A step through ``look(model, rows)``: state a refused restore must keep."""
+    look(model, [3, 4]).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
 @pytest.mark.parametrize("in_file", [False, True])
 def test_sgd_momentum_set_to_zero_keeps_its_buffers_through_a_restore(
         tmp_path: Path, in_file: bool) -> None:

@@ -44,7 +44,8 @@ so the chain's size stays within a constant factor of the rows training touched.
 after a crash their files hold a mix of steps; :meth:`Checkpoint.restore` empties them (every row
 undrawn, as when created) and writes the checkpoint's rows back: the rows a checkpoint never
 saw are drawn again from ``(seed, row)`` on their next lookup, as they were before: a segment
-records each such table's seed and init, and a restore into a table of others is refused.
+records each such table's seed and init, and a restore into a table of others, or into a
+table in memory, is refused.
 
 **Where it is.** This module holds :class:`Checkpoint`: the saving, what a segment holds, and
 :meth:`Checkpoint.restore`, which writes what :class:`~lookuplinear.storage.restore.Restore`

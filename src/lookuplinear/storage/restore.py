@@ -189,6 +189,18 @@ class Restore:
                 "for serving: open it with LookupLinear.open(path, writable=True)"
             )
         draws = segments[-1][0].get("draws", {}).get(name)
+        if storage is None and draws is not None:
+            raise self.refusal(
+                f"holds table {name!r} of a table in a file: it saved only the rows that held "
+                f"values, and the others are drawn with seed={draws['seed']}, "
+                f"init={draws['init']!r} at their first lookup. This model's table is in "
+                "memory, where those rows would keep its own values, so training on would not "
+                "be the saved run. Build the table in a file drawing them the same way: "
+                f"LookupLinear(..., storage=path, seed={draws['seed']}, "
+                f"init={draws['init']!r}) (a LookupCollection: TableConfig(..., storage=path) "
+                "opening the saved run's table, or created under the torch.manual_seed the "
+                "saved run's was)"
+            )
         if storage is not None and draws is not None:
             mine = {"seed": storage.meta["seed"], "init": storage.meta["init"]}
             if mine != draws:
