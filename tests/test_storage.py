@@ -217,6 +217,48 @@ def test_an_optimizer_load_that_fails_part_way_through_the_files_changes_nothing
         assert held == {file.read_bytes()}
 
 
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_first_step_whose_state_file_cannot_be_made_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, fused: bool) -> None:
+    """The first step makes the optimizer's state files beside the table; one that cannot be
+    made (a full disk) raises the ``OSError`` and leaves no state started part way: the next
+    step starts it afresh and trains as a run that never failed."""
+    import errno
+
+    from lookuplinear.storage import tables
+
+    def build(path: Path) -> tuple[LookupLinear, torch.optim.Optimizer]:
+        layer = LookupLinear(50, 4, sparse=True, storage=path, seed=0)
+        return layer, OPTIMIZERS[name](layer.parameters(), fused)
+
+    def step(layer: LookupLinear, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        layer(torch.tensor([[1, 2], [3, 7]])).square().sum().backward()
+        opt.step()
+
+    layer, opt = build(tmp_path / "a")
+    real = tables._map
+
+    def full_disk(path: Path, *args: object, create: bool, **kwargs: object) -> object:
+        if create and "state-" in path.name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, *args, create=create, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables, "_map", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        step(layer, opt)
+    monkeypatch.undo()
+    assert not any(opt.state.values())  # no state started part way
+    clean, clean_opt = build(tmp_path / "b")
+    for _ in range(2):
+        step(layer, opt)
+        step(clean, clean_opt)
+    assert torch.equal(layer.weight, clean.weight)
+    for key, value in clean_opt.state[clean.weight].items():
+        assert torch.equal(torch.as_tensor(opt.state[layer.weight][key]), torch.as_tensor(value))
+
+
 @pytest.mark.parametrize(("links", "failing"), [
     *((True, n) for n in range(1, 5)), *((False, n) for n in range(1, 7))])
 def test_an_optimizer_load_whose_rename_fails_changes_no_file(

@@ -619,10 +619,19 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         """:meth:`_set_layout` of ``state``, a state of ``p`` this optimizer may not hold yet
         (a :class:`~lookuplinear.Checkpoint` builds the restored state beside the old one)."""
 
+    def _new_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        """``p``'s state started (:meth:`_init_state`), held by the optimizer only once it is
+        complete: a start that fails part way (a table in a file whose state file cannot be
+        written, a full disk) leaves ``p`` without state, and the next step starts it again."""
+        state: dict[str, Any] = {}
+        self._init_state(p, state, group)
+        self.state[p] = state
+        return state
+
     def _state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         state: dict[str, Any] = self.state[p]
         if not state:
-            self._init_state(p, state, group)
+            state = self._new_state(p, group)
         else:
             self._state_in_dtype(p, state)
         rows = RESETS.take(p)
@@ -709,7 +718,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             self._grads_held.add(id(p))
             state = self.state[p]
             if not state:
-                self._init_state(p, state, group)
+                state = self._new_state(p, group)
             else:
                 for value in state.values():  # (a loop, no call, per table: the usual case)
                     if isinstance(value, torch.Tensor) and value.dtype != p.dtype:

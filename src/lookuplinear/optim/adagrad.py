@@ -103,9 +103,7 @@ class Adagrad(RowSparseOptimizer):
         """
         for group in self.param_groups:
             for p in group["params"]:
-                state = self.state[p]
-                if not state:
-                    self._init_state(p, state, group)
+                state = self.state[p] or self._new_state(p, group)
                 state["sum"].share_memory_()
 
     def _init_state(self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
