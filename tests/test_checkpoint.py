@@ -1082,6 +1082,42 @@ def test_a_table_in_a_file_restored_into_memory_is_refused(tmp_path: Path,
     assert torch.equal(look(again, [1, 2, 50]), look(filed, [1, 2, 50]))
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_adagrad_of_another_initial_accumulator_value_is_refused(tmp_path: Path,
+                                                                 fused: bool) -> None:
+    """Adagrad's sums start at its constructor's ``initial_accumulator_value``, which no group
+    holds: the rows a checkpoint of a table in a file does not hold start from it after a
+    restore. Another value is refused, nothing changed; the saved one trains on as the
+    saved run, rows never saved included."""
+
+    def build(tag: str, start: float) -> tuple[LookupLinear, torch.optim.Optimizer]:
+        layer = LookupLinear(50, 4, sparse=True, storage=tmp_path / tag, seed=1)
+        return layer, optim.Adagrad(layer.parameters(), lr=0.1,
+                                    initial_accumulator_value=start, fused=fused)
+
+    def step(layer: LookupLinear, opt: torch.optim.Optimizer, rows: list[int]) -> None:
+        opt.zero_grad()
+        layer(torch.tensor([rows])).pow(2).sum().backward()
+        opt.step()
+
+    saved, saved_opt = build("a", 0.5)
+    step(saved, saved_opt, [1, 2])
+    Checkpoint(tmp_path / "ckpt", saved, saved_opt).save()
+    other, other_opt = build("b", 0.0)
+    step(other, other_opt, [4])
+    before = snapshot(other, other_opt)
+    with pytest.raises(ModelFileError, match=r"initial_accumulator_value=0\.5.*"
+                                             r"initial_accumulator_value=0\.0"):
+        Checkpoint(tmp_path / "ckpt", other, other_opt).restore()
+    assert_unchanged(before, other, other_opt)
+    same, same_opt = build("c", 0.5)
+    Checkpoint(tmp_path / "ckpt", same, same_opt).restore()
+    for layer, opt in ((saved, saved_opt), (same, same_opt)):
+        step(layer, opt, [3, 1])  # row 3: no save holds it
+    assert torch.equal(same.weight, saved.weight)
+    assert torch.equal(same_opt.state[same.weight]["sum"], saved_opt.state[saved.weight]["sum"])
+
+
 def _trained_on(model: nn.Module, opt: torch.optim.Optimizer, look: Any) -> None:
     """A step through ``look(model, rows)``: state a refused restore must keep."""
     look(model, [3, 4]).sum().backward()

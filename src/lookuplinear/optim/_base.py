@@ -665,6 +665,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``initial_accumulator_value``)."""
         return 0.0
 
+    def _starts(self) -> dict[str, Any]:
+        """The options a new state starts from that no parameter group holds (JSON values;
+        none but Adagrad's constructor ``initial_accumulator_value``). A
+        :class:`~lookuplinear.Checkpoint` records them, and a restore into an optimizer of
+        other ones is refused: the rows it does not hold (a table in a file's rows never
+        drawn) and the rows an ``IdMap`` gives new IDs start from them."""
+        return {}
+
     @torch.no_grad()
     def _apply_fused(self, updates: Updates) -> bool:
         """Update each table of ``updates`` from the ``(lookup, grad_out)`` of every use of it

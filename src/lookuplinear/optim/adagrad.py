@@ -116,6 +116,9 @@ class Adagrad(RowSparseOptimizer):
     def _state_fill(self, key: str, group: dict[str, Any]) -> float:
         return float(self.defaults["initial_accumulator_value"]) if key == "sum" else 0.0
 
+    def _starts(self) -> dict[str, Any]:
+        return {"initial_accumulator_value": float(self.defaults["initial_accumulator_value"])}
+
     @staticmethod
     def _clr(group: dict[str, Any], step: int) -> float:
         return float(group["lr"] / (1 + (step - 1) * group["lr_decay"]))

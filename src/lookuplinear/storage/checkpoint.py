@@ -397,8 +397,11 @@ class Checkpoint:
             # position, so another split of the parameters would take other options
             members = [[self._names[id(q)] for q in group["params"]]
                        for group in opt.param_groups]
-            optimizers.append({"type": type(opt).__name__, "state": scalars, "groups": groups,
-                               "layout": layouts, "members": members})
+            saved = {"type": type(opt).__name__, "state": scalars, "groups": groups,
+                     "layout": layouts, "members": members}
+            if isinstance(opt, RowSparseOptimizer):  # what a state not saved starts from
+                saved["starts"] = opt._starts()
+            optimizers.append(saved)
         tensors["rng/torch"] = torch.get_rng_state()
         # what the rows a table in a file never drew will be drawn from: a restore draws
         # them again, so only a table drawing them the same way continues the saved run

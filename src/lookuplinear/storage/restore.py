@@ -321,6 +321,7 @@ class Restore:
                     opt._loadable_group(saved, group)
             except InputValueError as e:
                 raise self.refusal(f"does not load into {cls} {i}: {e}") from None
+            self._check_starts(i, opt, meta.get("starts"))
         params = {self.names[id(p)]: p for g in opt.param_groups for p in g["params"]}
         for pname in meta["state"]:
             if pname not in params:
@@ -352,6 +353,26 @@ class Restore:
                         f"{tuple(value.shape)} ({str(value.dtype)[6:]}), where this {cls} "
                         f"keeps {expected}: it is another optimizer's checkpoint"
                     )
+
+    def _check_starts(self, i: int, opt: Any, saved: dict[str, Any] | None) -> None:
+        """The options a new state starts from that no group holds (Adagrad's constructor
+        ``initial_accumulator_value``) are the saved optimizer's: the rows the checkpoint does
+        not hold (a table in a file's rows never drawn) and those an ``IdMap`` gives new IDs
+        start from them. A checkpoint that recorded none is not checked."""
+        mine = opt._starts()
+        if saved is None or saved == mine:
+            return
+        cls = type(opt).__name__
+
+        def text(starts: dict[str, Any]) -> str:
+            return ", ".join(f"{k}={v!r}" for k, v in sorted(starts.items())) or "no such options"
+
+        raise self.refusal(
+            f"holds {cls} {i} built with {text(saved)}, and this {cls} is built with "
+            f"{text(mine)}: the state of the rows the checkpoint does not hold (a table in a "
+            "file's rows never drawn, rows an IdMap gives new IDs) would start at another "
+            f"value than in the saved run. Build {cls} {i} with {text(saved)} to restore it"
+        )
 
     # ------------------------------------------------------------------ staging
     def stage(self, segments: Segments) -> Staged:
