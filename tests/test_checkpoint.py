@@ -308,6 +308,21 @@ def test_damaged_checkpoints_are_refused(tmp_path: Path) -> None:
         Checkpoint(tmp_path / "no" / "ckpt", layer)
 
 
+def test_a_manifest_that_is_a_directory_or_a_path_that_is_a_file_is_refused(
+        tmp_path: Path) -> None:
+    """A directory where ``MANIFEST.json`` is, or a checkpoint path that is a file: a
+    ``ModelFileError`` naming it, as for a segment that is a directory."""
+    layer = LookupLinear(10, 2)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "MANIFEST.json").mkdir()
+    with pytest.raises(ModelFileError, match=r"MANIFEST\.json is not a file.*damaged"):
+        Checkpoint(tmp_path / "ckpt", layer)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelFileError, match="is a file, not a lookuplinear checkpoint "
+                                             "directory"):
+        Checkpoint(tmp_path / "file", layer)
+
+
 def test_killed_at_random_instants_reopens_at_the_last_completed_checkpoint(
         tmp_path: Path) -> None:
     steps, every, kills = 400, 4, 20

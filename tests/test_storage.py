@@ -453,6 +453,13 @@ def test_errors(tmp_path: Path) -> None:
         layer(torch.tensor([10]))
     with pytest.raises(ModelFileError, match="not a lookuplinear table"):
         LookupLinear.open(tmp_path)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "meta.json").mkdir()
+    with pytest.raises(ModelFileError, match=r"meta\.json is not a file.*damaged"):
+        LookupLinear.open(tmp_path / "w")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelFileError, match="is a file, not a lookuplinear table directory"):
+        LookupLinear.open(tmp_path / "file")
     os.truncate(tmp_path / "t" / "weight.bin", 7)
     with pytest.raises(ModelFileError, match="bytes"):
         LookupLinear.open(tmp_path / "t")

@@ -127,6 +127,8 @@ class Checkpoint:
         An optimizer holds a parameter that is not ``module``'s, or ``path``'s parent is missing;
         or a ``torch.optim.SGD`` with momentum trains a table with row-sparse gradients (its
         momentum moves rows the gradients did not name; use ``lookuplinear.optim.SGD``).
+    ModelFileError
+        ``path`` is a file, or holds a manifest that is damaged or is not a file.
 
     Examples
     --------

@@ -77,7 +77,8 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
         The manifest is damaged or is not one a save writes: not JSON, another format or
         version, no segments, an entry without its file, generation, size or SHA-256, a
         file name that is not a segment's of this directory, generations that do not
-        increase to the manifest's own.
+        increase to the manifest's own; or the manifest is a directory, or ``path`` is a
+        file.
     """
     try:
         manifest = read_header(path / _MANIFEST, _FORMAT, _VERSION, "checkpoint")

@@ -609,9 +609,21 @@ def read_header(file: Path, fmt: str, version: int, kind: str) -> dict[str, Any]
     FileNotFoundError
         ``file`` is missing (the caller says what that means).
     ModelFileError
-        It is damaged, of another format, or of another version.
+        It is damaged, of another format, or of another version; it is a directory; or its
+        directory is a file.
     """
-    text = file.read_bytes()
+    try:
+        text = file.read_bytes()
+    except IsADirectoryError:
+        raise ModelFileError(
+            f"{file} is not a file: the {kind} directory {file.parent} is damaged. Restore it "
+            f"from a copy, or start a new {kind} directory."
+        ) from None
+    except NotADirectoryError:
+        raise ModelFileError(
+            f"{file.parent} is a file, not a lookuplinear {kind} directory. Give the path of a "
+            f"{kind} directory, or a path where nothing exists yet to start one."
+        ) from None
     try:
         header = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
