@@ -1133,6 +1133,26 @@ def test_adagrad_of_another_initial_accumulator_value_is_refused(tmp_path: Path,
     assert torch.equal(same_opt.state[same.weight]["sum"], saved_opt.state[saved.weight]["sum"])
 
 
+def test_a_model_on_the_meta_device_is_refused(tmp_path: Path) -> None:
+    """A copy into a meta tensor copies nothing (``load_state_dict`` warns): refused, naming
+    ``to_empty``; the model allocated with it restores the saved values."""
+    torch.manual_seed(0)
+    saved = LookupLinear(1000, 4, sparse=True)
+    opt = optim.Adam(saved.parameters(), lr=0.1)
+    _trained(saved, opt)
+    Checkpoint(tmp_path / "ckpt", saved, opt).save(step=2)
+    with torch.device("meta"):
+        meta = LookupLinear(1000, 4, sparse=True)
+    meta_opt = optim.Adam(meta.parameters(), lr=0.1)
+    with pytest.raises(InputValueError, match=r"weight is on the meta device.*to_empty"):
+        Checkpoint(tmp_path / "ckpt", meta, meta_opt).restore()
+    assert meta.weight.is_meta and not meta_opt.state
+    meta.to_empty(device="cpu")
+    meta_opt = optim.Adam(meta.parameters(), lr=0.1)
+    assert Checkpoint(tmp_path / "ckpt", meta, meta_opt).restore() == {"step": 2}
+    assert torch.equal(meta.weight, saved.weight) and torch.equal(meta.bias, saved.bias)
+
+
 def _trained_on(model: nn.Module, opt: torch.optim.Optimizer, look: Any) -> None:
     """A step through ``look(model, rows)``: state a refused restore must keep."""
     look(model, [3, 4]).sum().backward()

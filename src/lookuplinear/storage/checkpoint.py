@@ -493,6 +493,10 @@ class Checkpoint:
             holds other tables at its rows, another optimizer class, another number of
             optimizers or groups...): the message names what the checkpoint
             holds and what this model has. Nothing is changed.
+        InputValueError
+            A parameter or buffer of the module is on the ``meta`` device (it holds no values
+            to restore into): allocate it with ``module.to_empty(device=...)`` first. Nothing
+            is changed.
         OSError
             A table in a file's new optimizer-state file could not be written or put in place
             (a full disk). Nothing is changed: free space and restore again.

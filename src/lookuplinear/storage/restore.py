@@ -143,6 +143,7 @@ class Restore:
         """Everything :meth:`~lookuplinear.Checkpoint.restore` will write, checked against the
         model and optimizers before anything is written."""
         last_meta, last = segments[-1]
+        self._check_allocated()
         if last_meta["tables"] != sorted(self.tables):
             raise self.refusal(
                 f"holds the tables {last_meta['tables']}, this model has {sorted(self.tables)}: "
@@ -165,6 +166,18 @@ class Restore:
         rng = last.get("rng/torch")
         if rng is None or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
             raise self.refusal("holds no random generator state PyTorch can take")
+
+    def _check_allocated(self) -> None:
+        """Refuse a model on the ``meta`` device: a copy into a meta tensor copies nothing
+        (``load_state_dict`` warns, and loads nothing)."""
+        for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]:
+            if t.is_meta:
+                raise InputValueError(
+                    f"Checkpoint.restore: this model's {name} is on the meta device, which "
+                    f"holds no values: the checkpoint at {self.path} would be copied into "
+                    "nothing. Allocate the model first, model.to_empty(device='cpu') (or the "
+                    "device it trains on), then restore. Nothing was loaded."
+                )
 
     def _check_table(self, name: str, p: torch.Tensor, segments: Segments) -> None:
         """The table's full shape (recorded since checkpoints record it; earlier ones: every
