@@ -1133,6 +1133,24 @@ def test_adagrad_of_another_initial_accumulator_value_is_refused(tmp_path: Path,
     assert torch.equal(same_opt.state[same.weight]["sum"], saved_opt.state[saved.weight]["sum"])
 
 
+def test_a_sparse_tables_checkpoint_into_a_dense_layer_names_sparse(tmp_path: Path) -> None:
+    """A ``sparse=True`` table is saved by rows, a ``sparse=False`` one whole: the same layer
+    built with ``sparse=False`` is refused, naming the difference and the fix, nothing
+    changed; built with ``sparse=True`` it restores."""
+    _saved_layer(tmp_path / "ckpt")
+    dense = LookupLinear(1000, 4, sparse=False)
+    opt = optim.Adam(dense.parameters(), lr=0.1)
+    _trained(dense, opt)
+    before = snapshot(dense, opt)
+    with pytest.raises(ModelFileError, match=r"'weight' gets dense gradients \(sparse=False\)"
+                                             r".*Build the layer with sparse=True"):
+        Checkpoint(tmp_path / "ckpt", dense, opt).restore()
+    assert_unchanged(before, dense, opt)
+    sparse = LookupLinear(1000, 4, sparse=True)
+    assert Checkpoint(tmp_path / "ckpt", sparse, optim.Adam(sparse.parameters(), lr=0.1)
+                      ).restore() == {"step": 2}
+
+
 def test_a_model_on_the_meta_device_is_refused(tmp_path: Path) -> None:
     """A copy into a meta tensor copies nothing (``load_state_dict`` warns): refused, naming
     ``to_empty``; the model allocated with it restores the saved values."""

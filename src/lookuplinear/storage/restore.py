@@ -145,6 +145,7 @@ class Restore:
         last_meta, last = segments[-1]
         self._check_allocated()
         if last_meta["tables"] != sorted(self.tables):
+            self._check_gradients(last_meta["tables"])
             raise self.refusal(
                 f"holds the tables {last_meta['tables']}, this model has {sorted(self.tables)}: "
                 "it is another model's checkpoint. Restore it into the model it was saved from"
@@ -178,6 +179,19 @@ class Restore:
                     "nothing. Allocate the model first, model.to_empty(device='cpu') (or the "
                     "device it trains on), then restore. Nothing was loaded."
                 )
+
+    def _check_gradients(self, saved: list[str]) -> None:
+        """Refuse, naming the fix, a checkpoint that holds by rows a table this model has with
+        dense gradients (``sparse=False``), which a checkpoint saves whole."""
+        params = dict(self.module.named_parameters())
+        dense = [n for n in saved if n not in self.tables and n in params]
+        if dense:
+            raise self.refusal(
+                f"holds {dense[0]!r} as a table with row-sparse gradients (sparse=True), saved "
+                f"by rows; this model's {dense[0]!r} gets dense gradients (sparse=False), "
+                "which a checkpoint saves whole. Build the layer with sparse=True, as it was "
+                "saved (a LookupCollection: sparse=True), to restore it"
+            )
 
     def _check_table(self, name: str, p: torch.Tensor, segments: Segments) -> None:
         """The table's full shape (recorded since checkpoints record it; earlier ones: every
