@@ -1443,6 +1443,31 @@ def test_weights_that_need_a_gradient_over_the_usual_batch(widths: tuple[int, in
         torch.testing.assert_close(got.to_dense(), x, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
+@pytest.mark.parametrize("mode", ["mean", "sqrtn"])
+def test_a_forward_mode_tangent_of_the_batchs_weights_is_never_dropped(
+        widths: tuple[int, int, int], mode: str) -> None:
+    """Per-entry weights that are a dual tensor are not folded with the modes' factors (a C
+    pass that reads their values only): their tangent reaches ATen's ``embedding_bag``, which
+    refuses it (it has no forward AD) as it refuses it on a sum, never an output without its
+    tangent."""
+    from torch.autograd import forward_ad
+
+    tables = [dataclasses.replace(t, mode=mode) for t in _three_tables(widths)]
+    col = LookupCollection(tables)
+    plain = KeyedBags.from_dict(USUAL_BATCHES["bags"])
+    weights = torch.rand(plain.values.numel(), dtype=torch.float64)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(weights, torch.randn_like(weights))
+        kb = KeyedBags(plain.keys(), plain.values, offsets=plain.offsets, weights=dual)
+        with pytest.raises(NotImplementedError, match="forward AD") as peer:
+            torch.nn.functional.embedding_bag(kb.values, col.table_groups[0], kb.offsets,
+                                              mode="sum", per_sample_weights=dual,
+                                              include_last_offset=True)
+        with pytest.raises(type(peer.value), match="forward AD"):
+            col(kb)
+
+
 @pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])
 @pytest.mark.parametrize("sparse", [False, True])
 def test_a_batch_of_no_examples_or_empty_bags(dims: tuple[int, int], sparse: bool) -> None:

@@ -240,6 +240,27 @@ def test_no_grad_does_not_drop_a_forward_mode_tangent() -> None:
             lookup_linear(bags, dual)
 
 
+@pytest.mark.parametrize("mode", ["mean", "sqrtn"])
+def test_a_forward_mode_tangent_of_the_bags_weights_is_never_dropped(mode: str) -> None:
+    """Per-sample weights that are a dual tensor are not folded with the mode's factors by the C
+    pass (which reads their values only): their tangent reaches ATen's ``embedding_bag``, which
+    refuses it as it refuses ``mode="sum"``'s (it has no forward AD), never an output without
+    its tangent."""
+    from torch.autograd import forward_ad
+
+    torch.manual_seed(0)
+    weight = torch.randn(10, 4)
+    x, offsets = torch.tensor([1, 2, 4, 5, 4]), torch.tensor([0, 3])
+    psw, tangent = torch.rand(5), torch.randn(5)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(psw, tangent)
+        with pytest.raises(NotImplementedError, match="forward AD") as peer:
+            torch.nn.functional.embedding_bag(x, weight, offsets, mode="sum",
+                                              per_sample_weights=dual)
+        with pytest.raises(type(peer.value), match="forward AD"):
+            lookup_linear(x, weight, mode=mode, offsets=offsets, per_sample_weights=dual)
+
+
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("op", ["bag_lookup", "bag_max"])
 def test_the_operators_never_drop_a_forward_mode_tangent(op: str, grad: bool) -> None:

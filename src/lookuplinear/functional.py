@@ -26,7 +26,7 @@ from .errors import (
 from .modes import ENTRYWISE_MODES, MODES, Mode, check_mode, reduce_sums, row_scale, safe_inverse
 from .ops import assert_bags, capturing, offsets_ok, values_known
 from .ops._asserts import graph_message
-from .ops._backend import torch_only, transformed
+from .ops._backend import has_tangent, torch_only, transformed
 from .ops.autograd import bag_lookup
 from .ops.library import mode_weights
 from .sparse import offsets as _host
@@ -698,9 +698,19 @@ def _folds_mode(
     bags: Bags, weight: torch.Tensor, w: torch.Tensor | None, padding_idx: int | None
 ) -> bool:
     """Whether ``mean``/``sqrtn`` can be computed as a weighted sum with compiled per-entry
-    weights (:func:`_compiled_ok`, and weights that need no gradient: the per-entry weights
-    carry none); otherwise ``row_scale`` with torch ops."""
-    return (w is None or not w.requires_grad) and _compiled_ok(bags, weight, padding_idx)
+    weights (:func:`_compiled_ok`, and weights that need no derivative,
+    :func:`_needs_derivative`: the per-entry weights carry none); otherwise ``row_scale`` with
+    torch ops."""
+    return not _needs_derivative(w) and _compiled_ok(bags, weight, padding_idx)
+
+
+def _needs_derivative(w: torch.Tensor | None) -> bool:
+    """Whether per-entry weights ``w`` need a derivative: a gradient (``requires_grad``) or a
+    forward-mode tangent (a ``forward_ad`` dual tensor). Such weights are never folded with a
+    mode's factors by a C pass, which reads their values only: they take torch ops, which
+    carry the derivative or refuse it as ATen's ``embedding_bag`` does (it has no forward
+    AD), never an output without it."""
+    return w is not None and (w.requires_grad or has_tangent(w))
 
 
 def _embedding_bag(

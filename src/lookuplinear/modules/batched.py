@@ -13,11 +13,11 @@ every group's rows into their columns (their gradient each group's lookup's, one
 backward); one group, or bags, one call of the operator ``lookuplinear::bag_lookup`` per group,
 and the operator ``lookuplinear::in_feature_order`` puts the outputs in feature order where they
 are not. With dense gradients each group is one ATen lookup. Any other batch (a ``max`` table,
-padding, a ``"qr"`` table, per-entry weights that need a gradient beside a mean; while a graph
-is recorded, hashing, ID maps, a mix of modes or several groups) is one lookup per group of its
-(feature, table) pairs, put side by side in output order by the same operator: the reference the
-batched way equals. Eager calls and recorded graphs call the same operators
-(:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
+padding, a ``"qr"`` table, per-entry weights that need a gradient or carry a tangent beside a
+mean; while a graph is recorded, hashing, ID maps, a mix of modes or several groups) is one
+lookup per group of its (feature, table) pairs, put side by side in output order by the same
+operator: the reference the batched way equals. Eager calls and recorded graphs call the same
+operators (:mod:`lookuplinear.ops.library`), and the sparse gradient has their one layout.
 
 A table bound to a ``fused=True`` optimizer takes the same path: the operators' backward hands
 its gradient to the optimizer (:mod:`lookuplinear._fusion`). A ``torch.jit.trace`` records
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from ..functional import _eager_op, lookup_linear
+from ..functional import _eager_op, _needs_derivative, lookup_linear
 from ..ids.hashing import murmur3_ids, signed_rows
 from ..modes import mean_of_sums, reduce_sums
 from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
@@ -228,12 +228,12 @@ class BatchedLookup:
         over (their weights as they are, or ones, for a sum; the other mode's factors).
         ``starts``: each output's first entry (None while a graph is recorded); ``runs``: the
         outputs' modes to fold (:attr:`_runs`, or for an unweighted batch whose means are
-        divided, :attr:`ExactMeans.runs`). None where the
-        fold cannot be the reference's: tables of several dtypes, weights that need a gradient
-        (the factors carry none), a mix of modes while a graph is recorded."""
+        divided, :attr:`ExactMeans.runs`). None where the fold cannot be the reference's:
+        tables of several dtypes, weights that need a gradient or carry a forward-mode tangent
+        (the factors carry neither), a mix of modes while a graph is recorded."""
         dtypes = {w.dtype for w in table_groups}
         weights = whole.weights
-        if len(dtypes) > 1 or (weights is not None and weights.requires_grad) or (
+        if len(dtypes) > 1 or _needs_derivative(weights) or (
                 len(runs) > 1 and starts is None):
             return None
         dtype = dtypes.pop()
@@ -303,7 +303,7 @@ class BatchedLookup:
         ``lookuplinear::in_feature_order``). ``exact``: the exact means' bags summed and
         divided by their sizes (:meth:`_divided`)."""
         places, table_of = self.plan.places, self.plan.table_of
-        weights_need_grad = kb.weights is not None and kb.weights.requires_grad
+        weights_need_grad = _needs_derivative(kb.weights)
         n = kb.batch_size
         parts: list[tuple[torch.Tensor, list[str]]] = []
         if read is None:  # each feature's bags, read once for all its tables

@@ -20,13 +20,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+from torch.autograd import forward_ad
 
 from .._env import choice, one_of
 from . import _clib
 from ._clib import load, problem
 
-__all__ = ["BACKENDS", "backend", "c_available", "capturing", "torch_only", "transformed",
-           "use_backend", "use_c", "values_known"]
+__all__ = ["BACKENDS", "backend", "c_available", "capturing", "has_tangent", "torch_only",
+           "transformed", "use_backend", "use_c", "values_known"]
 
 BACKENDS = ("auto", "c", "torch")
 
@@ -111,6 +112,15 @@ def transformed() -> bool:
     as the ``torch`` backend does, and the lookups take torch's own ops, as
     ``nn.EmbeddingBag``'s."""
     return torch._C._functorch.maybe_current_level() is not None
+
+
+def has_tangent(t: torch.Tensor | None) -> bool:
+    """Whether ``t`` is a dual tensor of ``torch.autograd.forward_ad`` with a tangent (asked only
+    while a forward-AD level is open: one attribute read otherwise). A C kernel reads its primal
+    alone: the tangent would be dropped, so such an operand takes the torch ops, which carry it
+    or refuse it (ATen's ``embedding_bag`` has no forward AD), never a C kernel."""
+    return (t is not None and getattr(forward_ad, "_current_level", -1) >= 0
+            and forward_ad.unpack_dual(t).tangent is not None)
 
 
 def use_c(*tensors: torch.Tensor | None) -> bool:

@@ -134,7 +134,7 @@ from .._fusion import binding
 from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError
 from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
-from ._backend import use_c
+from ._backend import has_tangent, use_c
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -230,8 +230,7 @@ def _refusing_tangents(name: str, kernel: Callable[..., Any]) -> Callable[..., A
         if getattr(forward_ad, "_current_level", -1) >= 0:
             for arg in args:
                 for t in arg if isinstance(arg, (list, tuple)) else (arg,):
-                    if (isinstance(t, torch.Tensor)
-                            and forward_ad.unpack_dual(t).tangent is not None):
+                    if isinstance(t, torch.Tensor) and has_tangent(t):
                         raise NotImplementedError(
                             f"lookuplinear::{name}: forward-mode AD is not implemented (an "
                             "operand is a dual tensor with a tangent). Take the gradient with "
