@@ -92,6 +92,32 @@ def test_max_norm_and_scale_grad_by_freq_as_torchs() -> None:
         assert torch.equal(emb.weight.grad, ref.weight.grad)
 
 
+class _Triple(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 3 * w
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_max_norm_renorms_the_parametrized_weight_it_looks_up_as_torchs(sparse: bool) -> None:
+    """A parametrized weight is computed on each read: the forward reads it once, as
+    nn.Embedding's does, and renorms the rows of the table it looks up (not another copy)."""
+    from torch.nn.utils import parametrize
+
+    table = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    x = torch.tensor([[1, 2], [4, 5]])
+    emb = Embedding.from_pretrained(table.clone(), freeze=False, max_norm=1.0, sparse=sparse)
+    ref = nn.Embedding.from_pretrained(table.clone(), freeze=False, max_norm=1.0, sparse=sparse)
+    for m in (emb, ref):
+        parametrize.register_parametrization(m, "weight", _Triple())
+    got, want = emb(x), ref(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got.sum().backward()
+    want.sum().backward()
+    ours, theirs = emb.parametrizations.weight.original, ref.parametrizations.weight.original
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)  # left as it is, as there
+    torch.testing.assert_close(ours.grad.to_dense(), theirs.grad.to_dense(), rtol=0, atol=0)
+
+
 def test_max_norm_under_forward_ad_and_on_an_inference_table_as_torchs() -> None:
     """The renorm acts on the table's values, outside autograd: forward-mode AD (jacfwd) gives
     nn.Embedding's Jacobian, and a table made under inference_mode is renormed outside it."""

@@ -280,6 +280,31 @@ def test_max_norm_renorms_the_named_rows_as_torch() -> None:
     torch.testing.assert_close(bag.weight, ref.weight)  # rows 1, 2, 8 rewritten in place
 
 
+class _Triple(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 3 * w
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_max_norm_renorms_the_parametrized_weight_it_looks_up_as_torch(mode: str) -> None:
+    """A parametrized weight is computed on each read: the forward reads it once, as
+    nn.EmbeddingBag's does, and renorms the rows of the table it looks up (not another copy);
+    the parameter itself is left as it is, as there."""
+    from torch.nn.utils import parametrize
+
+    bag, ref = _pair(max_norm=0.7, mode=mode)
+    for m in (bag, ref):
+        parametrize.register_parametrization(m, "weight", _Triple())
+    x = torch.tensor([[1, 2], [2, 8]])
+    got, want = bag(x), ref(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    ours, theirs = bag.parametrizations.weight.original, ref.parametrizations.weight.original
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
 def test_max_norm_renorms_a_table_made_under_inference_mode_as_torch() -> None:
     """The renorm acts on the table's values outside autograd, as nn.EmbeddingBag's: a table
     made under inference_mode (loaded for serving) is renormed outside it too."""

@@ -217,20 +217,23 @@ class Embedding(AllOrNothingLoad, nn.Embedding):
             )
         if self.scale_grad_by_freq:  # a gradient lookuplinear's lookup does not compute
             return super().forward(input)
+        # read once (as LookupLinear.forward reads it, no __getattr__): a parametrized weight
+        # is computed on each read, and the one renormed must be the one looked up
+        params = self._parameters
+        weight = cast(torch.Tensor, params["weight"] if "weight" in params else self.weight)  # noqa: SIM401
         if self.max_norm is not None:  # as F.embedding: the named rows renormed in place
             check_index_range(input, self.num_embeddings, where="input")
-            renorm_rows_(self.weight, input, self.max_norm, self.norm_type)
-        if self.sparse and not torch.compiler.is_compiling() and binding(self.weight) is None:
+            renorm_rows_(weight, input, self.max_norm, self.norm_type)
+        if self.sparse and not torch.compiler.is_compiling() and binding(weight) is None:
             # nn.Embedding's sparse gradient, one row per position in input order (ATen's
             # backward); lookup_linear's is coalesced, which a fused optimizer takes instead
             # a padding_idx set on the layer after construction may be negative: ATen reads
             # -1 as "no padding", so it is made a row number first, as F.embedding does
             pad = normalize_padding_idx(self.padding_idx, self.num_embeddings, "num_embeddings")
-            weight, pad = self.weight, -1 if pad is None else pad
+            pad = -1 if pad is None else pad
             return range_checked(lambda: torch.embedding(weight, input, pad, False, True),
                                  input, self.num_embeddings, "input")
-        return lookup_linear(input, self.weight, padding_idx=self.padding_idx,
-                             sparse=self.sparse)
+        return lookup_linear(input, weight, padding_idx=self.padding_idx, sparse=self.sparse)
 
     def to_lookup_linear(self) -> Any:
         """A bias-free :class:`~lookuplinear.LookupLinear` with this table (a copy),

@@ -232,7 +232,9 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
         LookupIndexError
             An index outside ``[0, num_embeddings)``.
         """
-        params = self._parameters  # read as LookupLinear.forward reads it (no __getattr__)
+        # read once, as LookupLinear.forward reads it (no __getattr__): a parametrized weight
+        # is computed on each read, and the one renormed must be the one looked up
+        params = self._parameters
         weight = cast(torch.Tensor, params["weight"] if "weight" in params else self.weight)  # noqa: SIM401
         if (type(input) is torch.Tensor and offsets is not None and per_sample_weights is None
                 and input.dim() == 1 and input.layout is torch.strided and not input.is_nested
@@ -254,7 +256,7 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                 offsets = as_offsets(offsets, input.device)
             return super().forward(input, offsets, per_sample_weights)
         if self.mode == "sum":  # (another mode refuses any weights first, as torch's does)
-            check_per_sample_weights_dtype(per_sample_weights, self.weight)
+            check_per_sample_weights_dtype(per_sample_weights, weight)
         input, offsets, per_sample_weights = bag_input(
             input, offsets, per_sample_weights, self.mode
         )
@@ -266,10 +268,10 @@ class EmbeddingBag(AllOrNothingLoad, nn.EmbeddingBag):
                     f"{type(input).__name__}. Pass indices and offsets (or Bags)."
                 )
             check_index_range(indices, self.num_embeddings, where="input")
-            renorm_rows_(self.weight, indices, self.max_norm, self.norm_type)
+            renorm_rows_(weight, indices, self.max_norm, self.norm_type)
         return lookup_linear(
             input,
-            self.weight,
+            weight,
             mode=cast(Mode, self.mode),
             padding_idx=self.padding_idx,
             offsets=offsets,
