@@ -1443,10 +1443,11 @@ def test_weights_that_need_a_gradient_over_the_usual_batch(widths: tuple[int, in
         torch.testing.assert_close(got.to_dense(), x, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("widths", [(2, 2, 2), (2, 3, 2)], ids=["one-group", "groups"])
 @pytest.mark.parametrize("mode", ["mean", "sqrtn"])
 def test_a_forward_mode_tangent_of_the_batchs_weights_is_never_dropped(
-        widths: tuple[int, int, int], mode: str) -> None:
+        widths: tuple[int, int, int], mode: str, sparse: bool) -> None:
     """Per-entry weights that are a dual tensor are not folded with the modes' factors (a C
     pass that reads their values only): their tangent reaches ATen's ``embedding_bag``, which
     refuses it (it has no forward AD) as it refuses it on a sum, never an output without its
@@ -1454,7 +1455,7 @@ def test_a_forward_mode_tangent_of_the_batchs_weights_is_never_dropped(
     from torch.autograd import forward_ad
 
     tables = [dataclasses.replace(t, mode=mode) for t in _three_tables(widths)]
-    col = LookupCollection(tables)
+    col = LookupCollection(tables, sparse=sparse)
     plain = KeyedBags.from_dict(USUAL_BATCHES["bags"])
     weights = torch.rand(plain.values.numel(), dtype=torch.float64)
     with forward_ad.dual_level():

@@ -240,8 +240,10 @@ def test_no_grad_does_not_drop_a_forward_mode_tangent() -> None:
             lookup_linear(bags, dual)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("mode", ["mean", "sqrtn"])
-def test_a_forward_mode_tangent_of_the_bags_weights_is_never_dropped(mode: str) -> None:
+def test_a_forward_mode_tangent_of_the_bags_weights_is_never_dropped(mode: str,
+                                                                     sparse: bool) -> None:
     """Per-sample weights that are a dual tensor are not folded with the mode's factors by the C
     pass (which reads their values only): their tangent reaches ATen's ``embedding_bag``, which
     refuses it as it refuses ``mode="sum"``'s (it has no forward AD), never an output without
@@ -258,7 +260,36 @@ def test_a_forward_mode_tangent_of_the_bags_weights_is_never_dropped(mode: str) 
             torch.nn.functional.embedding_bag(x, weight, offsets, mode="sum",
                                               per_sample_weights=dual)
         with pytest.raises(type(peer.value), match="forward AD"):
-            lookup_linear(x, weight, mode=mode, offsets=offsets, per_sample_weights=dual)
+            lookup_linear(x, weight, mode=mode, offsets=offsets, per_sample_weights=dual,
+                          sparse=sparse)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_forward_mode_ad_of_a_sparse_layer_is_nn_embeddings(padding_idx: int | None) -> None:
+    """``sparse=True`` on index input with a forward-mode AD level open takes ATen's lookup,
+    ``nn.Embedding(sparse=True)``'s, which has a forward-mode formula: the same primal and
+    tangent. On bags ATen's ``embedding_bag`` has none: refused as ``nn.EmbeddingBag`` refuses
+    it, whatever the mode (the C++ operators' "jvp is not implemented" never surfaces)."""
+    from torch.autograd import forward_ad
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    table, tangent = torch.randn(10, 4), torch.randn(10, 4)
+    layer = LookupLinear(10, 4, bias=False, sparse=True, padding_idx=padding_idx)
+    peer = nn.Embedding(10, 4, sparse=True, padding_idx=padding_idx)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(table, tangent)
+        got = forward_ad.unpack_dual(functional_call(layer, {"weight": dual}, (X,)))
+        want = forward_ad.unpack_dual(functional_call(peer, {"weight": dual}, (X,)))
+        torch.testing.assert_close(got.primal, want.primal, rtol=0, atol=0)
+        torch.testing.assert_close(got.tangent, want.tangent, rtol=0, atol=0)
+        bag_peer = nn.EmbeddingBag(10, 4, mode="sum", sparse=True)
+        with pytest.raises(NotImplementedError, match="forward AD") as refused:
+            functional_call(bag_peer, {"weight": dual}, (BAGS.indices, BAGS.offsets[:-1]))
+        for mode, sparse in (("sum", True), ("mean", True), ("sqrtn", True), ("max", False)):
+            bags = LookupLinear(10, 4, bias=False, sparse=sparse, mode=mode)
+            with pytest.raises(type(refused.value), match="forward AD"):
+                functional_call(bags, {"weight": dual}, (BAGS,))
 
 
 @pytest.mark.parametrize("grad", [False, True])

@@ -646,10 +646,13 @@ _BAG_MAX = torch.ops.lookuplinear.bag_max.default
 def _eager_op() -> bool:
     """Whether a sum lookup with a row-sparse gradient calls the operator
     ``lookuplinear::bag_lookup``: always, but while a ``torch.jit.trace`` records (whose graph
-    and ONNX export hold ATen's ops: :func:`_sparse_sum`) or a ``torch.func`` transform
-    (which sees through ATen's ops, not the operator's C++ autograd) is active."""
+    and ONNX export hold ATen's ops: :func:`_sparse_sum`), a ``torch.func`` transform (which
+    sees through ATen's ops, not the operator's C++ autograd) is active, or a forward-mode AD
+    level is open (the operator has no forward-mode formula; ATen's index lookup,
+    ``nn.Embedding(sparse=True)``'s, has one, and its bag lookup refuses a tangent)."""
     # transformed() written out: this runs per lookup
-    return not torch.jit.is_tracing() and torch._C._functorch.maybe_current_level() is None
+    return (not torch.jit.is_tracing() and torch._C._functorch.maybe_current_level() is None
+            and getattr(forward_ad, "_current_level", -1) < 0)
 
 
 def _exact_mean(weight: torch.Tensor) -> bool:
@@ -689,9 +692,11 @@ def _compiled_ok(bags: Bags, weight: torch.Tensor, padding_idx: int | None) -> b
     """Whether a compiled CPU kernel can take these bags: a CPU float32/float64 table, padding
     already dropped (a graph that ``torch.compile`` or ``torch.export`` records records the
     kernel's operator, :mod:`lookuplinear.ops.library`); not while ``torch.jit.trace``
-    records (its graph and ONNX export hold ATen's ops) or with ``LOOKUPLINEAR_BACKEND=torch``."""
+    records (its graph and ONNX export hold ATen's ops), with ``LOOKUPLINEAR_BACKEND=torch``,
+    or for a table with a forward-mode tangent (which the kernels would drop; ATen's
+    ``embedding_bag`` refuses it, as ``nn.EmbeddingBag``'s)."""
     return (padding_idx is None and bags.indices.is_cpu and weight.dtype in _NUMPY_DTYPE
-            and not torch.jit.is_tracing() and not torch_only())
+            and not torch.jit.is_tracing() and not torch_only() and not has_tangent(weight))
 
 
 def _folds_mode(
