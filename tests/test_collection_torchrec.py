@@ -794,3 +794,59 @@ def test_keyed_tensor_regroup_refusals():
         KeyedTensor.regroup([ours], [["f2", "nope"]])
     with pytest.raises(InputValueError, match=r"one name per group; got 1 keys"):
         KeyedTensor.regroup_as_dict([ours], [["f2"], ["f3"]], ["x"])
+
+
+# ---------------------------------------------------------------------- torch.func
+TORCH_FUNC_BATCHES = {
+    "one-id": {"user": [[3], [1], [2]], "item": [[7], [0], [2]]},
+    "bags": {"user": [[3], [1, 4], []], "item": [[7, 7, 2], [], [1]]},
+}
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")  # torch's vmap
+@pytest.mark.parametrize("batch", list(TORCH_FUNC_BATCHES))
+@pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one-group", "groups"])
+@pytest.mark.parametrize(("mode", "weighted"), [("sum", False), ("sum", True),
+                                                ("mean", False)])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_torch_func_transforms_equal_torchrec(batch: str, dims: tuple[int, int], mode: str,
+                                              weighted: bool, sparse: bool) -> None:
+    """``torch.func.grad`` and ``vjp`` over ``functional_call`` give the output and every
+    table's gradient of TorchRec's EBC (which takes them), one group or several, one ID a bag
+    or bags; ``vmap`` over a batch of parameters gives each one's eager output. While a
+    transform is active the outputs are put in feature order by torch ops (the transform sees
+    through them, not through the operators' C++ autograd)."""
+    from torch.func import functional_call, grad, vjp, vmap
+
+    col = LookupCollection([TableConfig("user", 10, dims[0], ["user"], mode=mode),
+                            TableConfig("item", 8, dims[1], ["item"], mode=mode)],
+                           sparse=sparse, is_weighted=weighted)
+    ebc = col.to_torchrec()
+    kb = KeyedBags.from_dict(TORCH_FUNC_BATCHES[batch])
+    if weighted:
+        kb = KeyedBags(kb.keys(), kb.values, offsets=kb.offsets,
+                       weights=torch.rand(kb.values.numel(), generator=torch.Generator()
+                                          .manual_seed(2)))
+    kjt = kb.to_kjt()
+    upstream = torch.randn(3, sum(dims), generator=torch.Generator().manual_seed(1))
+    ours = {n: p.detach() for n, p in col.named_parameters()}
+    theirs = {n: p.detach() for n, p in ebc.named_parameters()}
+
+    def table_grads(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {name: grads[f"table_groups.{g}"].to_dense()[off:off + cfg.num_embeddings]
+                for name, (g, off, cfg) in col._places.items()}
+
+    got = table_grads(grad(lambda p: (functional_call(col, p, (kb,)).values()
+                                      * upstream).sum())(ours))
+    want = grad(lambda p: (functional_call(ebc, p, (kjt,)).values() * upstream).sum())(theirs)
+    out, pullback = vjp(lambda p: functional_call(col, p, (kb,)).values(), ours)
+    torch.testing.assert_close(out, ebc(kjt).values())
+    from_vjp = table_grads(pullback(upstream)[0])
+    for name in col._places:
+        torch.testing.assert_close(got[name], want[f"embedding_bags.{name}.weight"])
+        torch.testing.assert_close(from_vjp[name], want[f"embedding_bags.{name}.weight"])
+    stacked = {n: torch.stack([p, 2 * p]) for n, p in ours.items()}
+    outs = vmap(lambda p: functional_call(col, p, (kb,)).values())(stacked)
+    for k in range(2):
+        torch.testing.assert_close(
+            outs[k], functional_call(col, {n: p[k] for n, p in stacked.items()}, (kb,)).values())

@@ -40,7 +40,7 @@ from ..functional import _eager_op, _needs_derivative, lookup_linear
 from ..ids.hashing import murmur3_ids, signed_rows
 from ..modes import mean_of_sums, reduce_sums
 from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
-from ..ops.library import mode_weights
+from ..ops.library import in_feature_order, mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
 from .plan import CollectionPlan
@@ -49,7 +49,9 @@ from .table_config import TableConfig
 __all__ = ["BatchedLookup", "ExactMeans", "TableReader", "sums_sparse_gradients"]
 
 _BAG_LOOKUP = torch.ops.lookuplinear.bag_lookup.default
-_IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
+#: the operator ``lookuplinear::in_feature_order``, or its torch-op twin under a
+#: ``torch.func`` transform or with a forward-mode AD level open (:func:`in_feature_order`)
+_IN_FEATURE_ORDER = in_feature_order
 _GATHER_GROUPS = torch.ops.lookuplinear.gather_groups.default
 _GROUP_ORDER = torch.ops.lookuplinear.group_order.default
 
@@ -271,7 +273,9 @@ class BatchedLookup:
         if isinstance(whole, torch.Tensor):  # each group's (N, F_g) rows
             for g, feats in self.groups:
                 rows = self._group_rows(whole, g, len(feats), n)
-                outs.append(torch.nn.functional.embedding(rows, table_groups[g]).view(
+                # reshape: a view of the lookup, but under vmap of a batch of tables a copy
+                # where the batch's layout has no such view
+                outs.append(torch.nn.functional.embedding(rows, table_groups[g]).reshape(
                     n, len(feats) * table_groups[g].shape[1]))
             features, segs = [0] * len(outs), self._written_segs[True]
         else:

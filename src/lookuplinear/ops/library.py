@@ -134,7 +134,7 @@ from .._fusion import binding
 from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError
 from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
-from ._backend import has_tangent, use_c
+from ._backend import has_tangent, transformed, use_c
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -148,7 +148,7 @@ from ._rows import gather_rows, group_rows
 from ._updates import check_float, check_padding
 
 __all__ = ["check_pooling", "decompositions", "entry_grads", "idmap_find", "idmap_rows",
-           "mode_weights", "per_sample_weights_grad", "project_error", "routed",
+           "in_feature_order", "mode_weights", "per_sample_weights_grad", "project_error", "routed",
            "row_sums_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -636,6 +636,21 @@ def _in_feature_order_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 
 _register_autograd("in_feature_order", _in_feature_order_backward,
                    setup_context=_in_feature_order_setup)
+
+_IN_FEATURE_ORDER = torch.ops.lookuplinear.in_feature_order.default
+
+
+def in_feature_order(outs: Sequence[torch.Tensor], features: Sequence[int],
+                     segments: Sequence[int]) -> torch.Tensor:
+    """The operator ``lookuplinear::in_feature_order`` (its C++ autograd, one C pass on the
+    CPU); while a ``torch.func`` transform is active (which sees through torch ops, not the
+    operator's C++ autograd) or a forward-mode AD level is open (the operator has no
+    forward-mode formula), its torch-op twin: ``torch.cat`` of the segments' column slices,
+    the same values, whose derivatives the transform or the tangent follows."""
+    if transformed() or getattr(forward_ad, "_current_level", -1) >= 0:
+        return _in_feature_order_twin(outs, features, segments)
+    out: torch.Tensor = _IN_FEATURE_ORDER(outs, features, segments)
+    return out
 
 
 def _block_widths(features: Sequence[int], segments: Sequence[int], total: int) -> list[int]:
