@@ -292,6 +292,23 @@ def test_forward_mode_ad_of_a_sparse_layer_is_nn_embeddings(padding_idx: int | N
                 functional_call(bags, {"weight": dual}, (BAGS,))
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_vmap_over_the_bias_alone_is_nn_linears(padding_idx: int | None, sparse: bool) -> None:
+    """``vmap`` over the bias alone (the lookup's output unbatched, the bias batched) on index
+    input gives what it gives on ``nn.Linear`` of the one-hot input, as on bags: the bias is
+    added out of place under the transform."""
+    from torch.func import functional_call, vmap
+
+    torch.manual_seed(0)
+    layer = LookupLinear(10, 4, padding_idx=padding_idx, sparse=sparse)
+    linear = layer.to_linear(strict=False)
+    biases = torch.randn(3, 4)
+    got = vmap(lambda b: functional_call(layer, {"bias": b}, (X,)))(biases)
+    want = vmap(lambda b: functional_call(linear, {"bias": b}, (densify(X, layer),)))(biases)
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("op", ["bag_lookup", "bag_max"])
 def test_the_operators_never_drop_a_forward_mode_tangent(op: str, grad: bool) -> None:

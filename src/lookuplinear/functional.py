@@ -260,7 +260,7 @@ def lookup_linear(
             except (IndexError, RuntimeError) as exc:  # the kernel's: name the index
                 failed = exc
             else:
-                return out if bias is None else out.add_(bias)
+                return out if bias is None else _plus_bias(out, bias)
             check_index_range(input, weight.shape[0], where="input")
             raise failed
         operands = _cpu_sum_operands(
@@ -512,7 +512,15 @@ def _index_forward(
         out = torch.embedding(weight, x, -1 if padding_idx is None else padding_idx)
     # a padding position gives the padding row as it holds (zero unless loaded otherwise), as
     # nn.Embedding's; the row gets no gradient (the kernels leave padding positions out)
-    return out if bias is None else out.add_(bias)
+    return out if bias is None else _plus_bias(out, bias)
+
+
+def _plus_bias(out: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``out + bias`` for an index lookup's output ``out``: added in place (a new tensor of
+    the lookup's, no second output allocated), but out of place while a ``torch.func``
+    transform is active, where ``bias`` may be batched and ``out`` not (``vmap`` over the
+    bias alone), which an in-place add cannot write."""
+    return out + bias if transformed() else out.add_(bias)
 
 
 def _dense_forward(
