@@ -114,6 +114,17 @@ def test_autocast_dense_input_gives_nn_linears_dtype_in_every_mode(mode: str) ->
     torch.testing.assert_close(ours.float(), peer.float(), rtol=3e-2, atol=3e-2)
 
 
+def test_autocast_index_and_bag_input_give_the_lookups_dtype() -> None:
+    """Under autocast, index and bag input give what ``nn.Embedding`` and ``nn.EmbeddingBag``
+    give (autocast leaves lookups alone): the table's dtype (docs/layer.md)."""
+    layer = LookupLinear(10, 3, bias=False)
+    emb, bag = nn.Embedding(10, 3), nn.EmbeddingBag(10, 3, mode="sum")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(X).dtype == emb(X).dtype == torch.float32
+        assert (layer(BAGS).dtype == bag(BAGS.indices, BAGS.offsets[:-1]).dtype
+                == torch.float32)
+
+
 def test_module_forward_is_the_functional() -> None:
     layer = LookupLinear(10, 3, mode="sqrtn", padding_idx=1)
     want = lookup_linear(BAGS, layer.weight, layer.bias, mode="sqrtn", padding_idx=1)
