@@ -497,3 +497,39 @@ def test_plots_draw_no_line_through_a_time_the_machine_was_too_busy_for() -> Non
     _busy_note(fig, rows)
     assert any("too busy" in t.get_text() for t in fig.texts)
     assert not _draw(fig.subplots(), [{**rows[0], "status": "skipped"}], 1e3, label="m")
+
+
+# --- headlines: where the lookup is faster and slower, and from how many rounds -------------
+
+
+def _speedup_doc(speedups: dict[int, float], rounds: int) -> dict:
+    """Bench rows of indices/forward: nn.Linear ``speedups[n]`` times the lookup's 1 ms, every
+    round alike."""
+    rows = []
+    for n, ratio in speedups.items():
+        for method, t in (("nn.Linear (dense input)", 1e-3 * ratio), ("LookupLinear", 1e-3)):
+            rows.append(BenchResult("indices", "uniform", n, 16, 256, 1, 256, method, "forward",
+                                    median_s=t, min_s=t, spread=1.0, times_s=[t] * rounds,
+                                    attempts=1))
+    return to_json(rows, machine={}, settings={})
+
+
+def test_a_headline_names_where_the_lookup_is_faster_and_where_slower() -> None:
+    doc = _speedup_doc({100: 3.0, 1_000: 1 / 3, 10_000: 1 / 4}, rounds=5)
+    (line,) = headlines(doc)
+    ranges = doc["crossovers"][0]["speedup_range_by_in_features"]
+    assert [n for n, (lo, _) in ranges.items() if lo > 1] == ["100"]
+    assert [n for n, (_, hi) in ranges.items() if hi < 1] == ["1000", "10000"]
+    assert "LookupLinear is faster at in_features=100 and slower from in_features=1,000 on;" in line
+    assert "not faster" not in line
+
+
+def test_a_headline_from_too_few_rounds_draws_no_verdict() -> None:
+    doc = _speedup_doc({100: 3.0, 1_000: 4.0}, rounds=1)
+    (line,) = headlines(doc)
+    assert "No verdict: 1 timed round per size" in line and "--repeats 3" in line
+    assert "faster" not in line.split("No verdict")[0] and "slower" not in line
+    assert "4x nn.Linear at in_features=1,000; 3x at 100" in line
+    assert doc["crossovers"][0]["crossover_in_features"] is None
+    assert _speedup_doc({100: 3.0, 1_000: 4.0}, rounds=3)["crossovers"][0][
+        "crossover_in_features"] == 100

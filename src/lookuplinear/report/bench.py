@@ -37,6 +37,7 @@ from .methods import FORMS, LINEAR, LOOKUP_OF_FORM, Method, make_input, methods_
 
 __all__ = [
     "FULL",
+    "MIN_ROUNDS",
     "OPTIMIZERS",
     "QUICK",
     "SCHEMA_VERSION",
@@ -53,6 +54,9 @@ SCHEMA_VERSION = 2
 OPTIMIZERS = ("SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW")
 PHASES = ("forward", "forward+backward", "train")
 LR = 0.01
+#: the fewest timed rounds a faster/slower verdict is drawn from: with fewer, the range their
+#: rounds allow is one round's ratio (or the two rounds), too few to tell a difference from noise
+MIN_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -442,7 +446,7 @@ def crossovers(results: list[BenchResult]) -> list[dict[str, Any]]:
     the reverse). Sizes where either time is ``noisy`` are left out of both and listed in
     ``noisy_in_features``. ``crossover_in_features`` is the smallest measured ``in_features``
     from which on the lookup is faster at every larger measured size, the whole range above 1
-    (None when it never is).
+    (None when it never is, or when a size had fewer than :data:`MIN_ROUNDS` timed rounds).
     """
     groups: dict[tuple[Any, ...], dict[int, dict[str, BenchResult]]] = {}
     for r in results:
@@ -459,6 +463,7 @@ def crossovers(results: list[BenchResult]) -> list[dict[str, Any]]:
         speedups: dict[int, float] = {}
         ranges: dict[int, tuple[float, float]] = {}
         noisy: list[int] = []
+        rounds = MIN_ROUNDS
         for n, t in sorted(by_n.items()):
             if LINEAR not in t or lookup not in t:
                 continue
@@ -470,7 +475,8 @@ def crossovers(results: list[BenchResult]) -> list[dict[str, Any]]:
             assert lin.median_s is not None and look.median_s is not None
             speedups[n] = lin.median_s / look.median_s
             ranges[n] = (l1 / k3, l3 / k1)
-        sizes = sorted(speedups)
+            rounds = min(rounds, len(lin.times_s), len(look.times_s))
+        sizes = sorted(speedups) if rounds >= MIN_ROUNDS else []
         cross = None
         for i, n in enumerate(sizes):
             if all(ranges[m][0] > 1 for m in sizes[i:]):

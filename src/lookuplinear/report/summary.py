@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .bench import MIN_ROUNDS
 from .methods import (
     EMBEDDING,
     EMBEDDING_BAG,
@@ -121,12 +122,85 @@ def _x(v: float) -> str:
     return f"{v:.3g}x"
 
 
+def _sizes(ns: list[int]) -> str:
+    return ", ".join(f"{n:,}" for n in ns)
+
+
+def _at(group: list[int], sizes: list[int], word: str) -> str:
+    """``word`` and where it holds: at every size, from a size on, or at the sizes named."""
+    if not group:
+        return ""
+    if group == sizes:
+        return f"{word} at every measured size"
+    if len(group) > 1 and group == sizes[-len(group):]:
+        return f"{word} from in_features={group[0]:,} on"
+    return f"{word} at in_features={_sizes(group)}"
+
+
+def _where(ranges: dict[int, tuple[float, float]]) -> str:
+    """Where the lookup is faster (the whole range of the rounds above 1), where slower (wholly
+    below 1) and where neither, e.g. ``faster at in_features=100 and slower from ... on``."""
+    sizes = sorted(ranges)
+    faster = [n for n in sizes if ranges[n][0] > 1]
+    slower = [n for n in sizes if ranges[n][1] < 1]
+    neither = [n for n in sizes if n not in faster and n not in slower]
+    parts = [_at(faster, sizes, "faster"), _at(slower, sizes, "slower"),
+             _at(neither, sizes, "neither faster nor slower beyond the spread of its rounds")]
+    return " and ".join(p for p in parts if p)
+
+
+def _rounds(rows: list[Row], c: dict[str, Any]) -> int:
+    """The fewest timed rounds behind a ratio of the crossover ``c``."""
+    return min((len(r["times_s"]) for r in rows
+                if r["status"] == "ok" and r["method"] in (LINEAR, c["lookup_method"])
+                and all(r[k] == c[k] for k in ("form", "dist", "out_features", "batch", "phase"))),
+               default=0)
+
+
+def _crossover_line(c: dict[str, Any], rows: list[Row]) -> str | None:
+    """The headline of one crossover: where the lookup is faster or slower, with the ratios."""
+    sp = {int(k): v for k, v in c["speedup_by_in_features"].items()}
+    rng = {int(k): tuple(v) for k, v in c["speedup_range_by_in_features"].items()}
+    busy = _sizes(c["noisy_in_features"])
+    head = f"{c['form']}, {c['phase']}: "
+    if not sp:
+        return (head + f"{BUSY} to measure at in_features={busy}; no conclusion drawn."
+                if busy else None)
+    n_max, n_min = max(sp), min(sp)
+    rounds = _rounds(rows, c)
+    ratios = f"{_x(sp[n_max])} nn.Linear at in_features={n_max:,}"
+    if rounds >= MIN_ROUNDS:
+        lo, hi = rng[n_max]
+        line = f"{head}{c['lookup_method']} is {_where(rng)}; {ratios} (rounds: {_x(lo)}-{_x(hi)})"
+    else:
+        line = f"{head}{c['lookup_method']} runs at {ratios}"
+    if n_min != n_max:
+        line += f"; {_x(sp[n_min])} at {n_min:,}"
+    line += "."
+    if rounds < MIN_ROUNDS:
+        line += (f" No verdict: {rounds} timed round{'s' * (rounds != 1)} per size, too few to "
+                 f"tell a difference from noise (run with --repeats {MIN_ROUNDS} or more).")
+    if busy:
+        line += f" Not measured at in_features={busy}: {BUSY}."
+    return line
+
+
 def headlines(doc: dict[str, Any]) -> list[str]:
     """A few sentences with the numbers that matter: speedups, crossovers, what did not fit.
 
     Every number comes from the tables (the ratio of two medians, with the range their rounds
-    allow); a size whose rounds kept disagreeing is named as unmeasured instead, and a
-    conclusion ("faster from ...") is drawn only where the whole range is on one side of 1.
+    allow); a size whose rounds kept disagreeing is named as unmeasured instead. "Faster" or
+    "slower" at a size is said only where the whole range is on one side of 1, and only from
+    :data:`~lookuplinear.report.bench.MIN_ROUNDS` timed rounds or more (with fewer, the range
+    is the rounds themselves, and the line says that no verdict is drawn).
+
+    Examples
+    --------
+    >>> from lookuplinear.report.bench import Grid, run_matrix, to_json
+    >>> tiny = Grid((100,), (4,), (8,), (("bags", "uniform"),), bag_size=3, repeats=1)
+    >>> doc = to_json(run_matrix(tiny, progress=False), machine={}, settings={})
+    >>> "No verdict: 1 timed round per size" in headlines(doc)[0]
+    True
     """
     out: list[str] = []
     rows = doc["results"]
@@ -136,32 +210,9 @@ def headlines(doc: dict[str, Any]) -> list[str]:
     for c in doc["crossovers"]:
         if c["out_features"] != d or c["batch"] != batch or c["dist"] != "uniform":
             continue
-        sp = {int(k): v for k, v in c["speedup_by_in_features"].items()}
-        rng = {int(k): v for k, v in c["speedup_range_by_in_features"].items()}
-        busy = ", ".join(f"{n:,}" for n in c["noisy_in_features"])
-        head = f"{c['form']}, {c['phase']}: "
-        if not sp:
-            if busy:
-                out.append(head + f"{BUSY} to measure at in_features={busy}; no conclusion "
-                           "drawn.")
-            continue
-        n_max, n_min = max(sp), min(sp)
-        cross = c["crossover_in_features"]
-        if cross is not None:
-            where = f"faster from in_features={cross:,} on"
-        elif all(hi < 1 for _, hi in rng.values()):
-            where = "slower at every measured size"
-        else:
-            where = "not faster beyond the spread of its rounds at every larger size"
-        lo, hi = rng[n_max]
-        line = (f"{head}{c['lookup_method']} is {where}; {_x(sp[n_max])} nn.Linear at "
-                f"in_features={n_max:,} (rounds: {_x(lo)}-{_x(hi)})")
-        if n_min != n_max:
-            line += f"; {_x(sp[n_min])} at {n_min:,}"
-        line += "."
-        if busy:
-            line += f" Not measured at in_features={busy}: {BUSY}."
-        out.append(line)
+        line = _crossover_line(c, rows)
+        if line:
+            out.append(line)
     busy_rows = [r for r in rows if r["status"] == "ok" and r["noisy"]]
     if busy_rows:
         timed = [r for r in rows if r["status"] == "ok"]
