@@ -115,6 +115,18 @@ def test_an_output_folder_that_cannot_be_made_is_a_usage_error_before_any_work(
     assert out == ""  # nothing computed or printed first
 
 
+def test_a_report_output_folder_whose_bench_folder_is_a_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "bench").write_text("")
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert f"--out {str(tmp_path / 'bench')!r} is a file" in err
+    assert out == ""  # nothing computed or printed first
+
+
 def test_an_output_folder_is_made_with_its_parents(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "a" / "b"

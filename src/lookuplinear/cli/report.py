@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from .explain import draw
 
     output_dir(args._parser, args.out, "--out")
+    output_dir(args._parser, args.out / "bench", "--out")  # the bench's folder, before the work
     start = time.perf_counter()
     out: Path = args.out
     # a verdict only beside the files it was drawn from: a rerun that stops early leaves none
