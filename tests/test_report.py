@@ -545,3 +545,138 @@ def test_a_headline_from_too_few_rounds_draws_no_verdict() -> None:
     assert doc["crossovers"][0]["crossover_in_features"] is None
     assert _speedup_doc({100: 3.0, 1_000: 4.0}, rounds=3)["crossovers"][0][
         "crossover_in_features"] == 100
+
+
+def test_a_size_skipped_whole_has_a_headline_with_the_reason() -> None:
+    reason = "the weight table alone needs 59.60 GiB, over 0.93 GiB"
+    rows = [BenchResult(form, "uniform", 10**9, 16, 256, 20, 0, "*", "*", status="skipped",
+                        reason=reason) for form in ("indices", "bags")]
+    heads = headlines(to_json(rows, machine={}, settings={}))
+    assert heads == [f"Every method was skipped at in_features=1,000,000,000: {reason} (at "
+                     "in_features=1,000,000,000, out_features=16)."]
+
+
+# --- the report's verdict names what failed ------------------------------------------------
+
+
+def _verdict_matches_printed_numbers(md: str) -> None:
+    """The large-vocabulary verdict agrees with the loss and accuracy it prints beside it."""
+    part = md.split("## Training on a large vocabulary", 1)[1]
+    m = re.search(r"loss ([\d.]+) -> ([\d.]+) \(mean of the first (\d+) steps? -> of the last "
+                  r"(\d+)\), held-out accuracy ([\d.]+)% -> ([\d.]+)%", part)
+    assert m, part
+    start, end, first, last, acc0, acc1 = map(float, m.groups())
+    assert first == last
+    learned = end < start and acc1 > acc0
+    assert ("FAILED: training on a large vocabulary" not in md) == learned
+
+
+def test_the_big_vocabulary_verdict_rests_on_the_numbers_it_prints(
+    tiny_report: tuple[int, Path],
+) -> None:
+    md = (tiny_report[1] / "report.md").read_text(encoding="utf-8")
+    _verdict_matches_printed_numbers(md)
+    assert "mean of the first 20 steps -> of the last 20" in md  # 40 steps: 20 at each end
+
+
+@pytest.fixture(scope="module")
+def failing_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, str, str]:
+    """A report whose torch.sparse.mm fails, whose large-vocabulary loss rose though its last
+    step is below its first, and whose load average falls once it started."""
+    import contextlib
+    import io
+    import os
+
+    import lookuplinear.report.bench as bench_module
+    import lookuplinear.report.training as training
+
+    def failing_methods(*args: object) -> list:
+        ms = methods_for(*args)  # type: ignore[arg-type]
+        for m in ms:
+            if m.name == "torch.sparse.mm (CSR)":
+                def boom() -> None:
+                    raise RuntimeError("torch.sparse.mm stand-in failure")
+                m.run = boom
+        return ms
+
+    def rising_loss(*args: object, **kwargs: object) -> training.BigVocabRun:
+        run = train_big_vocab(*args, **kwargs)
+        run.losses = [0.70, 0.60, 0.62, 0.65, 0.63, 0.90, 0.95, 0.92, 0.91, 0.69]
+        return run
+
+    loads = iter([(7.0, 7.0, 7.0)])
+    train_big_vocab = training.train_big_vocab
+    out = tmp_path_factory.mktemp("failing")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr):
+        mp.setattr(bench_module, "methods_for", failing_methods)
+        mp.setattr(training, "train_big_vocab", rising_loss)
+        mp.setattr(os, "getloadavg", lambda: next(loads, (0.5, 0.5, 0.5)))
+        code = main(["report", "--bench-in-features", "100", "--train-in-features",
+                     "--repeats", "1", "--big-vocab", "1000", "--big-steps", "10",
+                     "--out", str(out)])
+    return code, out, stdout.getvalue(), stderr.getvalue()
+
+
+def test_a_loss_that_rose_is_a_failed_check_named_as_such(
+    failing_report: tuple[int, Path, str, str],
+) -> None:
+    code, out, stdout, _ = failing_report
+    assert code == 1
+    md = (out / "report.md").read_text(encoding="utf-8")
+    _verdict_matches_printed_numbers(md)
+    said = "training on a large vocabulary: the loss did not fall: loss 0.640 -> 0.874"
+    assert said in stdout and said in md
+    assert "(mean of the first 5 steps -> of the last 5)" in md
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'class="fail">NO' in page and "the loss did not fall" in page
+
+
+def test_the_report_says_the_load_average_at_its_start(
+    failing_report: tuple[int, Path, str, str],
+) -> None:
+    _, out, _, _ = failing_report
+    md = (out / "report.md").read_text(encoding="utf-8")
+    page = (out / "report.html").read_text(encoding="utf-8")
+    for verdict_line in (md.split("## ")[0], page.split('<p class="sub">')[1].split("</p>")[0]):
+        assert "load average 7.0 at the start" in verdict_line
+
+
+def test_a_failed_bench_case_is_printed_and_listed_with_its_reason(
+    failing_report: tuple[int, Path, str, str],
+) -> None:
+    _, out, stdout, stderr = failing_report
+    doc = json.loads((out / "bench" / "results.json").read_text())
+    failed = [r for r in doc["results"] if r["status"] == "failed"]
+    assert failed and all(r["method"] == "torch.sparse.mm (CSR)" for r in failed)
+    line = ("torch.sparse.mm (CSR) forward indices/uniform in=100 out=16 batch=256: "
+            "RuntimeError: torch.sparse.mm stand-in failure")
+    assert f"failed: {line}" in stderr
+    assert f"the benchmark: {len(failed)} cases failed" in stdout
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert text.count("Failed: torch.sparse.mm (CSR)") == len(failed) and line in text
+
+
+def test_a_report_whose_bench_measured_nothing_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["report", "--bench-in-features", "1e9", "--train-in-features", "--repeats",
+                 "1", "--big-vocab", "1000", "--big-steps", "10", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    said = "the benchmark: nothing was measured, every case was skipped: the weight table alone"
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert said in out and said in md and "SOME CHECKS FAILED" in md
+    assert "- Every method was skipped at in_features=1,000,000,000: the weight table" in md
+
+
+def test_the_report_refuses_too_few_big_steps_for_its_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*REPORT_ARGV, "--big-steps", "9", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--big-steps: expected at least 10 steps" in err and "got '9'" in err

@@ -138,16 +138,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"lookuplinear bench: error: {e}", file=sys.stderr)
         return 2
     output_dir(args._parser, args.out, "--out")
+    from ..report.summary import failed_cases, nothing_measured
+
     doc, path = bench(args)
-    failed = [r for r in doc["results"] if r["status"] == "failed"]
-    for r in failed:
-        print(f"failed: {r['method']} {r['phase']} {r['form']} in={r['in_features']}: "
-              f"{r['reason']}", file=sys.stderr)
-    if not any(r["status"] == "ok" for r in doc["results"]):
-        reasons = sorted({str(r["reason"]) for r in doc["results"]})
-        print("lookuplinear bench: error: nothing was measured, every case was skipped: "
-              + "; ".join(reasons[:3]) + ". Raise --max-memory or pass smaller --in-features.",
-              file=sys.stderr)
+    failed = failed_cases(doc)
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    nothing = nothing_measured(doc, "Raise --max-memory or pass smaller --in-features.")
+    if nothing:
+        print(f"lookuplinear bench: error: {nothing}", file=sys.stderr)
         return 1
     print(f"\nbench matrix ran in {doc['settings']['elapsed_s']:.0f} s")
     print(f"results written to {path} (and results.csv, plots) in {args.out}")

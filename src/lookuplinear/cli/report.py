@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import argparse
 import html
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._args import output_dir, positive_int
+
+if TYPE_CHECKING:
+    from ..report.training import BigVocabRun, SideBySide
 
 __all__ = ["add_parser", "run"]
 
 BIG_VOCAB = 20_000_000
+#: the fewest --big-steps the large-vocabulary check reads: the mean loss of the first steps
+#: against that of the last, 5 or more each
+MIN_BIG_STEPS = 10
 #: the files that state the report's verdict, written last
 VERDICTS = ("report.html", "report.md")
 
@@ -40,9 +47,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="timed rounds per bench case (default 7)")
     p.add_argument("--big-vocab", type=positive_int, default=BIG_VOCAB, metavar="N",
                    help=f"in_features of the large-vocabulary training (default {BIG_VOCAB:,})")
-    p.add_argument("--big-steps", type=positive_int, default=300, metavar="S",
-                   help="training steps of the large-vocabulary run (default 300)")
+    p.add_argument("--big-steps", type=_big_steps, default=300, metavar="S",
+                   help=f"training steps of the large-vocabulary run (default 300, at least "
+                   f"{MIN_BIG_STEPS})")
     return p
+
+
+def _big_steps(text: str) -> int:
+    """An argparse type: ``--big-steps``, at least :data:`MIN_BIG_STEPS`."""
+    steps = positive_int(text)
+    if steps < MIN_BIG_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"expected at least {MIN_BIG_STEPS} steps (the check compares the mean loss of the "
+            f"first steps with that of the last, {MIN_BIG_STEPS // 2} or more each), got "
+            f"{text!r}; pass --big-steps {MIN_BIG_STEPS} or more")
+    return steps
 
 
 def _bench_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -62,11 +81,41 @@ def _write(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _failures(explain_ok: bool, same: SideBySide, failed: list[str], nothing: str | None,
+              big: BigVocabRun) -> list[str]:
+    """Each check that failed, with what it saw: the report's verdict rests on these."""
+    out = []
+    if not explain_ok:
+        out.append("the worked examples: a step is not equivalent (its badge in report.html "
+                   "says which)")
+    if nothing:
+        out.append(f"the benchmark: {nothing}")
+    if failed:
+        out.append(f"the benchmark: {len(failed)} case{'s' * (len(failed) != 1)} failed "
+                   "(listed under the efficiency part, kept in bench/results.json)")
+    if not same.ok:
+        out.append("training side by side: the loss curves differ (largest difference "
+                   f"{same.max_abs_diff:.3g})")
+    out += [f"training on a large vocabulary: {f}" for f in big.failures()]
+    return out
+
+
+def _items_html(items: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
+
+
 def run(args: argparse.Namespace) -> int:
     from ..report.html import Section, markdown_table_html, render_html, steps_html, verdict
     from ..report.machine import format_machine, machine_info
+    from ..report.memory import format_bytes
     from ..report.plots import plot_big_vocab, plot_side_by_side
-    from ..report.summary import headlines, summary_table, train_table
+    from ..report.summary import (
+        failed_cases,
+        headlines,
+        nothing_measured,
+        summary_table,
+        train_table,
+    )
     from ..report.training import train_big_vocab, train_side_by_side
     from ..report.walkthrough import custom_walkthrough, render_markdown, seed_walkthrough
     from .bench import bench
@@ -74,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
     output_dir(args._parser, args.out, "--out")
     output_dir(args._parser, args.out / "bench", "--out")  # the bench's folder, before the work
+    machine = machine_info()  # its load average is the one at the start
     start = time.perf_counter()
     out: Path = args.out
     # a verdict only beside the files it was drawn from: a rerun that stops early leaves none
@@ -96,12 +146,16 @@ def run(args: argparse.Namespace) -> int:
     fig_same = plot_side_by_side(same, out / "training_same_curve.png")
     fig_big = plot_big_vocab(big, out / "training_big_vocab.png")
 
-    machine = machine_info()
     elapsed = time.perf_counter() - start
     heads = headlines(doc)
-    failed = [r for r in doc["results"] if r["status"] == "failed"]
-    big_ok = big.losses[-1] < big.losses[0] and big.accuracy_after > big.accuracy_before
-    all_ok = explain_ok and same.ok and not failed and big_ok
+    failed = failed_cases(doc)
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    nothing = nothing_measured(doc, "Pass smaller --bench-in-features.")
+    failures = _failures(explain_ok, same, failed, nothing, big)
+    all_ok = not failures
+    bench_problems = [*([nothing] if nothing else []),
+                      *(f"Failed: {line}" for line in failed)]
 
     bench_dir = out / "bench"
     bench_figs = [
@@ -126,18 +180,18 @@ def run(args: argparse.Namespace) -> int:
         f"{same.max_abs_diff:.3g}, largest weight difference after training "
         f"{same.weight_max_abs_diff:.3g} (tolerance {same.atol:g} + {same.rtol:g} x |loss|)."
     )
-    peak = f"{big.peak_bytes / 2**20:.1f} MiB" if big.peak_bytes is not None else "unknown"
-    ram = f"{big.memory_bytes / 2**30:.0f} GiB" if big.memory_bytes else "unknown"
+    peak = format_bytes(big.peak_bytes) if big.peak_bytes is not None else "unknown"
+    ram = format_bytes(big.memory_bytes) if big.memory_bytes else "unknown"
     big_text = (
         f"LookupLinear({big.in_features:,}, {big.out_features}, sparse=True) with "
         f"{big.optimizer}: {len(big.losses)} steps of {big.batch} bags x {big.bag_size} Zipf "
-        f"indices in {big.seconds:.1f} s; loss {big.losses[0]:.3f} -> "
-        f"{sum(big.losses[-20:]) / len(big.losses[-20:]):.3f} (mean of the last 20 steps), "
-        f"held-out accuracy {big.accuracy_before:.1%} -> {big.accuracy_after:.1%}. The table "
-        f"holds {big.table_bytes / 2**20:.0f} MiB; training allocated {peak} more at its "
-        f"peak. nn.Linear would need the dense multi-hot batch: "
-        f"{big.dense_batch_bytes / 2**30:.1f} GiB per step, on a machine with {ram} of RAM."
+        f"indices in {big.seconds:.1f} s; {big.loss_text()}, held-out accuracy "
+        f"{big.accuracy_before:.1%} -> {big.accuracy_after:.1%}. The table holds "
+        f"{format_bytes(big.table_bytes)}; training allocated {peak} more at its peak. "
+        f"nn.Linear would need the dense multi-hot batch: {format_bytes(big.dense_batch_bytes)} "
+        f"per step, on a machine with {ram} of RAM."
     )
+    big_failures = big.failures()
     sections = [
         Section(
             "The equivalence, worked through on small examples",
@@ -161,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
              "machine that may be shared (read ratios, not absolute times; each time shows the "
              "spread of its rounds, and a case whose rounds disagree is measured again or "
              "marked 'machine too busy').</p>",
-             "<ul>" + "".join(f"<li>{html.escape(h)}</li>" for h in heads) + "</ul>",
+             _items_html(heads),
+             _items_html(bench_problems) if bench_problems else "",
              markdown_table_html(summary_table(doc, "forward")),
              markdown_table_html(summary_table(doc, "forward+backward")),
              markdown_table_html(train_table(doc)),
@@ -174,8 +229,9 @@ def run(args: argparse.Namespace) -> int:
             "Training",
             [f"<h3>The same loss curve, step for step {verdict(same.ok, 'SAME', 'DIFFERENT')}"
              f"</h3><p>{html.escape(same_text)}</p>",
-             f"<h3>A vocabulary the dense path cannot hold {verdict(big_ok, 'LEARNS', 'NO')}"
-             f"</h3><p>{html.escape(big_text)}</p>"],
+             f"<h3>A vocabulary the dense path cannot hold "
+             f"{verdict(not big_failures, 'LEARNS', 'NO')}</h3><p>{html.escape(big_text)}</p>",
+             _items_html([f"Failed: {f}" for f in big_failures]) if big_failures else ""],
             [(fig_same, "LookupLinear and nn.Linear on one-hot input: one curve."),
              (fig_big, f"Training on {big.in_features:,} rows with sparse gradients.")],
             anchor="training",
@@ -194,9 +250,12 @@ def run(args: argparse.Namespace) -> int:
         f"{same.max_abs_diff:.2g}); {big.in_features:,} rows trained with sparse gradients in "
         f"{big.seconds:.0f} s, held-out accuracy {big.accuracy_before:.0%} -> "
         f"{big.accuracy_after:.0%}, where one dense batch would need "
-        f"{big.dense_batch_bytes / 2**30:.0f} GiB.",
+        f"{format_bytes(big.dense_batch_bytes)}.",
     ]
-    intro = "<ul>" + "".join(f"<li>{html.escape(k)}</li>" for k in key_points) + "</ul>"
+    intro = _items_html(key_points)
+    if failures:
+        intro = (f"<p>{verdict(False, '', 'FAILED')} checks:</p>"
+                 + _items_html(failures) + intro)
     page = render_html("An embedding layer is a linear layer", subtitle, sections, intro)
     html_path = out / "report.html"
     _write(html_path, page)
@@ -207,6 +266,8 @@ def run(args: argparse.Namespace) -> int:
         f"{'All checks passed' if all_ok else 'SOME CHECKS FAILED'}. Machine: "
         f"{format_machine(machine)}. Generated in {elapsed:.0f} s by `lookuplinear report`.",
         "",
+        *[f"- FAILED: {f}" for f in failures],
+        *([""] if failures else []),
         "## Equivalence",
         "",
         f"- Worked examples: {'equivalent' if explain_ok else 'MISMATCH'} "
@@ -217,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
         "## Efficiency (bench --quick)",
         "",
         *[f"- {h}" for h in heads],
+        *[f"- {p}" for p in bench_problems],
         "",
         summary_table(doc, "forward+backward"),
         "",
@@ -227,13 +289,18 @@ def run(args: argparse.Namespace) -> int:
         "",
         big_text,
         "",
+        *[f"- FAILED: {f}" for f in big_failures],
+        *([""] if big_failures else []),
         "![training](training_big_vocab.png)",
         "",
     ]
     md_path = out / "report.md"
     _write(md_path, "\n".join(md))
     print()
-    print(f"report: {'all checks passed' if all_ok else 'SOME CHECKS FAILED'} in {elapsed:.0f} s")
+    print(f"report: {'all checks passed' if all_ok else 'SOME CHECKS FAILED'} in {elapsed:.0f} s"
+          + ":" * bool(failures))
+    for f in failures:
+        print(f"- {f}")
     print(f"Markdown summary written to {md_path}")
     print(f"report written to {html_path.resolve()}")
     return 0 if all_ok else 1

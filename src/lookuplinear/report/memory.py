@@ -16,7 +16,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["measure_peak", "peak_memory_available"]
+__all__ = ["format_bytes", "measure_peak", "peak_memory_available"]
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in the largest binary unit (KiB, MiB, GiB) that is not above it.
+
+    Examples
+    --------
+    >>> format_bytes(512 * 10 * 4), format_bytes(512 * 20_000_000 * 4), format_bytes(800)
+    ('20.0 KiB', '38.1 GiB', '800 B')
+    """
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 @cache

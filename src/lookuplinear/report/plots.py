@@ -269,6 +269,8 @@ def plot_side_by_side(run: Any, path: Path) -> Path:
 
 def plot_big_vocab(run: Any, path: Path) -> Path:
     """The loss curve of :func:`~lookuplinear.report.training.train_big_vocab`."""
+    from .memory import format_bytes
+
     fig = Figure(figsize=(8, 3.2), layout="constrained")
     ax = fig.subplots()
     losses = run.losses
@@ -284,7 +286,7 @@ def plot_big_vocab(run: Any, path: Path) -> Path:
     ax.set_title(
         f"in_features = {run.in_features:,}: held-out accuracy {run.accuracy_before:.1%} -> "
         f"{run.accuracy_after:.1%}; the dense batch would need "
-        f"{run.dense_batch_bytes / 2**30:.0f} GiB", fontsize=10)
+        f"{format_bytes(run.dense_batch_bytes)}", fontsize=10)
     fig.savefig(path, dpi=80)
     return path
 

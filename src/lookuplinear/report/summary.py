@@ -15,7 +15,7 @@ from .methods import (
     SPARSE_MM,
 )
 
-__all__ = ["headlines", "summary_table", "train_table"]
+__all__ = ["failed_cases", "headlines", "nothing_measured", "summary_table", "train_table"]
 
 Row = dict[str, Any]
 
@@ -185,6 +185,36 @@ def _crossover_line(c: dict[str, Any], rows: list[Row]) -> str | None:
     return line
 
 
+def _skipped_sizes(rows: list[Row]) -> str | None:
+    """The headline of the sizes skipped whole (rows with method ``*``), with the reason."""
+    whole = [r for r in rows if r["method"] == "*"]
+    if not whole:
+        return None
+    r = max(whole, key=lambda r: (r["in_features"], r["out_features"]))
+    sizes = sorted({w["in_features"] for w in whole})
+    return (f"Every method was skipped at in_features={_sizes(sizes)}: {r['reason']} (at "
+            f"in_features={r['in_features']:,}, out_features={r['out_features']}).")
+
+
+def failed_cases(doc: dict[str, Any]) -> list[str]:
+    """One line per bench row that failed: the method, the case and the reason it failed."""
+    return [f"{r['method']}{' ' + r['optimizer'] if r['optimizer'] else ''} {r['phase']} "
+            f"{r['form']}/{r['dist']} in={r['in_features']:,} out={r['out_features']} "
+            f"batch={r['batch']}: {r['reason']}"
+            for r in doc["results"] if r["status"] == "failed"]
+
+
+def nothing_measured(doc: dict[str, Any], fix: str) -> str | None:
+    """Why the matrix measured nothing, with ``fix`` (what to change); None when a case ran."""
+    rows = doc["results"]
+    if any(r["status"] == "ok" for r in rows):
+        return None
+    how = "skipped or failed" if any(r["status"] == "failed" for r in rows) else "skipped"
+    reasons = sorted({str(r["reason"]) for r in rows})
+    return (f"nothing was measured, every case was {how}: " + "; ".join(reasons[:3])
+            + f". {fix}")
+
+
 def headlines(doc: dict[str, Any]) -> list[str]:
     """A few sentences with the numbers that matter: speedups, crossovers, what did not fit.
 
@@ -204,9 +234,11 @@ def headlines(doc: dict[str, Any]) -> list[str]:
     """
     out: list[str] = []
     rows = doc["results"]
-    if not [r for r in rows if r["phase"] != "train"]:
-        return out
-    d, batch = _ref(rows)
+    skipped_whole = _skipped_sizes(rows)
+    measured = [r for r in rows if r["phase"] != "train" and r["method"] != "*"]
+    if not measured:
+        return [skipped_whole] if skipped_whole else out
+    d, batch = _ref(measured)
     for c in doc["crossovers"]:
         if c["out_features"] != d or c["batch"] != batch or c["dist"] != "uniform":
             continue
@@ -230,4 +262,6 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         out.append(f"nn.Linear on the dense input was skipped from in_features="
                    f"{min(s['in_features'] for s in skipped):,} on: at {r['in_features']:,} "
                    f"the dense batch alone needs {r['input_bytes'] / 2**30:.1f} GiB.")
+    if skipped_whole:
+        out.append(skipped_whole)
     return out

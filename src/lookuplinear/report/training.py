@@ -11,6 +11,7 @@ for the dense path.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +25,10 @@ from ..modules.layer import LookupLinear
 from ..sparse.bags import Bags
 from .memory import measure_peak
 
-__all__ = ["BigVocabRun", "SideBySide", "train_big_vocab", "train_side_by_side"]
+__all__ = ["LOSS_WINDOW", "BigVocabRun", "SideBySide", "train_big_vocab", "train_side_by_side"]
+
+#: steps averaged at each end of a loss curve to tell whether it fell: one step is noise
+LOSS_WINDOW = 20
 
 
 @dataclass
@@ -120,6 +124,51 @@ class BigVocabRun:
     peak_bytes: int | None
     memory_bytes: int | None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def window(self) -> int:
+        """Steps averaged at each end of the loss curve: :data:`LOSS_WINDOW`, or half the steps
+        when fewer ran (the first and the last steps never overlap)."""
+        return min(LOSS_WINDOW, len(self.losses) // 2)
+
+    @property
+    def loss_start(self) -> float:
+        """The mean loss of the first :attr:`window` steps."""
+        return statistics.fmean(self.losses[: self.window])
+
+    @property
+    def loss_end(self) -> float:
+        """The mean loss of the last :attr:`window` steps."""
+        return statistics.fmean(self.losses[-self.window :])
+
+    def loss_text(self) -> str:
+        """The loss statistic the verdict rests on, as the report prints it."""
+        w = self.window
+        return (f"loss {self.loss_start:.3f} -> {self.loss_end:.3f} (mean of the first {w} "
+                f"step{'s' * (w != 1)} -> of the last {w})")
+
+    def failures(self) -> list[str]:
+        """What shows the run did not learn: a loss that did not fall (:meth:`loss_text`), a
+        held-out accuracy that did not rise; empty when it learned.
+
+        Examples
+        --------
+        >>> run = BigVocabRun(10, 2, 4, 1, "SGD", [0.7, 0.1, 0.9, 0.8], 0.5, 0.6, 0.1, 0, 0,
+        ...                   None, None)
+        >>> run.failures()  # the last step is below the first, the mean of the last two is not
+        ['the loss did not fall: loss 0.400 -> 0.850 (mean of the first 2 steps -> of the last 2)']
+        """
+        if self.window == 0:
+            n = len(self.losses)
+            return [f"{n} training step{'s' * (n != 1)}: too few to compare the first steps' "
+                    "loss with the last ones'"]
+        out = []
+        if not self.loss_end < self.loss_start:
+            out.append(f"the loss did not fall: {self.loss_text()}")
+        if not self.accuracy_after > self.accuracy_before:
+            out.append(f"the held-out accuracy did not rise: {self.accuracy_before:.1%} -> "
+                       f"{self.accuracy_after:.1%}")
+        return out
 
 
 def _bags(
