@@ -566,12 +566,6 @@ def test_a_model_file_keeps_the_dtype_of_classes(tmp_path: Any) -> None:
     """``classes_`` (and so ``predict``) comes back from a model file in the fitted dtype, as
     from a pickle: int32, uint8, bool, float32, strings, object strings; a file written before
     the dtype was recorded loads as JSON reads it."""
-    import hashlib
-    import json
-
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     from lookuplinear.sklearn import load_model, save_model
 
     X = sp.random(30, 8, density=0.4, format="csr", random_state=0)
@@ -587,16 +581,67 @@ def test_a_model_file_keeps_the_dtype_of_classes(tmp_path: Any) -> None:
         got, want = loaded.predict(X), clf.predict(X)
         assert got.dtype == want.dtype and (got == want).all()
 
-    with safe_open(str(tmp_path / "m.ll"), framework="pt") as f:  # as written before
-        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    config = json.loads(meta["config"])
-    del config["classes_dtype"]
-    text = json.dumps(config)
-    sums = json.loads(meta["sha256"]) | {"config": hashlib.sha256(text.encode()).hexdigest()}
-    save_file(tensors, tmp_path / "old.ll",
-              metadata=meta | {"config": text, "sha256": json.dumps(sums)})
+    _edit_config(tmp_path / "m.ll", tmp_path / "old.ll",
+                 lambda config: config.pop("classes_dtype"))  # as written before
     old = load_model(tmp_path / "old.ll").estimator
     assert old.classes_.tolist() == ["a", "bc"] and old.classes_.dtype == "<U2"
+
+
+def _edit_config(path: Any, out: Any, edit: Any) -> None:
+    """Write the model file ``path`` to ``out`` with ``edit(config)`` applied to its JSON
+    configuration, and checksummed again: a file as another writer (an older one) wrote it."""
+    import hashlib
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    config = json.loads(meta["config"])
+    edit(config)
+    text = json.dumps(config)
+    sums = json.loads(meta["sha256"]) | {"config": hashlib.sha256(text.encode()).hexdigest()}
+    save_file(tensors, out, metadata=meta | {"config": text, "sha256": json.dumps(sums)})
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("Est", [LookupClassifier, LookupRegressor])
+def test_a_model_file_keeps_the_feature_names(tmp_path: Any, Est: type) -> None:
+    """An estimator fitted on a DataFrame comes back from a model file with its
+    ``feature_names_in_`` (an object array, as scikit-learn and a pickle keep it): the loaded
+    one refuses reordered columns with scikit-learn's error, as the fitted one does, and
+    predicts as it does on the columns in order. A file written before the names were recorded
+    loads without them; a file whose names do not fit is refused."""
+    from lookuplinear import ModelFileError
+    from lookuplinear.sklearn import load_model, save_model
+
+    pd = pytest.importorskip("pandas")
+    rng = np.random.RandomState(0)
+    df = pd.DataFrame({"a": rng.rand(60), "b": rng.rand(60) * 0.01})
+    y = (df.a > 0.5).astype(int).to_numpy() if Est is LookupClassifier else df.a.to_numpy()
+    est = Est(random_state=0).fit(df, y)
+    loaded = load_model(save_model(tmp_path / "m.ll", est)).estimator
+    peer = pickle.loads(pickle.dumps(est))
+    assert loaded.feature_names_in_.dtype == peer.feature_names_in_.dtype == object
+    np.testing.assert_array_equal(loaded.feature_names_in_, peer.feature_names_in_)
+    for model in (est, peer, loaded):
+        with pytest.raises(ValueError, match="feature names should match"):
+            model.predict(df[["b", "a"]])
+    np.testing.assert_array_equal(loaded.predict(df), est.predict(df))
+
+    _edit_config(tmp_path / "m.ll", tmp_path / "old.ll",
+                 lambda config: config.pop("feature_names_in"))
+    old = load_model(tmp_path / "old.ll").estimator
+    assert not hasattr(old, "feature_names_in_")
+    np.testing.assert_array_equal(old.predict(df.to_numpy()), est.predict(df))
+    _edit_config(tmp_path / "m.ll", tmp_path / "bad.ll",
+                 lambda config: config.update(feature_names_in=["a"]))
+    with pytest.raises(ModelFileError, match=r"feature_names_in .* list of 2 strings"):
+        load_model(tmp_path / "bad.ll")
+    array = est.fit(df.to_numpy(), y)  # fitted without names: none recorded
+    assert not hasattr(load_model(save_model(tmp_path / "n.ll", array)).estimator,
+                       "feature_names_in_")
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

@@ -43,6 +43,10 @@ model is written as version 3, the same format with ``"vectorizer.buckets"``):
 - ``config["y_offset"]`` (a regressor): the targets' float64 offset, which ``predict`` and
   ``intercept_`` add to the float32 network's outputs; absent from files written before it was
   kept apart (their bias holds the whole intercept, and they load with an offset of zero).
+- ``config["feature_names_in"]``: the column names of the DataFrame the estimator was fitted
+  on (``feature_names_in_``), restored as the object array scikit-learn keeps, so that the
+  loaded estimator checks a DataFrame's columns as the fitted one does; absent for an estimator
+  fitted without names and from files written before it was recorded.
 - ``config["input_format"]``: how ``lookuplinear train`` read its file (fastText lines and
   their label prefix, or a table's text and label columns and delimiter), so that ``predict``
   and ``test`` read theirs the same way; absent from files written before it was recorded
@@ -371,6 +375,8 @@ def save_model(
         "input_format": input_format,
         "token_lists": bool(getattr(est, "_token_lists", False)),
     }
+    if hasattr(est, "feature_names_in_"):  # fitted on a DataFrame: its column names
+        config["feature_names_in"] = [str(x) for x in est.feature_names_in_]
     if type(est).__name__ == "LookupClassifier":
         config["classes"] = est.classes_.tolist()
         config["classes_dtype"] = est.classes_.dtype.str  # JSON reads ints as int64
@@ -634,6 +640,9 @@ class _ModelParts:
         est: Any = kinds[config["estimator"]](**self.params,
                                               random_state=config["random_state"])
         est.n_features_in_ = int(config["n_features_in"])
+        names = _feature_names(config.get("feature_names_in"), est.n_features_in_)
+        if names is not None:  # absent: fitted without names, or a file written before
+            est.feature_names_in_ = names
         est._token_lists = bool(config.get("token_lists", False))
         est.model_ = net.eval()
         quantized = config.get("quantized")
@@ -716,6 +725,20 @@ def _read(p: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor], *,
     if vec is not None and lazy:
         parts.features()
     return parts
+
+
+def _feature_names(names: Any, n_features: int) -> np.ndarray | None:
+    """The recorded ``feature_names_in_`` as scikit-learn keeps it (an object array of str),
+    checked: one str per feature; None where the file records none."""
+    if names is None:
+        return None
+    if not (isinstance(names, list) and len(names) == n_features
+            and all(isinstance(x, str) for x in names)):
+        raise ModelFileError(
+            f"the recorded feature_names_in {names!r} is not a list of {n_features} strings "
+            "(one per feature)."
+        )
+    return np.asarray(names, dtype=object)
 
 
 def _input_format(fmt: Any) -> dict[str, Any] | None:
