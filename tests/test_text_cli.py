@@ -294,11 +294,9 @@ def test_vectorizer_refuses_a_lowercase_that_is_not_a_bool(value: Any) -> None:
     assert FastTextVectorizer(lowercase=np.True_).fit(["A b"]).vocabulary_ == {"a": 0, "b": 1}
 
 
-def test_vectorizer_feature_names_and_set_output() -> None:
+def test_vectorizer_feature_names() -> None:
     """get_feature_names_out names the columns as CountVectorizer does (the words), then one
-    'bucket B' per hash bucket column (the kept ones after prune); set_output is scikit-learn's
-    for a sparse transformer: 'default' keeps the CSR matrix, pandas output is refused with
-    scikit-learn's message."""
+    'bucket B' per hash bucket column (the kept ones after prune)."""
     from sklearn.feature_extraction.text import CountVectorizer
 
     docs = ["the cat sat", "a dog", "The Dog"]
@@ -313,10 +311,39 @@ def test_vectorizer_feature_names_and_set_output() -> None:
     assert names[len(vec.vocabulary_):].tolist() == [f"bucket {b}" for b in range(5)]
     vec.prune([0, len(vec.vocabulary_) + 1, len(vec.vocabulary_) + 3])
     assert vec.get_feature_names_out().tolist() == ["Dog", "bucket 1", "bucket 3"]
-    assert sp.issparse(vec.set_output(transform="default").transform(docs))
-    pytest.importorskip("pandas")
-    with pytest.raises(ValueError, match="scipy sparse matrix"):
-        vec.set_output(transform="pandas").transform(docs)
+
+
+def test_vectorizer_output_is_sparse_as_scikit_learns_vectorizers() -> None:
+    """As CountVectorizer, the vectorizer opts out of scikit-learn's output wrapping: under
+    ``transform_output="pandas"`` it returns its CSR matrix and a Pipeline or ColumnTransformer
+    around it fits and predicts; an explicit ``set_output`` fails as CountVectorizer's does; its
+    input tags are CountVectorizer's (texts, not a 2-D array)."""
+    import sklearn
+    from sklearn.base import clone
+    from sklearn.compose import ColumnTransformer
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    pd = pytest.importorskip("pandas")
+    docs, y = ["good film", "bad film", "fine one", "dull one"] * 4, [1, 0, 1, 0] * 4
+    frame = pd.DataFrame({"text": docs, "n": np.arange(16.0)})
+    ours, peer = FastTextVectorizer(), CountVectorizer(token_pattern=r"\S+", lowercase=False)
+    with sklearn.config_context(transform_output="pandas"):
+        for vec in (ours, peer):
+            assert sp.issparse(vec.fit_transform(docs)) and sp.issparse(vec.transform(docs))
+        got, want = (make_pipeline(vec, LogisticRegression()).fit(docs, y).predict(docs)
+                     for vec in (clone(ours), clone(peer)))
+        np.testing.assert_array_equal(got, want)
+        got, want = (ColumnTransformer([("t", vec, "text"), ("n", "passthrough", ["n"])])
+                     .fit_transform(frame) for vec in (clone(ours), clone(peer)))
+        assert isinstance(got, pd.DataFrame) and isinstance(want, pd.DataFrame)
+        np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+    for vec in (ours, peer):
+        assert not hasattr(vec, "set_output")
+        with pytest.raises(ValueError, match="set_output` is not available"):
+            make_pipeline(vec, LogisticRegression()).set_output(transform="pandas")
+    assert ours.__sklearn_tags__().input_tags == peer.__sklearn_tags__().input_tags
 
 
 def test_vectorizer_n_features_out_is_transforms_width_after_set_params() -> None:

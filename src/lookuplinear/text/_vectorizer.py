@@ -52,7 +52,11 @@ def _check_documents(raw_documents: Any) -> None:
         )
 
 
-class FastTextVectorizer(TransformerMixin, BaseEstimator):
+# auto_wrap_output_keys=None: scikit-learn's set_output machinery (its __init_subclass__, which
+# mypy does not see through sklearn's untyped base) leaves transform's sparse matrix as it is
+class FastTextVectorizer(  # type: ignore[call-arg]
+    TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
+):
     """Texts to fastText's bag of words + hashed n-grams, a CSR count matrix.
 
     Dense equivalent: row ``i`` counts, for text ``i``, each vocabulary word and each hash bucket
@@ -114,6 +118,10 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
     array([[1., 0., 1., 1.]], dtype=float32)
     >>> int(X[0, 4:].sum())                      # "the cat", "cat sat"
     2
+
+    As scikit-learn's text vectorizers, it always returns the sparse matrix: it has no
+    ``set_output`` and ``sklearn.set_config(transform_output="pandas")`` leaves its output as
+    it is (``auto_wrap_output_keys=None``).
     """
 
     vocabulary_: dict[str, int]
@@ -137,6 +145,13 @@ class FastTextVectorizer(TransformerMixin, BaseEstimator):
         self.min_count = min_count
         self.lowercase = lowercase
         self.whitespace = whitespace
+
+    def __sklearn_tags__(self) -> Any:
+        """``CountVectorizer``'s input tags: it reads an iterable of texts, not a 2-D array."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.two_d_array = False
+        return tags
 
     def fit(self, raw_documents: Iterable[str], y: Any = None) -> FastTextVectorizer:
         """Learn the vocabulary: every whitespace token seen at least ``min_count`` times."""
