@@ -669,6 +669,28 @@ def test_targets_of_token_lists_are_checked_as_with_a_matrix(bad: float) -> None
             est.fit(rows, [1, bad, 2, 3])
 
 
+def test_regressor_refuses_sparse_targets_as_ridge() -> None:
+    """A scipy.sparse ``y`` is refused as ``Ridge`` refuses it (a ``TypeError`` saying to use
+    ``.toarray()``), by ``fit`` and ``partial_fit``, on a matrix or token lists; it failed
+    deep in numpy (``setting an array element with a sequence``)."""
+    from sklearn.linear_model import Ridge
+
+    from lookuplinear import InputTypeError
+
+    rng = np.random.RandomState(0)
+    X, Y = rng.rand(20, 5), rng.rand(20, 3)
+    for y in (sp.csr_matrix(Y), sp.csr_array(Y[:, :1]), sp.coo_matrix(Y)):
+        with pytest.raises(TypeError, match=r"\.toarray\(\)"):
+            Ridge().fit(X, y)
+        for fit in (LookupRegressor().fit, LookupRegressor(**FAST).partial_fit):
+            with pytest.raises(InputTypeError, match=r"y is a scipy.sparse .* of shape "
+                                                     r"\(20, \d\).*y\.toarray\(\)"):
+                fit(X, y)
+        with pytest.raises(InputTypeError, match=r"y\.toarray\(\)"):
+            LookupRegressor().fit([[0, 1], [2]] * 10, y)
+    LookupRegressor().fit(X, sp.csr_matrix(Y).toarray())
+
+
 @pytest.mark.parametrize("kind", ["binary", "multiclass", "multilabel"])
 def test_squared_hinge_is_linearsvcs_loss(kind: str) -> None:
     """The loss is LinearSVC's squared hinge, one-vs-rest: sum_k max(0, 1 - t_k out_k)^2."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import RegressorMixin
 
-from ..errors import InputValueError
+from ..errors import InputTypeError, InputValueError
 from ._base import LookupEstimator
 from ._input import float32_values
 
@@ -137,6 +138,9 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         ------
         InputValueError
             ``sample_weight`` negative, NaN or infinite, all zero, or not one per row.
+        InputTypeError
+            ``y`` is a scipy.sparse matrix (also ``TypeError``, as ``Ridge`` raises): pass
+            ``y.toarray()``.
         """
         return self._fit(X, y, sample_weight)
 
@@ -163,6 +167,18 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
         return float(r2_score(y, pred, sample_weight=sample_weight))
 
     # ------------------------------------------------------------------ targets
+    def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, np.ndarray]:
+        """Refuse a sparse ``y``, as ``Ridge`` does: targets are dense (a classifier's sparse
+        label indicator is densified, a regressor's sparse targets are not)."""
+        if sp.issparse(y):
+            raise InputTypeError(
+                f"y is a scipy.sparse {type(y).__name__} of shape {cast(Any, y).shape}, but "
+                f"{type(self).__name__} takes dense targets: an array-like of shape "
+                "(n_samples,) or (n_samples, n_targets), as Ridge does. Use y.toarray() to "
+                "convert it to a dense numpy array."
+            )
+        return super()._prepare_xy(X, y, reset=reset)
+
     def _start(self, y: np.ndarray, weight: np.ndarray | None) -> None:
         """The targets' offset: their (weighted) mean in float64, as scikit-learn's linear
         models center ``y``. The model learns the float32 residuals ``y - offset`` (its bias
