@@ -731,6 +731,34 @@ def test_partial_fit_continues_and_needs_classes() -> None:
         clf.partial_fit(X[:3], y[:3], classes=[0, 1, 2, 3])  # as SGDClassifier raises
 
 
+@SHORT
+def test_partial_fit_on_labels_outside_classes_says_how_to_build_a_new_model() -> None:
+    """A ``partial_fit`` whose ``y`` holds a label the model was not built with is refused, as
+    ``SGDClassifier`` refuses it; the message names the call that fixed ``classes_`` (``fit``,
+    or the first ``partial_fit``'s ``classes=``) and the fixes it gives work."""
+    from sklearn.linear_model import SGDClassifier
+
+    X, y = _data()
+    y01 = y % 2
+    for built in (lambda est: est.fit(X, y01),
+                  lambda est: est.partial_fit(X, y01, classes=[0, 1])):
+        with pytest.raises(ValueError, match="classes should include all valid labels"):
+            built(SGDClassifier()).partial_fit(X, y)
+        clf = built(LookupClassifier(**FAST))
+        with pytest.raises(InputValueError, match=r"not in classes_ \[0, 1\]: \[2\]\. "
+                                                  r"classes_ is fixed by the call that built "
+                                                  r"the model.*call fit on a y that holds "
+                                                  r"every label.*clone"):
+            clf.partial_fit(X, y)
+        assert clone(clf).partial_fit(X, y, classes=np.unique(y)).classes_.tolist() == [0, 1, 2]
+        assert clf.fit(X, y).partial_fit(X, y).classes_.tolist() == [0, 1, 2]
+    with pytest.raises(InputValueError, match=r"not in classes_ \[0, 1\]: \[2\]\. Pass every "
+                                              r"label in classes= on the first partial_fit"):
+        LookupClassifier(**FAST).partial_fit(X, y, classes=[0, 1])
+    with pytest.raises(InputValueError, match=r"not in classes_ .*warm_start=False"):
+        LookupClassifier(warm_start=True, **FAST).fit(X, y01).fit(X, y)
+
+
 def test_early_stopping_keeps_the_best_epoch() -> None:
     X, y = _data()
     clf = LookupClassifier(early_stopping=True, n_iter_no_change=2, tol=0.5,

@@ -28,6 +28,21 @@ __all__ = ["LookupClassifier"]
 #: the smallest probability ``_best_constant`` takes the log of (a logit of about -69)
 _TINY = 1e-30
 
+#: how to train on labels outside ``classes_``, by the call that met them: the first
+#: ``partial_fit`` (its ``classes=`` fixes them), a warm-started ``fit`` (it continues the
+#: fitted model) or a later ``partial_fit`` (the call that built the model fixed them)
+_UNKNOWN_LABELS_FIX = {
+    "first": "Pass every label in classes= on the first partial_fit call, e.g. "
+             "classes=np.unique(y_all).",
+    "warm": "A warm-started fit continues the fitted model and its classes: set "
+            "warm_start=False to fit a new model with these labels.",
+    "later": "classes_ is fixed by the call that built the model (fit: the labels of its y; "
+             "a first partial_fit: its classes=), and partial_fit continues that model. To "
+             "train on these labels, build a new model: call fit on a y that holds every "
+             "label, or partial_fit(X, y, classes=<every label>, e.g. np.unique(y_all)) "
+             "first on a new estimator (sklearn.base.clone(est)).",
+}
+
 
 class LookupClassifier(ClassifierMixin, LookupEstimator):
     """A classifier on sparse rows: ``linear(densify(X) @ E)`` scored per class, as LinearSVC.
@@ -364,13 +379,13 @@ default "auto"
                 f"LookupClassifier needs at least 2 classes in y, got 1 class "
                 f"({self.classes_[0]!r}). Add examples of another class."
             )
-        return self._encode(y)
+        return self._encode(y, call="first")
 
     def _built_with(self) -> dict[str, Any]:
         return {**super()._built_with(), "loss": self.loss}
 
     def _encode_targets(self, y: np.ndarray, *, warm: bool) -> np.ndarray:
-        return self._encode(y, warm=warm)
+        return self._encode(y, call="warm" if warm else "later")
 
     def _prepare_xy(self, X: Any, y: Any, *, reset: bool) -> tuple[Any, np.ndarray]:
         if reset:  # the model's multilabel predictions are sparse, as MLPClassifier's
@@ -379,7 +394,12 @@ default "auto"
             y = cast(Any, y).toarray()
         return super()._prepare_xy(X, y, reset=reset)
 
-    def _encode(self, y: np.ndarray, *, warm: bool = False) -> np.ndarray:
+    def _encode(self, y: np.ndarray, *, call: str) -> np.ndarray:
+        """``y`` as indices into ``classes_`` (a 0/1 indicator matrix as it is), refused where
+        it holds another label (or another number of labels); ``call`` says which call the
+        message tells how to fix: ``"first"`` (the first ``partial_fit``, with ``classes=``),
+        ``"warm"`` (a warm-started ``fit``) or ``"later"`` (a ``partial_fit`` after the model
+        is built)."""
         if self.multilabel_:
             y = np.asarray(y)
             n = len(self.classes_)
@@ -389,7 +409,7 @@ default "auto"
                     f"model's, got {'a matrix' if y.ndim == 2 else 'an array'} of shape "
                     f"{y.shape}. Pass one 0/1 column per label of classes_, or "
                     + ("set warm_start=False to fit a new model on other labels."
-                       if warm else "call fit to train a new model on other labels.")
+                       if call == "warm" else "call fit to train a new model on other labels.")
                 )
             return y
         y = column_or_1d(y, warn=True)
@@ -399,11 +419,7 @@ default "auto"
         if bad.any():
             raise InputValueError(
                 f"y holds labels not in classes_ {self.classes_.tolist()}: "
-                f"{np.unique(y[bad]).tolist()}. "
-                + ("A warm-started fit continues the fitted model and its classes: set "
-                   "warm_start=False to fit a new model with these labels."
-                   if warm else
-                   "Pass every label in classes= on the first partial_fit call.")
+                f"{np.unique(y[bad]).tolist()}. " + _UNKNOWN_LABELS_FIX[call]
             )
         return idx
 
