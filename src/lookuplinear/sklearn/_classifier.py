@@ -394,7 +394,7 @@ default "auto"
             y = cast(Any, y).toarray()
         return super()._prepare_xy(X, y, reset=reset)
 
-    def _encode(self, y: np.ndarray, *, call: str) -> np.ndarray:
+    def _encode(self, y: np.ndarray, *, call: str = "later") -> np.ndarray:
         """``y`` as indices into ``classes_`` (a 0/1 indicator matrix as it is), refused where
         it holds another label (or another number of labels); ``call`` says which call the
         message tells how to fix: ``"first"`` (the first ``partial_fit``, with ``classes=``),
