@@ -648,3 +648,34 @@ def test_keyed_batches_without_keys_and_keyed_tensors_of_mismatched_widths() -> 
     with pytest.raises(InputValueError, match="one width per key"):
         KeyedTensor(["a", "b"], [2], torch.zeros(2, 3))
 
+
+
+@pytest.mark.parametrize("array", [
+    np.array([3, 1, 2])[::-1],           # a reversed view: negative strides
+    np.array([2, 1, 3], dtype=">i8"),    # another byte order
+])
+def test_numpy_indices_in_any_layout_are_read_as_their_values(array: np.ndarray) -> None:
+    """numpy arrays of indices, weights and keyed values that ``torch.as_tensor`` refuses
+    (negative strides, a byte order not the machine's) are read as their values."""
+    weights = np.array([3.0, 1.0, 2.0])[::-1]
+    bags = Bags(array, [0, 3], weights)
+    assert bags.indices.tolist() == [2, 1, 3]
+    assert bags.weights is not None and bags.weights.tolist() == [2.0, 1.0, 3.0]
+    keyed = KeyedBags(["a"], array, lengths=[3])
+    assert keyed.values.tolist() == [2, 1, 3]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64], ids=str)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_an_unsigned_index_out_of_range_is_named(dtype: torch.dtype, sparse: bool) -> None:
+    """An index tensor of a wide unsigned dtype (which ``torch.aminmax`` does not take) with
+    an index past the table: the ``LookupIndexError`` naming it, as for any integer dtype; a
+    uint64 past int64 named by its own value."""
+    layer = LookupLinear(7, 3, sparse=sparse)
+    with pytest.raises(LookupIndexError, match=r"index 10 at input\[1\]"):
+        layer(torch.tensor([1, 10], dtype=dtype))
+    if dtype == torch.uint64:
+        with pytest.raises(LookupIndexError, match=rf"index {2**64 - 1} at input\[1\]"):
+            layer(torch.tensor([1, 2**64 - 1], dtype=dtype))
+    ok = torch.tensor([1, 6], dtype=dtype)
+    assert torch.equal(layer(ok), layer(ok.long()))

@@ -56,7 +56,7 @@ def as_int_tensor(name: str, value: Any) -> torch.Tensor:
                 "Pass ints (a float such as 1.5 would name no row).",
                 f"{name} holds {{}}, which does not fit in int64; {name} are int64 positions "
                 "(indices below the table's number of rows).")
-        t = torch.as_tensor(arr)
+        t = torch.as_tensor(_native(arr))
     if (t.dtype is torch.int64 or t.dtype is torch.int32) and t.dim() == 1:  # the common case
         return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
@@ -119,7 +119,17 @@ def _weights_tensor(weights: Any) -> torch.Tensor:
             torch.get_default_dtype())
     if not a.dtype.isnative or a.dtype.itemsize > 8:  # big-endian, longdouble
         a = a.astype(np.float64)
-    return torch.as_tensor(a)
+    return torch.as_tensor(_native(a))
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a`` as ``torch.as_tensor`` takes it: in the machine's byte order, without negative
+    strides (a reversed view ``a[::-1]``); copied only where it is not."""
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if any(stride < 0 for stride in a.strides):
+        a = np.ascontiguousarray(a)
+    return a
 
 
 class Bags:
@@ -697,12 +707,17 @@ def check_index_range(indices: torch.Tensor, in_features: int, *, where: str,
         return
     if indices.numel() == 0 or indices.is_meta:
         return
+    unsigned64 = indices.dtype == torch.uint64
+    if unsigned64:  # its values past int64 read as negative ones, each out of range
+        indices = indices.view(torch.int64)
+    elif indices.dtype in (torch.uint16, torch.uint32):  # no aminmax of their own
+        indices = indices.long()
     lo, hi = torch.aminmax(indices)
     if int(lo) >= 0 and int(hi) < in_features:
         return
     bad = (indices < 0) | (indices >= in_features)
     pos = tuple(int(p) for p in torch.nonzero(bad)[0])
-    value = int(indices[pos])
+    value = int(indices[pos]) + (2**64 if unsigned64 and int(indices[pos]) < 0 else 0)
     at = f"{where}[{', '.join(map(str, pos))}]" if pos else where
     raise LookupIndexError(
         f"index {value} at {at} is out of range for "
