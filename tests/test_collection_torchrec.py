@@ -788,6 +788,15 @@ def test_keyed_tensor_regroup_equals_torchrecs(groups):
     assert all(torch.equal(named[k], want_named[k]) for k in named)
 
 
+def test_keyed_tensor_regroup_of_empty_groups_gives_no_columns() -> None:
+    """An empty group is ``(N, 0)`` (as TorchRec gives it beside other groups), also when every
+    group is empty (TorchRec's ``torch.cat`` of no tensors raises), in the tensors' dtype."""
+    ours, _, _ = _kts()
+    n = ours.values().shape[0]
+    for got in (KeyedTensor.regroup([ours], [[]]), KeyedTensor.regroup([ours], [["f2"], []])):
+        assert got[-1].shape == (n, 0) and got[-1].dtype == ours.values().dtype
+
+
 def test_keyed_tensor_regroup_refusals():
     ours, _, _ = _kts()
     with pytest.raises(InputValueError, match=r"no keyed tensor holds key 'nope'"):
@@ -850,3 +859,22 @@ def test_torch_func_transforms_equal_torchrec(batch: str, dims: tuple[int, int],
     for k in range(2):
         torch.testing.assert_close(
             outs[k], functional_call(col, {n: p[k] for n, p in stacked.items()}, (kb,)).values())
+
+
+def test_a_frozen_ebc_converts_to_a_frozen_collection_and_back() -> None:
+    """TorchRec tables with ``requires_grad=False`` (pretrained, frozen) stay frozen through
+    ``from_torchrec`` and ``to_torchrec``: an optimizer over the converted module's parameters
+    leaves them as they are, as over the EBC's; a mix of frozen and trainable tables (which a
+    collection's shared parameters cannot hold) is refused."""
+    ebc = _ebc([("t1", 10, 4, ["f1"]), ("t2", 8, 4, ["f2"])])
+    ebc.requires_grad_(False)
+    coll = LookupCollection.from_torchrec(ebc)
+    assert not any(p.requires_grad for p in coll.parameters())
+    back = coll.to_torchrec()
+    assert not any(p.requires_grad for p in back.parameters())
+    assert all(p.requires_grad for p in LookupCollection.from_torchrec(
+        _ebc([("t1", 10, 4, ["f1"])])).to_torchrec().parameters())
+    mixed = _ebc([("t1", 10, 4, ["f1"]), ("t2", 8, 4, ["f2"])])
+    mixed.embedding_bags["t2"].weight.requires_grad_(False)
+    with pytest.raises(InputValueError, match=r"tables \['t2'\] are frozen"):
+        LookupCollection.from_torchrec(mixed)

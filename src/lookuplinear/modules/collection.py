@@ -302,14 +302,9 @@ class LookupCollection(CollectionBase):
             sparse=first.sparse if sparse is None else sparse,
             device=first.weight.device,
         )
-        frozen = {k for k, layer in layers.items() if not layer.weight.requires_grad}
-        if frozen and len(frozen) < len(layers):
-            raise InputValueError(
-                f"LookupCollection.from_layers: the tables {sorted(frozen)} are frozen "
-                "(requires_grad=False) and the others are not, and a collection's tables train "
-                "together. Pass layers that all train, or all frozen; or freeze the collection's "
-                "parameters after building it."
-            )
+        frozen = _all_or_none_frozen(
+            {k: layer.weight.requires_grad for k, layer in layers.items()}, "from_layers",
+            "layers")
         with torch.no_grad():
             for k, layer in layers.items():  # every row (a table in a file draws its rest)
                 collection._rows(k).copy_(layer._whole_table())
@@ -419,7 +414,10 @@ class LookupCollection(CollectionBase):
         self._whole_tables()
         with torch.no_grad():
             for t in self.tables:
-                ebc.embedding_bags[t.name].weight.copy_(self._rows(t.name))
+                weight = ebc.embedding_bags[t.name].weight
+                weight.copy_(self._rows(t.name))
+                # a frozen table stays frozen
+                weight.requires_grad_(self.table_groups[self._places[t.name].group].requires_grad)
         return ebc
 
     @classmethod
@@ -496,6 +494,9 @@ class LookupCollection(CollectionBase):
         own = ebc.state_dict()
         weights = own if state_dict is None else state_dict
         _check_torchrec_weights(tables, weights)
+        frozen = _all_or_none_frozen(
+            {t.name: ebc.embedding_bags[t.name].weight.requires_grad for t in tables},
+            "from_torchrec", "EmbeddingBagCollection tables")
         some = next(iter(weights.values()))
         # each table in the EBC's dtype; a state dict of another dtype is cast while copied,
         # as the EBC's load_state_dict casts it
@@ -506,6 +507,8 @@ class LookupCollection(CollectionBase):
         with torch.no_grad():
             for t in tables:
                 collection._rows(t.name).copy_(weights[f"embedding_bags.{t.name}.weight"])
+        if frozen:
+            collection.requires_grad_(False)
         return collection
 
     def quantize(self, dtype: str | Mapping[str, str] = "int8") -> Any:
@@ -977,3 +980,19 @@ def _placeholder(param: torch.Tensor) -> torch.Tensor:
     """An entry of ``param``'s shape, dtype and layout that holds no memory (one value,
     expanded): what :func:`_check_tables` puts in a group's place."""
     return torch.zeros((), dtype=param.dtype).expand(param.shape)
+
+
+def _all_or_none_frozen(trains: Mapping[str, bool], where: str, what: str) -> bool:
+    """Whether every table of ``trains`` (``{table: requires_grad}``) is frozen: a conversion
+    keeps a frozen table frozen (as :func:`~lookuplinear.LookupLinear.from_linear` and the
+    drop-ins' conversions do), and a collection's tables train together (several share a
+    parameter), so a mix is refused."""
+    frozen = sorted(k for k, grad in trains.items() if not grad)
+    if frozen and len(frozen) < len(trains):
+        raise InputValueError(
+            f"LookupCollection.{where}: the tables {frozen} are frozen (requires_grad=False) "
+            "and the others are not, and a collection's tables train together. Pass "
+            f"{what} that all train, or all frozen; or freeze the collection's parameters "
+            "after building it."
+        )
+    return bool(frozen)

@@ -119,8 +119,9 @@ class KeyedTensor:
                 parts.append(part)
                 width += part.shape[1]
             widths.append(width)
-        if not parts:
-            return [torch.empty(0) for _ in groups]
+        if not parts:  # every group empty: each (N, 0), as an empty group beside others is
+            values = keyed_tensors[0].values() if keyed_tensors else torch.empty(0, 0)
+            return [values.new_empty(values.shape[0], 0) for _ in groups]
         return list(torch.cat(parts, dim=1).split(widths, dim=1))
 
     @staticmethod
