@@ -799,7 +799,9 @@ def test_fasttext_documented_commands(
         (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-epoch", "2"],
          "give -retrain with it"),
         (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain", "-input", "{train}",
-          "-lr", "0"], "-lr must be > 0"),
+          "-lr", "0"], "-lr must be a finite number > 0"),
+        (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain", "-input", "{train}",
+          "-lr", "inf"], "-lr must be a finite number > 0, got inf"),
         (["quantize", "model.bin", "-o", "q", "-cutoff", "5", "-retrain", "-input", "nope.txt"],
          "nope.txt"),
     ],
@@ -834,7 +836,12 @@ def test_usage_errors_name_the_subcommand(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--lr", "-1"], "--lr must be > 0, got -1.0"),
+        (["--lr", "-1"], "--lr must be a finite number > 0, got -1.0"),
+        (["-lr", "inf"], "--lr must be a finite number > 0, got inf"),
+        (["--weight-decay", "nan"], "--weight-decay must be a finite number >= 0, got nan"),
+        (["--weight-decay", "inf"], "--weight-decay must be a finite number >= 0, got inf"),
+        (["--seed", "4294967296"], "--seed must be an integer from -2147483648 to 2147483647"),
+        (["-seed", "-2147483649"], "(fastText's seed is a C int), got -2147483649"),
         (["--epoch", "0"], "--epoch must be >= 1, got 0"),
         (["--device", "gpu"], "--device 'gpu' is not a device"),
         (["--device", "meta"], "lookuplinear trains on cpu or cuda"),
@@ -1609,6 +1616,8 @@ def test_word_vectors_are_the_same_for_a_seed() -> None:
     (["-loss", "hs"], "-loss hs: only negative sampling (-loss ns"),
     (["-minn", "5", "-maxn", "3"], "give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn 0"),
     (["-dim", "0"], "-dim must be >= 1, got 0."),
+    (["-lr", "inf"], "-lr must be a finite number > 0, got inf"),
+    (["-seed", "2147483648"], "-seed must be an integer from -2147483648 to 2147483647"),
     (["-pretrainedVectors", "v.vec"], "-pretrainedVectors is not built for word vectors"),
     (["-minCount", "1000"], "no word is seen -minCount 1000 times in the input (the most "
                             "frequent is seen"),
@@ -1623,6 +1632,21 @@ def test_skipgram_refuses_bad_arguments(argv: list[str], message: str, ft_file: 
     assert err.count("\n") == 1 and not out.with_suffix(".bin").exists()
     assert main(["cbow", "-input", str(ft_file)]) == 1
     assert "needs -input FILE (the text) and -output NAME" in capsys.readouterr().err
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("command", ["supervised", "skipgram"])
+def test_a_negative_seed_is_taken_as_fasttext_takes_it(command: str, ft_file: Path,
+                                                      tmp_path: Path) -> None:
+    """fastText's -seed is any C int: -1 and -2**31 train, each the same vectors twice."""
+    def train(name: str, seed: str) -> bytes:
+        out = tmp_path / name
+        assert main([command, "-input", str(ft_file), "-output", str(out), "-dim", "4",
+                     "-epoch", "1", "-minCount", "1", "-verbose", "0", "-seed", seed]) == 0
+        return out.with_suffix(".vec").read_bytes()
+
+    for seed in ("-1", str(-(2**31))):
+        assert train("a", seed) == train("b", seed)
 
 
 @NOT_LEARNING

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 __all__ = ["FASTTEXT_FLAGS", "FASTTEXT_SUFFIXES", "CommandParser", "add_ignored_flags",
-           "fasttext_stem", "output_path", "positive_int", "write_stdout"]
+           "check_rate", "fasttext_seed", "fasttext_stem", "output_path", "positive_int",
+           "write_stdout"]
 
 #: the suffixes fastText appends to ``-output NAME``: the model, the quantized model
 FASTTEXT_SUFFIXES = (".bin", ".ftz")
@@ -82,6 +84,45 @@ def positive_int(text: str) -> int:
     if exact <= 0:
         raise refused
     return int(exact)
+
+
+def check_rate(flag: str, value: float, *, zero: bool = False) -> None:
+    """Raise ``InputValueError`` naming ``flag`` unless ``value`` is a finite number above 0
+    (at or above 0 with ``zero``): a learning rate, a decay."""
+    from ..errors import InputValueError
+
+    if math.isfinite(value) and (value >= 0 if zero else value > 0):
+        return
+    raise InputValueError(
+        f"{flag} must be a finite number {'>=' if zero else '>'} 0, got {value}; give "
+        f"{'0 or ' if zero else ''}a positive number."
+    )
+
+
+#: the seeds fastText's ``-seed`` takes: a C ``int`` (``std::stoi``)
+C_INT_RANGE = (-(2**31), 2**31 - 1)
+
+
+def fasttext_seed(seed: int, flag: str = "-seed") -> int:
+    """fastText's ``-seed``, any C ``int``, as a ``random_state`` (0 to 2**32 - 1): the seed
+    modulo 2**32, so a seed from 0 to 2**31 - 1 is itself and ``-1`` is 2**32 - 1; raises
+    ``InputValueError`` naming ``flag`` for a seed outside a C ``int``, which fastText's
+    ``std::stoi`` refuses too.
+
+    Examples
+    --------
+    >>> fasttext_seed(0), fasttext_seed(7), fasttext_seed(-1)
+    (0, 7, 4294967295)
+    """
+    from ..errors import InputValueError
+
+    low, high = C_INT_RANGE
+    if not low <= seed <= high:
+        raise InputValueError(
+            f"{flag} must be an integer from {low} to {high} (fastText's seed is a C int), "
+            f"got {seed}; give a seed in that range."
+        )
+    return seed % 2**32
 
 
 def fasttext_stem(name: Path) -> Path:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._args import add_ignored_flags, positive_int
+from ._args import add_ignored_flags, check_rate, positive_int
 from ._textinput import add_input_options
 
 __all__ = ["add_parser", "run"]
@@ -187,8 +187,8 @@ def check_pruning(args: argparse.Namespace) -> None:
     for flag, value in (("-epoch", args.epoch), ("-lr", args.lr)):
         if value is not None and not args.retrain:
             raise InputValueError(f"{flag} sets -retrain's training; give -retrain with it.")
-    if args.lr is not None and not args.lr > 0:
-        raise InputValueError(f"-lr must be > 0, got {args.lr}.")
+    if args.lr is not None:
+        check_rate("-lr", args.lr)
 
 
 def prune(model: Any, args: argparse.Namespace) -> str:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._args import add_ignored_flags, output_path
+from ._args import add_ignored_flags, check_rate, fasttext_seed, output_path
 from ._autotune import Given, check_autotune
 from ._textinput import add_input_options, input_format, read_input
 
@@ -183,10 +183,10 @@ def check_args(args: argparse.Namespace) -> None:
         if getattr(args, name) < 0:
             raise InputValueError(f"--{name.replace('_', '-')} must be >= 0, got "
                                   f"{getattr(args, name)}.")
-    if args.lr is not None and not args.lr > 0:
-        raise InputValueError(f"--lr must be > 0, got {args.lr}.")
-    if args.weight_decay < 0:
-        raise InputValueError(f"--weight-decay must be >= 0, got {args.weight_decay}.")
+    if args.lr is not None:
+        check_rate("--lr", args.lr)
+    check_rate("--weight-decay", args.weight_decay, zero=True)
+    args.seed = fasttext_seed(args.seed, "--seed")
     from .._device import check_device
 
     check_device(args.device, flag="--device")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._args import add_ignored_flags, fasttext_stem
+from ._args import add_ignored_flags, check_rate, fasttext_seed, fasttext_stem
 
 __all__ = ["add_parser", "run"]
 
@@ -103,8 +103,10 @@ def check_args(args: argparse.Namespace) -> None:
             f"character n-grams of -minn {args.minn} to -maxn {args.maxn} characters into "
             f"-bucket {args.bucket} rows: give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn "
             "0 for no n-grams.")
-    if not args.lr > 0 or not args.t > 0:
-        raise InputValueError(f"-lr and -t must be > 0, got -lr {args.lr} and -t {args.t}.")
+    check_rate("-lr", args.lr)
+    if not args.t > 0:
+        raise InputValueError(f"-t must be > 0, got {args.t}; give a positive number.")
+    args.seed = fasttext_seed(args.seed)
     if args.input != "-" and not Path(args.input).is_file():
         raise InputValueError(f"-input {args.input}: no such file; give the training text.")
     stem = fasttext_stem(args.output)
