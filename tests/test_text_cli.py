@@ -1681,6 +1681,32 @@ def test_supervised_defaults_to_softmax_as_fasttext(tmp_path: Path) -> None:
 
 
 @NOT_LEARNING
+def test_loss_auto_reads_a_repeated_label_as_one_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line that repeats its one label (`__label__a __label__a`) has one label, as fastText
+    draws its target among the line's label tokens: `train`'s --loss auto trains the softmax
+    that --loss softmax trains (probabilities that sum to 1), without the note on stderr that
+    a line with two different labels gets."""
+    data = tmp_path / "d.txt"
+    data.write_text("__label__a __label__a good fine\n__label__b bad awful\n"
+                    "__label__c so so\n" * 3, encoding="utf-8")
+    base = ["train", str(data), "--dim", "4", "--epoch", "2"]
+    assert main([*base, "-o", str(tmp_path / "auto.ll")]) == 0
+    assert "one-vs-all" not in capsys.readouterr().err
+    assert main([*base, "-o", str(tmp_path / "softmax.ll"), "--loss", "softmax", "-q"]) == 0
+    auto, softmax = load_model(tmp_path / "auto.ll"), load_model(tmp_path / "softmax.ll")
+    assert not auto.estimator.multilabel_
+    texts = ["good", "bad awful", "so"]
+    np.testing.assert_array_equal(auto.scores(texts), softmax.scores(texts))
+    np.testing.assert_allclose(auto.scores(texts).sum(axis=1), 1.0, rtol=1e-5)
+    data.write_text("__label__a __label__b good fine\n__label__b bad awful\n", encoding="utf-8")
+    assert main([*base, "-o", str(tmp_path / "ova.ll")]) == 0
+    assert ("--loss auto trains one-vs-all (multilabel: each label's probability apart), as a "
+            "line has several labels (__label__a __label__b)") in capsys.readouterr().err
+
+
+@NOT_LEARNING
 def test_save_output_writes_the_output_layer_as_fasttext(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -38,7 +38,7 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
             "labels and input format as JSON (predict and test read their input the same way). "
             + ("The loss is softmax unless -loss one-vs-all (multilabel) is given, as in "
                "fastText. " if fasttext else
-               "Lines with several labels train one-vs-all (multilabel). ")
+               "Lines with several different labels train one-vs-all (multilabel). ")
             + "Bytes that are not UTF-8 "
             "read as U+FFFD (their lines listed on stderr); Ctrl-C leaves MODEL as it was."
         ),
@@ -79,7 +79,7 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
                    choices=["auto", "softmax", "ova", "one-vs-all", "hs", "ns"],
                    help="softmax (a line with several labels counts once per label, weighted "
                         "1/labels), ova or one-vs-all (multilabel); auto "
-                        "picks ova when some line has several labels (default: "
+                        "picks ova when some line has several different labels (default: "
                         + ("softmax, as fastText's supervised" if fasttext else "auto")
                         + "); fastText's hs and ns are refused (softmax is computed exactly)")
     p.add_argument("--seed", "-seed", type=int, default=0,
@@ -225,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if args.pretrained_vectors is not None:  # read before training: a bad file costs nothing
         pretrained = read_pretrained(args.pretrained_vectors, args.dim)
     texts, label_lists = drop_rare_labels(data.texts, data.labels, args)
+    pick_loss(label_lists, args)
     search_s = 0.0
     if args.autotune_validation is not None:  # fastText's search, then the best arguments
         from ._autotune import search
@@ -363,6 +364,22 @@ def drop_rare_labels(
     return [texts[i] for i in pick], [kept[i] for i in pick]
 
 
+def pick_loss(label_lists: list[list[str]], args: argparse.Namespace) -> None:
+    """``--loss auto`` made ``ova`` when some line has two different labels (stderr says so
+    and names them, unless quiet), ``softmax`` otherwise; a label repeated on a line is one
+    label (in fastText's softmax a line's target is drawn among its label tokens, so
+    ``__label__a __label__a`` trains ``a`` alone)."""
+    if args.loss != "auto":
+        return
+    several = next((ls for ls in label_lists if len(set(ls)) > 1), None)
+    args.loss = "softmax" if several is None else "ova"
+    if several is not None and not args.quiet:
+        print(f"lookuplinear train: note: --loss auto trains one-vs-all (multilabel: each "
+              f"label's probability apart), as a line has several labels "
+              f"({' '.join(dict.fromkeys(several))}); give --loss softmax for probabilities "
+              "that sum to 1.", file=sys.stderr)
+
+
 def start_from_pretrained(clf: Any, vec: Any, pretrained: tuple[list[str], Any]) -> Any:
     """Make ``clf.fit`` start the table rows of the pretrained words from their vectors, as
     fastText's ``-pretrainedVectors`` does (the other rows are drawn as usual); returns a
@@ -417,7 +434,8 @@ def fit_text_classifier(
     from ..sklearn import LookupClassifier
     from ..text import FastTextVectorizer
 
-    ova = args.loss == "ova" or (args.loss == "auto" and any(len(ls) > 1 for ls in label_lists))
+    pick_loss(label_lists, args)
+    ova = args.loss == "ova"
     weight = None
     if ova:
         mlb = MultiLabelBinarizer()
