@@ -927,6 +927,35 @@ def test_predict_prob_prints_probabilities_as_fasttext(tmp_path: Path, fasttext,
     assert any("e-" in line for line in out)  # a small probability in exponent form
 
 
+def test_a_diverged_hs_model_predicts_as_fasttext_without_a_warning(tmp_path: Path, fasttext,
+                                                                    capsys) -> None:
+    """An hs model whose logits pass +-709 (fastText's expf is inf there, its sigmoid 0 or 1):
+    predict-prob prints fastText's labels and probabilities, and no numpy overflow warning."""
+    import warnings
+
+    from lookuplinear.cli import main
+
+    path = write_fasttext(tmp_path / "m.bin", loss="hs", n_labels=7)
+    data = bytearray(path.read_bytes())
+    cut = len(data) - 7 * 6 * 4  # the output matrix: the last rows x dim float32 values
+    data[cut:] = (np.frombuffer(bytes(data[cut:]), "<f4") * 1e4).astype("<f4").tobytes()
+    path.write_bytes(bytes(data))
+    texts = [t for t in TEXTS if t]
+    model = load_fasttext(path)
+    logits = model.logits(model.hidden(texts)[0])
+    assert logits.min() < -709 and logits.max() > 709
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    ft = fasttext.load_model(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["predict-prob", str(path), str(tmp_path / "in.txt"), "-1"]) == 0
+    out = capsys.readouterr()
+    want = [" ".join(f"{n} {float(np.float32(v)):g}" for n, v in zip(*ft.predict(t, k=-1),
+                                                                     strict=True))
+            for t in cli_examples(texts)]
+    assert out.out.splitlines() == want and "Warning" not in out.err
+
+
 def test_file_tokens_split_where_fasttext_splits(tmp_path: Path, fasttext) -> None:
     """read_fasttext splits tokens where fastText does: a no-break space or U+3000 is inside
     a token, so '__label__1\\u00a0bad' is one (label) token, as fastText's getLine reads it."""

@@ -736,8 +736,13 @@ def _std_log(p: np.ndarray) -> np.ndarray:
 
 
 def _exact_sigmoid(x: np.ndarray) -> np.ndarray:
-    """``1. / (1 + std::exp(-x))`` with float32 ``x``: expf, a float sum, a double quotient."""
-    e = np.exp(-x.astype(np.float64)).astype(_F32)
+    """``1. / (1 + std::exp(-x))`` with float32 ``x``: expf, a float sum, a double quotient.
+
+    Below about -88 (a diverged model's logits) ``expf`` is ``inf`` and the sigmoid 0, as in
+    fastText, without a warning: numpy's overflow, in ``exp`` past -709 or in the float32 cast
+    past -88, is that ``inf``."""
+    with np.errstate(over="ignore"):
+        e = np.exp(-x.astype(np.float64)).astype(_F32)
     return (1.0 / (_F32(1) + e).astype(np.float64)).astype(_F32)
 
 
