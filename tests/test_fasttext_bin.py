@@ -997,6 +997,36 @@ def test_train_keeps_the_tokens_fasttext_reads(tmp_path: Path, fasttext) -> None
         assert set(X[0, : len(vocab)].nonzero()[1]) == {vocab["new\u00a0york"], vocab["x\u3000y"]}
 
 
+def test_supervised_takes_the_arguments_and_lines_fasttext_takes(tmp_path: Path, fasttext,
+                                                                 capsys) -> None:
+    """-minCount 0 (every word), -bucket 0 without n-grams and lines without a label (skipped
+    in training, their words in the vocabulary) train, as fastText's supervised trains on
+    them: the same words and labels."""
+    from lookuplinear.cli import main
+    from lookuplinear.sklearn import load_model
+
+    lines = ["__label__a good fine film", "no label here", "__label__b bad awful plot",
+             "__label__a good", "just words"] * 3
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["supervised", "-input", str(path), "-output", str(tmp_path / "m"), "-dim",
+                 "4", "-epoch", "1", "-minCount", "0", "-bucket", "0"]) == 0
+    assert ("6 of 15 examples have no label (first: line 2) and are skipped"
+            in capsys.readouterr().err)
+    model = load_model(tmp_path / "m.bin")
+    for _ in range(20):  # the module's training sometimes stops with "Encountered NaN."
+        try:
+            ft = fasttext.train_supervised(input=str(path), dim=4, epoch=1, minCount=0,
+                                           bucket=0, verbose=0, thread=1)
+        except RuntimeError:
+            continue
+        assert set(model.vectorizer.vocabulary_) == set(ft.words) - {"</s>"}
+        assert model.labels == sorted(ft.labels)
+        break
+    else:
+        pytest.fail("fastText's training stopped with 'Encountered NaN' 20 times")
+
+
 def test_softmax_on_lines_with_several_labels_keeps_every_label(tmp_path: Path,
                                                                  fasttext) -> None:
     """`-loss softmax` on lines with two labels: every label is in the model (the second one

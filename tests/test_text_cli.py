@@ -672,9 +672,9 @@ def test_command_errors(
 ) -> None:
     model = tmp_path / "model.ll"
     unlabelled = tmp_path / "u.txt"
-    unlabelled.write_text("__label__a some text\nno label here\n", encoding="utf-8")
+    unlabelled.write_text("no label\n\nno label here\n", encoding="utf-8")
     assert main(["train", str(unlabelled), "-o", str(model), "-q"]) == 1
-    assert "have no label (first: line 2)" in capsys.readouterr().err
+    assert "none of the 2 examples of " in capsys.readouterr().err
     assert main(["train", str(ft_file), "-o", str(model), "--label-column", "x", "-q"]) == 1
     assert "--label-column needs --text-column" in capsys.readouterr().err
     broken = tmp_path / "broken.ll"
@@ -787,8 +787,6 @@ def test_fasttext_documented_commands(
         (["predict-prob", "model.bin", "{train}", "1", "0.2", "--threshold", "0.3"],
          "threshold given twice"),
         (["test", "model.bin", "{train}", "1", "-0.1"], "threshold is a probability"),
-        (["quantize", "model.bin", "-o", "q", "-cutoff", "99999999"],
-         "cutoff must be an integer in [1, 13] (the rows of the table), got 99999999"),
         (["quantize", "model.bin", "-o", "q", "-dsub", "4"], "-dsub 4 has no counterpart"),
         (["quantize", "model.bin", "-o", "q", "-qout"], "Drop -qout"),
         (["quantize", "model.bin", "-o", "q", "-dsub", "1", "--dtype", "int4"],
@@ -842,6 +840,9 @@ def test_usage_errors_name_the_subcommand(
         (["--weight-decay", "inf"], "--weight-decay must be a finite number >= 0, got inf"),
         (["--seed", "4294967296"], "--seed must be an integer from -2147483648 to 2147483647"),
         (["-seed", "-2147483649"], "(fastText's seed is a C int), got -2147483649"),
+        (["-bucket", "0", "-maxn", "3"], "--bucket 0 leaves no rows for the n-grams of "
+                                         "--wordNgrams 1 --maxn 3"),
+        (["--minCount", "-1"], "--minCount must be >= 0, got -1"),
         (["--epoch", "0"], "--epoch must be >= 1, got 0"),
         (["--device", "gpu"], "--device 'gpu' is not a device"),
         (["--device", "meta"], "lookuplinear trains on cpu or cuda"),
@@ -1097,6 +1098,30 @@ def test_vectorizer_prune_keeps_the_columns_given(
                                   X[1:][:, cols].toarray())
 
 
+@NOT_LEARNING
+def test_quantize_cutoff_at_or_above_the_rows_prunes_nothing_as_fasttext(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fastText's quantize prunes (and retrains) only when -cutoff is below the table's rows:
+    at or above them the file is the one quantize writes without -cutoff."""
+    model = tmp_path / "m.bin"
+    assert main(["supervised", "-input", str(ft_file), "-output", str(model), "-dim", "4",
+                 "-epoch", "1", "-verbose", "0"]) == 0
+    rows = load_model(model).estimator.model_.lookup.weight.shape[0]
+    assert main(["quantize", str(model), "-o", str(tmp_path / "all.ftz"), "--dtype",
+                 "int4"]) == 0
+    want = load_model(tmp_path / "all.ftz")
+    texts = [line.split(" ", 1)[1] for line in LINES]
+    for cutoff, extra in ((rows, []), (10**9, ["-retrain", "-input", str(ft_file)])):
+        out = tmp_path / f"c{cutoff}.ftz"
+        assert main(["quantize", str(model), "-o", str(out), "-cutoff", str(cutoff),
+                     *extra]) == 0
+        assert f"keeps all {rows} rows (nothing pruned or retrained)" in capsys.readouterr().err
+        got = load_model(out)
+        assert got.vectorizer.vocabulary_ == want.vectorizer.vocabulary_
+        np.testing.assert_array_equal(got.scores(texts), want.scores(texts))
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float16"])
 def test_quantize_cutoff_is_the_dense_model_without_the_pruned_rows(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: str
@@ -1310,8 +1335,9 @@ def test_lines_end_at_newline_only_and_errors_name_lines(
                     encoding="utf-8")
     data = read_fasttext(path)
     assert data.texts == ["x y", "p\u2028q", "no label here"] and data.lines == [1, 3, 5]
-    assert main(["train", str(path), "-o", str(tmp_path / "m.ll"), "-q"]) == 1
-    assert "have no label (first: line 5)" in capsys.readouterr().err
+    assert main(["train", str(path), "-o", str(tmp_path / "m.ll"), "--epoch", "1"]) == 0
+    assert ("1 of 3 examples have no label (first: line 5) and are skipped"
+            in capsys.readouterr().err)
     table = tmp_path / "t.csv"
     table.write_text('label,text\na,"two\nlines"\nb\n', encoding="utf-8")
     with pytest.raises(InputValueError, match=r"t\.csv:4: the row has 1 fields"):
@@ -1632,6 +1658,17 @@ def test_skipgram_refuses_bad_arguments(argv: list[str], message: str, ft_file: 
     assert err.count("\n") == 1 and not out.with_suffix(".bin").exists()
     assert main(["cbow", "-input", str(ft_file)]) == 1
     assert "needs -input FILE (the text) and -output NAME" in capsys.readouterr().err
+
+
+def test_skipgram_min_count_zero_keeps_every_word_as_one(ft_file: Path, tmp_path: Path) -> None:
+    """fastText's -minCount 0 keeps every word, as -minCount 1 does: the same vectors."""
+    def train(name: str, min_count: str) -> bytes:
+        out = tmp_path / name
+        assert main(["skipgram", "-input", str(ft_file), "-output", str(out), "-dim", "4",
+                     "-epoch", "1", "-verbose", "0", "-minCount", min_count]) == 0
+        return out.with_suffix(".vec").read_bytes()
+
+    assert train("zero", "0") == train("one", "1")
 
 
 @NOT_LEARNING

@@ -94,8 +94,11 @@ def input_format(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None,
-               every_line: bool = False, skip_unlabelled: bool = False) -> Any:
+               every_line: bool = False) -> Any:
     """The ``LabelledTexts`` of ``args.input``; raises ``InputValueError`` on bad usage.
+
+    ``need_labels`` (``train``, ``test``): no example has a label is an error; the examples
+    without one are kept, for the caller to skip (as fastText's training and test skip them).
 
     ``every_line`` (``predict``): every line of fastText-format input is an example, a blank
     one included, so that the output has one line per input line, as fastText's (on a model
@@ -174,18 +177,15 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
         return data
     if len(data) == 0 and not every_line:  # predict: no line, no prediction (fastText's)
         raise InputValueError(f"{args.input} holds no examples (no non-empty line).")
-    if need_labels:
-        missing = [i for i, ls in enumerate(data.labels) if not ls]
-        if missing and not (skip_unlabelled and len(missing) < len(data)):
-            table = (f" {args.input} is named like a CSV/TSV table and was read as fastText "
-                     "lines because no --text-column was given: to read it as a table, give "
-                     "--text-column COL --label-column COL (its header names the columns)."
-                     if named_table and text_column is None else "")
-            raise InputValueError(
-                f"{len(missing)} of {len(data)} examples have no label (first: line "
-                f"{data.lines[missing[0]]}). fastText lines need a '{args.label}...' "
-                "token; CSV rows a non-empty --label-column." + table
-            )
+    if need_labels and not any(data.labels):
+        table = (f" {args.input} is named like a CSV/TSV table and was read as fastText "
+                 "lines because no --text-column was given: to read it as a table, give "
+                 "--text-column COL --label-column COL (its header names the columns)."
+                 if named_table and text_column is None else "")
+        raise InputValueError(
+            f"none of the {len(data)} examples of {args.input} has a label. fastText lines "
+            f"need a '{args.label}...' token; CSV rows a non-empty --label-column." + table
+        )
     if named_table and text_column is None and not as_lines:
         print(f"lookuplinear {args.command}: note: {args.input} is named like a CSV/TSV table "
               "but is read as fastText lines (its first line is an example); give "

@@ -192,8 +192,10 @@ def check_pruning(args: argparse.Namespace) -> None:
 
 
 def prune(model: Any, args: argparse.Namespace) -> str:
-    """Keep ``args.cutoff`` rows of ``model`` (and retrain them); returns a note for the
-    summary line. Raises ``InputValueError`` when the model cannot be pruned."""
+    """Keep ``args.cutoff`` rows of ``model`` (and retrain them), or all of them when
+    ``args.cutoff`` is not below the table's rows (fastText's quantize prunes only below);
+    returns a note for the summary line. Raises ``InputValueError`` when the model cannot be
+    pruned."""
     import numpy as np
 
     from ..errors import InputValueError
@@ -206,6 +208,9 @@ def prune(model: Any, args: argparse.Namespace) -> str:
             f"{args.model} holds " + ("no text vectorizer." if vec is None else
                                       "a linear model without an embedding table.")
         )
+    n_rows = est.model_.lookup.weight.shape[0]
+    if args.cutoff >= n_rows:  # fastText's quantize prunes, and retrains, only below them
+        return f", -cutoff {args.cutoff} keeps all {n_rows} rows (nothing pruned or retrained)"
     rows = select_rows(est, args.cutoff)
     data = None
     if args.retrain:  # read before anything changes: a bad file leaves nothing written

@@ -41,7 +41,7 @@ def add_parser(sub: Any, name: str = "test") -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     model = load_text_model(args, args.command)
-    data = read_input(args, need_labels=True, model=model, skip_unlabelled=True)
+    data = read_input(args, need_labels=True, model=model)
     check_labels(model.labels, data.labels, args)
     # as fastText's test: only the model's labels are labels (the others are left out), and
     # an example with none of them is skipped

@@ -18,6 +18,8 @@ __all__ = ["DEFAULT_LR", "add_parser", "run"]
 #: accurate than Adagrad at 0.5 on the validation splits of both benchmark datasets, at dim 10
 #: and at dim 100, with one state value per row instead of one per weight (docs/performance.md)
 DEFAULT_LR = {"rowwise_adagrad": 0.2, "adagrad": 0.5, "sgd": 0.5, "adam": 0.05, "adamw": 0.05}
+#: ``--bucket`` when not given, fastText's ``-bucket``
+DEFAULT_BUCKET = 2_000_000
 #: fastText's end-of-line token, a word of its dictionary
 _EOS = "</s>"
 
@@ -70,9 +72,10 @@ def add_parser(sub: Any, name: str = "train") -> argparse.ArgumentParser:
                    help="min char n-gram length (0: none)")
     p.add_argument("--maxn", "-maxn", type=int, action=Given, default=0,
                    help="max char n-gram length (0: none)")
-    p.add_argument("--bucket", "-bucket", type=int, action=Given, default=2_000_000,
-                   help="n-gram hash buckets")
-    p.add_argument("--minCount", "-minCount", type=int, default=1, help="min word count")
+    p.add_argument("--bucket", "-bucket", type=int, action=Given, default=DEFAULT_BUCKET,
+                   help="n-gram hash buckets (0 only without n-grams, as in fastText)")
+    p.add_argument("--minCount", "-minCount", type=int, default=1,
+                   help="min word count (0 keeps every word, as 1)")
     p.add_argument("--batch-size", type=int, default=256, help="examples per step")
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--loss", "-loss", action=Given, default="softmax" if fasttext else "auto",
@@ -175,14 +178,16 @@ def check_args(args: argparse.Namespace) -> None:
     if args.lrUpdateRate is not None and not args.quiet:
         print("lookuplinear train: note: -lrUpdateRate has no counterpart: the learning rate "
               "decays every batch (--batch-size).", file=sys.stderr)
-    for name in ("dim", "epoch", "wordNgrams", "bucket", "minCount", "batch_size", "thread"):
+    for name in ("dim", "epoch", "wordNgrams", "batch_size", "thread"):
         if getattr(args, name) < 1:
             raise InputValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                   f"{getattr(args, name)}.")
-    for name in ("minn", "maxn", "min_count_label"):
+    for name in ("minn", "maxn", "min_count_label", "minCount", "bucket"):
         if getattr(args, name) < 0:
             raise InputValueError(f"--{name.replace('_', '-')} must be >= 0, got "
                                   f"{getattr(args, name)}.")
+    args.minCount = max(args.minCount, 1)  # fastText's -minCount 0 keeps every word, as 1
+    check_bucket(args)
     if args.lr is not None:
         check_rate("--lr", args.lr)
     check_rate("--weight-decay", args.weight_decay, zero=True)
@@ -191,6 +196,25 @@ def check_args(args: argparse.Namespace) -> None:
 
     check_device(args.device, flag="--device")
     check_output(Path(args.output), args.input)
+
+
+def check_bucket(args: argparse.Namespace) -> None:
+    """``--bucket 0``: taken without n-grams, where it changes nothing (fastText's
+    ``Args::parseArgs`` sets 0 itself then), as the default (which ``-autotune-validation``
+    searches); refused with word or character n-grams, which hash into the buckets
+    (``InputValueError``)."""
+    from ..errors import InputValueError
+
+    if args.bucket != 0:
+        return
+    if args.wordNgrams > 1 or args.maxn > 0:
+        raise InputValueError(
+            f"--bucket 0 leaves no rows for the n-grams of --wordNgrams {args.wordNgrams} "
+            f"--maxn {args.maxn}, which hash into --bucket rows: give --bucket >= 1 (default "
+            f"{DEFAULT_BUCKET}), or --wordNgrams 1 --maxn 0 for words alone."
+        )
+    args.bucket = DEFAULT_BUCKET
+    args.given = getattr(args, "given", frozenset()) - {"bucket"}
 
 
 def check_output(output: Path, input_path: str) -> None:
@@ -224,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     pretrained = None
     if args.pretrained_vectors is not None:  # read before training: a bad file costs nothing
         pretrained = read_pretrained(args.pretrained_vectors, args.dim)
-    texts, label_lists = drop_rare_labels(data.texts, data.labels, args)
+    texts, label_lists = drop_rare_labels(*skip_unlabelled(data, args), args)
     pick_loss(label_lists, args)
     search_s = 0.0
     if args.autotune_validation is not None:  # fastText's search, then the best arguments
@@ -232,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
 
         valid = read_input(argparse.Namespace(**{**vars(args),
                                                  "input": args.autotune_validation}),
-                           need_labels=True, skip_unlabelled=True)
+                           need_labels=True)
         vars(args).update(search(args, texts, label_lists, pretrained=pretrained,
                                  vocabulary_texts=data.texts,
                                  validation=(valid.texts, valid.labels),
@@ -335,6 +359,20 @@ def read_pretrained(path: str, dim: int) -> tuple[list[str], Any]:
             f"model's is {dim}: pass -dim {vectors.shape[1]}."
         )
     return words, vectors
+
+
+def skip_unlabelled(data: Any, args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
+    """The texts and label lists of ``data`` (``LabelledTexts``) that have a label, as
+    fastText's supervised training skips a line without one; stderr says how many were
+    skipped and the first one's line, unless quiet."""
+    pick = [i for i, ls in enumerate(data.labels) if ls]
+    if len(pick) < len(data.labels) and not args.quiet:
+        first = next(n for n, ls in zip(data.lines, data.labels, strict=True) if not ls)
+        print(f"lookuplinear {getattr(args, 'command', 'train')}: "
+              f"{len(data.labels) - len(pick)} of {len(data.labels)} examples have no label "
+              f"(first: line {first}) and are skipped, as fastText's supervised skips them; "
+              "their words still count in the vocabulary.", file=sys.stderr)
+    return [data.texts[i] for i in pick], [data.labels[i] for i in pick]
 
 
 def drop_rare_labels(

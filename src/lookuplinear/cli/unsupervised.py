@@ -90,12 +90,11 @@ def check_args(args: argparse.Namespace) -> None:
         raise InputValueError(
             "-autotune-validation searches arguments by their validation score of labels; "
             f"{args.command} learns word vectors without labels. Drop it.")
-    for flag in ("dim", "ws", "epoch", "minCount", "lrUpdateRate", "wordNgrams", "thread",
-                 "batch_size"):
+    for flag in ("dim", "ws", "epoch", "lrUpdateRate", "wordNgrams", "thread", "batch_size"):
         if getattr(args, flag) < 1:
             raise InputValueError(f"-{flag.replace('_', '-')} must be >= 1, got "
                                   f"{getattr(args, flag)}.")
-    for flag in ("neg", "minn", "maxn", "minCountLabel", "bucket"):
+    for flag in ("neg", "minn", "maxn", "minCount", "minCountLabel", "bucket"):
         if getattr(args, flag) < 0:
             raise InputValueError(f"-{flag} must be >= 0, got {getattr(args, flag)}.")
     if args.maxn > 0 and (args.bucket < 1 or args.minn < 1 or args.minn > args.maxn):
