@@ -28,7 +28,9 @@ combined as ``h = h * 116049371 + h_next``). ``hidden`` is the mean of those row
 on the label's path in fastText's Huffman tree (``hs``), or fastText's table sigmoid per label
 (``ova``, ``ns``). Every step repeats fastText's float32 operations in its order, so the
 probabilities are the ones the ``fasttext`` module returns (``exp(log(p + 1e-5))``, as it
-prints them) and ``top_k`` orders ties as fastText's heap does.
+prints them) and ``top_k`` orders ties as fastText's heap does; a probability can differ in
+the last bit of its float32, as fastText's ``std::exp`` of a float is the C library's ``expf``
+(its variant chosen at run time), here numpy's double ``exp`` rounded to float32.
 
 Requires numpy only.
 """
