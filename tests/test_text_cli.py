@@ -1102,8 +1102,9 @@ def test_vectorizer_prune_keeps_the_columns_given(
 def test_quantize_cutoff_at_or_above_the_rows_prunes_nothing_as_fasttext(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """fastText's quantize prunes (and retrains) only when -cutoff is below the table's rows:
-    at or above them the file is the one quantize writes without -cutoff."""
+    """fastText's quantize prunes (and retrains) only when -cutoff is below the table's rows
+    and above 0 (its default): at or above them, or 0, the file is the one quantize writes
+    without -cutoff; a negative -cutoff is a one-line error."""
     model = tmp_path / "m.bin"
     assert main(["supervised", "-input", str(ft_file), "-output", str(model), "-dim", "4",
                  "-epoch", "1", "-verbose", "0"]) == 0
@@ -1112,7 +1113,8 @@ def test_quantize_cutoff_at_or_above_the_rows_prunes_nothing_as_fasttext(
                  "int4"]) == 0
     want = load_model(tmp_path / "all.ftz")
     texts = [line.split(" ", 1)[1] for line in LINES]
-    for cutoff, extra in ((rows, []), (10**9, ["-retrain", "-input", str(ft_file)])):
+    for cutoff, extra in ((rows, []), (0, ["-retrain", "-input", str(ft_file)]),
+                          (10**9, ["-retrain", "-input", str(ft_file)])):
         out = tmp_path / f"c{cutoff}.ftz"
         assert main(["quantize", str(model), "-o", str(out), "-cutoff", str(cutoff),
                      *extra]) == 0
@@ -1120,6 +1122,8 @@ def test_quantize_cutoff_at_or_above_the_rows_prunes_nothing_as_fasttext(
         got = load_model(out)
         assert got.vectorizer.vocabulary_ == want.vectorizer.vocabulary_
         np.testing.assert_array_equal(got.scores(texts), want.scores(texts))
+    assert main(["quantize", str(model), "-o", str(tmp_path / "neg.ftz"), "-cutoff", "-1"]) == 1
+    assert "-cutoff must be 0 (keep every row" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16"])

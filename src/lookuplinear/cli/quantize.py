@@ -44,9 +44,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "-cutoff, -qnorm or -dsub 2, as fastText's default -dsub 2 stores "
                         "4 bits a value)")
     ft = p.add_argument_group("fastText's quantize options")
-    ft.add_argument("-cutoff", type=positive_int, default=None, metavar="N",
+    ft.add_argument("-cutoff", type=int, default=None, metavar="N",
                     help="keep the N table rows (words and n-gram buckets) of largest L2 norm; "
-                         "the others are absent from every text")
+                         "the others are absent from every text (0, fastText's default: keep "
+                         "every row)")
     ft.add_argument("-retrain", action="store_true",
                     help="with -cutoff: train the kept rows and the output layer again on "
                          "-input TRAIN before quantizing")
@@ -177,6 +178,11 @@ def check_pruning(args: argparse.Namespace) -> None:
             "input table, and the output layer (dim x labels values) stays float32, a small "
             "part of the file. Drop -qout; the rest of the command works as given."
         )
+    if args.cutoff is not None and args.cutoff < 0:
+        raise InputValueError(
+            f"-cutoff must be 0 (keep every row, fastText's default) or a positive number of "
+            f"rows to keep, got {args.cutoff}."
+        )
     if args.retrain and args.cutoff is None:
         raise InputValueError(
             "-retrain trains the rows -cutoff keeps; give -cutoff N with it (as fastText "
@@ -209,7 +215,7 @@ def prune(model: Any, args: argparse.Namespace) -> str:
                                       "a linear model without an embedding table.")
         )
     n_rows = est.model_.lookup.weight.shape[0]
-    if args.cutoff >= n_rows:  # fastText's quantize prunes, and retrains, only below them
+    if args.cutoff == 0 or args.cutoff >= n_rows:  # fastText prunes and retrains only below
         return f", -cutoff {args.cutoff} keeps all {n_rows} rows (nothing pruned or retrained)"
     rows = select_rows(est, args.cutoff)
     data = None
