@@ -2551,3 +2551,42 @@ def test_adagrad_share_memory_as_torchs() -> None:
     plain.step()
     assert torch.equal(p, ref[0]) and torch.equal(q, ref[1])
     assert torch.equal(opt.state[p]["sum"], plain.state[ref[0]]["sum"])
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize(("cls", "key", "value"), [
+    (optim.SGD, "maximize", True), (optim.Adam, "amsgrad", True),
+    (optim.Adam, "decoupled_weight_decay", True)])
+def test_an_unimplemented_option_set_on_a_group_by_hand_is_refused_at_the_update(
+        cls: Any, key: str, value: Any, fused: bool) -> None:
+    """An option the class does not implement, written into a group after it was made (where
+    the constructor's and add_param_group's checks cannot see it): the update refuses it,
+    nothing moved, where it would ignore it (torch.optim's class of that name applies it)."""
+    torch.manual_seed(0)
+    layer = LookupLinear(10, 4, sparse=True)
+    opt = cls(layer.parameters(), lr=0.1, fused=fused)
+    opt.param_groups[0][key] = value
+    before = snapshot(layer, opt)
+    with pytest.raises(InputValueError, match=rf"sets {key}={value}"):
+        layer(torch.tensor([[1, 2]])).sum().backward()
+        opt.step()
+    assert_unchanged(before, layer, opt)
+
+
+def test_load_state_dict_runs_its_pre_hooks_before_checking_as_torch_optim() -> None:
+    """A ``register_load_state_dict_pre_hook`` that mends an old state dict (a group key it
+    lacks) runs before the checks, as torch.optim runs it: the load takes the mended dict, where
+    torch.optim.Adam loads it too."""
+    def mend(opt: Any, sd: dict[str, Any]) -> dict[str, Any]:
+        sd = {**sd, "param_groups": [{**g, "eps": 1e-8} for g in sd["param_groups"]]}
+        return sd
+
+    for cls in (optim.Adam, torch.optim.Adam):
+        layer = LookupLinear(10, 4)
+        opt = cls(layer.parameters(), lr=0.1)
+        sd = opt.state_dict()
+        sd["param_groups"] = [{k: v for k, v in g.items() if k != "eps"}
+                              for g in sd["param_groups"]]
+        opt.register_load_state_dict_pre_hook(mend)
+        opt.load_state_dict(sd)
+        assert opt.param_groups[0]["eps"] == 1e-8

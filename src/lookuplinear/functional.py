@@ -260,7 +260,11 @@ def lookup_linear(
             except (IndexError, RuntimeError) as exc:  # the kernel's: name the index
                 failed = exc
             else:
-                return out if bias is None else _plus_bias(out, bias)
+                if bias is None:
+                    return out
+                # _plus_bias written out: this runs per lookup
+                return (out + bias if torch._C._functorch.maybe_current_level() is not None
+                        else out.add_(bias))
             check_index_range(input, weight.shape[0], where="input")
             raise failed
         operands = _cpu_sum_operands(
@@ -520,7 +524,8 @@ def _plus_bias(out: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     the lookup's, no second output allocated), but out of place while a ``torch.func``
     transform is active, where ``bias`` may be batched and ``out`` not (``vmap`` over the
     bias alone), which an in-place add cannot write."""
-    return out + bias if transformed() else out.add_(bias)
+    return (out + bias if torch._C._functorch.maybe_current_level() is not None  # transformed()
+            else out.add_(bias))
 
 
 def _dense_forward(

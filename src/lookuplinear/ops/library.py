@@ -134,7 +134,7 @@ from .._fusion import binding
 from .._fusion import defer as fused_defer
 from ..errors import InputValueError, LookupIndexError
 from . import _asserts, _bagmax, _dualcd, _extension, _hashing, _idmap, _inputs, _ngrams, _updates
-from ._backend import has_tangent, transformed, use_c
+from ._backend import has_tangent, use_c
 from ._columns import deinterleave as _deinterleave
 from ._columns import interleave as _interleave
 from ._columns import segment_tensor
@@ -647,7 +647,9 @@ def in_feature_order(outs: Sequence[torch.Tensor], features: Sequence[int],
     operator's C++ autograd) or a forward-mode AD level is open (the operator has no
     forward-mode formula), its torch-op twin: ``torch.cat`` of the segments' column slices,
     the same values, whose derivatives the transform or the tangent follows."""
-    if transformed() or getattr(forward_ad, "_current_level", -1) >= 0:
+    # transformed() written out: this runs per collection forward
+    if (torch._C._functorch.maybe_current_level() is not None
+            or getattr(forward_ad, "_current_level", -1) >= 0):
         return _in_feature_order_twin(outs, features, segments)
     out: torch.Tensor = _IN_FEATURE_ORDER(outs, features, segments)
     return out

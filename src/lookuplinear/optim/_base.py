@@ -286,7 +286,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             all are written, the ones in use put back should that fail: nothing is loaded
             then, the optimizer and every state file are as they were.
         """
+        # the load pre-hooks first, as torch.optim runs them: a hook may mend an old state
+        # dict, and the checks read what the load takes (the hooks are not run again below)
         state_dict = dict(state_dict)
+        hooks = self._optimizer_load_state_dict_pre_hooks
+        for hook in list(hooks.values()):
+            mended = hook(self, state_dict)
+            if mended is not None:
+                state_dict = dict(mended)
         state_dict["param_groups"] = self._loadable_groups(state_dict.get("param_groups"))
         self._check_state(state_dict)
         # torch.optim builds a new state and new groups; the old ones come back if placing the
@@ -297,7 +304,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         params = [p for group in self.param_groups for p in group["params"]]
         try:
             with staged_states(params):
-                super().load_state_dict(state_dict)  # (its __setstate__ starts a copy's records)
+                self._optimizer_load_state_dict_pre_hooks = type(hooks)()  # run above
+                try:
+                    super().load_state_dict(state_dict)  # (its __setstate__ starts a copy's
+                finally:                                 # records)
+                    self._optimizer_load_state_dict_pre_hooks = hooks
                 # the tables that hold a kept gradient still hold it: a load leaves .grad alone
                 self._grads_held = set(before["_grads_held"])
                 self._own_dtypes(state_dict)
@@ -387,6 +398,24 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 return key, value, has
         return None
 
+    def _refuse_unimplemented(self, options: dict[str, Any], where: str,
+                              defaults: dict[str, Any] | None = None) -> None:
+        """Raise :class:`InputValueError` for an option of ``options`` (a group, or options
+        for one) that this class does not implement (:meth:`_unimplemented`; ``defaults``: its
+        own options, the optimizer's by default), which its update would ignore: asked when a
+        group is made or loaded, and at each update, as a group's values may be set by hand
+        between steps."""
+        unimplemented = self._unimplemented(options, self.defaults if defaults is None
+                                            else defaults)
+        if unimplemented is not None:
+            key, value, has = unimplemented
+            name = type(self).__name__
+            raise InputValueError(
+                f"{where}: a parameter group sets {key}={value!r}, and {name} {has}: its "
+                "update would ignore it. Leave it out of the group, or step those parameters "
+                "with an optimizer that has the option (the torch.optim class of that name)."
+            )
+
     def _check_torch_options(self, defaults: dict[str, Any], **options: Any) -> None:
         """Take the constructor options of the ``torch.optim`` class of this name that this
         class does not compute with, at the values it computes with: ``foreach`` at any value
@@ -414,15 +443,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         ``SGD`` too), or an option this class does not implement (:meth:`_unimplemented`,
         ``defaults`` its own options), which its update would ignore. ``lr`` may be a
         one-element tensor, as ``torch.optim`` takes it."""
-        unimplemented = self._unimplemented(options, defaults)
-        if unimplemented is not None:
-            key, value, has = unimplemented
-            name = type(self).__name__
-            raise InputValueError(
-                f"{where}: a parameter group sets {key}={value!r}, and {name} {has}: its "
-                "update would ignore it. Leave it out of the group, or step those parameters "
-                "with an optimizer that has the option (the torch.optim class of that name)."
-            )
+        self._refuse_unimplemented(options, where, defaults)
         for key, value in options.items():
             if key == "lr" and isinstance(value, torch.Tensor):
                 if value.numel() != 1 or value.is_complex() or not float(value) >= 0:
@@ -717,6 +738,9 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                 continue
             group = found
             if id(group) not in self._fused_values:  # the values this backward's update uses
+                if self._unimplemented(group, self.defaults) is not None:  # set by hand
+                    self._refuse_unimplemented(group, f"{type(self).__name__} (fused=True), "
+                                               "updating its tables in the backward")
                 used = self._fused_values[id(group)] = {}
                 for k in self.defaults:  # a loop, not a comprehension: one call fewer
                     if k != IN_BACKWARD and k not in _HOW_KEYS:
@@ -870,14 +894,20 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:  # metadata only: no value is read, nothing waits
+            steps = False
             for p in group["params"]:
                 grad = p.grad
-                if grad is not None and (grad.shape != p.shape or grad.dtype != p.dtype
-                                         or grad.device != p.device):
+                if grad is None:
+                    continue
+                steps = True
+                if grad.shape != p.shape or grad.dtype != p.dtype or grad.device != p.device:
                     self._refuse_grad(p, grad)
-                if (grad is not None and not self._zeros_stay and grad.is_sparse
-                        and grad.sparse_dim() > 1):
+                if not self._zeros_stay and grad.is_sparse and grad.sparse_dim() > 1:
                     self._refuse_part_rows(grad)
+            # a group's values may be set by hand between steps (a fused group's tables were
+            # checked by their update in the backward)
+            if steps and self._unimplemented(group, self.defaults) is not None:
+                self._refuse_unimplemented(group, f"{type(self).__name__}.step")
         for group in self.param_groups:
             params, grads, states = [], [], []
             for p in group["params"]:
