@@ -339,3 +339,37 @@ def test_bytes_ids_are_refused_naming_the_decode() -> None:
     """A list of bytes IDs is refused with the fix (decode them), as a numpy bytes array is."""
     with pytest.raises(InputTypeError, match=r"got bytes b'a' at position 0\. Decode bytes"):
         hash_ids([b"a"], 10)
+
+
+@pytest.mark.parametrize("raw", [b"user42", bytearray(b"ab"), memoryview(b"ab")])
+def test_one_bytes_object_is_refused_not_read_as_its_byte_values(raw: object) -> None:
+    """A ``bytes`` object is a sequence of its byte values: taken as IDs it would be one
+    integer ID per byte (and admitted into a map), where scikit-learn's ``murmurhash3_32``
+    hashes it as one key. It is refused, naming the decode, and the map is unchanged."""
+    from lookuplinear import LookupCollection, TableConfig
+
+    with pytest.raises(InputTypeError, match=r"hash_ids: got one .* sequence of byte values"):
+        hash_ids(raw, 1000)
+    for key_type in ("int", "str"):
+        m = IdMap(10, key_type=key_type)
+        before = copy.deepcopy(m.state_dict())
+        with pytest.raises(InputTypeError, match=r"decode"):
+            m(raw)
+        after = m.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+    coll = LookupCollection([TableConfig("u", 10, 2, ["u"], hashing="map")])
+    with pytest.raises(InputTypeError, match=r"sequence of byte values"):
+        coll({"u": raw})
+
+
+def test_a_map_tables_config_is_checked_when_made() -> None:
+    """A ``hashing="map"`` table's ``key_type`` and rows are checked by its ``TableConfig``,
+    whose message names the table (not only when the collection builds its ``IdMap``)."""
+    from lookuplinear import TableConfig
+
+    with pytest.raises(InputValueError, match=r"TableConfig 't': key_type must be"):
+        TableConfig("t", 5, 2, ["a"], hashing="map", key_type="bytes")
+    with pytest.raises(InputValueError, match=r"TableConfig 't': num_embeddings=1 leaves no row"):
+        TableConfig("t", 1, 2, ["a"], hashing="map")
+    with pytest.raises(InputValueError, match=r"num_embeddings=3 leaves no row .*=3"):
+        TableConfig("t", 3, 2, ["a"], hashing="map", fallback_rows=3)

@@ -99,3 +99,9 @@ def test_a_vocab_iterates_its_tokens_in_index_order() -> None:
     assert list(v) == ["the", "cat", "sat", "<unk>", "<pad>"]
     assert [v[t] for t in v] == list(range(len(v)))
     assert list(Vocab(["x", "y"])) == ["x", "y"]
+
+
+def test_one_token_for_both_unknown_and_padding_is_refused() -> None:
+    """Every unseen token would read the padding row (zero, no gradient): refused."""
+    with pytest.raises(InputValueError, match=r"unknown and padding are the same token"):
+        Vocab(["a", "b"], unknown="<x>", padding="<x>")

@@ -120,7 +120,7 @@ def hash_ids(ids: torch.Tensor | np.ndarray | Sequence[Any], num_rows: int) -> t
     True
     """
     num_rows = as_hash_rows(num_rows, "num_rows", where="hash_ids")
-    if key_type_of(ids) == "int":
+    if key_type_of(ids, "hash_ids") == "int":
         return hash_int_ids(as_int_ids(ids, "hash_ids").long(), num_rows)
     strs, shape = as_str_ids(ids, "hash_ids")
     check_strs(strs, "hash_ids")

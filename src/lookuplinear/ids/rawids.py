@@ -48,9 +48,10 @@ def _from_pandas(ids: Any, where: str) -> np.ndarray:
     return np.asarray(ids.to_numpy(dtype=object))
 
 
-def key_type_of(ids: Any) -> Literal["int", "str"]:
+def key_type_of(ids: Any, where: str = "IDs") -> Literal["int", "str"]:
     """Whether ``ids`` reads as integer or string IDs: by dtype, or for a list or an object
-    array by its first element (an empty one: int)."""
+    array by its first element (an empty one: int); one ``bytes`` object is refused
+    (``where`` names the caller)."""
     if isinstance(ids, torch.Tensor):
         return "int"
     if _is_pandas(ids):
@@ -68,8 +69,21 @@ def key_type_of(ids: Any) -> Literal["int", "str"]:
         ids = ids.reshape(-1)
     if isinstance(ids, str):
         return "str"
+    _refuse_bytes(ids, where)
     first = next(iter(ids), None) if isinstance(ids, Sequence | np.ndarray) else None
     return "str" if isinstance(first, str) else "int"
+
+
+def _refuse_bytes(ids: Any, where: str) -> None:
+    """Refuse one ``bytes``-like object given as the IDs: Python reads it as the sequence of
+    its byte values, so it would be as many integer IDs as it has bytes, where it names one
+    key (scikit-learn's ``murmurhash3_32`` hashes it as one)."""
+    if isinstance(ids, bytes | bytearray | memoryview):
+        raise InputTypeError(
+            f"{where}: got one {type(ids).__name__} object ({bytes(ids)[:20]!r}), which is a "
+            "sequence of byte values, not of IDs. Decode it and give a list: "
+            "[ids.decode()] for one string ID."
+        )
 
 
 def _refuse_dtype(arr: np.ndarray, where: str, want: str) -> None:
@@ -111,6 +125,7 @@ def as_int_ids(ids: Any, where: str) -> torch.Tensor:
         ids = _from_pandas(ids, where)
     if isinstance(ids, str):
         raise InputTypeError(f"{where}: IDs must be integers, got the string {ids!r}.")
+    _refuse_bytes(ids, where)
     if isinstance(ids, Sequence) and not isinstance(ids, np.ndarray):
         items = list(ids)
         for i, x in enumerate(items):
@@ -168,6 +183,7 @@ def as_str_ids(ids: Any, where: str) -> tuple[list[Any] | np.ndarray, tuple[int,
             f"{where}: takes a sequence of string IDs, got the one string {ids!r}. Wrap it in "
             "a list."
         )
+    _refuse_bytes(ids, where)
     if isinstance(ids, np.ndarray):
         if ids.dtype.kind not in "UO":
             _refuse_dtype(ids, where, "strings")

@@ -54,6 +54,12 @@ class Vocab:
         self._tokens: list[Hashable] = []
         for t in tokens:
             self._add(t)
+        if unknown is not None and padding is not None and unknown == padding:
+            raise InputValueError(
+                f"Vocab: unknown and padding are the same token {unknown!r}: every unseen "
+                "token would read the padding row (zero, no gradient). Give two tokens, e.g. "
+                "unknown='<unk>', padding='<pad>'."
+            )
         self.unknown = unknown
         self.padding = padding
         self.unknown_idx = None if unknown is None else self._add(unknown)

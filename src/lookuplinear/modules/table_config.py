@@ -139,6 +139,20 @@ class TableConfig:
         for key in ("fallback_rows", "admit_after"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, as_size(getattr(self, key), key, where=where))
+        if self.hashing == "map":  # what the table's IdMap takes, named by the table
+            fallback = 1 if self.fallback_rows is None else self.fallback_rows
+            if self.key_type not in ("int", "str"):
+                raise InputValueError(
+                    f"TableConfig {self.name!r}: key_type must be 'int' or 'str' (the IDs its "
+                    f"IdMap holds), got {self.key_type!r}."
+                )
+            if self.num_embeddings <= fallback:
+                raise InputValueError(
+                    f"TableConfig {self.name!r}: num_embeddings={self.num_embeddings} leaves "
+                    f"no row for IDs after fallback_rows={fallback} (hashing='map' keeps "
+                    "num_embeddings - fallback_rows rows for the IDs it admits). Give the "
+                    "table more rows than fallback rows."
+                )
         if self.hashing != "map" and (self.fallback_rows, self.admit_after, self.key_type) != (
                 None, None, "int"):
             raise InputValueError(
