@@ -1160,6 +1160,116 @@ def test_sgd_at_its_defaults_is_within_a_point_of_the_default_solver_or_warns(
     assert sgd > auto - 0.01 or warned, (sgd, auto)
 
 
+def _standardized_split(load: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A scikit-learn toy set (shipped with it), split 75/25 (stratified for classes) and
+    standardized on the training rows, as a scikit-learn user prepares dense X."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load(return_X_y=True)
+    classes = y if load.__name__ != "load_diabetes" else None
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0, stratify=classes)
+    scaler = StandardScaler().fit(Xtr)
+    return scaler.transform(Xtr), scaler.transform(Xte), ytr, yte
+
+
+@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer", "digits"])
+def test_sgd_default_rate_trains_on_standardized_dense_x_as_sgdclassifier(name: str) -> None:
+    """``solver="sgd"`` at ``learning_rate_init=None`` on a standardized dense toy set: the
+    rate divided by the largest squared row norm (up to 2338 on digits, against the unit norm
+    of tf-idf rows the default was chosen on) trains where ``SGDClassifier()`` does: ``fit``'s
+    5 epochs learn more than the largest class's share, and 200 epochs of the log loss score
+    within 20 points of the peer (iris, one step an epoch with its biases at a hundredth of
+    the rate, 16 below; the others within 1). At the undivided rate each of these fits raised
+    ``TrainingDivergedError``."""
+    import sklearn.datasets
+    from sklearn.linear_model import SGDClassifier
+
+    Xtr, Xte, ytr, yte = _standardized_split(getattr(sklearn.datasets, f"load_{name}"))
+    peer = SGDClassifier(random_state=0).fit(Xtr, ytr).score(Xte, yte)
+    majority = np.bincount(yte).max() / len(yte)
+    for loss in ("squared_hinge", "log_loss"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # 5 epochs: short, or little
+            clf = LookupClassifier(solver="sgd", loss=loss, random_state=0).fit(Xtr, ytr)
+        assert clf.score(Xte, yte) > majority, (loss, clf.score(Xte, yte), majority)
+    longer = LookupClassifier(solver="sgd", loss="log_loss", max_iter=200, random_state=0)
+    assert longer.fit(Xtr, ytr).score(Xte, yte) > peer - 0.2, peer
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("standardize_y", [False, True])
+def test_sgd_default_rate_trains_the_regressor_on_standardized_dense_x(
+    standardize_y: bool,
+) -> None:
+    """``LookupRegressor(solver="sgd")`` on standardized diabetes (targets as they are, or
+    standardized) trains to within 0.15 of ``SGDRegressor()``'s R^2, where the undivided
+    rate diverged."""
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import SGDRegressor
+
+    Xtr, Xte, ytr, yte = _standardized_split(load_diabetes)
+    if standardize_y:
+        mean, std = ytr.mean(), ytr.std()
+        ytr, yte = (ytr - mean) / std, (yte - mean) / std
+    peer = SGDRegressor(random_state=0).fit(Xtr, ytr).score(Xte, yte)
+    ours = LookupRegressor(solver="sgd", random_state=0).fit(Xtr, ytr).score(Xte, yte)
+    assert ours > peer - 0.15, (ours, peer)
+
+
+def _sgd_rates(est: Any) -> list[float]:
+    return [float(g["lr"]) for opt in est._optimizers for g in opt.param_groups]
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("params", [{}, {"loss": "log_loss"}, {"hidden": 8},
+                                    {"hidden": 8, "mode": "mean"}, {"regressor": True}])
+def test_sgd_default_rate_on_tfidf_rows_is_the_tuned_constant(params: dict[str, Any]) -> None:
+    """``TfidfVectorizer``'s rows have unit norm (in float32, within its rounding): plain
+    SGD's default rate there is ``SGD_LR``'s as it is, the biases at a hundredth of it (sparse
+    X), the rates the benchmark's text sets chose."""
+    from lookuplinear.sklearn._optim import SGD_BIAS_LR_SCALE, SGD_LR
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(words, rng.integers(1, 40))) for _ in range(400)]
+    X = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2)).fit_transform(texts)
+    y = rng.integers(0, 3, 400)
+    params = dict(params)
+    if params.pop("regressor", False):
+        est: Any = LookupRegressor(solver="sgd", max_iter=1, random_state=0).fit(X, y * 1.0)
+        loss = "squared_error"
+    else:
+        est = LookupClassifier(solver="sgd", max_iter=1, random_state=0, **params).fit(X, y)
+        loss = params.get("loss", "squared_hinge")
+    rate = SGD_LR[loss, "linear" if "hidden" not in params else "network"]
+    weights = [rate] * (1 if "hidden" not in params else 2)  # the table, the output layer
+    assert _sgd_rates(est) == [*weights, rate * SGD_BIAS_LR_SCALE]
+
+
+@NOT_LEARNING
+def test_sgd_default_rate_is_fixed_by_the_rows_the_model_was_built_on(tmp_path: Any) -> None:
+    """The rate of the first ``partial_fit`` (as its classes) holds for the later calls and a
+    warm ``fit``, whatever their rows, and for the model saved and loaded."""
+    from lookuplinear.sklearn import load_model, save_model
+    from lookuplinear.sklearn._optim import SGD_BIAS_LR_SCALE
+
+    X, y = _standardized_iris()
+    small = X / np.sqrt((X**2).sum(1).max())  # every row's squared norm at most 1
+    clf = LookupClassifier(solver="sgd", warm_start=True, random_state=0)
+    clf.partial_fit(X, y, classes=[0, 1, 2])
+    rates = _sgd_rates(clf)
+    norm = float(np.square(X.astype(np.float32), dtype=np.float64).sum(1).max())  # as read
+    assert rates == [10.0 / norm, 10.0 / norm * SGD_BIAS_LR_SCALE]  # the table, the biases
+    clf.partial_fit(small, y)
+    clf.fit(small, y)
+    assert _sgd_rates(clf) == rates
+    loaded = load_model(save_model(tmp_path / "m.ll", clf)).estimator
+    assert _sgd_rates(loaded) == rates
+    new = LookupClassifier(solver="sgd", max_iter=1, random_state=0).fit(small, y)
+    assert _sgd_rates(new) == [10.0, 10.0 * SGD_BIAS_LR_SCALE]  # rows of norm at most 1
+
+
 def test_sgd_gives_the_biases_a_hundredth_of_the_rate() -> None:
     """The estimators' SGD is ``torch.optim.SGD`` with the biases in a parameter group at
     ``SGD_BIAS_LR_SCALE`` times the rate: one epoch on the dense path, with that optimizer on

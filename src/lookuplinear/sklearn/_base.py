@@ -24,7 +24,7 @@ from .._device import check_device
 from ..errors import InputValueError, LookupIndexError, NotLinearError, TrainingDivergedError
 from ..functional import MODES, Mode
 from ..sparse.bags import Bags
-from ._input import csr_first, fold_mode, is_token_lists, to_csr
+from ._input import csr_first, fold_mode, is_token_lists, max_squared_row_norm, to_csr
 from ._minibatch import constant_loss, progress, torch_threads, train_epochs
 from ._model import LookupNet
 from ._optim import SOLVERS, default_learning_rate, make_optimizers, set_hyperparameters
@@ -116,6 +116,7 @@ class LookupEstimator(BaseEstimator):
     warm_start: bool
     _seed_: int  # the seed fit drew: partial_fit and warm starts continue from it
     _token_lists: bool  # fitted on token-id bags: a list of lists of ints is read as bags
+    _max_row_norm: float  # the largest squared norm of a row the model was built on
 
     # ------------------------------------------------------------------ the procedure
     def _fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
@@ -473,11 +474,25 @@ class LookupEstimator(BaseEstimator):
         return self.solver if self.solver in SOLVERS else "adam"
 
     def _learning_rate(self) -> float:
-        """``learning_rate_init``, or the stochastic solver's default for the loss."""
+        """``learning_rate_init``, or the stochastic solver's default for the loss (plain
+        SGD's divided by the largest squared row norm of the rows the model was built on,
+        where that is above 1: :func:`~lookuplinear.sklearn._optim.default_learning_rate`)."""
         if self.learning_rate_init is not None:
             return float(self.learning_rate_init)
         return default_learning_rate(self._stochastic_solver(), self._loss_name(),
-                                     network=self.hidden is not None)
+                                     network=self.hidden is not None,
+                                     max_row_norm=getattr(self, "_max_row_norm", 1.0))
+
+    def _make_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers of ``model_`` at the current learning rate and ``alpha``
+        (:func:`~lookuplinear.sklearn._optim.make_optimizers`)."""
+        return make_optimizers(
+            self._stochastic_solver(),
+            self.model_.sparse_parameters(),
+            self.model_.dense_parameters(),
+            lr=self._learning_rate(),
+            weight_decay=self.alpha or 0.0,
+        )
 
     def _n_epochs(self) -> int:
         return self._EPOCHS if self.max_iter is None else self.max_iter
@@ -521,7 +536,8 @@ class LookupEstimator(BaseEstimator):
         """Build ``model_`` under a forked, seeded RNG (the global RNG is left as it was). An
         embedding table draws only the rows of ``X``'s columns (the training rows) and starts
         the others at zero, where ``fit`` leaves every row training did not touch
-        (``_clear_untouched``)."""
+        (``_clear_untouched``). The largest squared norm of a row of ``X`` sets plain SGD's
+        default rate (``_learning_rate``) from here on, for this model."""
         drawn = None
         if self.hidden is not None:
             seen = np.zeros(X.shape[1], dtype=bool)
@@ -533,13 +549,8 @@ class LookupEstimator(BaseEstimator):
             net = LookupNet(self.n_features_in_, n_outputs, hidden=self.hidden, mode=mode,
                             drawn=drawn)
         self.model_ = net.to(self.device)
-        self._optimizers = make_optimizers(
-            self._stochastic_solver(),
-            self.model_.sparse_parameters(),
-            self.model_.dense_parameters(),
-            lr=self._learning_rate(),
-            weight_decay=self.alpha or 0.0,
-        )
+        self._max_row_norm = max_squared_row_norm(X, self.mode)
+        self._optimizers = self._make_optimizers()
         self._built = self._built_with()
         self.loss_curve_: list[float] = []
         self.n_iter_ = 0

@@ -13,7 +13,8 @@ from ..errors import InputValueError
 from ..functional import row_scale
 from ..sparse.bags import Bags
 
-__all__ = ["CSRBatches", "csr_first", "float32_values", "fold_mode", "is_token_lists", "to_csr"]
+__all__ = ["CSRBatches", "csr_first", "float32_values", "fold_mode", "is_token_lists",
+           "max_squared_row_norm", "to_csr"]
 
 #: how to bring features beyond float32's range into it
 _RESCALE_X = ("rescale the features, e.g. with sklearn.preprocessing.StandardScaler (dense X) "
@@ -109,6 +110,35 @@ def fold_mode(X: sp.csr_matrix, mode: str) -> sp.csr_matrix:
     scale = row_scale(Bags.from_scipy(X), mode, None).numpy()  # (N,)
     data = X.data * np.repeat(scale, np.diff(X.indptr))
     return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
+
+
+def max_squared_row_norm(X: sp.csr_matrix, mode: str) -> float:
+    """The largest squared L2 norm of a row of ``X`` as a ``mode`` lookup reads it (0 for no
+    entries): the values of ``"sum"``; each row scaled as :func:`fold_mode` scales it for
+    ``"mean"`` (``sum(w**2) / sum(w)**2``) and ``"sqrtn"`` (1); for ``"max"``, whose output
+    takes one entry per row and output, the largest squared entry. One pass over the stored
+    values, in float64 (a unit-norm row stays within float32's rounding of 1); nothing
+    densified.
+
+    Examples
+    --------
+    >>> X = sp.csr_matrix(np.array([[3.0, 4.0], [1.0, 0.0]], dtype=np.float32))
+    >>> [max_squared_row_norm(X, mode) for mode in ("sum", "mean", "sqrtn", "max")]
+    [25.0, 1.0, 1.0, 16.0]
+    """
+    if not X.nnz:
+        return 0.0
+    values = np.asarray(X.data, dtype=np.float64)
+    if mode == "max":
+        return float(np.max(np.square(values)))
+    starts = X.indptr[:-1][np.diff(X.indptr) > 0]  # reduceat sums each non-empty row
+    squares = np.add.reduceat(np.square(values), starts)
+    if mode == "mean":  # a row of sum 0 has no mean: row_scale makes it 0
+        sums = np.square(np.add.reduceat(values, starts))
+        squares = np.divide(squares, sums, out=np.zeros_like(squares), where=sums > 0)
+    elif mode == "sqrtn":
+        squares = (squares > 0).astype(np.float64)
+    return float(np.max(squares))
 
 
 def csr_first(X: Any) -> Any:

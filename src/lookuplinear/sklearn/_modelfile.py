@@ -374,6 +374,7 @@ def save_model(
         "vectorizer": None if vectorizer is None else vectorizer.get_config(),
         "input_format": input_format,
         "token_lists": bool(getattr(est, "_token_lists", False)),
+        "max_row_norm": float(getattr(est, "_max_row_norm", 1.0)),
     }
     if hasattr(est, "feature_names_in_"):  # fitted on a DataFrame: its column names
         config["feature_names_in"] = [str(x) for x in est.feature_names_in_]
@@ -632,7 +633,6 @@ class _ModelParts:
     def estimator(self) -> Any:
         """The fitted estimator around :attr:`net` (imports scikit-learn)."""
         from ._classifier import LookupClassifier
-        from ._optim import make_optimizers
         from ._regressor import LookupRegressor
 
         config, net = self.config, self.net
@@ -644,6 +644,7 @@ class _ModelParts:
         if names is not None:  # absent: fitted without names, or a file written before
             est.feature_names_in_ = names
         est._token_lists = bool(config.get("token_lists", False))
+        est._max_row_norm = float(config.get("max_row_norm", 1.0))
         est.model_ = net.eval()
         quantized = config.get("quantized")
         if not quantized:
@@ -653,9 +654,7 @@ class _ModelParts:
         est.validation_scores_ = []
         est._seed_ = est._seed()
         est._built = est._built_with()
-        est._optimizers = [] if quantized else make_optimizers(
-            est._stochastic_solver(), net.sparse_parameters(), net.dense_parameters(),
-            lr=est._learning_rate(), weight_decay=est.alpha or 0.0)
+        est._optimizers = [] if quantized else est._make_optimizers()
         if config["estimator"] == "LookupClassifier":
             dtype = config.get("classes_dtype")  # files written before: as JSON reads them
             est.classes_ = np.asarray(config["classes"],

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.optim import Optimizer
 
 __all__ = ["DEFAULT_LR", "LINEAR_LOG_LOSS_LR", "SGD_BIAS_LR_SCALE", "SGD_LR", "SOLVERS",
-           "LinearDecay",
+           "UNIT_NORM_ROUND_OFF", "LinearDecay",
            "default_learning_rate", "make_optimizers", "make_schedulers", "optimizer_class",
            "set_hyperparameters"]
 
@@ -41,7 +42,10 @@ DEFAULT_LR: dict[str, float] = {"adagrad": 0.1, "rowwise_adagrad": 0.1, "adam": 
 #: to 1.2 points below Adam there, at 0.3 at or above it on every split
 LINEAR_LOG_LOSS_LR: dict[str, float] = {"adagrad": 0.3}
 #: plain SGD's default per loss and model (``"linear"``: ``hidden=None``; ``"network"``: a
-#: hidden layer), chosen on the same validation splits. As in scikit-learn's ``SGDClassifier``
+#: hidden layer), chosen on the same validation splits, whose tf-idf rows have unit norm: a
+#: squared loss's step moves a row's output by the rate times its squared norm, so
+#: :func:`default_learning_rate` divides these by the largest squared row norm where it is
+#: above 1 (the 1 / L of SAG's and liblinear's step). As in scikit-learn's ``SGDClassifier``
 #: on sparse data, the biases step at ``SGD_BIAS_LR_SCALE`` times the rate: a bias moves with
 #: every row, a sparse feature's weight only with the rows that have it, so one rate for both
 #: is bounded by the bias (1.0 diverges for the squared losses) and leaves the weights
@@ -56,21 +60,34 @@ SGD_LR: dict[tuple[str, str], float] = {
     ("log_loss", "network"): 3.0,
 }
 #: the biases' rate over the weights' for ``solver="sgd"``: scikit-learn's
-#: ``SPARSE_INTERCEPT_DECAY`` (``sklearn/linear_model/_stochastic_gradient.py``)
+#: ``SPARSE_INTERCEPT_DECAY`` (``sklearn/linear_model/_stochastic_gradient.py``), on dense X
+#: too, where ``SGDClassifier``'s intercept steps at the full rate: at ``SGD_LR``'s rates a bias
+#: at the full rate makes the squared losses diverge on unit-norm rows given as a dense array
 SGD_BIAS_LR_SCALE = 0.01
+#: a squared row norm at most this far above 1 is 1 to :func:`default_learning_rate`: an L2
+#: normalized row (tf-idf) in float32 sums to 1 within ``2**-23``
+UNIT_NORM_ROUND_OFF = 16 * float(np.finfo(np.float32).eps)
 
 
-def default_learning_rate(solver: str, loss: str, *, network: bool = False) -> float:
+def default_learning_rate(solver: str, loss: str, *, network: bool = False,
+                          max_row_norm: float = 1.0) -> float:
     """``learning_rate_init=None`` for ``solver`` training ``loss`` (``network``: with a
-    hidden layer).
+    hidden layer) on rows whose largest squared L2 norm is ``max_row_norm``.
+
+    ``"sgd"``'s rate is ``SGD_LR``'s divided by ``max_row_norm`` where that is above 1 (rows of
+    unit norm up to float32 rounding, ``UNIT_NORM_ROUND_OFF``, keep it as it is); the adaptive
+    solvers' steps are bounded by the rate itself, whatever the rows.
 
     Examples
     --------
     >>> default_learning_rate("adam", "log_loss"), default_learning_rate("sgd", "log_loss")
     (0.01, 30.0)
+    >>> default_learning_rate("sgd", "squared_hinge", max_row_norm=12.5)
+    0.8
     """
     if solver == "sgd":
-        return SGD_LR[loss, "network" if network else "linear"]
+        rate = SGD_LR[loss, "network" if network else "linear"]
+        return rate / max_row_norm if max_row_norm > 1.0 + UNIT_NORM_ROUND_OFF else rate
     if loss == "log_loss" and not network:
         return LINEAR_LOG_LOSS_LR.get(solver, DEFAULT_LR[solver])
     return DEFAULT_LR[solver]

@@ -104,15 +104,10 @@ def retrain(estimator: Any, X: Any, y: Any, *, epochs: int, learning_rate: float
 def _new_optimizers(estimator: Any) -> None:
     """Fresh optimizers for the estimator's parameters, the old ones released first (a fused
     optimizer stays bound to its tables until then)."""
-    from ._optim import make_optimizers
-
     for opt in estimator._optimizers:
         if hasattr(opt, "unbind"):
             opt.unbind()
-    estimator._optimizers = make_optimizers(
-        estimator._stochastic_solver(), estimator.model_.sparse_parameters(),
-        estimator.model_.dense_parameters(), lr=estimator._learning_rate(),
-        weight_decay=estimator.alpha or 0.0)
+    estimator._optimizers = estimator._make_optimizers()
 
 
 def _float_table(estimator: Any) -> torch.Tensor:
