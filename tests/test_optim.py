@@ -2590,3 +2590,36 @@ def test_load_state_dict_runs_its_pre_hooks_before_checking_as_torch_optim() -> 
         opt.register_load_state_dict_pre_hook(mend)
         opt.load_state_dict(sd)
         assert opt.param_groups[0]["eps"] == 1e-8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize(("name", "options", "theirs"), [
+    ("Adam", {}, torch.optim.SparseAdam), ("Adagrad", {}, torch.optim.Adagrad),
+    ("SGD", {"momentum": 0.9}, torch.optim.SGD)])
+def test_an_infinite_weight_stays_infinite_without_weight_decay(
+        name: str, options: dict[str, Any], theirs: Any, fused: bool, backend: str) -> None:
+    """Without weight decay no decay term is added (torch.optim's rule): an inf element of a
+    row the batch names stays inf and its state finite, as torch.optim keeps them (``0 * inf``
+    would make both NaN, for good)."""
+    w = torch.ones(4, 2)
+    w[1, 0] = float("inf")
+    with use_backend(backend):
+        stock = nn.EmbeddingBag.from_pretrained(w.clone(), freeze=False, sparse=True)
+        layer = LookupLinear(4, 2, bias=False, sparse=True)
+        with torch.no_grad():
+            layer.weight.copy_(w)
+        opts = (theirs(stock.parameters(), lr=0.01, **options),
+                getattr(optim, name)(layer.parameters(), lr=0.01, fused=fused, **options))
+        for _ in range(2):
+            for model, opt in zip((stock, layer), opts, strict=True):
+                opt.zero_grad()
+                model(torch.tensor([[0, 1]])).sum().backward()
+                opt.step()
+    assert torch.equal(stock.weight[1].isinf(), layer.weight[1].isinf())
+    if name != "SGD":  # (torch's momentum on a sparse gradient is its own: docs/optim.md)
+        assert torch.equal(stock.weight[1], layer.weight[1].detach())
+    assert not layer.weight.isnan().any()
+    for value in opts[1].state[layer.weight].values():
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            assert not value.isnan().any()

@@ -42,7 +42,8 @@ def sgd_rows(weight: torch.Tensor, buf: torch.Tensor | None, rows: torch.Tensor,
     if mom == 0 and wd == 0:
         weight.index_copy_(0, rows, wr.add_(values, alpha=-lr))
         return
-    x = values.add(wr, alpha=wd)
+    # no decay term without decay (torch.optim's): 0 * inf would make an inf weight NaN
+    x = values.add(wr, alpha=wd) if wd != 0 else values
     if mom != 0:
         assert buf is not None
         b = (x * omd).add_(buf.index_select(0, rows), alpha=mom)
@@ -57,7 +58,7 @@ def adagrad_rows(weight: torch.Tensor, sums: torch.Tensor, rows: torch.Tensor,
     (``sums``: ``(N, dim)``)."""
     clr, eps, wd = p[:3]
     wr = weight.index_select(0, rows)
-    x = values.add(wr, alpha=wd)
+    x = values.add(wr, alpha=wd) if wd != 0 else values  # (see sgd_rows)
     s = torch.addcmul(sums.index_select(0, rows), x, x)
     sums.index_copy_(0, rows, s)
     weight.index_copy_(0, rows, wr.sub_((x * clr).div_(_sqrt(s).add_(eps))))
@@ -135,7 +136,8 @@ def adam_rows(weight: torch.Tensor, m: torch.Tensor, v: torch.Tensor, rows: torc
     (``m``, ``v``: ``(N, dim)``)."""
     b1, omb1, b2, omb2, eps, step_size, l2, decay = p[:8]
     x = weight.index_select(0, rows).mul_(decay)
-    y = values.add(x, alpha=l2)
+    # an infinite weight adds no decay term (the C kernel's rule; see sgd_rows)
+    y = values.add(torch.where(x.isfinite(), x, 0), alpha=l2)
     mm = (y * omb1).add_(m.index_select(0, rows), alpha=b1)
     vv = (y * omb2).mul_(y).add_(v.index_select(0, rows), alpha=b2)
     m.index_copy_(0, rows, mm)

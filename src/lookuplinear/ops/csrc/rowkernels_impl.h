@@ -25,7 +25,8 @@ LL_INLINE void SFX(sgd_row)(T *restrict w, T *restrict buf, const T *restrict g,
         return;
     }
     for (int64_t d = 0; d < dim; d++) {
-        T x = g[d] + wd * w[d];
+        /* no decay term without decay (torch.optim's): 0 * inf would make an inf weight NaN */
+        T x = wd != 0 ? g[d] + wd * w[d] : g[d];
         if (mom != 0) {
             T b = FMA(mom, buf[d], omd * x); /* see adam_row */
             buf[d] = b;
@@ -39,7 +40,7 @@ LL_INLINE void SFX(adagrad_row)(T *restrict w, T *restrict sum, const T *restric
                                 const int64_t dim, const T *p) {
     const T clr = p[0], eps = p[1], wd = p[2];
     for (int64_t d = 0; d < dim; d++) {
-        T x = g[d] + wd * w[d];
+        T x = wd != 0 ? g[d] + wd * w[d] : g[d]; /* see sgd_row */
         T s = sum[d] + x * x;
         sum[d] = s;
         w[d] -= clr * x / (SQRT(s) + eps);
@@ -106,7 +107,10 @@ LL_INLINE void SFX(adam_row)(T *restrict w, T *restrict mv, const T *restrict g,
     T *restrict v = mv + dim;
     for (int64_t d = 0; d < dim; d++) {
         T x = w[d] * decay;
-        T y = g[d] + l2 * x;
+        /* an infinite weight adds no decay term (0 * inf would make the moments NaN, where
+         * torch.optim adds none without decay); a test on the value, not on l2: a loop
+         * unswitched on l2 == 0 would fuse x's product into the update below */
+        T y = g[d] + l2 * (__builtin_isfinite(x) ? x : 0);
         /* a sum of two products, fused explicitly: left to -ffp-contract, a compiler may fuse
          * either product, and two inlined copies of this row (the fused and the stored-gradient
          * kernel) then differ in the last bit */
