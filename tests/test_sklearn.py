@@ -759,13 +759,49 @@ def test_partial_fit_on_labels_outside_classes_says_how_to_build_a_new_model() -
         LookupClassifier(warm_start=True, **FAST).fit(X, y01).fit(X, y)
 
 
-def test_early_stopping_keeps_the_best_epoch() -> None:
-    X, y = _data()
-    clf = LookupClassifier(early_stopping=True, n_iter_no_change=2, tol=0.5,
-                           **{**FAST, "max_iter": 50}).fit(X, y)
-    assert clf.n_iter_ == 3  # tol=0.5: no later epoch counts as better
-    assert len(clf.validation_scores_) == 3
-    assert clf.best_validation_score_ == clf.validation_scores_[0]
+def _sklearn_early_stop(scores: list[float], *, tol: float,
+                        n_iter_no_change: int) -> tuple[int, float]:
+    """The epochs run and the best score under scikit-learn's early stopping, replayed on the
+    held-out ``scores``: ``MLPRegressor``'s own count and best
+    (``_update_no_improvement_count``), stopping when ``n_iter_no_change`` epochs in a row
+    counted (``SGDRegressor``'s test; both document "for n_iter_no_change consecutive
+    epochs")."""
+    from sklearn.neural_network import MLPRegressor
+
+    peer = MLPRegressor(tol=tol, n_iter_no_change=n_iter_no_change)
+    given = iter(scores)
+    peer._score = lambda X, y, sample_weight=None: next(given)  # type: ignore[method-assign]
+    peer.validation_scores_, peer.best_validation_score_ = [], -np.inf
+    peer._no_improvement_count, peer.coefs_, peer.intercepts_ = 0, [], []
+    for _ in scores:
+        peer._update_no_improvement_count(True, None, None, None)
+        if peer._no_improvement_count >= n_iter_no_change:
+            break
+    return len(peer.validation_scores_), peer.best_validation_score_
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("cls", [LookupRegressor, LookupClassifier])
+def test_early_stopping_keeps_the_best_epoch(cls: Any) -> None:
+    """Each epoch that does not beat the best score so far by ``tol`` counts, any better one
+    is kept, as in scikit-learn: epochs that improve by less than ``tol`` stop the fit and
+    still move the best, and the fitted weights score the best of ``validation_scores_``."""
+    rng = np.random.RandomState(0)
+    X = rng.rand(400, 20).astype(np.float32)
+    y = X @ rng.randn(20) + 0.5 * rng.randn(400)
+    if cls is LookupClassifier:
+        y = (y > np.median(y)).astype(int)
+    est = cls(solver="adam", early_stopping=True, max_iter=60, tol=0.05,
+              learning_rate_init=0.003, batch_size=32, random_state=0).fit(X, y)
+    scores = est.validation_scores_
+    assert (est.n_iter_, est.best_validation_score_) == _sklearn_early_stop(
+        scores, tol=0.05, n_iter_no_change=5)
+    assert est.best_validation_score_ == max(scores)
+    from sklearn.model_selection import train_test_split
+
+    _, held = train_test_split(np.arange(len(y)), test_size=0.1, random_state=est._seed_,
+                               stratify=y if cls is LookupClassifier else None)
+    assert est.score(X[held], y[held]) == pytest.approx(max(scores))
 
 
 @NOT_LEARNING

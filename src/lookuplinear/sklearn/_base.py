@@ -494,6 +494,11 @@ class LookupEstimator(BaseEstimator):
             weight_decay=self.alpha or 0.0,
         )
 
+    def _early_stopping_tol(self) -> float:
+        """The improvement of the held-out score that resets ``early_stopping``'s count:
+        ``tol``, or scikit-learn's 1e-4 for None."""
+        return 1e-4 if self.tol is None else float(self.tol)
+
     def _n_epochs(self) -> int:
         return self._EPOCHS if self.max_iter is None else self.max_iter
 
@@ -610,11 +615,12 @@ class LookupEstimator(BaseEstimator):
             score = float(self._score_predictions(held_y, pred, held_w))
             model.train()
             self.validation_scores_.append(score)
-            if score > best + (1e-4 if self.tol is None else self.tol):
-                best, no_change = score, 0
+            # scikit-learn's rule (MLPClassifier's, SGDClassifier's): an epoch that does not
+            # beat the best so far by ``tol`` counts, any better one is the new best
+            no_change = no_change + 1 if score < best + self._early_stopping_tol() else 0
+            if score > best:
+                best = score
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                no_change += 1
             return no_change >= self.n_iter_no_change
 
         bar = progress(self.verbose, total=epochs * X.shape[0])

@@ -121,7 +121,8 @@ default "auto"
     tol : float or None, default None
         ``dual_cd`` stops when the projected gradient's spread over an epoch falls under it
         (liblinear's test; None: 0.1, liblinear's default for its dual solvers);
-        ``early_stopping`` needs an improvement of more than ``tol`` (None: 1e-4).
+        ``early_stopping`` counts an epoch whose held-out score is not at least ``tol`` above
+        the best so far (None: 1e-4).
     class_weight : dict, "balanced" or None, default None
         Weights of the classes in the loss, as in scikit-learn's linear models: multiplied
         with ``sample_weight``; ``"balanced"`` counts each class's sample weights. With more
