@@ -806,6 +806,36 @@ def test_early_stopping_keeps_the_best_epoch(cls: Any) -> None:
 
 @NOT_LEARNING
 @pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
+def test_partial_fit_refuses_early_stopping_as_scikit_learn(cls: Any) -> None:
+    """``partial_fit`` has no hold-out and no epochs to stop between: ``early_stopping=True``
+    is refused, as ``SGDClassifier.partial_fit`` and ``MLPClassifier.partial_fit`` refuse it,
+    before anything changes (a first call builds nothing, a later one moves nothing)."""
+    from sklearn.linear_model import SGDClassifier, SGDRegressor
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+
+    X, y = _data(n=60)
+    y = y if cls is LookupClassifier else y.astype(float)
+    extra = {"classes": np.unique(y)} if cls is LookupClassifier else {}
+    peers = ((SGDClassifier, MLPClassifier) if cls is LookupClassifier
+             else (SGDRegressor, MLPRegressor))
+    for peer in peers:
+        with pytest.raises(ValueError, match="early_stopping"):
+            peer(early_stopping=True).partial_fit(X, y, **extra)
+    fix = r"early_stopping=True.*Set early_stopping=False for partial_fit, or call fit"
+    est = cls(early_stopping=True, **FAST)
+    with pytest.raises(InputValueError, match=fix):
+        est.partial_fit(X, y, **extra)
+    assert not hasattr(est, "model_")
+    est.set_params(early_stopping=False).partial_fit(X, y, **extra)
+    coef, n_iter = est.coef_.copy(), est.n_iter_
+    with pytest.raises(InputValueError, match=fix):
+        est.set_params(early_stopping=True).partial_fit(X, y)
+    np.testing.assert_array_equal(est.coef_, coef)
+    assert est.n_iter_ == n_iter
+
+
+@NOT_LEARNING
+@pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
 def test_early_stopping_on_a_dataframe_scores_without_feature_name_warnings(cls: Any) -> None:
     """The held-out rows are scored as the training rows were read (no second check of a
     matrix without column names): a DataFrame fit warns nothing, as ``SGDClassifier``'s, and

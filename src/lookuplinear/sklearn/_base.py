@@ -229,10 +229,19 @@ class LookupEstimator(BaseEstimator):
 
     def _begin_partial_fit(self) -> None:
         """What ``partial_fit`` checks before it trains: the parameters (on every call, as
-        ``fit`` does), a stochastic solver, and, once a model is fitted, that it can go on
-        with the current parameters (``_check_continues``)."""
+        ``fit`` does), a stochastic solver, no ``early_stopping`` (refused as
+        ``MLPClassifier.partial_fit`` and ``SGDClassifier.partial_fit`` refuse it), and, once a
+        model is fitted, that it can go on with the current parameters (``_check_continues``)."""
         self._check_params()
         self._check_partial_fit_solver()
+        if self.early_stopping:
+            raise InputValueError(
+                f"{type(self).__name__}.partial_fit does not support early_stopping=True: "
+                "one pass over the call's rows holds none out and has no epochs to stop "
+                "between, so it would train on every row and ignore early stopping. Set "
+                "early_stopping=False for partial_fit, or call fit, which holds out "
+                "validation_fraction of the rows and stops on their score."
+            )
         if hasattr(self, "model_"):
             self._check_continues("partial_fit",
                                   "call fit (without warm_start) to train a new model")

@@ -116,6 +116,7 @@ default "auto"
     early_stopping : bool, default False
         Hold out ``validation_fraction`` of the data (stratified) and stop when its accuracy has
         not improved by ``tol`` for ``n_iter_no_change`` epochs; the best epoch's weights are kept.
+        ``fit`` only: ``partial_fit`` refuses it, as scikit-learn's ``partial_fit`` does.
     validation_fraction : float, default 0.1
     n_iter_no_change : int, default 5
     tol : float or None, default None
