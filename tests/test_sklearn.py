@@ -835,6 +835,30 @@ def test_partial_fit_refuses_early_stopping_as_scikit_learn(cls: Any) -> None:
 
 
 @NOT_LEARNING
+def test_early_stopping_refuses_a_hold_out_of_one_row_as_mlp() -> None:
+    """9 rows at validation_fraction=0.1 hold out one, whose R^2 is NaN: refused as
+    ``MLPRegressor`` refuses it, before the model changes (a warm fit keeps its model)."""
+    from sklearn.neural_network import MLPRegressor
+
+    rng = np.random.RandomState(0)
+    X = rng.rand(100, 3).astype(np.float32)
+    y = X @ np.array([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="validation set is too small"):
+        MLPRegressor(early_stopping=True).fit(X[:9], y[:9])
+    fix = r"holds out validation_fraction=0\.1 of the 9 .*1 row.*increase validation_fraction"
+    est = LookupRegressor(early_stopping=True, **FAST)
+    with pytest.raises(InputValueError, match=fix):
+        est.fit(X[:9], y[:9])
+    assert not hasattr(est, "model_")
+    est.set_params(warm_start=True).fit(X, y)
+    coef, n_iter, scores = est.coef_.copy(), est.n_iter_, list(est.validation_scores_)
+    with pytest.raises(InputValueError, match=fix):
+        est.fit(X[:9], y[:9])
+    np.testing.assert_array_equal(est.coef_, coef)
+    assert (est.n_iter_, est.validation_scores_) == (n_iter, scores)
+
+
+@NOT_LEARNING
 @pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
 def test_early_stopping_on_a_dataframe_scores_without_feature_name_warnings(cls: Any) -> None:
     """The held-out rows are scored as the training rows were read (no second check of a

@@ -162,8 +162,6 @@ class LookupEstimator(BaseEstimator):
         else:
             y = self._encode_targets(y, warm=fit)
             seed = self._seed_ + self.n_iter_
-        if fit or first:
-            self.validation_scores_: list[float] = []
         weight = self._class_weights(y, sw)  # (n,), (n, n_outputs) or None
         if sw is not None and not sw.all():  # a row of weight 0 is left out, as if removed
             keep = np.flatnonzero(sw)
@@ -177,10 +175,13 @@ class LookupEstimator(BaseEstimator):
                 np.arange(Xc.shape[0]), test_size=self.validation_fraction, random_state=seed,
                 stratify=self._stratify(y),
             )
+            self._check_held_out(len(held), len(train) + len(held))
             validation = (Xc[held], self._held_out(y[held]), None if sw is None else sw[held])
             Xc, y = Xc[train], y[train]
             sw = None if sw is None else sw[train]
             weight = None if weight is None else weight[train]
+        if fit or first:
+            self.validation_scores_: list[float] = []
         # the loss's per-row weights c_i s_i / mean(s), and the rows they stand for (sum(s))
         n_samples = float(Xc.shape[0] if sw is None else sw.sum())
         if sw is not None:
@@ -205,6 +206,19 @@ class LookupEstimator(BaseEstimator):
         if fit:
             self._warn_if_not_converged(target_t, weight_t, warm=not first)
         return self
+
+    def _check_held_out(self, n_held: int, n_rows: int) -> None:
+        """Refuse an ``early_stopping`` hold-out of fewer than 2 rows (of ``n_rows`` of nonzero
+        weight), whose score says nothing (the R^2 of one row is NaN), as ``MLPClassifier``
+        and ``MLPRegressor`` refuse it; raised before the model changes."""
+        if n_held < 2:
+            raise InputValueError(
+                f"{type(self).__name__}.fit: early_stopping holds out validation_fraction="
+                f"{self.validation_fraction!r} of the {n_rows} training rows (of nonzero "
+                f"weight), {n_held} row{'s' * (n_held != 1)}, and scoring it needs at least 2. "
+                "The validation set is too small: increase validation_fraction or the number "
+                "of rows, or set early_stopping=False."
+            )
 
     def _check_sample_weight(self, sample_weight: Any, X: sp.csr_matrix) -> np.ndarray | None:
         """``sample_weight`` as float64 of shape (n_samples,), checked as scikit-learn checks
