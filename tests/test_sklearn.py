@@ -1420,6 +1420,31 @@ def test_fit_warns_when_the_loss_shows_no_progress(cls: Any) -> None:
         X, y, **({"classes": [0, 1, 2]} if cls is LookupClassifier else {}))  # one step: quiet
 
 
+@pytest.mark.parametrize(
+    ("params", "named", "not_named"),
+    [({"hidden": 8, "max_iter": 3}, "max_iter (now 3).", ("solver='auto'", "n_iter_no_change")),
+     ({"hidden": 8, "early_stopping": True},
+      "ended the fit after 9 of max_iter=20 epochs): raise n_iter_no_change (now 5) or "
+      "validation_fraction (now 0.1), lower tol (now 0.0001), or set early_stopping=False",
+      ("solver='auto'", "max_iter (now")),
+     ({}, "max_iter (now 20), or use solver='auto' (dual_cd here).", ("n_iter_no_change",))],
+)
+def test_no_progress_warning_names_only_fixes_that_change_the_fit(
+    params: dict[str, Any], named: str, not_named: tuple[str, ...]
+) -> None:
+    """Labels unrelated to X: the warning names solver='auto' only where it is not the same
+    Adam (where dual_cd solves the model), and where early stopping ended the fit before
+    max_iter, the parameters that decide when it stops instead of max_iter."""
+    rng = np.random.RandomState(0)
+    X = rng.rand(500, 20).astype(np.float32)
+    y = rng.randint(0, 2, 500)
+    with pytest.warns(ConvergenceWarning, match="learned little") as caught:
+        LookupClassifier(**{"solver": "adam", "max_iter": 20, "random_state": 0, **params}
+                         ).fit(X, y)
+    message = next(str(w.message) for w in caught if "learned little" in str(w.message))
+    assert named in message and not any(text in message for text in not_named), message
+
+
 @pytest.mark.parametrize("cls", [LookupClassifier, LookupRegressor])
 @pytest.mark.parametrize(
     ("device", "message"),

@@ -689,15 +689,14 @@ class LookupEstimator(BaseEstimator):
             lowest = min(self.loss_curve_)
             fix = (f"The loss rose above its lowest, {lowest:.4g}: the rate is too large. Lower "
                    f"learning_rate_init (now {self._learning_rate():g}) or scale the features"
-                   if last > lowest else
-                   f"Raise learning_rate_init (now {self._learning_rate():g}) or max_iter (now "
-                   f"{self._n_epochs()})")
+                   if last > lowest else self._more_training())
+            dual_cd = self.solver in SOLVERS and self._dual_cd_unsupported(warm=warm) is None
             warnings.warn(
                 f"{type(self).__name__}(solver={self.solver!r}) has not converged, it learned "
                 f"little or nothing from X: the training loss after {epochs} is {last:.4g}, "
                 f"{last / constant:.0%} of the {constant:.4g} of a constant output that ignores "
                 f"X. {fix}"
-                + (", or use solver='auto'." if self.solver in SOLVERS else "."),
+                + (", or use solver='auto' (dual_cd here)." if dual_cd else "."),
                 ConvergenceWarning,
                 stacklevel=5,
             )
@@ -713,6 +712,20 @@ class LookupEstimator(BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=5,
             )
+
+    def _more_training(self) -> str:
+        """The fix for a fit that learned too little at a falling loss: a larger rate, and
+        ``max_iter``, or, where early stopping ended the fit before ``max_iter``, the
+        parameters that decide when it stops."""
+        rate = f"Raise learning_rate_init (now {self._learning_rate():g})"
+        run = len(self.validation_scores_)  # this fit's epochs, with early stopping
+        if not self.early_stopping or run >= self._n_epochs():
+            return f"{rate} or max_iter (now {self._n_epochs()})"
+        return (f"{rate}, or let early stopping wait longer (it ended the fit after {run} of "
+                f"max_iter={self._n_epochs()} epochs): raise n_iter_no_change (now "
+                f"{self.n_iter_no_change}) or validation_fraction (now "
+                f"{self.validation_fraction:g}), lower tol (now {self._early_stopping_tol():g}), "
+                "or set early_stopping=False")
 
     def quantize(self, dtype: str = "int8") -> Any:
         """Quantize the fitted table for inference (``LookupLinear.quantize``): ``"int8"``,
