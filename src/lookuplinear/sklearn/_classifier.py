@@ -171,9 +171,11 @@ default "auto"
     model_ : LookupNet
         The trained ``torch.nn.Module``.
     loss_curve_ : list of float
-        Mean training loss of each epoch of a minibatch solver (empty after ``dual_cd``).
+        Mean training loss of each epoch of a minibatch solver, without the ``alpha``
+        penalty (empty after ``dual_cd``).
     n_iter_ : int
-        Epochs run.
+        Epochs (``dual_cd``: passes) since the model was built: a warm-started ``fit`` and
+        each ``partial_fit`` add theirs (scikit-learn's estimators count the last call's).
     validation_scores_ : list of float
         With ``early_stopping``: the held-out accuracy after each epoch.
     best_validation_score_ : float

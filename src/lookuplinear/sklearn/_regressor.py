@@ -52,8 +52,10 @@ class LookupRegressor(RegressorMixin, LookupEstimator):
     model_ : LookupNet
     loss_curve_ : list of float
         The training loss of each epoch: the squared error summed over the targets, averaged
-        over the rows (the mean squared error for 1-D ``y``).
+        over the rows (the mean squared error for 1-D ``y``), without the ``alpha`` penalty.
     n_iter_ : int
+        Epochs (``dual_cd``: passes) since the model was built: a warm-started ``fit`` and
+        each ``partial_fit`` add theirs.
     validation_scores_, best_validation_score_
         With ``early_stopping``: held-out R^2 per epoch and its best.
 
