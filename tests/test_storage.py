@@ -766,9 +766,10 @@ def test_a_checkpoint_save_draws_nothing(tmp_path: Path) -> None:
 
 
 def test_converting_or_sharing_a_table_in_a_file_is_refused(tmp_path: Path) -> None:
-    """``.double()``, ``.half()``, ``.to(dtype)`` and ``share_memory()`` would put the table in
-    new memory the file no longer follows: refused before anything changes (also inside a
-    model, and for a collection); what leaves it in place (``.cpu()``, ``.float()``) passes."""
+    """``.double()``, ``.half()``, ``.to(dtype)``, ``share_memory()`` and ``to_empty()`` would
+    put the table in new memory the file no longer follows: refused before anything changes
+    (also inside a model, and for a collection); what leaves it in place (``.cpu()``,
+    ``.float()``) passes."""
     from lookuplinear import LookupCollection, TableConfig
 
     layer = LookupLinear(10, 4, storage=tmp_path / "t", seed=0)
@@ -782,6 +783,9 @@ def test_converting_or_sharing_a_table_in_a_file_is_refused(tmp_path: Path) -> N
                 convert(module)
         with pytest.raises(InputValueError, match=r"already shared.*LookupLinear.open"):
             module.share_memory()
+        # new memory of the same dtype and device (the file would no longer follow it)
+        with pytest.raises(InputValueError, match=r"to_empty\(\).*leave the table out"):
+            module.to_empty(device="cpu")
         module.cpu().float().to(torch.float32).to("cpu")
         assert [p.data_ptr() for p in module.parameters()] == params
     assert layer.weight.data_ptr() == layer.storage.weight.data_ptr()

@@ -730,18 +730,24 @@ def refuse_assign(local_metadata: dict[str, Any], key: str) -> None:
 def refuse_conversion(fn: Any, param: torch.Tensor, where: str) -> None:
     """Refuse an ``nn.Module._apply`` of ``fn`` (``.to``, ``.double()``, ``.cuda()``,
     ``share_memory()``, ...) that would put table ``param``, which lives in a file, in new
-    memory: the file would no longer follow the layer. ``fn`` is tried on an empty tensor of
-    the table's dtype and device, so a refusal copies nothing; what leaves it where it is
-    (``.cpu()``, ``.to`` its own dtype) passes."""
-    probe = torch.empty(0, dtype=param.dtype, device=param.device)
+    memory: the file would no longer follow the layer. ``fn`` is tried on a one-element tensor
+    of the table's dtype and device, so a refusal copies nothing; what leaves it where it is
+    (``.cpu()``, ``.to`` its own dtype: the tensor itself, or a view of its memory) passes, and
+    anything else, ``to_empty()`` included, is refused."""
+    probe = torch.empty(1, dtype=param.dtype, device=param.device)
     out = fn(probe)
-    if out is probe and not probe.is_shared():
-        return
-    if out.dtype == param.dtype and out.device == param.device and not out.is_shared():
+    if not probe.is_shared() and (out is probe or (
+            out.device == probe.device
+            and out.untyped_storage().data_ptr() == probe.untyped_storage().data_ptr())):
         return
     if out.is_shared():
         what, fix = ("share_memory()", "a table in a file is already shared between processes "
                      "through its file: open it in each with LookupLinear.open(path)")
+    elif out.dtype == param.dtype and out.device == param.device:
+        what, fix = ("to_empty() (or another function giving the table new memory)",
+                     "leave the table out of it: a table in a file is allocated already (its "
+                     "rows are drawn from (seed, row) or read from its file); call to_empty() "
+                     "on the model's other modules only")
     else:
         what = f"a conversion to {out.dtype} on {out.device}"
         fix = (f"create the table with that dtype (dtype={out.dtype}, storage=a new path) and "
