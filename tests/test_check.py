@@ -24,6 +24,7 @@ from lookuplinear import (
     QuantizedLookupCollection,
     TableConfig,
     check_equivalence,
+    dense_reference,
     lookup_linear,
 )
 
@@ -113,6 +114,39 @@ def test_fails_when_only_the_weight_gradient_is_wrong(monkeypatch: pytest.Monkey
 def test_works_on_a_converted_layer() -> None:
     layer = LookupLinear.from_embedding(nn.EmbeddingBag(10, 4, mode="max"))
     assert check_equivalence(layer, Bags.from_lists([[1, 2], [], [9]])).ok
+
+
+class _SplitTies(LookupLinear):
+    """A wrong max backward: ``amax`` splits a tie's gradient between the tied rows."""
+
+    def forward(self, x: Bags) -> torch.Tensor:  # type: ignore[override]
+        ends = zip(x.offsets[:-1].tolist(), x.offsets[1:].tolist(), strict=True)
+        return torch.stack([self.weight[x.indices[a:b]].amax(0) for a, b in ends]) + self.bias
+
+
+def test_max_ties_route_the_gradient_to_one_row_as_embedding_bag() -> None:
+    """Tied rows of a max: nn.EmbeddingBag gives the whole gradient to the first in the bag;
+    the reference does too, so the real layer passes and a layer splitting ties fails."""
+    lists = [[1, 2], [3, 4, 5], [7, 6, 7], [8]]
+    x = Bags.from_lists(lists)
+    assert check_equivalence(LookupLinear(10, 3, mode="max", init=nn.init.zeros_), x).ok
+    assert check_equivalence(EmbeddingBag(10, 3, mode="max", _weight=torch.zeros(10, 3)),
+                             torch.tensor([[2, 1, 2], [4, 3, 4]])).ok
+    report = check_equivalence(_SplitTies(10, 3, mode="max", init=nn.init.zeros_), x)
+    assert [c.name for c in report.comparisons if not c.ok] == ["weight.grad"], str(report)
+    # the reference's gradient is nn.EmbeddingBag's, on rows tied in some columns only
+    weight = torch.tensor([[0.0, 1], [1, 1], [1, 0], [0, 0], [1, 1]], dtype=torch.float64)
+    peer = nn.EmbeddingBag(5, 2, mode="max", _weight=weight.clone())
+    up = torch.randn(3, 2, dtype=torch.float64)
+    bags = [[0, 1, 2, 4], [4, 2, 1], [3, 0, 3]]
+    peer(torch.tensor([b for bag in bags for b in bag]), torch.tensor([0, 4, 7])).backward(up)
+    layer = LookupLinear(5, 2, mode="max", bias=False, dtype=torch.float64)
+    lin = nn.Linear(5, 2, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(weight.T)
+    dense_reference(layer, Bags.from_lists(bags), linear=lin).backward(up)
+    assert lin.weight.grad is not None and peer.weight.grad is not None
+    torch.testing.assert_close(lin.weight.grad.T, peer.weight.grad)
 
 
 def test_leaves_the_layers_grad_untouched() -> None:

@@ -245,7 +245,8 @@ def check_equivalence(
     The reference is ``nn.Linear`` with the layer's weight (``weight.T``) and bias, in float64,
     applied to the densified ``x`` (:func:`lookuplinear.densify`: one-hot / multi-hot rows,
     padding column dropped, rows scaled by ``mode``; for ``mode="max"`` the max over present
-    rows). It is computed on the columns the batch touches, a few bags at a time: every other
+    rows, of tied rows the first in the bag taking the gradient, as ``nn.EmbeddingBag``'s).
+    It is computed on the columns the batch touches, a few bags at a time: every other
     column of the densified input is zero, so it changes no output, and the gradient of every
     other weight row is zero, which is checked of the layer's gradient too. Both are
     back-propagated with the same random upstream gradient. Compared: ``output``,

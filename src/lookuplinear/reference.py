@@ -104,7 +104,8 @@ def dense_reference(
     to take gradients through it. On index input a ``padding_idx`` position gives the padding
     row as a constant (``nn.Embedding``'s: its value, no gradient). For ``mode="max"`` on
     matrix input the output is the element-wise max of ``linear.weight.T``'s rows present in
-    each row (0 for an empty row), plus the bias.
+    each row (0 for an empty row), plus the bias; of tied rows the first in the bag (the
+    lowest column of a dense row) takes the gradient, as ``nn.EmbeddingBag``'s.
 
     Examples
     --------
@@ -132,17 +133,16 @@ def dense_reference(
     if layer.mode != "max" or is_index:
         return lin(densify(x, layer, dtype=dtype))
     X, bags = _rows(x, layer.in_features, dtype)
-    present = (
-        X != 0
-        if bags is None
-        else Bags(bags.indices, bags.offsets).to_dense(layer.in_features, dtype=dtype) != 0
-    )
+    if bags is None:  # dense rows: the entries are the non-zeros, in column order
+        columns = torch.arange(layer.in_features, device=X.device)
+        order = columns.expand(X.shape).where(X != 0, _ABSENT)
+    else:
+        order = _first_positions(bags, layer.in_features)
     if layer.padding_idx is not None:
-        present[..., layer.padding_idx] = False
-    W = lin.weight.T  # (in, out)
-    masked = torch.where(present.unsqueeze(-1), W, torch.tensor(float("-inf"), dtype=dtype))
-    out = masked.amax(-2)
-    out = torch.where(present.any(-1, keepdim=True), out, torch.zeros((), dtype=dtype))
+        order = order.index_fill(-1, torch.tensor([layer.padding_idx], device=order.device),
+                                 _ABSENT)
+    flat = order.reshape(-1, layer.in_features)
+    out = _max_rows(lin.weight.T, flat).reshape(*order.shape[:-1], -1)  # W: (in, out)
     return out if lin.bias is None else out + lin.bias
 
 
@@ -181,7 +181,7 @@ def reference_bytes(bags: Bags, out_features: int, mode: str) -> tuple[int, int]
 def _chunk_bytes(n_rows: int, entries: int, out_features: int, mode: str) -> int:
     """Bytes of ``n_rows`` bags of ``entries`` entries densified on their touched columns
     (at most ``entries``), with the copies the scaling and the backward make."""
-    per_cell = 8 * (out_features + 2) if mode == "max" else 8 * 4
+    per_cell = 8 * (2 * out_features + 2) + out_features if mode == "max" else 8 * 4
     return n_rows * max(1, entries) * per_cell
 
 
@@ -267,10 +267,42 @@ def _dense_piece(bags: Bags, n: int, pad: int | None, mode: str, W: torch.Tensor
     if n == 0:  # every bag of the piece is empty: 0, plus the bias
         out = W.new_zeros((len(bags), W.shape[1])) + 0 * W.sum()
         return out if bias is None else out + bias
-    present = Bags(bags.indices, bags.offsets).to_dense(n, dtype=W.dtype) != 0
+    order = _first_positions(bags, n)
     if pad is not None:
-        present[:, pad] = False
-    masked = torch.where(present.unsqueeze(-1), W, torch.tensor(float("-inf"), dtype=W.dtype))
-    out = torch.where(present.any(-1, keepdim=True), masked.amax(-2),
-                      torch.zeros((), dtype=W.dtype))
+        order[:, pad] = _ABSENT
+    out = _max_rows(W, order)
     return out if bias is None else out + bias
+
+
+#: the position :func:`_first_positions` gives a row absent from a bag
+_ABSENT = torch.iinfo(torch.int64).max
+
+
+def _first_positions(bags: Bags, n: int) -> torch.Tensor:
+    """``(N, n)``: where each of the ``n`` rows first occurs in each bag (its entry's position
+    in the bag), :data:`_ABSENT` where it does not."""
+    offsets, device = bags.offsets.long(), bags.indices.device
+    bag_of = torch.repeat_interleave(torch.arange(len(bags), device=device), offsets.diff())
+    position = torch.arange(bags.nnz, device=device) - offsets[bag_of]
+    first = torch.full((len(bags) * n,), _ABSENT, dtype=torch.int64, device=device)
+    first.scatter_reduce_(0, bag_of * n + bags.indices.long(), position, "amin")
+    return first.reshape(len(bags), n)
+
+
+def _max_rows(W: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """``(N, out)``: per bag and column, the largest value of the rows of ``W`` (``(n, out)``)
+    the bag holds (``order``, ``(N, n)``: their first positions, :data:`_ABSENT` for a row it
+    does not hold), 0 for an empty bag.
+
+    As ``nn.EmbeddingBag(mode="max")``, a row replaces the maximum so far only where it is
+    strictly larger, so of tied rows the one first in the bag is the maximum and takes all of
+    the value's gradient (``amax`` would split it between them)."""
+    present = order != _ABSENT
+    with torch.no_grad():
+        masked = torch.where(present.unsqueeze(-1), W, torch.tensor(float("-inf"),
+                                                                    dtype=W.dtype))
+        top = masked.amax(-2, keepdim=True)  # NaN where a present row is NaN, as amax
+        tied = present.unsqueeze(-1) & ((masked == top) | (masked.isnan() & top.isnan()))
+        winner = torch.where(tied, order.unsqueeze(-1), _ABSENT).argmin(-2)  # (N, out)
+    out = W.gather(0, winner)
+    return torch.where(present.any(-1, keepdim=True), out, torch.zeros((), dtype=W.dtype))
