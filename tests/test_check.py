@@ -264,6 +264,45 @@ def test_a_collection_of_several_dtypes_judges_each_table_by_its_own() -> None:
         assert not report.ok and "output['fa']" in str(report)
 
 
+class _TripleWeightsGrad(torch.autograd.Function):
+    """Identity forward, a gradient three times too large."""
+
+    @staticmethod
+    def forward(ctx: Any, w: torch.Tensor) -> torch.Tensor:
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * 3.0
+
+
+class _BadWeightsGrad(LookupCollection):
+    def forward(self, kb: KeyedBags) -> KeyedTensor:  # type: ignore[override]
+        w = _TripleWeightsGrad.apply(kb.weights)
+        return super().forward(KeyedBags(kb.keys(), kb.values, offsets=kb.offsets, weights=w))
+
+
+def test_a_collection_compares_the_gradient_of_weights_that_require_it() -> None:
+    """Each feature's weights' gradient against the reference: the sum over the tables that
+    read it, through a variable batch's expansion and a "qr" table's two rows per ID."""
+    torch.manual_seed(0)
+    tables = [TableConfig("t", 10, 3, ["a", "b"], mode="mean"), TableConfig("u", 10, 2, ["a"]),
+              TableConfig("h", 7, 2, ["c"], hashing="qr", qr_buckets=3)]
+    kb = KeyedBags(["a", "b", "c"], torch.tensor([3, 1, 7, 7, 2, 5]),
+                   lengths=torch.tensor([2, 3, 0, 1]), stride_per_key_per_rank=[[1], [2], [1]],
+                   inverse_indices=torch.tensor([[0, 0, 0], [1, 0, 1], [0, 0, 0]]),
+                   weights=torch.rand(6, requires_grad=True))
+    report = check_equivalence(LookupCollection(tables), kb)
+    assert report.ok, str(report)
+    assert [c.name for c in report.comparisons][-3:] == [
+        "input.grad['a']", "input.grad['b']", "input.grad['c']"]
+    bad = _BadWeightsGrad([TableConfig("t", 10, 3, ["a"])])
+    w = torch.tensor([0.5, 2.0, 1.5], requires_grad=True)
+    kb = KeyedBags(["a"], torch.tensor([1, 2, 3]), offsets=torch.tensor([0, 1, 3]), weights=w)
+    report = check_equivalence(bad, kb)
+    assert [c.name for c in report.comparisons if not c.ok] == ["input.grad['a']"], str(report)
+
+
 def test_nan_in_a_collection_table_is_located() -> None:
     from lookuplinear import KeyedBags, LookupCollection, TableConfig
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -13,7 +14,13 @@ from .errors import InputTypeError, InputValueError, LookupLinearError
 from .modules.collection import LookupCollection, weighted_as
 from .modules.embedding_bag import bag_input
 from .modules.layer import LookupLinear
-from .reference import REFERENCE_BYTES, dense_reference, reference_bytes, touched_reference
+from .reference import (
+    REFERENCE_BYTES,
+    TouchedReference,
+    dense_reference,
+    reference_bytes,
+    touched_reference,
+)
 from .sparse.adapters import as_bags
 from .sparse.bags import Bags
 from .sparse.keyed import KeyedBags, KeyedTensor
@@ -269,9 +276,11 @@ def check_equivalence(
         For a collection, ``x`` is a :class:`~lookuplinear.KeyedBags`; the reference is each
         feature's table as ``nn.Linear`` on its multi-hot rows, ``output`` is the collection's
         ``(N, sum of dims)`` values and there is one ``<table>.weight.grad`` per table (the sum
-        over the features that read it). A quantized layer is compared on the forward only,
-        against ``nn.Linear`` on its dequantized table (it has no gradient); a
-        ``QuantizedLookupCollection`` is refused (check each of its ``layers``).
+        over the features that read it) and, where the ``KeyedBags`` weights require grad, one
+        ``input.grad['<feature>']`` per feature (the sum over the tables that read it). A
+        quantized layer is compared on the forward only, against ``nn.Linear`` on its
+        dequantized table (it has no gradient); a ``QuantizedLookupCollection`` is refused
+        (check each of its ``layers``).
     x : any input form the layer accepts
     offsets, per_sample_weights : torch.Tensor, optional
         As the layer's forward takes them (``nn.EmbeddingBag``'s 1-D input with offsets).
@@ -713,7 +722,12 @@ def _compare_collection(
     # a variable batch per key: its dense equivalent is the batch of N bags per key
     # (keys without inverse_indices rows left out: the collection reads none of them, or its
     # forward below refuses the batch)
-    kb_cpu = weighted_as(kb, collection.is_weighted, "check_equivalence").to("cpu")
+    kb = weighted_as(kb, collection.is_weighted, "check_equivalence")
+    # the weights' gradient where they require it: the reference's, on a float64 copy that
+    # the per-feature bags below are computed from (expanded, repeated as the tables read it)
+    leaf = kb.weights if kb.weights is not None and kb.weights.requires_grad else None
+    ref_leaf = None if leaf is None else leaf.detach().cpu().double().requires_grad_(True)
+    kb_cpu = kb.to("cpu") if ref_leaf is None else _with_weights(kb.to("cpu"), ref_leaf)
     kb_cpu = kb_cpu._inverted_only().full_batch()
     names = [t.name for t in collection.tables]
     tables = {n: collection[n] for n in names}
@@ -727,8 +741,8 @@ def _compare_collection(
     probe.table_groups = nn.ParameterList(leaves)
     out = cast(KeyedTensor, probe(kb)).values()
     upstream = _upstream(out, seed)
-    grads = torch.autograd.grad(out, leaves, upstream.to(out.dtype).to(out.device),
-                                allow_unused=True)
+    grads = torch.autograd.grad(out, [*leaves, *([leaf] if leaf is not None else [])],
+                                upstream.to(out.dtype).to(out.device), allow_unused=True)
 
     def tolerances(table: str) -> tuple[float, float]:
         """The given tolerances, else those of the table's dtype (tables of several dtypes:
@@ -740,14 +754,19 @@ def _compare_collection(
     per_table: dict[str, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {
         n: [] for n in names}
     terms_out, terms_grad = 1, dict.fromkeys(names, 0)
+    weights_grad = None if ref_leaf is None else _WeightsGrad(ref_leaf)
     for f, t in features:  # each feature's table as nn.Linear on its rows, its own columns
         table = tables[t]
         width = table.out_features
         up = upstream[:, at:at + width]
+        read = weights_grad is not None and bags[f].weights is not None
         ref = touched_reference(table.weight, table.bias, bags[f], table.mode,
-                                table.padding_idx, up, max_bytes=max_bytes)
+                                table.padding_idx, up, weights_grad=read, max_bytes=max_bytes)
         allow = _allowances(table.weight, table.bias, bags[f], table.mode, table.padding_idx,
-                            up, table.weight.dtype, weights_grad=False, max_bytes=max_bytes)
+                            up, table.weight.dtype, weights_grad=read, max_bytes=max_bytes)
+        if weights_grad is not None and read:
+            feature = collection._collection_plan.feature_of[f]
+            weights_grad.add(feature, t, bags[f], ref, allow)
         refs.append(ref.out)
         allow_out.append(allow.out)
         per_table[t].append((ref.rows, ref.weight_grad, allow.weight_grad))
@@ -783,7 +802,58 @@ def _compare_collection(
         got, untouched = _grad_rows(grads[group], first, cfg.stored_rows, rows)
         comparisons.append(_compare_rows(f"{n}.weight.grad", got, untouched, want,
                                          *tolerances(n), allowed, terms_grad[n]))
+    if weights_grad is not None:
+        comparisons += weights_grad.compare(kb, grads[-1], tolerances)
     return EquivalenceReport(repr(kb), comparisons, nonfinite)
+
+
+def _with_weights(kb: KeyedBags, weights: torch.Tensor) -> KeyedBags:
+    """``kb`` with ``weights`` (one per entry) in place of its own."""
+    return KeyedBags.from_checked(kb.keys(), kb.values, kb.offsets, weights,
+                                  stride_per_key_per_rank=kb._strides,
+                                  inverse_indices=kb.inverse_indices,
+                                  inverse_keys=kb._inverse_keys)
+
+
+class _WeightsGrad:
+    """The reference gradient of a collection's batch weights (``leaf``: a float64 copy the
+    features' bags were computed from), and its rounding allowance: each feature's, taken
+    back through the expansion to the batch's entries, summed over the tables reading it."""
+
+    def __init__(self, leaf: torch.Tensor) -> None:
+        self.leaf = leaf
+        self.want = torch.zeros_like(leaf, requires_grad=False)  # (nnz,) of the batch
+        self.allowed = torch.zeros_like(self.want)
+        self.tables: dict[str, list[str]] = {}
+        self.width: dict[str, int] = {}
+
+    def add(self, feature: str, table: str, bags: Bags, ref: TouchedReference,
+            allow: _Allowances) -> None:
+        """Add the reference and allowance of ``feature`` read by ``table`` (``bags``)."""
+        assert bags.weights is not None and ref.weights_grad is not None
+        assert allow.weights_grad is not None
+        for total, part in ((self.want, ref.weights_grad), (self.allowed, allow.weights_grad)):
+            back, = torch.autograd.grad(bags.weights, self.leaf, part.reshape(-1),
+                                        retain_graph=True)
+            total += back.abs() if total is self.allowed else back
+        self.tables.setdefault(feature, []).append(table)
+        self.width[feature] = self.width.get(feature, 0) + int(ref.out.shape[1])
+
+    def compare(self, kb: KeyedBags, got: torch.Tensor | None,
+                tolerances: Callable[[str], tuple[float, float]]) -> list[Comparison]:
+        """One ``input.grad[feature]`` per feature the collection reads: its entries'
+        gradient against the reference, within the loosest tolerances of its tables."""
+        got = torch.zeros_like(self.want) if got is None else got.detach().cpu().double()
+        bounds = kb.offset_per_key()
+        out = []
+        for i, key in enumerate(kb.keys()):
+            if key not in self.tables:
+                continue
+            rtol, atol = (max(v) for v in zip(*map(tolerances, self.tables[key]), strict=True))
+            a, b = bounds[i], bounds[i + 1]
+            out.append(_compare(f"input.grad[{key!r}]", got[a:b], self.want[a:b], rtol, atol,
+                                self.allowed[a:b], self.width[key]))
+        return out
 
 
 def _input_nonfinite_named(bags: Bags, feature: str) -> list[str]:
