@@ -9,9 +9,12 @@ import torch
 from forms import MATRIX_FORMS, MODES, Batch, make_case
 from torch import nn
 
+import lookuplinear.modules.embedding
+import lookuplinear.modules.embedding_bag
 import lookuplinear.modules.layer
 from lookuplinear import (
     Bags,
+    Embedding,
     EmbeddingBag,
     EquivalenceError,
     InputTypeError,
@@ -368,6 +371,42 @@ def test_embedding_bag_with_max_norm_is_checked_on_a_copy() -> None:
     before = bag.weight.detach().clone()
     assert check_equivalence(bag, torch.tensor([[1, 2], [2, 9]])).ok
     assert torch.equal(bag.weight, before)
+
+
+@pytest.mark.parametrize("renorm", ["half", "none"])
+@pytest.mark.parametrize("kind", [EmbeddingBag, Embedding])
+def test_a_wrong_max_norm_renorm_fails_the_check(monkeypatch: pytest.MonkeyPatch,
+                                                 kind: type, renorm: str) -> None:
+    """The reference renorms its own copy of the table, as nn.Embedding(Bag) does: a layer
+    renorming to the wrong norm, or not at all, is DIFFERENT."""
+    torch.manual_seed(0)
+    layer = kind(10, 4, max_norm=0.5)
+    with torch.no_grad():
+        layer.weight.mul_(10)
+    x = torch.tensor([[1, 2], [3, 3]])
+    good = check_equivalence(layer, x)
+    assert good.ok, str(good)
+    peer = (nn.EmbeddingBag if kind is EmbeddingBag else nn.Embedding)(10, 4, max_norm=0.5)
+    with torch.no_grad():
+        peer.weight.copy_(layer.weight)
+    peer(x)  # the renormed rows of the peer are those the check expects of the layer
+    probe = kind(10, 4, max_norm=0.5, _weight=layer.weight.detach().clone())
+    probe(x)
+    torch.testing.assert_close(probe.weight, peer.weight, rtol=0, atol=0)
+
+    def wrong(weight: torch.Tensor, indices: torch.Tensor, max_norm: float,
+              norm_type: float) -> None:
+        if renorm == "half":
+            with torch.no_grad():
+                torch.embedding_renorm_(weight.detach(), indices, max_norm / 2, norm_type)
+
+    module = lookuplinear.modules.embedding_bag if kind is EmbeddingBag else \
+        lookuplinear.modules.embedding
+    monkeypatch.setattr(module, "renorm_rows_", wrong)
+    report = check_equivalence(layer, x)
+    assert not report.ok, str(report)
+    assert {c.name for c in report.comparisons if not c.ok} == {"output", "weight.renorm"}
+    assert good.comparisons[-1].name == "weight.renorm"
 
 
 def test_refuses_what_has_no_dense_equivalent_clearly() -> None:

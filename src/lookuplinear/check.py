@@ -573,14 +573,17 @@ def _check(
     grads = torch.autograd.grad(
         out, inputs, upstream.to(out.dtype).to(out.device), allow_unused=True
     )
-    # the table the forward read (an EmbeddingBag's max_norm renorms the probe's copy)
+    # the table the forward should read: max_norm renorms the rows the batch names (the
+    # reference's own copy, as nn.Embedding(Bag) does; the probe's copy is compared with it)
+    renormed = _renormed(layer, bags.indices)
+    table = probe.weight if renormed is None else renormed
     # an index lookup reads the padding row, which gets no gradient (nn.Embedding); bags drop
     # padding entries (nn.EmbeddingBag)
     pad = None if lead is not None else layer.padding_idx
     up = upstream.reshape(-1, out_features)
-    ref = touched_reference(probe.weight, bias, bags, mode, pad, up,
+    ref = touched_reference(table, bias, bags, mode, pad, up,
                             weights_grad=leaf is not None, max_bytes=max_bytes)
-    allow = _allowances(probe.weight, bias, bags, mode, pad, up, out.dtype,
+    allow = _allowances(table, bias, bags, mode, pad, up, out.dtype,
                         weights_grad=leaf is not None, max_bytes=max_bytes)
     if lead is not None and layer.padding_idx is not None:
         ref.weight_grad[ref.rows == layer.padding_idx] = 0
@@ -607,7 +610,24 @@ def _check(
                                     else got_w.cpu(), want_w.reshape(leaf.shape), rtol, atol,
                                     allow.weights_grad.reshape(leaf.shape),
                                     terms["input.grad"]))
+    if renormed is not None:  # the table after the forward: renormed as the reference's
+        comparisons.append(_compare("weight.renorm", probe.weight.cpu(), renormed.cpu(),
+                                    rtol, atol))
     return EquivalenceReport(_describe(x), comparisons, nonfinite)
+
+
+def _renormed(layer: Any, indices: torch.Tensor) -> torch.Tensor | None:
+    """A copy of the layer's table with the rows ``indices`` names renormed to its
+    ``max_norm`` in the table's dtype, as ``nn.Embedding`` and ``nn.EmbeddingBag`` renorm
+    theirs before the lookup (None without ``max_norm``)."""
+    max_norm = getattr(layer, "max_norm", None)
+    if max_norm is None:
+        return None
+    table = layer.weight.detach().clone()
+    with torch.no_grad():
+        torch.embedding_renorm_(table, indices.to(table.device).contiguous(), max_norm,
+                                layer.norm_type)
+    return table
 
 
 def _upstream(out: torch.Tensor, seed: int) -> torch.Tensor:
