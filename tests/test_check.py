@@ -409,6 +409,26 @@ def test_a_wrong_max_norm_renorm_fails_the_check(monkeypatch: pytest.MonkeyPatch
     assert good.comparisons[-1].name == "weight.renorm"
 
 
+class _Doubled(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 2 * w
+
+
+@pytest.mark.parametrize("kind", [LookupLinear, EmbeddingBag, Embedding])
+def test_a_parametrized_layer_is_checked_on_its_computed_weight(kind: type) -> None:
+    """torch.nn.utils.parametrize: the reference is nn.Linear with the computed weight, and
+    the layer's parametrization gets no gradient from the check."""
+    layer = kind(10, 3)
+    nn.utils.parametrize.register_parametrization(layer, "weight", _Doubled())
+    x = torch.tensor([[1, 2], [3, 3]])
+    report = check_equivalence(layer, x)
+    assert report.ok, str(report)
+    assert report.comparisons[1].name == "weight.grad"
+    assert layer.parametrizations.weight.original.grad is None
+    if kind is LookupLinear:  # dense rows, densified whole
+        assert check_equivalence(layer, torch.rand(2, 10)).ok
+
+
 def test_refuses_what_has_no_dense_equivalent_clearly() -> None:
     with pytest.raises(InputValueError, match="scale_grad_by_freq"):
         check_equivalence(EmbeddingBag(10, 4, scale_grad_by_freq=True),

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from .errors import InputTypeError, InputValueError, LookupLinearError
 from .modules.collection import LookupCollection, weighted_as
@@ -367,13 +368,30 @@ def _probe(layer: Any, copy_table: bool = False) -> Any:
     """A shallow copy of ``layer`` whose parameters are new leaves on the same storage (on a
     copy with ``copy_table``: an ``EmbeddingBag``'s ``max_norm`` renorms rows in place): its
     backward reaches neither the layer's ``.grad`` nor a ``fused=True`` optimizer bound to the
-    layer's parameters, so checking never changes the layer or an optimizer's state."""
-    probe = copy.copy(layer)
+    layer's parameters, so checking never changes the layer or an optimizer's state.
+
+    A parametrized layer (``torch.nn.utils.parametrize``) is checked on its computed
+    parameters: the probe is of the layer's own class, holding them as plain parameters."""
+    probe = _plain_copy(layer)
     probe._parameters = {
         name: None if p is None else nn.Parameter(
             p.detach().clone() if copy_table else p.detach(), requires_grad=True)
-        for name, p in layer._parameters.items()
+        for name, p in probe._parameters.items()
     }
+    return probe
+
+
+def _plain_copy(layer: Any) -> Any:
+    """A shallow copy of ``layer``; of a parametrized layer (which ``copy.copy`` refuses), one
+    of its own class with the computed parametrized tensors in place of the parametrizations."""
+    if not parametrize.is_parametrized(layer):
+        return copy.copy(layer)
+    # parametrize swaps the layer's class for a subclass of it that computes the tensors
+    probe: Any = object.__new__(type(layer).__bases__[0])
+    probe.__dict__ = dict(layer.__dict__)
+    probe._modules = {k: m for k, m in layer._modules.items() if k != "parametrizations"}
+    probe._parameters = {**layer._parameters,
+                         **{name: getattr(layer, name) for name in layer.parametrizations}}
     return probe
 
 
