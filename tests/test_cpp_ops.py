@@ -1045,7 +1045,7 @@ _CALLS = textwrap.dedent("""
     warnings.simplefilter("ignore")
     import torch
     import lookuplinear.ops.library as library
-    from lookuplinear.ops import group_rows
+    from lookuplinear.ops import group_rows, one_id_rows, shifted_rows
     ops = torch.ops.lookuplinear
     out = []
     for call in json.loads(sys.argv[1]):
@@ -1058,28 +1058,30 @@ _CALLS = textwrap.dedent("""
 """)
 
 
-def _on_both_registrations(calls: list[str]) -> tuple[list[list[str]], list[list[str]]]:
-    """Each call's outcome (:data:`_CALLS`) with the C++ operators (where built) and with the
-    operators registered from Python (``LOOKUPLINEAR_OPS=python``), each in a process of its
-    own (a crash or a hang there fails the test, not the session)."""
+def _on_both_registrations(calls: list[str], no_c: bool = False) -> list[list[list[str]]]:
+    """Each call's outcome (:data:`_CALLS`) with the C++ operators (where built), with the
+    operators registered from Python (``LOOKUPLINEAR_OPS=python``) and, with ``no_c``, in an
+    install without a compiler (``LOOKUPLINEAR_NO_C=1``), each in a process of its own (a
+    crash or a hang there fails the test, not the session)."""
     base = {k: v for k, v in os.environ.items()
             if k not in ("LOOKUPLINEAR_OPS", "LOOKUPLINEAR_NO_C")}
     base["PYTHONPATH"] = str(ROOT / "src")
     outcomes = []
-    for extra in ({}, {"LOOKUPLINEAR_OPS": "python"}):
+    sides: list[dict[str, str]] = [{}, {"LOOKUPLINEAR_OPS": "python"}]
+    for extra in sides + ([{"LOOKUPLINEAR_NO_C": "1"}] if no_c else []):
         run = subprocess.run([sys.executable, "-c", _CALLS, json.dumps(calls)],
                              env={**base, **extra}, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, f"{extra}: rc {run.returncode}\n{run.stderr[-2000:]}"
         outcomes.append(json.loads(run.stdout.strip().splitlines()[-1]))
-    return outcomes[0], outcomes[1]
+    return outcomes
 
 
-def _refused_alike(calls: dict[str, tuple[str, str]]) -> None:
+def _refused_alike(calls: dict[str, tuple[str, str]], no_c: bool = False) -> None:
     """Each call (the expression: its error class and a part of its message) refused alike by
-    both registrations."""
-    cpp, python = _on_both_registrations(list(calls))
-    for (call, (error, message)), c, p in zip(calls.items(), cpp, python, strict=True):
-        assert c == p, (call, c, p)
+    both registrations (and, with ``no_c``, without the C library)."""
+    cpp, *others = _on_both_registrations(list(calls), no_c)
+    for (call, (error, message)), c, *o in zip(calls.items(), cpp, *others, strict=True):
+        assert all(c == p for p in o), (call, c, o)
         assert c[0] == error and message in c[1], (call, c)
 
 
@@ -1244,3 +1246,40 @@ def test_sgd_without_momentum_takes_any_state_in_the_twins(state: torch.Tensor) 
     _updates.rows_fused_twin([fused], [state.clone()], [torch.ones(2, 3)],
                              [torch.tensor([1, 3])], [None], [None], [-1], "sgd", scalars)
     assert torch.equal(fused, want)
+
+
+def test_keyed_passes_and_murmur3_refuse_operands_alike_on_every_side() -> None:
+    """``shifted_rows``, ``one_id_rows`` (the eager functions) and the operator ``murmur3_32``
+    refuse what their C pass cannot read with one error and message on the C++ operators,
+    the Python registration and without the C library (before: the Python sides skipped the
+    checks, returning uninitialised memory, a torch error from deep inside, or a hash of
+    decreasing bounds)."""
+    ids, one, shift, limit = ("torch.tensor([3, 1, 0, 2])", "torch.arange(5)",
+                              "torch.tensor([0, 4])", "torch.tensor([4, 3])")
+    _refused_alike({
+        f"shifted_rows(torch.tensor([3, 1, 0]), torch.arange(4), 2, {shift}, {limit})":
+            ("InputValueError", "lookuplinear::shifted_rows: n_features must divide the 3 "
+             "bags; got 2"),
+        f"shifted_rows({ids}, torch.tensor([0, 2, 1, 3, 4]), 2, {shift}, {limit})":
+            ("OffsetsError", "lookuplinear::shifted_rows: offsets must start at 0, never "
+             "decrease and end at the number of entries, 4; got [0, 2, 1, 3, 4]"),
+        f"shifted_rows({ids}, {one}, 2, torch.tensor([0]), {limit})":
+            ("InputValueError", "lookuplinear::shifted_rows: shift and limit must be int64 of "
+             "shape (2,); got Long [1]"),
+        f"one_id_rows({ids}, {one}, 2, {shift}, torch.tensor([4, 3, 1]))":
+            ("InputValueError", "lookuplinear::one_id_rows: shift and limit must be int64 of "
+             "shape (2,); got Long [3]"),
+        f"one_id_rows({ids}, {one}, 2, {shift}, {limit}, torch.tensor([[0, 1], [9, 1]]))":
+            ("InputValueError", "lookuplinear::one_id_rows: place[1] = (9, 1) puts feature "
+             "1's rows outside the 4 outputs"),
+        f"one_id_rows({ids}, torch.tensor([1, 2, 3, 4, 5]), 2, {shift}, {limit})":
+            ("ok", "None"),
+        "ops.murmur3_32(torch.tensor(list(b'abcd'), dtype=torch.uint8), torch.tensor([3, 1]))":
+            ("InputValueError", "lookuplinear::murmur3_32: starts must be at least one bound, "
+             "never decreasing, within [0, 4]"),
+        "ops.murmur3_32(torch.tensor(list(b'abcd'), dtype=torch.uint8), torch.tensor([0, 5]))":
+            ("InputValueError", "within [0, 4]"),
+        "ops.murmur3_32(torch.tensor(list(b'abcd')), torch.tensor([0, 4]))":
+            ("InputValueError", "lookuplinear::murmur3_32: data must be a 1-D Byte CPU tensor; "
+             "got Long of shape [4] on cpu"),
+    }, no_c=True)

@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import OffsetsError
+from ..errors import InputValueError, OffsetsError
 from . import _extension
 from ._asserts import assert_offsets_twin, graph_message
 from ._backend import backend, capturing, use_c, values_known
 from ._clib import function, ptr, suffix
+from ._errors import project_error, scalar_type_name
 
-__all__ = ["check_offsets", "drop_entries", "mode_weights", "offsets_ok", "one_id_rows",
-           "shifted_rows"]
+__all__ = ["check_keyed_operands", "check_offsets", "check_one_id_operands",
+           "check_shifted_operands", "checked_one_id_rows", "checked_shifted_rows", "drop_entries",
+           "mode_weights", "offsets_ok", "one_id_rows", "shifted_rows"]
 
 _INT_SUFFIX = {torch.int32: "i32", torch.int64: "i64"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -419,8 +421,101 @@ def one_id_rows(
                 values, offsets, n_features, shift, limit, place)
         except RuntimeError:  # the CPU kernel's: an ID out of range, found again for its place
             return _torch_one_id_rows(values, offsets, n_features, shift, limit, place)
-        except ValueError:  # a bag that does not hold one ID: the general path
-            return None
+        except ValueError as e:
+            if _NOT_ONE_ID in str(e):  # a bag that does not hold one ID: the general path
+                return None
+            raise project_error(e) or e from None
+    return checked_one_id_rows(values, offsets, n_features, shift, limit, place)
+
+
+#: the words of ``one_id_rows``' refusal of a bag that does not hold one ID (the C++ kernel's
+#: and the Python registration's message), which :func:`one_id_rows` answers with None
+_NOT_ONE_ID = "every bag must hold one ID"
+
+
+def check_keyed_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                         op: str, *, one_dtype: bool) -> None:
+    """Raise :class:`InputValueError` unless ``values`` and ``offsets`` are a keyed batch of
+    ``n_features`` features (1-D, int32 or int64, of one dtype where ``one_dtype``, at least
+    one offset, ``n_features`` dividing the bags): the keyed passes' common operands, with the
+    C++ kernels' messages."""
+    ints = (torch.int32, torch.int64)
+    if not (values.dtype in ints and offsets.dtype in ints and values.dim() == 1
+            and offsets.dim() == 1 and offsets.numel() > 0
+            and (offsets.dtype == values.dtype or not one_dtype)):
+        kind = "of one dtype, int32 or int64" if one_dtype else "int32 or int64"
+        raise InputValueError(
+            f"lookuplinear::{op}: 1-D values and offsets {kind}, and at least one offset; got "
+            f"{_dtype_shape(values)} and {_dtype_shape(offsets)}")
+    if n_features < 1 or (offsets.numel() - 1) % n_features:
+        raise InputValueError(f"lookuplinear::{op}: n_features must divide the "
+                              f"{offsets.numel() - 1} bags; got {n_features}")
+
+
+def _dtype_shape(t: torch.Tensor) -> str:
+    """``t``'s dtype and shape as the C++ kernels' messages print them (``Long [3]``)."""
+    return f"{scalar_type_name(t.dtype)} {list(t.shape)}"
+
+
+def check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                           shift: torch.Tensor, limit: torch.Tensor,
+                           op: str = "shifted_rows") -> None:
+    """Raise :class:`InputValueError` for operands ``shifted_rows`` (or ``one_id_rows``)
+    cannot read, as the C++ kernel checks them (before the C pass reads the entries the
+    offsets name)."""
+    check_keyed_operands(values, offsets, n_features, op, one_dtype=True)
+    for t in (shift, limit):
+        if t.dtype != torch.int64 or t.shape != (n_features,):
+            raise InputValueError(
+                f"lookuplinear::{op}: shift and limit must be int64 of shape "
+                f"({n_features},); got {_dtype_shape(t)}")
+
+
+def check_one_id_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
+                          shift: torch.Tensor, limit: torch.Tensor,
+                          place: torch.Tensor | None) -> None:
+    """Raise :class:`InputValueError` for operands ``one_id_rows`` cannot read (the C++
+    kernel's checks)."""
+    check_shifted_operands(values, offsets, n_features, shift, limit, "one_id_rows")
+    if values.numel() != offsets.numel() - 1:
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: one ID per bag; got {values.numel()} IDs for "
+            f"{offsets.numel() - 1} bags. Give bags of any length to shifted_rows.")
+    if place is not None and (place.dtype != torch.int64 or place.shape != (n_features, 2)):
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: place must be int64 of shape ({n_features}, 2); got "
+            f"{_dtype_shape(place)}")
+
+
+def _check_place(place: torch.Tensor, n_features: int, n: int) -> None:
+    """Raise :class:`InputValueError` unless every row ``place`` names is inside the
+    ``n_features * n`` outputs (read on the host, before the C pass writes them)."""
+    if not n:
+        return
+    first, last = place[:, 0], place[:, 0] + (n - 1) * place[:, 1]
+    outside = (torch.minimum(first, last) < 0) | (torch.maximum(first, last) >= n_features * n)
+    if bool(outside.any()):
+        f = int(torch.nonzero(outside)[0, 0])
+        raise InputValueError(
+            f"lookuplinear::one_id_rows: place[{f}] = ({int(place[f, 0])}, "
+            f"{int(place[f, 1])}) puts feature {f}'s rows outside the {n_features * n} "
+            "outputs")
+
+
+def checked_one_id_rows(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    n_features: int,
+    shift: torch.Tensor,
+    limit: torch.Tensor,
+    place: torch.Tensor | None = None,
+) -> torch.Tensor | int | None:
+    """:func:`direct_one_id_rows` after the operator's checks (:class:`InputValueError` for
+    operands it cannot read), as every path runs them: the Python registration's CPU kernel,
+    and :func:`one_id_rows` without the C++ operators."""
+    check_one_id_operands(values, offsets, n_features, shift, limit, place)
+    if place is not None and values.is_cpu:
+        _check_place(place, n_features, values.numel() // n_features)
     return direct_one_id_rows(values, offsets, n_features, shift, limit, place)
 
 
@@ -456,7 +551,7 @@ def _torch_one_id_rows(
     a branch on the values (off the CPU a host synchronisation at every call)."""
     if not values_known() or not values.is_cpu:
         return None
-    if not bool((offsets[1:] - offsets[:-1]).eq(1).all()):
+    if not bool(offsets.eq(torch.arange(offsets.numel())).all()):  # the C pass's test
         return None
     ids = values.long().view(n_features, -1)  # (F, N)
     bad = (ids < 0) | (ids >= limit.unsqueeze(1))
@@ -526,6 +621,26 @@ def shifted_rows(
                 values, offsets, n_features, shift, limit)
         except RuntimeError:  # the CPU kernel's: an ID out of range, found again for its place
             return _torch_shifted_rows(values, offsets, n_features, shift, limit)
+        except ValueError as e:  # the C++ kernel's builtin, as the project's error
+            raise project_error(e) or e from None
+    return checked_shifted_rows(values, offsets, n_features, shift, limit)
+
+
+def checked_shifted_rows(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    n_features: int,
+    shift: torch.Tensor,
+    limit: torch.Tensor,
+) -> torch.Tensor | int:
+    """:func:`direct_shifted_rows` after the operator's checks (:class:`InputValueError` for
+    operands it cannot read, :class:`~lookuplinear.errors.OffsetsError` for offsets that are
+    not the values' CSR offsets), as every path runs them: the Python registration's CPU
+    kernel, and :func:`shifted_rows` without the C++ operators. Off the CPU (and in a trace)
+    the offsets are asserted where the torch ops run instead."""
+    check_shifted_operands(values, offsets, n_features, shift, limit)
+    if values.is_cpu and not capturing():  # the C pass reads the entries they name
+        check_offsets("shifted_rows", offsets, values.numel())
     return direct_shifted_rows(values, offsets, n_features, shift, limit)
 
 

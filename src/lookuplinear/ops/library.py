@@ -1352,38 +1352,6 @@ if not CPP:
 # (a host operator with a twin on every other device: the collection's input, on any device)
 
 
-def _check_keyed_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
-                          op: str, *, one_dtype: bool) -> None:
-    """Raise :class:`InputValueError` unless ``values`` and ``offsets`` are a keyed batch of
-    ``n_features`` features (1-D, int32 or int64, of one dtype where ``one_dtype``, at least
-    one offset, ``n_features`` dividing the bags): the keyed passes' common operands."""
-    ints = (torch.int32, torch.int64)
-    if not (values.dtype in ints and offsets.dtype in ints and values.dim() == 1
-            and offsets.dim() == 1 and offsets.numel() > 0
-            and (offsets.dtype == values.dtype or not one_dtype)):
-        kind = "of one dtype, int32 or int64" if one_dtype else "int32 or int64"
-        raise InputValueError(
-            f"lookuplinear::{op}: 1-D values and offsets {kind}, and at least one offset; got "
-            f"{values.dtype} {tuple(values.shape)} and {offsets.dtype} {tuple(offsets.shape)}")
-    if n_features < 1 or (offsets.numel() - 1) % n_features:
-        raise InputValueError(f"lookuplinear::{op}: n_features must divide the "
-                              f"{offsets.numel() - 1} bags; got {n_features}")
-
-
-def _check_shifted_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
-                            shift: torch.Tensor, limit: torch.Tensor,
-                            op: str = "shifted_rows") -> None:
-    """Raise :class:`InputValueError` for operands ``shifted_rows`` (or ``one_id_rows``)
-    cannot read, as the C++ kernel checks them (before the C pass reads the entries the
-    offsets name)."""
-    _check_keyed_operands(values, offsets, n_features, op, one_dtype=True)
-    for t in (shift, limit):
-        if t.dtype != torch.int64 or t.shape != (n_features,):
-            raise InputValueError(
-                f"lookuplinear::{op}: shift and limit must be int64 of shape "
-                f"({n_features},); got {t.dtype} {tuple(t.shape)}")
-
-
 def _id_out_of_range(op: str, values: torch.Tensor, found: int, feature: int,
                      limit: torch.Tensor) -> None:
     """Raise the :class:`LookupIndexError` (a ``RuntimeError`` too) of both keyed passes for
@@ -1397,9 +1365,7 @@ def _id_out_of_range(op: str, values: torch.Tensor, found: int, feature: int,
 
 def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                       shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
-    _check_shifted_operands(values, offsets, n_features, shift, limit)
-    _check_offsets("shifted_rows", offsets, values.numel())  # the C pass reads their entries
-    found = _inputs.direct_shifted_rows(values, offsets, n_features, shift, limit)
+    found = _inputs.checked_shifted_rows(values, offsets, n_features, shift, limit)
     if isinstance(found, int):
         ends = offsets[::(offsets.numel() - 1) // n_features][1:].contiguous()
         _id_out_of_range("shifted_rows", values, found,
@@ -1410,7 +1376,7 @@ def _shifted_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: i
 
 def _shifted_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                        shift: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
-    _check_shifted_operands(values, offsets, n_features, shift, limit)
+    _inputs.check_shifted_operands(values, offsets, n_features, shift, limit)
     out = _inputs._torch_shifted_rows(values, offsets, n_features, shift, limit, asserted=True)
     assert isinstance(out, torch.Tensor)
     return out
@@ -1433,37 +1399,11 @@ def _shifted_rows_fake(values: torch.Tensor, offsets: torch.Tensor, n_features: 
 # ---- one_id_rows: a keyed batch of one ID a bag as rows, in example order -----------------
 
 
-def _check_one_id_operands(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
-                           shift: torch.Tensor, limit: torch.Tensor,
-                           place: torch.Tensor | None) -> None:
-    """Raise :class:`InputValueError` for operands ``one_id_rows`` cannot read (the C++
-    kernel's checks)."""
-    _check_shifted_operands(values, offsets, n_features, shift, limit, "one_id_rows")
-    if values.numel() != offsets.numel() - 1:
-        raise InputValueError(
-            f"lookuplinear::one_id_rows: one ID per bag; got {values.numel()} IDs for "
-            f"{offsets.numel() - 1} bags. Give bags of any length to shifted_rows.")
-    if place is not None and (place.dtype != torch.int64 or place.shape != (n_features, 2)):
-        raise InputValueError(
-            f"lookuplinear::one_id_rows: place must be int64 of shape ({n_features}, 2); got "
-            f"{place.dtype} {tuple(place.shape)}")
-
-
 def _one_id_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                      shift: torch.Tensor, limit: torch.Tensor,
                      place: torch.Tensor | None = None) -> torch.Tensor:
-    _check_one_id_operands(values, offsets, n_features, shift, limit, place)
+    found = _inputs.checked_one_id_rows(values, offsets, n_features, shift, limit, place)
     n = values.numel() // n_features
-    if place is not None and n:  # every row it names inside the output, before C writes
-        first, last = place[:, 0], place[:, 0] + (n - 1) * place[:, 1]
-        lo, hi = torch.minimum(first, last), torch.maximum(first, last)
-        if bool((lo < 0).any()) or bool((hi >= n_features * n).any()):
-            f = int(torch.nonzero((lo < 0) | (hi >= n_features * n))[0, 0])
-            raise InputValueError(
-                f"lookuplinear::one_id_rows: place[{f}] = ({int(place[f, 0])}, "
-                f"{int(place[f, 1])}) puts feature {f}'s rows outside the {n_features * n} "
-                "outputs")
-    found = _inputs.direct_one_id_rows(values, offsets, n_features, shift, limit, place)
     if found is None:
         raise InputValueError(
             f"lookuplinear::one_id_rows: every bag must hold one ID (offsets equal to "
@@ -1478,7 +1418,7 @@ def _one_id_rows_cpu(values: torch.Tensor, offsets: torch.Tensor, n_features: in
 def _one_id_rows_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: int,
                       shift: torch.Tensor, limit: torch.Tensor,
                       place: torch.Tensor | None = None) -> torch.Tensor:
-    _check_one_id_operands(values, offsets, n_features, shift, limit, place)
+    _inputs.check_one_id_operands(values, offsets, n_features, shift, limit, place)
     n = values.numel() // n_features
     longs = torch.arange(offsets.numel(), device=values.device)
     torch._assert_async(offsets.long().eq(longs).all(),
@@ -1509,7 +1449,7 @@ def _check_group_order_operands(values: torch.Tensor, offsets: torch.Tensor, n_f
                                 order: Sequence[int], group_features: Sequence[int]) -> None:
     """Raise :class:`InputValueError` for operands ``group_order`` cannot read, as the C++
     kernel checks them."""
-    _check_keyed_operands(values, offsets, n_features, "group_order", one_dtype=False)
+    _inputs.check_keyed_operands(values, offsets, n_features, "group_order", one_dtype=False)
     if sorted(order) != list(range(n_features)):
         raise InputValueError(f"lookuplinear::group_order: order must list each of the "
                               f"{n_features} features once; got {list(order)}")
@@ -1570,9 +1510,35 @@ def _splitmix64_twin(keys: torch.Tensor) -> torch.Tensor:
     return _hashing.splitmix64(keys)
 
 
+def _check_cpu_vector(op: str, name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    """Raise :class:`InputValueError` unless ``t`` is a 1-D CPU tensor of ``dtype``, in the C++
+    kernels' words."""
+    if t.dim() != 1 or t.dtype != dtype or not t.is_cpu:
+        raise InputValueError(
+            f"lookuplinear::{op}: {name} must be a 1-D {scalar_type_name(dtype)} CPU tensor; "
+            f"got {scalar_type_name(t.dtype)} of shape {list(t.shape)} on {t.device}")
+
+
+def _check_bounds(op: str, name: str, bounds: torch.Tensor, size: int) -> None:
+    """Raise :class:`InputValueError` unless ``bounds`` are at least one segment bound in
+    ``[0, size]``, never decreasing (the segments the kernel reads), in the C++ kernels'
+    words."""
+    if not (bounds.numel() >= 1 and int(bounds[0]) >= 0 and int(bounds[-1]) <= size
+            and bool((bounds[1:] >= bounds[:-1]).all())):
+        raise InputValueError(f"lookuplinear::{op}: {name} must be at least one bound, never "
+                              f"decreasing, within [0, {size}]")
+
+
+def _murmur3_32_twin(data: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    _check_cpu_vector("murmur3_32", "data", data, torch.uint8)  # the C++ kernel's checks
+    _check_cpu_vector("murmur3_32", "starts", starts, torch.int64)
+    _check_bounds("murmur3_32", "starts", starts, data.numel())
+    return _hashing.murmur3_segments(data, starts)
+
+
 #: each host operator's twin, its CPU kernel where the C++ operators are not loaded
 HOST_TWINS: dict[str, Callable[..., Any]] = {
-    "murmur3_32": _hashing.murmur3_segments,
+    "murmur3_32": _murmur3_32_twin,
     "splitmix64": _splitmix64_twin,
     "ngram_bucket": _hashing.ngram_bucket,
     "renumber_ids": _ngrams.renumber_twin,
