@@ -22,7 +22,15 @@ from forms import SPLIT_BACKENDS
 import lookuplinear
 import lookuplinear.ops.library as library
 from lookuplinear import KeyedBags, LookupCollection, TableConfig
-from lookuplinear.ops import _clib, _extension, _idmap, one_id_rows, segment_triples, token_ids
+from lookuplinear.ops import (
+    _clib,
+    _dualcd,
+    _extension,
+    _idmap,
+    one_id_rows,
+    segment_triples,
+    token_ids,
+)
 
 ops = torch.ops.lookuplinear
 ROOT = Path(__file__).resolve().parent.parent
@@ -771,14 +779,18 @@ HOST_IDS = [f"{c[0]}-{i}" for i, c in enumerate(host_op_cases())]
 @pytest.mark.parametrize(("name", "args"), host_op_cases(), ids=HOST_IDS)
 def test_cpp_host_operator_equals_its_python_twin(name: str, args: tuple[Any, ...]) -> None:
     """Each host operator's C++ kernel: its Python twin's result and, for an operator that
-    writes its operands, the same operands after it (to the bit, the dual coordinate descent's
-    floats up to rounding: numpy sums a row's products in another order)."""
-    ours_args, twin_args = _cloned(args), _cloned(args)
+    writes its operands, the same operands after it, to the bit (``dual_cd_epoch``'s Python
+    kernel calls the same C kernel through ctypes); the dual coordinate descent's numpy loop,
+    run where the C kernels are not, up to rounding (numpy sums a row's products in another
+    order)."""
+    ours_args, twin_args, numpy_args = _cloned(args), _cloned(args), _cloned(args)
     ours = getattr(ops, name).default(*ours_args)
     twin = library.HOST_TWINS[name](*twin_args)
-    exact = name != "dual_cd_epoch"
-    _assert_same(ours, twin, exact)
-    _assert_same(ours_args, twin_args, exact)
+    _assert_same(ours, twin, True)
+    _assert_same(ours_args, twin_args, True)
+    if name == "dual_cd_epoch":
+        _assert_same(ours, _dualcd.dual_cd_twin(*numpy_args), False)
+        _assert_same(ours_args, numpy_args, False)
 
 
 @pytest.mark.parametrize(("name", "args"), host_op_cases(), ids=HOST_IDS)
@@ -1283,3 +1295,39 @@ def test_keyed_passes_and_murmur3_refuse_operands_alike_on_every_side() -> None:
             ("InputValueError", "lookuplinear::murmur3_32: data must be a 1-D Byte CPU tensor; "
              "got Long of shape [4] on cpu"),
     }, no_c=True)
+
+
+_DUAL_CD_FIT = textwrap.dedent("""
+    import json, warnings
+    warnings.simplefilter("ignore")
+    import numpy as np
+    from scipy import sparse
+    import lookuplinear.ops.library as library
+    from lookuplinear.sklearn import LookupClassifier
+    X = sparse.random(60, 25, density=0.15, random_state=1, format="csr", dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, 3, 60)
+    model = LookupClassifier(random_state=0).fit(X, y)
+    coef = np.asarray(model.coef_, dtype=np.float32)
+    print(json.dumps({"cpp": library.CPP, "coef": coef.view(np.int32).ravel().tolist(),
+                      "bias": np.asarray(model.intercept_, np.float32).view(np.int32).tolist()}))
+""")
+
+
+@needs_cpp  # without the C++ operators both processes would run the same registration
+def test_dual_cd_fit_gives_the_same_bits_on_both_registrations() -> None:
+    """``LookupClassifier``'s default solver (dual coordinate descent) gives the same
+    ``coef_`` and ``intercept_`` bits with the C++ operators and with the operators registered
+    from Python, which call the same C kernel through ctypes (docs/serving.md: "Both give the
+    same bits on the CPU"; before: the Python registration ran the numpy loop, off in the last
+    bits)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("LOOKUPLINEAR_OPS", "LOOKUPLINEAR_NO_C")}
+    base["PYTHONPATH"] = str(ROOT / "src")
+    fits = []
+    for extra in ({}, {"LOOKUPLINEAR_OPS": "python"}):
+        run = subprocess.run([sys.executable, "-c", _DUAL_CD_FIT], env={**base, **extra},
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{extra}: rc {run.returncode}\n{run.stderr[-2000:]}"
+        fits.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert fits[0]["cpp"] and not fits[1]["cpp"]
+    assert fits[0]["coef"] == fits[1]["coef"] and fits[0]["bias"] == fits[1]["bias"]

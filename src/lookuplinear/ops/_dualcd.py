@@ -12,17 +12,23 @@ solved in its dual as liblinear does (Hsieh et al., 2008): one dual variable per
 updated in closed form while its row is visited; the row's entries are read once for all outputs
 (a lookup of ``(n_features, n_outputs)`` rows, ``LookupLinear``'s weight layout) and the update
 is the same rows' scatter. Where the C kernels do not apply (the ``torch`` backend, no C
-library) the same loop runs in Python over numpy views: the same arithmetic, slowly.
+library) the same loop runs in Python over numpy views: the same arithmetic, slowly, and not
+the C kernel's bits (C fuses multiply-adds where the CPU has them).
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import torch
 
+from ..errors import InputValueError
 from ._backend import use_c
+from ._clib import function
+from ._errors import scalar_type_name
 
-__all__ = ["LOSSES", "dual_cd_epoch", "dual_cd_twin"]
+__all__ = ["LOSSES", "dual_cd_cpu", "dual_cd_epoch", "dual_cd_twin"]
 
 #: loss name -> the kernel's code
 LOSSES = {"squared_hinge": 0, "squared_error": 1}
@@ -91,6 +97,74 @@ def dual_cd_epoch(
         weight, bias, indptr, indices, data, order, n_active, qdiag, target, diag, dual, code,
         shrink_above)
     return active, pg_max, pg_min
+
+
+def _check_array(name: str, t: torch.Tensor, dtype: torch.dtype,
+                 shape: tuple[int, ...]) -> None:
+    """Raise :class:`InputValueError` unless ``t`` is a contiguous CPU tensor of ``dtype`` and
+    ``shape`` (the C++ kernel's check, in its words)."""
+    if t.dtype != dtype or tuple(t.shape) != shape or not t.is_contiguous() or not t.is_cpu:
+        raise InputValueError(
+            f"lookuplinear::dual_cd_epoch: {name} must be a contiguous {scalar_type_name(dtype)} "
+            f"CPU tensor of shape {list(shape)}; got {scalar_type_name(t.dtype)} of shape "
+            f"{list(t.shape)}")
+
+
+def _check_operands(weight: torch.Tensor, bias: torch.Tensor, indptr: torch.Tensor,
+                    indices: torch.Tensor, data: torch.Tensor, order: torch.Tensor,
+                    n_active: int, qdiag: torch.Tensor, target: torch.Tensor,
+                    diag: torch.Tensor, dual: torch.Tensor, loss: int) -> None:
+    """Raise :class:`InputValueError` for operands the C kernel cannot read, as the C++
+    kernel checks them (the rows' entries themselves are the caller's to check)."""
+    if weight.dim() != 2:
+        raise InputValueError("lookuplinear::dual_cd_epoch: weight must be 2-D; got "
+                              f"{list(weight.shape)}")
+    n_out, n, nnz = weight.shape[1], order.numel(), indices.numel()
+    _check_array("weight", weight, torch.float32, tuple(weight.shape))
+    _check_array("bias", bias, torch.float32, (n_out,))
+    _check_array("order", order, torch.int64, (n,))
+    _check_array("indptr", indptr, indices.dtype, (n + 1,))
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise InputValueError("lookuplinear::dual_cd_epoch: indices must be int32 or int64; "
+                              f"got {scalar_type_name(indices.dtype)}")
+    _check_array("indices", indices, indices.dtype, (nnz,))
+    _check_array("data", data, torch.float32, (nnz,))
+    _check_array("qdiag", qdiag, torch.float64, (n,))
+    _check_array("diag", diag, torch.float64, (n, n_out) if diag.dim() == 2 else (n,))
+    _check_array("target", target, torch.float64, (n, n_out))
+    _check_array("dual", dual, torch.float64, (n, n_out))
+    if not (0 <= n_active <= n and loss in (0, 1)):
+        raise InputValueError(f"lookuplinear::dual_cd_epoch: n_active in [0, {n}] and loss 0 "
+                              f"or 1; got {n_active} and {loss}")
+
+
+def dual_cd_cpu(weight: torch.Tensor, bias: torch.Tensor, indptr: torch.Tensor,
+                indices: torch.Tensor, data: torch.Tensor, order: torch.Tensor, n_active: int,
+                qdiag: torch.Tensor, target: torch.Tensor, diag: torch.Tensor,
+                dual: torch.Tensor, loss: int, shrink_above: float
+                ) -> tuple[int, float, float]:
+    """``lookuplinear::dual_cd_epoch``'s CPU kernel where the operators are registered from
+    Python: the C++ kernel's checks, then the same C kernel (``ll_dual_cd_f32_<i32|i64>``)
+    through ctypes, so that both registrations give the same bits; :func:`dual_cd_twin` where
+    the C kernels are not used."""
+    _check_operands(weight, bias, indptr, indices, data, order, n_active, qdiag, target, diag,
+                    dual, loss)
+    if not use_c(weight):
+        return dual_cd_twin(weight, bias, indptr, indices, data, order, n_active, qdiag, target,
+                            diag, dual, loss, shrink_above)
+    n_out = weight.shape[1]
+    active = ctypes.c_int64(n_active)
+    pg = torch.tensor([shrink_above, 0.0, 0.0], dtype=torch.float64)
+    f = torch.empty(n_out, dtype=torch.float64)
+    step = torch.empty(n_out, dtype=torch.float32)
+    moved = torch.empty(n_out, dtype=torch.int64)
+    variant = "f32_i32" if indices.dtype == torch.int32 else "f32_i64"
+    function("ll_dual_cd", variant)(
+        weight.data_ptr(), bias.data_ptr(), indptr.data_ptr(), indices.data_ptr(),
+        data.data_ptr(), order.data_ptr(), ctypes.addressof(active), qdiag.data_ptr(),
+        target.data_ptr(), diag.data_ptr(), n_out if diag.dim() == 2 else 1, dual.data_ptr(),
+        n_out, loss, pg.data_ptr(), f.data_ptr(), step.data_ptr(), moved.data_ptr())
+    return active.value, float(pg[1]), float(pg[2])
 
 
 def dual_cd_twin(weight: torch.Tensor, bias: torch.Tensor, indptr: torch.Tensor,

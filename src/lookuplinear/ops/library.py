@@ -1545,7 +1545,7 @@ HOST_TWINS: dict[str, Callable[..., Any]] = {
     "count_rows": _ngrams.count_rows_twin,
     "offsets_ok": _offsets_ok_twin,
     "drop_entries": _inputs.drop_entries_twin,
-    "dual_cd_epoch": _dualcd.dual_cd_twin,
+    "dual_cd_epoch": _dualcd.dual_cd_cpu,
     "idmap_admit_": _idmap.admit_twin,
 }
 for _name, _twin in HOST_TWINS.items():
