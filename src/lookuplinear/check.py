@@ -47,7 +47,8 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 
 class EquivalenceError(LookupLinearError, AssertionError):
-    """The layer and its dense reference differ beyond tolerance."""
+    """The layer and its dense reference differ beyond tolerance, or the rounding allowed
+    leaves a quantity undecided (:attr:`Comparison.decisive`)."""
 
 
 @dataclass(frozen=True)
@@ -65,21 +66,45 @@ class Comparison:
     #: the most terms a compared value sums (0: not counted); the rounding of such a sum is
     #: allowed on top of ``rtol`` and ``atol`` (:func:`_rounding_allowance`)
     terms: int = 0
+    #: False where the rounding allowed each value is at least the reference's value: any
+    #: value of the right size passes (zero, negated), so a pass proves nothing
+    decisive: bool = True
 
     def __str__(self) -> str:
-        verdict = "ok  " if self.ok else "FAIL"
         skipped = f", {self.nonfinite} not finite" if self.nonfinite else ""
         summed = f", + rounding of sums of up to {self.terms} terms" if self.terms > 1 else ""
-        return (
-            f"{verdict} {self.name:<14} max|diff|={self.max_abs_diff:.3g}  "
-            f"max rel={self.max_rel_diff:.3g}  (rtol={self.rtol:g}, atol={self.atol:g}"
-            f"{summed}{skipped})"
-        )
+        tolerances = (f"max|diff|={self.max_abs_diff:.3g}  max rel={self.max_rel_diff:.3g}  "
+                      f"(rtol={self.rtol:g}, atol={self.atol:g}{summed}{skipped})")
+        if self.ok and not self.decisive:
+            return (f"--   {self.name:<14} not decisive: the rounding allowed (sums of up to "
+                    f"{self.terms} terms) is at least the reference's values; check in float32 "
+                    f"(layer.float()){_fewer_terms(self.name)}. {tolerances}")
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name:<14} {tolerances}"
+
+
+def _is_output(name: str) -> bool:
+    """Whether the comparison ``name`` is of the forward's output (a collection's may be one
+    per feature, ``output['f']``)."""
+    return name == "output" or name.startswith("output[")
+
+
+def _fewer_terms(name: str) -> str:
+    """How to make the sums behind the comparison ``name`` shorter, as a clause."""
+    if _is_output(name):
+        return " or with fewer entries per bag"
+    if name.endswith("weight.grad"):
+        return " or with fewer uses per row (a part of the batch)"
+    if name == "bias.grad":
+        return " or with fewer bags (a part of the batch)"
+    return ""
 
 
 @dataclass(frozen=True)
 class EquivalenceReport:
     """What :func:`check_equivalence` compared, and whether every comparison passed.
+
+    A comparison whose rounding allowance is at least its reference's values would pass any
+    value (zero, negated): it is listed as not decisive, and the report is not ``ok``.
 
     Examples
     --------
@@ -99,18 +124,34 @@ class EquivalenceReport:
 
     @property
     def ok(self) -> bool:
-        """True when every quantity is within tolerance and every value is finite."""
-        return not self.nonfinite and all(c.ok for c in self.comparisons)
+        """True when every quantity is within tolerance, every value is finite and every
+        comparison is decisive (:attr:`Comparison.decisive`)."""
+        return (not self.nonfinite
+                and all(c.ok and c.decisive for c in self.comparisons))
+
+    @property
+    def not_decisive(self) -> list[str]:
+        """The quantities that passed only because the rounding allowed them exceeds their
+        reference values (:attr:`Comparison.decisive`)."""
+        return [c.name for c in self.comparisons if c.ok and not c.decisive]
 
     def raise_if_failed(self) -> None:
-        """Raise :class:`EquivalenceError` listing the failed quantities."""
+        """Raise :class:`EquivalenceError` listing the failed quantities and those the check
+        could not decide."""
         if not self.ok:
             raise EquivalenceError(str(self))
 
     def __str__(self) -> str:
-        verdict = "EQUIVALENT" if self.ok else "DIFFERENT"
+        undecided = self.not_decisive
+        decided = [c.name for c in self.comparisons if c.decisive]
+        verdict = "EQUIVALENT"
         if self.nonfinite:
             verdict = "NOT COMPARABLE, values are not finite"
+        elif not all(c.ok for c in self.comparisons):
+            verdict = "DIFFERENT"
+        elif undecided:
+            verdict = (f"NOT DECISIVE (not decisive: {', '.join(undecided)}"
+                       + (f"; equivalent: {', '.join(decided)})" if decided else ")"))
         head = f"LookupLinear vs nn.Linear on the dense input ({self.input_form}): {verdict}"
         found = [f"  {where}" for where in self.nonfinite]
         if any(" the output" not in w for w in self.nonfinite):  # not the output alone
@@ -173,7 +214,15 @@ def _compare(
     ok = bool((diff <= bound).all()) and skipped == 0
     rel = diff / ref.abs().clamp_min(torch.finfo(torch.float64).tiny)
     rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
-    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok, skipped, terms)
+    decisive = allowance is None or _decides(allowance.double().expand_as(finite)[finite], ref)
+    return Comparison(name, float(diff.max()), float(rel.max()), rtol, atol, ok, skipped, terms,
+                      decisive)
+
+
+def _decides(allowance: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Whether a wrong value can fail: some reference value exceeds the rounding allowed it,
+    or is allowed no rounding (an exactly zero sum, such as an unused bias's gradient)."""
+    return bool(((allowance == 0) | (allowance < ref.abs())).any())
 
 
 def _nonfinite(where: str, t: torch.Tensor | None, rows: str = "rows") -> list[str]:
