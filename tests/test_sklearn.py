@@ -1874,3 +1874,28 @@ def test_fit_does_not_import_torch_dynamo() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_model_file_is_the_same_bytes_from_every_process(tmp_path: Any) -> None:
+    """The same fitted model saved by three processes gives one file, byte for byte:
+    safetensors writes its metadata's keys in an order that changes from process to process,
+    and the header is written again in sorted order (the file loads as before)."""
+    import subprocess
+    import sys
+
+    from lookuplinear.sklearn import load_model
+
+    code = (
+        "import sys, warnings, numpy as np\n"
+        "from lookuplinear.sklearn import LookupClassifier, save_model\n"
+        "warnings.simplefilter('ignore')\n"
+        "est = LookupClassifier(random_state=0).fit(np.eye(6), np.arange(6) % 3)\n"
+        "save_model(sys.argv[1], est)\n"
+    )
+    paths = [tmp_path / f"m{i}.ll" for i in range(3)]
+    for path in paths:
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    first = paths[0].read_bytes()
+    assert all(path.read_bytes() == first for path in paths[1:])
+    est = load_model(paths[0]).estimator
+    assert est.predict(np.eye(6)).tolist() == [0, 1, 2, 0, 1, 2]

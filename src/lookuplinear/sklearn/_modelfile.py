@@ -417,7 +417,24 @@ def save_model(
     # new one is complete
     with replacing(out) as tmp:
         save_file(tensors, tmp, metadata=meta)
+        _sort_header(tmp)
     return out
+
+
+def _sort_header(path: Path) -> None:
+    """Write the safetensors file ``path``'s header again with its keys in sorted order, in
+    place: safetensors writes ``__metadata__``'s keys in an order that changes from process to
+    process, and the same model should give the same bytes. The header keeps its length (the
+    same JSON, compact, padded with spaces as safetensors pads it), so nothing else moves; a
+    header that would not fit is left as written."""
+    with open(path, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        text = json.dumps(header, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
+        if len(text) <= n:
+            f.seek(8)
+            f.write(text + b" " * (n - len(text)))
 
 
 def _plain(value: Any) -> Any:
