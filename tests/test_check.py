@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -473,6 +474,24 @@ def test_a_parametrized_layer_is_checked_on_its_computed_weight(kind: type) -> N
     assert layer.parametrizations.weight.original.grad is None
     if kind is LookupLinear:  # dense rows, densified whole
         assert check_equivalence(layer, torch.rand(2, 10)).ok
+
+
+@pytest.mark.parametrize("kind", [LookupLinear, EmbeddingBag])
+def test_a_layer_under_the_older_weight_norm_is_checked_on_its_computed_weight(
+        kind: type) -> None:
+    """``torch.nn.utils.weight_norm`` (a forward pre-hook computing ``weight`` from
+    ``weight_g`` and ``weight_v``): the reference is nn.Linear with the computed weight, as
+    for a parametrized layer (a correct layer was reported DIFFERENT, its weight gradient read
+    from the hook's attribute)."""
+    torch.manual_seed(0)
+    layer = kind(10, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the older API's deprecation
+        nn.utils.weight_norm(layer, "weight")
+    x = torch.tensor([[1, 2], [3, 3]])
+    report = check_equivalence(layer, x)
+    assert report.ok, str(report)
+    assert layer.weight_g.grad is None and layer.weight_v.grad is None
 
 
 def test_refuses_what_has_no_dense_equivalent_clearly() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -10,6 +11,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+from torch.nn.utils.weight_norm import WeightNorm
 
 from .errors import InputTypeError, InputValueError, LookupLinearError
 from .modules.collection import LookupCollection, weighted_as
@@ -432,11 +434,27 @@ def _probe(layer: Any, copy_table: bool = False) -> Any:
 
 def _plain_copy(layer: Any) -> Any:
     """A shallow copy of ``layer``; of a parametrized layer (which ``copy.copy`` refuses), one
-    of its own class with the computed parametrized tensors in place of the parametrizations."""
+    of its own class with the computed parametrized tensors in place of the parametrizations;
+    of a layer under the older ``torch.nn.utils.weight_norm`` (a forward pre-hook that computes
+    ``weight`` from ``weight_g`` and ``weight_v``), a copy holding the computed weight as its
+    parameter, without that hook."""
+    probe: Any
+    norms = [h for h in layer._forward_pre_hooks.values() if isinstance(h, WeightNorm)]
+    if norms:
+        probe = copy.copy(layer)
+        probe._forward_pre_hooks = OrderedDict(
+            (k, h) for k, h in layer._forward_pre_hooks.items() if not isinstance(h, WeightNorm))
+        computed = {h.name: h.compute_weight(layer) for h in norms}
+        for name in computed:  # the hook's attribute, now a parameter
+            probe.__dict__.pop(name, None)
+        hidden = {f"{h.name}{part}" for h in norms for part in ("_g", "_v")}
+        probe._parameters = {**computed, **{k: p for k, p in layer._parameters.items()
+                                            if k not in hidden}}
+        return probe
     if not parametrize.is_parametrized(layer):
         return copy.copy(layer)
     # parametrize swaps the layer's class for a subclass of it that computes the tensors
-    probe: Any = object.__new__(type(layer).__bases__[0])
+    probe = object.__new__(type(layer).__bases__[0])
     probe.__dict__ = dict(layer.__dict__)
     probe._modules = {k: m for k, m in layer._modules.items() if k != "parametrizations"}
     probe._parameters = {**layer._parameters,
