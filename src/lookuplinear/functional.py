@@ -260,11 +260,7 @@ def lookup_linear(
             except (IndexError, RuntimeError) as exc:  # the kernel's: name the index
                 failed = exc
             else:
-                if bias is None:
-                    return out
-                # _plus_bias written out: this runs per lookup
-                return (out + bias if torch._C._functorch.maybe_current_level() is not None
-                        else out.add_(bias))
+                return out if bias is None else _plus_bias(out, bias)
             check_index_range(input, weight.shape[0], where="input")
             raise failed
         operands = _cpu_sum_operands(
