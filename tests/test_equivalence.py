@@ -5,10 +5,14 @@ Forward, and the gradients of weight, bias and (when they require grad) the inpu
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import scipy.sparse
 import torch
 import torch.nn.functional as F
 from forms import (
@@ -77,6 +81,9 @@ def test_matrix_form_equals_dense_linear(
 
     if mode == "max" and case.merges and form != "bool" and batch.has_duplicates(pad):
         # the form adds duplicates up to a value of 2, and max needs every value to be 1
+        if device != "cpu" and isinstance(x, torch.Tensor | Bags):
+            pytest.skip("values on the device are asserted there, which ends the process's "
+                        "CUDA context: test_max_weight_on_cuda_is_a_device_assert")
         with pytest.raises(InputValueError, match="weight 1"):
             layer(x, **kwargs)
         return
@@ -153,6 +160,49 @@ def test_index_tensor_on_device(mode: str, padding_idx: int | None, device: str)
         test_index_tensor_equals_linear_on_one_hot(
             (3, 4), int_dtype, mode, padding_idx, torch.float32, device
         )
+
+
+def test_max_weight_of_a_host_matrix_is_refused_before_it_leaves_the_host() -> None:
+    """A scipy matrix for a ``mode="max"`` layer on another device (meta here, CUDA on a GPU)
+    is read on the host: an entry of weight 2 is the CPU's ``InputValueError`` there, not
+    a device-side assert (which ends a CUDA context) or nothing at all (meta)."""
+    layer = LookupLinear(5, 2, mode="max", device="meta")
+    twice = scipy.sparse.coo_matrix(([1.0, 1.0], ([0, 0], [3, 3])), shape=(1, 5))
+    with pytest.raises(InputValueError, match=r"entry 0 has weight 2\.0"):
+        layer(twice)
+    once = scipy.sparse.coo_matrix(([1.0], ([0], [3])), shape=(1, 5))
+    assert layer(once).shape == (1, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_max_weight_on_cuda_is_a_device_assert() -> None:
+    """A ``mode="max"`` batch on the GPU with an entry of weight 2 (a COO matrix holding one
+    entry twice) is a device-side assert at the next synchronisation, as ``nn.EmbeddingBag``'s
+    for a bad index (in a process of its own: it ends the CUDA context); the same matrix
+    from scipy, on the host, is refused there with the CPU's ``InputValueError``."""
+    script = textwrap.dedent("""
+        import scipy.sparse, torch
+        from lookuplinear import InputValueError, LookupLinear
+        layer = LookupLinear(5, 2, mode="max", device="cuda")
+        m = scipy.sparse.coo_matrix(([1.0, 1.0], ([0, 0], [3, 3])), shape=(1, 5))
+        try:
+            layer(m)
+        except InputValueError as e:
+            print("host:", e)
+        x = torch.sparse_coo_tensor([[0, 0], [3, 3]], [1.0, 1.0], (1, 5), device="cuda")
+        try:
+            layer(x)
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            print("refused:", e)
+        else:
+            print("taken")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert "host:" in run.stdout and "weight 2.0" in run.stdout, run.stdout + run.stderr
+    assert "refused:" in run.stdout and "device-side assert" in run.stdout, \
+        run.stdout + run.stderr
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -373,6 +373,11 @@ def lookup_linear(
     else:
         bags = as_bags(input, in_features, merge=mode in ENTRYWISE_MODES)
         if bags.indices.device != weight.device:  # host data from scipy: move it
+            if mode == "max":  # its values read where they are, as on the CPU: on the
+                # device they could only be asserted, which ends the process's CUDA context
+                w = bags.weights
+                check_max_weights(bags.indices, None if w is None else w.to(weight.dtype),
+                                  padding_idx)
             bags = bags.to(weight.device)
     return range_checked(
         lambda: _bags_forward(bags, weight, bias, mode, padding_idx, sparse),
