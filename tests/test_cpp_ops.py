@@ -119,6 +119,24 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "group_order": library._group_order_cpu}
 
 
+@pytest.mark.parametrize(("name", "args", "kw"), op_cases(),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(op_cases())])
+def test_every_other_devices_kernel_equals_the_cpu_one(
+        name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    """The kernel every device but the CPU runs (its torch-op twin: CUDA's, of the
+    registration loaded) equals the CPU kernel, up to float rounding (the C kernels fuse
+    multiply-adds), on CPU tensors: dispatched to a backend with no kernel of its own
+    (``PrivateUse1``), as a GPU's tensors are. A suite without a GPU checks them so."""
+    other = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+    twin = getattr(ops, name).default.redispatch(other, *args, **kw)
+    cpu = getattr(ops, name)(*args, **kw)
+    if isinstance(cpu, torch.Tensor):
+        twin, cpu = (twin,), (cpu,)
+    assert len(twin) == len(cpu)
+    for t, c in zip(twin, cpu, strict=True):
+        torch.testing.assert_close(t, c, rtol=1e-6, atol=1e-6)
+
+
 @needs_cpp
 @pytest.mark.parametrize(("name", "args", "kw"), op_cases(),
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(op_cases())])

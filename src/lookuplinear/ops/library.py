@@ -1465,8 +1465,10 @@ def _group_order_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: i
     _check_group_order_operands(values, offsets, n_features, order, group_features)
     n = (offsets.numel() - 1) // n_features
     o = offsets.long()
-    perm = torch.tensor(list(order), dtype=torch.int64).to(offsets.device)
-    lengths = (o[1:] - o[:-1]).view(n_features, n).index_select(0, perm)
+    every = (o[1:] - o[:-1]).view(n_features, n)
+    # the features in `order` as slices of the operands: an index tensor of `order` would be
+    # copied from the host, a synchronisation on CUDA
+    lengths = torch.cat([every[f:f + 1] for f in order])
     pieces, k = [], 0  # each group: a zero, then its bags' ends
     for features in group_features:
         pieces += [o.new_zeros(1), lengths[k:k + features].reshape(-1).cumsum(0)]
@@ -1475,7 +1477,8 @@ def _group_order_twin(values: torch.Tensor, offsets: torch.Tensor, n_features: i
     counts = lengths.sum(1)
     moved = counts.cumsum(0) - counts  # each feature's first place out
     source = torch.arange(values.numel(), device=values.device) + torch.repeat_interleave(
-        o.index_select(0, perm * n) - moved, counts, output_size=values.numel())
+        torch.cat([o[f * n:f * n + 1] for f in order]) - moved, counts,
+        output_size=values.numel())
     return values.index_select(0, source), torch.cat(pieces)
 
 

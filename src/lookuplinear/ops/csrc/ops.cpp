@@ -2169,9 +2169,15 @@ std::tuple<Tensor, Tensor> group_order_twin(const Tensor &values, const Tensor &
     const int64_t n = (offsets.numel() - 1) / n_features;
     const auto longs = offsets.options().dtype(at::kLong);
     const Tensor o = offsets.to(at::kLong);
-    const Tensor perm = at::tensor(order.vec(), at::kLong).to(offsets.device());
-    const Tensor lengths =
-        (o.slice(0, 1) - o.slice(0, 0, -1)).view({n_features, n}).index_select(0, perm);
+    const Tensor every = (o.slice(0, 1) - o.slice(0, 0, -1)).view({n_features, n});
+    // the features in `order` as slices of the operands: an index tensor of `order` would be
+    // copied from the host, a synchronisation on CUDA
+    std::vector<Tensor> picked, firsts;
+    for (const int64_t f : order) {
+        picked.push_back(every.slice(0, f, f + 1));
+        firsts.push_back(o.slice(0, f * n, f * n + 1));
+    }
+    const Tensor lengths = at::cat(picked);
     std::vector<Tensor> pieces;  // each group: a zero, then its bags' ends
     int64_t k = 0;
     for (const int64_t features : group_features) {
@@ -2181,7 +2187,7 @@ std::tuple<Tensor, Tensor> group_order_twin(const Tensor &values, const Tensor &
     }
     // each entry's place in the input: its feature's first entry there, plus its rank in it
     const Tensor counts = lengths.sum(1);
-    const Tensor starts = o.index_select(0, perm * n);
+    const Tensor starts = at::cat(firsts);
     const Tensor moved = at::cumsum(counts, 0) - counts;  // each feature's first place out
     const Tensor from = at::arange(values.numel(), longs) +
                         at::repeat_interleave(starts - moved, counts, 0, values.numel());
