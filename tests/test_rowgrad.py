@@ -286,6 +286,29 @@ def test_sparse_gradient_on_device(device: str) -> None:
     torch.testing.assert_close(layer.weight.grad.to_dense(), dense)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_bag_gradient_off_the_cpu_is_nn_embedding_bags_one_row_per_entry(
+        weighted: bool) -> None:
+    """Off the CPU (meta here, CUDA on a GPU) a bag lookup's sparse gradient is
+    ``nn.EmbeddingBag(sparse=True)``'s layout, one row per entry (uncoalesced): how many
+    distinct rows there are is known on the device only, and a coalesced gradient would read
+    it back, a synchronisation in every CUDA backward (stock's has none). On the CPU it is
+    coalesced (:func:`test_layer_gradient_is_the_grouped_rows`)."""
+    idx = torch.tensor([1, 2, 2, 5, 1], device="meta")
+    off = torch.tensor([0, 2, 5], device="meta")
+    psw = torch.ones(5, device="meta") if weighted else None
+    grads = []
+    for cls in (LookupLinear, torch.nn.EmbeddingBag):
+        layer = cls(10, 4, mode="sum", sparse=True, include_last_offset=True, device="meta")
+        layer(idx, off, per_sample_weights=psw).sum().backward()
+        assert layer.weight.grad is not None
+        grads.append(layer.weight.grad)
+    ours, stock = grads
+    assert ours.is_sparse and stock.is_sparse
+    assert (ours._nnz(), ours.is_coalesced(), ours.shape) == \
+        (stock._nnz(), stock.is_coalesced(), stock.shape) == (5, False, (10, 4))
+
+
 def test_bfloat16_table_uses_torch_ops_and_matches_float32() -> None:
     torch.manual_seed(0)
     layer = LookupLinear(100, 4, sparse=True, dtype=torch.bfloat16)

@@ -507,13 +507,15 @@ def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
                      padding_idx: int | None, shape: tuple[int, ...]) -> torch.Tensor | None:
     """The weight gradient of a sum lookup of ``table`` whose output rows have the gradient
     ``g``: None where ``table``'s ``fused=True`` optimizer took it (:func:`_fused_taken`);
-    under ``create_graph=True``, and for an index tensor (no offsets, no weights: then
-    ``nn.Embedding(sparse=True)``'s gradient), each entry's contribution in entry order (under
+    under ``create_graph=True``, for an index tensor (no offsets, no weights: then
+    ``nn.Embedding(sparse=True)``'s gradient) and off the CPU (``nn.EmbeddingBag
+    (sparse=True)``'s: how many distinct rows there are is known on the device only, and
+    reading it back would synchronise), each entry's contribution in entry order (under
     ``create_graph`` a graph to differentiate); else one row per distinct row, sorted, its sum
     (``row_sums``: the C kernel's sums where it runs)."""
     if _fused_taken(table, g, idx, offsets, weights, padding_idx):
         return None
-    if torch.is_grad_enabled() or (offsets is None and weights is None):
+    if torch.is_grad_enabled() or (offsets is None and weights is None) or not idx.is_cpu:
         return entry_grads(idx, offsets, weights, padding_idx, g, shape)
     rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, padding_idx,
                                                  shape[0])

@@ -864,8 +864,10 @@ bool fused_defer(const Tensor &table, const Tensor &grad_out, const Tensor &indi
 // The weight gradient of a sum lookup (the running node's gradient edge `edge` leads to the
 // table) whose output rows have the gradient g: taken by the table's fused=True optimizer
 // (undefined: no gradient); each entry's contribution, a graph to differentiate, or, for an
-// index tensor (one entry per output row), nn.Embedding(sparse=True)'s gradient as it is; else
-// one row per distinct row, sorted, its sum (row_sums: padding entries left out)
+// index tensor (one entry per output row), nn.Embedding(sparse=True)'s gradient as it is, or
+// off the CPU nn.EmbeddingBag(sparse=True)'s (how many distinct rows there are is known on
+// the device only: reading it back would synchronise); else one row per distinct row,
+// sorted, its sum (row_sums: padding entries left out)
 Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
                        const optional<Tensor> &offsets, const optional<Tensor> &weights,
                        optional<int64_t> padding_idx, const c10::SymInt &rows,
@@ -874,7 +876,8 @@ Tensor sum_weight_grad(size_t edge, const Tensor &g, const Tensor &idx,
     if (table.defined() && fused_defer(table, g, idx, offsets, weights, padding_idx))
         return Tensor();
     const std::vector<c10::SymInt> shape{rows, dim};
-    if (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()))
+    if (at::GradMode::is_enabled() || (!offsets.has_value() && !weights.has_value()) ||
+        !idx.is_cpu())
         return entry_grads(idx, offsets, weights, padding_idx, g, shape);
     const auto grouped = call_row_sums(g, idx, offsets, weights, padding_idx, rows);
     const Tensor &sums = std::get<1>(grouped);  // the rows distinct and sorted: coalesced
