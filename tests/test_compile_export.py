@@ -820,7 +820,9 @@ def test_compiled_layer_on_cuda_equals_eager(sparse: bool) -> None:
         assert layer.weight.grad is not None and layer.weight.grad.is_sparse == sparse
         found.append((out.detach(), layer.weight.grad.to_dense()))
     for eager, compiled in zip(*found, strict=True):
-        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+        # a row's gradient sums its ~5 entries' (of magnitude ~5) in the order the GPU's
+        # atomic adds take, another in each run: a few float32 ulps of the terms, ~1e-5
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
 
 

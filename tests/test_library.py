@@ -644,17 +644,18 @@ def test_assert_bags_on_cuda_passes_good_batches_without_a_synchronisation() -> 
     dtype, empty bags and no entries, without a host synchronisation."""
     cases = [([1, 2, 3], [0, 2, 3]), ([0, 3], None), ([], [0]), ([3, 3], [0, 0, 2, 2]),
              (list(range(4)) * 50_000, [0, 100_000, 200_000])]
+    batches = [  # copied to the GPU first: a copy from pageable host memory synchronises
+        (torch.tensor(indices, dtype=i_dtype, device="cuda"),
+         None if offsets is None else torch.tensor(offsets, dtype=o_dtype, device="cuda"))
+        for indices, offsets in cases
+        for i_dtype, o_dtype in itertools.product((torch.int64, torch.int32), repeat=2)]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for indices, offsets in cases:
-            for i_dtype, o_dtype in itertools.product((torch.int64, torch.int32), repeat=2):
-                idx = torch.tensor(indices, dtype=i_dtype, device="cuda")
-                off = (None if offsets is None
-                       else torch.tensor(offsets, dtype=o_dtype, device="cuda"))
-                ops.assert_bags(idx, off, 4, "indices", "Bags")
-                if off is not None:  # the same as start offsets, the last bag empty
-                    ops.assert_bags(idx, off, 4, "indices", "Bags", False)
+        for idx, off in batches:
+            ops.assert_bags(idx, off, 4, "indices", "Bags")
+            if off is not None:  # the same as start offsets, the last bag empty
+                ops.assert_bags(idx, off, 4, "indices", "Bags", False)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()  # no device-side assert
