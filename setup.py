@@ -24,6 +24,7 @@ builds on purpose; ``0``, ``false``, ``no``, ``off`` or empty build them, anothe
 import copy
 import os
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -261,9 +262,15 @@ class BuildKernels(torch_build_ext()):  # type: ignore[misc]
             # out of the package (kept for benchmarks/gpu_raise.py), its reason in it
             kept = os.path.join(self.build_temp, os.path.basename(library) + ".refused")
             os.replace(library, kept)
+            own = own_cxx_runtime(kept)
+            cause = (f"it defines {own} of the C++ runtime's own symbols (std::locale, the "
+                     "streams): the compiler linked a libstdc++ of its own into it, beside the "
+                     "one torch loads. Build with a compiler that links the shared libstdc++, "
+                     "for example the system's: CC=gcc CXX=g++" if own else
+                     "the compiler's C++ runtime and torch's differ. Build with the compiler "
+                     "torch was built with")
             why = (f"the C++ extension built at install time was left out: it did not survive "
-                   f"an error one of its operators raised ({crash}); the compiler's C++ runtime "
-                   "and torch's differ. Build with the compiler torch was built with")
+                   f"an error one of its operators raised ({crash}); {cause}")
             with open(refusal, "w", encoding="utf-8") as f:
                 f.write(why + "\n")
             raise CompileError(f"lookuplinear: {why} (the library is kept as {kept}); the "
@@ -326,6 +333,29 @@ def raise_crashes(library: str) -> str | None:
         return None
     last = (done.stderr.strip().splitlines() or ["no message"])[-1]
     return f"a process that made one raise ended with exit status {done.returncode}: {last}"
+
+
+#: mangled-name prefixes of the C++ runtime's own classes (std::locale, std::ostream,
+#: std::istream, std::codecvt): a library that defines them carries a libstdc++ of its own
+CXX_RUNTIME = ("_ZNSt6locale", "_ZNSo", "_ZNSi", "_ZNSt7codecvt", "_ZNKSt7codecvt")
+
+
+def own_cxx_runtime(library: str) -> int:
+    """How many of the C++ runtime's own symbols (:data:`CXX_RUNTIME`) the shared ``library``
+    defines, by ``nm``: none for a library linked to the shared libstdc++, hundreds where the
+    compiler linked one in statically (a C++ exception's message then formats through that
+    copy's locale, which the process never set up, and the process dies); 0 where ``nm`` is
+    not found."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return 0
+    try:
+        listed = subprocess.run([nm, "-D", "--defined-only", library], capture_output=True,
+                                text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in listed.splitlines()
+               if line.split() and line.split()[-1].startswith(CXX_RUNTIME))
 
 
 #: the words that turn LOOKUPLINEAR_NO_C on, and off, in any case: lookuplinear/_env.py's ON and

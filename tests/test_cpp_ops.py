@@ -8,9 +8,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -518,6 +520,33 @@ def test_a_build_whose_errors_crash_is_not_installed(monkeypatch: pytest.MonkeyP
                         "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     why = raise_crashes(_extension.library_path())
     assert why is not None and f"exit status {-11}" in why, why
+
+
+@needs_cpp
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None,
+                    reason="needs g++ and nm")
+def test_a_refused_build_with_a_cxx_runtime_of_its_own_names_the_compiler_to_use(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the compiler linked a libstdc++ into the library (a ``-static-libstdc++`` build:
+    hundreds of the runtime's own symbols in it), the refusal says so and names a compiler
+    that links the shared one; a library linked as usual defines none of them."""
+    setup = setup_py(monkeypatch)
+    own = setup["own_cxx_runtime"]
+    assert own(_extension.library_path()) == 0
+    source = tmp_path / "fmt.cpp"
+    source.write_text("#include <sstream>\n#include <string>\n"
+                      "std::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n")
+    static = tmp_path / "static.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-static-libstdc++", str(source), "-o",
+                    str(static)], check=True, capture_output=True)
+    assert own(str(static)) > 100
+    monkeypatch.setitem(setup, "raise_crashes", lambda library: "exit status -11: no message")
+    builder = types.SimpleNamespace(build_temp=str(tmp_path),
+                                    version_file=setup["BuildKernels"].version_file)
+    refusal = tmp_path / "_C.refused"
+    with pytest.raises(setup["CompileError"], match="CC=gcc CXX=g\\+\\+"):
+        setup["BuildKernels"].check_operators(builder, str(static), str(refusal))
+    assert "a libstdc++ of its own" in refusal.read_text()
 
 
 FEATURES = ["user", "item", "tag"]
