@@ -33,14 +33,14 @@ import setuptools
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: one operator that raises the builtin ValueError, as lookuplinear's operators do
 #: one operator that raises the builtin ValueError, as lookuplinear's operators do (in a
 #: namespace of its own per build: the builder loads each library into this process too)
 MINIMAL = r"""
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 at::Tensor fail(const at::Tensor &t) {
-    TORCH_CHECK_VALUE(t.numel() == 0, "NAMESPACE::fail: a ValueError from C++");
+    TORCH_CHECK_VALUE(t.numel() == 0, "NAMESPACE::fail: a ValueError from C++ for ", t.numel(),
+                      " elements");  // an integer formatted, as lookuplinear's messages do
     return t;
 }
 TORCH_LIBRARY(NAMESPACE, m) {
