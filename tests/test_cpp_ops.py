@@ -77,6 +77,7 @@ def op_cases() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     a, b = torch.randn(6, 2), torch.randn(3, 3)
     cases.append(("in_feature_order", ([a, b], [2, 0], list(segment_triples(
         [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
+    cases.append(("in_feature_order", ([a, b], [2, 0], []), {}))  # no columns: (N, 0)
     cases.append(("in_feature_order_backward", (torch.randn(3, 7), [2, 0], list(segment_triples(
         [(0, 2), (2, 3), (1, 2)], [2, 2, 3]))), {}))
     for dtype in (torch.float32, torch.float64):
@@ -119,6 +120,19 @@ PYTHON_CPU = {"bag_lookup": library._bag_lookup_cpu, "bag_max": library._bag_max
               "idmap_find": _idmap.find, "idmap_rows": library._idmap_rows_cpu,
               "shifted_rows": library._shifted_rows_cpu, "one_id_rows": library._one_id_rows_cpu,
               "group_order": library._group_order_cpu}
+
+
+def test_bag_lookup_refuses_weights_without_offsets() -> None:
+    """Per-entry weights scale the entries of bags: without offsets (an index lookup) the
+    operator refuses them, its CPU kernel and every other device's alike (the forward ignored
+    them and the backward applied them; weights requiring grad ended the process)."""
+    w = torch.randn(5, 3, requires_grad=True)
+    idx, psw = torch.tensor([1, 2, 1]), torch.tensor([2.0, 0.0, -1.0], requires_grad=True)
+    other = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+    for call in (ops.bag_lookup.default,
+                 lambda *a: ops.bag_lookup.default.redispatch(other, *a)):
+        with pytest.raises(ValueError, match="weights and no offsets"):
+            call(w, idx, None, psw)
 
 
 @pytest.mark.parametrize(("name", "args", "kw"), op_cases(),

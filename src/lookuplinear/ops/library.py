@@ -295,8 +295,9 @@ def _check_range(indices: torch.Tensor, num_rows: int, op: str = "bag_lookup") -
 
 def check_pooling(offsets: torch.Tensor | None, weights: torch.Tensor | None,
                    mode: int) -> None:
-    """Refuse a ``mode`` other than ATen's sum (0) and mean (1), a mean without offsets, and a
-    mean with per-entry weights (ATen's takes them for a sum only)."""
+    """Refuse a ``mode`` other than ATen's sum (0) and mean (1), a mean without offsets, a
+    mean with per-entry weights (ATen's takes them for a sum only), and per-entry weights
+    without offsets (an index lookup has no entries of bags to scale)."""
     if mode not in (0, 1):
         raise InputValueError(
             f"lookuplinear::bag_lookup: mode must be 0 (sum) or 1 (mean), ATen's embedding_bag "
@@ -310,6 +311,11 @@ def check_pooling(offsets: torch.Tensor | None, weights: torch.Tensor | None,
             "lookuplinear::bag_lookup: mode=1 (mean) takes no per-entry weights (ATen's "
             "embedding_bag takes them for a sum only); got weights. Use mode=0 with the weights "
             "divided by their bag's total.")
+    if offsets is None and weights is not None:
+        raise InputValueError(
+            "lookuplinear::bag_lookup: per-entry weights scale the entries of bags, so they need "
+            "offsets; got weights and no offsets. Give the bags' offsets (one index a bag: "
+            "torch.arange(n + 1)), or no weights.")
 
 
 def _bag_lookup_twin(weight: torch.Tensor, indices: torch.Tensor,
@@ -602,13 +608,22 @@ def _in_feature_order_twin(outs: Sequence[torch.Tensor], features: Sequence[int]
                            segments: Sequence[int]) -> torch.Tensor:
     blocks = _blocks(outs, features)
     _segments_checked(blocks, segments)
+    if not segments and blocks:  # no columns
+        return _no_columns(blocks)
     return torch.cat([blocks[b].narrow(1, o, c) for b, o, c in _triples(segments)], 1)
+
+
+def _no_columns(blocks: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``in_feature_order``'s output without segments: ``(N, 0)``, as the C++ kernel's."""
+    return blocks[0].new_empty((blocks[0].shape[0], 0))
 
 
 def _in_feature_order_cpu(outs: Sequence[torch.Tensor], features: Sequence[int],
                           segments: Sequence[int]) -> torch.Tensor:
     blocks = _blocks(outs, features)
     _segments_checked(blocks, segments)
+    if not segments and blocks:  # no columns
+        return _no_columns(blocks)
     return _interleave(blocks, segment_tensor(tuple(segments)))
 
 

@@ -171,6 +171,10 @@ void check_pooling(const optional<Tensor> &offsets, const optional<Tensor> &weig
                       "(mean) takes no per-entry weights (ATen's embedding_bag takes them for "
                       "a sum only); got weights. Use mode=0 with the weights divided by their "
                       "bag's total.");
+    TORCH_CHECK_VALUE(offsets.has_value() || !weights.has_value(), "lookuplinear::bag_lookup: "
+                      "per-entry weights scale the entries of bags, so they need offsets; got "
+                      "weights and no offsets. Give the bags' offsets (one index a bag: "
+                      "torch.arange(n + 1)), or no weights.");
 }
 
 Tensor bag_lookup_twin(const Tensor &weight, const Tensor &indices,
@@ -280,6 +284,8 @@ Tensor in_feature_order_twin(at::TensorList outs, at::IntArrayRef features,
                           " blocks; build the segments with segment_triples");
         parts.push_back(blocks[b].narrow(1, first, cols));
     }
+    if (parts.empty() && !blocks.empty())  // no columns: the CPU kernel's (N, 0)
+        return blocks[0].new_empty({blocks[0].size(0), 0});
     return at::cat(parts, 1);
 }
 
