@@ -378,6 +378,78 @@ def test_kept_key_bounds_follow_the_offsets_they_were_read_from() -> None:
         assert frozen.offset_per_key() == [0, 2] and frozen["a"].nnz == 2
 
 
+def _forward_and_grads(col: LookupCollection, kb: KeyedBags
+                       ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    """``col(kb)``'s values and, after a backward of a fixed gradient, each table group's
+    gradient."""
+    out = col(kb).values()
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(1)))
+    return out, [p.grad for p in col.table_groups]
+
+
+def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None]) -> None:
+    """The same gradients to the bit, in the same layout (a row-sparse one: the same rows,
+    in the same order, coalesced or not alike)."""
+    for g, w in zip(got, want, strict=True):
+        assert g is not None and w is not None
+        assert g.layout == w.layout
+        if w.is_sparse:
+            assert g.is_coalesced() == w.is_coalesced()
+            assert torch.equal(g._indices(), w._indices())
+            assert torch.equal(g._values(), w._values())
+        else:
+            assert torch.equal(g, w)
+
+
+PADDED_TABLES = {  # (mode, padding_idx) of tables a, b (rows 6, 7) and c (rows 8)
+    "one padded table": [("sum", 0), ("sum", None), ("sum", None)],
+    "two in one group": [("mean", 2), ("sum", 0), ("sqrtn", None)],
+    "every table": [("sum", 0), ("mean", 0), ("sqrtn", 3)],
+}
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense grad", "sparse grad"])
+@pytest.mark.parametrize("dims", [(4, 4, 4), (4, 3, 4)], ids=["one group", "two groups"])
+@pytest.mark.parametrize("tables", list(PADDED_TABLES), ids=list(PADDED_TABLES))
+def test_a_collection_with_padding_reads_nothing_of_a_batch_moved_from_the_cpu(
+        monkeypatch: pytest.MonkeyPatch, tables: str, dims: tuple[int, int, int],
+        sparse: bool, weighted: bool) -> None:
+    """Tables with a ``padding_idx`` in a collection: off the CPU the padding entries are
+    not dropped (which reads how many there are back to the host) but left out by the
+    lookup, given its group's padding row as ``padding_idx``; a group of several padded
+    tables gives all their padding entries that row. On the meta device the forward reads
+    no value; on the CPU's values taken as another device's, the outputs and the gradients
+    (their sparse layout too) are the CPU's, whose padding entries are dropped."""
+    configs = [TableConfig(name, rows, dim, [name], mode=mode, padding_idx=pad)
+               for name, rows, dim, (mode, pad) in zip(
+                   "abc", (6, 7, 8), dims, PADDED_TABLES[tables], strict=True)]
+    lengths = [2, 0, 3, 1, 2, 2, 1, 0, 3]
+    values = torch.tensor([0, 3, 0, 1, 2, 0, 1, 0, 5, 0, 0, 2, 3, 0])
+    weights = torch.rand(14, generator=torch.Generator().manual_seed(2)) if weighted else None
+    kb = KeyedBags(["a", "b", "c"], values, lengths=torch.tensor(lengths), weights=weights)
+    col = LookupCollection(configs, sparse=sparse, device="meta")
+    out = no_host_reads(lambda: col(kb.to("meta")))
+    assert out.values().shape == (3, sum(dims))
+    torch.manual_seed(0)
+    cpu = LookupCollection(configs, sparse=sparse)
+    off = LookupCollection(configs, sparse=sparse)
+    off.load_state_dict(cpu.state_dict())
+    want, want_grads = _forward_and_grads(cpu, kb)
+    with cpu_off_host(monkeypatch):
+        got, got_grads = _forward_and_grads(off, kb)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _assert_same_grads(got_grads, want_grads)
+    first = 0
+    for name, dim, (mode, pad) in zip("abc", dims, PADDED_TABLES[tables], strict=True):
+        if mode == "sum" or (mode == "mean" and not weighted):  # the peer: nn.EmbeddingBag
+            ref = torch.nn.EmbeddingBag.from_pretrained(cpu[name].weight.detach(), mode=mode,
+                                                        padding_idx=pad)
+            torch.testing.assert_close(want[:, first:first + dim], ref(
+                kb[name].indices, kb[name].offsets[:-1], per_sample_weights=kb[name].weights))
+        first += dim
+
+
 def test_max_over_weights_other_than_one_off_the_host_is_a_device_assert(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``mode="max"`` refuses weights other than 1: on the host with the entry named, off it

@@ -43,6 +43,7 @@ from ..ops import capturing, one_id_rows, segment_triples, shifted_rows
 from ..ops.library import in_feature_order, mode_weights
 from ..sparse.bags import Bags, check_index_range
 from ..sparse.keyed import KeyedBags
+from ..sparse.offsets import on_host
 from .plan import CollectionPlan
 from .table_config import TableConfig
 
@@ -157,6 +158,11 @@ class BatchedLookup:
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
         self._mapped = [i for i, c in enumerate(configs) if c.hashing == "map"]
+        #: per group, the row of its parameter that its lookup off the CPU takes as
+        #: ``padding_idx``: its first padded table's padding row (None where none pads)
+        self._padding_rows = [next((
+            p.offset + p.config.padding_idx for p in map(plan.place_of, feats)
+            if p.config.padding_idx is not None), None) for _, feats in self.groups]
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan}  # everything else is built from it
@@ -333,7 +339,8 @@ class BatchedLookup:
                         table_groups[g], None, mode=mode, padding_idx=pad,
                         sparse=tables._sparse(cfg)), [f]))
                 continue
-            bags = self._group_bags(kb, feats, table_groups[g].dtype, tables, exact, read)
+            bags, pad = self._group_bags(kb, g, feats, table_groups[g].dtype, tables, exact,
+                                         read)
             if (exact is not None and exact.groups[g] is True and bags.weights is None
                     and not sparse and g not in self.stored):
                 # ATen's own mean, as the eager :meth:`_dense` takes it: its dense backward
@@ -343,7 +350,8 @@ class BatchedLookup:
                     bags.indices, table_groups[g], bags.offsets, mode="mean",
                     include_last_offset=True), feats))
                 continue
-            sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None, sparse=sparse)
+            sums = lookup_linear(tables._drawn(g, bags), table_groups[g], None,
+                                 padding_idx=pad, sparse=sparse)
             parts.append((sums if exact is None else self._divided(
                 sums, bags.offsets, exact.groups[g], n), feats))
         dtype = functools.reduce(torch.promote_types, (out.dtype for out, _ in parts))
@@ -501,13 +509,22 @@ class BatchedLookup:
                               where=f"kb[{self.plan.feature_of[feature]!r}]")
         return bags
 
-    def _group_bags(self, kb: KeyedBags, feats: list[str], dtype: torch.dtype,
+    def _group_bags(self, kb: KeyedBags, g: int, feats: list[str], dtype: torch.dtype,
                     tables: TableReader, exact: ExactMeans | None = None,
-                    read: dict[str, Bags] | None = None) -> Bags:
-        """The ``F * N`` bags of one group's features as one lookup of its parameter (of
-        ``dtype``): indices shifted by their table's first row, padding dropped,
-        ``mean``/``sqrtn`` folded into per-entry weights (the same weights ``lookup_linear``
-        folds for one table).
+                    read: dict[str, Bags] | None = None) -> tuple[Bags, int | None]:
+        """The ``F * N`` bags of group ``g``'s features as one lookup of its parameter (of
+        ``dtype``): indices shifted by their table's first row, ``mean``/``sqrtn`` folded into
+        per-entry weights (the same weights ``lookup_linear`` folds for one table); and the
+        ``padding_idx`` to look them up with (None: their padding entries already dropped or
+        weighed 0).
+
+        On the CPU the padding entries are dropped (one C pass over the values). Off the CPU
+        they stay (dropping them would read how many there are back to the host): the lookup
+        takes the group's padding row as its ``padding_idx`` (:attr:`_padding_rows`), a
+        padding entry of the group's other padded tables is given that row, and where a mode
+        is folded the padding entries weigh 0 in its factor. The kernel leaves padding entries
+        out of the sums and the gradient, so the outputs, and the gradient's rows and values,
+        are the dropped entries'.
 
         While a graph is recorded the padding entries stay, with weight 0 (how many there are
         is a property of one batch, and a graph takes no branch on the values): the same sums
@@ -516,6 +533,7 @@ class BatchedLookup:
         places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
         in_graph = capturing()
+        pad = None if in_graph or on_host(kb.values) else self._padding_rows[g]
         folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
                  and not (exact is not None and exact.outputs[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
@@ -525,14 +543,19 @@ class BatchedLookup:
             _, off, cfg = places[table_of[f]]
             bags = self._checked(kb, f, tables, read)
             w = bags.weights
+            rows = bags.indices.long() + off if off else bags.indices.long()
             if cfg.padding_idx is not None:
-                if in_graph:
+                if in_graph or pad is not None:
                     keep = bags.indices != cfg.padding_idx
-                    w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
+                    if in_graph or folds[f]:  # weight 0: no part in the sum or the factor
+                        w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
+                    if pad is not None and off + cfg.padding_idx != pad:
+                        rows = rows.masked_fill(~keep, pad)  # the row the lookup leaves out
                 else:
                     bags = bags.drop_index(cfg.padding_idx)
                     w = bags.weights
-            indices.append(bags.indices.long() + off if off else bags.indices.long())
+                    rows = bags.indices.long() + off if off else bags.indices.long()
+            indices.append(rows)
             lengths.append(bags.lengths())
             if any_weights:
                 if folds[f] and cfg.hashing != "qr":
@@ -547,7 +570,7 @@ class BatchedLookup:
         torch.cumsum(torch.cat(lengths), 0, out=offsets[1:])
         # checked feature by feature: nothing to check again
         return Bags.from_checked(torch.cat(indices), offsets,
-                                 torch.cat(weights) if any_weights else None)
+                                 torch.cat(weights) if any_weights else None), pad
 
     def _layout(self, device: torch.device, n: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
