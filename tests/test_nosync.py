@@ -450,6 +450,43 @@ def test_a_collection_with_padding_reads_nothing_of_a_batch_moved_from_the_cpu(
         first += dim
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense grad", "sparse grad"])
+@pytest.mark.parametrize("dims", [(4, 4), (4, 3)], ids=["one group", "two groups"])
+@pytest.mark.parametrize("modes", [("sum", "sum"), ("mean", "sum")], ids=["sum", "mean+sum"])
+def test_shared_features_read_nothing_of_a_batch_moved_from_the_cpu(
+        monkeypatch: pytest.MonkeyPatch, modes: tuple[str, str], dims: tuple[int, int],
+        sparse: bool) -> None:
+    """A feature read by two tables (TorchRec's shared feature): the batch of one key per
+    (feature, table) pair keeps its keys' bounds, which the host knows from the batch's own,
+    so the forward of a batch moved from the CPU reads none of its new offsets back (as
+    TorchRec's collection of a ``KeyedJaggedTensor`` whose lengths it knows); with the CPU's
+    values taken as another device's, the CPU's outputs and gradients."""
+    configs = [TableConfig("t1", 10, dims[0], ["a", "b"], mode=modes[0]),  # type: ignore[arg-type]
+               TableConfig("t2", 10, dims[1], ["a"], mode=modes[1])]  # type: ignore[arg-type]
+    kb = KeyedBags(["a", "b"], torch.tensor([0, 1, 2, 3, 4, 9]),
+                   lengths=torch.tensor([2, 1, 2, 1]))
+    col = LookupCollection(configs, sparse=sparse, device="meta")
+    out = no_host_reads(lambda: col(kb.to("meta")))
+    assert out.values().shape == (2, dims[0] * 2 + dims[1])
+    torch.manual_seed(0)
+    cpu = LookupCollection(configs, sparse=sparse)
+    off = LookupCollection(configs, sparse=sparse)
+    off.load_state_dict(cpu.state_dict())
+    want, want_grads = _forward_and_grads(cpu, kb)
+    with cpu_off_host(monkeypatch):
+        moved = KeyedBags.from_checked(["a", "b"], kb.values, kb.offsets)
+        moved._keep_bounds(kb.offset_per_key())  # as kb.to(device) keeps them
+        got, got_grads = _forward_and_grads(off, moved)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _assert_same_grads(got_grads, want_grads)
+    reference = torch.cat([  # the peer: each (feature, table) pair's nn.EmbeddingBag
+        torch.nn.EmbeddingBag.from_pretrained(cpu[t].weight.detach(), mode=mode)(
+            kb[f].indices, kb[f].offsets[:-1])
+        for f, t, mode in (("a", "t1", modes[0]), ("b", "t1", modes[0]),
+                           ("a", "t2", modes[1]))], 1)
+    torch.testing.assert_close(want, reference)
+
+
 def test_max_over_weights_other_than_one_off_the_host_is_a_device_assert(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``mode="max"`` refuses weights other than 1: on the host with the entry named, off it

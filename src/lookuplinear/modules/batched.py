@@ -192,14 +192,19 @@ class BatchedLookup:
         exact = self._exact if kb.weights is None else None
         runs = self._runs if exact is None else exact.runs
         dense = not (sparse or self.stored) and (len(self.groups) == 1 or not recording)
-        whole = self._shifted(kb, n, tables) if sparse or recording or dense else None
+        batch = None  # the usual batch: kb, or kb's shared features taken once per output
+        if (sparse or recording or dense) and self.plan.plain and (
+                kb.weights is None or kb._keys == self.inputs):  # (inline: a call costs)
+            batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
+                self._per_output(kb) if self._shared else None)
+        whole = None if batch is None else self._shifted(kb, batch, n, tables)
         starts = None
         if isinstance(whole, Bags) and not recording and (
                 len(self.groups) > 1 or len(runs) > 1):
-            # each output's first entry: the batch's own bounds, kept on the host where known
-            # (no read back), else read once
-            starts = (kb._key_bounds() if whole.offsets is kb.offsets
-                      else whole.offsets[::n].tolist())
+            # each output's first entry: the usual batch's bounds, kept on the host where
+            # known (no read back), else read once
+            assert batch is not None
+            starts = batch._key_bounds()
         if isinstance(whole, Bags) and runs and (sparse or dense):
             whole = self._folded(whole, n, table_groups, starts, runs)
         if whole is not None and dense:
@@ -592,25 +597,20 @@ class BatchedLookup:
             self._layouts[(device, n)] = found
         return found
 
-    def _shifted(self, kb: KeyedBags, n: int, tables: TableReader
+    def _shifted(self, kb: KeyedBags, batch: KeyedBags, n: int, tables: TableReader
                  ) -> torch.Tensor | Bags | None:
-        """The usual batch (tables of sums, means or sqrtn without padding, hashed by
-        ``hashing="mod"``, mapped or neither: ``plan.plain``; the batch's keys exactly the
-        plan's features, a feature read by several tables taken once per table,
-        :meth:`_per_output`) hashed or mapped where its tables do (:meth:`_table_rows`; not
-        while a graph is recorded), checked and shifted to the rows of the groups'
-        parameters in one pass: when every bag holds one ID (and the batch no weights: a
-        mean of one row is that row), its rows, each group's ``(N, F_g)`` in example order,
-        group after group (the ``(N, F)`` rows for one group); else the batch's bags with
-        shifted indices and its weights (a batch of weights only with the plan's outputs as
-        keys). None for any other batch (each group then builds its own)."""
+        """The usual batch ``batch`` of ``kb`` (tables of sums, means or sqrtn without
+        padding, hashed by ``hashing="mod"``, mapped or neither: ``plan.plain``; the batch's
+        keys exactly the plan's features, ``kb`` itself, or a feature read by several tables
+        taken once per table, :meth:`_per_output`, for an unweighted ``kb``) hashed or mapped
+        where its tables do (:meth:`_table_rows`; not while a graph is recorded), checked and
+        shifted to the rows of the groups' parameters in one pass: when every bag holds one
+        ID (and the batch no weights: a mean of one row is that row), its rows, each group's
+        ``(N, F_g)`` in example order, group after group (the ``(N, F)`` rows for one group);
+        else the batch's bags with shifted indices and its weights (a batch of weights only
+        with the plan's outputs as keys). None where a graph is recorded or traced over
+        hashed or mapped tables."""
         feats = self.feature_names
-        if not self.plan.plain or (kb.weights is not None and kb._keys != self.inputs):
-            return None
-        batch = kb if kb._keys == self.inputs else (  # the keys read, not copied
-            self._per_output(kb) if self._shared else None)
-        if batch is None:
-            return None
         recording = torch.compiler.is_compiling()
         values, offsets = batch.values, batch.offsets
         if any(self._hashed) or self._mapped:  # their rows first (in a graph: by feature)
@@ -630,7 +630,7 @@ class BatchedLookup:
             if not isinstance(found, int):  # a checked batch, shifted
                 return Bags.from_checked(found, offsets, kb.weights)
         if isinstance(found, int):  # an ID outside its table: raise, naming its feature
-            starts = offsets[::n].tolist()
+            starts = batch._key_bounds()
             self._checked(kb, feats[next(f for f in range(len(feats))
                                          if found < starts[f + 1])], tables)
             raise AssertionError("unreachable: an ID out of range was not found again")
@@ -669,19 +669,23 @@ class BatchedLookup:
     def _per_output(self, kb: KeyedBags) -> KeyedBags | None:
         """A batch of exactly the plan's features, one of them read by several tables, as a
         batch of one key per output (the plan's (feature, table) pairs): each feature's bags
-        once per table that reads it, one copy. None while a graph is recorded, or for a batch
-        of other keys."""
+        once per table that reads it, one copy, its keys' bounds kept from ``kb``'s (known on
+        the host for a batch moved from the CPU: none read back). None while a graph is
+        recorded, or for a batch of other keys."""
         if torch.compiler.is_compiling() or kb.keys() != list(self.plan.feature_names):
             return None
         n = kb.batch_size
         position = {f: i for i, f in enumerate(kb.keys())}
         at = [position[f] for f in self.inputs]
-        starts = kb.offset_per_key()  # kept on the host where known: no read back
+        starts = kb._key_bounds()  # kept on the host where known: no read back
         values = torch.cat([kb.values[starts[p]:starts[p + 1]] for p in at])
         lengths = kb.lengths().view(-1, n)[at].reshape(-1) if n else kb.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
-        return KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
+        out = KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked
+        # its keys' bounds, known on the host from kb's: none read back from its new offsets
+        out._keep_bounds([0, *itertools.accumulate(starts[p + 1] - starts[p] for p in at)])
+        return out
 
 
 def sums_sparse_gradients(param: torch.Tensor) -> bool:
