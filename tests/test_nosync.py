@@ -487,6 +487,110 @@ def test_shared_features_read_nothing_of_a_batch_moved_from_the_cpu(
     torch.testing.assert_close(want, reference)
 
 
+class HostCopies(TorchDispatchMode):
+    """Records every copy of host data to another device: a tensor made there from Python
+    data (``torch.tensor`` or ``torch.as_tensor`` with a device, or a Python list indexing a
+    tensor there: torch makes these below the dispatcher, out of a dispatch mode's sight), a
+    CPU tensor copied there, a CPU index into a tensor there (copied first). On CUDA such a
+    copy from pageable memory waits for the device."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+        for name in ("tensor", "as_tensor"):
+            made = getattr(torch, name)
+
+            def making(data: Any, *args: Any, made: Any = made, name: str = name,
+                       **kwargs: Any) -> Any:
+                device = kwargs.get("device")
+                if device is not None and torch.device(device).type != "cpu" and not (
+                        isinstance(data, torch.Tensor) and data.device.type != "cpu"):
+                    self.copies.append(f"torch.{name}")
+                return made(data, *args, **kwargs)
+
+            monkeypatch.setattr(torch, name, making)
+        getitem = torch.Tensor.__getitem__
+
+        def indexing(t: torch.Tensor, index: Any) -> Any:
+            parts = index if isinstance(index, tuple) else (index,)
+            if t.device.type != "cpu" and any(isinstance(p, list) for p in parts):
+                self.copies.append("a Python list indexing a device tensor")
+            return getitem(t, index)
+
+        monkeypatch.setattr(torch.Tensor, "__getitem__", indexing)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        kwargs = kwargs or {}
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if func is aten._to_copy.default and first is not None and first.is_cpu and \
+                kwargs.get("device") is not None and torch.device(kwargs["device"]).type != "cpu":
+            self.copies.append("a CPU tensor copied to the device")
+        elif func is aten.copy_.default and not args[0].is_cpu and args[1].is_cpu:
+            self.copies.append("a CPU tensor copied into a device tensor")
+        elif func in (aten.index.Tensor, aten.index_select.default) and first is not None \
+                and not first.is_cpu:
+            index = args[1] if func is aten.index.Tensor else [args[2]]
+            if any(isinstance(i, torch.Tensor) and i.is_cpu and i.dim() > 0 for i in index):
+                self.copies.append("a CPU index into a device tensor")
+        return func(*args, **kwargs)
+
+
+def _copies_of(monkeypatch: pytest.MonkeyPatch, forward: Any) -> list[str]:
+    """The host copies :class:`HostCopies` sees in ``forward()``, once its first call built
+    what it keeps per device."""
+    forward()
+    with monkeypatch.context() as patch, HostCopies(patch) as mode:
+        forward()
+    return mode.copies
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense grad", "sparse grad"])
+@pytest.mark.parametrize("tables", [
+    [TableConfig("a", 10, 4, ["a"], mode="mean"), TableConfig("b", 7, 4, ["b"])],
+    [TableConfig("a", 10, 4, ["a"], hashing="mod"), TableConfig("b", 7, 4, ["b"])],
+    [TableConfig("t1", 10, 4, ["a", "b"]), TableConfig("t2", 10, 3, ["a"])],
+], ids=["mean beside a sum", "hashing", "a shared feature"])
+def test_a_collection_copies_no_host_constant_to_the_device_each_forward(
+        monkeypatch: pytest.MonkeyPatch, tables: list[TableConfig], sparse: bool) -> None:
+    """What a collection's forward derives from its tables alone (which outputs are exact
+    means, the rows each hashed output takes, the feature each shared output reads) is on
+    the batch's device after the first forward, kept per device, or made there: no copy from
+    the host in each forward."""
+    col = LookupCollection(tables, sparse=sparse, device="meta")
+    kb = KeyedBags(["a", "b"], torch.tensor([0, 1, 2, 3, 4, 5]),
+                   lengths=torch.tensor([2, 1, 2, 1])).to("meta")
+    assert _copies_of(monkeypatch, lambda: col(kb)) == []
+
+
+def test_a_variable_batch_copies_no_more_than_its_padding_each_forward(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable batch per key: each output's rows gathered by its key's ``inverse_indices``
+    without copying the tables' widths or the outputs' keys to the device; what is copied is
+    the batch's own padding to one stride (its strides, the batch's)."""
+    tables = [TableConfig("f1", 8, 4, ["f1"]), TableConfig("f2", 8, 3, ["f2"])]
+    kb = KeyedBags(["f1", "f2"], torch.tensor([3, 1, 7, 5, 2]), lengths=torch.tensor([2, 3, 0]),
+                   stride_per_key_per_rank=[[1], [2]],
+                   inverse_indices=torch.tensor([[0, 0, 0], [1, 0, 1]])).to("meta")
+    col = LookupCollection(tables, sparse=True, device="meta")
+    assert _copies_of(monkeypatch, lambda: col(kb)) == _copies_of(monkeypatch, kb._padded)
+
+
+def test_dense_rows_with_padding_copy_nothing_to_the_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dense rows with a ``padding_idx``: the padding column is zeroed by an index made on
+    the rows' device, and on the CPU the result is ``nn.Linear``'s on the rows with that
+    column zeroed."""
+    layer = LookupLinear(6, 3, padding_idx=2, device="meta")
+    x = torch.rand(4, 6, device="meta")
+    assert _copies_of(monkeypatch, lambda: layer(x)) == []
+    cpu = LookupLinear(6, 3, padding_idx=2)
+    rows = torch.rand(4, 6, generator=torch.Generator().manual_seed(0))
+    zeroed = rows.clone()
+    zeroed[:, 2] = 0
+    torch.testing.assert_close(cpu(rows), zeroed @ cpu.weight + cpu.bias)
+
+
 def test_max_over_weights_other_than_one_off_the_host_is_a_device_assert(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``mode="max"`` refuses weights other than 1: on the host with the entry named, off it

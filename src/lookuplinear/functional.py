@@ -544,7 +544,8 @@ def _dense_forward(
         )
     x = x.to(weight.dtype)
     if padding_idx is not None:
-        x = x.index_fill(-1, torch.tensor([padding_idx], device=x.device), 0)
+        # the index made on x's device (a tensor from the host would be a copy to it)
+        x = x.index_fill(-1, torch.full((1,), padding_idx, device=x.device), 0)
     lead = x.shape[:-1]
     rows = x.reshape(-1, in_features)  # (N, in)
     if mode == "max":

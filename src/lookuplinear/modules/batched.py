@@ -134,6 +134,8 @@ class BatchedLookup:
         self._at = [list(group.positions) for group in plan.groups]
         self._layouts: dict[tuple[torch.device, int],
                             tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        #: the host tensors built here, copied to a device once (:meth:`_on`)
+        self._copies: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         configs = [plan.place_of(f).config for f in plan.embedding_names]
         #: the outputs' modes as runs of consecutive outputs ``(first, end, mode)``; none
         #: where every table sums (a batch's bags then need no per-entry factor)
@@ -157,6 +159,8 @@ class BatchedLookup:
         #: each output's rows where its table hashes its IDs, else 0; the outputs whose tables
         #: map them (an ``IdMap``)
         self._hashed = [c.num_embeddings if c.hashing == "mod" else 0 for c in configs]
+        #: (as a tensor, which :meth:`_on` puts on a batch's device)
+        self._hashed_rows_of = torch.tensor(self._hashed, dtype=torch.int64)
         self._mapped = [i for i, c in enumerate(configs) if c.hashing == "map"]
         #: per group, the row of its parameter that its lookup off the CPU takes as
         #: ``padding_idx``: its first padded table's padding row (None where none pads)
@@ -214,9 +218,23 @@ class BatchedLookup:
             return self._written(whole, n, table_groups, tables, starts, exact)
         return self._per_group(kb, table_groups, sparse, tables, exact, read)
 
-    @staticmethod
-    def _divided(sums: torch.Tensor, offsets: torch.Tensor, which: bool | torch.Tensor | None,
-                 n: int) -> torch.Tensor:
+    def _on(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``host``, a CPU tensor built from the plan in ``__init__`` (never replaced, so its
+        ``id`` names it), on ``device``: copied once per device and kept (a copy from the host
+        in every forward would wait for the device), except while a graph is recorded (its
+        tensors are not the ones a later call runs on)."""
+        if host.device == device:
+            return host
+        if torch.compiler.is_compiling():
+            return host.to(device)
+        key = (id(host), device)
+        kept = self._copies.get(key)
+        if kept is None or kept[0] is not host:
+            kept = self._copies[key] = (host, host.to(device))
+        return kept[1]
+
+    def _divided(self, sums: torch.Tensor, offsets: torch.Tensor,
+                 which: bool | torch.Tensor | None, n: int) -> torch.Tensor:
         """A group's lookup output ``sums`` (one bag a row, its features' ``n`` bags after one
         another; ``offsets``: their CSR offsets) with its exact means' rows (``which``: True
         for every feature's, a bool per feature, None for none: :class:`ExactMeans`) divided
@@ -228,7 +246,7 @@ class BatchedLookup:
         sizes = offsets[1:] - offsets[:-1]
         if which is not True:
             assert isinstance(which, torch.Tensor)
-            sizes = torch.where(which.to(sizes.device).unsqueeze(1),
+            sizes = torch.where(self._on(which, sizes.device).unsqueeze(1),
                                 sizes.view(which.numel(), n), 1).view(-1)
         return mean_of_sums(sums, sizes.to(sums.dtype).unsqueeze(1))
 
@@ -657,9 +675,10 @@ class BatchedLookup:
         of every value, then each output's modulus), the IDs themselves for the others."""
         values = batch.values
         device = values.device
-        counts = torch.tensor([b - a for a, b in itertools.pairwise(batch._key_bounds())],
-                              device=device)
-        rows = torch.tensor(self._hashed, device=device).repeat_interleave(
+        n = batch.batch_size  # each output's entries, from its bounds among the offsets
+        counts = (torch.diff(batch.offsets[::n]) if n else  # (on the device: no host copy)
+                  torch.zeros(len(self._hashed), dtype=torch.int64, device=device))
+        rows = self._on(self._hashed_rows_of, device).repeat_interleave(
             counts, output_size=values.numel())  # each entry's table rows where it hashes
         hashed = signed_rows(murmur3_ids(values), rows.clamp(min=1))
         if all(self._hashed):  # every output hashes: no select (it shows in a small forward)
@@ -679,7 +698,11 @@ class BatchedLookup:
         at = [position[f] for f in self.inputs]
         starts = kb._key_bounds()  # kept on the host where known: no read back
         values = torch.cat([kb.values[starts[p]:starts[p + 1]] for p in at])
-        lengths = kb.lengths().view(-1, n)[at].reshape(-1) if n else kb.lengths()
+        if n:  # each output's feature's lengths: views, then one copy (no index from the host)
+            per_key = kb.lengths().view(-1, n)
+            lengths = torch.cat([per_key[p] for p in at])
+        else:
+            lengths = kb.lengths()
         offsets = torch.zeros(lengths.numel() + 1, dtype=kb.offsets.dtype, device=kb.device)
         torch.cumsum(lengths, 0, out=offsets[1:])
         out = KeyedBags.from_checked(self.feature_names, values, offsets)  # parts of a checked

@@ -161,9 +161,10 @@ class CollectionBase(AllOrNothingLoad):
             )
         out = self._pooled(kb._padded())  # (S, width): every bag of every key once
         inverse = kb.inverse_indices.long()
-        rows = inverse[[position[f] for f in plan.inputs]]  # (outputs, N)
-        dims = torch.tensor(plan.dims, device=inverse.device)
-        index = rows.repeat_interleave(dims, dim=0, output_size=plan.width).T  # (N, width)
+        # each output's row of inverse_indices over its columns: views, then one copy (no
+        # index or sizes copied from the host)
+        index = torch.cat([inverse[position[f]].unsqueeze(1).expand(-1, d)
+                           for f, d in zip(plan.inputs, plan.dims, strict=True)], 1)  # (N, width)
         values = out.values().gather(0, index.to(out.values().device))
         return KeyedTensor(out.keys(), out.length_per_key(), values)
 
