@@ -17,11 +17,20 @@ import torch
 import torch.nn.functional as F
 from forms import BACKENDS, C_BY_DEFAULT, DEVICES
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from unchanged import assert_unchanged, snapshot
 
-from lookuplinear import Bags, FusedAccumulationWarning, LookupLinear, optim
+from lookuplinear import (
+    Bags,
+    FusedAccumulationWarning,
+    KeyedBags,
+    LookupCollection,
+    LookupLinear,
+    TableConfig,
+    optim,
+)
 from lookuplinear.errors import InputValueError
-from lookuplinear.ops import c_available, group_rows, use_backend
+from lookuplinear.ops import c_available, group_rows, summed_runs, unique_sums, use_backend
 
 V, D, C, PAD = 40, 6, 3, 0
 STEPS = 6
@@ -994,6 +1003,102 @@ def test_unfused_step_on_the_lookup_gradient_equals_its_summed_rows_to_the_bit(
 def _first_weight(dtype: torch.dtype) -> torch.Tensor:
     torch.manual_seed(0)
     return LookupLinear(V, D, bias=False, padding_idx=PAD, sparse=True, dtype=dtype).weight.detach()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_unique_sums_are_a_coalesces_and_the_sorted_runs_sums_to_the_bit(
+        dtype: torch.dtype) -> None:
+    """``unique_sums``, the grouping a step runs off the CPU (where whether the rows are in
+    order is not read back), sums each row's entries in entry order: rows in any order get the
+    sums of a coalesce (float16/bfloat16 summed in float32, as a CUDA coalesce sums them),
+    rows in order those ``summed_runs`` gives (the CPU step's), to the bit, the signs of
+    zeros included (a row of ``-0.0`` entries sums to ``-0.0``, as a coalesce's)."""
+    g = torch.Generator().manual_seed(0)
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    for order in ([7, 2, 0, 2, 3, 7, 0, 5, 2], [0, 0, 2, 2, 2, 3, 5, 7, 7]):
+        rows = torch.tensor(order)
+        values = torch.randn(rows.numel(), 3, generator=g).to(dtype)
+        values[rows == 0] = -0.0  # two entries of -0.0
+        values[rows == 5] = -0.0  # one
+        values[(rows == 3).nonzero()[0, 0], 1] = 0.0
+        heads, sums = unique_sums(rows, values)
+        ref = torch.sparse_coo_tensor(rows.unsqueeze(0), values.to(acc), (9, 3)).coalesce()
+        assert torch.equal(heads, ref.indices()[0])
+        assert torch.equal(_bits(sums), _bits(ref.values().to(dtype)))
+        if order == sorted(order) and acc == dtype:
+            runs = summed_runs(rows, values)
+            assert torch.equal(heads, runs[0]) and torch.equal(_bits(sums), _bits(runs[1]))
+
+
+class _AnswersUnique(TorchDispatchMode):
+    """On the meta device, where reading a value raises (on CUDA it makes the host wait for
+    the device), ``torch.unique`` answered as if its rows were distinct: the one read a
+    grouping of the rows makes, as a coalesce makes it. Counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._unique2.default and args[0].device.type == "meta":
+            self.reads += 1
+            x = args[0]
+            return (x.new_empty(x.numel()), x.new_empty(x.shape, dtype=torch.long),
+                    x.new_empty(0, dtype=torch.long))
+        return func(*args, **(kwargs or {}))
+
+
+def _meta_grad() -> torch.Tensor:
+    return torch.sparse_coo_tensor(torch.tensor([[1, 3]], device="meta"),
+                                   torch.ones(2, 4, device="meta"), (10, 4),
+                                   is_coalesced=True, check_invariants=False)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+@pytest.mark.parametrize(("name", "kw"), UNFUSED_VARIANTS)
+def test_a_coalesced_sparse_gradient_steps_off_the_cpu_reading_nothing(
+        name: str, kw: dict[str, Any], fused: bool) -> None:
+    """Off the CPU (meta here: a value read raises; on CUDA it makes the host wait for the
+    device) a sparse gradient flagged coalesced (each row once, sorted) is stepped as it is:
+    nothing grouped, nothing read back, as ``torch.optim``'s ``coalesce()`` returns it as it
+    is."""
+    table = LookupLinear(10, 4, bias=False, sparse=True, device="meta")
+    opt = getattr(optim, name)(table.parameters(), lr=0.1, fused=fused, **kw)
+    for _ in range(2):
+        table.weight.grad = _meta_grad()
+        opt.step()
+    assert opt.state[table.weight]["step"] == 2
+
+
+@pytest.mark.parametrize("model", ["layer", "collection"])
+@pytest.mark.parametrize(("name", "kw"), UNFUSED_VARIANTS)
+def test_a_lookups_sparse_gradient_steps_off_the_cpu_in_one_read(
+        name: str, kw: dict[str, Any], model: str) -> None:
+    """Off the CPU a bag lookup's gradient has one row per entry (``nn.EmbeddingBag
+    (sparse=True)``'s): the step groups each table's rows once, with ``torch.unique``, whose
+    number of rows is the one value it reads back (``torch.optim.Adagrad`` and ``SparseAdam``
+    read it in ``coalesce()``); it does not read whether the rows are in order. On meta a
+    mode answers that read; any other read raises."""
+    if model == "layer":
+        m: nn.Module = LookupLinear(10, 4, sparse=True, device="meta")
+        x: Any = Bags(torch.tensor([3, 1, 3, 5]), torch.tensor([0, 2, 4])).to("meta")
+    else:
+        m = LookupCollection([TableConfig("a", 10, 4, ["a"]), TableConfig("b", 7, 3, ["b"])],
+                             sparse=True, device="meta")
+        x = KeyedBags(["a", "b"], torch.tensor([3, 1, 3, 5, 2, 2]),
+                      lengths=torch.tensor([2, 0, 1, 3])).to("meta")
+    opt = getattr(optim, name)(m.parameters(), lr=0.1, **kw)
+    tables = [p for p in m.parameters() if p.dim() == 2]
+    answered = _AnswersUnique()
+    for _ in range(2):
+        opt.zero_grad()
+        out = m(x)
+        (out if isinstance(out, torch.Tensor) else out.values()).sum().backward()
+        assert all(p.grad is not None and not p.grad.is_coalesced() for p in tables)
+        with answered:
+            opt.step()
+    assert answered.reads == 2 * len(tables)
+    assert all(opt.state[p]["step"] == 2 for p in tables)
 
 
 def test_step_takes_a_closure_and_skips_parameters_without_gradient() -> None:

@@ -30,6 +30,7 @@ from ._rows import (
     group_rows,
     grouped_rows,
     summed_runs,
+    unique_sums,
     update_rows,
 )
 from .autograd import bag_max
@@ -65,6 +66,7 @@ __all__ = [
     "shifted_rows",
     "summed_runs",
     "token_ids",
+    "unique_sums",
     "update_rows",
     "use_backend",
     "use_c",

@@ -33,7 +33,7 @@ from ._errors import project_error
 from ._inputs import check_offsets
 
 __all__ = ["KERNELS", "FusedTable", "fused_rows", "fused_rows_c", "gather_into",
-           "gather_rows", "group_rows", "grouped_rows", "summed_runs",
+           "gather_rows", "group_rows", "grouped_rows", "summed_runs", "unique_sums",
            "update_rows", "update_rows_c"]
 
 #: entries are numbered in 32 bits and rows keyed in 32 bits inside the C sort (a row + 1 in
@@ -159,10 +159,16 @@ def _group_rows_torch(
         keep = idx != padding_idx
         idx, contrib = idx[keep], contrib[keep]
     rows, inverse = torch.unique(idx, sorted=True, return_inverse=True)
-    acc = torch.float32 if grad_out.dtype in (torch.float16, torch.bfloat16) else grad_out.dtype
+    acc = _accumulation_dtype(grad_out.dtype)
     values = torch.zeros(rows.numel(), grad_out.shape[1], dtype=acc, device=grad_out.device)
     values.index_add_(0, inverse, contrib.to(acc))
     return rows, values.to(grad_out.dtype)
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the torch-op grouping sums ``dtype``'s rows in: float32 for float16 and
+    bfloat16 (as a CUDA coalesce sums them), else ``dtype``."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
@@ -206,16 +212,24 @@ def summed_runs(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor,
     heads, run = torch.unique_consecutive(rows, return_inverse=True)
     if heads.numel() == rows.numel():
         return rows, values
-    # each run summed in order onto -0.0, which adds nothing: -0.0 + x is x, to the bit
-    sums = values.new_full((heads.numel(), *values.shape[1:]), -0.0)
-    return heads, sums.index_add_(0, run, values)
+    return heads, _sums(values, run, heads.numel(), values.dtype)
+
+
+def _sums(values: torch.Tensor, at: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """``n`` rows, row ``r`` the sum of the rows ``values[at == r]`` in entry order, summed in
+    ``dtype`` and returned in ``values``' dtype. Each sum starts from ``-0.0``, which adds
+    nothing (``-0.0 + x`` is ``x``, to the bit), so a row of one entry is that entry's row, as
+    a coalesce copies it."""
+    sums = values.new_full((n, *values.shape[1:]), -0.0, dtype=dtype)
+    return sums.index_add_(0, at, values.to(dtype)).to(values.dtype)
 
 
 def grouped_rows(rows: torch.Tensor, values: torch.Tensor, num_rows: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, values)`` with each row once, its value rows summed in entry order: the runs of
-    rows that never decrease summed (:func:`summed_runs`), any other rows grouped
-    (:func:`group_rows`).
+    """``(rows, values)`` with each row once, sorted, its value rows summed in entry order: on
+    the CPU the runs of rows that never decrease summed (:func:`summed_runs`), any other rows
+    grouped (:func:`group_rows`); on another device :func:`unique_sums`, which does not read
+    back whether the rows are in order.
 
     Examples
     --------
@@ -225,11 +239,31 @@ def grouped_rows(rows: torch.Tensor, values: torch.Tensor, num_rows: int
     """
     if rows.numel() < 2:
         return rows, values
+    if not rows.is_cpu:
+        return unique_sums(rows, values)
     if not bool((rows[1:] >= rows[:-1]).all()):
         flat = values.reshape(values.shape[0], -1)
         rows, sums = group_rows(flat, num_rows, rows)
         return rows, sums.reshape(-1, *values.shape[1:])
     return summed_runs(rows, values)
+
+
+def unique_sums(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, values)`` with each row once, sorted, its value rows summed in entry order, in
+    one grouping (``torch.unique``) whatever the rows' order: no value is read back but how
+    many rows there are, as a coalesce reads it (on CUDA a read makes the host wait for the
+    device). Summed as :func:`summed_runs` sums, in float32 for float16 and bfloat16 (as a
+    CUDA coalesce sums them): float32 and float64 rows in order get :func:`summed_runs`'
+    sums, to the bit, and rows in any order a coalesce's.
+
+    Examples
+    --------
+    >>> unique_sums(torch.tensor([3, 1, 3]), torch.tensor([[1.0], [2.0], [4.0]]))
+    (tensor([1, 3]), tensor([[2.],
+            [5.]]))
+    """
+    heads, at = torch.unique(rows, sorted=True, return_inverse=True)
+    return heads, _sums(values, at, heads.numel(), _accumulation_dtype(values.dtype))
 
 
 def update_rows(

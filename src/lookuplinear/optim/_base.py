@@ -790,8 +790,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             group = group_of[id(p)]
             state = self.state[p]
             if grad.is_sparse:
-                rows, values = row_sparse_parts(grad, sum_runs=False)
-                self._sparse_update(p, rows, values, state, group)
+                self._sparse_step(p, grad, state, group)
             else:
                 ((foreach, _),) = _runs([p], self._foreach_ok(group))
                 self._dense_step([p], [grad], [state], group, foreach=foreach)
@@ -916,8 +915,7 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                     continue
                 state = self._state(p, group)
                 if grad.is_sparse:
-                    rows, values = row_sparse_parts(grad, sum_runs=False)
-                    self._sparse_update(p, rows, values, state, group)
+                    self._sparse_step(p, grad, state, group)
                 else:
                     params.append(p)
                     grads.append(grad)
@@ -1020,6 +1018,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         counted."""
         raise NotImplementedError
 
+    def _sparse_step(self, p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any],
+                     group: dict[str, Any]) -> None:
+        """One step of ``p`` by its sparse gradient ``grad``: its rows as they come
+        (:func:`row_sparse_parts` with ``sum_runs=False``), grouped by the update unless they
+        are unique, as a gradient flagged coalesced has them (``torch.optim``'s
+        ``coalesce()`` returns it as it is) and a gradient of another form is made."""
+        rows, values = row_sparse_parts(grad, sum_runs=False)
+        self._sparse_update(p, rows, values, state, group,
+                            unique=grad.sparse_dim() != 1 or grad.is_coalesced())
+
     def _sparse_update(
         self,
         p: torch.Tensor,
@@ -1027,12 +1035,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         values: torch.Tensor,
         state: dict[str, Any],
         group: dict[str, Any],
+        *,
+        unique: bool = False,
     ) -> None:
         """One step of ``p``'s ``rows`` by the gradient rows ``values`` (rows in any order:
         :func:`row_sparse_parts` with ``sum_runs=False``), each row's entries summed in entry
-        order and the row updated once. A parameter of fewer than 2 dimensions is a table of
-        ``values``' width (a row per element of a 1-D parameter). The step is counted once the
-        update is done (an update that raises counts none)."""
+        order and the row updated once; ``unique``: each row comes once (nothing to sum:
+        the rows are not grouped, which off the CPU reads them back). A parameter of fewer
+        than 2 dimensions is a table of ``values``' width (a row per element of a 1-D
+        parameter). The step is counted once the update is done (an update that raises counts
+        none)."""
         self._complete_state(p, state, group)  # the row update reads all of it
         step = state["step"] + 1  # counted once the rows are updated
         if rows.numel() == 0:
@@ -1041,14 +1053,16 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         values = values.reshape(values.shape[0], -1)
         n_rows = p.shape[0] if p.dim() >= 2 else p.numel() // values.shape[1]
         if values.dtype != p.dtype:  # summed in the gradient's dtype, as a coalesce sums
-            rows, values = grouped_rows(rows, values, n_rows)
+            if not unique:
+                rows, values = grouped_rows(rows, values, n_rows)
             values = values.to(p.dtype)
         args = self._c_args(p, state, group, step)
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows
-            rows, values = grouped_rows(rows, values, n_rows)
+            if not unique:
+                rows, values = grouped_rows(rows, values, n_rows)
             w = p.reshape(n_rows, -1)  # a copy where p's strides have no such view
             named = self._scalars(group, [(w.shape[1], step)])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,

@@ -218,14 +218,15 @@ class RowWiseAdagrad(RowSparseOptimizer):
         state["sum"] = sums
 
     def _sparse_update(self, p: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
-                       state: dict[str, Any], group: dict[str, Any]) -> None:
+                       state: dict[str, Any], group: dict[str, Any], *,
+                       unique: bool = False) -> None:
         """As the base class's; a parameter of fewer than 2 dimensions is one row, which a
         sparse gradient with any entry touches (its entries placed in a zero row)."""
         if p.dim() < 2 and rows.numel():
             values = values.new_zeros(p.numel()).index_add_(0, rows, values.reshape(-1))
             rows = rows.new_zeros(1)
             values = values.view(1, -1)
-        super()._sparse_update(p, rows, values, state, group)
+        super()._sparse_update(p, rows, values, state, group, unique=unique)
 
     def _state_file(self, key: str) -> str:
         """``rowwise_sum`` for ``sum``: not Adagrad's ``sum`` file, whose shape is the
