@@ -1070,15 +1070,17 @@ def test_a_coalesced_sparse_gradient_steps_off_the_cpu_reading_nothing(
     assert opt.state[table.weight]["step"] == 2
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
 @pytest.mark.parametrize("model", ["layer", "collection"])
 @pytest.mark.parametrize(("name", "kw"), UNFUSED_VARIANTS)
 def test_a_lookups_sparse_gradient_steps_off_the_cpu_in_one_read(
-        name: str, kw: dict[str, Any], model: str) -> None:
+        name: str, kw: dict[str, Any], model: str, fused: bool) -> None:
     """Off the CPU a bag lookup's gradient has one row per entry (``nn.EmbeddingBag
     (sparse=True)``'s): the step groups each table's rows once, with ``torch.unique``, whose
     number of rows is the one value it reads back (``torch.optim.Adagrad`` and ``SparseAdam``
-    read it in ``coalesce()``); it does not read whether the rows are in order. On meta a
-    mode answers that read; any other read raises."""
+    read it in ``coalesce()``); it does not read whether the rows are in order. ``fused=True``
+    updates the tables in the backward from the gradient ``fused=False`` stores, so it reads
+    the same. On meta a mode answers that read; any other read raises."""
     if model == "layer":
         m: nn.Module = LookupLinear(10, 4, sparse=True, device="meta")
         x: Any = Bags(torch.tensor([3, 1, 3, 5]), torch.tensor([0, 2, 4])).to("meta")
@@ -1087,14 +1089,19 @@ def test_a_lookups_sparse_gradient_steps_off_the_cpu_in_one_read(
                              sparse=True, device="meta")
         x = KeyedBags(["a", "b"], torch.tensor([3, 1, 3, 5, 2, 2]),
                       lengths=torch.tensor([2, 0, 1, 3])).to("meta")
-    opt = getattr(optim, name)(m.parameters(), lr=0.1, **kw)
+    opt = getattr(optim, name)(m.parameters(), lr=0.1, fused=fused, **kw)
     tables = [p for p in m.parameters() if p.dim() == 2]
     answered = _AnswersUnique()
     for _ in range(2):
         opt.zero_grad()
         out = m(x)
-        (out if isinstance(out, torch.Tensor) else out.values()).sum().backward()
-        assert all(p.grad is not None and not p.grad.is_coalesced() for p in tables)
+        loss = (out if isinstance(out, torch.Tensor) else out.values()).sum()
+        if fused:  # the tables are updated in the backward
+            with answered:
+                loss.backward()
+        else:
+            loss.backward()
+            assert all(p.grad is not None and not p.grad.is_coalesced() for p in tables)
         with answered:
             opt.step()
     assert answered.reads == 2 * len(tables)

@@ -149,7 +149,7 @@ from ._updates import check_float, check_padding
 
 __all__ = ["check_pooling", "decompositions", "entry_grads", "idmap_find", "idmap_rows",
            "in_feature_order", "mode_weights", "per_sample_weights_grad", "project_error", "routed",
-           "row_sums_grad"]
+           "row_sums_grad", "sum_weight_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -521,7 +521,21 @@ def _sum_weight_grad(table: torch.Tensor, g: torch.Tensor, idx: torch.Tensor,
     (``row_sums``: the C kernel's sums where it runs)."""
     if _fused_taken(table, g, idx, offsets, weights, padding_idx):
         return None
-    if torch.is_grad_enabled() or (offsets is None and weights is None) or not idx.is_cpu:
+    if torch.is_grad_enabled():
+        return entry_grads(idx, offsets, weights, padding_idx, g, shape)
+    return sum_weight_grad(g, idx, offsets, weights, padding_idx, shape)
+
+
+def sum_weight_grad(g: torch.Tensor, idx: torch.Tensor, offsets: torch.Tensor | None,
+                    weights: torch.Tensor | None, padding_idx: int | None,
+                    shape: tuple[int, ...]) -> torch.Tensor:
+    """The sparse weight gradient of ``shape`` of a sum lookup (1-D ``idx``, CSR ``offsets``
+    or None for an index tensor) whose output rows have the gradient ``g``, as its backward
+    stores it outside ``create_graph``: for an index tensor (no offsets, no weights:
+    ``nn.Embedding(sparse=True)``'s) and off the CPU (``nn.EmbeddingBag(sparse=True)``'s) each
+    entry's contribution in entry order (:func:`entry_grads`), else one row per distinct row,
+    sorted, its sum (``row_sums``, :func:`row_sums_grad`)."""
+    if (offsets is None and weights is None) or not idx.is_cpu:
         return entry_grads(idx, offsets, weights, padding_idx, g, shape)
     rows, sums = torch.ops.lookuplinear.row_sums(g, idx, offsets, weights, padding_idx,
                                                  shape[0])

@@ -35,9 +35,7 @@ from ..ops import FusedTable, fused_rows, grouped_rows, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import WATCHERS, notify, staged_states, state_tensor
 from ..ops._updates import ROW_UPDATES
-from ..ops.library import entry_grads, row_sums_grad
-
-_ROW_SUMS = torch.ops.lookuplinear.row_sums.default
+from ..ops.library import sum_weight_grad
 
 __all__ = ["IN_BACKWARD", "LOW_PRECISION", "RowSparseOptimizer", "row_sparse_parts",
            "step_tensors", "zeros_like"]
@@ -831,17 +829,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _use_grad(p: torch.Tensor, lookup: Any, g: torch.Tensor) -> torch.Tensor:
         """One use's gradient of ``p`` as the lookup operator's backward gives it from its
-        output's gradient ``g`` (``bag_lookup``'s: an index tensor's one row per entry in
-        entry order, a bag lookup's one row per distinct row, sorted, its sum,
-        ``row_sums``)."""
+        output's gradient ``g`` (``bag_lookup``'s, :func:`~lookuplinear.ops.library.
+        sum_weight_grad`: an index tensor's, and off the CPU a bag lookup's, one row per entry
+        in entry order; on the CPU a bag lookup's one row per distinct row, sorted, its
+        sum), in ``p``'s dtype, as autograd casts it."""
         indices, offsets, weights, padding_idx = lookup
         g = g.detach().reshape(-1, p.shape[1])
-        shape = tuple(p.shape)
-        if offsets is None and weights is None:
-            return entry_grads(indices, None, None, padding_idx, g.to(p.dtype), shape)
-        rows, sums = _ROW_SUMS(g, indices.reshape(-1), offsets, weights, padding_idx,
-                               p.shape[0])
-        return row_sums_grad(rows, sums.to(p.dtype), shape)
+        grad = sum_weight_grad(g, indices.reshape(-1), offsets, weights, padding_idx,
+                               tuple(p.shape))
+        return grad if grad.dtype == p.dtype else grad.to(p.dtype)
 
     def _c_args(
         self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], step: int
