@@ -527,6 +527,40 @@ def test_quantize_is_called_as_the_bag() -> None:
         q(torch.tensor([1, 2]))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int4", "float16"])
+@pytest.mark.parametrize(("mode", "padding_idx", "last"),
+                         [("sum", None, False), ("mean", 0, True), ("max", 3, False),
+                          ("sum", 0, True)])
+def test_a_dequantized_bag_is_the_bag_on_the_dequantized_table(
+        dtype: str, mode: str, padding_idx: int | None, last: bool) -> None:
+    """``bag.quantize(dtype).dequantize()`` is an ``EmbeddingBag`` with the bag's mode,
+    ``padding_idx`` and ``include_last_offset``: on every input form the bag takes (``(B, N)``
+    bags, 1-D indices with offsets, ``per_sample_weights``) it gives ``nn.EmbeddingBag``'s
+    output on the dequantized table, in the bag's shape, and the quantized bag's."""
+    torch.manual_seed(0)
+    bag = EmbeddingBag(50, 8, mode=mode, padding_idx=padding_idx, include_last_offset=last)
+    q = bag.quantize(dtype)
+    back = q.dequantize()
+    assert type(back) is EmbeddingBag
+    assert (back.mode, back.padding_idx, back.include_last_offset) == (mode, padding_idx, last)
+    table = q.rows(torch.arange(50))
+    stock = nn.EmbeddingBag.from_pretrained(table, mode=mode, padding_idx=padding_idx,
+                                            include_last_offset=last)
+    x2 = torch.tensor([[1, 5, 5], [49, 0, 7], [3, 3, 2]])
+    w2 = torch.tensor([[0.5, 2.0, 1.0], [3.0, 0.25, 1.0], [1.0, 1.5, -2.0]])
+    flat, starts = torch.tensor([1, 5, 5, 49, 0, 3, 3, 2]), torch.tensor([0, 3, 3, 5])
+    offsets = torch.cat([starts, torch.tensor([flat.numel()])]) if last else starts
+    calls: list[tuple[Any, ...]] = [(flat, offsets)] + ([] if last else [(x2,)])
+    if mode == "sum":  # (B, N) input with include_last_offset: torch reads it otherwise
+        calls += [(flat, offsets, torch.linspace(-1.0, 2.0, flat.numel()))]
+        calls += [] if last else [(x2, None, w2)]
+    for call in calls:
+        want = stock(*call)
+        assert back(*call).shape == bag(*call).shape == want.shape
+        torch.testing.assert_close(back(*call).detach(), want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(q(*call), want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_per_sample_weights_on_every_form_float_and_quantized(mode: str) -> None:
     """``(B, N)`` indices, 1-D indices with offsets and a nested tensor are weighed by their

@@ -263,11 +263,15 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         return getattr(torch.ops.quantized, _OPS[self.dtype][2])(
             self.packed, indices, ends, False, 0, False, None, None, True)
 
+    def _table(self) -> torch.Tensor:
+        """The whole dequantized table (float32, ``(in_features, out_features)``)."""
+        return self.rows(torch.arange(self.in_features))
+
     def dequantize(self) -> Any:
         """The float ``LookupLinear`` of the dequantized table (the dense reference's layer)."""
         from ..modules.layer import LookupLinear
 
-        table = self.rows(torch.arange(self.in_features))
+        table = self._table()
         layer = LookupLinear(self.in_features, self.out_features, bias=self.bias is not None,
                              mode=self.mode, padding_idx=self.padding_idx,
                              include_last_offset=self.include_last_offset)
@@ -308,7 +312,7 @@ class QuantizedLookupLinear(AllOrNothingLoad):
             check_weights_have_offsets(per_sample_weights)
         if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
             if input.dtype.is_floating_point or input.dtype == torch.bool:  # dense rows
-                return lookup_linear(input, self.rows(torch.arange(self.in_features)),
+                return lookup_linear(input, self._table(),
                                      self._bias32(), mode=self.mode,
                                      padding_idx=self.padding_idx)
             if input.dtype.is_complex:
@@ -513,6 +517,27 @@ class QuantizedEmbeddingBag(QuantizedLookupLinear):
         from ..modules.layer import LookupLinear
 
         return cls(LookupLinear.from_embedding(bag), dtype)
+
+    def dequantize(self) -> EmbeddingBag:
+        """The float :class:`~lookuplinear.EmbeddingBag` of the dequantized table, with this
+        layer's ``mode``, ``padding_idx`` and ``include_last_offset`` (the padding row as it is
+        stored): called as this layer is (``(B, N)`` bags, 1-D indices with ``offsets``,
+        ``per_sample_weights``), it reads the input as this layer does, and is the dense
+        reference's layer. (``from_float`` refuses ``max_norm`` and ``scale_grad_by_freq``, so
+        the bag has neither.)
+
+        Examples
+        --------
+        >>> bag = EmbeddingBag(10, 4, mode="sum", padding_idx=0)
+        >>> back = bag.quantize("int8").dequantize()
+        >>> back
+        EmbeddingBag(10, 4, mode='sum', padding_idx=0)
+        >>> back(torch.tensor([[1, 2, 3], [4, 5, 0]])).shape
+        torch.Size([2, 4])
+        """
+        return EmbeddingBag(self.in_features, self.out_features, mode=self.mode,
+                            _weight=self._table(), include_last_offset=self.include_last_offset,
+                            padding_idx=self.padding_idx).eval()
 
     @torch.no_grad()
     def forward(
