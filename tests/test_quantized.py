@@ -10,6 +10,7 @@ import torch
 
 from lookuplinear import (
     Bags,
+    InputTypeError,
     InputValueError,
     LookupIndexError,
     LookupLinear,
@@ -119,6 +120,20 @@ def test_inference_only_and_errors():
     with pytest.raises(LookupIndexError):
         q(torch.tensor([-1]))
     assert q.packed.dtype == torch.uint8 and q.packed.shape == (50, 8 + 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided])
+def test_a_nested_tensor_is_refused_as_the_float_layer_refuses_it(dtype, layout):
+    """A nested tensor gets the float ``LookupLinear``'s ``InputTypeError`` (pass its rows as
+    ``Bags``), not another input form's error."""
+    x = torch.nested.nested_tensor([torch.tensor([1, 1, 2]), torch.tensor([5])], layout=layout)
+    layer = _layer()
+    with pytest.raises(InputTypeError) as want:
+        layer(x)
+    with pytest.raises(InputTypeError) as got:
+        layer.quantize(dtype)(x)
+    assert str(got.value) == str(want.value)
 
 
 def test_train_on_a_model_holding_a_quantized_layer_works_as_torch_aos():

@@ -37,9 +37,9 @@ from .sparse.offsets import csr_offsets, on_host
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_per_sample_weights_dtype",
-           "check_weights_have_offsets", "lookup_linear", "normalize_padding_idx",
-           "range_checked", "renorm_rows_", "row_scale"]
+__all__ = ["MODES", "LookupInput", "Mode", "check_max_weights", "check_not_nested",
+           "check_per_sample_weights_dtype", "check_weights_have_offsets", "lookup_linear",
+           "normalize_padding_idx", "range_checked", "renorm_rows_", "row_scale"]
 
 #: what ``lookup_linear`` and ``LookupLinear`` take: index / dense / torch sparse tensors, Bags,
 #: scipy.sparse matrices and arrays
@@ -128,6 +128,17 @@ def check_per_sample_weights_dtype(per_sample_weights: Any, weight: torch.Tensor
             f"per_sample_weights must have the same type as the table (weight), "
             f"{weight.dtype}; got {per_sample_weights.dtype}. Convert them with "
             "per_sample_weights.to(weight.dtype) (nn.EmbeddingBag refuses them too)."
+        )
+
+
+def check_not_nested(input: torch.Tensor) -> None:
+    """Raise ``InputTypeError`` for a nested tensor: ``LookupLinear`` and
+    ``QuantizedLookupLinear`` take its rows as bags (``Bags.from_lists``), not the tensor
+    itself. (``EmbeddingBag`` reads a jagged one as ``B`` bags, as ``nn.EmbeddingBag`` does.)"""
+    if input.is_nested:
+        raise InputTypeError(
+            "input must be a regular tensor, got a nested tensor. Pass its rows as "
+            "Bags.from_lists([t.tolist() for t in x.unbind()])."
         )
 
 
@@ -349,11 +360,7 @@ def lookup_linear(
         _check_device(bags.indices.device, weight)
     elif isinstance(input, torch.Tensor):
         _check_device(input.device, weight)  # before any work on the input's device
-        if input.is_nested:
-            raise InputTypeError(
-                "input must be a regular tensor, got a nested tensor. Pass its rows as "
-                "Bags.from_lists([t.tolist() for t in x.unbind()])."
-            )
+        check_not_nested(input)
         if input.layout != torch.strided:
             bags = as_bags(input, in_features, merge=mode in ENTRYWISE_MODES)
         elif input.dtype.is_floating_point or input.dtype == torch.bool:

@@ -30,7 +30,12 @@ from torch import nn
 from .. import hugepages
 from .._loading import AllOrNothingLoad
 from ..errors import InputTypeError, InputValueError
-from ..functional import check_weights_have_offsets, lookup_linear, range_checked
+from ..functional import (
+    check_not_nested,
+    check_weights_have_offsets,
+    lookup_linear,
+    range_checked,
+)
 from ..modes import ENTRYWISE_MODES
 from ..modules.embedding_bag import EmbeddingBag, bag_input
 from ..ops import capturing
@@ -308,6 +313,8 @@ class QuantizedLookupLinear(AllOrNothingLoad):
         per_sample_weights: torch.Tensor | None,
     ) -> torch.Tensor:
         """The float32 lookup of :meth:`forward`."""
+        if isinstance(input, torch.Tensor):
+            check_not_nested(input)
         if offsets is None:
             check_weights_have_offsets(per_sample_weights)
         if isinstance(input, torch.Tensor) and input.layout == torch.strided and offsets is None:
