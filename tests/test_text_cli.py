@@ -1206,6 +1206,41 @@ def test_quantize_retrain_qnorm_dsub(
 
 
 @NOT_LEARNING
+def test_quantize_int4_on_an_odd_dim_names_the_flag_it_came_from(
+    ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """int4 packs two values a byte, so a model of odd -dim is refused, as PyTorch's 4-bit
+    prepack refuses it, before anything is pruned, retrained or written; the error names the
+    flag int4 came from (fastText's options default to it) and the command-line fix, and
+    that fix quantizes the model."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["supervised", "-input", ft_file.name, "-output", "m", "-dim", "5",
+                 "-epoch", "2", "-verbose", "0"]) == 0
+    with pytest.raises(RuntimeError):  # the peer: PyTorch's own 4-bit prepack
+        torch.ops.quantized.embedding_bag_4bit_prepack(torch.zeros(3, 5))
+    import lookuplinear.cli.quantize as cli_quantize
+
+    monkeypatch.setattr(cli_quantize, "prune", lambda *a: pytest.fail("pruned before refusing"))
+    for flags, fix in ((["-cutoff", "3"], "Add --dtype int8 (or -dsub 1), or --dtype float16"),
+                       (["-qnorm"], "Add --dtype int8 (or -dsub 1), or --dtype float16"),
+                       (["-cutoff", "3", "-retrain", "-input", ft_file.name],
+                        "Add --dtype int8"),
+                       (["-dsub", "2"], "Give -dsub 1 (int8) instead"),
+                       (["--dtype", "int4"], "Give --dtype int8 or --dtype float16 instead")):
+        capsys.readouterr()
+        assert main(["quantize", "m.bin", "-o", "q.ftz", *flags]) == 1
+        err = capsys.readouterr().err
+        assert fix in err and "got 5" in err and "-dim" in err, err
+        assert "quantize('int4')" not in err and not Path("q.ftz").exists()
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert main(["quantize", "m.bin", "-o", "q.ftz", "-cutoff", "3", "--dtype", "int8",
+                 "-verbose", "0"]) == 0
+    assert load_model("q.ftz").estimator.model_.lookup.dtype == "int8"
+
+
+@NOT_LEARNING
 def test_quantize_retrain_weighs_a_softmax_line_per_label_as_train_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

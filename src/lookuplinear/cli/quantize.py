@@ -124,6 +124,33 @@ def table_dtype(args: argparse.Namespace) -> str:
     return dtype
 
 
+def check_int4_width(est: Any, dtype: str, args: argparse.Namespace) -> None:
+    """Raise ``InputValueError`` for int4 on a table of an odd width, before any pruning or
+    retraining: int4 packs two values a byte (as PyTorch's 4-bit prepack, which refuses odd
+    widths too). The message names the flag int4 came from and the flags that store the
+    table otherwise."""
+    from ..errors import InputValueError
+
+    width = est.model_.lookup.out_features
+    if dtype != "int4" or width % 2 == 0:
+        return
+    if args.dtype == "int4":
+        source, fix = "--dtype int4", "Give --dtype int8 or --dtype float16 instead"
+    elif args.dsub is not None:
+        source, fix = f"-dsub {args.dsub} (int4)", "Give -dsub 1 (int8) instead"
+    else:
+        flags = [f for f, on in (("-cutoff", args.cutoff is not None), ("-qnorm", args.qnorm))
+                 if on]
+        source = (f"With {' and '.join(flags)} the default --dtype is int4 (fastText's "
+                  "-dsub 2), which")
+        fix = "Add --dtype int8 (or -dsub 1), or --dtype float16"
+    what = "the model's -dim" if getattr(est, "hidden", None) is not None else "one per output"
+    raise InputValueError(
+        f"{source} packs two values a byte, so the table's rows must have an even number of "
+        f"values ({what}), got {width}. {fix}."
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import InputValueError
     from ..sklearn import load_model, save_model
@@ -154,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if hasattr(model.estimator.model_.lookup, "packed"):
         raise InputValueError(f"{args.model} is quantized already; quantize the float model.")
+    check_int4_width(model.estimator, dtype, args)
     note = ""
     if args.cutoff is not None:
         note = prune(model, args)
