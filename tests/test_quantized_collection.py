@@ -164,6 +164,53 @@ def test_dict_dtype_quantizes_the_named_tables_and_copies_the_others():
     assert torch.equal(q(kb)["item"], out["item"])
 
 
+def _pooled_magnitude(col: LookupCollection, kb: KeyedBags, feature: str) -> torch.Tensor:
+    """The bags of ``feature`` pooled in float64 on the absolute values of its table and
+    weights: the scale of the rounding of their sum."""
+    cfg = col._places[col._table_of[feature]].config
+    ref = LookupCollection([TableConfig(cfg.name, cfg.num_embeddings, cfg.embedding_dim,
+                                        [feature], mode=cfg.mode, dtype=torch.float64,
+                                        padding_idx=cfg.padding_idx)],
+                           is_weighted=col.is_weighted).eval()
+    with torch.no_grad():
+        ref[cfg.name].weight.copy_(col[cfg.name].weight.abs())
+    b = kb[feature]
+    w = None if b.weights is None else b.weights.double().abs()
+    return ref(KeyedBags.from_dict({feature: Bags(b.indices, b.offsets, w)}))[feature]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_a_table_left_float_matches_the_float_collection_as_documented(dtype, padding_idx):
+    """A table left float pools through its own ``LookupLinear``: the float collection's
+    output to the rounding of a sum in its dtype (a few units in the last place of the bags'
+    sums of absolute values, docs/collection.md) for a float16 or bfloat16 table's mean and
+    sqrtn and a padded table's bags, and to the bit for the other bags (sum and max, and a
+    float32 table's, without padding)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    lists = [[*torch.randint(0, 60, (int(n),), generator=gen).tolist(), 3]
+             for n in torch.randint(0, 30, (32,), generator=gen)]
+    for mode in MODES:
+        for weighted in (False, True) if mode != "max" else (False,):
+            col = LookupCollection([
+                TableConfig("user", 10, 4, ["user"]),
+                TableConfig("item", 60, 16, ["item"], mode=mode,  # type: ignore[arg-type]
+                            dtype=dtype, padding_idx=padding_idx)],
+                is_weighted=weighted).eval()
+            feats = {"user": Bags.from_lists([[1]] * 32), "item": Bags.from_lists(lists)}
+            if weighted:
+                feats = {k: Bags(b.indices, b.offsets, torch.rand(b.nnz, generator=gen) * 3)
+                         for k, b in feats.items()}
+            kb = KeyedBags.from_dict(feats)
+            out, want = col.quantize({"user": "int8"})(kb)["item"], col(kb)["item"].detach()
+            exact = padding_idx is None and (mode in ("sum", "max") or dtype == torch.float32)
+            if exact and not SPLIT_BACKENDS:
+                assert torch.equal(out, want), (mode, weighted)
+            units = 4 * torch.finfo(dtype).eps * _pooled_magnitude(col, kb, "item")
+            assert ((out.double() - want.double()).abs() <= units).all(), (mode, weighted)
+
+
 def test_errors():
     col = _collection("sum")
     with pytest.raises(InputValueError, match=r"must be one of \['float16', 'int4', 'int8'\], "

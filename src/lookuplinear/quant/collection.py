@@ -36,12 +36,14 @@ class QuantizedLookupCollection(CollectionBase):
     Dense equivalent: the float collection with each quantized table replaced by its
     dequantized values (``layers[t].dequantize().weight``), in eval mode; for every feature
     ``f`` of table ``t``, ``out[f] == layers[t](collection.rows(kb, f))``, the quantized
-    layer on the rows the float collection reads. Takes what ``LookupCollection.forward``
-    takes: a :class:`KeyedBags` (returns a :class:`KeyedTensor`) or a ``{feature: index
-    tensor}`` dict (unpooled lookups). Build one with :meth:`from_float` (or
-    ``LookupCollection.quantize``). It stays an inference module in any mode, as PyTorch's
-    quantized modules do: ``train()`` sets ``training`` only, and its output records no
-    gradient.
+    layer on the rows the float collection reads (a table left float: its frozen
+    ``LookupLinear``, whose float16 and bfloat16 means and sqrtn, and padded bags, equal the
+    float collection's to the rounding of a sum in the table's dtype, not always to the bit).
+    Takes what ``LookupCollection.forward`` takes: a :class:`KeyedBags` (returns a
+    :class:`KeyedTensor`) or a ``{feature: index tensor}`` dict (unpooled lookups). Build
+    one with :meth:`from_float` (or ``LookupCollection.quantize``). It stays an inference
+    module in any mode, as PyTorch's quantized modules do: ``train()`` sets ``training``
+    only, and its output records no gradient.
 
     Parameters
     ----------
