@@ -1629,3 +1629,33 @@ def test_an_empty_batch_of_a_group_of_mean_and_sum_tables_gives_no_rows(sparse: 
     empty = torch.zeros(0, dtype=torch.long)
     kb = KeyedBags(["f1", "f0"], empty, lengths=empty)
     assert coll(kb).values().shape == (0, 8)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_bfloat16_table_with_padding_pools_as_nn_embedding_bag_to_the_bit(
+        weighted: bool, sparse: bool) -> None:
+    """A bfloat16 sum table with ``padding_idx`` beside another: its bags and gradient are
+    ``nn.EmbeddingBag(padding_idx=...)``'s to the bit (ATen's CPU kernel rounds a bfloat16 sum
+    otherwise once the padding entries are dropped, 1/64 apart here), as ``LookupLinear``'s."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("a", 50, 8, ["a"], padding_idx=3, dtype=torch.bfloat16),
+                            TableConfig("b", 50, 8, ["b"], dtype=torch.bfloat16)], sparse=sparse)
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(0, 6, (32,), generator=g)
+    values = torch.randint(0, 50, (int(lengths.sum()),), generator=g)
+    values[::3] = 3
+    w = torch.rand(values.numel(), generator=g).to(torch.bfloat16) if weighted else None
+    kb = KeyedBags(["a", "b"], values, lengths=lengths, weights=w)
+    stock = torch.nn.EmbeddingBag(50, 8, mode="sum", padding_idx=3, sparse=sparse,
+                                  include_last_offset=True,
+                                  _weight=col["a"].weight.detach().clone())
+    a = kb["a"]
+    out, ref = col(kb)["a"], stock(a.indices, a.offsets, per_sample_weights=a.weights)
+    assert torch.equal(out, ref)
+    up = torch.randn(out.shape, generator=g).to(torch.bfloat16)
+    (out * up).sum().backward()
+    (ref * up).sum().backward()
+    ours, theirs = col.table_groups[0].grad, stock.weight.grad
+    assert ours is not None and theirs is not None
+    assert torch.equal(ours.to_dense()[:50], theirs.to_dense())

@@ -541,8 +541,11 @@ class BatchedLookup:
         ``padding_idx`` to look them up with (None: their padding entries already dropped or
         weighed 0).
 
-        On the CPU the padding entries are dropped (one C pass over the values). Off the CPU
-        they stay (dropping them would read how many there are back to the host): the lookup
+        On the CPU the padding entries are dropped (one C pass over the values), but for a
+        bfloat16 group (ATen's CPU kernel rounds its sums otherwise without ``padding_idx``:
+        ``nn.EmbeddingBag(padding_idx=...)``'s sums are the kernel's with it, as
+        ``lookup_linear`` keeps them for one table). Off the CPU, and for such a group, they
+        stay (dropping them would read how many there are back to the host): the lookup
         takes the group's padding row as its ``padding_idx`` (:attr:`_padding_rows`), a
         padding entry of the group's other padded tables is given that row, and where a mode
         is folded the padding entries weigh 0 in its factor. The kernel leaves padding entries
@@ -556,7 +559,8 @@ class BatchedLookup:
         places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
         in_graph = capturing()
-        pad = None if in_graph or on_host(kb.values) else self._padding_rows[g]
+        pad = None if in_graph or (on_host(kb.values) and dtype is not torch.bfloat16) \
+            else self._padding_rows[g]
         folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
                  and not (exact is not None and exact.outputs[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
