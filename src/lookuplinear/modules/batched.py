@@ -569,19 +569,18 @@ class BatchedLookup:
         for f in feats:
             _, off, cfg = places[table_of[f]]
             bags = self._checked(kb, f, tables, read)
+            padding = cfg.padding_idx
+            kept = in_graph or pad is not None  # the padding entries stay in the batch
+            if padding is not None and not kept:
+                bags = bags.drop_index(padding)
             w = bags.weights
             rows = bags.indices.long() + off if off else bags.indices.long()
-            if cfg.padding_idx is not None:
-                if in_graph or pad is not None:
-                    keep = bags.indices != cfg.padding_idx
-                    if in_graph or folds[f]:  # weight 0: no part in the sum or the factor
-                        w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
-                    if pad is not None and off + cfg.padding_idx != pad:
-                        rows = rows.masked_fill(~keep, pad)  # the row the lookup leaves out
-                else:
-                    bags = bags.drop_index(cfg.padding_idx)
-                    w = bags.weights
-                    rows = bags.indices.long() + off if off else bags.indices.long()
+            if padding is not None and kept:
+                keep = bags.indices != padding
+                if in_graph or folds[f]:  # weight 0: no part in the sum or the factor
+                    w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
+                if pad is not None and off + padding != pad:
+                    rows = rows.masked_fill(~keep, pad)  # the row the lookup leaves out
             indices.append(rows)
             lengths.append(bags.lengths())
             if any_weights:
