@@ -29,7 +29,7 @@ from lookuplinear import (
     TableConfig,
     optim,
 )
-from lookuplinear.errors import InputValueError
+from lookuplinear.errors import InputValueError, LookupIndexError
 from lookuplinear.ops import c_available, group_rows, summed_runs, unique_sums, use_backend
 
 V, D, C, PAD = 40, 6, 3, 0
@@ -2736,3 +2736,53 @@ def test_an_infinite_weight_stays_infinite_without_weight_decay(
     for value in opts[1].state[layer.weight].values():
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             assert not value.isnan().any()
+
+
+@pytest.mark.parametrize(("dtype", "backend"), [
+    (torch.float32, "auto"), (torch.float32, "torch"), (torch.float16, "auto"),
+    (torch.bfloat16, "auto")])
+def test_a_hand_built_gradient_flagged_coalesced_with_duplicates_steps_as_torch_optim(
+        dtype: torch.dtype, backend: str) -> None:
+    """A sparse gradient built by hand with ``is_coalesced=True`` but a row twice (torch
+    takes the flag on trust): every path sums the row's entries, as ``torch.optim.SGD`` and
+    the C kernel do (the torch-op path kept one entry's update)."""
+    idx = torch.tensor([[1, 1, 3]])
+    vals = torch.tensor([[1.0, 2.0], [10.0, 20.0], [5.0, 5.0]], dtype=dtype)
+    found = []
+    for cls in (torch.optim.SGD, optim.SGD):
+        p = nn.Parameter(torch.zeros(5, 2, dtype=dtype))
+        opt = cls([p], lr=1.0)
+        p.grad = torch.sparse_coo_tensor(idx, vals, (5, 2), is_coalesced=True)
+        with use_backend(backend):
+            opt.step()
+        found.append(p.detach())
+    assert torch.equal(found[0], found[1])
+
+
+def test_the_torch_op_grouping_keeps_a_rows_sign_of_zero() -> None:
+    """Rows out of order whose entries are all -0.0 sum to -0.0 on the torch-op grouping, as
+    on the C kernel's and in a coalesce (it started from +0.0)."""
+    rows, values = torch.tensor([3, 1, 3]), torch.full((3, 2), -0.0)
+    found = []
+    for backend in ("auto", "torch"):
+        with use_backend(backend):
+            found.append(group_rows(values, 5, rows)[1])
+    coalesced = torch.sparse_coo_tensor(rows[None], values, (5, 2)).coalesce().values()
+    for sums in found:
+        assert torch.equal(sums, coalesced) and torch.signbit(sums).all()
+
+
+@pytest.mark.parametrize(("dtype", "backend"), [
+    (torch.float32, "auto"), (torch.float32, "torch"), (torch.float16, "auto")])
+def test_a_gradient_row_past_the_table_is_named_on_every_path(
+        dtype: torch.dtype, backend: str) -> None:
+    """A sparse gradient with a row past the table is refused with ``LookupIndexError``
+    naming the row, on the C kernel's path and the torch-op one alike (which raised torch's
+    bare ``IndexError``), nothing updated."""
+    p = nn.Parameter(torch.zeros(5, 2, dtype=dtype))
+    opt = optim.Adagrad([p])
+    p.grad = torch.sparse_coo_tensor(torch.tensor([[1, 9]]), torch.ones(2, 2, dtype=dtype),
+                                     (5, 2), check_invariants=False)
+    with use_backend(backend), pytest.raises(LookupIndexError, match="row 9"):
+        opt.step()
+    assert not p.detach().any()

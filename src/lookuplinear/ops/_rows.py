@@ -159,10 +159,7 @@ def _group_rows_torch(
         keep = idx != padding_idx
         idx, contrib = idx[keep], contrib[keep]
     rows, inverse = torch.unique(idx, sorted=True, return_inverse=True)
-    acc = _accumulation_dtype(grad_out.dtype)
-    values = torch.zeros(rows.numel(), grad_out.shape[1], dtype=acc, device=grad_out.device)
-    values.index_add_(0, inverse, contrib.to(acc))
-    return rows, values.to(grad_out.dtype)
+    return rows, _sums(contrib, inverse, rows.numel(), _accumulation_dtype(grad_out.dtype))
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -34,7 +34,7 @@ from ..errors import InputValueError
 from ..ops import FusedTable, fused_rows, grouped_rows, update_rows, use_c
 from ..ops._clib import scalars as c_scalars
 from ..ops._hooks import WATCHERS, notify, staged_states, state_tensor
-from ..ops._updates import ROW_UPDATES
+from ..ops._updates import ROW_UPDATES, check_rows
 from ..ops.library import sum_weight_grad
 
 __all__ = ["IN_BACKWARD", "LOW_PRECISION", "RowSparseOptimizer", "row_sparse_parts",
@@ -1056,10 +1056,15 @@ class RowSparseOptimizer(torch.optim.Optimizer):
         if args is not None and update_rows(self._kernel, p, args[0], rows, values, args[1]):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
-            # which updates unique rows
-            if not unique:
-                rows, values = grouped_rows(rows, values, n_rows)
+            # which updates unique rows. On the CPU, where a read costs nothing, the rows are
+            # checked (the C kernel's LookupIndexError) and grouped whatever the gradient's
+            # flag says (one built by hand may call duplicates coalesced; the C kernel sums
+            # them, as torch.optim does)
             w = p.reshape(n_rows, -1)  # a copy where p's strides have no such view
+            if rows.is_cpu:
+                check_rows("rows_update_", rows, values, w)
+            if not unique or rows.is_cpu:
+                rows, values = grouped_rows(rows, values, n_rows)
             named = self._scalars(group, [(w.shape[1], step)])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,
                                       c_scalars(self._kernel, named, False))
