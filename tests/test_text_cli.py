@@ -2086,6 +2086,31 @@ def test_output_name_writes_the_word_vectors_as_fasttext_does(
     assert not Path("m3.vec").exists()
 
 
+@NOT_LEARNING
+@pytest.mark.parametrize(("text", "min_count", "expected"), [
+    # fastText, built from its sources: printf TEXT > t.txt; fasttext supervised -input t.txt
+    # -output m -dim 2 -epoch 1 -bucket 0 -minCount N; cut -d' ' -f1 m.vec (past line 1)
+    ("__label__a w w w w w\n\n\n\n\n\n\n__label__b w w w w w\n", 5, ["w", "</s>"]),
+    ("__label__a w w w w w\n \n\t\n\n__label__b w w w w w", 4, ["w", "</s>"]),
+    ("__label__a w w w w w\n \n\t\n\n__label__b w w w w w", 5, ["w"]),
+    ("\n\n__label__a x y\n__label__b x y\n", 1, ["</s>", "x", "y"]),
+])
+def test_output_name_counts_the_end_of_line_word_per_newline_as_fasttext_does(
+    tmp_path: Path, text: str, min_count: int, expected: list[str],
+) -> None:
+    """fastText's Dictionary::readWord reads "</s>" for every "\\n" of the training file,
+    blank and whitespace-only lines' too, and none after a last line without one: NAME.vec
+    orders "</s>" by that count, and -minCount keeps or drops it by that count."""
+    data = tmp_path / "t.txt"
+    data.write_bytes(text.encode())
+    assert main(["supervised", "-input", str(data), "-output", str(tmp_path / "m"), "-dim",
+                 "2", "-epoch", "1", "-bucket", "0", "-minCount", str(min_count),
+                 "-verbose", "0"]) == 0
+    lines = (tmp_path / "m.vec").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == f"{len(expected)} 2"
+    assert [line.split(" ")[0] for line in lines[1:]] == expected
+
+
 def test_min_count_label_drops_rare_labels_and_their_lines(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,11 +6,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._args import add_ignored_flags, check_rate, fasttext_seed, output_path
 from ._autotune import Given, check_autotune
 from ._textinput import add_input_options, input_format, read_input
+
+if TYPE_CHECKING:
+    from ..text import LabelledTexts
 
 __all__ = ["DEFAULT_LR", "add_parser", "run"]
 
@@ -276,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
 
         stem = fasttext_stem(args.output_prefix)
         vectors = stem.with_name(stem.name + ".vec")
-        write_word_vectors(vectors, clf, vec, labels, data.texts)
+        write_word_vectors(vectors, clf, vec, labels, data)
         if args.saveOutput:
             write_output_matrix(stem.with_name(stem.name + ".output"), clf, labels,
                                 quiet=args.quiet)
@@ -291,18 +294,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str],
-                       texts: list[str]) -> None:
+                       data: LabelledTexts) -> None:
     """Write the vocabulary's word vectors to ``path`` as fastText's ``saveVectors`` writes
     ``NAME.vec``: a line ``n_words dim``, then one line per word, the word and its vector as
     ``print-word-vectors`` prints it (the mean of the rows of the word and its character
     n-grams, 5 significant digits, each value followed by a space). The file is replaced in
     one step.
 
-    The words are in fastText's dictionary order: by descending count in ``texts`` (the
-    training lines), ties in the order they first appear, with fastText's end-of-line token
-    ``</s>`` among them, counted once per text (this model has no row of its own for it: its
-    vector is what ``print-word-vectors`` prints for ``</s>``), then the words only
-    ``-pretrainedVectors`` gave."""
+    The words are in fastText's dictionary order: by descending count in ``data`` (the
+    training file's ``LabelledTexts``), ties in the order they first appear, with fastText's
+    end-of-line token ``</s>`` among them (this model has no row of its own for it: its vector
+    is what ``print-word-vectors`` prints for ``</s>``), then the words only
+    ``-pretrainedVectors`` gave. ``</s>`` counts once per ``\\n`` of the file, blank lines'
+    included, as ``Dictionary::readWord`` reads them (a table's: once per row)."""
     from collections import Counter
 
     from .._atomic import replacing
@@ -310,10 +314,17 @@ def write_word_vectors(path: Path, clf: Any, vec: Any, labels: list[str],
     from ..text._files import _fasttext_split
     from .vectors import format_vector
 
+    # in order of first appearance: "</s>" after line 1's words, first when line 1 is blank
     counts: Counter[str] = Counter()
-    for text in texts:  # in order of first appearance; "</s>" after the first line's words
+    table = data.newlines is None  # its rows read as lines
+    before = 1 if table or data.lines[:1] == [1] else 0  # texts before the first "\n"
+    for text in data.texts[:before]:
         counts.update(_fasttext_split(text))
-        counts[_EOS] += 1
+    newlines = len(data.texts) if table else data.newlines
+    if newlines:
+        counts[_EOS] = newlines
+    for text in data.texts[before:]:
+        counts.update(_fasttext_split(text))
     kept = [w for w in sorted(counts, key=lambda w: -counts[w])  # stable: ties as they came
             if w in vec.vocabulary_ or (w == _EOS and counts[w] >= vec.min_count)]
     words = kept + [w for w in sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)

@@ -43,13 +43,16 @@ class LabelledTexts:
 
     ``lines[i]`` is the file's line number (1-based) where example ``i`` starts, for messages;
     ``undecodable`` the numbers of the lines that held bytes that are not UTF-8 (each read as
-    U+FFFD, as fastText reads such a line instead of stopping).
+    U+FFFD, as fastText reads such a line instead of stopping); ``newlines`` the number of
+    ``\\n`` of a fastText-format file, blank lines' included (fastText's dictionary counts its
+    end-of-line token ``</s>`` once for each), ``None`` for a table.
     """
 
     texts: list[str]
     labels: list[list[str]]
     lines: list[int] = field(default_factory=list)
     undecodable: list[int] = field(default_factory=list)
+    newlines: int | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -123,7 +126,7 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
     ([['__label__a', '__label__b'], ['__label__c']], ['hello world', 'bye'], [1, 3])
     """
     texts, labels, numbers = [], [], []
-    lines, undecodable, _ = _open_lines(path)
+    lines, undecodable, ended = _open_lines(path)
     for n, line in enumerate(lines, start=1):
         tokens = [t for t in _FASTTEXT_SPACES.split(line) if t]
         if not tokens and not keep_blank:
@@ -140,7 +143,8 @@ def read_fasttext(path: str | Path, *, label_prefix: str = LABEL_PREFIX,
             labels.append(tokens[:k])
         texts.append(" ".join(rest))
         numbers.append(n)
-    return LabelledTexts(texts, labels, numbers, undecodable)
+    return LabelledTexts(texts, labels, numbers, undecodable,
+                         newlines=len(lines) - (not ended))
 
 
 def read_table(
