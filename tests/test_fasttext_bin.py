@@ -104,6 +104,41 @@ def test_trained_by_fasttext(name: str) -> None:
         same_as([rows[0][0]], [rows[0][1]], [list(one)], [p_one])
 
 
+def test_a_text_with_a_newline_is_refused_as_the_fasttext_module_refuses_it(
+        tmp_path: Path) -> None:
+    """The fasttext module's predict and get_sentence_vector raise ValueError("predict
+    processes one line at a time (remove '\\n')") for a text holding "\\n"
+    (python/fasttext_module/fasttext/FastText.py): top_k, scores and sentence_vectors refuse
+    it too (InputValueError, a ValueError), naming the text, instead of reading the lines as
+    one example; a word-vector model's sentence_vectors as well. Where the module is
+    installed, it is checked to refuse the same texts."""
+    from lookuplinear.errors import InputValueError
+
+    classifier = load_fasttext(DATA / "softmax.bin")
+    vectors = load_fasttext(write_fasttext(tmp_path / "sg.bin", model=2, loss="ns"))
+    texts = ["good film", "good\nfilm"]
+    calls = {"top_k": lambda: classifier.top_k(texts, 2),
+             "scores": lambda: classifier.scores(texts),
+             "sentence_vectors": lambda: classifier.sentence_vectors(texts),
+             "predict": lambda: classifier.predict(texts)}
+    for what, call in calls.items():
+        with pytest.raises(InputValueError, match=rf"^{what} processes one line at a time "
+                           r"\(remove '\\n'\) \(texts\[1\] holds one\); pass a list of lines"):
+            call()
+    with pytest.raises(InputValueError, match="one line at a time"):
+        vectors.sentence_vectors(texts)
+    assert classifier.top_k(iter(texts[:1]), 1)[0] == classifier.top_k(texts[:1], 1)[0]
+    try:
+        import fasttext
+    except ImportError:
+        return
+    ft = fasttext.load_model(str(DATA / "softmax.bin"))
+    for call in (lambda: ft.predict(texts[1]), lambda: ft.predict(texts),
+                 lambda: ft.get_sentence_vector(texts[1])):
+        with pytest.raises(ValueError, match="one line at a time"):
+            call()
+
+
 def test_load_model_and_cli_take_a_fasttext_file(tmp_path: Path, capsys) -> None:
     """`load_model`, `lookuplinear predict` and `test` read a fastText file where a
     lookuplinear model goes (it used to be refused as 'MODEL and INPUT swapped?')."""

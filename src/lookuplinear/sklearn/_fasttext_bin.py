@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFileError
-from ._modelfile import TextModel
+from ._modelfile import TextModel, check_one_line
 
 __all__ = ["MAGIC", "VERSIONS", "FastTextArgs", "FastTextFeatures", "FastTextHead", "FastTextModel",
            "char_ngrams", "is_fasttext", "label_prefix", "load_fasttext", "mean_rows",
@@ -414,9 +414,12 @@ class FastTextModel(TextModel):
         the mean of the input rows of its words, n-grams and ``</s>``, the output layer's
         input. A word-vector model's: the mean of its words' vectors (:meth:`word_vectors`;
         words split at ASCII whitespace, ``</s>`` and labels included) each scaled to length
-        1, words whose vector is zero left out (zeros when none is left)."""
+        1, words whose vector is zero left out (zeros when none is left). A text holding
+        ``"\\n"`` raises ``InputValueError``, as ``get_sentence_vector`` refuses it."""
+        texts = list(texts)
+        check_one_line(texts, "sentence_vectors")
         if self.is_classifier:
-            return self.hidden(list(texts))[0]
+            return self.hidden(texts)[0]
         lines = [[as_text(w) for w in _CIN_SPLIT.split(as_bytes(t)) if w] for t in texts]
         known: dict[str, int] = {}
         for words in lines:
@@ -494,10 +497,13 @@ class FastTextModel(TextModel):
         ``exp(log(p + 1e-5))`` in float32, as the ``fasttext`` module's ``predict`` gives it
         (for ``-loss hs``, ``p`` is the product of the path's ``sigmoid + 1e-5``). A text with
         no input row (no known word, n-gram or ``</s>``), for which fastText predicts nothing,
-        has NaN scores. :class:`ModelFileError` for a word-vector model.
+        has NaN scores. :class:`ModelFileError` for a word-vector model; ``InputValueError``
+        for a text holding ``"\\n"`` (fastText's ``predict`` reads one line at a time).
         """
         self.check_classifier("scores")
-        p, _, has = self._probabilities(list(texts))
+        texts = list(texts)
+        check_one_line(texts, "scores")
+        p, _, has = self._probabilities(texts)
         out = self._printed(p)
         out[~has] = np.nan
         return out
@@ -511,7 +517,8 @@ class FastTextModel(TextModel):
         Raises
         ------
         InputValueError
-            ``k`` neither >= 1 nor -1, or a threshold outside [0, 1].
+            ``k`` neither >= 1 nor -1, a threshold outside [0, 1], or a text holding
+            ``"\\n"`` (fastText's ``predict`` reads one line at a time).
         ModelFileError
             A word-vector model (``-model skipgram``/``cbow``): no labels.
         """
@@ -520,12 +527,14 @@ class FastTextModel(TextModel):
 
         assert self.args is not None
         self.check_classifier("top_k")
+        texts = list(texts)
+        check_one_line(texts, "top_k")
         if k == -1:
             k = len(self.labels)
         if k < 1:
             raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
         thr = float(_F32(check_threshold(threshold)))
-        p, x, has = self._probabilities(list(texts))
+        p, x, has = self._probabilities(texts)
         labels: list[list[str]] = []
         probs: list[np.ndarray] = []
         names = self.labels

@@ -66,7 +66,7 @@ import hashlib
 import json
 import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -96,6 +96,23 @@ _BUCKETS = "vectorizer.buckets"
 #: the whitespace fastText splits a line at, kept (a captured group): dropping a label token
 #: leaves every other token as fastText and the vectorizer read it
 _SPACES = re.compile(f"([{FASTTEXT_WHITESPACE}]+)")
+
+
+def check_one_line(texts: str | Sequence[str], method: str) -> None:
+    """Raise ``InputValueError`` naming ``method`` when a text holds ``"\\n"``, as the
+    ``fasttext`` module's ``predict`` and ``get_sentence_vector`` raise ``ValueError``: fastText
+    reads one line per example, a ``"\\n"`` ends it. ``texts``: one text, or a list of them
+    (the message then names the first with ``"\\n"``)."""
+    from ..errors import InputValueError
+
+    one = isinstance(texts, str)
+    for i, text in enumerate([texts] if one else texts):
+        if isinstance(text, str) and "\n" in text:
+            where = "" if one else f" (texts[{i}] holds one)"
+            raise InputValueError(
+                f"{method} processes one line at a time (remove '\\n'){where}; pass a list "
+                "of lines for several."
+            )
 
 
 class TextModel:
@@ -225,11 +242,7 @@ class TextModel:
                 lines[i] = line.decode("utf-8")
             elif not isinstance(line, str):
                 raise _not_text_error(line, i)
-        if any("\n" in line for line in lines):
-            raise InputValueError(
-                "predict processes one line at a time (remove '\\n'); pass a list of lines "
-                "for several."
-            )
+        check_one_line(lines[0] if one else lines, "predict")
         if k < 1 and k != -1:
             raise InputValueError(f"k must be >= 1, or -1 for every label, got {k}.")
         check_threshold(threshold)
