@@ -1383,6 +1383,34 @@ def test_lines_end_at_newline_only_and_errors_name_lines(
         read_table(table, text_column="text", label_column="label")
 
 
+def test_a_quoted_field_spanning_lines_keeps_its_line_breaks_as_the_csv_module_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """read_table gives each cell as Python's csv module reads the file (opened with
+    newline=''): a quoted field over several lines keeps its line breaks, so its words stay
+    apart. `predict` on a fastText model (which reads one line per example) reads them as
+    spaces, as it predicts the cell on one line."""
+    import csv
+
+    table = tmp_path / "t.csv"
+    table.write_text('text,label\n"bad\nboring plot",x\n"a\n\nb",y\nplain,x\n',
+                     encoding="utf-8")
+    with open(table, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))[1:]
+    data = read_table(table, text_column="text", label_column="label")
+    assert data.texts == [r[0] for r in rows] and data.lines == [2, 4, 7]
+    softmax = Path(__file__).parent / "data" / "fasttext" / "softmax.bin"
+
+    def predicted(path: Path) -> str:
+        assert main(["predict-prob", str(softmax), str(path), "-1",
+                     "--text-column", "text"]) == 0
+        return capsys.readouterr().out
+
+    one = tmp_path / "one.csv"
+    one.write_text("text\nbad boring plot\na b\nplain\n", encoding="utf-8")
+    assert predicted(table) == predicted(one)
+
+
 def test_ctrl_c_during_train_is_one_line_and_keeps_the_model(
     ft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch

@@ -167,6 +167,8 @@ def read_input(args: argparse.Namespace, *, need_labels: bool, model: Any = None
             )
         data = read_table(args.input, text_column=text_column, label_column=label_column,
                           delimiter=sep, option=option, hint=hint)
+        if _written_by_fasttext(model):  # it reads a line per example: a cell's line breaks
+            data.texts = [t.replace("\n", " ") for t in data.texts]  # split words as spaces do
     if data.undecodable:
         bad = data.undecodable
         shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")

@@ -166,7 +166,8 @@ def read_table(
     """
     lines, undecodable, _ = _open_lines(path)
     sep = delimiter or table_delimiter(path)
-    reader = csv.reader(lines, delimiter=sep)
+    # each line with its "\n" back: a quoted field that spans lines keeps its line breaks
+    reader = csv.reader((line + "\n" for line in lines), delimiter=sep)
     rows: list[tuple[int, list[str]]] = []
     try:
         for row in reader:
