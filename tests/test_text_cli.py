@@ -1707,7 +1707,7 @@ def test_word_vectors_are_the_same_for_a_seed() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["-loss", "hs"], "-loss hs: only negative sampling (-loss ns"),
-    (["-minn", "5", "-maxn", "3"], "give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn 0"),
+    (["-bucket", "0"], "-bucket 0 rows: give -bucket >= 1, or -maxn 0 for no n-grams."),
     (["-dim", "0"], "-dim must be >= 1, got 0."),
     (["-lr", "inf"], "-lr must be a finite number > 0, got inf"),
     (["-seed", "2147483648"], "-seed must be an integer from -2147483648 to 2147483647"),
@@ -1725,6 +1725,36 @@ def test_skipgram_refuses_bad_arguments(argv: list[str], message: str, ft_file: 
     assert err.count("\n") == 1 and not out.with_suffix(".bin").exists()
     assert main(["cbow", "-input", str(ft_file)]) == 1
     assert "needs -input FILE (the text) and -output NAME" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["skipgram", "cbow"])
+def test_skipgram_takes_minn_zero_and_minn_above_maxn_as_fasttext(
+        command: str, ft_file: Path, tmp_path: Path) -> None:
+    """fastText takes -minn 0 and -minn above -maxn (Dictionary::computeSubwords emits the
+    n-grams of n = 1..maxn characters with n >= minn): -minn 0 gives what -minn 1 gives (the
+    same NAME.vec, as fastText's single-thread runs of both were), and -minn 5 -maxn 3 no
+    character n-gram: each word's input is its own row (fastText's print-ngrams on such a
+    model prints the word alone)."""
+    def train(name: str, minn: str, maxn: str = "3") -> Path:
+        out = tmp_path / name
+        assert main([command, "-input", str(ft_file), "-output", str(out), "-dim", "4",
+                     "-epoch", "1", "-verbose", "0", "-minCount", "1", "-bucket", "100",
+                     "-minn", minn, "-maxn", maxn]) == 0
+        return out
+
+    assert (train("zero", "0").with_suffix(".vec").read_bytes()
+            == train("one", "1").with_suffix(".vec").read_bytes())
+    model = load_model(train("above", "5").with_suffix(".bin"))
+    words = model.words[:model.n_words]
+    assert all(model.subwords(w.decode()) == ([i], [w.decode()]) for i, w in enumerate(words))
+    np.testing.assert_array_equal(model.word_vectors([w.decode() for w in words]),
+                                  model.input_matrix[:len(words)])
+    try:
+        import fasttext
+    except ImportError:
+        return
+    ft = fasttext.load_model(str(tmp_path / "above.bin"))
+    assert all(ft.get_subwords(w.decode())[0] == [w.decode()] for w in words[1:])
 
 
 def test_skipgram_min_count_zero_keeps_every_word_as_one(ft_file: Path, tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ def add_parser(sub: Any, name: str = "skipgram") -> argparse.ArgumentParser:
                    help="kept in the model file (no effect on word vectors, as in fastText)")
     p.add_argument("-loss", default="ns", help="ns (negative sampling), the one built")
     p.add_argument("-bucket", type=int, default=2_000_000, help="n-gram rows (default 2000000)")
-    p.add_argument("-minn", type=int, default=3, help="min char n-gram length (default 3)")
+    p.add_argument("-minn", type=int, default=3,
+                   help="min char n-gram length (default 3; 0 is 1, above -maxn: none)")
     p.add_argument("-maxn", type=int, default=6,
                    help="max char n-gram length (default 6; 0: no n-grams)")
     p.add_argument("-thread", type=int, default=1, help="torch threads (default 1)")
@@ -97,11 +98,11 @@ def check_args(args: argparse.Namespace) -> None:
     for flag in ("neg", "minn", "maxn", "minCount", "minCountLabel", "bucket"):
         if getattr(args, flag) < 0:
             raise InputValueError(f"-{flag} must be >= 0, got {getattr(args, flag)}.")
-    if args.maxn > 0 and (args.bucket < 1 or args.minn < 1 or args.minn > args.maxn):
+    # -minn 0 is 1 and -minn above -maxn gives no n-grams, as in fastText (char_ngrams)
+    if args.maxn > 0 and args.bucket < 1:
         raise InputValueError(
             f"character n-grams of -minn {args.minn} to -maxn {args.maxn} characters into "
-            f"-bucket {args.bucket} rows: give 1 <= -minn <= -maxn and -bucket >= 1, or -maxn "
-            "0 for no n-grams.")
+            f"-bucket {args.bucket} rows: give -bucket >= 1, or -maxn 0 for no n-grams.")
     check_rate("-lr", args.lr)
     if not args.t > 0:
         raise InputValueError(f"-t must be > 0, got {args.t}; give a positive number.")
