@@ -1198,3 +1198,35 @@ def test_an_exported_program_refuses_bags_not_as_many_for_every_key_by_its_input
         model(values, eight)
     with pytest.raises(AssertionError, match="Guard failed"):
         program.module()(values, eight)
+
+
+@pytest.mark.parametrize("record", ["compile", "export"])
+def test_a_recorded_bfloat16_collection_with_padding_pools_as_eager_and_stock(
+        record: str) -> None:
+    """A bfloat16 table with ``padding_idx`` in a collection, recorded by ``torch.compile``
+    (``fullgraph=True``) or ``torch.export``: its bags are eager's and
+    ``nn.EmbeddingBag(padding_idx=...)``'s to the bit, its padding row's values whatever they
+    are (inf here). The graph takes the kernel's ``padding_idx`` as eager does for such a
+    table (its padding entries weighed 0 rounded the sums apart, and made an inf row NaN)."""
+    torch.manual_seed(0)
+    col = LookupCollection([TableConfig("u", 20, 4, ["u"], dtype=torch.bfloat16),
+                            TableConfig("p", 20, 4, ["p"], padding_idx=0,
+                                        dtype=torch.bfloat16)]).eval()
+    with torch.no_grad():
+        col["p"].weight[0] = float("inf")
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(0, 20, (2 * 50,), generator=g)
+    values = torch.randint(0, 20, (int(lengths.sum()),), generator=g)
+    values[::4] = 0
+    kb = KeyedBags(["u", "p"], values, lengths=lengths)
+    torch._dynamo.reset()
+    recorded = (torch.compile(col, fullgraph=True, backend="aot_eager") if record == "compile"
+                else torch.export.export(col, (kb,)).module())
+    p = kb["p"]
+    stock = nn.EmbeddingBag.from_pretrained(col["p"].weight.detach(), mode="sum",
+                                            padding_idx=0, include_last_offset=True)
+    with torch.no_grad():
+        eager, graph = col(kb)["p"], recorded(kb)["p"]
+        assert torch.equal(eager, stock(p.indices, p.offsets))
+        assert torch.equal(graph, eager)
+    torch._dynamo.reset()

@@ -552,32 +552,35 @@ class BatchedLookup:
         out of the sums and the gradient, so the outputs, and the gradient's rows and values,
         are the dropped entries'.
 
-        While a graph is recorded the padding entries stay, with weight 0 (how many there are
-        is a property of one batch, and a graph takes no branch on the values): the same sums
-        and factors, the entries of weight 1 adding their rows as unweighted ones do; the
+        A graph recorded for such a group does the same (no count read). A graph of another
+        CPU group keeps the padding entries with weight 0 (how many there are is a property of
+        one batch, and a graph takes no branch on the values): the same sums and factors as
+        the dropped entries' (the entries of weight 1 adding their rows as unweighted ones
+        do), but for a padding row holding inf or NaN, which a weight of 0 makes NaN; the
         padding row gets a gradient of zeros."""
         places, table_of = self.plan.places, self.plan.table_of
         indices, lengths, weights = [], [], []
         in_graph = capturing()
-        pad = None if in_graph or (on_host(kb.values) and dtype is not torch.bfloat16) \
+        pad = None if on_host(kb.values) and dtype is not torch.bfloat16 \
             else self._padding_rows[g]
+        zeroed = in_graph and pad is None  # padding entries weigh 0 (a graph on the CPU)
         folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
                  and not (exact is not None and exact.outputs[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
-            folds[f] or (in_graph and places[table_of[f]].config.padding_idx is not None)
+            folds[f] or (zeroed and places[table_of[f]].config.padding_idx is not None)
             for f in feats)
         for f in feats:
             _, off, cfg = places[table_of[f]]
             bags = self._checked(kb, f, tables, read)
             padding = cfg.padding_idx
-            kept = in_graph or pad is not None  # the padding entries stay in the batch
+            kept = zeroed or pad is not None  # the padding entries stay in the batch
             if padding is not None and not kept:
                 bags = bags.drop_index(padding)
             w = bags.weights
             rows = bags.indices.long() + off if off else bags.indices.long()
             if padding is not None and kept:
                 keep = bags.indices != padding
-                if in_graph or folds[f]:  # weight 0: no part in the sum or the factor
+                if zeroed or folds[f]:  # weight 0: no part in the sum or the factor
                     w = keep.to(dtype) if w is None else w.masked_fill(~keep, 0)
                 if pad is not None and off + padding != pad:
                     rows = rows.masked_fill(~keep, pad)  # the row the lookup leaves out
