@@ -1094,3 +1094,18 @@ def test_softmax_on_lines_with_several_labels_keeps_every_label(tmp_path: Path,
             continue
         assert sorted(ft.labels) == model.labels  # every label kept, as fastText keeps it
         break
+
+
+def test_one_string_where_a_list_is_taken_is_refused(tmp_path: Path) -> None:
+    """``top_k``, ``scores``, ``sentence_vectors`` and ``word_vectors`` take lists: one
+    ``str`` (or ``bytes``) is refused naming the fix, where it was read one character at a
+    time (``top_k("good film")`` answered for 9 one-character texts)."""
+    from lookuplinear.errors import InputTypeError
+
+    classifier = load_fasttext(DATA / "softmax.bin")
+    for call in (lambda: classifier.top_k("good film"), lambda: classifier.scores("good film"),
+                 lambda: classifier.sentence_vectors(b"good film"),
+                 lambda: classifier.word_vectors("good")):
+        with pytest.raises(InputTypeError, match=r"takes a list of (texts|words), got one"):
+            call()
+    assert classifier.top_k(["good film"])[0] == classifier.top_k(("good film",))[0]

@@ -198,6 +198,25 @@ class _Reader:
         )
 
 
+def _listed(items: Any, method: str, what: str = "texts") -> list[Any]:
+    """``items`` as a list; ``InputTypeError`` for one ``str`` or ``bytes``, which would be
+    read character by character (``method`` takes a list of them, as its name says)."""
+    from ..errors import InputTypeError
+
+    if isinstance(items, str | bytes):
+        raise InputTypeError(
+            f"{method} takes a list of {what}, got one {type(items).__name__} (it would be "
+            f"read one character at a time). Pass [{what[:-1]}].")
+    return list(items)
+
+
+def _lines(texts: Any, method: str) -> list[Any]:
+    """``texts`` as a list (:func:`_listed`), each one line (:func:`check_one_line`)."""
+    listed = _listed(texts, method)
+    check_one_line(listed, method)
+    return listed
+
+
 @dataclass(eq=False)
 class FastTextModel(TextModel):
     """A fastText model read from its ``.bin``/``.ftz`` file: a classifier (``fasttext
@@ -416,8 +435,7 @@ class FastTextModel(TextModel):
         words split at ASCII whitespace, ``</s>`` and labels included) each scaled to length
         1, words whose vector is zero left out (zeros when none is left). A text holding
         ``"\\n"`` raises ``InputValueError``, as ``get_sentence_vector`` refuses it."""
-        texts = list(texts)
-        check_one_line(texts, "sentence_vectors")
+        texts = _lines(texts, "sentence_vectors")
         if self.is_classifier:
             return self.hidden(texts)[0]
         lines = [[as_text(w) for w in _CIN_SPLIT.split(as_bytes(t)) if w] for t in texts]
@@ -445,7 +463,7 @@ class FastTextModel(TextModel):
         character n-grams (with ``maxn > 0``); zeros for an unknown word without n-grams;
         shape (n_words, dim), float32."""
         rows = []
-        for word in words:
+        for word in _listed(words, "word_vectors", "words"):
             token = as_bytes(word)
             wid = self._ids.get(token, -1)
             # a label's id names a row too in fastText (one past the words); never past the end
@@ -501,8 +519,7 @@ class FastTextModel(TextModel):
         for a text holding ``"\\n"`` (fastText's ``predict`` reads one line at a time).
         """
         self.check_classifier("scores")
-        texts = list(texts)
-        check_one_line(texts, "scores")
+        texts = _lines(texts, "scores")
         p, _, has = self._probabilities(texts)
         out = self._printed(p)
         out[~has] = np.nan
@@ -527,8 +544,7 @@ class FastTextModel(TextModel):
 
         assert self.args is not None
         self.check_classifier("top_k")
-        texts = list(texts)
-        check_one_line(texts, "top_k")
+        texts = _lines(texts, "top_k")
         if k == -1:
             k = len(self.labels)
         if k < 1:
