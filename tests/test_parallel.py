@@ -426,10 +426,48 @@ def file_tables(rank, tmp):
     return all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
                for a, b in zip(*got)) and got[0][4].tolist() == [3, 4, 5]
 
+class Gated(nn.Module):  # a table, read where the step asks, and a dense layer
+    def __init__(self):
+        super().__init__()
+        self.t = LookupLinear(10, 3, sparse=True, bias=False, dtype=torch.float64)
+        self.d = nn.Linear(3, 1).double()
+    def forward(self, ids, use_table):
+        return self.d(self.t(ids) if use_table else torch.ones(1, 3, dtype=torch.float64))
+
+def accumulated(rank):
+    # a no_sync() step reads row 1 (rank 0) or 2 (rank 1); the synced step reads the table in
+    # no process ("none"), or in rank 0's alone ("one"): the accumulated gradients are
+    # averaged all the same, as PyTorch's reducer averages a parameter's, so every process
+    # ends with the table (and dense layer) of one process on both processes' batches, and
+    # no process waits for another
+    out = {}
+    for synced_use in ("none", "one"):
+        torch.manual_seed(0)
+        model, one = Gated(), Gated()
+        one.load_state_dict(model.state_dict())
+        ddp = DistributedDataParallel(model)
+        opts = [torch.optim.SGD(m.parameters(), lr=1.0) for m in (model, one)]
+        with ddp.no_sync():
+            ddp(torch.tensor([[rank + 1]]), True).sum().backward()
+        ddp(torch.tensor([[3]]), synced_use == "one" and rank == 0).sum().backward()
+        losses = [one(torch.tensor([[r + 1]]), True).sum() for r in (0, 1)]
+        losses += [one(torch.tensor([[3]]), synced_use == "one" and r == 0).sum()
+                   for r in (0, 1)]
+        (sum(losses) / 2).backward()
+        for opt in opts:
+            opt.step()
+        tables = [None, None]
+        dist.all_gather_object(tables, model.t.weight.detach())
+        out[synced_use] = torch.equal(*tables) and all(
+            torch.allclose(p, q, rtol=0, atol=1e-12)
+            for p, q in zip(model.parameters(), one.parameters()))
+    return out
+
 def worker(rank, store):
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
     tmp = os.path.dirname(store)
     report = {"starts from the first": starts_from_the_first(rank), "no_sync": no_sync(rank),
+              "accumulated": accumulated(rank),
               "unused table": unused_table(rank), "checkpoint": checkpoint(rank, tmp),
               "file tables": file_tables(rank, tmp)}
     if rank == 0:
@@ -470,6 +508,15 @@ def test_no_sync_is_decided_by_the_forward_as_in_torchs_ddp(two_ranks: dict[str,
     assert two_ranks["no_sync"] == {"forward": True, "backward": True,
                                     "forward tables only synced": False,
                                     "backward tables only synced": True}
+
+
+def test_no_sync_gradients_are_averaged_by_a_synced_step_that_reads_no_table(
+        two_ranks: dict[str, Any]) -> None:
+    """Gradients a ``no_sync()`` step left on a table are averaged by the next synchronised
+    backward even where it reads the table in no process, or in one process alone: every
+    process ends with the weights of one process on both batches (the processes' tables
+    drifted apart, each with its own gradient, where no table hook fired)."""
+    assert two_ranks["accumulated"] == {"none": True, "one": True}
 
 
 def test_a_table_no_process_reads_keeps_no_gradient(two_ranks: dict[str, Any]) -> None:

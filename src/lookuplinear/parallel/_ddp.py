@@ -186,15 +186,33 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         weakref.finalize(self, _remove, handles)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        """As PyTorch's; a model of tables only is called as it is."""
+        """As PyTorch's; a model of tables only is called as it is. A synchronised forward's
+        backward reduces the tables whether it reads them or not (:meth:`_reduced_by`)."""
         _check_maps(self._id_maps)
+        synced = torch.is_grad_enabled() and self.require_backward_grad_sync
         if torch.is_grad_enabled():
             self._sync_tables = self.require_backward_grad_sync
         if self._tables_only:
-            if torch.is_grad_enabled() and self.require_backward_grad_sync:
+            if synced:
                 self._sync(self._buffers_synced)  # as PyTorch's forward syncs the buffers
-            return self.module(*inputs, **kwargs)
-        return super().forward(*inputs, **kwargs)
+            out = self.module(*inputs, **kwargs)
+        else:
+            out = super().forward(*inputs, **kwargs)
+        if synced and self._tables:
+            self._reduced_by(out)
+        return out
+
+    def _reduced_by(self, out: Any) -> None:
+        """Make the backward through ``out`` (a synchronised forward's output) reduce the
+        tables at its end, in every process, whether it reads a table or not: gradients that
+        ``no_sync()`` steps left on a table are then averaged over the processes, as
+        PyTorch's reducer averages a parameter's accumulated gradient, and every process
+        takes part in the same reductions (a table's gradient hook alone fires only in the
+        processes whose step read it)."""
+        hook = _weak_hook(weakref.ref(self))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(hook)
 
     @torch.no_grad()
     def _sync(self, tensors: list[torch.Tensor]) -> None:
@@ -202,7 +220,10 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
         for t in tensors:
             dist.broadcast(t.data, src=self._src, group=self._table_group)
 
-    def _table_grad_ready(self, param: torch.Tensor) -> None:
+    def _table_grad_ready(self, _: torch.Tensor) -> None:
+        """Queue :meth:`_reduce_tables` at the end of the running backward (once), where the
+        forward was synchronised: a table's gradient accumulated, or the gradient of a
+        synchronised forward's output arrived."""
         task = torch._C._current_graph_task_id()
         if task == self._table_task or not self._sync_tables:
             return
@@ -284,11 +305,12 @@ def _check_maps(id_maps: Sequence[tuple[str, nn.Module]]) -> None:
 
 
 def _weak_hook(ref: weakref.ref[DistributedDataParallel]) -> Callable[[torch.Tensor], None]:
-    """A post-accumulate-grad hook that calls the wrapper ``ref`` names while it lives."""
-    def ready(param: torch.Tensor) -> None:
+    """A tables' post-accumulate-grad hook (and an output's gradient hook) that calls the
+    wrapper ``ref`` names while it lives (returning None: the gradient as it is)."""
+    def ready(tensor: torch.Tensor) -> None:
         ddp = ref()
         if ddp is not None:
-            ddp._table_grad_ready(param)
+            ddp._table_grad_ready(tensor)
     return ready
 
 
