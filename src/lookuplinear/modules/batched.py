@@ -564,6 +564,7 @@ class BatchedLookup:
         pad = None if on_host(kb.values) and dtype is not torch.bfloat16 \
             else self._padding_rows[g]
         zeroed = in_graph and pad is None  # padding entries weigh 0 (a graph on the CPU)
+        kept = zeroed or pad is not None  # the padding entries stay in the batch
         folds = {f: places[table_of[f]].config.mode in ("mean", "sqrtn")
                  and not (exact is not None and exact.outputs[self._index[f]]) for f in feats}
         any_weights = kb.weights is not None or any(
@@ -573,7 +574,6 @@ class BatchedLookup:
             _, off, cfg = places[table_of[f]]
             bags = self._checked(kb, f, tables, read)
             padding = cfg.padding_idx
-            kept = zeroed or pad is not None  # the padding entries stay in the batch
             if padding is not None and not kept:
                 bags = bags.drop_index(padding)
             w = bags.weights

@@ -158,14 +158,7 @@ def _group_rows_torch(
     if padding_idx is not None:
         keep = idx != padding_idx
         idx, contrib = idx[keep], contrib[keep]
-    rows, inverse = torch.unique(idx, sorted=True, return_inverse=True)
-    return rows, _sums(contrib, inverse, rows.numel(), _accumulation_dtype(grad_out.dtype))
-
-
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the torch-op grouping sums ``dtype``'s rows in: float32 for float16 and
-    bfloat16 (as a CUDA coalesce sums them), else ``dtype``."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return unique_sums(idx, contrib)
 
 
 def _table_ok(weight: torch.Tensor, state: torch.Tensor) -> bool:
@@ -260,7 +253,8 @@ def unique_sums(rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor,
             [5.]]))
     """
     heads, at = torch.unique(rows, sorted=True, return_inverse=True)
-    return heads, _sums(values, at, heads.numel(), _accumulation_dtype(values.dtype))
+    half = values.dtype in (torch.float16, torch.bfloat16)
+    return heads, _sums(values, at, heads.numel(), torch.float32 if half else values.dtype)
 
 
 def update_rows(

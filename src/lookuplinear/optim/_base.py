@@ -1018,11 +1018,14 @@ class RowSparseOptimizer(torch.optim.Optimizer):
                      group: dict[str, Any]) -> None:
         """One step of ``p`` by its sparse gradient ``grad``: its rows as they come
         (:func:`row_sparse_parts` with ``sum_runs=False``), grouped by the update unless they
-        are unique, as a gradient flagged coalesced has them (``torch.optim``'s
-        ``coalesce()`` returns it as it is) and a gradient of another form is made."""
+        are unique off the CPU, as a gradient flagged coalesced has them (``torch.optim``'s
+        ``coalesce()`` returns it as it is) and a gradient of another form is made. On the
+        CPU, where reading the rows costs nothing, they are grouped whatever the flag says
+        (one built by hand may call duplicates coalesced; the C kernel and ``torch.optim``
+        sum them)."""
         rows, values = row_sparse_parts(grad, sum_runs=False)
-        self._sparse_update(p, rows, values, state, group,
-                            unique=grad.sparse_dim() != 1 or grad.is_coalesced())
+        self._sparse_update(p, rows, values, state, group, unique=not rows.is_cpu and (
+            grad.sparse_dim() != 1 or grad.is_coalesced()))
 
     def _sparse_update(
         self,
@@ -1057,13 +1060,11 @@ class RowSparseOptimizer(torch.optim.Optimizer):
             torch.autograd.graph.increment_version(p)  # the C kernel wrote through its data
         else:  # the C kernel does not take it (device, dtype, layout, backend): its twin,
             # which updates unique rows. On the CPU, where a read costs nothing, the rows are
-            # checked (the C kernel's LookupIndexError) and grouped whatever the gradient's
-            # flag says (one built by hand may call duplicates coalesced; the C kernel sums
-            # them, as torch.optim does)
+            # checked first (the C kernel's LookupIndexError)
             w = p.reshape(n_rows, -1)  # a copy where p's strides have no such view
             if rows.is_cpu:
                 check_rows("rows_update_", rows, values, w)
-            if not unique or rows.is_cpu:
+            if not unique:
                 rows, values = grouped_rows(rows, values, n_rows)
             named = self._scalars(group, [(w.shape[1], step)])[0]
             ROW_UPDATES[self._kernel](w, *self._state_rows(w, state), rows.long(), values,
