@@ -6,6 +6,9 @@ The reference is written here independently of the library: the dense matrix is 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +64,17 @@ DEVICES = [
         marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
     ),
 ]
+
+
+def on_cuda_in_a_process(body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` (Python that imports what it needs) and then a CUDA synchronisation in a
+    process of its own, as a device-side assert ends its process's CUDA context: it prints
+    ``refused: <message>`` where they raised a ``RuntimeError``, else ``taken``."""
+    script = ("import torch\ntry:\n" + textwrap.indent(textwrap.dedent(body).strip(), "    ")
+              + "\n    torch.cuda.synchronize()\nexcept RuntimeError as e:\n"
+              "    print('refused:', e)\nelse:\n    print('taken')\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
 
 
 @dataclass(frozen=True)

@@ -205,23 +205,24 @@ def test_a_large_batch_is_not_called_different_for_its_rounding(
     assert torch.equal(ours.to_dense() if ours.is_sparse else ours, theirs)
 
 
-class _Negated(torch.autograd.Function):
-    """The identity, whose backward negates the gradient."""
+class _ScaledGrad(torch.autograd.Function):
+    """The identity, whose backward multiplies the gradient by ``factor``."""
 
     @staticmethod
-    def forward(ctx: Any, w: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, w: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
         return w.view_as(w)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return -g
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return g * ctx.factor, None
 
 
 class _NegatedWeightGrad(LookupLinear):
     """A layer whose forward is right and whose weight gradient is negated."""
 
     def forward(self, x: Any, *args: Any) -> torch.Tensor:
-        return lookup_linear(x, _Negated.apply(self.weight), self.bias)
+        return lookup_linear(x, _ScaledGrad.apply(self.weight, -1.0), self.bias)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -314,21 +315,9 @@ def test_a_collection_of_several_dtypes_judges_each_table_by_its_own() -> None:
         assert not report.ok and "output['fa']" in str(report)
 
 
-class _TripleWeightsGrad(torch.autograd.Function):
-    """Identity forward, a gradient three times too large."""
-
-    @staticmethod
-    def forward(ctx: Any, w: torch.Tensor) -> torch.Tensor:
-        return w.view_as(w)
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return g * 3.0
-
-
 class _BadWeightsGrad(LookupCollection):
     def forward(self, kb: KeyedBags) -> KeyedTensor:  # type: ignore[override]
-        w = _TripleWeightsGrad.apply(kb.weights)
+        w = _ScaledGrad.apply(kb.weights, 3.0)  # three times too large
         return super().forward(KeyedBags(kb.keys(), kb.values, offsets=kb.offsets, weights=w))
 
 

@@ -9,7 +9,7 @@ with the CPU taken off the host devices (values: the asserts fire at once, as ``
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -401,6 +401,29 @@ def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor |
             assert torch.equal(g, w)
 
 
+def _off_the_cpu_as_on_it(
+        monkeypatch: pytest.MonkeyPatch, configs: list[TableConfig], sparse: bool,
+        kb: KeyedBags, width: int, moved: Callable[[], KeyedBags] | None = None,
+) -> tuple[LookupCollection, torch.Tensor]:
+    """A collection of ``configs`` on the meta device reads no value of ``kb`` in its
+    forward (of ``width`` columns); with the CPU's values taken as another device's (the
+    batch ``moved()`` gives there, ``kb`` by default), its outputs and gradients are the
+    CPU's to the bit. The CPU's collection and output, for a check against a peer."""
+    col = LookupCollection(configs, sparse=sparse, device="meta")
+    out = no_host_reads(lambda: col(kb.to("meta")))
+    assert out.values().shape == (kb.batch_size, width)
+    torch.manual_seed(0)
+    cpu = LookupCollection(configs, sparse=sparse)
+    off = LookupCollection(configs, sparse=sparse)
+    off.load_state_dict(cpu.state_dict())
+    want, want_grads = _forward_and_grads(cpu, kb)
+    with cpu_off_host(monkeypatch):
+        got, got_grads = _forward_and_grads(off, kb if moved is None else moved())
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _assert_same_grads(got_grads, want_grads)
+    return cpu, want
+
+
 PADDED_TABLES = {  # (mode, padding_idx) of tables a, b (rows 6, 7) and c (rows 8)
     "one padded table": [("sum", 0), ("sum", None), ("sum", None)],
     "two in one group": [("mean", 2), ("sum", 0), ("sqrtn", None)],
@@ -428,18 +451,7 @@ def test_a_collection_with_padding_reads_nothing_of_a_batch_moved_from_the_cpu(
     values = torch.tensor([0, 3, 0, 1, 2, 0, 1, 0, 5, 0, 0, 2, 3, 0])
     weights = torch.rand(14, generator=torch.Generator().manual_seed(2)) if weighted else None
     kb = KeyedBags(["a", "b", "c"], values, lengths=torch.tensor(lengths), weights=weights)
-    col = LookupCollection(configs, sparse=sparse, device="meta")
-    out = no_host_reads(lambda: col(kb.to("meta")))
-    assert out.values().shape == (3, sum(dims))
-    torch.manual_seed(0)
-    cpu = LookupCollection(configs, sparse=sparse)
-    off = LookupCollection(configs, sparse=sparse)
-    off.load_state_dict(cpu.state_dict())
-    want, want_grads = _forward_and_grads(cpu, kb)
-    with cpu_off_host(monkeypatch):
-        got, got_grads = _forward_and_grads(off, kb)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    _assert_same_grads(got_grads, want_grads)
+    cpu, want = _off_the_cpu_as_on_it(monkeypatch, configs, sparse, kb, sum(dims))
     first = 0
     for name, dim, (mode, pad) in zip("abc", dims, PADDED_TABLES[tables], strict=True):
         if mode == "sum" or (mode == "mean" and not weighted):  # the peer: nn.EmbeddingBag
@@ -465,20 +477,13 @@ def test_shared_features_read_nothing_of_a_batch_moved_from_the_cpu(
                TableConfig("t2", 10, dims[1], ["a"], mode=modes[1])]  # type: ignore[arg-type]
     kb = KeyedBags(["a", "b"], torch.tensor([0, 1, 2, 3, 4, 9]),
                    lengths=torch.tensor([2, 1, 2, 1]))
-    col = LookupCollection(configs, sparse=sparse, device="meta")
-    out = no_host_reads(lambda: col(kb.to("meta")))
-    assert out.values().shape == (2, dims[0] * 2 + dims[1])
-    torch.manual_seed(0)
-    cpu = LookupCollection(configs, sparse=sparse)
-    off = LookupCollection(configs, sparse=sparse)
-    off.load_state_dict(cpu.state_dict())
-    want, want_grads = _forward_and_grads(cpu, kb)
-    with cpu_off_host(monkeypatch):
-        moved = KeyedBags.from_checked(["a", "b"], kb.values, kb.offsets)
-        moved._keep_bounds(kb.offset_per_key())  # as kb.to(device) keeps them
-        got, got_grads = _forward_and_grads(off, moved)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    _assert_same_grads(got_grads, want_grads)
+    def moved() -> KeyedBags:
+        batch = KeyedBags.from_checked(["a", "b"], kb.values, kb.offsets)
+        batch._keep_bounds(kb.offset_per_key())  # as kb.to(device) keeps them
+        return batch
+
+    cpu, want = _off_the_cpu_as_on_it(monkeypatch, configs, sparse, kb,
+                                      dims[0] * 2 + dims[1], moved)
     reference = torch.cat([  # the peer: each (feature, table) pair's nn.EmbeddingBag
         torch.nn.EmbeddingBag.from_pretrained(cpu[t].weight.detach(), mode=mode)(
             kb[f].indices, kb[f].offsets[:-1])
